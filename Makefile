@@ -1,0 +1,41 @@
+# Every target creates the environment it needs; nothing is assumed installed but python3.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export RELGATE_HOME ?= $(CURDIR)/var/relgate
+export DAGSTER_HOME ?= $(CURDIR)/var/dagster
+
+.PHONY: venv demo test lint bench ui clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml agent/pyproject.toml requirements.lock
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]' -e ./agent
+	touch $(STAMP)
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check relgate assets resources sensors pipelines tests bench
+	$(BIN)/mypy relgate assets resources sensors pipelines agent/relgate_agent
+
+test: lint
+	$(BIN)/pytest -q
+
+demo: venv $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/python -m relgate.demo_run
+
+bench: venv
+	$(BIN)/python -m bench
+
+ui: venv $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
+
+clean:
+	rm -rf var

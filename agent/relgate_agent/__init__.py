@@ -1,0 +1,1 @@
+"""relgate-agent: host agent, coordinator and network lab for checkpoint distribution."""
