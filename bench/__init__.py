@@ -1,0 +1,1 @@
+"""Benchmarks run by `make bench`; each module's main() writes JSON under bench/results/."""
