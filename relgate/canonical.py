@@ -1,0 +1,65 @@
+"""RFC 8785 canonical JSON and manifest digests.
+
+Manifests hold integers, strings, booleans, null, lists and objects only: a float has no
+single canonical spelling across implementations, so it is refused before encoding.
+The digest of a manifest excludes its own identity and transport fields
+(``snapshotId``/``rootId``/``manifestId``, ``signatures``, ``transport``) so it can be
+recomputed from the manifest without self-reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import rfc8785
+
+from relgate.digests import sha256_digest
+from relgate.errors import UsageError
+
+#: Fields that never take part in a manifest's digest.
+DIGEST_EXCLUDED = frozenset({"snapshotId", "rootId", "manifestId", "signatures", "transport"})
+
+
+def _check(value: Any, path: str) -> None:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, int):
+        if abs(value) > 2**53 - 1:
+            raise UsageError(
+                "integer outside the interoperable JSON range", object=path, check="no-big-int"
+            )
+        return
+    if isinstance(value, float):
+        raise UsageError(
+            "manifests hold integers and strings only, not floats", object=path, check="no-float"
+        )
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise UsageError("object keys must be strings", object=path, check="key-type")
+            _check(item, f"{path}.{key}")
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check(item, f"{path}[{index}]")
+        return
+    raise UsageError(
+        f"unsupported JSON type {type(value).__name__}", object=path, check="json-type"
+    )
+
+
+def canonical_bytes(value: Any) -> bytes:
+    _check(value, "$")
+    return rfc8785.dumps(value)
+
+
+def digest_payload(
+    manifest: dict[str, Any], excluded: Iterable[str] = DIGEST_EXCLUDED
+) -> dict[str, Any]:
+    drop = set(excluded)
+    return {k: v for k, v in manifest.items() if k not in drop}
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    return sha256_digest(canonical_bytes(digest_payload(manifest)))

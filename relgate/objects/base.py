@@ -1,0 +1,66 @@
+"""The object-store contract shared by the local store and S3.
+
+Every write creates a new immutable version; nothing is overwritten in place.  ``create``
+is a conditional create (S3 ``If-None-Match: *``, locally an atomic directory claim) that
+fails when the key already has a live current version.  Reads always name an exact version.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ObjectVersion:
+    key: str
+    version_id: str
+    size: int
+    is_latest: bool = True
+
+
+class ObjectStore(abc.ABC):
+    """A versioned bucket.  Implementations must be safe across processes."""
+
+    #: URI scheme-ish label used in manifests and error messages (``local`` or ``s3``).
+    kind: str = "abstract"
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> ObjectVersion:
+        """Write a new version of ``key`` (the previous versions stay readable)."""
+
+    @abc.abstractmethod
+    def create(self, key: str, data: bytes) -> ObjectVersion:
+        """Conditional create: raise ObjectExistsError if ``key`` has a live current version."""
+
+    @abc.abstractmethod
+    def get(self, key: str, version_id: str) -> bytes:
+        """Read an exact version; NotFoundError if that version does not exist."""
+
+    @abc.abstractmethod
+    def get_range(self, key: str, version_id: str, start: int, length: int) -> bytes:
+        """Read ``length`` bytes at ``start`` of an exact version."""
+
+    @abc.abstractmethod
+    def head(self, key: str, version_id: str | None = None) -> ObjectVersion:
+        """Describe an exact version, or the current one; NotFoundError if absent/deleted."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectVersion]:
+        """Current (live, non-deleted) versions of keys under ``prefix``, sorted by key."""
+
+    @abc.abstractmethod
+    def list_versions(self, prefix: str = "") -> Iterator[ObjectVersion]:
+        """Every stored (non-purged) data version under ``prefix``, by key then age."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Hide the current version behind a delete marker; old versions stay readable."""
+
+    @abc.abstractmethod
+    def delete_version(self, key: str, version_id: str) -> None:
+        """Permanently remove one exact version (garbage collection only)."""
+
+    def describe(self) -> str:
+        return self.kind
