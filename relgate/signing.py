@@ -139,7 +139,7 @@ def verify_envelope(
     seen_unknown = []
     for entry in signatures:
         keyid = entry.get("keyid") if isinstance(entry, dict) else None
-        if keyid not in trusted:
+        if not isinstance(keyid, str) or keyid not in trusted:
             seen_unknown.append(str(keyid))
             continue
         try:
