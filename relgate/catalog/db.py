@@ -1,0 +1,130 @@
+"""Database access shared by the catalog and the gate.
+
+SQLAlchemy Core with plain SQL keeps one code path for SQLite and PostgreSQL.  Two kinds
+of transaction exist:
+
+* :meth:`Database.tx` for ordinary catalog reads and writes;
+* :meth:`Database.gate_tx` for the linearizable gate: on SQLite every write transaction
+  is ``BEGIN IMMEDIATE`` (one writer at a time, so gate transactions are totally ordered);
+  on PostgreSQL the single ``fences`` row is locked ``FOR UPDATE`` first, which orders
+  every gate transaction behind the previous one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, create_engine, event, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import NullPool
+
+from relgate.catalog.migrations import MIGRATIONS
+from relgate.errors import UsageError
+
+
+def utcnow() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Database:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        if url.startswith("sqlite"):
+            self.dialect = "sqlite"
+            self.engine: Engine = create_engine(
+                url, connect_args={"timeout": 60, "isolation_level": None}, poolclass=NullPool
+            )
+
+            @event.listens_for(self.engine, "connect")
+            def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA foreign_keys=ON")
+                cur.execute("PRAGMA busy_timeout=60000")
+                cur.close()
+
+            @event.listens_for(self.engine, "begin")
+            def _on_begin(conn: Connection) -> None:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        elif url.startswith("postgresql"):
+            self.dialect = "postgresql"
+            self.engine = create_engine(url, isolation_level="READ COMMITTED", pool_pre_ping=True)
+        else:
+            raise UsageError(
+                "unsupported catalog URL (sqlite:/// or postgresql+psycopg://)",
+                object=url,
+                check="db-url",
+            )
+
+    def __repr__(self) -> str:
+        return f"Database({self.engine.url.render_as_string(hide_password=True)})"
+
+    @contextmanager
+    def tx(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def gate_tx(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            if self.dialect == "postgresql":
+                conn.execute(text("SELECT id FROM fences WHERE id = 1 FOR UPDATE"))
+            yield conn
+
+    # -- migrations ----------------------------------------------------------------------
+    def migrate(self) -> list[int]:
+        """Apply pending versioned migrations; returns the versions applied now."""
+        applied_now: list[int] = []
+        with self.engine.begin() as conn:
+            if self.dialect == "postgresql":
+                # Serialise concurrent migrators across processes.
+                conn.execute(text("SELECT pg_advisory_xact_lock(7243)"))
+            conn.execute(
+                text(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                    " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+                )
+            )
+            done = {row[0] for row in conn.execute(text("SELECT version FROM schema_migrations"))}
+            for migration in MIGRATIONS:
+                if migration.version in done:
+                    continue
+                for statement in migration.statements(self.dialect):
+                    conn.execute(text(statement))
+                conn.execute(
+                    text(
+                        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (:v, :n, :t)"
+                    ),
+                    {"v": migration.version, "n": migration.name, "t": utcnow()},
+                )
+                applied_now.append(migration.version)
+        return applied_now
+
+    def schema_version(self) -> int:
+        with self.tx() as conn:
+            row = conn.execute(text("SELECT MAX(version) FROM schema_migrations")).first()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def rows(
+    conn: Connection, sql: str, params: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in conn.execute(text(sql), dict(params or {}))]
+
+
+def one(
+    conn: Connection, sql: str, params: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    row = conn.execute(text(sql), dict(params or {})).first()
+    return dict(row._mapping) if row is not None else None
+
+
+def execute(conn: Connection, sql: str, params: Mapping[str, Any] | None = None) -> int:
+    return conn.execute(text(sql), dict(params or {})).rowcount

@@ -1,0 +1,470 @@
+"""The linearizable gate.
+
+One record per alias ``(tombstoneWatermark, benchmarkFence, aliasGeneration,
+activeDigest)``; the two fences are global (a revoked sample is revoked everywhere), so
+they live in one ``fences`` row that every gate transaction reads first.  Activation,
+publication, rollback, admission and both fence advances all run inside
+:meth:`Database.gate_tx`, so they are totally ordered: whichever commits first wins and
+the other sees its effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sqlalchemy import Connection
+
+from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
+from relgate.states import TABLES, transition
+
+#: The state a subject must be in to be activated, and the state activation moves it to.
+ACTIVATION = {"snapshot": ("APPROVED", "ACTIVE"), "release": ("APPROVED", "PUBLISHED")}
+#: States whose members the gate checks when a fence advances.
+WATCHED_STATES = {
+    "snapshot": ("VALIDATED", "APPROVED", "ACTIVE"),
+    "release": ("STAGED", "VERIFIED", "APPROVED", "PUBLISHED"),
+}
+
+
+class MemberIndex(Protocol):
+    """Answers which of the given sample ids / content digests are members of a version."""
+
+    def hits(
+        self, kind: str, digest: str, sample_ids: set[str], content_digests: set[str]
+    ) -> tuple[set[str], set[str]]: ...
+
+
+@dataclass(frozen=True)
+class Fences:
+    tombstone_watermark: int
+    benchmark_fence: int
+
+
+@dataclass(frozen=True)
+class AliasState:
+    alias: str
+    kind: str
+    generation: int
+    active_digest: str | None
+    fences: Fences
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alias": self.alias,
+            "kind": self.kind,
+            "generation": self.generation,
+            "activeDigest": self.active_digest,
+            "tombstoneWatermark": self.fences.tombstone_watermark,
+            "benchmarkFence": self.fences.benchmark_fence,
+        }
+
+
+@dataclass(frozen=True)
+class FenceAdvance:
+    kind: str  # "tombstone" | "benchmark"
+    first_seq: int
+    watermark: int
+    hits: dict[str, list[int]] = field(default_factory=dict)  # subject digest -> fence seqs
+    closed_permits: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fence": self.kind,
+            "firstSeq": self.first_seq,
+            "watermark": self.watermark,
+            "hits": {d: len(s) for d, s in sorted(self.hits.items())},
+            "closedPermits": self.closed_permits,
+        }
+
+
+#: Called inside the gate transaction after a fence advance recorded hits; returns the
+#: ids of permits it closed.  The release layer registers one to close permits.
+HitListener = Callable[[Connection, str, dict[str, list[int]]], list[str]]
+
+
+def read_fences(conn: Connection) -> Fences:
+    row = one(conn, "SELECT tombstone_watermark, benchmark_fence FROM fences WHERE id = 1")
+    if row is None:
+        raise NotFoundError(
+            "gate has no fences row; run `relgate init`", object="fences", check="initialised"
+        )
+    return Fences(int(row["tombstone_watermark"]), int(row["benchmark_fence"]))
+
+
+def read_alias(conn: Connection, alias: str, kind: str) -> tuple[int, str | None]:
+    row = one(
+        conn, "SELECT kind, generation, active_digest FROM aliases WHERE name = :n", {"n": alias}
+    )
+    if row is None:
+        return 0, None
+    if row["kind"] != kind:
+        raise UsageError(
+            f"alias {alias!r} points at a {row['kind']}, not a {kind}",
+            object=alias,
+            check="alias-kind",
+        )
+    return int(row["generation"]), row["active_digest"]
+
+
+class Gate:
+    def __init__(self, db: Database, members: MemberIndex) -> None:
+        self.db = db
+        self.members = members
+        self.listeners: list[HitListener] = []
+
+    # -- reads ---------------------------------------------------------------------------
+    def fences(self) -> Fences:
+        with self.db.tx() as conn:
+            return read_fences(conn)
+
+    def alias(self, alias: str, kind: str = "snapshot") -> AliasState:
+        with self.db.tx() as conn:
+            generation, digest = read_alias(conn, alias, kind)
+            return AliasState(alias, kind, generation, digest, read_fences(conn))
+
+    def alias_history(self, alias: str) -> list[dict[str, Any]]:
+        with self.db.tx() as conn:
+            return rows(
+                conn,
+                "SELECT * FROM alias_history WHERE name = :n ORDER BY generation",
+                {"n": alias},
+            )
+
+    def hits_for(self, digest: str) -> list[dict[str, Any]]:
+        with self.db.tx() as conn:
+            return rows(
+                conn,
+                "SELECT fence_kind, fence_seq FROM fence_hits WHERE subject_digest = :d ORDER BY fence_kind, fence_seq",
+                {"d": digest},
+            )
+
+    # -- activation / publication ----------------------------------------------------------
+    def activate(
+        self, kind: str, alias: str, digest: str, *, expected_generation: int, actor: str
+    ) -> dict[str, Any]:
+        """CAS the alias from ``expected_generation`` to ``digest``.
+
+        Succeeds only if both fences still equal the version's recorded watermarks, the
+        alias generation is unchanged and the version is approved.  A retry of a CAS that
+        already committed with the same digest returns the committed result.
+        """
+        need_state, new_state = ACTIVATION[kind]
+        table = TABLES[kind][0]
+        with self.db.gate_tx() as conn:
+            fences = read_fences(conn)
+            generation, active = read_alias(conn, alias, kind)
+            subject = one(
+                conn,
+                f"SELECT state, tombstone_watermark, benchmark_fence FROM {table} WHERE digest = :d",
+                {"d": digest},
+            )
+            if subject is None:
+                raise NotFoundError(f"unknown {kind}", object=kind, check="exists", digest=digest)
+            if generation == expected_generation + 1 and active == digest:
+                last = one(
+                    conn,
+                    "SELECT action FROM alias_history WHERE name = :n AND generation = :g",
+                    {"n": alias, "g": generation},
+                )
+                if last is not None and last["action"] == "activate":
+                    return self._result(alias, kind, generation, digest, fences, idempotent=True)
+            if generation != expected_generation:
+                raise ConflictError(
+                    f"alias {alias!r} is at generation {generation}, not {expected_generation}",
+                    object=alias,
+                    check="alias-generation",
+                    digest=digest,
+                    details={"generation": generation, "activeDigest": active},
+                )
+            wm = (int(subject["tombstone_watermark"]), int(subject["benchmark_fence"]))
+            if wm != (fences.tombstone_watermark, fences.benchmark_fence):
+                raise ConflictError(
+                    "a fence advanced since this version was built; build a new one",
+                    object=alias,
+                    check="fence-watermarks",
+                    digest=digest,
+                    details={
+                        "manifest": {"tombstoneWatermark": wm[0], "benchmarkFence": wm[1]},
+                        "gate": {
+                            "tombstoneWatermark": fences.tombstone_watermark,
+                            "benchmarkFence": fences.benchmark_fence,
+                        },
+                    },
+                )
+            if subject["state"] != need_state:
+                raise RejectedError(
+                    f"{kind} is {subject['state']}, activation needs {need_state}",
+                    object=kind,
+                    check="state",
+                    digest=digest,
+                )
+            self._check_no_hits(conn, kind, digest)
+            self._set_alias(conn, alias, kind, generation + 1, digest, "activate", actor, fences)
+            transition(
+                conn,
+                kind,
+                digest,
+                new_state,
+                actor=actor,
+                reason=f"alias {alias} generation {generation + 1}",
+            )
+            return self._result(alias, kind, generation + 1, digest, fences, idempotent=False)
+
+    def rollback(
+        self, kind: str, alias: str, digest: str, *, expected_generation: int, actor: str
+    ) -> dict[str, Any]:
+        """Append a higher generation pointing at a digest the alias held before."""
+        table = TABLES[kind][0]
+        with self.db.gate_tx() as conn:
+            fences = read_fences(conn)
+            generation, active = read_alias(conn, alias, kind)
+            if generation == expected_generation + 1 and active == digest:
+                last = one(
+                    conn,
+                    "SELECT action FROM alias_history WHERE name = :n AND generation = :g",
+                    {"n": alias, "g": generation},
+                )
+                if last is not None and last["action"] == "rollback":
+                    return self._result(alias, kind, generation, digest, fences, idempotent=True)
+            if generation != expected_generation:
+                raise ConflictError(
+                    f"alias {alias!r} is at generation {generation}, not {expected_generation}",
+                    object=alias,
+                    check="alias-generation",
+                    digest=digest,
+                )
+            held = one(
+                conn,
+                "SELECT generation FROM alias_history WHERE name = :n AND digest = :d ORDER BY generation LIMIT 1",
+                {"n": alias, "d": digest},
+            )
+            if held is None:
+                raise RejectedError(
+                    f"alias {alias!r} never pointed at this digest",
+                    object=alias,
+                    check="rollback-target",
+                    digest=digest,
+                )
+            if active == digest:
+                raise RejectedError(
+                    "digest is already active", object=alias, check="rollback-target", digest=digest
+                )
+            subject = one(
+                conn,
+                f"SELECT tombstone_watermark, benchmark_fence FROM {table} WHERE digest = :d",
+                {"d": digest},
+            )
+            assert subject is not None
+            hits = self._hits_since(
+                conn,
+                kind,
+                digest,
+                int(subject["tombstone_watermark"]),
+                int(subject["benchmark_fence"]),
+            )
+            if hits:
+                raise RejectedError(
+                    "fence entries recorded since this version's watermarks hit its members",
+                    object=alias,
+                    check="rollback-fences",
+                    digest=digest,
+                    details={k: len(v) for k, v in hits.items()},
+                )
+            self._set_alias(conn, alias, kind, generation + 1, digest, "rollback", actor, fences)
+            return self._result(alias, kind, generation + 1, digest, fences, idempotent=False)
+
+    # -- fences ----------------------------------------------------------------------------
+    def add_tombstones(self, sample_ids: Iterable[str], *, reason: str, actor: str) -> FenceAdvance:
+        ids = sorted(set(sample_ids))
+        if not ids:
+            raise UsageError("no sample ids given", object="tombstone", check="non-empty")
+        with self.db.gate_tx() as conn:
+            fences = read_fences(conn)
+            now = utcnow()
+            first = fences.tombstone_watermark + 1
+            for offset, sample in enumerate(ids):
+                execute(
+                    conn,
+                    "INSERT INTO tombstones (seq, sample_id, reason, actor, state, created_at)"
+                    " VALUES (:s, :id, :r, :a, 'FENCED', :now)",
+                    {"s": first + offset, "id": sample, "r": reason, "a": actor, "now": now},
+                )
+            watermark = first + len(ids) - 1
+            execute(
+                conn,
+                "UPDATE fences SET tombstone_watermark = :w, updated_at = :now WHERE id = 1",
+                {"w": watermark, "now": now},
+            )
+            seq_of = {sample: first + i for i, sample in enumerate(ids)}
+            hits = self._record_hits(conn, "tombstone", set(ids), set(), seq_of, now)
+            closed = [p for listener in self.listeners for p in listener(conn, "tombstone", hits)]
+            return FenceAdvance("tombstone", first, watermark, hits, closed)
+
+    def add_benchmark_items(
+        self, content_digests: Iterable[str], *, benchmark: str, actor: str
+    ) -> FenceAdvance:
+        digests = sorted(set(content_digests))
+        if not digests:
+            raise UsageError("no content digests given", object="benchmark", check="non-empty")
+        with self.db.gate_tx() as conn:
+            fences = read_fences(conn)
+            now = utcnow()
+            first = fences.benchmark_fence + 1
+            for offset, digest in enumerate(digests):
+                execute(
+                    conn,
+                    "INSERT INTO benchmark_items (seq, content_digest, benchmark, actor, created_at)"
+                    " VALUES (:s, :d, :b, :a, :now)",
+                    {"s": first + offset, "d": digest, "b": benchmark, "a": actor, "now": now},
+                )
+            fence = first + len(digests) - 1
+            execute(
+                conn,
+                "UPDATE fences SET benchmark_fence = :f, updated_at = :now WHERE id = 1",
+                {"f": fence, "now": now},
+            )
+            seq_of = {d: first + i for i, d in enumerate(digests)}
+            hits = self._record_hits(conn, "benchmark", set(), set(digests), seq_of, now)
+            closed = [p for listener in self.listeners for p in listener(conn, "benchmark", hits)]
+            return FenceAdvance("benchmark", first, fence, hits, closed)
+
+    def tombstones(self, since: int = 0) -> list[dict[str, Any]]:
+        with self.db.tx() as conn:
+            return rows(conn, "SELECT * FROM tombstones WHERE seq > :s ORDER BY seq", {"s": since})
+
+    def benchmark_items(self, since: int = 0) -> list[dict[str, Any]]:
+        with self.db.tx() as conn:
+            return rows(
+                conn, "SELECT * FROM benchmark_items WHERE seq > :s ORDER BY seq", {"s": since}
+            )
+
+    # -- internals -------------------------------------------------------------------------
+    def _record_hits(
+        self,
+        conn: Connection,
+        fence_kind: str,
+        sample_ids: set[str],
+        content_digests: set[str],
+        seq_of: dict[str, int],
+        now: str,
+    ) -> dict[str, list[int]]:
+        hits: dict[str, list[int]] = {}
+        for kind, states in WATCHED_STATES.items():
+            if kind not in TABLES:
+                continue
+            table = TABLES[kind][0]
+            marks = ", ".join(f"'{s}'" for s in states)
+            for row in rows(
+                conn, f"SELECT digest FROM {table} WHERE state IN ({marks}) ORDER BY digest"
+            ):
+                digest = row["digest"]
+                hit_ids, hit_digests = self.members.hits(kind, digest, sample_ids, content_digests)
+                seqs = sorted({seq_of[x] for x in hit_ids | hit_digests})
+                for seq in seqs:
+                    execute(
+                        conn,
+                        "INSERT INTO fence_hits (subject_kind, subject_digest, fence_kind, fence_seq, at)"
+                        " VALUES (:k, :d, :f, :s, :now)",
+                        {"k": kind, "d": digest, "f": fence_kind, "s": seq, "now": now},
+                    )
+                if seqs:
+                    hits[digest] = seqs
+        return hits
+
+    def _check_no_hits(self, conn: Connection, kind: str, digest: str) -> None:
+        row = one(
+            conn, "SELECT COUNT(*) AS n FROM fence_hits WHERE subject_digest = :d", {"d": digest}
+        )
+        if row and int(row["n"]):
+            raise RejectedError(
+                "fence entries hit members of this version",
+                object=kind,
+                check="fence-hits",
+                digest=digest,
+            )
+
+    def _hits_since(
+        self, conn: Connection, kind: str, digest: str, tomb_wm: int, bench_wm: int
+    ) -> dict[str, list[int]]:
+        tombs = rows(conn, "SELECT seq, sample_id FROM tombstones WHERE seq > :s", {"s": tomb_wm})
+        bench = rows(
+            conn, "SELECT seq, content_digest FROM benchmark_items WHERE seq > :s", {"s": bench_wm}
+        )
+        if not tombs and not bench:
+            return {}
+        hit_ids, hit_digests = self.members.hits(
+            kind, digest, {t["sample_id"] for t in tombs}, {b["content_digest"] for b in bench}
+        )
+        out: dict[str, list[int]] = {}
+        if hit_ids:
+            out["tombstone"] = sorted(int(t["seq"]) for t in tombs if t["sample_id"] in hit_ids)
+        if hit_digests:
+            out["benchmark"] = sorted(
+                int(b["seq"]) for b in bench if b["content_digest"] in hit_digests
+            )
+        return out
+
+    def _set_alias(
+        self,
+        conn: Connection,
+        alias: str,
+        kind: str,
+        generation: int,
+        digest: str,
+        action: str,
+        actor: str,
+        fences: Fences,
+    ) -> None:
+        now = utcnow()
+        if generation == 1:
+            execute(
+                conn,
+                "INSERT INTO aliases (name, kind, generation, active_digest, updated_at) VALUES (:n, :k, 1, :d, :now)",
+                {"n": alias, "k": kind, "d": digest, "now": now},
+            )
+        else:
+            changed = execute(
+                conn,
+                "UPDATE aliases SET generation = :g, active_digest = :d, updated_at = :now"
+                " WHERE name = :n AND generation = :prev",
+                {"g": generation, "d": digest, "now": now, "n": alias, "prev": generation - 1},
+            )
+            if changed != 1:
+                raise ConflictError(
+                    "alias changed concurrently",
+                    object=alias,
+                    check="alias-generation",
+                    digest=digest,
+                )
+        execute(
+            conn,
+            "INSERT INTO alias_history (name, generation, digest, action, actor, tombstone_watermark,"
+            " benchmark_fence, at) VALUES (:n, :g, :d, :a, :who, :t, :b, :now)",
+            {
+                "n": alias,
+                "g": generation,
+                "d": digest,
+                "a": action,
+                "who": actor,
+                "t": fences.tombstone_watermark,
+                "b": fences.benchmark_fence,
+                "now": now,
+            },
+        )
+
+    @staticmethod
+    def _result(
+        alias: str, kind: str, generation: int, digest: str, fences: Fences, *, idempotent: bool
+    ) -> dict[str, Any]:
+        return {
+            "alias": alias,
+            "kind": kind,
+            "generation": generation,
+            "activeDigest": digest,
+            "tombstoneWatermark": fences.tombstone_watermark,
+            "benchmarkFence": fences.benchmark_fence,
+            "idempotentRetry": idempotent,
+        }

@@ -1,0 +1,94 @@
+"""Forward-only lifecycle states with history.
+
+Snapshot: BUILDING -> VALIDATED -> APPROVED -> ACTIVE, or INCOMPLETE / REJECTED.
+Release:  STAGED -> VERIFIED -> APPROVED -> PUBLISHED, or INVALID.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from relgate.catalog.db import execute, one, rows, utcnow
+from relgate.errors import ConflictError, NotFoundError, RejectedError
+
+SNAPSHOT_TRANSITIONS: dict[str, frozenset[str]] = {
+    "BUILDING": frozenset({"VALIDATED", "INCOMPLETE", "REJECTED"}),
+    "VALIDATED": frozenset({"APPROVED", "INCOMPLETE", "REJECTED"}),
+    "APPROVED": frozenset({"ACTIVE", "REJECTED"}),
+    "ACTIVE": frozenset(),
+    "INCOMPLETE": frozenset(),
+    "REJECTED": frozenset(),
+}
+
+RELEASE_TRANSITIONS: dict[str, frozenset[str]] = {
+    "STAGED": frozenset({"VERIFIED", "INVALID"}),
+    "VERIFIED": frozenset({"APPROVED", "INVALID"}),
+    "APPROVED": frozenset({"PUBLISHED", "INVALID"}),
+    "PUBLISHED": frozenset(),
+    "INVALID": frozenset(),
+}
+
+TABLES = {"snapshot": ("snapshots", "snapshot_events", SNAPSHOT_TRANSITIONS)}
+
+
+def register_kind(
+    kind: str, table: str, events: str, transitions: dict[str, frozenset[str]]
+) -> None:
+    TABLES[kind] = (table, events, transitions)
+
+
+def current_state(conn: Connection, kind: str, digest: str) -> str:
+    table, _, _ = TABLES[kind]
+    row = one(conn, f"SELECT state FROM {table} WHERE digest = :d", {"d": digest})
+    if row is None:
+        raise NotFoundError(f"unknown {kind}", object=kind, check="exists", digest=digest)
+    return str(row["state"])
+
+
+def transition(
+    conn: Connection,
+    kind: str,
+    digest: str,
+    to_state: str,
+    *,
+    actor: str,
+    reason: str,
+    allow_same: bool = False,
+) -> str:
+    """Move ``digest`` to ``to_state`` if that is a forward step; returns the old state."""
+    table, events, transitions = TABLES[kind]
+    state = current_state(conn, kind, digest)
+    if state == to_state and allow_same:
+        return state
+    if to_state not in transitions[state]:
+        raise RejectedError(
+            f"{kind} is {state}; {state} -> {to_state} is not a forward transition",
+            object=kind,
+            check="state-transition",
+            digest=digest,
+        )
+    now = utcnow()
+    changed = execute(
+        conn,
+        f"UPDATE {table} SET state = :to, updated_at = :now WHERE digest = :d AND state = :from",
+        {"to": to_state, "now": now, "d": digest, "from": state},
+    )
+    if changed != 1:
+        raise ConflictError(
+            "state changed concurrently", object=kind, check="state-cas", digest=digest
+        )
+    execute(
+        conn,
+        f"INSERT INTO {events} (digest, from_state, to_state, actor, reason, at)"
+        " VALUES (:d, :f, :t, :a, :r, :now)",
+        {"d": digest, "f": state, "t": to_state, "a": actor, "r": reason, "now": now},
+    )
+    return state
+
+
+def history(conn: Connection, kind: str, digest: str) -> list[dict[str, str]]:
+    _, events, _ = TABLES[kind]
+    return [
+        {k: str(v) if v is not None else "" for k, v in r.items() if k != "id"}
+        for r in rows(conn, f"SELECT * FROM {events} WHERE digest = :d ORDER BY id", {"d": digest})
+    ]
