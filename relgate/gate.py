@@ -94,6 +94,19 @@ def read_fences(conn: Connection) -> Fences:
     return Fences(int(row["tombstone_watermark"]), int(row["benchmark_fence"]))
 
 
+def fenced_entries(conn: Connection, fences: Fences) -> tuple[set[str], set[str]]:
+    """Sample ids tombstoned and content digests fenced at or below ``fences``."""
+    tombs = rows(
+        conn, "SELECT sample_id FROM tombstones WHERE seq <= :w", {"w": fences.tombstone_watermark}
+    )
+    bench = rows(
+        conn,
+        "SELECT content_digest FROM benchmark_items WHERE seq <= :w",
+        {"w": fences.benchmark_fence},
+    )
+    return {t["sample_id"] for t in tombs}, {b["content_digest"] for b in bench}
+
+
 def read_alias(conn: Connection, alias: str, kind: str) -> tuple[int, str | None]:
     row = one(
         conn, "SELECT kind, generation, active_digest FROM aliases WHERE name = :n", {"n": alias}

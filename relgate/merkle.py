@@ -56,6 +56,31 @@ def root_hex(encoded_leaves: Sequence[bytes]) -> str:
     )
 
 
+def _pair_level(level: bytes) -> bytes:
+    """One level up, on a packed buffer of 32-byte hashes (odd last node carried up)."""
+    sha = _sha
+    view = memoryview(level)
+    n = len(level) // 32
+    out = bytearray()
+    for i in range(0, (n - 1) * 32, 64):
+        h = sha(b"\x01")
+        h.update(view[i : i + 64])
+        out += h.digest()
+    if n % 2:
+        out += view[(n - 1) * 32 :]
+    return bytes(out)
+
+
+def root_from_packed_leaves(packed: bytes) -> bytes:
+    """Root over leaf hashes packed 32 bytes each (see :func:`relgate.hashing.sha256_rows`)."""
+    if not packed:
+        return _sha(b"").digest()
+    level = packed
+    while len(level) > 32:
+        level = _pair_level(level)
+    return level
+
+
 class MerkleTree:
     """All levels in memory; used to produce proofs for a single snapshot on demand."""
 

@@ -116,6 +116,11 @@ MIGRATIONS: tuple[Migration, ...] = (
                 fence_seq BIGINT NOT NULL,
                 at TEXT NOT NULL,
                 PRIMARY KEY (subject_digest, fence_kind, fence_seq))""",
+            # A mutable tag -> image digest map, like an OCI registry's tags.
+            """CREATE TABLE transform_tags (
+                tag TEXT PRIMARY KEY,
+                digest TEXT NOT NULL,
+                updated_at TEXT NOT NULL)""",
             # Failed builds (INCOMPLETE/REJECTED before a digest existed) keep their reason.
             """CREATE TABLE builds (
                 build_id TEXT PRIMARY KEY,

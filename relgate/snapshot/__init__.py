@@ -1,0 +1,1 @@
+"""Dataset snapshots: freeze, build, validate, approve, activate, diff, replay, prove."""

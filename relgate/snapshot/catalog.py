@@ -1,0 +1,158 @@
+"""Snapshot records in the catalog database."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Connection
+
+from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.digests import require_digest
+from relgate.errors import NotFoundError, UsageError
+from relgate.snapshot.manifest import SnapshotManifest
+from relgate.states import history
+
+
+def insert_snapshot(
+    conn: Connection, manifest: SnapshotManifest, envelope_version: str, *, actor: str
+) -> None:
+    body = manifest.body
+    now = utcnow()
+    execute(
+        conn,
+        "INSERT INTO snapshots (digest, state, purpose, member_count, tombstone_watermark, benchmark_fence,"
+        " members_digest, members_version, manifest_version, envelope_version, created_at, updated_at)"
+        " VALUES (:d, 'BUILDING', :p, :n, :t, :b, :md, :mv, :ev, :ev, :now, :now)",
+        {
+            "d": manifest.digest,
+            "p": body["purpose"],
+            "n": manifest.member_count,
+            "t": body["tombstoneWatermark"],
+            "b": body["benchmarkFence"],
+            "md": manifest.members_ref.digest,
+            "mv": manifest.members_ref.version_id,
+            "ev": envelope_version,
+            "now": now,
+        },
+    )
+    execute(
+        conn,
+        "INSERT INTO snapshot_events (digest, from_state, to_state, actor, reason, at)"
+        " VALUES (:d, NULL, 'BUILDING', :a, 'manifest signed and stored', :now)",
+        {"d": manifest.digest, "a": actor, "now": now},
+    )
+
+
+def get_snapshot(db: Database, digest: str) -> dict[str, Any]:
+    with db.tx() as conn:
+        return get_snapshot_conn(conn, digest)
+
+
+def get_snapshot_conn(conn: Connection, digest: str) -> dict[str, Any]:
+    row = one(conn, "SELECT * FROM snapshots WHERE digest = :d", {"d": digest})
+    if row is None:
+        raise NotFoundError("unknown snapshot", object="snapshot", check="exists", digest=digest)
+    return row
+
+
+def resolve(db: Database, ref: str) -> str:
+    """A full digest, or a unique hex prefix of one (at least 8 characters)."""
+    if ref.startswith("sha256:") and len(ref) == 71:
+        return require_digest(ref)
+    prefix = ref.removeprefix("sha256:")
+    if len(prefix) < 8 or any(c not in "0123456789abcdef" for c in prefix):
+        raise UsageError(
+            "give a snapshot digest or a hex prefix of at least 8 characters",
+            object=ref,
+            check="digest-syntax",
+        )
+    with db.tx() as conn:
+        found = rows(
+            conn, "SELECT digest FROM snapshots WHERE digest LIKE :p", {"p": f"sha256:{prefix}%"}
+        )
+    if len(found) != 1:
+        raise NotFoundError(
+            f"{len(found)} snapshots match {ref!r}", object="snapshot", check="digest-prefix"
+        )
+    return str(found[0]["digest"])
+
+
+def list_snapshots(db: Database) -> list[dict[str, Any]]:
+    with db.tx() as conn:
+        return rows(
+            conn,
+            "SELECT digest, state, purpose, member_count, tombstone_watermark, benchmark_fence, created_at FROM snapshots ORDER BY created_at",
+        )
+
+
+def snapshot_history(db: Database, digest: str) -> list[dict[str, str]]:
+    with db.tx() as conn:
+        return history(conn, "snapshot", digest)
+
+
+def record_build_failure(
+    db: Database,
+    build_id: str,
+    state: str,
+    reason: str,
+    details: dict[str, Any],
+    digest: str | None = None,
+) -> None:
+    with db.tx() as conn:
+        execute(
+            conn,
+            "INSERT INTO builds (build_id, state, digest, reason, details, created_at) VALUES (:i, :s, :d, :r, :x, :now)",
+            {
+                "i": build_id,
+                "s": state,
+                "d": digest,
+                "r": reason,
+                "x": json.dumps(details, sort_keys=True),
+                "now": utcnow(),
+            },
+        )
+
+
+def record_approval(conn: Connection, kind: str, digest: str, approver: str, comment: str) -> None:
+    execute(
+        conn,
+        "INSERT INTO approvals (subject_kind, digest, approver, comment, at) VALUES (:k, :d, :a, :c, :now)",
+        {"k": kind, "d": digest, "a": approver, "c": comment, "now": utcnow()},
+    )
+
+
+def approvals(db: Database, digest: str) -> list[dict[str, Any]]:
+    with db.tx() as conn:
+        return rows(
+            conn,
+            "SELECT subject_kind, digest, approver, comment, at FROM approvals WHERE digest = :d ORDER BY id",
+            {"d": digest},
+        )
+
+
+def record_report(
+    conn: Connection, kind: str, subject: str, report_digest: str, report_version: str, ok: bool
+) -> None:
+    execute(
+        conn,
+        "INSERT INTO reports (subject_kind, subject_digest, report_digest, report_version, ok, at)"
+        " VALUES (:k, :s, :r, :v, :ok, :now)",
+        {
+            "k": kind,
+            "s": subject,
+            "r": report_digest,
+            "v": report_version,
+            "ok": 1 if ok else 0,
+            "now": utcnow(),
+        },
+    )
+
+
+def latest_report(db: Database, subject: str) -> dict[str, Any] | None:
+    with db.tx() as conn:
+        return one(
+            conn,
+            "SELECT * FROM reports WHERE subject_digest = :s ORDER BY id DESC LIMIT 1",
+            {"s": subject},
+        )

@@ -1,0 +1,116 @@
+"""A versioned object prefix: JSON-lines objects, each pinned by version id and byte digest.
+
+Pinning lists the prefix once and records every current object's exact version and
+SHA-256; reads go by that version, so objects added during or after the scan belong to
+the next snapshot, objects deleted meanwhile stay readable through their pinned version,
+and content replaced under a reused name is a new version the snapshot never sees.
+The object list is stored content-addressed and referenced from the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from relgate.canonical import canonical_bytes
+from relgate.digests import sha256_digest
+from relgate.errors import IntegrityError, NotFoundError, RejectedError
+from relgate.objects.cas import ContentStore, digest_of_uri
+from relgate.records import SOURCE_ARROW_SCHEMA
+from relgate.sources.base import Source, SourcePin
+
+PIN_KIND = "relgate.object-pin.v1"
+
+
+class ObjectPrefixSource(Source):
+    kind = "object-prefix"
+
+    def __init__(self, source_id: str, *, cas: ContentStore, prefix: str) -> None:
+        super().__init__(source_id)
+        self.cas = cas
+        self.store = cas.store
+        self.prefix = prefix
+
+    def pin(self) -> SourcePin:
+        objects = []
+        total = 0
+        for version in self.store.list(self.prefix):
+            try:
+                data = self.store.get(version.key, version.version_id)
+            except NotFoundError:
+                # Listed but purged before we could read it: the listing is not a
+                # consistent view, so refuse rather than pin a set we cannot read.
+                raise RejectedError(
+                    "object vanished between listing and pinning; retry the build",
+                    object=f"{self.id}:{version.key}@{version.version_id}",
+                    check="source-consistent",
+                ) from None
+            objects.append([version.key, version.version_id, sha256_digest(data), len(data)])
+            total += len(data)
+        doc = {"kind": PIN_KIND, "prefix": self.prefix, "objects": objects}
+        ref = self.cas.put(canonical_bytes(doc))
+        entry = {
+            "id": self.id,
+            "kind": self.kind,
+            "prefix": self.prefix,
+            "objects": {
+                "uri": ref.uri,
+                "objectVersion": ref.version_id,
+                "count": len(objects),
+                "bytes": total,
+            },
+        }
+        return SourcePin(
+            self.id, self.kind, entry, {"objects": len(objects), "unversionedObjects": 0}
+        )
+
+    def _pinned(self, entry: dict[str, Any]) -> list[list[Any]]:
+        ref = entry["objects"]
+        doc = json.loads(self.cas.get(digest_of_uri(ref["uri"]), ref["objectVersion"]))
+        if doc.get("kind") != PIN_KIND or len(doc["objects"]) != ref["count"]:
+            raise IntegrityError(
+                "object pin list does not match the manifest",
+                object=self.id,
+                check="pin-list",
+                digest=digest_of_uri(ref["uri"]),
+            )
+        return list(doc["objects"])
+
+    def read(self, entry: dict[str, Any]) -> pa.Table:
+        ids: list[str] = []
+        langs: list[str] = []
+        texts: list[str] = []
+        versions: list[str] = []
+        for key, version_id, digest, size in self._pinned(entry):
+            data = self.store.get(key, version_id)
+            if len(data) != size or sha256_digest(data) != digest:
+                raise IntegrityError(
+                    "pinned object version no longer has its recorded bytes",
+                    object=f"{self.id}:{key}@{version_id}",
+                    check="source-byte-digest",
+                    digest=digest,
+                )
+            source_version = f"{key}@{version_id}"
+            for line in data.splitlines():
+                if not line.strip():
+                    continue
+                record = json.loads(line)
+                ids.append(str(record["id"]))
+                langs.append(str(record["lang"]))
+                texts.append(str(record["text"]))
+                versions.append(source_version)
+        return pa.table([ids, langs, texts, versions], schema=SOURCE_ARROW_SCHEMA)
+
+    def check_readable(self, entry: dict[str, Any]) -> list[str]:
+        problems = []
+        for key, version_id, digest, size in self._pinned(entry):
+            try:
+                data = self.store.get(key, version_id)
+            except NotFoundError:
+                problems.append(f"{self.id}: {key}@{version_id} is gone")
+                continue
+            if len(data) != size or sha256_digest(data) != digest:
+                problems.append(f"{self.id}: {key}@{version_id} no longer hashes to {digest}")
+        return problems
