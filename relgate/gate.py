@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
+from relgate.objects.cas import ContentRef
 from relgate.states import TABLES, transition
 
 #: The state a subject must be in to be activated, and the state activation moves it to.
@@ -33,7 +34,7 @@ class MemberIndex(Protocol):
     """Answers which of the given sample ids / content digests are members of a version."""
 
     def hits(
-        self, kind: str, digest: str, sample_ids: set[str], content_digests: set[str]
+        self, members: ContentRef, sample_ids: set[str], content_digests: set[str]
     ) -> tuple[set[str], set[str]]: ...
 
 
@@ -371,10 +372,13 @@ class Gate:
             table = TABLES[kind][0]
             marks = ", ".join(f"'{s}'" for s in states)
             for row in rows(
-                conn, f"SELECT digest FROM {table} WHERE state IN ({marks}) ORDER BY digest"
+                conn,
+                f"SELECT digest, members_digest, members_version FROM {table}"
+                f" WHERE state IN ({marks}) ORDER BY digest",
             ):
                 digest = row["digest"]
-                hit_ids, hit_digests = self.members.hits(kind, digest, sample_ids, content_digests)
+                ref = ContentRef(row["members_digest"], row["members_version"], 0)
+                hit_ids, hit_digests = self.members.hits(ref, sample_ids, content_digests)
                 seqs = sorted({seq_of[x] for x in hit_ids | hit_digests})
                 for seq in seqs:
                     execute(
@@ -408,8 +412,16 @@ class Gate:
         )
         if not tombs and not bench:
             return {}
+        table = TABLES[kind][0]
+        row = one(
+            conn,
+            f"SELECT members_digest, members_version FROM {table} WHERE digest = :d",
+            {"d": digest},
+        )
+        assert row is not None
+        ref = ContentRef(row["members_digest"], row["members_version"], 0)
         hit_ids, hit_digests = self.members.hits(
-            kind, digest, {t["sample_id"] for t in tombs}, {b["content_digest"] for b in bench}
+            ref, {t["sample_id"] for t in tombs}, {b["content_digest"] for b in bench}
         )
         out: dict[str, list[int]] = {}
         if hit_ids:

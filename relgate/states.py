@@ -14,7 +14,7 @@ from relgate.errors import ConflictError, NotFoundError, RejectedError
 SNAPSHOT_TRANSITIONS: dict[str, frozenset[str]] = {
     "BUILDING": frozenset({"VALIDATED", "INCOMPLETE", "REJECTED"}),
     "VALIDATED": frozenset({"APPROVED", "INCOMPLETE", "REJECTED"}),
-    "APPROVED": frozenset({"ACTIVE", "REJECTED"}),
+    "APPROVED": frozenset({"ACTIVE", "INCOMPLETE", "REJECTED"}),
     "ACTIVE": frozenset(),
     "INCOMPLETE": frozenset(),
     "REJECTED": frozenset(),

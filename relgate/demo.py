@@ -1,0 +1,175 @@
+"""A realistic synthetic corpus in all three source kinds (``relgate demo seed``).
+
+* ``tickets-eu``: support tickets in an Iceberg table (SQL catalog on SQLite), appended in
+  two commits so the table has history;
+* ``forum``: forum threads as JSON-lines objects under a versioned prefix, one edited
+  after upload (a second version under the same name);
+* ``chat-cdc``: chat transcripts as a CDC change log with upserts and deletes.
+
+Text is generated from templates with a seeded RNG: deterministic, multilingual, with some
+records too short to pass selection so the policy has something to do.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from relgate.sources.cdc import append_segment
+from relgate.sources.iceberg import open_catalog
+from relgate.workspace import Workspace
+
+PRODUCTS = [
+    "router",
+    "thermostat",
+    "e-bike",
+    "espresso machine",
+    "headset",
+    "smart lock",
+    "dashcam",
+    "drone",
+]
+ISSUES = [
+    "stops responding after the latest firmware update",
+    "shows error code E{code} on start-up",
+    "drains the battery within {hours} hours",
+    "cannot pair with the mobile app",
+    "makes a clicking noise when {action}",
+    "loses its settings after a power cut",
+]
+ACTIONS = ["charging", "booting", "idle", "under load", "cooling down"]
+OPENERS = {
+    "en": ["Hello team,", "Hi,", "Good morning,", "Dear support,"],
+    "de": ["Hallo Team,", "Guten Tag,", "Sehr geehrte Damen und Herren,"],
+    "fr": ["Bonjour,", "Madame, Monsieur,", "Salut l'équipe,"],
+}
+BODIES = {
+    "en": "my {product} {issue}. I already tried a factory reset. Order number {order}.",
+    "de": "mein {product} {issue}. Ein Werksreset hat nicht geholfen. Bestellnummer {order}.",
+    "fr": "mon {product} {issue}. J'ai déjà essayé une réinitialisation. Commande {order}.",
+}
+LANGS = ["en", "en", "en", "de", "fr", "es"]  # es is outside the default selection
+
+
+def _text(rng: random.Random, lang: str) -> str:
+    if rng.random() < 0.04:
+        return "ok thx"  # too short for the default selection policy
+    issue = rng.choice(ISSUES).format(
+        code=rng.randint(100, 999), hours=rng.randint(2, 12), action=rng.choice(ACTIONS)
+    )
+    body = BODIES.get(lang, BODIES["en"]).format(
+        product=rng.choice(PRODUCTS), issue=issue, order=rng.randint(10**6, 10**7)
+    )
+    opener = rng.choice(OPENERS.get(lang, OPENERS["en"]))
+    spacing = "  " if rng.random() < 0.2 else " "  # messy whitespace for the transform
+    return f"{opener}{spacing}{body}"
+
+
+def seed_demo(
+    ws: Workspace,
+    *,
+    tickets: int = 600,
+    forum_objects: int = 12,
+    per_object: int = 40,
+    chat_events: int = 300,
+    seed: int = 7,
+) -> dict[str, Any]:
+    rng = random.Random(seed)
+    home = ws.home
+    catalog_uri = f"sqlite:///{home / 'iceberg' / 'catalog.db'}"
+    warehouse = f"file://{home / 'iceberg' / 'warehouse'}"
+    (home / "iceberg" / "warehouse").mkdir(parents=True, exist_ok=True)
+    catalog = open_catalog(catalog_uri, warehouse)
+    if ("corpus",) not in catalog.list_namespaces():
+        catalog.create_namespace("corpus")
+    schema = pa.schema([("sample_id", pa.string()), ("lang", pa.string()), ("text", pa.string())])
+    if catalog.table_exists("corpus.tickets"):
+        catalog.drop_table("corpus.tickets")
+    table = catalog.create_table("corpus.tickets", schema=schema)
+    half = tickets // 2
+    for lo, hi in ((0, half), (half, tickets)):
+        langs = [rng.choice(LANGS) for _ in range(lo, hi)]
+        table.append(
+            pa.table(
+                {
+                    "sample_id": [f"tickets-eu/{i:07d}" for i in range(lo, hi)],
+                    "lang": langs,
+                    "text": [_text(rng, lang) for lang in langs],
+                },
+                schema=schema,
+            )
+        )
+
+    store = ws.store
+    n = 0
+    for obj in range(forum_objects):
+        lines = []
+        for _ in range(per_object):
+            lang = rng.choice(LANGS)
+            lines.append(
+                json.dumps({"id": f"forum/{n:07d}", "lang": lang, "text": _text(rng, lang)})
+            )
+            n += 1
+        store.put(f"raw/forum/thread-{obj:04d}.jsonl", ("\n".join(lines) + "\n").encode())
+    # An edit after upload: the same name now has a second version.
+    edited = json.dumps({"id": f"forum/{n:07d}", "lang": "en", "text": _text(rng, "en")})
+    store.put(
+        "raw/forum/thread-0000.jsonl",
+        (
+            store.get(
+                "raw/forum/thread-0000.jsonl", store.head("raw/forum/thread-0000.jsonl").version_id
+            ).decode()
+            + edited
+            + "\n"
+        ).encode(),
+    )
+
+    events = []
+    live: list[str] = []
+    for offset in range(chat_events):
+        if live and rng.random() < 0.1:
+            victim = live.pop(rng.randrange(len(live)))
+            events.append({"offset": offset, "commit": 1000 + offset, "op": "delete", "id": victim})
+        else:
+            sample = f"chat/{offset:07d}"
+            lang = rng.choice(LANGS)
+            live.append(sample)
+            events.append(
+                {
+                    "offset": offset,
+                    "commit": 1000 + offset,
+                    "op": "upsert",
+                    "id": sample,
+                    "lang": lang,
+                    "text": _text(rng, lang),
+                }
+            )
+    for start in range(0, len(events), 100):
+        append_segment(store, "cdc/chat/", events[start : start + 100])
+
+    ws.config["sources"] = [
+        {
+            "id": "tickets-eu",
+            "kind": "iceberg",
+            "catalogUri": catalog_uri,
+            "warehouse": warehouse,
+            "table": "corpus.tickets",
+        },
+        {"id": "forum", "kind": "object-prefix", "prefix": "raw/forum/"},
+        {"id": "chat-cdc", "kind": "cdc", "prefix": "cdc/chat/"},
+    ]
+    ws.save()
+    return {
+        "tickets": tickets,
+        "forumRecords": n + 1,
+        "chatEvents": chat_events,
+        "sources": [s["id"] for s in ws.config["sources"]],
+    }
+
+
+def demo_home() -> Path:
+    return Path("var/relgate").absolute()
