@@ -29,7 +29,7 @@ test: lint
 	$(BIN)/pytest -q
 
 demo: venv $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/python -m relgate.demo_run
+	$(BIN)/python -m pipelines.demo
 
 bench: venv
 	$(BIN)/python -m bench

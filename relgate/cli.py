@@ -1,0 +1,493 @@
+"""The ``relgate`` command line.
+
+Every command takes ``--json`` and then prints exactly one JSON object on stdout.  Exit
+codes: 0 ok, 1 internal error, 2 usage, 3 rejected, 4 conflict.  Errors name the object,
+the failed check and the digest involved.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from relgate.errors import RelgateError, UsageError
+
+
+def _actor() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"
+
+
+def _print_human(value: Any, indent: int = 0) -> None:
+    pad = "  " * indent
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, dict | list) and item:
+                click.echo(f"{pad}{key}:")
+                _print_human(item, indent + 1)
+            else:
+                click.echo(f"{pad}{key}: {item}")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict):
+                click.echo(f"{pad}-")
+                _print_human(item, indent + 1)
+            else:
+                click.echo(f"{pad}- {item}")
+    else:
+        click.echo(f"{pad}{value}")
+
+
+def command(
+    group: click.Group, name: str, **kwargs: Any
+) -> Callable[[Callable[..., dict[str, Any]]], click.Command]:
+    """Register a command that returns a dict; handles --json, errors and exit codes."""
+
+    def wrap(fn: Callable[..., dict[str, Any]]) -> click.Command:
+        @functools.wraps(fn)
+        def run(*args: Any, as_json: bool, **kw: Any) -> None:
+            try:
+                result = fn(*args, **kw)
+            except RelgateError as exc:
+                if as_json:
+                    click.echo(json.dumps(exc.to_json(), sort_keys=True))
+                click.echo(f"relgate: {exc}", err=True)
+                sys.exit(exc.exit_code)
+            except click.ClickException:
+                raise
+            except Exception as exc:
+                error = {"error": "internal", "message": f"{type(exc).__name__}: {exc}"}
+                if as_json:
+                    click.echo(json.dumps(error, sort_keys=True))
+                click.echo(f"relgate: internal error: {type(exc).__name__}: {exc}", err=True)
+                sys.exit(1)
+            ok = bool(result.pop("_ok", True))
+            code = int(result.pop("_exit", 0 if ok else 3))
+            if as_json:
+                click.echo(json.dumps(result, sort_keys=True, default=str))
+            else:
+                _print_human(result)
+            sys.exit(code)
+
+        run = click.option(
+            "--json", "as_json", is_flag=True, help="Print one JSON object on stdout."
+        )(run)
+        return group.command(name, **kwargs)(run)
+
+    return wrap
+
+
+class Ctx:
+    def __init__(self, home: str | None) -> None:
+        self.home = home
+
+    def ws(self) -> Any:
+        from relgate.workspace import Workspace
+
+        return Workspace.open(self.home)
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+@click.group()
+@click.option(
+    "--home",
+    envvar="RELGATE_HOME",
+    default=None,
+    help="Workspace directory (default ./var/relgate).",
+)
+@click.pass_context
+def main(ctx: click.Context, home: str | None) -> None:
+    """relgate: pinned, signed, verified training-data snapshots behind one gate."""
+    ctx.obj = Ctx(home)
+
+
+@command(main, "init")
+@pass_ctx
+def init_cmd(ctx: Ctx) -> dict[str, Any]:
+    """Create the workspace: config, catalog schema, dev signing keys, transform tags."""
+    from relgate.transforms import tag_transform
+    from relgate.workspace import Workspace
+
+    ws = Workspace.init(ctx.home)
+    tags = {
+        t: tag_transform(ws.db, t)
+        for t in ("registry.local/normalize:v1", "registry.local/identity:v1")
+    }
+    return {
+        "home": str(ws.home),
+        "schemaVersion": ws.db.schema_version(),
+        "keyid": ws.signing_key.keyid,
+        "transformTags": tags,
+    }
+
+
+# -- demo ---------------------------------------------------------------------------------------
+@main.group()
+def demo() -> None:
+    """Synthetic demo corpus."""
+
+
+@command(demo, "seed")
+@click.option("--tickets", default=600, show_default=True)
+@click.option("--seed", default=7, show_default=True)
+@pass_ctx
+def demo_seed(ctx: Ctx, tickets: int, seed: int) -> dict[str, Any]:
+    """Generate a synthetic corpus into an Iceberg table, an object prefix and a CDC log."""
+    from relgate.demo import seed_demo
+
+    return seed_demo(ctx.ws(), tickets=tickets, seed=seed)
+
+
+# -- transforms --------------------------------------------------------------------------------
+@main.group()
+def transform() -> None:
+    """Transform image tags."""
+
+
+@command(transform, "tag")
+@click.argument("tag")
+@click.option(
+    "--digest", default=None, help="Point the tag at this digest (default: the code here)."
+)
+@pass_ctx
+def transform_tag(ctx: Ctx, tag: str, digest: str | None) -> dict[str, Any]:
+    from relgate.transforms import tag_transform
+
+    return {"tag": tag, "digest": tag_transform(ctx.ws().db, tag, digest)}
+
+
+# -- snapshots ---------------------------------------------------------------------------------
+@main.group()
+def snapshot() -> None:
+    """Build, validate, approve, activate, diff and replay dataset snapshots."""
+
+
+@command(snapshot, "build")
+@click.option("--purpose", default=None)
+@click.option(
+    "--transform",
+    "transform_spec",
+    default=None,
+    help="repository/name:tag or repository/name@sha256:...",
+)
+@click.option(
+    "--parent",
+    "parents",
+    multiple=True,
+    help="Parent snapshot digest (default: the alias's active digest).",
+)
+@click.option(
+    "--alias", default="default", show_default=True, help="Alias whose active digest is the parent."
+)
+@click.option("--source", "sources", multiple=True, help="Only these source ids (default: all).")
+@click.option("--no-validate", is_flag=True, help="Leave the snapshot BUILDING.")
+@pass_ctx
+def snapshot_build(
+    ctx: Ctx,
+    purpose: str | None,
+    transform_spec: str | None,
+    parents: tuple[str, ...],
+    alias: str,
+    sources: tuple[str, ...],
+    no_validate: bool,
+) -> dict[str, Any]:
+    """Freeze fences and sources, select members, sign the manifest, then validate."""
+    from relgate.snapshot.build import BuildSpec, build_snapshot
+    from relgate.snapshot.lifecycle import open_gate
+    from relgate.snapshot.validate import validate_snapshot
+
+    ws = ctx.ws()
+    spec = BuildSpec.from_config(ws.config)
+    if purpose:
+        spec.purpose = purpose
+    if transform_spec:
+        spec.transform = transform_spec
+    active = open_gate(ws).alias(alias, "snapshot").active_digest
+    spec.parents = list(parents) or ([active] if active else [])
+    spec.source_ids = list(sources) or None
+    result = build_snapshot(ws, spec, actor=_actor())
+    out: dict[str, Any] = {
+        "snapshot": result.digest,
+        "members": result.manifest.member_count,
+        "counts": result.counts,
+    }
+    if not no_validate:
+        report = validate_snapshot(ws, result.digest, actor=_actor())
+        out.update(
+            state=report.outcome,
+            report=report.report_digest,
+            failedChecks={k: v for k, v in report.checks.items() if v},
+        )
+        out["_ok"] = report.ok
+    else:
+        out["state"] = "BUILDING"
+    return out
+
+
+@command(snapshot, "list")
+@pass_ctx
+def snapshot_list(ctx: Ctx) -> dict[str, Any]:
+    from relgate.snapshot.catalog import list_snapshots
+
+    return {"snapshots": list_snapshots(ctx.ws().db)}
+
+
+@command(snapshot, "show")
+@click.argument("digest")
+@click.option("--manifest", "with_manifest", is_flag=True, help="Include the verified manifest.")
+@pass_ctx
+def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> dict[str, Any]:
+    from relgate.snapshot.catalog import approvals, latest_report, resolve, snapshot_history
+    from relgate.snapshot.compare import load_manifest
+    from relgate.snapshot.lifecycle import describe
+
+    ws = ctx.ws()
+    digest = resolve(ws.db, digest)
+    out = describe(ws, digest)
+    out["history"] = snapshot_history(ws.db, digest)
+    out["approvals"] = approvals(ws.db, digest)
+    out["latestReport"] = latest_report(ws.db, digest)
+    if with_manifest:
+        out["manifest"] = load_manifest(ws, digest).body
+    return out
+
+
+@command(snapshot, "validate")
+@click.argument("digest")
+@pass_ctx
+def snapshot_validate(ctx: Ctx, digest: str) -> dict[str, Any]:
+    """Recompute from pinned sources; VALIDATED, REJECTED or INCOMPLETE."""
+    from relgate.snapshot.catalog import resolve
+    from relgate.snapshot.validate import validate_snapshot
+
+    ws = ctx.ws()
+    report = validate_snapshot(ws, resolve(ws.db, digest), actor=_actor())
+    return {**report.to_json(), "report": report.report_digest, "_ok": report.ok}
+
+
+@command(snapshot, "approve")
+@click.argument("digest")
+@click.option("--approver", required=True, help="Name of the person approving this exact digest.")
+@click.option("--comment", default="")
+@pass_ctx
+def snapshot_approve(ctx: Ctx, digest: str, approver: str, comment: str) -> dict[str, Any]:
+    from relgate.snapshot.catalog import resolve
+    from relgate.snapshot.lifecycle import approve
+
+    ws = ctx.ws()
+    return approve(ws, resolve(ws.db, digest), approver=approver, comment=comment)
+
+
+@command(snapshot, "activate")
+@click.argument("digest")
+@click.option("--alias", required=True)
+@click.option(
+    "--expect-generation",
+    type=int,
+    default=None,
+    help="CAS: the generation you read (default: current).",
+)
+@pass_ctx
+def snapshot_activate(
+    ctx: Ctx, digest: str, alias: str, expect_generation: int | None
+) -> dict[str, Any]:
+    """Switch the alias by CAS through the gate."""
+    from relgate.snapshot.catalog import resolve
+    from relgate.snapshot.lifecycle import activate
+
+    ws = ctx.ws()
+    return activate(
+        ws,
+        resolve(ws.db, digest),
+        alias=alias,
+        actor=_actor(),
+        expected_generation=expect_generation,
+    )
+
+
+@command(snapshot, "diff")
+@click.argument("old")
+@click.argument("new")
+@pass_ctx
+def snapshot_diff(ctx: Ctx, old: str, new: str) -> dict[str, Any]:
+    """Additions, deletions, split migrations, per-source and per-split deltas."""
+    from relgate.snapshot.catalog import resolve
+    from relgate.snapshot.compare import diff
+
+    ws = ctx.ws()
+    return diff(ws, resolve(ws.db, old), resolve(ws.db, new))
+
+
+@command(snapshot, "replay")
+@click.argument("digest")
+@click.option(
+    "--canary-bp", default=10_000, show_default=True, help="Canary size in basis points of ids."
+)
+@pass_ctx
+def snapshot_replay(ctx: Ctx, digest: str, canary_bp: int) -> dict[str, Any]:
+    """Re-run selection from pinned sources; requires the exact same member-id set."""
+    from relgate.snapshot.catalog import resolve
+    from relgate.snapshot.compare import replay
+
+    ws = ctx.ws()
+    return replay(ws, resolve(ws.db, digest), canary_bp=canary_bp)
+
+
+# -- aliases -----------------------------------------------------------------------------------
+@main.group()
+def alias() -> None:
+    """Aliases: generation-numbered pointers to an active digest."""
+
+
+@command(alias, "show")
+@click.argument("name")
+@pass_ctx
+def alias_show(ctx: Ctx, name: str) -> dict[str, Any]:
+    from relgate.snapshot.lifecycle import open_gate
+
+    gate = open_gate(ctx.ws())
+    return {**gate.alias(name).to_json(), "history": gate.alias_history(name)}
+
+
+@command(alias, "rollback")
+@click.argument("name")
+@click.option("--to", "digest", required=True, help="A digest the alias held before.")
+@click.option("--expect-generation", type=int, default=None)
+@pass_ctx
+def alias_rollback(
+    ctx: Ctx, name: str, digest: str, expect_generation: int | None
+) -> dict[str, Any]:
+    """Append a higher generation pointing at an older digest (refused if fences hit it)."""
+    from relgate.snapshot.catalog import resolve
+    from relgate.snapshot.lifecycle import rollback
+
+    ws = ctx.ws()
+    return rollback(
+        ws, name, resolve(ws.db, digest), actor=_actor(), expected_generation=expect_generation
+    )
+
+
+# -- fences ------------------------------------------------------------------------------------
+@main.group()
+def fence() -> None:
+    """Tombstone and benchmark fences."""
+
+
+@fence.group("tombstone")
+def fence_tombstone() -> None:
+    """Revoked sample ids."""
+
+
+@command(fence_tombstone, "add")
+@click.argument("sample_ids", nargs=-1, required=True)
+@click.option("--reason", required=True)
+@pass_ctx
+def tombstone_add(ctx: Ctx, sample_ids: tuple[str, ...], reason: str) -> dict[str, Any]:
+    from relgate.snapshot.lifecycle import add_tombstones
+
+    return add_tombstones(ctx.ws(), list(sample_ids), reason=reason, actor=_actor()).to_json()
+
+
+@fence.group("benchmark")
+def fence_benchmark() -> None:
+    """Benchmark items (by logical content digest) that no training set may contain."""
+
+
+@command(fence_benchmark, "add")
+@click.argument("content_digests", nargs=-1, required=True)
+@click.option("--benchmark", required=True, help="Benchmark name.")
+@pass_ctx
+def benchmark_add(ctx: Ctx, content_digests: tuple[str, ...], benchmark: str) -> dict[str, Any]:
+    from relgate.digests import require_digest
+    from relgate.snapshot.lifecycle import add_benchmark_items
+
+    digests = [require_digest(d, what="content digest") for d in content_digests]
+    return add_benchmark_items(ctx.ws(), digests, benchmark=benchmark, actor=_actor()).to_json()
+
+
+@command(fence, "show")
+@pass_ctx
+def fence_show(ctx: Ctx) -> dict[str, Any]:
+    from relgate.snapshot.lifecycle import open_gate
+
+    gate = open_gate(ctx.ws())
+    fences = gate.fences()
+    return {
+        "tombstoneWatermark": fences.tombstone_watermark,
+        "benchmarkFence": fences.benchmark_fence,
+        "tombstones": len(gate.tombstones()),
+        "benchmarkItems": len(gate.benchmark_items()),
+    }
+
+
+# -- proofs and manifests ----------------------------------------------------------------------
+@command(main, "prove")
+@click.argument("sample_id")
+@click.option("--snapshot", "digest", required=True)
+@pass_ctx
+def prove_cmd(ctx: Ctx, sample_id: str, digest: str) -> dict[str, Any]:
+    """Print an inclusion or non-inclusion proof for SAMPLE_ID."""
+    from relgate.snapshot.catalog import resolve
+    from relgate.snapshot.compare import prove
+
+    ws = ctx.ws()
+    return prove(ws, resolve(ws.db, digest), sample_id)
+
+
+@command(main, "check-proof")
+@click.argument("proof_file", type=click.Path(exists=True, dir_okay=False))
+def check_proof_cmd(proof_file: str) -> dict[str, Any]:
+    """Verify a proof printed by `relgate prove` (needs no workspace)."""
+    from relgate.merkle import check_proof
+
+    proof = json.loads(Path(proof_file).read_text())
+    ok = check_proof(proof)
+    return {
+        "valid": ok,
+        "kind": proof.get("kind"),
+        "sampleId": proof.get("sampleId"),
+        "root": proof.get("root"),
+        "_ok": ok,
+    }
+
+
+@command(main, "verify-manifest")
+@click.argument("envelope_file", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--trusted-key",
+    "trusted",
+    multiple=True,
+    type=click.Path(exists=True),
+    help="PEM public key or directory (default: the workspace's trusted keys).",
+)
+@pass_ctx
+def verify_manifest_cmd(ctx: Ctx, envelope_file: str, trusted: tuple[str, ...]) -> dict[str, Any]:
+    """Check a DSSE manifest envelope: trusted signature, schema, recomputed digest."""
+    from relgate.signing import TrustedKeys, load_envelope
+    from relgate.snapshot.manifest import open_envelope
+
+    keys = TrustedKeys.load(trusted) if trusted else ctx.ws().trusted_keys
+    if len(keys) == 0:
+        raise UsageError("no trusted keys", object=envelope_file, check="trusted-keys")
+    manifest = open_envelope(load_envelope(envelope_file), keys, subject=envelope_file)
+    return {
+        "valid": True,
+        "snapshot": manifest.digest,
+        "schema": manifest.body["schema"],
+        "members": manifest.member_count,
+    }
+
+
+if __name__ == "__main__":
+    main()
