@@ -1,1 +1,1 @@
-"""pipelines"""
+"""Jobs, schedules and the Definitions of the relgate code location."""

@@ -1,1 +1,1 @@
-"""sensors"""
+"""Sensors that watch the tombstone and benchmark fences."""

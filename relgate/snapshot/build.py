@@ -18,7 +18,7 @@ from relgate import __version__
 from relgate.errors import RelgateError
 from relgate.gate import Fences, read_fences
 from relgate.membership import put_membership, tuple_root
-from relgate.policy import SelectionPolicy, SplitPolicy
+from relgate.policy import SelectionPolicy, SplitPolicy, TransformRef
 from relgate.records import record_schema_digest
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.catalog import insert_snapshot, record_build_failure
@@ -80,33 +80,72 @@ def configured_sources(ws: Workspace, only: list[str] | None = None) -> dict[str
     return out
 
 
-def build_snapshot(ws: Workspace, spec: BuildSpec, *, actor: str) -> BuildResult:
+@dataclass(frozen=True)
+class Frozen:
+    """The consistent boundary: fences read first, then every source's pin."""
+
+    build_id: str
+    started: str
+    fences: Fences
+    entries: list[dict[str, Any]]
+    transform: str  # repository/name@sha256:... resolved from the tag once
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "buildId": self.build_id,
+            "tombstoneWatermark": self.fences.tombstone_watermark,
+            "benchmarkFence": self.fences.benchmark_fence,
+            "sources": self.entries,
+            "transformImage": self.transform,
+        }
+
+
+def _failed(ws: Workspace, build_id: str, exc: RelgateError) -> RelgateError:
+    state = "INCOMPLETE" if exc.check in ("cdc-contiguous", "source-consistent") else "REJECTED"
+    record_build_failure(ws.db, build_id, state, str(exc), exc.to_json())
+    exc.details.setdefault("build", {"id": build_id, "state": state})
+    return exc
+
+
+def freeze(ws: Workspace, spec: BuildSpec) -> Frozen:
+    """Fence watermarks first, then each source's pin, then the transform digest."""
     build_id = uuid.uuid4().hex
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
-        # 1. fence watermarks first
         with ws.db.tx() as conn:
             fences = read_fences(conn)
-        # 2. then each source's pin
         sources = configured_sources(ws, spec.source_ids)
-        pins = [source.pin() for source in sources.values()]
-        # 3. then transform (pinned by digest) and selection
+        entries = [source.pin().entry for source in sources.values()]
         transform_ref = resolve_transform(ws.db, spec.transform)
-        transform = transform_ref.resolve()
-        entries = [p.entry for p in pins]
+    except RelgateError as exc:
+        raise _failed(ws, build_id, exc) from None
+    return Frozen(build_id, started, fences, entries, str(transform_ref))
+
+
+def build_snapshot(
+    ws: Workspace, spec: BuildSpec, *, actor: str, frozen: Frozen | None = None
+) -> BuildResult:
+    """Select members against a frozen boundary (made now unless given), sign, record."""
+    frozen = frozen or freeze(ws, spec)
+    fences, entries, build_id, started = (
+        frozen.fences,
+        frozen.entries,
+        frozen.build_id,
+        frozen.started,
+    )
+    try:
+        transform_ref = TransformRef.parse(frozen.transform)
+        sources = configured_sources(ws, [e["id"] for e in entries])
         result = select_members(
             sources,
             entries,
-            transform=transform,
+            transform=transform_ref.resolve(),
             selection=spec.selection,
             split=spec.split,
             fenced=fenced_at(ws, fences),
         )
     except RelgateError as exc:
-        state = "INCOMPLETE" if exc.check in ("cdc-contiguous", "source-consistent") else "REJECTED"
-        record_build_failure(ws.db, build_id, state, str(exc), exc.to_json())
-        exc.details.setdefault("build", {"id": build_id, "state": state})
-        raise
+        raise _failed(ws, build_id, exc) from None
 
     members = result.members
     schema_digest = record_schema_digest()

@@ -1,0 +1,24 @@
+"""The relgate code location: every asset, check, job, schedule, sensor and resource."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from assets.snapshots import snapshot_assets, snapshot_checks
+from pipelines.jobs import (
+    nightly_snapshot_schedule,
+    recheck_job,
+    snapshot_build_job,
+    snapshot_release_job,
+)
+from resources.relgate import RelgateResource
+from sensors.fences import benchmark_fence_sensor, tombstone_fence_sensor
+
+defs = dg.Definitions(
+    assets=[*snapshot_assets],
+    asset_checks=[*snapshot_checks],
+    jobs=[snapshot_build_job, snapshot_release_job, recheck_job],
+    schedules=[nightly_snapshot_schedule],
+    sensors=[tombstone_fence_sensor, benchmark_fence_sensor],
+    resources={"relgate": RelgateResource()},
+)

@@ -1,0 +1,65 @@
+"""Jobs and schedules."""
+
+import dagster as dg
+
+from relgate.snapshot.recheck import recheck
+from resources.relgate import RelgateResource
+
+#: Freeze, build and validate; the alias needs a named human approval, so it is not here.
+snapshot_build_job = dg.define_asset_job(
+    "snapshot_build_job",
+    selection=dg.AssetSelection.assets("frozen_sources", "dataset_snapshot", "snapshot_diff"),
+    description="Freeze fences and sources, build and validate a snapshot, diff it against the alias.",
+)
+
+#: The whole path to an active alias (used by `make demo` with an approver in run config).
+snapshot_release_job = dg.define_asset_job(
+    "snapshot_release_job",
+    selection=dg.AssetSelection.groups("snapshots"),
+    description="Build, validate, diff, approve and activate a snapshot.",
+)
+
+nightly_snapshot_schedule = dg.ScheduleDefinition(
+    name="nightly_snapshot",
+    job=snapshot_build_job,
+    cron_schedule="0 2 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Builds and validates a snapshot every night at 02:00 UTC.",
+)
+
+
+class RecheckConfig(dg.Config):
+    digests: list[str]
+    fence: str
+    watermark: int
+
+
+@dg.op(description="Report fence hits per snapshot; reject hit candidates that are not active.")
+def recheck_snapshots(
+    context: dg.OpExecutionContext, config: RecheckConfig, relgate: RelgateResource
+) -> None:
+    ws = relgate.workspace()
+    for digest in config.digests:
+        result = recheck(ws, digest, actor=relgate.actor)
+        context.log_event(
+            dg.AssetObservation(
+                asset_key="dataset_snapshot",
+                metadata={
+                    "digest": digest,
+                    "state": result["state"],
+                    "fence": config.fence,
+                    "fenceWatermark": config.watermark,
+                    "hits": dg.MetadataValue.json(result["hits"]),
+                    "reactivatable": result["reactivatable"],
+                },
+            )
+        )
+        context.log.warning(
+            f"snapshot {digest} hit by {config.fence} fence: {result['hits']} state={result['state']}"
+        )
+
+
+@dg.job(description="Re-check snapshots hit by a fence advance (launched by the fence sensors).")
+def recheck_job() -> None:
+    recheck_snapshots()

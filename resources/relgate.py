@@ -1,0 +1,18 @@
+"""The one resource every relgate asset uses: an opened workspace."""
+
+import os
+
+import dagster as dg
+
+from relgate.workspace import Workspace
+
+
+class RelgateResource(dg.ConfigurableResource):
+    """Opens the relgate workspace at ``home`` (default: ``$RELGATE_HOME`` or ./var/relgate)."""
+
+    home: str = ""
+    actor: str = "dagster"
+
+    def workspace(self) -> Workspace:
+        home = self.home or os.environ.get("RELGATE_HOME") or "var/relgate"
+        return Workspace.init(home)
