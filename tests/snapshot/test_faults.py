@@ -1,0 +1,199 @@
+"""The Snapshot rows of DESIGN.md's fault matrix, each injected for real."""
+
+import base64
+import json
+import os
+
+import polars as pl
+import pytest
+
+from relgate.canonical import canonical_bytes
+from relgate.errors import IntegrityError, RejectedError
+from relgate.membership import put_membership, tuple_root
+from relgate.snapshot import manifest as mf
+from relgate.snapshot.build import BuildSpec, build_snapshot, freeze
+from relgate.snapshot.catalog import insert_snapshot
+from relgate.snapshot.compare import replay
+from relgate.snapshot.validate import validate_snapshot
+from relgate.sources.cdc import append_segment
+from relgate.transforms import tag_transform
+from relgate.policy import transform_code_digest
+
+from .helpers import build, build_validated, state_of
+
+
+def _members(ws, result):
+    return ws.membership.read(result.manifest.members_ref)
+
+
+def test_objects_added_and_deleted_during_the_scan(ws):
+    spec = BuildSpec.from_config(ws.config)
+    frozen = freeze(ws, spec)  # fences and pins taken...
+    # ...then, while the build is running, one object is added and one deleted.
+    ws.store.put("raw/forum/thread-late.jsonl", b'{"id": "forum/late-1", "lang": "en", "text": "posted while the scan was running"}\n')
+    deleted_key = "raw/forum/thread-0001.jsonl"
+    deleted_ids = [json.loads(line)["id"] for line in ws.store.get(deleted_key, ws.store.head(deleted_key).version_id).splitlines()]
+    ws.store.delete(deleted_key)
+    result = build_snapshot(ws, spec, actor="test", frozen=frozen)
+    ids = set(_members(ws, result)["sampleId"].to_list())
+    assert "forum/late-1" not in ids  # belongs to the next snapshot
+    assert ids & set(deleted_ids)  # still read through the pinned version
+    assert validate_snapshot(ws, result.digest, actor="t").outcome == "VALIDATED"
+    next_ids = set(_members(ws, build_validated(ws))["sampleId"].to_list())
+    assert "forum/late-1" in next_ids and not next_ids & set(deleted_ids)
+
+
+def test_content_replaced_under_a_reused_object_name(ws):
+    result = build_validated(ws)
+    key = "raw/forum/thread-0002.jsonl"
+    old = ws.store.get(key, ws.store.head(key).version_id)
+    ws.store.put(key, old.replace(b'"lang": "en"', b'"lang": "de"').replace(b"router", b"toaster"))
+    # The pinned version is still what the snapshot reads: validation and replay hold.
+    assert validate_snapshot(ws, result.digest, actor="t").outcome == "VALIDATED"
+    assert replay(ws, result.digest)["identical"]
+
+
+def test_pinned_object_bytes_changed_in_place_are_caught(ws):
+    result = build_validated(ws)
+    entry = result.manifest.source("forum")
+    pins = json.loads(ws.cas.get(*_cas(entry["objects"])))["objects"]
+    key, version, _digest, _size = pins[0]
+    path = ws.store.local_path(key, version)
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as fh:  # a store without real versioning overwrote the bytes
+        fh.seek(10)
+        fh.write(b"X")
+    report = validate_snapshot(ws, result.digest, actor="t")
+    assert report.outcome == "REJECTED"
+    assert report.checks["unreadableSources"] == 1
+    assert state_of(ws, result.digest) == "REJECTED"
+
+
+def _cas(ref):
+    from relgate.objects.cas import digest_of_uri
+
+    return digest_of_uri(ref["uri"]), ref["objectVersion"]
+
+
+def test_cdc_offset_gap_is_an_error(ws):
+    append_segment(ws.store, "cdc/chat/", [{"offset": 75, "commit": 9000, "op": "upsert", "id": "chat/gap", "lang": "en", "text": "after a gap in the log"}])
+    with pytest.raises(RejectedError) as err:
+        build(ws)
+    assert err.value.check == "cdc-contiguous"
+    assert err.value.details["expected"] == 60 and err.value.details["found"] == 75
+    assert err.value.details["build"]["state"] == "INCOMPLETE"
+
+
+def test_transform_tag_that_now_resolves_elsewhere_is_refused(ws):
+    tag_transform(ws.db, "registry.local/normalize:v1", transform_code_digest("identity"))
+    with pytest.raises(RejectedError) as err:
+        build(ws)
+    assert err.value.check == "transform-digest"
+    assert err.value.digest == transform_code_digest("identity")
+
+
+def _forge(ws, base, members: pl.DataFrame):
+    """A signed manifest (trusted key) over a hand-made membership table."""
+    ref = put_membership(ws.cas, members.to_arrow())
+    body = dict(base.manifest.body)
+    body["members"] = {**body["members"], "uri": ref.uri, "objectVersion": ref.version_id, "size": ref.size, "count": members.height, "tupleRoot": tuple_root(members, body["recordSchema"])}
+    body["splits"] = {r["split"]: r["len"] for r in members.group_by("split").len().iter_rows(named=True)}
+    body["provenance"] = {**body["provenance"], "forged": "yes"}
+    sealed = mf.seal(body)
+    version = mf.store_envelope(ws.store, sealed, mf.sign(sealed, ws.signing_key))
+    with ws.db.tx() as conn:
+        insert_snapshot(conn, sealed, version, actor="forger")
+    return sealed.digest
+
+
+def test_one_sample_id_in_two_splits(ws):
+    base = build_validated(ws)
+    members = _members(ws, base)
+    row = members.head(1).with_columns(pl.lit("test" if members["split"][0] != "test" else "train").alias("split"))
+    digest = _forge(ws, base, pl.concat([members, row]).sort("sampleId"))
+    report = validate_snapshot(ws, digest, actor="t")
+    assert report.outcome == "REJECTED"
+    assert report.checks["idsInSeveralSplits"] == 1
+    assert report.checks["duplicateIds"] == 1
+
+
+def test_truncated_membership_table(ws):
+    result = build(ws)
+    ref = result.manifest.members_ref
+    path = ws.store.local_path(ref.key, ref.version_id)
+    size = path.stat().st_size
+    os.truncate(path, size // 2)
+    report = validate_snapshot(ws, result.digest, actor="t")
+    assert report.outcome == "REJECTED"
+    assert report.checks.get("fatal:storage-digest") == 1
+    assert state_of(ws, result.digest) == "REJECTED"
+
+
+def test_manifest_tampered_after_signing(ws, tmp_path):
+    result = build(ws)
+    key = mf.envelope_key(result.digest)
+    envelope = json.loads(ws.store.get(key, ws.store.head(key).version_id))
+    body = json.loads(base64.b64decode(envelope["payload"]))
+    body["members"]["count"] += 1
+    envelope["payload"] = base64.b64encode(canonical_bytes(body)).decode()
+    with pytest.raises(IntegrityError) as err:
+        mf.open_envelope(envelope, ws.trusted_keys)
+    assert err.value.check == "signature-valid"
+    # The same tampering applied to the stored copy fails validation.
+    path = ws.store.local_path(key, ws.store.head(key).version_id)
+    os.chmod(path, 0o644)
+    path.write_text(json.dumps(envelope))
+    report = validate_snapshot(ws, result.digest, actor="t")
+    assert report.outcome == "REJECTED" and report.checks.get("fatal:signature-valid") == 1
+
+
+def test_resigned_manifest_with_wrong_digest_is_caught(ws):
+    result = build(ws)
+    body = dict(result.manifest.body)
+    body["purpose"] = "something-else"  # snapshotId left as it was
+    envelope = mf.sign(mf.SnapshotManifest(body), ws.signing_key)
+    with pytest.raises(IntegrityError) as err:
+        mf.open_envelope(envelope, ws.trusted_keys)
+    assert err.value.check == "manifest-digest"
+
+
+def test_late_event_older_than_the_watermark_makes_it_incomplete(ws):
+    result = build(ws)
+    commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
+    # Offset 60 continues the log, but its commit position predates the pinned watermark.
+    append_segment(ws.store, "cdc/chat/", [{"offset": 60, "commit": commit_wm - 5, "op": "upsert", "id": "chat/late", "lang": "en", "text": "a message committed before the watermark"}])
+    report = validate_snapshot(ws, result.digest, actor="t")
+    assert report.outcome == "INCOMPLETE"
+    assert report.checks["lateEvents"] == 1
+    assert state_of(ws, result.digest) == "INCOMPLETE"
+
+
+def test_new_events_after_the_watermark_belong_to_the_next_snapshot(ws):
+    result = build(ws)
+    commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
+    append_segment(ws.store, "cdc/chat/", [{"offset": 60, "commit": commit_wm + 1, "op": "upsert", "id": "chat/next", "lang": "en", "text": "a message for the next snapshot"}])
+    assert validate_snapshot(ws, result.digest, actor="t").outcome == "VALIDATED"
+    assert "chat/next" in _members(ws, build_validated(ws))["sampleId"].to_list()
+
+
+def test_unknown_origin_is_rejected(ws):
+    base = build_validated(ws)
+    members = _members(ws, base)
+    forged = members.with_columns(pl.when(pl.col("sampleId") == members["sampleId"][0]).then(pl.lit("shadow-source")).otherwise(pl.col("sourceId")).alias("sourceId"))
+    report = validate_snapshot(ws, _forge(ws, base, forged), actor="t")
+    assert report.outcome == "REJECTED" and report.checks["unknownOrigins"] == 1
+
+
+def test_expired_iceberg_snapshot_is_unreadable(ws):
+    from relgate.sources.iceberg import open_catalog
+
+    result = build_validated(ws)
+    cfg = next(s for s in ws.config["sources"] if s["id"] == "tickets-eu")
+    table = open_catalog(cfg["catalogUri"], cfg["warehouse"]).load_table(cfg["table"])
+    pinned = int(result.manifest.source("tickets-eu")["tableSnapshot"].split(":")[1])
+    import pyarrow as pa
+
+    table.append(pa.table({"sample_id": ["tickets-eu/x"], "lang": ["en"], "text": ["one more ticket for the table"]}, schema=table.schema().as_arrow()))
+    table.maintenance.expire_snapshots().by_id(pinned).commit()
+    report = validate_snapshot(ws, result.digest, actor="t")
+    assert report.outcome == "REJECTED" and report.checks["unreadableSources"] == 1
