@@ -29,7 +29,9 @@ def machine() -> dict[str, object]:
 
 def main(argv: list[str]) -> int:
     names = argv or sorted(
-        m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if not m.name.startswith("_")
+        m.name
+        for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+        if not m.name.startswith("_")
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
     for name in names:

@@ -8,8 +8,14 @@ from relgate.canonical import canonical_bytes, manifest_digest
 from relgate.errors import UsageError
 
 keys = st.text(max_size=8)
-scalars = st.none() | st.booleans() | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1) | st.text()
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4), max_leaves=20)
+scalars = (
+    st.none() | st.booleans() | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1) | st.text()
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+    max_leaves=20,
+)
 
 
 @given(json_values)
@@ -45,6 +51,11 @@ def test_floats_are_refused_with_their_path():
 def test_digest_excludes_identity_signatures_and_transport():
     body = {"schema": "x", "count": 3}
     digest = manifest_digest(body)
-    assert manifest_digest({**body, "snapshotId": digest, "signatures": [{"k": 1}], "transport": {"etag": "e"}}) == digest
+    assert (
+        manifest_digest(
+            {**body, "snapshotId": digest, "signatures": [{"k": 1}], "transport": {"etag": "e"}}
+        )
+        == digest
+    )
     assert manifest_digest({**body, "count": 4}) != digest
     assert digest.startswith("sha256:") and len(digest) == 71

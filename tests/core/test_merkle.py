@@ -45,9 +45,14 @@ def test_every_inclusion_proof_verifies_and_tampering_fails(leaves, data):
     assert verify_inclusion(leaves[index], index, len(leaves), path, tree.root)
     assert not verify_inclusion(leaves[index] + b"x", index, len(leaves), path, tree.root)
     if len(leaves) > 1:
-        assert not verify_inclusion(leaves[index], (index + 1) % len(leaves), len(leaves), path, tree.root) or leaves[index] == leaves[(index + 1) % len(leaves)]
+        assert (
+            not verify_inclusion(
+                leaves[index], (index + 1) % len(leaves), len(leaves), path, tree.root
+            )
+            or leaves[index] == leaves[(index + 1) % len(leaves)]
+        )
     if path:
-        bad = [bytes(32)] + path[1:]
+        bad = [bytes(32), *path[1:]]
         assert not verify_inclusion(leaves[index], index, len(leaves), bad, tree.root)
 
 

@@ -16,7 +16,10 @@ def key():
 
 def test_round_trip(key):
     env = sign_envelope(TYPE, b'{"a":1}', key)
-    assert verify_envelope(env, TrustedKeys.of(key.public_key), payload_type=TYPE, subject="t") == b'{"a":1}'
+    assert (
+        verify_envelope(env, TrustedKeys.of(key.public_key), payload_type=TYPE, subject="t")
+        == b'{"a":1}'
+    )
     assert env["signatures"][0]["keyid"] == key.keyid
 
 
@@ -49,7 +52,9 @@ def test_payload_type_is_bound(key):
     env = sign_envelope(TYPE, b"{}", key)
     env["payloadType"] = "application/other"
     with pytest.raises(RejectedError):
-        verify_envelope(env, TrustedKeys.of(key.public_key), payload_type="application/other", subject="t")
+        verify_envelope(
+            env, TrustedKeys.of(key.public_key), payload_type="application/other", subject="t"
+        )
 
 
 def test_empty_trust_set_is_a_usage_error(key):

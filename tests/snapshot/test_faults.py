@@ -10,6 +10,7 @@ import pytest
 from relgate.canonical import canonical_bytes
 from relgate.errors import IntegrityError, RejectedError
 from relgate.membership import put_membership, tuple_root
+from relgate.policy import transform_code_digest
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.build import BuildSpec, build_snapshot, freeze
 from relgate.snapshot.catalog import insert_snapshot
@@ -17,7 +18,6 @@ from relgate.snapshot.compare import replay
 from relgate.snapshot.validate import validate_snapshot
 from relgate.sources.cdc import append_segment
 from relgate.transforms import tag_transform
-from relgate.policy import transform_code_digest
 
 from .helpers import build, build_validated, state_of
 
@@ -30,9 +30,15 @@ def test_objects_added_and_deleted_during_the_scan(ws):
     spec = BuildSpec.from_config(ws.config)
     frozen = freeze(ws, spec)  # fences and pins taken...
     # ...then, while the build is running, one object is added and one deleted.
-    ws.store.put("raw/forum/thread-late.jsonl", b'{"id": "forum/late-1", "lang": "en", "text": "posted while the scan was running"}\n')
+    ws.store.put(
+        "raw/forum/thread-late.jsonl",
+        b'{"id": "forum/late-1", "lang": "en", "text": "posted while the scan was running"}\n',
+    )
     deleted_key = "raw/forum/thread-0001.jsonl"
-    deleted_ids = [json.loads(line)["id"] for line in ws.store.get(deleted_key, ws.store.head(deleted_key).version_id).splitlines()]
+    deleted_ids = [
+        json.loads(line)["id"]
+        for line in ws.store.get(deleted_key, ws.store.head(deleted_key).version_id).splitlines()
+    ]
     ws.store.delete(deleted_key)
     result = build_snapshot(ws, spec, actor="test", frozen=frozen)
     ids = set(_members(ws, result)["sampleId"].to_list())
@@ -76,7 +82,20 @@ def _cas(ref):
 
 
 def test_cdc_offset_gap_is_an_error(ws):
-    append_segment(ws.store, "cdc/chat/", [{"offset": 75, "commit": 9000, "op": "upsert", "id": "chat/gap", "lang": "en", "text": "after a gap in the log"}])
+    append_segment(
+        ws.store,
+        "cdc/chat/",
+        [
+            {
+                "offset": 75,
+                "commit": 9000,
+                "op": "upsert",
+                "id": "chat/gap",
+                "lang": "en",
+                "text": "after a gap in the log",
+            }
+        ],
+    )
     with pytest.raises(RejectedError) as err:
         build(ws)
     assert err.value.check == "cdc-contiguous"
@@ -96,8 +115,17 @@ def _forge(ws, base, members: pl.DataFrame):
     """A signed manifest (trusted key) over a hand-made membership table."""
     ref = put_membership(ws.cas, members.to_arrow())
     body = dict(base.manifest.body)
-    body["members"] = {**body["members"], "uri": ref.uri, "objectVersion": ref.version_id, "size": ref.size, "count": members.height, "tupleRoot": tuple_root(members, body["recordSchema"])}
-    body["splits"] = {r["split"]: r["len"] for r in members.group_by("split").len().iter_rows(named=True)}
+    body["members"] = {
+        **body["members"],
+        "uri": ref.uri,
+        "objectVersion": ref.version_id,
+        "size": ref.size,
+        "count": members.height,
+        "tupleRoot": tuple_root(members, body["recordSchema"]),
+    }
+    body["splits"] = {
+        r["split"]: r["len"] for r in members.group_by("split").len().iter_rows(named=True)
+    }
     body["provenance"] = {**body["provenance"], "forged": "yes"}
     sealed = mf.seal(body)
     version = mf.store_envelope(ws.store, sealed, mf.sign(sealed, ws.signing_key))
@@ -109,7 +137,9 @@ def _forge(ws, base, members: pl.DataFrame):
 def test_one_sample_id_in_two_splits(ws):
     base = build_validated(ws)
     members = _members(ws, base)
-    row = members.head(1).with_columns(pl.lit("test" if members["split"][0] != "test" else "train").alias("split"))
+    row = members.head(1).with_columns(
+        pl.lit("test" if members["split"][0] != "test" else "train").alias("split")
+    )
     digest = _forge(ws, base, pl.concat([members, row]).sort("sampleId"))
     report = validate_snapshot(ws, digest, actor="t")
     assert report.outcome == "REJECTED"
@@ -161,7 +191,20 @@ def test_late_event_older_than_the_watermark_makes_it_incomplete(ws):
     result = build(ws)
     commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
     # Offset 60 continues the log, but its commit position predates the pinned watermark.
-    append_segment(ws.store, "cdc/chat/", [{"offset": 60, "commit": commit_wm - 5, "op": "upsert", "id": "chat/late", "lang": "en", "text": "a message committed before the watermark"}])
+    append_segment(
+        ws.store,
+        "cdc/chat/",
+        [
+            {
+                "offset": 60,
+                "commit": commit_wm - 5,
+                "op": "upsert",
+                "id": "chat/late",
+                "lang": "en",
+                "text": "a message committed before the watermark",
+            }
+        ],
+    )
     report = validate_snapshot(ws, result.digest, actor="t")
     assert report.outcome == "INCOMPLETE"
     assert report.checks["lateEvents"] == 1
@@ -171,7 +214,20 @@ def test_late_event_older_than_the_watermark_makes_it_incomplete(ws):
 def test_new_events_after_the_watermark_belong_to_the_next_snapshot(ws):
     result = build(ws)
     commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
-    append_segment(ws.store, "cdc/chat/", [{"offset": 60, "commit": commit_wm + 1, "op": "upsert", "id": "chat/next", "lang": "en", "text": "a message for the next snapshot"}])
+    append_segment(
+        ws.store,
+        "cdc/chat/",
+        [
+            {
+                "offset": 60,
+                "commit": commit_wm + 1,
+                "op": "upsert",
+                "id": "chat/next",
+                "lang": "en",
+                "text": "a message for the next snapshot",
+            }
+        ],
+    )
     assert validate_snapshot(ws, result.digest, actor="t").outcome == "VALIDATED"
     assert "chat/next" in _members(ws, build_validated(ws))["sampleId"].to_list()
 
@@ -179,7 +235,12 @@ def test_new_events_after_the_watermark_belong_to_the_next_snapshot(ws):
 def test_unknown_origin_is_rejected(ws):
     base = build_validated(ws)
     members = _members(ws, base)
-    forged = members.with_columns(pl.when(pl.col("sampleId") == members["sampleId"][0]).then(pl.lit("shadow-source")).otherwise(pl.col("sourceId")).alias("sourceId"))
+    forged = members.with_columns(
+        pl.when(pl.col("sampleId") == members["sampleId"][0])
+        .then(pl.lit("shadow-source"))
+        .otherwise(pl.col("sourceId"))
+        .alias("sourceId")
+    )
     report = validate_snapshot(ws, _forge(ws, base, forged), actor="t")
     assert report.outcome == "REJECTED" and report.checks["unknownOrigins"] == 1
 
@@ -193,7 +254,16 @@ def test_expired_iceberg_snapshot_is_unreadable(ws):
     pinned = int(result.manifest.source("tickets-eu")["tableSnapshot"].split(":")[1])
     import pyarrow as pa
 
-    table.append(pa.table({"sample_id": ["tickets-eu/x"], "lang": ["en"], "text": ["one more ticket for the table"]}, schema=table.schema().as_arrow()))
+    table.append(
+        pa.table(
+            {
+                "sample_id": ["tickets-eu/x"],
+                "lang": ["en"],
+                "text": ["one more ticket for the table"],
+            },
+            schema=table.schema().as_arrow(),
+        )
+    )
     table.maintenance.expire_snapshots().by_id(pinned).commit()
     report = validate_snapshot(ws, result.digest, actor="t")
     assert report.outcome == "REJECTED" and report.checks["unreadableSources"] == 1

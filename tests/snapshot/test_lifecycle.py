@@ -1,10 +1,10 @@
 import pytest
 
 from relgate.errors import ConflictError, RejectedError
+from relgate.merkle import check_proof
 from relgate.snapshot import lifecycle
 from relgate.snapshot.catalog import snapshot_history
 from relgate.snapshot.compare import diff, load_manifest, prove, replay
-from relgate.merkle import check_proof
 
 from .helpers import build, build_active, build_validated, state_of
 
@@ -55,7 +55,12 @@ def test_cas_retry_is_idempotent_only_with_the_same_digest(ws):
     with pytest.raises(ConflictError) as err:
         lifecycle.activate(ws, second.digest, alias="default", actor="b", expected_generation=0)
     assert err.value.check == "alias-generation" and err.value.exit_code == 4
-    assert lifecycle.activate(ws, second.digest, alias="default", actor="b", expected_generation=1)["generation"] == 2
+    assert (
+        lifecycle.activate(ws, second.digest, alias="default", actor="b", expected_generation=1)[
+            "generation"
+        ]
+        == 2
+    )
 
 
 def test_rollback_appends_a_generation_and_is_refused_after_a_hit(ws):
@@ -95,7 +100,10 @@ def test_benchmark_fence_excludes_by_content(ws):
     digest = ws.membership.read(result.manifest.members_ref)["logicalContentDigest"][0]
     lifecycle.add_benchmark_items(ws, [digest], benchmark="mmlu-canary", actor="eval")
     rebuilt = build_validated(ws)
-    assert digest not in ws.membership.read(rebuilt.manifest.members_ref)["logicalContentDigest"].to_list()
+    assert (
+        digest
+        not in ws.membership.read(rebuilt.manifest.members_ref)["logicalContentDigest"].to_list()
+    )
     assert rebuilt.counts["excludedBenchmark"] >= 1
 
 
@@ -104,12 +112,20 @@ def test_diff_reports_additions_deletions_and_deltas(ws):
     members = ws.membership.read(first.manifest.members_ref)
     gone = members["sampleId"][0]
     lifecycle.add_tombstones(ws, [gone], reason="gdpr", actor="dpo")
-    ws.store.put("raw/forum/thread-9999.jsonl", b'{"id": "forum/new-1", "lang": "en", "text": "a brand new forum post about routers"}\n')
+    ws.store.put(
+        "raw/forum/thread-9999.jsonl",
+        b'{"id": "forum/new-1", "lang": "en", "text": "a brand new forum post about routers"}\n',
+    )
     second = build_validated(ws)
     d = diff(ws, first.digest, second.digest)
     assert d["additions"] == 1 and d["deletions"] == 1
     assert d["examples"]["added"] == ["forum/new-1"] and d["examples"]["deleted"] == [gone]
-    assert d["bySource"]["forum"]["delta"] + d["bySource"].get("tickets-eu", {"delta": 0})["delta"] + d["bySource"]["chat-cdc"]["delta"] == 0
+    assert (
+        d["bySource"]["forum"]["delta"]
+        + d["bySource"].get("tickets-eu", {"delta": 0})["delta"]
+        + d["bySource"]["chat-cdc"]["delta"]
+        == 0
+    )
     assert d["splitMigrations"] == {}
 
 

@@ -1,0 +1,141 @@
+"""End to end through Dagster: materialize on a temp instance, then the fence sensors."""
+
+import json
+
+import dagster as dg
+import pytest
+
+from assets.snapshots import snapshot_assets, snapshot_checks
+from pipelines.definitions import defs
+from pipelines.jobs import recheck_job
+from relgate.snapshot import lifecycle
+from relgate.snapshot.catalog import get_snapshot
+from relgate.snapshot.compare import load_manifest
+from resources.relgate import RelgateResource
+from sensors.fences import benchmark_fence_sensor, tombstone_fence_sensor
+from tests.snapshot.conftest import make_workspace
+
+
+@pytest.fixture
+def home(tmp_path):
+    ws = make_workspace(tmp_path / "home")
+    ws.close()
+    return str(tmp_path / "home")
+
+
+def _materialize(home, instance, approver="carol"):
+    return dg.materialize(
+        [*snapshot_assets, *snapshot_checks],
+        instance=instance,
+        resources={"relgate": RelgateResource(home=home)},
+        run_config={
+            "ops": {"snapshot_alias": {"config": {"alias": "default", "approver": approver}}}
+        },
+    )
+
+
+def test_definitions_load():
+    defs.resolve_all_job_defs()
+    assert defs.resolve_sensor_def("tombstone_fence_sensor").job_name == "recheck_job"
+    assert defs.resolve_sensor_def("benchmark_fence_sensor").job_name == "recheck_job"
+    assert defs.resolve_schedule_def("nightly_snapshot").cron_schedule == "0 2 * * *"
+
+
+def test_materialize_snapshot_to_alias(home):
+    with dg.instance_for_test() as instance:
+        result = _materialize(home, instance)
+        assert result.success
+        digest = result.output_for_node("dataset_snapshot")
+        alias = result.output_for_node("snapshot_alias")
+        assert alias["activeDigest"] == digest and alias["generation"] == 1
+        checks = result.get_asset_check_evaluations()
+        assert [c.passed for c in checks] == [True]
+        mat = instance.get_latest_materialization_event(dg.AssetKey("dataset_snapshot"))
+        assert mat.asset_materialization.tags["dagster/data_version"] == digest
+        ws = RelgateResource(home=home).workspace()
+        assert get_snapshot(ws.db, digest)["state"] == "ACTIVE"
+        # A second run diffs against the active version and activates generation 2.
+        again = _materialize(home, instance)
+        assert again.output_for_node("snapshot_alias")["generation"] == 2
+        assert again.output_for_node("snapshot_diff")["old"] == digest
+
+
+def test_failed_validation_blocks_the_alias(home):
+    ws = RelgateResource(home=home).workspace()
+    # Break a pinned source version after pinning: the blocking check fails, alias untouched.
+    from relgate.sources.cdc import append_segment
+
+    with dg.instance_for_test() as instance:
+        frozen = dg.materialize(
+            snapshot_assets[:1],
+            instance=instance,
+            resources={"relgate": RelgateResource(home=home)},
+        )
+        commit_wm = next(
+            e for e in frozen.output_for_node("frozen_sources")["sources"] if e["id"] == "chat-cdc"
+        )["commitWatermark"]
+        append_segment(
+            ws.store,
+            "cdc/chat/",
+            [
+                {
+                    "offset": 60,
+                    "commit": commit_wm,
+                    "op": "upsert",
+                    "id": "chat/late",
+                    "lang": "en",
+                    "text": "late but older than the watermark",
+                }
+            ],
+        )
+        result = dg.materialize(
+            [*snapshot_assets, *snapshot_checks],
+            instance=instance,
+            resources={"relgate": RelgateResource(home=home)},
+            run_config={
+                "ops": {"snapshot_alias": {"config": {"alias": "default", "approver": "carol"}}}
+            },
+            raise_on_error=False,
+            selection=dg.AssetSelection.assets(
+                "dataset_snapshot", "snapshot_diff", "snapshot_alias"
+            ),
+        )
+        assert not result.success
+        evaluation = result.get_asset_check_evaluations()[0]
+        assert not evaluation.passed and evaluation.metadata["outcome"].value == "INCOMPLETE"
+        assert lifecycle.open_gate(ws).alias("default").generation == 0
+
+
+def test_fence_sensors_request_a_recheck_once(home):
+    ws = RelgateResource(home=home).workspace()
+    with dg.instance_for_test() as instance:
+        result = _materialize(home, instance)
+        digest = result.output_for_node("dataset_snapshot")
+        resources = {"relgate": RelgateResource(home=home)}
+        quiet = tombstone_fence_sensor(
+            dg.build_sensor_context(instance=instance, resources=resources)
+        )
+        assert isinstance(quiet, dg.SkipReason)
+        member = ws.membership.read(load_manifest(ws, digest).members_ref)["sampleId"][0]
+        lifecycle.add_tombstones(ws, [member], reason="gdpr", actor="dpo")
+        ctx = dg.build_sensor_context(instance=instance, resources=resources)
+        fired = tombstone_fence_sensor(ctx)
+        assert [r.run_key for r in fired.run_requests] == ["tombstone-1"]
+        config = fired.run_requests[0].run_config["ops"]["recheck_snapshots"]["config"]
+        assert config["digests"] == [digest]
+        assert json.loads(fired.cursor) == {"seen": 1}
+        again = tombstone_fence_sensor(
+            dg.build_sensor_context(instance=instance, resources=resources, cursor=fired.cursor)
+        )
+        assert isinstance(again, dg.SkipReason)
+        assert isinstance(
+            benchmark_fence_sensor(dg.build_sensor_context(instance=instance, resources=resources)),
+            dg.SkipReason,
+        )
+        run = recheck_job.execute_in_process(
+            instance=instance, run_config=fired.run_requests[0].run_config, resources=resources
+        )
+        assert run.success
+        obs = instance.fetch_observations(dg.AssetKey("dataset_snapshot"), limit=1).records[0]
+        assert obs.asset_observation.metadata["reactivatable"].value is False
+        assert get_snapshot(ws.db, digest)["state"] == "ACTIVE"  # history is immutable
