@@ -23,10 +23,12 @@ from relgate.states import TABLES, transition
 
 #: The state a subject must be in to be activated, and the state activation moves it to.
 ACTIVATION = {"snapshot": ("APPROVED", "ACTIVE"), "release": ("APPROVED", "PUBLISHED")}
-#: States whose members the gate checks when a fence advances.
-WATCHED_STATES = {
-    "snapshot": ("VALIDATED", "APPROVED", "ACTIVE"),
-    "release": ("STAGED", "VERIFIED", "APPROVED", "PUBLISHED"),
+#: Candidate states whose members the gate checks when a fence advances.  Versions that
+#: were active once are checked too while an alias points at them; older ones are checked
+#: against every later fence entry when someone tries to roll back to them.
+CANDIDATE_STATES = {
+    "snapshot": ("BUILDING", "VALIDATED", "APPROVED"),
+    "release": ("STAGED", "VERIFIED", "APPROVED"),
 }
 
 
@@ -366,16 +368,19 @@ class Gate:
         now: str,
     ) -> dict[str, list[int]]:
         hits: dict[str, list[int]] = {}
-        for kind, states in WATCHED_STATES.items():
+        for kind, states in CANDIDATE_STATES.items():
             if kind not in TABLES:
                 continue
             table = TABLES[kind][0]
             marks = ", ".join(f"'{s}'" for s in states)
-            for row in rows(
+            watched = rows(
                 conn,
                 f"SELECT digest, members_digest, members_version FROM {table}"
-                f" WHERE state IN ({marks}) ORDER BY digest",
-            ):
+                f" WHERE state IN ({marks}) OR digest IN"
+                f" (SELECT active_digest FROM aliases WHERE kind = :k) ORDER BY digest",
+                {"k": kind},
+            )
+            for row in watched:
                 digest = row["digest"]
                 ref = ContentRef(row["members_digest"], row["members_version"], 0)
                 hit_ids, hit_digests = self.members.hits(ref, sample_ids, content_digests)

@@ -1,0 +1,149 @@
+"""Activation racing a tombstone, for real: two processes, many iterations, each backend.
+
+Each iteration inserts a fresh APPROVED candidate built against the current watermark,
+then one process reads the alias (as a user's `snapshot activate` does) and CASes it
+while the other advances the tombstone fence over one of the candidate's members.
+Exactly one order must be observed every time:
+
+* activation first: the alias moved to the candidate at the watermark the candidate was
+  built against, and the tombstone then recorded a hit on the now-active candidate;
+* tombstone first: activation lost with ``fence-watermarks``, the candidate is still
+  APPROVED (it never advanced), and the alias still points at the input runs pinned.
+"""
+
+import hashlib
+import multiprocessing as mp
+
+import pytest
+
+from relgate.catalog.db import execute, utcnow
+from relgate.errors import ConflictError
+from relgate.snapshot import lifecycle
+from relgate.snapshot.catalog import get_snapshot
+from relgate.states import transition
+from relgate.workspace import Workspace
+
+from .conftest import make_workspace
+from .helpers import build_active
+
+ITERATIONS = 200
+
+
+def _racer(role, home, barrier, tasks, results):
+    ws = Workspace.open(home)
+    gate = lifecycle.open_gate(ws)
+    while True:
+        task = tasks.get()
+        if task is None:
+            break
+        barrier.wait()
+        try:
+            if role == "activate":
+                generation = gate.alias("race").generation  # the read before the CAS
+                out = gate.activate(
+                    "snapshot",
+                    "race",
+                    task["digest"],
+                    expected_generation=generation,
+                    actor="activator",
+                )
+                results.put((role, "ok", out["generation"]))
+            else:
+                adv = gate.add_tombstones([task["sample"]], reason="race", actor="dpo")
+                results.put((role, "ok", adv.watermark))
+        except ConflictError as exc:
+            results.put((role, "conflict", exc.check))
+        except Exception as exc:  # surfaced to the test, never swallowed
+            results.put((role, "error", repr(exc)))
+    ws.close()
+
+
+def _insert_candidate(ws, base_row, digest, fences):
+    now = utcnow()
+    with ws.db.tx() as conn:
+        execute(
+            conn,
+            "INSERT INTO snapshots (digest, state, purpose, member_count, tombstone_watermark, benchmark_fence,"
+            " members_digest, members_version, manifest_version, envelope_version, created_at, updated_at)"
+            " VALUES (:d, 'APPROVED', 'race', :n, :t, :b, :md, :mv, :ev, :ev, :now, :now)",
+            {
+                "d": digest,
+                "n": base_row["member_count"],
+                "t": fences.tombstone_watermark,
+                "b": fences.benchmark_fence,
+                "md": base_row["members_digest"],
+                "mv": base_row["members_version"],
+                "ev": base_row["envelope_version"],
+                "now": now,
+            },
+        )
+
+
+@pytest.mark.slow
+def test_activation_races_tombstone(tmp_path, db_url):
+    ws = make_workspace(tmp_path / "home", db_url)
+    base = build_active(ws, alias="race")
+    base_row = get_snapshot(ws.db, base.digest)
+    members = ws.membership.read(base.manifest.members_ref)["sampleId"].to_list()
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    queues = {role: ctx.Queue() for role in ("activate", "tombstone")}
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_racer, args=(role, str(ws.home), barrier, queues[role], results))
+        for role in queues
+    ]
+    for p in procs:
+        p.start()
+    gate = lifecycle.open_gate(ws)
+    outcomes = {"activation-first": 0, "tombstone-first": 0}
+    try:
+        for i in range(ITERATIONS):
+            before = gate.alias("race")
+            candidate = "sha256:" + hashlib.sha256(f"candidate-{i}".encode()).hexdigest()
+            _insert_candidate(ws, base_row, candidate, before.fences)
+            sample = members[i % len(members)]
+            for q in queues.values():
+                q.put({"digest": candidate, "sample": sample})
+            got = dict((r[0], r[1:]) for r in (results.get(timeout=60), results.get(timeout=60)))
+            assert got["tombstone"][0] == "ok", got
+            after = gate.alias("race")
+            assert after.fences.tombstone_watermark == before.fences.tombstone_watermark + 1
+            state = get_snapshot(ws.db, candidate)["state"]
+            hits = {h["fence_seq"] for h in gate.hits_for(candidate)}
+            if got["activate"][0] == "ok":
+                outcomes["activation-first"] += 1
+                assert (
+                    after.active_digest == candidate and after.generation == before.generation + 1
+                )
+                assert state == "ACTIVE"
+                entry = gate.alias_history("race")[-1]
+                assert entry["digest"] == candidate
+                assert (
+                    entry["tombstone_watermark"] == before.fences.tombstone_watermark
+                )  # never a stale watermark
+            else:
+                assert got["activate"] == ("conflict", "fence-watermarks"), got
+                outcomes["tombstone-first"] += 1
+                assert state == "APPROVED"  # never advanced
+                assert (
+                    after.active_digest == before.active_digest
+                    and after.generation == before.generation
+                )
+                with ws.db.tx() as conn:  # retire the loser so later fence advances skip it
+                    transition(
+                        conn, "snapshot", candidate, "REJECTED", actor="test", reason="lost race"
+                    )
+            assert hits == {
+                after.fences.tombstone_watermark
+            }  # the fence saw the candidate either way
+    finally:
+        for q in queues.values():
+            q.put(None)
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+        ws.close()
+    assert sum(outcomes.values()) == ITERATIONS
+    print(f"race outcomes on {db_url.split(':')[0]}: {outcomes}")
