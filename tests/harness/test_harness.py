@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -95,3 +96,24 @@ def test_kill_pid_stops_a_process_that_ignores_sigterm() -> None:
     kill_pid(proc.pid, grace=0.2)
     assert not pid_alive(proc.pid)
     proc.wait()
+
+
+def test_missing_postgres_binaries_fail_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI has the binaries; a machine without them must fail, never silently skip."""
+    from harness import postgres
+
+    monkeypatch.setattr(postgres, "PG_BIN_GLOB", "/nonexistent/postgresql/*/bin")
+    with pytest.raises(RuntimeError, match="RELGATE_TEST_PG_DSN"):
+        postgres.find_pg_bin()
+
+
+def test_highest_postgres_major_is_chosen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness import postgres
+
+    for major in ("9.6", "13", "15", "100-broken"):
+        bin_dir = tmp_path / "postgresql" / major / "bin"
+        bin_dir.mkdir(parents=True)
+        for tool in ("initdb", "pg_ctl"):
+            (bin_dir / tool).touch()
+    monkeypatch.setattr(postgres, "PG_BIN_GLOB", str(tmp_path / "postgresql" / "*" / "bin"))
+    assert postgres.find_pg_bin() == tmp_path / "postgresql" / "15" / "bin"
