@@ -15,14 +15,21 @@ bytes, as the content-addressed layer does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from relgate.errors import NotFoundError, ObjectExistsError, RejectedError, UsageError
+from relgate.errors import (
+    NotFoundError,
+    ObjectExistsError,
+    RejectedError,
+    RelgateError,
+    UsageError,
+)
 from relgate.objects.base import ObjectStore, ObjectVersion
 
 if TYPE_CHECKING:
@@ -138,7 +145,8 @@ class S3ObjectStore(ObjectStore):
     def _check_versioning(self, *, force: bool = False) -> None:
         if self._versioning_checked or (not force and not self._verify_versioning):
             return
-        status = self.client.get_bucket_versioning(Bucket=self.bucket).get("Status")
+        with self._s3_errors():
+            status = self.client.get_bucket_versioning(Bucket=self.bucket).get("Status")
         if status != "Enabled":
             raise RejectedError(
                 f"bucket versioning is {status or 'not enabled'}; relgate needs Enabled",
@@ -172,6 +180,32 @@ class S3ObjectStore(ObjectStore):
             return True
         return version_id is not None and code in _BAD_VERSION_CODES
 
+    def _translate(self, exc: ClientError, key: str | None, version_id: str | None) -> RelgateError:
+        """One RelgateError per S3 failure, naming the bucket, key and version involved."""
+        code = _error_code(exc)
+        if code == "NoSuchBucket":
+            return NotFoundError(
+                "bucket does not exist", object=f"s3://{self.bucket}", check="bucket-exists"
+            )
+        if key is not None and self._is_not_found(exc, version_id):
+            return self._not_found(key, version_id)
+        where = f"s3://{self.bucket}/{self.prefix}{key or ''}"
+        if version_id is not None:
+            where += f"@{version_id}"
+        return RelgateError(
+            "S3 request failed",
+            object=where,
+            check="s3-request",
+            details={"s3_error": code, "status": _status(exc)},
+        )
+
+    @contextlib.contextmanager
+    def _s3_errors(self, key: str | None = None, version_id: str | None = None) -> Iterator[None]:
+        try:
+            yield
+        except ClientError as exc:
+            raise self._translate(exc, key, version_id) from exc
+
     # -- writes --------------------------------------------------------------------------
     def _version_of(self, key: str, response: Any, size: int) -> ObjectVersion:
         version_id = response.get("VersionId")
@@ -186,7 +220,8 @@ class S3ObjectStore(ObjectStore):
     def put(self, key: str, data: bytes) -> ObjectVersion:
         s3_key = self._s3_key(key)
         self._check_versioning()
-        response = self.client.put_object(Bucket=self.bucket, Key=s3_key, Body=data)
+        with self._s3_errors(key):
+            response = self.client.put_object(Bucket=self.bucket, Key=s3_key, Body=data)
         return self._version_of(key, response, len(data))
 
     def create(self, key: str, data: bytes) -> ObjectVersion:
@@ -204,14 +239,15 @@ class S3ObjectStore(ObjectStore):
                     check="conditional-create",
                     details={"s3_error": _error_code(exc)},
                 ) from None
-            raise
+            raise self._translate(exc, key, None) from exc
         return self._version_of(key, response, len(data))
 
     def delete(self, key: str) -> None:
         s3_key = self._s3_key(key)
         self._check_versioning()
         # On a versioned bucket this only adds a delete marker; no bytes are removed.
-        self.client.delete_object(Bucket=self.bucket, Key=s3_key)
+        with self._s3_errors(key):
+            self.client.delete_object(Bucket=self.bucket, Key=s3_key)
 
     def delete_version(self, key: str, version_id: str) -> None:
         s3_key = self._s3_key(key)
@@ -219,18 +255,15 @@ class S3ObjectStore(ObjectStore):
         # S3 answers 204 for a version that does not exist; the contract says NotFoundError,
         # and a delete marker's id is not a data version either (HEAD on it is a 405).
         self._head(key, s3_key, version_id)
-        self.client.delete_object(Bucket=self.bucket, Key=s3_key, VersionId=version_id)
+        with self._s3_errors(key, version_id):
+            self.client.delete_object(Bucket=self.bucket, Key=s3_key, VersionId=version_id)
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, key: str, version_id: str) -> bytes:
         s3_key = self._s3_key(key)
-        try:
+        with self._s3_errors(key, version_id):
             response = self.client.get_object(Bucket=self.bucket, Key=s3_key, VersionId=version_id)
-        except ClientError as exc:
-            if self._is_not_found(exc, version_id):
-                raise self._not_found(key, version_id) from None
-            raise
-        return response["Body"].read()
+            return response["Body"].read()
 
     def get_range(self, key: str, version_id: str, start: int, length: int) -> bytes:
         if start < 0 or length < 0:
@@ -251,24 +284,19 @@ class S3ObjectStore(ObjectStore):
                 Range=f"bytes={start}-{start + length - 1}",
             )
         except ClientError as exc:
-            if self._is_not_found(exc, version_id):
-                raise self._not_found(key, version_id) from None
             if _error_code(exc) == "InvalidRange" or _status(exc) == 416:
                 # Past the end of an existing version: like a file read, no bytes.
                 return b""
-            raise
-        return response["Body"].read()
+            raise self._translate(exc, key, version_id) from exc
+        with self._s3_errors(key, version_id):
+            return response["Body"].read()
 
     def _head(self, key: str, s3_key: str, version_id: str | None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": s3_key}
         if version_id is not None:
             kwargs["VersionId"] = version_id
-        try:
+        with self._s3_errors(key, version_id):
             response: dict[str, Any] = dict(self.client.head_object(**kwargs))
-        except ClientError as exc:
-            if self._is_not_found(exc, version_id):
-                raise self._not_found(key, version_id) from None
-            raise
         if response.get("DeleteMarker"):
             raise self._not_found(key, version_id)
         return response
@@ -304,7 +332,7 @@ class S3ObjectStore(ObjectStore):
         pages = paginator.paginate(
             Bucket=self.bucket, Prefix=self.prefix + prefix, PaginationConfig=self._pagination
         )
-        for page in pages:
+        for page in self._pages(pages):
             for version in page.get("Versions", []):
                 s3_key = version["Key"]
                 if s3_key != current_key:
@@ -314,6 +342,15 @@ class S3ObjectStore(ObjectStore):
                 buffered.append(dict(version))
         if current_key is not None:
             yield current_key, buffered[::-1]
+
+    def _pages(self, pages: Iterable[Any]) -> Iterator[Any]:
+        iterator = iter(pages)
+        while True:
+            with self._s3_errors():
+                page = next(iterator, None)
+            if page is None:
+                return
+            yield page
 
     def list(self, prefix: str = "") -> Iterator[ObjectVersion]:
         for s3_key, versions in self._versions_by_key(prefix):

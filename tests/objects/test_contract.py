@@ -262,8 +262,6 @@ def test_concurrent_create_has_exactly_one_winner(object_store: ObjectStore) -> 
         # The loser wrote nothing: one version, the winner's bytes.
         assert _versions(object_store, key) == [wins[winner][key]]
         assert object_store.get(key, wins[winner][key]) == f"{winner}:{key}".encode()
-    # Both processes really contended (neither won everything by starting first).
-    assert all(wins[name] for name in wins) or RACE_KEYS < 10
 
 
 # -- content-addressed layer ---------------------------------------------------------------

@@ -9,7 +9,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from relgate.errors import ObjectExistsError, RejectedError
+from relgate.errors import NotFoundError, ObjectExistsError, RejectedError
 from relgate.objects.s3 import S3ObjectStore
 
 pytestmark = pytest.mark.s3
@@ -104,3 +104,16 @@ def test_list_spans_pages(versioned: S3ObjectStore) -> None:
     assert [v.version_id for v in paginated.list_versions("many")] == ids
     current = [(v.key, v.version_id) for v in paginated.list()]
     assert current == [("many", ids[-1]), ("other", current[1][1])]
+
+
+def test_a_missing_bucket_is_named(moto_s3_endpoint: str) -> None:
+    store = S3ObjectStore(_bucket_name(), endpoint_url=moto_s3_endpoint)
+    for attempt in (
+        lambda: store.put("k", b"x"),
+        lambda: store.get("k", "some-version"),
+        lambda: list(store.list()),
+    ):
+        with pytest.raises(NotFoundError) as info:
+            attempt()
+        assert info.value.object == f"s3://{store.bucket}"
+        assert info.value.check == "bucket-exists"
