@@ -2,5 +2,6 @@
 
 from relgate.objects.base import ObjectStore, ObjectVersion
 from relgate.objects.cas import ContentStore
+from relgate.objects.s3 import S3ObjectStore
 
-__all__ = ["ContentStore", "ObjectStore", "ObjectVersion"]
+__all__ = ["ContentStore", "ObjectStore", "ObjectVersion", "S3ObjectStore"]
