@@ -2,21 +2,26 @@
 
 Layout under ``root``::
 
-    keys/<quoted key>/<seq>/data      one immutable version (renamed into place complete)
-    keys/<quoted key>/<seq>/deleted   a delete marker
-    keys/<quoted key>/<seq>/purged    a permanently deleted version (keeps <seq> from reuse)
-    tmp/                              writes in flight
+    keys/<name>/<seq>/data      one immutable version
+    keys/<name>/<seq>/deleted   a delete marker
+    keys/<name>/<seq>/purged    a permanently deleted version (keeps <seq> from reuse)
+    keys/<name>/key             the key itself, for names that had to be hashed
+    tmp/                        versions being assembled
 
-A version is claimed with ``mkdir`` of the next sequence number, which is atomic across
-processes, and becomes visible only when its ``data`` file is renamed in complete and
-fsynced.  A claimed directory without any of the three files is an interrupted write and
-is invisible to readers.
+``<name>`` is the percent-quoted key (a leading dot quoted too, so ``.`` and ``..`` stay
+ordinary keys), or ``~`` plus the SHA-256 of the key when the quoted form would not fit a
+directory name.  A version is assembled complete in ``tmp/`` (data fsynced) and committed
+by renaming its directory onto ``keys/<name>/<seq>``: a rename onto an existing non-empty
+directory fails, so claiming the sequence number and publishing the bytes are one atomic
+step and a half-written version is never visible.
 """
 
 from __future__ import annotations
 
-import contextlib
+import errno
+import hashlib
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +31,7 @@ from relgate.errors import NotFoundError, ObjectExistsError, UsageError
 from relgate.objects.base import ObjectStore, ObjectVersion
 
 _SEQ_WIDTH = 12
+_MAX_NAME = 200  # bytes; directory names are limited to 255
 
 
 def _fsync_dir(path: Path) -> None:
@@ -54,7 +60,27 @@ class LocalObjectStore(ObjectStore):
     def _key_dir(self, key: str) -> Path:
         if not key or key.startswith("/") or "\x00" in key:
             raise UsageError("invalid object key", object=repr(key), check="key-syntax")
-        return self._keys / quote(key, safe="")
+        name = quote(key, safe="")
+        if name.startswith("."):
+            name = "%2E" + name[1:]
+        if len(name) > _MAX_NAME:
+            name = "~" + hashlib.sha256(key.encode()).hexdigest()
+        return self._keys / name
+
+    @staticmethod
+    def _key_of(entry_name: str, path: Path) -> str:
+        if entry_name.startswith("~"):
+            return (path / "key").read_text(encoding="utf-8")
+        return unquote(entry_name)
+
+    def _ensure_key_dir(self, key: str) -> Path:
+        key_dir = self._key_dir(key)
+        key_dir.mkdir(parents=True, exist_ok=True)
+        if key_dir.name.startswith("~") and not (key_dir / "key").exists():
+            tmp = self._tmp / uuid.uuid4().hex
+            tmp.write_text(key, encoding="utf-8")
+            os.replace(tmp, key_dir / "key")
+        return key_dir
 
     @staticmethod
     def _seqs(key_dir: Path) -> list[str]:
@@ -72,77 +98,70 @@ class LocalObjectStore(ObjectStore):
                 return state
         return None
 
-    def _latest(self, key_dir: Path) -> tuple[str, str] | None:
-        for seq in reversed(self._seqs(key_dir)):
+    def _latest(self, key_dir: Path, seqs: list[str] | None = None) -> tuple[str, str] | None:
+        for seq in reversed(self._seqs(key_dir) if seqs is None else seqs):
             state = self._state(key_dir / seq)
             if state in ("data", "deleted"):
                 return seq, state
         return None
 
     # -- writes --------------------------------------------------------------------------
-    def _stage(self, data: bytes) -> Path:
-        tmp = self._tmp / uuid.uuid4().hex
-        with open(tmp, "xb") as fh:
+    def _assemble(self, state: str, data: bytes = b"") -> Path:
+        """A complete version directory in tmp/: ``data`` (fsynced) or a ``deleted`` marker."""
+        staged = self._tmp / uuid.uuid4().hex
+        staged.mkdir()
+        with open(staged / state, "xb") as fh:
             fh.write(data)
             if self._fsync:
                 fh.flush()
                 os.fsync(fh.fileno())
-        return tmp
-
-    def _claim(self, key_dir: Path, *, only_if_absent: bool) -> str:
-        key_dir.mkdir(parents=True, exist_ok=True)
-        while True:
-            seqs = self._seqs(key_dir)
-            if only_if_absent:
-                latest = self._latest(key_dir)
-                if latest is not None and latest[1] == "data":
-                    raise ObjectExistsError(
-                        "object already exists",
-                        object=unquote(key_dir.name),
-                        check="conditional-create",
-                    )
-            nxt = f"{(int(seqs[-1]) + 1) if seqs else 1:0{_SEQ_WIDTH}d}"
-            try:
-                os.mkdir(key_dir / nxt)
-                return nxt
-            except FileExistsError:
-                if only_if_absent and self._state(key_dir / nxt) is None:
-                    # Another creator claimed the slot and is still writing it: it wins.
-                    raise ObjectExistsError(
-                        "object is being created by another writer",
-                        object=unquote(key_dir.name),
-                        check="conditional-create",
-                    ) from None
-                continue
-
-    def _write(self, key: str, data: bytes, *, only_if_absent: bool) -> ObjectVersion:
-        key_dir = self._key_dir(key)
-        tmp = self._stage(data)
-        try:
-            seq = self._claim(key_dir, only_if_absent=only_if_absent)
-            os.rename(tmp, key_dir / seq / "data")
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            raise
         if self._fsync:
-            _fsync_dir(key_dir / seq)
-            _fsync_dir(key_dir)
-        return ObjectVersion(key=key, version_id=seq, size=len(data))
+            _fsync_dir(staged)
+        return staged
+
+    def _commit(self, key: str, staged: Path, *, only_if_absent: bool) -> str:
+        key_dir = self._ensure_key_dir(key)
+        try:
+            while True:
+                # The check and the target sequence number come from one listing: the
+                # rename onto max+1 fails if anyone committed after that listing.
+                seqs = self._seqs(key_dir)
+                if only_if_absent:
+                    latest = self._latest(key_dir, seqs)
+                    if latest is not None and latest[1] == "data":
+                        raise ObjectExistsError(
+                            "object already exists", object=key, check="conditional-create"
+                        )
+                seq = f"{(int(seqs[-1]) + 1) if seqs else 1:0{_SEQ_WIDTH}d}"
+                try:
+                    os.rename(staged, key_dir / seq)
+                except OSError as exc:
+                    if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                        continue  # another writer committed this sequence number first
+                    raise
+                if self._fsync:
+                    _fsync_dir(key_dir)
+                return seq
+        finally:
+            if staged.exists():
+                shutil.rmtree(staged, ignore_errors=True)
 
     def put(self, key: str, data: bytes) -> ObjectVersion:
-        return self._write(key, data, only_if_absent=False)
+        self._key_dir(key)  # validate before staging
+        seq = self._commit(key, self._assemble("data", data), only_if_absent=False)
+        return ObjectVersion(key=key, version_id=seq, size=len(data))
 
     def create(self, key: str, data: bytes) -> ObjectVersion:
-        return self._write(key, data, only_if_absent=True)
+        self._key_dir(key)
+        seq = self._commit(key, self._assemble("data", data), only_if_absent=True)
+        return ObjectVersion(key=key, version_id=seq, size=len(data))
 
     def delete(self, key: str) -> None:
         key_dir = self._key_dir(key)
         latest = self._latest(key_dir)
         if latest is None or latest[1] == "deleted":
             return
-        seq = self._claim(key_dir, only_if_absent=False)
-        (key_dir / seq / "deleted").touch()
+        self._commit(key, self._assemble("deleted"), only_if_absent=False)
 
     def delete_version(self, key: str, version_id: str) -> None:
         vdir = self._key_dir(key) / version_id
@@ -196,7 +215,7 @@ class LocalObjectStore(ObjectStore):
     def _keys_under(self, prefix: str) -> list[tuple[str, Path]]:
         out = []
         for entry in os.scandir(self._keys):
-            key = unquote(entry.name)
+            key = self._key_of(entry.name, Path(entry.path))
             if key.startswith(prefix):
                 out.append((key, Path(entry.path)))
         out.sort()

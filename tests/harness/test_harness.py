@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-
 from harness.postgres import _admin_execute, _connect_kwargs, fresh_database
 from harness.procs import kill_pid, pid_alive
 

@@ -21,7 +21,7 @@ def make_workspace(home, db_url=None, *, seed=True):
 
 
 @pytest.fixture
-def ws(tmp_path):
-    workspace = make_workspace(tmp_path / "home")
+def ws(tmp_path, db_url):
+    workspace = make_workspace(tmp_path / "home", db_url)
     yield workspace
     workspace.close()

@@ -13,6 +13,7 @@ Exactly one order must be observed every time:
 
 import hashlib
 import multiprocessing as mp
+import time
 
 import pytest
 
@@ -37,6 +38,7 @@ def _racer(role, home, barrier, tasks, results):
         if task is None:
             break
         barrier.wait()
+        time.sleep(task["delay"][role])  # stagger so both orders happen on every backend
         try:
             if role == "activate":
                 generation = gate.alias("race").generation  # the read before the CAS
@@ -103,8 +105,10 @@ def test_activation_races_tombstone(tmp_path, db_url):
             candidate = "sha256:" + hashlib.sha256(f"candidate-{i}".encode()).hexdigest()
             _insert_candidate(ws, base_row, candidate, before.fences)
             sample = members[i % len(members)]
+            # Deterministic stagger: each side gets 0-6 ms head start in turn.
+            delay = {"activate": 0.002 * (i % 4), "tombstone": 0.002 * ((i + 2) % 4)}
             for q in queues.values():
-                q.put({"digest": candidate, "sample": sample})
+                q.put({"digest": candidate, "sample": sample, "delay": delay})
             got = dict((r[0], r[1:]) for r in (results.get(timeout=60), results.get(timeout=60)))
             assert got["tombstone"][0] == "ok", got
             after = gate.alias("race")
@@ -146,4 +150,5 @@ def test_activation_races_tombstone(tmp_path, db_url):
                 p.kill()
         ws.close()
     assert sum(outcomes.values()) == ITERATIONS
+    assert min(outcomes.values()) > 0, outcomes  # both orders really happened
     print(f"race outcomes on {db_url.split(':')[0]}: {outcomes}")
