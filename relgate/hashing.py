@@ -108,6 +108,62 @@ def sha256_rows(arr: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> bytes:
         _SHARED.pop("job", None)
 
 
+def _subtree_roots(offsets: np.ndarray, data: memoryview, lo: int, hi: int, chunk: int) -> bytes:
+    """RFC 6962 roots of the aligned leaf chunks [lo, hi) (``chunk`` a power of two)."""
+    from relgate.merkle import root_from_packed_leaves
+
+    out = bytearray()
+    for start in range(lo, hi, chunk):
+        leaves = _hash_slice(offsets, data, start, min(hi, start + chunk), b"\x00")
+        out += root_from_packed_leaves(leaves)
+    return bytes(out)
+
+
+def _worker_roots(args: tuple[int, int, int]) -> bytes:
+    offsets, data = _SHARED["job"]
+    return _subtree_roots(offsets, data, args[0], args[1], args[2])
+
+
+#: Leaves per aligned subtree whose root a worker computes; a power of two.
+MERKLE_CHUNK = 1 << 16
+
+
+def merkle_root_rows(arr: pa.Array | pa.ChunkedArray) -> bytes:
+    """RFC 6962 root over rows as leaves, computed as aligned subtrees in parallel.
+
+    After log2(chunk) levels of pairing, the level-wise RFC 6962 construction holds exactly
+    the roots of the aligned chunks (the last, partial one reduced the same way), so the
+    root over the chunk roots is the root over the leaves.
+    """
+    from relgate.merkle import root_from_packed_leaves
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    offsets, data = _offsets_and_data(arr)
+    n = len(arr)
+    nworkers = workers()
+    if n < PARALLEL_THRESHOLD or nworkers == 1:
+        return (
+            root_from_packed_leaves(_subtree_roots(offsets, data, 0, n, MERKLE_CHUNK))
+            if n
+            else root_from_packed_leaves(b"")
+        )
+    import multiprocessing as mp
+
+    chunks = (n + MERKLE_CHUNK - 1) // MERKLE_CHUNK
+    per = (chunks + nworkers - 1) // nworkers
+    ranges = [
+        (c * MERKLE_CHUNK, min(n, (c + per) * MERKLE_CHUNK), MERKLE_CHUNK)
+        for c in range(0, chunks, per)
+    ]
+    _SHARED["job"] = (offsets, data)
+    try:
+        with ProcessPoolExecutor(max_workers=nworkers, mp_context=mp.get_context("fork")) as pool:
+            return root_from_packed_leaves(b"".join(pool.map(_worker_roots, ranges)))
+    finally:
+        _SHARED.pop("job", None)
+
+
 def digests_to_strings(raw: bytes) -> pa.Array:
     """32-byte digests -> ``sha256:<hex>`` strings."""
     n = len(raw) // 32

@@ -19,8 +19,7 @@ import pyarrow.parquet as pq
 
 from relgate.digests import hex_of
 from relgate.errors import IntegrityError
-from relgate.hashing import length_prefixed, sha256_rows
-from relgate.merkle import root_from_packed_leaves
+from relgate.hashing import length_prefixed, merkle_root_rows
 from relgate.objects.cas import ContentRef, ContentStore, key_for
 
 MEMBERSHIP_SCHEMA = pa.schema(
@@ -50,18 +49,15 @@ def membership_parquet(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def tuple_leaves(table: pa.Table | pl.DataFrame, schema_digest: str) -> bytes:
-    """Packed RFC 6962 leaf hashes of the member tuples, in table order."""
+def tuple_encoding(table: pa.Table | pl.DataFrame, schema_digest: str) -> pa.Array:
     if isinstance(table, pl.DataFrame):
         table = table.to_arrow()
-    n = table.num_rows
-    schema_col = pa.array([schema_digest] * n, pa.string())
-    encoded = length_prefixed(*(table.column(c) for c in COLUMNS), schema_col)
-    return sha256_rows(encoded, prefix=b"\x00")
+    schema_col = pa.array([schema_digest] * table.num_rows, pa.string())
+    return length_prefixed(*(table.column(c) for c in COLUMNS), schema_col)
 
 
 def tuple_root(table: pa.Table | pl.DataFrame, schema_digest: str) -> str:
-    return "sha256:" + root_from_packed_leaves(tuple_leaves(table, schema_digest)).hex()
+    return "sha256:" + merkle_root_rows(tuple_encoding(table, schema_digest)).hex()
 
 
 @dataclass
@@ -134,6 +130,6 @@ __all__ = [
     "MembershipCache",
     "membership_parquet",
     "put_membership",
-    "tuple_leaves",
+    "tuple_encoding",
     "tuple_root",
 ]

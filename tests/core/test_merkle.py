@@ -75,3 +75,18 @@ def test_out_of_range_index_is_not_a_proof():
     with pytest.raises(IndexError):
         tree.audit_path(2)
     assert not verify_inclusion(b"a", 2, 2, [], tree.root)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(min_value=0, max_value=600), st.sampled_from([1, 2, 4, 64]))
+def test_chunked_parallel_root_equals_definition(n, chunk):
+    import relgate.hashing as hashing
+
+    leaves = [f"leaf-{i}".encode() for i in range(n)]
+    arr = pa.array(leaves, pa.binary())
+    old = (hashing.MERKLE_CHUNK, hashing.PARALLEL_THRESHOLD)
+    try:
+        hashing.MERKLE_CHUNK, hashing.PARALLEL_THRESHOLD = chunk, 50
+        assert hashing.merkle_root_rows(arr) == reference_mth(leaves)
+    finally:
+        hashing.MERKLE_CHUNK, hashing.PARALLEL_THRESHOLD = old
