@@ -13,12 +13,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from relgate.canonical import canonical_bytes, manifest_digest
-from relgate.digests import hex_of, require_digest
-from relgate.errors import IntegrityError, RejectedError
+from relgate.digests import hex_of
+from relgate.errors import IntegrityError
 from relgate.objects.base import ObjectStore
 from relgate.objects.cas import ContentRef, digest_of_uri
-from relgate.signing import SigningKey, TrustedKeys, sign_envelope, verify_envelope
+from relgate.signed import DocumentKind
+from relgate.signing import SigningKey, TrustedKeys
 
 SCHEMA = "training.dataset.snapshot.v1"
 PAYLOAD_TYPE = "application/vnd.relgate.dataset-snapshot.v1+json"
@@ -76,18 +76,16 @@ class SnapshotManifest:
         raise KeyError(source_id)
 
 
+KIND = DocumentKind(SCHEMA, PAYLOAD_TYPE, "snapshotId", REQUIRED_FIELDS)
+
+
 def seal(body: dict[str, Any]) -> SnapshotManifest:
     """Compute the digest of a manifest body and set ``snapshotId`` from it."""
-    missing = [f for f in REQUIRED_FIELDS if f not in body]
-    if missing:
-        raise RejectedError(f"manifest lacks {missing}", object="manifest", check="required-fields")
-    body = {k: v for k, v in body.items() if k not in ("snapshotId", "signatures")}
-    digest = manifest_digest(body)
-    return SnapshotManifest({**body, "snapshotId": digest})
+    return SnapshotManifest(KIND.seal(body))
 
 
 def sign(manifest: SnapshotManifest, key: SigningKey) -> dict[str, Any]:
-    return sign_envelope(PAYLOAD_TYPE, canonical_bytes(manifest.body), key)
+    return KIND.sign(manifest.body, key)
 
 
 def store_envelope(store: ObjectStore, manifest: SnapshotManifest, envelope: dict[str, Any]) -> str:
@@ -105,39 +103,7 @@ def open_envelope(
     subject: str = "manifest",
 ) -> SnapshotManifest:
     """Verify signature, schema and digest; return the manifest the envelope vouches for."""
-    payload = verify_envelope(envelope, trusted, payload_type=PAYLOAD_TYPE, subject=subject)
-    try:
-        body = json.loads(payload)
-    except ValueError:
-        raise RejectedError(
-            "signed payload is not JSON", object=subject, check="payload-json"
-        ) from None
-    if not isinstance(body, dict) or body.get("schema") != SCHEMA:
-        raise RejectedError(f"payload is not a {SCHEMA}", object=subject, check="schema")
-    claimed = require_digest(str(body.get("snapshotId", "")), what="snapshotId")
-    actual = manifest_digest(body)
-    if actual != claimed:
-        raise IntegrityError(
-            "manifest digest does not match its snapshotId",
-            object=subject,
-            check="manifest-digest",
-            digest=claimed,
-            details={"recomputed": actual},
-        )
-    if expected is not None and claimed != expected:
-        raise IntegrityError(
-            "envelope holds a different snapshot",
-            object=subject,
-            check="manifest-identity",
-            digest=expected,
-            details={"found": claimed},
-        )
-    missing = [f for f in REQUIRED_FIELDS if f not in body]
-    if missing:
-        raise RejectedError(
-            f"manifest lacks {missing}", object=subject, check="required-fields", digest=claimed
-        )
-    return SnapshotManifest(body)
+    return SnapshotManifest(KIND.open(envelope, trusted, expected=expected, subject=subject))
 
 
 def load(

@@ -1,0 +1,82 @@
+"""Signed, content-addressed JSON documents: seal (digest into the id field), sign, open.
+
+One implementation for every manifest kind (snapshots, shard releases, reports): the
+digest is SHA-256 over the RFC 8785 form without the id field, ``signatures`` and
+transport fields; the envelope is DSSE/Ed25519; opening checks the signature against an
+explicit trusted key set, then the schema, then the recomputed digest.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from relgate.canonical import canonical_bytes, manifest_digest
+from relgate.digests import require_digest
+from relgate.errors import IntegrityError, RejectedError
+from relgate.signing import SigningKey, TrustedKeys, sign_envelope, verify_envelope
+
+
+@dataclass(frozen=True)
+class DocumentKind:
+    schema: str
+    payload_type: str
+    id_field: str
+    required: tuple[str, ...]
+
+    def seal(self, body: dict[str, Any]) -> dict[str, Any]:
+        missing = [f for f in self.required if f not in body]
+        if missing:
+            raise RejectedError(
+                f"{self.schema} lacks {missing}", object=self.schema, check="required-fields"
+            )
+        clean = {k: v for k, v in body.items() if k not in (self.id_field, "signatures")}
+        return {**clean, self.id_field: manifest_digest(clean)}
+
+    def sign(self, sealed: dict[str, Any], key: SigningKey) -> dict[str, Any]:
+        return sign_envelope(self.payload_type, canonical_bytes(sealed), key)
+
+    def open(
+        self,
+        envelope: Any,
+        trusted: TrustedKeys,
+        *,
+        expected: str | None = None,
+        subject: str = "manifest",
+    ) -> dict[str, Any]:
+        payload = verify_envelope(
+            envelope, trusted, payload_type=self.payload_type, subject=subject
+        )
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            raise RejectedError(
+                "signed payload is not JSON", object=subject, check="payload-json"
+            ) from None
+        if not isinstance(body, dict) or body.get("schema") != self.schema:
+            raise RejectedError(f"payload is not a {self.schema}", object=subject, check="schema")
+        claimed = require_digest(str(body.get(self.id_field, "")), what=self.id_field)
+        actual = manifest_digest(body)
+        if actual != claimed:
+            raise IntegrityError(
+                f"manifest digest does not match its {self.id_field}",
+                object=subject,
+                check="manifest-digest",
+                digest=claimed,
+                details={"recomputed": actual},
+            )
+        if expected is not None and claimed != expected:
+            raise IntegrityError(
+                "envelope holds a different document",
+                object=subject,
+                check="manifest-identity",
+                digest=expected,
+                details={"found": claimed},
+            )
+        missing = [f for f in self.required if f not in body]
+        if missing:
+            raise RejectedError(
+                f"manifest lacks {missing}", object=subject, check="required-fields", digest=claimed
+            )
+        return body
