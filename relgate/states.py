@@ -28,13 +28,10 @@ RELEASE_TRANSITIONS: dict[str, frozenset[str]] = {
     "INVALID": frozenset(),
 }
 
-TABLES = {"snapshot": ("snapshots", "snapshot_events", SNAPSHOT_TRANSITIONS)}
-
-
-def register_kind(
-    kind: str, table: str, events: str, transitions: dict[str, frozenset[str]]
-) -> None:
-    TABLES[kind] = (table, events, transitions)
+TABLES = {
+    "snapshot": ("snapshots", "snapshot_events", SNAPSHOT_TRANSITIONS),
+    "release": ("releases", "release_events", RELEASE_TRANSITIONS),
+}
 
 
 def current_state(conn: Connection, kind: str, digest: str) -> str:

@@ -42,7 +42,10 @@ def select_members(
     split: SplitPolicy,
     fenced: Fenced,
     canary: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+    keep_content: bool = False,
 ) -> SelectionResult:
+    """Members sorted by sampleId; with ``keep_content`` also the transformed ``lang`` and
+    ``text`` columns (what a shard writer needs; never stored in a membership table)."""
     frames = []
     read_rows = 0
     for entry in entries:
@@ -73,7 +76,8 @@ def select_members(
     bench = selected["logicalContentDigest"].is_in(list(fenced.content_digests))
     kept = selected.filter(~tomb & ~bench)
     splits = pl.from_arrow(split.assign(kept["sampleId"].to_arrow()))
-    members = kept.with_columns(splits.alias("split")).select(COLUMNS).sort("sampleId")  # type: ignore[union-attr]
+    columns = [*COLUMNS, "lang", "text"] if keep_content else COLUMNS
+    members = kept.with_columns(splits.alias("split")).select(columns).sort("sampleId")  # type: ignore[union-attr]
     counts = {
         "sourceRows": read_rows,
         "selected": after_selection,

@@ -96,7 +96,10 @@ def multiset_diff(stored: pl.DataFrame, expected: pl.DataFrame) -> dict[str, int
     }
 
 
-def recompute(ws: Workspace, manifest: mf.SnapshotManifest, canary: Any = None) -> pl.DataFrame:
+def recompute(
+    ws: Workspace, manifest: mf.SnapshotManifest, canary: Any = None, *, keep_content: bool = False
+) -> pl.DataFrame:
+    """Selection re-run from the manifest alone (pins, policies, transform digest, fences)."""
     body = manifest.body
     configs = {c["id"]: c for c in ws.config.get("sources", [])}
     sources = {}
@@ -131,6 +134,7 @@ def recompute(ws: Workspace, manifest: mf.SnapshotManifest, canary: Any = None) 
         split=split,
         fenced=Fenced(frozenset(tombs), frozenset(bench)),
         canary=canary,
+        keep_content=keep_content,
     )
     return result.members
 

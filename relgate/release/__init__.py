@@ -1,0 +1,1 @@
+"""Shard releases: writer, independent verifier, publication, permits and runs."""

@@ -1,0 +1,86 @@
+"""Release records in the catalog database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+
+from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.digests import require_digest
+from relgate.errors import NotFoundError, UsageError
+from relgate.release.manifest import ReleaseManifest
+
+
+def insert_release(
+    conn: Connection,
+    manifest: ReleaseManifest,
+    *,
+    members_digest: str,
+    members_version: str,
+    envelope_version: str,
+    actor: str,
+) -> None:
+    body = manifest.body
+    now = utcnow()
+    execute(
+        conn,
+        "INSERT INTO releases (digest, state, snapshot_digest, members_digest, members_version, tombstone_watermark,"
+        " benchmark_fence, shard_count, record_count, envelope_version, created_at, updated_at)"
+        " VALUES (:d, 'STAGED', :s, :md, :mv, :t, :b, :sc, :rc, :ev, :now, :now)",
+        {
+            "d": manifest.digest,
+            "s": body["datasetSnapshot"],
+            "md": members_digest,
+            "mv": members_version,
+            "t": body["tombstoneWatermark"],
+            "b": body["benchmarkFence"],
+            "sc": body["totals"]["shards"],
+            "rc": body["totals"]["records"],
+            "ev": envelope_version,
+            "now": now,
+        },
+    )
+    execute(
+        conn,
+        "INSERT INTO release_events (digest, from_state, to_state, actor, reason, at)"
+        " VALUES (:d, NULL, 'STAGED', :a, 'shards staged, root manifest signed', :now)",
+        {"d": manifest.digest, "a": actor, "now": now},
+    )
+
+
+def get_release(db: Database, digest: str) -> dict[str, Any]:
+    with db.tx() as conn:
+        row = one(conn, "SELECT * FROM releases WHERE digest = :d", {"d": digest})
+    if row is None:
+        raise NotFoundError("unknown release", object="release", check="exists", digest=digest)
+    return row
+
+
+def resolve_release(db: Database, ref: str) -> str:
+    if ref.startswith("sha256:") and len(ref) == 71:
+        return require_digest(ref)
+    prefix = ref.removeprefix("sha256:")
+    if len(prefix) < 8 or any(c not in "0123456789abcdef" for c in prefix):
+        raise UsageError(
+            "give a release digest or a hex prefix of at least 8 characters",
+            object=ref,
+            check="digest-syntax",
+        )
+    with db.tx() as conn:
+        found = rows(
+            conn, "SELECT digest FROM releases WHERE digest LIKE :p", {"p": f"sha256:{prefix}%"}
+        )
+    if len(found) != 1:
+        raise NotFoundError(
+            f"{len(found)} releases match {ref!r}", object="release", check="digest-prefix"
+        )
+    return str(found[0]["digest"])
+
+
+def list_releases(db: Database) -> list[dict[str, Any]]:
+    with db.tx() as conn:
+        return rows(
+            conn,
+            "SELECT digest, state, snapshot_digest, shard_count, record_count, created_at FROM releases ORDER BY created_at",
+        )
