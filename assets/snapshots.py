@@ -96,7 +96,7 @@ def dataset_snapshot(
     spec = BuildSpec.from_config(ws.config)
     if config.purpose:
         spec.purpose = config.purpose
-    active = lifecycle.open_gate(ws).alias(config.alias, "snapshot").active_digest
+    active = ws.gate().alias(config.alias, "snapshot").active_digest
     spec.parents = [active] if active else []
     frozen = Frozen(
         frozen_sources["buildId"],
@@ -159,7 +159,7 @@ def snapshot_diff(
     config: SnapshotConfig, relgate: RelgateResource, dataset_snapshot: str
 ) -> dg.Output[dict[str, Any]]:
     ws = relgate.workspace()
-    active = lifecycle.open_gate(ws).alias(config.alias, "snapshot").active_digest
+    active = ws.gate().alias(config.alias, "snapshot").active_digest
     if active is None or active == dataset_snapshot:
         result: dict[str, Any] = {
             "old": active,

@@ -45,7 +45,7 @@ def seed(home: Path, n: int) -> None:
     schema = pa.schema([("sample_id", pa.string()), ("lang", pa.string()), ("text", pa.string())])
     table = catalog.create_table("bench.records", schema=schema)
     rng = np.random.default_rng(1)
-    words = np.array("router thermostat firmware battery pairing reset order error update noise cable screen".split())
+    words = np.array(["router", "thermostat", "firmware", "battery", "pairing", "reset", "order", "error", "update", "noise", "cable", "screen"])
     step = 1_000_000
     for lo in range(0, n, step):
         hi = min(n, lo + step)

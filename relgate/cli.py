@@ -204,7 +204,6 @@ def snapshot_build(
 ) -> dict[str, Any]:
     """Freeze fences and sources, select members, sign the manifest, then validate."""
     from relgate.snapshot.build import BuildSpec, build_snapshot
-    from relgate.snapshot.lifecycle import open_gate
     from relgate.snapshot.validate import validate_snapshot
 
     ws = ctx.ws()
@@ -213,7 +212,7 @@ def snapshot_build(
         spec.purpose = purpose
     if transform_spec:
         spec.transform = transform_spec
-    active = open_gate(ws).alias(alias, "snapshot").active_digest
+    active = ws.gate().alias(alias, "snapshot").active_digest
     spec.parents = list(parents) or ([active] if active else [])
     spec.source_ids = list(sources) or None
     result = build_snapshot(ws, spec, actor=_actor())
@@ -354,9 +353,8 @@ def alias() -> None:
 @click.argument("name")
 @pass_ctx
 def alias_show(ctx: Ctx, name: str) -> dict[str, Any]:
-    from relgate.snapshot.lifecycle import open_gate
 
-    gate = open_gate(ctx.ws())
+    gate = ctx.ws().gate()
     return {**gate.alias(name).to_json(), "history": gate.alias_history(name)}
 
 
@@ -419,9 +417,8 @@ def benchmark_add(ctx: Ctx, content_digests: tuple[str, ...], benchmark: str) ->
 @command(fence, "show")
 @pass_ctx
 def fence_show(ctx: Ctx) -> dict[str, Any]:
-    from relgate.snapshot.lifecycle import open_gate
 
-    gate = open_gate(ctx.ws())
+    gate = ctx.ws().gate()
     fences = gate.fences()
     return {
         "tombstoneWatermark": fences.tombstone_watermark,

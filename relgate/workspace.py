@@ -17,6 +17,7 @@ from typing import Any
 
 from relgate.catalog.db import Database
 from relgate.errors import UsageError
+from relgate.gate import Gate
 from relgate.membership import MembershipCache
 from relgate.objects.base import ObjectStore
 from relgate.objects.cas import ContentStore
@@ -144,6 +145,15 @@ class Workspace:
     @cached_property
     def membership(self) -> MembershipCache:
         return MembershipCache(self.cas, self.home / "cache" / "membership")
+
+    def gate(self) -> Gate:
+        """The gate over this workspace's catalog; fence advances close hit permits."""
+        from relgate.members_index import CatalogMemberIndex
+        from relgate.permits import close_hit_permits
+
+        gate = Gate(self.db, CatalogMemberIndex(self.membership))
+        gate.listeners.append(close_hit_permits)
+        return gate
 
     def close(self) -> None:
         if "db" in self.__dict__:

@@ -181,6 +181,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 purpose TEXT NOT NULL,
                 world_size INTEGER NOT NULL,
                 assignment_epoch INTEGER NOT NULL,
+                barrier_epoch INTEGER NOT NULL,
                 state TEXT NOT NULL,
                 failure TEXT,
                 created_at TEXT NOT NULL,

@@ -5,15 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from relgate.errors import RejectedError
-from relgate.gate import FenceAdvance, Gate
-from relgate.members_index import CatalogMemberIndex
+from relgate.gate import FenceAdvance
 from relgate.snapshot.catalog import get_snapshot, latest_report, record_approval
 from relgate.states import transition
 from relgate.workspace import Workspace
-
-
-def open_gate(ws: Workspace) -> Gate:
-    return Gate(ws.db, CatalogMemberIndex(ws.membership))
 
 
 def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> dict[str, Any]:
@@ -46,7 +41,7 @@ def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> 
 def activate(
     ws: Workspace, digest: str, *, alias: str, actor: str, expected_generation: int | None = None
 ) -> dict[str, Any]:
-    gate = open_gate(ws)
+    gate = ws.gate()
     if expected_generation is None:
         expected_generation = gate.alias(alias, "snapshot").generation
     return gate.activate(
@@ -57,7 +52,7 @@ def activate(
 def rollback(
     ws: Workspace, alias: str, digest: str, *, actor: str, expected_generation: int | None = None
 ) -> dict[str, Any]:
-    gate = open_gate(ws)
+    gate = ws.gate()
     if expected_generation is None:
         expected_generation = gate.alias(alias, "snapshot").generation
     return gate.rollback(
@@ -68,16 +63,16 @@ def rollback(
 def add_tombstones(
     ws: Workspace, sample_ids: list[str], *, reason: str, actor: str
 ) -> FenceAdvance:
-    return open_gate(ws).add_tombstones(sample_ids, reason=reason, actor=actor)
+    return ws.gate().add_tombstones(sample_ids, reason=reason, actor=actor)
 
 
 def add_benchmark_items(
     ws: Workspace, digests: list[str], *, benchmark: str, actor: str
 ) -> FenceAdvance:
-    return open_gate(ws).add_benchmark_items(digests, benchmark=benchmark, actor=actor)
+    return ws.gate().add_benchmark_items(digests, benchmark=benchmark, actor=actor)
 
 
 def describe(ws: Workspace, digest: str) -> dict[str, Any]:
     row = get_snapshot(ws.db, digest)
-    gate = open_gate(ws)
+    gate = ws.gate()
     return {**row, "fenceHits": gate.hits_for(digest)}

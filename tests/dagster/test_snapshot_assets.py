@@ -103,7 +103,7 @@ def test_failed_validation_blocks_the_alias(home):
         assert not result.success
         evaluation = result.get_asset_check_evaluations()[0]
         assert not evaluation.passed and evaluation.metadata["outcome"].value == "INCOMPLETE"
-        assert lifecycle.open_gate(ws).alias("default").generation == 0
+        assert ws.gate().alias("default").generation == 0
 
 
 def test_fence_sensors_request_a_recheck_once(home):

@@ -19,7 +19,6 @@ import pytest
 
 from relgate.catalog.db import execute, utcnow
 from relgate.errors import ConflictError
-from relgate.snapshot import lifecycle
 from relgate.snapshot.catalog import get_snapshot
 from relgate.states import transition
 from relgate.workspace import Workspace
@@ -32,7 +31,7 @@ ITERATIONS = 200
 
 def _racer(role, home, barrier, tasks, results):
     ws = Workspace.open(home)
-    gate = lifecycle.open_gate(ws)
+    gate = ws.gate()
     while True:
         task = tasks.get()
         if task is None:
@@ -97,7 +96,7 @@ def test_activation_races_tombstone(tmp_path, db_url):
     ]
     for p in procs:
         p.start()
-    gate = lifecycle.open_gate(ws)
+    gate = ws.gate()
     outcomes = {"activation-first": 0, "tombstone-first": 0}
     try:
         for i in range(ITERATIONS):
