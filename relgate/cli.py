@@ -486,5 +486,8 @@ def verify_manifest_cmd(ctx: Ctx, envelope_file: str, trusted: tuple[str, ...]) 
     }
 
 
+# Release, run and permit commands register themselves on ``main``.
+from relgate import cli_release  # noqa: E402,F401
+
 if __name__ == "__main__":
     main()

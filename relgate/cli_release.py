@@ -1,0 +1,300 @@
+"""``relgate release|run|permit``: shard releases, pinned runs and gate permits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from relgate.cli import Ctx, _actor, command, main, pass_ctx
+
+
+@main.group()
+def release() -> None:
+    """Build, verify, approve, publish and roll back shard releases."""
+
+
+@command(release, "build")
+@click.argument("snapshot")
+@click.option(
+    "--shard-mb", default=256, show_default=True, type=float, help="Target stored size per shard."
+)
+@click.option(
+    "--records-per-shard",
+    default=None,
+    type=int,
+    help="Fixed record count per shard (overrides --shard-mb).",
+)
+@click.option(
+    "--encrypt-key-file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="32-byte AES-256-GCM key (raw or hex).",
+)
+@click.option("--key-version", default=None, help="Key version recorded in the root manifest.")
+@pass_ctx
+def release_build(
+    ctx: Ctx,
+    snapshot: str,
+    shard_mb: float,
+    records_per_shard: int | None,
+    encrypt_key_file: str | None,
+    key_version: str | None,
+) -> dict[str, Any]:
+    """Write parquet shards for SNAPSHOT under digest-addressed keys and sign the root."""
+    from relgate.release.writer import write_release
+    from relgate.snapshot.catalog import resolve
+
+    ws = ctx.ws()
+    key = _read_key(encrypt_key_file) if encrypt_key_file else None
+    manifest = write_release(
+        ws,
+        resolve(ws.db, snapshot),
+        shard_mb=shard_mb,
+        records_per_shard=records_per_shard,
+        encrypt_key=key,
+        key_version=key_version,
+        actor=_actor(),
+    )
+    return {
+        "release": manifest.digest,
+        "state": "STAGED",
+        "snapshot": manifest.snapshot,
+        "totals": manifest.body["totals"],
+        "orderedMemberTupleRoot": manifest.body["orderedMemberTupleRoot"],
+    }
+
+
+def _read_key(path: str) -> bytes:
+    raw = Path(path).read_bytes().strip()
+    return bytes.fromhex(raw.decode()) if len(raw) == 64 else raw
+
+
+@command(release, "verify")
+@click.argument("root")
+@click.option("--workers", default=2, show_default=True, help="Verifier processes.")
+@click.option(
+    "--key-file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Decryption key for encrypted shards.",
+)
+@pass_ctx
+def release_verify(ctx: Ctx, root: str, workers: int, key_file: str | None) -> dict[str, Any]:
+    """Independent verification from exact object versions; VERIFIED or INVALID."""
+    from relgate.release.catalog import resolve_release
+    from relgate.release.verifier import verify_release
+
+    ws = ctx.ws()
+    kwargs: dict[str, Any] = {"workers": workers, "actor": _actor()}
+    if key_file:
+        kwargs["decrypt_key"] = _read_key(key_file)
+    report = verify_release(ws, resolve_release(ws.db, root), **kwargs)
+    out = report.to_json()
+    out["_ok"] = report.ok
+    return out
+
+
+@command(release, "approve")
+@click.argument("root")
+@click.option("--approver", required=True)
+@click.option("--comment", default="")
+@pass_ctx
+def release_approve(ctx: Ctx, root: str, approver: str, comment: str) -> dict[str, Any]:
+    """Bind a named approval to the root digest (never a directory)."""
+    from relgate.release.catalog import resolve_release
+    from relgate.release.publish import approve_release
+
+    ws = ctx.ws()
+    return approve_release(ws, resolve_release(ws.db, root), approver=approver, comment=comment)
+
+
+@command(release, "publish")
+@click.argument("root")
+@click.option("--alias", required=True)
+@click.option("--expect-generation", type=int, default=None)
+@pass_ctx
+def release_publish(
+    ctx: Ctx, root: str, alias: str, expect_generation: int | None
+) -> dict[str, Any]:
+    """Switch the release alias by CAS through the gate."""
+    from relgate.release.catalog import resolve_release
+    from relgate.release.publish import publish
+
+    ws = ctx.ws()
+    return publish(
+        ws,
+        resolve_release(ws.db, root),
+        alias=alias,
+        actor=_actor(),
+        expected_generation=expect_generation,
+    )
+
+
+@command(release, "rollback")
+@click.argument("alias")
+@click.option("--to", "root", required=True)
+@click.option("--expect-generation", type=int, default=None)
+@pass_ctx
+def release_rollback(
+    ctx: Ctx, alias: str, root: str, expect_generation: int | None
+) -> dict[str, Any]:
+    """Point the alias at an older root if both its watermarks still satisfy the gate."""
+    from relgate.release.catalog import resolve_release
+    from relgate.release.publish import rollback_release
+
+    ws = ctx.ws()
+    return rollback_release(
+        ws,
+        alias,
+        resolve_release(ws.db, root),
+        actor=_actor(),
+        expected_generation=expect_generation,
+    )
+
+
+@command(release, "show")
+@click.argument("root")
+@click.option("--manifest", "with_manifest", is_flag=True)
+@pass_ctx
+def release_show(ctx: Ctx, root: str, with_manifest: bool) -> dict[str, Any]:
+    from relgate.release import manifest as rm
+    from relgate.release.catalog import get_release, resolve_release
+    from relgate.snapshot.catalog import approvals, latest_report
+    from relgate.states import history
+
+    ws = ctx.ws()
+    digest = resolve_release(ws.db, root)
+    row = get_release(ws.db, digest)
+    with ws.db.tx() as conn:
+        events = history(conn, "release", digest)
+    out: dict[str, Any] = {
+        **row,
+        "history": events,
+        "approvals": approvals(ws.db, digest),
+        "latestReport": latest_report(ws.db, digest),
+        "fenceHits": ws.gate().hits_for(digest),
+    }
+    if with_manifest:
+        out["manifest"] = rm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"]).body
+    return out
+
+
+@command(release, "list")
+@pass_ctx
+def release_list(ctx: Ctx) -> dict[str, Any]:
+    from relgate.release.catalog import list_releases
+
+    return {"releases": list_releases(ctx.ws().db)}
+
+
+# -- runs ----------------------------------------------------------------------------------
+@main.group()
+def run() -> None:
+    """Training runs pinned to one root digest."""
+
+
+@command(run, "create")
+@click.option("--alias", required=True)
+@click.option("--purpose", required=True)
+@click.option("--world-size", required=True, type=int)
+@pass_ctx
+def run_create(ctx: Ctx, alias: str, purpose: str, world_size: int) -> dict[str, Any]:
+    """Resolve the alias exactly once, acquire a permit, record the root in the run."""
+    from relgate.release.runs import create_run
+
+    return create_run(ctx.ws(), alias=alias, purpose=purpose, world_size=world_size, actor=_actor())
+
+
+@command(run, "worker")
+@click.option("--run", "run_id", required=True)
+@click.option("--rank", required=True, type=int)
+@click.option("--barrier-timeout", default=60.0, show_default=True)
+@click.option(
+    "--probe-port", default=None, type=int, help="Serve /ready and /metrics on 127.0.0.1:PORT."
+)
+@pass_ctx
+def run_worker_cmd(
+    ctx: Ctx, run_id: str, rank: int, barrier_timeout: float, probe_port: int | None
+) -> dict[str, Any]:
+    """Verify this rank's shards, report (runId, rootDigest, shardDigests), wait for the barrier."""
+    from relgate.release.metrics import Probe, ReleaseMetrics
+    from relgate.release.runs import get_run, run_worker
+    from relgate.release.verifier import check_descriptor
+
+    ws = ctx.ws()
+    root = get_run(ws.db, run_id)["root_digest"]
+    metrics = ReleaseMetrics()
+    probe = Probe(metrics, port=probe_port) if probe_port is not None else None
+    try:
+
+        def verified(result: Any) -> None:
+            metrics.verified_shard_ratio.labels(root).set(1.0)
+            if probe is not None:
+                probe.is_ready = True
+
+        result = run_worker(
+            ws,
+            run_id,
+            rank,
+            verify_shard=check_descriptor,
+            barrier_timeout=barrier_timeout,
+            on_verified=verified,
+        )
+        metrics.barrier_wait.labels(root, str(rank)).set(result.barrier_wait_s)
+        out = result.to_json()
+        if os.environ.get("RELGATE_WORKER_HOLD"):
+            import time
+
+            time.sleep(float(os.environ["RELGATE_WORKER_HOLD"]))  # lets tests scrape the probe
+        return out
+    finally:
+        if probe is not None:
+            probe.close()
+
+
+@command(run, "status")
+@click.argument("run_id")
+@pass_ctx
+def run_status_cmd(ctx: Ctx, run_id: str) -> dict[str, Any]:
+    from relgate.release.runs import run_status
+
+    return run_status(ctx.ws().db, run_id)
+
+
+@command(run, "rescale")
+@click.argument("run_id")
+@click.option("--world-size", required=True, type=int)
+@pass_ctx
+def run_rescale(ctx: Ctx, run_id: str, world_size: int) -> dict[str, Any]:
+    """New assignment epoch over the run's root (never rereads the alias)."""
+    from relgate.release.runs import rescale
+
+    return rescale(ctx.ws(), run_id, world_size)
+
+
+# -- permits -------------------------------------------------------------------------------
+@main.group()
+def permit() -> None:
+    """Gate permits."""
+
+
+@command(permit, "list")
+@click.option("--root", default=None)
+@click.option("--state", type=click.Choice(["OPEN", "CLOSED"]), default=None)
+@pass_ctx
+def permit_list(ctx: Ctx, root: str | None, state: str | None) -> dict[str, Any]:
+    from relgate.permits import list_permits
+
+    return {"permits": list_permits(ctx.ws().db, root=root, state=state)}
+
+
+@command(permit, "show")
+@click.argument("permit_id")
+@pass_ctx
+def permit_show(ctx: Ctx, permit_id: str) -> dict[str, Any]:
+    from relgate.permits import get_permit
+
+    return get_permit(ctx.ws().db, permit_id)
