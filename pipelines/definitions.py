@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.releases import release_assets, release_checks
 from assets.snapshots import snapshot_assets, snapshot_checks
 from pipelines.jobs import (
     nightly_snapshot_schedule,
     recheck_job,
+    release_job,
     snapshot_build_job,
     snapshot_release_job,
 )
@@ -15,9 +17,9 @@ from resources.relgate import RelgateResource
 from sensors.fences import benchmark_fence_sensor, tombstone_fence_sensor
 
 defs = dg.Definitions(
-    assets=[*snapshot_assets],
-    asset_checks=[*snapshot_checks],
-    jobs=[snapshot_build_job, snapshot_release_job, recheck_job],
+    assets=[*snapshot_assets, *release_assets],
+    asset_checks=[*snapshot_checks, *release_checks],
+    jobs=[snapshot_build_job, snapshot_release_job, release_job, recheck_job],
     schedules=[nightly_snapshot_schedule],
     sensors=[tombstone_fence_sensor, benchmark_fence_sensor],
     resources={"relgate": RelgateResource()},

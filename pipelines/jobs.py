@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from relgate.snapshot.recheck import recheck
+from relgate.recheck import recheck
 from resources.relgate import RelgateResource
 
 #: Freeze, build and validate; the alias needs a named human approval, so it is not here.
@@ -10,6 +10,12 @@ snapshot_build_job = dg.define_asset_job(
     "snapshot_build_job",
     selection=dg.AssetSelection.assets("frozen_sources", "dataset_snapshot", "snapshot_diff"),
     description="Freeze fences and sources, build and validate a snapshot, diff it against the alias.",
+)
+
+release_job = dg.define_asset_job(
+    "release_job",
+    selection=dg.AssetSelection.groups("releases"),
+    description="Write shards, verify them independently, publish, issue a permit and start a pinned run.",
 )
 
 #: The whole path to an active alias (used by `make demo` with an approver in run config).
@@ -30,21 +36,22 @@ nightly_snapshot_schedule = dg.ScheduleDefinition(
 
 
 class RecheckConfig(dg.Config):
-    digests: list[str]
+    subjects: list[str]  # kind:digest
     fence: str
     watermark: int
 
 
-@dg.op(description="Report fence hits per snapshot; reject hit candidates that are not active.")
+@dg.op(description="Report fence hits per version; refuse hit candidates that are not active.")
 def recheck_snapshots(
     context: dg.OpExecutionContext, config: RecheckConfig, relgate: RelgateResource
 ) -> None:
     ws = relgate.workspace()
-    for digest in config.digests:
-        result = recheck(ws, digest, actor=relgate.actor)
+    for subject in config.subjects:
+        kind, digest = subject.split(":", 1)
+        result = recheck(ws, kind, digest, actor=relgate.actor)
         context.log_event(
             dg.AssetObservation(
-                asset_key="dataset_snapshot",
+                asset_key="dataset_snapshot" if kind == "snapshot" else "shard_release",
                 metadata={
                     "digest": digest,
                     "state": result["state"],
@@ -52,6 +59,7 @@ def recheck_snapshots(
                     "fenceWatermark": config.watermark,
                     "hits": dg.MetadataValue.json(result["hits"]),
                     "reactivatable": result["reactivatable"],
+                    "closedPermits": dg.MetadataValue.json(result["closedPermits"]),
                 },
             )
         )

@@ -9,7 +9,7 @@ import json
 import dagster as dg
 
 from pipelines.jobs import recheck_job
-from relgate.snapshot.recheck import hit_snapshots
+from relgate.recheck import hit_subjects
 from resources.relgate import RelgateResource
 
 
@@ -35,9 +35,9 @@ def _fence_sensor(fence_kind: str) -> dg.SensorDefinition:
         seen = int(json.loads(context.cursor)["seen"]) if context.cursor else 0
         if current <= seen:
             return dg.SkipReason(f"{fence_kind} fence still at {current}")
-        digests = hit_snapshots(ws, fence_kind, seen)
+        subjects = hit_subjects(ws, fence_kind, seen)
         cursor = json.dumps({"seen": current})
-        if not digests:
+        if not subjects:
             return dg.SensorResult(
                 skip_reason=f"{fence_kind} fence {seen}->{current} hit no snapshot", cursor=cursor
             )
@@ -49,7 +49,7 @@ def _fence_sensor(fence_kind: str) -> dg.SensorDefinition:
                         "ops": {
                             "recheck_snapshots": {
                                 "config": {
-                                    "digests": digests,
+                                    "subjects": [f"{k}:{d}" for k, d in subjects],
                                     "fence": fence_kind,
                                     "watermark": current,
                                 }

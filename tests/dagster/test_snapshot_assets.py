@@ -122,7 +122,7 @@ def test_fence_sensors_request_a_recheck_once(home):
         fired = tombstone_fence_sensor(ctx)
         assert [r.run_key for r in fired.run_requests] == ["tombstone-1"]
         config = fired.run_requests[0].run_config["ops"]["recheck_snapshots"]["config"]
-        assert config["digests"] == [digest]
+        assert config["subjects"] == [f"snapshot:{digest}"]
         assert json.loads(fired.cursor) == {"seen": 1}
         again = tombstone_fence_sensor(
             dg.build_sensor_context(instance=instance, resources=resources, cursor=fired.cursor)

@@ -1,0 +1,243 @@
+"""Release assets: snapshot -> shard release -> verification report -> alias -> permit -> run."""
+
+import os
+import subprocess
+import sys
+import warnings
+from typing import Any
+
+import dagster as dg
+
+from relgate.release.publish import approve_release, publish
+from relgate.release.runs import create_run, run_status
+from resources.relgate import RelgateResource
+
+GROUP = "releases"
+warnings.filterwarnings("ignore", category=dg.BetaWarning)
+
+#: One blocking check per verification class: each count must be zero.
+VERIFICATION_CLASSES = (
+    "missing",
+    "extra",
+    "duplicate",
+    "contentSubstitution",
+    "sourceVersionSubstitution",
+    "splitConflict",
+    "digestFailures",
+    "schemaMismatch",
+)
+
+
+class ReleaseConfig(dg.Config):
+    shard_mb: float = 256.0
+    records_per_shard: int = 0  # 0: size by shard_mb
+
+
+class PublishConfig(dg.Config):
+    alias: str = "default-release"
+    approver: str  # a person's name, bound to the root digest
+
+
+class PermitConfig(dg.Config):
+    alias: str = "default-release"
+    purpose: str = "demo-model-training"
+    world_size: int = 4
+    barrier_timeout: float = 60.0
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds={"parquet"},
+    description="Parquet shards under digest-addressed keys and a signed training.shard.release.v1 root.",
+)
+def shard_release(
+    context: dg.AssetExecutionContext,
+    config: ReleaseConfig,
+    relgate: RelgateResource,
+    dataset_snapshot: str,
+) -> dg.Output[str]:
+    from relgate.release.writer import write_release
+
+    ws = relgate.workspace()
+    manifest = write_release(
+        ws,
+        dataset_snapshot,
+        shard_mb=config.shard_mb,
+        records_per_shard=config.records_per_shard or None,
+        actor=relgate.actor,
+    )
+    totals = manifest.body["totals"]
+    return dg.Output(
+        manifest.digest,
+        data_version=dg.DataVersion(manifest.digest),
+        metadata={
+            "root": manifest.digest,
+            "datasetSnapshot": manifest.snapshot,
+            "shards": totals["shards"],
+            "records": totals["records"],
+            "tokens": totals.get("tokens", 0),
+            "orderedMemberTupleRoot": manifest.body["orderedMemberTupleRoot"],
+            "writer": dg.MetadataValue.json(manifest.body["writer"]),
+        },
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    description="Independent verification report, signed and bound to the root digest.",
+)
+def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Output[dict[str, Any]]:
+    from relgate.release.verifier import verify_release
+
+    ws = relgate.workspace()
+    report = verify_release(ws, shard_release, workers=2, actor=relgate.actor)
+    body = report.to_json()
+    counts = body.get("counts", {})
+    return dg.Output(
+        body,
+        data_version=dg.DataVersion(str(body.get("reportDigest") or shard_release)),
+        metadata={
+            "root": shard_release,
+            "outcome": str(body.get("outcome")),
+            **{f"count.{k}": int(v) for k, v in counts.items()},
+        },
+    )
+
+
+@dg.multi_asset_check(
+    specs=[
+        dg.AssetCheckSpec(
+            f"zero_{cls}",
+            asset="release_verification",
+            blocking=True,
+            description=f"{cls} must be zero",
+        )
+        for cls in VERIFICATION_CLASSES
+    ],
+)
+def release_verification_checks(
+    context: dg.AssetCheckExecutionContext, release_verification: dict[str, Any]
+) -> Any:
+    counts = release_verification.get("counts", {})
+    for cls in VERIFICATION_CLASSES:
+        value = int(counts.get(cls, 0))
+        yield dg.AssetCheckResult(
+            check_name=f"zero_{cls}",
+            passed=value == 0,
+            metadata={"count": value},
+            severity=dg.AssetCheckSeverity.ERROR,
+        )
+
+
+@dg.asset(
+    group_name=GROUP,
+    description="The release alias, switched by CAS through the gate after a named approval of the root.",
+)
+def release_alias(
+    config: PublishConfig,
+    relgate: RelgateResource,
+    shard_release: str,
+    release_verification: dict[str, Any],
+) -> dg.Output[dict[str, Any]]:
+    ws = relgate.workspace()
+    approve_release(ws, shard_release, approver=config.approver, comment="dagster")
+    result = publish(ws, shard_release, alias=config.alias, actor=config.approver)
+    return dg.Output(
+        result,
+        data_version=dg.DataVersion(f"{config.alias}@{result['generation']}"),
+        metadata={
+            "alias": config.alias,
+            "generation": result["generation"],
+            "root": shard_release,
+            "approver": config.approver,
+        },
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    description="A gate permit and the run it admits: the alias resolved exactly once, the root recorded in the run.",
+)
+def gate_permit(
+    config: PermitConfig, relgate: RelgateResource, release_alias: dict[str, Any]
+) -> dg.Output[dict[str, Any]]:
+    ws = relgate.workspace()
+    run = create_run(
+        ws,
+        alias=config.alias,
+        purpose=config.purpose,
+        world_size=config.world_size,
+        actor=relgate.actor,
+    )
+    return dg.Output(
+        run,
+        metadata={
+            "runId": run["runId"],
+            "permit": run["permit"],
+            "root": run["rootDigest"],
+            "generation": run["generation"],
+            "worldSize": run["worldSize"],
+        },
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    description="One worker process per rank verifies its shards; step 0 only when every rank agrees on the root.",
+)
+def pinned_run(
+    context: dg.AssetExecutionContext,
+    config: PermitConfig,
+    relgate: RelgateResource,
+    gate_permit: dict[str, Any],
+) -> dg.Output[dict[str, Any]]:
+    ws = relgate.workspace()
+    run_id = gate_permit["runId"]
+    env = {**os.environ, "RELGATE_HOME": str(ws.home)}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "relgate.cli",
+                "run",
+                "worker",
+                "--run",
+                run_id,
+                "--rank",
+                str(rank),
+                "--barrier-timeout",
+                str(config.barrier_timeout),
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for rank in range(gate_permit["worldSize"])
+    ]
+    outputs = []
+    for rank, proc in enumerate(procs):
+        out, err = proc.communicate(timeout=config.barrier_timeout + 120)
+        context.log.info(f"rank {rank} exit {proc.returncode}: {out.strip()}")
+        if proc.returncode != 0:
+            raise dg.Failure(f"rank {rank} failed before step 0: {err.strip()[-500:]}")
+        outputs.append(out)
+    status = run_status(ws.db, run_id)
+    return dg.Output(
+        {"runId": run_id, "state": status["state"], "root": status["root_digest"]},
+        metadata={
+            "runId": run_id,
+            "state": status["state"],
+            "root": status["root_digest"],
+            "ranks": len(procs),
+            "reports": dg.MetadataValue.json(
+                [{k: str(v) for k, v in r.items()} for r in status["reports"]]
+            ),
+        },
+    )
+
+
+release_assets = [shard_release, release_verification, release_alias, gate_permit, pinned_run]
+release_checks = [release_verification_checks]

@@ -1,0 +1,63 @@
+"""Re-check versions after a fence advanced (used by the fence sensors).
+
+The gate already recorded the hits and closed the permits on hit roots inside the fence
+transaction; this marks hit candidates so they can never be activated: a snapshot that is
+not yet active becomes REJECTED, a release that is not yet published becomes INVALID.
+Active and published versions keep their state (history is immutable; pinned runs keep
+their input), and the gate refuses rolling back to them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relgate.catalog.db import rows
+from relgate.states import TABLES, current_state, transition
+from relgate.workspace import Workspace
+
+REFUSE = {
+    "snapshot": ("REJECTED", ("BUILDING", "VALIDATED", "APPROVED")),
+    "release": ("INVALID", ("STAGED", "VERIFIED", "APPROVED")),
+}
+
+
+def hit_subjects(ws: Workspace, fence_kind: str, after_seq: int) -> list[tuple[str, str]]:
+    """(kind, digest) of every version hit by fence entries with seq above ``after_seq``."""
+    with ws.db.tx() as conn:
+        found = rows(
+            conn,
+            "SELECT DISTINCT subject_kind, subject_digest FROM fence_hits"
+            " WHERE fence_kind = :k AND fence_seq > :s ORDER BY subject_kind, subject_digest",
+            {"k": fence_kind, "s": after_seq},
+        )
+    return [(str(r["subject_kind"]), str(r["subject_digest"])) for r in found]
+
+
+def recheck(ws: Workspace, kind: str, digest: str, *, actor: str) -> dict[str, Any]:
+    if kind not in TABLES:
+        raise KeyError(kind)
+    with ws.db.tx() as conn:
+        hits = rows(
+            conn,
+            "SELECT fence_kind, fence_seq FROM fence_hits WHERE subject_digest = :d ORDER BY fence_kind, fence_seq",
+            {"d": digest},
+        )
+        state = current_state(conn, kind, digest)
+        refused, candidates = REFUSE[kind]
+        if hits and state in candidates:
+            transition(conn, kind, digest, refused, actor=actor, reason=f"{len(hits)} fence hits")
+            state = refused
+        permits = rows(
+            conn, "SELECT permit_id, state FROM permits WHERE root_digest = :d", {"d": digest}
+        )
+    by_kind: dict[str, int] = {}
+    for hit in hits:
+        by_kind[hit["fence_kind"]] = by_kind.get(hit["fence_kind"], 0) + 1
+    return {
+        "kind": kind,
+        "digest": digest,
+        "state": state,
+        "hits": by_kind,
+        "reactivatable": not hits,
+        "closedPermits": [p["permit_id"] for p in permits if p["state"] == "CLOSED"],
+    }
