@@ -1,0 +1,226 @@
+"""The shard record schema and the canonical record stream of a shard release.
+
+This module is the one definition the writer and the independent verifier share: what a
+shard record is, how its token count is derived, and which bytes the descriptor's
+``logicalDigest`` and ``memberSetDigest`` are computed over.  Everything else (reading
+sources, sharding, staging, decoding stored bytes, diffing sets) lives on one side only.
+
+Shard record (parquet columns, in this order, none nullable)::
+
+    sampleId, sourceId, sourceVersion, logicalContentDigest, split, lang, text : string
+    tokens                                                                     : int64
+
+``tokens`` is a deliberately simple, deterministic count: the number of maximal runs of
+non-whitespace characters in ``text`` (``pyarrow.compute.utf8_split_whitespace``, empty
+pieces dropped); it sizes a release and is re-counted by the verifier, it is not a model
+tokenizer.
+
+Canonical record stream (what ``logicalDigest`` is SHA-256 over)::
+
+    lp("relgate.shard.records.v1", recordSchemaDigest, contentSchemaDigest)
+    then, per record in shard order:
+    lp(sampleId, sourceId, sourceVersion, contentDigest(lang, text), split, lang, str(tokens))
+
+where ``lp`` is the 4-byte big-endian length-prefixed encoding of :mod:`relgate.tuples`
+and ``contentDigest`` is the snapshot's ``logicalContentDigest`` function
+(:func:`relgate.records.content_digest`) recomputed from the decoded ``lang`` and
+``text``.  Every record has exactly seven length-prefixed fields, so the stream parses
+back uniquely (injective); the text enters through its SHA-256 content digest, which
+binds it just as well and lets the verifier hash each text once instead of twice.  A
+record whose stored ``logicalContentDigest`` column disagrees with the recomputed one is
+a content substitution and is counted separately.
+
+Member set (what ``memberSetDigest`` is SHA-256 over): the shard's member tuples
+``(sampleId, sourceId, sourceVersion, logicalContentDigest, split, schemaDigest)``
+sorted by their encoding, each length-prefixed, concatenated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from relgate.canonical import canonical_bytes
+from relgate.digests import sha256_digest
+from relgate.hashing import length_prefixed
+from relgate.records import RECORD_SCHEMA_NAME, record_schema_digest
+from relgate.tuples import encode_fields
+
+STREAM_NAME = "relgate.shard.records.v1"
+SHARD_RECORD_SCHEMA_NAME = "relgate.shard.text.v1"
+
+#: Columns that make a member tuple (schemaDigest comes from the snapshot).
+TUPLE_COLUMNS = ("sampleId", "sourceId", "sourceVersion", "logicalContentDigest", "split")
+
+SHARD_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("sampleId", pa.string(), nullable=False),
+        pa.field("sourceId", pa.string(), nullable=False),
+        pa.field("sourceVersion", pa.string(), nullable=False),
+        pa.field("logicalContentDigest", pa.string(), nullable=False),
+        pa.field("split", pa.string(), nullable=False),
+        pa.field("lang", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("tokens", pa.int64(), nullable=False),
+    ]
+)
+COLUMNS = tuple(SHARD_ARROW_SCHEMA.names)
+
+#: Parquet key-value metadata key holding the record schema digest in every shard footer.
+SCHEMA_METADATA_KEY = b"relgate.recordSchema"
+
+
+def shard_record_schema() -> dict[str, Any]:
+    return {
+        "name": SHARD_RECORD_SCHEMA_NAME,
+        "fields": [
+            {"name": f.name, "type": str(f.type), "nullable": f.nullable}
+            for f in SHARD_ARROW_SCHEMA
+        ],
+        "contentSchema": record_schema_digest(),
+        "contentDigest": f"sha256(len32be-prefixed({RECORD_SCHEMA_NAME!r}, lang, text))",
+        "tokens": "count of maximal non-whitespace runs in text (utf8_split_whitespace)",
+        "stream": STREAM_NAME,
+    }
+
+
+def shard_record_schema_digest() -> str:
+    """The ``recordSchema`` of a shard release root: pins columns, types and derivations."""
+    return sha256_digest(canonical_bytes(shard_record_schema()))
+
+
+def token_counts(text: pa.Array | pa.ChunkedArray) -> pa.Array:
+    pieces = pc.utf8_split_whitespace(text)
+    flat = pc.list_flatten(pieces)
+    # Empty pieces come from leading/trailing whitespace: drop them from the count.
+    nonempty = pc.cast(pc.greater(pc.utf8_length(flat), 0), pa.int64())
+    parents = pc.list_parent_indices(pieces)
+    counts = np.bincount(
+        parents.to_numpy(zero_copy_only=False),
+        weights=nonempty.to_numpy(zero_copy_only=False),
+        minlength=len(text),
+    )
+    return pa.array(counts.astype(np.int64), pa.int64())
+
+
+def content_digests(lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``logicalContentDigest`` recomputed from decoded content (the snapshot's function)."""
+    from relgate.records import content_digests as snapshot_content_digests
+
+    return snapshot_content_digests(lang, text)
+
+
+def stream_header() -> bytes:
+    return encode_fields([STREAM_NAME, shard_record_schema_digest(), record_schema_digest()])
+
+
+def _concat_data(arr: pa.Array) -> memoryview:
+    """The concatenated bytes of every row of a (large_)binary array, zero-copy."""
+    arr = pc.cast(arr, pa.large_binary())
+    if len(arr) == 0:
+        return memoryview(b"")
+    buffers = arr.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8)
+    data = memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
+    return data[int(offsets[0]) : int(offsets[-1])]
+
+
+def stream_rows(
+    table: pa.Table, recomputed_content: pa.Array | pa.ChunkedArray | None = None
+) -> pa.Array:
+    """One canonical record-stream entry per row (see the module docstring)."""
+    content = (
+        recomputed_content
+        if recomputed_content is not None
+        else content_digests(table.column("lang"), table.column("text"))
+    )
+    return length_prefixed(
+        table.column("sampleId"),
+        table.column("sourceId"),
+        table.column("sourceVersion"),
+        content,
+        table.column("split"),
+        table.column("lang"),
+        pc.cast(table.column("tokens"), pa.string()),
+    )
+
+
+def logical_digest(
+    table: pa.Table, recomputed_content: pa.Array | pa.ChunkedArray | None = None
+) -> str:
+    """SHA-256 over the canonical record stream of ``table`` in its row order."""
+    h = hashlib.sha256(stream_header())
+    h.update(_concat_data(stream_rows(table, recomputed_content)))
+    return "sha256:" + h.hexdigest()
+
+
+def encode_stream(records: list[tuple[str, str, str, str, str, str, str, int]]) -> bytes:
+    """Reference row-at-a-time encoding of the canonical record stream (``records`` are
+    rows in :data:`COLUMNS` order); the vectorised :func:`logical_digest` must agree."""
+    from relgate.records import content_digest
+
+    out = bytearray(stream_header())
+    for sample_id, source_id, source_version, _stored, split, lang, text, tokens in records:
+        out += encode_fields(
+            [
+                sample_id,
+                source_id,
+                source_version,
+                content_digest(lang, text),
+                split,
+                lang,
+                str(tokens),
+            ]
+        )
+    return bytes(out)
+
+
+def member_tuples(
+    table: pa.Table, schema_digest: str, content: pa.Array | pa.ChunkedArray | None = None
+) -> pa.Array:
+    """Length-prefixed member tuples of ``table`` (content column overridable)."""
+    digest_col = content if content is not None else table.column("logicalContentDigest")
+    schema_col = pa.array([schema_digest] * table.num_rows, pa.string())
+    return length_prefixed(
+        table.column("sampleId"),
+        table.column("sourceId"),
+        table.column("sourceVersion"),
+        digest_col,
+        table.column("split"),
+        schema_col,
+    )
+
+
+def member_set_digest(
+    table: pa.Table, schema_digest: str, content: pa.Array | pa.ChunkedArray | None = None
+) -> str:
+    """SHA-256 over the shard's member tuples, sorted by their encoding (order-free)."""
+    encoded = member_tuples(table, schema_digest, content)
+    ordered = pc.take(encoded, pc.sort_indices(encoded))
+    h = hashlib.sha256(b"relgate.shard.members.v1\x00")
+    h.update(_concat_data(ordered))
+    return "sha256:" + h.hexdigest()
+
+
+def shard_id(index: int, total: int) -> str:
+    return f"shard-{index:05d}-of-{total:05d}"
+
+
+__all__ = [
+    "COLUMNS",
+    "SCHEMA_METADATA_KEY",
+    "SHARD_ARROW_SCHEMA",
+    "TUPLE_COLUMNS",
+    "content_digests",
+    "logical_digest",
+    "member_set_digest",
+    "member_tuples",
+    "shard_id",
+    "shard_record_schema",
+    "shard_record_schema_digest",
+    "token_counts",
+]

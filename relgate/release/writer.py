@@ -1,0 +1,377 @@
+"""Write a shard release: records from pinned sources -> parquet shards -> signed root.
+
+Order of work (seed 000, "write to staging, then switch only the pointer"):
+
+1. the snapshot must be VALIDATED, APPROVED or ACTIVE; its signed manifest is opened;
+2. every member's record is re-read from the pinned sources (selection re-run with
+   content kept) and checked against the stored membership table: a member whose
+   recomputed content digest, source version, source or split differs is refused, named
+   by sampleId and digest (never by text);
+3. records are ordered by ``SHA-256(lp(sortSeed) || lp(sampleId))`` and cut into shards
+   by the recorded sharding function (record boundaries preserved);
+4. each shard is written as parquet with pinned parameters, optionally encrypted, and
+   staged under its digest (``shards/sha256/<hex>.parquet``) by conditional create:
+   identical bytes are idempotent, different bytes under the key are an IntegrityError;
+5. the root manifest (descriptors, watermarks, totals, tuple root recomputed from the
+   shard records, writer parameters) is sealed, signed and stored, and the release row
+   is inserted as STAGED.  Nothing here makes it visible to runs: that is the gate's job.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from relgate.digests import hex_of, sha256_digest
+from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
+from relgate.hashing import length_prefixed, sha256_rows
+from relgate.membership import COLUMNS as MEMBER_COLUMNS
+from relgate.membership import tuple_root
+from relgate.objects.base import ObjectStore
+from relgate.release import crypto
+from relgate.release import manifest as rm
+from relgate.release import records as rr
+from relgate.release.catalog import insert_release
+from relgate.snapshot import manifest as sm
+from relgate.snapshot.catalog import get_snapshot
+from relgate.snapshot.validate import recompute
+from relgate.tuples import encode_fields
+from relgate.workspace import Workspace
+
+SHARD_PREFIX = "shards/sha256/"
+WRITABLE_SNAPSHOT_STATES = frozenset({"VALIDATED", "APPROVED", "ACTIVE"})
+DEFAULT_SHARD_MB = 64
+SORT_KEY_RULE = "sha256(len32be(sortSeed) sortSeed len32be(sampleId) sampleId)"
+RECORD_BYTES_RULE = "sum of UTF-8 lengths of the string fields + 8"
+
+
+@dataclass(frozen=True)
+class ParquetParams:
+    """Serializer parameters: recorded in the root so a shard can be re-written bit-exact."""
+
+    codec: str = "zstd"
+    level: int = 3
+    row_group_records: int = 65_536
+    dictionary_columns: tuple[str, ...] = ("sourceId", "sourceVersion", "split", "lang")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "codec": self.codec,
+            "level": self.level,
+            "rowGroupRecords": self.row_group_records,
+            "dictionaryColumns": list(self.dictionary_columns),
+            "statistics": False,
+            "pageIndex": False,
+        }
+
+
+def shard_key(digest: str, *, encrypted: bool) -> str:
+    return f"{SHARD_PREFIX}{hex_of(digest)}.parquet" + (".aesgcm" if encrypted else "")
+
+
+def serialize_shard(table: pa.Table, params: ParquetParams) -> bytes:
+    schema = rr.SHARD_ARROW_SCHEMA.with_metadata(
+        {rr.SCHEMA_METADATA_KEY: rr.shard_record_schema_digest().encode()}
+    )
+    sink = io.BytesIO()
+    pq.write_table(
+        table.cast(schema),
+        sink,
+        compression=params.codec,
+        compression_level=params.level,
+        row_group_size=params.row_group_records,
+        use_dictionary=list(params.dictionary_columns),
+        write_statistics=False,
+        store_schema=False,
+    )
+    return sink.getvalue()
+
+
+def stage_object(store: ObjectStore, key: str, data: bytes) -> str:
+    """Conditional create; an existing key must hold exactly these bytes.  Returns version."""
+    try:
+        return store.create(key, data).version_id
+    except ObjectExistsError:
+        current = store.head(key)
+        existing = store.get(key, current.version_id)
+        if existing != data:
+            raise IntegrityError(
+                "a staged key holds different bytes than its digest names; refusing to overwrite",
+                object=f"{key}@{current.version_id}",
+                check="staged-bytes",
+                digest=sha256_digest(data),
+                details={"found": sha256_digest(existing)},
+            ) from None
+        return current.version_id
+
+
+def _require_writable(state: str, digest: str) -> None:
+    if state not in WRITABLE_SNAPSHOT_STATES:
+        raise RejectedError(
+            f"snapshot is {state}; a release is written only from a VALIDATED, APPROVED or"
+            " ACTIVE snapshot",
+            object="snapshot",
+            check="snapshot-state",
+            digest=digest,
+        )
+
+
+def member_records(ws: Workspace, manifest: sm.SnapshotManifest) -> pl.DataFrame:
+    """Stored membership joined with each member's record re-read from the pinned sources."""
+    stored = ws.membership.read(manifest.members_ref).select(MEMBER_COLUMNS)
+    if stored["sampleId"].n_unique() != stored.height:
+        raise IntegrityError(
+            "membership table repeats a sampleId",
+            object="snapshot membership",
+            check="member-unique",
+            digest=manifest.members_ref.digest,
+        )
+    fresh = recompute(ws, manifest, keep_content=True)
+    joined = stored.join(fresh, on="sampleId", how="full", suffix="_re", coalesce=True)
+    unread = joined.filter(pl.col("sourceId_re").is_null())
+    if unread.height:
+        raise RejectedError(
+            f"{unread.height} members could not be re-read from the pinned sources",
+            object=f"member {unread['sampleId'][0]}",
+            check="member-readable",
+            digest=str(unread["logicalContentDigest"][0]),
+            details={"count": unread.height},
+        )
+    unexpected = joined.filter(pl.col("sourceId").is_null())
+    if unexpected.height:
+        raise RejectedError(
+            f"{unexpected.height} records selected from the pinned sources are not members",
+            object=f"member {unexpected['sampleId'][0]}",
+            check="member-unexpected",
+            digest=manifest.members_ref.digest,
+            details={"count": unexpected.height},
+        )
+    for column, check in (
+        ("logicalContentDigest", "member-content"),
+        ("sourceVersion", "member-source-version"),
+        ("sourceId", "member-source"),
+        ("split", "member-split"),
+    ):
+        bad = joined.filter(pl.col(column) != pl.col(f"{column}_re"))
+        if bad.height:
+            first = bad.row(0, named=True)
+            raise IntegrityError(
+                f"{bad.height} members differ from the snapshot in {column}",
+                object=f"member {first['sampleId']}",
+                check=check,
+                digest=str(first["logicalContentDigest"]),
+                details={
+                    "count": bad.height,
+                    "recomputedContentDigest": str(first["logicalContentDigest_re"]),
+                },
+            )
+    return joined.select([*MEMBER_COLUMNS, "lang", "text"])
+
+
+def ordered(records: pl.DataFrame, sort_seed: str) -> pa.Table:
+    """Records in release order: by SHA-256(lp(seed) || lp(sampleId)), then sampleId."""
+    ids = records["sampleId"].to_arrow()
+    keys = sha256_rows(length_prefixed(ids), prefix=encode_fields([sort_seed]))
+    key_col = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(32), len(records), [None, pa.py_buffer(keys)]
+    )
+    frame = records.with_columns(
+        pl.from_arrow(pc.cast(key_col, pa.binary())).alias("__sortKey")  # type: ignore[union-attr]
+    )
+    frame = frame.sort(["__sortKey", "sampleId"]).drop("__sortKey")
+    table = frame.to_arrow()
+    tokens = rr.token_counts(table.column("text"))
+    columns = [table.column(c).combine_chunks() for c in rr.COLUMNS if c != "tokens"]
+    return pa.Table.from_arrays([*columns, tokens], schema=rr.SHARD_ARROW_SCHEMA)
+
+
+def sharding_function(shard_mb: int, records_per_shard: int | None) -> dict[str, Any]:
+    if records_per_shard is not None:
+        return {
+            "name": "relgate.shard.cut.records.v1",
+            "rule": "shard(i) = floor(i / recordsPerShard)",
+            "recordsPerShard": records_per_shard,
+        }
+    return {
+        "name": "relgate.shard.cut.bytes.v1",
+        "rule": "shard(i) = rank of floor(bytesBefore(i) / targetBytes)",
+        "recordBytes": RECORD_BYTES_RULE,
+        "targetBytes": shard_mb * 1024 * 1024,
+    }
+
+
+def cut(table: pa.Table, function: dict[str, Any]) -> Iterator[pa.Table]:
+    n = table.num_rows
+    if n == 0:
+        return
+    if "recordsPerShard" in function:
+        step = int(function["recordsPerShard"])
+        for lo in range(0, n, step):
+            yield table.slice(lo, min(step, n - lo))
+        return
+    sizes = np.full(n, 8, dtype=np.int64)
+    for name in rr.COLUMNS:
+        if name != "tokens":
+            sizes += pc.binary_length(table.column(name)).to_numpy().astype(np.int64)
+    before = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    bucket = before // int(function["targetBytes"])
+    starts = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
+    ends = np.append(starts[1:], n)
+    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+        yield table.slice(lo, hi - lo)
+
+
+def write_release(
+    ws: Workspace,
+    snapshot_digest: str,
+    *,
+    shard_mb: int = DEFAULT_SHARD_MB,
+    records_per_shard: int | None = None,
+    encrypt_key: bytes | None = None,
+    key_version: str | None = None,
+    sort_seed: str | None = None,
+    parquet: ParquetParams | None = None,
+    actor: str,
+) -> rm.ReleaseManifest:
+    """Stage shards and a signed root manifest for a snapshot; the release row is STAGED."""
+    if shard_mb < 1 or (records_per_shard is not None and records_per_shard < 1):
+        raise RejectedError(
+            "shard size must be positive", object="writer", check="shard-size", digest=None
+        )
+    if (encrypt_key is None) != (key_version is None):
+        raise RejectedError(
+            "encryption needs both a key and its key version",
+            object="writer",
+            check="key-version",
+        )
+    params = parquet or ParquetParams()
+    row = get_snapshot(ws.db, snapshot_digest)
+    _require_writable(str(row["state"]), snapshot_digest)
+    snap = sm.load(ws.store, ws.trusted_keys, snapshot_digest, row["envelope_version"])
+    seed = sort_seed if sort_seed is not None else snapshot_digest
+    schema_digest = str(snap.body["recordSchema"])
+    record_schema = rr.shard_record_schema_digest()
+
+    table = ordered(member_records(ws, snap), seed)
+    function = sharding_function(shard_mb, records_per_shard)
+    pieces = list(cut(table, function))
+    total = len(pieces)
+    encrypted = encrypt_key is not None
+    descriptors: list[dict[str, Any]] = []
+    tuple_tables: list[pa.Table] = []
+    totals = {"shards": total, "records": 0, "tokens": 0, "bytes": 0}
+    for index, piece in enumerate(pieces):
+        sid = rr.shard_id(index, total)
+        plain = serialize_shard(piece, params)
+        logical = rr.logical_digest(piece)
+        data = plain
+        if encrypted:
+            assert encrypt_key is not None and key_version is not None
+            aad = crypto.shard_aad(
+                snapshot=snapshot_digest,
+                shard=sid,
+                logical_digest=logical,
+                record_schema=record_schema,
+                key_version=key_version,
+            )
+            data = crypto.encrypt_shard(plain, encrypt_key, aad, key_version=key_version)
+        digest = sha256_digest(data)
+        version = stage_object(ws.store, shard_key(digest, encrypted=encrypted), data)
+        tokens = int(pc.sum(piece.column("tokens")).as_py() or 0)
+        descriptors.append(
+            {
+                "id": sid,
+                "mediaType": rm.ENCRYPTED_SHARD_MEDIA_TYPE if encrypted else rm.SHARD_MEDIA_TYPE,
+                "digest": digest,
+                "size": len(data),
+                "objectVersion": version,
+                "logicalDigest": logical,
+                "records": piece.num_rows,
+                "tokens": tokens,
+                "memberSetDigest": rr.member_set_digest(piece, schema_digest),
+            }
+        )
+        tuple_tables.append(piece.select(list(rr.TUPLE_COLUMNS)))
+        totals["records"] += piece.num_rows
+        totals["tokens"] += tokens
+        totals["bytes"] += len(data)
+
+    # The root is recomputed from what went into the shards, never copied from the
+    # snapshot; it must come out equal because it is over the same tuple set.
+    if tuple_tables:
+        members = pa.concat_tables(tuple_tables)
+        members = members.take(pc.sort_indices(members, [("sampleId", "ascending")]))
+    else:
+        members = pa.table({c: pa.array([], pa.string()) for c in rr.TUPLE_COLUMNS})
+    root = tuple_root(members, schema_digest)
+    if root != snap.tuple_root:
+        raise IntegrityError(
+            "shard records do not reproduce the snapshot's tuple root",
+            object="release",
+            check="ordered-member-tuple-root",
+            digest=snap.tuple_root,
+            details={"recomputed": root},
+        )
+    body = {
+        "schema": rm.SCHEMA,
+        "datasetSnapshot": snapshot_digest,
+        "tombstoneWatermark": int(snap.body["tombstoneWatermark"]),
+        "benchmarkFence": int(snap.body["benchmarkFence"]),
+        "recordSchema": record_schema,
+        "memberSchema": schema_digest,
+        "shards": descriptors,
+        "totals": totals,
+        "orderedMemberTupleRoot": root,
+        "writer": {
+            "serializer": {
+                "format": "parquet",
+                "library": "pyarrow",
+                "version": pa.__version__,
+                "stream": rr.STREAM_NAME,
+            },
+            "sortSeed": seed,
+            "sortKey": SORT_KEY_RULE,
+            "shardingFunction": function,
+            "compression": params.to_json(),
+            "keyVersion": key_version,
+            "encryption": {
+                "algorithm": crypto.ALGORITHM,
+                "aad": "relgate.shard.aad.v1",
+                "nonce": "random 96-bit, stored before the ciphertext",
+            }
+            if encrypted
+            else None,
+        },
+    }
+    release = rm.seal(body)
+    envelope = rm.sign(release, ws.signing_key)
+    try:
+        envelope_version = rm.store_envelope(ws.store, release, envelope)
+    except ObjectExistsError:
+        # The same snapshot written with the same parameters yields the same root.
+        current = ws.store.head(rm.envelope_key(release.digest))
+        rm.load(ws.store, ws.trusted_keys, release.digest, current.version_id)
+        envelope_version = current.version_id
+    with ws.db.tx() as conn:
+        from relgate.catalog.db import one
+
+        if one(conn, "SELECT digest FROM releases WHERE digest = :d", {"d": release.digest}):
+            return release
+        insert_release(
+            conn,
+            release,
+            members_digest=snap.members_ref.digest,
+            members_version=snap.members_ref.version_id,
+            envelope_version=envelope_version,
+            actor=actor,
+        )
+    return release
+

@@ -1,0 +1,18 @@
+"""A seeded workspace with a validated snapshot per test (SQLite and PostgreSQL)."""
+
+import pytest
+
+from tests.snapshot.conftest import make_workspace
+from tests.snapshot.helpers import build_validated
+
+
+@pytest.fixture
+def ws(tmp_path, db_url):
+    workspace = make_workspace(tmp_path / "home", db_url)
+    yield workspace
+    workspace.close()
+
+
+@pytest.fixture
+def snapshot(ws):
+    return build_validated(ws)
