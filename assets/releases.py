@@ -29,7 +29,7 @@ VERIFICATION_CLASSES = (
 
 
 class ReleaseConfig(dg.Config):
-    shard_mb: float = 256.0
+    shard_mb: int = 256
     records_per_shard: int = 0  # 0: size by shard_mb
 
 

@@ -19,7 +19,7 @@ def release() -> None:
 @command(release, "build")
 @click.argument("snapshot")
 @click.option(
-    "--shard-mb", default=256, show_default=True, type=float, help="Target stored size per shard."
+    "--shard-mb", default=256, show_default=True, type=int, help="Target stored size per shard (MB)."
 )
 @click.option(
     "--records-per-shard",
@@ -38,7 +38,7 @@ def release() -> None:
 def release_build(
     ctx: Ctx,
     snapshot: str,
-    shard_mb: float,
+    shard_mb: int,
     records_per_shard: int | None,
     encrypt_key_file: str | None,
     key_version: str | None,
