@@ -1,7 +1,8 @@
-"""`make demo`: seed the demo corpus and run the main job end to end through Dagster.
+"""`make demo`: seed the demo corpus and run the main jobs end to end through Dagster.
 
 Runs against the persistent Dagster instance in $DAGSTER_HOME (var/dagster), so the
-materializations, checks and lineage are there to browse with `make ui` afterwards.
+materializations, checks and lineage are there to browse with `make ui` afterwards:
+snapshot -> validation -> alias, then release -> verification -> alias -> permit -> run.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 import dagster as dg
 
@@ -16,6 +18,8 @@ from pipelines.definitions import defs
 from relgate.demo import seed_demo
 from relgate.transforms import tag_transform
 from relgate.workspace import Workspace
+
+QUIET: dict[str, Any] = {"console": {"config": {"log_level": "INFO"}}}
 
 
 def main() -> int:
@@ -26,8 +30,7 @@ def main() -> int:
     if not ws.config.get("sources"):
         print("seeding demo corpus:", json.dumps(seed_demo(ws)), flush=True)
     instance = dg.DagsterInstance.get()
-    job = defs.resolve_job_def("snapshot_release_job")
-    result = job.execute_in_process(
+    snap = defs.resolve_job_def("snapshot_release_job").execute_in_process(
         instance=instance,
         run_config={
             "ops": {
@@ -38,19 +41,46 @@ def main() -> int:
                         "comment": "make demo",
                     }
                 }
-            }
+            },
+            "loggers": QUIET,
         },
     )
-    if not result.success:
-        print("demo run failed", file=sys.stderr)
+    if not snap.success:
+        print("snapshot run failed", file=sys.stderr)
         return 1
-    alias = result.output_for_node("snapshot_alias")
+    alias = snap.output_for_node("snapshot_alias")
     print(
         f"active snapshot for alias 'default' (generation {alias['generation']}): {alias['activeDigest']}"
     )
-    print(
-        f"dagster run {result.run_id} recorded in {os.environ.get('DAGSTER_HOME')}; `make ui` shows it"
+
+    purpose = ws.config["snapshot"]["purpose"]
+    permit = {"alias": "default-release", "purpose": purpose, "world_size": 4}
+    release = defs.resolve_job_def("release_job").execute_in_process(
+        instance=instance,
+        run_config={
+            "ops": {
+                "shard_release": {"config": {"records_per_shard": 200}},
+                "release_alias": {
+                    "config": {"alias": "default-release", "approver": "demo-approver"}
+                },
+                "gate_permit": {"config": permit},
+                "pinned_run": {"config": permit},
+            },
+            "loggers": QUIET,
+        },
     )
+    if not release.success:
+        print("release run failed", file=sys.stderr)
+        return 1
+    published = release.output_for_node("release_alias")
+    run = release.output_for_node("pinned_run")
+    print(
+        f"published release for alias 'default-release' (generation {published['generation']}): {published['activeDigest']}"
+    )
+    print(
+        f"run {run['runId']}: 4 worker processes passed the barrier on root {run['root']} (state {run['state']})"
+    )
+    print(f"dagster runs recorded in {os.environ.get('DAGSTER_HOME')}; `make ui` shows the lineage")
     return 0
 
 
