@@ -90,7 +90,7 @@ def serialize_shard(table: pa.Table, params: ParquetParams) -> bytes:
         row_group_size=params.row_group_records,
         use_dictionary=list(params.dictionary_columns),
         write_statistics=False,
-        store_schema=False,
+        store_schema=True,
     )
     return sink.getvalue()
 
@@ -374,4 +374,3 @@ def write_release(
             actor=actor,
         )
     return release
-

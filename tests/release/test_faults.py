@@ -1,0 +1,349 @@
+"""The Release rows of DESIGN.md's fault matrix that concern bytes and sets, each injected
+for real on stored objects or by a root manifest forged with the trusted workspace key.
+Every one must end with the release INVALID and the report naming the class counts."""
+
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from relgate.digests import sha256_digest
+from relgate.records import content_digest
+from relgate.release import manifest as rm
+from relgate.release import records as rr
+from relgate.release.verifier import SHARD_CHECKS, fetch_shard, verify_release
+from relgate.release.writer import ParquetParams, serialize_shard, shard_key
+from relgate.signing import SigningKey
+
+from .helpers import (
+    RECORDS_PER_SHARD,
+    encrypt_for,
+    forge,
+    member_schema,
+    overwrite_in_place,
+    read_shard,
+    rewrite_record,
+    shard_path,
+    state,
+    store_shard,
+    write,
+)
+
+
+def verify(ws, release, **kw):
+    kw.setdefault("workers", 0)
+    return verify_release(ws, release.digest, actor="test", **kw)
+
+
+def assert_invalid(ws, release, report, **expected):
+    assert report.outcome == "INVALID"
+    assert state(ws, release.digest) == "INVALID"
+    for name, count in expected.items():
+        assert report.counts[name] == count, (name, report.failing)
+    unexpected = {k: v for k, v in report.failing.items() if k not in expected}
+    return unexpected
+
+
+def test_truncated_shard(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    d = release.shards[1]
+    path = shard_path(ws, d)
+    overwrite_in_place(path, path.read_bytes()[: d["size"] // 2])
+    report = verify(ws, release, workers=2)
+    extra = assert_invalid(
+        ws, release, report, sizeMismatch=1, storageDigestMismatch=1, missingMembers=40
+    )
+    assert extra.keys() == {"tupleRootMismatch", "totalsMismatch"}  # decoded < declared
+    bad = [s for s in report.shards if not s["ok"]]
+    assert [s["id"] for s in bad] == [d["id"]]
+    assert {f["check"] for f in bad[0]["failures"]} == {"sizeMismatch", "storageDigestMismatch"}
+
+
+def test_two_shards_swapped(ws, snapshot):
+    release = write(ws, snapshot.digest)
+
+    def swap(body):
+        a, b = body["shards"][0], body["shards"][1]
+        for f in ("digest", "size", "objectVersion"):
+            a[f], b[f] = b[f], a[f]
+
+    forged = forge(ws, release, swap)
+    report = verify(ws, forged)
+    extra = assert_invalid(
+        ws, forged, report, logicalDigestMismatch=2, memberSetDigestMismatch=2, missingMembers=0
+    )
+    # The set is intact (both shards are still there): only the descriptors catch a swap.
+    assert extra.keys() <= {"tokenCountMismatch", "recordCountMismatch"}
+
+
+@pytest.mark.parametrize(
+    ("field", "check"),
+    [
+        ("text", "contentSubstitutions"),
+        ("sourceVersion", "sourceVersionSubstitutions"),
+        ("split", "splitConflicts"),
+    ],
+)
+def test_member_replaced_under_the_same_sample_id(ws, snapshot, field, check):
+    release = write(ws, snapshot.digest)
+    schema = member_schema(ws, release)
+    d = release.shards[2]
+    table = read_shard(ws, d)
+    row = table.slice(5, 1).to_pylist()[0]
+    if field == "text":
+        text = row["text"] + " and one more sentence"
+        changes = {
+            "text": text,
+            "logicalContentDigest": content_digest(row["lang"], text),
+            "tokens": row["tokens"] + 4,
+        }
+    elif field == "sourceVersion":
+        changes = {"sourceVersion": row["sourceVersion"] + "-older"}
+    else:
+        changes = {"split": "test" if row["split"] != "test" else "train"}
+    new = store_shard(ws, rewrite_record(table, 5, **changes), d, schema)
+
+    forged = forge(ws, release, lambda body: body["shards"].__setitem__(2, new))
+    report = verify(ws, forged)
+    extra = assert_invalid(ws, forged, report, **{check: 1})
+    # Per-shard checks all pass on the re-stored bytes: only the set diff catches it.
+    assert all(report.counts[c] == 0 for c in SHARD_CHECKS)
+    assert extra == {"tupleRootMismatch": 1}
+
+
+def test_text_replaced_but_content_digest_column_left_alone(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    schema = member_schema(ws, release)
+    d = release.shards[0]
+    table = read_shard(ws, d)
+    row = table.slice(0, 1).to_pylist()[0]
+    changed = rewrite_record(table, 0, text=row["text"].upper())
+    new = store_shard(ws, changed, d, schema)
+    forged = forge(ws, release, lambda body: body["shards"].__setitem__(0, new))
+    report = verify(ws, forged)
+    # The tuple uses the digest recomputed from the decoded text, never the stored column.
+    assert_invalid(ws, forged, report, storedContentDigestMismatches=1, contentSubstitutions=1)
+
+
+def test_descriptor_omitted(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    forged = forge(ws, release, lambda body: body["shards"].pop(), renumber=True)
+    report = verify(ws, forged)
+    last = release.shards[-1]["records"]
+    extra = assert_invalid(ws, forged, report, missingMembers=last)
+    assert extra == {"tupleRootMismatch": 1}
+
+
+def test_descriptor_lacking_a_field(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    forged = forge(ws, release, lambda body: body["shards"][1].pop("memberSetDigest"))
+    report = verify(ws, forged)
+    assert_invalid(
+        ws, forged, report, descriptorIncomplete=1, missingMembers=release.shards[1]["records"]
+    )
+    assert any("lacks ['memberSetDigest']" in p for p in report.problems)
+
+
+def test_extra_member(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    schema = member_schema(ws, release)
+    d = release.shards[0]
+    table = read_shard(ws, d)
+    row = table.slice(0, 1).to_pylist()[0]
+    row["sampleId"] = "forum/never-a-member"
+    grown = pa.concat_tables([table, pa.Table.from_pylist([row], schema=rr.SHARD_ARROW_SCHEMA)])
+    new = store_shard(ws, grown, d, schema)
+    forged = forge(ws, release, lambda body: body["shards"].__setitem__(0, new))
+    report = verify(ws, forged)
+    assert_invalid(ws, forged, report, extraMembers=1, missingMembers=0, duplicateMembers=0)
+
+
+def test_duplicate_member_across_shards(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    schema = member_schema(ws, release)
+    d = release.shards[0]
+    table = read_shard(ws, d)
+    copied = read_shard(ws, release.shards[1]).slice(0, 1)
+    new = store_shard(ws, pa.concat_tables([table, copied]), d, schema)
+    forged = forge(ws, release, lambda body: body["shards"].__setitem__(0, new))
+    report = verify(ws, forged)
+    assert_invalid(ws, forged, report, duplicateMembers=1, extraMembers=0, missingMembers=0)
+
+
+def test_duplicate_descriptor(ws, snapshot):
+    release = write(ws, snapshot.digest)
+
+    def repeat(body):
+        body["shards"].append(dict(body["shards"][0]))
+
+    forged = forge(ws, release, repeat, renumber=True)
+    report = verify(ws, forged)
+    assert_invalid(ws, forged, report, duplicateMembers=RECORDS_PER_SHARD, missingMembers=0)
+
+
+def test_stale_listing_is_never_consulted(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    # An extra, perfectly valid shard object appears under the prefix...
+    extra = read_shard(ws, release.shards[0])
+    rogue = serialize_shard(extra.slice(0, 3), ParquetParams())
+    ws.store.create(shard_key(sha256_digest(rogue), encrypted=False), rogue)
+    # ...and a newer version of a pinned shard key holds other bytes.
+    d = release.shards[1]
+    key = shard_key(d["digest"], encrypted=False)
+    newer = ws.store.put(key, b"not the pinned version")
+    assert ws.store.head(key).version_id == newer.version_id != d["objectVersion"]
+    report = verify(ws, release)
+    assert report.ok, report.failing  # descriptors + exact versions only
+    assert state(ws, release.digest) == "VERIFIED"
+    assert report.facts["shards"] == len(release.shards)
+    read = {s["id"]: s["objectVersion"] for s in report.shards}
+    assert read[d["id"]] == d["objectVersion"]
+
+
+def test_root_built_from_a_stale_listing(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    # A writer that listed the prefix before the last shard landed would name only these.
+    forged = forge(ws, release, lambda body: body["shards"].pop(), renumber=True)
+    report = verify(ws, forged, workers=2)
+    assert_invalid(ws, forged, report, missingMembers=release.shards[-1]["records"])
+
+
+def test_old_cache_entry_is_detected_and_never_used(ws, snapshot, tmp_path):
+    release = write(ws, snapshot.digest)
+    d = release.shards[0]
+    cache = tmp_path / "cache"
+    data, status = fetch_shard(ws.store, d, cache)
+    assert status == "miss"
+    assert fetch_shard(ws.store, d, cache) == (data, "hit")
+    cached = cache / (d["digest"].removeprefix("sha256:") + ".shard")
+    cached.write_bytes(read_shard_bytes_of(ws, release.shards[1]))  # stale: another shard
+    again, status = fetch_shard(ws.store, d, cache)
+    assert status == "rejected" and again == data
+    assert cached.read_bytes() == data
+    # A corrupt pinned object is never papered over by a good cache entry in the verifier.
+    overwrite_in_place(shard_path(ws, d), data[:-8])
+    report = verify(ws, release)
+    assert_invalid(ws, release, report, sizeMismatch=1, storageDigestMismatch=1)
+
+
+def read_shard_bytes_of(ws, descriptor):
+    return shard_path(ws, descriptor).read_bytes()
+
+
+def test_mixed_record_schemas(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    d = release.shards[1]
+    table = read_shard(ws, d)
+    other = pa.schema(
+        [
+            f if f.name != "tokens" else pa.field("tokens", pa.int32(), False)
+            for f in rr.SHARD_ARROW_SCHEMA
+        ]
+    )
+    other = other.with_metadata({rr.SCHEMA_METADATA_KEY: b"sha256:" + b"9" * 64})
+    sink = io.BytesIO()
+    pq.write_table(table.cast(other), sink, compression="zstd")
+    raw = sink.getvalue()
+    new = store_shard(ws, table, d, member_schema(ws, release), raw=raw)
+    forged = forge(ws, release, lambda body: body["shards"].__setitem__(1, new))
+    report = verify(ws, forged)
+    assert_invalid(
+        ws,
+        forged,
+        report,
+        recordSchemaMismatch=1,
+        mixedRecordSchemas=1,
+        missingMembers=d["records"],
+    )
+
+
+KEY = bytes(range(32))
+
+
+def _encrypted(ws, snapshot):
+    return write(ws, snapshot.digest, encrypt_key=KEY, key_version="kms-v1")
+
+
+def test_wrong_key_on_an_encrypted_shard(ws, snapshot):
+    release = _encrypted(ws, snapshot)
+    report = verify(ws, release, keys={"kms-v1": b"\x07" * 32})
+    n = len(release.shards)
+    assert_invalid(
+        ws, release, report, decryptFailures=n, missingMembers=snapshot.manifest.member_count
+    )
+    failure = report.shards[0]["failures"][0]
+    assert failure["failedCheck"] == "decrypt-authenticate"
+
+
+def test_wrong_aad_on_an_encrypted_shard(ws, snapshot):
+    release = _encrypted(ws, snapshot)
+    d0, d1 = release.shards[0], release.shards[1]
+    # Shard 0's records encrypted with the right key but bound to shard 1's identity.
+    plain = serialize_shard(read_plain(ws, release, d0), ParquetParams())
+    digest, size, version = encrypt_for(
+        ws,
+        plain,
+        KEY,
+        snapshot=snapshot.digest,
+        shard=d1["id"],
+        logical=d0["logicalDigest"],
+        key_version="kms-v1",
+    )
+    new = {**d0, "digest": digest, "size": size, "objectVersion": version}
+    forged = forge(ws, release, lambda body: body["shards"].__setitem__(0, new))
+    report = verify(ws, forged, keys={"kms-v1": KEY})
+    assert_invalid(ws, forged, report, decryptFailures=1, missingMembers=d0["records"])
+
+
+def test_wrong_reader_on_an_encrypted_shard(ws, snapshot):
+    release = _encrypted(ws, snapshot)
+    # A reader holding only another key version cannot open the release...
+    report = verify(ws, release, keys={"kms-v2": KEY})
+    assert_invalid(ws, release, report, decryptFailures=len(release.shards))
+    # ...and a plaintext parquet reader pointed at the ciphertext finds no footer.
+    release2 = _encrypted(ws, snapshot)  # fresh nonces: a new root, still STAGED
+    d = release2.shards[0]
+    cipher = shard_path(ws, d).read_bytes()
+    ws.store.create(shard_key(d["digest"], encrypted=False), cipher)
+
+    def as_plain(body):
+        body["shards"][0]["mediaType"] = rm.SHARD_MEDIA_TYPE
+        body["shards"][0]["objectVersion"] = ws.store.head(
+            shard_key(d["digest"], encrypted=False)
+        ).version_id
+        body["writer"]["keyVersion"] = None
+
+    forged = forge(ws, release2, as_plain)
+    report = verify(ws, forged, keys={"kms-v1": KEY})
+    assert_invalid(ws, forged, report, footerUnreadable=1)
+
+
+def read_plain(ws, release, d):
+    from relgate.release import crypto
+
+    aad = crypto.shard_aad(
+        snapshot=release.snapshot,
+        shard=d["id"],
+        logical_digest=d["logicalDigest"],
+        record_schema=release.body["recordSchema"],
+        key_version="kms-v1",
+    )
+    plain = crypto.decrypt_shard(
+        shard_path(ws, d).read_bytes(),
+        KEY,
+        aad,
+        key_version="kms-v1",
+        shard=d["id"],
+        digest=d["digest"],
+    )
+    return pq.read_table(io.BytesIO(plain))
+
+
+def test_root_signed_by_an_untrusted_key(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    forged = forge(
+        ws, release, lambda body: body.update(note="re-signed"), key=SigningKey.generate()
+    )
+    report = verify(ws, forged)
+    assert_invalid(ws, forged, report, **{"fatal:signature-trusted": 1})
