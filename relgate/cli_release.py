@@ -19,7 +19,11 @@ def release() -> None:
 @command(release, "build")
 @click.argument("snapshot")
 @click.option(
-    "--shard-mb", default=256, show_default=True, type=int, help="Target stored size per shard (MB)."
+    "--shard-mb",
+    default=256,
+    show_default=True,
+    type=int,
+    help="Target stored size per shard (MB).",
 )
 @click.option(
     "--records-per-shard",
@@ -31,7 +35,7 @@ def release() -> None:
     "--encrypt-key-file",
     default=None,
     type=click.Path(exists=True, dir_okay=False),
-    help="32-byte AES-256-GCM key (raw or hex).",
+    help="32-byte AES-256-GCM key (raw bytes).",
 )
 @click.option("--key-version", default=None, help="Key version recorded in the root manifest.")
 @pass_ctx
@@ -48,7 +52,7 @@ def release_build(
     from relgate.snapshot.catalog import resolve
 
     ws = ctx.ws()
-    key = _read_key(encrypt_key_file) if encrypt_key_file else None
+    key = Path(encrypt_key_file).read_bytes() if encrypt_key_file else None
     manifest = write_release(
         ws,
         resolve(ws.db, snapshot),
@@ -67,34 +71,31 @@ def release_build(
     }
 
 
-def _read_key(path: str) -> bytes:
-    raw = Path(path).read_bytes().strip()
-    return bytes.fromhex(raw.decode()) if len(raw) == 64 else raw
-
-
 @command(release, "verify")
 @click.argument("root")
 @click.option("--workers", default=2, show_default=True, help="Verifier processes.")
 @click.option(
-    "--key-file",
-    default=None,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Decryption key for encrypted shards.",
+    "--key", "keys", multiple=True, help="Decryption key ring entry VERSION=PATH (32 raw bytes)."
 )
+@click.option("--cache", is_flag=True, help="Use (and re-verify) the local shard cache.")
 @pass_ctx
-def release_verify(ctx: Ctx, root: str, workers: int, key_file: str | None) -> dict[str, Any]:
+def release_verify(
+    ctx: Ctx, root: str, workers: int, keys: tuple[str, ...], cache: bool
+) -> dict[str, Any]:
     """Independent verification from exact object versions; VERIFIED or INVALID."""
     from relgate.release.catalog import resolve_release
-    from relgate.release.verifier import verify_release
+    from relgate.release.verifier import key_ring, verify_release
 
     ws = ctx.ws()
-    kwargs: dict[str, Any] = {"workers": workers, "actor": _actor()}
-    if key_file:
-        kwargs["decrypt_key"] = _read_key(key_file)
-    report = verify_release(ws, resolve_release(ws.db, root), **kwargs)
-    out = report.to_json()
-    out["_ok"] = report.ok
-    return out
+    report = verify_release(
+        ws,
+        resolve_release(ws.db, root),
+        workers=workers,
+        keys=key_ring(keys),
+        use_cache=cache,
+        actor=_actor(),
+    )
+    return {**report.summary(), "counts": report.counts, "_ok": report.ok}
 
 
 @command(release, "approve")
@@ -215,14 +216,20 @@ def run_create(ctx: Ctx, alias: str, purpose: str, world_size: int) -> dict[str,
 @click.option(
     "--probe-port", default=None, type=int, help="Serve /ready and /metrics on 127.0.0.1:PORT."
 )
+@click.option("--key", "keys", multiple=True, help="Decryption key ring entry VERSION=PATH.")
 @pass_ctx
 def run_worker_cmd(
-    ctx: Ctx, run_id: str, rank: int, barrier_timeout: float, probe_port: int | None
+    ctx: Ctx,
+    run_id: str,
+    rank: int,
+    barrier_timeout: float,
+    probe_port: int | None,
+    keys: tuple[str, ...],
 ) -> dict[str, Any]:
     """Verify this rank's shards, report (runId, rootDigest, shardDigests), wait for the barrier."""
     from relgate.release.metrics import Probe, ReleaseMetrics
     from relgate.release.runs import get_run, run_worker
-    from relgate.release.verifier import check_descriptor
+    from relgate.release.verifier import key_ring
 
     ws = ctx.ws()
     root = get_run(ws.db, run_id)["root_digest"]
@@ -232,6 +239,7 @@ def run_worker_cmd(
 
         def verified(result: Any) -> None:
             metrics.verified_shard_ratio.labels(root).set(1.0)
+            metrics.ready.labels(root).set(1)
             if probe is not None:
                 probe.is_ready = True
 
@@ -239,17 +247,17 @@ def run_worker_cmd(
             ws,
             run_id,
             rank,
-            verify_shard=check_descriptor,
+            keys=key_ring(keys),
             barrier_timeout=barrier_timeout,
             on_verified=verified,
         )
         metrics.barrier_wait.labels(root, str(rank)).set(result.barrier_wait_s)
-        out = result.to_json()
-        if os.environ.get("RELGATE_WORKER_HOLD"):
+        hold = os.environ.get("RELGATE_WORKER_HOLD")
+        if hold:  # keep serving the probe after the barrier (tests scrape it)
             import time
 
-            time.sleep(float(os.environ["RELGATE_WORKER_HOLD"]))  # lets tests scrape the probe
-        return out
+            time.sleep(float(hold))
+        return result.to_json()
     finally:
         if probe is not None:
             probe.close()

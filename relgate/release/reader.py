@@ -11,8 +11,7 @@ resume, and no sample is skipped or repeated.
 from __future__ import annotations
 
 import hashlib
-import io
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,15 +20,11 @@ import pyarrow.parquet as pq
 
 from relgate.digests import sha256_digest
 from relgate.errors import IntegrityError, RejectedError, UsageError
+from relgate.release import crypto
 from relgate.release import manifest as rm
+from relgate.release import records as rr
+from relgate.release.verifier import object_key
 from relgate.workspace import Workspace
-
-#: Turns the verified stored bytes of a shard into its record table (decryption lives here).
-ShardDecoder = Callable[[bytes, dict[str, Any]], pa.Table]
-
-
-def parquet_decoder(data: bytes, descriptor: dict[str, Any]) -> pa.Table:
-    return pq.read_table(io.BytesIO(data))
 
 
 @dataclass(frozen=True)
@@ -71,7 +66,7 @@ class ShardReader:
         manifest: rm.ReleaseManifest,
         position: InputPosition,
         *,
-        decoder: ShardDecoder = parquet_decoder,
+        keys: Mapping[str, bytes] | None = None,
         passes: int = 1,
     ) -> None:
         if position.root != manifest.digest:
@@ -84,7 +79,7 @@ class ShardReader:
             )
         self.ws = ws
         self.manifest = manifest
-        self.decoder = decoder
+        self.keys = dict(keys or {})
         self.passes = passes
         self._by_id = {s["id"]: s for s in manifest.shards}
         missing = [s for s in position.shards if s not in self._by_id]
@@ -109,17 +104,48 @@ class ShardReader:
         return sorted(self._pos.shards, key=lambda s: _key(seed, data_pass, s))
 
     def load_shard(self, shard_id: str) -> pa.Table:
-        descriptor = self._by_id[shard_id]
-        data = self.ws.store.get(_shard_key(descriptor), str(descriptor["objectVersion"]))
-        if len(data) != int(descriptor["size"]) or sha256_digest(data) != descriptor["digest"]:
+        """Exact version -> storage digest -> decrypt (if encrypted) -> decode -> logical digest."""
+        d = self._by_id[shard_id]
+        digest = str(d["digest"])
+        data = self.ws.store.get(object_key(d), str(d["objectVersion"]))
+        if len(data) != int(d["size"]) or sha256_digest(data) != digest:
             raise IntegrityError(
                 "shard bytes do not match their descriptor",
                 object=shard_id,
                 check="storage-digest",
-                digest=str(descriptor["digest"]),
+                digest=digest,
             )
         self.bytes_read += len(data)
-        return self.decoder(data, descriptor)
+        if d["mediaType"] == rm.ENCRYPTED_SHARD_MEDIA_TYPE:
+            key_version = str(self.manifest.body["writer"].get("keyVersion"))
+            key = self.keys.get(key_version)
+            if key is None:
+                raise RejectedError(
+                    "no key for this shard's key version",
+                    object=shard_id,
+                    check="key-version",
+                    digest=digest,
+                    details={"keyVersion": key_version},
+                )
+            aad = crypto.shard_aad(
+                snapshot=self.manifest.snapshot,
+                shard=shard_id,
+                logical_digest=str(d["logicalDigest"]),
+                record_schema=str(self.manifest.body["recordSchema"]),
+                key_version=key_version,
+            )
+            data = crypto.decrypt_shard(
+                data, key, aad, key_version=key_version, shard=shard_id, digest=digest
+            )
+        table = pq.read_table(pa.BufferReader(data))
+        if rr.logical_digest(table) != d["logicalDigest"]:
+            raise IntegrityError(
+                "decoded records differ from the descriptor's logical digest",
+                object=shard_id,
+                check="logical-digest",
+                digest=str(d["logicalDigest"]),
+            )
+        return table
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         pos = self._pos
@@ -148,10 +174,6 @@ class ShardReader:
             self._pos = InputPosition(pos.root, pos.seed, pos.shards, data_pass + 1, 0, 0)
 
 
-def _shard_key(descriptor: dict[str, Any]) -> str:
-    return "shards/sha256/" + str(descriptor["digest"]).removeprefix("sha256:") + ".parquet"
-
-
 def open_reader(
     ws: Workspace,
     root: str,
@@ -159,7 +181,7 @@ def open_reader(
     *,
     seed: int,
     position: dict[str, Any] | None = None,
-    decoder: ShardDecoder = parquet_decoder,
+    keys: Mapping[str, bytes] | None = None,
     passes: int = 1,
 ) -> ShardReader:
     from relgate.release.catalog import get_release
@@ -170,7 +192,7 @@ def open_reader(
     pos = (
         InputPosition.from_json(position) if position else InputPosition(root, seed, tuple(shards))
     )
-    return ShardReader(ws, manifest, pos, decoder=decoder, passes=passes)
+    return ShardReader(ws, manifest, pos, keys=keys, passes=passes)
 
 
 try:  # torch stays optional: the adapter exists only where torch is installed

@@ -14,14 +14,21 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
-from relgate.errors import ConflictError, NotFoundError, RejectedError, RelgateError, UsageError
+from relgate.errors import (
+    ConflictError,
+    IntegrityError,
+    NotFoundError,
+    RejectedError,
+    RelgateError,
+    UsageError,
+)
 from relgate.permits import acquire
 from relgate.release import manifest as rm
 from relgate.release.catalog import get_release
@@ -156,7 +163,39 @@ def fail_run(db: Database, run_id: str, reason: str) -> bool:
         )
 
 
-ShardVerifier = Callable[[Workspace, rm.ReleaseManifest, dict[str, Any]], None]
+def shard_checker(
+    ws: Workspace, manifest: rm.ReleaseManifest, keys: Mapping[str, bytes] | None = None
+) -> Callable[[dict[str, Any]], None]:
+    """Per-shard verification for a rank: the independent verifier's checks on one descriptor."""
+    from relgate.release.verifier import ShardTask, verify_shard
+    from relgate.snapshot.compare import load_manifest
+
+    member_schema = load_manifest(ws, manifest.snapshot).body["recordSchema"]
+    key_version = manifest.body["writer"].get("keyVersion")
+    key = (keys or {}).get(key_version) if key_version else None
+
+    def check(descriptor: dict[str, Any]) -> None:
+        task = ShardTask(
+            ws.config["objectStore"],
+            descriptor,
+            manifest.snapshot,
+            manifest.body["recordSchema"],
+            member_schema,
+            key_version,
+            key,
+        )
+        result = verify_shard(task)
+        if not result.ok:
+            first = result.failures[0]
+            raise IntegrityError(
+                f"shard failed verification: {first['message']}",
+                object=str(descriptor["id"]),
+                check=str(first["check"]),
+                digest=str(descriptor["digest"]),
+                details={"failures": result.failures},
+            )
+
+    return check
 
 
 @dataclass
@@ -214,7 +253,7 @@ def run_worker(
     run_id: str,
     rank: int,
     *,
-    verify_shard: ShardVerifier,
+    keys: Mapping[str, bytes] | None = None,
     barrier_timeout: float = 60.0,
     poll: float = 0.1,
     on_verified: Callable[[WorkerResult], None] | None = None,
@@ -236,6 +275,7 @@ def run_worker(
         release = get_release(ws.db, root)
         manifest = rm.load(ws.store, ws.trusted_keys, root, release["envelope_version"])
         by_id = {s["id"]: s for s in manifest.shards}
+        check = shard_checker(ws, manifest, keys)
         for shard_id in shard_ids:
             descriptor = by_id.get(shard_id)
             if descriptor is None:
@@ -245,7 +285,7 @@ def run_worker(
                     check="descriptor",
                     digest=root,
                 )
-            verify_shard(ws, manifest, descriptor)
+            check(descriptor)
             digests.append(str(descriptor["digest"]))
         reported_root = manifest.digest
     except RelgateError as exc:

@@ -31,7 +31,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 
 from relgate.canonical import canonical_bytes
 from relgate.digests import is_digest
-from relgate.errors import NotFoundError, RelgateError
+from relgate.errors import NotFoundError, RelgateError, UsageError
 from relgate.membership import tuple_root
 from relgate.release import attest, crypto
 from relgate.release import manifest as rm
@@ -657,10 +657,13 @@ def load_report(ws: Workspace, digest: str, version_id: str) -> dict[str, Any]:
 # -- command line ----------------------------------------------------------------------
 
 
-def _key_ring(specs: list[str]) -> dict[str, bytes]:
+def key_ring(specs: Iterable[str]) -> dict[str, bytes]:
+    """``VERSION=PATH`` specs -> ``{keyVersion: key bytes}`` (the reader's key ring)."""
     ring = {}
     for spec in specs:
-        version, _, path = spec.partition("=")
+        version, sep, path = spec.partition("=")
+        if not sep or not version:
+            raise UsageError("a key is given as VERSION=PATH", object=spec, check="key-spec")
         ring[version] = Path(path).read_bytes()
     return ring
 
@@ -676,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ws = Workspace.open(args.home)
     try:
-        ring = _key_ring(args.key)
+        ring = key_ring(args.key)
         if not args.shard:
             report = verify_release(
                 ws, args.root, workers=args.workers, keys=ring, actor=args.actor
