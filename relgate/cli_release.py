@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from relgate.cli import Ctx, _actor, command, main, pass_ctx
+from relgate.cli_common import Ctx, _actor, command, pass_ctx
 
 
-@main.group()
+@click.group()
 def release() -> None:
     """Build, verify, approve, publish and roll back shard releases."""
 
@@ -192,7 +192,7 @@ def release_list(ctx: Ctx) -> dict[str, Any]:
 
 
 # -- runs ----------------------------------------------------------------------------------
-@main.group()
+@click.group()
 def run() -> None:
     """Training runs pinned to one root digest."""
 
@@ -284,7 +284,7 @@ def run_rescale(ctx: Ctx, run_id: str, world_size: int) -> dict[str, Any]:
 
 
 # -- permits -------------------------------------------------------------------------------
-@main.group()
+@click.group()
 def permit() -> None:
     """Gate permits."""
 
@@ -306,3 +306,8 @@ def permit_show(ctx: Ctx, permit_id: str) -> dict[str, Any]:
     from relgate.permits import get_permit
 
     return get_permit(ctx.ws().db, permit_id)
+
+
+def register(main: click.Group) -> None:
+    for group in (release, run, permit):
+        main.add_command(group)

@@ -230,7 +230,28 @@ def report(
     ok: bool,
     detail: str,
 ) -> None:
+    """Record a rank's report; a restarted rank may report again, but only the same root."""
+    params = {"r": run_id, "e": epoch, "k": rank}
     with db.tx() as conn:
+        existing = one(
+            conn,
+            "SELECT root_digest FROM run_reports WHERE run_id = :r AND epoch = :e AND rank = :k",
+            params,
+        )
+        if existing is not None:
+            if existing["root_digest"] != root:
+                raise RejectedError(
+                    "a restarted rank reported a different root",
+                    object=run_id,
+                    check="root-mismatch",
+                    digest=root,
+                )
+            execute(
+                conn,
+                "UPDATE run_reports SET ok = :ok, detail = :d, reported_at = :now WHERE run_id = :r AND epoch = :e AND rank = :k",
+                {**params, "ok": 1 if ok else 0, "d": detail, "now": utcnow()},
+            )
+            return
         execute(
             conn,
             "INSERT INTO run_reports (run_id, epoch, rank, root_digest, shard_digests, ok, detail, reported_at)"

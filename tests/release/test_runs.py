@@ -197,7 +197,8 @@ def test_recovery_and_scale_out_never_read_the_new_alias(ws, snapshot):
     assert {json.loads(o)["rootDigest"] for o, _ in outs} == {old.digest}
     # A recovering rank restarted in the same epoch re-reports the same root.
     again = _worker(ws.home, run["runId"], 1)
-    assert again.wait(timeout=120) == 0
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
 
 
 def test_reader_resumes_exactly_from_a_saved_position(ws, snapshot):
