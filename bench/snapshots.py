@@ -45,7 +45,22 @@ def seed(home: Path, n: int) -> None:
     schema = pa.schema([("sample_id", pa.string()), ("lang", pa.string()), ("text", pa.string())])
     table = catalog.create_table("bench.records", schema=schema)
     rng = np.random.default_rng(1)
-    words = np.array(["router", "thermostat", "firmware", "battery", "pairing", "reset", "order", "error", "update", "noise", "cable", "screen"])
+    words = np.array(
+        [
+            "router",
+            "thermostat",
+            "firmware",
+            "battery",
+            "pairing",
+            "reset",
+            "order",
+            "error",
+            "update",
+            "noise",
+            "cable",
+            "screen",
+        ]
+    )
     step = 1_000_000
     for lo in range(0, n, step):
         hi = min(n, lo + step)
@@ -54,7 +69,15 @@ def seed(home: Path, n: int) -> None:
         picks = words[rng.integers(0, len(words), (hi - lo, 12))]
         texts = pa.array([" ".join(row) + f" #{lo + i}" for i, row in enumerate(picks.tolist())])
         table.append(pa.table([ids, langs, texts], schema=schema))
-    ws.config["sources"] = [{"id": "records", "kind": "iceberg", "catalogUri": catalog_uri, "warehouse": warehouse, "table": "bench.records"}]
+    ws.config["sources"] = [
+        {
+            "id": "records",
+            "kind": "iceberg",
+            "catalogUri": catalog_uri,
+            "warehouse": warehouse,
+            "table": "bench.records",
+        }
+    ]
     ws.save()
 
 
@@ -65,7 +88,12 @@ def phase_build(home: Path) -> dict[str, object]:
     ws = Workspace.open(home)
     t = time.perf_counter()
     result = build_snapshot(ws, BuildSpec.from_config(ws.config), actor="bench")
-    return {"seconds": round(time.perf_counter() - t, 2), "peakRssMB": _rss_mb(), "digest": result.digest, "members": result.manifest.member_count}
+    return {
+        "seconds": round(time.perf_counter() - t, 2),
+        "peakRssMB": _rss_mb(),
+        "digest": result.digest,
+        "members": result.manifest.member_count,
+    }
 
 
 def phase_validate(home: Path, digest: str) -> dict[str, object]:
@@ -75,7 +103,11 @@ def phase_validate(home: Path, digest: str) -> dict[str, object]:
     ws = Workspace.open(home)
     t = time.perf_counter()
     report = validate_snapshot(ws, digest, actor="bench")
-    return {"seconds": round(time.perf_counter() - t, 2), "peakRssMB": _rss_mb(), "outcome": report.outcome}
+    return {
+        "seconds": round(time.perf_counter() - t, 2),
+        "peakRssMB": _rss_mb(),
+        "outcome": report.outcome,
+    }
 
 
 def phase_diff(home: Path, digest: str) -> dict[str, object]:
@@ -95,19 +127,32 @@ def phase_diff(home: Path, digest: str) -> dict[str, object]:
     cols = stored.columns
     a = stored.group_by(cols).len()
     b = expected.group_by(cols).len()
-    baseline = a.join(b, on=cols, how="full", coalesce=True).filter(pl.col("len") != pl.col("len_right")).height
+    baseline = (
+        a.join(b, on=cols, how="full", coalesce=True)
+        .filter(pl.col("len") != pl.col("len_right"))
+        .height
+    )
     base_s = time.perf_counter() - t
     assert not any(ours.values()) and baseline == 0
-    return {"multisetDiffSeconds": round(ours_s, 2), "polarsGroupByBaselineSeconds": round(base_s, 2), "ratioOverBaseline": round(ours_s / base_s, 2)}
+    return {
+        "multisetDiffSeconds": round(ours_s, 2),
+        "polarsGroupByBaselineSeconds": round(base_s, 2),
+        "ratioOverBaseline": round(ours_s / base_s, 2),
+    }
 
 
 def _child(*args: str) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-m", "bench.snapshots", *args], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.snapshots", *args], check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> dict[str, object]:
-    results: dict[str, object] = {"workload": "Iceberg source of N synthetic records, default policies, normalize transform", "runs": []}
+    results: dict[str, object] = {
+        "workload": "Iceberg source of N synthetic records, default policies, normalize transform",
+        "runs": [],
+    }
     for n in SIZES:
         with tempfile.TemporaryDirectory(prefix="relgate-bench-") as tmp:
             home = Path(tmp) / "home"
@@ -117,7 +162,13 @@ def main() -> dict[str, object]:
             build = _child("build", str(home))
             validate = _child("validate", str(home), str(build["digest"]))
             diff = _child("diff", str(home), str(build["digest"]))
-            run = {"records": n, "seedSeconds": seeded, "build": build, "validate": validate, "diff": diff}
+            run = {
+                "records": n,
+                "seedSeconds": seeded,
+                "build": build,
+                "validate": validate,
+                "diff": diff,
+            }
             run["validateTarget"] = {"seconds<=": 10, "peakRssMB<=": 3072}
             results["runs"].append(run)  # type: ignore[attr-defined]
             print(json.dumps(run), flush=True)

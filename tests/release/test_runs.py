@@ -8,7 +8,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-from relgate.release.verifier import verify_release
 
 from relgate.errors import ConflictError, RejectedError
 from relgate.permits import get_permit
@@ -17,6 +16,7 @@ from relgate.release.catalog import get_release
 from relgate.release.publish import approve_release, publish, rollback_release
 from relgate.release.reader import open_reader
 from relgate.release.runs import assignment, create_run, get_run, rescale, run_status
+from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release
 from relgate.snapshot import lifecycle
 
@@ -197,7 +197,7 @@ def test_recovery_and_scale_out_never_read_the_new_alias(ws, snapshot):
     assert {json.loads(o)["rootDigest"] for o, _ in outs} == {old.digest}
     # A recovering rank restarted in the same epoch re-reports the same root.
     again = _worker(ws.home, run["runId"], 1)
-    out, err = again.communicate(timeout=120)
+    _out, err = again.communicate(timeout=120)
     assert again.returncode == 0, err
 
 
