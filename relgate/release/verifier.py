@@ -119,7 +119,6 @@ class ShardTask:
     member_schema: str
     key_version: str | None
     key: bytes | None = None
-    cache_dir: str | None = None
 
 
 @dataclass
@@ -133,7 +132,6 @@ class ShardResult:
     bytes: int = 0
     stored_content_mismatches: int = 0
     schema_seen: str | None = None
-    cache: str = "off"
     tuples: pa.Table | None = None
 
     @property
@@ -154,7 +152,6 @@ class ShardResult:
             "bytes": self.bytes,
             "storedContentDigestMismatches": self.stored_content_mismatches,
             "recordSchema": self.schema_seen,
-            "cache": self.cache,
             "failures": self.failures,
         }
 
@@ -170,38 +167,65 @@ def object_key(descriptor: Mapping[str, Any]) -> str:
 
 
 def _read_exact(task: ShardTask, result: ShardResult) -> bytes | None:
+    """The bytes of the exact pinned version (the verifier keeps no cache of its own)."""
     d = task.descriptor
     key = object_key(d)
-    want = str(d["digest"])
-    cached: Path | None = None
-    if task.cache_dir is not None:
-        cached = Path(task.cache_dir) / want.removeprefix("sha256:")
-        if cached.exists():
-            data = cached.read_bytes()
-            if "sha256:" + hashlib.sha256(data).hexdigest() == want:
-                result.cache = "hit"
-                return data
-            # A stale or corrupt cache entry is never used: drop it, read the pinned version.
-            result.cache = "rejected"
-            cached.unlink(missing_ok=True)
-        else:
-            result.cache = "miss"
     store = build_object_store(task.store_config)
     try:
         local = getattr(store, "local_path", None)
         if local is not None:
-            data = Path(local(key, str(d["objectVersion"]))).read_bytes()
-        else:
-            data = store.get(key, str(d["objectVersion"]))
+            return Path(local(key, str(d["objectVersion"]))).read_bytes()
+        return store.get(key, str(d["objectVersion"]))
     except NotFoundError:
         result.fail("objectMissing", "pinned object version is not in the store", key=key)
         return None
-    if cached is not None and "sha256:" + hashlib.sha256(data).hexdigest() == want:
+
+
+def fetch_shard(
+    store: Any, descriptor: Mapping[str, Any], cache_dir: str | os.PathLike[str] | None = None
+) -> tuple[bytes, str]:
+    """Shard bytes for a reader (run workers), through an optional local cache.
+
+    A cached copy is used only if its size and SHA-256 match the descriptor; a stale or
+    corrupt copy is discarded and the exact pinned version re-read (status ``rejected``).
+    Returns ``(bytes, status)`` with status ``off``, ``hit``, ``miss`` or ``rejected``;
+    raises IntegrityError if the pinned version itself does not match.
+    """
+    from relgate.errors import IntegrityError
+
+    want = str(descriptor["digest"])
+    status = "off"
+    cached: Path | None = None
+    if cache_dir is not None:
+        cached = Path(cache_dir) / (want.removeprefix("sha256:") + ".shard")
+        status = "miss"
+        if cached.exists():
+            data = cached.read_bytes()
+            if len(data) == descriptor["size"] and _sha(data) == want:
+                return data, "hit"
+            status = "rejected"
+            cached.unlink(missing_ok=True)
+    key = object_key(descriptor)
+    data = store.get(key, str(descriptor["objectVersion"]))
+    actual = _sha(data)
+    if actual != want or len(data) != descriptor["size"]:
+        raise IntegrityError(
+            "pinned shard version does not match its descriptor",
+            object=f"{descriptor['id']} {key}@{descriptor['objectVersion']}",
+            check="storage-digest",
+            digest=want,
+            details={"actual": actual, "size": len(data)},
+        )
+    if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".part-{os.getpid()}")
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.part")
         tmp.write_bytes(data)
         os.replace(tmp, cached)
-    return data
+    return data, status
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def verify_shard(task: ShardTask) -> ShardResult:
@@ -214,7 +238,7 @@ def verify_shard(task: ShardTask) -> ShardResult:
     result.bytes = len(data)
     if len(data) != d["size"]:
         result.fail("sizeMismatch", "stored size differs from descriptor", actual=len(data))
-    actual = "sha256:" + hashlib.sha256(data).hexdigest()
+    actual = _sha(data)
     if actual != d["digest"]:
         result.fail(
             "storageDigestMismatch", "stored bytes do not hash to descriptor digest", actual=actual
@@ -460,7 +484,6 @@ def _check_release(
     *,
     workers: int,
     keys: Mapping[str, bytes],
-    use_cache: bool,
     counts: dict[str, int],
     facts: dict[str, Any],
     problems: list[str],
@@ -488,7 +511,6 @@ def _check_release(
     counts["descriptorIncomplete"] = len(listed)
     problems.extend(listed)
     key_version = body["writer"].get("keyVersion") if isinstance(body["writer"], dict) else None
-    cache_dir = str(ws.home / "cache" / "shards") if use_cache else None
     tasks = [
         ShardTask(
             store_config=ws.config["objectStore"],
@@ -498,7 +520,6 @@ def _check_release(
             member_schema=member_schema,
             key_version=key_version,
             key=keys.get(key_version) if key_version is not None else None,
-            cache_dir=cache_dir,
         )
         for d in (shards if isinstance(shards, list) else [])
         if isinstance(d, dict)
@@ -537,7 +558,6 @@ def _check_release(
     }
     facts.update(seen)
     facts["expectedMembers"] = expected.height
-    facts["cacheRejected"] = sum(1 for r in results if r.cache == "rejected")
     mismatched = [k for k in ("shards", "records", "tokens", "bytes") if totals.get(k) != seen[k]]
     if mismatched:
         counts["totalsMismatch"] = len(mismatched)
@@ -551,7 +571,6 @@ def verify_release(
     *,
     workers: int | None = None,
     keys: Mapping[str, bytes] | None = None,
-    use_cache: bool = False,
     actor: str,
 ) -> VerificationReport:
     """Verify a release from its signed root and exact object versions; record the result.
@@ -575,7 +594,6 @@ def verify_release(
             row["envelope_version"],
             workers=nworkers,
             keys=keys or {},
-            use_cache=use_cache,
             counts=counts,
             facts=facts,
             problems=problems,

@@ -58,7 +58,7 @@ class ParquetParams:
     """Serializer parameters: recorded in the root so a shard can be re-written bit-exact."""
 
     codec: str = "zstd"
-    level: int = 3
+    level: int | None = 3
     row_group_records: int = 65_536
     dictionary_columns: tuple[str, ...] = ("sourceId", "sourceVersion", "split", "lang")
 
