@@ -127,8 +127,9 @@ def token_counts(text: pa.Array | pa.ChunkedArray) -> pa.Array:
     if n == 0 or len(data) == 0:
         return pa.array(np.zeros(n, dtype=np.int64), pa.int64())
     word = data > _SEPARATOR_MAX
-    starts = word.copy()
-    starts[1:] &= ~word[:-1]
+    starts = np.empty_like(word)
+    starts[0] = word[0]
+    np.greater(word[1:], word[:-1], out=starts[1:])  # a word byte after a separator
     # A record's first byte starts a token whatever the previous record ended with.
     nonempty = offsets[:-1] < offsets[1:]
     firsts = offsets[:-1][nonempty]
