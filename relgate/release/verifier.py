@@ -505,7 +505,7 @@ def _check_release(
     counts: dict[str, int],
     facts: dict[str, Any],
     problems: list[str],
-) -> list[ShardResult]:
+) -> tuple[list[ShardResult], dict[str, Any]]:
     release = rm.load(ws.store, ws.trusted_keys, root, envelope_version)
     body = release.body
     snapshot_digest = str(body["datasetSnapshot"])
@@ -580,7 +580,7 @@ def _check_release(
     if mismatched:
         counts["totalsMismatch"] = len(mismatched)
         problems.append(f"totals differ from the shards in {mismatched}")
-    return results
+    return results, body
 
 
 def verify_release(
@@ -606,7 +606,7 @@ def verify_release(
     results: list[ShardResult] = []
     body: dict[str, Any] | None = None
     try:
-        results = _check_release(
+        results, body = _check_release(
             ws,
             root_digest,
             row["envelope_version"],
@@ -616,7 +616,6 @@ def verify_release(
             facts=facts,
             problems=problems,
         )
-        body = rm.load(ws.store, ws.trusted_keys, root_digest, row["envelope_version"]).body
     except RelgateError as exc:
         problems.append(str(exc))
         counts[f"fatal:{exc.check or exc.code}"] = 1
