@@ -77,11 +77,8 @@ def release_build(
 @click.option(
     "--key", "keys", multiple=True, help="Decryption key ring entry VERSION=PATH (32 raw bytes)."
 )
-@click.option("--cache", is_flag=True, help="Use (and re-verify) the local shard cache.")
 @pass_ctx
-def release_verify(
-    ctx: Ctx, root: str, workers: int, keys: tuple[str, ...], cache: bool
-) -> dict[str, Any]:
+def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> dict[str, Any]:
     """Independent verification from exact object versions; VERIFIED or INVALID."""
     from relgate.release.catalog import resolve_release
     from relgate.release.verifier import key_ring, verify_release
@@ -92,7 +89,6 @@ def release_verify(
         resolve_release(ws.db, root),
         workers=workers,
         keys=key_ring(keys),
-        use_cache=cache,
         actor=_actor(),
     )
     return {**report.summary(), "counts": report.counts, "_ok": report.ok}

@@ -11,9 +11,9 @@ Shard record (parquet columns, in this order, none nullable)::
     tokens                                                                     : int64
 
 ``tokens`` is a deliberately simple, deterministic count: the number of maximal runs of
-non-whitespace characters in ``text`` (``pyarrow.compute.utf8_split_whitespace``, empty
-pieces dropped); it sizes a release and is re-counted by the verifier, it is not a model
-tokenizer.
+bytes of ``text`` above 0x20, i.e. separated by spaces and ASCII control characters (tab
+and newlines among them); it sizes a release and is re-counted by the verifier, it is not
+a model tokenizer.
 
 Canonical record stream (what ``logicalDigest`` is SHA-256 over)::
 
@@ -38,6 +38,7 @@ sorted by their encoding, each length-prefixed, concatenated.
 from __future__ import annotations
 
 import hashlib
+import struct
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,8 @@ from relgate.digests import sha256_digest
 from relgate.hashing import length_prefixed
 from relgate.records import RECORD_SCHEMA_NAME, record_schema_digest
 from relgate.tuples import encode_fields
+
+_LEN = struct.Struct(">I")
 
 STREAM_NAME = "relgate.shard.records.v1"
 SHARD_RECORD_SCHEMA_NAME = "relgate.shard.text.v1"
@@ -83,7 +86,7 @@ def shard_record_schema() -> dict[str, Any]:
         ],
         "contentSchema": record_schema_digest(),
         "contentDigest": f"sha256(len32be-prefixed({RECORD_SCHEMA_NAME!r}, lang, text))",
-        "tokens": "count of maximal non-whitespace runs in text (utf8_split_whitespace)",
+        "tokens": "count of maximal runs of UTF-8 bytes of text above 0x20",
         "stream": STREAM_NAME,
     }
 
@@ -93,25 +96,76 @@ def shard_record_schema_digest() -> str:
     return sha256_digest(canonical_bytes(shard_record_schema()))
 
 
-def token_counts(text: pa.Array | pa.ChunkedArray) -> pa.Array:
-    pieces = pc.utf8_split_whitespace(text)
-    flat = pc.list_flatten(pieces)
-    # Empty pieces come from leading/trailing whitespace: drop them from the count.
-    nonempty = pc.cast(pc.greater(pc.utf8_length(flat), 0), pa.int64())
-    parents = pc.list_parent_indices(pieces)
-    counts = np.bincount(
-        parents.to_numpy(zero_copy_only=False),
-        weights=nonempty.to_numpy(zero_copy_only=False),
-        minlength=len(text),
+#: Token separators: bytes 0x00-0x20 (space and the ASCII controls, tab and newlines
+#: among them); the ``normalize`` transform already folds Unicode whitespace into spaces.
+_SEPARATOR_MAX = 0x20
+
+
+def _string_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets relative to the first row, data bytes) of a string column, zero-copy."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.type != pa.string():
+        arr = pc.cast(arr, pa.large_string())
+    width: Any = np.dtype(np.int32) if arr.type == pa.string() else np.dtype(np.int64)
+    buffers = arr.buffers()
+    n = len(arr)
+    offsets = np.frombuffer(
+        buffers[1], dtype=width, count=n + 1, offset=arr.offset * width.itemsize
     )
-    return pa.array(counts.astype(np.int64), pa.int64())
+    offsets = offsets.astype(np.int64)
+    if buffers[2] is None or n == 0:
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
+    data = np.frombuffer(buffers[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+    return offsets - offsets[0], data
+
+
+def token_counts(text: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Per record: the number of maximal runs of bytes above 0x20 (see the module doc)."""
+    offsets, data = _string_buffers(text)
+    n = len(offsets) - 1
+    if n == 0 or len(data) == 0:
+        return pa.array(np.zeros(n, dtype=np.int64), pa.int64())
+    word = data > _SEPARATOR_MAX
+    starts = np.empty_like(word)
+    starts[0] = word[0]
+    np.greater(word[1:], word[:-1], out=starts[1:])  # a word byte after a separator
+    # A record's first byte starts a token whatever the previous record ended with.
+    nonempty = offsets[:-1] < offsets[1:]
+    firsts = offsets[:-1][nonempty]
+    starts[firsts] = word[firsts]
+    positions = np.flatnonzero(starts)
+    counts = np.diff(np.searchsorted(positions, offsets, side="left")).astype(np.int64)
+    return pa.array(counts, pa.int64())
 
 
 def content_digests(lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """``logicalContentDigest`` recomputed from decoded content (the snapshot's function)."""
-    from relgate.records import content_digests as snapshot_content_digests
-
-    return snapshot_content_digests(lang, text)
+    """``logicalContentDigest`` recomputed from decoded content: the snapshot's function
+    (:func:`relgate.records.content_digest`), hashed straight from the Arrow buffers."""
+    lang_off, lang_data = _string_buffers(lang)
+    text_off, text_data = _string_buffers(text)
+    n = len(text_off) - 1
+    base = hashlib.sha256(encode_fields([RECORD_SCHEMA_NAME]))
+    lang_bytes = lang_data.tobytes()
+    lang_cache: dict[bytes, bytes] = {}
+    lo = lang_off.tolist()
+    to = text_off.tolist()
+    view = text_data.data
+    pack = _LEN.pack
+    out = bytearray()
+    for i in range(n):
+        raw_lang = lang_bytes[lo[i] : lo[i + 1]]
+        prefix = lang_cache.get(raw_lang)
+        if prefix is None:
+            prefix = lang_cache[raw_lang] = _LEN.pack(len(raw_lang)) + raw_lang
+        h = base.copy()
+        h.update(prefix)
+        a, b = to[i], to[i + 1]
+        h.update(pack(b - a))
+        h.update(view[a:b])
+        out += h.digest()
+    hexed = out.hex()
+    return pa.array(["sha256:" + hexed[64 * i : 64 * i + 64] for i in range(n)], pa.string())
 
 
 def stream_header() -> bytes:

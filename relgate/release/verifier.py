@@ -32,7 +32,7 @@ import re
 import sys
 import traceback
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,7 +119,6 @@ class ShardTask:
     member_schema: str
     key_version: str | None
     key: bytes | None = None
-    cache_dir: str | None = None
 
 
 @dataclass
@@ -133,7 +132,6 @@ class ShardResult:
     bytes: int = 0
     stored_content_mismatches: int = 0
     schema_seen: str | None = None
-    cache: str = "off"
     tuples: pa.Table | None = None
 
     @property
@@ -154,7 +152,6 @@ class ShardResult:
             "bytes": self.bytes,
             "storedContentDigestMismatches": self.stored_content_mismatches,
             "recordSchema": self.schema_seen,
-            "cache": self.cache,
             "failures": self.failures,
         }
 
@@ -170,38 +167,65 @@ def object_key(descriptor: Mapping[str, Any]) -> str:
 
 
 def _read_exact(task: ShardTask, result: ShardResult) -> bytes | None:
+    """The bytes of the exact pinned version (the verifier keeps no cache of its own)."""
     d = task.descriptor
     key = object_key(d)
-    want = str(d["digest"])
-    cached: Path | None = None
-    if task.cache_dir is not None:
-        cached = Path(task.cache_dir) / want.removeprefix("sha256:")
-        if cached.exists():
-            data = cached.read_bytes()
-            if "sha256:" + hashlib.sha256(data).hexdigest() == want:
-                result.cache = "hit"
-                return data
-            # A stale or corrupt cache entry is never used: drop it, read the pinned version.
-            result.cache = "rejected"
-            cached.unlink(missing_ok=True)
-        else:
-            result.cache = "miss"
     store = build_object_store(task.store_config)
     try:
         local = getattr(store, "local_path", None)
         if local is not None:
-            data = Path(local(key, str(d["objectVersion"]))).read_bytes()
-        else:
-            data = store.get(key, str(d["objectVersion"]))
+            return Path(local(key, str(d["objectVersion"]))).read_bytes()
+        return store.get(key, str(d["objectVersion"]))
     except NotFoundError:
         result.fail("objectMissing", "pinned object version is not in the store", key=key)
         return None
-    if cached is not None and "sha256:" + hashlib.sha256(data).hexdigest() == want:
+
+
+def fetch_shard(
+    store: Any, descriptor: Mapping[str, Any], cache_dir: str | os.PathLike[str] | None = None
+) -> tuple[bytes, str]:
+    """Shard bytes for a reader (run workers), through an optional local cache.
+
+    A cached copy is used only if its size and SHA-256 match the descriptor; a stale or
+    corrupt copy is discarded and the exact pinned version re-read (status ``rejected``).
+    Returns ``(bytes, status)`` with status ``off``, ``hit``, ``miss`` or ``rejected``;
+    raises IntegrityError if the pinned version itself does not match.
+    """
+    from relgate.errors import IntegrityError
+
+    want = str(descriptor["digest"])
+    status = "off"
+    cached: Path | None = None
+    if cache_dir is not None:
+        cached = Path(cache_dir) / (want.removeprefix("sha256:") + ".shard")
+        status = "miss"
+        if cached.exists():
+            data = cached.read_bytes()
+            if len(data) == descriptor["size"] and _sha(data) == want:
+                return data, "hit"
+            status = "rejected"
+            cached.unlink(missing_ok=True)
+    key = object_key(descriptor)
+    data = store.get(key, str(descriptor["objectVersion"]))
+    actual = _sha(data)
+    if actual != want or len(data) != descriptor["size"]:
+        raise IntegrityError(
+            "pinned shard version does not match its descriptor",
+            object=f"{descriptor['id']} {key}@{descriptor['objectVersion']}",
+            check="storage-digest",
+            digest=want,
+            details={"actual": actual, "size": len(data)},
+        )
+    if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".part-{os.getpid()}")
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.part")
         tmp.write_bytes(data)
         os.replace(tmp, cached)
-    return data
+    return data, status
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def verify_shard(task: ShardTask) -> ShardResult:
@@ -214,12 +238,30 @@ def verify_shard(task: ShardTask) -> ShardResult:
     result.bytes = len(data)
     if len(data) != d["size"]:
         result.fail("sizeMismatch", "stored size differs from descriptor", actual=len(data))
-    actual = "sha256:" + hashlib.sha256(data).hexdigest()
+    body = ShardResult(result.id, result.digest, result.object_version)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        # The storage digest runs beside the decode (hashlib and pyarrow release the GIL);
+        # nothing decoded is reported unless the stored bytes are the vouched ones.
+        storage = pool.submit(_sha, data)
+        _decode_and_check(task, body, data, pool)
+        actual = storage.result()
     if actual != d["digest"]:
         result.fail(
             "storageDigestMismatch", "stored bytes do not hash to descriptor digest", actual=actual
         )
-        return result  # nothing decoded from unvouched bytes is worth reporting
+        return result
+    result.failures.extend(body.failures)
+    result.records, result.tokens = body.records, body.tokens
+    result.stored_content_mismatches = body.stored_content_mismatches
+    result.schema_seen, result.tuples = body.schema_seen, body.tuples
+    return result
+
+
+def _decode_and_check(
+    task: ShardTask, result: ShardResult, data: bytes, pool: ThreadPoolExecutor
+) -> None:
+    d = task.descriptor
+    actual = str(d["digest"])
     if d["mediaType"] == rm.ENCRYPTED_SHARD_MEDIA_TYPE:
         if task.key is None or task.key_version is None:
             result.fail(
@@ -227,7 +269,7 @@ def verify_shard(task: ShardTask) -> ShardResult:
                 "no key for this key version: this reader cannot open the shard",
                 keyVersion=task.key_version,
             )
-            return result
+            return
         aad = crypto.shard_aad(
             snapshot=task.snapshot,
             shard=str(d["id"]),
@@ -241,23 +283,23 @@ def verify_shard(task: ShardTask) -> ShardResult:
             )
         except RelgateError as exc:
             result.fail("decryptFailures", exc.message, failedCheck=exc.check)
-            return result
+            return
     elif d["mediaType"] != rm.SHARD_MEDIA_TYPE:
         result.fail("footerUnreadable", "unknown media type", mediaType=d["mediaType"])
-        return result
+        return
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data))
         kv = parquet.metadata.metadata or {}
     except Exception as exc:
         result.fail("footerUnreadable", f"parquet footer does not parse: {type(exc).__name__}")
-        return result
+        return
     declared = kv.get(rr.SCHEMA_METADATA_KEY, b"").decode("utf-8", "replace")
     result.schema_seen = declared or None
     try:
         table = parquet.read()
     except Exception as exc:
         result.fail("decodeFailures", f"records do not decode: {type(exc).__name__}")
-        return result
+        return
     schema = table.schema.remove_metadata()
     if declared != task.record_schema or not schema.equals(rr.SHARD_ARROW_SCHEMA):
         result.fail(
@@ -266,9 +308,10 @@ def verify_shard(task: ShardTask) -> ShardResult:
             declared=declared or None,
             columns=schema.names,
         )
-        return result
+        return
     table = table.combine_chunks()
     result.records = table.num_rows
+    recount_future = pool.submit(rr.token_counts, table.column("text"))
     content = rr.content_digests(table.column("lang"), table.column("text"))
     result.stored_content_mismatches = int(
         pc.sum(
@@ -276,7 +319,7 @@ def verify_shard(task: ShardTask) -> ShardResult:
         ).as_py()
         or 0
     )
-    recount = rr.token_counts(table.column("text"))
+    recount = recount_future.result()
     result.tokens = int(pc.sum(table.column("tokens")).as_py() or 0)
     if not recount.equals(table.column("tokens").chunk(0) if table.num_rows else recount):
         result.fail("tokenCountMismatch", "a record's token count is not its recount")
@@ -304,7 +347,6 @@ def verify_shard(task: ShardTask) -> ShardResult:
             "split": table.column("split"),
         }
     )
-    return result
 
 
 def _worker_init() -> None:
@@ -460,11 +502,10 @@ def _check_release(
     *,
     workers: int,
     keys: Mapping[str, bytes],
-    use_cache: bool,
     counts: dict[str, int],
     facts: dict[str, Any],
     problems: list[str],
-) -> list[ShardResult]:
+) -> tuple[list[ShardResult], dict[str, Any]]:
     release = rm.load(ws.store, ws.trusted_keys, root, envelope_version)
     body = release.body
     snapshot_digest = str(body["datasetSnapshot"])
@@ -488,7 +529,6 @@ def _check_release(
     counts["descriptorIncomplete"] = len(listed)
     problems.extend(listed)
     key_version = body["writer"].get("keyVersion") if isinstance(body["writer"], dict) else None
-    cache_dir = str(ws.home / "cache" / "shards") if use_cache else None
     tasks = [
         ShardTask(
             store_config=ws.config["objectStore"],
@@ -498,7 +538,6 @@ def _check_release(
             member_schema=member_schema,
             key_version=key_version,
             key=keys.get(key_version) if key_version is not None else None,
-            cache_dir=cache_dir,
         )
         for d in (shards if isinstance(shards, list) else [])
         if isinstance(d, dict)
@@ -537,12 +576,11 @@ def _check_release(
     }
     facts.update(seen)
     facts["expectedMembers"] = expected.height
-    facts["cacheRejected"] = sum(1 for r in results if r.cache == "rejected")
     mismatched = [k for k in ("shards", "records", "tokens", "bytes") if totals.get(k) != seen[k]]
     if mismatched:
         counts["totalsMismatch"] = len(mismatched)
         problems.append(f"totals differ from the shards in {mismatched}")
-    return results
+    return results, body
 
 
 def verify_release(
@@ -551,7 +589,6 @@ def verify_release(
     *,
     workers: int | None = None,
     keys: Mapping[str, bytes] | None = None,
-    use_cache: bool = False,
     actor: str,
 ) -> VerificationReport:
     """Verify a release from its signed root and exact object versions; record the result.
@@ -569,18 +606,16 @@ def verify_release(
     results: list[ShardResult] = []
     body: dict[str, Any] | None = None
     try:
-        results = _check_release(
+        results, body = _check_release(
             ws,
             root_digest,
             row["envelope_version"],
             workers=nworkers,
             keys=keys or {},
-            use_cache=use_cache,
             counts=counts,
             facts=facts,
             problems=problems,
         )
-        body = rm.load(ws.store, ws.trusted_keys, root_digest, row["envelope_version"]).body
     except RelgateError as exc:
         problems.append(str(exc))
         counts[f"fatal:{exc.check or exc.code}"] = 1

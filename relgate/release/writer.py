@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from relgate.catalog.db import one
 from relgate.digests import hex_of, sha256_digest
 from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
 from relgate.hashing import length_prefixed, sha256_rows
@@ -58,7 +59,7 @@ class ParquetParams:
     """Serializer parameters: recorded in the root so a shard can be re-written bit-exact."""
 
     codec: str = "zstd"
-    level: int = 3
+    level: int | None = 3
     row_group_records: int = 65_536
     dictionary_columns: tuple[str, ...] = ("sourceId", "sourceVersion", "split", "lang")
 
@@ -361,8 +362,6 @@ def write_release(
         rm.load(ws.store, ws.trusted_keys, release.digest, current.version_id)
         envelope_version = current.version_id
     with ws.db.tx() as conn:
-        from relgate.catalog.db import one
-
         if one(conn, "SELECT digest FROM releases WHERE digest = :d", {"d": release.digest}):
             return release
         insert_release(

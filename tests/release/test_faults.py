@@ -347,3 +347,19 @@ def test_root_signed_by_an_untrusted_key(ws, snapshot):
     )
     report = verify(ws, forged)
     assert_invalid(ws, forged, report, **{"fatal:signature-trusted": 1})
+
+
+def test_verified_release_whose_shard_later_rots_goes_invalid(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    assert verify(ws, release).state == "VERIFIED"
+    assert verify(ws, release).state == "VERIFIED"  # re-verification is recorded, no move
+    d = release.shards[0]
+    overwrite_in_place(shard_path(ws, d), b"PAR1")
+    report = verify(ws, release)
+    assert_invalid(ws, release, report, sizeMismatch=1, storageDigestMismatch=1)
+    # INVALID is terminal: a later clean report cannot bring it back.
+    from relgate.states import history
+
+    with ws.db.tx() as conn:
+        moves = [e["to_state"] for e in history(conn, "release", release.digest)]
+    assert moves == ["STAGED", "VERIFIED", "INVALID"]
