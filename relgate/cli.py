@@ -175,7 +175,7 @@ def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> dict[str, Any]:
     out = describe(ws, digest)
     out["history"] = snapshot_history(ws.db, digest)
     out["approvals"] = approvals(ws.db, digest)
-    out["latestReport"] = latest_report(ws.db, digest)
+    out["latestReport"] = latest_report(ws.db, digest, "snapshot")
     if with_manifest:
         out["manifest"] = load_manifest(ws, digest).body
     return out

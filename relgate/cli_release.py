@@ -171,7 +171,7 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> dict[str, Any]:
         **row,
         "history": events,
         "approvals": approvals(ws.db, digest),
-        "latestReport": latest_report(ws.db, digest),
+        "latestReport": latest_report(ws.db, digest, "release"),
         "fenceHits": ws.gate().hits_for(digest),
     }
     if with_manifest:

@@ -18,7 +18,7 @@ def approve_release(
         raise RejectedError(
             "approval needs the approver's name", object="approval", check="approver", digest=root
         )
-    report = latest_report(ws.db, root)
+    report = latest_report(ws.db, root, "release")
     if report is None or not report["ok"]:
         raise RejectedError(
             "no passing verification report for this root",

@@ -149,10 +149,11 @@ def record_report(
     )
 
 
-def latest_report(db: Database, subject: str) -> dict[str, Any] | None:
+def latest_report(db: Database, subject: str, kind: str) -> dict[str, Any] | None:
+    """The newest report of ``kind`` (snapshot, release, release-provenance) on a subject."""
     with db.tx() as conn:
         return one(
             conn,
-            "SELECT * FROM reports WHERE subject_digest = :s ORDER BY id DESC LIMIT 1",
-            {"s": subject},
+            "SELECT * FROM reports WHERE subject_digest = :s AND subject_kind = :k ORDER BY id DESC LIMIT 1",
+            {"s": subject, "k": kind},
         )

@@ -17,7 +17,7 @@ def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> 
         raise RejectedError(
             "approval needs the approver's name", object="approval", check="approver", digest=digest
         )
-    report = latest_report(ws.db, digest)
+    report = latest_report(ws.db, digest, "snapshot")
     if report is None or not report["ok"]:
         raise RejectedError(
             "no passing validation report for this digest",
