@@ -166,7 +166,8 @@ def snapshot_list(ctx: Ctx) -> dict[str, Any]:
 @click.option("--manifest", "with_manifest", is_flag=True, help="Include the verified manifest.")
 @pass_ctx
 def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> dict[str, Any]:
-    from relgate.snapshot.catalog import approvals, latest_report, resolve, snapshot_history
+    from relgate.catalog.audit import approvals, latest_report
+    from relgate.snapshot.catalog import resolve, snapshot_history
     from relgate.snapshot.compare import load_manifest
     from relgate.snapshot.lifecycle import describe
 

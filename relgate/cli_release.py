@@ -157,9 +157,9 @@ def release_rollback(
 @click.option("--manifest", "with_manifest", is_flag=True)
 @pass_ctx
 def release_show(ctx: Ctx, root: str, with_manifest: bool) -> dict[str, Any]:
+    from relgate.catalog.audit import approvals, latest_report
     from relgate.release import manifest as rm
     from relgate.release.catalog import get_release, resolve_release
-    from relgate.snapshot.catalog import approvals, latest_report
     from relgate.states import history
 
     ws = ctx.ws()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from relgate.catalog.audit import latest_report, record_approval
 from relgate.errors import RejectedError
-from relgate.snapshot.catalog import latest_report, record_approval
 from relgate.states import transition
 from relgate.workspace import Workspace
 

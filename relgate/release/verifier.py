@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from relgate.canonical import canonical_bytes
+from relgate.catalog.audit import record_report
 from relgate.digests import is_digest
 from relgate.errors import NotFoundError, RelgateError, UsageError
 from relgate.membership import tuple_root
@@ -52,7 +53,7 @@ from relgate.release import records as rr
 from relgate.release.catalog import get_release
 from relgate.signing import sign_envelope
 from relgate.snapshot import manifest as sm
-from relgate.snapshot.catalog import get_snapshot, record_report
+from relgate.snapshot.catalog import get_snapshot
 from relgate.states import current_state, transition
 from relgate.workspace import Workspace, build_object_store
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from relgate.catalog.audit import latest_report, record_approval
 from relgate.errors import RejectedError
 from relgate.gate import FenceAdvance
-from relgate.snapshot.catalog import get_snapshot, latest_report, record_approval
+from relgate.snapshot.catalog import get_snapshot
 from relgate.states import transition
 from relgate.workspace import Workspace
 

@@ -16,13 +16,14 @@ from typing import Any
 import polars as pl
 
 from relgate.canonical import canonical_bytes
+from relgate.catalog.audit import record_report
 from relgate.errors import IntegrityError, RejectedError, RelgateError
 from relgate.gate import Fences, fenced_entries
 from relgate.membership import tuple_root
 from relgate.policy import SelectionPolicy, SplitPolicy, TransformRef
 from relgate.signing import sign_envelope
 from relgate.snapshot import manifest as mf
-from relgate.snapshot.catalog import get_snapshot, record_report
+from relgate.snapshot.catalog import get_snapshot
 from relgate.snapshot.selection import Fenced, select_members
 from relgate.sources.base import source_from_config
 from relgate.states import transition
