@@ -18,6 +18,9 @@ from relgate.policy import SelectionPolicy, SplitPolicy
 from relgate.records import content_digests
 from relgate.sources.base import Source
 
+#: Rows per selection batch.
+BATCH_ROWS = 1_000_000
+
 
 @dataclass(frozen=True)
 class Fenced:
@@ -46,43 +49,36 @@ def select_members(
 ) -> SelectionResult:
     """Members sorted by sampleId; with ``keep_content`` also the transformed ``lang`` and
     ``text`` columns (what a shard writer needs; never stored in a membership table)."""
-    frames = []
-    read_rows = 0
+    columns = [*COLUMNS, "lang", "text"] if keep_content else COLUMNS
+    tomb_ids = list(fenced.sample_ids)
+    bench_digests = list(fenced.content_digests)
+    parts: list[pl.DataFrame] = []
+    counts = dict.fromkeys(("sourceRows", "selected", "excludedTombstoned", "excludedBenchmark"), 0)
     for entry in entries:
         table = sources[entry["id"]].read(entry)
-        read_rows += table.num_rows
-        frame = pl.from_arrow(table)
-        assert isinstance(frame, pl.DataFrame)
-        frames.append(frame.with_columns(pl.lit(entry["id"]).alias("sourceId")))
-    if frames:
-        raw = pl.concat(frames, how="vertical")
-    else:
-        raw = pl.DataFrame(
-            schema={
-                "sampleId": pl.String,
-                "lang": pl.String,
-                "text": pl.String,
-                "sourceVersion": pl.String,
-                "sourceId": pl.String,
-            }
-        )
-    if canary is not None:
-        raw = canary(raw)
-    selected = transform(raw.lazy()).filter(selection.expression()).collect()
-    after_selection = selected.height
-    digests = content_digests(selected["lang"].to_arrow(), selected["text"].to_arrow())
-    selected = selected.with_columns(pl.from_arrow(digests).alias("logicalContentDigest"))  # type: ignore[union-attr]
-    tomb = selected["sampleId"].is_in(list(fenced.sample_ids))
-    bench = selected["logicalContentDigest"].is_in(list(fenced.content_digests))
-    kept = selected.filter(~tomb & ~bench)
-    splits = pl.from_arrow(split.assign(kept["sampleId"].to_arrow()))
-    columns = [*COLUMNS, "lang", "text"] if keep_content else COLUMNS
-    members = kept.with_columns(splits.alias("split")).select(columns).sort("sampleId")  # type: ignore[union-attr]
-    counts = {
-        "sourceRows": read_rows,
-        "selected": after_selection,
-        "excludedTombstoned": int(tomb.sum()),
-        "excludedBenchmark": int((bench & ~tomb).sum()),
-        "members": members.height,
-    }
+        counts["sourceRows"] += table.num_rows
+        # Batches bound the transient memory of transform, hashing and filtering; only
+        # the membership columns (and content, for writers) outlive a batch.
+        for offset in range(0, max(table.num_rows, 1), BATCH_ROWS):
+            frame = pl.from_arrow(table.slice(offset, BATCH_ROWS))
+            assert isinstance(frame, pl.DataFrame)
+            frame = frame.with_columns(pl.lit(entry["id"]).alias("sourceId"))
+            if canary is not None:
+                frame = canary(frame)
+            selected = transform(frame.lazy()).filter(selection.expression()).collect()
+            counts["selected"] += selected.height
+            digests = content_digests(selected["lang"].to_arrow(), selected["text"].to_arrow())
+            selected = selected.with_columns(pl.Series("logicalContentDigest", digests))
+            tomb = selected["sampleId"].is_in(tomb_ids)
+            bench = selected["logicalContentDigest"].is_in(bench_digests)
+            counts["excludedTombstoned"] += int(tomb.sum())
+            counts["excludedBenchmark"] += int((bench & ~tomb).sum())
+            kept = selected.filter(~tomb & ~bench)
+            splits = pl.Series("split", split.assign(kept["sampleId"].to_arrow()))
+            parts.append(kept.with_columns(splits).select(columns))
+    schema = {c: pl.String for c in columns}
+    members = (
+        pl.concat(parts, how="vertical").sort("sampleId") if parts else pl.DataFrame(schema=schema)
+    )
+    counts["members"] = members.height
     return SelectionResult(members, counts)
