@@ -258,14 +258,20 @@ class CheckpointManifest:
             raise ManifestError(f"files sum to {pos} bytes but totalSize is {self.total_size}")
         expected_chunks = (self.total_size + self.chunk_size - 1) // self.chunk_size
         if len(self.chunks) != expected_chunks:
-            raise ManifestError(f"manifest has {len(self.chunks)} chunks, expected {expected_chunks}")
+            raise ManifestError(
+                f"manifest has {len(self.chunks)} chunks, expected {expected_chunks}"
+            )
         for i, c in enumerate(self.chunks):
             size = min(self.chunk_size, self.total_size - i * self.chunk_size)
             nblocks = (size + self.block_size - 1) // self.block_size
             if c.index != i or c.offset != i * self.chunk_size or c.size != size:
-                raise ManifestError(f"chunk {i} has index/offset/size {c.index}/{c.offset}/{c.size}")
+                raise ManifestError(
+                    f"chunk {i} has index/offset/size {c.index}/{c.offset}/{c.size}"
+                )
             if len(c.block_crc32c) != nblocks:
-                raise ManifestError(f"chunk {i} lists {len(c.block_crc32c)} block CRCs, expected {nblocks}")
+                raise ManifestError(
+                    f"chunk {i} lists {len(c.block_crc32c)} block CRCs, expected {nblocks}"
+                )
 
 
 def _is_int(x: object) -> bool:
@@ -387,10 +393,20 @@ def build_manifest(
         finish_block()
     if chunk_fill:
         finish_chunk()
-    m = CheckpointManifest(model, version, total, chunk_size, block_size, tuple(files), tuple(chunks), created_at)
+    m = CheckpointManifest(
+        model, version, total, chunk_size, block_size, tuple(files), tuple(chunks), created_at
+    )
     m._check_geometry()
     return CheckpointManifest(
-        model, version, total, chunk_size, block_size, tuple(files), tuple(chunks), created_at, m.digest
+        model,
+        version,
+        total,
+        chunk_size,
+        block_size,
+        tuple(files),
+        tuple(chunks),
+        created_at,
+        m.digest,
     )
 
 
@@ -435,7 +451,9 @@ class TrustedKeys:
     keys: Mapping[str, Ed25519PublicKey]
 
     @classmethod
-    def load(cls, sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> TrustedKeys:
+    def load(
+        cls, sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+    ) -> TrustedKeys:
         """Load PEM SubjectPublicKeyInfo files; a directory contributes every *.pem inside it."""
         if isinstance(sources, (str, os.PathLike)):
             sources = [sources]
@@ -456,13 +474,17 @@ class TrustedKeys:
                 raise VerificationError(f"trusted key {p} is not an Ed25519 public key")
             keys[keyid_for(key)] = key
         if not keys:
-            raise VerificationError("the trusted key set is empty; verification needs explicit keys")
+            raise VerificationError(
+                "the trusted key set is empty; verification needs explicit keys"
+            )
         return cls(keys)
 
     @classmethod
     def of(cls, *public_keys: Ed25519PublicKey) -> TrustedKeys:
         if not public_keys:
-            raise VerificationError("the trusted key set is empty; verification needs explicit keys")
+            raise VerificationError(
+                "the trusted key set is empty; verification needs explicit keys"
+            )
         return cls({keyid_for(k): k for k in public_keys})
 
 
@@ -514,7 +536,9 @@ def verify_envelope(
     if not isinstance(envelope, Mapping):
         raise VerificationError("envelope is not a JSON object")
     if envelope.get("payloadType") != PAYLOAD_TYPE:
-        raise VerificationError(f"envelope payloadType {envelope.get('payloadType')!r} != {PAYLOAD_TYPE}")
+        raise VerificationError(
+            f"envelope payloadType {envelope.get('payloadType')!r} != {PAYLOAD_TYPE}"
+        )
     try:
         payload = base64.b64decode(str(envelope["payload"]), validate=True)
     except (KeyError, binascii.Error) as exc:
@@ -536,7 +560,9 @@ def verify_envelope(
         try:
             key.verify(base64.b64decode(str(s.get("sig", "")), validate=True), signed_input)
         except (InvalidSignature, binascii.Error) as exc:
-            raise VerificationError(f"signature by {keyid} does not verify: manifest tampered") from exc
+            raise VerificationError(
+                f"signature by {keyid} does not verify: manifest tampered"
+            ) from exc
         verified_by = keyid
     if verified_by is None:
         raise VerificationError(f"no signature by a trusted key (signed by {unknown}); refusing")

@@ -45,7 +45,9 @@ class LocalDirOrigin:
         finally:
             os.close(fd)
         if len(buf) != length:
-            raise OriginError(f"origin file {path} returned {len(buf)} bytes at {start}, wanted {length}")
+            raise OriginError(
+                f"origin file {path} returned {len(buf)} bytes at {start}, wanted {length}"
+            )
         return buf
 
     def read_object(self, path: str) -> bytes:
@@ -58,13 +60,17 @@ class LocalDirOrigin:
 class S3Origin:
     """An S3 prefix; ranged GETs pin ``VersionId`` when the manifest records one."""
 
-    def __init__(self, bucket: str, prefix: str = "", client: Any = None, endpoint_url: str = "") -> None:
+    def __init__(
+        self, bucket: str, prefix: str = "", client: Any = None, endpoint_url: str = ""
+    ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         if client is None:
             import boto3  # lazy: only stripe roots reading from S3 need it
 
-            client = boto3.client("s3", endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None)
+            client = boto3.client(
+                "s3", endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+            )
         self.client = client
 
     def _key(self, path: str) -> str:
@@ -82,9 +88,13 @@ class S3Origin:
         try:
             body = self.client.get_object(**kwargs)["Body"].read()
         except Exception as exc:  # botocore raises many types; name the object either way
-            raise OriginError(f"s3://{self.bucket}/{kwargs['Key']} range {start}+{length}: {exc}") from exc
+            raise OriginError(
+                f"s3://{self.bucket}/{kwargs['Key']} range {start}+{length}: {exc}"
+            ) from exc
         if len(body) != length:
-            raise OriginError(f"s3://{self.bucket}/{kwargs['Key']} returned {len(body)} bytes, wanted {length}")
+            raise OriginError(
+                f"s3://{self.bucket}/{kwargs['Key']} returned {len(body)} bytes, wanted {length}"
+            )
         return bytes(body)
 
     def read_object(self, path: str) -> bytes:

@@ -4,7 +4,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from relgate_agent.manifest import generate_private_key, write_keypair
 
 

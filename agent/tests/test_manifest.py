@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import rfc8785
 from conftest import write_checkpoint
-
 from relgate_agent.errors import ManifestError, VerificationError
 from relgate_agent.manifest import (
     CheckpointManifest,
@@ -31,7 +30,12 @@ KiB = 1024
 def _ckpt(tmp_path: Path) -> Path:
     return write_checkpoint(
         tmp_path / "ckpt",
-        {"model-00001.safetensors": 300 * KiB + 5, "sub/model-00002.safetensors": 129 * KiB, "empty.json": 0, "tok.json": 77},
+        {
+            "model-00001.safetensors": 300 * KiB + 5,
+            "sub/model-00002.safetensors": 129 * KiB,
+            "empty.json": 0,
+            "tok.json": 77,
+        },
     )
 
 
@@ -85,10 +89,13 @@ def test_sign_verify_roundtrip_and_dsse_format(tmp_path: Path, keypair) -> None:
     assert payload == rfc8785.dumps(m.to_json())
     (sig,) = env["signatures"]
     raw = key.public_key().public_bytes_raw()
-    assert sig["keyid"] == "sha256:" + hashlib.sha256(raw).hexdigest() == keyid_for(key.public_key())
+    assert (
+        sig["keyid"] == "sha256:" + hashlib.sha256(raw).hexdigest() == keyid_for(key.public_key())
+    )
     key.public_key().verify(
         base64.standard_b64decode(sig["sig"]),
-        b"DSSEv1 %d %s %d %s" % (len(env["payloadType"]), env["payloadType"].encode(), len(payload), payload),
+        b"DSSEv1 %d %s %d %s"
+        % (len(env["payloadType"]), env["payloadType"].encode(), len(payload), payload),
     )
     assert pae(env["payloadType"], payload).startswith(b"DSSEv1 ")
     got = verify_envelope(json.dumps(env), [trusted])
