@@ -1,0 +1,162 @@
+"""Real-process distribution harness: one coordinator and N agents on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relgate_agent.client import CoordinatorClient, job_to_dict
+
+
+def _start(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    fh = open(log, "a")  # noqa: SIM115 - kept open for the child's lifetime
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "relgate_agent", "--json", *cmd],
+        stdout=subprocess.PIPE,
+        stderr=fh,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(10)
+        raise RuntimeError(f"{cmd[:2]} exited early; see {log}:\n{log.read_text()[-3000:]}")
+    return proc, json.loads(line)
+
+
+@dataclass
+class Cluster:
+    base: Path
+    trusted: Path
+    coordinator_args: list[str] = field(default_factory=list)
+    procs: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    coordinator: str = ""
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def start_coordinator(self, listen: str = "127.0.0.1:0") -> str:
+        (self.base / "logs").mkdir(parents=True, exist_ok=True)
+        proc, info = _start(
+            [
+                "coordinator",
+                "serve",
+                "--listen",
+                listen,
+                "--db",
+                str(self.base / "coordinator.sqlite"),
+                "--trusted-keys",
+                str(self.trusted),
+                *self.coordinator_args,
+            ],
+            self.base / "logs" / "coordinator.log",
+        )
+        self.procs["coordinator"] = proc
+        self.coordinator = info["listening"]
+        return self.coordinator
+
+    def models_root(self, host: str) -> Path:
+        return self.base / "hosts" / host / "models"
+
+    def start_agent(
+        self,
+        host: str,
+        rack: str,
+        labels: str = "cluster=inf-a",
+        env: dict[str, str] | None = None,
+        journal_interval: float = 0.3,
+    ) -> None:
+        self.models_root(host).mkdir(parents=True, exist_ok=True)
+        proc, info = _start(
+            [
+                "agent",
+                "serve",
+                "--host-id",
+                host,
+                "--rack",
+                rack,
+                "--labels",
+                labels,
+                "--coordinator",
+                self.coordinator,
+                "--models-root",
+                str(self.models_root(host)),
+                "--trusted-keys",
+                str(self.trusted),
+                "--journal-interval",
+                str(journal_interval),
+                "--report-interval",
+                "0.5",
+            ],
+            self.base / "logs" / f"{host}.log",
+            env,
+        )
+        self.procs[host] = proc
+        self.agents[host] = info
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs.pop(name)
+        proc.send_signal(sig)
+        proc.wait(20)
+        if proc.stdout:
+            proc.stdout.close()
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for name in list(self.procs):
+            proc = self.procs.pop(name)
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            if proc.stdout:
+                proc.stdout.close()
+
+    def client(self) -> CoordinatorClient:
+        return CoordinatorClient(self.coordinator)
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        c = self.client()
+        try:
+            return job_to_dict(c.get_job(job_id))
+        finally:
+            c.close()
+
+    def wait_for(self, pred: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                last = pred()
+                if last:
+                    return last
+            time.sleep(interval)
+        raise AssertionError(
+            f"timed out waiting for {what}; last={last!r}; logs in {self.base / 'logs'}"
+        )
+
+    def wait_registered(self, n: int, timeout: float = 30) -> None:
+        import sqlite3
+
+        def count() -> bool:
+            con = sqlite3.connect(self.base / "coordinator.sqlite")
+            try:
+                return con.execute("SELECT COUNT(*) FROM dist_hosts").fetchone()[0] >= n
+            finally:
+                con.close()
+
+        self.wait_for(count, timeout, f"{n} agents to register")
