@@ -118,6 +118,21 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+def _graceful_close(conn: socket.socket) -> None:
+    """Half-close, then drain the peer's credit grants until it closes.
+
+    Closing a socket with unread bytes (late credit grants) makes the kernel send RST, and
+    an RST discards frames the peer has not read yet (the last blocks and END).
+    """
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(5.0)
+        while conn.recv(4096):
+            pass
+    with contextlib.suppress(OSError):
+        conn.close()
+
+
 def _send_frame(
     sock: socket.socket,
     kind: int,
@@ -193,12 +208,11 @@ class DataServer:
             else:
                 _send_frame(conn, KIND_ERROR, payload=b"unknown op")
         except (OSError, TransportError, ValueError, KeyError) as exc:
-            log.debug("data connection ended: %s", exc)
+            log.warning("data connection ended: %r", exc)
         finally:
             with self._lock:
                 self._conns.discard(conn)
-            with contextlib.suppress(OSError):
-                conn.close()
+            _graceful_close(conn)
 
     def _stream(
         self, conn: socket.socket, src: BlockSource, stripe: int, pos: int, credits: int

@@ -635,7 +635,8 @@ class JobRunner:
                     )
                 self._accept(item.block, item.data, a.upstream.host_id)
                 pos += 1
-                stream.grant(1)
+                if pos < len(blocks):
+                    stream.grant(1)
         finally:
             stream.close()
 
