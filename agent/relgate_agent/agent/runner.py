@@ -520,10 +520,13 @@ class JobRunner:
             verified = {i for i, v in enumerate(self.tracker.verified) if v}
         offsets = [self._first_missing(s) for s in range(self.stripes)]
         try:
-            self.store.fsync()  # data first: a journaled chunk must survive a crash
-            self.store.journal.save(
-                JournalState(self.manifest.digest, verified, offsets), self.manifest.num_chunks
-            )
+            with self.store.lock:  # placement removes the staging dir under the same lock
+                if self.store.placed:
+                    return
+                self.store.fsync()  # data first: a journaled chunk must survive a crash
+                self.store.journal.save(
+                    JournalState(self.manifest.digest, verified, offsets), self.manifest.num_chunks
+                )
         except (OSError, StorageError) as exc:
             self.journal_dirty.set()
             log.warning("journal flush failed: %s", exc)
