@@ -305,13 +305,20 @@ class StripeStream:
         stall_s: float = 5.0,
     ) -> None:
         self.address = address
-        self.sock = _connect(address, timeout=stall_s)
+        try:
+            self.sock = _connect(address, timeout=stall_s)
+        except (OSError, ValueError) as exc:
+            raise TransportError(f"connection to {address} failed: {exc}") from exc
         self.sock.settimeout(stall_s)  # no frame (not even a heartbeat) for stall_s -> stalled
-        _request(
-            self.sock,
-            OP_STREAM_STRIPE,
-            {"job": job, "stripe": stripe, "fromPos": from_pos, "credits": credits},
-        )
+        try:
+            _request(
+                self.sock,
+                OP_STREAM_STRIPE,
+                {"job": job, "stripe": stripe, "fromPos": from_pos, "credits": credits},
+            )
+        except OSError as exc:
+            self.close()
+            raise TransportError(f"connection to {address} failed: {exc}") from exc
 
     def __iter__(self) -> Iterator[Block | None]:
         try:
@@ -336,7 +343,7 @@ def fetch_chunk(address: str, job: str, chunk: int, timeout: float = 30.0) -> li
     """Client side of FetchChunk (repair path)."""
     try:
         sock = _connect(address, timeout)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise TransportError(f"connection to {address} failed: {exc}") from exc
     try:
         _request(sock, OP_FETCH_CHUNK, {"job": job, "chunk": chunk})

@@ -40,6 +40,7 @@ class Cluster:
     base: Path
     trusted: Path
     coordinator_args: list[str] = field(default_factory=list)
+    agent_trusted: Path | None = None
     procs: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
     coordinator: str = ""
     agents: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -91,7 +92,7 @@ class Cluster:
                 "--models-root",
                 str(self.models_root(host)),
                 "--trusted-keys",
-                str(self.trusted),
+                str(self.agent_trusted or self.trusted),
                 "--journal-interval",
                 str(journal_interval),
                 "--report-interval",

@@ -55,10 +55,6 @@ class CrcMismatch(AgentError):
         self.source = source
 
 
-class RestreamNeeded(AgentError):
-    """A chunk failed SHA-256 and no peer could repair it: restart the stripe stream at it."""
-
-
 @dataclass
 class AgentConfig:
     host_id: str
@@ -166,6 +162,7 @@ class JobRunner:
         self.hash_mismatches = 0
         self.refetched_chunks = 0
         self.resumed_chunks = 0
+        self.repairing: set[int] = set()  # chunks being re-fetched by FetchChunk
         self._rate_mark = (time.monotonic(), 0, 0)
         self.rx_bps = 0
         self.tx_bps = 0
@@ -216,9 +213,10 @@ class JobRunner:
                 self.tracker.cond.notify_all()
 
     def join(self, timeout: float = 10.0) -> None:
-        for t in list(self.threads):
-            if t is not threading.current_thread():
-                t.join(timeout)
+        # only the main thread matters (it writes stats); workers are daemons blocked in I/O
+        main = self.threads[0] if self.threads else None
+        if main is not None and main is not threading.current_thread():
+            main.join(timeout)
 
     def _error(self, kind: str, chunk: int = -1, from_host: str = "", detail: str = "") -> None:
         log.warning(
@@ -536,8 +534,9 @@ class JobRunner:
         assert self.tracker is not None
         blocks = self._stripe_blocks[stripe]
         avail = self.tracker.available
+        bpc = self.manifest.blocks_per_chunk if self.manifest else 1
         for pos, b in enumerate(blocks):
-            if not avail[b]:
+            if not avail[b] and b // bpc not in self.repairing:
                 return pos
         return len(blocks)
 
@@ -579,8 +578,6 @@ class JobRunner:
                 )
                 self._suspect(stripe, exc.source, "BAD_DATA")
                 failures += 1
-            except RestreamNeeded:
-                failures = 0
             except TransportError as exc:
                 failures += 1
                 reason = "STALLED" if "stalled" in str(exc) else "CONN_RESET"
@@ -592,6 +589,10 @@ class JobRunner:
                 self._error(
                     "ORIGIN" if isinstance(exc, OriginError) else "STORAGE", detail=str(exc)
                 )
+            except Exception as exc:  # a worker must never die silently: report and retry
+                failures += 1
+                log.exception("%s stripe %d: unexpected error", self.cfg.host_id, stripe)
+                self._error("INTERNAL", detail=repr(exc))
             if failures:
                 self.stop_event.wait(min(0.1 * 2 ** min(failures, 5), 2.0))
 
@@ -671,7 +672,7 @@ class JobRunner:
             with self.lock:
                 self.rx_bytes += len(data)
         chunk = self.manifest.block_chunk(block)
-        if self.tracker.verified[chunk]:
+        if self.tracker.verified[chunk] or chunk in self.repairing:
             return
         off, _ = self.manifest.block_range(block)
         self.store.pwrite(off, data)
@@ -695,9 +696,27 @@ class JobRunner:
             self.hash_mismatches += 1
         self._error("HASH_MISMATCH", chunk, source, "chunk SHA-256 does not match the manifest")
         self.tracker.unmark_chunk(chunk)
-        if self._repair_chunk(chunk, {source}):
-            return
-        raise RestreamNeeded(f"chunk {chunk} could not be repaired from a peer")
+        with self.lock:
+            self.repairing.add(chunk)
+        # Repair off the stripe thread: the stream keeps landing later chunks meanwhile.
+        self._spawn(lambda: self._repair_loop(chunk, source), f"repair-{chunk}")
+
+    def _repair_loop(self, chunk: int, source: str) -> None:
+        """Re-fetch a chunk that failed SHA-256 from another peer (the source only as a last resort)."""
+        attempt = 0
+        try:
+            while not self.stop_event.is_set():
+                exclude = {source} if attempt < 40 else set()
+                if self._repair_chunk(chunk, exclude):
+                    return
+                attempt += 1
+                self.stop_event.wait(0.25)
+        finally:
+            with self.lock:
+                self.repairing.discard(chunk)
+            if self.tracker is not None:
+                with self.tracker.cond:
+                    self.tracker.cond.notify_all()
 
     def _repair_chunk(self, chunk: int, exclude: set[str]) -> bool:
         """FetchChunk from peers that hold it (same rack first), never from ``exclude``."""

@@ -265,6 +265,7 @@ class CoordinatorServer:
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
         with self.coordinator.lock:
+            self.coordinator.closing = True
             self.coordinator.changed.notify_all()
         self.server.stop(grace).wait()
         self._sweeper.join(timeout=5)

@@ -118,6 +118,7 @@ class Coordinator:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.jobs: dict[str, JobState] = {}
+        self.closing = False  # set on shutdown: long-polls return at once
         self.addresses: dict[str, str] = {}
         self._post = post or _http_post
         for host_id, _rack, _labels, address in self.store.hosts():
@@ -376,7 +377,7 @@ class Coordinator:
                     if host_id in j.targets and j.state in ACTIVE_STATES
                 ]
                 remaining = deadline - time.monotonic()
-                if {j["job_id"] for j in jobs} != known or remaining <= 0:
+                if {j["job_id"] for j in jobs} != known or remaining <= 0 or self.closing:
                     return jobs
                 self.changed.wait(remaining)
 
@@ -410,6 +411,7 @@ class Coordinator:
             if host_id not in job.targets:
                 raise NotFound(f"host {host_id} is not a target of job {job_id}")
             hp = job.hosts[host_id]
+            moved = bool(address) and address != hp.address
             hp.rack, hp.address, hp.have = rack or hp.rack, address or hp.address, bytes(have)
             hp.verified = sum(bits_from_bitmap(hp.have, job.manifest.num_chunks))
             hp.last_seen = time.monotonic()
@@ -419,6 +421,10 @@ class Coordinator:
             if not hp.ready and hp.state != "QUARANTINED" and host_id not in job.topology.racks:
                 # a rejoining host goes to the tail of its rack chain: it never blocks anyone ahead
                 self._set_topology(job, append_host(job.topology, host_id, hp.rack))
+            elif moved and host_id in job.topology.racks:
+                # a restarted agent listens on a new address: bump the version so its
+                # downstreams refetch their assignment and reconnect
+                self._set_topology(job, job.topology.copy(job.topology.version + 1))
             return {
                 "manifest_envelope": job.envelope,
                 "manifest_digest": job.manifest.digest,
@@ -445,7 +451,7 @@ class Coordinator:
                 if host_id not in job.targets:
                     raise NotFound(f"host {host_id} is not a target of job {job_id}")
                 remaining = deadline - time.monotonic()
-                if job.topology.version > known_version or remaining <= 0:
+                if job.topology.version > known_version or remaining <= 0 or self.closing:
                     return self._assignment(job, host_id)
                 self.changed.wait(remaining)
 
