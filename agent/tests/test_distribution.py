@@ -11,38 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_checkpoint
 from harness import Cluster
-from relgate_agent.manifest import build_manifest, sign_manifest, write_envelope
 
 KiB = 1024
 MiB = 1024 * KiB
 HOSTS = [(f"h{i:02d}", f"r{i % 2}") for i in range(8)]
-
-
-@pytest.fixture
-def checkpoint(tmp_path: Path, keypair) -> dict[str, Any]:
-    key, _, trusted = keypair
-    src = write_checkpoint(
-        tmp_path / "origin" / "ckpt",
-        {
-            "model-00001-of-00003.safetensors": 10 * MiB + 123,
-            "model-00002-of-00003.safetensors": 9 * MiB,
-            "model-00003-of-00003.safetensors": 5 * MiB - 7,
-            "config.json": 513,
-        },
-    )
-    m = build_manifest(src, "claude-x", "2026-10-12.3", chunk_size=1 * MiB, block_size=64 * KiB)
-    env_path = tmp_path / "origin" / "manifest.dsse.json"
-    write_envelope(sign_manifest(m, key), env_path)
-    digests = {f.path: hashlib.sha256((src / f.path).read_bytes()).hexdigest() for f in m.files}
-    return {
-        "manifest": m,
-        "envelope": env_path,
-        "origin": src,
-        "trusted": trusted,
-        "digests": digests,
-    }
 
 
 @pytest.fixture
