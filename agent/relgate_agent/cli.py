@@ -158,10 +158,10 @@ def cmd_coordinator_serve(args: argparse.Namespace) -> int:
         report_interval_s=args.report_interval,
         webhook_url=args.webhook or "",
     )
-    server = CoordinatorServer(cfg, args.listen).start()
+    server = CoordinatorServer(cfg, args.listen or ["127.0.0.1:7470"]).start()
     if args.address_file:
         Path(args.address_file).write_text(server.address)
-    _emit(args, {"listening": server.address, "pid": os.getpid()})
+    _emit(args, {"listening": server.address, "addresses": server.addresses, "pid": os.getpid()})
     sys.stdout.flush()
     try:
         _wait_for_signal()
@@ -336,7 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
     co = sub.add_parser("coordinator").add_subparsers(dest="sub", required=True)
     cs = co.add_parser("serve", help="run the coordinator (gRPC)")
     common(cs)
-    cs.add_argument("--listen", default="127.0.0.1:7470")
+    cs.add_argument(
+        "--listen",
+        action="append",
+        default=[],
+        help="host:port or unix:/path (repeatable; default 127.0.0.1:7470)",
+    )
     cs.add_argument("--db", default="", help="SQLite path or postgresql:// DSN")
     cs.add_argument("--trusted-keys", nargs="+", required=True)
     cs.add_argument("--stripes", type=int, default=8)

@@ -233,16 +233,25 @@ class CoordinatorServer:
     """Runs the coordinator: gRPC server plus a sweeper thread (dead hosts, handoff)."""
 
     def __init__(
-        self, config: CoordinatorConfig, listen: str = "127.0.0.1:0", tick_s: float = 0.5
+        self,
+        config: CoordinatorConfig,
+        listen: str | list[str] = "127.0.0.1:0",
+        tick_s: float = 0.5,
     ) -> None:
         self.coordinator = Coordinator(config)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=256), options=GRPC_OPTIONS)
         pbg.add_JobServiceServicer_to_server(JobServicer(self.coordinator), self.server)
         pbg.add_AgentServiceServicer_to_server(AgentServicer(self.coordinator), self.server)
-        port = self.server.add_insecure_port(listen)
-        if port == 0:
-            raise AgentError(f"coordinator cannot listen on {listen}")
-        self.address = f"{listen.rpartition(':')[0]}:{port}"
+        self.addresses: list[str] = []
+        for addr in [listen] if isinstance(listen, str) else listen:
+            port = self.server.add_insecure_port(addr)
+            if port == 0:
+                raise AgentError(f"coordinator cannot listen on {addr}")
+            self.addresses.append(
+                addr if addr.startswith("unix:") else f"{addr.rpartition(':')[0]}:{port}"
+            )
+        # the first listen address is the one agents are told about
+        self.address = self.addresses[0]
         self.tick_s = tick_s
         self._stop = threading.Event()
         self._sweeper = threading.Thread(
