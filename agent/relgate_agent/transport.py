@@ -277,19 +277,30 @@ def _request(sock: socket.socket, op: int, header: dict[str, object]) -> None:
 
 def _read_frames(sock: socket.socket) -> Iterator[Block | None]:
     """Yields blocks; None for a heartbeat; returns at END; raises on ERROR."""
-    while True:
-        kind, block, offset, length, crc = FRAME.unpack(_recv_exact(sock, FRAME.size))
-        payload = _recv_exact(sock, length) if length else b""
-        if kind == KIND_BLOCK:
-            yield Block(block, offset, crc, payload)
-        elif kind == KIND_HEARTBEAT:
-            yield None
-        elif kind == KIND_END:
-            return
-        elif kind == KIND_ERROR:
-            raise TransportError(f"upstream error: {payload.decode(errors='replace')}")
-        else:
-            raise TransportError(f"unknown frame kind {kind}")
+    # A buffered reader reads large payloads straight into the result object (one copy
+    # from the kernel), which is measurably faster than recv_into + bytes().
+    rfile = sock.makefile("rb", buffering=256 * 1024)
+    try:
+        while True:
+            head = rfile.read(FRAME.size)
+            if len(head) != FRAME.size:
+                raise TransportError("connection closed by peer")
+            kind, block, offset, length, crc = FRAME.unpack(head)
+            payload = rfile.read(length) if length else b""
+            if len(payload) != length:
+                raise TransportError("connection closed by peer mid-frame")
+            if kind == KIND_BLOCK:
+                yield Block(block, offset, crc, payload)
+            elif kind == KIND_HEARTBEAT:
+                yield None
+            elif kind == KIND_END:
+                return
+            elif kind == KIND_ERROR:
+                raise TransportError(f"upstream error: {payload.decode(errors='replace')}")
+            else:
+                raise TransportError(f"unknown frame kind {kind}")
+    finally:
+        rfile.close()
 
 
 class StripeStream:
