@@ -286,6 +286,14 @@ def cmd_lab_down(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_lab_origin_serve(args: argparse.Namespace) -> int:
+    from relgate_agent.lab import serve_origin
+
+    host, _, port = args.listen.rpartition(":")
+    serve_origin(Path(args.dir), host or "127.0.0.1", int(port or 0))
+    return EXIT_OK
+
+
 def cmd_pipes(args: argparse.Namespace) -> int:
     from relgate_agent.pipes import run_pipes
 
@@ -414,6 +422,11 @@ def build_parser() -> argparse.ArgumentParser:
     common(ld)
     ld.add_argument("--state-dir", default="var/lab")
     ld.set_defaults(fn=cmd_lab_down)
+    lo = lab.add_parser("origin-serve", help="ranged-GET HTTP origin (object-store stand-in)")
+    common(lo)
+    lo.add_argument("--dir", required=True)
+    lo.add_argument("--listen", default="127.0.0.1:0")
+    lo.set_defaults(fn=cmd_lab_origin_serve)
 
     pp = sub.add_parser(
         "pipes", help="run a distribution job under Dagster Pipes (open_dagster_pipes)"

@@ -52,6 +52,9 @@ class LabSpec:
     labels: str = "cluster=lab"
     agent_env: dict[str, dict[str, str]] = field(default_factory=dict)
     extra_hosts_env: dict[str, str] = field(default_factory=dict)
+    origin_dir: Path | None = None  # served over HTTP from its own namespace on the spine
+    origin_nic_bytes_per_s: int = 0  # tbf on the origin NIC (the origin bandwidth cap)
+    start_agents: bool = True
 
 
 def netns_available() -> bool:
@@ -193,6 +196,33 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
             _ip("-n", fabric, "link", "set", "vco", "master", "spine", "up")
             _ip("-n", coord_ns, "addr", "add", f"{SUBNET_PREFIX}.255.1/16", "dev", "eth0")
             _ip("-n", coord_ns, "link", "set", "eth0", "up")
+            if spec.origin_dir is not None:
+                org_ns = f"{prefix}-org"
+                _ip("netns", "add", org_ns)
+                state["namespaces"].append(org_ns)
+                _save(state_dir, state)
+                _ip("-n", org_ns, "link", "set", "lo", "up")
+                _ip(
+                    "-n",
+                    fabric,
+                    "link",
+                    "add",
+                    "vorg",
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "eth0",
+                    "netns",
+                    org_ns,
+                )
+                _ip("-n", fabric, "link", "set", "vorg", "master", "spine", "up")
+                _ip("-n", org_ns, "addr", "add", f"{SUBNET_PREFIX}.255.2/16", "dev", "eth0")
+                _ip("-n", org_ns, "link", "set", "eth0", "up")
+                _ip("-n", org_ns, "link", "set", "dev", "eth0", "gso_max_size", "60000")
+                if spec.origin_nic_bytes_per_s:
+                    _tbf(org_ns, "eth0", spec.origin_nic_bytes_per_s)
+                state["origin_ns"] = org_ns
             for i, (h, rack) in enumerate(hosts):
                 ns = f"{prefix}-{h}"
                 _ip("netns", "add", ns)
@@ -259,7 +289,28 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
         state["coordinator"] = info["listening"]
         state["coordinator_unix"] = f"unix:{sock}"
         _save(state_dir, state)
+        if spec.origin_dir is not None:
+            org_host = f"{SUBNET_PREFIX}.255.2" if use_netns else "127.0.0.1"
+            pid, oinfo = _spawn(
+                [
+                    *wrap(state.get("origin_ns", "")),
+                    *py,
+                    "lab",
+                    "origin-serve",
+                    "--dir",
+                    str(Path(spec.origin_dir).resolve()),
+                    "--listen",
+                    f"{org_host}:{8080 if use_netns else 0}",
+                ],
+                logs / "origin.log",
+            )
+            state["pids"]["origin"] = pid
+            state["origin_url"] = oinfo["origin"]
+            _save(state_dir, state)
         for h, hinfo in state["hosts"].items():
+            if not spec.start_agents:
+                hinfo["models_root"] = str(state_dir / "hosts" / h / "models")
+                continue
             root = state_dir / "hosts" / h / "models"
             root.mkdir(parents=True, exist_ok=True)
             pid, ainfo = _spawn(
@@ -353,3 +404,60 @@ def lab_down(state_dir: Path) -> dict[str, Any]:
         (state_dir / "coordinator.sock").unlink()
     path.unlink()
     return {"stopped": stopped, "namespaces_deleted": deleted}
+
+
+def serve_origin(directory: Path, host: str, port: int) -> None:
+    """A ranged-GET HTTP origin for the lab (the object store stand-in); runs until killed.
+
+    Serves files under ``directory`` with ``Range: bytes=a-b`` support using sendfile. The
+    origin's bandwidth cap is the tbf on its namespace NIC, like a real storage front end.
+    """
+    import re as _re
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    root = Path(directory).resolve()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            rel = self.path.split("?", 1)[0].lstrip("/")
+            target = (root / rel).resolve()
+            if root not in target.parents or not target.is_file():
+                self.send_error(404)
+                return
+            size = target.stat().st_size
+            start, end = 0, size - 1
+            m = _re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            if m:
+                start = int(m.group(1))
+                end = min(int(m.group(2)) if m.group(2) else size - 1, size - 1)
+                if start > end:
+                    self.send_error(416)
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            else:
+                self.send_response(200)
+            self.send_header("Content-Length", str(end - start + 1))
+            self.end_headers()
+            self.wfile.flush()
+            with open(target, "rb") as fh:
+                offset, remaining = start, end - start + 1
+                while remaining > 0:
+                    sent = os.sendfile(self.connection.fileno(), fh.fileno(), offset, remaining)
+                    if sent == 0:
+                        break
+                    offset += sent
+                    remaining -= sent
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    print(
+        json.dumps({"origin": f"http://{host}:{server.server_port}", "pid": os.getpid()}),
+        flush=True,
+    )
+    server.serve_forever()

@@ -105,11 +105,44 @@ class S3Origin:
             raise OriginError(f"s3://{self.bucket}/{key} cannot be read: {exc}") from exc
 
 
+class HttpOrigin:
+    """An HTTP(S) base URL serving the checkpoint files; ranged GETs with ``Range: bytes=``."""
+
+    def __init__(self, base_url: str, timeout: float = 60.0) -> None:
+        self.base = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def _get(self, path: str, headers: dict[str, str]) -> bytes:
+        import urllib.error
+        import urllib.request
+
+        url = f"{self.base}/{validate_relative_path(path)}"
+        req = urllib.request.Request(url, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return bytes(resp.read())
+        except (urllib.error.URLError, OSError) as exc:
+            raise OriginError(f"{url} {headers.get('Range', '')}: {exc}") from exc
+
+    def read_range(self, path: str, start: int, length: int, version_id: str = "") -> bytes:
+        body = self._get(path, {"Range": f"bytes={start}-{start + length - 1}"})
+        if len(body) != length:
+            raise OriginError(
+                f"{self.base}/{path} returned {len(body)} bytes at {start}, wanted {length}"
+            )
+        return body
+
+    def read_object(self, path: str) -> bytes:
+        return self._get(path, {})
+
+
 def open_origin(uri: str) -> Origin:
-    """``s3://bucket/prefix``, ``file:///dir`` or a plain directory path."""
+    """``s3://bucket/prefix``, ``http(s)://base``, ``file:///dir`` or a plain directory path."""
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
         return S3Origin(parsed.netloc, parsed.path)
+    if parsed.scheme in ("http", "https"):
+        return HttpOrigin(uri)
     if parsed.scheme == "file":
         return LocalDirOrigin(parsed.path)
     if parsed.scheme == "":
@@ -124,6 +157,9 @@ def read_uri(uri: str) -> bytes:
         key = parsed.path.lstrip("/")
         parent, _, name = key.rpartition("/")
         return S3Origin(parsed.netloc, parent).read_object(name)
+    if parsed.scheme in ("http", "https"):
+        base, _, name = uri.rpartition("/")
+        return HttpOrigin(base).read_object(name)
     path = parsed.path if parsed.scheme == "file" else uri
     try:
         return Path(path).read_bytes()
