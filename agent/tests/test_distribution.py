@@ -341,3 +341,25 @@ def test_untrusted_or_tampered_manifest_refused_before_any_byte(
         assert c.status(job)["bytes_moved"] == 0
     finally:
         c.stop_all()
+
+
+def test_cancel_mid_transfer_discards_staging(cluster: Cluster, checkpoint) -> None:
+    m = checkpoint["manifest"]
+    hosts = HOSTS[:4]
+    cluster.start_coordinator()
+    start_hosts(cluster, hosts)
+    job = create_job(cluster, checkpoint, origin_cap_bytes_per_s=2 * MiB)
+    cluster.wait_for(
+        lambda: journal_chunks(cluster, "h01", checkpoint) >= 2, 60, "transfer under way"
+    )
+    c = cluster.client()
+    try:
+        c.cancel_job(job)
+    finally:
+        c.close()
+    staging = [cluster.models_root(h) / ".staging" / m.model / m.version for h, _ in hosts]
+    cluster.wait_for(
+        lambda: not any(p.exists() for p in staging), 30, "staging discarded on every host"
+    )
+    assert not any((cluster.models_root(h) / m.model / m.version).exists() for h, _ in hosts)
+    assert cluster.status(job)["state"] == "CANCELLED"

@@ -94,7 +94,9 @@ class HostAgent:
                         self.runners[job_id] = r
                         r.start()
                 for job_id, r in list(self.runners.items()):
-                    if job_id not in listed:
-                        # job finished (DONE) or cancelled: stop serving it
+                    # An unlisted job finished (DONE) or was cancelled. The runner learns which
+                    # from its own assignment long-poll (and discards staging if cancelled);
+                    # here we only forget runners that have ended.
+                    if job_id not in listed and (r.stop_event.is_set() or not r.alive):
                         r.stop()
                         del self.runners[job_id]

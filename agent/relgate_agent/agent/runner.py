@@ -204,6 +204,10 @@ class JobRunner:
         self.threads.append(t)
         t.start()
 
+    @property
+    def alive(self) -> bool:
+        return bool(self.threads) and self.threads[0].is_alive()
+
     def stop(self) -> None:
         self.stop_event.set()
         with self.assign_cond:

@@ -441,11 +441,13 @@ class Coordinator:
             while True:
                 job = self.jobs.get(job_id)
                 if job is None:
+                    # finished or cancelled: tell the agent which, so it keeps or discards staging
+                    state = self.store.job_state(job_id) or "GONE"
                     return {
                         "job_id": job_id,
                         "topology_version": 0,
                         "stripes": [],
-                        "job_state": "GONE",
+                        "job_state": state,
                         "cancelled": True,
                     }
                 if host_id not in job.targets:

@@ -236,6 +236,13 @@ class JobStore:
         with self.tx() as c:
             c.execute(text(f"UPDATE dist_jobs SET {', '.join(sets)} WHERE job_id = :j"), params)
 
+    def job_state(self, job_id: str) -> str | None:
+        with self.tx() as c:
+            row = c.execute(
+                text("SELECT state FROM dist_jobs WHERE job_id = :j"), {"j": job_id}
+            ).first()
+        return str(row[0]) if row else None
+
     def load_jobs(self, states: tuple[str, ...] | None = None) -> list[JobRow]:
         with self.tx() as c:
             rows = c.execute(
