@@ -45,6 +45,10 @@ class Cluster:
     coordinator: str = ""
     agents: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    def start_coordinator_with_db(self, db: str, listen: str = "127.0.0.1:0") -> str:
+        self.db = db
+        return self.start_coordinator(listen)
+
     def start_coordinator(self, listen: str = "127.0.0.1:0") -> str:
         (self.base / "logs").mkdir(parents=True, exist_ok=True)
         proc, info = _start(
@@ -54,7 +58,7 @@ class Cluster:
                 "--listen",
                 listen,
                 "--db",
-                str(self.base / "coordinator.sqlite"),
+                getattr(self, "db", "") or str(self.base / "coordinator.sqlite"),
                 "--trusted-keys",
                 str(self.trusted),
                 *self.coordinator_args,
