@@ -504,6 +504,9 @@ class JobRunner:
                 with contextlib.suppress(grpc.RpcError):
                     self._register()
             if "CANCEL" in actions:
+                self.cancelled = True
+                self.stop()
+            elif "STOP" in actions:
                 self.stop()
 
     def _journal_loop(self) -> None:

@@ -52,6 +52,11 @@ class CoordinatorConfig:
     report_interval_s: float = 1.0
     long_poll_max_s: float = 10.0
     webhook_url: str = ""
+    # a host whose rx rate stays under slow_fraction x the median for slow_after_s is moved
+    # to the tail of its rack chain (a leaf), so it no longer throttles anyone behind it
+    slow_fraction: float = 0.5
+    slow_after_s: float = 10.0
+    slow_min_median_bps: int = 1_000_000
 
 
 @dataclass
@@ -71,6 +76,8 @@ class HostProgress:
     tx_bps: int = 0
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=32))
     bad_data_reporters: set[str] = field(default_factory=set)
+    slow_since: float | None = None
+    demoted: bool = False
 
 
 @dataclass
@@ -508,7 +515,9 @@ class Coordinator:
         with self.lock:
             job = self.jobs.get(job_id)
             if job is None:
-                return {"topology_version": 0, "actions": ["CANCEL"]}
+                # CANCEL: discard staging; STOP: the job finished, keep what is placed
+                cancelled = self.store.job_state(job_id) == "CANCELLED"
+                return {"topology_version": 0, "actions": ["CANCEL" if cancelled else "STOP"]}
             hp = job.hosts.get(host_id)
             if hp is None:
                 return {"topology_version": job.topology.version, "actions": ["REREGISTER"]}
@@ -612,6 +621,7 @@ class Coordinator:
                     hp = job.hosts.get(h)
                     if hp and now - hp.last_seen > self.config.dead_after_s:
                         self._mark_dead(job, h, f"no report for {now - hp.last_seen:.1f}s")
+                self._demote_slow(job, now)
                 ready = len(job.ready & set(job.targets))
                 total = len(job.targets)
                 threshold = int(job.spec["ready_threshold_ppm"])
@@ -640,6 +650,46 @@ class Coordinator:
                     self.changed.notify_all()
         for url, payload in emit:
             threading.Thread(target=self._emit, args=(url, payload), daemon=True).start()
+
+    def _demote_slow(self, job: JobState, now: float) -> None:
+        """Slowness counts as failure: a persistently slow host becomes a leaf at its rack tail."""
+        moving = [
+            hp
+            for h, hp in job.hosts.items()
+            if h in job.topology.racks and not hp.ready and hp.state == "TRANSFERRING"
+        ]
+        rates = sorted(hp.rx_bps for hp in moving if hp.rx_bps > 0)
+        if len(rates) < 3:
+            return
+        median = rates[len(rates) // 2]
+        if median < self.config.slow_min_median_bps:
+            return
+        for hp in moving:
+            if hp.rx_bps >= self.config.slow_fraction * median or hp.demoted:
+                hp.slow_since = None
+                continue
+            if hp.slow_since is None:
+                hp.slow_since = now
+                continue
+            if now - hp.slow_since < self.config.slow_after_s:
+                continue
+            if not any(chain.children(hp.host_id) for chain in job.topology.stripes):
+                hp.demoted = True  # already a leaf everywhere: nobody waits behind it
+                continue
+            log.warning(
+                "job %s: demoting slow host %s (%d B/s vs median %d B/s)",
+                job.job_id,
+                hp.host_id,
+                hp.rx_bps,
+                median,
+            )
+            hp.errors.append(
+                f"DEMOTED rx {hp.rx_bps} B/s < {self.config.slow_fraction} x median {median} B/s"
+            )
+            hp.demoted = True
+            self._set_topology(
+                job, append_host(splice(job.topology, hp.host_id), hp.host_id, hp.rack)
+            )
 
     def _emit(self, url: str, payload: dict[str, Any]) -> None:
         body = json.dumps(payload, sort_keys=True).encode()
