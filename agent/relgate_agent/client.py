@@ -6,9 +6,9 @@ from typing import Any
 
 import grpc
 
-from relgate_agent.coordinator.server import GRPC_OPTIONS
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.rpc import GRPC_OPTIONS
 
 
 class CoordinatorClient:

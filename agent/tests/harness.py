@@ -16,23 +16,32 @@ from typing import Any
 from relgate_agent.client import CoordinatorClient, job_to_dict
 
 
-def _start(
-    cmd: list[str], log: Path, env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    fh = open(log, "a")  # noqa: SIM115 - kept open for the child's lifetime
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "relgate_agent", "--json", *cmd],
-        stdout=subprocess.PIPE,
-        stderr=fh,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
+def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    with open(log, "a") as fh:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "relgate_agent", "--json", *cmd],
+            stdout=subprocess.PIPE,
+            stderr=fh,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+
+
+def _ready(proc: subprocess.Popen[str], log: Path) -> dict[str, Any]:
+    """The first stdout line of a serve command is its JSON banner (address, pid)."""
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line:
         proc.wait(10)
-        raise RuntimeError(f"{cmd[:2]} exited early; see {log}:\n{log.read_text()[-3000:]}")
-    return proc, json.loads(line)
+        raise RuntimeError(f"process exited early; see {log}:\n{log.read_text()[-3000:]}")
+    return json.loads(line)
+
+
+def _start(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    proc = _spawn(cmd, log, env)
+    return proc, _ready(proc, log)
 
 
 @dataclass
@@ -79,9 +88,10 @@ class Cluster:
         labels: str = "cluster=inf-a",
         env: dict[str, str] | None = None,
         journal_interval: float = 0.3,
+        wait: bool = True,
     ) -> None:
         self.models_root(host).mkdir(parents=True, exist_ok=True)
-        proc, info = _start(
+        proc = _spawn(
             [
                 "agent",
                 "serve",
@@ -106,10 +116,18 @@ class Cluster:
             env,
         )
         self.procs[host] = proc
-        self.agents[host] = info
+        if wait:
+            self.agents[host] = _ready(proc, self.base / "logs" / f"{host}.log")
+
+    def wait_started(self) -> None:
+        """Collect the banners of agents started with wait=False (they boot in parallel)."""
+        for host, proc in self.procs.items():
+            if host != "coordinator" and host not in self.agents:
+                self.agents[host] = _ready(proc, self.base / "logs" / f"{host}.log")
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs.pop(name)
+        self.agents.pop(name, None)
         proc.send_signal(sig)
         proc.wait(20)
         if proc.stdout:

@@ -80,6 +80,7 @@ def start_hosts(
 ) -> None:
     for h, r in hosts:
         cluster.start_agent(h, r, env=(env_for or {}).get(h))
+    cluster.wait_started()
     cluster.wait_registered(len(hosts))
 
 

@@ -8,9 +8,9 @@ import threading
 import grpc
 
 from relgate_agent.agent.runner import AgentConfig, JobRunner
-from relgate_agent.coordinator.server import GRPC_OPTIONS
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.rpc import GRPC_OPTIONS
 from relgate_agent.storage import held_versions
 from relgate_agent.transport import BlockSource, DataServer
 

@@ -14,17 +14,9 @@ from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig, No
 from relgate_agent.errors import AgentError
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.rpc import GRPC_OPTIONS
 
 log = logging.getLogger(__name__)
-
-MAX_MESSAGE_BYTES = (
-    256 * 1024 * 1024
-)  # manifests of 800 GB checkpoints are a few MB; leave headroom
-GRPC_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.so_reuseport", 0),
-]
 
 T = TypeVar("T")
 
