@@ -99,3 +99,38 @@ def test_slow_host_demoted_to_rack_tail(coord: Coordinator, checkpoint) -> None:
     # everyone still reachable from a single root per stripe
     for chain in job.topology.stripes:
         assert sum(1 for h in chain.order if chain.parent[h] is None) == 1
+
+
+def test_two_bad_data_reporters_quarantine(coord: Coordinator, checkpoint) -> None:
+    job = coord.create_job(_spec(checkpoint))
+    chain = job.topology.stripes[0]
+    bad = next(h for h in chain.order if chain.children(h))
+    kid = chain.children(bad)[0]
+    coord.report_suspect(job.job_id, kid, bad, "BAD_DATA", 0)
+    assert bad in job.topology.racks  # one report could be the reporter's own fault
+    other = next(h for h in job.topology.racks if h not in (bad, kid))
+    coord.report_suspect(job.job_id, other, bad, "BAD_DATA", 1)
+    assert bad not in job.topology.racks and job.hosts[bad].state == "QUARANTINED"
+    assert job.topology.stripes[0].parent[kid] == chain.parent[bad]
+
+
+def test_deadline_handoff_below_threshold(coord: Coordinator, checkpoint) -> None:
+    from test_distribution import Webhook
+
+    hook = Webhook()
+    try:
+        job = coord.create_job(_spec(checkpoint, deadline_s=60, webhook_url=hook.url))
+        coord.tick()
+        assert not job.completion_emitted and job.completion is None
+        job.created_at -= 61  # the deadline has passed
+        coord.tick()
+        assert job.completion is not None and job.completion["reason"] == "deadline"
+        import time
+
+        end = time.monotonic() + 30
+        while not hook.events and time.monotonic() < end:
+            time.sleep(0.05)
+        assert hook.events[0]["readyHosts"] == [] and hook.events[0]["hostsTotal"] == 5
+        assert job.state == "COMPLETE"
+    finally:
+        hook.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 
 import grpc
@@ -27,7 +28,10 @@ class HostAgent:
         self.stop_event = threading.Event()
         self.data = DataServer(config.listen_host, config.listen_port, self.lookup)
         port = self.data.address.rpartition(":")[2]
-        self.data_address = f"{config.advertise_host or config.listen_host}:{port}"
+        advertise = config.advertise_host or config.listen_host
+        if advertise in ("", "0.0.0.0", "::"):
+            advertise = socket.getfqdn()  # a wildcard bind is not an address peers can dial
+        self.data_address = f"{advertise}:{port}"
         self._watch = threading.Thread(target=self._watch_loop, name="watch-jobs", daemon=True)
 
     def lookup(self, job_id: str) -> BlockSource | None:
