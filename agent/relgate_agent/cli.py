@@ -190,6 +190,7 @@ def cmd_agent_serve(args: argparse.Namespace) -> int:
         journal_interval_s=args.journal_interval,
         report_interval_s=args.report_interval,
         retain_versions=args.retain,
+        max_rate_bytes_per_s=args.max_rate,
     )
     agent = HostAgent(cfg).start()
     _emit(args, {"host_id": cfg.host_id, "data_address": agent.data_address, "pid": os.getpid()})
@@ -374,6 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
     aserve.add_argument("--report-interval", type=float, default=1.0)
     aserve.add_argument(
         "--retain", type=int, default=2, help="placed versions kept per model (2 = N-1)"
+    )
+    aserve.add_argument(
+        "--max-rate",
+        type=parse_rate,
+        default=0,
+        help="cap distribution rx and tx on this host (e.g. 20Gbit) so serving traffic keeps its share",
     )
     aserve.set_defaults(fn=cmd_agent_serve)
 

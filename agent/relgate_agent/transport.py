@@ -149,8 +149,16 @@ def _send_frame(
 class DataServer:
     """Thread-per-connection TCP server for StreamStripe and FetchChunk."""
 
-    def __init__(self, host: str, port: int, lookup: Callable[[str], BlockSource | None]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        lookup: Callable[[str], BlockSource | None],
+        tx_limit: Callable[[int], None] | None = None,
+    ) -> None:
         self.lookup = lookup
+        # per-host upload cap (e.g. a TokenBucket.take) so distribution never starves serving
+        self.tx_limit = tx_limit
         self.fault = Fault.from_env()
         self.sock = socket.create_server((host, port), reuse_port=False, backlog=128)
         self.address = f"{host}:{self.sock.getsockname()[1]}"
@@ -237,6 +245,8 @@ class DataServer:
                     pending = pending[CREDIT.size :]
             offset, payload, crc = src.read_block(block)
             payload = self.fault.maybe_corrupt(block, payload)
+            if self.tx_limit is not None:
+                self.tx_limit(len(payload))
             _send_frame(conn, KIND_BLOCK, block, offset, crc, payload)
             src.count_tx(len(payload))
             credits -= 1
@@ -250,6 +260,8 @@ class DataServer:
         for block in src.chunk_blocks(chunk):
             offset, payload, crc = src.read_block(block)
             payload = self.fault.maybe_corrupt(block, payload)
+            if self.tx_limit is not None:
+                self.tx_limit(len(payload))
             _send_frame(conn, KIND_BLOCK, block, offset, crc, payload)
             src.count_tx(len(payload))
         _send_frame(conn, KIND_END)

@@ -89,6 +89,7 @@ class Cluster:
         env: dict[str, str] | None = None,
         journal_interval: float = 0.3,
         wait: bool = True,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.models_root(host).mkdir(parents=True, exist_ok=True)
         proc = _spawn(
@@ -111,6 +112,7 @@ class Cluster:
                 str(journal_interval),
                 "--report-interval",
                 "0.5",
+                *(extra_args or []),
             ],
             self.base / "logs" / f"{host}.log",
             env,

@@ -9,6 +9,7 @@ import threading
 import grpc
 
 from relgate_agent.agent.runner import AgentConfig, JobRunner
+from relgate_agent.origin import TokenBucket
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import GRPC_OPTIONS
@@ -26,13 +27,20 @@ class HostAgent:
         self.runners: dict[str, JobRunner] = {}
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
-        self.data = DataServer(config.listen_host, config.listen_port, self.lookup)
+        self.rx_bucket = TokenBucket(config.max_rate_bytes_per_s)
+        self.tx_bucket = TokenBucket(config.max_rate_bytes_per_s)
+        self.data = DataServer(
+            config.listen_host, config.listen_port, self.lookup, self.tx_bucket.take
+        )
         port = self.data.address.rpartition(":")[2]
         advertise = config.advertise_host or config.listen_host
         if advertise in ("", "0.0.0.0", "::"):
             advertise = socket.getfqdn()  # a wildcard bind is not an address peers can dial
         self.data_address = f"{advertise}:{port}"
         self._watch = threading.Thread(target=self._watch_loop, name="watch-jobs", daemon=True)
+
+    def rx_limit(self, n: int) -> None:
+        self.rx_bucket.take(n)
 
     def lookup(self, job_id: str) -> BlockSource | None:
         with self.lock:

@@ -72,6 +72,7 @@ class AgentConfig:
     credits: int = DEFAULT_CREDITS
     stall_s: float = 5.0
     retain_versions: int = 2  # current + N-1
+    max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
 
 
 class ChunkTracker:
@@ -676,6 +677,7 @@ class JobRunner:
         if crc32c(data) != self.manifest.block_crc(block):
             raise CrcMismatch(block, source)
         if source != ORIGIN:
+            self.agent.rx_limit(len(data))
             with self.lock:
                 self.rx_bytes += len(data)
         chunk = self.manifest.block_chunk(block)
