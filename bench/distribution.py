@@ -16,6 +16,7 @@ has os.cpu_count() cores).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -127,6 +128,7 @@ def run_relgate(base: Path, src: Path, pem: Path, env: Path) -> dict[str, Any]:
                 raise RuntimeError("agents did not register")
             time.sleep(0.5)
         pids = [int(p) for p in state["pids"].values()]
+        sent0 = _origin_tx_bytes(state["origin_ns"])
         cpu0, busy0, t0 = _cpu_seconds(pids), _machine_busy(), time.monotonic()
         ready_at: dict[str, float] = {}
         st: dict[str, Any] = {}
@@ -139,17 +141,169 @@ def run_relgate(base: Path, src: Path, pem: Path, env: Path) -> dict[str, Any]:
         wall = time.monotonic() - t0
         cpu = _cpu_seconds(pids) - cpu0
         busy = _busy_fraction(busy0, _machine_busy())
+        sent = _origin_tx_bytes(state["origin_ns"]) - sent0
         st = job_to_dict(client.get_job(job.job_id))
         client.close()
         errors = sum(len(h["errors"]) for h in st["hosts"])
         return {
             **_summary(list(ready_at.values()), SIZE / NIC),
             "origin_bytes_over_S": round(st["origin_bytes"] / SIZE, 3),
+            "origin_nic_bytes_over_S": round(sent / SIZE, 3),
             "cpu_cores_busy": round(cpu / wall, 2),
             "machine_busy_fraction": busy,
             "reported_errors": errors,
         }
     finally:
+        lab_down(spec.state_dir)
+
+
+def _origin_tx_bytes(ns: str) -> int:
+    """Bytes the origin NIC actually sent (tbf qdisc counters): physical origin load."""
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", "eth0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    m = re.search(r"Sent (\d+) bytes", out)
+    return int(m.group(1)) if m else 0
+
+
+def run_bittorrent(base: Path, src: Path) -> dict[str, Any]:
+    """aria2c swarm (Debian aria2 + opentracker + mktorrent), origin as the only seed."""
+    from relgate_agent.lab import LabSpec, lab_down, lab_up, stop_pid
+
+    spec = LabSpec(
+        hosts=HOSTS,
+        racks=RACKS,
+        nic_bytes_per_s=NIC,
+        state_dir=base / "lab-bt",
+        trusted_keys=[str(base / "keys" / "signer.pem")],
+        origin_dir=src,
+        origin_nic_bytes_per_s=ORIGIN_CAP,
+        start_agents=False,
+    )
+    state = lab_up(spec)
+    pids: list[int] = []
+    try:
+        org = state["origin_ns"]
+        tracker_ip = state["origin_url"].split("//")[1].split(":")[0]
+        torrent = base / "ckpt.torrent"
+        torrent.unlink(missing_ok=True)
+        subprocess.run(
+            [
+                "mktorrent",
+                "-l",
+                "22",
+                "-a",
+                f"http://{tracker_ip}:6969/announce",
+                "-o",
+                str(torrent),
+                str(src),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        show = subprocess.run(
+            ["aria2c", "-S", str(torrent)], capture_output=True, text=True, check=True
+        ).stdout
+        m = re.search(r"Info Hash: ([0-9a-f]{40})", show)
+        assert m, show
+        chroot = base / "tracker"
+        chroot.mkdir(exist_ok=True)
+        (chroot / "whitelist").write_text(m.group(1) + "\n")
+        common = [
+            "--enable-dht=false",
+            "--bt-enable-lpd=false",
+            "--seed-ratio=0.0",
+            "--summary-interval=0",
+            "--console-log-level=warn",
+            "--file-allocation=none",
+            "--bt-max-peers=0",
+        ]
+        logs = base / "lab-bt" / "logs"
+
+        def spawn(cmd: list[str], log: str) -> None:
+            with open(logs / log, "w") as fh:
+                pids.append(subprocess.Popen(cmd, stdout=fh, stderr=fh, start_new_session=True).pid)
+
+        spawn(
+            [
+                "ip",
+                "netns",
+                "exec",
+                org,
+                "opentracker",
+                "-i",
+                tracker_ip,
+                "-p",
+                "6969",
+                "-P",
+                "6969",
+                "-d",
+                str(chroot),
+                "-w",
+                "whitelist",
+                "-u",
+                "nobody",
+            ],
+            "opentracker.log",
+        )
+        time.sleep(0.5)
+        spawn(
+            [
+                "ip",
+                "netns",
+                "exec",
+                org,
+                "aria2c",
+                *common,
+                "--bt-seed-unverified=true",
+                f"--dir={src.parent}",
+                str(torrent),
+            ],
+            "seeder.log",
+        )
+        time.sleep(1.0)
+        sent0 = _origin_tx_bytes(org)
+        busy0, t0 = _machine_busy(), time.time()
+        done_dir = base / "bt-done"
+        done_dir.mkdir(exist_ok=True)
+        for h, info in state["hosts"].items():
+            out = Path(info["models_root"]) / "bt"
+            out.mkdir(parents=True, exist_ok=True)
+            hook = base / f"hook-{h}.sh"
+            hook.write_text(f"#!/bin/sh\ndate +%s.%N > {done_dir / h}\n")
+            hook.chmod(0o755)
+            spawn(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    info["ns"],
+                    "aria2c",
+                    *common,
+                    f"--dir={out}",
+                    f"--on-bt-download-complete={hook}",
+                    str(torrent),
+                ],
+                f"aria2-{h}.log",
+            )
+        deadline = time.time() + 900
+        while len(list(done_dir.iterdir())) < HOSTS and time.time() < deadline:
+            time.sleep(0.25)
+        times = [float(p.read_text()) - t0 for p in done_dir.iterdir()]
+        busy = _busy_fraction(busy0, _machine_busy())
+        sent = _origin_tx_bytes(org) - sent0
+        return {
+            **_summary(times, SIZE / NIC),
+            "origin_bytes_over_S": round(sent / SIZE, 3),
+            "origin_nic_bytes_over_S": round(sent / SIZE, 3),
+            "machine_busy_fraction": busy,
+        }
+    finally:
+        for pid in reversed(pids):
+            stop_pid(pid)
         lab_down(spec.state_dir)
 
 
@@ -171,6 +325,7 @@ def run_naive(base: Path, src: Path) -> dict[str, Any]:
         files = sorted(p.name for p in src.iterdir())
         done: dict[str, float] = {}
         procs: dict[str, subprocess.Popen[bytes]] = {}
+        sent0 = _origin_tx_bytes(state["origin_ns"])
         busy0, t0 = _machine_busy(), time.monotonic()
         for h, info in state["hosts"].items():
             out = Path(info["models_root"]) / "naive"
@@ -189,9 +344,11 @@ def run_naive(base: Path, src: Path) -> dict[str, Any]:
         for t in threads:
             t.join()
         busy = _busy_fraction(busy0, _machine_busy())
+        sent = _origin_tx_bytes(state["origin_ns"]) - sent0
         return {
             **_summary(list(done.values()), SIZE / NIC),
             "origin_bytes_over_S": float(len(done)),
+            "origin_nic_bytes_over_S": round(sent / SIZE, 3),
             "machine_busy_fraction": busy,
         }
     finally:
@@ -210,6 +367,9 @@ def main() -> dict[str, Any]:
         src, pem, env, _ = _make_checkpoint(base)
         relgate = run_relgate(base, src, pem, env)
         naive = run_naive(base, src)
+        bt: dict[str, Any] = {"skipped": "needs aria2c, opentracker and mktorrent (Debian)"}
+        if all(shutil.which(t) for t in ("aria2c", "opentracker", "mktorrent")):
+            bt = run_bittorrent(base, src)
         return {
             "workload": (
                 f"{HOSTS} hosts / {RACKS} racks, NIC B={NIC * 8 // 1_000_000} Mbit/s (tbf), origin cap 2B, "
@@ -218,6 +378,7 @@ def main() -> dict[str, Any]:
             "S_over_B_s": round(SIZE / NIC, 2),
             "relgate": relgate,
             "naive_http_pull": naive,
+            "bittorrent_aria2": bt,
             "speedup_max": round(naive["max_s"] / relgate["max_s"], 2)
             if relgate.get("max_s")
             else None,
