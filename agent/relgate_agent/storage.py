@@ -113,9 +113,28 @@ class VersionStore:
         self.tree = self.staging_dir / "tree"
         self.final = models_root / manifest.model / manifest.version
         self.journal = Journal(self.staging_dir / "journal")
+        # which manifest the placed directory was verified against (outside the model dir,
+        # so the placed tree holds exactly the checkpoint's files)
+        self.placed_marker = models_root / ".placed" / manifest.model / f"{manifest.version}.digest"
         self.fds: dict[str, int] = {}
         self.placed = False
         self.lock = threading.Lock()
+
+    def write_placed_marker(self) -> None:
+        self.placed_marker.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.placed_marker.with_suffix(".tmp")
+        with open(tmp, "w") as fh:
+            fh.write(self.manifest.digest + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.placed_marker)
+        fsync_dir(self.placed_marker.parent)
+
+    def placed_marker_matches(self) -> bool:
+        try:
+            return self.placed_marker.read_text().strip() == self.manifest.digest
+        except OSError:
+            return False
 
     @staticmethod
     def is_placed(models_root: Path, model: str, version: str) -> bool:
@@ -193,6 +212,7 @@ class VersionStore:
             self.final.parent.mkdir(parents=True, exist_ok=True)
             os.rename(self.tree, self.final)
             fsync_dir(self.final.parent)
+            self.write_placed_marker()
             # Open descriptors stay valid across the rename; the data plane keeps serving them.
             self.placed = True
             with contextlib.suppress(OSError):

@@ -46,8 +46,13 @@ def test_staging_pwrite_across_files_and_atomic_place(tmp_path: Path, checkpoint
         store.pwrite(off, data[off : off + n])
     assert all(store.chunk_matches(c) for c in range(m.num_chunks))
     assert not store.final.exists()
+    assert not store.placed_marker_matches()
     final = store.place()
     assert final == tmp_path / "models" / m.model / m.version
+    assert store.placed_marker_matches()
+    assert not (final / ".relgate").exists() and sorted(p.name for p in final.iterdir()) == sorted(
+        f.path.split("/")[0] for f in m.files
+    )
     assert not store.staging_dir.exists()
     for f in m.files:
         assert (final / f.path).read_bytes() == (src / f.path).read_bytes()

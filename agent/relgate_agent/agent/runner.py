@@ -306,7 +306,27 @@ class JobRunner:
         store = VersionStore(self.cfg.models_root, manifest)
         self.store = store
         if store.final.is_dir():
-            store.open()
+            try:
+                store.open()
+            except OSError as exc:
+                self._error("PLACED_MISMATCH", detail=f"{store.final}: {exc}")
+                return False
+            if not store.placed_marker_matches():
+                # placed by someone else or for another manifest: serve it only if every
+                # chunk hashes to this manifest (once), never on trust
+                try:
+                    bad = [c for c in range(manifest.num_chunks) if not store.chunk_matches(c)]
+                except (OSError, StorageError):
+                    bad = [0]
+                if bad:
+                    self._error(
+                        "PLACED_MISMATCH",
+                        bad[0],
+                        detail=f"{store.final} does not match {manifest.digest}",
+                    )
+                    store.close()
+                    return False
+                store.write_placed_marker()
             for c in range(manifest.num_chunks):
                 self.tracker.mark_verified(c)
             self.ready = True
