@@ -157,6 +157,9 @@ def cmd_coordinator_serve(args: argparse.Namespace) -> int:
         dead_after_s=args.dead_after,
         report_interval_s=args.report_interval,
         webhook_url=args.webhook or "",
+        ha=args.ha,
+        lease_ttl_s=args.lease_ttl,
+        replica_id=args.replica_id,
     )
     server = CoordinatorServer(cfg, args.listen or ["127.0.0.1:7470"]).start()
     if args.address_file:
@@ -358,6 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
     cs.add_argument("--report-interval", type=float, default=1.0)
     cs.add_argument("--webhook", default="")
     cs.add_argument("--address-file", default="")
+    cs.add_argument(
+        "--ha", action="store_true", help="replica mode: lead only while holding the lease in --db"
+    )
+    cs.add_argument("--lease-ttl", type=float, default=10.0)
+    cs.add_argument("--replica-id", default="")
     cs.set_defaults(fn=cmd_coordinator_serve)
 
     ag = sub.add_parser("agent").add_subparsers(dest="sub", required=True)

@@ -4,22 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import grpc
-
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.rpc import GRPC_OPTIONS
+from relgate_agent.rpc import FailoverStub
 
 
 class CoordinatorClient:
     def __init__(self, address: str) -> None:
-        self.address = address
-        self.channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
-        self.jobs = pbg.JobServiceStub(self.channel)
-        self.agents = pbg.AgentServiceStub(self.channel)
+        self.address = address  # one address or a comma-separated list of replicas
+        self.jobs: Any = FailoverStub(address, pbg.JobServiceStub)
 
     def close(self) -> None:
-        self.channel.close()
+        self.jobs.close()
 
     def create_job(self, timeout: float = 60.0, **spec: Any) -> pb.CreateJobResponse:
         return self.jobs.CreateJob(pb.CreateJobRequest(**spec), timeout=timeout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from typing import Any
 
 import grpc
 
@@ -12,7 +13,7 @@ from relgate_agent.agent.runner import AgentConfig, JobRunner
 from relgate_agent.origin import TokenBucket
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.rpc import GRPC_OPTIONS
+from relgate_agent.rpc import FailoverStub
 from relgate_agent.storage import held_versions
 from relgate_agent.transport import BlockSource, DataServer
 
@@ -22,8 +23,8 @@ log = logging.getLogger(__name__)
 class HostAgent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
-        self.channel = grpc.insecure_channel(config.coordinator, options=GRPC_OPTIONS)
-        self.stub = pbg.AgentServiceStub(self.channel)
+        # one or more coordinator replicas ("a:7470,b:7470"); calls follow the lease holder
+        self.stub: Any = FailoverStub(config.coordinator, pbg.AgentServiceStub)
         self.runners: dict[str, JobRunner] = {}
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -68,7 +69,7 @@ class HostAgent:
         for r in runners:
             r.join(5)
         self.data.stop()
-        self.channel.close()
+        self.stub.close()
 
     def wait(self) -> None:
         self.stop_event.wait()

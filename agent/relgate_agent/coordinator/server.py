@@ -10,7 +10,13 @@ from typing import Any, TypeVar
 
 import grpc
 
-from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig, NotFound, Rejected
+from relgate_agent.coordinator.service import (
+    Coordinator,
+    CoordinatorConfig,
+    NotFound,
+    NotLeader,
+    Rejected,
+)
 from relgate_agent.errors import AgentError
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
@@ -24,6 +30,8 @@ T = TypeVar("T")
 def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
     try:
         return fn()
+    except NotLeader as exc:
+        context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
     except NotFound as exc:
         context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
     except Rejected as exc:
@@ -251,6 +259,7 @@ class CoordinatorServer:
         )
 
     def start(self) -> CoordinatorServer:
+        self.coordinator.maintain_lease()  # an HA replica may lead from its first moment
         self.server.start()
         self._sweeper.start()
         log.info("coordinator listening on %s", self.address)
@@ -259,6 +268,7 @@ class CoordinatorServer:
     def _sweep(self) -> None:
         while not self._stop.wait(self.tick_s):
             try:
+                self.coordinator.maintain_lease()
                 self.coordinator.tick()
             except Exception:
                 log.exception("coordinator tick failed")
@@ -270,6 +280,7 @@ class CoordinatorServer:
             self.coordinator.changed.notify_all()
         self.server.stop(grace).wait()
         self._sweeper.join(timeout=5)
+        self.coordinator.release()
         self.coordinator.store.close()
 
     def wait(self) -> None:

@@ -39,6 +39,10 @@ class NotFound(AgentError):
     """Unknown job or host (the caller should re-register or stop)."""
 
 
+class NotLeader(AgentError):
+    """This replica does not hold the lease (maps to UNAVAILABLE: clients try the next one)."""
+
+
 class Rejected(AgentError):
     """A request failed validation or verification (maps to INVALID_ARGUMENT / exit 3)."""
 
@@ -57,6 +61,10 @@ class CoordinatorConfig:
     slow_fraction: float = 0.5
     slow_after_s: float = 10.0
     slow_min_median_bps: int = 1_000_000
+    # high availability: replicas share the store and elect a leader through a lease row
+    ha: bool = False
+    lease_ttl_s: float = 10.0
+    replica_id: str = ""
 
 
 @dataclass
@@ -128,14 +136,73 @@ class Coordinator:
         self.closing = False  # set on shutdown: long-polls return at once
         self.addresses: dict[str, str] = {}
         self._post = post or _http_post
-        for host_id, _rack, _labels, address in self.store.hosts():
-            self.addresses[host_id] = address
-        for row in self.store.load_jobs(ACTIVE_STATES):
-            try:
-                self.jobs[row.job_id] = self._load_job(row)
-            except AgentError as exc:
-                log.error("job %s cannot be resumed: %s", row.job_id, exc)
-                self.store.update_job(row.job_id, state="FAILED")
+        self.replica_id = (
+            config.replica_id or f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
+        )
+        self.epoch = 0
+        self.leader = False
+        self._lease_renewed = 0.0
+        if not config.ha:
+            self._become_leader(0)
+
+    # ------------------------------------------------------------------ leadership
+    def _become_leader(self, epoch: int) -> None:
+        """Load durable state; progress is rebuilt from the agents' next reports."""
+        with self.lock:
+            self.jobs.clear()
+            for host_id, _rack, _labels, address in self.store.hosts():
+                self.addresses[host_id] = address
+            for row in self.store.load_jobs(ACTIVE_STATES):
+                try:
+                    self.jobs[row.job_id] = self._load_job(row)
+                except AgentError as exc:
+                    log.error("job %s cannot be resumed: %s", row.job_id, exc)
+                    self.store.update_job(row.job_id, state="FAILED")
+            self.epoch = epoch
+            self.leader = True
+            self.changed.notify_all()
+        log.info(
+            "coordinator %s leads (epoch %d, %d active jobs)",
+            self.replica_id,
+            epoch,
+            len(self.jobs),
+        )
+
+    def _step_down(self) -> None:
+        with self.lock:
+            if self.leader:
+                log.warning("coordinator %s lost the lease; stepping down", self.replica_id)
+            self.leader = False
+            self.jobs.clear()
+            self.changed.notify_all()
+
+    def maintain_lease(self) -> None:
+        """Called from the sweeper: take/renew the lease (HA mode), step down when lost."""
+        if not self.config.ha:
+            return
+        now = time.monotonic()
+        if self.leader and now - self._lease_renewed < self.config.lease_ttl_s / 3:
+            return
+        try:
+            epoch = self.store.acquire_lease(self.replica_id, self.config.lease_ttl_s)
+        except Exception as exc:  # store unreachable: we cannot prove we still lead
+            log.warning("lease renewal failed: %s", exc)
+            epoch = None
+        if epoch is None:
+            self._step_down()
+            return
+        self._lease_renewed = now
+        if not self.leader or epoch != self.epoch:
+            self._become_leader(epoch)
+
+    def release(self) -> None:
+        if self.config.ha and self.leader:
+            self._step_down()
+            self.store.release_lease(self.replica_id)
+
+    def require_leader(self) -> None:
+        if not self.leader:
+            raise NotLeader(f"coordinator {self.replica_id} is not the leader")
 
     # ------------------------------------------------------------------ helpers
     def _verify(self, envelope: bytes) -> CheckpointManifest:
@@ -184,12 +251,18 @@ class Coordinator:
     def _set_topology(self, job: JobState, topo: Topology) -> None:
         if topo is job.topology:
             return
-        self.store.save_topology(job.job_id, job.topology.version, topo, job.targets)
+        try:
+            self.store.save_topology(job.job_id, job.topology.version, topo, job.targets)
+        except StaleTopology:
+            # another replica moved the topology on: we are not the leader any more
+            self._step_down()
+            raise NotLeader(f"coordinator {self.replica_id} lost a topology race") from None
         job.topology = topo
         self.changed.notify_all()
 
     # ------------------------------------------------------------------ operator API
     def create_job(self, spec: dict[str, Any]) -> JobState:
+        self.require_leader()
         model = validate_name("model", spec.get("model", ""))
         version = validate_name("version", spec.get("version", ""))
         manifest_uri = str(spec.get("manifest_uri", ""))
@@ -276,6 +349,7 @@ class Coordinator:
             return job
 
     def cancel_job(self, job_id: str) -> None:
+        self.require_leader()
         with self.lock:
             job = self._job(job_id)
             job.state = "CANCELLED"
@@ -284,6 +358,7 @@ class Coordinator:
             self.changed.notify_all()
 
     def job_status(self, job_id: str) -> dict[str, Any]:
+        self.require_leader()
         with self.lock:
             job = self.jobs.get(job_id)
             if job is None:
@@ -367,12 +442,14 @@ class Coordinator:
         held: list[str],
         wait_s: float,
     ) -> list[dict[str, str]]:
+        self.require_leader()
         self.store.upsert_host(host_id, rack, labels, address, held)
         deadline = time.monotonic() + min(wait_s, self.config.long_poll_max_s)
         with self.lock:
             self.addresses[host_id] = address
             self._late_join(host_id, rack, labels, held)
             while True:
+                self.require_leader()
                 jobs = [
                     {
                         "job_id": j.job_id,
@@ -413,6 +490,7 @@ class Coordinator:
     def register(
         self, job_id: str, host_id: str, rack: str, have: bytes, free_disk: int, address: str
     ) -> dict[str, Any]:
+        self.require_leader()
         with self.lock:
             job = self._job(job_id)
             if host_id not in job.targets:
@@ -443,9 +521,11 @@ class Coordinator:
     def assignment(
         self, job_id: str, host_id: str, known_version: int, wait_s: float
     ) -> dict[str, Any]:
+        self.require_leader()
         deadline = time.monotonic() + min(wait_s, self.config.long_poll_max_s)
         with self.lock:
             while True:
+                self.require_leader()
                 job = self.jobs.get(job_id)
                 if job is None:
                     # finished or cancelled: tell the agent which, so it keeps or discards staging
@@ -512,6 +592,7 @@ class Coordinator:
         return pos
 
     def report_progress(self, job_id: str, host_id: str, report: dict[str, Any]) -> dict[str, Any]:
+        self.require_leader()
         with self.lock:
             job = self.jobs.get(job_id)
             if job is None:
@@ -553,6 +634,7 @@ class Coordinator:
     def report_suspect(
         self, job_id: str, reporter: str, suspect: str, reason: str, stripe: int
     ) -> dict[str, Any]:
+        self.require_leader()
         with self.lock:
             job = self._job(job_id)
             hp = job.hosts.get(suspect)
@@ -589,6 +671,7 @@ class Coordinator:
     def find_peers(
         self, job_id: str, host_id: str, chunk: int, exclude: set[str], limit: int
     ) -> list[dict[str, str]]:
+        self.require_leader()
         with self.lock:
             job = self._job(job_id)
             me = job.hosts.get(host_id)
@@ -615,6 +698,8 @@ class Coordinator:
         """Dead-host detection, ready-threshold / deadline handoff, DONE transition."""
         emit: list[tuple[str, dict[str, Any]]] = []
         with self.lock:
+            if not self.leader:
+                return
             now = time.monotonic()
             for job in list(self.jobs.values()):
                 for h in list(job.topology.racks):

@@ -32,6 +32,12 @@ SCHEMA = [
         version TEXT NOT NULL,
         PRIMARY KEY (host_id, model, version)
     )""",
+    """CREATE TABLE IF NOT EXISTS dist_lease (
+        name TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_at_ms BIGINT NOT NULL,
+        epoch BIGINT NOT NULL
+    )""",
     """CREATE TABLE IF NOT EXISTS dist_jobs (
         job_id TEXT PRIMARY KEY,
         spec TEXT NOT NULL,
@@ -99,6 +105,44 @@ class JobStore:
     def tx(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:
             yield conn
+
+    # -- leader lease ---------------------------------------------------------
+    def acquire_lease(self, holder: str, ttl_s: float, name: str = "coordinator") -> int | None:
+        """Take or renew the leader lease; returns the epoch when ``holder`` leads, else None.
+
+        The epoch increases on every change of holder, so a deposed leader can tell.
+        """
+        now = int(time.time() * 1000)
+        exp = now + int(ttl_s * 1000)
+        with self.tx() as c:
+            c.execute(
+                text(
+                    "INSERT INTO dist_lease (name, holder, expires_at_ms, epoch) VALUES (:n, :h, :e, 1) "
+                    "ON CONFLICT (name) DO NOTHING"
+                ),
+                {"n": name, "h": holder, "e": exp},
+            )
+            res = c.execute(
+                text(
+                    "UPDATE dist_lease SET epoch = CASE WHEN holder = :h THEN epoch ELSE epoch + 1 END, "
+                    "holder = :h, expires_at_ms = :e "
+                    "WHERE name = :n AND (holder = :h OR expires_at_ms < :now)"
+                ),
+                {"n": name, "h": holder, "e": exp, "now": now},
+            )
+            if res.rowcount != 1:
+                return None
+            row = c.execute(
+                text("SELECT epoch FROM dist_lease WHERE name = :n"), {"n": name}
+            ).first()
+        return int(row[0]) if row else None
+
+    def release_lease(self, holder: str, name: str = "coordinator") -> None:
+        with self.tx() as c:
+            c.execute(
+                text("UPDATE dist_lease SET expires_at_ms = 0 WHERE name = :n AND holder = :h"),
+                {"n": name, "h": holder},
+            )
 
     # -- hosts --------------------------------------------------------------
     def upsert_host(
