@@ -58,7 +58,9 @@ class Cluster:
         self.db = db
         return self.start_coordinator(listen)
 
-    def start_coordinator(self, listen: str = "127.0.0.1:0") -> str:
+    def start_coordinator(
+        self, listen: str = "127.0.0.1:0", name: str = "coordinator", extra: list[str] | None = None
+    ) -> str:
         (self.base / "logs").mkdir(parents=True, exist_ok=True)
         proc, info = _start(
             [
@@ -71,10 +73,11 @@ class Cluster:
                 "--trusted-keys",
                 str(self.trusted),
                 *self.coordinator_args,
+                *(extra or []),
             ],
-            self.base / "logs" / "coordinator.log",
+            self.base / "logs" / f"{name}.log",
         )
-        self.procs["coordinator"] = proc
+        self.procs[name] = proc
         self.coordinator = info["listening"]
         return self.coordinator
 
@@ -124,7 +127,7 @@ class Cluster:
     def wait_started(self) -> None:
         """Collect the banners of agents started with wait=False (they boot in parallel)."""
         for host, proc in self.procs.items():
-            if host != "coordinator" and host not in self.agents:
+            if not host.startswith("coordinator") and host not in self.agents:
                 self.agents[host] = _ready(proc, self.base / "logs" / f"{host}.log")
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:

@@ -367,3 +367,43 @@ def test_cancel_mid_transfer_discards_staging(cluster: Cluster, checkpoint) -> N
     )
     assert not any((cluster.models_root(h) / m.model / m.version).exists() for h, _ in hosts)
     assert cluster.status(job)["state"] == "CANCELLED"
+
+
+def test_coordinator_failover_to_replica(cluster: Cluster, checkpoint) -> None:
+    """Two replicas share the store; the lease holder dies mid-job; the other takes over,
+    splices a host that dies after the failover, and sees every survivor READY."""
+    import grpc
+    from relgate_agent.client import CoordinatorClient
+
+    ha = ["--ha", "--lease-ttl", "3"]
+    a = cluster.start_coordinator(name="coordinator-a", extra=ha)
+    b = cluster.start_coordinator(name="coordinator-b", extra=ha)
+    cluster.coordinator = f"{a},{b}"
+    start_hosts(cluster)
+    job = create_job(
+        cluster, checkpoint, origin_cap_bytes_per_s=3 * MiB, ready_threshold_ppm=875_000
+    )
+    follower = CoordinatorClient(b)
+    try:
+        with pytest.raises(grpc.RpcError) as exc:  # only the lease holder answers
+            follower.get_job(job)
+        assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        follower.close()
+    before = cluster.status(job)["topology_version"]
+    cluster.wait_for(
+        lambda: journal_chunks(cluster, "h06", checkpoint) >= 2, 60, "transfer under way"
+    )
+    cluster.kill("coordinator-a", signal.SIGKILL)
+    # the replica takes the lease after the TTL and reloads the job from the store
+    cluster.wait_for(lambda: cluster.status(job)["job_id"] == job, 60, "replica serving the job")
+    victim = "h07"
+    cluster.kill(victim, signal.SIGKILL)
+    st = cluster.wait_for(
+        lambda: (r := cluster.status(job))["hosts_ready"] == 7 and r, 120, "survivors READY"
+    )
+    for h, _ in HOSTS:
+        if h != victim:
+            assert_placed(cluster, checkpoint, h)
+    assert {h["host_id"]: h["state"] for h in st["hosts"]}[victim] == "DEAD"
+    assert st["topology_version"] > before

@@ -90,4 +90,11 @@ def test_store_topology_versions_are_monotonic(tmp_path: Path) -> None:
     assert loaded.topology.to_json() == t2.to_json()
     store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:1", ["m/v1"])
     assert store.hosts_holding("m", "v1") == {"h1"}
+    # leader lease: one holder at a time, epoch bumps on every change of holder
+    assert store.acquire_lease("a", 60) == 1
+    assert store.acquire_lease("a", 60) == 1  # renewal
+    assert store.acquire_lease("b", 60) is None
+    store.release_lease("a")
+    assert store.acquire_lease("b", 60) == 2
+    assert store.acquire_lease("a", 60) is None
     store.close()

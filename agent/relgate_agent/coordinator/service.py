@@ -168,10 +168,10 @@ class Coordinator:
             len(self.jobs),
         )
 
-    def _step_down(self) -> None:
+    def _step_down(self, reason: str = "lost the lease") -> None:
         with self.lock:
             if self.leader:
-                log.warning("coordinator %s lost the lease; stepping down", self.replica_id)
+                log.warning("coordinator %s %s; stepping down", self.replica_id, reason)
             self.leader = False
             self.jobs.clear()
             self.changed.notify_all()
@@ -197,7 +197,7 @@ class Coordinator:
 
     def release(self) -> None:
         if self.config.ha and self.leader:
-            self._step_down()
+            self._step_down("is shutting down")
             self.store.release_lease(self.replica_id)
 
     def require_leader(self) -> None:
