@@ -88,6 +88,11 @@ def test_store_on_postgres(pg_dsn: str) -> None:
     store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:1", ["m/v1"])
     store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:2", ["m/v1", "m/v2"])
     assert store.hosts_holding("m", "v2") == {"h1"}
+    lease = f"test-{os.getpid()}"
+    assert store.acquire_lease("a", 60, name=lease) == 1
+    assert store.acquire_lease("b", 60, name=lease) is None
+    store.release_lease("a", name=lease)
+    assert store.acquire_lease("b", 60, name=lease) == 2
     store.close()
 
 
