@@ -16,10 +16,12 @@ from typing import Any
 from relgate_agent.client import CoordinatorClient, job_to_dict
 
 
-def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def _spawn(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None, prefix: list[str] | None = None
+) -> subprocess.Popen[str]:
     with open(log, "a") as fh:  # the child keeps its own descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "relgate_agent", "--json", *cmd],
+            [*(prefix or []), sys.executable, "-m", "relgate_agent", "--json", *cmd],
             stdout=subprocess.PIPE,
             stderr=fh,
             text=True,
@@ -93,6 +95,7 @@ class Cluster:
         journal_interval: float = 0.3,
         wait: bool = True,
         extra_args: list[str] | None = None,
+        prefix: list[str] | None = None,
     ) -> None:
         self.models_root(host).mkdir(parents=True, exist_ok=True)
         proc = _spawn(
@@ -119,6 +122,7 @@ class Cluster:
             ],
             self.base / "logs" / f"{host}.log",
             env,
+            prefix,
         )
         self.procs[host] = proc
         if wait:

@@ -407,3 +407,42 @@ def test_coordinator_failover_to_replica(cluster: Cluster, checkpoint) -> None:
             assert_placed(cluster, checkpoint, h)
     assert {h["host_id"]: h["state"] for h in st["hosts"]}[victim] == "DEAD"
     assert st["topology_version"] > before
+
+
+def test_host_without_disk_space_refuses_and_never_places(cluster: Cluster, checkpoint) -> None:
+    """One host's models root is an 8 MiB tmpfs (private mount namespace of that agent)."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private tmpfs")
+    m = checkpoint["manifest"]
+    cluster.start_coordinator()
+    small = "h02"
+    for h, r in HOSTS[:4]:
+        prefix = None
+        if h == small:
+            root = cluster.models_root(h)
+            root.mkdir(parents=True, exist_ok=True)
+            # the mount lives only in the agent's own mount namespace and dies with it
+            prefix = [
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f'mount -t tmpfs -o size=8m tmpfs "{root}" && exec "$0" "$@"',
+            ]
+        cluster.start_agent(h, r, prefix=prefix)
+    cluster.wait_registered(4)
+    job = create_job(cluster, checkpoint, ready_threshold_ppm=750_000)
+    st = cluster.wait_for(
+        lambda: (r := cluster.status(job))["hosts_ready"] == 3 and r, 120, "others READY"
+    )
+    errors = {h["host_id"]: h["errors"] for h in st["hosts"]}
+    assert any(e.startswith("NO_SPACE") for e in errors[small])
+    assert not (cluster.models_root(small) / m.model / m.version).exists()
+    for h, _ in HOSTS[:4]:
+        if h != small:
+            assert_placed(cluster, checkpoint, h)

@@ -337,6 +337,19 @@ class JobRunner:
             store.discard()
             store = VersionStore(self.cfg.models_root, manifest)
             self.store = store
+        # free-disk check before creating anything: what is still missing must fit
+        allocated = 0
+        for f in manifest.files:
+            with contextlib.suppress(OSError):
+                allocated += os.stat(store.tree / f.path).st_blocks * 512
+        needed = manifest.total_size - allocated
+        free = store.free_bytes()
+        if free < needed:
+            self._error(
+                "NO_SPACE", detail=f"need {needed} bytes under {self.cfg.models_root}, {free} free"
+            )
+            self.tracker = None  # nothing to serve
+            return False
         store.open()
         if state is not None:
             for c in state.verified:
@@ -349,16 +362,6 @@ class JobRunner:
                 len(state.verified),
                 manifest.num_chunks,
             )
-        # free-disk check: what is still missing must fit
-        allocated = 0
-        for f in manifest.files:
-            with contextlib.suppress(OSError):
-                allocated += os.stat(store.tree / f.path).st_blocks * 512
-        needed = manifest.total_size - allocated
-        if store.free_bytes() < needed:
-            self._error("NO_SPACE", detail=f"need {needed} bytes under {self.cfg.models_root}")
-            store.close()
-            return False
         return True
 
     def _main(self) -> None:
