@@ -375,7 +375,7 @@ def test_coordinator_failover_to_replica(cluster: Cluster, checkpoint) -> None:
     import grpc
     from relgate_agent.client import CoordinatorClient
 
-    ha = ["--ha", "--lease-ttl", "3"]
+    ha = ["--ha", "--lease-ttl", "5"]
     a = cluster.start_coordinator(name="coordinator-a", extra=ha)
     b = cluster.start_coordinator(name="coordinator-b", extra=ha)
     cluster.coordinator = f"{a},{b}"
