@@ -158,6 +158,7 @@ def cmd_coordinator_serve(args: argparse.Namespace) -> int:
         report_interval_s=args.report_interval,
         webhook_url=args.webhook or "",
         ha=args.ha,
+        splice_on_suspect=not args.no_splice_on_suspect,
         lease_ttl_s=args.lease_ttl,
         replica_id=args.replica_id,
     )
@@ -365,6 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--ha", action="store_true", help="replica mode: lead only while holding the lease in --db"
     )
     cs.add_argument("--lease-ttl", type=float, default=10.0)
+    cs.add_argument(
+        "--no-splice-on-suspect",
+        action="store_true",
+        help="splice only after --dead-after (agents fall back to swarm repair meanwhile)",
+    )
     cs.add_argument("--replica-id", default="")
     cs.set_defaults(fn=cmd_coordinator_serve)
 

@@ -446,3 +446,38 @@ def test_host_without_disk_space_refuses_and_never_places(cluster: Cluster, chec
     for h, _ in HOSTS[:4]:
         if h != small:
             assert_placed(cluster, checkpoint, h)
+
+
+def test_swarm_fallback_when_chain_is_broken_and_not_spliced(tmp_path: Path, checkpoint) -> None:
+    """With splicing held back (repairs paused), hosts behind a dead host pull the chunks
+    they miss from any peer that holds them and still finish."""
+    topo = topology_for()
+    # not a stripe root: with splicing held back nobody would take over its origin reads, and
+    # chunks no peer ever received cannot come from a swarm
+    roots = {ch.root() for ch in topo.stripes}
+    dead = max(
+        (h for h, _ in HOSTS if h not in roots),
+        key=lambda h: (sum(len(ch.children(h)) for ch in topo.stripes), h),
+    )
+    c = Cluster(
+        tmp_path / "swarm",
+        checkpoint["trusted"],
+        ["--dead-after", "600", "--no-splice-on-suspect", "--report-interval", "0.5"],
+    )
+    try:
+        c.start_coordinator()
+        start_hosts(c)
+        job = create_job(c, checkpoint, origin_cap_bytes_per_s=4 * MiB, ready_threshold_ppm=875_000)
+        c.wait_for(lambda: journal_chunks(c, dead, checkpoint) >= 3, 60, "victim mid-transfer")
+        c.kill(dead, signal.SIGKILL)
+        st = c.wait_for(
+            lambda: (r := c.status(job))["hosts_ready"] == 7 and r, 120, "survivors READY"
+        )
+        for h, _ in HOSTS:
+            if h != dead:
+                assert_placed(c, checkpoint, h)
+        assert {h["host_id"]: h["state"] for h in st["hosts"]}[dead] != "DEAD"  # never spliced
+        swarm = sum(s["swarm_chunks"] for h, _ in HOSTS if h != dead for s in stats(c, h, job))
+        assert swarm >= 1
+    finally:
+        c.stop_all()

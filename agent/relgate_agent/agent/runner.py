@@ -164,6 +164,7 @@ class JobRunner:
         self.refetched_chunks = 0
         self.resumed_chunks = 0
         self.repairing: set[int] = set()  # chunks being re-fetched by FetchChunk
+        self.swarm_chunks = 0  # chunks pulled peer-to-peer while a chain was broken
         self._rate_mark = (time.monotonic(), 0, 0)
         self.rx_bps = 0
         self.tx_bps = 0
@@ -436,6 +437,7 @@ class JobRunner:
                 "hash_mismatches": self.hash_mismatches,
                 "refetched_chunks": self.refetched_chunks,
                 "resumed_chunks": self.resumed_chunks,
+                "swarm_chunks": self.swarm_chunks,
             }
 
     def _write_stats(self) -> None:
@@ -615,6 +617,8 @@ class JobRunner:
                 if failures >= 2:
                     self._suspect(stripe, upstream, reason)
                 log.info("%s stripe %d: upstream %s: %s", self.cfg.host_id, stripe, upstream, exc)
+                if failures >= 3 and self._swarm_step(stripe, upstream):
+                    failures = 0  # progress without the chain; try the chain again next
             except (OriginError, StorageError) as exc:
                 failures += 1
                 self._error(
@@ -626,6 +630,29 @@ class JobRunner:
                 self._error("INTERNAL", detail=repr(exc))
             if failures:
                 self.stop_event.wait(min(0.1 * 2 ** min(failures, 5), 2.0))
+
+    def _swarm_step(self, stripe: int, upstream: str) -> bool:
+        """Swarm mode while this stripe's chain is broken (before or without a splice): pull
+        the stripe's next missing chunk from any peer that holds it, same rack first."""
+        assert self.manifest is not None
+        pos = self._first_missing(stripe)
+        blocks = self._stripe_blocks[stripe]
+        if pos >= len(blocks):
+            return False
+        chunk = self.manifest.block_chunk(blocks[pos])
+        with self.lock:
+            if chunk in self.repairing:
+                return False
+            self.repairing.add(chunk)
+        try:
+            if self._repair_chunk(chunk, {upstream}):
+                with self.lock:
+                    self.swarm_chunks += 1
+                return True
+            return False
+        finally:
+            with self.lock:
+                self.repairing.discard(chunk)
 
     def _suspect(self, stripe: int, suspect: str, reason: str) -> None:
         if suspect in (ORIGIN, ""):

@@ -61,6 +61,9 @@ class CoordinatorConfig:
     slow_fraction: float = 0.5
     slow_after_s: float = 10.0
     slow_min_median_bps: int = 1_000_000
+    # splice a suspect at once when a downstream reports it and it also went silent
+    # (off: only the dead-after sweep splices; used to exercise swarm fallback)
+    splice_on_suspect: bool = True
     # high availability: replicas share the store and elect a leader through a lease row
     ha: bool = False
     lease_ttl_s: float = 10.0
@@ -647,7 +650,10 @@ class Coordinator:
                         log.warning("job %s: quarantining %s", job_id, suspect)
                         hp.state = "QUARANTINED"
                         self._set_topology(job, splice(job.topology, suspect))
-                elif time.monotonic() - hp.last_seen > 2 * self.config.report_interval_s:
+                elif (
+                    self.config.splice_on_suspect
+                    and time.monotonic() - hp.last_seen > 2 * self.config.report_interval_s
+                ):
                     # the suspect also stopped reporting to us: treat as dead, splice now
                     self._mark_dead(job, suspect, f"{reason} from {reporter}")
             chain = job.topology.stripes[stripe] if 0 <= stripe < job.stripes else None
