@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_harness import write_checkpoint
 from relgate_agent.manifest import (
     build_manifest,
     generate_private_key,
@@ -16,18 +17,6 @@ from relgate_agent.manifest import (
 
 KiB = 1024
 MiB = 1024 * KiB
-
-
-def write_checkpoint(root: Path, sizes: dict[str, int], seed: int = 7) -> Path:
-    """Deterministic pseudo-random checkpoint files (not compressible, not all zeros)."""
-    import random
-
-    rng = random.Random(seed)
-    for rel, size in sizes.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(rng.randbytes(size))
-    return root
 
 
 @pytest.fixture

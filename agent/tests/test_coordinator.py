@@ -115,7 +115,7 @@ def test_two_bad_data_reporters_quarantine(coord: Coordinator, checkpoint) -> No
 
 
 def test_deadline_handoff_below_threshold(coord: Coordinator, checkpoint) -> None:
-    from test_distribution import Webhook
+    from agent_harness import Webhook
 
     hook = Webhook()
     try:

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import signal
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Cluster
+from agent_harness import HOSTS, Cluster, Webhook, assert_placed
 
 KiB = 1024
 MiB = 1024 * KiB
-HOSTS = [(f"h{i:02d}", f"r{i % 2}") for i in range(8)]
 
 
 @pytest.fixture
@@ -31,31 +27,6 @@ def cluster(tmp_path: Path, checkpoint):
         c.stop_all()
 
 
-class Webhook:
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                n = int(self.headers["Content-Length"])
-                outer.events.append(json.loads(self.rfile.read(n)))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *a: Any) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/deploy"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def webhook():
     w = Webhook()
@@ -63,16 +34,6 @@ def webhook():
         yield w
     finally:
         w.close()
-
-
-def assert_placed(cluster: Cluster, checkpoint: dict[str, Any], host: str) -> None:
-    m = checkpoint["manifest"]
-    final = cluster.models_root(host) / m.model / m.version
-    assert final.is_dir(), f"{host} has no placed copy"
-    for f in m.files:
-        got = hashlib.sha256((final / f.path).read_bytes()).hexdigest()
-        assert got == checkpoint["digests"][f.path], f"{host}:{f.path} differs"
-    assert not (cluster.models_root(host) / ".staging" / m.model / m.version).exists()
 
 
 def start_hosts(

@@ -9,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agent_harness import HOSTS, Cluster, assert_placed
 from dagster_pipes import encode_param
-from harness import Cluster
-from test_distribution import HOSTS, assert_placed
 
 
 def test_pipes_entry_reports_check_and_ready_hosts(tmp_path: Path, checkpoint) -> None:

@@ -11,10 +11,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from harness import Cluster
+from agent_harness import Cluster, assert_placed
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import build_topology, splice
-from test_distribution import assert_placed
 
 pytestmark = pytest.mark.postgres
 

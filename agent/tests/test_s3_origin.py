@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import Cluster
+from agent_harness import Cluster, assert_placed
 from relgate_agent.manifest import build_manifest, envelope_bytes, sign_manifest
 from relgate_agent.origin import ManifestReader, S3Origin, open_origin, read_uri
-from test_distribution import assert_placed
 
 pytestmark = pytest.mark.s3
 

@@ -3,17 +3,71 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
 from relgate_agent.client import CoordinatorClient, job_to_dict
+
+# Helper module names are prefixed (agent_harness, not harness): the main package's tests
+# directory has its own `harness` package and may be on sys.path in a combined run.
+HOSTS = [(f"h{i:02d}", f"r{i % 2}") for i in range(8)]
+
+
+def write_checkpoint(root: Path, sizes: dict[str, int], seed: int = 7) -> Path:
+    """Deterministic pseudo-random checkpoint files (not compressible, not all zeros)."""
+    import random
+
+    rng = random.Random(seed)
+    for rel, size in sizes.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(size))
+    return root
+
+
+class Webhook:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                n = int(self.headers["Content-Length"])
+                outer.events.append(json.loads(self.rfile.read(n)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/deploy"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def assert_placed(cluster: Any, checkpoint: dict[str, Any], host: str) -> None:
+    m = checkpoint["manifest"]
+    final = cluster.models_root(host) / m.model / m.version
+    assert final.is_dir(), f"{host} has no placed copy"
+    for f in m.files:
+        got = hashlib.sha256((final / f.path).read_bytes()).hexdigest()
+        assert got == checkpoint["digests"][f.path], f"{host}:{f.path} differs"
+    assert not (cluster.models_root(host) / ".staging" / m.model / m.version).exists()
 
 
 def _spawn(
