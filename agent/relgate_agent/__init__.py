@@ -1,1 +1,52 @@
-"""relgate-agent: host agent, coordinator and network lab for checkpoint distribution."""
+"""relgate-agent: host agent, coordinator and network lab for checkpoint distribution.
+
+The library surface the main package uses (``relgate checkpoint publish`` and the Dagster
+Pipes launch) is re-exported here; everything else is reachable through its module.
+"""
+
+from relgate_agent.errors import (
+    AgentError,
+    ManifestError,
+    OriginError,
+    StorageError,
+    VerificationError,
+)
+from relgate_agent.manifest import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_CHUNK_SIZE,
+    PAYLOAD_TYPE,
+    CheckpointManifest,
+    TrustedKeys,
+    build_manifest,
+    envelope_bytes,
+    keyid_for,
+    load_private_key,
+    manifest_digest,
+    sign_manifest,
+    verify_envelope,
+    write_envelope,
+)
+from relgate_agent.origin import open_origin, read_uri
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_CHUNK_SIZE",
+    "PAYLOAD_TYPE",
+    "AgentError",
+    "CheckpointManifest",
+    "ManifestError",
+    "OriginError",
+    "StorageError",
+    "TrustedKeys",
+    "VerificationError",
+    "build_manifest",
+    "envelope_bytes",
+    "keyid_for",
+    "load_private_key",
+    "manifest_digest",
+    "open_origin",
+    "read_uri",
+    "sign_manifest",
+    "verify_envelope",
+    "write_envelope",
+]

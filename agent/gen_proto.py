@@ -1,0 +1,51 @@
+"""Regenerate relgate_agent/proto/*_pb2*.py from the .proto files (needs grpcio-tools).
+
+    python agent/gen_proto.py
+
+Imports in the generated gRPC module are rewritten to be package-relative so the
+generated code works as ``relgate_agent.proto.distribution_pb2``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from grpc_tools import protoc
+
+HERE = Path(__file__).resolve().parent / "relgate_agent" / "proto"
+
+
+def main() -> int:
+    for proto in sorted(HERE.glob("*.proto")):
+        rc = protoc.main(
+            [
+                "grpc_tools.protoc",
+                f"-I{HERE}",
+                f"--python_out={HERE}",
+                f"--pyi_out={HERE}",
+                f"--grpc_python_out={HERE}",
+                str(proto),
+            ]
+        )
+        if rc != 0:
+            return rc
+        grpc_mod = HERE / f"{proto.stem}_pb2_grpc.py"
+        text = grpc_mod.read_text()
+        text = re.sub(
+            rf"^import {proto.stem}_pb2 as", f"from . import {proto.stem}_pb2 as", text, flags=re.M
+        )
+        grpc_mod.write_text(text)
+        # The .pyi stubs are what mypy reads; make them pass the repository's ruff rules.
+        stub = str(HERE / f"{proto.stem}_pb2.pyi")
+        subprocess.run(
+            [sys.executable, "-m", "ruff", "check", "--fix", "--quiet", stub], check=False
+        )
+        subprocess.run([sys.executable, "-m", "ruff", "format", "--quiet", stub], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Host agent: job runner (stripe workers, journal, placement) and the per-host daemon."""

@@ -1,0 +1,115 @@
+"""The per-host daemon: data-plane server plus a long-poll for jobs targeting this host."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from typing import Any
+
+import grpc
+
+from relgate_agent.agent.runner import AgentConfig, JobRunner
+from relgate_agent.origin import TokenBucket
+from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.rpc import FailoverStub
+from relgate_agent.storage import held_versions
+from relgate_agent.transport import BlockSource, DataServer
+
+log = logging.getLogger(__name__)
+
+
+class HostAgent:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        # one or more coordinator replicas ("a:7470,b:7470"); calls follow the lease holder
+        self.stub: Any = FailoverStub(config.coordinator, pbg.AgentServiceStub)
+        self.runners: dict[str, JobRunner] = {}
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.rx_bucket = TokenBucket(config.max_rate_bytes_per_s)
+        self.tx_bucket = TokenBucket(config.max_rate_bytes_per_s)
+        self.data = DataServer(
+            config.listen_host, config.listen_port, self.lookup, self.tx_bucket.take
+        )
+        port = self.data.address.rpartition(":")[2]
+        advertise = config.advertise_host or config.listen_host
+        if advertise in ("", "0.0.0.0", "::"):
+            advertise = socket.getfqdn()  # a wildcard bind is not an address peers can dial
+        self.data_address = f"{advertise}:{port}"
+        self._watch = threading.Thread(target=self._watch_loop, name="watch-jobs", daemon=True)
+
+    def rx_limit(self, n: int) -> None:
+        self.rx_bucket.take(n)
+
+    def lookup(self, job_id: str) -> BlockSource | None:
+        with self.lock:
+            r = self.runners.get(job_id)
+        return r if r is not None and r.tracker is not None else None
+
+    def start(self) -> HostAgent:
+        self.config.models_root.mkdir(parents=True, exist_ok=True)
+        self.data.start()
+        self._watch.start()
+        log.info(
+            "agent %s (rack %s) data plane on %s",
+            self.config.host_id,
+            self.config.rack,
+            self.data_address,
+        )
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        with self.lock:
+            runners = list(self.runners.values())
+        for r in runners:
+            r.stop()
+        for r in runners:
+            r.join(5)
+        self.data.stop()
+        self.stub.close()
+
+    def wait(self) -> None:
+        self.stop_event.wait()
+
+    def _watch_loop(self) -> None:
+        backoff = 0.2
+        while not self.stop_event.is_set():
+            with self.lock:
+                known = [j for j, r in self.runners.items() if not r.stop_event.is_set()]
+            try:
+                resp = self.stub.WatchJobs(
+                    pb.WatchJobsRequest(
+                        host_id=self.config.host_id,
+                        rack=self.config.rack,
+                        labels=self.config.labels,
+                        data_address=self.data_address,
+                        known_job_ids=known,
+                        held_versions=held_versions(self.config.models_root),
+                        wait_ms=int(self.config.long_poll_s * 1000),
+                    ),
+                    timeout=self.config.long_poll_s + 10,
+                )
+                backoff = 0.2
+            except grpc.RpcError:
+                # coordinator unreachable: running jobs keep streaming on their last assignment
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            listed = {j.job_id: j for j in resp.jobs}
+            with self.lock:
+                for job_id, ref in listed.items():
+                    r = self.runners.get(job_id)
+                    if r is None or r.stop_event.is_set():
+                        r = JobRunner(self, job_id, ref.model, ref.version)
+                        self.runners[job_id] = r
+                        r.start()
+                for job_id, r in list(self.runners.items()):
+                    # An unlisted job finished (DONE) or was cancelled. The runner learns which
+                    # from its own assignment long-poll (and discards staging if cancelled);
+                    # here we only forget runners that have ended.
+                    if job_id not in listed and (r.stop_event.is_set() or not r.alive):
+                        r.stop()
+                        del self.runners[job_id]

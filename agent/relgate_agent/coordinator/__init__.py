@@ -1,0 +1,1 @@
+"""Coordinator: topology planning, durable job state, progress cache and deployer handoff."""

@@ -1,0 +1,287 @@
+"""gRPC front end of the coordinator (JobService + AgentService) and its background sweeper."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any, TypeVar
+
+import grpc
+
+from relgate_agent.coordinator.service import (
+    Coordinator,
+    CoordinatorConfig,
+    NotFound,
+    NotLeader,
+    Rejected,
+)
+from relgate_agent.errors import AgentError
+from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.rpc import GRPC_OPTIONS
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except NotLeader as exc:
+        context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+    except NotFound as exc:
+        context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+    except Rejected as exc:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    except AgentError as exc:
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+    raise AssertionError("unreachable")
+
+
+def _peer(d: dict[str, str]) -> pb.Peer:
+    return pb.Peer(host_id=d["host_id"], address=d["address"], rack=d["rack"])
+
+
+def status_to_pb(s: dict[str, Any]) -> pb.GetJobResponse:
+    return pb.GetJobResponse(
+        job_id=s["job_id"],
+        state=s["state"],
+        model=s["model"],
+        version=s["version"],
+        manifest_digest=s["manifest_digest"],
+        hosts_total=s["hosts_total"],
+        hosts_ready=s["hosts_ready"],
+        bytes_moved=s["bytes_moved"],
+        origin_bytes=s["origin_bytes"],
+        checkpoint_bytes=s["checkpoint_bytes"],
+        stragglers=s["stragglers"],
+        eta_s=s["eta_s"],
+        topology_version=s["topology_version"],
+        ready_hosts=s["ready_hosts"],
+        completion_emitted=s["completion_emitted"],
+        hosts=[pb.HostStatus(**h) for h in s["hosts"]],
+    )
+
+
+class JobServicer(pbg.JobServiceServicer):
+    def __init__(self, coord: Coordinator) -> None:
+        self.coord = coord
+
+    def CreateJob(
+        self, request: pb.CreateJobRequest, context: grpc.ServicerContext
+    ) -> pb.CreateJobResponse:
+        spec = {
+            "model": request.model,
+            "version": request.version,
+            "manifest_uri": request.manifest_uri,
+            "origin_uri": request.origin_uri,
+            "target_selector": request.target_selector,
+            "priority": request.priority or "normal",
+            "origin_cap_bytes_per_s": request.origin_cap_bytes_per_s,
+            "ready_threshold_ppm": request.ready_threshold_ppm,
+            "deadline_s": request.deadline_s,
+            "stripes": request.stripes,
+            "webhook_url": request.webhook_url,
+            "job_id": request.job_id,
+        }
+        job = _call(context, lambda: self.coord.create_job(spec))
+        return pb.CreateJobResponse(
+            job_id=job.job_id,
+            state=job.state,
+            manifest_digest=job.manifest.digest,
+            hosts_total=len(job.targets),
+        )
+
+    def GetJob(self, request: pb.GetJobRequest, context: grpc.ServicerContext) -> pb.GetJobResponse:
+        return status_to_pb(_call(context, lambda: self.coord.job_status(request.job_id)))
+
+    def CancelJob(
+        self, request: pb.CancelJobRequest, context: grpc.ServicerContext
+    ) -> pb.CancelJobResponse:
+        _call(context, lambda: self.coord.cancel_job(request.job_id))
+        return pb.CancelJobResponse()
+
+
+class AgentServicer(pbg.AgentServiceServicer):
+    def __init__(self, coord: Coordinator) -> None:
+        self.coord = coord
+
+    def WatchJobs(
+        self, request: pb.WatchJobsRequest, context: grpc.ServicerContext
+    ) -> pb.WatchJobsResponse:
+        jobs = _call(
+            context,
+            lambda: self.coord.watch_jobs(
+                request.host_id,
+                request.rack,
+                dict(request.labels),
+                request.data_address,
+                set(request.known_job_ids),
+                list(request.held_versions),
+                request.wait_ms / 1000.0,
+            ),
+        )
+        return pb.WatchJobsResponse(jobs=[pb.JobRef(**j) for j in jobs])
+
+    def Register(
+        self, request: pb.RegisterRequest, context: grpc.ServicerContext
+    ) -> pb.RegisterResponse:
+        r = _call(
+            context,
+            lambda: self.coord.register(
+                request.job_id,
+                request.host_id,
+                request.rack,
+                request.have,
+                request.free_disk_bytes,
+                request.data_address,
+            ),
+        )
+        return pb.RegisterResponse(**r)
+
+    def GetAssignment(
+        self, request: pb.GetAssignmentRequest, context: grpc.ServicerContext
+    ) -> pb.Assignment:
+        a = _call(
+            context,
+            lambda: self.coord.assignment(
+                request.job_id,
+                request.host_id,
+                request.known_topology_version,
+                request.wait_ms / 1000.0,
+            ),
+        )
+        return pb.Assignment(
+            job_id=a["job_id"],
+            topology_version=a["topology_version"],
+            job_state=a["job_state"],
+            cancelled=a["cancelled"],
+            stripes=[
+                pb.StripeAssignment(
+                    stripe=s["stripe"],
+                    upstream=_peer(s["upstream"]),
+                    downstreams=[_peer(d) for d in s["downstreams"]],
+                    resume_block=s["resume_block"],
+                    origin_rate_bytes_per_s=s["origin_rate_bytes_per_s"],
+                )
+                for s in a["stripes"]
+            ],
+        )
+
+    def ReportProgress(
+        self, request: pb.ReportProgressRequest, context: grpc.ServicerContext
+    ) -> pb.ReportProgressResponse:
+        report = {
+            "topology_version": request.topology_version,
+            "have": request.have,
+            "rx": request.rx_bytes,
+            "tx": request.tx_bytes,
+            "origin": request.origin_bytes,
+            "rx_bps": request.rx_bytes_per_s,
+            "tx_bps": request.tx_bytes_per_s,
+            "ready": request.ready,
+            "data_address": request.data_address,
+            "errors": [
+                f"{e.kind} chunk={e.chunk} from={e.from_host} {e.detail}".strip()
+                for e in request.errors
+            ],
+        }
+        r = _call(
+            context, lambda: self.coord.report_progress(request.job_id, request.host_id, report)
+        )
+        return pb.ReportProgressResponse(
+            topology_version=r["topology_version"], actions=r["actions"]
+        )
+
+    def ReportSuspect(
+        self, request: pb.ReportSuspectRequest, context: grpc.ServicerContext
+    ) -> pb.ReportSuspectResponse:
+        r = _call(
+            context,
+            lambda: self.coord.report_suspect(
+                request.job_id,
+                request.reporter,
+                request.suspect_host,
+                request.reason,
+                request.stripe,
+            ),
+        )
+        return pb.ReportSuspectResponse(
+            topology_version=r["topology_version"], new_upstream=_peer(r["new_upstream"])
+        )
+
+    def FindPeers(
+        self, request: pb.FindPeersRequest, context: grpc.ServicerContext
+    ) -> pb.FindPeersResponse:
+        peers = _call(
+            context,
+            lambda: self.coord.find_peers(
+                request.job_id,
+                request.host_id,
+                request.chunk,
+                set(request.exclude),
+                request.limit or 3,
+            ),
+        )
+        return pb.FindPeersResponse(peers=[_peer(p) for p in peers])
+
+
+class CoordinatorServer:
+    """Runs the coordinator: gRPC server plus a sweeper thread (dead hosts, handoff)."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        listen: str | list[str] = "127.0.0.1:0",
+        tick_s: float = 0.5,
+    ) -> None:
+        self.coordinator = Coordinator(config)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=256), options=GRPC_OPTIONS)
+        pbg.add_JobServiceServicer_to_server(JobServicer(self.coordinator), self.server)
+        pbg.add_AgentServiceServicer_to_server(AgentServicer(self.coordinator), self.server)
+        self.addresses: list[str] = []
+        for addr in [listen] if isinstance(listen, str) else listen:
+            port = self.server.add_insecure_port(addr)
+            if port == 0:
+                raise AgentError(f"coordinator cannot listen on {addr}")
+            self.addresses.append(
+                addr if addr.startswith("unix:") else f"{addr.rpartition(':')[0]}:{port}"
+            )
+        # the first listen address is the one agents are told about
+        self.address = self.addresses[0]
+        self.tick_s = tick_s
+        self._stop = threading.Event()
+        self._sweeper = threading.Thread(
+            target=self._sweep, name="coordinator-sweeper", daemon=True
+        )
+
+    def start(self) -> CoordinatorServer:
+        self.coordinator.maintain_lease()  # an HA replica may lead from its first moment
+        self.server.start()
+        self._sweeper.start()
+        log.info("coordinator listening on %s", self.address)
+        return self
+
+    def _sweep(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            try:
+                self.coordinator.maintain_lease()
+                self.coordinator.tick()
+            except Exception:
+                log.exception("coordinator tick failed")
+
+    def stop(self, grace: float = 1.0) -> None:
+        self._stop.set()
+        with self.coordinator.lock:
+            self.coordinator.closing = True
+            self.coordinator.changed.notify_all()
+        self.server.stop(grace).wait()
+        self._sweeper.join(timeout=5)
+        self.coordinator.release()
+        self.coordinator.store.close()
+
+    def wait(self) -> None:
+        self.server.wait_for_termination()

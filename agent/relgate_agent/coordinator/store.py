@@ -1,0 +1,315 @@
+"""Durable coordinator state: jobs, topology versions, host inventory and held versions.
+
+SQLite by default, PostgreSQL through a DSN; one code path (SQLAlchemy Core, plain SQL that
+both dialects accept). Only small, strongly consistent state lives here; per-(host, chunk)
+progress is a cache in coordinator memory rebuilt from agent reports.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, create_engine, event, text
+
+from relgate_agent.coordinator.topology import Topology
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS dist_hosts (
+        host_id TEXT PRIMARY KEY,
+        rack TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        address TEXT NOT NULL,
+        last_seen BIGINT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS dist_host_versions (
+        host_id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        version TEXT NOT NULL,
+        PRIMARY KEY (host_id, model, version)
+    )""",
+    """CREATE TABLE IF NOT EXISTS dist_lease (
+        name TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_at_ms BIGINT NOT NULL,
+        epoch BIGINT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS dist_jobs (
+        job_id TEXT PRIMARY KEY,
+        spec TEXT NOT NULL,
+        state TEXT NOT NULL,
+        manifest_digest TEXT NOT NULL,
+        targets TEXT NOT NULL,
+        topology_version BIGINT NOT NULL,
+        topology TEXT NOT NULL,
+        ready_hosts TEXT NOT NULL,
+        completion_emitted INTEGER NOT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+    )""",
+]
+
+
+class StaleTopology(Exception):
+    """A topology write named a version that is no longer the latest (monotonicity guard)."""
+
+
+@dataclass
+class JobRow:
+    job_id: str
+    spec: dict[str, Any]
+    state: str
+    manifest_digest: str
+    targets: dict[str, str]  # host -> rack
+    topology: Topology
+    ready_hosts: list[str]
+    completion_emitted: bool
+    created_at: int
+
+
+def _dsn(dsn_or_path: str) -> str:
+    if "://" in dsn_or_path:
+        if dsn_or_path.startswith("postgresql://"):
+            return "postgresql+psycopg://" + dsn_or_path[len("postgresql://") :]
+        return dsn_or_path
+    return f"sqlite:///{dsn_or_path}"
+
+
+class JobStore:
+    def __init__(self, dsn_or_path: str) -> None:
+        url = _dsn(dsn_or_path)
+        self.is_sqlite = url.startswith("sqlite")
+        self.engine = create_engine(url, future=True, pool_pre_ping=True)
+        if self.is_sqlite:
+
+            @event.listens_for(self.engine, "connect")
+            def _pragmas(dbapi_conn: Any, _rec: Any) -> None:
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=FULL")
+                cur.execute("PRAGMA busy_timeout=5000")
+                cur.close()
+
+        with self.tx() as c:
+            for stmt in SCHEMA:
+                c.execute(text(stmt))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def tx(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    # -- leader lease ---------------------------------------------------------
+    def acquire_lease(self, holder: str, ttl_s: float, name: str = "coordinator") -> int | None:
+        """Take or renew the leader lease; returns the epoch when ``holder`` leads, else None.
+
+        The epoch increases on every change of holder, so a deposed leader can tell.
+        """
+        now = int(time.time() * 1000)
+        exp = now + int(ttl_s * 1000)
+        with self.tx() as c:
+            c.execute(
+                text(
+                    "INSERT INTO dist_lease (name, holder, expires_at_ms, epoch) VALUES (:n, :h, :e, 1) "
+                    "ON CONFLICT (name) DO NOTHING"
+                ),
+                {"n": name, "h": holder, "e": exp},
+            )
+            res = c.execute(
+                text(
+                    "UPDATE dist_lease SET epoch = CASE WHEN holder = :h THEN epoch ELSE epoch + 1 END, "
+                    "holder = :h, expires_at_ms = :e "
+                    "WHERE name = :n AND (holder = :h OR expires_at_ms < :now)"
+                ),
+                {"n": name, "h": holder, "e": exp, "now": now},
+            )
+            if res.rowcount != 1:
+                return None
+            row = c.execute(
+                text("SELECT epoch FROM dist_lease WHERE name = :n"), {"n": name}
+            ).first()
+        return int(row[0]) if row else None
+
+    def release_lease(self, holder: str, name: str = "coordinator") -> None:
+        with self.tx() as c:
+            c.execute(
+                text("UPDATE dist_lease SET expires_at_ms = 0 WHERE name = :n AND holder = :h"),
+                {"n": name, "h": holder},
+            )
+
+    # -- hosts --------------------------------------------------------------
+    def upsert_host(
+        self, host_id: str, rack: str, labels: dict[str, str], address: str, held: list[str]
+    ) -> None:
+        now = int(time.time())
+        with self.tx() as c:
+            c.execute(
+                text(
+                    "INSERT INTO dist_hosts (host_id, rack, labels, address, last_seen) "
+                    "VALUES (:h, :r, :l, :a, :t) ON CONFLICT (host_id) DO UPDATE SET "
+                    "rack = excluded.rack, labels = excluded.labels, address = excluded.address, "
+                    "last_seen = excluded.last_seen"
+                ),
+                {
+                    "h": host_id,
+                    "r": rack,
+                    "l": json.dumps(labels, sort_keys=True),
+                    "a": address,
+                    "t": now,
+                },
+            )
+            c.execute(text("DELETE FROM dist_host_versions WHERE host_id = :h"), {"h": host_id})
+            for mv in held:
+                model, _, version = mv.partition("/")
+                if model and version:
+                    c.execute(
+                        text(
+                            "INSERT INTO dist_host_versions (host_id, model, version) VALUES (:h, :m, :v)"
+                        ),
+                        {"h": host_id, "m": model, "v": version},
+                    )
+
+    def hosts(self) -> list[tuple[str, str, dict[str, str], str]]:
+        with self.tx() as c:
+            rows = c.execute(
+                text("SELECT host_id, rack, labels, address FROM dist_hosts ORDER BY host_id")
+            ).all()
+        return [(r[0], r[1], json.loads(r[2]), r[3]) for r in rows]
+
+    def hosts_holding(self, model: str, version: str) -> set[str]:
+        with self.tx() as c:
+            rows = c.execute(
+                text("SELECT host_id FROM dist_host_versions WHERE model = :m AND version = :v"),
+                {"m": model, "v": version},
+            ).all()
+        return {r[0] for r in rows}
+
+    def mark_host_version(self, host_id: str, model: str, version: str) -> None:
+        with self.tx() as c:
+            c.execute(
+                text(
+                    "INSERT INTO dist_host_versions (host_id, model, version) VALUES (:h, :m, :v) "
+                    "ON CONFLICT (host_id, model, version) DO NOTHING"
+                ),
+                {"h": host_id, "m": model, "v": version},
+            )
+
+    # -- jobs ---------------------------------------------------------------
+    def create_job(self, row: JobRow) -> bool:
+        """Insert a job; False if the id exists (idempotent create)."""
+        now = int(time.time())
+        with self.tx() as c:
+            exists = c.execute(
+                text("SELECT 1 FROM dist_jobs WHERE job_id = :j"), {"j": row.job_id}
+            ).first()
+            if exists:
+                return False
+            c.execute(
+                text(
+                    "INSERT INTO dist_jobs (job_id, spec, state, manifest_digest, targets, topology_version, "
+                    "topology, ready_hosts, completion_emitted, created_at, updated_at) VALUES "
+                    "(:j, :s, :st, :d, :tg, :tv, :t, :r, :ce, :now, :now)"
+                ),
+                {
+                    "j": row.job_id,
+                    "s": json.dumps(row.spec, sort_keys=True),
+                    "st": row.state,
+                    "d": row.manifest_digest,
+                    "tg": json.dumps(row.targets, sort_keys=True),
+                    "tv": row.topology.version,
+                    "t": json.dumps(row.topology.to_json(), sort_keys=True),
+                    "r": json.dumps(sorted(row.ready_hosts)),
+                    "ce": int(row.completion_emitted),
+                    "now": now,
+                },
+            )
+        return True
+
+    def save_topology(
+        self, job_id: str, expected_version: int, topo: Topology, targets: dict[str, str]
+    ) -> None:
+        """Compare-and-set on topology_version: a stale writer (old leader) loses."""
+        if topo.version <= expected_version:
+            raise StaleTopology(
+                f"job {job_id}: topology version {topo.version} is not above {expected_version}"
+            )
+        with self.tx() as c:
+            res = c.execute(
+                text(
+                    "UPDATE dist_jobs SET topology_version = :v, topology = :t, targets = :tg, updated_at = :now "
+                    "WHERE job_id = :j AND topology_version = :old"
+                ),
+                {
+                    "v": topo.version,
+                    "t": json.dumps(topo.to_json(), sort_keys=True),
+                    "tg": json.dumps(targets, sort_keys=True),
+                    "now": int(time.time()),
+                    "j": job_id,
+                    "old": expected_version,
+                },
+            )
+            if res.rowcount != 1:
+                raise StaleTopology(f"job {job_id}: topology version moved past {expected_version}")
+
+    def update_job(
+        self,
+        job_id: str,
+        *,
+        state: str | None = None,
+        ready_hosts: list[str] | None = None,
+        completion_emitted: bool | None = None,
+    ) -> None:
+        sets = ["updated_at = :now"]
+        params: dict[str, Any] = {"j": job_id, "now": int(time.time())}
+        if state is not None:
+            sets.append("state = :st")
+            params["st"] = state
+        if ready_hosts is not None:
+            sets.append("ready_hosts = :r")
+            params["r"] = json.dumps(sorted(ready_hosts))
+        if completion_emitted is not None:
+            sets.append("completion_emitted = :ce")
+            params["ce"] = int(completion_emitted)
+        with self.tx() as c:
+            c.execute(text(f"UPDATE dist_jobs SET {', '.join(sets)} WHERE job_id = :j"), params)
+
+    def job_state(self, job_id: str) -> str | None:
+        with self.tx() as c:
+            row = c.execute(
+                text("SELECT state FROM dist_jobs WHERE job_id = :j"), {"j": job_id}
+            ).first()
+        return str(row[0]) if row else None
+
+    def load_jobs(self, states: tuple[str, ...] | None = None) -> list[JobRow]:
+        with self.tx() as c:
+            rows = c.execute(
+                text(
+                    "SELECT job_id, spec, state, manifest_digest, targets, topology, ready_hosts, "
+                    "completion_emitted, created_at FROM dist_jobs ORDER BY created_at, job_id"
+                )
+            ).all()
+        out = []
+        for r in rows:
+            if states is not None and r[2] not in states:
+                continue
+            out.append(
+                JobRow(
+                    r[0],
+                    json.loads(r[1]),
+                    r[2],
+                    r[3],
+                    json.loads(r[4]),
+                    Topology.from_json(json.loads(r[5])),
+                    json.loads(r[6]),
+                    bool(r[7]),
+                    int(r[8]),
+                )
+            )
+        return out

@@ -1,0 +1,172 @@
+"""Striped-chain topology: pure data and pure functions (no I/O), so repairs are testable.
+
+The checkpoint is split into k stripes (chunk index mod k). For each stripe there is a
+two-level pipeline: a chain through one leader per rack, and from each leader a chain
+through the other hosts of its rack. The leader of stripe s in a rack is the rack's host
+s mod n, and the rack order is rotated per stripe, so stripe roots and leaders differ per
+stripe and each host uploads roughly what it downloads.
+
+Each stripe is stored as a parent map (host -> upstream host, None = the origin) plus an
+``order`` list (chain order, root first) used to find tails. Every change returns a new
+topology with ``version + 1``; versions are monotonic and agents ignore stale ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+ORIGIN = "ORIGIN"
+
+
+@dataclass
+class StripeChain:
+    parent: dict[str, str | None] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+
+    def children(self, host: str) -> list[str]:
+        return [h for h in self.order if self.parent.get(h) == host]
+
+    def root(self) -> str | None:
+        for h in self.order:
+            if self.parent.get(h) is None:
+                return h
+        return None
+
+    def depth(self, host: str) -> int:
+        d = 0
+        p = self.parent.get(host)
+        while p is not None:
+            d += 1
+            p = self.parent.get(p)
+        return d
+
+
+@dataclass
+class Topology:
+    version: int
+    stripes: list[StripeChain]
+    racks: dict[str, str]  # host -> rack
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(self.stripes[0].order) if self.stripes else []
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "racks": dict(self.racks),
+            "stripes": [{"parent": dict(s.parent), "order": list(s.order)} for s in self.stripes],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Topology:
+        return cls(
+            int(doc["version"]),
+            [StripeChain(dict(s["parent"]), list(s["order"])) for s in doc["stripes"]],
+            dict(doc["racks"]),
+        )
+
+    def copy(self, version: int) -> Topology:
+        return Topology.from_json({**self.to_json(), "version": version})
+
+
+def build_topology(hosts: Mapping[str, str], stripes: int, version: int = 1) -> Topology:
+    """Build k striped chains over ``hosts`` (host -> rack)."""
+    by_rack: dict[str, list[str]] = {}
+    for h, r in sorted(hosts.items()):
+        by_rack.setdefault(r, []).append(h)
+    racks = sorted(by_rack)
+    out: list[StripeChain] = []
+    for s in range(max(stripes, 1)):
+        chain = StripeChain()
+        if racks:
+            rot = racks[s % len(racks) :] + racks[: s % len(racks)]
+            prev_leader: str | None = None
+            for r in rot:
+                members = by_rack[r]
+                i = s % len(members)
+                leader = members[i]
+                rest = members[i + 1 :] + members[:i]
+                chain.parent[leader] = prev_leader
+                chain.order.append(leader)
+                prev = leader
+                for h in rest:
+                    chain.parent[h] = prev
+                    chain.order.append(h)
+                    prev = h
+                prev_leader = leader
+        out.append(chain)
+    return Topology(version, out, dict(hosts))
+
+
+def splice(topo: Topology, host: str) -> Topology:
+    """Remove a dead host from every chain: its upstream now feeds its downstreams directly.
+
+    If the host was a stripe root, its first downstream becomes the root (and resumes the
+    origin reads from its own offset); other downstreams hang off the new root.
+    """
+    if host not in topo.racks:
+        return topo
+    new = topo.copy(topo.version + 1)
+    for chain in new.stripes:
+        if host not in chain.parent:
+            continue
+        up = chain.parent.pop(host)
+        kids = [h for h in chain.order if chain.parent.get(h) == host]
+        chain.order.remove(host)
+        if up is None and kids:
+            # prefer a successor in the same rack as the old root, keeping the leader chain rack-local
+            same = [k for k in kids if new.racks.get(k) == topo.racks[host]]
+            successor = (same or kids)[0]
+            chain.parent[successor] = None
+            for k in kids:
+                if k != successor:
+                    chain.parent[k] = successor
+        else:
+            for k in kids:
+                chain.parent[k] = up
+    del new.racks[host]
+    return new
+
+
+def append_host(topo: Topology, host: str, rack: str) -> Topology:
+    """Add a late or rejoining host at the tail of its rack's chain in every stripe.
+
+    A tail host has no downstreams, so a rejoining (possibly slow) host never blocks anyone.
+    """
+    if host in topo.racks:
+        return topo
+    new = topo.copy(topo.version + 1)
+    new.racks[host] = rack
+    for chain in new.stripes:
+        tail: str | None = None
+        for h in reversed(chain.order):
+            if new.racks.get(h) == rack:
+                tail = h
+                break
+        if tail is None and chain.order:
+            tail = chain.order[-1]
+        chain.parent[host] = tail
+        chain.order.append(host)
+    return new
+
+
+def stripe_positions(num_chunks: int, stripes: int) -> list[list[int]]:
+    """Chunks of each stripe in stream order."""
+    return [list(range(s, num_chunks, stripes)) for s in range(stripes)]
+
+
+def upload_counts(topo: Topology) -> dict[str, int]:
+    """How many (stripe, downstream) edges each host feeds; for balance checks."""
+    out = dict.fromkeys(topo.racks, 0)
+    for chain in topo.stripes:
+        for _h, p in chain.parent.items():
+            if p is not None:
+                out[p] = out.get(p, 0) + 1
+    return out
+
+
+def roots(topo: Topology) -> Sequence[str | None]:
+    return [c.root() for c in topo.stripes]

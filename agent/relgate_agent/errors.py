@@ -1,0 +1,23 @@
+"""One exception hierarchy for the agent package; every message names the object and the check."""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Base class for relgate-agent errors."""
+
+
+class ManifestError(AgentError):
+    """A checkpoint manifest is malformed, names something unsafe, or does not match its bytes."""
+
+
+class VerificationError(ManifestError):
+    """A signed manifest failed verification (unsigned, unknown key, bad signature, tampered)."""
+
+
+class OriginError(AgentError):
+    """A ranged read from the checkpoint origin failed or returned the wrong length."""
+
+
+class StorageError(AgentError):
+    """Local staging or placement failed (no space, bad journal, rename failure)."""

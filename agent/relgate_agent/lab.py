@@ -1,0 +1,463 @@
+"""Network lab: one network namespace per host, a bridge per rack joined by a spine, tbf caps.
+
+Everything lives in namespaces the lab creates (names ``rgl<id>-...``); nothing is added to
+the root namespace. A "fabric" namespace holds the rack bridges and the spine bridge; each
+host namespace has one veth (``eth0``) into its rack bridge with address 10.77.<rack>.<n>/16;
+the coordinator has its own namespace on the spine at 10.77.255.1. Each host NIC is capped
+with ``tc tbf`` in both directions (egress on the host side, and on the fabric side toward
+the host), and every lab interface gets ``gso_max_size 60000`` so tbf does not have to split
+64 KiB GSO super-packets in software (measured: without it, tbf splitting eats the CPU).
+
+The coordinator also listens on a unix socket under the lab state directory, which is how
+tools in the root namespace reach it (filesystem sockets cross network namespaces).
+
+Without root (or without ``ip netns``) the lab falls back to plain loopback processes
+without caps. ``lab_down`` stops every process by PID and deletes every namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relgate_agent.errors import AgentError
+
+SUBNET_PREFIX = "10.77"
+COORD_PORT = 7470
+AGENT_PORT = 7480
+
+
+@dataclass
+class LabSpec:
+    hosts: int = 8
+    racks: int = 2
+    nic_bytes_per_s: int = 100_000_000 // 8
+    state_dir: Path = Path("var/lab")
+    trusted_keys: list[str] = field(default_factory=list)
+    coordinator_listen: str = ""
+    journal_interval_s: float = 2.0
+    report_interval_s: float = 1.0
+    dead_after_s: float = 6.0
+    force_loopback: bool = False
+    labels: str = "cluster=lab"
+    agent_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    extra_hosts_env: dict[str, str] = field(default_factory=dict)
+    origin_dir: Path | None = None  # served over HTTP from its own namespace on the spine
+    origin_nic_bytes_per_s: int = 0  # tbf on the origin NIC (the origin bandwidth cap)
+    start_agents: bool = True
+
+
+def netns_available() -> bool:
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
+        return False
+    try:
+        subprocess.run(["ip", "netns", "list"], check=True, capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
+
+
+def _ip(*args: str) -> None:
+    res = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if res.returncode != 0:
+        raise AgentError(f"ip {' '.join(args)} failed: {res.stderr.strip()}")
+
+
+def _tc(ns: str, *args: str) -> None:
+    res = subprocess.run(
+        ["ip", "netns", "exec", ns, "tc", *args], capture_output=True, text=True, timeout=30
+    )
+    if res.returncode != 0:
+        raise AgentError(f"tc {' '.join(args)} in {ns} failed: {res.stderr.strip()}")
+
+
+def _tbf(ns: str, dev: str, rate_bytes: int) -> None:
+    burst = max(64 * 1024, rate_bytes // 50)  # >= rate/HZ with room for a 64 KiB GSO packet
+    _tc(
+        ns,
+        "qdisc",
+        "replace",
+        "dev",
+        dev,
+        "root",
+        "tbf",
+        "rate",
+        f"{rate_bytes * 8}bit",
+        "burst",
+        str(burst),
+        "latency",
+        "100ms",
+    )
+
+
+def host_names(spec: LabSpec) -> list[tuple[str, str]]:
+    """(host_id, rack) for every lab host, racks filled round-robin."""
+    return [(f"h{i:02d}", f"r{i % spec.racks}") for i in range(spec.hosts)]
+
+
+def _save(state_dir: Path, state: dict[str, Any]) -> None:
+    tmp = state_dir / "lab.json.tmp"
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+    os.replace(tmp, state_dir / "lab.json")
+
+
+def _spawn(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    fh = open(log, "a")  # noqa: SIM115 - inherited by the child
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=fh,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+    fh.close()
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    proc.stdout.close()
+    if not line:
+        proc.wait(10)
+        raise AgentError(f"{' '.join(cmd[:8])} exited early; see {log}")
+    return proc.pid, json.loads(line)
+
+
+def lab_up(spec: LabSpec) -> dict[str, Any]:
+    state_dir = spec.state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if (state_dir / "lab.json").exists():
+        raise AgentError(f"a lab is already up in {state_dir}; run `relgate-agent lab down` first")
+    if not spec.trusted_keys:
+        raise AgentError("lab up needs --trusted-keys")
+    use_netns = netns_available() and not spec.force_loopback
+    lab_id = secrets.token_hex(2)
+    prefix = f"rgl{lab_id}"
+    state: dict[str, Any] = {
+        "id": lab_id,
+        "mode": "netns" if use_netns else "loopback",
+        "namespaces": [],
+        "pids": {},
+        "hosts": {},
+        "state_dir": str(state_dir),
+        "nic_bytes_per_s": spec.nic_bytes_per_s if use_netns else 0,
+    }
+    _save(state_dir, state)
+    logs = state_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    sock = state_dir / "coordinator.sock"
+    with contextlib.suppress(FileNotFoundError):
+        sock.unlink()
+    try:
+        hosts = host_names(spec)
+        coord_ns = ""
+        if use_netns:
+            fabric = f"{prefix}-fab"
+            coord_ns = f"{prefix}-co"
+            for ns in (fabric, coord_ns):
+                _ip("netns", "add", ns)
+                state["namespaces"].append(ns)
+                _save(state_dir, state)
+                _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("-n", fabric, "link", "add", "spine", "type", "bridge")
+            _ip("-n", fabric, "link", "set", "spine", "up")
+            for r in range(spec.racks):
+                br = f"rack{r}"
+                _ip("-n", fabric, "link", "add", br, "type", "bridge")
+                _ip("-n", fabric, "link", "set", br, "up")
+                _ip("-n", fabric, "link", "add", f"up{r}", "type", "veth", "peer", "name", f"dn{r}")
+                _ip("-n", fabric, "link", "set", f"up{r}", "master", "spine", "up")
+                _ip("-n", fabric, "link", "set", f"dn{r}", "master", br, "up")
+            # the coordinator sits on the spine
+            _ip(
+                "-n",
+                fabric,
+                "link",
+                "add",
+                "vco",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                coord_ns,
+            )
+            _ip("-n", fabric, "link", "set", "vco", "master", "spine", "up")
+            _ip("-n", coord_ns, "addr", "add", f"{SUBNET_PREFIX}.255.1/16", "dev", "eth0")
+            _ip("-n", coord_ns, "link", "set", "eth0", "up")
+            if spec.origin_dir is not None:
+                org_ns = f"{prefix}-org"
+                _ip("netns", "add", org_ns)
+                state["namespaces"].append(org_ns)
+                _save(state_dir, state)
+                _ip("-n", org_ns, "link", "set", "lo", "up")
+                _ip(
+                    "-n",
+                    fabric,
+                    "link",
+                    "add",
+                    "vorg",
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "eth0",
+                    "netns",
+                    org_ns,
+                )
+                _ip("-n", fabric, "link", "set", "vorg", "master", "spine", "up")
+                _ip("-n", org_ns, "addr", "add", f"{SUBNET_PREFIX}.255.2/16", "dev", "eth0")
+                _ip("-n", org_ns, "link", "set", "eth0", "up")
+                _ip("-n", org_ns, "link", "set", "dev", "eth0", "gso_max_size", "60000")
+                if spec.origin_nic_bytes_per_s:
+                    _tbf(org_ns, "eth0", spec.origin_nic_bytes_per_s)
+                state["origin_ns"] = org_ns
+            for i, (h, rack) in enumerate(hosts):
+                ns = f"{prefix}-{h}"
+                _ip("netns", "add", ns)
+                state["namespaces"].append(ns)
+                _save(state_dir, state)
+                _ip("-n", ns, "link", "set", "lo", "up")
+                peer = f"v{h}"
+                _ip(
+                    "-n",
+                    fabric,
+                    "link",
+                    "add",
+                    peer,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "eth0",
+                    "netns",
+                    ns,
+                )
+                _ip("-n", fabric, "link", "set", peer, "master", f"rack{rack[1:]}", "up")
+                addr = f"{SUBNET_PREFIX}.{int(rack[1:])}.{10 + i}"
+                _ip("-n", ns, "addr", "add", f"{addr}/16", "dev", "eth0")
+                _ip("-n", ns, "link", "set", "eth0", "up")
+                for n, dev in ((ns, "eth0"), (fabric, peer)):
+                    _ip("-n", n, "link", "set", "dev", dev, "gso_max_size", "60000")
+                # host NIC cap both ways: upload on the host side, download on the fabric side
+                _tbf(ns, "eth0", spec.nic_bytes_per_s)
+                _tbf(fabric, peer, spec.nic_bytes_per_s)
+                state["hosts"][h] = {"rack": rack, "ns": ns, "address": addr}
+            _save(state_dir, state)
+        else:
+            for h, rack in hosts:
+                state["hosts"][h] = {"rack": rack, "ns": "", "address": "127.0.0.1"}
+
+        py = [sys.executable, "-m", "relgate_agent", "--json"]
+        wrap = (lambda ns: ["ip", "netns", "exec", ns]) if use_netns else (lambda ns: [])
+        listen = spec.coordinator_listen or (
+            f"{SUBNET_PREFIX}.255.1:{COORD_PORT}" if use_netns else "127.0.0.1:0"
+        )
+        pid, info = _spawn(
+            [
+                *wrap(coord_ns),
+                *py,
+                "coordinator",
+                "serve",
+                "--listen",
+                listen,
+                "--listen",
+                f"unix:{sock}",
+                "--db",
+                str(state_dir / "coordinator.sqlite"),
+                "--trusted-keys",
+                *spec.trusted_keys,
+                "--dead-after",
+                str(spec.dead_after_s),
+                "--report-interval",
+                str(spec.report_interval_s),
+            ],
+            logs / "coordinator.log",
+        )
+        state["pids"]["coordinator"] = pid
+        state["coordinator"] = info["listening"]
+        state["coordinator_unix"] = f"unix:{sock}"
+        _save(state_dir, state)
+        if spec.origin_dir is not None:
+            org_host = f"{SUBNET_PREFIX}.255.2" if use_netns else "127.0.0.1"
+            pid, oinfo = _spawn(
+                [
+                    *wrap(state.get("origin_ns", "")),
+                    *py,
+                    "lab",
+                    "origin-serve",
+                    "--dir",
+                    str(Path(spec.origin_dir).resolve()),
+                    "--listen",
+                    f"{org_host}:{8080 if use_netns else 0}",
+                ],
+                logs / "origin.log",
+            )
+            state["pids"]["origin"] = pid
+            state["origin_url"] = oinfo["origin"]
+            _save(state_dir, state)
+        for h, hinfo in state["hosts"].items():
+            if not spec.start_agents:
+                hinfo["models_root"] = str(state_dir / "hosts" / h / "models")
+                continue
+            root = state_dir / "hosts" / h / "models"
+            root.mkdir(parents=True, exist_ok=True)
+            pid, ainfo = _spawn(
+                [
+                    *wrap(hinfo["ns"]),
+                    *py,
+                    "agent",
+                    "serve",
+                    "--host-id",
+                    h,
+                    "--rack",
+                    hinfo["rack"],
+                    "--labels",
+                    spec.labels,
+                    "--coordinator",
+                    state["coordinator"],
+                    "--models-root",
+                    str(root),
+                    "--trusted-keys",
+                    *spec.trusted_keys,
+                    "--listen",
+                    f"{hinfo['address']}:{AGENT_PORT if use_netns else 0}",
+                    "--journal-interval",
+                    str(spec.journal_interval_s),
+                    "--report-interval",
+                    str(spec.report_interval_s),
+                ],
+                logs / f"{h}.log",
+                {**spec.extra_hosts_env, **spec.agent_env.get(h, {})},
+            )
+            state["pids"][h] = pid
+            hinfo["models_root"] = str(root)
+            hinfo["data_address"] = ainfo["data_address"]
+            _save(state_dir, state)
+    except BaseException:
+        lab_down(state_dir)
+        raise
+    return state
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of this process counts as dead once reaped
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def stop_pid(pid: int, timeout: float = 10.0) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+
+
+def lab_down(state_dir: Path) -> dict[str, Any]:
+    """Stop every lab process by PID and delete every namespace the lab created."""
+    state_dir = Path(state_dir).resolve()
+    path = state_dir / "lab.json"
+    if not path.exists():
+        return {"stopped": [], "namespaces_deleted": [], "note": "no lab state"}
+    state = json.loads(path.read_text())
+    stopped = []
+    pids = state.get("pids", {})
+    # agents first, coordinator last
+    for name in sorted(pids, key=lambda n: n == "coordinator"):
+        stop_pid(int(pids[name]))
+        stopped.append(name)
+    deleted = []
+    for ns in reversed(state.get("namespaces", [])):
+        res = subprocess.run(
+            ["ip", "netns", "delete", ns], capture_output=True, text=True, timeout=30
+        )
+        if res.returncode == 0:
+            deleted.append(ns)
+    with contextlib.suppress(FileNotFoundError):
+        (state_dir / "coordinator.sock").unlink()
+    path.unlink()
+    return {"stopped": stopped, "namespaces_deleted": deleted}
+
+
+def serve_origin(directory: Path, host: str, port: int) -> None:
+    """A ranged-GET HTTP origin for the lab (the object store stand-in); runs until killed.
+
+    Serves files under ``directory`` with ``Range: bytes=a-b`` support using sendfile. The
+    origin's bandwidth cap is the tbf on its namespace NIC, like a real storage front end.
+    """
+    import re as _re
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    root = Path(directory).resolve()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            rel = self.path.split("?", 1)[0].lstrip("/")
+            target = (root / rel).resolve()
+            if root not in target.parents or not target.is_file():
+                self.send_error(404)
+                return
+            size = target.stat().st_size
+            start, end = 0, size - 1
+            m = _re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            if m:
+                start = int(m.group(1))
+                end = min(int(m.group(2)) if m.group(2) else size - 1, size - 1)
+                if start > end:
+                    self.send_error(416)
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            else:
+                self.send_response(200)
+            self.send_header("Content-Length", str(end - start + 1))
+            self.end_headers()
+            self.wfile.flush()
+            with open(target, "rb") as fh:
+                offset, remaining = start, end - start + 1
+                while remaining > 0:
+                    sent = os.sendfile(self.connection.fileno(), fh.fileno(), offset, remaining)
+                    if sent == 0:
+                        break
+                    offset += sent
+                    remaining -= sent
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    print(
+        json.dumps({"origin": f"http://{host}:{server.server_port}", "pid": os.getpid()}),
+        flush=True,
+    )
+    server.serve_forever()

@@ -1,0 +1,215 @@
+"""Checkpoint origins: ranged reads of the files a manifest names.
+
+An origin is where the writer put the checkpoint (a local directory or an S3 prefix). Only
+stripe roots read from it; everyone else reads from a peer. Reads pin the exact object
+version when the manifest records one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from relgate_agent.errors import OriginError
+from relgate_agent.manifest import CheckpointManifest, FileEntry, validate_relative_path
+
+
+class Origin(Protocol):
+    """Ranged reads of one file under the origin root."""
+
+    def read_range(self, path: str, start: int, length: int, version_id: str = "") -> bytes: ...
+
+    def read_object(self, path: str) -> bytes: ...
+
+
+class LocalDirOrigin:
+    """A directory on a local (or mounted) filesystem."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def _path(self, path: str) -> Path:
+        return self.root / validate_relative_path(path)
+
+    def read_range(self, path: str, start: int, length: int, version_id: str = "") -> bytes:
+        try:
+            fd = os.open(self._path(path), os.O_RDONLY)
+        except OSError as exc:
+            raise OriginError(f"origin file {path} cannot be opened: {exc}") from exc
+        try:
+            buf = os.pread(fd, length, start)
+        finally:
+            os.close(fd)
+        if len(buf) != length:
+            raise OriginError(
+                f"origin file {path} returned {len(buf)} bytes at {start}, wanted {length}"
+            )
+        return buf
+
+    def read_object(self, path: str) -> bytes:
+        try:
+            return self._path(path).read_bytes()
+        except OSError as exc:
+            raise OriginError(f"origin object {path} cannot be read: {exc}") from exc
+
+
+class S3Origin:
+    """An S3 prefix; ranged GETs pin ``VersionId`` when the manifest records one."""
+
+    def __init__(
+        self, bucket: str, prefix: str = "", client: Any = None, endpoint_url: str = ""
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        if client is None:
+            import boto3  # lazy: only stripe roots reading from S3 need it
+
+            client = boto3.client(
+                "s3", endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+            )
+        self.client = client
+
+    def _key(self, path: str) -> str:
+        validate_relative_path(path)
+        return f"{self.prefix}/{path}" if self.prefix else path
+
+    def read_range(self, path: str, start: int, length: int, version_id: str = "") -> bytes:
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": self._key(path),
+            "Range": f"bytes={start}-{start + length - 1}",
+        }
+        if version_id:
+            kwargs["VersionId"] = version_id
+        try:
+            body = self.client.get_object(**kwargs)["Body"].read()
+        except Exception as exc:  # botocore raises many types; name the object either way
+            raise OriginError(
+                f"s3://{self.bucket}/{kwargs['Key']} range {start}+{length}: {exc}"
+            ) from exc
+        if len(body) != length:
+            raise OriginError(
+                f"s3://{self.bucket}/{kwargs['Key']} returned {len(body)} bytes, wanted {length}"
+            )
+        return bytes(body)
+
+    def read_object(self, path: str) -> bytes:
+        key = self._key(path)
+        try:
+            return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        except Exception as exc:
+            raise OriginError(f"s3://{self.bucket}/{key} cannot be read: {exc}") from exc
+
+
+class HttpOrigin:
+    """An HTTP(S) base URL serving the checkpoint files; ranged GETs with ``Range: bytes=``."""
+
+    def __init__(self, base_url: str, timeout: float = 60.0) -> None:
+        self.base = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def _get(self, path: str, headers: dict[str, str]) -> bytes:
+        import urllib.error
+        import urllib.request
+
+        url = f"{self.base}/{validate_relative_path(path)}"
+        req = urllib.request.Request(url, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return bytes(resp.read())
+        except (urllib.error.URLError, OSError) as exc:
+            raise OriginError(f"{url} {headers.get('Range', '')}: {exc}") from exc
+
+    def read_range(self, path: str, start: int, length: int, version_id: str = "") -> bytes:
+        body = self._get(path, {"Range": f"bytes={start}-{start + length - 1}"})
+        if len(body) != length:
+            raise OriginError(
+                f"{self.base}/{path} returned {len(body)} bytes at {start}, wanted {length}"
+            )
+        return body
+
+    def read_object(self, path: str) -> bytes:
+        return self._get(path, {})
+
+
+def open_origin(uri: str) -> Origin:
+    """``s3://bucket/prefix``, ``http(s)://base``, ``file:///dir`` or a plain directory path."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "s3":
+        return S3Origin(parsed.netloc, parsed.path)
+    if parsed.scheme in ("http", "https"):
+        return HttpOrigin(uri)
+    if parsed.scheme == "file":
+        return LocalDirOrigin(parsed.path)
+    if parsed.scheme == "":
+        return LocalDirOrigin(uri)
+    raise OriginError(f"unsupported origin URI scheme in {uri!r}")
+
+
+def read_uri(uri: str) -> bytes:
+    """Read one whole object named by URI (used for manifest envelopes)."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "s3":
+        key = parsed.path.lstrip("/")
+        parent, _, name = key.rpartition("/")
+        return S3Origin(parsed.netloc, parent).read_object(name)
+    if parsed.scheme in ("http", "https"):
+        base, _, name = uri.rpartition("/")
+        return HttpOrigin(base).read_object(name)
+    path = parsed.path if parsed.scheme == "file" else uri
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise OriginError(f"{uri} cannot be read: {exc}") from exc
+
+
+class TokenBucket:
+    """Byte-rate limiter; ``rate <= 0`` means unlimited. Thread-safe."""
+
+    def __init__(self, rate_bytes_per_s: float, burst: float | None = None) -> None:
+        self.rate = float(rate_bytes_per_s)
+        self.burst = float(burst if burst is not None else max(self.rate * 0.25, 1.0))
+        self.tokens = self.burst
+        self.stamp = time.monotonic()
+        self.lock = threading.Lock()
+
+    def set_rate(self, rate_bytes_per_s: float) -> None:
+        with self.lock:
+            self.rate = float(rate_bytes_per_s)
+            self.burst = max(self.rate * 0.25, 1.0)
+
+    def take(self, n: int) -> None:
+        if self.rate <= 0:
+            return
+        while True:
+            with self.lock:
+                now = time.monotonic()
+                self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+                self.stamp = now
+                # A request larger than the burst is let through once the bucket is full;
+                # the debt it leaves (negative tokens) keeps the long-run rate at `rate`.
+                if self.tokens >= min(n, self.burst):
+                    self.tokens -= n
+                    return
+                wait = (min(n, self.burst) - self.tokens) / self.rate
+            time.sleep(min(wait, 0.5))
+
+
+class ManifestReader:
+    """Reads byte ranges of the concatenated checkpoint space from an origin."""
+
+    def __init__(self, origin: Origin, manifest: CheckpointManifest) -> None:
+        self.origin = origin
+        self.manifest = manifest
+
+    def read(self, offset: int, length: int) -> bytes:
+        parts: list[bytes] = []
+        seg: tuple[FileEntry, int, int, int]
+        for seg in self.manifest.segments(offset, length):
+            f, foff, n, _ = seg
+            parts.append(self.origin.read_range(f.path, foff, n, f.object_version))
+        return b"".join(parts)

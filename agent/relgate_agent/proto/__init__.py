@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code (regenerate with agent/gen_proto.py)."""

@@ -1,0 +1,551 @@
+from collections.abc import Iterable as _Iterable
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar
+
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CreateJobRequest(_message.Message):
+    __slots__ = (
+        "deadline_s",
+        "job_id",
+        "manifest_uri",
+        "model",
+        "origin_cap_bytes_per_s",
+        "origin_uri",
+        "priority",
+        "ready_threshold_ppm",
+        "stripes",
+        "target_selector",
+        "version",
+        "webhook_url",
+    )
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_URI_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_URI_FIELD_NUMBER: _ClassVar[int]
+    TARGET_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_CAP_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    READY_THRESHOLD_PPM_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    STRIPES_FIELD_NUMBER: _ClassVar[int]
+    WEBHOOK_URL_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    version: str
+    manifest_uri: str
+    origin_uri: str
+    target_selector: str
+    priority: str
+    origin_cap_bytes_per_s: int
+    ready_threshold_ppm: int
+    deadline_s: int
+    stripes: int
+    webhook_url: str
+    job_id: str
+    def __init__(
+        self,
+        model: str | None = ...,
+        version: str | None = ...,
+        manifest_uri: str | None = ...,
+        origin_uri: str | None = ...,
+        target_selector: str | None = ...,
+        priority: str | None = ...,
+        origin_cap_bytes_per_s: int | None = ...,
+        ready_threshold_ppm: int | None = ...,
+        deadline_s: int | None = ...,
+        stripes: int | None = ...,
+        webhook_url: str | None = ...,
+        job_id: str | None = ...,
+    ) -> None: ...
+
+class CreateJobResponse(_message.Message):
+    __slots__ = ("hosts_total", "job_id", "manifest_digest", "state")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: str
+    manifest_digest: str
+    hosts_total: int
+    def __init__(
+        self,
+        job_id: str | None = ...,
+        state: str | None = ...,
+        manifest_digest: str | None = ...,
+        hosts_total: int | None = ...,
+    ) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: str | None = ...) -> None: ...
+
+class HostStatus(_message.Message):
+    __slots__ = (
+        "chunks_verified",
+        "errors",
+        "host_id",
+        "origin_bytes",
+        "rack",
+        "rx_bytes",
+        "rx_bytes_per_s",
+        "state",
+        "tx_bytes",
+    )
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    rack: str
+    state: str
+    chunks_verified: int
+    rx_bytes: int
+    tx_bytes: int
+    origin_bytes: int
+    rx_bytes_per_s: int
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(
+        self,
+        host_id: str | None = ...,
+        rack: str | None = ...,
+        state: str | None = ...,
+        chunks_verified: int | None = ...,
+        rx_bytes: int | None = ...,
+        tx_bytes: int | None = ...,
+        origin_bytes: int | None = ...,
+        rx_bytes_per_s: int | None = ...,
+        errors: _Iterable[str] | None = ...,
+    ) -> None: ...
+
+class GetJobResponse(_message.Message):
+    __slots__ = (
+        "bytes_moved",
+        "checkpoint_bytes",
+        "completion_emitted",
+        "eta_s",
+        "hosts",
+        "hosts_ready",
+        "hosts_total",
+        "job_id",
+        "manifest_digest",
+        "model",
+        "origin_bytes",
+        "ready_hosts",
+        "state",
+        "stragglers",
+        "topology_version",
+        "version",
+    )
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_READY_FIELD_NUMBER: _ClassVar[int]
+    BYTES_MOVED_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STRAGGLERS_FIELD_NUMBER: _ClassVar[int]
+    ETA_S_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    READY_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_EMITTED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: str
+    model: str
+    version: str
+    manifest_digest: str
+    hosts_total: int
+    hosts_ready: int
+    bytes_moved: int
+    origin_bytes: int
+    checkpoint_bytes: int
+    stragglers: _containers.RepeatedScalarFieldContainer[str]
+    eta_s: int
+    topology_version: int
+    ready_hosts: _containers.RepeatedScalarFieldContainer[str]
+    hosts: _containers.RepeatedCompositeFieldContainer[HostStatus]
+    completion_emitted: bool
+    def __init__(
+        self,
+        job_id: str | None = ...,
+        state: str | None = ...,
+        model: str | None = ...,
+        version: str | None = ...,
+        manifest_digest: str | None = ...,
+        hosts_total: int | None = ...,
+        hosts_ready: int | None = ...,
+        bytes_moved: int | None = ...,
+        origin_bytes: int | None = ...,
+        checkpoint_bytes: int | None = ...,
+        stragglers: _Iterable[str] | None = ...,
+        eta_s: int | None = ...,
+        topology_version: int | None = ...,
+        ready_hosts: _Iterable[str] | None = ...,
+        hosts: _Iterable[HostStatus | _Mapping] | None = ...,
+        completion_emitted: bool | None = ...,
+    ) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: str | None = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WatchJobsRequest(_message.Message):
+    __slots__ = (
+        "data_address",
+        "held_versions",
+        "host_id",
+        "known_job_ids",
+        "labels",
+        "rack",
+        "wait_ms",
+    )
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: str | None = ..., value: str | None = ...) -> None: ...
+
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    HELD_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    rack: str
+    labels: _containers.ScalarMap[str, str]
+    data_address: str
+    known_job_ids: _containers.RepeatedScalarFieldContainer[str]
+    held_versions: _containers.RepeatedScalarFieldContainer[str]
+    wait_ms: int
+    def __init__(
+        self,
+        host_id: str | None = ...,
+        rack: str | None = ...,
+        labels: _Mapping[str, str] | None = ...,
+        data_address: str | None = ...,
+        known_job_ids: _Iterable[str] | None = ...,
+        held_versions: _Iterable[str] | None = ...,
+        wait_ms: int | None = ...,
+    ) -> None: ...
+
+class JobRef(_message.Message):
+    __slots__ = ("job_id", "model", "state", "version")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    model: str
+    version: str
+    state: str
+    def __init__(
+        self,
+        job_id: str | None = ...,
+        model: str | None = ...,
+        version: str | None = ...,
+        state: str | None = ...,
+    ) -> None: ...
+
+class WatchJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobRef]
+    def __init__(self, jobs: _Iterable[JobRef | _Mapping] | None = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("data_address", "free_disk_bytes", "have", "host_id", "job_id", "rack")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    HAVE_FIELD_NUMBER: _ClassVar[int]
+    FREE_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    host_id: str
+    rack: str
+    have: bytes
+    free_disk_bytes: int
+    data_address: str
+    def __init__(
+        self,
+        job_id: str | None = ...,
+        host_id: str | None = ...,
+        rack: str | None = ...,
+        have: bytes | None = ...,
+        free_disk_bytes: int | None = ...,
+        data_address: str | None = ...,
+    ) -> None: ...
+
+class RegisterResponse(_message.Message):
+    __slots__ = (
+        "manifest_digest",
+        "manifest_envelope",
+        "origin_uri",
+        "stripes",
+        "topology_version",
+    )
+    MANIFEST_ENVELOPE_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_URI_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STRIPES_FIELD_NUMBER: _ClassVar[int]
+    manifest_envelope: bytes
+    manifest_digest: str
+    origin_uri: str
+    topology_version: int
+    stripes: int
+    def __init__(
+        self,
+        manifest_envelope: bytes | None = ...,
+        manifest_digest: str | None = ...,
+        origin_uri: str | None = ...,
+        topology_version: int | None = ...,
+        stripes: int | None = ...,
+    ) -> None: ...
+
+class GetAssignmentRequest(_message.Message):
+    __slots__ = ("host_id", "job_id", "known_topology_version", "wait_ms")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    host_id: str
+    known_topology_version: int
+    wait_ms: int
+    def __init__(
+        self,
+        job_id: str | None = ...,
+        host_id: str | None = ...,
+        known_topology_version: int | None = ...,
+        wait_ms: int | None = ...,
+    ) -> None: ...
+
+class Peer(_message.Message):
+    __slots__ = ("address", "host_id", "rack")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    address: str
+    rack: str
+    def __init__(
+        self, host_id: str | None = ..., address: str | None = ..., rack: str | None = ...
+    ) -> None: ...
+
+class StripeAssignment(_message.Message):
+    __slots__ = ("downstreams", "origin_rate_bytes_per_s", "resume_block", "stripe", "upstream")
+    STRIPE_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_FIELD_NUMBER: _ClassVar[int]
+    DOWNSTREAMS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_BLOCK_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_RATE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    stripe: int
+    upstream: Peer
+    downstreams: _containers.RepeatedCompositeFieldContainer[Peer]
+    resume_block: int
+    origin_rate_bytes_per_s: int
+    def __init__(
+        self,
+        stripe: int | None = ...,
+        upstream: Peer | _Mapping | None = ...,
+        downstreams: _Iterable[Peer | _Mapping] | None = ...,
+        resume_block: int | None = ...,
+        origin_rate_bytes_per_s: int | None = ...,
+    ) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("cancelled", "job_id", "job_state", "stripes", "topology_version")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STRIPES_FIELD_NUMBER: _ClassVar[int]
+    JOB_STATE_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    topology_version: int
+    stripes: _containers.RepeatedCompositeFieldContainer[StripeAssignment]
+    job_state: str
+    cancelled: bool
+    def __init__(
+        self,
+        job_id: str | None = ...,
+        topology_version: int | None = ...,
+        stripes: _Iterable[StripeAssignment | _Mapping] | None = ...,
+        job_state: str | None = ...,
+        cancelled: bool | None = ...,
+    ) -> None: ...
+
+class ReportError(_message.Message):
+    __slots__ = ("chunk", "detail", "from_host", "kind")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    FROM_HOST_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    chunk: int
+    from_host: str
+    detail: str
+    def __init__(
+        self,
+        kind: str | None = ...,
+        chunk: int | None = ...,
+        from_host: str | None = ...,
+        detail: str | None = ...,
+    ) -> None: ...
+
+class ReportProgressRequest(_message.Message):
+    __slots__ = (
+        "data_address",
+        "errors",
+        "have",
+        "host_id",
+        "job_id",
+        "origin_bytes",
+        "rack",
+        "ready",
+        "rx_bytes",
+        "rx_bytes_per_s",
+        "stripe_offsets",
+        "topology_version",
+        "tx_bytes",
+        "tx_bytes_per_s",
+    )
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STRIPE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    HAVE_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    host_id: str
+    topology_version: int
+    stripe_offsets: _containers.RepeatedScalarFieldContainer[int]
+    have: bytes
+    rx_bytes: int
+    tx_bytes: int
+    origin_bytes: int
+    rx_bytes_per_s: int
+    tx_bytes_per_s: int
+    errors: _containers.RepeatedCompositeFieldContainer[ReportError]
+    ready: bool
+    data_address: str
+    rack: str
+    def __init__(
+        self,
+        job_id: str | None = ...,
+        host_id: str | None = ...,
+        topology_version: int | None = ...,
+        stripe_offsets: _Iterable[int] | None = ...,
+        have: bytes | None = ...,
+        rx_bytes: int | None = ...,
+        tx_bytes: int | None = ...,
+        origin_bytes: int | None = ...,
+        rx_bytes_per_s: int | None = ...,
+        tx_bytes_per_s: int | None = ...,
+        errors: _Iterable[ReportError | _Mapping] | None = ...,
+        ready: bool | None = ...,
+        data_address: str | None = ...,
+        rack: str | None = ...,
+    ) -> None: ...
+
+class ReportProgressResponse(_message.Message):
+    __slots__ = ("actions", "topology_version")
+    TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    topology_version: int
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(
+        self, topology_version: int | None = ..., actions: _Iterable[str] | None = ...
+    ) -> None: ...
+
+class ReportSuspectRequest(_message.Message):
+    __slots__ = ("job_id", "reason", "reporter", "stripe", "suspect_host")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REPORTER_FIELD_NUMBER: _ClassVar[int]
+    SUSPECT_HOST_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STRIPE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reporter: str
+    suspect_host: str
+    reason: str
+    stripe: int
+    def __init__(
+        self,
+        job_id: str | None = ...,
+        reporter: str | None = ...,
+        suspect_host: str | None = ...,
+        reason: str | None = ...,
+        stripe: int | None = ...,
+    ) -> None: ...
+
+class ReportSuspectResponse(_message.Message):
+    __slots__ = ("new_upstream", "topology_version")
+    TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NEW_UPSTREAM_FIELD_NUMBER: _ClassVar[int]
+    topology_version: int
+    new_upstream: Peer
+    def __init__(
+        self, topology_version: int | None = ..., new_upstream: Peer | _Mapping | None = ...
+    ) -> None: ...
+
+class FindPeersRequest(_message.Message):
+    __slots__ = ("chunk", "exclude", "host_id", "job_id", "limit")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    host_id: str
+    chunk: int
+    exclude: _containers.RepeatedScalarFieldContainer[str]
+    limit: int
+    def __init__(
+        self,
+        job_id: str | None = ...,
+        host_id: str | None = ...,
+        chunk: int | None = ...,
+        exclude: _Iterable[str] | None = ...,
+        limit: int | None = ...,
+    ) -> None: ...
+
+class FindPeersResponse(_message.Message):
+    __slots__ = ("peers",)
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    peers: _containers.RepeatedCompositeFieldContainer[Peer]
+    def __init__(self, peers: _Iterable[Peer | _Mapping] | None = ...) -> None: ...

@@ -1,0 +1,248 @@
+"""Real-process distribution harness: one coordinator and N agents on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+from relgate_agent.client import CoordinatorClient, job_to_dict
+
+# Helper module names are prefixed (agent_harness, not harness): the main package's tests
+# directory has its own `harness` package and may be on sys.path in a combined run.
+HOSTS = [(f"h{i:02d}", f"r{i % 2}") for i in range(8)]
+
+
+def write_checkpoint(root: Path, sizes: dict[str, int], seed: int = 7) -> Path:
+    """Deterministic pseudo-random checkpoint files (not compressible, not all zeros)."""
+    import random
+
+    rng = random.Random(seed)
+    for rel, size in sizes.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(size))
+    return root
+
+
+class Webhook:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                n = int(self.headers["Content-Length"])
+                outer.events.append(json.loads(self.rfile.read(n)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/deploy"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def assert_placed(cluster: Any, checkpoint: dict[str, Any], host: str) -> None:
+    m = checkpoint["manifest"]
+    final = cluster.models_root(host) / m.model / m.version
+    assert final.is_dir(), f"{host} has no placed copy"
+    for f in m.files:
+        got = hashlib.sha256((final / f.path).read_bytes()).hexdigest()
+        assert got == checkpoint["digests"][f.path], f"{host}:{f.path} differs"
+    assert not (cluster.models_root(host) / ".staging" / m.model / m.version).exists()
+
+
+def _spawn(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None, prefix: list[str] | None = None
+) -> subprocess.Popen[str]:
+    with open(log, "a") as fh:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [*(prefix or []), sys.executable, "-m", "relgate_agent", "--json", *cmd],
+            stdout=subprocess.PIPE,
+            stderr=fh,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+
+
+def _ready(proc: subprocess.Popen[str], log: Path) -> dict[str, Any]:
+    """The first stdout line of a serve command is its JSON banner (address, pid)."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(10)
+        raise RuntimeError(f"process exited early; see {log}:\n{log.read_text()[-3000:]}")
+    return json.loads(line)
+
+
+def _start(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    proc = _spawn(cmd, log, env)
+    return proc, _ready(proc, log)
+
+
+@dataclass
+class Cluster:
+    base: Path
+    trusted: Path
+    coordinator_args: list[str] = field(default_factory=list)
+    agent_trusted: Path | None = None
+    procs: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    coordinator: str = ""
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def start_coordinator_with_db(self, db: str, listen: str = "127.0.0.1:0") -> str:
+        self.db = db
+        return self.start_coordinator(listen)
+
+    def start_coordinator(
+        self, listen: str = "127.0.0.1:0", name: str = "coordinator", extra: list[str] | None = None
+    ) -> str:
+        (self.base / "logs").mkdir(parents=True, exist_ok=True)
+        proc, info = _start(
+            [
+                "coordinator",
+                "serve",
+                "--listen",
+                listen,
+                "--db",
+                getattr(self, "db", "") or str(self.base / "coordinator.sqlite"),
+                "--trusted-keys",
+                str(self.trusted),
+                *self.coordinator_args,
+                *(extra or []),
+            ],
+            self.base / "logs" / f"{name}.log",
+        )
+        self.procs[name] = proc
+        self.coordinator = info["listening"]
+        return self.coordinator
+
+    def models_root(self, host: str) -> Path:
+        return self.base / "hosts" / host / "models"
+
+    def start_agent(
+        self,
+        host: str,
+        rack: str,
+        labels: str = "cluster=inf-a",
+        env: dict[str, str] | None = None,
+        journal_interval: float = 0.3,
+        wait: bool = True,
+        extra_args: list[str] | None = None,
+        prefix: list[str] | None = None,
+    ) -> None:
+        self.models_root(host).mkdir(parents=True, exist_ok=True)
+        proc = _spawn(
+            [
+                "agent",
+                "serve",
+                "--host-id",
+                host,
+                "--rack",
+                rack,
+                "--labels",
+                labels,
+                "--coordinator",
+                self.coordinator,
+                "--models-root",
+                str(self.models_root(host)),
+                "--trusted-keys",
+                str(self.agent_trusted or self.trusted),
+                "--journal-interval",
+                str(journal_interval),
+                "--report-interval",
+                "0.5",
+                *(extra_args or []),
+            ],
+            self.base / "logs" / f"{host}.log",
+            env,
+            prefix,
+        )
+        self.procs[host] = proc
+        if wait:
+            self.agents[host] = _ready(proc, self.base / "logs" / f"{host}.log")
+
+    def wait_started(self) -> None:
+        """Collect the banners of agents started with wait=False (they boot in parallel)."""
+        for host, proc in self.procs.items():
+            if not host.startswith("coordinator") and host not in self.agents:
+                self.agents[host] = _ready(proc, self.base / "logs" / f"{host}.log")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs.pop(name)
+        self.agents.pop(name, None)
+        proc.send_signal(sig)
+        proc.wait(20)
+        if proc.stdout:
+            proc.stdout.close()
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for name in list(self.procs):
+            proc = self.procs.pop(name)
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            if proc.stdout:
+                proc.stdout.close()
+
+    def client(self) -> CoordinatorClient:
+        return CoordinatorClient(self.coordinator)
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        c = self.client()
+        try:
+            return job_to_dict(c.get_job(job_id))
+        finally:
+            c.close()
+
+    def wait_for(self, pred: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                last = pred()
+                if last:
+                    return last
+            time.sleep(interval)
+        raise AssertionError(
+            f"timed out waiting for {what}; last={last!r}; logs in {self.base / 'logs'}"
+        )
+
+    def wait_registered(self, n: int, timeout: float = 30) -> None:
+        import sqlite3
+
+        def count() -> bool:
+            con = sqlite3.connect(self.base / "coordinator.sqlite")
+            try:
+                return con.execute("SELECT COUNT(*) FROM dist_hosts").fetchone()[0] >= n
+            finally:
+                con.close()
+
+        self.wait_for(count, timeout, f"{n} agents to register")

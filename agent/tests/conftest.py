@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_harness import write_checkpoint
+from relgate_agent.manifest import (
+    build_manifest,
+    generate_private_key,
+    sign_manifest,
+    write_envelope,
+    write_keypair,
+)
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+@pytest.fixture
+def keypair(tmp_path: Path):
+    key = generate_private_key()
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    write_keypair(key, keys / "signer.key", keys / "signer.pem")
+    trusted = tmp_path / "trusted"
+    trusted.mkdir()
+    os.link(keys / "signer.pem", trusted / "signer.pem")
+    return key, keys / "signer.key", trusted
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path, keypair) -> dict[str, Any]:
+    key, _, trusted = keypair
+    src = write_checkpoint(
+        tmp_path / "origin" / "ckpt",
+        {
+            "model-00001-of-00003.safetensors": 10 * MiB + 123,
+            "model-00002-of-00003.safetensors": 9 * MiB,
+            "model-00003-of-00003.safetensors": 5 * MiB - 7,
+            "config.json": 513,
+        },
+    )
+    m = build_manifest(src, "claude-x", "2026-10-12.3", chunk_size=1 * MiB, block_size=64 * KiB)
+    env_path = tmp_path / "origin" / "manifest.dsse.json"
+    write_envelope(sign_manifest(m, key), env_path)
+    digests = {f.path: hashlib.sha256((src / f.path).read_bytes()).hexdigest() for f in m.files}
+    return {
+        "manifest": m,
+        "envelope": env_path,
+        "origin": src,
+        "trusted": trusted,
+        "digests": digests,
+    }

@@ -1,0 +1,136 @@
+"""Coordinator logic driven directly (real SQLite, real signed manifest; no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig, Rejected
+from relgate_agent.manifest import TrustedKeys
+from relgate_agent.storage import bitmap_from_bits
+
+HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}
+
+
+@pytest.fixture
+def coord(tmp_path: Path, checkpoint):
+    c = Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / "c.sqlite"),
+            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
+            slow_after_s=0.0,
+            slow_min_median_bps=1,
+        )
+    )
+    for h, r in HOSTS.items():
+        c.watch_jobs(
+            h,
+            r,
+            {"cluster": "inf-a", "pool": "x" if h != "h5" else "y"},
+            f"10.0.0.{h[1:]}:1",
+            set(),
+            [],
+            0,
+        )
+    yield c
+    c.store.close()
+
+
+def _spec(checkpoint, **kw):
+    return {
+        "model": "claude-x",
+        "version": "2026-10-12.3",
+        "manifest_uri": str(checkpoint["envelope"]),
+        "target_selector": "cluster=inf-a,pool=x",
+        "stripes": 4,
+        **kw,
+    }
+
+
+def test_selector_skip_holders_and_late_join(coord: Coordinator, checkpoint) -> None:
+    coord.watch_jobs(
+        "h4",
+        "r0",
+        {"cluster": "inf-a", "pool": "x"},
+        "10.0.0.4:1",
+        set(),
+        ["claude-x/2026-10-12.3"],
+        0,
+    )
+    job = coord.create_job(_spec(checkpoint))
+    assert set(job.targets) == {"h0", "h1", "h2", "h3", "h4"}  # h5 is pool=y
+    assert "h4" not in job.topology.racks and "h4" in job.ready  # already holds the version
+    # default origin is the manifest's directory
+    assert job.spec["origin_uri"] == str(Path(checkpoint["envelope"]).parent)
+    v = job.topology.version
+    coord.watch_jobs("h9", "r1", {"cluster": "inf-a", "pool": "x"}, "10.0.0.9:1", set(), [], 0)
+    assert "h9" in job.targets and "h9" in job.topology.racks and job.topology.version > v
+    assert all(not c.children("h9") for c in job.topology.stripes)
+
+
+def test_names_and_manifest_mismatch_refused(coord: Coordinator, checkpoint) -> None:
+    with pytest.raises(Exception, match=r"\.\."):
+        coord.create_job(_spec(checkpoint, version=".."))
+    with pytest.raises(Rejected, match="not claude-x/other"):
+        coord.create_job(_spec(checkpoint, version="other"))
+
+
+def test_slow_host_demoted_to_rack_tail(coord: Coordinator, checkpoint) -> None:
+    job = coord.create_job(_spec(checkpoint))
+    n = checkpoint["manifest"].num_chunks
+    slow = max(
+        job.topology.racks, key=lambda h: sum(len(c.children(h)) for c in job.topology.stripes)
+    )
+    assert any(c.children(slow) for c in job.topology.stripes)
+    for _ in range(2):  # first tick notes the slowness, the next acts on it
+        for h in job.topology.racks:
+            coord.report_progress(
+                job.job_id,
+                h,
+                {
+                    "have": bitmap_from_bits(bytearray(n)),
+                    "rx_bps": 1000 if h == slow else 10_000_000,
+                },
+            )
+        coord.tick()
+    assert all(not c.children(slow) for c in job.topology.stripes)
+    assert slow in job.topology.racks  # still a member, just a leaf
+    assert any(e.startswith("DEMOTED") for e in job.hosts[slow].errors)
+    # everyone still reachable from a single root per stripe
+    for chain in job.topology.stripes:
+        assert sum(1 for h in chain.order if chain.parent[h] is None) == 1
+
+
+def test_two_bad_data_reporters_quarantine(coord: Coordinator, checkpoint) -> None:
+    job = coord.create_job(_spec(checkpoint))
+    chain = job.topology.stripes[0]
+    bad = next(h for h in chain.order if chain.children(h))
+    kid = chain.children(bad)[0]
+    coord.report_suspect(job.job_id, kid, bad, "BAD_DATA", 0)
+    assert bad in job.topology.racks  # one report could be the reporter's own fault
+    other = next(h for h in job.topology.racks if h not in (bad, kid))
+    coord.report_suspect(job.job_id, other, bad, "BAD_DATA", 1)
+    assert bad not in job.topology.racks and job.hosts[bad].state == "QUARANTINED"
+    assert job.topology.stripes[0].parent[kid] == chain.parent[bad]
+
+
+def test_deadline_handoff_below_threshold(coord: Coordinator, checkpoint) -> None:
+    from agent_harness import Webhook
+
+    hook = Webhook()
+    try:
+        job = coord.create_job(_spec(checkpoint, deadline_s=60, webhook_url=hook.url))
+        coord.tick()
+        assert not job.completion_emitted and job.completion is None
+        job.created_at -= 61  # the deadline has passed
+        coord.tick()
+        assert job.completion is not None and job.completion["reason"] == "deadline"
+        import time
+
+        end = time.monotonic() + 30
+        while not hook.events and time.monotonic() < end:
+            time.sleep(0.05)
+        assert hook.events[0]["readyHosts"] == [] and hook.events[0]["hostsTotal"] == 5
+        assert job.state == "COMPLETE"
+    finally:
+        hook.close()

@@ -1,0 +1,444 @@
+"""End-to-end distribution with real processes on loopback: coordinator + >= 8 agents, 2 racks."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_harness import HOSTS, Cluster, Webhook, assert_placed
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, checkpoint):
+    c = Cluster(
+        tmp_path / "cluster",
+        checkpoint["trusted"],
+        ["--dead-after", "3", "--report-interval", "0.5"],
+    )
+    try:
+        yield c
+    finally:
+        c.stop_all()
+
+
+@pytest.fixture
+def webhook():
+    w = Webhook()
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+def start_hosts(
+    cluster: Cluster, hosts=HOSTS, env_for: dict[str, dict[str, str]] | None = None
+) -> None:
+    for h, r in hosts:
+        cluster.start_agent(h, r, env=(env_for or {}).get(h))
+    cluster.wait_started()
+    cluster.wait_registered(len(hosts))
+
+
+def create_job(cluster: Cluster, checkpoint: dict[str, Any], **kw: Any) -> str:
+    c = cluster.client()
+    try:
+        spec = {
+            "model": "claude-x",
+            "version": "2026-10-12.3",
+            "manifest_uri": str(checkpoint["envelope"]),
+            "origin_uri": str(checkpoint["origin"]),
+            "target_selector": "cluster=inf-a",
+            "ready_threshold_ppm": 1_000_000,
+            "stripes": 4,
+        }
+        spec.update(kw)
+        return c.create_job(**spec).job_id
+    finally:
+        c.close()
+
+
+def stats(cluster: Cluster, host: str, job: str) -> list[dict[str, Any]]:
+    d = cluster.models_root(host) / ".agent-stats"
+    return [json.loads(p.read_text()) for p in sorted(d.glob(f"{job}.*.json"))]
+
+
+def test_fanout_all_hosts_byte_exact(cluster: Cluster, checkpoint, webhook) -> None:
+    cluster.start_coordinator()
+    # one host is serving traffic and caps its distribution rate; it still converges
+    for h, r in HOSTS:
+        cluster.start_agent(h, r, extra_args=["--max-rate", "40MiB"] if h == "h03" else None)
+    cluster.wait_registered(len(HOSTS))
+    job = create_job(cluster, checkpoint, webhook_url=webhook.url)
+    st = cluster.wait_for(
+        lambda: (s := cluster.status(job))["hosts_ready"] == 8 and s, 120, "all hosts READY"
+    )
+    for h, _ in HOSTS:
+        assert_placed(cluster, checkpoint, h)
+    size = checkpoint["manifest"].total_size
+    # origin read ~once: roots read each block of their stripe once
+    origin = sum(s["origin_bytes"] for h, _ in HOSTS for s in stats(cluster, h, job))
+    assert origin <= 1.05 * size
+    assert st["origin_bytes"] <= 1.05 * size
+    cluster.wait_for(lambda: webhook.events, 30, "DistributionComplete webhook")
+    ev = webhook.events[0]
+    assert (
+        ev["type"] == "DistributionComplete"
+        and ev["job"] == job
+        and ev["version"] == "2026-10-12.3"
+    )
+    assert sorted(ev["readyHosts"]) == sorted(h for h, _ in HOSTS)
+
+
+def journal_chunks(cluster: Cluster, host: str, checkpoint: dict[str, Any]) -> int:
+    import base64
+
+    m = checkpoint["manifest"]
+    p = cluster.models_root(host) / ".staging" / m.model / m.version / "journal"
+    try:
+        doc = json.loads(p.read_bytes())
+    except (OSError, ValueError):
+        return 0
+    return sum(bin(b).count("1") for b in base64.b64decode(doc["verified"]))
+
+
+def topology_for(hosts=HOSTS, stripes: int = 4):
+    from relgate_agent.coordinator.topology import build_topology
+
+    return build_topology(dict(hosts), stripes)
+
+
+def test_killed_agent_resumes_from_journal(cluster: Cluster, checkpoint) -> None:
+    cluster.start_coordinator()
+    start_hosts(cluster)
+    m = checkpoint["manifest"]
+    # a 4 MiB/s origin cap stretches the job to ~6 s so the kill lands mid-transfer
+    job = create_job(cluster, checkpoint, origin_cap_bytes_per_s=4 * MiB)
+    victim = "h05"
+    cluster.wait_for(
+        lambda: journal_chunks(cluster, victim, checkpoint) >= 6, 60, "victim journaled 6 chunks"
+    )
+    cluster.kill(victim, signal.SIGKILL)
+    journaled = journal_chunks(cluster, victim, checkpoint)
+    assert 0 < journaled < m.num_chunks
+    assert not (cluster.models_root(victim) / m.model / m.version).exists()
+    cluster.start_agent(victim, "r1")
+    cluster.wait_for(lambda: cluster.status(job)["hosts_ready"] == 8, 120, "all hosts READY")
+    for h, _ in HOSTS:
+        assert_placed(cluster, checkpoint, h)
+    (second,) = [s for s in stats(cluster, victim, job) if s["ready"]]
+    assert second["resumed_chunks"] >= journaled
+    # resumed, never from zero: re-received at most the unjournaled chunks plus a few in flight
+    received = second["rx_bytes"] + second["origin_bytes"]
+    assert received <= (m.num_chunks - journaled + 8) * m.chunk_size
+    assert received < m.total_size
+
+
+def test_corruption_caught_by_crc_in_flight_and_sha_on_disk(cluster: Cluster, checkpoint) -> None:
+    m = checkpoint["manifest"]
+    topo = topology_for()
+    # a mid-chain sender X with a downstream Y, whose own downstream Z must never see bad bytes
+    s, chain = 1, topo.stripes[1]
+    x = next(
+        h
+        for h in chain.order
+        if chain.parent[h] is not None
+        and chain.children(h)
+        and all(chain.children(c) for c in chain.children(h))
+    )
+    y = chain.children(x)[0]
+    z = chain.children(y)[0]
+    block = m.stripe_blocks(s, 4)[20]
+    disk_victim = next(h for h, _ in HOSTS if h not in (x, y, z))
+    disk_chunk = 7
+    cluster.start_coordinator()
+    start_hosts(
+        cluster,
+        env_for={
+            x: {"RELGATE_AGENT_FAULT": f"corrupt_send={block}:1"},
+            disk_victim: {"RELGATE_AGENT_FAULT": f"corrupt_disk_chunk={disk_chunk}"},
+        },
+    )
+    job = create_job(cluster, checkpoint)
+    st = cluster.wait_for(
+        lambda: (r := cluster.status(job))["hosts_ready"] == 8 and r, 120, "all hosts READY"
+    )
+    for h, _ in HOSTS:
+        assert_placed(cluster, checkpoint, h)
+    (ys,) = stats(cluster, y, job)
+    (zs,) = stats(cluster, z, job)
+    assert ys["crc_errors"] >= 1, "receiver must catch the corrupted block by CRC32C"
+    assert zs["crc_errors"] == 0, "the corrupted block must not be forwarded downstream"
+    host_errors = {h["host_id"]: h["errors"] for h in st["hosts"]}
+    assert any(e.startswith("CRC_MISMATCH") and f"from={x}" in e for e in host_errors[y])
+    (ds,) = stats(cluster, disk_victim, job)
+    assert ds["hash_mismatches"] >= 1 and ds["refetched_chunks"] >= 1
+    assert any(e.startswith(f"HASH_MISMATCH chunk={disk_chunk}") for e in host_errors[disk_victim])
+
+
+def test_dead_host_spliced_out_and_others_finish(cluster: Cluster, checkpoint) -> None:
+    m = checkpoint["manifest"]
+    topo = topology_for()
+    # the host feeding the most downstreams: everyone behind it must still finish
+    dead = max(
+        (h for h, _ in HOSTS), key=lambda h: (sum(len(c.children(h)) for c in topo.stripes), h)
+    )
+    assert any(c.children(dead) and c.parent[dead] is not None for c in topo.stripes)
+    cluster.start_coordinator()
+    start_hosts(cluster)
+    job = create_job(
+        cluster, checkpoint, origin_cap_bytes_per_s=4 * MiB, ready_threshold_ppm=875_000
+    )
+    cluster.wait_for(
+        lambda: journal_chunks(cluster, dead, checkpoint) >= 3, 60, "victim mid-transfer"
+    )
+    cluster.kill(dead, signal.SIGKILL)
+    others = [h for h, _ in HOSTS if h != dead]
+    st = cluster.wait_for(
+        lambda: (r := cluster.status(job))["hosts_ready"] == 7 and r, 120, "all survivors READY"
+    )
+    for h in others:
+        assert_placed(cluster, checkpoint, h)
+    assert not (cluster.models_root(dead) / m.model / m.version).exists()
+    states = {h["host_id"]: h["state"] for h in st["hosts"]}
+    assert states[dead] == "DEAD"
+    assert st["topology_version"] > 1
+    assert dead in st["stragglers"]
+    cluster.wait_for(lambda: cluster.status(job)["completion_emitted"], 30, "handoff at 7/8 ready")
+
+
+def test_coordinator_stopped_mid_transfer_chains_finish(cluster: Cluster, checkpoint) -> None:
+    import socket
+
+    m = checkpoint["manifest"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cluster.start_coordinator(f"127.0.0.1:{port}")
+    start_hosts(cluster)
+    job = create_job(cluster, checkpoint, origin_cap_bytes_per_s=4 * MiB)
+    cluster.wait_for(
+        lambda: journal_chunks(cluster, "h07", checkpoint) >= 2, 60, "transfer under way"
+    )
+    cluster.kill("coordinator", signal.SIGKILL)
+    assert not all((cluster.models_root(h) / m.model / m.version).exists() for h, _ in HOSTS)
+    # with no coordinator at all, the chains stream to completion and every host places its copy
+    cluster.wait_for(
+        lambda: all((cluster.models_root(h) / m.model / m.version).is_dir() for h, _ in HOSTS),
+        120,
+        "all hosts placed without a coordinator",
+    )
+    for h, _ in HOSTS:
+        assert_placed(cluster, checkpoint, h)
+    # a restarted coordinator reloads the job from SQLite and rebuilds progress from reports
+    cluster.start_coordinator(f"127.0.0.1:{port}")
+    st = cluster.wait_for(
+        lambda: (r := cluster.status(job))["hosts_ready"] == 8 and r, 60, "READY after restart"
+    )
+    assert st["manifest_digest"] == m.digest
+
+
+def test_untrusted_or_tampered_manifest_refused_before_any_byte(
+    tmp_path: Path, checkpoint, keypair
+) -> None:
+    import base64
+
+    import grpc
+    import rfc8785
+    from relgate_agent.manifest import generate_private_key, keyid_for, pae, write_keypair
+
+    _, _, trusted = keypair
+    m = checkpoint["manifest"]
+    # coordinator trusts the real key and a second one; agents trust only the real key
+    other = generate_private_key()
+    coord_trusted = tmp_path / "coord-trusted"
+    coord_trusted.mkdir()
+    (coord_trusted / "signer.pem").write_bytes((trusted / "signer.pem").read_bytes())
+    write_keypair(other, tmp_path / "other.key", coord_trusted / "other.pem")
+    c = Cluster(tmp_path / "c2", coord_trusted, ["--report-interval", "0.5"], agent_trusted=trusted)
+    try:
+        c.start_coordinator()
+        start_hosts(c, HOSTS[:2])
+        # tampered after signing: refused at CreateJob
+        env = json.loads(checkpoint["envelope"].read_bytes())
+        doc = json.loads(base64.b64decode(env["payload"]))
+        doc["chunks"][0]["digest"] = "sha256:" + "1" * 64
+        tampered = {**env, "payload": base64.standard_b64encode(rfc8785.dumps(doc)).decode()}
+        (tmp_path / "tampered.json").write_text(json.dumps(tampered))
+        with pytest.raises(grpc.RpcError) as exc:
+            create_job(c, checkpoint, manifest_uri=str(tmp_path / "tampered.json"))
+        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # unsigned: refused
+        (tmp_path / "unsigned.json").write_text(json.dumps({**env, "signatures": []}))
+        with pytest.raises(grpc.RpcError):
+            create_job(c, checkpoint, manifest_uri=str(tmp_path / "unsigned.json"))
+        # signed by a key the coordinator trusts but the agents do not: agents refuse, place nothing
+        payload = base64.b64decode(env["payload"])
+        foreign = {
+            **env,
+            "signatures": [
+                {
+                    "keyid": keyid_for(other.public_key()),
+                    "sig": base64.standard_b64encode(
+                        other.sign(pae(env["payloadType"], payload))
+                    ).decode(),
+                }
+            ],
+        }
+        (tmp_path / "foreign.json").write_text(json.dumps(foreign))
+        job = create_job(c, checkpoint, manifest_uri=str(tmp_path / "foreign.json"))
+        c.wait_for(
+            lambda: all(
+                any("MANIFEST_REJECTED" in e for e in h["errors"]) for h in c.status(job)["hosts"]
+            ),
+            60,
+            "both agents to refuse the manifest",
+        )
+        for h, _ in HOSTS[:2]:
+            root = c.models_root(h)
+            assert not (root / m.model).exists()
+            assert not (root / ".staging" / m.model).exists()
+        assert c.status(job)["bytes_moved"] == 0
+    finally:
+        c.stop_all()
+
+
+def test_cancel_mid_transfer_discards_staging(cluster: Cluster, checkpoint) -> None:
+    m = checkpoint["manifest"]
+    hosts = HOSTS[:4]
+    cluster.start_coordinator()
+    start_hosts(cluster, hosts)
+    job = create_job(cluster, checkpoint, origin_cap_bytes_per_s=2 * MiB)
+    cluster.wait_for(
+        lambda: journal_chunks(cluster, "h01", checkpoint) >= 2, 60, "transfer under way"
+    )
+    c = cluster.client()
+    try:
+        c.cancel_job(job)
+    finally:
+        c.close()
+    staging = [cluster.models_root(h) / ".staging" / m.model / m.version for h, _ in hosts]
+    cluster.wait_for(
+        lambda: not any(p.exists() for p in staging), 30, "staging discarded on every host"
+    )
+    assert not any((cluster.models_root(h) / m.model / m.version).exists() for h, _ in hosts)
+    assert cluster.status(job)["state"] == "CANCELLED"
+
+
+def test_coordinator_failover_to_replica(cluster: Cluster, checkpoint) -> None:
+    """Two replicas share the store; the lease holder dies mid-job; the other takes over,
+    splices a host that dies after the failover, and sees every survivor READY."""
+    import grpc
+    from relgate_agent.client import CoordinatorClient
+
+    ha = ["--ha", "--lease-ttl", "5"]
+    a = cluster.start_coordinator(name="coordinator-a", extra=ha)
+    b = cluster.start_coordinator(name="coordinator-b", extra=ha)
+    cluster.coordinator = f"{a},{b}"
+    start_hosts(cluster)
+    job = create_job(
+        cluster, checkpoint, origin_cap_bytes_per_s=3 * MiB, ready_threshold_ppm=875_000
+    )
+    follower = CoordinatorClient(b)
+    try:
+        with pytest.raises(grpc.RpcError) as exc:  # only the lease holder answers
+            follower.get_job(job)
+        assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        follower.close()
+    before = cluster.status(job)["topology_version"]
+    cluster.wait_for(
+        lambda: journal_chunks(cluster, "h06", checkpoint) >= 2, 60, "transfer under way"
+    )
+    cluster.kill("coordinator-a", signal.SIGKILL)
+    # the replica takes the lease after the TTL and reloads the job from the store
+    cluster.wait_for(lambda: cluster.status(job)["job_id"] == job, 60, "replica serving the job")
+    victim = "h07"
+    cluster.kill(victim, signal.SIGKILL)
+    st = cluster.wait_for(
+        lambda: (r := cluster.status(job))["hosts_ready"] == 7 and r, 120, "survivors READY"
+    )
+    for h, _ in HOSTS:
+        if h != victim:
+            assert_placed(cluster, checkpoint, h)
+    assert {h["host_id"]: h["state"] for h in st["hosts"]}[victim] == "DEAD"
+    assert st["topology_version"] > before
+
+
+def test_host_without_disk_space_refuses_and_never_places(cluster: Cluster, checkpoint) -> None:
+    """One host's models root is an 8 MiB tmpfs (private mount namespace of that agent)."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private tmpfs")
+    m = checkpoint["manifest"]
+    cluster.start_coordinator()
+    small = "h02"
+    for h, r in HOSTS[:4]:
+        prefix = None
+        if h == small:
+            root = cluster.models_root(h)
+            root.mkdir(parents=True, exist_ok=True)
+            # the mount lives only in the agent's own mount namespace and dies with it
+            prefix = [
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f'mount -t tmpfs -o size=8m tmpfs "{root}" && exec "$0" "$@"',
+            ]
+        cluster.start_agent(h, r, prefix=prefix)
+    cluster.wait_registered(4)
+    job = create_job(cluster, checkpoint, ready_threshold_ppm=750_000)
+    st = cluster.wait_for(
+        lambda: (r := cluster.status(job))["hosts_ready"] == 3 and r, 120, "others READY"
+    )
+    errors = {h["host_id"]: h["errors"] for h in st["hosts"]}
+    assert any(e.startswith("NO_SPACE") for e in errors[small])
+    assert not (cluster.models_root(small) / m.model / m.version).exists()
+    for h, _ in HOSTS[:4]:
+        if h != small:
+            assert_placed(cluster, checkpoint, h)
+
+
+def test_swarm_fallback_when_chain_is_broken_and_not_spliced(tmp_path: Path, checkpoint) -> None:
+    """With splicing held back (repairs paused), hosts behind a dead host pull the chunks
+    they miss from any peer that holds them and still finish."""
+    topo = topology_for()
+    # not a stripe root: with splicing held back nobody would take over its origin reads, and
+    # chunks no peer ever received cannot come from a swarm
+    roots = {ch.root() for ch in topo.stripes}
+    dead = max(
+        (h for h, _ in HOSTS if h not in roots),
+        key=lambda h: (sum(len(ch.children(h)) for ch in topo.stripes), h),
+    )
+    c = Cluster(
+        tmp_path / "swarm",
+        checkpoint["trusted"],
+        ["--dead-after", "600", "--no-splice-on-suspect", "--report-interval", "0.5"],
+    )
+    try:
+        c.start_coordinator()
+        start_hosts(c)
+        job = create_job(c, checkpoint, origin_cap_bytes_per_s=4 * MiB, ready_threshold_ppm=875_000)
+        c.wait_for(lambda: journal_chunks(c, dead, checkpoint) >= 3, 60, "victim mid-transfer")
+        c.kill(dead, signal.SIGKILL)
+        st = c.wait_for(
+            lambda: (r := c.status(job))["hosts_ready"] == 7 and r, 120, "survivors READY"
+        )
+        for h, _ in HOSTS:
+            if h != dead:
+                assert_placed(c, checkpoint, h)
+        assert {h["host_id"]: h["state"] for h in st["hosts"]}[dead] != "DEAD"  # never spliced
+        swarm = sum(s["swarm_chunks"] for h, _ in HOSTS if h != dead for s in stats(c, h, job))
+        assert swarm >= 1
+    finally:
+        c.stop_all()

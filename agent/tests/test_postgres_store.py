@@ -1,0 +1,132 @@
+"""The coordinator store on PostgreSQL: same SQL as SQLite, started from the installed binaries."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from agent_harness import Cluster, assert_placed
+from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
+from relgate_agent.coordinator.topology import build_topology, splice
+
+pytestmark = pytest.mark.postgres
+
+
+def _pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    return Path(found[-1]).parent if found else None
+
+
+@pytest.fixture(scope="module")
+def pg_dsn():
+    if os.environ.get("RELGATE_TEST_PG_DSN"):
+        yield os.environ["RELGATE_TEST_PG_DSN"]
+        return
+    pytest.importorskip("psycopg")
+    bindir = _pg_bin()
+    if bindir is None or os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("PostgreSQL binaries (run as root via runuser) or RELGATE_TEST_PG_DSN needed")
+    base = Path(tempfile.mkdtemp(prefix="relgate-agent-pg-"))
+    os.chmod(base, 0o755)
+    data = base / "data"
+    shutil.chown(base, "postgres")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def as_pg(*cmd: str) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", *cmd], check=True, capture_output=True, timeout=120
+        )
+
+    as_pg(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
+    as_pg(
+        str(bindir / "pg_ctl"),
+        "-D",
+        str(data),
+        "-l",
+        str(base / "pg.log"),
+        "-o",
+        f"-p {port} -k {base} -c listen_addresses=127.0.0.1",
+        "-w",
+        "start",
+    )
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        as_pg(str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_store_on_postgres(pg_dsn: str) -> None:
+    store = JobStore(pg_dsn)
+    with store.tx() as c:
+        from sqlalchemy import text
+
+        c.execute(text("DELETE FROM dist_jobs WHERE job_id = 'dj_pg'"))
+    topo = build_topology({"a": "r0", "b": "r0", "c": "r1"}, 2)
+    targets = dict(topo.racks)
+    row = JobRow(
+        "dj_pg", {"model": "m"}, "DISTRIBUTING", "sha256:" + "0" * 64, targets, topo, [], False, 0
+    )
+    assert store.create_job(row) and not store.create_job(row)
+    t2 = splice(topo, "a")
+    store.save_topology("dj_pg", 1, t2, targets)
+    with pytest.raises(StaleTopology):
+        store.save_topology("dj_pg", 1, splice(topo, "b"), targets)
+    (loaded,) = [r for r in store.load_jobs() if r.job_id == "dj_pg"]
+    assert loaded.topology.version == 2
+    store.update_job("dj_pg", state="DONE", ready_hosts=["b", "c"], completion_emitted=True)
+    assert store.job_state("dj_pg") == "DONE"
+    store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:1", ["m/v1"])
+    store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:2", ["m/v1", "m/v2"])
+    assert store.hosts_holding("m", "v2") == {"h1"}
+    lease = f"test-{os.getpid()}"
+    assert store.acquire_lease("a", 60, name=lease) == 1
+    assert store.acquire_lease("b", 60, name=lease) is None
+    store.release_lease("a", name=lease)
+    assert store.acquire_lease("b", 60, name=lease) == 2
+    store.close()
+
+
+def test_distribution_with_postgres_coordinator(pg_dsn: str, tmp_path: Path, checkpoint) -> None:
+    cluster = Cluster(tmp_path / "c", checkpoint["trusted"], ["--report-interval", "0.5"])
+    hosts = [("p00", "r0"), ("p01", "r1"), ("p02", "r0")]
+    try:
+        cluster.start_coordinator_with_db(pg_dsn)
+        for h, r in hosts:
+            cluster.start_agent(h, r, labels="cluster=pg-test")
+        c = cluster.client()
+        try:
+            cluster.wait_for(
+                lambda: (
+                    c.create_job(
+                        model="claude-x",
+                        version="2026-10-12.3",
+                        manifest_uri=str(checkpoint["envelope"]),
+                        origin_uri=str(checkpoint["origin"]),
+                        target_selector="cluster=pg-test",
+                        ready_threshold_ppm=1_000_000,
+                        stripes=2,
+                        job_id=f"dj_pg_{os.getpid()}_{tmp_path.name[-6:]}",
+                    ).hosts_total
+                    == 3
+                ),
+                60,
+                "a job over all three hosts",
+                interval=0.5,
+            )
+        finally:
+            c.close()
+        job = f"dj_pg_{os.getpid()}_{tmp_path.name[-6:]}"
+        cluster.wait_for(lambda: cluster.status(job)["hosts_ready"] == 3, 120, "READY")
+    finally:
+        cluster.stop_all()
+    for h, _ in hosts:
+        assert_placed(cluster, checkpoint, h)

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
+from relgate_agent.coordinator.topology import (
+    Topology,
+    append_host,
+    build_topology,
+    roots,
+    splice,
+    upload_counts,
+)
+
+
+def fleet(racks: int, per_rack: int) -> dict[str, str]:
+    return {f"r{r}-h{i:02d}": f"r{r}" for r in range(racks) for i in range(per_rack)}
+
+
+def reaches_everyone(topo: Topology) -> None:
+    for chain in topo.stripes:
+        assert sum(1 for h in chain.order if chain.parent[h] is None) == 1
+        for h in chain.order:
+            seen = set()
+            p = chain.parent[h]
+            while p is not None:
+                assert p not in seen
+                seen.add(p)
+                p = chain.parent[p]
+        assert set(chain.order) == set(topo.racks)
+
+
+def test_striped_chains_shape_and_balance() -> None:
+    hosts = fleet(4, 8)
+    topo = build_topology(hosts, 8)
+    reaches_everyone(topo)
+    # distinct roots per stripe, spread over racks
+    rs = roots(topo)
+    assert len(set(rs)) == 8
+    assert len({hosts[r] for r in rs if r}) == 4
+    for s, chain in enumerate(topo.stripes):
+        # leader chain crosses racks once per rack; everything else is rack-local
+        cross = [h for h in chain.order if chain.parent[h] and hosts[chain.parent[h]] != hosts[h]]
+        assert len(cross) == 3, s
+    # upload ~ download: every host feeds at most 2 downstream edges per stripe on average 1
+    up = upload_counts(topo)
+    assert max(up.values()) <= 8 + 2 and sum(up.values()) == 8 * (32 - 1)
+
+
+def test_splice_root_and_middle_keep_everyone_connected() -> None:
+    hosts = fleet(2, 4)
+    topo = build_topology(hosts, 4)
+    root0 = topo.stripes[0].root()
+    assert root0 is not None
+    t2 = splice(topo, root0)
+    assert t2.version == topo.version + 1 and root0 not in t2.racks
+    reaches_everyone(t2)
+    mid = next(
+        h for h in t2.stripes[1].order if t2.stripes[1].parent[h] and t2.stripes[1].children(h)
+    )
+    kids = t2.stripes[1].children(mid)
+    up = t2.stripes[1].parent[mid]
+    t3 = splice(t2, mid)
+    reaches_everyone(t3)
+    assert all(t3.stripes[1].parent[k] == up for k in kids)
+    # a rejoining host goes to a tail: it has no downstreams
+    t4 = append_host(t3, mid, hosts[mid])
+    reaches_everyone(t4)
+    assert t4.version == t3.version + 1
+    assert all(not c.children(mid) for c in t4.stripes)
+    assert all(hosts[c.parent[mid]] == hosts[mid] for c in t4.stripes if c.parent[mid])
+
+
+def test_store_topology_versions_are_monotonic(tmp_path: Path) -> None:
+    store = JobStore(str(tmp_path / "c.sqlite"))
+    topo = build_topology(fleet(2, 2), 2)
+    targets = dict(topo.racks)
+    row = JobRow(
+        "dj_1", {"model": "m"}, "DISTRIBUTING", "sha256:" + "0" * 64, targets, topo, [], False, 0
+    )
+    assert store.create_job(row) and not store.create_job(row)
+    t2 = splice(topo, "r0-h00")
+    store.save_topology("dj_1", topo.version, t2, targets)
+    with pytest.raises(StaleTopology):  # a deposed writer still holding version 1 loses
+        store.save_topology("dj_1", topo.version, splice(topo, "r1-h00"), targets)
+    with pytest.raises(StaleTopology):
+        store.save_topology("dj_1", t2.version, t2, targets)
+    (loaded,) = store.load_jobs()
+    assert loaded.topology.to_json() == t2.to_json()
+    store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:1", ["m/v1"])
+    assert store.hosts_holding("m", "v1") == {"h1"}
+    # leader lease: one holder at a time, epoch bumps on every change of holder
+    assert store.acquire_lease("a", 60) == 1
+    assert store.acquire_lease("a", 60) == 1  # renewal
+    assert store.acquire_lease("b", 60) is None
+    store.release_lease("a")
+    assert store.acquire_lease("b", 60) == 2
+    assert store.acquire_lease("a", 60) is None
+    store.close()

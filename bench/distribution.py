@@ -1,0 +1,393 @@
+"""Checkpoint fan-out in the network-namespace lab: relgate striped chains vs naive HTTP pull.
+
+Workload: 16 hosts in 4 racks, every host NIC capped at B = 100 Mbit/s (tc tbf, both
+directions); one origin HTTP server on the spine whose NIC is capped at 2B; a 256 MiB
+checkpoint (4 files; 4 MiB chunks, 256 KiB blocks, 8 stripes).
+
+* relgate: coordinator + one agent per host namespace, origin cap 2B, ready threshold 100%.
+* naive: every host pulls every file from the origin with curl, all hosts at once.
+
+Results are ratios against the physical bound measured in the same run: per-host completion
+time over S/B (the time one host needs to receive S bytes at its NIC rate), and origin bytes
+over S. CPU is the lab processes' CPU seconds over wall seconds (cores busy; the machine
+has os.cpu_count() cores).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+MiB = 1024 * 1024
+HOSTS, RACKS = 16, 4
+NIC = 100_000_000 // 8  # bytes/s
+ORIGIN_CAP = 2 * NIC
+SIZE = 256 * MiB
+CHUNK, BLOCK, STRIPES = 4 * MiB, 256 * 1024, 8
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
+    return total
+
+
+def _machine_busy() -> tuple[float, float]:
+    vals = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = vals[3] + vals[4]
+    return float(sum(vals) - idle), float(sum(vals))
+
+
+def _busy_fraction(before: tuple[float, float], after: tuple[float, float]) -> float:
+    return round((after[0] - before[0]) / max(after[1] - before[1], 1.0), 3)
+
+
+def _make_checkpoint(base: Path) -> tuple[Path, Path, Path, Any]:
+    from relgate_agent.manifest import (
+        build_manifest,
+        generate_private_key,
+        sign_manifest,
+        write_envelope,
+        write_keypair,
+    )
+
+    src = base / "origin"
+    src.mkdir(parents=True)
+    per = SIZE // 4
+    for i in range(4):
+        with open(src / f"model-{i + 1:05d}-of-00004.safetensors", "wb") as fh:
+            for _ in range(per // MiB):
+                fh.write(os.urandom(MiB))
+    key = generate_private_key()
+    keys = base / "keys"
+    keys.mkdir()
+    write_keypair(key, keys / "signer.key", keys / "signer.pem")
+    m = build_manifest(src, "bench-model", "v1", CHUNK, BLOCK)
+    env = base / "manifest.dsse.json"
+    write_envelope(sign_manifest(m, key), env)
+    return src, keys / "signer.pem", env, m
+
+
+def _summary(times: list[float], bound: float) -> dict[str, Any]:
+    return {
+        "p50_s": round(statistics.median(times), 2),
+        "max_s": round(max(times), 2),
+        "p50_over_S_B": round(statistics.median(times) / bound, 3),
+        "max_over_S_B": round(max(times) / bound, 3),
+        "hosts_done": len(times),
+    }
+
+
+def run_relgate(base: Path, src: Path, pem: Path, env: Path) -> dict[str, Any]:
+    from relgate_agent.client import CoordinatorClient, job_to_dict
+    from relgate_agent.lab import LabSpec, lab_down, lab_up
+
+    spec = LabSpec(
+        hosts=HOSTS,
+        racks=RACKS,
+        nic_bytes_per_s=NIC,
+        state_dir=base / "lab-relgate",
+        trusted_keys=[str(pem)],
+        origin_dir=src,
+        origin_nic_bytes_per_s=ORIGIN_CAP,
+        report_interval_s=0.5,
+    )
+    state = lab_up(spec)
+    try:
+        client = CoordinatorClient(state["coordinator_unix"])
+        deadline = time.monotonic() + 60
+        while True:  # wait until every agent has checked in, then plan
+            job = client.create_job(
+                model="bench-model",
+                version="v1",
+                manifest_uri=str(env),
+                origin_uri=state["origin_url"],
+                target_selector="cluster=lab",
+                origin_cap_bytes_per_s=ORIGIN_CAP,
+                ready_threshold_ppm=1_000_000,
+                stripes=STRIPES,
+            )
+            if job.hosts_total == HOSTS:
+                break
+            client.cancel_job(job.job_id)
+            if time.monotonic() > deadline:
+                raise RuntimeError("agents did not register")
+            time.sleep(0.5)
+        pids = [int(p) for p in state["pids"].values()]
+        sent0 = _origin_tx_bytes(state["origin_ns"])
+        cpu0, busy0, t0 = _cpu_seconds(pids), _machine_busy(), time.monotonic()
+        ready_at: dict[str, float] = {}
+        st: dict[str, Any] = {}
+        while len(ready_at) < HOSTS and time.monotonic() - t0 < 900:
+            st = job_to_dict(client.get_job(job.job_id))
+            for h in st["hosts"]:
+                if h["state"] == "READY" and h["host_id"] not in ready_at:
+                    ready_at[h["host_id"]] = time.monotonic() - t0
+            time.sleep(0.25)
+        wall = time.monotonic() - t0
+        cpu = _cpu_seconds(pids) - cpu0
+        busy = _busy_fraction(busy0, _machine_busy())
+        sent = _origin_tx_bytes(state["origin_ns"]) - sent0
+        st = job_to_dict(client.get_job(job.job_id))
+        client.close()
+        errors = sum(len(h["errors"]) for h in st["hosts"])
+        return {
+            **_summary(list(ready_at.values()), SIZE / NIC),
+            "origin_bytes_over_S": round(st["origin_bytes"] / SIZE, 3),
+            "origin_nic_bytes_over_S": round(sent / SIZE, 3),
+            "cpu_cores_busy": round(cpu / wall, 2),
+            "machine_busy_fraction": busy,
+            "reported_errors": errors,
+        }
+    finally:
+        lab_down(spec.state_dir)
+
+
+def _origin_tx_bytes(ns: str) -> int:
+    """Bytes the origin NIC actually sent (tbf qdisc counters): physical origin load."""
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", "eth0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    m = re.search(r"Sent (\d+) bytes", out)
+    return int(m.group(1)) if m else 0
+
+
+def run_bittorrent(base: Path, src: Path) -> dict[str, Any]:
+    """aria2c swarm (Debian aria2 + opentracker + mktorrent), origin as the only seed."""
+    from relgate_agent.lab import LabSpec, lab_down, lab_up, stop_pid
+
+    spec = LabSpec(
+        hosts=HOSTS,
+        racks=RACKS,
+        nic_bytes_per_s=NIC,
+        state_dir=base / "lab-bt",
+        trusted_keys=[str(base / "keys" / "signer.pem")],
+        origin_dir=src,
+        origin_nic_bytes_per_s=ORIGIN_CAP,
+        start_agents=False,
+    )
+    state = lab_up(spec)
+    pids: list[int] = []
+    try:
+        org = state["origin_ns"]
+        tracker_ip = state["origin_url"].split("//")[1].split(":")[0]
+        torrent = base / "ckpt.torrent"
+        torrent.unlink(missing_ok=True)
+        subprocess.run(
+            [
+                "mktorrent",
+                "-l",
+                "22",
+                "-a",
+                f"http://{tracker_ip}:6969/announce",
+                "-o",
+                str(torrent),
+                str(src),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        show = subprocess.run(
+            ["aria2c", "-S", str(torrent)], capture_output=True, text=True, check=True
+        ).stdout
+        m = re.search(r"Info Hash: ([0-9a-f]{40})", show)
+        assert m, show
+        chroot = base / "tracker"
+        chroot.mkdir(exist_ok=True)
+        (chroot / "whitelist").write_text(m.group(1) + "\n")
+        common = [
+            "--enable-dht=false",
+            "--bt-enable-lpd=false",
+            "--seed-ratio=0.0",
+            "--summary-interval=0",
+            "--console-log-level=warn",
+            "--file-allocation=none",
+            "--bt-max-peers=0",
+        ]
+        logs = base / "lab-bt" / "logs"
+
+        def spawn(cmd: list[str], log: str) -> None:
+            with open(logs / log, "w") as fh:
+                pids.append(subprocess.Popen(cmd, stdout=fh, stderr=fh, start_new_session=True).pid)
+
+        spawn(
+            [
+                "ip",
+                "netns",
+                "exec",
+                org,
+                "opentracker",
+                "-i",
+                tracker_ip,
+                "-p",
+                "6969",
+                "-P",
+                "6969",
+                "-d",
+                str(chroot),
+                "-w",
+                "whitelist",
+                "-u",
+                "nobody",
+            ],
+            "opentracker.log",
+        )
+        time.sleep(0.5)
+        spawn(
+            [
+                "ip",
+                "netns",
+                "exec",
+                org,
+                "aria2c",
+                *common,
+                "--bt-seed-unverified=true",
+                f"--dir={src.parent}",
+                str(torrent),
+            ],
+            "seeder.log",
+        )
+        time.sleep(1.0)
+        sent0 = _origin_tx_bytes(org)
+        busy0, t0 = _machine_busy(), time.time()
+        done_dir = base / "bt-done"
+        done_dir.mkdir(exist_ok=True)
+        for h, info in state["hosts"].items():
+            out = Path(info["models_root"]) / "bt"
+            out.mkdir(parents=True, exist_ok=True)
+            hook = base / f"hook-{h}.sh"
+            hook.write_text(f"#!/bin/sh\ndate +%s.%N > {done_dir / h}\n")
+            hook.chmod(0o755)
+            spawn(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    info["ns"],
+                    "aria2c",
+                    *common,
+                    f"--dir={out}",
+                    f"--on-bt-download-complete={hook}",
+                    str(torrent),
+                ],
+                f"aria2-{h}.log",
+            )
+        deadline = time.time() + 900
+        while len(list(done_dir.iterdir())) < HOSTS and time.time() < deadline:
+            time.sleep(0.25)
+        times = [float(p.read_text()) - t0 for p in done_dir.iterdir()]
+        busy = _busy_fraction(busy0, _machine_busy())
+        sent = _origin_tx_bytes(org) - sent0
+        return {
+            **_summary(times, SIZE / NIC),
+            "origin_bytes_over_S": round(sent / SIZE, 3),
+            "origin_nic_bytes_over_S": round(sent / SIZE, 3),
+            "machine_busy_fraction": busy,
+        }
+    finally:
+        for pid in reversed(pids):
+            stop_pid(pid)
+        lab_down(spec.state_dir)
+
+
+def run_naive(base: Path, src: Path) -> dict[str, Any]:
+    from relgate_agent.lab import LabSpec, lab_down, lab_up
+
+    spec = LabSpec(
+        hosts=HOSTS,
+        racks=RACKS,
+        nic_bytes_per_s=NIC,
+        state_dir=base / "lab-naive",
+        trusted_keys=[str(base / "keys" / "signer.pem")],
+        origin_dir=src,
+        origin_nic_bytes_per_s=ORIGIN_CAP,
+        start_agents=False,
+    )
+    state = lab_up(spec)
+    try:
+        files = sorted(p.name for p in src.iterdir())
+        done: dict[str, float] = {}
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        sent0 = _origin_tx_bytes(state["origin_ns"])
+        busy0, t0 = _machine_busy(), time.monotonic()
+        for h, info in state["hosts"].items():
+            out = Path(info["models_root"]) / "naive"
+            out.mkdir(parents=True, exist_ok=True)
+            script = " && ".join(f"curl -sf -o {out / f} {state['origin_url']}/{f}" for f in files)
+            procs[h] = subprocess.Popen(["ip", "netns", "exec", info["ns"], "sh", "-c", script])
+
+        def wait(h: str, p: subprocess.Popen[bytes]) -> None:
+            p.wait()
+            if p.returncode == 0:
+                done[h] = time.monotonic() - t0
+
+        threads = [threading.Thread(target=wait, args=item) for item in procs.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        busy = _busy_fraction(busy0, _machine_busy())
+        sent = _origin_tx_bytes(state["origin_ns"]) - sent0
+        return {
+            **_summary(list(done.values()), SIZE / NIC),
+            "origin_bytes_over_S": float(len(done)),
+            "origin_nic_bytes_over_S": round(sent / SIZE, 3),
+            "machine_busy_fraction": busy,
+        }
+    finally:
+        lab_down(spec.state_dir)
+
+
+def main() -> dict[str, Any]:
+    from relgate_agent.lab import netns_available
+
+    if not netns_available():
+        return {"skipped": "needs root, ip netns and tc (network-namespace lab)"}
+    if shutil.which("curl") is None:
+        return {"skipped": "needs curl for the naive baseline"}
+    base = Path(tempfile.mkdtemp(prefix="relgate-bench-dist-"))
+    try:
+        src, pem, env, _ = _make_checkpoint(base)
+        relgate = run_relgate(base, src, pem, env)
+        naive = run_naive(base, src)
+        bt: dict[str, Any] = {"skipped": "needs aria2c, opentracker and mktorrent (Debian)"}
+        if all(shutil.which(t) for t in ("aria2c", "opentracker", "mktorrent")):
+            bt = run_bittorrent(base, src)
+        return {
+            "workload": (
+                f"{HOSTS} hosts / {RACKS} racks, NIC B={NIC * 8 // 1_000_000} Mbit/s (tbf), origin cap 2B, "
+                f"S={SIZE // MiB} MiB, chunk {CHUNK // MiB} MiB, block {BLOCK // 1024} KiB, k={STRIPES}"
+            ),
+            "S_over_B_s": round(SIZE / NIC, 2),
+            "relgate": relgate,
+            "naive_http_pull": naive,
+            "bittorrent_aria2": bt,
+            "speedup_max": round(naive["max_s"] / relgate["max_s"], 2)
+            if relgate.get("max_s")
+            else None,
+        }
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(main(), indent=2))

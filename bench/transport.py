@@ -1,0 +1,122 @@
+"""Data-plane choice: framed TCP (relgate_agent.transport) vs gRPC server streaming, loopback.
+
+Workload: one stream of 4 MiB blocks (1 GiB per run, best of 3) from an in-memory block
+source to a receiver that discards them, on this machine's loopback. Reported as GB/s per
+stream; the ratio framed/gRPC is what docs/distribution.md cites. The receiver of the real
+agent also CRC32Cs each block, so that rate is reported as the per-stream compute bound.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent import futures
+from typing import Any
+
+import google_crc32c
+import grpc
+from relgate_agent.transport import DataServer, StripeStream
+
+BLOCK = 4 * 1024 * 1024
+TOTAL = 1024 * 1024 * 1024
+N_BLOCKS = TOTAL // BLOCK
+PAYLOAD = bytes(range(256)) * (BLOCK // 256)
+
+
+class _MemorySource:
+    closed = False
+
+    def stripe_blocks(self, stripe: int) -> list[int]:
+        return list(range(N_BLOCKS))
+
+    def wait_block(self, block: int, timeout: float) -> bool:
+        return True
+
+    def read_block(self, block: int) -> tuple[int, bytes, int]:
+        return block * BLOCK, PAYLOAD, 0
+
+    def chunk_verified(self, chunk: int) -> bool:
+        return True
+
+    def chunk_blocks(self, chunk: int) -> range:
+        return range(0)
+
+    def count_tx(self, n: int) -> None:
+        pass
+
+
+def framed_tcp_gbps() -> float:
+    src = _MemorySource()
+    server = DataServer("127.0.0.1", 0, lambda job: src)
+    server.start()
+    try:
+        best = 0.0
+        for _ in range(3):
+            t0 = time.perf_counter()
+            stream = StripeStream(server.address, "bench", 0, 0, credits=16)
+            n = 0
+            for blk in stream:
+                if blk is None:
+                    continue
+                n += len(blk.data)
+                if n < TOTAL:
+                    stream.grant(1)
+            stream.close()
+            best = max(best, n / (time.perf_counter() - t0) / 1e9)
+        return best
+    finally:
+        server.stop()
+
+
+def grpc_stream_gbps() -> float:
+    def stream(request: bytes, context: grpc.ServicerContext) -> Any:
+        for _ in range(N_BLOCKS):
+            yield PAYLOAD
+
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Transport", {"Stream": grpc.unary_stream_rpc_method_handler(stream)}
+    )
+    opts = [
+        ("grpc.max_send_message_length", 64 << 20),
+        ("grpc.max_receive_message_length", 64 << 20),
+    ]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=opts)
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=opts)
+    try:
+        call = channel.unary_stream("/bench.Transport/Stream")
+        best = 0.0
+        for _ in range(3):
+            t0 = time.perf_counter()
+            n = sum(len(b) for b in call(b""))
+            best = max(best, n / (time.perf_counter() - t0) / 1e9)
+        return best
+    finally:
+        channel.close()
+        server.stop(0).wait()
+
+
+def crc32c_gbps() -> float:
+    t0 = time.perf_counter()
+    for _ in range(64):
+        google_crc32c.value(PAYLOAD)
+    return 64 * BLOCK / (time.perf_counter() - t0) / 1e9
+
+
+def main() -> dict[str, Any]:
+    tcp = framed_tcp_gbps()
+    grpc_rate = grpc_stream_gbps()
+    return {
+        "workload": f"1 stream, {N_BLOCKS} x 4 MiB blocks over loopback, best of 3",
+        "framed_tcp_gb_per_s": round(tcp, 3),
+        "grpc_stream_gb_per_s": round(grpc_rate, 3),
+        "framed_over_grpc": round(tcp / grpc_rate, 2) if grpc_rate else None,
+        "crc32c_gb_per_s": round(crc32c_gbps(), 3),
+    }
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(main(), indent=2))
