@@ -18,6 +18,12 @@ release_job = dg.define_asset_job(
     description="Write shards, verify them independently, publish, issue a permit and start a pinned run.",
 )
 
+distribution_job = dg.define_asset_job(
+    "distribution_job",
+    selection=dg.AssetSelection.groups("checkpoints"),
+    description="Publish a signed checkpoint manifest and distribute it to the fleet.",
+)
+
 #: The whole path to an active alias (used by `make demo` with an approver in run config).
 snapshot_release_job = dg.define_asset_job(
     "snapshot_release_job",

@@ -1,0 +1,104 @@
+"""``relgate checkpoint`` and ``relgate distribute``: signed checkpoints to a fleet of hosts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from relgate.cli_common import Ctx, command, pass_ctx
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower().removesuffix("ib").removesuffix("b")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+@click.group()
+def checkpoint() -> None:
+    """Publish checkpoints as signed, content-addressed manifests."""
+
+
+@command(checkpoint, "publish")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option("--model", required=True)
+@click.option("--version", "version", required=True)
+@click.option("--chunk-size", default="64MiB", show_default=True)
+@click.option("--block-size", default="4MiB", show_default=True)
+@pass_ctx
+def checkpoint_publish(
+    ctx: Ctx, directory: str, model: str, version: str, chunk_size: str, block_size: str
+) -> dict[str, Any]:
+    """Copy DIRECTORY to the immutable origin and sign its manifest (DSSE, Ed25519)."""
+    from relgate.checkpoint import publish_checkpoint
+
+    return publish_checkpoint(
+        ctx.ws(),
+        directory,
+        model=model,
+        version=version,
+        chunk_size=_size(chunk_size),
+        block_size=_size(block_size),
+    ).to_json()
+
+
+@command(checkpoint, "list")
+@pass_ctx
+def checkpoint_list(ctx: Ctx) -> dict[str, Any]:
+    from relgate.checkpoint import list_checkpoints
+
+    return {"checkpoints": list_checkpoints(ctx.ws())}
+
+
+@command(checkpoint, "demo")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--megabytes", default=192, show_default=True)
+def checkpoint_demo(directory: str, megabytes: int) -> dict[str, Any]:
+    """Write a synthetic bf16 safetensors checkpoint to DIRECTORY."""
+    from relgate.checkpoint import write_demo_checkpoint
+
+    return write_demo_checkpoint(directory, megabytes=megabytes)
+
+
+@command(click.Group(), "distribute")
+@click.option("--model", required=True)
+@click.option("--version", "version", required=True)
+@click.option("--hosts", default=4, show_default=True)
+@click.option("--racks", default=2, show_default=True)
+@click.option("--ready-threshold", default=1.0, show_default=True)
+@click.option(
+    "--origin-cap", default=0, show_default=True, help="Origin read cap in bytes/s (0: none)."
+)
+@pass_ctx
+def distribute_cmd(
+    ctx: Ctx,
+    model: str,
+    version: str,
+    hosts: int,
+    racks: int,
+    ready_threshold: float,
+    origin_cap: int,
+) -> dict[str, Any]:
+    """Fan a published checkpoint out to a local fleet of agents; wait for DistributionComplete."""
+    from relgate.checkpoint import distribute
+
+    out = distribute(
+        ctx.ws(),
+        model=model,
+        version=version,
+        hosts=hosts,
+        racks=racks,
+        ready_threshold=ready_threshold,
+        origin_cap_bytes_per_s=origin_cap,
+        log=lambda line: click.echo(line, err=True),
+    )
+    out["_ok"] = out["distributionComplete"] is not None
+    return out
+
+
+def register(main: click.Group) -> None:
+    main.add_command(checkpoint)
+    main.add_command(distribute_cmd)
