@@ -143,8 +143,12 @@ def phase_diff(home: Path, digest: str) -> dict[str, object]:
 
 def _child(*args: str) -> dict[str, object]:
     out = subprocess.run(
-        [sys.executable, "-m", "bench.snapshots", *args], check=True, capture_output=True, text=True
+        [sys.executable, "-m", "bench.snapshots", *args], capture_output=True, text=True
     )
+    if out.returncode != 0:
+        raise RuntimeError(
+            f"bench phase {args[0]} failed ({out.returncode}):\n{out.stderr[-4000:]}"
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
