@@ -75,13 +75,11 @@ def test_distribute_lands_every_host_byte_exact(ws, tmp_path):
 
 def test_cli_publish_and_distribute(tmp_path):
     home = tmp_path / "home"
-    env = {**os.environ}
-    run = lambda *a: subprocess.run(
-        [sys.executable, "-m", "relgate.cli", "--home", str(home), *a, "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )  # noqa: E731
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "relgate.cli", "--home", str(home), *args, "--json"]
+        return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+
     assert run("init").returncode == 0
     assert run("checkpoint", "demo", str(tmp_path / "ckpt"), "--megabytes", "4").returncode == 0
     pub = run(
