@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from relgate.cli_common import Ctx, _actor, command, pass_ctx
+from relgate.cli_lifecycle import register as register_lifecycle
 from relgate.cli_release import register
 from relgate.errors import UsageError
 
@@ -406,6 +407,7 @@ def verify_manifest_cmd(ctx: Ctx, envelope_file: str, trusted: tuple[str, ...]) 
 
 
 register(main)  # release, run and permit commands
+register_lifecycle(main)  # pin, retention, gc, size, lineage
 
 if __name__ == "__main__":
     main()
