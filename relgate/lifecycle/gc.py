@@ -272,11 +272,11 @@ def plan_gc(
     candidates: list[Candidate] = []
     for obj in stored:
         ck = obj.canonical
-        if (ck, obj.version_id) in required:
-            excluded["required"] += 1
-            continue
         if ck != obj.key and ck in required_keys:
             excluded["other-spelling-of-required-key"] += 1
+            continue
+        if (ck, obj.version_id) in required:
+            excluded["required"] += 1
             continue
         if (ck, obj.version_id) in protected or (ck in protected_keys and ck != obj.key):
             excluded["unknown-publication-outcome"] += 1
@@ -337,15 +337,21 @@ def sweep(
     actor: str,
     grace_seconds: int = DEFAULT_GRACE_SECONDS,
     batch_size: int = SWEEP_BATCH,
+    plan: Plan | None = None,
 ) -> dict[str, Any]:
-    """Delete the plan's candidates, each re-checked inside the gate after the grace period."""
+    """Delete the plan's candidates, each re-checked inside the gate after the grace period.
+
+    ``plan`` is an earlier dry run to act on (default: plan now); whatever changed since
+    it was made is caught by the in-gate recheck, never trusted from the plan.
+    """
     run_id = "gc-" + uuid.uuid4().hex[:12]
     started = utcnow()
     _record_run(ws, run_id, "sweep", actor, grace_seconds, started)
     deleted: list[dict[str, Any]] = []
     skipped: dict[str, int] = defaultdict(int)
     try:
-        plan = plan_gc(ws, grace_seconds=grace_seconds)
+        if plan is None:
+            plan = plan_gc(ws, grace_seconds=grace_seconds)
         marked = set(plan.retained)
         required, required_keys = set(plan.required), set(plan.required_keys)
         for start in range(0, len(plan.candidates), batch_size):

@@ -30,7 +30,7 @@ def canonical_key(reference: str, *, store_prefix: str = "") -> str:
     match = _SCHEME.match(ref)
     if match:
         scheme, authority, path = match.groups()
-        ref = f"{authority}/{path}" if scheme.lower() == "cas" else path
+        ref = f"cas/{authority}/{path}" if scheme.lower() == "cas" else path
     ref = unquote(ref)
     parts: list[str] = []
     for segment in ref.replace("\\", "/").split("/"):
