@@ -115,13 +115,22 @@ def add_pin(
     # decides against every sweep batch whether all of it is still there.
     with ws.db.tx() as conn:
         kind_of = subject_kind(conn, digest)
-        refs = version_refs(ws, conn, kind_of, digest)
-        if kind_of == "release":
-            snap = one(
-                conn, "SELECT snapshot_digest FROM releases WHERE digest = :d", {"d": digest}
-            )
-            assert snap is not None
-            refs += version_refs(ws, conn, "snapshot", snap["snapshot_digest"])
+        try:
+            refs = version_refs(ws, conn, kind_of, digest)
+            if kind_of == "release":
+                snap = one(
+                    conn, "SELECT snapshot_digest FROM releases WHERE digest = :d", {"d": digest}
+                )
+                assert snap is not None
+                refs += version_refs(ws, conn, "snapshot", snap["snapshot_digest"])
+        except RejectedError as exc:
+            raise RejectedError(
+                "cannot pin: the version's manifest is missing or unreadable",
+                object=exc.object,
+                check="pin-objects-present",
+                digest=exc.digest,
+                details=exc.details,
+            ) from None
     if kind == "checkpoint" and kind_of != "release":
         raise UsageError(
             "a checkpoint pins a release", object="pin", check="checkpoint-subject", digest=digest
