@@ -56,15 +56,12 @@ DEFAULT_GRACE_SECONDS = 6 * 3600
 SWEEP_BATCH = 256
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Stored:
     key: str  # exactly as the store lists it
     version_id: str
     size: int
-
-    @property
-    def canonical(self) -> str:
-        return canonical_key(self.key)
+    canonical: str
 
 
 @dataclass(frozen=True)
@@ -124,39 +121,34 @@ class Plan:
 def list_stored(ws: Workspace) -> Iterator[Stored]:
     for prefix in MANAGED_PREFIXES:
         for version in ws.store.list_versions(prefix):
-            yield Stored(version.key, version.version_id, version.size)
+            yield Stored(version.key, version.version_id, version.size, canonical_key(version.key))
 
 
 def mark(
     ws: Workspace, conn: Connection, retained: Iterable[tuple[str, str]], *, raw_sources: bool
-) -> list[Ref]:
-    out: list[Ref] = []
+) -> Iterator[Ref]:
+    """Stream the references of every retained version (one version in memory at a time)."""
     for kind, digest in sorted(retained):
-        out.extend(version_refs(ws, conn, kind, digest, raw_sources=raw_sources))
-    return out
+        yield from version_refs(ws, conn, kind, digest, raw_sources=raw_sources)
 
 
-def _check_present(
-    refs: Iterable[Ref], stored_index: dict[str, set[str]], ws: Workspace
-) -> list[str]:
-    """Fail closed on a missing managed object; return missing raw-source objects."""
-    gaps = []
-    for ref in refs:
-        if ref.managed:
-            if ref.version_id not in stored_index.get(ref.key, set()):
-                raise RejectedError(
-                    f"{ref.role} referenced by a retained version is missing; garbage"
-                    " collection fails closed",
-                    object=ref.name,
-                    check="retained-object-present",
-                    digest=ref.subject,
-                )
-        elif ref.role == "raw-source":
-            try:
-                ws.store.head(ref.key, ref.version_id)
-            except RelgateError:
-                gaps.append(ref.name)
-    return gaps
+def _check_present(ref: Ref, stored_index: dict[str, set[str]], ws: Workspace) -> str | None:
+    """Fail closed on a missing managed object; return a missing raw-source object."""
+    if ref.managed:
+        if ref.version_id not in stored_index.get(ref.key, ()):
+            raise RejectedError(
+                f"{ref.role} referenced by a retained version is missing; garbage"
+                " collection fails closed",
+                object=ref.name,
+                check="retained-object-present",
+                digest=ref.subject,
+            )
+    elif ref.role == "raw-source":
+        try:
+            ws.store.head(ref.key, ref.version_id)
+        except RelgateError:
+            return ref.name
+    return None
 
 
 def _unknown_outcome(
@@ -221,10 +213,11 @@ def _seen(
     return first
 
 
-def former_owners(ws: Workspace, conn: Connection, retained: Holders) -> dict[str, list[str]]:
-    """Canonical key -> versions no longer retained that referenced it (best effort: a
-    retired version whose manifest is already gone attributes nothing)."""
-    owners: dict[str, list[str]] = defaultdict(list)
+def former_owners(ws: Workspace, conn: Connection, retained: Holders) -> dict[str, str]:
+    """Canonical key -> one version no longer retained that referenced it (best effort: a
+    retired version whose manifest is already gone attributes nothing).  One entry per
+    key, so memory follows the object count, not the version count."""
+    owners: dict[str, str] = {}
     for kind, table in (("snapshot", "snapshots"), ("release", "releases")):
         for row in rows(conn, f"SELECT digest, state FROM {table}"):
             if (kind, row["digest"]) in retained:
@@ -233,8 +226,9 @@ def former_owners(ws: Workspace, conn: Connection, retained: Holders) -> dict[st
                 refs = version_refs(ws, conn, kind, row["digest"])
             except RelgateError:
                 continue
+            label = f"{kind} {row['digest']} ({row['state']}, not retained)"
             for ref in refs:
-                owners[ref.key].append(f"{kind} {row['digest']} ({row['state']}, not retained)")
+                owners.setdefault(ref.key, label)
     return owners
 
 
@@ -259,14 +253,19 @@ def plan_gc(
     with ws.db.tx() as conn:
         retained = retained_versions(conn, moment)
         raw = raw_sources_kept(conn)
-        refs = mark(ws, conn, retained, raw_sources=raw)
-        gaps = _check_present(refs, index, ws)
+        required: set[tuple[str, str]] = set()
+        required_keys: set[str] = set()
+        gaps: list[str] = []
+        for ref in mark(ws, conn, retained, raw_sources=raw):
+            gap = _check_present(ref, index, ws)
+            if gap:
+                gaps.append(gap)
+            required.add((ref.key, ref.version_id))
+            required_keys.add(ref.key)
         protected, protected_keys, unknown = _unknown_outcome(ws, conn, stored)
         leased = leased_keys(conn, moment)
         first_seen = _seen(conn, stored, stamp, record=record)
         owners = former_owners(ws, conn, retained)
-    required = {(r.key, r.version_id) for r in refs}
-    required_keys = {r.key for r in refs}
     cutoff = format_time(moment - dt.timedelta(seconds=grace_seconds))
     excluded: dict[str, int] = defaultdict(int)
     candidates: list[Candidate] = []
@@ -290,7 +289,7 @@ def plan_gc(
             continue
         why = owners.get(ck)
         reason = (
-            "referenced only by " + "; ".join(sorted(set(why)))
+            f"referenced only by versions no longer retained, e.g. {why}"
             if why
             else "referenced by no catalog version (orphan)"
         )
@@ -363,7 +362,7 @@ def sweep(
                 if fresh:
                     # Re-referenced since the plan (a new version, pin or reader lease):
                     # mark it now; a missing object of a now-retained version fails closed.
-                    extra = mark(ws, conn, fresh, raw_sources=False)
+                    extra = list(mark(ws, conn, fresh, raw_sources=False))
                     required |= {(r.key, r.version_id) for r in extra}
                     required_keys |= {r.key for r in extra}
                     marked |= fresh
@@ -462,7 +461,7 @@ def verify_retained(ws: Workspace) -> dict[str, Any]:
     checked = 0
     with ws.db.tx() as conn:
         retained = retained_versions(conn, now_utc())
-        refs = mark(ws, conn, retained, raw_sources=False)
+        refs = list(mark(ws, conn, retained, raw_sources=False))
     for ref in refs:
         if ref.role == "manifest":
             continue  # opened and signature-checked by mark()

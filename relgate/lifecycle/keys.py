@@ -26,6 +26,8 @@ def canonical_key(reference: str, *, store_prefix: str = "") -> str:
     * a 64-hex segment (with or without a file suffix) is lower-cased, so the digest
       spelling cannot split one object into two.
     """
+    if _already_canonical(reference) and not store_prefix:
+        return reference
     ref = reference.strip()
     match = _SCHEME.match(ref)
     if match:
@@ -53,3 +55,18 @@ def canonical_key(reference: str, *, store_prefix: str = "") -> str:
             segment = "sha256"
         out.append(segment)
     return "/".join(out)
+
+
+def _already_canonical(key: str) -> bool:
+    """Fast path for the common case (what the store lists and manifests name)."""
+    return (
+        key == key.lower()
+        and key == key.strip()
+        and "%" not in key
+        and "//" not in key
+        and "/." not in key
+        and "\\" not in key
+        and ":" not in key
+        and not key.startswith((".", "/"))
+        and not key.endswith("/")
+    )

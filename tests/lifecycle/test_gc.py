@@ -54,7 +54,7 @@ def test_seed_example_only_c_is_a_candidate(ws, release):
     assert candidate_set(plan) & example == {keys[c]}
     assert keys[d] not in candidate_set(plan)  # v3 is active
     reason = next(x.reason for x in plan.candidates if (x.key, x.version_id) == keys[c])
-    assert v2.digest in reason
+    assert "not retained" in reason
 
     # Both retained: no candidates among the example's objects.
     both = add_pin(
@@ -71,7 +71,7 @@ def test_seed_example_only_c_is_a_candidate(ws, release):
     logged = {
         (x["object_key"], x["version_id"]): x["reason"] for x in deletions(ws, result["gcRun"])
     }
-    assert v2.digest in logged[keys[c]]
+    assert "not retained" in logged[keys[c]]
     assert verify_retained(ws)["versions"] >= 2
     assert pin["kind"] == "checkpoint" and pin["position"]["root"] == v1.digest
 
