@@ -242,3 +242,26 @@ def test_plan_json_is_one_object(ws, release):
     doc = plan_gc(ws, grace_seconds=0).to_json()
     json.dumps(doc)
     assert doc["mode"] == "plan" and doc["requiredObjects"] > 0
+
+
+def test_rollback_to_a_purged_version_is_refused(ws, release):
+    versions = [
+        forge_release(ws, release, {d["id"]}, tag=f"r{i}") for i, d in enumerate(release.shards[:3])
+    ]
+    set_state(ws, "release", release.digest, "INVALID")
+    for v in versions:
+        publish(ws, v.digest, "serve")
+    set_policy(ws.db, RetentionPolicy("serve", keep_last=2, keep_days=0, rollback_window=1))
+    sweep(ws, actor="gc", grace_seconds=0)
+    gate = ws.gate()
+    generation = gate.alias("serve", "release").generation
+    with pytest.raises(RejectedError) as err:
+        gate.rollback(
+            "release", "serve", versions[0].digest, expected_generation=generation, actor="ops"
+        )
+    assert (err.value.check, err.value.digest) == ("rollback-purged", versions[0].digest)
+    # Inside the window the rollback still works, and the version verifies.
+    gate.rollback(
+        "release", "serve", versions[1].digest, expected_generation=generation, actor="ops"
+    )
+    verify_retained(ws)
