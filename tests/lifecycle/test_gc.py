@@ -265,3 +265,30 @@ def test_rollback_to_a_purged_version_is_refused(ws, release):
         "release", "serve", versions[1].digest, expected_generation=generation, actor="ops"
     )
     verify_retained(ws)
+
+
+def test_writer_under_a_publisher_lease_is_never_swept(ws, snapshot):
+    from relgate.release.writer import write_release
+
+    lease = acquire_lease(ws, holder="writer", purpose="publisher", ttl_seconds=600)
+    manifest = write_release(
+        ws, snapshot.digest, records_per_shard=40, actor="test", lease_id=lease["leaseId"]
+    )
+    leased = set(get_lease_keys(ws, lease["leaseId"]))
+    assert {k for k, _ in shard_keys(manifest).values()} | {
+        rm.envelope_key(manifest.digest)
+    } <= leased
+    # Even INVALID (not retained) its objects stay while the publisher holds the lease.
+    set_state(ws, "release", manifest.digest, "INVALID")
+    sweep(ws, actor="gc", grace_seconds=0)
+    assert set(shard_keys(manifest).values()) <= stored_set(ws, "shards/")
+    release_lease(ws, lease["leaseId"])
+    sweep(ws, actor="gc", grace_seconds=0)
+    assert not set(shard_keys(manifest).values()) & stored_set(ws, "shards/")
+    verify_retained(ws)
+
+
+def get_lease_keys(ws, lease_id):
+    from relgate.lifecycle.pins import get_lease
+
+    return get_lease(ws, lease_id)["keys"]
