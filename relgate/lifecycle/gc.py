@@ -132,6 +132,17 @@ def mark(
         yield from version_refs(ws, conn, kind, digest, raw_sources=raw_sources)
 
 
+def mark_each(
+    ws: Workspace, retained: Iterable[tuple[str, str]], *, raw_sources: bool
+) -> Iterator[Ref]:
+    """Like :func:`mark`, one short catalog transaction per version, none held while the
+    caller consumes (on SQLite every transaction holds the writer lock)."""
+    for kind, digest in sorted(retained):
+        with ws.db.tx() as conn:
+            refs = version_refs(ws, conn, kind, digest, raw_sources=raw_sources)
+        yield from refs
+
+
 def _check_present(ref: Ref, stored_index: dict[str, set[str]], ws: Workspace) -> str | None:
     """Fail closed on a missing managed object; return a missing raw-source object."""
     if ref.managed:
@@ -151,13 +162,16 @@ def _check_present(ref: Ref, stored_index: dict[str, set[str]], ws: Workspace) -
     return None
 
 
+def known_digests(conn: Connection) -> set[str]:
+    known = {r["digest"] for r in rows(conn, "SELECT digest FROM snapshots")}
+    return known | {r["digest"] for r in rows(conn, "SELECT digest FROM releases")}
+
+
 def _unknown_outcome(
-    ws: Workspace, conn: Connection, stored: list[Stored]
+    ws: Workspace, known: set[str], stored: list[Stored]
 ) -> tuple[set[tuple[str, str]], set[str], list[str]]:
     """Manifests stored without a catalog row: their publication outcome is unknown, so
     the envelope and everything it references are left alone."""
-    known = {r["digest"] for r in rows(conn, "SELECT digest FROM snapshots")}
-    known |= {r["digest"] for r in rows(conn, "SELECT digest FROM releases")}
     protected: set[tuple[str, str]] = set()
     keys: set[str] = set()
     names: list[str] = []
@@ -213,22 +227,27 @@ def _seen(
     return first
 
 
-def former_owners(ws: Workspace, conn: Connection, retained: Holders) -> dict[str, str]:
+def former_owners(ws: Workspace, retained: Holders) -> dict[str, str]:
     """Canonical key -> one version no longer retained that referenced it (best effort: a
     retired version whose manifest is already gone attributes nothing).  One entry per
     key, so memory follows the object count, not the version count."""
     owners: dict[str, str] = {}
-    for kind, table in (("snapshot", "snapshots"), ("release", "releases")):
-        for row in rows(conn, f"SELECT digest, state FROM {table}"):
-            if (kind, row["digest"]) in retained:
-                continue
-            try:
-                refs = version_refs(ws, conn, kind, row["digest"])
-            except RelgateError:
-                continue
-            label = f"{kind} {row['digest']} ({row['state']}, not retained)"
-            for ref in refs:
-                owners.setdefault(ref.key, label)
+    with ws.db.tx() as conn:
+        versions = [
+            (kind, row["digest"], row["state"])
+            for kind, table in (("snapshot", "snapshots"), ("release", "releases"))
+            for row in rows(conn, f"SELECT digest, state FROM {table} ORDER BY digest")
+            if (kind, row["digest"]) not in retained
+        ]
+    for kind, digest, state in versions:
+        try:
+            with ws.db.tx() as conn:
+                refs = version_refs(ws, conn, kind, digest)
+        except RelgateError:
+            continue
+        label = f"{kind} {digest} ({state}, not retained)"
+        for ref in refs:
+            owners.setdefault(ref.key, label)
     return owners
 
 
@@ -253,19 +272,21 @@ def plan_gc(
     with ws.db.tx() as conn:
         retained = retained_versions(conn, moment)
         raw = raw_sources_kept(conn)
-        required: set[tuple[str, str]] = set()
-        required_keys: set[str] = set()
-        gaps: list[str] = []
-        for ref in mark(ws, conn, retained, raw_sources=raw):
-            gap = _check_present(ref, index, ws)
-            if gap:
-                gaps.append(gap)
-            required.add((ref.key, ref.version_id))
-            required_keys.add(ref.key)
-        protected, protected_keys, unknown = _unknown_outcome(ws, conn, stored)
         leased = leased_keys(conn, moment)
+        known = known_digests(conn)
+    required: set[tuple[str, str]] = set()
+    required_keys: set[str] = set()
+    gaps: list[str] = []
+    for ref in mark_each(ws, retained, raw_sources=raw):
+        gap = _check_present(ref, index, ws)
+        if gap:
+            gaps.append(gap)
+        required.add((ref.key, ref.version_id))
+        required_keys.add(ref.key)
+    protected, protected_keys, unknown = _unknown_outcome(ws, known, stored)
+    with ws.db.tx() as conn:
         first_seen = _seen(conn, stored, stamp, record=record)
-        owners = former_owners(ws, conn, retained)
+    owners = former_owners(ws, retained)
     cutoff = format_time(moment - dt.timedelta(seconds=grace_seconds))
     excluded: dict[str, int] = defaultdict(int)
     candidates: list[Candidate] = []
@@ -461,8 +482,7 @@ def verify_retained(ws: Workspace) -> dict[str, Any]:
     checked = 0
     with ws.db.tx() as conn:
         retained = retained_versions(conn, now_utc())
-        refs = list(mark(ws, conn, retained, raw_sources=False))
-    for ref in refs:
+    for ref in mark_each(ws, retained, raw_sources=False):
         if ref.role == "manifest":
             continue  # opened and signature-checked by mark()
         try:
