@@ -64,7 +64,7 @@ class Stored:
     canonical: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Candidate:
     key: str
     version_id: str
@@ -143,10 +143,10 @@ def mark_each(
         yield from refs
 
 
-def _check_present(ref: Ref, stored_index: dict[str, set[str]], ws: Workspace) -> str | None:
+def _check_present(ref: Ref, stored_index: set[tuple[str, str]], ws: Workspace) -> str | None:
     """Fail closed on a missing managed object; return a missing raw-source object."""
     if ref.managed:
-        if ref.version_id not in stored_index.get(ref.key, ()):
+        if (ref.key, ref.version_id) not in stored_index:
             raise RejectedError(
                 f"{ref.role} referenced by a retained version is missing; garbage"
                 " collection fails closed",
@@ -212,9 +212,12 @@ def _unknown_outcome(
 def _seen(
     conn: Connection, stored: list[Stored], now: str, *, record: bool
 ) -> dict[tuple[str, str], str]:
+    stamps: dict[str, str] = {}  # one string per distinct timestamp, not per row
     first: dict[tuple[str, str], str] = {
-        (r["object_key"], r["version_id"]): r["first_seen"]
-        for r in rows(conn, "SELECT object_key, version_id, first_seen FROM gc_seen")
+        (key, version): stamps.setdefault(seen, seen)
+        for key, version, seen in conn.execute(
+            text("SELECT object_key, version_id, first_seen FROM gc_seen")
+        )
     }
     new = [s for s in stored if (s.key, s.version_id) not in first]
     for s in new:
@@ -266,9 +269,7 @@ def plan_gc(
     moment = now or now_utc()
     stamp = format_time(moment)
     stored = list(list_stored(ws))
-    index: dict[str, set[str]] = defaultdict(set)
-    for obj in stored:
-        index[obj.canonical].add(obj.version_id)
+    index = {(obj.canonical, obj.version_id) for obj in stored}
     with ws.db.tx() as conn:
         retained = retained_versions(conn, moment)
         raw = raw_sources_kept(conn)
@@ -290,6 +291,7 @@ def plan_gc(
     cutoff = format_time(moment - dt.timedelta(seconds=grace_seconds))
     excluded: dict[str, int] = defaultdict(int)
     candidates: list[Candidate] = []
+    reasons: dict[str | None, str] = {}
     for obj in stored:
         ck = obj.canonical
         if ck != obj.key and ck in required_keys:
@@ -309,11 +311,13 @@ def plan_gc(
             excluded["younger-than-grace"] += 1
             continue
         why = owners.get(ck)
-        reason = (
-            f"referenced only by versions no longer retained, e.g. {why}"
-            if why
-            else "referenced by no catalog version (orphan)"
-        )
+        if why not in reasons:  # one string per former owner, not per candidate
+            reasons[why] = (
+                f"referenced only by versions no longer retained, e.g. {why}"
+                if why
+                else "referenced by no catalog version (orphan)"
+            )
+        reason = reasons[why]
         candidates.append(Candidate(obj.key, obj.version_id, obj.size, seen, reason))
     return Plan(
         now=stamp,
