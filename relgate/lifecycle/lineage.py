@@ -1,8 +1,10 @@
 """Which versions, pins, permits and runs hold a sample, by membership, never by text.
 
 Each version's signed manifest pins its membership table by content address; the
-sampleId is looked up in that table (the same index the gate uses for fence hits), so the
-answer is a statement about signed membership, not a scan of sample text.  For a
+sampleId is looked up in that table (the same index the gate uses for fence hits) and
+every hit is confirmed by an RFC 6962 inclusion proof against the signed snapshot's
+tuple root (a release's root reproduces its snapshot's), so the answer is a proof about
+signed membership, not a scan of sample text.  For a
 tombstoned sample the result also says which versions the gate refuses to re-activate
 (a fence hit, or a tombstone newer than the version's watermark) and which are still
 held, i.e. what garbage collection purges once nothing pins them.
@@ -22,6 +24,7 @@ from relgate.workspace import Workspace
 def lineage(ws: Workspace, sample_id: str) -> dict[str, Any]:
     index = CatalogMemberIndex(ws.membership)
     memo: dict[tuple[str, str], bool] = {}
+    proofs: dict[str, dict[str, Any]] = {}
 
     def member(digest: str, version: str) -> bool:
         if (digest, version) not in memo:
@@ -29,6 +32,8 @@ def lineage(ws: Workspace, sample_id: str) -> dict[str, Any]:
             memo[(digest, version)] = bool(hit)
         return memo[(digest, version)]
 
+    # Catalog facts first, in one short transaction; proofs read manifests and membership
+    # outside it (on SQLite a transaction holds the writer lock).
     with ws.db.tx() as conn:
         tombs = rows(
             conn,
@@ -36,33 +41,45 @@ def lineage(ws: Workspace, sample_id: str) -> dict[str, Any]:
             {"s": sample_id},
         )
         retained = retained_versions(conn, now_utc())
-        versions = []
+        candidates = []
         for kind, table in (("snapshot", "snapshots"), ("release", "releases")):
+            snap_col = "digest" if kind == "snapshot" else "snapshot_digest"
             for row in rows(
                 conn,
-                f"SELECT digest, state, members_digest, members_version, tombstone_watermark"
-                f" FROM {table} ORDER BY created_at, digest",
+                f"SELECT digest, state, members_digest, members_version, tombstone_watermark,"
+                f" {snap_col} AS snapshot FROM {table} ORDER BY created_at, digest",
             ):
-                if not member(row["members_digest"], row["members_version"]):
-                    continue
                 hits = rows(
                     conn,
                     "SELECT fence_kind, fence_seq FROM fence_hits WHERE subject_digest = :d",
                     {"d": row["digest"]},
                 )
-                newer = [t for t in tombs if int(t["seq"]) > int(row["tombstone_watermark"])]
-                versions.append(
-                    {
-                        "kind": kind,
-                        "digest": row["digest"],
-                        "state": row["state"],
-                        "heldBy": sorted(set(retained.get((kind, row["digest"]), []))),
-                        "reactivation": "refused" if hits or newer else "allowed",
-                    }
-                )
-        digests = [v["digest"] for v in versions]
-        pins, permits, runs = [], [], []
-        for digest in digests:
+                candidates.append((kind, row, bool(hits)))
+    versions = []
+    for kind, row, hit in candidates:
+        if not member(row["members_digest"], row["members_version"]):
+            continue
+        proof = proofs.get(row["snapshot"])
+        if proof is None:
+            proof = proofs[row["snapshot"]] = _inclusion(ws, row["snapshot"], sample_id)
+        if not proof.get("verified"):
+            continue
+        newer = [t for t in tombs if int(t["seq"]) > int(row["tombstone_watermark"])]
+        versions.append(
+            {
+                "kind": kind,
+                "digest": row["digest"],
+                "state": row["state"],
+                "heldBy": sorted(set(retained.get((kind, row["digest"]), []))),
+                "reactivation": "refused" if hit or newer else "allowed",
+                "proof": proof,
+            }
+        )
+    pins: list[dict[str, Any]] = []
+    permits: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    with ws.db.tx() as conn:
+        for digest in [v["digest"] for v in versions]:
             pins += rows(
                 conn,
                 "SELECT pin_id, kind, owner, reason, expires_at, digest FROM pins"
@@ -88,4 +105,24 @@ def lineage(ws: Workspace, sample_id: str) -> dict[str, Any]:
         "permits": permits,
         "runs": runs,
         "heldVersions": [v["digest"] for v in versions if v["heldBy"]],
+    }
+
+
+def _inclusion(ws: Workspace, snapshot: str, sample_id: str) -> dict[str, Any]:
+    """An RFC 6962 inclusion proof against the signed snapshot's tuple root, checked."""
+    from relgate.errors import RelgateError
+    from relgate.merkle import check_proof
+    from relgate.snapshot.compare import prove
+
+    try:
+        proof = prove(ws, snapshot, sample_id)
+    except RelgateError as exc:
+        return {"verified": False, "error": exc.check or exc.code, "snapshot": snapshot}
+    verified = proof["kind"] == "inclusion" and check_proof(proof)
+    return {
+        "kind": proof["kind"],
+        "verified": verified,
+        "snapshot": snapshot,
+        "root": proof["root"],
+        "leafIndex": proof["leaves"][0]["index"] if verified else None,
     }

@@ -130,6 +130,7 @@ def test_tombstone_propagation_lists_every_holder(ws, release, snapshot):
     found = {v["digest"]: v for v in out["versions"]}
     assert set(found) == {snapshot.digest, release.digest}
     assert all(v["reactivation"] == "refused" for v in found.values())
+    assert all(v["proof"]["verified"] and v["proof"]["kind"] == "inclusion" for v in found.values())
     assert [p["pin_id"] for p in out["pins"]] == [pin["pinId"]]
     assert release.digest in out["heldVersions"]
     # A sample that is in no version is in no version.
