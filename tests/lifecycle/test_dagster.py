@@ -4,6 +4,7 @@ import dagster as dg
 
 from assets.lifecycle import gc_job, retention_plan
 from pipelines.definitions import defs
+from relgate.lifecycle.gc import verify_retained
 from resources.relgate import RelgateResource
 from tests.lifecycle.helpers import release_of, set_state, stored_set
 from tests.snapshot.conftest import make_workspace
@@ -42,4 +43,5 @@ def test_plan_asset_and_gc_job_dry_run_then_sweep(tmp_path):
         )
         assert swept.success
         assert swept.output_for_node("garbage_collect")["deletedCount"] >= len(release.shards)
+        verify_retained(ws)
     ws.close()

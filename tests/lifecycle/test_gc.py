@@ -174,6 +174,7 @@ def test_same_object_under_two_spellings_is_not_an_orphan(ws, release):
     assert plan.excluded["other-spelling-of-required-key"] == 1
     sweep(ws, actor="gc", grace_seconds=0)
     assert (spelled, copy.version_id) in stored_set(ws, "shards/")
+    verify_retained(ws)
     # A lease spelled as a full URI protects the canonical stored key too.
     set_state(ws, "release", release.digest, "INVALID")
     acquire_lease(

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from relgate.cli import main
 from relgate.errors import ConflictError, UsageError
-from relgate.lifecycle.gc import plan_gc
+from relgate.lifecycle.gc import plan_gc, verify_retained
 from relgate.lifecycle.lineage import lineage
 from relgate.lifecycle.pins import acquire_lease, add_pin, release_lease, renew_lease
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
@@ -98,6 +98,7 @@ def test_cli_pin_gc_lineage(tmp_path):
     assert code == 2 and refused["check"] == "sweep-confirmed"
     code, swept = _cli(home, "gc", "sweep", "--grace", "0s", "--yes")
     assert code == 0 and swept["mode"] == "sweep"
+    verify_retained(ws)
     code, _ = _cli(home, "gc", "log")
     assert code == 0
 
