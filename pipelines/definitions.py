@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.checkpoints import checkpoint_assets
+from assets.lifecycle import gc_job, gc_schedule, lifecycle_assets
 from assets.releases import release_assets, release_checks
 from assets.snapshots import snapshot_assets, snapshot_checks
 from pipelines.jobs import (
@@ -19,10 +20,17 @@ from resources.relgate import RelgateResource
 from sensors.fences import benchmark_fence_sensor, tombstone_fence_sensor
 
 defs = dg.Definitions(
-    assets=[*snapshot_assets, *release_assets, *checkpoint_assets],
+    assets=[*snapshot_assets, *release_assets, *checkpoint_assets, *lifecycle_assets],
     asset_checks=[*snapshot_checks, *release_checks],
-    jobs=[snapshot_build_job, snapshot_release_job, release_job, distribution_job, recheck_job],
-    schedules=[nightly_snapshot_schedule],
+    jobs=[
+        snapshot_build_job,
+        snapshot_release_job,
+        release_job,
+        distribution_job,
+        recheck_job,
+        gc_job,
+    ],
+    schedules=[nightly_snapshot_schedule, gc_schedule],
     sensors=[tombstone_fence_sensor, benchmark_fence_sensor],
     resources={"relgate": RelgateResource(), "pipes_subprocess_client": dg.PipesSubprocessClient()},
 )

@@ -15,6 +15,7 @@ import click
 
 from relgate.cli_checkpoint import register as register_checkpoint
 from relgate.cli_common import Ctx, _actor, command, pass_ctx
+from relgate.cli_lifecycle import register as register_lifecycle
 from relgate.cli_release import register
 from relgate.errors import UsageError
 
@@ -409,6 +410,7 @@ def verify_manifest_cmd(ctx: Ctx, envelope_file: str, trusted: tuple[str, ...]) 
 
 register(main)  # release, run and permit commands
 register_checkpoint(main)  # checkpoint and distribute
+register_lifecycle(main)  # pin, retention, gc, size, lineage
 
 if __name__ == "__main__":
     main()

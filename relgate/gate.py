@@ -268,6 +268,15 @@ class Gate:
                 raise RejectedError(
                     "digest is already active", object=alias, check="rollback-target", digest=digest
                 )
+            # Garbage collection purged this version once nothing retained it.
+            envelope = f"manifests/{kind}s/{digest.removeprefix('sha256:')}.dsse.json"
+            if one(conn, "SELECT run_id FROM gc_deletions WHERE object_key = :k", {"k": envelope}):
+                raise RejectedError(
+                    "garbage collection purged this version (outside the rollback window)",
+                    object=envelope,
+                    check="rollback-purged",
+                    digest=digest,
+                )
             subject = one(
                 conn,
                 f"SELECT tombstone_watermark, benchmark_fence FROM {table} WHERE digest = :d",

@@ -204,4 +204,75 @@ MIGRATIONS: tuple[Migration, ...] = (
                 PRIMARY KEY (run_id, epoch, rank))""",
         ),
     ),
+    Migration(
+        3,
+        "lifecycle: pins, leases, retention policies, garbage collection",
+        (
+            # Explicit and checkpoint pins.  A pin names one version (snapshot or release)
+            # and is acquired and released inside the gate transaction, so it is totally
+            # ordered against every sweep batch.
+            """CREATE TABLE pins (
+                pin_id TEXT PRIMARY KEY,
+                kind TEXT NOT NULL,
+                subject_kind TEXT NOT NULL,
+                digest TEXT NOT NULL,
+                owner TEXT NOT NULL,
+                reason TEXT NOT NULL,
+                expires_at TEXT,
+                position TEXT,
+                state TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                released_at TEXT)""",
+            "CREATE INDEX pins_digest ON pins (digest)",
+            # Retention policy per alias; aliases without a row use the defaults.
+            """CREATE TABLE retention_policies (
+                alias TEXT PRIMARY KEY,
+                keep_last INTEGER NOT NULL,
+                keep_days INTEGER NOT NULL,
+                rollback_window INTEGER NOT NULL,
+                keep_raw_sources INTEGER NOT NULL,
+                updated_at TEXT NOT NULL)""",
+            # Leases of in-progress publishers (staged keys) and active readers (a version),
+            # renewed by their holder; an expired lease protects nothing.
+            """CREATE TABLE leases (
+                lease_id TEXT PRIMARY KEY,
+                holder TEXT NOT NULL,
+                purpose TEXT NOT NULL,
+                digest TEXT,
+                state TEXT NOT NULL,
+                expires_at TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                renewed_at TEXT NOT NULL)""",
+            """CREATE TABLE lease_objects (
+                lease_id TEXT NOT NULL,
+                object_key TEXT NOT NULL,
+                PRIMARY KEY (lease_id, object_key))""",
+            "CREATE INDEX lease_objects_key ON lease_objects (object_key)",
+            # When the collector first saw each stored object version: the grace period
+            # counts from here, never from a clock the store keeps.
+            """CREATE TABLE gc_seen (
+                object_key TEXT NOT NULL,
+                version_id TEXT NOT NULL,
+                first_seen TEXT NOT NULL,
+                PRIMARY KEY (object_key, version_id))""",
+            """CREATE TABLE gc_runs (
+                run_id TEXT PRIMARY KEY,
+                mode TEXT NOT NULL,
+                actor TEXT NOT NULL,
+                grace_seconds BIGINT NOT NULL,
+                outcome TEXT NOT NULL,
+                summary TEXT NOT NULL,
+                started_at TEXT NOT NULL,
+                finished_at TEXT)""",
+            """CREATE TABLE gc_deletions (
+                {id},
+                run_id TEXT NOT NULL,
+                object_key TEXT NOT NULL,
+                version_id TEXT NOT NULL,
+                size BIGINT NOT NULL,
+                reason TEXT NOT NULL,
+                at TEXT NOT NULL)""",
+            "CREATE INDEX gc_deletions_key ON gc_deletions (object_key, version_id)",
+        ),
+    ),
 )

@@ -241,8 +241,22 @@ def write_release(
     sort_seed: str | None = None,
     parquet: ParquetParams | None = None,
     actor: str,
+    lease_id: str | None = None,
+    lease_ttl_seconds: int = 3600,
 ) -> rm.ReleaseManifest:
-    """Stage shards and a signed root manifest for a snapshot; the release row is STAGED."""
+    """Stage shards and a signed root manifest for a snapshot; the release row is STAGED.
+
+    With ``lease_id`` (a publisher lease, :mod:`relgate.lifecycle.pins`) every key is
+    added to the lease, and the lease renewed, before it is staged, so garbage collection
+    never deletes a staged or reused object under an in-progress publisher.
+    """
+
+    def lease(key: str) -> None:
+        if lease_id is not None:
+            from relgate.lifecycle.pins import renew_lease
+
+            renew_lease(ws, lease_id, ttl_seconds=lease_ttl_seconds, keys=[key])
+
     if shard_mb < 1 or (records_per_shard is not None and records_per_shard < 1):
         raise RejectedError(
             "shard size must be positive", object="writer", check="shard-size", digest=None
@@ -285,6 +299,7 @@ def write_release(
             )
             data = crypto.encrypt_shard(plain, encrypt_key, aad, key_version=key_version)
         digest = sha256_digest(data)
+        lease(shard_key(digest, encrypted=encrypted))
         version = stage_object(ws.store, shard_key(digest, encrypted=encrypted), data)
         tokens = int(pc.sum(piece.column("tokens")).as_py() or 0)
         descriptors.append(
@@ -355,6 +370,7 @@ def write_release(
     release = rm.seal(body)
     envelope = rm.sign(release, ws.signing_key)
     try:
+        lease(rm.envelope_key(release.digest))
         envelope_version = rm.store_envelope(ws.store, release, envelope)
     except ObjectExistsError:
         # The same snapshot written with the same parameters yields the same root.

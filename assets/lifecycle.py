@@ -1,0 +1,79 @@
+"""Lifecycle assets: the retention plan (a dry run) and the GC job that can sweep.
+
+The plan is an asset so the UI shows, per materialization, what is retained and by whom,
+what a sweep would delete and why, and fails (closed) when a retained version is
+incomplete.  Deleting is a separate job whose run config must say ``sweep: true``; the
+schedule launches it as a dry run unless an operator changes that.
+"""
+
+from typing import Any
+
+import dagster as dg
+
+from relgate.lifecycle.gc import parse_duration, plan_gc, sweep
+from resources.relgate import RelgateResource
+
+GROUP = "lifecycle"
+
+
+class RetentionPlanConfig(dg.Config):
+    grace: str = "6h"
+
+
+@dg.asset(
+    group_name=GROUP,
+    description="GC dry run: retained versions and holders, deletion candidates and reasons.",
+)
+def retention_plan(
+    context: dg.AssetExecutionContext, config: RetentionPlanConfig, relgate: RelgateResource
+) -> dg.Output[dict[str, Any]]:
+    ws = relgate.workspace()
+    plan = plan_gc(ws, grace_seconds=parse_duration(config.grace)).to_json(limit=50)
+    return dg.Output(
+        plan,
+        metadata={
+            "retained": len(plan["retained"]),
+            "requiredObjects": plan["requiredObjects"],
+            "candidates": plan["candidateCount"],
+            "candidateBytes": plan["candidateBytes"],
+            "excluded": dg.MetadataValue.json(plan["excluded"]),
+            "unknownOutcome": dg.MetadataValue.json(plan["unknownOutcome"]),
+        },
+    )
+
+
+class GcConfig(dg.Config):
+    grace: str = "6h"
+    sweep: bool = False  # dry run unless explicitly set
+
+
+@dg.op(description="Plan, and sweep only when the run config says sweep: true.")
+def garbage_collect(
+    context: dg.OpExecutionContext, config: GcConfig, relgate: RelgateResource
+) -> dict[str, Any]:
+    ws = relgate.workspace()
+    grace = parse_duration(config.grace)
+    if not config.sweep:
+        plan = plan_gc(ws, grace_seconds=grace).to_json(limit=0)
+        context.log.info(f"dry run: {plan['candidateCount']} candidates, nothing deleted")
+        return {"mode": "plan", "candidates": plan["candidateCount"]}
+    result = sweep(ws, actor=relgate.actor, grace_seconds=grace)
+    context.log.info(f"swept {result['deletedCount']} objects ({result['deletedBytes']} bytes)")
+    return {k: v for k, v in result.items() if k != "deleted"}
+
+
+@dg.job(description="Garbage collection: a dry run unless run config sets sweep: true.")
+def gc_job() -> None:
+    garbage_collect()
+
+
+gc_schedule = dg.ScheduleDefinition(
+    name="weekly_gc_plan",
+    job=gc_job,
+    cron_schedule="0 4 * * 0",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Weekly GC at 04:00 UTC Sunday; a dry run (sweep: false) by default.",
+)
+
+lifecycle_assets = [retention_plan]

@@ -1,0 +1,1 @@
+"""Dataset lifecycle: sizing, pins, leases, retention and fail-closed garbage collection."""

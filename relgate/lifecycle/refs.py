@@ -1,0 +1,168 @@
+"""Mark: every stored object one version references, read from its signed manifest.
+
+A snapshot references its DSSE envelope, its membership table, the CAS documents that pin
+its sources (and, when raw sources are retained, the raw objects those documents list) and
+its stored reports.  A release references its envelope, every shard descriptor's exact
+object version, its snapshot's membership table, and its verification reports and
+provenance.  Any referenced manifest that is missing or does not verify is an error that
+names it: the collector never guesses what an unreadable manifest referenced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from relgate.catalog.db import one, rows
+from relgate.errors import RejectedError, RelgateError
+from relgate.lifecycle.keys import canonical_key
+from relgate.objects.cas import key_for
+from relgate.release import manifest as rm
+from relgate.release.verifier import object_key
+from relgate.snapshot import manifest as sm
+from relgate.workspace import Workspace
+
+#: Prefixes the collector manages; nothing outside them is ever a candidate.
+MANAGED_PREFIXES = ("manifests/", "cas/", "shards/")
+
+
+@dataclass(frozen=True)
+class Ref:
+    key: str  # canonical
+    version_id: str
+    role: str
+    subject: str  # the version (digest) that references it
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}@{self.version_id}"
+
+    @property
+    def managed(self) -> bool:
+        return self.key.startswith(MANAGED_PREFIXES)
+
+
+def _cas_refs(node: Any) -> Iterator[tuple[str, str]]:
+    """Every ``{"uri": "cas://...", "objectVersion": ...}`` inside a source entry."""
+    if isinstance(node, dict):
+        uri, version = node.get("uri"), node.get("objectVersion")
+        if isinstance(uri, str) and uri.startswith("cas://") and isinstance(version, str):
+            yield uri, version
+        for value in node.values():
+            yield from _cas_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _cas_refs(value)
+
+
+def _unreadable(kind: str, key: str, version: str, digest: str, exc: RelgateError) -> RejectedError:
+    return RejectedError(
+        f"retained {kind} manifest is missing or unreadable ({exc.check or exc.code});"
+        " garbage collection fails closed",
+        object=f"{key}@{version}",
+        check="retained-manifest",
+        digest=digest,
+        details={"cause": exc.message},
+    )
+
+
+def _report_refs(conn: Connection, digest: str) -> list[Ref]:
+    out = []
+    for row in rows(
+        conn,
+        "SELECT subject_kind, report_digest, report_version FROM reports WHERE subject_digest = :d",
+        {"d": digest},
+    ):
+        role = "provenance" if row["subject_kind"].endswith("provenance") else "report"
+        out.append(Ref(key_for(row["report_digest"]), row["report_version"], role, digest))
+    return out
+
+
+def snapshot_refs(
+    ws: Workspace, conn: Connection, digest: str, *, raw_sources: bool = False
+) -> list[Ref]:
+    row = one(
+        conn,
+        "SELECT envelope_version, members_digest, members_version FROM snapshots WHERE digest = :d",
+        {"d": digest},
+    )
+    if row is None:
+        raise RejectedError(
+            "retained snapshot has no catalog row", object="snapshot", check="exists", digest=digest
+        )
+    key = sm.envelope_key(digest)
+    try:
+        manifest = sm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
+    except RelgateError as exc:
+        raise _unreadable("snapshot", key, row["envelope_version"], digest, exc) from None
+    out = [Ref(key, row["envelope_version"], "manifest", digest)]
+    members = manifest.members_ref
+    out.append(Ref(members.key, members.version_id, "members", digest))
+    if (members.digest, members.version_id) != (row["members_digest"], row["members_version"]):
+        out.append(Ref(key_for(row["members_digest"]), row["members_version"], "members", digest))
+    for uri, version in _cas_refs(manifest.body.get("sources", [])):
+        out.append(Ref(canonical_key(uri), version, "source-pin", digest))
+        if raw_sources:
+            out.extend(_raw_refs(ws, canonical_key(uri), version, digest))
+    out.extend(_report_refs(conn, digest))
+    return out
+
+
+def _raw_refs(ws: Workspace, key: str, version: str, digest: str) -> list[Ref]:
+    """Raw objects an object-prefix pin document lists (audit and reconstruction)."""
+    try:
+        doc = json.loads(ws.store.get(key, version))
+    except (RelgateError, ValueError):
+        return []  # the pin document itself is checked as a required object
+    if not isinstance(doc, dict) or not isinstance(doc.get("objects"), list):
+        return []
+    return [
+        Ref(canonical_key(str(entry[0])), str(entry[1]), "raw-source", digest)
+        for entry in doc["objects"]
+        if isinstance(entry, list) and len(entry) >= 2
+    ]
+
+
+def release_refs(ws: Workspace, conn: Connection, digest: str) -> list[Ref]:
+    row = one(
+        conn,
+        "SELECT envelope_version, members_digest, members_version FROM releases WHERE digest = :d",
+        {"d": digest},
+    )
+    if row is None:
+        raise RejectedError(
+            "retained release has no catalog row", object="release", check="exists", digest=digest
+        )
+    key = rm.envelope_key(digest)
+    try:
+        manifest = rm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
+        shards = [
+            Ref(canonical_key(object_key(d)), str(d["objectVersion"]), "shard", digest)
+            for d in manifest.shards
+        ]
+    except RelgateError as exc:
+        raise _unreadable("release", key, row["envelope_version"], digest, exc) from None
+    except (KeyError, TypeError) as exc:
+        raise RejectedError(
+            "retained release manifest has a malformed shard descriptor",
+            object=f"{key}@{row['envelope_version']}",
+            check="retained-manifest",
+            digest=digest,
+            details={"cause": type(exc).__name__},
+        ) from None
+    out = [Ref(key, row["envelope_version"], "manifest", digest), *shards]
+    out.append(Ref(key_for(row["members_digest"]), row["members_version"], "members", digest))
+    out.extend(_report_refs(conn, digest))
+    return out
+
+
+def version_refs(
+    ws: Workspace, conn: Connection, kind: str, digest: str, *, raw_sources: bool = False
+) -> list[Ref]:
+    if kind == "release":
+        return release_refs(ws, conn, digest)
+    return snapshot_refs(ws, conn, digest, raw_sources=raw_sources)

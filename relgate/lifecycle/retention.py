@@ -1,0 +1,217 @@
+"""Which versions are retained right now, and who holds each one.
+
+A version (snapshot or release) is retained while anything holds it:
+
+* an alias: its active digest, every digest inside its rollback window (the last
+  ``rollback_window`` generations), its last ``keep_last`` distinct digests, and any
+  digest retired less than ``keep_days`` ago;
+* a run that has not failed (for its lifetime), and an open permit;
+* an explicit or checkpoint pin that is held and not expired;
+* a reader lease that is live;
+* its own progress: snapshots BUILDING/VALIDATED/APPROVED and releases
+  STAGED/VERIFIED/APPROVED are still on their way to an alias.
+
+A retained release retains its snapshot.  Everything here is read on the connection the
+caller gives, so inside :meth:`Database.gate_tx` the answer is ordered against every pin,
+lease and sweep batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.errors import UsageError
+
+IN_PROGRESS = {
+    "snapshot": ("BUILDING", "VALIDATED", "APPROVED"),
+    "release": ("STAGED", "VERIFIED", "APPROVED"),
+}
+#: Runs hold their root for their lifetime: every state but a terminal one.
+TERMINAL_RUN_STATES = ("FAILED", "FINISHED")
+
+
+def parse_time(text: str) -> dt.datetime:
+    value = text.rstrip("Z")
+    fmt = "%Y-%m-%dT%H:%M:%S.%f" if "." in value else "%Y-%m-%dT%H:%M:%S"
+    return dt.datetime.strptime(value, fmt).replace(tzinfo=dt.UTC)
+
+
+def format_time(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def now_utc() -> dt.datetime:
+    return parse_time(utcnow())
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    alias: str
+    keep_last: int = 2
+    keep_days: int = 7
+    rollback_window: int = 1
+    keep_raw_sources: bool = True
+
+    def __post_init__(self) -> None:
+        if self.keep_last < 1 or self.keep_days < 0 or self.rollback_window < 0:
+            raise UsageError(
+                "keep-last must be >= 1; keep-days and rollback-window >= 0",
+                object=self.alias,
+                check="retention-policy",
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alias": self.alias,
+            "keepLast": self.keep_last,
+            "keepDays": self.keep_days,
+            "rollbackWindow": self.rollback_window,
+            "keepRawSources": self.keep_raw_sources,
+        }
+
+
+def set_policy(db: Database, policy: RetentionPolicy) -> RetentionPolicy:
+    # Through the gate: a policy change moves what is retained, so it is ordered
+    # against sweep batches like a pin is.
+    with db.gate_tx() as conn:
+        execute(conn, "DELETE FROM retention_policies WHERE alias = :a", {"a": policy.alias})
+        execute(
+            conn,
+            "INSERT INTO retention_policies (alias, keep_last, keep_days, rollback_window,"
+            " keep_raw_sources, updated_at) VALUES (:a, :n, :d, :w, :r, :now)",
+            {
+                "a": policy.alias,
+                "n": policy.keep_last,
+                "d": policy.keep_days,
+                "w": policy.rollback_window,
+                "r": 1 if policy.keep_raw_sources else 0,
+                "now": utcnow(),
+            },
+        )
+    return policy
+
+
+def get_policy(conn: Connection, alias: str) -> RetentionPolicy:
+    row = one(conn, "SELECT * FROM retention_policies WHERE alias = :a", {"a": alias})
+    if row is None:
+        return RetentionPolicy(alias)
+    return RetentionPolicy(
+        alias,
+        int(row["keep_last"]),
+        int(row["keep_days"]),
+        int(row["rollback_window"]),
+        bool(row["keep_raw_sources"]),
+    )
+
+
+def alias_holds(
+    history: list[dict[str, Any]], active: str | None, policy: RetentionPolicy, now: dt.datetime
+) -> dict[str, list[str]]:
+    """Digest -> reasons an alias with this history still holds it."""
+    held: dict[str, list[str]] = defaultdict(list)
+    if active:
+        held[active].append("active")
+    ordered = sorted(history, key=lambda r: int(r["generation"]))
+    if not ordered:
+        return dict(held)
+    current = int(ordered[-1]["generation"])
+    for row in ordered:
+        gen = int(row["generation"])
+        if gen < current and current - gen <= policy.rollback_window:
+            held[row["digest"]].append(f"rollback window (generation {gen})")
+    recent: list[str] = []
+    for row in reversed(ordered):
+        if row["digest"] not in recent:
+            recent.append(row["digest"])
+    for digest in recent[: policy.keep_last]:
+        held[digest].append(f"keep last {policy.keep_last}")
+    # Retired = replaced by another digest after its last holding generation.
+    last_held: dict[str, int] = {}
+    for index, row in enumerate(ordered):
+        last_held[row["digest"]] = index
+    for digest, index in last_held.items():
+        if digest == active or index + 1 >= len(ordered):
+            continue
+        retired = parse_time(ordered[index + 1]["at"])
+        if now - retired < dt.timedelta(days=policy.keep_days):
+            held[digest].append(f"retired {format_time(retired)} < {policy.keep_days} days")
+    return dict(held)
+
+
+Holders = dict[tuple[str, str], list[str]]
+
+
+def _kind_of(conn: Connection, digest: str) -> str | None:
+    if one(conn, "SELECT 1 AS x FROM releases WHERE digest = :d", {"d": digest}):
+        return "release"
+    if one(conn, "SELECT 1 AS x FROM snapshots WHERE digest = :d", {"d": digest}):
+        return "snapshot"
+    return None
+
+
+def retained_versions(conn: Connection, now: dt.datetime) -> Holders:
+    """(kind, digest) -> why it is retained; read on ``conn`` (use the gate to order it)."""
+    held: Holders = defaultdict(list)
+    stamp = format_time(now)
+    history: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows(conn, "SELECT name, generation, digest, at FROM alias_history"):
+        history[row["name"]].append(row)
+    for alias in rows(conn, "SELECT name, kind, active_digest FROM aliases ORDER BY name"):
+        policy = get_policy(conn, alias["name"])
+        for digest, reasons in alias_holds(
+            history[alias["name"]], alias["active_digest"], policy, now
+        ).items():
+            held[(alias["kind"], digest)].extend(f"alias {alias['name']}: {r}" for r in reasons)
+    marks = ", ".join(f"'{s}'" for s in TERMINAL_RUN_STATES)
+    for run in rows(conn, f"SELECT run_id, root_digest FROM runs WHERE state NOT IN ({marks})"):
+        held[("release", run["root_digest"])].append(f"run {run['run_id']}")
+    for permit in rows(conn, "SELECT permit_id, root_digest FROM permits WHERE state = 'OPEN'"):
+        held[("release", permit["root_digest"])].append(f"permit {permit['permit_id']}")
+    for pin in rows(
+        conn,
+        "SELECT pin_id, kind, subject_kind, digest, owner, expires_at FROM pins"
+        " WHERE state = 'HELD' AND (expires_at IS NULL OR expires_at > :now)",
+        {"now": stamp},
+    ):
+        held[(pin["subject_kind"], pin["digest"])].append(
+            f"{pin['kind']} pin {pin['pin_id']} ({pin['owner']})"
+        )
+    for lease in rows(
+        conn,
+        "SELECT lease_id, holder, digest FROM leases WHERE state = 'ACTIVE'"
+        " AND digest IS NOT NULL AND expires_at > :now",
+        {"now": stamp},
+    ):
+        kind = _kind_of(conn, lease["digest"])
+        if kind:
+            held[(kind, lease["digest"])].append(
+                f"reader lease {lease['lease_id']} ({lease['holder']})"
+            )
+    for kind, states in IN_PROGRESS.items():
+        table = "snapshots" if kind == "snapshot" else "releases"
+        marks = ", ".join(f"'{s}'" for s in states)
+        for row in rows(conn, f"SELECT digest, state FROM {table} WHERE state IN ({marks})"):
+            held[(kind, row["digest"])].append(f"in progress ({row['state']})")
+    # A retained release needs its snapshot (membership, provenance, re-verification).
+    for kind, digest in list(held):
+        if kind == "release":
+            parent = one(
+                conn, "SELECT snapshot_digest FROM releases WHERE digest = :d", {"d": digest}
+            )
+            if parent is not None:
+                held[("snapshot", parent["snapshot_digest"])].append(
+                    f"snapshot of release {digest}"
+                )
+    return dict(held)
+
+
+def raw_sources_kept(conn: Connection) -> bool:
+    """Raw-source retention is on unless every policy turned it off."""
+    policies = rows(conn, "SELECT keep_raw_sources FROM retention_policies")
+    return not policies or any(int(p["keep_raw_sources"]) for p in policies)

@@ -1,0 +1,74 @@
+"""Versions for lifecycle tests, built with the real writer, signer, catalog and gate.
+
+``forge_release`` derives a signed release from a real one with a chosen subset of its
+shard descriptors (v1 = {A, B}, v2 = {A, C} of the seed's example); the objects are the
+real stored shard versions, so deleting one is a real deletion of an exact version.
+"""
+
+import copy
+
+from relgate.release import manifest as rm
+from relgate.release.catalog import get_release, insert_release
+from relgate.release.verifier import object_key
+from relgate.states import transition
+from tests.release.helpers import write
+
+RECORDS_PER_SHARD = 40
+
+
+def release_of(ws, snapshot_digest, **kw):
+    return write(ws, snapshot_digest, **kw)
+
+
+def forge_release(ws, base, shard_ids, *, tag, insert=True):
+    """A signed release over ``shard_ids`` of ``base``; STAGED in the catalog unless
+    ``insert`` is false (then only its envelope is stored: publication outcome unknown)."""
+    body = copy.deepcopy(base.body)
+    body["shards"] = [d for d in body["shards"] if d["id"] in shard_ids]
+    body["totals"] = {
+        "shards": len(body["shards"]),
+        "records": sum(d["records"] for d in body["shards"]),
+        "tokens": sum(d["tokens"] for d in body["shards"]),
+        "bytes": sum(d["size"] for d in body["shards"]),
+    }
+    body["writer"] = {**body["writer"], "sortSeed": f"{body['writer']['sortSeed']}/{tag}"}
+    sealed = rm.seal(body)
+    version = rm.store_envelope(ws.store, sealed, rm.sign(sealed, ws.signing_key))
+    if insert:
+        row = get_release(ws.db, base.digest)
+        with ws.db.tx() as conn:
+            insert_release(
+                conn,
+                sealed,
+                members_digest=row["members_digest"],
+                members_version=row["members_version"],
+                envelope_version=version,
+                actor="test",
+            )
+    return sealed
+
+
+def set_state(ws, kind, digest, *states):
+    with ws.db.tx() as conn:
+        for state in states:
+            transition(conn, kind, digest, state, actor="test", reason="test setup")
+
+
+def publish(ws, digest, alias):
+    """STAGED -> VERIFIED -> APPROVED, then the alias CAS through the gate."""
+    set_state(ws, "release", digest, "VERIFIED", "APPROVED")
+    gate = ws.gate()
+    generation = gate.alias(alias, "release").generation
+    return gate.activate("release", alias, digest, expected_generation=generation, actor="test")
+
+
+def shard_keys(release):
+    return {d["id"]: (object_key(d), d["objectVersion"]) for d in release.shards}
+
+
+def candidate_set(plan):
+    return {(c.key, c.version_id) for c in plan.candidates}
+
+
+def stored_set(ws, prefix=""):
+    return {(v.key, v.version_id) for v in ws.store.list_versions(prefix)}

@@ -1,0 +1,47 @@
+"""The retention plan asset and the GC job (dry run by default) on a temp instance."""
+
+import dagster as dg
+
+from assets.lifecycle import gc_job, retention_plan
+from pipelines.definitions import defs
+from relgate.lifecycle.gc import verify_retained
+from resources.relgate import RelgateResource
+from tests.lifecycle.helpers import release_of, set_state, stored_set
+from tests.snapshot.conftest import make_workspace
+from tests.snapshot.helpers import build_validated
+
+
+def test_plan_asset_and_gc_job_dry_run_then_sweep(tmp_path):
+    ws = make_workspace(tmp_path / "home")
+    release = release_of(ws, build_validated(ws).digest)
+    set_state(ws, "release", release.digest, "INVALID")
+    home = str(ws.home)
+    resources = {"relgate": RelgateResource(home=home)}
+    assert defs.resolve_schedule_def("weekly_gc_plan").job_name == "gc_job"
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [retention_plan],
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"retention_plan": {"config": {"grace": "0s"}}}},
+        )
+        assert result.success
+        plan = result.output_for_node("retention_plan")
+        assert plan["candidateCount"] >= len(release.shards)
+        before = stored_set(ws)
+        dry = gc_job.execute_in_process(
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"garbage_collect": {"config": {"grace": "0s"}}}},
+        )
+        assert dry.success and dry.output_for_node("garbage_collect")["mode"] == "plan"
+        assert stored_set(ws) == before  # the default deletes nothing
+        swept = gc_job.execute_in_process(
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"garbage_collect": {"config": {"grace": "0s", "sweep": True}}}},
+        )
+        assert swept.success
+        assert swept.output_for_node("garbage_collect")["deletedCount"] >= len(release.shards)
+        verify_retained(ws)
+    ws.close()
