@@ -13,6 +13,7 @@ from pipelines.jobs import (
     nightly_snapshot_schedule,
     recheck_job,
     release_job,
+    retention_plan_job,
     snapshot_build_job,
     snapshot_release_job,
 )
@@ -29,6 +30,7 @@ defs = dg.Definitions(
         distribution_job,
         recheck_job,
         gc_job,
+        retention_plan_job,
     ],
     schedules=[nightly_snapshot_schedule, gc_schedule],
     sensors=[tombstone_fence_sensor, benchmark_fence_sensor],

@@ -98,6 +98,29 @@ def main() -> int:
     event = dist.get_asset_materialization_events()[-1].materialization.metadata
     print(f"DistributionComplete: demo-lm/v1 ready on {event['ready_hosts'].value}")
     print(f"dagster runs recorded in {os.environ.get('DAGSTER_HOME')}; `make ui` shows the lineage")
+    return gc_plan(instance)
+
+
+def gc_plan(instance: dg.DagsterInstance) -> int:
+    gc = defs.resolve_job_def("retention_plan_job").execute_in_process(
+        instance=instance,
+        run_config={"ops": {"retention_plan": {"config": {"grace": "0s"}}}, "loggers": QUIET},
+    )
+    if not gc.success:
+        print("GC plan failed closed (see the run log)", file=sys.stderr)
+        return 1
+    plan = gc.output_for_node("retention_plan")
+    print(
+        f"GC plan (dry run, grace 0s): {plan['storedObjects']} stored objects, {plan['requiredObjects']} required"
+    )
+    for held in plan["retained"]:
+        print(f"  keep {held['kind']} {held['digest']}: held by {', '.join(held['heldBy'])}")
+    for cand in plan["candidates"]:
+        print(f"  delete candidate {cand['key']}@{cand['versionId']}: {cand['reason']}")
+    if not plan["candidates"]:
+        print("  no deletion candidates: every stored object is referenced by a retained version")
+    for reason, count in plan["excluded"].items():
+        print(f"  not deletable ({reason}): {count}")
     return 0
 
 

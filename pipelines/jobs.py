@@ -24,6 +24,12 @@ distribution_job = dg.define_asset_job(
     description="Publish a signed checkpoint manifest and distribute it to the fleet.",
 )
 
+retention_plan_job = dg.define_asset_job(
+    "retention_plan_job",
+    selection=dg.AssetSelection.groups("lifecycle"),
+    description="GC dry run: what is retained and by whom, what a sweep would delete and why.",
+)
+
 #: The whole path to an active alias (used by `make demo` with an approver in run config).
 snapshot_release_job = dg.define_asset_job(
     "snapshot_release_job",
