@@ -159,7 +159,7 @@ class Gate:
 
     # -- activation / publication ----------------------------------------------------------
     def activate(
-        self, kind: str, alias: str, digest: str, *, expected_generation: int, actor: str
+        self, kind: str, alias: str, digest: str, *, expected_generation: int | None, actor: str
     ) -> dict[str, Any]:
         """CAS the alias from ``expected_generation`` to ``digest``.
 
@@ -172,6 +172,8 @@ class Gate:
         with self.db.gate_tx() as conn:
             fences = read_fences(conn)
             generation, active = read_alias(conn, alias, kind)
+            if expected_generation is None:
+                expected_generation = generation  # CAS against what this transaction read
             subject = one(
                 conn,
                 f"SELECT state, tombstone_watermark, benchmark_fence FROM {table} WHERE digest = :d",
@@ -230,13 +232,15 @@ class Gate:
             return self._result(alias, kind, generation + 1, digest, fences, idempotent=False)
 
     def rollback(
-        self, kind: str, alias: str, digest: str, *, expected_generation: int, actor: str
+        self, kind: str, alias: str, digest: str, *, expected_generation: int | None, actor: str
     ) -> dict[str, Any]:
         """Append a higher generation pointing at a digest the alias held before."""
         table = TABLES[kind][0]
         with self.db.gate_tx() as conn:
             fences = read_fences(conn)
             generation, active = read_alias(conn, alias, kind)
+            if expected_generation is None:
+                expected_generation = generation  # CAS against what this transaction read
             if generation == expected_generation + 1 and active == digest:
                 last = one(
                     conn,

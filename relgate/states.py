@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from relgate.catalog.db import execute, one, rows, utcnow
-from relgate.errors import ConflictError, NotFoundError, RejectedError
+from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.digests import require_digest
+from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
 
 SNAPSHOT_TRANSITIONS: dict[str, frozenset[str]] = {
     "BUILDING": frozenset({"VALIDATED", "INCOMPLETE", "REJECTED"}),
@@ -89,3 +90,26 @@ def history(conn: Connection, kind: str, digest: str) -> list[dict[str, str]]:
         {k: str(v) if v is not None else "" for k, v in r.items() if k != "id"}
         for r in rows(conn, f"SELECT * FROM {events} WHERE digest = :d ORDER BY id", {"d": digest})
     ]
+
+
+def resolve_digest(db: Database, kind: str, ref: str) -> str:
+    """A full digest, or a unique hex prefix of one (at least 8 characters), of ``kind``."""
+    if ref.startswith("sha256:") and len(ref) == 71:
+        return require_digest(ref)
+    prefix = ref.removeprefix("sha256:")
+    if len(prefix) < 8 or any(c not in "0123456789abcdef" for c in prefix):
+        raise UsageError(
+            f"give a {kind} digest or a hex prefix of at least 8 characters",
+            object=ref,
+            check="digest-syntax",
+        )
+    table = TABLES[kind][0]
+    with db.tx() as conn:
+        found = rows(
+            conn, f"SELECT digest FROM {table} WHERE digest LIKE :p", {"p": f"sha256:{prefix}%"}
+        )
+    if len(found) != 1:
+        raise NotFoundError(
+            f"{len(found)} {kind}s match {ref!r}", object=kind, check="digest-prefix"
+        )
+    return str(found[0]["digest"])

@@ -10,6 +10,11 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.errors import RejectedError
+from relgate.states import transition
+
+#: The report that must pass before a subject kind can be approved.
+REPORT_CHECK = {"snapshot": "validation-report", "release": "verification-report"}
 
 
 def record_approval(conn: Connection, kind: str, digest: str, approver: str, comment: str) -> None:
@@ -55,3 +60,30 @@ def latest_report(db: Database, subject: str, kind: str) -> dict[str, Any] | Non
             "SELECT * FROM reports WHERE subject_digest = :s AND subject_kind = :k ORDER BY id DESC LIMIT 1",
             {"s": subject, "k": kind},
         )
+
+
+def approve(
+    db: Database, kind: str, digest: str, *, approver: str, comment: str = ""
+) -> dict[str, Any]:
+    """Bind a named approval to exactly this digest, after a passing report (-> APPROVED)."""
+    if not approver.strip():
+        raise RejectedError(
+            "approval needs the approver's name", object="approval", check="approver", digest=digest
+        )
+    report = latest_report(db, digest, kind)
+    if report is None or not report["ok"]:
+        raise RejectedError(
+            f"no passing {REPORT_CHECK[kind].replace('-', ' ')} for this digest",
+            object=kind,
+            check=REPORT_CHECK[kind],
+            digest=digest,
+        )
+    with db.tx() as conn:
+        transition(conn, kind, digest, "APPROVED", actor=approver, reason=comment or "approved")
+        record_approval(conn, kind, digest, approver, comment)
+    return {
+        kind: digest,
+        "state": "APPROVED",
+        "approver": approver,
+        "report": report["report_digest"],
+    }

@@ -7,9 +7,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
-from relgate.digests import require_digest
-from relgate.errors import NotFoundError, UsageError
+from relgate.errors import NotFoundError
 from relgate.release.manifest import ReleaseManifest
+from relgate.states import resolve_digest
 
 
 def insert_release(
@@ -58,24 +58,7 @@ def get_release(db: Database, digest: str) -> dict[str, Any]:
 
 
 def resolve_release(db: Database, ref: str) -> str:
-    if ref.startswith("sha256:") and len(ref) == 71:
-        return require_digest(ref)
-    prefix = ref.removeprefix("sha256:")
-    if len(prefix) < 8 or any(c not in "0123456789abcdef" for c in prefix):
-        raise UsageError(
-            "give a release digest or a hex prefix of at least 8 characters",
-            object=ref,
-            check="digest-syntax",
-        )
-    with db.tx() as conn:
-        found = rows(
-            conn, "SELECT digest FROM releases WHERE digest LIKE :p", {"p": f"sha256:{prefix}%"}
-        )
-    if len(found) != 1:
-        raise NotFoundError(
-            f"{len(found)} releases match {ref!r}", object="release", check="digest-prefix"
-        )
-    return str(found[0]["digest"])
+    return resolve_digest(db, "release", ref)
 
 
 def list_releases(db: Database) -> list[dict[str, Any]]:

@@ -8,10 +8,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
-from relgate.digests import require_digest
-from relgate.errors import NotFoundError, UsageError
+from relgate.errors import NotFoundError
 from relgate.snapshot.manifest import SnapshotManifest
-from relgate.states import history
+from relgate.states import history, resolve_digest
 
 
 def insert_snapshot(
@@ -57,25 +56,7 @@ def get_snapshot_conn(conn: Connection, digest: str) -> dict[str, Any]:
 
 
 def resolve(db: Database, ref: str) -> str:
-    """A full digest, or a unique hex prefix of one (at least 8 characters)."""
-    if ref.startswith("sha256:") and len(ref) == 71:
-        return require_digest(ref)
-    prefix = ref.removeprefix("sha256:")
-    if len(prefix) < 8 or any(c not in "0123456789abcdef" for c in prefix):
-        raise UsageError(
-            "give a snapshot digest or a hex prefix of at least 8 characters",
-            object=ref,
-            check="digest-syntax",
-        )
-    with db.tx() as conn:
-        found = rows(
-            conn, "SELECT digest FROM snapshots WHERE digest LIKE :p", {"p": f"sha256:{prefix}%"}
-        )
-    if len(found) != 1:
-        raise NotFoundError(
-            f"{len(found)} snapshots match {ref!r}", object="snapshot", check="digest-prefix"
-        )
-    return str(found[0]["digest"])
+    return resolve_digest(db, "snapshot", ref)
 
 
 def list_snapshots(db: Database) -> list[dict[str, Any]]:
