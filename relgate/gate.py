@@ -32,6 +32,21 @@ CANDIDATE_STATES = {
 }
 
 
+#: Per fence: the watermark column and the statement that appends one entry.
+_FENCE_SQL = {
+    "tombstone": (
+        "tombstone_watermark",
+        "INSERT INTO tombstones (seq, sample_id, reason, actor, state, created_at)"
+        " VALUES (:s, :v, :note, :a, 'FENCED', :now)",
+    ),
+    "benchmark": (
+        "benchmark_fence",
+        "INSERT INTO benchmark_items (seq, content_digest, benchmark, actor, created_at)"
+        " VALUES (:s, :v, :note, :a, :now)",
+    ),
+}
+
+
 class MemberIndex(Protocol):
     """Answers which of the given sample ids / content digests are members of a version."""
 
@@ -310,27 +325,7 @@ class Gate:
         ids = sorted(set(sample_ids))
         if not ids:
             raise UsageError("no sample ids given", object="tombstone", check="non-empty")
-        with self.db.gate_tx() as conn:
-            fences = read_fences(conn)
-            now = utcnow()
-            first = fences.tombstone_watermark + 1
-            for offset, sample in enumerate(ids):
-                execute(
-                    conn,
-                    "INSERT INTO tombstones (seq, sample_id, reason, actor, state, created_at)"
-                    " VALUES (:s, :id, :r, :a, 'FENCED', :now)",
-                    {"s": first + offset, "id": sample, "r": reason, "a": actor, "now": now},
-                )
-            watermark = first + len(ids) - 1
-            execute(
-                conn,
-                "UPDATE fences SET tombstone_watermark = :w, updated_at = :now WHERE id = 1",
-                {"w": watermark, "now": now},
-            )
-            seq_of = {sample: first + i for i, sample in enumerate(ids)}
-            hits = self._record_hits(conn, "tombstone", set(ids), set(), seq_of, now)
-            closed = [p for listener in self.listeners for p in listener(conn, "tombstone", hits)]
-            return FenceAdvance("tombstone", first, watermark, hits, closed)
+        return self._advance("tombstone", ids, note=reason, actor=actor)
 
     def add_benchmark_items(
         self, content_digests: Iterable[str], *, benchmark: str, actor: str
@@ -338,27 +333,38 @@ class Gate:
         digests = sorted(set(content_digests))
         if not digests:
             raise UsageError("no content digests given", object="benchmark", check="non-empty")
+        return self._advance("benchmark", digests, note=benchmark, actor=actor)
+
+    def _advance(
+        self, fence_kind: str, values: list[str], *, note: str, actor: str
+    ) -> FenceAdvance:
+        """Append fence entries, move the watermark, record hits, close hit permits: one txn."""
+        column, insert = _FENCE_SQL[fence_kind]
         with self.db.gate_tx() as conn:
             fences = read_fences(conn)
             now = utcnow()
-            first = fences.benchmark_fence + 1
-            for offset, digest in enumerate(digests):
+            current = (
+                fences.tombstone_watermark if fence_kind == "tombstone" else fences.benchmark_fence
+            )
+            first = current + 1
+            for offset, value in enumerate(values):
                 execute(
                     conn,
-                    "INSERT INTO benchmark_items (seq, content_digest, benchmark, actor, created_at)"
-                    " VALUES (:s, :d, :b, :a, :now)",
-                    {"s": first + offset, "d": digest, "b": benchmark, "a": actor, "now": now},
+                    insert,
+                    {"s": first + offset, "v": value, "note": note, "a": actor, "now": now},
                 )
-            fence = first + len(digests) - 1
+            watermark = first + len(values) - 1
             execute(
                 conn,
-                "UPDATE fences SET benchmark_fence = :f, updated_at = :now WHERE id = 1",
-                {"f": fence, "now": now},
+                f"UPDATE fences SET {column} = :w, updated_at = :now WHERE id = 1",
+                {"w": watermark, "now": now},
             )
-            seq_of = {d: first + i for i, d in enumerate(digests)}
-            hits = self._record_hits(conn, "benchmark", set(), set(digests), seq_of, now)
-            closed = [p for listener in self.listeners for p in listener(conn, "benchmark", hits)]
-            return FenceAdvance("benchmark", first, fence, hits, closed)
+            seq_of = {value: first + i for i, value in enumerate(values)}
+            fenced = set(values)
+            ids, digests = (fenced, set()) if fence_kind == "tombstone" else (set(), fenced)
+            hits = self._record_hits(conn, fence_kind, ids, digests, seq_of, now)
+            closed = [p for listener in self.listeners for p in listener(conn, fence_kind, hits)]
+            return FenceAdvance(fence_kind, first, watermark, hits, closed)
 
     def tombstones(self, since: int = 0) -> list[dict[str, Any]]:
         with self.db.tx() as conn:

@@ -15,6 +15,7 @@ from typing import Any
 from relgate.canonical import canonical_bytes, manifest_digest
 from relgate.digests import require_digest
 from relgate.errors import IntegrityError, RejectedError
+from relgate.objects.base import ObjectStore
 from relgate.signing import SigningKey, TrustedKeys, sign_envelope, verify_envelope
 
 
@@ -80,3 +81,15 @@ class DocumentKind:
                 f"manifest lacks {missing}", object=subject, check="required-fields", digest=claimed
             )
         return body
+
+    def load(
+        self, store: ObjectStore, trusted: TrustedKeys, *, key: str, digest: str, version_id: str
+    ) -> dict[str, Any]:
+        """Open the envelope stored at an exact object version; it must hold ``digest``."""
+        try:
+            envelope = json.loads(store.get(key, version_id))
+        except ValueError:
+            raise IntegrityError(
+                "stored envelope is not JSON", object=key, check="envelope-json", digest=digest
+            ) from None
+        return self.open(envelope, trusted, expected=digest, subject=key)

@@ -98,16 +98,6 @@ def open_envelope(
 
 
 def load(store: ObjectStore, trusted: TrustedKeys, digest: str, version_id: str) -> ReleaseManifest:
-    from relgate.errors import IntegrityError
-
-    raw = store.get(envelope_key(digest), version_id)
-    try:
-        envelope = json.loads(raw)
-    except ValueError:
-        raise IntegrityError(
-            "stored envelope is not JSON",
-            object=envelope_key(digest),
-            check="envelope-json",
-            digest=digest,
-        ) from None
-    return open_envelope(envelope, trusted, expected=digest, subject=envelope_key(digest))
+    return ReleaseManifest(
+        KIND.load(store, trusted, key=envelope_key(digest), digest=digest, version_id=version_id)
+    )

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from relgate.digests import hex_of
-from relgate.errors import IntegrityError
 from relgate.objects.base import ObjectStore
 from relgate.objects.cas import ContentRef, digest_of_uri
 from relgate.signed import DocumentKind
@@ -109,14 +108,6 @@ def open_envelope(
 def load(
     store: ObjectStore, trusted: TrustedKeys, digest: str, version_id: str
 ) -> SnapshotManifest:
-    raw = store.get(envelope_key(digest), version_id)
-    try:
-        envelope = json.loads(raw)
-    except ValueError:
-        raise IntegrityError(
-            "stored envelope is not JSON",
-            object=envelope_key(digest),
-            check="envelope-json",
-            digest=digest,
-        ) from None
-    return open_envelope(envelope, trusted, expected=digest, subject=envelope_key(digest))
+    return SnapshotManifest(
+        KIND.load(store, trusted, key=envelope_key(digest), digest=digest, version_id=version_id)
+    )
