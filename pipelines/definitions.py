@@ -17,6 +17,7 @@ from pipelines.jobs import (
     snapshot_build_job,
     snapshot_release_job,
 )
+from pipelines.runs import run_jobs
 from resources.relgate import RelgateResource
 from sensors.fences import benchmark_fence_sensor, tombstone_fence_sensor
 
@@ -31,6 +32,7 @@ defs = dg.Definitions(
         recheck_job,
         gc_job,
         retention_plan_job,
+        *run_jobs,
     ],
     schedules=[nightly_snapshot_schedule, gc_schedule],
     sensors=[tombstone_fence_sensor, benchmark_fence_sensor],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -194,15 +193,77 @@ def run() -> None:
 
 
 @command(run, "create")
-@click.option("--alias", required=True)
+@click.option("--root", default=None, help="Admit this exact root digest (or unique prefix).")
+@click.option("--alias", default=None, help="Resolve this release alias once; record its root.")
+@click.option(
+    "--expect-generation",
+    type=int,
+    default=None,
+    help="With --alias: refuse (exit 4) unless the alias is still at this generation.",
+)
 @click.option("--purpose", required=True)
 @click.option("--world-size", required=True, type=int)
 @pass_ctx
-def run_create(ctx: Ctx, alias: str, purpose: str, world_size: int) -> dict[str, Any]:
-    """Resolve the alias exactly once, acquire a permit, record the root in the run."""
+def run_create(
+    ctx: Ctx,
+    root: str | None,
+    alias: str | None,
+    expect_generation: int | None,
+    purpose: str,
+    world_size: int,
+) -> dict[str, Any]:
+    """Admit a run on an exact root (or the alias's root, read once) and issue its permit."""
+    from relgate.errors import UsageError
+    from relgate.release.catalog import resolve_release
     from relgate.release.runs import create_run
 
-    return create_run(ctx.ws(), alias=alias, purpose=purpose, world_size=world_size, actor=_actor())
+    if root is None and alias is None:
+        raise UsageError("give --root DIGEST or --alias NAME", object="run", check="root")
+    ws = ctx.ws()
+    return create_run(
+        ws,
+        root=resolve_release(ws.db, root) if root is not None else None,
+        alias=alias,
+        expected_generation=expect_generation,
+        purpose=purpose,
+        world_size=world_size,
+        actor=_actor(),
+    )
+
+
+@command(run, "finish")
+@click.argument("run_id")
+@click.option("--reason", default="finished")
+@pass_ctx
+def run_finish(ctx: Ctx, run_id: str, reason: str) -> dict[str, Any]:
+    """RUNNING -> FINISHED: close the permit and release the run's hold on its root."""
+    from relgate.release.runs import finish_run
+
+    return finish_run(ctx.ws(), run_id, actor=_actor(), reason=reason)
+
+
+@command(run, "cancel")
+@click.argument("run_id")
+@click.option("--reason", default="cancelled")
+@pass_ctx
+def run_cancel(ctx: Ctx, run_id: str, reason: str) -> dict[str, Any]:
+    """ADMITTED or RUNNING -> CANCELLED: close the permit and release the hold."""
+    from relgate.release.runs import cancel_run
+
+    return cancel_run(ctx.ws(), run_id, actor=_actor(), reason=reason)
+
+
+@command(run, "list")
+@click.option(
+    "--state",
+    type=click.Choice(["ADMITTED", "RUNNING", "FINISHED", "CANCELLED", "REVOKED", "FAILED"]),
+    default=None,
+)
+@pass_ctx
+def run_list(ctx: Ctx, state: str | None) -> dict[str, Any]:
+    from relgate.release.runs import list_runs
+
+    return {"runs": list_runs(ctx.ws().db, state=state)}
 
 
 @command(run, "worker")
@@ -212,6 +273,21 @@ def run_create(ctx: Ctx, alias: str, purpose: str, world_size: int) -> dict[str,
 @click.option(
     "--probe-port", default=None, type=int, help="Serve /ready and /metrics on 127.0.0.1:PORT."
 )
+@click.option(
+    "--hold/--no-hold",
+    default=None,
+    help="After the barrier, stay up (lease, probe) until the run ends. Default: on with --probe-port.",
+)
+@click.option(
+    "--hold-timeout", default=7 * 24 * 3600.0, show_default=True, help="Bound on --hold (s)."
+)
+@click.option(
+    "--linger",
+    default=10.0,
+    show_default=True,
+    help="On revocation, keep serving not-ready this long before exiting (s).",
+)
+@click.option("--lease-ttl", default=60, show_default=True, help="Reader lease TTL (s).")
 @click.option("--key", "keys", multiple=True, help="Decryption key ring entry VERSION=PATH.")
 @pass_ctx
 def run_worker_cmd(
@@ -220,17 +296,33 @@ def run_worker_cmd(
     rank: int,
     barrier_timeout: float,
     probe_port: int | None,
+    hold: bool | None,
+    hold_timeout: float,
+    linger: float,
+    lease_ttl: int,
     keys: tuple[str, ...],
 ) -> dict[str, Any]:
-    """Verify this rank's shards, report (runId, rootDigest, shardDigests), wait for the barrier."""
+    """Verify this rank's shards, report (runId, rootDigest, shardDigests), wait for the barrier.
+
+    The worker holds a reader lease on the root for its life.  With --hold (the default
+    when a probe is served) it stays up after the barrier, serving /ready for the run's
+    life: 200 while the run is RUNNING, 503 once it is revoked (exit 3 after --linger),
+    exit 0 when the run is finished or cancelled.
+    """
+    import time
+
+    from relgate.errors import RejectedError
     from relgate.release.metrics import Probe, ReleaseMetrics
-    from relgate.release.runs import get_run, run_worker
+    from relgate.release.reader import ReaderLease
+    from relgate.release.runs import get_run, run_state, run_worker, watch_run
     from relgate.release.verifier import key_ring
 
     ws = ctx.ws()
-    root = get_run(ws.db, run_id)["root_digest"]
+    run_row = get_run(ws.db, run_id)
+    root = run_row["root_digest"]
     metrics = ReleaseMetrics()
     probe = Probe(metrics, port=probe_port) if probe_port is not None else None
+    lease: ReaderLease | None = None
     try:
 
         def verified(result: Any) -> None:
@@ -239,6 +331,7 @@ def run_worker_cmd(
             if probe is not None:
                 probe.is_ready = True
 
+        lease = ReaderLease(ws, root, holder=f"{run_id}/rank-{rank}", ttl_seconds=lease_ttl)
         result = run_worker(
             ws,
             run_id,
@@ -246,15 +339,30 @@ def run_worker_cmd(
             keys=key_ring(keys),
             barrier_timeout=barrier_timeout,
             on_verified=verified,
+            lease=lease,
         )
         metrics.barrier_wait.labels(root, str(rank)).set(result.barrier_wait_s)
-        hold = os.environ.get("RELGATE_WORKER_HOLD")
-        if hold:  # keep serving the probe after the barrier (tests scrape it)
-            import time
-
-            time.sleep(float(hold))
+        if hold if hold is not None else probe is not None:
+            ended = watch_run(ws, run_id, lease=lease, timeout=hold_timeout)
+            state = run_state(ended)
+            if state not in ("FINISHED", "CANCELLED"):
+                metrics.ready.labels(root).set(0)
+                if probe is not None:
+                    probe.is_ready = False
+                reason = ended.get("end_reason") or "permit closed"
+                time.sleep(max(0.0, linger))  # orchestrators see not-ready before the exit
+                raise RejectedError(
+                    f"run revoked after step 0: {reason}",
+                    object=run_id,
+                    check="run-revoked",
+                    digest=root,
+                    details={"state": state},
+                )
+            result.state = state
         return result.to_json()
     finally:
+        if lease is not None:
+            lease.close()
         if probe is not None:
             probe.close()
 

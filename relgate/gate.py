@@ -17,19 +17,22 @@ from typing import Any, Protocol
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
-from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
-from relgate.objects.cas import ContentRef
+from relgate.errors import (
+    ConflictError,
+    IntegrityError,
+    NotFoundError,
+    RejectedError,
+    RelgateError,
+    UsageError,
+)
+from relgate.lifecycle.retention import now_utc, retained_versions
+from relgate.objects.base import ObjectStore
+from relgate.objects.cas import ContentRef, digest_of_uri
+from relgate.signing import TrustedKeys
 from relgate.states import TABLES, transition
 
 #: The state a subject must be in to be activated, and the state activation moves it to.
 ACTIVATION = {"snapshot": ("APPROVED", "ACTIVE"), "release": ("APPROVED", "PUBLISHED")}
-#: Candidate states whose members the gate checks when a fence advances.  Versions that
-#: were active once are checked too while an alias points at them; older ones are checked
-#: against every later fence entry when someone tries to roll back to them.
-CANDIDATE_STATES = {
-    "snapshot": ("BUILDING", "VALIDATED", "APPROVED"),
-    "release": ("STAGED", "VERIFIED", "APPROVED"),
-}
 
 
 #: Per fence: the watermark column and the statement that appends one entry.
@@ -53,6 +56,80 @@ class MemberIndex(Protocol):
     def hits(
         self, members: ContentRef, sample_ids: set[str], content_digests: set[str]
     ) -> tuple[set[str], set[str]]: ...
+
+
+class EnvelopeVerifier(Protocol):
+    """Re-opens the stored envelope of a catalog row; raises unless it binds to the row."""
+
+    def verify(self, kind: str, row: dict[str, Any]) -> None: ...
+
+
+def _bound_fields(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The payload fields a catalog row repeats (the binding is checked field by field)."""
+    if kind == "snapshot":
+        members = body["members"]
+        return {
+            "digest": body["snapshotId"],
+            "tombstone_watermark": int(body["tombstoneWatermark"]),
+            "benchmark_fence": int(body["benchmarkFence"]),
+            "members_digest": digest_of_uri(str(members["uri"])),
+            "members_version": str(members["objectVersion"]),
+            "member_count": int(members["count"]),
+            "purpose": body["purpose"],
+        }
+    return {
+        "digest": body["rootId"],
+        "tombstone_watermark": int(body["tombstoneWatermark"]),
+        "benchmark_fence": int(body["benchmarkFence"]),
+        "snapshot_digest": body["datasetSnapshot"],
+        "shard_count": int(body["totals"]["shards"]),
+        "record_count": int(body["totals"]["records"]),
+    }
+
+
+class StoredEnvelopes:
+    """The gate's :class:`EnvelopeVerifier`: trusted signature, recomputed digest, the exact
+    stored version the row names, and every payload field the row repeats."""
+
+    def __init__(self, store: ObjectStore, trusted: TrustedKeys) -> None:
+        self.store = store
+        self.trusted = trusted
+
+    def verify(self, kind: str, row: dict[str, Any]) -> None:
+        from relgate.release import manifest as rm
+        from relgate.snapshot import manifest as sm
+
+        module = sm if kind == "snapshot" else rm
+        digest = str(row["digest"])
+        key = module.envelope_key(digest)
+        try:
+            body = module.load(self.store, self.trusted, digest, str(row["envelope_version"])).body
+            bound = _bound_fields(kind, body)
+        except RelgateError as exc:
+            raise IntegrityError(
+                f"stored {kind} envelope refused: {exc.message}",
+                object=f"{key}@{row['envelope_version']}",
+                check=exc.check or "stored-envelope",
+                digest=digest,
+                details={"cause": exc.code},
+            ) from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise IntegrityError(
+                f"stored {kind} envelope lacks a field its catalog row repeats",
+                object=f"{key}@{row['envelope_version']}",
+                check="envelope-binding",
+                digest=digest,
+                details={"cause": type(exc).__name__},
+            ) from None
+        differs = sorted(f for f, v in bound.items() if row.get(f) != v)
+        if differs:
+            raise IntegrityError(
+                f"stored {kind} envelope does not bind to its catalog row",
+                object=f"{key}@{row['envelope_version']}",
+                check="envelope-binding",
+                digest=digest,
+                details={"fields": differs},
+            )
 
 
 @dataclass(frozen=True)
@@ -141,9 +218,12 @@ def read_alias(conn: Connection, alias: str, kind: str) -> tuple[int, str | None
 
 
 class Gate:
-    def __init__(self, db: Database, members: MemberIndex) -> None:
+    def __init__(
+        self, db: Database, members: MemberIndex, *, envelopes: EnvelopeVerifier | None = None
+    ) -> None:
         self.db = db
         self.members = members
+        self.envelopes = envelopes
         self.listeners: list[HitListener] = []
 
     # -- reads ---------------------------------------------------------------------------
@@ -235,6 +315,7 @@ class Gate:
                     digest=digest,
                 )
             self._check_no_hits(conn, kind, digest)
+            self.verify_envelope(conn, kind, digest)
             self._set_alias(conn, alias, kind, generation + 1, digest, "activate", actor, fences)
             transition(
                 conn,
@@ -317,6 +398,7 @@ class Gate:
                     digest=digest,
                     details={k: len(v) for k, v in hits.items()},
                 )
+            self.verify_envelope(conn, kind, digest)
             self._set_alias(conn, alias, kind, generation + 1, digest, "rollback", actor, fences)
             return self._result(alias, kind, generation + 1, digest, fences, idempotent=False)
 
@@ -387,33 +469,83 @@ class Gate:
         now: str,
     ) -> dict[str, list[int]]:
         hits: dict[str, list[int]] = {}
-        for kind, states in CANDIDATE_STATES.items():
+        held = sorted(retained_versions(conn, now_utc()))
+        looked_up: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
+        for kind, digest in held:
             if kind not in TABLES:
                 continue
-            table = TABLES[kind][0]
-            marks = ", ".join(f"'{s}'" for s in states)
-            watched = rows(
+            row = one(
                 conn,
-                f"SELECT digest, members_digest, members_version FROM {table}"
-                f" WHERE state IN ({marks}) OR digest IN"
-                f" (SELECT active_digest FROM aliases WHERE kind = :k) ORDER BY digest",
-                {"k": kind},
+                f"SELECT members_digest, members_version FROM {TABLES[kind][0]} WHERE digest = :d",
+                {"d": digest},
             )
-            for row in watched:
-                digest = row["digest"]
-                ref = ContentRef(row["members_digest"], row["members_version"], 0)
-                hit_ids, hit_digests = self.members.hits(ref, sample_ids, content_digests)
-                seqs = sorted({seq_of[x] for x in hit_ids | hit_digests})
-                for seq in seqs:
-                    execute(
-                        conn,
-                        "INSERT INTO fence_hits (subject_kind, subject_digest, fence_kind, fence_seq, at)"
-                        " VALUES (:k, :d, :f, :s, :now)",
-                        {"k": kind, "d": digest, "f": fence_kind, "s": seq, "now": now},
-                    )
-                if seqs:
-                    hits[digest] = seqs
+            if row is None:
+                continue
+            members = (str(row["members_digest"]), str(row["members_version"]))
+            if members not in looked_up:  # releases of one snapshot share its membership
+                ref = ContentRef(members[0], members[1], 0)
+                looked_up[members] = self.members.hits(ref, sample_ids, content_digests)
+            hit_ids, hit_digests = looked_up[members]
+            seqs = sorted({seq_of[x] for x in hit_ids | hit_digests})
+            for seq in seqs:
+                execute(
+                    conn,
+                    "INSERT INTO fence_hits (subject_kind, subject_digest, fence_kind, fence_seq, at)"
+                    " VALUES (:k, :d, :f, :s, :now)",
+                    {"k": kind, "d": digest, "f": fence_kind, "s": seq, "now": now},
+                )
+            if seqs:
+                hits[digest] = seqs
         return hits
+
+    def verify_envelope(self, conn: Connection, kind: str, digest: str) -> dict[str, Any]:
+        """Re-open the stored envelope ``digest``'s row names and bind it to the row."""
+        row = one(conn, f"SELECT * FROM {TABLES[kind][0]} WHERE digest = :d", {"d": digest})
+        if row is None:
+            raise NotFoundError(f"unknown {kind}", object=kind, check="exists", digest=digest)
+        if self.envelopes is None:  # fail closed: a gate that cannot re-verify moves nothing
+            raise RejectedError(
+                "this gate has no envelope verifier",
+                object=kind,
+                check="envelope-verifier",
+                digest=digest,
+            )
+        self.envelopes.verify(kind, row)
+        return row
+
+    def check_root(self, conn: Connection, kind: str, digest: str) -> dict[str, Any]:
+        """Admission of an exact root (runs, the barrier): zero hits against the current
+        fences, and the stored envelope re-verified.  Returns the catalog row.
+
+        Recorded hits cover every root held when a fence advanced; a root nothing held
+        then (retired, not retained) is checked against every fence entry recorded since
+        its own watermarks, so both watermarks are compared with the current fences.
+        """
+        fences = read_fences(conn)
+        row = one(conn, f"SELECT * FROM {TABLES[kind][0]} WHERE digest = :d", {"d": digest})
+        if row is None:
+            raise NotFoundError(f"unknown {kind}", object=kind, check="exists", digest=digest)
+        self._check_no_hits(conn, kind, digest)
+        marks = (int(row["tombstone_watermark"]), int(row["benchmark_fence"]))
+        if marks != (fences.tombstone_watermark, fences.benchmark_fence):
+            since = self._hits_since(conn, kind, digest, *marks)
+            if since:
+                raise RejectedError(
+                    "fence entries recorded since this root's watermarks hit its members",
+                    object=kind,
+                    check="root-watermarks",
+                    digest=digest,
+                    details={
+                        "root": {"tombstoneWatermark": marks[0], "benchmarkFence": marks[1]},
+                        "gate": {
+                            "tombstoneWatermark": fences.tombstone_watermark,
+                            "benchmarkFence": fences.benchmark_fence,
+                        },
+                        "hits": {k: len(v) for k, v in since.items()},
+                    },
+                )
+        self.verify_envelope(conn, kind, digest)
+        return row
 
     def _check_no_hits(self, conn: Connection, kind: str, digest: str) -> None:
         row = one(

@@ -9,30 +9,80 @@ that root before the advance commits.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
-from relgate.errors import NotFoundError, RejectedError
+from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
 from relgate.gate import read_alias, read_fences
+from relgate.states import RUN_LIVE_STATES
+
+if TYPE_CHECKING:
+    from relgate.gate import Gate
+
+#: ``permits.generation`` of a permit admitted by exact digest (no alias was read).
+NO_GENERATION = -1
 
 
-def acquire(conn: Connection, *, alias: str, purpose: str) -> dict[str, Any]:
-    """Resolve ``alias`` once and issue a permit for ``purpose`` (call inside gate_tx)."""
+def acquire(
+    conn: Connection,
+    gate: Gate,
+    *,
+    purpose: str,
+    alias: str | None = None,
+    root: str | None = None,
+    expected_generation: int | None = None,
+) -> dict[str, Any]:
+    """Admit ``purpose`` to one exact root and issue a permit (call inside gate_tx).
+
+    With ``alias`` the alias is resolved here, exactly once, and must still be at
+    ``expected_generation`` when one is given; with ``root`` the digest is admitted as
+    given (a root that was superseded on its alias but is still PUBLISHED is admissible).
+    Either way the root must be PUBLISHED, admitted for this purpose, free of fence hits
+    against the current fences, and its stored envelope must re-verify.
+    """
     fences = read_fences(conn)
-    generation, root = read_alias(conn, alias, "release")
-    if root is None:
-        raise RejectedError(
-            f"alias {alias!r} has no published release", object=alias, check="alias-active"
+    generation = NO_GENERATION
+    if alias is not None:
+        generation, active = read_alias(conn, alias, "release")
+        if expected_generation is not None and generation != expected_generation:
+            raise ConflictError(
+                f"alias {alias!r} is at generation {generation}, not {expected_generation}",
+                object=alias,
+                check="alias-generation",
+                digest=active,
+                details={"generation": generation, "activeDigest": active},
+            )
+        if active is None:
+            raise RejectedError(
+                f"alias {alias!r} has no published release", object=alias, check="alias-active"
+            )
+        if root is not None and root != active:
+            raise ConflictError(
+                f"alias {alias!r} points at another root",
+                object=alias,
+                check="alias-root",
+                digest=root,
+                details={"activeDigest": active, "generation": generation},
+            )
+        root = active
+    elif expected_generation is not None:
+        raise UsageError(
+            "--expect-generation needs --alias", object="run", check="expect-generation"
         )
+    if root is None:
+        raise UsageError("admit a root digest or an alias", object="run", check="root")
+    subject = alias or root
     release = one(
         conn, "SELECT state, snapshot_digest FROM releases WHERE digest = :d", {"d": root}
     )
-    if release is None or release["state"] != "PUBLISHED":
+    if release is None:
+        raise NotFoundError("unknown release", object="release", check="exists", digest=root)
+    if release["state"] != "PUBLISHED":
         raise RejectedError(
-            "alias points at a release that is not PUBLISHED",
-            object=alias,
+            f"release is {release['state']}; runs are admitted on PUBLISHED roots only",
+            object=subject,
             check="release-state",
             digest=root,
         )
@@ -42,20 +92,16 @@ def acquire(conn: Connection, *, alias: str, purpose: str) -> dict[str, Any]:
     if snapshot is None or snapshot["purpose"] != purpose:
         raise RejectedError(
             f"purpose {purpose!r} is not what the data was admitted for",
-            object=alias,
+            object=subject,
             check="purpose",
             digest=root,
             details={"admitted": snapshot["purpose"] if snapshot else None},
         )
-    hits = one(conn, "SELECT COUNT(*) AS n FROM fence_hits WHERE subject_digest = :d", {"d": root})
-    if hits and int(hits["n"]):
-        raise RejectedError(
-            "fence entries hit members of this root", object=alias, check="fence-hits", digest=root
-        )
+    gate.check_root(conn, "release", root)
     permit = {
         "permit_id": "permit-" + uuid.uuid4().hex[:16],
         "root_digest": root,
-        "alias": alias,
+        "alias": alias or "",
         "generation": generation,
         "tombstone_watermark": fences.tombstone_watermark,
         "benchmark_fence": fences.benchmark_fence,
@@ -73,26 +119,41 @@ def acquire(conn: Connection, *, alias: str, purpose: str) -> dict[str, Any]:
     return permit
 
 
+def close_permit(conn: Connection, permit_id: str, reason: str) -> bool:
+    """Close one open permit (a run ended); False if it was already closed."""
+    changed = execute(
+        conn,
+        "UPDATE permits SET state = 'CLOSED', closed_reason = :why, closed_at = :now"
+        " WHERE permit_id = :p AND state = 'OPEN'",
+        {"why": reason, "now": utcnow(), "p": permit_id},
+    )
+    return changed == 1
+
+
 def close_hit_permits(conn: Connection, fence_kind: str, hits: dict[str, list[int]]) -> list[str]:
-    """Gate hit listener: close every open permit whose root a fence entry just hit."""
+    """Gate hit listener: close every open permit on a hit root and revoke its runs.
+
+    Runs in the fence transaction, so a worker's barrier and a reader's next record see
+    the closed permit and the REVOKED run as soon as the fence is visible at all.
+    """
     closed: list[str] = []
     now = utcnow()
+    live = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
     for root, seqs in sorted(hits.items()):
+        why = f"{fence_kind} fence entries {seqs} hit root {root}"
         for row in rows(
             conn,
-            "SELECT permit_id FROM permits WHERE root_digest = :r AND state = 'OPEN'",
+            "SELECT permit_id FROM permits WHERE root_digest = :r AND state = 'OPEN' ORDER BY permit_id",
             {"r": root},
         ):
-            execute(
-                conn,
-                "UPDATE permits SET state = 'CLOSED', closed_reason = :why, closed_at = :now WHERE permit_id = :p",
-                {
-                    "why": f"{fence_kind} fence entries {seqs} hit this root",
-                    "now": now,
-                    "p": row["permit_id"],
-                },
-            )
-            closed.append(str(row["permit_id"]))
+            if close_permit(conn, str(row["permit_id"]), why):
+                closed.append(str(row["permit_id"]))
+        execute(
+            conn,
+            "UPDATE runs SET state = 'REVOKED', failure = :why, end_reason = :why, ended_at = :now,"
+            f" ended_by = 'gate', updated_at = :now WHERE root_digest = :r AND state IN ({live})",
+            {"why": why, "now": now, "r": root},
+        )
     return closed
 
 

@@ -2,6 +2,9 @@
 
 Snapshot: BUILDING -> VALIDATED -> APPROVED -> ACTIVE, or INCOMPLETE / REJECTED.
 Release:  STAGED -> VERIFIED -> APPROVED -> PUBLISHED, or INVALID.
+Run:      ADMITTED -> RUNNING -> FINISHED, or CANCELLED / REVOKED (a fence hit its root),
+          or FAILED before step 0 (barrier timeout, root mismatch, a shard that does not
+          verify).
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ RELEASE_TRANSITIONS: dict[str, frozenset[str]] = {
     "PUBLISHED": frozenset(),
     "INVALID": frozenset(),
 }
+
+#: Run states.  ``CREATED`` is the admitted state rows written before migration 4 carry;
+#: it is read as ADMITTED everywhere.
+RUN_ADMITTED_STATES = ("ADMITTED", "CREATED")
+RUN_LIVE_STATES = ("ADMITTED", "CREATED", "RUNNING")
+#: A run in one of these states holds nothing: its permit is closed, GC may reclaim.
+RUN_TERMINAL_STATES = ("FINISHED", "CANCELLED", "REVOKED", "FAILED")
 
 TABLES = {
     "snapshot": ("snapshots", "snapshot_events", SNAPSHOT_TRANSITIONS),

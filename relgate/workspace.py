@@ -17,7 +17,7 @@ from typing import Any
 
 from relgate.catalog.db import Database
 from relgate.errors import UsageError
-from relgate.gate import Gate
+from relgate.gate import Gate, StoredEnvelopes
 from relgate.membership import MembershipCache
 from relgate.objects.base import ObjectStore
 from relgate.objects.cas import ContentStore
@@ -151,7 +151,8 @@ class Workspace:
         from relgate.members_index import CatalogMemberIndex
         from relgate.permits import close_hit_permits
 
-        gate = Gate(self.db, CatalogMemberIndex(self.membership))
+        envelopes = StoredEnvelopes(self.store, self.trusted_keys)
+        gate = Gate(self.db, CatalogMemberIndex(self.membership), envelopes=envelopes)
         gate.listeners.append(close_hit_permits)
         return gate
 

@@ -275,4 +275,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX gc_deletions_key ON gc_deletions (object_key, version_id)",
         ),
     ),
+    # Migration 4: runs have an end.  ``CREATED`` was the admitted state before the run
+    # lifecycle had names; ``ended_*`` record who ended a run (finish, cancel, revocation
+    # by a fence, failure) and why.  Versions are applied by membership, not by order, so
+    # migrations numbered on other branches merge in without renumbering.
+    Migration(
+        4,
+        "run lifecycle: admitted, finished, cancelled, revoked",
+        (
+            "ALTER TABLE runs ADD COLUMN ended_at TEXT",
+            "ALTER TABLE runs ADD COLUMN ended_by TEXT",
+            "ALTER TABLE runs ADD COLUMN end_reason TEXT",
+            "UPDATE runs SET state = 'ADMITTED' WHERE state = 'CREATED'",
+            "CREATE INDEX runs_root ON runs (root_digest)",
+            "CREATE INDEX runs_permit ON runs (permit_id)",
+        ),
+    ),
 )

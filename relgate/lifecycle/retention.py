@@ -5,7 +5,7 @@ A version (snapshot or release) is retained while anything holds it:
 * an alias: its active digest, every digest inside its rollback window (the last
   ``rollback_window`` generations), its last ``keep_last`` distinct digests, and any
   digest retired less than ``keep_days`` ago;
-* a run that has not failed (for its lifetime), and an open permit;
+* a run that has not ended (FINISHED, CANCELLED, REVOKED, FAILED), and an open permit;
 * an explicit or checkpoint pin that is held and not expired;
 * a reader lease that is live;
 * its own progress: snapshots BUILDING/VALIDATED/APPROVED and releases
@@ -27,13 +27,14 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.errors import UsageError
+from relgate.states import RUN_TERMINAL_STATES
 
 IN_PROGRESS = {
     "snapshot": ("BUILDING", "VALIDATED", "APPROVED"),
     "release": ("STAGED", "VERIFIED", "APPROVED"),
 }
 #: Runs hold their root for their lifetime: every state but a terminal one.
-TERMINAL_RUN_STATES = ("FAILED", "FINISHED")
+TERMINAL_RUN_STATES = RUN_TERMINAL_STATES
 
 
 def parse_time(text: str) -> dt.datetime:
@@ -156,7 +157,11 @@ def _kind_of(conn: Connection, digest: str) -> str | None:
 
 
 def retained_versions(conn: Connection, now: dt.datetime) -> Holders:
-    """(kind, digest) -> why it is retained; read on ``conn`` (use the gate to order it)."""
+    """(kind, digest) -> why it is retained; read on ``conn`` (use the gate to order it).
+
+    This is the one definition of "held": the collector keeps what it returns, and a
+    fence advance records hits on (and closes the permits of) every root it returns.
+    """
     held: Holders = defaultdict(list)
     stamp = format_time(now)
     history: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -6,11 +6,22 @@ descriptor (size and storage digest) before a single record is decoded.  The ord
 pure function of (seed, pass, shard id, sampleId), so the same position always names the
 same next record: save :meth:`ShardReader.position` beside a checkpoint, pass it back to
 resume, and no sample is skipped or repeated.
+
+A reader holds a reader lease on its root for its life (renewed by a daemon thread before
+it expires, released when the reader is exhausted or closed), so the collector keeps the
+root's objects while it reads; a lease it could not renew stops the reader.  Before every
+record (``revocation_check_every``) it asks the catalog whether a fence hit the root:
+once one did, it refuses, naming the fence entry and the sample digest, and never yields
+another record of that root.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
+import time
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -18,8 +29,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from relgate.catalog.db import one
 from relgate.digests import sha256_digest
-from relgate.errors import IntegrityError, RejectedError, UsageError
+from relgate.errors import IntegrityError, RejectedError, RelgateError, UsageError
+from relgate.lifecycle.pins import acquire_lease, release_lease, renew_lease
+from relgate.lifecycle.retention import format_time, now_utc
 from relgate.release import crypto
 from relgate.release import manifest as rm
 from relgate.release import records as rr
@@ -55,6 +69,134 @@ class InputPosition:
         )
 
 
+class ReaderLease:
+    """A reader lease on one version, held for the holder's life.
+
+    Acquired on construction, renewed by a daemon thread every third of its TTL, released
+    by :meth:`close`.  An expired lease protects nothing, so once a renewal fails (the
+    lease expired or was released) or none succeeded for a whole TTL, the lease is *lost*
+    and :meth:`check` refuses: the holder must stop reading.
+    """
+
+    def __init__(self, ws: Workspace, digest: str, *, holder: str, ttl_seconds: int = 60) -> None:
+        self.ws = ws
+        self.digest = digest
+        self.ttl = int(ttl_seconds)
+        self.lease_id = str(
+            acquire_lease(ws, holder=holder, purpose="reader", ttl_seconds=self.ttl, digest=digest)[
+                "leaseId"
+            ]
+        )
+        self.renewals = 0
+        self._ok_at = time.monotonic()
+        self._error: RelgateError | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._renew, name=f"lease-{self.lease_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _renew(self) -> None:
+        interval = max(self.ttl / 3.0, 0.05)
+        while not self._stop.wait(interval):
+            try:
+                renew_lease(self.ws, self.lease_id, ttl_seconds=self.ttl)
+            except RelgateError as exc:  # expired or released: it protects nothing now
+                self._error = exc
+                return
+            except Exception:  # a transient catalog error: retry, bounded by the TTL
+                continue
+            self._ok_at = time.monotonic()
+            self.renewals += 1
+
+    @property
+    def live(self) -> bool:
+        return (
+            self._error is None
+            and not self._stop.is_set()
+            and time.monotonic() - self._ok_at < self.ttl
+        )
+
+    def check(self) -> None:
+        if not self.live:
+            raise RejectedError(
+                "reader lease lost (expired, released or not renewed in time); reopen the reader",
+                object=self.lease_id,
+                check="reader-lease",
+                digest=self.digest,
+                details={"cause": self._error.check if self._error else None},
+            )
+
+    def close(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=30)
+        with contextlib.suppress(RelgateError):  # an unreleased lease expires on its own
+            release_lease(self.ws, self.lease_id)
+
+    def __enter__(self) -> ReaderLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def revocation(ws: Workspace, root: str) -> RejectedError | None:
+    """The refusal for a root a fence entry hit, naming the fence and the sample digest."""
+    with ws.db.tx() as conn:
+        hit = one(
+            conn,
+            "SELECT fence_kind, fence_seq FROM fence_hits WHERE subject_digest = :d"
+            " ORDER BY fence_kind, fence_seq LIMIT 1",
+            {"d": root},
+        )
+        if hit is None:
+            return None
+        fence, seq = str(hit["fence_kind"]), int(hit["fence_seq"])
+        sample_digest: str | None = None
+        if fence == "benchmark":
+            entry = one(
+                conn, "SELECT content_digest FROM benchmark_items WHERE seq = :s", {"s": seq}
+            )
+            sample_digest = str(entry["content_digest"]) if entry else None
+        else:
+            entry = one(conn, "SELECT sample_id FROM tombstones WHERE seq = :s", {"s": seq})
+            release = one(
+                conn,
+                "SELECT members_digest, members_version FROM releases WHERE digest = :d",
+                {"d": root},
+            )
+            if entry is not None and release is not None:
+                sample_digest = _sample_digest(ws, release, str(entry["sample_id"]))
+    return RejectedError(
+        f"root revoked: {fence} fence entry {seq} hit sample {sample_digest}",
+        object=root,
+        check="root-revoked",
+        digest=sample_digest,
+        details={"fence": fence, "fenceSeq": seq, "sampleDigest": sample_digest, "root": root},
+    )
+
+
+def _sample_digest(ws: Workspace, release: dict[str, Any], sample_id: str) -> str | None:
+    """The logical content digest of a member (errors name digests, never sample ids)."""
+    import polars as pl
+
+    from relgate.objects.cas import ContentRef
+
+    ref = ContentRef(str(release["members_digest"]), str(release["members_version"]), 0)
+    try:
+        found = (
+            ws.membership.scan(ref)
+            .filter(pl.col("sampleId") == sample_id)
+            .select("logicalContentDigest")
+            .collect()
+        )
+    except Exception:  # the refusal stands without the digest
+        return None
+    return str(found["logicalContentDigest"][0]) if found.height else None
+
+
 def _key(*parts: object) -> bytes:
     return hashlib.sha256("\x00".join(str(p) for p in parts).encode()).digest()
 
@@ -68,7 +210,13 @@ class ShardReader:
         *,
         keys: Mapping[str, bytes] | None = None,
         passes: int = 1,
+        lease: ReaderLease | None = None,
+        revocation_check_every: int = 1,
     ) -> None:
+        if revocation_check_every < 1:
+            raise UsageError(
+                "revocation_check_every must be at least 1", object="reader", check="revocation"
+            )
         if position.root != manifest.digest:
             raise RejectedError(
                 "input position belongs to another root",
@@ -94,6 +242,61 @@ class ShardReader:
         self._pos = position
         self.bytes_read = 0
         self.records_read = 0
+        self.lease = lease
+        self.check_every = revocation_check_every
+        self._unchecked = revocation_check_every  # the first record is always checked
+        if lease is not None:
+            self._finalizer = weakref.finalize(self, lease.close)
+
+    def guard(self) -> None:
+        """Refuse if the lease was lost or a fence hit the root (before each record).
+
+        One catalog round trip: is there a fence hit on the root, and is our lease still
+        ACTIVE and unexpired (a lease released or expired behind our back protects
+        nothing, so the reader stops at once rather than at the next renewal)."""
+        if self.lease is not None:
+            self.lease.check()
+        self._unchecked += 1
+        if self._unchecked < self.check_every:
+            return
+        self._unchecked = 0
+        root = self.manifest.digest
+        with self.ws.db.tx() as conn:
+            row = one(
+                conn,
+                "SELECT (SELECT fence_seq FROM fence_hits WHERE subject_digest = :d LIMIT 1) AS hit,"
+                " (SELECT state FROM leases WHERE lease_id = :l) AS lease_state,"
+                " (SELECT expires_at FROM leases WHERE lease_id = :l) AS expires_at",
+                {"d": root, "l": self.lease.lease_id if self.lease else ""},
+            )
+        assert row is not None
+        if row["hit"] is not None:
+            refusal = revocation(self.ws, root)
+            self.close()
+            if refusal is not None:
+                raise refusal
+        if self.lease is not None and (
+            row["lease_state"] != "ACTIVE" or str(row["expires_at"]) <= format_time(now_utc())
+        ):
+            self.close()
+            raise RejectedError(
+                "reader lease expired or released; reopen the reader",
+                object=self.lease.lease_id,
+                check="reader-lease",
+                digest=root,
+                details={"state": row["lease_state"], "expiresAt": row["expires_at"]},
+            )
+
+    def close(self) -> None:
+        """Release the reader lease (idempotent); the reader reads nothing after this."""
+        if self.lease is not None:
+            self.lease.close()
+
+    def __enter__(self) -> ShardReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def position(self) -> InputPosition:
@@ -148,6 +351,13 @@ class ShardReader:
         return table
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            yield from self._records()
+        finally:
+            # Exhausted, refused or abandoned: the reader's life is over.
+            self.close()
+
+    def _records(self) -> Iterator[dict[str, Any]]:
         pos = self._pos
         for data_pass in range(pos.data_pass, self.passes):
             order = self.shard_order(data_pass)
@@ -162,6 +372,7 @@ class ShardReader:
                     else 0
                 )
                 for record_index in range(start, len(records)):
+                    self.guard()
                     # Advance first: a position saved after this record names the next one.
                     self._pos = InputPosition(
                         pos.root, pos.seed, pos.shards, data_pass, shard_index, record_index + 1
@@ -183,7 +394,15 @@ def open_reader(
     position: dict[str, Any] | None = None,
     keys: Mapping[str, bytes] | None = None,
     passes: int = 1,
+    lease: bool = True,
+    lease_ttl: int = 60,
+    holder: str = "reader",
+    revocation_check_every: int = 1,
 ) -> ShardReader:
+    """A verified reader over ``shards`` of ``root``, holding a reader lease by default.
+
+    Refuses at once if a fence already hit the root.
+    """
     from relgate.release.catalog import get_release
 
     manifest = rm.load(
@@ -192,7 +411,24 @@ def open_reader(
     pos = (
         InputPosition.from_json(position) if position else InputPosition(root, seed, tuple(shards))
     )
-    return ShardReader(ws, manifest, pos, keys=keys, passes=passes)
+    refusal = revocation(ws, root)
+    if refusal is not None:
+        raise refusal
+    held = ReaderLease(ws, root, holder=holder, ttl_seconds=lease_ttl) if lease else None
+    try:
+        return ShardReader(
+            ws,
+            manifest,
+            pos,
+            keys=keys,
+            passes=passes,
+            lease=held,
+            revocation_check_every=revocation_check_every,
+        )
+    except BaseException:
+        if held is not None:
+            held.close()
+        raise
 
 
 try:  # torch stays optional: the adapter exists only where torch is installed

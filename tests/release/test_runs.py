@@ -15,7 +15,14 @@ from relgate.recheck import recheck
 from relgate.release.catalog import get_release
 from relgate.release.publish import approve_release, publish, rollback_release
 from relgate.release.reader import open_reader
-from relgate.release.runs import assignment, create_run, get_run, rescale, run_status
+from relgate.release.runs import (
+    assignment,
+    create_run,
+    finish_run,
+    get_run,
+    rescale,
+    run_status,
+)
 from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release
 from relgate.snapshot import lifecycle
@@ -160,10 +167,13 @@ def test_fence_hit_closes_the_permit_and_the_run_never_starts(ws, snapshot):
     advance = lifecycle.add_tombstones(ws, [member], reason="gdpr", actor="dpo")
     assert advance.closed_permits == [run["permit"]]
     assert advance.hits[release.digest] == [1]
+    revoked = get_run(ws.db, run["runId"])
+    assert revoked["state"] == "REVOKED" and "tombstone fence entries [1]" in revoked["end_reason"]
     proc = _worker(ws.home, run["runId"], 0)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, (out, err)
-    assert get_run(ws.db, run["runId"])["state"] == "FAILED"
+    assert json.loads(out)["check"] == "run-revoked"
+    assert get_run(ws.db, run["runId"])["state"] == "REVOKED"
     with pytest.raises(RejectedError) as exc:  # no new permit on a hit root
         create_run(ws, alias="train", purpose=PURPOSE, world_size=1, actor="sched")
     assert exc.value.check == "fence-hits"
@@ -233,7 +243,7 @@ def test_probe_is_ready_only_after_the_root_is_verified(ws, snapshot):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = _worker(ws.home, run["runId"], 0, env={"RELGATE_WORKER_HOLD": "3"}, probe_port=port)
+    proc = _worker(ws.home, run["runId"], 0, probe_port=port)  # serves for the run's life
     try:
         import time
 
@@ -249,9 +259,12 @@ def test_probe_is_ready_only_after_the_root_is_verified(ws, snapshot):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             text = resp.read().decode()
         assert "relgate_verified_shards_ratio" in text and run["rootDigest"] in text
+        assert proc.poll() is None  # still serving after the barrier
+        finish_run(ws, run["runId"], actor="sched")
     finally:
-        proc.communicate(timeout=60)
-    assert proc.returncode == 0
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["state"] == "FINISHED"
 
 
 def test_fence_recheck_invalidates_unpublished_releases(ws, snapshot):
