@@ -1,0 +1,267 @@
+"""The shared DSSE parser (relgate_agent.dsse): every check by name, plus hypothesis properties.
+
+Properties: a canonical payload round-trips through sign/verify; any other encoding of the
+same document that differs in bytes is refused (payload-canonical or a stricter check);
+arbitrary bytes, arbitrary JSON shapes and arbitrary payloads never raise anything but a
+DsseError naming one of dsse.CHECKS.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+import rfc8785
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from relgate_agent import dsse
+from relgate_agent.dsse import DsseError, Role, Signer, TrustedKeys
+
+PT = "application/vnd.test+json"
+BUILDER = Signer(Ed25519PrivateKey.generate(), Role.BUILDER, 1)
+VERIFIER = Signer(Ed25519PrivateKey.generate(), Role.VERIFIER, 2)
+TRUST = TrustedKeys(
+    {
+        BUILDER.keyid: dsse.TrustedKey(BUILDER.public_key, Role.BUILDER, 1),
+        VERIFIER.keyid: dsse.TrustedKey(VERIFIER.public_key, Role.VERIFIER, 2),
+    }
+)
+ROLES = (Role.BUILDER,)
+
+
+def verify(envelope, trusted=TRUST, roles=ROLES):
+    return dsse.verify(envelope, trusted, payload_type=PT, roles=roles, subject="t")
+
+
+def refused(envelope, **kw) -> str:
+    with pytest.raises(DsseError) as err:
+        verify(envelope, **kw)
+    assert err.value.check in dsse.CHECKS
+    return err.value.check
+
+
+def signed(payload: bytes, signer: Signer = BUILDER) -> dict:
+    return dsse.sign(PT, payload, signer)
+
+
+# ------------------------------------------------------------------------------ unit checks
+
+
+def test_round_trip_carries_key_version() -> None:
+    env = signed(b'{"a":1}')
+    assert env["signatures"][0]["keyVersion"] == 1
+    out = verify(json.dumps(env).encode())
+    assert out.body == {"a": 1} and out.role is Role.BUILDER and out.version == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "check"),
+    [
+        (b'{"purpose":"evil","purpose":"demo"}', "payload-duplicate-key"),
+        (b'{"a": 1}', "payload-canonical"),
+        (b'{"a":1.0}', "payload-float"),
+        (b'{"a":1e3}', "payload-float"),
+        (b'{"a":NaN}', "payload-float"),
+        (b'{"a":9007199254740992}', "payload-integer-range"),
+        (b'{"a":-9007199254740992}', "payload-integer-range"),
+        (b'{"a":' + b"1" * 5000 + b"}", "payload-integer-range"),
+        (b"[" * 65 + b"]" * 65, "payload-depth"),
+        (b"[" * 200_000 + b"]" * 200_000, "payload-depth"),
+        (b"\xff", "payload-json"),
+        (b"{", "payload-json"),
+        (b'"\\ud800"', "payload-canonical"),
+    ],
+)
+def test_payload_checks(payload: bytes, check: str) -> None:
+    assert refused(signed(payload)) == check
+
+
+def test_integer_bounds_are_inclusive() -> None:
+    top = b'{"a":9007199254740991,"b":-9007199254740991}'
+    assert verify(signed(top)).body == {"a": 2**53 - 1, "b": -(2**53 - 1)}
+    assert verify(signed(b"[" * 64 + b"]" * 64)).body is not None
+
+
+def test_envelope_checks() -> None:
+    good = signed(b"{}")
+    assert refused(b"x" * 10, **{}) == "envelope-json"
+    assert refused(b'{"payloadType":"a","payloadType":"b"}') == "envelope-duplicate-key"
+    assert refused(b"[" * 100_000) == "envelope-depth"
+    assert refused({**good, "extra": 1}) == "envelope-shape"
+    assert refused({**good, "payload": 5}) == "envelope-shape"
+    assert refused({**good, "signatures": [{"keyid": "k", "sig": 5}]}) == "envelope-shape"
+    assert refused({**good, "signatures": [{"keyid": 1, "sig": "x"}]}) == "envelope-shape"
+    assert refused({**good, "signatures": "abc"}) == "envelope-shape"
+    assert refused({**good, "signatures": [good["signatures"][0]] * 17}) == "envelope-shape"
+    entry = dict(good["signatures"][0])
+    assert refused({**good, "signatures": [{**entry, "keyVersion": True}]}) == "envelope-shape"
+    assert refused({**good, "signatures": [{**entry, "keyVersion": 0}]}) == "envelope-shape"
+    assert refused({**good, "signatures": []}) == "signature-present"
+    assert refused({k: v for k, v in good.items() if k != "signatures"}) == "signature-present"
+    assert refused({**good, "payloadType": "other"}) == "payload-type"
+    assert refused({**good, "payload": "e30"}) == "envelope-base64"  # missing padding
+    assert refused({**good, "payload": "e31="}) == "envelope-base64"  # non-canonical bits
+    assert refused({**good, "payload": "e30=\n"}) == "envelope-base64"
+    with pytest.raises(DsseError) as err:
+        dsse.verify(b"{}" * 10, TRUST, payload_type=PT, roles=ROLES, max_bytes=8)
+    assert err.value.check == "envelope-size"
+
+
+def test_signature_checks() -> None:
+    good = signed(b"{}")
+    other = Signer(Ed25519PrivateKey.generate(), Role.BUILDER, 1)
+    assert refused(signed(b"{}", other)) == "signature-trusted"
+    tampered = {**good, "payload": base64.b64encode(b'{"a":2}').decode()}
+    assert refused(tampered) == "signature-valid"
+    short = {**good, "signatures": [{**good["signatures"][0], "sig": "AAAA"}]}
+    assert refused(short) == "signature-valid"
+    assert refused(signed(b"{}", VERIFIER)) == "key-role"
+    wrong_version = {**good, "signatures": [{**good["signatures"][0], "keyVersion": 7}]}
+    assert refused(wrong_version) == "key-version"
+    revoked = TrustedKeys(TRUST.keys, frozenset({BUILDER.keyid}))
+    assert refused(good, trusted=revoked) == "key-revoked"
+    assert refused(good, trusted=TrustedKeys()) == "trusted-keys"
+    # a signature with no keyVersion (older envelopes) is not version-checked
+    legacy = {**good, "signatures": [{k: v for k, v in good["signatures"][0].items() if k != "keyVersion"}]}  # fmt: skip
+    assert verify(legacy).keyid == BUILDER.keyid
+    # one good signature among unknown ones is enough; unroled keys only where allowed
+    both = {**good, "signatures": [*signed(b"{}", other)["signatures"], *good["signatures"]]}
+    assert verify(both).keyid == BUILDER.keyid
+    unroled = TrustedKeys.of(other.public_key)
+    assert refused(signed(b"{}", other), trusted=unroled) == "key-role"
+    assert verify(signed(b"{}", other), trusted=unroled, roles=(None,)).role is None
+
+
+def test_trusted_dir_roles_and_revocations(tmp_path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    pem = BUILDER.public_key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    (tmp_path / dsse.key_filename(Role.BUILDER, 4, BUILDER.keyid)).write_bytes(pem)
+    (tmp_path / "plain.pem").write_bytes(
+        VERIFIER.public_key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    loaded = TrustedKeys.load(tmp_path)
+    assert loaded.keys[BUILDER.keyid].role is Role.BUILDER
+    assert loaded.keys[BUILDER.keyid].version == 4
+    assert loaded.keys[VERIFIER.keyid].role is None
+    forced = TrustedKeys.load([f"verifier={tmp_path / 'plain.pem'}"])
+    assert forced.keys[VERIFIER.keyid].role is Role.VERIFIER
+    (tmp_path / dsse.REVOKED_FILE).write_bytes(dsse.revoked_bytes([BUILDER.keyid]))
+    assert TrustedKeys.load(tmp_path).revoked == {BUILDER.keyid}
+    (tmp_path / dsse.REVOKED_FILE).write_bytes(b'{"keyids":1,"keyids":2}')
+    with pytest.raises(DsseError) as err:
+        TrustedKeys.load(tmp_path)
+    assert err.value.check == "payload-duplicate-key"
+    with pytest.raises(DsseError) as err:
+        TrustedKeys.load(tmp_path / "missing.pem")
+    assert err.value.check == "trusted-keys"
+
+
+def test_one_pae_encoder() -> None:
+    assert dsse.pae("a", b"xy") == b"DSSEv1 1 a 2 xy"
+    from relgate_agent import manifest
+
+    assert manifest.pae is dsse.pae
+
+
+# ------------------------------------------------------------------------------ properties
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(json_values)
+def test_canonical_payload_round_trips(value) -> None:
+    payload = rfc8785.dumps(value)
+    env = signed(payload)
+    out = verify(dsse.envelope_bytes(env))
+    assert out.body == value and out.payload == payload
+    assert rfc8785.dumps(out.body) == payload
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    json_values,
+    st.sampled_from(["indent", "spaces", "ascii", "unsorted", "trailing"]),
+)
+def test_non_canonical_reencoding_is_refused(value, style) -> None:
+    canonical = rfc8785.dumps(value)
+    if style == "indent":
+        other = json.dumps(value, indent=1).encode()
+    elif style == "spaces":
+        other = json.dumps(value, separators=(", ", ": ")).encode()
+    elif style == "ascii":
+        other = json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode()
+    elif style == "unsorted":
+        if isinstance(value, dict):
+            other = json.dumps(dict(reversed(list(value.items()))), separators=(",", ":"))
+            other = other.encode("utf-8")
+        else:
+            other = canonical
+    else:
+        other = canonical + b" "
+    if other == canonical:
+        assert verify(signed(other)).body == value
+    else:
+        assert refused(signed(other)) == "payload-canonical"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_only_typed_refusals(data: bytes) -> None:
+    with pytest.raises(DsseError) as err:
+        verify(data)
+    assert err.value.check in dsse.CHECKS
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_signed_payloads_parse_or_typed_refusal(data: bytes) -> None:
+    try:
+        out = verify(signed(data))
+    except DsseError as exc:
+        assert exc.check.startswith("payload-")
+    else:
+        assert rfc8785.dumps(out.body) == data
+
+
+envelope_like = st.dictionaries(
+    st.sampled_from(["payloadType", "payload", "signatures", "x"]),
+    st.none()
+    | st.integers()
+    | st.text(max_size=8)
+    | st.just(PT)
+    | st.lists(
+        st.dictionaries(
+            st.sampled_from(["keyid", "sig", "keyVersion", "y"]),
+            st.none() | st.integers() | st.text(max_size=8) | st.just(BUILDER.keyid),
+            max_size=4,
+        ),
+        max_size=3,
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(envelope_like)
+def test_random_envelope_shapes_only_typed_refusals(env) -> None:
+    for form in (env, json.dumps(env).encode()):
+        with pytest.raises(DsseError) as err:
+            verify(form)
+        assert err.value.check in dsse.CHECKS
