@@ -13,7 +13,7 @@ from typing import Any
 
 from relgate.canonical import canonical_bytes, manifest_digest
 from relgate.digests import require_digest
-from relgate.errors import IntegrityError, RejectedError
+from relgate.errors import IntegrityError, RejectedError, UsageError
 from relgate.objects.base import ObjectStore
 from relgate.signing import SigningKey, TrustedKeys, open_verified, sign_envelope
 
@@ -54,7 +54,10 @@ class DocumentKind:
         ).body
         if not isinstance(body, dict) or body.get("schema") != self.schema:
             raise RejectedError(f"payload is not a {self.schema}", object=subject, check="schema")
-        claimed = require_digest(str(body.get(self.id_field, "")), what=self.id_field)
+        try:
+            claimed = require_digest(body.get(self.id_field, ""), what=self.id_field)
+        except UsageError as exc:  # a signed but malformed id is a rejected document
+            raise RejectedError(exc.message, object=subject, check="digest-syntax") from None
         actual = manifest_digest(body)
         if actual != claimed:
             raise IntegrityError(

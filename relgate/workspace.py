@@ -214,6 +214,12 @@ class Workspace:
         self.__dict__.pop("trusted_keys", None)
         return found
 
+    def sign_approval(self, result: dict[str, Any]) -> dict[str, Any]:
+        """Sign an approval just recorded with the approver key (see relgate.approvals)."""
+        from relgate.approvals import sign_approval
+
+        return sign_approval(self, result)
+
     # -- components ------------------------------------------------------------------------
     @cached_property
     def db(self) -> Database:

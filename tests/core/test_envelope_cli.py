@@ -350,3 +350,33 @@ def test_legacy_single_key_workspace_loads_and_migrates(tmp_path) -> None:
     assert (trusted / dsse.key_filename(Role.BUILDER, 1, old.keyid)).exists()
     assert ws.trusted_keys.keys[old.keyid].role is Role.BUILDER
     ws.close()
+
+
+def test_approval_is_signed_by_the_approver_key(home, tmp_path) -> None:
+    from relgate.approvals import PAYLOAD_TYPE, verify_approval
+
+    path, db_url, digest = home
+    out = relgate(path, "snapshot", "approve", digest, "--approver", "alice", db_url=db_url)
+    assert out["state"] == "APPROVED" and out["approval"].startswith("sha256:")
+    config = json.loads((path / "relgate.json").read_text())
+    ws = Workspace(path, {**config, "catalog": {"url": db_url}})
+    try:
+        approval = verify_approval(ws, "snapshot", digest)
+        assert approval.approver == "alice" and approval.subject == digest
+        from relgate.catalog.audit import latest_report
+
+        row = latest_report(ws.db, digest, "snapshot-approval")
+        assert row is not None
+        raw = ws.cas.get(row["report_digest"], row["report_version"])
+        signed = _write(tmp_path / "approval.json", raw)
+        shown = relgate(path, "verify-manifest", str(signed), db_url=db_url)
+        assert shown["signedBy"]["role"] == "approver" and shown["payloadType"] == PAYLOAD_TYPE
+        # the same statement signed by the builder key is refused for the role
+        body = base64.b64decode(json.loads(raw)["payload"])
+        forged = _write(
+            tmp_path / "f.json", dsse.sign(PAYLOAD_TYPE, body, ws.key("builder").signer)
+        )
+        refused = relgate(path, "verify-manifest", str(forged), expect=3, db_url=db_url)
+        assert refused["check"] == "key-role"
+    finally:
+        ws.close()
