@@ -80,11 +80,15 @@ def _envelope(payload: bytes, key: SigningKey, payload_type: str) -> dict:
     return dsse.sign(payload_type, payload, key.signer)
 
 
-def _checkpoint_payload(tmp_path: Path) -> dict:
+def _ckpt_dir(tmp_path: Path) -> Path:
     d = tmp_path / "ckpt"
     d.mkdir(exist_ok=True)
     (d / "w.bin").write_bytes(b"x" * 100)
-    return build_manifest(d, "m", "v1", chunk_size=64, block_size=32).to_json()
+    return d
+
+
+def _checkpoint_payload(tmp_path: Path) -> dict:
+    return build_manifest(_ckpt_dir(tmp_path), "m", "v1", chunk_size=64, block_size=32).to_json()
 
 
 def _snapshot_payload() -> dict:
@@ -302,6 +306,20 @@ def test_roles_rotation_and_revocation(home, tmp_path) -> None:
         tmp_path / "none", "verify-manifest", str(env1), "--trusted-key", str(trusted), expect=3
     )
     assert out["check"] == "key-revoked"
+    # ... and by the agent: a checkpoint manifest signed by the revoked builder v1 key
+    from relgate_agent.manifest import sign_manifest
+
+    old = SigningKey.load(cfg["keys"]["roles"]["builder"]["path"], Role.BUILDER, 1)
+    manifest = build_manifest(_ckpt_dir(tmp_path), "m", "v1", chunk_size=64, block_size=32)
+    env = _write(tmp_path / "ckpt.json", sign_manifest(manifest, old.signer))
+    assert agent_verify(env, trusted, 3)["check"] == "key-revoked"
+    new = SigningKey.load(
+        json.loads((path / "relgate.json").read_text())["keys"]["roles"]["builder"]["path"],
+        Role.BUILDER,
+        2,
+    )
+    ok = _write(tmp_path / "ckpt2.json", sign_manifest(manifest, new.signer))
+    assert agent_verify(ok, trusted, 0)["manifest_digest"] == manifest.digest
     listed = relgate(path, "key", "list", db_url=db_url)
     assert {(k["role"], k["version"], k["revoked"]) for k in listed["keys"]} >= {
         ("builder", 1, True),

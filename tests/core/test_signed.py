@@ -108,3 +108,21 @@ def test_load_reads_exact_version(tmp_path) -> None:
             store, TRUSTED, key="bad.dsse.json", digest=doc["snapshotId"], version_id=bad.version_id
         )
     assert err.value.check == "envelope-json" and err.value.object == "bad.dsse.json"
+
+
+def test_digest_and_identity_checks_are_exact() -> None:
+    """Mismatches in either direction (a recomputed digest sorting before or after the claimed
+    one; an expected digest below or above the found one) are refused."""
+    from relgate.canonical import manifest_digest
+
+    doc = sealed()
+    env = KIND.sign(doc, BUILDER)
+    for expected in ("sha256:" + "0" * 64, "sha256:" + "f" * 64):
+        assert refused(env, expected=expected, cls=IntegrityError).check == "manifest-identity"
+    seen = set()
+    for n in range(64):
+        lying = {**doc, "n": n}
+        seen.add(manifest_digest(lying) < doc["snapshotId"])
+        env = sign_envelope(KIND.payload_type, rfc8785.dumps(lying), BUILDER)
+        assert refused(env, cls=IntegrityError).check == "manifest-digest"
+    assert seen == {True, False}
