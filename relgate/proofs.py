@@ -57,9 +57,20 @@ def _kind(subject_kind: str) -> DocumentKind:
 
 def committed(subject_kind: str, body: dict[str, Any]) -> tuple[str, int]:
     """(tuple root, member count) a signed snapshot manifest or release root commits to."""
-    if subject_kind == "snapshot":
-        return str(body["members"]["tupleRoot"]), int(body["members"]["count"])
-    return str(body["orderedMemberTupleRoot"]), int(body["totals"]["records"])
+    try:
+        if subject_kind == "snapshot":
+            root, count = body["members"]["tupleRoot"], body["members"]["count"]
+        else:
+            root, count = body["orderedMemberTupleRoot"], body["totals"]["records"]
+    except (KeyError, TypeError):
+        root = count = None
+    if not isinstance(root, str) or not isinstance(count, int) or isinstance(count, bool):
+        raise RejectedError(
+            f"the signed {subject_kind} does not state its tuple root and member count",
+            object=subject_kind,
+            check="manifest-shape",
+        )
+    return root, count
 
 
 class _Shape(Exception):

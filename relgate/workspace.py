@@ -18,7 +18,7 @@ from typing import Any
 from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 from relgate.catalog.db import Database
-from relgate.errors import RejectedError, UsageError
+from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate import Gate
 from relgate.membership import MembershipCache
 from relgate.objects.base import ObjectStore
@@ -128,7 +128,14 @@ class Workspace:
         key = SigningKey.generate(role, version)
         private = Path(self.config["keys"]["signing"]).parent / f"{role.value}-v{version}.pem"
         private.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise ConflictError(
+                f"{role.value} key v{version} already exists (a concurrent rotation?); retry",
+                object=str(private),
+                check="key-version",
+            ) from None
         with os.fdopen(fd, "wb") as fh:
             fh.write(key.private_pem())
         self.trusted_dir.mkdir(parents=True, exist_ok=True)

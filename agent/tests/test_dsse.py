@@ -191,3 +191,52 @@ def test_bounds_and_trust_file_edges(tmp_path) -> None:
     with pytest.raises(DsseError) as err:
         dsse.load_revoked(tmp_path / dsse.REVOKED_FILE)
     assert err.value.check == "trusted-keys"
+
+
+def test_exact_boundaries_and_orderings(tmp_path) -> None:
+    """Off-by-one and ordering mutants: every bound is inclusive/exclusive exactly as stated,
+    and every equality check refuses mismatches on both sides."""
+    good = signed(b"{}")
+    entry = dict(good["signatures"][0])
+    # parsed-envelope payload bound: max_bytes * 4 // 3 + 4 characters (303 -> 408)
+    for length, size_refused in ((408, False), (409, True)):
+        env = {**good, "payload": "A" * length}
+        with pytest.raises(DsseError) as err:
+            dsse.verify(env, TRUST, payload_type=PT, roles=ROLES, max_bytes=303)
+        assert (err.value.check == "envelope-size") is size_refused
+    # exactly MAX_SIGNATURES entries are looked at; one more is a shape error
+    sixteen = {**good, "signatures": [entry] * dsse.MAX_SIGNATURES}
+    assert verify(sixteen).keyid == BUILDER.keyid
+    assert refused({**good, "signatures": [{**entry, "keyVersion": 2**40}]}) == "envelope-shape"
+    # payloadType / keyVersion / canonical form mismatches in both byte orders
+    assert refused({**good, "payloadType": "zzz"}) == "payload-type"
+    assert refused({**good, "payloadType": "aaa"}) == "payload-type"
+    low = dsse.sign(PT, b"{}", Signer(VERIFIER.private_key, Role.VERIFIER, 1))  # trusted as v2
+    assert refused(low, roles=(Role.VERIFIER,)) == "key-version"
+    assert refused(signed(b'{"b":1,"a":2}')) == "payload-canonical"  # canonical sorts lower
+    assert refused(signed(b'{"a": 1}')) == "payload-canonical"  # canonical sorts higher
+
+
+def test_trusted_dir_ignores_other_files_and_bounds_revocations(tmp_path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    def pem(signer: Signer) -> bytes:
+        return signer.public_key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+
+    (tmp_path / dsse.key_filename(Role.VERIFIER, 2, VERIFIER.keyid)).write_bytes(pem(VERIFIER))
+    (tmp_path / "notes.txt").write_bytes(b"not a key")  # suffix sorts after .pem
+    (tmp_path / "signer.key").write_bytes(b"not a key")  # suffix sorts before .pem
+    loaded = TrustedKeys.load(tmp_path)
+    assert set(loaded.keys) == {VERIFIER.keyid}
+    assert loaded.keys[VERIFIER.keyid].role is Role.VERIFIER
+    # a revocation list of exactly the 4 MiB bound loads; its schema is compared exactly
+    doc = rfc8785.dumps({"schema": dsse.REVOKED_SCHEMA, "keyids": [BUILDER.keyid]})
+    limit = 4 * 1024 * 1024
+    (tmp_path / dsse.REVOKED_FILE).write_bytes(doc + b" " * (limit - len(doc)))
+    assert dsse.load_revoked(tmp_path / dsse.REVOKED_FILE) == {BUILDER.keyid}
+    (tmp_path / dsse.REVOKED_FILE).write_bytes(rfc8785.dumps({"schema": "zzz", "keyids": []}))
+    with pytest.raises(DsseError) as err:
+        dsse.load_revoked(tmp_path / dsse.REVOKED_FILE)
+    assert err.value.check == "trusted-keys"

@@ -207,3 +207,21 @@ def test_proof_round_trip_through_parser(ids: list[str]) -> None:
         )
         again = Proof.from_json(json.loads(json.dumps(proof.to_json())))
         assert again == proof and again.path_valid()
+
+
+def test_signed_manifest_without_a_root_is_refused_not_crashed() -> None:
+    """A trusted builder signed a snapshot whose members block is malformed: exit 3."""
+    from relgate.proofs import Proof
+    from relgate.signing import Role, SigningKey, TrustedKeys
+    from relgate.snapshot import manifest as sm
+
+    key = SigningKey.generate(Role.BUILDER)
+    body = {f: "x" for f in sm.REQUIRED_FIELDS}
+    body.update(schema=sm.SCHEMA, members="not-an-object")
+    sealed = sm.KIND.seal(body)
+    envelope = sm.KIND.sign(sealed, key)
+    proof = Proof("inclusion", "a", "sha256:" + "0" * 64, 1, ())
+    bundle = ProofBundle("snapshot", sealed["snapshotId"], envelope, proof)
+    with pytest.raises(RejectedError) as err:
+        bundle.check(TrustedKeys.of(key.public_key, role=Role.BUILDER))
+    assert err.value.check == "manifest-shape"
