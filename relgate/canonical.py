@@ -1,7 +1,8 @@
 """RFC 8785 canonical JSON and manifest digests.
 
 Manifests hold integers, strings, booleans, null, lists and objects only: a float has no
-single canonical spelling across implementations, so it is refused before encoding.
+single canonical spelling across implementations, so it is refused before encoding (the
+same bounds the shared envelope parser, :mod:`relgate_agent.dsse`, enforces on verification).
 The digest of a manifest excludes its own identity and transport fields
 (``snapshotId``/``rootId``/``manifestId``, ``signatures``, ``transport``) so it can be
 recomputed from the manifest without self-reference.
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import rfc8785
+from relgate_agent.dsse import MAX_SAFE_INTEGER
 
 from relgate.digests import sha256_digest
 from relgate.errors import UsageError
@@ -25,7 +27,7 @@ def _check(value: Any, path: str) -> None:
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return
     if isinstance(value, int):
-        if abs(value) > 2**53 - 1:
+        if abs(value) > MAX_SAFE_INTEGER:
             raise UsageError(
                 "integer outside the interoperable JSON range", object=path, check="no-big-int"
             )

@@ -81,7 +81,7 @@ def publish_checkpoint(
     The origin is written complete in a temporary directory and renamed into place, so a
     version is never visible half-copied; an existing version is never replaced.
     """
-    from relgate_agent.manifest import build_manifest, load_private_key, sign_manifest
+    from relgate_agent.manifest import build_manifest, sign_manifest
 
     _names(model, version)
     source = Path(directory)
@@ -104,7 +104,7 @@ def publish_checkpoint(
         manifest = build_manifest(
             origin, model, version, chunk_size=chunk_size, block_size=block_size
         )
-        envelope = sign_manifest(manifest, load_private_key(ws.config["keys"]["signing"]))
+        envelope = sign_manifest(manifest, ws.signing_key.signer)
         (staging / ENVELOPE_NAME).write_text(json.dumps(envelope, sort_keys=True))
         for path in staging.rglob("*"):
             if path.is_file():

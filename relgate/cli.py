@@ -7,7 +7,6 @@ the failed check and the digest involved.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ def init_cmd(ctx: Ctx) -> dict[str, Any]:
         "home": str(ws.home),
         "schemaVersion": ws.db.schema_version(),
         "keyid": ws.signing_key.keyid,
+        "keys": {r: ws.key(r).keyid for r in ("builder", "verifier", "approver", "gate")},
         "transformTags": tags,
     }
 
@@ -351,61 +351,145 @@ def fence_show(ctx: Ctx) -> dict[str, Any]:
 
 
 # -- proofs and manifests ----------------------------------------------------------------------
+def _trusted(ctx: Ctx, trusted: tuple[str, ...]) -> Any:
+    """--trusted-key entries (PEM file, directory, or ROLE=PATH), else the workspace's keys."""
+    from relgate.signing import load_trusted
+
+    for entry in trusted:
+        path = entry.partition("=")[2] if "=" in entry else entry
+        if not Path(path).exists():
+            raise UsageError("trusted key path does not exist", object=entry, check="trusted-keys")
+    return load_trusted(trusted) if trusted else ctx.ws().trusted_keys
+
+
+_TRUSTED_HELP = (
+    "PEM public key, directory of keys, or ROLE=PATH (default: the workspace's trusted keys). "
+    "Role and version come from file names <role>-v<N>-*.pem."
+)
+
+
 @command(main, "prove")
 @click.argument("sample_id")
-@click.option("--snapshot", "digest", required=True)
+@click.option("--snapshot", "digest", default=None, help="Prove against this snapshot manifest.")
+@click.option("--release", "root", default=None, help="Prove against this release root.")
 @pass_ctx
-def prove_cmd(ctx: Ctx, sample_id: str, digest: str) -> dict[str, Any]:
-    """Print an inclusion or non-inclusion proof for SAMPLE_ID."""
+def prove_cmd(ctx: Ctx, sample_id: str, digest: str | None, root: str | None) -> dict[str, Any]:
+    """Print a proof bundle: the signed envelope plus an inclusion or non-inclusion proof."""
+    from relgate.proofs import bundle
+    from relgate.release.catalog import resolve_release
     from relgate.snapshot.catalog import resolve
-    from relgate.snapshot.compare import prove
 
+    if (digest is None) == (root is None):
+        raise UsageError("give exactly one of --snapshot or --release", check="proof-subject")
     ws = ctx.ws()
-    return prove(ws, resolve(ws.db, digest), sample_id)
+    snap = resolve(ws.db, digest) if digest else None
+    release = resolve_release(ws.db, root) if root else None
+    return bundle(ws, sample_id, snapshot=snap, release=release).to_json()
 
 
 @command(main, "check-proof")
-@click.argument("proof_file", type=click.Path(exists=True, dir_okay=False))
-def check_proof_cmd(proof_file: str) -> dict[str, Any]:
-    """Verify a proof printed by `relgate prove` (needs no workspace)."""
-    from relgate.merkle import check_proof
+@click.argument("bundle_file")
+@click.option("--trusted-key", "trusted", multiple=True, help=_TRUSTED_HELP)
+@pass_ctx
+def check_proof_cmd(ctx: Ctx, bundle_file: str, trusted: tuple[str, ...]) -> dict[str, Any]:
+    """Verify a proof bundle: builder signature, root and size binding, path (no workspace
+    needed with --trusted-key)."""
+    from relgate.proofs import read_bundle
 
-    proof = json.loads(Path(proof_file).read_text())
-    ok = check_proof(proof)
-    return {
-        "valid": ok,
-        "kind": proof.get("kind"),
-        "sampleId": proof.get("sampleId"),
-        "root": proof.get("root"),
-        "_ok": ok,
-    }
+    proof = read_bundle(bundle_file)
+    return proof.check(_trusted(ctx, trusted), subject=bundle_file)
 
 
 @command(main, "verify-manifest")
 @click.argument("envelope_file", type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--trusted-key",
-    "trusted",
-    multiple=True,
-    type=click.Path(exists=True),
-    help="PEM public key or directory (default: the workspace's trusted keys).",
-)
+@click.option("--trusted-key", "trusted", multiple=True, help=_TRUSTED_HELP)
 @pass_ctx
 def verify_manifest_cmd(ctx: Ctx, envelope_file: str, trusted: tuple[str, ...]) -> dict[str, Any]:
-    """Check a DSSE manifest envelope: trusted signature, schema, recomputed digest."""
-    from relgate.signing import TrustedKeys, load_envelope
-    from relgate.snapshot.manifest import open_envelope
+    """Check a signed relgate document (snapshot manifest, release root, report, provenance):
+    trusted signature by a key whose role may sign it, strict canonical payload; for
+    manifests also the schema and the recomputed digest."""
+    from relgate_agent import dsse
 
-    keys = TrustedKeys.load(trusted) if trusted else ctx.ws().trusted_keys
-    if len(keys) == 0:
-        raise UsageError("no trusted keys", object=envelope_file, check="trusted-keys")
-    manifest = open_envelope(load_envelope(envelope_file), keys, subject=envelope_file)
-    return {
+    from relgate.release.manifest import KIND as RELEASE
+    from relgate.signing import PAYLOAD_ROLES, load_envelope, open_verified, relgate_error
+    from relgate.snapshot.manifest import KIND as SNAPSHOT
+
+    data = load_envelope(envelope_file)
+    try:
+        peek = dsse.parse_json(data, what="envelope", subject=envelope_file)
+    except dsse.DsseError as exc:
+        raise relgate_error(exc, envelope_file) from None
+    ptype = peek.get("payloadType") if isinstance(peek, dict) else None
+    keys = _trusted(ctx, trusted)
+    verified = open_verified(
+        data,
+        keys,
+        payload_type=ptype if ptype in PAYLOAD_ROLES else SNAPSHOT.payload_type,
+        subject=envelope_file,
+    )
+    out: dict[str, Any] = {
         "valid": True,
-        "snapshot": manifest.digest,
-        "schema": manifest.body["schema"],
-        "members": manifest.member_count,
+        "payloadType": verified.payload_type,
+        "signedBy": {
+            "keyid": verified.keyid,
+            "role": verified.role.value if verified.role else None,
+            "version": verified.version,
+        },
     }
+    for kind in (SNAPSHOT, RELEASE):
+        if verified.payload_type == kind.payload_type:
+            body = kind.open(data, keys, subject=envelope_file)
+            out.update(schema=body["schema"], digest=body[kind.id_field])
+    if verified.payload_type == SNAPSHOT.payload_type:
+        out.update(snapshot=out["digest"], members=int(body["members"]["count"]))
+    return out
+
+
+# -- keys --------------------------------------------------------------------------------------
+@main.group()
+def key() -> None:
+    """Role keys (builder, verifier, approver, gate): list, rotate, revoke."""
+
+
+def _key_json(k: Any, revoked: frozenset[str]) -> dict[str, Any]:
+    return {
+        "keyid": k.keyid,
+        "role": k.role.value if k.role else None,
+        "version": k.version,
+        "revoked": k.keyid in revoked,
+    }
+
+
+@command(key, "list")
+@pass_ctx
+def key_list(ctx: Ctx) -> dict[str, Any]:
+    ws = ctx.ws()
+    trusted = ws.trusted_keys
+    current = {r: e["version"] for r, e in ws.config["keys"].get("roles", {}).items()}
+    keys = sorted(
+        (_key_json(k, trusted.revoked) for k in trusted.keys.values()),
+        key=lambda k: (str(k["role"]), k["version"]),
+    )
+    return {"keys": keys, "current": current}
+
+
+@command(key, "rotate")
+@click.argument("role", type=click.Choice(["builder", "verifier", "approver", "gate"]))
+@pass_ctx
+def key_rotate(ctx: Ctx, role: str) -> dict[str, Any]:
+    """Add a new version of ROLE's key; old versions keep verifying until revoked."""
+    new = ctx.ws().rotate_key(role)
+    return {"role": role, "keyid": new.keyid, "version": new.version}
+
+
+@command(key, "revoke")
+@click.argument("keyid")
+@pass_ctx
+def key_revoke(ctx: Ctx, keyid: str) -> dict[str, Any]:
+    """Refuse every signature by KEYID from now on (check key-revoked)."""
+    ws = ctx.ws()
+    found = ws.revoke_key(keyid)
+    return {**_key_json(found, frozenset({found.keyid}))}
 
 
 register(main)  # release, run and permit commands

@@ -8,15 +8,14 @@ explicit trusted key set, then the schema, then the recomputed digest.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from relgate.canonical import canonical_bytes, manifest_digest
 from relgate.digests import require_digest
-from relgate.errors import IntegrityError, RejectedError
+from relgate.errors import IntegrityError, RejectedError, UsageError
 from relgate.objects.base import ObjectStore
-from relgate.signing import SigningKey, TrustedKeys, sign_envelope, verify_envelope
+from relgate.signing import SigningKey, TrustedKeys, open_verified, sign_envelope
 
 
 @dataclass(frozen=True)
@@ -46,18 +45,19 @@ class DocumentKind:
         expected: str | None = None,
         subject: str = "manifest",
     ) -> dict[str, Any]:
-        payload = verify_envelope(
+        """Verify (role, key version, revocation, strict canonical payload), then the schema,
+        the recomputed digest and, with ``expected``, the identity.  ``envelope`` is the
+        envelope's bytes (preferred: duplicate keys and depth are checked on them) or its
+        parsed JSON."""
+        body = open_verified(
             envelope, trusted, payload_type=self.payload_type, subject=subject
-        )
-        try:
-            body = json.loads(payload)
-        except ValueError:
-            raise RejectedError(
-                "signed payload is not JSON", object=subject, check="payload-json"
-            ) from None
+        ).body
         if not isinstance(body, dict) or body.get("schema") != self.schema:
             raise RejectedError(f"payload is not a {self.schema}", object=subject, check="schema")
-        claimed = require_digest(str(body.get(self.id_field, "")), what=self.id_field)
+        try:
+            claimed = require_digest(body.get(self.id_field, ""), what=self.id_field)
+        except UsageError as exc:  # a signed but malformed id is a rejected document
+            raise RejectedError(exc.message, object=subject, check="digest-syntax") from None
         actual = manifest_digest(body)
         if actual != claimed:
             raise IntegrityError(
@@ -86,10 +86,4 @@ class DocumentKind:
         self, store: ObjectStore, trusted: TrustedKeys, *, key: str, digest: str, version_id: str
     ) -> dict[str, Any]:
         """Open the envelope stored at an exact object version; it must hold ``digest``."""
-        try:
-            envelope = json.loads(store.get(key, version_id))
-        except ValueError:
-            raise IntegrityError(
-                "stored envelope is not JSON", object=key, check="envelope-json", digest=digest
-            ) from None
-        return self.open(envelope, trusted, expected=digest, subject=key)
+        return self.open(store.get(key, version_id), trusted, expected=digest, subject=key)

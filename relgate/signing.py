@@ -1,55 +1,94 @@
-"""DSSE envelopes signed with Ed25519, verified only against an explicit trusted key set.
+"""Signing keys and DSSE envelopes of the core: a thin layer over :mod:`relgate_agent.dsse`.
 
-keyid = ``sha256:<hex>`` of the raw 32-byte public key.  Private keys are PEM PKCS8,
-public keys PEM SubjectPublicKeyInfo.  An envelope with no signature from a trusted key is
-rejected; a trusted key whose signature does not verify means the payload was tampered
-with, and that is rejected too.  Nothing here ever warns and carries on.
+The envelope format, its strict parser (size, shape, base64, duplicate keys, depth, no
+floats, safe integers, RFC 8785 canonical payload) and the trusted key set are written once,
+in the agent package, and shared.  This module adds what is the core's:
+
+* :class:`SigningKey` -- a PEM private key with the role and version it signs as;
+* :data:`PAYLOAD_ROLES` -- which role may sign which document kind (fail closed: a payload
+  type not listed here verifies for no key);
+* the mapping of every refusal to :mod:`relgate.errors` (``signature-valid`` ->
+  IntegrityError, ``trusted-keys`` -> UsageError, everything else -> RejectedError: exit 3),
+  keeping the check name, the subject and the keyid.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from relgate_agent import dsse
+from relgate_agent.dsse import DsseError, Role, TrustedKey, TrustedKeys, Verified, keyid_of
 
-from relgate.digests import sha256_digest
-from relgate.errors import IntegrityError, RejectedError, UsageError
+from relgate.errors import IntegrityError, RejectedError, RelgateError, UsageError
+
+__all__ = [
+    "PAYLOAD_ROLES",
+    "Role",
+    "SigningKey",
+    "TrustedKey",
+    "TrustedKeys",
+    "Verified",
+    "keyid_of",
+    "load_envelope",
+    "load_trusted",
+    "open_verified",
+    "sign_envelope",
+    "verify_envelope",
+]
+
+#: Which roles may sign which payload type.  The builder signs what it built (snapshot
+#: manifests, release roots, checkpoint manifests); the verifier signs what it checked
+#: (validation and verification reports, and the SLSA provenance it issues for a verified
+#: root); approvals and gate records have their own keys.
+PAYLOAD_ROLES: dict[str, frozenset[Role]] = {
+    "application/vnd.relgate.dataset-snapshot.v1+json": frozenset({Role.BUILDER}),
+    "application/vnd.relgate.shard-release.v1+json": frozenset({Role.BUILDER}),
+    "application/vnd.relgate.checkpoint.manifest.v1+json": frozenset({Role.BUILDER}),
+    "application/vnd.relgate.validation-report.v1+json": frozenset({Role.VERIFIER}),
+    "application/vnd.relgate.release-verification.v1+json": frozenset({Role.VERIFIER}),
+    "application/vnd.in-toto+json": frozenset({Role.VERIFIER}),
+    "application/vnd.relgate.approval.v1+json": frozenset({Role.APPROVER}),
+    "application/vnd.relgate.gate-record.v1+json": frozenset({Role.GATE}),
+}
 
 
-def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE pre-authentication encoding."""
-    t = payload_type.encode()
-    return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
-
-
-def keyid_of(public_key: Ed25519PublicKey) -> str:
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return sha256_digest(raw)
+def roles_for(payload_type: str) -> frozenset[Role]:
+    return PAYLOAD_ROLES.get(payload_type, frozenset())
 
 
 @dataclass(frozen=True)
 class SigningKey:
     private_key: Ed25519PrivateKey
+    role: Role | None = None
+    version: int = 1
 
     @classmethod
-    def generate(cls) -> SigningKey:
-        return cls(Ed25519PrivateKey.generate())
+    def generate(cls, role: Role | None = None, version: int = 1) -> SigningKey:
+        return cls(Ed25519PrivateKey.generate(), role, version)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> SigningKey:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    def load(
+        cls, path: str | os.PathLike[str], role: Role | None = None, version: int = 1
+    ) -> SigningKey:
+        try:
+            key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+        except (OSError, ValueError, TypeError) as exc:
+            raise UsageError(
+                f"cannot load signing key: {exc}", object=str(path), check="key-read"
+            ) from None
         if not isinstance(key, Ed25519PrivateKey):
             raise UsageError("signing key is not Ed25519", object=str(path), check="key-type")
-        return cls(key)
+        return cls(key, role, version)
+
+    @property
+    def signer(self) -> dsse.Signer:
+        return dsse.Signer(self.private_key, self.role, self.version)
 
     @property
     def public_key(self) -> Ed25519PublicKey:
@@ -72,102 +111,76 @@ class SigningKey:
         )
 
 
-@dataclass(frozen=True)
-class TrustedKeys:
-    keys: dict[str, Ed25519PublicKey] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, *public_keys: Ed25519PublicKey) -> TrustedKeys:
-        return cls({keyid_of(k): k for k in public_keys})
-
-    @classmethod
-    def load(cls, paths: Iterable[str | os.PathLike[str]]) -> TrustedKeys:
-        """Load PEM public keys from files, or every ``*.pem`` in a directory."""
-        keys: dict[str, Ed25519PublicKey] = {}
-        for entry in paths:
-            path = Path(entry)
-            files = sorted(path.glob("*.pem")) if path.is_dir() else [path]
-            for file in files:
-                key = serialization.load_pem_public_key(file.read_bytes())
-                if not isinstance(key, Ed25519PublicKey):
-                    raise UsageError(
-                        "trusted key is not Ed25519", object=str(file), check="key-type"
-                    )
-                keys[keyid_of(key)] = key
-        return cls(keys)
-
-    def __contains__(self, keyid: object) -> bool:
-        return keyid in self.keys
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-
 def sign_envelope(payload_type: str, payload: bytes, key: SigningKey) -> dict[str, Any]:
-    sig = key.private_key.sign(pae(payload_type, payload))
-    return {
-        "payloadType": payload_type,
-        "payload": base64.b64encode(payload).decode(),
-        "signatures": [{"keyid": key.keyid, "sig": base64.b64encode(sig).decode()}],
-    }
+    return dsse.sign(payload_type, payload, key.signer)
+
+
+def relgate_error(exc: DsseError, subject: str | None = None) -> RelgateError:
+    """The core error for a refusal: same check, subject and keyid; exit 3 (2 for key config)."""
+    cls: type[RelgateError] = RejectedError
+    if exc.check == "signature-valid":
+        cls = IntegrityError
+    elif exc.check == "trusted-keys":
+        cls = UsageError
+    return cls(
+        exc.reason,
+        object=subject or exc.subject,
+        check=exc.check,
+        digest=exc.keyid or None,
+    )
+
+
+def open_verified(
+    envelope: bytes | str | Any,
+    trusted: TrustedKeys,
+    *,
+    payload_type: str,
+    subject: str,
+    roles: Collection[Role | None] | None = None,
+    canonical: bool = True,
+) -> Verified:
+    """Verify an envelope (bytes or parsed) and strictly parse its payload, or raise exit 3."""
+    try:
+        return dsse.verify(
+            envelope,
+            trusted,
+            payload_type=payload_type,
+            roles=roles_for(payload_type) if roles is None else roles,
+            subject=subject,
+            canonical=canonical,
+        )
+    except DsseError as exc:
+        raise relgate_error(exc, subject) from None
 
 
 def verify_envelope(
     envelope: Any, trusted: TrustedKeys, *, payload_type: str, subject: str
 ) -> bytes:
-    """Return the payload bytes if a trusted key signed exactly them; else raise."""
-    if not isinstance(envelope, dict) or not isinstance(envelope.get("payload"), str):
-        raise RejectedError("not a DSSE envelope", object=subject, check="envelope-shape")
-    if envelope.get("payloadType") != payload_type:
-        raise RejectedError(
-            f"payloadType {envelope.get('payloadType')!r} is not {payload_type!r}",
-            object=subject,
-            check="payload-type",
-        )
-    if len(trusted) == 0:
-        raise UsageError("no trusted keys configured", object=subject, check="trusted-keys")
-    try:
-        payload = base64.b64decode(envelope["payload"], validate=True)
-    except (binascii.Error, ValueError):
-        raise RejectedError(
-            "payload is not base64", object=subject, check="envelope-shape"
-        ) from None
-    signatures = envelope.get("signatures") or []
-    if not signatures:
-        raise RejectedError("envelope is unsigned", object=subject, check="signature-present")
-    message = pae(payload_type, payload)
-    seen_unknown = []
-    for entry in signatures:
-        keyid = entry.get("keyid") if isinstance(entry, dict) else None
-        if not isinstance(keyid, str) or keyid not in trusted:
-            seen_unknown.append(str(keyid))
-            continue
-        try:
-            sig = base64.b64decode(entry.get("sig", ""), validate=True)
-            trusted.keys[keyid].verify(sig, message)
-        except (InvalidSignature, binascii.Error, ValueError):
-            raise IntegrityError(
-                "signature does not verify: the payload was changed after signing",
-                object=subject,
-                check="signature-valid",
-                digest=keyid,
-            ) from None
-        return payload
-    raise RejectedError(
-        "no signature from a trusted key",
-        object=subject,
-        check="signature-trusted",
-        details={"unknownKeyids": seen_unknown},
-    )
+    """Return the payload bytes if a trusted key of the right role signed exactly them."""
+    return open_verified(envelope, trusted, payload_type=payload_type, subject=subject).payload
 
 
-def load_envelope(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_trusted(sources: Collection[str | os.PathLike[str]]) -> TrustedKeys:
+    """Trusted keys from PEM files/dirs (``ROLE=PATH`` entries allowed); bad files exit 2."""
     try:
-        data = json.loads(Path(path).read_bytes())
-    except (OSError, ValueError) as exc:
+        return TrustedKeys.load(list(sources))
+    except DsseError as exc:
+        raise relgate_error(exc) from None
+
+
+def load_envelope(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of an envelope file, bounded (parsing and checks happen in verification)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(dsse.MAX_ENVELOPE_BYTES + 1)
+    except OSError as exc:
         raise UsageError(
             f"cannot read envelope: {exc}", object=str(path), check="envelope-read"
         ) from None
-    if not isinstance(data, dict):
-        raise RejectedError("not a DSSE envelope", object=str(path), check="envelope-shape")
+    if len(data) > dsse.MAX_ENVELOPE_BYTES:
+        raise RejectedError(
+            f"envelope is larger than {dsse.MAX_ENVELOPE_BYTES} bytes",
+            object=str(path),
+            check="envelope-size",
+        )
     return data

@@ -15,13 +15,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
+
 from relgate.catalog.db import Database
-from relgate.errors import UsageError
+from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate import Gate, StoredEnvelopes
 from relgate.membership import MembershipCache
 from relgate.objects.base import ObjectStore
 from relgate.objects.cas import ContentStore
-from relgate.signing import SigningKey, TrustedKeys
+from relgate.signing import Role, SigningKey, TrustedKey, TrustedKeys, load_trusted
 
 CONFIG_NAME = "relgate.json"
 
@@ -35,7 +37,7 @@ def default_config(home: Path) -> dict[str, Any]:
         "catalog": {"url": f"sqlite:///{home / 'catalog.db'}"},
         "objectStore": {"kind": "local", "root": str(home / "objects")},
         "keys": {
-            "signing": str(home / "keys" / "signing.pem"),
+            "signing": str(home / "keys" / "builder-v1.pem"),
             "trusted": [str(home / "keys" / "trusted")],
         },
         "sources": [],
@@ -107,18 +109,123 @@ class Workspace:
         tmp.write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, path)
 
-    def ensure_keys(self) -> None:
-        signing = Path(self.config["keys"]["signing"])
-        if signing.exists():
-            return
-        key = SigningKey.generate()
-        signing.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(signing, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    # -- keys ------------------------------------------------------------------------------
+    # One Ed25519 key per role (builder, verifier, approver, gate), each with a version.
+    # Private keys: keys/<role>-v<N>.pem (0600); public keys: <trusted dir>/<role>-v<N>-<kid>.pem
+    # (the file name carries role and version, see relgate_agent.dsse); config keys.roles
+    # records each role's current {path, version}; keys.signing mirrors the builder's (it is
+    # what checkpoint publication and older code read).  Revocations: <trusted>/revoked.json.
+    # A workspace from before roles (one keys.signing key, trusted/<kid>.pem) is migrated by
+    # `relgate init`: the old key becomes builder v1, its public file is renamed to the
+    # builder name, and verifier/approver/gate v1 keys are generated.  Until then the old key
+    # verifies as builder v1 and signing as another role asks for `relgate init`.
+
+    @property
+    def trusted_dir(self) -> Path:
+        return Path(self.config["keys"]["trusted"][0])
+
+    def _write_role_key(self, role: Role, version: int) -> SigningKey:
+        key = SigningKey.generate(role, version)
+        private = Path(self.config["keys"]["signing"]).parent / f"{role.value}-v{version}.pem"
+        private.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise ConflictError(
+                f"{role.value} key v{version} already exists (a concurrent rotation?); retry",
+                object=str(private),
+                check="key-version",
+            ) from None
         with os.fdopen(fd, "wb") as fh:
             fh.write(key.private_pem())
-        trusted = Path(self.config["keys"]["trusted"][0])
-        trusted.mkdir(parents=True, exist_ok=True)
-        (trusted / f"{key.keyid.removeprefix('sha256:')[:16]}.pem").write_bytes(key.public_pem())
+        self.trusted_dir.mkdir(parents=True, exist_ok=True)
+        (self.trusted_dir / key_filename(role, version, key.keyid)).write_bytes(key.public_pem())
+        self.config["keys"].setdefault("roles", {})[role.value] = {
+            "path": str(private),
+            "version": version,
+        }
+        if role is Role.BUILDER:
+            self.config["keys"]["signing"] = str(private)
+        return key
+
+    def ensure_keys(self) -> None:
+        keys = self.config["keys"]
+        roles = keys.setdefault("roles", {})
+        legacy = Path(keys["signing"])
+        if "builder" not in roles and legacy.exists():
+            old = SigningKey.load(legacy)
+            bare = self.trusted_dir / f"{old.keyid.removeprefix('sha256:')[:16]}.pem"
+            named = self.trusted_dir / key_filename(Role.BUILDER, 1, old.keyid)
+            if bare.exists():
+                os.replace(bare, named)
+            else:
+                named.parent.mkdir(parents=True, exist_ok=True)
+                named.write_bytes(old.public_pem())
+            roles["builder"] = {"path": str(legacy), "version": 1}
+        for role in Role:
+            if role.value not in roles:
+                self._write_role_key(role, 1)
+        self.save()
+        self.__dict__.pop("trusted_keys", None)
+
+    def key(self, role: Role | str) -> SigningKey:
+        """The current signing key of ``role``."""
+        role = Role(role)
+        entry = self.config["keys"].get("roles", {}).get(role.value)
+        if entry is None and role is Role.BUILDER:
+            return SigningKey.load(self.config["keys"]["signing"], Role.BUILDER, 1)
+        if entry is None:
+            raise UsageError(
+                f"this workspace has no {role.value} key; run `relgate init` to create role keys",
+                object="keys",
+                check="key-missing",
+            )
+        return SigningKey.load(entry["path"], role, int(entry["version"]))
+
+    def rotate_key(self, role: Role | str) -> SigningKey:
+        """Add a new version of ``role``'s key and sign with it from now on; old ones still verify."""
+        role = Role(role)
+        self.ensure_keys()
+        versions = [k.version for k in self.trusted_keys.keys.values() if k.role is role]
+        current = int(self.config["keys"]["roles"][role.value]["version"])
+        key = self._write_role_key(role, max([current, *versions]) + 1)
+        self.save()
+        self.__dict__.pop("trusted_keys", None)
+        self.__dict__.pop("signing_key", None)
+        return key
+
+    def revoke_key(self, keyid: str) -> TrustedKey:
+        """Refuse signatures by ``keyid`` (a full keyid or a unique hex prefix) from now on."""
+        trusted = self.trusted_keys
+        wanted = keyid if keyid.startswith("sha256:") else f"sha256:{keyid}"
+        matches = [k for k in trusted.keys if k.startswith(wanted) and len(wanted) >= 15]
+        if len(matches) != 1:
+            raise UsageError(
+                f"{len(matches)} trusted keys match {keyid!r}; give a full keyid",
+                object=keyid,
+                check="keyid",
+            )
+        found = trusted.keys[matches[0]]
+        for entry in self.config["keys"].get("roles", {}).values():
+            if SigningKey.load(entry["path"]).keyid == found.keyid:
+                raise RejectedError(
+                    f"{found.keyid} is the current {found.role} key; rotate it first",
+                    object=found.keyid,
+                    check="key-current",
+                    digest=found.keyid,
+                )
+        path = self.trusted_dir / REVOKED_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(revoked_bytes(trusted.revoked | {found.keyid}))
+        os.replace(tmp, path)
+        self.__dict__.pop("trusted_keys", None)
+        return found
+
+    def sign_approval(self, result: dict[str, Any]) -> dict[str, Any]:
+        """Sign an approval just recorded with the approver key (see relgate.approvals)."""
+        from relgate.approvals import sign_approval
+
+        return sign_approval(self, result)
 
     # -- components ------------------------------------------------------------------------
     @cached_property
@@ -136,11 +243,20 @@ class Workspace:
 
     @cached_property
     def signing_key(self) -> SigningKey:
-        return SigningKey.load(self.config["keys"]["signing"])
+        """The builder's current key (snapshot manifests, release roots, checkpoints)."""
+        return self.key(Role.BUILDER)
 
     @cached_property
     def trusted_keys(self) -> TrustedKeys:
-        return TrustedKeys.load(self.config["keys"]["trusted"])
+        trusted = load_trusted(self.config["keys"]["trusted"])
+        if "roles" in self.config["keys"]:
+            return trusted
+        # Not yet migrated: the one old key verifies as builder v1.
+        old = SigningKey.load(self.config["keys"]["signing"])
+        keys = dict(trusted.keys)
+        if old.keyid in keys and keys[old.keyid].role is None:
+            keys[old.keyid] = TrustedKey(old.public_key, Role.BUILDER, 1)
+        return TrustedKeys(keys, trusted.revoked)
 
     @cached_property
     def membership(self) -> MembershipCache:

@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.fn(args))
     except (VerificationError, ManifestError) as exc:
-        _emit(args, {"error": "rejected", "message": str(exc)})
+        _emit(args, {"error": "rejected", "message": str(exc), "check": getattr(exc, "check", "")})
         return EXIT_REJECTED
     except grpc.RpcError as exc:
         code = exc.code()

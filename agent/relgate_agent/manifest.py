@@ -13,23 +13,20 @@ SHA-256 over the canonical JSON with ``manifestId`` and ``signatures`` removed, 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import json
 import os
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import google_crc32c
 import rfc8785
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from relgate_agent import dsse
 from relgate_agent.errors import ManifestError, VerificationError
 
 PAYLOAD_TYPE = "application/vnd.relgate.checkpoint.manifest.v1+json"
@@ -414,8 +411,7 @@ def build_manifest(
 
 
 def keyid_for(public_key: Ed25519PublicKey) -> str:
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return "sha256:" + hashlib.sha256(raw).hexdigest()
+    return dsse.keyid_of(public_key)
 
 
 def generate_private_key() -> Ed25519PrivateKey:
@@ -444,77 +440,30 @@ def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     return key
 
 
-@dataclass(frozen=True)
-class TrustedKeys:
-    """An explicit set of trusted Ed25519 public keys, by keyid."""
-
-    keys: Mapping[str, Ed25519PublicKey]
-
-    @classmethod
-    def load(
-        cls, sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
-    ) -> TrustedKeys:
-        """Load PEM SubjectPublicKeyInfo files; a directory contributes every *.pem inside it."""
-        if isinstance(sources, (str, os.PathLike)):
-            sources = [sources]
-        paths: list[Path] = []
-        for s in sources:
-            p = Path(s)
-            if p.is_dir():
-                paths.extend(sorted(q for q in p.iterdir() if q.is_file() and q.suffix == ".pem"))
-            else:
-                paths.append(p)
-        keys: dict[str, Ed25519PublicKey] = {}
-        for p in paths:
-            try:
-                key = serialization.load_pem_public_key(p.read_bytes())
-            except (ValueError, OSError) as exc:
-                raise VerificationError(f"trusted key {p} is not a PEM public key: {exc}") from exc
-            if not isinstance(key, Ed25519PublicKey):
-                raise VerificationError(f"trusted key {p} is not an Ed25519 public key")
-            keys[keyid_for(key)] = key
-        if not keys:
-            raise VerificationError(
-                "the trusted key set is empty; verification needs explicit keys"
-            )
-        return cls(keys)
-
-    @classmethod
-    def of(cls, *public_keys: Ed25519PublicKey) -> TrustedKeys:
-        if not public_keys:
-            raise VerificationError(
-                "the trusted key set is empty; verification needs explicit keys"
-            )
-        return cls({keyid_for(k): k for k in public_keys})
-
-
 # ---------------------------------------------------------------------------- DSSE
+#
+# The envelope format, its strict parser and the trusted key set live in relgate_agent.dsse,
+# shared with the main package.  Checkpoint manifests are signed by a builder key; unroled
+# keys (a bare PEM such as ``relgate-agent keygen`` writes) are accepted for compatibility.
+
+TrustedKeys = dsse.TrustedKeys
+pae = dsse.pae
+SIGNER_ROLES: tuple[dsse.Role | None, ...] = (dsse.Role.BUILDER, None)
 
 
-def pae(payload_type: str, body: bytes) -> bytes:
-    """DSSE pre-authentication encoding."""
-    t = payload_type.encode("utf-8")
-    return b"DSSEv1 %d %s %d %s" % (len(t), t, len(body), body)
-
-
-def sign_manifest(manifest: CheckpointManifest, private_key: Ed25519PrivateKey) -> dict[str, Any]:
+def sign_manifest(
+    manifest: CheckpointManifest, private_key: Ed25519PrivateKey | dsse.Signer
+) -> dict[str, Any]:
     """A DSSE envelope over the manifest's canonical JSON."""
-    payload = manifest.canonical_bytes()
-    sig = private_key.sign(pae(PAYLOAD_TYPE, payload))
-    return {
-        "payloadType": PAYLOAD_TYPE,
-        "payload": base64.standard_b64encode(payload).decode("ascii"),
-        "signatures": [
-            {
-                "keyid": keyid_for(private_key.public_key()),
-                "sig": base64.standard_b64encode(sig).decode("ascii"),
-            }
-        ],
-    }
+    signer = private_key if isinstance(private_key, dsse.Signer) else dsse.Signer(private_key)
+    envelope = dsse.sign(PAYLOAD_TYPE, manifest.canonical_bytes(), signer)
+    if not isinstance(private_key, dsse.Signer):
+        del envelope["signatures"][0]["keyVersion"]  # version unknown: a bare key
+    return envelope
 
 
 def envelope_bytes(envelope: Mapping[str, Any]) -> bytes:
-    return json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return dsse.envelope_bytes(envelope)
 
 
 def verify_envelope(
@@ -523,59 +472,28 @@ def verify_envelope(
 ) -> CheckpointManifest:
     """Verify a DSSE envelope against an explicit trusted key set and return the manifest.
 
-    Refuses (raises VerificationError) when unsigned, signed only by unknown keys, when a
-    signature does not verify, or when the payload is not a well-formed canonical manifest.
+    Refuses (raises :class:`relgate_agent.dsse.DsseError`, a VerificationError naming the
+    check) when unsigned, signed only by unknown, revoked or wrong-role keys, when a signature
+    does not verify, or when the payload is not strict canonical JSON; a well-formed payload
+    that is not a consistent manifest raises VerificationError.
     """
     if not isinstance(trusted_keys, TrustedKeys):
         trusted_keys = TrustedKeys.load(trusted_keys)
-    if isinstance(envelope, (bytes, str)):
-        try:
-            envelope = json.loads(envelope)
-        except ValueError as exc:
-            raise VerificationError(f"envelope is not JSON: {exc}") from exc
-    if not isinstance(envelope, Mapping):
-        raise VerificationError("envelope is not a JSON object")
-    if envelope.get("payloadType") != PAYLOAD_TYPE:
-        raise VerificationError(
-            f"envelope payloadType {envelope.get('payloadType')!r} != {PAYLOAD_TYPE}"
+    verified = dsse.verify(
+        envelope,
+        trusted_keys,
+        payload_type=PAYLOAD_TYPE,
+        roles=SIGNER_ROLES,
+        subject="checkpoint manifest",
+    )
+    if not isinstance(verified.body, dict):
+        raise dsse.DsseError(
+            "signed payload is not a JSON object",
+            check="payload-json",
+            subject="checkpoint manifest",
         )
     try:
-        payload = base64.b64decode(str(envelope["payload"]), validate=True)
-    except (KeyError, binascii.Error) as exc:
-        raise VerificationError(f"envelope payload is missing or not base64: {exc}") from exc
-    sigs = envelope.get("signatures")
-    if not isinstance(sigs, list) or not sigs:
-        raise VerificationError("envelope is unsigned; refusing")
-    signed_input = pae(PAYLOAD_TYPE, payload)
-    verified_by: str | None = None
-    unknown: list[str] = []
-    for s in sigs:
-        if not isinstance(s, Mapping):
-            continue
-        keyid = str(s.get("keyid", ""))
-        key = trusted_keys.keys.get(keyid)
-        if key is None:
-            unknown.append(keyid)
-            continue
-        try:
-            key.verify(base64.b64decode(str(s.get("sig", "")), validate=True), signed_input)
-        except (InvalidSignature, binascii.Error) as exc:
-            raise VerificationError(
-                f"signature by {keyid} does not verify: manifest tampered"
-            ) from exc
-        verified_by = keyid
-    if verified_by is None:
-        raise VerificationError(f"no signature by a trusted key (signed by {unknown}); refusing")
-    try:
-        doc = json.loads(payload)
-    except ValueError as exc:
-        raise VerificationError(f"signed payload is not JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise VerificationError("signed payload is not a JSON object")
-    if rfc8785.dumps(doc) != payload:
-        raise VerificationError("signed payload is not RFC 8785 canonical JSON")
-    try:
-        return CheckpointManifest.from_json(doc)
+        return CheckpointManifest.from_json(verified.body)
     except ManifestError as exc:
         raise VerificationError(f"signed manifest is invalid: {exc}") from exc
 

@@ -12,7 +12,9 @@ def approve_release(
     ws: Workspace, root: str, *, approver: str, comment: str = ""
 ) -> dict[str, Any]:
     """VERIFIED -> APPROVED, bound to the root digest (never a directory) and a name."""
-    return audit.approve(ws.db, "release", root, approver=approver, comment=comment)
+    return ws.sign_approval(
+        audit.approve(ws.db, "release", root, approver=approver, comment=comment)
+    )
 
 
 def publish(

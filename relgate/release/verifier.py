@@ -632,7 +632,9 @@ def verify_release(
         facts=facts,
         problems=problems,
     )
-    envelope = sign_envelope(REPORT_PAYLOAD_TYPE, canonical_bytes(report.to_json()), ws.signing_key)
+    envelope = sign_envelope(
+        REPORT_PAYLOAD_TYPE, canonical_bytes(report.to_json()), ws.key("verifier")
+    )
     ref = ws.cas.put(json.dumps(envelope, sort_keys=True).encode())
     report.report_digest, report.report_version = ref.digest, ref.version_id
     provenance = None
@@ -641,7 +643,9 @@ def verify_release(
             root_digest, body, report_digest=ref.digest, verifier_id=attest.VERIFIER_ID
         )
         provenance = ws.cas.put(
-            json.dumps(attest.sign_statement(statement, ws.signing_key), sort_keys=True).encode()
+            json.dumps(
+                attest.sign_statement(statement, ws.key("verifier")), sort_keys=True
+            ).encode()
         )
         report.provenance_digest, report.provenance_version = (
             provenance.digest,

@@ -12,7 +12,9 @@ from relgate.workspace import Workspace
 
 def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> dict[str, Any]:
     """VALIDATED -> APPROVED, bound to this digest and the approver's name."""
-    return audit.approve(ws.db, "snapshot", digest, approver=approver, comment=comment)
+    return ws.sign_approval(
+        audit.approve(ws.db, "snapshot", digest, approver=approver, comment=comment)
+    )
 
 
 def activate(

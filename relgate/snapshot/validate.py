@@ -203,7 +203,7 @@ def validate_snapshot(ws: Workspace, digest: str, *, actor: str) -> ValidationRe
         outcome = "REJECTED"
     report = ValidationReport(digest, outcome, checks, facts, problems)
     payload = canonical_bytes(report.to_json())
-    envelope = sign_envelope(REPORT_PAYLOAD_TYPE, payload, ws.signing_key)
+    envelope = sign_envelope(REPORT_PAYLOAD_TYPE, payload, ws.key("verifier"))
     ref = ws.cas.put(json.dumps(envelope, sort_keys=True).encode())
     report.report_digest = ref.digest
     with ws.db.tx() as conn:

@@ -1,0 +1,89 @@
+"""Signed approvals: an approval of an exact digest, signed with the workspace's approver key.
+
+:func:`sign_approval` wraps the result of :func:`relgate.catalog.audit.approve`: it signs a
+``relgate.approval.v1`` statement (subject kind, subject digest, approver, the passing
+report it relied on, time) as a DSSE envelope with the **approver** role key, stores it
+content-addressed and records it in ``reports`` as ``<kind>-approval`` (so GC keeps it
+with its subject).  :func:`verify_approval` opens the newest one for a digest: trusted
+approver signature (``key-role`` for any other role), strict canonical payload, and bound
+to that subject (``approval-subject``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from relgate.canonical import canonical_bytes
+from relgate.catalog.audit import latest_report, record_report
+from relgate.catalog.db import utcnow
+from relgate.errors import IntegrityError, RejectedError
+from relgate.signing import Role, open_verified, sign_envelope
+
+if TYPE_CHECKING:
+    from relgate.workspace import Workspace
+
+SCHEMA = "relgate.approval.v1"
+PAYLOAD_TYPE = "application/vnd.relgate.approval.v1+json"
+
+
+@dataclass(frozen=True)
+class Approval:
+    subject_kind: str
+    subject: str
+    approver: str
+    report: str
+    at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "subjectKind": self.subject_kind,
+            "subject": self.subject,
+            "approver": self.approver,
+            "report": self.report,
+            "at": self.at,
+        }
+
+
+def sign_approval(ws: Workspace, result: dict[str, Any]) -> dict[str, Any]:
+    """Sign the approval ``audit.approve`` just recorded; returns ``result`` + ``approval``."""
+    kind = "release" if "release" in result else "snapshot"
+    approval = Approval(kind, result[kind], result["approver"], result["report"], utcnow())
+    envelope = sign_envelope(
+        PAYLOAD_TYPE, canonical_bytes(approval.to_json()), ws.key(Role.APPROVER)
+    )
+    ref = ws.cas.put(json.dumps(envelope, sort_keys=True).encode())
+    with ws.db.tx() as conn:
+        record_report(conn, f"{kind}-approval", approval.subject, ref.digest, ref.version_id, True)
+    return {**result, "approval": ref.digest}
+
+
+def verify_approval(ws: Workspace, kind: str, digest: str) -> Approval:
+    """The newest signed approval of ``digest``, verified; exit 3 if missing or not trusted."""
+    row = latest_report(ws.db, digest, f"{kind}-approval")
+    if row is None:
+        raise RejectedError(
+            "no signed approval for this digest", object=kind, check="approval", digest=digest
+        )
+    body = open_verified(
+        ws.cas.get(row["report_digest"], row["report_version"]),
+        ws.trusted_keys,
+        payload_type=PAYLOAD_TYPE,
+        subject=f"approval {row['report_digest']}",
+    ).body
+    if (
+        not isinstance(body, dict)
+        or body.get("schema") != SCHEMA
+        or body.get("subjectKind") != kind
+        or body.get("subject") != digest
+        or not all(isinstance(body.get(f), str) for f in ("approver", "report", "at"))
+    ):
+        raise IntegrityError(
+            "signed approval does not name this digest",
+            object=kind,
+            check="approval-subject",
+            digest=digest,
+        )
+    return Approval(kind, digest, body["approver"], body["report"], body["at"])
