@@ -275,4 +275,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX gc_deletions_key ON gc_deletions (object_key, version_id)",
         ),
     ),
+    # Migration 4 belongs to another branch (runs lifecycle); versions are applied by set
+    # membership (catalog/db.py), so 5 may land before 4.
+    Migration(
+        5,
+        "release verification attempts",
+        (
+            # One row per `release verify`: VERIFIED, INVALID (final) or UNAVAILABLE (an
+            # object or key could not be had; the release keeps its state and can be
+            # verified again).
+            """CREATE TABLE verification_attempts (
+                {id},
+                digest TEXT NOT NULL,
+                outcome TEXT NOT NULL,
+                state TEXT NOT NULL,
+                checks TEXT NOT NULL,
+                report_digest TEXT NOT NULL,
+                report_version TEXT NOT NULL,
+                actor TEXT NOT NULL,
+                at TEXT NOT NULL)""",
+            "CREATE INDEX verification_attempts_digest ON verification_attempts (digest)",
+        ),
+    ),
 )

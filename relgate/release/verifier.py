@@ -45,12 +45,12 @@ import pyarrow.parquet as pq
 from relgate.canonical import canonical_bytes
 from relgate.catalog.audit import record_report
 from relgate.digests import is_digest
-from relgate.errors import NotFoundError, RelgateError, UsageError
+from relgate.errors import NotFoundError, RejectedError, RelgateError, UsageError
 from relgate.membership import tuple_root
 from relgate.release import attest, crypto
 from relgate.release import manifest as rm
 from relgate.release import records as rr
-from relgate.release.catalog import get_release
+from relgate.release.catalog import get_release, record_attempt
 from relgate.signing import sign_envelope
 from relgate.snapshot import manifest as sm
 from relgate.snapshot.catalog import get_snapshot
@@ -63,7 +63,8 @@ SHARD_KEY_PREFIX = "shards/sha256/"
 
 #: Per-shard checks; each counts the shards that failed it.
 SHARD_CHECKS = (
-    "objectMissing",
+    "objectUnavailable",
+    "keyUnavailable",
     "sizeMismatch",
     "storageDigestMismatch",
     "decryptFailures",
@@ -91,6 +92,23 @@ RELEASE_CHECKS = (
     "watermarkMismatch",
 )
 ZERO_CHECKS = SHARD_CHECKS + RELEASE_CHECKS
+
+#: Outcomes of one verification attempt.  UNAVAILABLE is not a verdict: an object could not
+#: be read or no key could open it, so nothing was proven and the release keeps its state
+#: (STAGED stays STAGED) with the failed attempt recorded.  INVALID is final.
+OUTCOMES = ("VERIFIED", "INVALID", "UNAVAILABLE")
+#: Counts that say "could not look", never "looked and it was wrong".
+UNAVAILABLE_CHECKS = {
+    "objectUnavailable": "object-unavailable",
+    "keyUnavailable": "key-unavailable",
+}
+#: Release-wide counts that follow from a shard that could not be read (its members are
+#: "missing", the root and totals cannot be recomputed): inconclusive while any shard is
+#: unavailable.  Extra, duplicate, substituted or split-conflicting members seen in the
+#: shards that were read remain proof.
+INCONCLUSIVE_WHEN_PARTIAL = frozenset({"missingMembers", "tupleRootMismatch", "totalsMismatch"})
+#: A fatal error with one of these checks is an unreadable object, not a wrong one.
+_UNAVAILABLE_ERRORS = (NotFoundError,)
 
 _SHARD_ID = re.compile(r"^shard-(\d{5,})-of-(\d{5,})$")
 _DESCRIPTOR_TYPES: dict[str, type] = {
@@ -134,6 +152,8 @@ class ShardResult:
     stored_content_mismatches: int = 0
     schema_seen: str | None = None
     tuples: pa.Table | None = None
+    decrypted: bool = False
+    decoded_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -178,7 +198,16 @@ def _read_exact(task: ShardTask, result: ShardResult) -> bytes | None:
             return Path(local(key, str(d["objectVersion"]))).read_bytes()
         return store.get(key, str(d["objectVersion"]))
     except NotFoundError:
-        result.fail("objectMissing", "pinned object version is not in the store", key=key)
+        result.fail("objectUnavailable", "pinned object version is not in the store", key=key)
+        return None
+    except RejectedError:
+        raise  # the store saw bytes that do not match what it stored: not an outage
+    except Exception as exc:  # unreadable: permissions, network, throttling
+        result.fail(
+            "objectUnavailable",
+            f"pinned object version could not be read: {type(exc).__name__}",
+            key=key,
+        )
         return None
 
 
@@ -255,6 +284,7 @@ def verify_shard(task: ShardTask) -> ShardResult:
     result.records, result.tokens = body.records, body.tokens
     result.stored_content_mismatches = body.stored_content_mismatches
     result.schema_seen, result.tuples = body.schema_seen, body.tuples
+    result.decrypted, result.decoded_bytes = body.decrypted, body.decoded_bytes
     return result
 
 
@@ -266,7 +296,7 @@ def _decode_and_check(
     if d["mediaType"] == rm.ENCRYPTED_SHARD_MEDIA_TYPE:
         if task.key is None or task.key_version is None:
             result.fail(
-                "decryptFailures",
+                "keyUnavailable",
                 "no key for this key version: this reader cannot open the shard",
                 keyVersion=task.key_version,
             )
@@ -285,6 +315,7 @@ def _decode_and_check(
         except RelgateError as exc:
             result.fail("decryptFailures", exc.message, failedCheck=exc.check)
             return
+        result.decrypted = True
     elif d["mediaType"] != rm.SHARD_MEDIA_TYPE:
         result.fail("footerUnreadable", "unknown media type", mediaType=d["mediaType"])
         return
@@ -312,6 +343,7 @@ def _decode_and_check(
         return
     table = table.combine_chunks()
     result.records = table.num_rows
+    result.decoded_bytes = int(table.nbytes)
     recount_future = pool.submit(rr.token_counts, table.column("text"))
     content = rr.content_digests(table.column("lang"), table.column("text"))
     result.stored_content_mismatches = int(
@@ -383,6 +415,7 @@ class VerificationReport:
     provenance_digest: str | None = None
     provenance_version: str | None = None
     state: str | None = None
+    unavailable: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -402,6 +435,7 @@ class VerificationReport:
             "shards": self.shards,
             "facts": self.facts,
             "problems": self.problems,
+            "unavailable": self.unavailable,
         }
 
     def summary(self) -> dict[str, Any]:
@@ -413,6 +447,7 @@ class VerificationReport:
             "reportDigest": self.report_digest,
             "provenanceDigest": self.provenance_digest,
             "failing": self.failing,
+            "unavailable": self.unavailable,
             "shards": len(self.shards),
             "shardsVerified": sum(1 for s in self.shards if s["ok"]),
             "records": self.facts.get("records", 0),
@@ -547,6 +582,7 @@ def _check_release(
         and is_digest(d["digest"])
     ]
     results = run_shards(tasks, workers)
+    _wrong_key_is_unavailable(results, key_version)
     for r in results:
         for failure in r.failures:
             counts[failure["check"]] += 1
@@ -584,6 +620,55 @@ def _check_release(
     return results, body
 
 
+def _wrong_key_is_unavailable(results: list[ShardResult], key_version: str | None) -> None:
+    """A key that authenticates *no* shard of the release is the wrong key, not proof.
+
+    Each shard's stored bytes already matched the signed descriptor, so an authentication
+    failure means either this reader holds another key or one shard was bound to another
+    place (associated data).  When no shard at all opens, the reader's key is the cause:
+    that is ``keyUnavailable`` (retry with the right key).  When some shards open and
+    others do not, the key is right and the others are proven wrong (``decryptFailures``).
+    """
+    if key_version is None or any(r.decrypted for r in results):
+        return
+    for r in results:
+        for failure in r.failures:
+            if (
+                failure["check"] == "decryptFailures"
+                and failure.get("failedCheck") == "decrypt-authenticate"
+            ):
+                failure["check"] = "keyUnavailable"
+                failure["message"] = (
+                    f"the key given for keyVersion {key_version} authenticates no shard of"
+                    " this release: wrong key"
+                )
+
+
+def outcome_of(counts: Mapping[str, int]) -> tuple[str, list[str]]:
+    """``(outcome, unavailable checks)`` from one attempt's counts (rule written once).
+
+    Proof wins over unavailability; unavailability makes the partial set checks
+    inconclusive instead of proof.
+    """
+    unavailable = sorted(
+        {UNAVAILABLE_CHECKS[k] for k in UNAVAILABLE_CHECKS if counts.get(k)}
+        | {
+            k.removeprefix("unavailable:")
+            for k, v in counts.items()
+            if v and k.startswith("unavailable:")
+        }
+    )
+    ignore = set(UNAVAILABLE_CHECKS) | (INCONCLUSIVE_WHEN_PARTIAL if unavailable else set())
+    proven = any(
+        v for k, v in counts.items() if k not in ignore and not k.startswith("unavailable:")
+    )
+    if proven:
+        return "INVALID", unavailable
+    if unavailable:
+        return "UNAVAILABLE", unavailable
+    return "VERIFIED", []
+
+
 def verify_release(
     ws: Workspace,
     root_digest: str,
@@ -617,13 +702,16 @@ def verify_release(
             facts=facts,
             problems=problems,
         )
+    except _UNAVAILABLE_ERRORS as exc:  # root, snapshot or membership object not readable
+        problems.append(str(exc))
+        counts["unavailable:object-unavailable"] = 1
     except RelgateError as exc:
         problems.append(str(exc))
         counts[f"fatal:{exc.check or exc.code}"] = 1
     except (KeyError, TypeError, ValueError) as exc:  # a signed but malformed root
         problems.append(f"malformed root manifest: {type(exc).__name__}")
         counts["fatal:root-shape"] = 1
-    outcome = "VERIFIED" if not any(counts.values()) else "INVALID"
+    outcome, unavailable = outcome_of(counts)
     report = VerificationReport(
         root=root_digest,
         outcome=outcome,
@@ -631,6 +719,7 @@ def verify_release(
         shards=[r.to_json() for r in results],
         facts=facts,
         problems=problems,
+        unavailable=unavailable,
     )
     envelope = sign_envelope(REPORT_PAYLOAD_TYPE, canonical_bytes(report.to_json()), ws.signing_key)
     ref = ws.cas.put(json.dumps(envelope, sort_keys=True).encode())
@@ -664,7 +753,7 @@ def verify_release(
                 conn, "release", root_digest, "VERIFIED", actor=actor, reason=f"report {ref.digest}"
             )
             state = "VERIFIED"
-        elif not report.ok and state in ("STAGED", "VERIFIED", "APPROVED"):
+        elif outcome == "INVALID" and state in ("STAGED", "VERIFIED", "APPROVED"):
             transition(
                 conn,
                 "release",
@@ -674,6 +763,17 @@ def verify_release(
                 reason=f"report {ref.digest}: {sorted(report.failing)}",
             )
             state = "INVALID"
+        # UNAVAILABLE moves nothing: the attempt (and its unpassing report) is recorded.
+        record_attempt(
+            conn,
+            root_digest,
+            outcome=outcome,
+            state=state,
+            checks=unavailable or sorted(report.failing),
+            report_digest=ref.digest,
+            report_version=ref.version_id,
+            actor=actor,
+        )
         report.state = state
     return report
 

@@ -2,7 +2,7 @@
 
 Order of work (seed 000, "write to staging, then switch only the pointer"):
 
-1. the snapshot must be VALIDATED, APPROVED or ACTIVE; its signed manifest is opened;
+1. the snapshot must be APPROVED or ACTIVE (approval gates releases); its signed manifest is opened;
 2. every member's record is re-read from the pinned sources (selection re-run with
    content kept) and checked against the stored membership table: a member whose
    recomputed content digest, source version, source or split differs is refused, named
@@ -48,7 +48,9 @@ from relgate.tuples import encode_fields
 from relgate.workspace import Workspace
 
 SHARD_PREFIX = "shards/sha256/"
-WRITABLE_SNAPSHOT_STATES = frozenset({"VALIDATED", "APPROVED", "ACTIVE"})
+#: A release is cut only from a snapshot a person approved (seed 002: approval is bound to
+#: the digest); a VALIDATED nightly snapshot nobody approved cannot be released.
+WRITABLE_SNAPSHOT_STATES = frozenset({"APPROVED", "ACTIVE"})
 DEFAULT_SHARD_MB = 64
 SORT_KEY_RULE = "sha256(len32be(sortSeed) sortSeed len32be(sampleId) sampleId)"
 RECORD_BYTES_RULE = "sum of UTF-8 lengths of the string fields + 8"
@@ -117,11 +119,12 @@ def stage_object(store: ObjectStore, key: str, data: bytes) -> str:
 def _require_writable(state: str, digest: str) -> None:
     if state not in WRITABLE_SNAPSHOT_STATES:
         raise RejectedError(
-            f"snapshot is {state}; a release is written only from a VALIDATED, APPROVED or"
+            f"snapshot {digest} is {state}; a release is written only from an APPROVED or"
             " ACTIVE snapshot",
-            object="snapshot",
+            object=f"snapshot {digest}",
             check="snapshot-state",
             digest=digest,
+            details={"state": state, "allowed": sorted(WRITABLE_SNAPSHOT_STATES)},
         )
 
 

@@ -9,9 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from relgate.digests import sha256_digest
+from relgate.errors import RejectedError
 from relgate.records import content_digest
 from relgate.release import manifest as rm
 from relgate.release import records as rr
+from relgate.release.catalog import verification_attempts
 from relgate.release.verifier import SHARD_CHECKS, fetch_shard, verify_release
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key
 from relgate.signing import SigningKey
@@ -265,15 +267,22 @@ def _encrypted(ws, snapshot):
     return write(ws, snapshot.digest, encrypt_key=KEY, key_version="kms-v1")
 
 
-def test_wrong_key_on_an_encrypted_shard(ws, snapshot):
+def test_wrong_key_then_right_key(ws, snapshot):
+    """One try with the wrong key proves nothing: STAGED, attempt recorded, then VERIFIED."""
     release = _encrypted(ws, snapshot)
     report = verify(ws, release, keys={"kms-v1": b"\x07" * 32})
-    n = len(release.shards)
-    assert_invalid(
-        ws, release, report, decryptFailures=n, missingMembers=snapshot.manifest.member_count
-    )
-    failure = report.shards[0]["failures"][0]
-    assert failure["failedCheck"] == "decrypt-authenticate"
+    assert report.outcome == "UNAVAILABLE" and report.unavailable == ["key-unavailable"]
+    assert report.state == state(ws, release.digest) == "STAGED"
+    assert report.counts["keyUnavailable"] == len(release.shards)
+    assert report.counts["decryptFailures"] == 0
+    assert report.shards[0]["failures"][0]["failedCheck"] == "decrypt-authenticate"
+    good = verify(ws, release, keys={"kms-v1": KEY})
+    assert good.outcome == "VERIFIED" and state(ws, release.digest) == "VERIFIED"
+    attempts = verification_attempts(ws.db, release.digest)
+    assert [(a.outcome, a.state, a.checks) for a in attempts] == [
+        ("UNAVAILABLE", "STAGED", ("key-unavailable",)),
+        ("VERIFIED", "VERIFIED", ()),
+    ]
 
 
 def test_wrong_aad_on_an_encrypted_shard(ws, snapshot):
@@ -298,9 +307,10 @@ def test_wrong_aad_on_an_encrypted_shard(ws, snapshot):
 
 def test_wrong_reader_on_an_encrypted_shard(ws, snapshot):
     release = _encrypted(ws, snapshot)
-    # A reader holding only another key version cannot open the release...
+    # A reader holding only another key version cannot open the release: not proof.
     report = verify(ws, release, keys={"kms-v2": KEY})
-    assert_invalid(ws, release, report, decryptFailures=len(release.shards))
+    assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
+    assert report.counts["keyUnavailable"] == len(release.shards)
     # ...and a plaintext parquet reader pointed at the ciphertext finds no footer.
     release2 = _encrypted(ws, snapshot)  # fresh nonces: a new root, still STAGED
     d = release2.shards[0]
@@ -363,3 +373,114 @@ def test_verified_release_whose_shard_later_rots_goes_invalid(ws, snapshot):
     with ws.db.tx() as conn:
         moves = [e["to_state"] for e in history(conn, "release", release.digest)]
     assert moves == ["STAGED", "VERIFIED", "INVALID"]
+
+
+# -- unavailable vs proven wrong (issue 8, item 9) ----------------------------------------
+
+
+def _moves(ws, digest):
+    from relgate.states import history
+
+    with ws.db.tx() as conn:
+        return [e["to_state"] for e in history(conn, "release", digest)]
+
+
+def test_shard_missing_then_restored_stays_staged_then_verifies(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    path = shard_path(ws, release.shards[2])
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)  # the exact pinned version is gone for a while
+    report = verify(ws, release)
+    assert report.outcome == "UNAVAILABLE" and report.unavailable == ["object-unavailable"]
+    assert report.state == state(ws, release.digest) == "STAGED"
+    assert report.counts["objectUnavailable"] == 1
+    # The members of the unread shard are "missing" only because it was not read.
+    assert report.counts["missingMembers"] == release.shards[2]["records"]
+    from relgate.catalog.audit import latest_report
+    from relgate.release.publish import approve_release
+
+    assert not latest_report(ws.db, release.digest, "release")["ok"]
+    with pytest.raises(RejectedError) as err:
+        approve_release(ws, release.digest, approver="alice")
+    assert err.value.check == "verification-report"
+    aside.rename(path)
+    again = verify(ws, release)
+    assert again.outcome == "VERIFIED" and state(ws, release.digest) == "VERIFIED"
+    approve_release(ws, release.digest, approver="alice")
+    assert state(ws, release.digest) == "APPROVED"
+    assert _moves(ws, release.digest) == ["STAGED", "VERIFIED", "APPROVED"]
+    assert [a.outcome for a in verification_attempts(ws.db, release.digest)] == [
+        "UNAVAILABLE",
+        "VERIFIED",
+    ]
+
+
+def test_unreadable_shard_is_unavailable_not_invalid(ws, snapshot):
+    import os
+
+    if os.geteuid() == 0:  # root reads through mode 000: make the path a directory instead
+        release = write(ws, snapshot.digest)
+        path = shard_path(ws, release.shards[0])
+        data = path.read_bytes()
+        os.chmod(path, 0o644)
+        path.unlink()
+        path.mkdir()
+        report = verify(ws, release)
+        path.rmdir()
+        path.write_bytes(data)
+    else:
+        release = write(ws, snapshot.digest)
+        path = shard_path(ws, release.shards[0])
+        os.chmod(path, 0)
+        report = verify(ws, release)
+        os.chmod(path, 0o444)
+    assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
+    failure = report.shards[0]["failures"][0]
+    assert failure["check"] == "objectUnavailable" and "could not be read" in failure["message"]
+    assert verify(ws, release).state == "VERIFIED"
+
+
+def test_proven_wrong_beside_a_missing_shard_is_invalid_for_good(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    missing, rotten = release.shards[0], release.shards[1]
+    path = shard_path(ws, missing)
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)
+    overwrite_in_place(shard_path(ws, rotten), b"PAR1")
+    report = verify(ws, release)
+    assert report.outcome == "INVALID" and state(ws, release.digest) == "INVALID"
+    assert report.unavailable == ["object-unavailable"]  # recorded, but proof wins
+    assert report.counts["storageDigestMismatch"] == 1
+    aside.rename(path)
+    # INVALID is final: a later attempt can only confirm it.
+    assert verify(ws, release).state == "INVALID"
+    assert _moves(ws, release.digest) == ["STAGED", "INVALID"]
+
+
+def test_verified_release_whose_shard_goes_missing_keeps_its_state(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    assert verify(ws, release).state == "VERIFIED"
+    path = shard_path(ws, release.shards[0])
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)
+    report = verify(ws, release)
+    assert report.outcome == "UNAVAILABLE" and report.state == "VERIFIED"
+    from relgate.catalog.audit import latest_report
+
+    assert not latest_report(ws.db, release.digest, "release")["ok"]
+    aside.rename(path)
+    assert verify(ws, release).outcome == "VERIFIED"
+    assert _moves(ws, release.digest) == ["STAGED", "VERIFIED"]
+
+
+def test_missing_snapshot_membership_is_unavailable(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    ref = snapshot.manifest.members_ref
+    path = ws.store.local_path(ref.key, ref.version_id)
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)
+    report = verify(ws, release)
+    assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
+    assert report.counts["unavailable:object-unavailable"] == 1
+    aside.rename(path)
+    assert verify(ws, release).state == "VERIFIED"
