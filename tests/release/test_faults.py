@@ -3,6 +3,7 @@ for real on stored objects or by a root manifest forged with the trusted workspa
 Every one must end with the release INVALID and the report naming the class counts."""
 
 import io
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -484,3 +485,120 @@ def test_missing_snapshot_membership_is_unavailable(ws, snapshot):
     assert report.counts["unavailable:object-unavailable"] == 1
     aside.rename(path)
     assert verify(ws, release).state == "VERIFIED"
+
+
+def _cli(home, *args, expect):
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "relgate.cli", "--home", str(home), *args, "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RELGATE_HASH_WORKERS": "1"},
+    )
+    assert proc.returncode == expect, (args, proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stdout
+    return json.loads(lines[0])
+
+
+def test_cli_exit_code_and_state_agree_with_the_catalog(ws):
+    from relgate.snapshot import lifecycle
+    from tests.snapshot.helpers import build_validated
+
+    snap = build_validated(ws)
+    # Item 3: a VALIDATED snapshot nobody approved cannot be released.
+    refused = _cli(ws.home, "release", "build", snap.digest, "--records-per-shard", "40", expect=3)
+    assert refused["check"] == "snapshot-state" and refused["digest"] == snap.digest
+    assert refused["details"]["state"] == "VALIDATED" and snap.digest in refused["object"]
+    lifecycle.approve(ws, snap.digest, approver="alice")
+    built = _cli(ws.home, "release", "build", snap.digest, "--records-per-shard", "40", expect=0)
+    root = built["release"]
+    assert built["state"] == "STAGED"
+    descriptor = get_release_manifest(ws, root).shards[1]
+    path = shard_path(ws, descriptor)
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)
+    out = _cli(ws.home, "release", "verify", root, "--workers", "0", expect=3)
+    assert (out["outcome"], out["state"], out["check"]) == (
+        "UNAVAILABLE",
+        "STAGED",
+        "object-unavailable",
+    )
+    assert state(ws, root) == "STAGED"
+    aside.rename(path)
+    out = _cli(ws.home, "release", "verify", root, "--workers", "0", expect=0)
+    assert (out["outcome"], out["state"]) == ("VERIFIED", "VERIFIED") and state(
+        ws, root
+    ) == "VERIFIED"
+    shown = _cli(ws.home, "release", "show", root, expect=0)
+    assert [a["outcome"] for a in shown["verificationAttempts"]] == ["UNAVAILABLE", "VERIFIED"]
+
+    # Proven wrong is final, and every later command says so with exit 3.
+    good = path.read_bytes()
+    overwrite_in_place(path, good[:-7])
+    out = _cli(ws.home, "release", "verify", root, "--workers", "0", expect=3)
+    assert (out["outcome"], out["state"], out["check"]) == ("INVALID", "INVALID", "verification")
+    overwrite_in_place(path, good)
+    out = _cli(ws.home, "release", "verify", root, "--workers", "0", expect=3)
+    assert (out["outcome"], out["state"], out["check"]) == ("VERIFIED", "INVALID", "release-state")
+    rebuilt = _cli(ws.home, "release", "build", snap.digest, "--records-per-shard", "40", expect=3)
+    assert rebuilt["release"] == root
+    assert (rebuilt["state"], rebuilt["check"]) == ("INVALID", "release-state")
+    assert state(ws, root) == "INVALID"
+
+
+def get_release_manifest(ws, root):
+    from relgate.release.catalog import get_release
+
+    return rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"])
+
+
+@pytest.mark.s3
+def test_s3_shard_unreachable_then_back(tmp_path, moto_s3_endpoint):
+    """On moto S3: the shard store unreachable for the verifier's reads (connection
+    refused), then reachable again; and a pinned version deleted for real."""
+    import socket
+    import uuid
+
+    from relgate.demo import seed_demo
+    from relgate.objects.s3 import S3ObjectStore
+    from relgate.transforms import tag_transform
+    from relgate.workspace import Workspace, default_config
+    from tests.snapshot.helpers import build_approved
+
+    bucket = f"relgate-rel-{uuid.uuid4().hex[:20]}"
+    store = S3ObjectStore(bucket, endpoint_url=moto_s3_endpoint)
+    store.ensure_bucket()
+    home = tmp_path / "home"
+    config = default_config(home)
+    config["objectStore"] = {"kind": "s3", "bucket": bucket, "endpointUrl": moto_s3_endpoint}
+    ws = Workspace.init(home, config)
+    try:
+        tag_transform(ws.db, "registry.local/normalize:v1")
+        seed_demo(ws, tickets=60, forum_objects=2, per_object=10, chat_events=30)
+        snapshot = build_approved(ws)
+        release = write(ws, snapshot.digest, records_per_shard=25)
+        with socket.socket() as s:  # a loopback port with nothing listening
+            s.bind(("127.0.0.1", 0))
+            dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+        live = dict(ws.config["objectStore"])
+        ws.config["objectStore"] = {**live, "endpointUrl": dead}
+        report = verify_release(ws, release.digest, workers=0, actor="test")
+        assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
+        assert report.counts["objectUnavailable"] == len(release.shards)
+        ws.config["objectStore"] = live
+        report = verify_release(ws, release.digest, workers=0, actor="test")
+        assert report.outcome == "VERIFIED" and state(ws, release.digest) == "VERIFIED"
+
+        second = write(ws, snapshot.digest, records_per_shard=30)
+        d = second.shards[0]
+        ws.store.delete_version(shard_key(d["digest"], encrypted=False), d["objectVersion"])
+        report = verify_release(ws, second.digest, workers=0, actor="test")
+        assert report.outcome == "UNAVAILABLE" and report.unavailable == ["object-unavailable"]
+        assert state(ws, second.digest) == "STAGED"
+    finally:
+        ws.close()
+        store.destroy_bucket()
