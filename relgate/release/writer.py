@@ -249,16 +249,36 @@ def write_release(
 ) -> rm.ReleaseManifest:
     """Stage shards and a signed root manifest for a snapshot; the release row is STAGED.
 
-    With ``lease_id`` (a publisher lease, :mod:`relgate.lifecycle.pins`) every key is
-    added to the lease, and the lease renewed, before it is staged, so garbage collection
-    never deletes a staged or reused object under an in-progress publisher.
+    Every key is added to a publisher lease (:mod:`relgate.lifecycle.pins`), and the lease
+    renewed, before it is staged, so garbage collection never deletes a staged or reused
+    object under an in-progress publisher.  Without ``lease_id`` the writer acquires its
+    own lease and releases it once the release row is committed (the row then retains
+    the objects); with ``lease_id`` the caller's lease is used and left held.
     """
+    if lease_id is None:
+        from relgate.lifecycle.pins import publisher_lease
+
+        with publisher_lease(
+            ws, holder=f"release-writer:{actor}", ttl_seconds=lease_ttl_seconds
+        ) as held:
+            return write_release(
+                ws,
+                snapshot_digest,
+                shard_mb=shard_mb,
+                records_per_shard=records_per_shard,
+                encrypt_key=encrypt_key,
+                key_version=key_version,
+                sort_seed=sort_seed,
+                parquet=parquet,
+                actor=actor,
+                lease_id=held.lease_id,
+                lease_ttl_seconds=lease_ttl_seconds,
+            )
 
     def lease(key: str) -> None:
-        if lease_id is not None:
-            from relgate.lifecycle.pins import renew_lease
+        from relgate.lifecycle.pins import renew_lease
 
-            renew_lease(ws, lease_id, ttl_seconds=lease_ttl_seconds, keys=[key])
+        renew_lease(ws, lease_id, ttl_seconds=lease_ttl_seconds, keys=[key])
 
     if shard_mb < 1 or (records_per_shard is not None and records_per_shard < 1):
         raise RejectedError(
