@@ -602,3 +602,27 @@ def test_s3_shard_unreachable_then_back(tmp_path, moto_s3_endpoint):
     finally:
         ws.close()
         store.destroy_bucket()
+
+
+def test_per_record_token_counts_are_recounted_not_only_the_total(ws, snapshot):
+    """Two records' token counts shifted by +3/-3: the shard total, descriptor and every
+    digest the forger can recompute agree; only the per-record recount catches it."""
+    release = write(ws, snapshot.digest)
+    schema = member_schema(ws, release)
+    d = release.shards[1]
+    table = read_shard(ws, d)
+    first, second = table.slice(0, 2).to_pylist()
+    assert second["tokens"] >= 3
+    changed = rewrite_record(
+        rewrite_record(table, 0, tokens=first["tokens"] + 3), 1, tokens=second["tokens"] - 3
+    )
+    new = store_shard(ws, changed, d, schema)
+    assert new["tokens"] == d["tokens"]
+    forged = forge(ws, release, lambda body: body["shards"].__setitem__(1, new))
+    report = verify(ws, forged)
+    assert report.outcome == "INVALID" and state(ws, forged.digest) == "INVALID"
+    assert report.failing == {"tokenCountMismatch": 1}
+    bad = [s for s in report.shards if not s["ok"]]
+    assert [f["message"] for f in bad[0]["failures"]] == [
+        "a record's token count is not its recount"
+    ]

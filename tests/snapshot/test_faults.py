@@ -211,6 +211,30 @@ def test_late_event_older_than_the_watermark_makes_it_incomplete(ws):
     assert state_of(ws, result.digest) == "INCOMPLETE"
 
 
+def test_late_event_exactly_at_the_watermark_makes_it_incomplete(ws):
+    """The boundary is inclusive: an event committed *at* the watermark belonged to this
+    snapshot's boundary, so arriving after pinning it is late (``<=``, not ``<``)."""
+    result = build(ws)
+    commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
+    append_segment(
+        ws.store,
+        "cdc/chat/",
+        [
+            {
+                "offset": 60,
+                "commit": commit_wm,
+                "op": "upsert",
+                "id": "chat/at-the-watermark",
+                "lang": "en",
+                "text": "a message committed exactly at the watermark",
+            }
+        ],
+    )
+    report = validate_snapshot(ws, result.digest, actor="t")
+    assert report.outcome == "INCOMPLETE" and report.checks["lateEvents"] == 1
+    assert state_of(ws, result.digest) == "INCOMPLETE"
+
+
 def test_new_events_after_the_watermark_belong_to_the_next_snapshot(ws):
     result = build(ws)
     commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
