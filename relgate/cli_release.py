@@ -48,9 +48,12 @@ def release_build(
     key_version: str | None,
 ) -> dict[str, Any]:
     """Write parquet shards for SNAPSHOT under digest-addressed keys and sign the root."""
+    from relgate.identifiers import validate_id
     from relgate.release.writer import write_release
     from relgate.snapshot.catalog import resolve
 
+    if key_version is not None:
+        key_version = validate_id(key_version, kind="key version", where="--key-version")
     ws = ctx.ws()
     key = Path(encrypt_key_file).read_bytes() if encrypt_key_file else None
     manifest = write_release(

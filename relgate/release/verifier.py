@@ -795,12 +795,23 @@ def load_report(ws: Workspace, digest: str, version_id: str) -> dict[str, Any]:
 
 def key_ring(specs: Iterable[str]) -> dict[str, bytes]:
     """``VERSION=PATH`` specs -> ``{keyVersion: key bytes}`` (the reader's key ring)."""
+    from relgate.identifiers import validate_id
+
     ring = {}
     for spec in specs:
         version, sep, path = spec.partition("=")
         if not sep or not version:
-            raise UsageError("a key is given as VERSION=PATH", object=spec, check="key-spec")
-        ring[version] = Path(path).read_bytes()
+            raise UsageError("a key is given as VERSION=PATH", object="--key", check="key-spec")
+        version = validate_id(version, kind="key version", where="--key")
+        try:
+            with open(path, "rb") as fh:
+                ring[version] = fh.read(33)
+        except OSError as exc:
+            raise UsageError(
+                f"key file unreadable: {type(exc).__name__}",
+                object=f"--key {version}",
+                check="key-file",
+            ) from None
     return ring
 
 
