@@ -283,7 +283,6 @@ def run_worker_cmd(
     try:
 
         def verified(result: Any) -> None:
-            metrics.verified_shard_ratio.labels(root).set(1.0)
             metrics.ready.labels(root).set(1)
             if probe is not None:
                 probe.is_ready = True

@@ -30,6 +30,7 @@ import multiprocessing as mp
 import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -154,6 +155,7 @@ class ShardResult:
     tuples: pa.Table | None = None
     decrypted: bool = False
     decoded_bytes: int = 0
+    read_seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -173,6 +175,8 @@ class ShardResult:
             "bytes": self.bytes,
             "storedContentDigestMismatches": self.stored_content_mismatches,
             "recordSchema": self.schema_seen,
+            "decodedBytes": self.decoded_bytes,
+            "readMicros": int(self.read_seconds * 1_000_000),
             "failures": self.failures,
         }
 
@@ -212,7 +216,11 @@ def _read_exact(task: ShardTask, result: ShardResult) -> bytes | None:
 
 
 def fetch_shard(
-    store: Any, descriptor: Mapping[str, Any], cache_dir: str | os.PathLike[str] | None = None
+    store: Any,
+    descriptor: Mapping[str, Any],
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    root: str = "unknown",
 ) -> tuple[bytes, str]:
     """Shard bytes for a reader (run workers), through an optional local cache.
 
@@ -235,6 +243,9 @@ def fetch_shard(
                 return data, "hit"
             status = "rejected"
             cached.unlink(missing_ok=True)
+            from relgate.release.metrics import current
+
+            current().cache_corrupted(root)
     key = object_key(descriptor)
     data = store.get(key, str(descriptor["objectVersion"]))
     actual = _sha(data)
@@ -262,7 +273,9 @@ def verify_shard(task: ShardTask) -> ShardResult:
     """Every per-shard check, from the exact object version; never raises on bad data."""
     d = task.descriptor
     result = ShardResult(str(d["id"]), str(d["digest"]), str(d["objectVersion"]))
+    started = time.perf_counter()
     data = _read_exact(task, result)
+    result.read_seconds = time.perf_counter() - started
     if data is None:
         return result
     result.bytes = len(data)
@@ -712,6 +725,14 @@ def verify_release(
         problems.append(f"malformed root manifest: {type(exc).__name__}")
         counts["fatal:root-shape"] = 1
     outcome, unavailable = outcome_of(counts)
+    from relgate.release.metrics import current
+
+    current().observe_verification(
+        root_digest,
+        counts,
+        [r.to_json() for r in results],
+        int(facts.get("shards", len(results))),
+    )
     report = VerificationReport(
         root=root_digest,
         outcome=outcome,
