@@ -48,20 +48,24 @@ class PermitConfig(dg.Config):
 @dg.asset(
     group_name=GROUP,
     kinds={"parquet"},
-    description="Parquet shards under digest-addressed keys and a signed training.shard.release.v1 root.",
+    description="Parquet shards under digest-addressed keys and a signed training.shard.release.v1 root,"
+    " cut only from the approved and activated snapshot (never from a raw nightly build).",
 )
 def shard_release(
     context: dg.AssetExecutionContext,
     config: ReleaseConfig,
     relgate: RelgateResource,
-    dataset_snapshot: str,
+    snapshot_alias: dict[str, Any],
 ) -> dg.Output[str]:
     from relgate.release.writer import write_release
 
     ws = relgate.workspace()
+    # The upstream is the activated snapshot; the writer re-checks its catalog state
+    # (APPROVED or ACTIVE) itself, so a forged upstream value is refused as well.
+    snapshot = str(snapshot_alias["activeDigest"])
     manifest = write_release(
         ws,
-        dataset_snapshot,
+        snapshot,
         shard_mb=config.shard_mb,
         records_per_shard=config.records_per_shard or None,
         actor=relgate.actor,

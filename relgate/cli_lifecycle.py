@@ -216,6 +216,7 @@ def register(main: click.Group) -> None:
     @pass_ctx
     def lineage_cmd(ctx: Ctx, sample_id: str) -> dict[str, Any]:
         """Every version, pin, permit and run that holds SAMPLE_ID (by membership)."""
+        from relgate.identifiers import validate_id
         from relgate.lifecycle.lineage import lineage
 
-        return lineage(ctx.ws(), sample_id)
+        return lineage(ctx.ws(), validate_id(sample_id, where="lineage SAMPLE_ID"))

@@ -47,9 +47,12 @@ def release_build(
     key_version: str | None,
 ) -> dict[str, Any]:
     """Write parquet shards for SNAPSHOT under digest-addressed keys and sign the root."""
+    from relgate.identifiers import validate_id
     from relgate.release.writer import write_release
     from relgate.snapshot.catalog import resolve
 
+    if key_version is not None:
+        key_version = validate_id(key_version, kind="key version", where="--key-version")
     ws = ctx.ws()
     key = Path(encrypt_key_file).read_bytes() if encrypt_key_file else None
     manifest = write_release(
@@ -61,13 +64,28 @@ def release_build(
         key_version=key_version,
         actor=_actor(),
     )
-    return {
+    from relgate.release.catalog import get_release
+
+    # The printed state is the catalog's: a rebuild that yields a root already recorded
+    # (e.g. one proven INVALID) says so and is refused, never "STAGED".
+    state = str(get_release(ws.db, manifest.digest)["state"])
+    out: dict[str, Any] = {
         "release": manifest.digest,
-        "state": "STAGED",
+        "state": state,
         "snapshot": manifest.snapshot,
         "totals": manifest.body["totals"],
         "orderedMemberTupleRoot": manifest.body["orderedMemberTupleRoot"],
     }
+    if state == "INVALID":
+        out.update(
+            _ok=False,
+            error="rejected",
+            check="release-state",
+            object="release",
+            digest=manifest.digest,
+            message="this root was already proven wrong (INVALID is final)",
+        )
+    return out
 
 
 @command(release, "verify")
@@ -90,7 +108,35 @@ def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> 
         keys=key_ring(keys),
         actor=_actor(),
     )
-    return {**report.summary(), "counts": report.counts, "_ok": report.ok}
+    return verify_result(report)
+
+
+#: Catalog states in which a passing verification leaves the release usable.
+_GOOD_STATES = ("VERIFIED", "APPROVED", "PUBLISHED")
+
+
+def verify_result(report: Any) -> dict[str, Any]:
+    """Exit code and printed state always agree with the catalog row after the attempt."""
+    out: dict[str, Any] = {**report.summary(), "counts": report.counts}
+    ok = report.ok and report.state in _GOOD_STATES
+    out["_ok"] = ok
+    if not ok:
+        out["error"] = "rejected"
+        out["object"] = "release"
+        out["digest"] = report.root
+        if report.outcome == "UNAVAILABLE":
+            out["check"] = report.unavailable[0]
+            out["message"] = (
+                f"verification could not complete ({', '.join(report.unavailable)});"
+                f" the release stays {report.state} and can be verified again"
+            )
+        elif report.outcome == "INVALID":
+            out["check"] = "verification"
+            out["message"] = f"proven wrong: {sorted(report.failing)}; INVALID is final"
+        else:
+            out["check"] = "release-state"
+            out["message"] = f"verification passed but the release is {report.state} (final)"
+    return out
 
 
 @command(release, "approve")
@@ -166,9 +212,12 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> dict[str, Any]:
     row = get_release(ws.db, digest)
     with ws.db.tx() as conn:
         events = history(conn, "release", digest)
+    from relgate.release.catalog import verification_attempts
+
     out: dict[str, Any] = {
         **row,
         "history": events,
+        "verificationAttempts": [a.to_json() for a in verification_attempts(ws.db, digest)],
         "approvals": approvals(ws.db, digest),
         "latestReport": latest_report(ws.db, digest, "release"),
         "fenceHits": ws.gate().hits_for(digest),
@@ -326,7 +375,6 @@ def run_worker_cmd(
     try:
 
         def verified(result: Any) -> None:
-            metrics.verified_shard_ratio.labels(root).set(1.0)
             metrics.ready.labels(root).set(1)
             if probe is not None:
                 probe.is_ready = True

@@ -25,6 +25,7 @@ from relgate.errors import (
     RelgateError,
     UsageError,
 )
+from relgate.identifiers import validate_ids
 from relgate.lifecycle.retention import now_utc, retained_versions
 from relgate.objects.base import ObjectStore
 from relgate.objects.cas import ContentRef, digest_of_uri
@@ -404,7 +405,7 @@ class Gate:
 
     # -- fences ----------------------------------------------------------------------------
     def add_tombstones(self, sample_ids: Iterable[str], *, reason: str, actor: str) -> FenceAdvance:
-        ids = sorted(set(sample_ids))
+        ids = sorted(set(validate_ids(sample_ids, kind="tombstone id", where="tombstone")))
         if not ids:
             raise UsageError("no sample ids given", object="tombstone", check="non-empty")
         return self._advance("tombstone", ids, note=reason, actor=actor)
@@ -412,7 +413,9 @@ class Gate:
     def add_benchmark_items(
         self, content_digests: Iterable[str], *, benchmark: str, actor: str
     ) -> FenceAdvance:
-        digests = sorted(set(content_digests))
+        digests = sorted(
+            set(validate_ids(content_digests, kind="benchmark item", where="benchmark"))
+        )
         if not digests:
             raise UsageError("no content digests given", object="benchmark", check="non-empty")
         return self._advance("benchmark", digests, note=benchmark, actor=actor)

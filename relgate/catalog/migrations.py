@@ -291,4 +291,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX runs_permit ON runs (permit_id)",
         ),
     ),
+    Migration(
+        5,
+        "release verification attempts",
+        (
+            # One row per `release verify`: VERIFIED, INVALID (final) or UNAVAILABLE (an
+            # object or key could not be had; the release keeps its state and can be
+            # verified again).
+            """CREATE TABLE verification_attempts (
+                {id},
+                digest TEXT NOT NULL,
+                outcome TEXT NOT NULL,
+                state TEXT NOT NULL,
+                checks TEXT NOT NULL,
+                report_digest TEXT NOT NULL,
+                report_version TEXT NOT NULL,
+                actor TEXT NOT NULL,
+                at TEXT NOT NULL)""",
+            "CREATE INDEX verification_attempts_digest ON verification_attempts (digest)",
+        ),
+    ),
 )

@@ -16,7 +16,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
@@ -30,6 +32,9 @@ from relgate.workspace import Workspace
 
 PIN_KINDS = ("explicit", "checkpoint")
 LEASE_PURPOSES = ("publisher", "reader")
+#: A publisher lease outlives any one staging step; it is renewed before every key is
+#: written, so only a writer that stops renewing (crashed) loses its protection.
+PUBLISHER_LEASE_TTL_SECONDS = 3600
 
 
 def subject_kind(conn: Connection, digest: str) -> str:
@@ -344,3 +349,37 @@ def leased_keys(conn: Connection, now: dt.datetime) -> dict[str, str]:
             {"now": format_time(now)},
         )
     }
+
+
+def source_pin_keys(entries: Iterable[Any]) -> list[str]:
+    """Canonical keys of the CAS documents a snapshot's frozen source entries pin."""
+    from relgate.lifecycle.refs import _cas_refs
+
+    return sorted({canonical_key(uri) for uri, _ in _cas_refs(list(entries))})
+
+
+@dataclass
+class PublisherLease:
+    """A live publisher lease held by a writer: :meth:`cover` adds a key (and renews the
+    lease) *before* the key is written, so no sweep batch can take it in between."""
+
+    ws: Workspace
+    lease_id: str
+    ttl_seconds: int = PUBLISHER_LEASE_TTL_SECONDS
+
+    def cover(self, *keys: str) -> None:
+        renew_lease(self.ws, self.lease_id, ttl_seconds=self.ttl_seconds, keys=keys)
+
+
+@contextmanager
+def publisher_lease(
+    ws: Workspace, *, holder: str, ttl_seconds: int = PUBLISHER_LEASE_TTL_SECONDS
+) -> Iterator[PublisherLease]:
+    """Hold a publisher lease for the life of a staging step; released at the end (also on
+    failure: what was staged then is an orphan, protected only by the grace period)."""
+    lease = acquire_lease(ws, holder=holder, purpose="publisher", ttl_seconds=ttl_seconds)
+    held = PublisherLease(ws, lease["leaseId"], ttl_seconds)
+    try:
+        yield held
+    finally:
+        release_lease(ws, held.lease_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
@@ -67,3 +69,79 @@ def list_releases(db: Database) -> list[dict[str, Any]]:
             conn,
             "SELECT digest, state, snapshot_digest, shard_count, record_count, created_at FROM releases ORDER BY created_at",
         )
+
+
+@dataclass(frozen=True)
+class VerificationAttempt:
+    """One recorded ``release verify`` (typed: read by the CLI, Dagster and the metrics)."""
+
+    digest: str
+    outcome: str  # VERIFIED | INVALID | UNAVAILABLE
+    state: str  # the release's catalog state after the attempt
+    checks: tuple[str, ...]
+    report_digest: str
+    report_version: str
+    actor: str
+    at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "digest": self.digest,
+            "outcome": self.outcome,
+            "state": self.state,
+            "checks": list(self.checks),
+            "reportDigest": self.report_digest,
+            "reportVersion": self.report_version,
+            "actor": self.actor,
+            "at": self.at,
+        }
+
+
+def record_attempt(
+    conn: Connection,
+    digest: str,
+    *,
+    outcome: str,
+    state: str,
+    checks: list[str],
+    report_digest: str,
+    report_version: str,
+    actor: str,
+) -> None:
+    execute(
+        conn,
+        "INSERT INTO verification_attempts (digest, outcome, state, checks, report_digest,"
+        " report_version, actor, at) VALUES (:d, :o, :s, :c, :r, :v, :a, :now)",
+        {
+            "d": digest,
+            "o": outcome,
+            "s": state,
+            "c": json.dumps(sorted(checks)),
+            "r": report_digest,
+            "v": report_version,
+            "a": actor,
+            "now": utcnow(),
+        },
+    )
+
+
+def verification_attempts(db: Database, digest: str) -> list[VerificationAttempt]:
+    with db.tx() as conn:
+        found = rows(
+            conn,
+            "SELECT * FROM verification_attempts WHERE digest = :d ORDER BY id",
+            {"d": digest},
+        )
+    return [
+        VerificationAttempt(
+            digest=str(r["digest"]),
+            outcome=str(r["outcome"]),
+            state=str(r["state"]),
+            checks=tuple(json.loads(r["checks"])),
+            report_digest=str(r["report_digest"]),
+            report_version=str(r["report_version"]),
+            actor=str(r["actor"]),
+            at=str(r["at"]),
+        )
+        for r in found
+    ]

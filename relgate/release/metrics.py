@@ -3,19 +3,71 @@
 The probe answers 200 only after the process has pinned its root and verified its shards;
 object-store connectivity is not readiness.  Metric labels carry digests and error codes,
 never sample text.
+
+Every value is set where it is known, from what was measured (seed 000's list):
+
+==========================  ===========================================================
+metric                      set by / value
+==========================  ===========================================================
+verified_shards_ratio       verifier (``release verify``: shards that passed over the
+                            root's descriptors) and run workers (passed over assigned)
+member_diff{cls}            verifier: missing, extra, duplicate, contentSubstitution,
+                            sourceVersionSubstitution, splitConflict counts
+digest_failures             verifier and workers: shards whose storage, logical or
+                            member-set digest failed
+cache_corruption            :func:`relgate.release.verifier.fetch_shard`: a cached copy
+                            whose size or SHA-256 did not match, discarded
+barrier_wait_seconds        run worker: time at the step-0 barrier, updated while waiting
+root_mismatches             barrier: ranks of the current epoch that reported another root
+read_bytes_per_second       stored bytes read over the seconds spent reading them
+decompression_ratio         decoded record bytes (Arrow buffers) over stored bytes
+==========================  ===========================================================
+
+Library code records through :func:`current`, the process's active metrics object (the
+last one constructed; a private default otherwise), so no handle has to be threaded
+through the reader, verifier and barrier.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+#: Verification counts -> ``member_diff`` classes (the rule, written once).
+MEMBER_CLASSES = {
+    "missingMembers": "missing",
+    "extraMembers": "extra",
+    "duplicateMembers": "duplicate",
+    "contentSubstitutions": "contentSubstitution",
+    "sourceVersionSubstitutions": "sourceVersionSubstitution",
+    "splitConflicts": "splitConflict",
+}
+#: Per-shard checks that are digest failures.
+DIGEST_CHECKS = frozenset(
+    {"storageDigestMismatch", "logicalDigestMismatch", "memberSetDigestMismatch"}
+)
+
+
+class _Totals:
+    __slots__ = ("assigned", "checked", "decoded", "ok", "seconds", "stored")
+
+    def __init__(self) -> None:
+        self.assigned = 0
+        self.checked = self.ok = self.stored = self.decoded = 0
+        self.seconds = 0.0
+
 
 class ReleaseMetrics:
-    def __init__(self) -> None:
+    def __init__(self, *, activate: bool = True) -> None:
+        global _current
+        if activate:
+            _current = self
+        self._totals: dict[str, _Totals] = defaultdict(_Totals)
         self.registry = CollectorRegistry()
         labels = ["root"]
         self.verified_shard_ratio = Gauge(
@@ -48,9 +100,9 @@ class ReleaseMetrics:
             [*labels, "rank"],
             registry=self.registry,
         )
-        self.root_mismatches = Counter(
+        self.root_mismatches = Gauge(
             "relgate_root_mismatches",
-            "Ranks that reported a different root",
+            "Ranks of the current epoch that reported a different root",
             labels,
             registry=self.registry,
         )
@@ -75,7 +127,69 @@ class ReleaseMetrics:
 
     def from_report(self, root: str, report: dict[str, Any]) -> None:
         for cls, count in report.get("counts", {}).items():
-            self.members.labels(root, cls).set(int(count))
+            self.members.labels(root, MEMBER_CLASSES.get(cls, cls)).set(int(count))
+
+    # -- recorders (called where the value is known) ------------------------------------
+
+    def assigned(self, root: str, shards: int) -> None:
+        """A worker was assigned ``shards`` shards of ``root`` (the ratio's denominator)."""
+        self._totals[root].assigned += shards
+        self._ratio(root)
+
+    def observe_shard(self, root: str, shard: Mapping[str, Any]) -> None:
+        """One shard's verification (``ShardResult.to_json()``): ratio, digests, I/O."""
+        t = self._totals[root]
+        t.checked += 1
+        t.ok += 1 if shard["ok"] else 0
+        failed = {f["check"] for f in shard.get("failures", [])}
+        if failed & DIGEST_CHECKS:
+            self.digest_failures.labels(root).inc()
+        t.stored += int(shard.get("bytes", 0))
+        t.decoded += int(shard.get("decodedBytes", 0))
+        t.seconds += int(shard.get("readMicros", 0)) / 1_000_000
+        if t.seconds > 0:
+            self.read_bytes_per_s.labels(root).set(t.stored / t.seconds)
+        if t.stored > 0:
+            self.decompression_ratio.labels(root).set(t.decoded / t.stored)
+        self._ratio(root)
+
+    def observe_verification(
+        self, root: str, counts: Mapping[str, int], shards: Iterable[Mapping[str, Any]], total: int
+    ) -> None:
+        """A whole ``release verify``: every shard, the member diff, ratio over ``total``."""
+        self._totals.pop(root, None)
+        self._totals[root].assigned = total
+        for shard in shards:
+            self.observe_shard(root, shard)
+        for name, cls in MEMBER_CLASSES.items():
+            self.members.labels(root, cls).set(int(counts.get(name, 0)))
+        self._ratio(root)
+
+    def cache_corrupted(self, root: str) -> None:
+        self.cache_corruption.labels(root).inc()
+
+    def barrier_waited(self, root: str, rank: int, seconds: float) -> None:
+        self.barrier_wait.labels(root, str(rank)).set(seconds)
+
+    def root_mismatch(self, root: str, reported: Iterable[str]) -> None:
+        self.root_mismatches.labels(root).set(sum(1 for r in reported if r != root))
+
+    def _ratio(self, root: str) -> None:
+        t = self._totals[root]
+        denominator = t.assigned or t.checked
+        if denominator:
+            self.verified_shard_ratio.labels(root).set(t.ok / denominator)
+
+
+_current: ReleaseMetrics | None = None
+
+
+def current() -> ReleaseMetrics:
+    """The process's active metrics (a private, unexported default if none was made)."""
+    global _current
+    if _current is None:
+        _current = ReleaseMetrics()
+    return _current
 
 
 class Probe:

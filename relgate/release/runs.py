@@ -37,6 +37,7 @@ from relgate.errors import (
 )
 from relgate.permits import NO_GENERATION, acquire, close_permit
 from relgate.release import manifest as rm
+from relgate.release import metrics as release_metrics
 from relgate.release.catalog import get_release
 from relgate.release.reader import ReaderLease
 from relgate.states import RUN_ADMITTED_STATES, RUN_LIVE_STATES, RUN_TERMINAL_STATES
@@ -322,6 +323,7 @@ def shard_checker(
             key,
         )
         result = verify_shard(task)
+        release_metrics.current().observe_shard(manifest.digest, result.to_json())
         if not result.ok:
             first = result.failures[0]
             raise IntegrityError(
@@ -449,6 +451,7 @@ def _run_worker(
     root = str(run["root_digest"])
     epoch = int(run["assignment_epoch"])
     shard_ids = assignment(ws.db, run_id, epoch, rank)
+    release_metrics.current().assigned(root, len(shard_ids))
     ok, detail, digests = True, "verified", []
     try:
         release = get_release(ws.db, root)
@@ -490,6 +493,7 @@ def _run_worker(
         with ws.db.tx() as conn:
             state = _barrier_state(conn, run_id, epoch)
         result.barrier_wait_s = time.monotonic() - started
+        release_metrics.current().barrier_waited(root, rank, result.barrier_wait_s)
         if state["run"]["state"] == "FAILED" and state["run"]["barrier_epoch"] < epoch:
             raise RejectedError(
                 f"run failed before step 0: {state['run']['failure']}",
@@ -574,6 +578,7 @@ def _barrier_state(conn: Connection, run_id: str, epoch: int) -> dict[str, Any]:
     )
     problem: tuple[str, str] | None = None
     roots = {r["root_digest"] for r in reports}
+    release_metrics.current().root_mismatch(run["root_digest"], [r["root_digest"] for r in reports])
     state = run_state(run)
     if state == "REVOKED":
         problem = ("run-revoked", f"run revoked: {run['end_reason']}")

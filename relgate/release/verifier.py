@@ -30,6 +30,7 @@ import multiprocessing as mp
 import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -45,12 +46,12 @@ import pyarrow.parquet as pq
 from relgate.canonical import canonical_bytes
 from relgate.catalog.audit import record_report
 from relgate.digests import is_digest
-from relgate.errors import NotFoundError, RelgateError, UsageError
+from relgate.errors import NotFoundError, RejectedError, RelgateError, UsageError
 from relgate.membership import tuple_root
 from relgate.release import attest, crypto
 from relgate.release import manifest as rm
 from relgate.release import records as rr
-from relgate.release.catalog import get_release
+from relgate.release.catalog import get_release, record_attempt
 from relgate.signing import sign_envelope
 from relgate.snapshot import manifest as sm
 from relgate.snapshot.catalog import get_snapshot
@@ -63,7 +64,8 @@ SHARD_KEY_PREFIX = "shards/sha256/"
 
 #: Per-shard checks; each counts the shards that failed it.
 SHARD_CHECKS = (
-    "objectMissing",
+    "objectUnavailable",
+    "keyUnavailable",
     "sizeMismatch",
     "storageDigestMismatch",
     "decryptFailures",
@@ -91,6 +93,23 @@ RELEASE_CHECKS = (
     "watermarkMismatch",
 )
 ZERO_CHECKS = SHARD_CHECKS + RELEASE_CHECKS
+
+#: Outcomes of one verification attempt.  UNAVAILABLE is not a verdict: an object could not
+#: be read or no key could open it, so nothing was proven and the release keeps its state
+#: (STAGED stays STAGED) with the failed attempt recorded.  INVALID is final.
+OUTCOMES = ("VERIFIED", "INVALID", "UNAVAILABLE")
+#: Counts that say "could not look", never "looked and it was wrong".
+UNAVAILABLE_CHECKS = {
+    "objectUnavailable": "object-unavailable",
+    "keyUnavailable": "key-unavailable",
+}
+#: Release-wide counts that follow from a shard that could not be read (its members are
+#: "missing", the root and totals cannot be recomputed): inconclusive while any shard is
+#: unavailable.  Extra, duplicate, substituted or split-conflicting members seen in the
+#: shards that were read remain proof.
+INCONCLUSIVE_WHEN_PARTIAL = frozenset({"missingMembers", "tupleRootMismatch", "totalsMismatch"})
+#: A fatal error with one of these checks is an unreadable object, not a wrong one.
+_UNAVAILABLE_ERRORS = (NotFoundError,)
 
 _SHARD_ID = re.compile(r"^shard-(\d{5,})-of-(\d{5,})$")
 _DESCRIPTOR_TYPES: dict[str, type] = {
@@ -134,6 +153,9 @@ class ShardResult:
     stored_content_mismatches: int = 0
     schema_seen: str | None = None
     tuples: pa.Table | None = None
+    decrypted: bool = False
+    decoded_bytes: int = 0
+    read_seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -153,6 +175,8 @@ class ShardResult:
             "bytes": self.bytes,
             "storedContentDigestMismatches": self.stored_content_mismatches,
             "recordSchema": self.schema_seen,
+            "decodedBytes": self.decoded_bytes,
+            "readMicros": int(self.read_seconds * 1_000_000),
             "failures": self.failures,
         }
 
@@ -178,12 +202,25 @@ def _read_exact(task: ShardTask, result: ShardResult) -> bytes | None:
             return Path(local(key, str(d["objectVersion"]))).read_bytes()
         return store.get(key, str(d["objectVersion"]))
     except NotFoundError:
-        result.fail("objectMissing", "pinned object version is not in the store", key=key)
+        result.fail("objectUnavailable", "pinned object version is not in the store", key=key)
+        return None
+    except RejectedError:
+        raise  # the store saw bytes that do not match what it stored: not an outage
+    except Exception as exc:  # unreadable: permissions, network, throttling
+        result.fail(
+            "objectUnavailable",
+            f"pinned object version could not be read: {type(exc).__name__}",
+            key=key,
+        )
         return None
 
 
 def fetch_shard(
-    store: Any, descriptor: Mapping[str, Any], cache_dir: str | os.PathLike[str] | None = None
+    store: Any,
+    descriptor: Mapping[str, Any],
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    root: str = "unknown",
 ) -> tuple[bytes, str]:
     """Shard bytes for a reader (run workers), through an optional local cache.
 
@@ -206,6 +243,9 @@ def fetch_shard(
                 return data, "hit"
             status = "rejected"
             cached.unlink(missing_ok=True)
+            from relgate.release.metrics import current
+
+            current().cache_corrupted(root)
     key = object_key(descriptor)
     data = store.get(key, str(descriptor["objectVersion"]))
     actual = _sha(data)
@@ -233,7 +273,9 @@ def verify_shard(task: ShardTask) -> ShardResult:
     """Every per-shard check, from the exact object version; never raises on bad data."""
     d = task.descriptor
     result = ShardResult(str(d["id"]), str(d["digest"]), str(d["objectVersion"]))
+    started = time.perf_counter()
     data = _read_exact(task, result)
+    result.read_seconds = time.perf_counter() - started
     if data is None:
         return result
     result.bytes = len(data)
@@ -255,6 +297,7 @@ def verify_shard(task: ShardTask) -> ShardResult:
     result.records, result.tokens = body.records, body.tokens
     result.stored_content_mismatches = body.stored_content_mismatches
     result.schema_seen, result.tuples = body.schema_seen, body.tuples
+    result.decrypted, result.decoded_bytes = body.decrypted, body.decoded_bytes
     return result
 
 
@@ -266,7 +309,7 @@ def _decode_and_check(
     if d["mediaType"] == rm.ENCRYPTED_SHARD_MEDIA_TYPE:
         if task.key is None or task.key_version is None:
             result.fail(
-                "decryptFailures",
+                "keyUnavailable",
                 "no key for this key version: this reader cannot open the shard",
                 keyVersion=task.key_version,
             )
@@ -285,6 +328,7 @@ def _decode_and_check(
         except RelgateError as exc:
             result.fail("decryptFailures", exc.message, failedCheck=exc.check)
             return
+        result.decrypted = True
     elif d["mediaType"] != rm.SHARD_MEDIA_TYPE:
         result.fail("footerUnreadable", "unknown media type", mediaType=d["mediaType"])
         return
@@ -312,6 +356,7 @@ def _decode_and_check(
         return
     table = table.combine_chunks()
     result.records = table.num_rows
+    result.decoded_bytes = int(table.nbytes)
     recount_future = pool.submit(rr.token_counts, table.column("text"))
     content = rr.content_digests(table.column("lang"), table.column("text"))
     result.stored_content_mismatches = int(
@@ -383,6 +428,7 @@ class VerificationReport:
     provenance_digest: str | None = None
     provenance_version: str | None = None
     state: str | None = None
+    unavailable: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -402,6 +448,7 @@ class VerificationReport:
             "shards": self.shards,
             "facts": self.facts,
             "problems": self.problems,
+            "unavailable": self.unavailable,
         }
 
     def summary(self) -> dict[str, Any]:
@@ -413,6 +460,7 @@ class VerificationReport:
             "reportDigest": self.report_digest,
             "provenanceDigest": self.provenance_digest,
             "failing": self.failing,
+            "unavailable": self.unavailable,
             "shards": len(self.shards),
             "shardsVerified": sum(1 for s in self.shards if s["ok"]),
             "records": self.facts.get("records", 0),
@@ -547,6 +595,7 @@ def _check_release(
         and is_digest(d["digest"])
     ]
     results = run_shards(tasks, workers)
+    _wrong_key_is_unavailable(results, key_version)
     for r in results:
         for failure in r.failures:
             counts[failure["check"]] += 1
@@ -584,6 +633,55 @@ def _check_release(
     return results, body
 
 
+def _wrong_key_is_unavailable(results: list[ShardResult], key_version: str | None) -> None:
+    """A key that authenticates *no* shard of the release is the wrong key, not proof.
+
+    Each shard's stored bytes already matched the signed descriptor, so an authentication
+    failure means either this reader holds another key or one shard was bound to another
+    place (associated data).  When no shard at all opens, the reader's key is the cause:
+    that is ``keyUnavailable`` (retry with the right key).  When some shards open and
+    others do not, the key is right and the others are proven wrong (``decryptFailures``).
+    """
+    if key_version is None or any(r.decrypted for r in results):
+        return
+    for r in results:
+        for failure in r.failures:
+            if (
+                failure["check"] == "decryptFailures"
+                and failure.get("failedCheck") == "decrypt-authenticate"
+            ):
+                failure["check"] = "keyUnavailable"
+                failure["message"] = (
+                    f"the key given for keyVersion {key_version} authenticates no shard of"
+                    " this release: wrong key"
+                )
+
+
+def outcome_of(counts: Mapping[str, int]) -> tuple[str, list[str]]:
+    """``(outcome, unavailable checks)`` from one attempt's counts (rule written once).
+
+    Proof wins over unavailability; unavailability makes the partial set checks
+    inconclusive instead of proof.
+    """
+    unavailable = sorted(
+        {UNAVAILABLE_CHECKS[k] for k in UNAVAILABLE_CHECKS if counts.get(k)}
+        | {
+            k.removeprefix("unavailable:")
+            for k, v in counts.items()
+            if v and k.startswith("unavailable:")
+        }
+    )
+    ignore = set(UNAVAILABLE_CHECKS) | (INCONCLUSIVE_WHEN_PARTIAL if unavailable else set())
+    proven = any(
+        v for k, v in counts.items() if k not in ignore and not k.startswith("unavailable:")
+    )
+    if proven:
+        return "INVALID", unavailable
+    if unavailable:
+        return "UNAVAILABLE", unavailable
+    return "VERIFIED", []
+
+
 def verify_release(
     ws: Workspace,
     root_digest: str,
@@ -617,13 +715,24 @@ def verify_release(
             facts=facts,
             problems=problems,
         )
+    except _UNAVAILABLE_ERRORS as exc:  # root, snapshot or membership object not readable
+        problems.append(str(exc))
+        counts["unavailable:object-unavailable"] = 1
     except RelgateError as exc:
         problems.append(str(exc))
         counts[f"fatal:{exc.check or exc.code}"] = 1
     except (KeyError, TypeError, ValueError) as exc:  # a signed but malformed root
         problems.append(f"malformed root manifest: {type(exc).__name__}")
         counts["fatal:root-shape"] = 1
-    outcome = "VERIFIED" if not any(counts.values()) else "INVALID"
+    outcome, unavailable = outcome_of(counts)
+    from relgate.release.metrics import current
+
+    current().observe_verification(
+        root_digest,
+        counts,
+        [r.to_json() for r in results],
+        int(facts.get("shards", len(results))),
+    )
     report = VerificationReport(
         root=root_digest,
         outcome=outcome,
@@ -631,6 +740,7 @@ def verify_release(
         shards=[r.to_json() for r in results],
         facts=facts,
         problems=problems,
+        unavailable=unavailable,
     )
     envelope = sign_envelope(
         REPORT_PAYLOAD_TYPE, canonical_bytes(report.to_json()), ws.key("verifier")
@@ -668,7 +778,7 @@ def verify_release(
                 conn, "release", root_digest, "VERIFIED", actor=actor, reason=f"report {ref.digest}"
             )
             state = "VERIFIED"
-        elif not report.ok and state in ("STAGED", "VERIFIED", "APPROVED"):
+        elif outcome == "INVALID" and state in ("STAGED", "VERIFIED", "APPROVED"):
             transition(
                 conn,
                 "release",
@@ -678,6 +788,17 @@ def verify_release(
                 reason=f"report {ref.digest}: {sorted(report.failing)}",
             )
             state = "INVALID"
+        # UNAVAILABLE moves nothing: the attempt (and its unpassing report) is recorded.
+        record_attempt(
+            conn,
+            root_digest,
+            outcome=outcome,
+            state=state,
+            checks=unavailable or sorted(report.failing),
+            report_digest=ref.digest,
+            report_version=ref.version_id,
+            actor=actor,
+        )
         report.state = state
     return report
 
@@ -699,12 +820,23 @@ def load_report(ws: Workspace, digest: str, version_id: str) -> dict[str, Any]:
 
 def key_ring(specs: Iterable[str]) -> dict[str, bytes]:
     """``VERSION=PATH`` specs -> ``{keyVersion: key bytes}`` (the reader's key ring)."""
+    from relgate.identifiers import validate_id
+
     ring = {}
     for spec in specs:
         version, sep, path = spec.partition("=")
         if not sep or not version:
-            raise UsageError("a key is given as VERSION=PATH", object=spec, check="key-spec")
-        ring[version] = Path(path).read_bytes()
+            raise UsageError("a key is given as VERSION=PATH", object="--key", check="key-spec")
+        version = validate_id(version, kind="key version", where="--key")
+        try:
+            with open(path, "rb") as fh:
+                ring[version] = fh.read(33)
+        except OSError as exc:
+            raise UsageError(
+                f"key file unreadable: {type(exc).__name__}",
+                object=f"--key {version}",
+                check="key-file",
+            ) from None
     return ring
 
 

@@ -2,7 +2,7 @@
 
 Order of work (seed 000, "write to staging, then switch only the pointer"):
 
-1. the snapshot must be VALIDATED, APPROVED or ACTIVE; its signed manifest is opened;
+1. the snapshot must be APPROVED or ACTIVE (approval gates releases); its signed manifest is opened;
 2. every member's record is re-read from the pinned sources (selection re-run with
    content kept) and checked against the stored membership table: a member whose
    recomputed content digest, source version, source or split differs is refused, named
@@ -48,7 +48,9 @@ from relgate.tuples import encode_fields
 from relgate.workspace import Workspace
 
 SHARD_PREFIX = "shards/sha256/"
-WRITABLE_SNAPSHOT_STATES = frozenset({"VALIDATED", "APPROVED", "ACTIVE"})
+#: A release is cut only from a snapshot a person approved (seed 002: approval is bound to
+#: the digest); a VALIDATED nightly snapshot nobody approved cannot be released.
+WRITABLE_SNAPSHOT_STATES = frozenset({"APPROVED", "ACTIVE"})
 DEFAULT_SHARD_MB = 64
 SORT_KEY_RULE = "sha256(len32be(sortSeed) sortSeed len32be(sampleId) sampleId)"
 RECORD_BYTES_RULE = "sum of UTF-8 lengths of the string fields + 8"
@@ -117,11 +119,12 @@ def stage_object(store: ObjectStore, key: str, data: bytes) -> str:
 def _require_writable(state: str, digest: str) -> None:
     if state not in WRITABLE_SNAPSHOT_STATES:
         raise RejectedError(
-            f"snapshot is {state}; a release is written only from a VALIDATED, APPROVED or"
+            f"snapshot {digest} is {state}; a release is written only from an APPROVED or"
             " ACTIVE snapshot",
-            object="snapshot",
+            object=f"snapshot {digest}",
             check="snapshot-state",
             digest=digest,
+            details={"state": state, "allowed": sorted(WRITABLE_SNAPSHOT_STATES)},
         )
 
 
@@ -246,16 +249,36 @@ def write_release(
 ) -> rm.ReleaseManifest:
     """Stage shards and a signed root manifest for a snapshot; the release row is STAGED.
 
-    With ``lease_id`` (a publisher lease, :mod:`relgate.lifecycle.pins`) every key is
-    added to the lease, and the lease renewed, before it is staged, so garbage collection
-    never deletes a staged or reused object under an in-progress publisher.
+    Every key is added to a publisher lease (:mod:`relgate.lifecycle.pins`), and the lease
+    renewed, before it is staged, so garbage collection never deletes a staged or reused
+    object under an in-progress publisher.  Without ``lease_id`` the writer acquires its
+    own lease and releases it once the release row is committed (the row then retains
+    the objects); with ``lease_id`` the caller's lease is used and left held.
     """
+    if lease_id is None:
+        from relgate.lifecycle.pins import publisher_lease
+
+        with publisher_lease(
+            ws, holder=f"release-writer:{actor}", ttl_seconds=lease_ttl_seconds
+        ) as held:
+            return write_release(
+                ws,
+                snapshot_digest,
+                shard_mb=shard_mb,
+                records_per_shard=records_per_shard,
+                encrypt_key=encrypt_key,
+                key_version=key_version,
+                sort_seed=sort_seed,
+                parquet=parquet,
+                actor=actor,
+                lease_id=held.lease_id,
+                lease_ttl_seconds=lease_ttl_seconds,
+            )
 
     def lease(key: str) -> None:
-        if lease_id is not None:
-            from relgate.lifecycle.pins import renew_lease
+        from relgate.lifecycle.pins import renew_lease
 
-            renew_lease(ws, lease_id, ttl_seconds=lease_ttl_seconds, keys=[key])
+        renew_lease(ws, lease_id, ttl_seconds=lease_ttl_seconds, keys=[key])
 
     if shard_mb < 1 or (records_per_shard is not None and records_per_shard < 1):
         raise RejectedError(

@@ -10,14 +10,16 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from relgate import __version__
+from relgate.digests import sha256_digest
 from relgate.errors import RelgateError
 from relgate.gate import Fences, read_fences
-from relgate.membership import put_membership, tuple_root
+from relgate.membership import membership_parquet, tuple_root
+from relgate.objects.cas import key_for
 from relgate.policy import SelectionPolicy, SplitPolicy, TransformRef
 from relgate.records import record_schema_digest
 from relgate.snapshot import manifest as mf
@@ -26,6 +28,9 @@ from relgate.snapshot.selection import Fenced, select_members
 from relgate.sources.base import Source, source_from_config
 from relgate.transforms import resolve_transform
 from relgate.workspace import Workspace
+
+if TYPE_CHECKING:
+    from relgate.lifecycle.pins import PublisherLease
 
 
 @dataclass
@@ -127,29 +132,50 @@ def build_snapshot(
 ) -> BuildResult:
     """Select members against a frozen boundary (made now unless given), sign, record."""
     frozen = frozen or freeze(ws, spec)
+    from relgate.lifecycle.pins import publisher_lease, source_pin_keys
+
+    # Held from selection to the catalog row: the source pin documents freeze() wrote and
+    # everything staged here are unreferenced until the row commits.
+    with publisher_lease(ws, holder=f"snapshot-builder:{actor}:{frozen.build_id}") as lease:
+        lease.cover(*source_pin_keys(frozen.entries))
+        try:
+            transform_ref = TransformRef.parse(frozen.transform)
+            sources = configured_sources(ws, [e["id"] for e in frozen.entries])
+            result = select_members(
+                sources,
+                frozen.entries,
+                transform=transform_ref.resolve(),
+                selection=spec.selection,
+                split=spec.split,
+                fenced=fenced_at(ws, frozen.fences),
+            )
+        except RelgateError as exc:
+            raise _failed(ws, frozen.build_id, exc) from None
+        return _write_snapshot(ws, spec, frozen, result, transform_ref, actor=actor, lease=lease)
+
+
+def _write_snapshot(
+    ws: Workspace,
+    spec: BuildSpec,
+    frozen: Frozen,
+    result: Any,
+    transform_ref: TransformRef,
+    *,
+    actor: str,
+    lease: PublisherLease,
+) -> BuildResult:
+    """Stage membership and the signed manifest under a publisher lease, then the row."""
     fences, entries, build_id, started = (
         frozen.fences,
         frozen.entries,
         frozen.build_id,
         frozen.started,
     )
-    try:
-        transform_ref = TransformRef.parse(frozen.transform)
-        sources = configured_sources(ws, [e["id"] for e in entries])
-        result = select_members(
-            sources,
-            entries,
-            transform=transform_ref.resolve(),
-            selection=spec.selection,
-            split=spec.split,
-            fenced=fenced_at(ws, fences),
-        )
-    except RelgateError as exc:
-        raise _failed(ws, build_id, exc) from None
-
     members = result.members
     schema_digest = record_schema_digest()
-    members_ref = put_membership(ws.cas, members.to_arrow())
+    data = membership_parquet(members.to_arrow())
+    lease.cover(key_for(sha256_digest(data)))  # leased before it exists
+    members_ref = ws.cas.put(data)
     split_counts = members.group_by("split").len().sort("split")
     per_source = members.group_by("sourceId").len().sort("sourceId")
     body: dict[str, Any] = {
@@ -197,6 +223,7 @@ def build_snapshot(
     }
     sealed = mf.seal(body)
     envelope = mf.sign(sealed, ws.signing_key)
+    lease.cover(mf.envelope_key(sealed.digest))
     version = mf.store_envelope(ws.store, sealed, envelope)
     with ws.db.tx() as conn:
         insert_snapshot(conn, sealed, version, actor=actor)

@@ -23,7 +23,7 @@ from relgate.errors import IntegrityError, RejectedError
 from relgate.objects.base import ObjectStore
 from relgate.objects.cas import ContentStore, digest_of_uri
 from relgate.records import SOURCE_ARROW_SCHEMA
-from relgate.sources.base import Source, SourcePin
+from relgate.sources.base import Source, SourcePin, parse_row, require_text, row_error
 
 PIN_KIND = "relgate.cdc-pin.v1"
 
@@ -39,10 +39,23 @@ def append_segment(store: ObjectStore, prefix: str, events: list[dict[str, Any]]
     return key
 
 
-def _events(data: bytes) -> Iterable[dict[str, Any]]:
-    for line in data.splitlines():
-        if line.strip():
-            yield json.loads(line)
+def _events(data: bytes, where: str) -> Iterable[dict[str, Any]]:
+    """Validated events of one segment (``where``: source and segment version)."""
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        at = f"{where} line {number}"
+        event = parse_row(line, at)
+        for name in ("offset", "commit"):
+            value = event.get(name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise row_error(at, f"field {name!r} is not a non-negative integer")
+        if event.get("op") not in ("upsert", "delete"):
+            raise row_error(at, "field 'op' is neither upsert nor delete")
+        if event["op"] == "upsert":
+            require_text(event, "lang", at)
+            require_text(event, "text", at)
+        yield event
 
 
 class CdcSource(Source):
@@ -60,7 +73,7 @@ class CdcSource(Source):
         commit_wm = -1
         for version in self.store.list(self.prefix):
             data = self.store.get(version.key, version.version_id)
-            events = list(_events(data))
+            events = list(_events(data, f"{self.id}:{version.key}@{version.version_id}"))
             for event in events:
                 offset = int(event["offset"])
                 if offset != expected:
@@ -102,7 +115,7 @@ class CdcSource(Source):
         state: dict[str, tuple[str, str, str]] = {}
         expected = 0
         for key, version_id, count in self._segments(entry):
-            events = list(_events(self.store.get(key, version_id)))
+            events = list(_events(self.store.get(key, version_id), f"{self.id}:{key}@{version_id}"))
             if len(events) != count:
                 raise IntegrityError(
                     "CDC segment changed since pinning",
@@ -160,7 +173,8 @@ class CdcSource(Source):
         for version in self.store.list(self.prefix):
             if version.key in pinned:
                 continue
-            for event in _events(self.store.get(version.key, version.version_id)):
+            where = f"{self.id}:{version.key}@{version.version_id}"
+            for event in _events(self.store.get(version.key, version.version_id), where):
                 if int(event["offset"]) > high and int(event["commit"]) <= commit_wm:
                     late += 1
         return late

@@ -13,8 +13,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from relgate.errors import NotFoundError, RejectedError
+from relgate.identifiers import problem
 from relgate.records import SOURCE_ARROW_SCHEMA
-from relgate.sources.base import Source, SourcePin
+from relgate.sources.base import Source, SourcePin, row_error
 
 COLUMNS = {"sample_id": "sampleId", "lang": "lang", "text": "text"}
 
@@ -76,6 +77,16 @@ class IcebergSource(Source):
             )
         data = table.scan(snapshot_id=snapshot_id, selected_fields=tuple(COLUMNS)).to_arrow()
         data = data.rename_columns([COLUMNS[c] for c in data.column_names])
+        where = f"{self.id}:{self.table}@{entry['tableSnapshot']}"
+        for name in ("sampleId", "lang", "text"):
+            column = data.column(name)
+            if column.null_count:
+                index = next(i for i, v in enumerate(column.to_pylist()) if v is None)
+                raise row_error(f"{where} row {index + 1}", f"field {name!r} is null")
+        for index, sample in enumerate(data.column("sampleId").to_pylist()):
+            why = problem(sample)
+            if why is not None:
+                raise row_error(f"{where} row {index + 1}", f"bad id ({why})")
         version = pa.array([entry["tableSnapshot"]] * data.num_rows, pa.string())
         data = data.append_column("sourceVersion", version)
         return data.select(SOURCE_ARROW_SCHEMA.names).cast(SOURCE_ARROW_SCHEMA)

@@ -19,7 +19,7 @@ from relgate.digests import sha256_digest
 from relgate.errors import IntegrityError, NotFoundError, RejectedError
 from relgate.objects.cas import ContentStore, digest_of_uri
 from relgate.records import SOURCE_ARROW_SCHEMA
-from relgate.sources.base import Source, SourcePin
+from relgate.sources.base import Source, SourcePin, parse_row, require_text
 
 PIN_KIND = "relgate.object-pin.v1"
 
@@ -93,13 +93,14 @@ class ObjectPrefixSource(Source):
                     digest=digest,
                 )
             source_version = f"{key}@{version_id}"
-            for line in data.splitlines():
+            for number, line in enumerate(data.splitlines(), start=1):
                 if not line.strip():
                     continue
-                record = json.loads(line)
-                ids.append(str(record["id"]))
-                langs.append(str(record["lang"]))
-                texts.append(str(record["text"]))
+                where = f"{self.id}:{source_version} line {number}"
+                record = parse_row(line, where)
+                ids.append(record["id"])
+                langs.append(require_text(record, "lang", where))
+                texts.append(require_text(record, "text", where))
                 versions.append(source_version)
         return pa.table([ids, langs, texts, versions], schema=SOURCE_ARROW_SCHEMA)
 

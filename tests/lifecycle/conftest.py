@@ -5,7 +5,7 @@ import pytest
 
 from tests.lifecycle.helpers import release_of
 from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_validated
+from tests.snapshot.helpers import build_approved
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def ws(tmp_path, db_url):
 
 @pytest.fixture
 def snapshot(ws):
-    return build_validated(ws)
+    return build_approved(ws)
 
 
 @pytest.fixture

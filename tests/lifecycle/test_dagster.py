@@ -8,12 +8,12 @@ from relgate.lifecycle.gc import verify_retained
 from resources.relgate import RelgateResource
 from tests.lifecycle.helpers import release_of, set_state, stored_set
 from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_validated
+from tests.snapshot.helpers import build_approved
 
 
 def test_plan_asset_and_gc_job_dry_run_then_sweep(tmp_path):
     ws = make_workspace(tmp_path / "home")
-    release = release_of(ws, build_validated(ws).digest)
+    release = release_of(ws, build_approved(ws).digest)
     set_state(ws, "release", release.digest, "INVALID")
     home = str(ws.home)
     resources = {"relgate": RelgateResource(home=home)}

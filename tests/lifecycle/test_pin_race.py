@@ -28,7 +28,7 @@ from relgate.snapshot import manifest as sm
 from relgate.snapshot.catalog import get_snapshot, insert_snapshot
 from relgate.states import transition
 from relgate.workspace import Workspace
-from tests.snapshot.helpers import build_validated
+from tests.snapshot.helpers import build_approved
 
 ITERATIONS = 24
 
@@ -78,7 +78,7 @@ def test_pin_races_sweep(tmp_path, db_url):
     from tests.snapshot.conftest import make_workspace
 
     ws = make_workspace(tmp_path / "home", db_url)
-    base = build_validated(ws)
+    base = build_approved(ws)
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(2)
     queues = {"pin": ctx.Queue(), "sweep": ctx.Queue()}

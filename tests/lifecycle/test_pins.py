@@ -16,7 +16,7 @@ from relgate.release.catalog import get_release
 from relgate.release.runs import create_run, fail_run
 from relgate.snapshot import lifecycle as snap_lifecycle
 from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_validated
+from tests.snapshot.helpers import build_approved
 
 from .helpers import candidate_set, forge_release, publish, release_of, set_state, shard_keys
 
@@ -83,7 +83,7 @@ def _cli(home, *args):
 
 def test_cli_pin_gc_lineage(tmp_path):
     ws = make_workspace(tmp_path / "home")
-    snap = build_validated(ws)
+    snap = build_approved(ws)
     release = release_of(ws, snap.digest)
     home = ws.home
 

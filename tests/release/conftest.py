@@ -3,7 +3,7 @@
 import pytest
 
 from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_validated
+from tests.snapshot.helpers import build_approved
 
 
 @pytest.fixture
@@ -15,4 +15,4 @@ def ws(tmp_path, db_url):
 
 @pytest.fixture
 def snapshot(ws):
-    return build_validated(ws)
+    return build_approved(ws)

@@ -3,15 +3,18 @@ for real on stored objects or by a root manifest forged with the trusted workspa
 Every one must end with the release INVALID and the report naming the class counts."""
 
 import io
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from relgate.digests import sha256_digest
+from relgate.errors import RejectedError
 from relgate.records import content_digest
 from relgate.release import manifest as rm
 from relgate.release import records as rr
+from relgate.release.catalog import verification_attempts
 from relgate.release.verifier import SHARD_CHECKS, fetch_shard, verify_release
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key
 from relgate.signing import SigningKey
@@ -265,15 +268,22 @@ def _encrypted(ws, snapshot):
     return write(ws, snapshot.digest, encrypt_key=KEY, key_version="kms-v1")
 
 
-def test_wrong_key_on_an_encrypted_shard(ws, snapshot):
+def test_wrong_key_then_right_key(ws, snapshot):
+    """One try with the wrong key proves nothing: STAGED, attempt recorded, then VERIFIED."""
     release = _encrypted(ws, snapshot)
     report = verify(ws, release, keys={"kms-v1": b"\x07" * 32})
-    n = len(release.shards)
-    assert_invalid(
-        ws, release, report, decryptFailures=n, missingMembers=snapshot.manifest.member_count
-    )
-    failure = report.shards[0]["failures"][0]
-    assert failure["failedCheck"] == "decrypt-authenticate"
+    assert report.outcome == "UNAVAILABLE" and report.unavailable == ["key-unavailable"]
+    assert report.state == state(ws, release.digest) == "STAGED"
+    assert report.counts["keyUnavailable"] == len(release.shards)
+    assert report.counts["decryptFailures"] == 0
+    assert report.shards[0]["failures"][0]["failedCheck"] == "decrypt-authenticate"
+    good = verify(ws, release, keys={"kms-v1": KEY})
+    assert good.outcome == "VERIFIED" and state(ws, release.digest) == "VERIFIED"
+    attempts = verification_attempts(ws.db, release.digest)
+    assert [(a.outcome, a.state, a.checks) for a in attempts] == [
+        ("UNAVAILABLE", "STAGED", ("key-unavailable",)),
+        ("VERIFIED", "VERIFIED", ()),
+    ]
 
 
 def test_wrong_aad_on_an_encrypted_shard(ws, snapshot):
@@ -298,9 +308,10 @@ def test_wrong_aad_on_an_encrypted_shard(ws, snapshot):
 
 def test_wrong_reader_on_an_encrypted_shard(ws, snapshot):
     release = _encrypted(ws, snapshot)
-    # A reader holding only another key version cannot open the release...
+    # A reader holding only another key version cannot open the release: not proof.
     report = verify(ws, release, keys={"kms-v2": KEY})
-    assert_invalid(ws, release, report, decryptFailures=len(release.shards))
+    assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
+    assert report.counts["keyUnavailable"] == len(release.shards)
     # ...and a plaintext parquet reader pointed at the ciphertext finds no footer.
     release2 = _encrypted(ws, snapshot)  # fresh nonces: a new root, still STAGED
     d = release2.shards[0]
@@ -363,3 +374,255 @@ def test_verified_release_whose_shard_later_rots_goes_invalid(ws, snapshot):
     with ws.db.tx() as conn:
         moves = [e["to_state"] for e in history(conn, "release", release.digest)]
     assert moves == ["STAGED", "VERIFIED", "INVALID"]
+
+
+# -- unavailable vs proven wrong (issue 8, item 9) ----------------------------------------
+
+
+def _moves(ws, digest):
+    from relgate.states import history
+
+    with ws.db.tx() as conn:
+        return [e["to_state"] for e in history(conn, "release", digest)]
+
+
+def test_shard_missing_then_restored_stays_staged_then_verifies(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    path = shard_path(ws, release.shards[2])
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)  # the exact pinned version is gone for a while
+    report = verify(ws, release)
+    assert report.outcome == "UNAVAILABLE" and report.unavailable == ["object-unavailable"]
+    assert report.state == state(ws, release.digest) == "STAGED"
+    assert report.counts["objectUnavailable"] == 1
+    # The members of the unread shard are "missing" only because it was not read.
+    assert report.counts["missingMembers"] == release.shards[2]["records"]
+    from relgate.catalog.audit import latest_report
+    from relgate.release.publish import approve_release
+
+    assert not latest_report(ws.db, release.digest, "release")["ok"]
+    with pytest.raises(RejectedError) as err:
+        approve_release(ws, release.digest, approver="alice")
+    assert err.value.check == "verification-report"
+    aside.rename(path)
+    again = verify(ws, release)
+    assert again.outcome == "VERIFIED" and state(ws, release.digest) == "VERIFIED"
+    approve_release(ws, release.digest, approver="alice")
+    assert state(ws, release.digest) == "APPROVED"
+    assert _moves(ws, release.digest) == ["STAGED", "VERIFIED", "APPROVED"]
+    assert [a.outcome for a in verification_attempts(ws.db, release.digest)] == [
+        "UNAVAILABLE",
+        "VERIFIED",
+    ]
+
+
+def test_unreadable_shard_is_unavailable_not_invalid(ws, snapshot):
+    import os
+
+    if os.geteuid() == 0:  # root reads through mode 000: make the path a directory instead
+        release = write(ws, snapshot.digest)
+        path = shard_path(ws, release.shards[0])
+        data = path.read_bytes()
+        os.chmod(path, 0o644)
+        path.unlink()
+        path.mkdir()
+        report = verify(ws, release)
+        path.rmdir()
+        path.write_bytes(data)
+    else:
+        release = write(ws, snapshot.digest)
+        path = shard_path(ws, release.shards[0])
+        os.chmod(path, 0)
+        report = verify(ws, release)
+        os.chmod(path, 0o444)
+    assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
+    failure = report.shards[0]["failures"][0]
+    assert failure["check"] == "objectUnavailable" and "could not be read" in failure["message"]
+    assert verify(ws, release).state == "VERIFIED"
+
+
+def test_proven_wrong_beside_a_missing_shard_is_invalid_for_good(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    missing, rotten = release.shards[0], release.shards[1]
+    path = shard_path(ws, missing)
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)
+    overwrite_in_place(shard_path(ws, rotten), b"PAR1")
+    report = verify(ws, release)
+    assert report.outcome == "INVALID" and state(ws, release.digest) == "INVALID"
+    assert report.unavailable == ["object-unavailable"]  # recorded, but proof wins
+    assert report.counts["storageDigestMismatch"] == 1
+    aside.rename(path)
+    # INVALID is final: a later attempt can only confirm it.
+    assert verify(ws, release).state == "INVALID"
+    assert _moves(ws, release.digest) == ["STAGED", "INVALID"]
+
+
+def test_verified_release_whose_shard_goes_missing_keeps_its_state(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    assert verify(ws, release).state == "VERIFIED"
+    path = shard_path(ws, release.shards[0])
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)
+    report = verify(ws, release)
+    assert report.outcome == "UNAVAILABLE" and report.state == "VERIFIED"
+    from relgate.catalog.audit import latest_report
+
+    assert not latest_report(ws.db, release.digest, "release")["ok"]
+    aside.rename(path)
+    assert verify(ws, release).outcome == "VERIFIED"
+    assert _moves(ws, release.digest) == ["STAGED", "VERIFIED"]
+
+
+def test_missing_snapshot_membership_is_unavailable(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    ref = snapshot.manifest.members_ref
+    path = ws.store.local_path(ref.key, ref.version_id)
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)
+    report = verify(ws, release)
+    assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
+    assert report.counts["unavailable:object-unavailable"] == 1
+    aside.rename(path)
+    assert verify(ws, release).state == "VERIFIED"
+
+
+def _cli(home, *args, expect):
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "relgate.cli", "--home", str(home), *args, "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RELGATE_HASH_WORKERS": "1"},
+    )
+    assert proc.returncode == expect, (args, proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stdout
+    return json.loads(lines[0])
+
+
+def test_cli_exit_code_and_state_agree_with_the_catalog(ws):
+    from relgate.snapshot import lifecycle
+    from tests.snapshot.helpers import build_validated
+
+    snap = build_validated(ws)
+    # Item 3: a VALIDATED snapshot nobody approved cannot be released.
+    refused = _cli(ws.home, "release", "build", snap.digest, "--records-per-shard", "40", expect=3)
+    assert refused["check"] == "snapshot-state" and refused["digest"] == snap.digest
+    assert refused["details"]["state"] == "VALIDATED" and snap.digest in refused["object"]
+    lifecycle.approve(ws, snap.digest, approver="alice")
+    built = _cli(ws.home, "release", "build", snap.digest, "--records-per-shard", "40", expect=0)
+    root = built["release"]
+    assert built["state"] == "STAGED"
+    descriptor = get_release_manifest(ws, root).shards[1]
+    path = shard_path(ws, descriptor)
+    aside = path.with_name(path.name + ".aside")
+    path.rename(aside)
+    out = _cli(ws.home, "release", "verify", root, "--workers", "0", expect=3)
+    assert (out["outcome"], out["state"], out["check"]) == (
+        "UNAVAILABLE",
+        "STAGED",
+        "object-unavailable",
+    )
+    assert state(ws, root) == "STAGED"
+    aside.rename(path)
+    out = _cli(ws.home, "release", "verify", root, "--workers", "0", expect=0)
+    assert (out["outcome"], out["state"]) == ("VERIFIED", "VERIFIED") and state(
+        ws, root
+    ) == "VERIFIED"
+    shown = _cli(ws.home, "release", "show", root, expect=0)
+    assert [a["outcome"] for a in shown["verificationAttempts"]] == ["UNAVAILABLE", "VERIFIED"]
+
+    # Proven wrong is final, and every later command says so with exit 3.
+    good = path.read_bytes()
+    overwrite_in_place(path, good[:-7])
+    out = _cli(ws.home, "release", "verify", root, "--workers", "0", expect=3)
+    assert (out["outcome"], out["state"], out["check"]) == ("INVALID", "INVALID", "verification")
+    overwrite_in_place(path, good)
+    out = _cli(ws.home, "release", "verify", root, "--workers", "0", expect=3)
+    assert (out["outcome"], out["state"], out["check"]) == ("VERIFIED", "INVALID", "release-state")
+    rebuilt = _cli(ws.home, "release", "build", snap.digest, "--records-per-shard", "40", expect=3)
+    assert rebuilt["release"] == root
+    assert (rebuilt["state"], rebuilt["check"]) == ("INVALID", "release-state")
+    assert state(ws, root) == "INVALID"
+
+
+def get_release_manifest(ws, root):
+    from relgate.release.catalog import get_release
+
+    return rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"])
+
+
+@pytest.mark.s3
+def test_s3_shard_unreachable_then_back(tmp_path, moto_s3_endpoint):
+    """On moto S3: the shard store unreachable for the verifier's reads (connection
+    refused), then reachable again; and a pinned version deleted for real."""
+    import socket
+    import uuid
+
+    from relgate.demo import seed_demo
+    from relgate.objects.s3 import S3ObjectStore
+    from relgate.transforms import tag_transform
+    from relgate.workspace import Workspace, default_config
+    from tests.snapshot.helpers import build_approved
+
+    bucket = f"relgate-rel-{uuid.uuid4().hex[:20]}"
+    store = S3ObjectStore(bucket, endpoint_url=moto_s3_endpoint)
+    store.ensure_bucket()
+    home = tmp_path / "home"
+    config = default_config(home)
+    config["objectStore"] = {"kind": "s3", "bucket": bucket, "endpointUrl": moto_s3_endpoint}
+    ws = Workspace.init(home, config)
+    try:
+        tag_transform(ws.db, "registry.local/normalize:v1")
+        seed_demo(ws, tickets=60, forum_objects=2, per_object=10, chat_events=30)
+        snapshot = build_approved(ws)
+        release = write(ws, snapshot.digest, records_per_shard=25)
+        with socket.socket() as s:  # a loopback port with nothing listening
+            s.bind(("127.0.0.1", 0))
+            dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+        live = dict(ws.config["objectStore"])
+        ws.config["objectStore"] = {**live, "endpointUrl": dead}
+        report = verify_release(ws, release.digest, workers=0, actor="test")
+        assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
+        assert report.counts["objectUnavailable"] == len(release.shards)
+        ws.config["objectStore"] = live
+        report = verify_release(ws, release.digest, workers=0, actor="test")
+        assert report.outcome == "VERIFIED" and state(ws, release.digest) == "VERIFIED"
+
+        second = write(ws, snapshot.digest, records_per_shard=30)
+        d = second.shards[0]
+        ws.store.delete_version(shard_key(d["digest"], encrypted=False), d["objectVersion"])
+        report = verify_release(ws, second.digest, workers=0, actor="test")
+        assert report.outcome == "UNAVAILABLE" and report.unavailable == ["object-unavailable"]
+        assert state(ws, second.digest) == "STAGED"
+    finally:
+        ws.close()
+        store.destroy_bucket()
+
+
+def test_per_record_token_counts_are_recounted_not_only_the_total(ws, snapshot):
+    """Two records' token counts shifted by +3/-3: the shard total, descriptor and every
+    digest the forger can recompute agree; only the per-record recount catches it."""
+    release = write(ws, snapshot.digest)
+    schema = member_schema(ws, release)
+    d = release.shards[1]
+    table = read_shard(ws, d)
+    first, second = table.slice(0, 2).to_pylist()
+    assert second["tokens"] >= 3
+    changed = rewrite_record(
+        rewrite_record(table, 0, tokens=first["tokens"] + 3), 1, tokens=second["tokens"] - 3
+    )
+    new = store_shard(ws, changed, d, schema)
+    assert new["tokens"] == d["tokens"]
+    forged = forge(ws, release, lambda body: body["shards"].__setitem__(1, new))
+    report = verify(ws, forged)
+    assert report.outcome == "INVALID" and state(ws, forged.digest) == "INVALID"
+    assert report.failing == {"tokenCountMismatch": 1}
+    bad = [s for s in report.shards if not s["ok"]]
+    assert [f["message"] for f in bad[0]["failures"]] == [
+        "a record's token count is not its recount"
+    ]

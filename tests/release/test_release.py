@@ -110,6 +110,7 @@ def test_writer_refuses_a_member_whose_content_differs(ws, snapshot):
     with ws.db.tx() as conn:
         insert_snapshot(conn, sealed, version, actor="forger")
         transition(conn, "snapshot", sealed.digest, "VALIDATED", actor="forger", reason="forged")
+        transition(conn, "snapshot", sealed.digest, "APPROVED", actor="forger", reason="forged")
     with pytest.raises(IntegrityError) as err:
         write(ws, sealed.digest)
     assert err.value.check == "member-content"

@@ -12,7 +12,7 @@ from relgate.release.writer import shard_key
 from relgate.transforms import tag_transform
 from relgate.workspace import Workspace, default_config
 
-from ..snapshot.helpers import build_validated
+from ..snapshot.helpers import build_approved
 from .helpers import state, write
 
 
@@ -29,7 +29,7 @@ def test_release_written_and_verified_on_s3(tmp_path, moto_s3_endpoint):
         try:
             tag_transform(ws.db, "registry.local/normalize:v1")
             seed_demo(ws, tickets=60, forum_objects=2, per_object=10, chat_events=30)
-            snapshot = build_validated(ws)
+            snapshot = build_approved(ws)
             release = write(ws, snapshot.digest, records_per_shard=25)
             d = release.shards[0]
             # A newer version of a pinned key is never what the verifier reads.

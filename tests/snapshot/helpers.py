@@ -17,6 +17,13 @@ def build_validated(ws, **overrides):
     return result
 
 
+def build_approved(ws, **overrides):
+    """A validated snapshot a person approved: what a release may be cut from."""
+    result = build_validated(ws, **overrides)
+    lifecycle.approve(ws, result.digest, approver="alice")
+    return result
+
+
 def build_active(ws, alias="default"):
     result = build_validated(ws)
     lifecycle.approve(ws, result.digest, approver="alice")

@@ -211,6 +211,30 @@ def test_late_event_older_than_the_watermark_makes_it_incomplete(ws):
     assert state_of(ws, result.digest) == "INCOMPLETE"
 
 
+def test_late_event_exactly_at_the_watermark_makes_it_incomplete(ws):
+    """The boundary is inclusive: an event committed *at* the watermark belonged to this
+    snapshot's boundary, so arriving after pinning it is late (``<=``, not ``<``)."""
+    result = build(ws)
+    commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
+    append_segment(
+        ws.store,
+        "cdc/chat/",
+        [
+            {
+                "offset": 60,
+                "commit": commit_wm,
+                "op": "upsert",
+                "id": "chat/at-the-watermark",
+                "lang": "en",
+                "text": "a message committed exactly at the watermark",
+            }
+        ],
+    )
+    report = validate_snapshot(ws, result.digest, actor="t")
+    assert report.outcome == "INCOMPLETE" and report.checks["lateEvents"] == 1
+    assert state_of(ws, result.digest) == "INCOMPLETE"
+
+
 def test_new_events_after_the_watermark_belong_to_the_next_snapshot(ws):
     result = build(ws)
     commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
@@ -267,3 +291,149 @@ def test_expired_iceberg_snapshot_is_unreadable(ws):
     table.maintenance.expire_snapshots().by_id(pinned).commit()
     report = validate_snapshot(ws, result.digest, actor="t")
     assert report.outcome == "REJECTED" and report.checks["unreadableSources"] == 1
+
+
+# -- hostile source rows and identifiers (issue 8, item 10) --------------------------------
+
+
+def _cli(home, *args, expect):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "relgate.cli", "--home", str(home), *args, "--json"],
+        capture_output=True,
+        env={**os.environ, "RELGATE_HASH_WORKERS": "1"},
+    )
+    assert proc.returncode == expect, (args, proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stdout
+    return json.loads(lines[0])
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b'{"id": "forum/bad", "lang": "en", "text": "caf\xe9"}', "not valid UTF-8"),
+        (b'{"id": "forum/bad", "lang": "en", "text": ', "not JSON"),
+        (b'["forum/bad", "en", "text"]', "not a JSON object"),
+        (b'{"lang": "en", "text": "no id here"}', "no id"),
+        (b'{"id": "", "lang": "en", "text": "empty id"}', "bad id (empty)"),
+        (b'{"id": "forum/\\u0000nul", "lang": "en", "text": "t"}', "bad id (holds control"),
+        (b'{"id": "' + b"x" * 100_000 + b'", "lang": "en", "text": "t"}', "bad id (longer than"),
+        (b'{"id": 17, "lang": "en", "text": "t"}', "bad id (not a string"),
+        (b'{"id": "forum/ok", "lang": "en", "text": null}', "field 'text' is not a string"),
+    ],
+)
+def test_bad_object_source_row_is_refused_naming_source_version_and_line(ws, line, why):
+    good = b'{"id": "forum/fine", "lang": "en", "text": "fine"}'
+    version = ws.store.create(
+        "raw/forum/zz-hostile.jsonl", good + b"\n\n" + line + b"\n"
+    ).version_id
+    out = _cli(ws.home, "snapshot", "build", expect=3)
+    assert out["check"] == "source-row"
+    assert out["object"] == f"forum:raw/forum/zz-hostile.jsonl@{version} line 3"
+    assert out["message"].startswith(f"source row refused: {why}")
+    assert out["details"]["build"]["state"] == "REJECTED"
+    assert "x" * 100 not in json.dumps(out)  # a 100k id is never echoed
+
+
+@pytest.mark.parametrize(
+    ("event", "why"),
+    [
+        ({"offset": 60, "commit": 5000, "op": "upsert", "lang": "en", "text": "t"}, "no id"),
+        (
+            {
+                "offset": 60,
+                "commit": 5000,
+                "op": "upsert",
+                "id": "a\x01b",
+                "lang": "en",
+                "text": "t",
+            },
+            "bad id",
+        ),
+        (
+            {"offset": "60", "commit": 5000, "op": "upsert", "id": "c", "lang": "en", "text": "t"},
+            "field 'offset'",
+        ),
+        ({"offset": 60, "commit": 5000, "op": "merge", "id": "c"}, "field 'op'"),
+    ],
+)
+def test_bad_cdc_event_is_refused_naming_source_segment_and_line(ws, event, why):
+    key = append_segment(ws.store, "cdc/chat/", [event])
+    version = ws.store.head(key).version_id
+    out = _cli(ws.home, "snapshot", "build", expect=3)
+    assert out["check"] == "source-row"
+    assert out["object"] == f"chat-cdc:{key}@{version} line 1"
+    assert why in out["message"]
+
+
+def test_non_json_cdc_line_is_refused_not_an_internal_error(ws):
+    key = "cdc/chat/00000000000000000060.jsonl"
+    version = ws.store.create(key, b"\xff\xfe not json\n").version_id
+    out = _cli(ws.home, "snapshot", "build", expect=3)
+    assert (out["check"], out["object"]) == ("source-row", f"chat-cdc:{key}@{version} line 1")
+
+
+def test_a_path_like_sample_id_stays_a_value(ws, tmp_path):
+    """``../../etc/passwd`` is a legal id; it is stored, released, verified, tombstoned and
+    looked up, and never becomes a file name or an object key anywhere."""
+    from relgate.release.verifier import verify_release
+    from relgate.release.writer import write_release
+    from relgate.snapshot import lifecycle
+
+    evil = "../../etc/passwd"
+    ws.store.create(
+        "raw/forum/zz-path.jsonl",
+        json.dumps({"id": evil, "lang": "en", "text": "a message with a hostile id"}).encode(),
+    )
+    before = {p for p in tmp_path.rglob("*")}
+    result = build_validated(ws)
+    assert evil in _members(ws, result)["sampleId"].to_list()
+    lifecycle.approve(ws, result.digest, approver="alice")
+    release = write_release(ws, result.digest, records_per_shard=40, actor="t")
+    assert verify_release(ws, release.digest, workers=0, actor="t").state == "VERIFIED"
+    lineage = _cli(ws.home, "lineage", evil, expect=0)
+    assert result.digest in {v["digest"] for v in lineage["versions"]}
+    created = {p for p in tmp_path.rglob("*")} - before
+    assert not any("passwd" in str(p) or "etc" in p.parts for p in created)
+    assert not any(k.key.endswith("passwd") for k in ws.store.list(""))
+    assert not (tmp_path.parent / "etc").exists()
+
+
+@pytest.mark.parametrize(
+    ("ids", "reason"),
+    [([""], "empty"), (["ok", "bad\x07bell"], "control"), (["a" * 600], "longer than")],
+)
+def test_bad_tombstone_ids_are_refused_and_nothing_moves(ws, ids, reason):
+    build_validated(ws)
+    before = _cli(ws.home, "fence", "show", expect=0)
+    out = _cli(ws.home, "fence", "tombstone", "add", *ids, "--reason", "x", expect=3)
+    assert out["check"] == "identifier" and reason in out["message"]
+    assert _cli(ws.home, "fence", "show", expect=0) == before
+
+
+def test_argv_that_is_not_utf8_is_refused_with_exit_3(ws):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "relgate.cli",
+            "--home",
+            str(ws.home),
+            "fence",
+            "tombstone",
+            "add",
+            b"bad\xffid",
+            "--reason",
+            "x",
+            "--json",
+        ],
+        capture_output=True,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert json.loads(proc.stdout)["check"] == "identifier"
