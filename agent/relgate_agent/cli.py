@@ -262,6 +262,7 @@ def cmd_agent_serve(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout,
         max_conns_total=args.max_conns,
         max_conns_per_peer=args.max_conns_per_peer,
+        max_handshaking_per_address=args.max_handshaking_per_address,
     )
     agent = HostAgent(cfg, tls=_tls(args, args.host_id), limits=limits).start()
     _emit(args, {"host_id": cfg.host_id, "data_address": agent.data_address, "pid": os.getpid()})
@@ -524,6 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     aserve.add_argument("--idle-timeout", type=float, default=30.0)
     aserve.add_argument("--max-conns", type=int, default=512)
     aserve.add_argument("--max-conns-per-peer", type=int, default=32)
+    aserve.add_argument("--max-handshaking-per-address", type=int, default=64)
     tls(aserve)
     aserve.set_defaults(fn=cmd_agent_serve)
 

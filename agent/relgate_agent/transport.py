@@ -82,7 +82,8 @@ class DataPlaneLimits:
     request_timeout_s: float = 5.0  # the request header must arrive within this
     idle_timeout_s: float = 30.0  # a peer that neither reads nor grants credit this long is cut
     max_conns_total: int = 512
-    max_conns_per_peer: int = 32  # per certificate host id (and per address while handshaking)
+    max_conns_per_peer: int = 32  # per certificate host id, once authenticated
+    max_handshaking_per_address: int = 64  # connections still in the TLS handshake, per address
     max_header_bytes: int = 4096
     max_credits: int = 1024
     topology_wait_s: float = 3.0  # a peer ahead of our topology version: wait this long for it
@@ -286,6 +287,7 @@ class DataServer:
                 "refusals_total": sum(self.refusals.values()),
                 "accept_errors": dict(self.accept_errors),
                 "connections": len(self._conns),
+                "authenticated": sum(self._per_host.values()),
                 "health": self.health(),
             }
 
@@ -341,7 +343,7 @@ class DataServer:
             with self._lock:
                 over = (
                     len(self._conns) >= self.limits.max_conns_total
-                    or self._per_addr[peer_addr] >= self.limits.max_conns_per_peer
+                    or self._per_addr[peer_addr] >= self.limits.max_handshaking_per_address
                 )
                 if not over:
                     self._conns.add(conn)

@@ -754,9 +754,17 @@ class Coordinator:
         self.require_leader()
         with self.lock:
             job = self._job(job_id)
+            if reporter not in job.targets:
+                raise NotFound(f"host {reporter} is not a target of job {job_id}")
             hp = job.hosts.get(suspect)
             if hp is not None and suspect in job.topology.racks:
-                if reason == "BAD_DATA":
+                upstream_of_reporter = any(
+                    c.parent.get(reporter) == suspect for c in job.topology.stripes
+                )
+                if reason == "BAD_DATA" and not upstream_of_reporter:
+                    # only a host's own upstream can have sent it bad data
+                    hp.errors.append(f"BAD_DATA from non-downstream {reporter} ignored")
+                elif reason == "BAD_DATA":
                     hp.bad_data_reporters.add(reporter)
                     hp.errors.append(f"BAD_DATA reported by {reporter}")
                     if len(hp.bad_data_reporters) >= 2:
@@ -794,6 +802,8 @@ class Coordinator:
         self.require_leader()
         with self.lock:
             job = self._job(job_id)
+            if host_id not in job.targets:
+                raise NotFound(f"host {host_id} is not a target of job {job_id}")
             me = job.hosts.get(host_id)
             out = []
             for h, hp in job.hosts.items():
