@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from relgate_agent.pki import (
     Identity,
@@ -22,7 +22,7 @@ from relgate_agent.pki import (
     issue,
     parse_identity_uri,
 )
-from relgate_agent.transport import MAGIC, REQ, RequestError, parse_request
+from relgate_agent.transport import MAGIC, REQ, RequestError, _int_field, parse_request
 
 OP = Identity("operator", "operator")
 H0 = Identity("host", "h00", "r0")
@@ -111,29 +111,48 @@ def _parse(head: bytes, body: bytes, max_header: int = 4096) -> tuple[int, dict[
     return parse_request(head, lambda n: body[:n], max_header)
 
 
-@pytest.mark.parametrize(
-    ("head_body", "message"),
-    [
-        (_req(1, b'{"job":"j"}', b"XXXX"), "bad magic"),
-        (_req(9, b'{"job":"j"}'), "unknown op 9"),
-        (_req(0, b'{"job":"j"}'), "unknown op 0"),
-        (_req(1, b"[1,2]"), "request header is not a JSON object"),
-        (_req(1, b"not json"), "request header is not JSON"),
-        (_req(1, b"\xff\xfe"), "request header is not JSON"),
-        (_req(1, b'{"job": 5}'), "job must be a non-empty string"),
-        (_req(1, b'{"job": ""}'), "job must be a non-empty string"),
-        (_req(1, b"{}"), "job must be a non-empty string"),
-        ((REQ.pack(MAGIC, 1, 5000), b""), "request header too large (5000 > 4096 bytes)"),
-        ((REQ.pack(MAGIC, 1, 4097), b""), "request header too large (4097 > 4096 bytes)"),
-    ],
-)
+MALFORMED_CASES = [
+    (_req(1, b'{"job":"j"}', b"XXXX"), "bad magic"),
+    (_req(9, b'{"job":"j"}'), "unknown op 9"),
+    (_req(0, b'{"job":"j"}'), "unknown op 0"),
+    (_req(1, b"[1,2]"), "request header is not a JSON object"),
+    (_req(1, b"not json"), "request header is not JSON"),
+    (_req(1, b"\xff\xfe"), "request header is not JSON"),
+    (_req(1, b'{"job": 5}'), "job must be a non-empty string"),
+    (_req(1, b'{"job": ""}'), "job must be a non-empty string"),
+    (_req(1, b"{}"), "job must be a non-empty string"),
+    ((REQ.pack(MAGIC, 1, 5000), b""), "request header too large (5000 > 4096 bytes)"),
+    ((REQ.pack(MAGIC, 1, 4097), b""), "request header too large (4097 > 4096 bytes)"),
+    (_req(1, json.dumps({"job": "j" * 129}).encode()), "job must be a non-empty string"),
+]
+
+
+@pytest.mark.parametrize(("head_body", "message"), MALFORMED_CASES)
 def test_malformed_requests(head_body: tuple[bytes, bytes], message: str) -> None:
     with pytest.raises(RequestError) as exc:
         _parse(*head_body)
     assert str(exc.value) == message and exc.value.kind == "malformed"
 
 
+def test_int_fields() -> None:
+    req = {"i": 5, "b": True, "f": 1.0, "s": "5", "n": None, "neg": -1}
+    assert _int_field(req, "i", 0, 5) == 5
+    assert _int_field(req, "i", 5, 9) == 5
+    assert _int_field(req, "missing", 0, 9, 3) == 3
+    assert _int_field(req, "neg", -1, 0) == -1
+    for name in ("b", "f", "s", "n", "missing"):
+        with pytest.raises(RequestError) as exc:
+            _int_field(req, name, 0, 9)
+        assert str(exc.value) == f"{name} must be an integer" and exc.value.kind == "malformed"
+    with pytest.raises(RequestError, match=r"^i 5 out of range \[0, 4\]$"):
+        _int_field(req, "i", 0, 4)
+    with pytest.raises(RequestError, match=r"^i 5 out of range \[6, 9\]$"):
+        _int_field(req, "i", 6, 9)
+
+
 def test_request_at_the_size_limit_is_parsed() -> None:
+    _, req = _parse(*_req(1, json.dumps({"job": "j" * 128}).encode()))
+    assert req["job"] == "j" * 128
     body = json.dumps({"job": "j", "pad": "x" * 10}).encode()
     op, req = _parse(*_req(2, body), max_header=len(body))
     assert op == 2 and req["job"] == "j"
@@ -141,7 +160,6 @@ def test_request_at_the_size_limit_is_parsed() -> None:
     assert op == 1
 
 
-@settings(max_examples=300)
 @given(st.binary(min_size=REQ.size, max_size=REQ.size), st.binary(max_size=64))
 def test_parser_only_ever_raises_request_error(head: bytes, body: bytes) -> None:
     try:
@@ -166,3 +184,13 @@ def test_parser_any_json(doc: object) -> None:
         assert str(exc) in ("request header is not a JSON object", "job must be a non-empty string")
         return
     assert isinstance(req, dict)
+
+
+def run_parsers() -> None:
+    """The deterministic identity and request-parser tests without pytest's runner (the
+    mutation-testing command; the hypothesis tests run under pytest)."""
+    test_identity_uri_roundtrip_and_refusals()
+    for head_body, message in MALFORMED_CASES:
+        test_malformed_requests(head_body, message)
+    test_int_fields()
+    test_request_at_the_size_limit_is_parsed()
