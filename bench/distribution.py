@@ -108,7 +108,11 @@ def run_relgate(base: Path, src: Path, pem: Path, env: Path) -> dict[str, Any]:
     )
     state = lab_up(spec)
     try:
-        client = CoordinatorClient(state["coordinator_unix"])
+        from relgate_agent.pki import TlsFiles
+
+        client = CoordinatorClient(
+            state["coordinator_unix"], TlsFiles.from_pki(state["pki"], "operator")
+        )
         deadline = time.monotonic() + 60
         while True:  # wait until every agent has checked in, then plan
             job = client.create_job(

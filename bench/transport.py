@@ -8,12 +8,15 @@ agent also CRC32Cs each block, so that rate is reported as the per-stream comput
 
 from __future__ import annotations
 
+import tempfile
 import time
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import google_crc32c
 import grpc
+from relgate_agent.pki import TlsFiles, data_client_context, data_server_context, ensure_dev_pki
 from relgate_agent.transport import DataServer, StripeStream
 
 BLOCK = 4 * 1024 * 1024
@@ -45,14 +48,25 @@ class _MemorySource:
 
 
 def framed_tcp_gbps() -> float:
+    """Framed TCP as the agents run it: mutual TLS 1.3 (dev PKI in a temporary directory)."""
     src = _MemorySource()
-    server = DataServer("127.0.0.1", 0, lambda job: src)
+    pki = ensure_dev_pki(Path(tempfile.mkdtemp(prefix="bench-pki-")), {"up": "r0", "down": "r0"})
+    server = DataServer(
+        "127.0.0.1",
+        0,
+        lambda job: src,
+        tls=data_server_context(TlsFiles.from_pki(pki, "up")),
+        authorize=lambda *_: None,
+    )
+    client_tls = data_client_context(TlsFiles.from_pki(pki, "down"))
     server.start()
     try:
         best = 0.0
         for _ in range(3):
             t0 = time.perf_counter()
-            stream = StripeStream(server.address, "bench", 0, 0, credits=16)
+            stream = StripeStream(
+                server.address, "bench", 0, 0, credits=16, tls=client_tls, peer="up"
+            )
             n = 0
             for blk in stream:
                 if blk is None:

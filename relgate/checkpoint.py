@@ -240,10 +240,14 @@ def local_fleet(
     ws: Workspace, *, hosts: int, racks: int, coordinator: str, labels: str = "cluster=demo"
 ) -> Iterator[list[dict[str, Any]]]:
     """Start ``hosts`` agent processes on loopback; stop each by PID on exit."""
+    from relgate_agent.pki import ensure_dev_pki
+
     fleet_dir = ws.home / "fleet"
     procs: list[subprocess.Popen[bytes]] = []
     members = []
     agent = [sys.executable, "-m", "relgate_agent.cli"]
+    # dev fleet CA + certificates under the workspace (mutual TLS on both planes, no set-up)
+    pki = ensure_dev_pki(ws.home, {f"host-{i:02d}": f"rack-{i % racks}" for i in range(hosts)})
     try:
         for i in range(hosts):
             host = f"host-{i:02d}"
@@ -268,9 +272,21 @@ def local_fleet(
                 *ws.config["keys"]["trusted"],
                 "--listen",
                 f"127.0.0.1:{free_port()}",
+                "--pki",
+                str(pki),
             ]
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
-            members.append({"host": host, "modelsRoot": str(root / "models"), "pid": procs[-1].pid})
+            members.append(
+                {
+                    "host": host,
+                    "modelsRoot": str(root / "models"),
+                    "pid": procs[-1].pid,
+                    # what the coordinator enrolls (extras.serve.enroll, fleet_serve_extras)
+                    "host_id": host,
+                    "rack": f"rack-{i % racks}",
+                    "labels": labels,
+                }
+            )
         yield members
     finally:
         for proc in procs:
@@ -329,7 +345,9 @@ def distribute(
                         "db": str(ws.home / "coordinator.sqlite"),
                         "trusted_keys": ws.config["keys"]["trusted"],
                         "min_hosts": hosts,
+                        "enroll": members,
                     },
+                    "pki": str(ws.home / "pki"),
                     "poll_interval_s": 0.5,
                     "timeout_s": timeout_s,
                     "wait_for_all": True,

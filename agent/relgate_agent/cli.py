@@ -93,6 +93,61 @@ def _wait_for_signal() -> None:
 # ---------------------------------------------------------------------------- commands
 
 
+def _tls(args: argparse.Namespace, name: str) -> Any:
+    from relgate_agent.pki import resolve_tls
+
+    return resolve_tls(args.pki, name, args.ca, args.cert, args.key)
+
+
+def cmd_ca_init(args: argparse.Namespace) -> int:
+    from relgate_agent.pki import ca_init, cert_info
+
+    path = ca_init(Path(args.dir), force=args.force)
+    _emit(args, {"ca": str(path), "key": str(Path(args.dir) / "ca.key"), **cert_info(path)})
+    return EXIT_OK
+
+
+def cmd_ca_issue(args: argparse.Namespace) -> int:
+    from relgate_agent.pki import cert_info, issue
+
+    cert, key = issue(
+        Path(args.dir),
+        args.role,
+        host_id=args.host_id,
+        rack=args.rack,
+        name=args.name,
+        validity_h=args.validity_hours,
+        out_dir=Path(args.out_dir) if args.out_dir else None,
+        extra_dns=tuple(args.dns),
+    )
+    _emit(args, {**cert_info(cert), "cert": str(cert), "key": str(key)})
+    return EXIT_OK
+
+
+def cmd_hosts_enroll(args: argparse.Namespace) -> int:
+    from relgate_agent.client import CoordinatorClient
+
+    c = CoordinatorClient(args.coordinator, _tls(args, "operator"))
+    try:
+        enrolled = c.enroll_host(args.host_id, args.rack, args.labels, remove=args.remove)
+    finally:
+        c.close()
+    _emit(args, {"host_id": args.host_id, "rack": args.rack, "enrolled": enrolled})
+    return EXIT_OK
+
+
+def cmd_hosts_list(args: argparse.Namespace) -> int:
+    from relgate_agent.client import CoordinatorClient
+
+    c = CoordinatorClient(args.coordinator, _tls(args, "operator"))
+    try:
+        out = c.list_hosts()
+    finally:
+        c.close()
+    _emit(args, out)
+    return EXIT_OK
+
+
 def cmd_keygen(args: argparse.Namespace) -> int:
     from relgate_agent.manifest import generate_private_key, keyid_for, write_keypair
 
@@ -161,8 +216,11 @@ def cmd_coordinator_serve(args: argparse.Namespace) -> int:
         splice_on_suspect=not args.no_splice_on_suspect,
         lease_ttl_s=args.lease_ttl,
         replica_id=args.replica_id,
+        host_ttl_s=args.host_ttl,
     )
-    server = CoordinatorServer(cfg, args.listen or ["127.0.0.1:7470"]).start()
+    server = CoordinatorServer(
+        cfg, args.listen or ["127.0.0.1:7470"], tls=_tls(args, "coordinator")
+    ).start()
     if args.address_file:
         Path(args.address_file).write_text(server.address)
     _emit(args, {"listening": server.address, "addresses": server.addresses, "pid": os.getpid()})
@@ -196,7 +254,17 @@ def cmd_agent_serve(args: argparse.Namespace) -> int:
         retain_versions=args.retain,
         max_rate_bytes_per_s=args.max_rate,
     )
-    agent = HostAgent(cfg).start()
+    from relgate_agent.transport import DataPlaneLimits
+
+    limits = DataPlaneLimits(
+        handshake_timeout_s=args.handshake_timeout,
+        request_timeout_s=args.request_timeout,
+        idle_timeout_s=args.idle_timeout,
+        max_conns_total=args.max_conns,
+        max_conns_per_peer=args.max_conns_per_peer,
+        max_handshaking_per_address=args.max_handshaking_per_address,
+    )
+    agent = HostAgent(cfg, tls=_tls(args, args.host_id), limits=limits).start()
     _emit(args, {"host_id": cfg.host_id, "data_address": agent.data_address, "pid": os.getpid()})
     sys.stdout.flush()
     try:
@@ -209,7 +277,7 @@ def cmd_agent_serve(args: argparse.Namespace) -> int:
 def cmd_job_create(args: argparse.Namespace) -> int:
     from relgate_agent.client import CoordinatorClient
 
-    c = CoordinatorClient(args.coordinator)
+    c = CoordinatorClient(args.coordinator, _tls(args, "operator"))
     try:
         r = c.create_job(
             model=args.model,
@@ -242,7 +310,7 @@ def cmd_job_create(args: argparse.Namespace) -> int:
 def cmd_job_get(args: argparse.Namespace) -> int:
     from relgate_agent.client import CoordinatorClient, job_to_dict
 
-    c = CoordinatorClient(args.coordinator)
+    c = CoordinatorClient(args.coordinator, _tls(args, "operator"))
     try:
         status = job_to_dict(c.get_job(args.job_id))
     finally:
@@ -256,7 +324,7 @@ def cmd_job_get(args: argparse.Namespace) -> int:
 def cmd_job_cancel(args: argparse.Namespace) -> int:
     from relgate_agent.client import CoordinatorClient
 
-    c = CoordinatorClient(args.coordinator)
+    c = CoordinatorClient(args.coordinator, _tls(args, "operator"))
     try:
         c.cancel_job(args.job_id)
     finally:
@@ -319,6 +387,55 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
         sp.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
 
+    def tls(sp: argparse.ArgumentParser) -> None:
+        g = sp.add_argument_group("mutual TLS (fleet CA)")
+        g.add_argument(
+            "--pki",
+            default="",
+            help="PKI directory: ca.pem + <name>.pem/.key (default $RELGATE_AGENT_PKI)",
+        )
+        g.add_argument("--ca", default="", help="CA certificate (overrides --pki)")
+        g.add_argument("--cert", default="", help="this identity's certificate")
+        g.add_argument("--key", default="", help="this identity's private key")
+
+    ca = sub.add_parser("ca", help="fleet CA: init, issue role certificates").add_subparsers(
+        dest="sub", required=True
+    )
+    ci = ca.add_parser("init", help="create ca.pem / ca.key (0600) in DIR")
+    common(ci)
+    ci.add_argument("--dir", required=True)
+    ci.add_argument("--force", action="store_true", help="replace an existing CA")
+    ci.set_defaults(fn=cmd_ca_init)
+    cis = ca.add_parser("issue", help="issue an operator, coordinator or host certificate")
+    common(cis)
+    cis.add_argument("--dir", required=True, help="the CA directory")
+    cis.add_argument("--role", required=True, choices=["operator", "coordinator", "host"])
+    cis.add_argument("--host-id", default="")
+    cis.add_argument("--rack", default="")
+    cis.add_argument("--name", default="", help="operator/coordinator name (default: the role)")
+    cis.add_argument("--validity-hours", type=float, default=72.0)
+    cis.add_argument("--out-dir", default="", help="where to write <name>.pem/.key (default --dir)")
+    cis.add_argument("--dns", action="append", default=[], help="extra DNS SAN (coordinator)")
+    cis.set_defaults(fn=cmd_ca_issue)
+
+    hs = sub.add_parser("hosts", help="enrolled host inventory").add_subparsers(
+        dest="sub", required=True
+    )
+    he = hs.add_parser("enroll", help="enroll (or --remove) a host by certificate host id")
+    common(he)
+    tls(he)
+    he.add_argument("--coordinator", default="127.0.0.1:7470")
+    he.add_argument("--host-id", required=True)
+    he.add_argument("--rack", required=True)
+    he.add_argument("--labels", type=parse_labels, default={})
+    he.add_argument("--remove", action="store_true")
+    he.set_defaults(fn=cmd_hosts_enroll)
+    hl = hs.add_parser("list", help="enrolled hosts, last heartbeat, health")
+    common(hl)
+    tls(hl)
+    hl.add_argument("--coordinator", default="127.0.0.1:7470")
+    hl.set_defaults(fn=cmd_hosts_list)
+
     kg = sub.add_parser("keygen", help="generate an Ed25519 key pair (PEM PKCS8 / SPKI)")
     common(kg)
     kg.add_argument("--private", required=True)
@@ -372,6 +489,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="splice only after --dead-after (agents fall back to swarm repair meanwhile)",
     )
     cs.add_argument("--replica-id", default="")
+    cs.add_argument(
+        "--host-ttl",
+        type=float,
+        default=60.0,
+        help="enrolled hosts without a heartbeat for this long are not targets",
+    )
+    tls(cs)
     cs.set_defaults(fn=cmd_coordinator_serve)
 
     ag = sub.add_parser("agent").add_subparsers(dest="sub", required=True)
@@ -396,6 +520,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="cap distribution rx and tx on this host (e.g. 20Gbit) so serving traffic keeps its share",
     )
+    aserve.add_argument("--handshake-timeout", type=float, default=5.0)
+    aserve.add_argument("--request-timeout", type=float, default=5.0)
+    aserve.add_argument("--idle-timeout", type=float, default=30.0)
+    aserve.add_argument("--max-conns", type=int, default=512)
+    aserve.add_argument("--max-conns-per-peer", type=int, default=32)
+    aserve.add_argument("--max-handshaking-per-address", type=int, default=64)
+    tls(aserve)
     aserve.set_defaults(fn=cmd_agent_serve)
 
     job = sub.add_parser("job").add_subparsers(dest="sub", required=True)
@@ -414,17 +545,20 @@ def build_parser() -> argparse.ArgumentParser:
     jc.add_argument("--stripes", type=int, default=0)
     jc.add_argument("--webhook", default="")
     jc.add_argument("--job-id", default="")
+    tls(jc)
     jc.set_defaults(fn=cmd_job_create)
     jg = job.add_parser("get")
     common(jg)
     jg.add_argument("job_id")
     jg.add_argument("--coordinator", default="127.0.0.1:7470")
     jg.add_argument("--hosts", action="store_true", help="include per-host status")
+    tls(jg)
     jg.set_defaults(fn=cmd_job_get)
     jx = job.add_parser("cancel")
     common(jx)
     jx.add_argument("job_id")
     jx.add_argument("--coordinator", default="127.0.0.1:7470")
+    tls(jx)
     jx.set_defaults(fn=cmd_job_cancel)
 
     lab = sub.add_parser("lab").add_subparsers(dest="sub", required=True)
@@ -475,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
             grpc.StatusCode.INVALID_ARGUMENT,
             grpc.StatusCode.NOT_FOUND,
             grpc.StatusCode.FAILED_PRECONDITION,
+            grpc.StatusCode.PERMISSION_DENIED,
+            grpc.StatusCode.UNAUTHENTICATED,
         ):
             return EXIT_REJECTED
         if code in (grpc.StatusCode.ABORTED, grpc.StatusCode.ALREADY_EXISTS):

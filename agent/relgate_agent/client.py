@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from relgate_agent.pki import TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import FailoverStub
 
 
 class CoordinatorClient:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tls: TlsFiles) -> None:
         self.address = address  # one address or a comma-separated list of replicas
-        self.jobs: Any = FailoverStub(address, pbg.JobServiceStub)
+        self.jobs: Any = FailoverStub(address, pbg.JobServiceStub, tls)
 
     def close(self) -> None:
         self.jobs.close()
@@ -25,6 +26,39 @@ class CoordinatorClient:
 
     def cancel_job(self, job_id: str, timeout: float = 10.0) -> None:
         self.jobs.CancelJob(pb.CancelJobRequest(job_id=job_id), timeout=timeout)
+
+    def enroll_host(
+        self,
+        host_id: str,
+        rack: str,
+        labels: dict[str, str] | None = None,
+        remove: bool = False,
+        timeout: float = 10.0,
+    ) -> bool:
+        r = self.jobs.EnrollHost(
+            pb.EnrollHostRequest(host_id=host_id, rack=rack, labels=labels or {}, remove=remove),
+            timeout=timeout,
+        )
+        return bool(r.enrolled)
+
+    def list_hosts(self, timeout: float = 10.0) -> dict[str, Any]:
+        r = self.jobs.ListHosts(pb.ListHostsRequest(), timeout=timeout)
+        return {
+            "control_refusals": r.control_refusals,
+            "hosts": [
+                {
+                    "host_id": h.host_id,
+                    "rack": h.rack,
+                    "labels": dict(h.labels),
+                    "enrolled": h.enrolled,
+                    "last_seen_age_s": h.last_seen_age_s,
+                    "live": h.live,
+                    "health": h.health,
+                    "data_refusals": h.data_refusals,
+                }
+                for h in r.hosts
+            ],
+        }
 
 
 def job_to_dict(resp: pb.GetJobResponse) -> dict[str, Any]:
@@ -44,6 +78,8 @@ def job_to_dict(resp: pb.GetJobResponse) -> dict[str, Any]:
         "eta_s": resp.eta_s,
         "topology_version": resp.topology_version,
         "completion_emitted": resp.completion_emitted,
+        "duration_s": resp.duration_s,
+        "control_refusals": resp.control_refusals,
         "hosts": [
             {
                 "host_id": h.host_id,
@@ -54,6 +90,8 @@ def job_to_dict(resp: pb.GetJobResponse) -> dict[str, Any]:
                 "tx_bytes": h.tx_bytes,
                 "origin_bytes": h.origin_bytes,
                 "errors": list(h.errors),
+                "health": h.health,
+                "data_refusals": h.data_refusals,
             }
             for h in resp.hosts
         ],

@@ -259,6 +259,11 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
             for h, rack in hosts:
                 state["hosts"][h] = {"rack": rack, "ns": "", "address": "127.0.0.1"}
 
+        from relgate_agent.pki import ensure_dev_pki
+
+        # a dev fleet CA + coordinator/operator/host certificates: no set-up, mutual TLS anyway
+        pki = ensure_dev_pki(state_dir, {h: i["rack"] for h, i in state["hosts"].items()})
+        state["pki"] = str(pki)
         py = [sys.executable, "-m", "relgate_agent", "--json"]
         wrap = (lambda ns: ["ip", "netns", "exec", ns]) if use_netns else (lambda ns: [])
         listen = spec.coordinator_listen or (
@@ -282,6 +287,8 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
                 str(spec.dead_after_s),
                 "--report-interval",
                 str(spec.report_interval_s),
+                "--pki",
+                str(pki),
             ],
             logs / "coordinator.log",
         )
@@ -289,6 +296,11 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
         state["coordinator"] = info["listening"]
         state["coordinator_unix"] = f"unix:{sock}"
         _save(state_dir, state)
+        enroll_hosts(
+            f"unix:{sock}",
+            pki,
+            {h: (i["rack"], spec.labels) for h, i in state["hosts"].items()},
+        )
         if spec.origin_dir is not None:
             org_host = f"{SUBNET_PREFIX}.255.2" if use_netns else "127.0.0.1"
             pid, oinfo = _spawn(
@@ -337,6 +349,8 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
                     str(spec.journal_interval_s),
                     "--report-interval",
                     str(spec.report_interval_s),
+                    "--pki",
+                    str(pki),
                 ],
                 logs / f"{h}.log",
                 {**spec.extra_hosts_env, **spec.agent_env.get(h, {})},
@@ -349,6 +363,24 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
         lab_down(state_dir)
         raise
     return state
+
+
+def enroll_hosts(coordinator: str, pki: Path, hosts: dict[str, tuple[str, str]]) -> None:
+    """Enroll hosts (host id -> (rack, "k=v,..." labels)) with the operator certificate."""
+    from relgate_agent.client import CoordinatorClient
+    from relgate_agent.pki import TlsFiles
+
+    c = CoordinatorClient(coordinator, TlsFiles.from_pki(pki, "operator"))
+    try:
+        for h, (rack, labels) in hosts.items():
+            c.enroll_host(
+                h,
+                rack,
+                dict(i.split("=", 1) for i in labels.split(",") if "=" in i),
+                timeout=30,
+            )
+    finally:
+        c.close()
 
 
 def _alive(pid: int) -> bool:

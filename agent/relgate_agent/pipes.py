@@ -7,9 +7,12 @@ extras:
       "job": {"model", "version", "manifest_uri", "origin_uri"?, "target_selector"?,
               "priority"?, "origin_cap_bytes_per_s"?, "ready_threshold"? (0..1),
               "deadline_s"?, "stripes"?, "webhook_url"?, "job_id"?},
+      "pki": "DIR",                           # fleet PKI (ca.pem, operator.*, coordinator.*);
+                                              # default $RELGATE_AGENT_PKI
       "coordinator": "host:port"              # use a running coordinator, or
       "serve": {"listen", "db", "trusted_keys": [..], "stripes"?, "dead_after_s"?,
-                "min_hosts"?: wait for this many agents before CreateJob},
+                "min_hosts"?: wait for this many agents before CreateJob,
+                "enroll"?: [{"host_id", "rack", "labels": {..} | "k=v,.."}]},
                                               # run one in this process for the job's life
       "poll_interval_s"?: 1.0,
       "timeout_s"?: 3600,
@@ -40,6 +43,13 @@ def run_distribution_job(
     if not job_spec.get("model") or not job_spec.get("version") or not job_spec.get("manifest_uri"):
         raise AgentError("extras.job needs model, version and manifest_uri")
     threshold = float(job_spec.pop("ready_threshold", 0.995))
+    import os
+
+    from relgate_agent.pki import TlsFiles
+
+    pki = str(extras.get("pki") or os.environ.get("RELGATE_AGENT_PKI") or "")
+    if not pki:
+        raise AgentError("extras need 'pki' (the fleet PKI directory) for mutual TLS")
     server = None
     address = str(extras.get("coordinator") or "")
     if not address:
@@ -58,10 +68,16 @@ def run_distribution_job(
                 dead_after_s=float(serve.get("dead_after_s", 6.0)),
             ),
             str(serve.get("listen", "127.0.0.1:7470")),
+            tls=TlsFiles.from_pki(pki, "coordinator"),
         ).start()
+        for h in serve.get("enroll") or []:
+            labels = h.get("labels") or {}
+            if isinstance(labels, str):
+                labels = dict(item.split("=", 1) for item in labels.split(",") if "=" in item)
+            server.coordinator.enroll(str(h["host_id"]), str(h["rack"]), dict(labels))
         address = server.address
         log(f"coordinator serving on {address}")
-    client = CoordinatorClient(address)
+    client = CoordinatorClient(address, TlsFiles.from_pki(pki, "operator"))
     try:
         if server is not None:
             # agents find a freshly started coordinator by retrying; wait until the fleet we

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from relgate_agent.pki import TlsFiles
 
 # Manifests of 800 GB checkpoints are a few MB; leave headroom.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -19,17 +22,25 @@ class FailoverStub:
     """Calls a gRPC stub method on the current coordinator replica; on UNAVAILABLE (down, or
     not the lease holder) moves to the next address and retries once per replica.
 
-    ``addresses`` is a comma-separated list (``"coord-a:7470,coord-b:7470"``).
+    ``addresses`` is a comma-separated list (``"coord-a:7470,coord-b:7470"``). Channels are
+    mutual TLS: this side presents ``tls``'s certificate and accepts only a coordinator
+    certificate from the same fleet CA (checked against ``COORDINATOR_DNS``).
     """
 
-    def __init__(self, addresses: str, stub_class: Any) -> None:
+    def __init__(self, addresses: str, stub_class: Any, tls: TlsFiles) -> None:
         import grpc
+
+        from relgate_agent.pki import GRPC_TLS_OPTIONS, grpc_channel_credentials
 
         self._grpc = grpc
         self.addresses = [a.strip() for a in addresses.split(",") if a.strip()]
         if not self.addresses:
             raise ValueError("no coordinator address given")
-        self.channels = [grpc.insecure_channel(a, options=GRPC_OPTIONS) for a in self.addresses]
+        creds = grpc_channel_credentials(tls)
+        self.channels = [
+            grpc.secure_channel(a, creds, options=GRPC_OPTIONS + GRPC_TLS_OPTIONS)
+            for a in self.addresses
+        ]
         self.stubs = [stub_class(c) for c in self.channels]
         self.current = 0
         self._lock = threading.Lock()

@@ -1,4 +1,4 @@
-"""Peer data plane: framed TCP with credit-based flow control.
+"""Peer data plane: framed TCP over mutual TLS 1.3 with credit-based flow control.
 
 Requests (downstream -> upstream), one per connection:
 
@@ -16,20 +16,33 @@ waiting for its own upstream; lets a downstream tell "slow chain" from "dead pee
 The CRC sent is the manifest's CRC for the block; receivers check it against the manifest
 themselves, so the frame CRC is informational. Blocks are served from disk (the staging or
 placed files), which is what lets a reconnecting downstream be replayed without the origin.
+
+Every connection is TLS 1.3 with a client certificate from the fleet CA; the server serves a
+stripe only to a host its *current* assignment names as that stripe's downstream, and a
+chunk only to a host of the job's current topology (see ``relgate_agent.authz``). Nothing a
+peer sends can hold the server: handshake, request and idle timeouts, a bound on
+connections per peer and in total, an accept loop that survives EMFILE, and every malformed
+request answered with one ERROR frame and a closed connection.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import socket
+import ssl
 import struct
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+from relgate_agent.pki import Identity, identity_from_peercert
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +65,33 @@ FAULT_ENV = "RELGATE_AGENT_FAULT"
 
 class TransportError(Exception):
     """Connection-level failure (reset, refused, protocol error, upstream error frame)."""
+
+
+class RequestError(Exception):
+    """A malformed or refused request: answered with one ERROR frame, then the connection
+    is closed. ``kind`` is the refusal counter it is counted under."""
+
+    def __init__(self, message: str, kind: str = "malformed") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class DataPlaneLimits:
+    handshake_timeout_s: float = 5.0
+    request_timeout_s: float = 5.0  # the request header must arrive within this
+    idle_timeout_s: float = 30.0  # a peer that neither reads nor grants credit this long is cut
+    max_conns_total: int = 512
+    max_conns_per_peer: int = 32  # per certificate host id, once authenticated
+    max_handshaking_per_address: int = 64  # connections still in the TLS handshake, per address
+    max_header_bytes: int = 4096
+    max_credits: int = 1024
+    topology_wait_s: float = 3.0  # a peer ahead of our topology version: wait this long for it
+    unhealthy_for_s: float = 30.0  # an accept failure keeps the server "unhealthy" this long
+
+
+# (job, peer, op, stripe, peer's topology version) -> refusal text or None
+Authorizer = Callable[[str, Identity | None, int, int, int], str | None]
 
 
 class BlockSource(Protocol):
@@ -118,16 +158,30 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+def _recv_request_part(sock: socket.socket, n: int, what: str) -> bytes:
+    buf = bytearray()
+    try:
+        while len(buf) < n:
+            data = sock.recv(n - len(buf))
+            if not data:
+                raise RequestError(f"{what} incomplete: {len(buf)}/{n} bytes, peer closed")
+            buf += data
+    except TimeoutError:
+        raise RequestError(f"{what} incomplete: {len(buf)}/{n} bytes before the timeout") from None
+    return bytes(buf)
+
+
 def _graceful_close(conn: socket.socket) -> None:
     """Half-close, then drain the peer's credit grants until it closes.
 
     Closing a socket with unread bytes (late credit grants) makes the kernel send RST, and
     an RST discards frames the peer has not read yet (the last blocks and END).
     """
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError):
         conn.shutdown(socket.SHUT_WR)
         conn.settimeout(5.0)
-        while conn.recv(4096):
+        deadline = time.monotonic() + 5.0
+        while conn.recv(4096) and time.monotonic() < deadline:
             pass
     with contextlib.suppress(OSError):
         conn.close()
@@ -146,8 +200,42 @@ def _send_frame(
         sock.sendall(payload)
 
 
+def _int_field(req: dict[str, Any], name: str, lo: int, hi: int, default: int | None = None) -> int:
+    """A request integer: a JSON integer (not a bool, float or string) within [lo, hi]."""
+    v = req.get(name, default)
+    if type(v) is not int:
+        raise RequestError(f"{name} must be an integer")
+    if not lo <= v <= hi:
+        raise RequestError(f"{name} {v} out of range [{lo}, {hi}]")
+    return v
+
+
+def parse_request(
+    head: bytes, body_reader: Callable[[int], bytes], max_header: int
+) -> tuple[int, dict[str, Any]]:
+    """Validate a request envelope: magic, op, bounded length, a JSON object with a job id."""
+    magic, op, n = REQ.unpack(head)
+    if magic != MAGIC:
+        raise RequestError("bad magic")
+    if op not in (OP_STREAM_STRIPE, OP_FETCH_CHUNK):
+        raise RequestError(f"unknown op {op}")
+    if n > max_header:
+        raise RequestError(f"request header too large ({n} > {max_header} bytes)")
+    body = body_reader(n)
+    try:
+        req = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise RequestError("request header is not JSON") from None
+    if not isinstance(req, dict):
+        raise RequestError("request header is not a JSON object")
+    job = req.get("job")
+    if not isinstance(job, str) or not 0 < len(job) <= 128:
+        raise RequestError("job must be a non-empty string")
+    return op, req
+
+
 class DataServer:
-    """Thread-per-connection TCP server for StreamStripe and FetchChunk."""
+    """Thread-per-connection TLS server for StreamStripe and FetchChunk."""
 
     def __init__(
         self,
@@ -155,10 +243,17 @@ class DataServer:
         port: int,
         lookup: Callable[[str], BlockSource | None],
         tx_limit: Callable[[int], None] | None = None,
+        *,
+        tls: ssl.SSLContext,
+        authorize: Authorizer,
+        limits: DataPlaneLimits | None = None,
     ) -> None:
         self.lookup = lookup
         # per-host upload cap (e.g. a TokenBucket.take) so distribution never starves serving
         self.tx_limit = tx_limit
+        self.tls = tls
+        self.authorize = authorize
+        self.limits = limits or DataPlaneLimits()
         self.fault = Fault.from_env()
         self.sock = socket.create_server((host, port), reuse_port=False, backlog=128)
         self.address = f"{host}:{self.sock.getsockname()[1]}"
@@ -166,7 +261,42 @@ class DataServer:
         self._thread = threading.Thread(target=self._accept_loop, name="data-accept", daemon=True)
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._per_addr: Counter[str] = Counter()  # connections still handshaking, per address
+        self._per_host: Counter[str] = Counter()  # authenticated connections, per host id
+        self.refusals: Counter[str] = Counter()  # refusal kind -> count
+        self.accept_errors: Counter[str] = Counter()
+        self._trouble = ("", 0.0)  # (what, when) of the last accept failure
 
+    # ------------------------------------------------------------------ health, counters
+    @property
+    def refusals_total(self) -> int:
+        with self._lock:
+            return sum(self.refusals.values())
+
+    def health(self) -> str:
+        """ "" while healthy; otherwise the last accept failure (kept for unhealthy_for_s)."""
+        what, when = self._trouble
+        if what and time.monotonic() - when < self.limits.unhealthy_for_s:
+            return what
+        return ""
+
+    def counters(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "refusals": dict(self.refusals),
+                "refusals_total": sum(self.refusals.values()),
+                "accept_errors": dict(self.accept_errors),
+                "connections": len(self._conns),
+                "authenticated": sum(self._per_host.values()),
+                "health": self.health(),
+            }
+
+    def _refuse(self, kind: str, why: str, peer: str) -> None:
+        with self._lock:
+            self.refusals[kind] += 1
+        log.warning("data plane refused %s: %s", peer, why)
+
+    # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self._thread.start()
 
@@ -181,52 +311,153 @@ class DataServer:
                     c.shutdown(socket.SHUT_RDWR)
 
     def _accept_loop(self) -> None:
+        backoff = 0.01
         while not self._stop.is_set():
             try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn, addr = self.sock.accept()
+            except OSError as exc:
+                if self._stop.is_set():
+                    return
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # out of descriptors/memory: back off and keep serving what we have
+                    name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+                    with self._lock:
+                        self.accept_errors[name] += 1
+                    self._trouble = (
+                        f"data plane accept failed: {name} ({exc.strerror})",
+                        time.monotonic(),
+                    )
+                    log.warning("data plane accept failed (%s); backing off %.2fs", name, backoff)
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 1.0)
+                    continue
+                if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN):
+                    continue
+                if exc.errno == errno.EBADF or isinstance(exc, ConnectionError):
+                    return
+                log.warning("data plane accept: %r", exc)
+                self._stop.wait(backoff)
+                continue
+            backoff = 0.01
+            peer_addr = str(addr[0]) if isinstance(addr, tuple) else str(addr)
             with self._lock:
-                self._conns.add(conn)
-            threading.Thread(
-                target=self._serve, args=(conn,), name="data-conn", daemon=True
-            ).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            magic, op, n = REQ.unpack(_recv_exact(conn, REQ.size))
-            if magic != MAGIC or n > 1 << 20:
-                raise TransportError("bad request header")
-            req = json.loads(_recv_exact(conn, n))
-            src = self.lookup(str(req.get("job", "")))
-            if src is None:
-                _send_frame(conn, KIND_ERROR, payload=b"unknown job")
-                return
-            if op == OP_STREAM_STRIPE:
-                self._stream(
-                    conn,
-                    src,
-                    int(req["stripe"]),
-                    int(req["fromPos"]),
-                    int(req.get("credits", DEFAULT_CREDITS)),
+                over = (
+                    len(self._conns) >= self.limits.max_conns_total
+                    or self._per_addr[peer_addr] >= self.limits.max_handshaking_per_address
                 )
-            elif op == OP_FETCH_CHUNK:
-                self._fetch_chunk(conn, src, int(req["chunk"]))
-            else:
-                _send_frame(conn, KIND_ERROR, payload=b"unknown op")
-        except (OSError, TransportError, ValueError, KeyError) as exc:
-            log.warning("data connection ended: %r", exc)
-        finally:
+                if not over:
+                    self._conns.add(conn)
+                    self._per_addr[peer_addr] += 1
+            if over:
+                self._refuse("limit", "connection limit reached", peer_addr)
+                with contextlib.suppress(OSError):
+                    conn.close()
+                continue
+            try:
+                threading.Thread(
+                    target=self._serve, args=(conn, peer_addr), name="data-conn", daemon=True
+                ).start()
+            except RuntimeError as exc:  # cannot start a thread: same as EMFILE
+                self._trouble = (f"data plane cannot start a thread: {exc}", time.monotonic())
+                self._forget(conn, peer_addr, None)
+                with contextlib.suppress(OSError):
+                    conn.close()
+                self._stop.wait(backoff)
+
+    def _forget(self, conn: socket.socket, addr: str, host: str | None) -> None:
+        with self._lock:
+            self._conns.discard(conn)
+            if addr in self._per_addr:
+                self._per_addr[addr] -= 1
+                if self._per_addr[addr] <= 0:
+                    del self._per_addr[addr]
+            if host is not None:
+                self._per_host[host] -= 1
+                if self._per_host[host] <= 0:
+                    del self._per_host[host]
+
+    # ------------------------------------------------------------------ one connection
+    def _serve(self, raw: socket.socket, addr: str) -> None:
+        conn: socket.socket = raw
+        counted_addr: str = addr
+        host: str | None = None
+        lim = self.limits
+        try:
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            raw.settimeout(lim.handshake_timeout_s)
+            try:
+                conn = self.tls.wrap_socket(raw, server_side=True)
+            except (ssl.SSLError, OSError) as exc:
+                self._refuse("handshake", f"TLS handshake failed: {exc}", addr)
+                return
+            peer = identity_from_peercert(conn.getpeercert())
             with self._lock:
-                self._conns.discard(conn)
+                self._conns.discard(raw)  # wrap_socket detached it; track the TLS socket
+                self._conns.add(conn)
+                # handshake done: count this connection against its certificate, not its address
+                self._per_addr[addr] -= 1
+                if self._per_addr[addr] <= 0:
+                    del self._per_addr[addr]
+                counted_addr = ""
+                name = peer.name if peer else f"?{addr}"
+                over = self._per_host[name] >= lim.max_conns_per_peer
+                if not over:
+                    self._per_host[name] += 1
+                    host = name
+            who = str(peer) if peer else addr
+            try:
+                if over:
+                    raise RequestError(f"too many connections from {name}", "limit")
+                conn.settimeout(lim.request_timeout_s)
+                head = _recv_request_part(conn, REQ.size, "request header")
+                op, req = parse_request(
+                    head,
+                    lambda n: _recv_request_part(conn, n, "request header"),
+                    lim.max_header_bytes,
+                )
+                src = self.lookup(req["job"])
+                if src is None:
+                    raise RequestError("unknown job", "unknown_job")
+                topo = _int_field(req, "topo", 0, 2**62, 0)
+                conn.settimeout(lim.idle_timeout_s)
+                if op == OP_STREAM_STRIPE:
+                    stripe = _int_field(req, "stripe", 0, 1 << 20)
+                    blocks = src.stripe_blocks(stripe)
+                    if not blocks:
+                        raise RequestError(f"stripe {stripe} out of range")
+                    pos = _int_field(req, "fromPos", 0, len(blocks))
+                    credits = _int_field(req, "credits", 1, lim.max_credits, DEFAULT_CREDITS)
+                    why = self.authorize(req["job"], peer, op, stripe, topo)
+                    if why is not None:
+                        raise RequestError(why, "unauthorized")
+                    self._stream(conn, src, blocks, pos, credits)
+                else:
+                    chunk = _int_field(req, "chunk", 0, 1 << 40)
+                    why = self.authorize(req["job"], peer, op, -1, topo)
+                    if why is not None:
+                        raise RequestError(why, "unauthorized")
+                    self._fetch_chunk(conn, src, chunk)
+            except RequestError as exc:
+                self._refuse(exc.kind, str(exc), who)
+                with contextlib.suppress(OSError, ValueError):
+                    conn.settimeout(2.0)
+                    _send_frame(conn, KIND_ERROR, payload=str(exc).encode()[:1024])
+        except (OSError, TransportError, ValueError) as exc:
+            log.info("data connection from %s ended: %r", addr, exc)
+        except Exception:  # never an uncaught exception in a connection thread
+            log.exception("data connection from %s failed", addr)
+            with contextlib.suppress(Exception):
+                _send_frame(conn, KIND_ERROR, payload=b"internal error")
+        finally:
+            self._forget(conn, counted_addr, host)
+            self._forget(raw, "", None)
             _graceful_close(conn)
 
     def _stream(
-        self, conn: socket.socket, src: BlockSource, stripe: int, pos: int, credits: int
+        self, conn: socket.socket, src: BlockSource, blocks: list[int], pos: int, credits: int
     ) -> None:
-        blocks = src.stripe_blocks(stripe)
         pending = b""
+        max_credits = self.limits.max_credits
         while pos < len(blocks):
             if self._stop.is_set() or src.closed:
                 _send_frame(conn, KIND_ERROR, payload=b"job closed on upstream")
@@ -236,13 +467,20 @@ class DataServer:
                 _send_frame(conn, KIND_HEARTBEAT, block=block)
                 continue
             while credits <= 0:
-                data = conn.recv(4096)
+                try:
+                    data = conn.recv(4096)
+                except TimeoutError:
+                    raise RequestError(
+                        "idle: no credit granted before the timeout", "idle"
+                    ) from None
                 if not data:
                     raise TransportError("downstream closed")
                 pending += data
                 while len(pending) >= CREDIT.size:
                     credits += CREDIT.unpack(pending[: CREDIT.size])[0]
                     pending = pending[CREDIT.size :]
+                if credits > max_credits:
+                    raise RequestError(f"credit overflow ({credits} > {max_credits})")
             offset, payload, crc = src.read_block(block)
             payload = self.fault.maybe_corrupt(block, payload)
             if self.tx_limit is not None:
@@ -255,8 +493,7 @@ class DataServer:
 
     def _fetch_chunk(self, conn: socket.socket, src: BlockSource, chunk: int) -> None:
         if not src.chunk_verified(chunk):
-            _send_frame(conn, KIND_ERROR, payload=b"chunk not held")
-            return
+            raise RequestError("chunk not held", "not_held")
         for block in src.chunk_blocks(chunk):
             offset, payload, crc = src.read_block(block)
             payload = self.fault.maybe_corrupt(block, payload)
@@ -275,10 +512,20 @@ class Block:
     data: bytes
 
 
-def _connect(address: str, timeout: float) -> socket.socket:
+def _connect(address: str, timeout: float, tls: ssl.SSLContext, peer: str) -> socket.socket:
+    """TCP + TLS 1.3 with our certificate; the server must present host ``peer``'s certificate."""
     host, _, port = address.rpartition(":")
-    sock = socket.create_connection((host, int(port)), timeout=timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    raw = socket.create_connection((host, int(port)), timeout=timeout)
+    try:
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = tls.wrap_socket(raw, server_side=False)
+    except BaseException:
+        raw.close()
+        raise
+    ident = identity_from_peercert(sock.getpeercert())
+    if ident is None or ident.role != "host" or ident.name != peer:
+        sock.close()
+        raise TransportError(f"{address} presented {ident}, expected host {peer}")
     return sock
 
 
@@ -326,10 +573,14 @@ class StripeStream:
         from_pos: int,
         credits: int = DEFAULT_CREDITS,
         stall_s: float = 5.0,
+        *,
+        tls: ssl.SSLContext,
+        peer: str,
+        topo: int = 0,
     ) -> None:
         self.address = address
         try:
-            self.sock = _connect(address, timeout=stall_s)
+            self.sock = _connect(address, stall_s, tls, peer)
         except (OSError, ValueError) as exc:
             raise TransportError(f"connection to {address} failed: {exc}") from exc
         self.sock.settimeout(stall_s)  # no frame (not even a heartbeat) for stall_s -> stalled
@@ -337,7 +588,13 @@ class StripeStream:
             _request(
                 self.sock,
                 OP_STREAM_STRIPE,
-                {"job": job, "stripe": stripe, "fromPos": from_pos, "credits": credits},
+                {
+                    "job": job,
+                    "stripe": stripe,
+                    "fromPos": from_pos,
+                    "credits": credits,
+                    "topo": topo,
+                },
             )
         except OSError as exc:
             self.close()
@@ -362,14 +619,23 @@ class StripeStream:
             self.sock.close()
 
 
-def fetch_chunk(address: str, job: str, chunk: int, timeout: float = 30.0) -> list[Block]:
+def fetch_chunk(
+    address: str,
+    job: str,
+    chunk: int,
+    timeout: float = 30.0,
+    *,
+    tls: ssl.SSLContext,
+    peer: str,
+    topo: int = 0,
+) -> list[Block]:
     """Client side of FetchChunk (repair path)."""
     try:
-        sock = _connect(address, timeout)
+        sock = _connect(address, timeout, tls, peer)
     except (OSError, ValueError) as exc:
         raise TransportError(f"connection to {address} failed: {exc}") from exc
     try:
-        _request(sock, OP_FETCH_CHUNK, {"job": job, "chunk": chunk})
+        _request(sock, OP_FETCH_CHUNK, {"job": job, "chunk": chunk, "topo": topo})
         return [b for b in _read_frames(sock) if b is not None]
     except OSError as exc:
         raise TransportError(f"fetch of chunk {chunk} from {address} failed: {exc}") from exc

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from relgate_agent.client import CoordinatorClient, job_to_dict
+from relgate_agent.pki import TlsFiles, ensure_dev_pki
 
 # Helper module names are prefixed (agent_harness, not harness): the main package's tests
 # directory has its own `harness` package and may be on sys.path in a combined run.
@@ -109,6 +110,31 @@ class Cluster:
     procs: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
     coordinator: str = ""
     agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # host -> (rack, labels) enrolled with every coordinator this cluster starts
+    enrolled: dict[str, tuple[str, str]] = field(default_factory=dict)
+    enroll: bool = True
+
+    @property
+    def pki(self) -> Path:
+        """Fleet dev PKI (CA, coordinator, operator, one cert per host started)."""
+        return ensure_dev_pki(self.base, {h: r for h, (r, _) in self.enrolled.items()})
+
+    def tls(self, name: str = "operator") -> TlsFiles:
+        return TlsFiles.from_pki(self.base / "pki", name)
+
+    def enroll_host(self, host: str, rack: str, labels: str = "cluster=inf-a") -> None:
+        labels_d = dict(i.split("=", 1) for i in labels.split(",") if "=" in i)
+        self.wait_for(
+            lambda: self._enroll(host, rack, labels_d), 30, f"enrolling {host}", interval=0.2
+        )
+
+    def _enroll(self, host: str, rack: str, labels: dict[str, str]) -> bool:
+        c = self.client()
+        try:
+            c.enroll_host(host, rack, labels, timeout=5)
+            return True
+        finally:
+            c.close()
 
     def start_coordinator_with_db(self, db: str, listen: str = "127.0.0.1:0") -> str:
         self.db = db
@@ -128,6 +154,8 @@ class Cluster:
                 getattr(self, "db", "") or str(self.base / "coordinator.sqlite"),
                 "--trusted-keys",
                 str(self.trusted),
+                "--pki",
+                str(self.pki),
                 *self.coordinator_args,
                 *(extra or []),
             ],
@@ -135,6 +163,9 @@ class Cluster:
         )
         self.procs[name] = proc
         self.coordinator = info["listening"]
+        if self.enroll and "--ha" not in (extra or []):
+            for h, (r, labels) in self.enrolled.items():
+                self.enroll_host(h, r, labels)
         return self.coordinator
 
     def models_root(self, host: str) -> Path:
@@ -152,6 +183,10 @@ class Cluster:
         prefix: list[str] | None = None,
     ) -> None:
         self.models_root(host).mkdir(parents=True, exist_ok=True)
+        self.enrolled.setdefault(host, (rack, labels))
+        pki = self.pki  # issues this host's certificate if missing
+        if self.enroll and self.coordinator:
+            self.enroll_host(host, rack, labels)
         proc = _spawn(
             [
                 "agent",
@@ -172,6 +207,8 @@ class Cluster:
                 str(journal_interval),
                 "--report-interval",
                 "0.5",
+                "--pki",
+                str(pki),
                 *(extra_args or []),
             ],
             self.base / "logs" / f"{host}.log",
@@ -213,7 +250,7 @@ class Cluster:
                 proc.stdout.close()
 
     def client(self) -> CoordinatorClient:
-        return CoordinatorClient(self.coordinator)
+        return CoordinatorClient(self.coordinator, self.tls("operator"))
 
     def status(self, job_id: str) -> dict[str, Any]:
         c = self.client()

@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig, Rejected
+from relgate_agent.coordinator.service import (
+    Coordinator,
+    CoordinatorConfig,
+    NotEnrolled,
+    Rejected,
+)
 from relgate_agent.manifest import TrustedKeys
 from relgate_agent.storage import bitmap_from_bits
 
@@ -23,6 +28,7 @@ def coord(tmp_path: Path, checkpoint):
         )
     )
     for h, r in HOSTS.items():
+        c.enroll(h, r, {"cluster": "inf-a", "pool": "x" if h != "h5" else "y"})
         c.watch_jobs(
             h,
             r,
@@ -48,6 +54,18 @@ def _spec(checkpoint, **kw):
 
 
 def test_selector_skip_holders_and_late_join(coord: Coordinator, checkpoint) -> None:
+    # h4 proved the version in an earlier job (a verified READY the coordinator accepted) and
+    # still holds it; h3 merely claims to hold it: a claim alone never counts as ready
+    coord.store.mark_host_version("h4", "claude-x", "2026-10-12.3")
+    coord.watch_jobs(
+        "h3",
+        "r1",
+        {"cluster": "inf-a", "pool": "x"},
+        "10.0.0.3:1",
+        set(),
+        ["claude-x/2026-10-12.3"],
+        0,
+    )
     coord.watch_jobs(
         "h4",
         "r0",
@@ -60,9 +78,14 @@ def test_selector_skip_holders_and_late_join(coord: Coordinator, checkpoint) -> 
     job = coord.create_job(_spec(checkpoint))
     assert set(job.targets) == {"h0", "h1", "h2", "h3", "h4"}  # h5 is pool=y
     assert "h4" not in job.topology.racks and "h4" in job.ready  # already holds the version
+    assert "h3" in job.topology.racks and "h3" not in job.ready
     # default origin is the manifest's directory
     assert job.spec["origin_uri"] == str(Path(checkpoint["envelope"]).parent)
     v = job.topology.version
+    with pytest.raises(NotEnrolled, match="host h9 is not enrolled"):
+        coord.watch_jobs("h9", "r1", {"cluster": "inf-a", "pool": "x"}, "10.0.0.9:1", set(), [], 0)
+    assert "h9" not in job.targets and job.topology.version == v
+    coord.enroll("h9", "r1", {"cluster": "inf-a", "pool": "x"})
     coord.watch_jobs("h9", "r1", {"cluster": "inf-a", "pool": "x"}, "10.0.0.9:1", set(), [], 0)
     assert "h9" in job.targets and "h9" in job.topology.racks and job.topology.version > v
     assert all(not c.children("h9") for c in job.topology.stripes)

@@ -344,7 +344,7 @@ def test_coordinator_failover_to_replica(cluster: Cluster, checkpoint) -> None:
     job = create_job(
         cluster, checkpoint, origin_cap_bytes_per_s=3 * MiB, ready_threshold_ppm=875_000
     )
-    follower = CoordinatorClient(b)
+    follower = CoordinatorClient(b, cluster.tls())
     try:
         with pytest.raises(grpc.RpcError) as exc:  # only the lease holder answers
             follower.get_job(job)

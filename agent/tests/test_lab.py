@@ -58,7 +58,9 @@ def test_lab_fanout_in_namespaces(lab, checkpoint) -> None:
         text=True,
     ).stdout
     assert "tbf" in qdisc
-    client = CoordinatorClient(lab["coordinator_unix"])
+    from relgate_agent.pki import TlsFiles
+
+    client = CoordinatorClient(lab["coordinator_unix"], TlsFiles.from_pki(lab["pki"], "operator"))
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -20,6 +20,9 @@ def test_pipes_entry_reports_check_and_ready_hosts(tmp_path: Path, checkpoint) -
     hosts = HOSTS[:4]
     cluster = Cluster(tmp_path / "c", checkpoint["trusted"])
     cluster.coordinator = f"127.0.0.1:{port}"
+    cluster.enroll = False  # the Pipes process enrolls the fleet itself (extras.serve.enroll)
+    cluster.enrolled.update({h: (r, "cluster=inf-a") for h, r in hosts})
+    pki = cluster.pki
     ctx = tmp_path / "context.json"
     msgs = tmp_path / "messages.jsonl"
     ctx.write_text(
@@ -35,7 +38,12 @@ def test_pipes_entry_reports_check_and_ready_hosts(tmp_path: Path, checkpoint) -
                 "job_name": "distribute",
                 "retry_number": 0,
                 "extras": {
+                    "pki": str(pki),
                     "serve": {
+                        "enroll": [
+                            {"host_id": h, "rack": r, "labels": {"cluster": "inf-a"}}
+                            for h, r in hosts
+                        ],
                         "listen": cluster.coordinator,
                         "db": str(tmp_path / "coord.sqlite"),
                         "trusted_keys": [str(checkpoint["trusted"])],

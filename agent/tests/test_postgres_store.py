@@ -86,6 +86,8 @@ def test_store_on_postgres(pg_dsn: str) -> None:
     assert store.job_state("dj_pg") == "DONE"
     store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:1", ["m/v1"])
     store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:2", ["m/v1", "m/v2"])
+    assert store.hosts_holding("m", "v2") == set()  # a claim alone never counts
+    store.mark_host_version("h1", "m", "v2")  # the coordinator accepted a verified READY
     assert store.hosts_holding("m", "v2") == {"h1"}
     lease = f"test-{os.getpid()}"
     assert store.acquire_lease("a", 60, name=lease) == 1

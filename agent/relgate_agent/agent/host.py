@@ -2,36 +2,64 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
 import socket
 import threading
+import time
 from typing import Any
 
 import grpc
 
 from relgate_agent.agent.runner import AgentConfig, JobRunner
+from relgate_agent.authz import chunk_refusal, stripe_refusal
+from relgate_agent.errors import AgentError
 from relgate_agent.origin import TokenBucket
+from relgate_agent.pki import (
+    ROLE_HOST,
+    Identity,
+    TlsFiles,
+    data_client_context,
+    data_server_context,
+)
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import FailoverStub
 from relgate_agent.storage import held_versions
-from relgate_agent.transport import BlockSource, DataServer
+from relgate_agent.transport import OP_STREAM_STRIPE, BlockSource, DataPlaneLimits, DataServer
 
 log = logging.getLogger(__name__)
 
 
 class HostAgent:
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(
+        self, config: AgentConfig, *, tls: TlsFiles, limits: DataPlaneLimits | None = None
+    ) -> None:
         self.config = config
+        ident = tls.identity()
+        if ident != Identity(ROLE_HOST, config.host_id, config.rack):
+            raise AgentError(
+                f"{tls.cert} is for {ident}, not host {config.host_id} in rack {config.rack}"
+            )
         # one or more coordinator replicas ("a:7470,b:7470"); calls follow the lease holder
-        self.stub: Any = FailoverStub(config.coordinator, pbg.AgentServiceStub)
+        self.stub: Any = FailoverStub(config.coordinator, pbg.AgentServiceStub, tls)
+        # data plane: TLS 1.3 both ways; peers are checked against the current assignment
+        self.data_client = data_client_context(tls)
         self.runners: dict[str, JobRunner] = {}
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.rx_bucket = TokenBucket(config.max_rate_bytes_per_s)
         self.tx_bucket = TokenBucket(config.max_rate_bytes_per_s)
         self.data = DataServer(
-            config.listen_host, config.listen_port, self.lookup, self.tx_bucket.take
+            config.listen_host,
+            config.listen_port,
+            self.lookup,
+            self.tx_bucket.take,
+            tls=data_server_context(tls),
+            authorize=self.authorize,
+            limits=limits,
         )
         port = self.data.address.rpartition(":")[2]
         advertise = config.advertise_host or config.listen_host
@@ -39,9 +67,51 @@ class HostAgent:
             advertise = socket.getfqdn()  # a wildcard bind is not an address peers can dial
         self.data_address = f"{advertise}:{port}"
         self._watch = threading.Thread(target=self._watch_loop, name="watch-jobs", daemon=True)
+        self._stats = threading.Thread(target=self._stats_loop, name="data-stats", daemon=True)
 
     def rx_limit(self, n: int) -> None:
         self.rx_bucket.take(n)
+
+    def authorize(
+        self, job_id: str, peer: Identity | None, op: int, stripe: int, topo: int
+    ) -> str | None:
+        """May ``peer`` have this stripe (a downstream of it now) or chunk (a job peer now)?
+
+        A peer whose topology version is ahead of ours waits (bounded) for our assignment to
+        catch up, so a fresh splice does not bounce its first reconnect."""
+        with self.lock:
+            r = self.runners.get(job_id)
+        if r is None:
+            return f"refused: job {job_id} is not running here"
+        deadline = time.monotonic() + self.data.limits.topology_wait_s
+        with r.assign_cond:
+            while True:
+                if op == OP_STREAM_STRIPE:
+                    a = r.assignment.get(stripe)
+                    downs = {d.host_id for d in a.downstreams} if a is not None else None
+                    why = stripe_refusal(peer, job_id, stripe, downs, r.topology_version)
+                else:
+                    why = chunk_refusal(peer, job_id, r.members, r.topology_version)
+                remaining = deadline - time.monotonic()
+                if why is None or topo <= r.topology_version or remaining <= 0 or r.closed:
+                    return why
+                r.assign_cond.wait(remaining)
+
+    def health(self) -> str:
+        return self.data.health()
+
+    def data_refusals(self) -> int:
+        return self.data.refusals_total
+
+    def _stats_loop(self) -> None:
+        """Data-plane counters for operators and tests: <models-root>/.agent-stats/dataplane.json."""
+        d = self.config.models_root / ".agent-stats"
+        while not self.stop_event.wait(0.5):
+            with contextlib.suppress(OSError):
+                d.mkdir(parents=True, exist_ok=True)
+                tmp = d / f"dataplane.{os.getpid()}.tmp"
+                tmp.write_text(json.dumps({**self.data.counters(), "pid": os.getpid()}))
+                os.replace(tmp, d / "dataplane.json")
 
     def lookup(self, job_id: str) -> BlockSource | None:
         with self.lock:
@@ -52,6 +122,7 @@ class HostAgent:
         self.config.models_root.mkdir(parents=True, exist_ok=True)
         self.data.start()
         self._watch.start()
+        self._stats.start()
         log.info(
             "agent %s (rack %s) data plane on %s",
             self.config.host_id,
@@ -89,6 +160,8 @@ class HostAgent:
                         known_job_ids=known,
                         held_versions=held_versions(self.config.models_root),
                         wait_ms=int(self.config.long_poll_s * 1000),
+                        health=self.health(),
+                        data_refusals=self.data_refusals(),
                     ),
                     timeout=self.config.long_poll_s + 10,
                 )

@@ -143,6 +143,7 @@ class JobRunner:
         self._stripe_blocks: list[list[int]] = []
         self.topology_version = 0
         self.assignment: dict[int, pb.StripeAssignment] = {}
+        self.members: set[str] = set()  # hosts of the current topology (may FetchChunk from us)
         self.assign_cond = threading.Condition()
         self.errors: deque[pb.ReportError] = deque(maxlen=200)
         self.buckets: dict[int, TokenBucket] = {}
@@ -483,6 +484,7 @@ class JobRunner:
                 return  # stale (e.g. from a deposed coordinator): never rewire backwards
             self.topology_version = a.topology_version
             self.assignment = {s.stripe: s for s in a.stripes}
+            self.members = set(a.members)
             for s in a.stripes:
                 if s.upstream.host_id == ORIGIN and s.origin_rate_bytes_per_s:
                     self.buckets.setdefault(
@@ -513,6 +515,10 @@ class JobRunner:
                 ready=self.ready,
                 data_address=self.agent.data_address,
                 rack=self.cfg.rack,
+                # READY must name the manifest the placed tree was verified against
+                placed_manifest_digest=self.manifest.digest if self.ready and self.manifest else "",
+                health=self.agent.health(),
+                data_refusals=self.agent.data_refusals(),
             )
         resp = self.agent.stub.ReportProgress(req, timeout=10)
         for _ in errors:  # delivered; anything appended meanwhile stays buffered
@@ -683,7 +689,15 @@ class JobRunner:
     def _pull_peer(self, stripe: int, pos: int, a: pb.StripeAssignment) -> None:
         blocks = self._stripe_blocks[stripe]
         stream = StripeStream(
-            a.upstream.address, self.job_id, stripe, pos, self.cfg.credits, self.cfg.stall_s
+            a.upstream.address,
+            self.job_id,
+            stripe,
+            pos,
+            self.cfg.credits,
+            self.cfg.stall_s,
+            tls=self.agent.data_client,
+            peer=a.upstream.host_id,
+            topo=self.topology_version,
         )
         try:
             for item in stream:
@@ -797,7 +811,14 @@ class JobRunner:
         want = list(self.manifest.chunk_blocks(chunk))
         for peer in peers:
             try:
-                got = fetch_chunk(peer.address, self.job_id, chunk)
+                got = fetch_chunk(
+                    peer.address,
+                    self.job_id,
+                    chunk,
+                    tls=self.agent.data_client,
+                    peer=peer.host_id,
+                    topo=self.topology_version,
+                )
             except TransportError as exc:
                 log.info("repair of chunk %d from %s failed: %s", chunk, peer.host_id, exc)
                 continue

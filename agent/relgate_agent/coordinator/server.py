@@ -10,14 +10,18 @@ from typing import Any, TypeVar
 
 import grpc
 
+from relgate_agent.authz import rpc_refusal
 from relgate_agent.coordinator.service import (
     Coordinator,
     CoordinatorConfig,
+    NotEnrolled,
     NotFound,
     NotLeader,
+    ReadyRefused,
     Rejected,
 )
 from relgate_agent.errors import AgentError
+from relgate_agent.pki import Identity, TlsFiles, grpc_server_credentials, identity_from_pem
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import GRPC_OPTIONS
@@ -34,11 +38,40 @@ def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
         context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
     except NotFound as exc:
         context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+    except NotEnrolled as exc:
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+    except ReadyRefused as exc:
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
     except Rejected as exc:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     except AgentError as exc:
         context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
     raise AssertionError("unreachable")
+
+
+def caller_identity(context: grpc.ServicerContext) -> Identity | None:
+    """The identity in the client certificate gRPC verified against the fleet CA."""
+    certs = (context.auth_context() or {}).get("x509_pem_cert") or []
+    return identity_from_pem(bytes(certs[0])) if len(certs) == 1 else None
+
+
+def authorize(
+    coord: Coordinator,
+    context: grpc.ServicerContext,
+    method: str,
+    host_id: str = "",
+    rack: str = "",
+) -> Identity:
+    """Abort with PERMISSION_DENIED unless the caller's certificate allows this call."""
+    ident = caller_identity(context)
+    why = rpc_refusal(method, ident, host_id, rack)
+    if why is not None:
+        with coord.lock:
+            coord.control_refusals += 1
+        log.warning("%s (peer %s)", why, context.peer())
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+    assert ident is not None
+    return ident
 
 
 def _peer(d: dict[str, str]) -> pb.Peer:
@@ -62,6 +95,8 @@ def status_to_pb(s: dict[str, Any]) -> pb.GetJobResponse:
         topology_version=s["topology_version"],
         ready_hosts=s["ready_hosts"],
         completion_emitted=s["completion_emitted"],
+        duration_s=float(s.get("duration_s", 0.0)),
+        control_refusals=int(s.get("control_refusals", 0)),
         hosts=[pb.HostStatus(**h) for h in s["hosts"]],
     )
 
@@ -70,9 +105,32 @@ class JobServicer(pbg.JobServiceServicer):
     def __init__(self, coord: Coordinator) -> None:
         self.coord = coord
 
+    def EnrollHost(
+        self, request: pb.EnrollHostRequest, context: grpc.ServicerContext
+    ) -> pb.EnrollHostResponse:
+        authorize(self.coord, context, "EnrollHost")
+        enrolled = _call(
+            context,
+            lambda: self.coord.enroll(
+                request.host_id, request.rack, dict(request.labels), request.remove
+            ),
+        )
+        return pb.EnrollHostResponse(host_id=request.host_id, enrolled=enrolled)
+
+    def ListHosts(
+        self, request: pb.ListHostsRequest, context: grpc.ServicerContext
+    ) -> pb.ListHostsResponse:
+        authorize(self.coord, context, "ListHosts")
+        hosts = _call(context, self.coord.inventory)
+        return pb.ListHostsResponse(
+            hosts=[pb.InventoryHost(**h) for h in hosts],
+            control_refusals=self.coord.control_refusals,
+        )
+
     def CreateJob(
         self, request: pb.CreateJobRequest, context: grpc.ServicerContext
     ) -> pb.CreateJobResponse:
+        authorize(self.coord, context, "CreateJob")
         spec = {
             "model": request.model,
             "version": request.version,
@@ -96,11 +154,13 @@ class JobServicer(pbg.JobServiceServicer):
         )
 
     def GetJob(self, request: pb.GetJobRequest, context: grpc.ServicerContext) -> pb.GetJobResponse:
+        authorize(self.coord, context, "GetJob")
         return status_to_pb(_call(context, lambda: self.coord.job_status(request.job_id)))
 
     def CancelJob(
         self, request: pb.CancelJobRequest, context: grpc.ServicerContext
     ) -> pb.CancelJobResponse:
+        authorize(self.coord, context, "CancelJob")
         _call(context, lambda: self.coord.cancel_job(request.job_id))
         return pb.CancelJobResponse()
 
@@ -112,16 +172,19 @@ class AgentServicer(pbg.AgentServiceServicer):
     def WatchJobs(
         self, request: pb.WatchJobsRequest, context: grpc.ServicerContext
     ) -> pb.WatchJobsResponse:
+        ident = authorize(self.coord, context, "WatchJobs", request.host_id, request.rack)
         jobs = _call(
             context,
             lambda: self.coord.watch_jobs(
                 request.host_id,
-                request.rack,
+                ident.rack,  # the certificate's rack, not a claim
                 dict(request.labels),
                 request.data_address,
                 set(request.known_job_ids),
                 list(request.held_versions),
                 request.wait_ms / 1000.0,
+                request.health,
+                request.data_refusals,
             ),
         )
         return pb.WatchJobsResponse(jobs=[pb.JobRef(**j) for j in jobs])
@@ -129,12 +192,13 @@ class AgentServicer(pbg.AgentServiceServicer):
     def Register(
         self, request: pb.RegisterRequest, context: grpc.ServicerContext
     ) -> pb.RegisterResponse:
+        ident = authorize(self.coord, context, "Register", request.host_id, request.rack)
         r = _call(
             context,
             lambda: self.coord.register(
                 request.job_id,
                 request.host_id,
-                request.rack,
+                ident.rack,
                 request.have,
                 request.free_disk_bytes,
                 request.data_address,
@@ -145,6 +209,7 @@ class AgentServicer(pbg.AgentServiceServicer):
     def GetAssignment(
         self, request: pb.GetAssignmentRequest, context: grpc.ServicerContext
     ) -> pb.Assignment:
+        authorize(self.coord, context, "GetAssignment", request.host_id)
         a = _call(
             context,
             lambda: self.coord.assignment(
@@ -159,6 +224,7 @@ class AgentServicer(pbg.AgentServiceServicer):
             topology_version=a["topology_version"],
             job_state=a["job_state"],
             cancelled=a["cancelled"],
+            members=a.get("members", []),
             stripes=[
                 pb.StripeAssignment(
                     stripe=s["stripe"],
@@ -174,6 +240,7 @@ class AgentServicer(pbg.AgentServiceServicer):
     def ReportProgress(
         self, request: pb.ReportProgressRequest, context: grpc.ServicerContext
     ) -> pb.ReportProgressResponse:
+        authorize(self.coord, context, "ReportProgress", request.host_id, request.rack)
         report = {
             "topology_version": request.topology_version,
             "have": request.have,
@@ -184,6 +251,9 @@ class AgentServicer(pbg.AgentServiceServicer):
             "tx_bps": request.tx_bytes_per_s,
             "ready": request.ready,
             "data_address": request.data_address,
+            "placed_manifest_digest": request.placed_manifest_digest,
+            "health": request.health,
+            "data_refusals": request.data_refusals,
             "errors": [
                 f"{e.kind} chunk={e.chunk} from={e.from_host} {e.detail}".strip()
                 for e in request.errors
@@ -199,6 +269,7 @@ class AgentServicer(pbg.AgentServiceServicer):
     def ReportSuspect(
         self, request: pb.ReportSuspectRequest, context: grpc.ServicerContext
     ) -> pb.ReportSuspectResponse:
+        authorize(self.coord, context, "ReportSuspect", request.reporter)
         r = _call(
             context,
             lambda: self.coord.report_suspect(
@@ -216,6 +287,7 @@ class AgentServicer(pbg.AgentServiceServicer):
     def FindPeers(
         self, request: pb.FindPeersRequest, context: grpc.ServicerContext
     ) -> pb.FindPeersResponse:
+        authorize(self.coord, context, "FindPeers", request.host_id)
         peers = _call(
             context,
             lambda: self.coord.find_peers(
@@ -237,14 +309,23 @@ class CoordinatorServer:
         config: CoordinatorConfig,
         listen: str | list[str] = "127.0.0.1:0",
         tick_s: float = 0.5,
+        *,
+        tls: TlsFiles,
     ) -> None:
         self.coordinator = Coordinator(config)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=256), options=GRPC_OPTIONS)
         pbg.add_JobServiceServicer_to_server(JobServicer(self.coordinator), self.server)
         pbg.add_AgentServiceServicer_to_server(AgentServicer(self.coordinator), self.server)
         self.addresses: list[str] = []
+        # mutual TLS on every listener (unix sockets too): no certificate, no RPC
+        creds = grpc_server_credentials(tls)
+        self.identity = tls.identity()
+        if self.identity.role != "coordinator":
+            raise AgentError(
+                f"{tls.cert} is a {self.identity.role} certificate, not a coordinator's"
+            )
         for addr in [listen] if isinstance(listen, str) else listen:
-            port = self.server.add_insecure_port(addr)
+            port = self.server.add_secure_port(addr, creds)
             if port == 0:
                 raise AgentError(f"coordinator cannot listen on {addr}")
             self.addresses.append(

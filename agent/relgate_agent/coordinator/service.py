@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from relgate_agent.authz import live_targets, ready_refusal
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import ORIGIN, Topology, append_host, build_topology, splice
 from relgate_agent.errors import AgentError, ManifestError
@@ -47,6 +48,14 @@ class Rejected(AgentError):
     """A request failed validation or verification (maps to INVALID_ARGUMENT / exit 3)."""
 
 
+class NotEnrolled(AgentError):
+    """The caller's certificate is valid but its host is not enrolled (PERMISSION_DENIED)."""
+
+
+class ReadyRefused(AgentError):
+    """A READY report without every chunk verified and the placed digest (FAILED_PRECONDITION)."""
+
+
 @dataclass
 class CoordinatorConfig:
     db: str = "coordinator.sqlite"
@@ -68,6 +77,8 @@ class CoordinatorConfig:
     ha: bool = False
     lease_ttl_s: float = 10.0
     replica_id: str = ""
+    # an enrolled host counts as a target only if it sent a heartbeat within this many seconds
+    host_ttl_s: float = 60.0
 
 
 @dataclass
@@ -106,6 +117,7 @@ class JobState:
     hosts: dict[str, HostProgress] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     completion: dict[str, Any] | None = None
+    ready_refusals: int = 0
 
     @property
     def stripes(self) -> int:
@@ -138,6 +150,9 @@ class Coordinator:
         self.jobs: dict[str, JobState] = {}
         self.closing = False  # set on shutdown: long-polls return at once
         self.addresses: dict[str, str] = {}
+        # host -> (health text, data-plane refusals) from its last heartbeat or report
+        self.health: dict[str, tuple[str, int]] = {}
+        self.control_refusals = 0
         self._post = post or _http_post
         self.replica_id = (
             config.replica_id or f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -296,11 +311,14 @@ class Coordinator:
                 if existing.manifest.digest != manifest.digest:
                     raise Rejected(f"job {job_id} exists with manifest {existing.manifest.digest}")
                 return existing
-            targets = {
-                h: rack
-                for h, rack, labels, _ in self.store.hosts()
-                if selector_matches(sel, rack, labels)
-            }
+            # enrolled hosts with a recent heartbeat only; never whoever happened to call
+            targets = live_targets(
+                self.store.enrolled(),
+                self.store.last_seen(),
+                time.time(),
+                self.config.host_ttl_s,
+                sel,
+            )
             holding = self.store.hosts_holding(model, version) & set(targets)
             k = int(spec.get("stripes") or self.config.default_stripes)
             k = max(1, min(k, manifest.num_chunks))
@@ -356,6 +374,7 @@ class Coordinator:
         with self.lock:
             job = self._job(job_id)
             job.state = "CANCELLED"
+            self.store.save_figures(job_id, self._figures(job))
             self.store.update_job(job_id, state="CANCELLED")
             del self.jobs[job_id]
             self.changed.notify_all()
@@ -369,6 +388,7 @@ class Coordinator:
                 if not rows:
                     raise NotFound(f"job {job_id} is unknown")
                 r = rows[0]
+                fig = self.store.figures(job_id) or {}
                 return {
                     "job_id": job_id,
                     "state": r.state,
@@ -380,12 +400,15 @@ class Coordinator:
                     "ready_hosts": sorted(r.ready_hosts),
                     "topology_version": r.topology.version,
                     "completion_emitted": r.completion_emitted,
-                    "bytes_moved": 0,
-                    "origin_bytes": 0,
-                    "checkpoint_bytes": 0,
-                    "stragglers": [],
-                    "eta_s": -1,
-                    "hosts": [],
+                    # frozen when the job finished (0 for jobs finished before figures existed)
+                    "bytes_moved": int(fig.get("bytes_moved", 0)),
+                    "origin_bytes": int(fig.get("origin_bytes", 0)),
+                    "checkpoint_bytes": int(fig.get("checkpoint_bytes", 0)),
+                    "duration_s": float(fig.get("duration_s", 0.0)),
+                    "control_refusals": self.control_refusals,
+                    "stragglers": list(fig.get("stragglers", [])),
+                    "eta_s": 0 if r.state == "DONE" else -1,
+                    "hosts": list(fig.get("hosts", [])),
                 }
             n = job.manifest.num_chunks or 1
             fractions = {h: (1.0 if hp.ready else hp.verified / n) for h, hp in job.hosts.items()}
@@ -418,21 +441,83 @@ class Coordinator:
                 "eta_s": eta,
                 "topology_version": job.topology.version,
                 "completion_emitted": job.completion_emitted,
-                "hosts": [
-                    {
-                        "host_id": hp.host_id,
-                        "rack": hp.rack,
-                        "state": hp.state,
-                        "chunks_verified": n if hp.ready else hp.verified,
-                        "rx_bytes": hp.rx,
-                        "tx_bytes": hp.tx,
-                        "origin_bytes": hp.origin,
-                        "rx_bytes_per_s": hp.rx_bps,
-                        "errors": list(hp.errors),
-                    }
-                    for hp in sorted(job.hosts.values(), key=lambda x: x.host_id)
-                ],
+                "duration_s": time.time() - job.created_at,
+                "control_refusals": self.control_refusals,
+                "hosts": self._host_rows(job),
             }
+
+    def _host_rows(self, job: JobState) -> list[dict[str, Any]]:
+        n = job.manifest.num_chunks
+        return [
+            {
+                "host_id": hp.host_id,
+                "rack": hp.rack,
+                "state": hp.state,
+                "chunks_verified": n if hp.ready else hp.verified,
+                "rx_bytes": hp.rx,
+                "tx_bytes": hp.tx,
+                "origin_bytes": hp.origin,
+                "rx_bytes_per_s": hp.rx_bps,
+                "errors": list(hp.errors),
+                "health": self.health.get(hp.host_id, ("", 0))[0],
+                "data_refusals": self.health.get(hp.host_id, ("", 0))[1],
+            }
+            for hp in sorted(job.hosts.values(), key=lambda x: x.host_id)
+        ]
+
+    def _figures(self, job: JobState) -> dict[str, Any]:
+        """What GetJob keeps reporting after the job left memory (frozen at completion)."""
+        return {
+            "bytes_moved": sum(hp.rx for hp in job.hosts.values()),
+            "origin_bytes": sum(hp.origin for hp in job.hosts.values()),
+            "checkpoint_bytes": job.manifest.total_size,
+            "hosts_ready": len(job.ready & set(job.targets)),
+            "duration_s": round(time.time() - job.created_at, 3),
+            "stragglers": sorted(h for h in job.targets if h not in job.ready),
+            "hosts": self._host_rows(job),
+        }
+
+    # ------------------------------------------------------------------ inventory
+    def enroll(self, host_id: str, rack: str, labels: dict[str, str], remove: bool = False) -> bool:
+        """Operator: enroll (or remove) a host by its certificate host id and rack."""
+        from relgate_agent.pki import PkiError, check_name
+
+        self.require_leader()
+        try:
+            check_name("host id", host_id)
+            if not remove:
+                check_name("rack", rack)
+        except PkiError as exc:
+            raise Rejected(str(exc)) from exc
+        if remove:
+            self.store.unenroll(host_id)
+            return False
+        self.store.enroll(host_id, rack, dict(labels))
+        return True
+
+    def inventory(self) -> list[dict[str, Any]]:
+        self.require_leader()
+        enrolled = self.store.enrolled()
+        seen = self.store.last_seen()
+        now = time.time()
+        out = []
+        for h in sorted(set(enrolled) | set(seen)):
+            rack, labels = enrolled.get(h, ("", {}))
+            age = now - seen[h] if h in seen else -1.0
+            health, refusals = self.health.get(h, ("", 0))
+            out.append(
+                {
+                    "host_id": h,
+                    "rack": rack,
+                    "labels": labels,
+                    "enrolled": h in enrolled,
+                    "last_seen_age_s": age,
+                    "live": h in enrolled and 0 <= age <= self.config.host_ttl_s,
+                    "health": health,
+                    "data_refusals": refusals,
+                }
+            )
+        return out
 
     # ------------------------------------------------------------------ agent API
     def watch_jobs(
@@ -444,8 +529,17 @@ class Coordinator:
         known: set[str],
         held: list[str],
         wait_s: float,
+        health: str = "",
+        data_refusals: int = 0,
     ) -> list[dict[str, str]]:
         self.require_leader()
+        enrolled = self.store.enrolled().get(host_id)
+        if enrolled is None:
+            raise NotEnrolled(f"host {host_id} is not enrolled")
+        if enrolled[0] != rack:
+            raise NotEnrolled(f"host {host_id} is enrolled in rack {enrolled[0]}, not {rack!r}")
+        labels = dict(enrolled[1])  # the enrollment's labels, not what the host claims
+        self.health[host_id] = (health[:500], int(data_refusals))
         self.store.upsert_host(host_id, rack, labels, address, held)
         deadline = time.monotonic() + min(wait_s, self.config.long_poll_max_s)
         with self.lock:
@@ -479,7 +573,9 @@ class Coordinator:
             job.targets[host_id] = rack
             hp = HostProgress(host_id, rack, self.addresses.get(host_id, ""))
             job.hosts[host_id] = hp
-            if f"{job.manifest.model}/{job.manifest.version}" in held:
+            if f"{job.manifest.model}/{job.manifest.version}" in held and host_id in (
+                self.store.hosts_holding(job.manifest.model, job.manifest.version)
+            ):
                 hp.ready, hp.state = True, "READY"
                 job.ready.add(host_id)
                 self.store.update_job(job.job_id, ready_hosts=sorted(job.ready))
@@ -539,6 +635,7 @@ class Coordinator:
                         "stripes": [],
                         "job_state": state,
                         "cancelled": True,
+                        "members": [],
                     }
                 if host_id not in job.targets:
                     raise NotFound(f"host {host_id} is not a target of job {job_id}")
@@ -574,6 +671,7 @@ class Coordinator:
             "stripes": stripes,
             "job_state": job.state,
             "cancelled": job.state == "CANCELLED",
+            "members": sorted(topo.racks),
         }
 
     def _peer(self, job: JobState, host: str) -> dict[str, str]:
@@ -615,8 +713,24 @@ class Coordinator:
                 self.addresses[host_id] = hp.address
             for e in report.get("errors", []):
                 hp.errors.append(e)
+            self.health[host_id] = (
+                str(report.get("health", ""))[:500],
+                int(report.get("data_refusals", 0)),
+            )
             actions: list[str] = []
             if report.get("ready") and not hp.ready:
+                why = ready_refusal(
+                    hp.verified,
+                    job.manifest.num_chunks,
+                    str(report.get("placed_manifest_digest", "")),
+                    job.manifest.digest,
+                )
+                if why is not None:
+                    job.ready_refusals += 1
+                    hp.errors.append(why)
+                    log.warning("job %s: %s from %s", job_id, why, host_id)
+                    raise ReadyRefused(f"{why} (job {job_id}, host {host_id})")
+
                 hp.ready, hp.state = True, "READY"
                 job.ready.add(host_id)
                 self.store.update_job(job_id, ready_hosts=sorted(job.ready))
@@ -640,9 +754,17 @@ class Coordinator:
         self.require_leader()
         with self.lock:
             job = self._job(job_id)
+            if reporter not in job.targets:
+                raise NotFound(f"host {reporter} is not a target of job {job_id}")
             hp = job.hosts.get(suspect)
             if hp is not None and suspect in job.topology.racks:
-                if reason == "BAD_DATA":
+                upstream_of_reporter = any(
+                    c.parent.get(reporter) == suspect for c in job.topology.stripes
+                )
+                if reason == "BAD_DATA" and not upstream_of_reporter:
+                    # only a host's own upstream can have sent it bad data
+                    hp.errors.append(f"BAD_DATA from non-downstream {reporter} ignored")
+                elif reason == "BAD_DATA":
                     hp.bad_data_reporters.add(reporter)
                     hp.errors.append(f"BAD_DATA reported by {reporter}")
                     if len(hp.bad_data_reporters) >= 2:
@@ -680,6 +802,8 @@ class Coordinator:
         self.require_leader()
         with self.lock:
             job = self._job(job_id)
+            if host_id not in job.targets:
+                raise NotFound(f"host {host_id} is not a target of job {job_id}")
             me = job.hosts.get(host_id)
             out = []
             for h, hp in job.hosts.items():
@@ -736,6 +860,7 @@ class Coordinator:
                     emit.append((str(job.spec.get("webhook_url") or ""), job.completion))
                 if total > 0 and ready == total and job.completion_emitted:
                     job.state = "DONE"
+                    self.store.save_figures(job.job_id, self._figures(job))
                     self.store.update_job(job.job_id, state="DONE")
                     del self.jobs[job.job_id]
                     self.changed.notify_all()
@@ -816,4 +941,12 @@ def default_db_path(home: str | None = None) -> str:
     return os.path.join(base, "coordinator.sqlite")
 
 
-__all__ = ["Coordinator", "CoordinatorConfig", "NotFound", "Rejected", "StaleTopology"]
+__all__ = [
+    "Coordinator",
+    "CoordinatorConfig",
+    "NotEnrolled",
+    "NotFound",
+    "ReadyRefused",
+    "Rejected",
+    "StaleTopology",
+]

@@ -32,6 +32,25 @@ SCHEMA = [
         version TEXT NOT NULL,
         PRIMARY KEY (host_id, model, version)
     )""",
+    # hosts an operator enrolled (by certificate host id); labels here are authoritative
+    """CREATE TABLE IF NOT EXISTS dist_enrolled (
+        host_id TEXT PRIMARY KEY,
+        rack TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        enrolled_at BIGINT NOT NULL
+    )""",
+    # versions the coordinator itself accepted as verified READY on a host
+    """CREATE TABLE IF NOT EXISTS dist_host_verified (
+        host_id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        version TEXT NOT NULL,
+        PRIMARY KEY (host_id, model, version)
+    )""",
+    # a finished job's figures, frozen at completion
+    """CREATE TABLE IF NOT EXISTS dist_job_figures (
+        job_id TEXT PRIMARY KEY,
+        figures TEXT NOT NULL
+    )""",
     """CREATE TABLE IF NOT EXISTS dist_lease (
         name TEXT PRIMARY KEY,
         holder TEXT NOT NULL,
@@ -184,22 +203,81 @@ class JobStore:
         return [(r[0], r[1], json.loads(r[2]), r[3]) for r in rows]
 
     def hosts_holding(self, model: str, version: str) -> set[str]:
+        """Hosts that still say they hold the version AND that this coordinator once accepted
+        a verified READY from for it (a claim alone never counts)."""
         with self.tx() as c:
             rows = c.execute(
-                text("SELECT host_id FROM dist_host_versions WHERE model = :m AND version = :v"),
+                text(
+                    "SELECT v.host_id FROM dist_host_versions v JOIN dist_host_verified w "
+                    "ON v.host_id = w.host_id AND v.model = w.model AND v.version = w.version "
+                    "WHERE v.model = :m AND v.version = :v"
+                ),
                 {"m": model, "v": version},
             ).all()
         return {r[0] for r in rows}
 
     def mark_host_version(self, host_id: str, model: str, version: str) -> None:
         with self.tx() as c:
+            for table in ("dist_host_versions", "dist_host_verified"):
+                c.execute(
+                    text(
+                        f"INSERT INTO {table} (host_id, model, version) VALUES (:h, :m, :v) "
+                        "ON CONFLICT (host_id, model, version) DO NOTHING"
+                    ),
+                    {"h": host_id, "m": model, "v": version},
+                )
+
+    # -- enrollment ---------------------------------------------------------
+    def enroll(self, host_id: str, rack: str, labels: dict[str, str]) -> None:
+        with self.tx() as c:
             c.execute(
                 text(
-                    "INSERT INTO dist_host_versions (host_id, model, version) VALUES (:h, :m, :v) "
-                    "ON CONFLICT (host_id, model, version) DO NOTHING"
+                    "INSERT INTO dist_enrolled (host_id, rack, labels, enrolled_at) "
+                    "VALUES (:h, :r, :l, :t) ON CONFLICT (host_id) DO UPDATE SET "
+                    "rack = excluded.rack, labels = excluded.labels"
                 ),
-                {"h": host_id, "m": model, "v": version},
+                {
+                    "h": host_id,
+                    "r": rack,
+                    "l": json.dumps(labels, sort_keys=True),
+                    "t": int(time.time()),
+                },
             )
+
+    def unenroll(self, host_id: str) -> None:
+        with self.tx() as c:
+            c.execute(text("DELETE FROM dist_enrolled WHERE host_id = :h"), {"h": host_id})
+            c.execute(text("DELETE FROM dist_hosts WHERE host_id = :h"), {"h": host_id})
+
+    def enrolled(self) -> dict[str, tuple[str, dict[str, str]]]:
+        with self.tx() as c:
+            rows = c.execute(text("SELECT host_id, rack, labels FROM dist_enrolled")).all()
+        return {r[0]: (r[1], json.loads(r[2])) for r in rows}
+
+    def last_seen(self) -> dict[str, float]:
+        """Wall-clock time of each host's last heartbeat (WatchJobs)."""
+        with self.tx() as c:
+            rows = c.execute(text("SELECT host_id, last_seen FROM dist_hosts")).all()
+        return {r[0]: float(r[1]) for r in rows}
+
+    # -- figures ------------------------------------------------------------
+    def save_figures(self, job_id: str, figures: dict[str, Any]) -> None:
+        body = json.dumps(figures, sort_keys=True)
+        with self.tx() as c:
+            c.execute(
+                text(
+                    "INSERT INTO dist_job_figures (job_id, figures) VALUES (:j, :f) "
+                    "ON CONFLICT (job_id) DO UPDATE SET figures = excluded.figures"
+                ),
+                {"j": job_id, "f": body},
+            )
+
+    def figures(self, job_id: str) -> dict[str, Any] | None:
+        with self.tx() as c:
+            row = c.execute(
+                text("SELECT figures FROM dist_job_figures WHERE job_id = :j"), {"j": job_id}
+            ).first()
+        return json.loads(row[0]) if row else None
 
     # -- jobs ---------------------------------------------------------------
     def create_job(self, row: JobRow) -> bool:

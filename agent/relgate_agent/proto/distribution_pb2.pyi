@@ -90,7 +90,9 @@ class GetJobRequest(_message.Message):
 class HostStatus(_message.Message):
     __slots__ = (
         "chunks_verified",
+        "data_refusals",
         "errors",
+        "health",
         "host_id",
         "origin_bytes",
         "rack",
@@ -108,6 +110,8 @@ class HostStatus(_message.Message):
     ORIGIN_BYTES_FIELD_NUMBER: _ClassVar[int]
     RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
+    DATA_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     host_id: str
     rack: str
     state: str
@@ -117,6 +121,8 @@ class HostStatus(_message.Message):
     origin_bytes: int
     rx_bytes_per_s: int
     errors: _containers.RepeatedScalarFieldContainer[str]
+    data_refusals: int
+    health: str
     def __init__(
         self,
         host_id: str | None = ...,
@@ -128,6 +134,8 @@ class HostStatus(_message.Message):
         origin_bytes: int | None = ...,
         rx_bytes_per_s: int | None = ...,
         errors: _Iterable[str] | None = ...,
+        data_refusals: int | None = ...,
+        health: str | None = ...,
     ) -> None: ...
 
 class GetJobResponse(_message.Message):
@@ -135,6 +143,8 @@ class GetJobResponse(_message.Message):
         "bytes_moved",
         "checkpoint_bytes",
         "completion_emitted",
+        "control_refusals",
+        "duration_s",
         "eta_s",
         "hosts",
         "hosts_ready",
@@ -165,6 +175,8 @@ class GetJobResponse(_message.Message):
     READY_HOSTS_FIELD_NUMBER: _ClassVar[int]
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_EMITTED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: str
     model: str
@@ -181,6 +193,8 @@ class GetJobResponse(_message.Message):
     ready_hosts: _containers.RepeatedScalarFieldContainer[str]
     hosts: _containers.RepeatedCompositeFieldContainer[HostStatus]
     completion_emitted: bool
+    duration_s: float
+    control_refusals: int
     def __init__(
         self,
         job_id: str | None = ...,
@@ -199,6 +213,8 @@ class GetJobResponse(_message.Message):
         ready_hosts: _Iterable[str] | None = ...,
         hosts: _Iterable[HostStatus | _Mapping] | None = ...,
         completion_emitted: bool | None = ...,
+        duration_s: float | None = ...,
+        control_refusals: int | None = ...,
     ) -> None: ...
 
 class CancelJobRequest(_message.Message):
@@ -211,9 +227,108 @@ class CancelJobResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class EnrollHostRequest(_message.Message):
+    __slots__ = ("host_id", "labels", "rack", "remove")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: str | None = ..., value: str | None = ...) -> None: ...
+
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    rack: str
+    labels: _containers.ScalarMap[str, str]
+    remove: bool
+    def __init__(
+        self,
+        host_id: str | None = ...,
+        rack: str | None = ...,
+        labels: _Mapping[str, str] | None = ...,
+        remove: bool | None = ...,
+    ) -> None: ...
+
+class EnrollHostResponse(_message.Message):
+    __slots__ = ("enrolled", "host_id")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    ENROLLED_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    enrolled: bool
+    def __init__(self, host_id: str | None = ..., enrolled: bool | None = ...) -> None: ...
+
+class ListHostsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class InventoryHost(_message.Message):
+    __slots__ = (
+        "data_refusals",
+        "enrolled",
+        "health",
+        "host_id",
+        "labels",
+        "last_seen_age_s",
+        "live",
+        "rack",
+    )
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: str | None = ..., value: str | None = ...) -> None: ...
+
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ENROLLED_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    DATA_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    rack: str
+    labels: _containers.ScalarMap[str, str]
+    enrolled: bool
+    last_seen_age_s: float
+    live: bool
+    health: str
+    data_refusals: int
+    def __init__(
+        self,
+        host_id: str | None = ...,
+        rack: str | None = ...,
+        labels: _Mapping[str, str] | None = ...,
+        enrolled: bool | None = ...,
+        last_seen_age_s: float | None = ...,
+        live: bool | None = ...,
+        health: str | None = ...,
+        data_refusals: int | None = ...,
+    ) -> None: ...
+
+class ListHostsResponse(_message.Message):
+    __slots__ = ("control_refusals", "hosts")
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    hosts: _containers.RepeatedCompositeFieldContainer[InventoryHost]
+    control_refusals: int
+    def __init__(
+        self,
+        hosts: _Iterable[InventoryHost | _Mapping] | None = ...,
+        control_refusals: int | None = ...,
+    ) -> None: ...
+
 class WatchJobsRequest(_message.Message):
     __slots__ = (
         "data_address",
+        "data_refusals",
+        "health",
         "held_versions",
         "host_id",
         "known_job_ids",
@@ -236,6 +351,8 @@ class WatchJobsRequest(_message.Message):
     KNOWN_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     HELD_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    DATA_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     host_id: str
     rack: str
     labels: _containers.ScalarMap[str, str]
@@ -243,6 +360,8 @@ class WatchJobsRequest(_message.Message):
     known_job_ids: _containers.RepeatedScalarFieldContainer[str]
     held_versions: _containers.RepeatedScalarFieldContainer[str]
     wait_ms: int
+    health: str
+    data_refusals: int
     def __init__(
         self,
         host_id: str | None = ...,
@@ -252,6 +371,8 @@ class WatchJobsRequest(_message.Message):
         known_job_ids: _Iterable[str] | None = ...,
         held_versions: _Iterable[str] | None = ...,
         wait_ms: int | None = ...,
+        health: str | None = ...,
+        data_refusals: int | None = ...,
     ) -> None: ...
 
 class JobRef(_message.Message):
@@ -381,17 +502,19 @@ class StripeAssignment(_message.Message):
     ) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("cancelled", "job_id", "job_state", "stripes", "topology_version")
+    __slots__ = ("cancelled", "job_id", "job_state", "members", "stripes", "topology_version")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
     STRIPES_FIELD_NUMBER: _ClassVar[int]
     JOB_STATE_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     topology_version: int
     stripes: _containers.RepeatedCompositeFieldContainer[StripeAssignment]
     job_state: str
     cancelled: bool
+    members: _containers.RepeatedScalarFieldContainer[str]
     def __init__(
         self,
         job_id: str | None = ...,
@@ -399,6 +522,7 @@ class Assignment(_message.Message):
         stripes: _Iterable[StripeAssignment | _Mapping] | None = ...,
         job_state: str | None = ...,
         cancelled: bool | None = ...,
+        members: _Iterable[str] | None = ...,
     ) -> None: ...
 
 class ReportError(_message.Message):
@@ -422,11 +546,14 @@ class ReportError(_message.Message):
 class ReportProgressRequest(_message.Message):
     __slots__ = (
         "data_address",
+        "data_refusals",
         "errors",
         "have",
+        "health",
         "host_id",
         "job_id",
         "origin_bytes",
+        "placed_manifest_digest",
         "rack",
         "ready",
         "rx_bytes",
@@ -450,6 +577,9 @@ class ReportProgressRequest(_message.Message):
     READY_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
+    PLACED_MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    DATA_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     host_id: str
     topology_version: int
@@ -464,6 +594,9 @@ class ReportProgressRequest(_message.Message):
     ready: bool
     data_address: str
     rack: str
+    placed_manifest_digest: str
+    health: str
+    data_refusals: int
     def __init__(
         self,
         job_id: str | None = ...,
@@ -480,6 +613,9 @@ class ReportProgressRequest(_message.Message):
         ready: bool | None = ...,
         data_address: str | None = ...,
         rack: str | None = ...,
+        placed_manifest_digest: str | None = ...,
+        health: str | None = ...,
+        data_refusals: int | None = ...,
     ) -> None: ...
 
 class ReportProgressResponse(_message.Message):

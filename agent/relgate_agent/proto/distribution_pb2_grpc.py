@@ -34,6 +34,16 @@ class JobServiceStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.EnrollHost = channel.unary_unary(
+                '/relgate.distribution.v1.JobService/EnrollHost',
+                request_serializer=distribution__pb2.EnrollHostRequest.SerializeToString,
+                response_deserializer=distribution__pb2.EnrollHostResponse.FromString,
+                _registered_method=True)
+        self.ListHosts = channel.unary_unary(
+                '/relgate.distribution.v1.JobService/ListHosts',
+                request_serializer=distribution__pb2.ListHostsRequest.SerializeToString,
+                response_deserializer=distribution__pb2.ListHostsResponse.FromString,
+                _registered_method=True)
         self.CreateJob = channel.unary_unary(
                 '/relgate.distribution.v1.JobService/CreateJob',
                 request_serializer=distribution__pb2.CreateJobRequest.SerializeToString,
@@ -53,6 +63,18 @@ class JobServiceStub:
 
 class JobServiceServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def EnrollHost(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListHosts(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def CreateJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -75,6 +97,16 @@ class JobServiceServicer:
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'EnrollHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.EnrollHost,
+                    request_deserializer=distribution__pb2.EnrollHostRequest.FromString,
+                    response_serializer=distribution__pb2.EnrollHostResponse.SerializeToString,
+            ),
+            'ListHosts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHosts,
+                    request_deserializer=distribution__pb2.ListHostsRequest.FromString,
+                    response_serializer=distribution__pb2.ListHostsResponse.SerializeToString,
+            ),
             'CreateJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateJob,
                     request_deserializer=distribution__pb2.CreateJobRequest.FromString,
@@ -100,6 +132,60 @@ def add_JobServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class JobService:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def EnrollHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.JobService/EnrollHost',
+            distribution__pb2.EnrollHostRequest.SerializeToString,
+            distribution__pb2.EnrollHostResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListHosts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.JobService/ListHosts',
+            distribution__pb2.ListHostsRequest.SerializeToString,
+            distribution__pb2.ListHostsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def CreateJob(request,

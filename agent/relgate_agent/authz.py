@@ -1,0 +1,100 @@
+"""Authorization rules of both planes, written once (pure functions over verified identities).
+
+The TLS stacks (gRPC, ``ssl``) authenticate: a peer without a certificate from the fleet CA
+never gets here. These functions decide what an authenticated identity may do. Each returns
+a refusal text (the caller logs it, counts it and sends it back), or None when allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from relgate_agent.pki import ROLE_HOST, ROLE_OPERATOR, Identity
+
+# control plane: which role may call what
+OPERATOR_METHODS = frozenset({"CreateJob", "GetJob", "CancelJob", "EnrollHost", "ListHosts"})
+AGENT_METHODS = frozenset(
+    {"WatchJobs", "Register", "GetAssignment", "ReportProgress", "ReportSuspect", "FindPeers"}
+)
+
+
+def rpc_refusal(
+    method: str, caller: Identity | None, host_id: str = "", rack: str = ""
+) -> str | None:
+    """Operators call operator RPCs; a host calls agent RPCs only as the host (and rack) its
+    certificate names."""
+    if caller is None:
+        return f"{method} refused: the client certificate carries no relgate identity"
+    if method in OPERATOR_METHODS:
+        if caller.role != ROLE_OPERATOR:
+            return f"{method} refused: operator RPC, caller is {caller}"
+        return None
+    if method in AGENT_METHODS:
+        if caller.role != ROLE_HOST:
+            return f"{method} refused: agent RPC, caller is {caller}"
+        if host_id != caller.name:
+            return f"{method} refused: certificate is for host {caller.name}, request names host {host_id!r}"
+        if rack and rack != caller.rack:
+            return f"{method} refused: certificate is for rack {caller.rack}, request names rack {rack!r}"
+        return None
+    return f"{method} refused: unknown method"
+
+
+def ready_refusal(
+    verified: int, num_chunks: int, placed_digest: str, manifest_digest: str
+) -> str | None:
+    """A host is READY only with every chunk verified and the placed tree's manifest digest."""
+    if verified != num_chunks:
+        return f"READY refused: {verified}/{num_chunks} chunks verified"
+    if not placed_digest or placed_digest != manifest_digest:
+        return f"READY refused: placed digest {placed_digest or '(none)'} is not {manifest_digest}"
+    return None
+
+
+def stripe_refusal(
+    peer: Identity | None,
+    job: str,
+    stripe: int,
+    downstreams: Collection[str] | None,
+    topology_version: int,
+) -> str | None:
+    """StreamStripe: only to a host the current topology makes a downstream of this stripe."""
+    if peer is None or peer.role != ROLE_HOST:
+        return f"refused: peer {peer} is not a host"
+    if downstreams is None or peer.name not in downstreams:
+        return (
+            f"refused: {peer.name} is not a downstream of stripe {stripe} of job {job} "
+            f"(topology v{topology_version})"
+        )
+    return None
+
+
+def chunk_refusal(
+    peer: Identity | None, job: str, members: Collection[str], topology_version: int
+) -> str | None:
+    """FetchChunk: only to a host of this job's current topology (a swarm peer)."""
+    if peer is None or peer.role != ROLE_HOST:
+        return f"refused: peer {peer} is not a host"
+    if peer.name not in members:
+        return f"refused: {peer.name} is not a peer of job {job} (topology v{topology_version})"
+    return None
+
+
+def live_targets(
+    enrolled: Mapping[str, tuple[str, Mapping[str, str]]],
+    last_seen: Mapping[str, float],
+    now: float,
+    ttl_s: float,
+    selector: Mapping[str, str],
+) -> dict[str, str]:
+    """Targets of a new job: enrolled hosts (host -> (rack, labels)) that match the selector
+    and sent a heartbeat within ``ttl_s``. Callers that never enrolled are not in the map."""
+    out: dict[str, str] = {}
+    for host, (rack, labels) in enrolled.items():
+        seen = last_seen.get(host)
+        if seen is None or now - seen > ttl_s:
+            continue
+        merged = {**labels, "rack": rack}
+        if all(merged.get(k) == v for k, v in selector.items()):
+            out[host] = rack
+    return out
