@@ -106,6 +106,7 @@ class JobState:
     hosts: dict[str, HostProgress] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     completion: dict[str, Any] | None = None
+    error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
 
     @property
     def stripes(self) -> int:
@@ -573,7 +574,8 @@ class Coordinator:
             "topology_version": topo.version,
             "stripes": stripes,
             "job_state": job.state,
-            "cancelled": job.state == "CANCELLED",
+            # FAILED stops the agents too (they keep staging and journal for a retry)
+            "cancelled": job.state in ("CANCELLED", "FAILED"),
         }
 
     def _peer(self, job: JobState, host: str) -> dict[str, str]:
@@ -615,6 +617,15 @@ class Coordinator:
                 self.addresses[host_id] = hp.address
             for e in report.get("errors", []):
                 hp.errors.append(e)
+                # no hangs: a chunk that failed N times from the origin / every peer ends the
+                # job (the agent names chunk, file and origin object); a host that gave up is
+                # FAILED (a straggler, the others go on)
+                if e.startswith("CHUNK_FAILED") and job.state not in TERMINAL_STATES:
+                    self._fail_job(job, f"{host_id}: {e}")
+                elif e.startswith("HOST_FAILED") and not hp.ready:
+                    hp.state = "FAILED"
+            if job.state == "FAILED":
+                return {"topology_version": job.topology.version, "actions": ["STOP"]}
             actions: list[str] = []
             if report.get("ready") and not hp.ready:
                 hp.ready, hp.state = True, "READY"
@@ -708,6 +719,23 @@ class Coordinator:
                 return
             now = time.monotonic()
             for job in list(self.jobs.values()):
+                if job.state in TERMINAL_STATES:
+                    continue  # a FAILED job stays in memory so GetJob shows its errors
+                pending = [h for h in job.targets if h not in job.ready and h in job.hosts]
+                if pending and all(job.hosts[h].state == "FAILED" for h in pending):
+                    last = {
+                        h: next(
+                            (
+                                e
+                                for e in reversed(job.hosts[h].errors)
+                                if e.startswith("HOST_FAILED")
+                            ),
+                            "",
+                        )
+                        for h in pending
+                    }
+                    self._fail_job(job, "; ".join(f"{h}: {e}" for h, e in sorted(last.items())))
+                    continue
                 for h in list(job.topology.racks):
                     hp = job.hosts.get(h)
                     if hp and now - hp.last_seen > self.config.dead_after_s:
@@ -741,6 +769,14 @@ class Coordinator:
                     self.changed.notify_all()
         for url, payload in emit:
             threading.Thread(target=self._emit, args=(url, payload), daemon=True).start()
+
+    def _fail_job(self, job: JobState, error: str) -> None:
+        """Mark a job FAILED with the error that ended it (caller holds the lock)."""
+        log.error("job %s FAILED: %s", job.job_id, error)
+        job.state = "FAILED"
+        job.error = error
+        self.store.update_job(job.job_id, state="FAILED")
+        self.changed.notify_all()
 
     def _demote_slow(self, job: JobState, now: float) -> None:
         """Slowness counts as failure: a persistently slow host becomes a leaf at its rack tail."""
