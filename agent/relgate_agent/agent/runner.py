@@ -332,6 +332,7 @@ class JobRunner:
             store.check_paths()
         except UnsafePathError as exc:
             self._error("UNSAFE_PATH", detail=str(exc))
+            self._give_up(HOST_FAILED, -1, f"UNSAFE_PATH {exc}")
             self.tracker = None
             return False
         if VersionStore.is_placed(self.cfg.models_root, self.model, self.version):
@@ -386,6 +387,7 @@ class JobRunner:
             store.open()
         except (UnsafePathError, OSError) as exc:
             self._error("UNSAFE_PATH", detail=str(exc))
+            self._give_up(HOST_FAILED, -1, f"UNSAFE_PATH {exc}")
             store.close()
             self.tracker = None
             return False
@@ -505,9 +507,9 @@ class JobRunner:
         while not gate.exists() and time.monotonic() < deadline and not self.stop_event.is_set():
             time.sleep(0.05)
         with contextlib.suppress(OSError):
-            gate.unlink()
+            waiting.unlink()  # first: a test sees the gate consumed only after this
         with contextlib.suppress(OSError):
-            waiting.unlink()
+            gate.unlink()
 
     def _refetch(self, chunk: int, source: str) -> None:
         """Drop a chunk that failed a check and fetch it again off the stripe thread."""

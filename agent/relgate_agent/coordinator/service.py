@@ -622,7 +622,9 @@ class Coordinator:
                 # FAILED (a straggler, the others go on)
                 if e.startswith("CHUNK_FAILED") and job.state not in TERMINAL_STATES:
                     self._fail_job(job, f"{host_id}: {e}")
-                elif e.startswith("HOST_FAILED") and not hp.ready:
+                elif e.startswith("HOST_FAILED") and not hp.ready and hp.state != "FAILED":
+                    if host_id in job.topology.racks:  # its downstreams must not wait for it
+                        self._mark_dead(job, host_id, "the host gave up (HOST_FAILED)")
                     hp.state = "FAILED"
             if job.state == "FAILED":
                 return {"topology_version": job.topology.version, "actions": ["STOP"]}
