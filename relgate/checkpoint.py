@@ -287,6 +287,12 @@ class WebhookSink:
         self.server.server_close()
 
 
+def new_fleet_label() -> str:
+    """Labels (and the target selector) of one local fleet run: a job started for this run
+    targets exactly the agents it started, never hosts an earlier run left in the store."""
+    return f"cluster=demo,fleet={secrets.token_hex(4)}"
+
+
 @contextmanager
 def local_fleet(
     ws: Workspace, *, hosts: int, racks: int, coordinator: str, labels: str = "cluster=demo"
@@ -366,7 +372,7 @@ def distribute(
     address = f"127.0.0.1:{port}"
     # the job targets exactly the agents started here: hosts from earlier runs stay in the
     # coordinator's store but do not carry this run's label
-    fleet_label = f"cluster=demo,fleet={secrets.token_hex(4)}"
+    fleet_label = new_fleet_label()
     sink = WebhookSink()
     try:
         with local_fleet(
