@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from agent_harness import HOSTS, Cluster, assert_placed
 from relgate_agent.storage import Journal, JournalState
+from test_postgres_store import pg_dsn  # noqa: F401 - the PostgreSQL fixture (module scope)
 
 HOSTS4 = HOSTS[:4]
 
@@ -284,3 +285,59 @@ def test_origin_bit_rot_fails_job_naming_chunk_file_and_object(
     # the CLI reports the same error
     rc, out = agent_cli("job", "get", job, "--coordinator", cluster.coordinator)
     assert rc == 0 and out["state"] == "FAILED" and f"chunk {chunk} " in out["error"]
+
+
+@pytest.mark.postgres
+def test_origin_bit_rot_fails_job_durably_on_postgres(
+    pg_dsn: str,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+    checkpoint,
+) -> None:
+    from relgate_agent.coordinator.store import JobStore
+
+    m = checkpoint["manifest"]
+    chunk = 6
+    rel, off = chunk_location(m, chunk)
+    flip_byte(checkpoint["origin"] / rel, off)
+    label = f"cluster=pg-rot-{os.getpid()}-{tmp_path.name[-6:]}"
+    hosts = [(f"rot{i}-{os.getpid()}", f"r{i % 2}") for i in range(3)]
+    cluster = Cluster(tmp_path / "c", checkpoint["trusted"], ["--report-interval", "0.5"])
+    try:
+        cluster.start_coordinator_with_db(pg_dsn)
+        for h, r in hosts:
+            cluster.start_agent(h, r, labels=label, wait=False)
+        cluster.wait_started()
+        job = f"dj_rot_{os.getpid()}_{tmp_path.name[-6:]}"
+        c = cluster.client()
+        try:
+            cluster.wait_for(
+                lambda: (
+                    c.create_job(
+                        model=m.model,
+                        version=m.version,
+                        manifest_uri=str(checkpoint["envelope"]),
+                        origin_uri=str(checkpoint["origin"]),
+                        target_selector=label,
+                        ready_threshold_ppm=1_000_000,
+                        stripes=2,
+                        job_id=job,
+                    ).hosts_total
+                    == 3
+                ),
+                60,
+                "a job over all three hosts",
+                interval=0.5,
+            )
+        finally:
+            c.close()
+        st = cluster.wait_for(
+            lambda: (s := cluster.status(job))["state"] == "FAILED" and s, 90, "job FAILED"
+        )
+        assert f"chunk {chunk} " in st["error"] and f"file {rel}" in st["error"]
+    finally:
+        cluster.stop_all()
+    store = JobStore(pg_dsn)
+    try:
+        assert store.job_state(job) == "FAILED"
+    finally:
+        store.close()
