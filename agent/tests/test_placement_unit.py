@@ -303,16 +303,17 @@ def test_walker_refuses_unsafe_names(tmp_path: Path) -> None:
     block=st.sampled_from([16, 64, 256]),
     read_size=st.integers(min_value=1, max_value=700),
     flips=st.lists(st.integers(min_value=0), max_size=3),
+    workers=st.sampled_from([1, 3]),
 )
 def test_scan_chunks_finds_exactly_the_flipped_chunks(
-    sizes: list[int], chunk_blocks: int, block: int, read_size: int, flips: list[int]
+    sizes: list[int], chunk_blocks: int, block: int, read_size: int, flips: list[int], workers: int
 ) -> None:
     with tempfile.TemporaryDirectory() as d:
         src = _src(Path(d) / "src", {f"f{i}.bin": n for i, n in enumerate(sizes)}, seed=len(sizes))
         m = build_manifest(src, "m", "v", chunk_size=block * chunk_blocks, block_size=block)
         fds = {f.path: os.open(src / f.path, os.O_RDWR) for f in m.files}
         try:
-            assert scan_chunks(m, fds, read_size) == []
+            assert scan_chunks(m, fds, read_size, workers) == []
             if m.total_size == 0:
                 return
             positions = {p % m.total_size for p in flips}
@@ -320,7 +321,7 @@ def test_scan_chunks_finds_exactly_the_flipped_chunks(
                 f, foff, _, _ = m.segments(pos, 1)[0]
                 os.pwrite(fds[f.path], bytes([os.pread(fds[f.path], 1, foff)[0] ^ 0x80]), foff)
             want = sorted({p // m.chunk_size for p in positions})
-            assert scan_chunks(m, fds, read_size) == want
+            assert scan_chunks(m, fds, read_size, workers) == want
         finally:
             for fd in fds.values():
                 os.close(fd)
