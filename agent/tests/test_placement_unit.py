@@ -106,15 +106,75 @@ def test_extra_replaced_and_truncated_files_are_refused(tmp_path: Path) -> None:
         store.place()
     assert info.value.check == "unexpected-entry" and info.value.path.endswith("b/extra.bin")
     (store.tree / "b" / "extra.bin").unlink()
-    # same bytes, another inode (swapped in behind the agent's back)
+    # same bytes, another inode with a *higher* number (swapped in behind the agent's back;
+    # the next test swaps in a lower one)
     p = store.tree / "a.json"
-    data = p.read_bytes()
-    p.unlink()
-    p.write_bytes(data)
+    staged_ino = os.stat(p).st_ino
+    for i in range(1000):
+        swap = store.tree / f".swap{i}"
+        swap.write_bytes(p.read_bytes())
+        if os.stat(swap).st_ino > staged_ino:
+            break
+    os.replace(swap, p)
+    for extra in store.tree.glob(".swap*"):
+        extra.unlink()
     with pytest.raises(UnsafePathError) as info:
         store.place()
     assert info.value.check == "replaced-file"
     assert not store.final.exists()
+
+
+def test_file_swapped_in_from_an_older_inode_is_refused(tmp_path: Path) -> None:
+    src = _src(tmp_path / "src")
+    m = _manifest(src)
+    # allocated before the staged file, in the same directory (so, a lower inode number)
+    older = tmp_path / "models" / ".staging" / "m" / "v1" / "tree" / ".older"
+    older.parent.mkdir(parents=True)
+    older.write_bytes((src / "a.json").read_bytes())
+    store = VersionStore(tmp_path / "models", m)
+    store.open()
+    store.pwrite(0, b"".join((src / f.path).read_bytes() for f in m.files))
+    assert os.stat(older).st_ino < os.stat(store.tree / "a.json").st_ino
+    os.replace(older, store.tree / "a.json")
+    with pytest.raises(UnsafePathError) as info:
+        store.place()
+    assert info.value.check == "replaced-file" and not store.final.exists()
+
+
+def test_no_follow_helpers_refuse_symlinked_components(tmp_path: Path) -> None:
+    from relgate_agent.fstree import mkdirs_beneath, open_beneath, open_dir, open_dirs_beneath
+
+    base = tmp_path / "base"
+    (base / "real").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (base / "link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (base / "real" / "f").write_bytes(b"x")
+    (base / "real" / "notdir").write_bytes(b"x")
+    fd = open_dir(base)
+    try:
+        for call in (
+            lambda: mkdirs_beneath(fd, base, ["link", "x"]),
+            lambda: open_dirs_beneath(fd, base, ["link"]),
+            lambda: open_beneath(fd, base, "link/f", os.O_RDONLY),
+            lambda: open_beneath(fd, base, "link/new", os.O_RDWR | os.O_CREAT, create_dirs=True),
+        ):
+            with pytest.raises(UnsafePathError) as info:
+                call()
+            assert info.value.check == "symlink" and info.value.path == str(base / "link")
+        with pytest.raises(UnsafePathError) as info:
+            open_dirs_beneath(fd, base, ["real", "notdir"])
+        assert info.value.check == "not-regular-file"
+        with pytest.raises(FileNotFoundError):
+            open_dirs_beneath(fd, base, ["missing"])
+        ok = open_beneath(fd, base, "real/f", os.O_RDONLY)
+        assert os.read(ok, 10) == b"x" and os.get_blocking(ok)
+        os.close(ok)
+        made = mkdirs_beneath(fd, base, ["real", "a", "b"])
+        os.close(made)
+        assert (base / "real" / "a" / "b").is_dir()
+    finally:
+        os.close(fd)
+    assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
 def test_truncated_staged_file_is_refused(tmp_path: Path) -> None:
@@ -286,6 +346,32 @@ def test_walker_refuses(tmp_path: Path, kind: str) -> None:
     if kind != "hard":
         with pytest.raises(ManifestError):  # the manifest builder uses the same walker
             _manifest(src)
+
+
+def test_walker_refuses_a_missing_root_and_a_file_root(tmp_path: Path) -> None:
+    with pytest.raises(UnsafePathError) as info:
+        walk_checkpoint_tree(tmp_path / "missing")
+    assert info.value.check == "not-regular-file"
+    (tmp_path / "f").write_bytes(b"")
+    with pytest.raises(UnsafePathError, match="is not a directory"):
+        walk_checkpoint_tree(tmp_path / "f")
+
+
+def test_walker_refuses_a_mount_inside_the_tree(tmp_path: Path) -> None:
+    import subprocess
+
+    src = _src(tmp_path / "src")
+    mnt = src / "b" / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "none", str(mnt)]).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        (mnt / "x.bin").write_bytes(b"from another filesystem")
+        with pytest.raises(UnsafePathError) as info:
+            walk_checkpoint_tree(src)
+        assert info.value.check == "outside-directory" and info.value.path == str(mnt)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
 
 
 def test_walker_refuses_unsafe_names(tmp_path: Path) -> None:
