@@ -411,3 +411,12 @@ def test_scan_chunks_finds_exactly_the_flipped_chunks(
         finally:
             for fd in fds.values():
                 os.close(fd)
+
+
+def test_place_never_replaces_an_existing_final_directory(tmp_path: Path) -> None:
+    store, _m, _ = _staged(tmp_path)
+    store.final.mkdir(parents=True)  # appeared after staging began (empty: rename would eat it)
+    with pytest.raises(UnsafePathError) as info:
+        store.place()
+    assert info.value.check == "unexpected-entry" and "already exists" in str(info.value)
+    assert store.tree.is_dir() and list(store.final.iterdir()) == []
