@@ -341,3 +341,28 @@ def test_origin_bit_rot_fails_job_durably_on_postgres(
         assert store.job_state(job) == "FAILED"
     finally:
         store.close()
+
+
+def test_one_peer_sending_bad_data_forever_is_bypassed_not_fatal(
+    cluster: Cluster, checkpoint
+) -> None:
+    from relgate_agent.coordinator.topology import build_topology
+
+    m = checkpoint["manifest"]
+    s = 1
+    chain = build_topology(dict(HOSTS4), 4).stripes[s]
+    # a sender with one downstream: one reporter never quarantines it, so only the
+    # receiver's own bound and detour can keep the job from failing or hanging
+    x = next(h for h in chain.order if len(chain.children(h)) == 1)
+    y = chain.children(x)[0]
+    block = m.stripe_blocks(s, 4)[5]
+    start(cluster, env_for={x: {"RELGATE_AGENT_FAULT": f"corrupt_send={block}:100000"}})
+    job = create_job(cluster, checkpoint)
+    st = cluster.wait_for(
+        lambda: (r := cluster.status(job))["state"] == "DONE" and r, 120, "job DONE"
+    )
+    assert st["hosts_ready"] == len(HOSTS4) and st["error"] == ""
+    for h, _ in HOSTS4:
+        assert_placed(cluster, checkpoint, h)
+    ys = json.loads(next((cluster.models_root(y) / ".agent-stats").glob(f"{job}.*")).read_text())
+    assert ys["crc_errors"] >= 3 and ys["swarm_chunks"] >= 1 and ys["failed"] == ""

@@ -82,8 +82,9 @@ class AgentConfig:
     stall_s: float = 5.0
     retain_versions: int = 2  # current + N-1
     max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
-    # a chunk that fails verification this many times from the origin (or 4x as many times
-    # in total, from every peer) fails the job, naming the chunk, file and origin object
+    # a chunk that fails verification this many times from the origin (or from each of two
+    # or more peers) fails the job, naming the chunk, file and origin object; a peer that
+    # fails it this many times is bypassed (FetchChunk from another holder)
     max_chunk_failures: int = 3
     # placement re-verifies the staged tree; after this many mismatching rounds (each one
     # re-fetching the bad chunks) the host gives up on the job, never placing
@@ -532,7 +533,10 @@ class JobRunner:
             from_source, total = per[source], sum(per.values())
             sources = sorted(per)
         limit = max(1, self.cfg.max_chunk_failures)
-        if (source == ORIGIN and from_source >= limit) or total >= 4 * limit:
+        # the checkpoint itself is bad if the origin failed N times, or at least two
+        # independent peers did (one bad peer alone only costs this host a detour)
+        bad_peers = sum(1 for src, n in per.items() if src != ORIGIN and n >= limit)
+        if (source == ORIGIN and from_source >= limit) or bad_peers >= 2:
             c = self.manifest.chunks[chunk]
             files = [f for f, *_ in self.manifest.segments(c.offset, c.size)]
             objects = [object_uri(self.origin_uri, f.path, f.object_version) for f in files]
@@ -754,6 +758,13 @@ class JobRunner:
                     return
                 self._suspect(stripe, exc.source, "BAD_DATA")
                 failures += 1
+                if (
+                    exc.source != ORIGIN
+                    and self.chunk_failures.get(chunk, {}).get(exc.source, 0)
+                    >= self.cfg.max_chunk_failures
+                    and self._swarm_step(stripe, exc.source)
+                ):
+                    failures = 0  # the chunk came from another peer; back to the chain
             except TransportError as exc:
                 failures += 1
                 reason = "STALLED" if "stalled" in str(exc) else "CONN_RESET"
