@@ -18,6 +18,7 @@ from relgate.checkpoint import (
     free_port,
     list_checkpoints,
     local_fleet,
+    new_fleet_label,
     publish_checkpoint,
     write_demo_checkpoint,
 )
@@ -112,9 +113,12 @@ def checkpoint_distribution(
     model, version = checkpoint_manifest["model"], checkpoint_manifest["version"]
     target = checkpoint_root(ws) / model / version
     address = f"127.0.0.1:{free_port()}"
+    labels = new_fleet_label()  # the job targets exactly this run's agents
     sink = WebhookSink()
     try:
-        with local_fleet(ws, hosts=config.hosts, racks=config.racks, coordinator=address) as fleet:
+        with local_fleet(
+            ws, hosts=config.hosts, racks=config.racks, coordinator=address, labels=labels
+        ) as fleet:
             context.log.info(f"started {len(fleet)} agents: {[m['host'] for m in fleet]}")
             invocation = pipes_subprocess_client.run(
                 command=[sys.executable, "-m", "relgate_agent.cli", "pipes"],
@@ -125,7 +129,7 @@ def checkpoint_distribution(
                         "version": version,
                         "manifest_uri": str(target / ENVELOPE_NAME),
                         "origin_uri": str(target / "origin"),
-                        "target_selector": "cluster=demo",
+                        "target_selector": labels,
                         "origin_cap_bytes_per_s": config.origin_cap_bytes_per_s,
                         "ready_threshold": config.ready_threshold,
                         "webhook_url": sink.url,

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -24,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from relgate.errors import ObjectExistsError, RejectedError, UsageError
+from relgate.errors import ObjectExistsError, RejectedError, RelgateError, UsageError
 from relgate.workspace import Workspace
 
 ENVELOPE_NAME = "manifest.dsse.json"
@@ -39,6 +41,45 @@ def _names(model: str, version: str) -> None:
         validate_name("version", version)
     except ManifestError as exc:
         raise UsageError(str(exc), object=f"{model}/{version}", check="checkpoint-name") from None
+
+
+def _copy_tree_safely(source: Path, dest: Path) -> list[str]:
+    """Copy the regular files of ``source`` to ``dest`` through the agent's shared walker.
+
+    Refuses (exit 3, naming the path and the check) symlinks, devices, FIFOs, sockets,
+    mounts and hard links inside the directory; every file is opened with O_NOFOLLOW and
+    must still be the inode the walk saw, so a swap between walk and copy is refused too.
+    """
+    from relgate_agent.fstree import CHECK_NOT_REGULAR, UnsafePathError, walk_checkpoint_tree
+
+    def refuse(path: object, check: str, message: str) -> RejectedError:
+        return RejectedError(message, object=str(path), check=f"checkpoint-{check}")
+
+    try:
+        listed = walk_checkpoint_tree(source, allow_hard_links=False)
+    except UnsafePathError as exc:
+        raise refuse(exc.path, exc.check, str(exc)) from None
+    for f in listed:
+        try:
+            fd = os.open(f.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            raise refuse(
+                f.path, "symlink", f"{f.path} cannot be opened without following: {exc}"
+            ) from None
+        with open(fd, "rb") as src:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (f.dev, f.ino) or not stat.S_ISREG(st.st_mode):
+                raise refuse(
+                    f.path, CHECK_NOT_REGULAR, f"{f.path} changed while it was being published"
+                )
+            os.set_blocking(fd, True)
+            out = dest / f.rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "xb") as dst:
+                shutil.copyfileobj(src, dst, 16 << 20)
+                dst.flush()
+                os.fsync(dst.fileno())
+    return [f.rel for f in listed]
 
 
 def checkpoint_root(ws: Workspace) -> Path:
@@ -81,6 +122,7 @@ def publish_checkpoint(
     The origin is written complete in a temporary directory and renamed into place, so a
     version is never visible half-copied; an existing version is never replaced.
     """
+    from relgate_agent.errors import ManifestError
     from relgate_agent.manifest import build_manifest, sign_manifest
 
     _names(model, version)
@@ -100,10 +142,20 @@ def publish_checkpoint(
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=target.parent))
     try:
         origin = staging / "origin"
-        shutil.copytree(source, origin)
-        manifest = build_manifest(
-            origin, model, version, chunk_size=chunk_size, block_size=block_size
-        )
+        origin.mkdir()
+        copied = _copy_tree_safely(source, origin)
+        try:
+            manifest = build_manifest(
+                origin, model, version, chunk_size=chunk_size, block_size=block_size
+            )
+        except ManifestError as exc:
+            raise RejectedError(str(exc), object=str(source), check="checkpoint-manifest") from None
+        if [f.path for f in manifest.files] != copied:
+            raise RejectedError(
+                "published copy does not hold exactly the walked files",
+                object=str(source),
+                check="checkpoint-copy",
+            )
         envelope = sign_manifest(manifest, ws.signing_key.signer)
         (staging / ENVELOPE_NAME).write_text(json.dumps(envelope, sort_keys=True))
         for path in staging.rglob("*"):
@@ -235,6 +287,12 @@ class WebhookSink:
         self.server.server_close()
 
 
+def new_fleet_label() -> str:
+    """Labels (and the target selector) of one local fleet run: a job started for this run
+    targets exactly the agents it started, never hosts an earlier run left in the store."""
+    return f"cluster=demo,fleet={secrets.token_hex(4)}"
+
+
 @contextmanager
 def local_fleet(
     ws: Workspace, *, hosts: int, racks: int, coordinator: str, labels: str = "cluster=demo"
@@ -323,37 +381,65 @@ def distribute(
             object=f"{model}/{version}",
             check="checkpoint-published",
         )
+    from relgate_agent.client import CoordinatorRefusal
+    from relgate_agent.errors import AgentError
+
     port = free_port()
     address = f"127.0.0.1:{port}"
+    # the job targets exactly the agents started here: hosts from earlier runs stay in the
+    # coordinator's store but do not carry this run's label
+    fleet_label = new_fleet_label()
     sink = WebhookSink()
     try:
-        with local_fleet(ws, hosts=hosts, racks=racks, coordinator=address) as members:
-            status = run_distribution_job(
-                {
-                    "job": {
-                        "model": model,
-                        "version": version,
-                        "manifest_uri": str(target / ENVELOPE_NAME),
-                        "origin_uri": str(target / "origin"),
-                        "target_selector": "cluster=demo",
-                        "origin_cap_bytes_per_s": origin_cap_bytes_per_s,
-                        "ready_threshold": ready_threshold,
-                        "webhook_url": sink.url,
+        with local_fleet(
+            ws, hosts=hosts, racks=racks, coordinator=address, labels=fleet_label
+        ) as members:
+            try:
+                status = run_distribution_job(
+                    {
+                        "job": {
+                            "model": model,
+                            "version": version,
+                            "manifest_uri": str(target / ENVELOPE_NAME),
+                            "origin_uri": str(target / "origin"),
+                            "target_selector": fleet_label,
+                            "origin_cap_bytes_per_s": origin_cap_bytes_per_s,
+                            "ready_threshold": ready_threshold,
+                            "webhook_url": sink.url,
+                        },
+                        "serve": {
+                            "listen": address,
+                            "db": str(ws.home / "coordinator.sqlite"),
+                            "trusted_keys": ws.config["keys"]["trusted"],
+                            "min_hosts": hosts,
+                            "enroll": members,
+                        },
+                        "pki": str(ws.home / "pki"),
+                        "poll_interval_s": 0.5,
+                        "timeout_s": timeout_s,
+                        "wait_for_all": True,
                     },
-                    "serve": {
-                        "listen": address,
-                        "db": str(ws.home / "coordinator.sqlite"),
-                        "trusted_keys": ws.config["keys"]["trusted"],
-                        "min_hosts": hosts,
-                        "enroll": members,
-                    },
-                    "pki": str(ws.home / "pki"),
-                    "poll_interval_s": 0.5,
-                    "timeout_s": timeout_s,
-                    "wait_for_all": True,
-                },
-                log,
-            )
+                    log,
+                )
+            except CoordinatorRefusal as exc:
+                raise RejectedError(
+                    exc.details, object=f"{model}/{version}", check=exc.check
+                ) from None
+            except AgentError as exc:
+                raise RelgateError(
+                    str(exc), object=f"{model}/{version}", check="distribution-deadline"
+                ) from None
+            if status["state"] == "FAILED":
+                error = str(status.get("error") or "job FAILED")
+                raise RejectedError(
+                    error,
+                    object=f"{model}/{version}",
+                    check="chunk-verification"
+                    if "CHUNK_FAILED" in error
+                    else "placement-verification",
+                    digest=status.get("manifest_digest") or None,
+                    details={"job": status["job_id"]},
+                )
             deadline = time.monotonic() + 10
             while not sink.events and time.monotonic() < deadline:
                 time.sleep(0.1)

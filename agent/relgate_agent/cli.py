@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 
+from relgate_agent.client import CoordinatorRefusal
 from relgate_agent.errors import AgentError, ManifestError, VerificationError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_REJECTED, EXIT_CONFLICT = 0, 1, 2, 3, 4
@@ -197,6 +198,80 @@ def cmd_manifest_verify(args: argparse.Namespace) -> int:
         },
     )
     return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Scrub a placed copy against its signed manifest; un-place it on any mismatch."""
+    from relgate_agent.fstree import UnsafePathError
+    from relgate_agent.manifest import TrustedKeys, validate_name, verify_envelope
+    from relgate_agent.storage import (
+        CHECK_CHUNK_DIGEST,
+        VersionStore,
+        read_placed_envelope,
+        read_placed_marker,
+        scrub_placed,
+        unplace,
+    )
+
+    root = Path(args.models_root)
+    model, version = validate_name("model", args.model), validate_name("version", args.version)
+    obj = f"{model}/{version}"
+
+    def refuse(check: str, message: str, **extra: Any) -> int:
+        _emit(
+            args, {"error": "rejected", "object": obj, "check": check, "message": message, **extra}
+        )
+        return EXIT_REJECTED
+
+    if not VersionStore.is_placed(root, model, version):
+        return refuse("not-placed", f"{root / model / version} is not a placed copy")
+    envelope = read_placed_envelope(root, model, version)
+    if envelope is None:
+        return refuse("placed-manifest", "no signed manifest recorded beside the placed copy")
+    manifest = verify_envelope(envelope, TrustedKeys.load(args.trusted_keys))
+    marker = read_placed_marker(root, model, version)
+    if (manifest.model, manifest.version) != (model, version) or marker != manifest.digest:
+        return refuse(
+            "placed-marker",
+            f"placed marker {marker!r} does not record manifest {manifest.digest}",
+            digest=manifest.digest,
+        )
+    try:
+        result = scrub_placed(root, manifest)
+    except UnsafePathError as exc:
+        if not args.keep:
+            unplace(root, model, version)
+        return refuse(
+            exc.check, str(exc), path=exc.path, digest=manifest.digest, unplaced=not args.keep
+        )
+    if result.intact:
+        _emit(
+            args,
+            {
+                "object": obj,
+                "intact": True,
+                "manifest_digest": manifest.digest,
+                "chunks": result.chunks,
+                "path": str(root / model / version),
+            },
+        )
+        return EXIT_OK
+    if not args.keep:
+        unplace(root, model, version)
+    chunk = result.bad_chunks[0]
+    return refuse(
+        CHECK_CHUNK_DIGEST,
+        f"chunk {chunk} of {', '.join(result.files_of_first_bad)} does not match the manifest "
+        f"(expected {result.expected_digest}, got {result.actual_digest})",
+        chunk=chunk,
+        file=result.files_of_first_bad[0],
+        files=list(result.files_of_first_bad),
+        expected=result.expected_digest,
+        actual=result.actual_digest,
+        bad_chunks=list(result.bad_chunks),
+        digest=manifest.digest,
+        unplaced=not args.keep,
+    )
 
 
 def cmd_coordinator_serve(args: argparse.Namespace) -> int:
@@ -463,6 +538,17 @@ def build_parser() -> argparse.ArgumentParser:
     mv.add_argument("--trusted-keys", nargs="+", required=True)
     mv.set_defaults(fn=cmd_manifest_verify)
 
+    vf = sub.add_parser(
+        "verify", help="scrub a placed copy against its signed manifest; un-place on mismatch"
+    )
+    common(vf)
+    vf.add_argument("model")
+    vf.add_argument("version")
+    vf.add_argument("--models-root", default="/models")
+    vf.add_argument("--trusted-keys", nargs="+", required=True)
+    vf.add_argument("--keep", action="store_true", help="report a mismatch but do not un-place")
+    vf.set_defaults(fn=cmd_verify)
+
     co = sub.add_parser("coordinator").add_subparsers(dest="sub", required=True)
     cs = co.add_parser("serve", help="run the coordinator (gRPC)")
     common(cs)
@@ -616,6 +702,9 @@ def main(argv: list[str] | None = None) -> int:
         if code in (grpc.StatusCode.ABORTED, grpc.StatusCode.ALREADY_EXISTS):
             return EXIT_CONFLICT
         return EXIT_INTERNAL
+    except CoordinatorRefusal as exc:
+        _emit(args, exc.to_json())
+        return EXIT_REJECTED
     except AgentError as exc:
         _emit(args, {"error": "rejected", "message": str(exc)})
         return EXIT_REJECTED

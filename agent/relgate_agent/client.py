@@ -2,12 +2,82 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+import grpc
+
+from relgate_agent.errors import AgentError
 from relgate_agent.pki import TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import FailoverStub
+
+T = TypeVar("T")
+
+# (substring of the coordinator's refusal, check name): the first match names the check
+REFUSAL_CHECKS: tuple[tuple[str, str], ...] = (
+    ("unsigned", "manifest-unsigned"),
+    ("no signature by a trusted key", "manifest-unknown-key"),
+    ("does not verify", "manifest-signature"),
+    ("tampered", "manifest-signature"),
+    ("canonical", "manifest-canonical"),
+    ("trusted key set", "manifest-trusted-keys"),
+    ("envelope", "manifest-envelope"),
+    ("signed manifest is invalid", "manifest-invalid"),
+    (" is for ", "manifest-subject"),
+    ("name", "checkpoint-name"),
+    ("selector", "target-selector"),
+    ("cannot be read", "manifest-read"),
+)
+REJECTED_CODES = (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.NOT_FOUND,
+)
+
+
+class CoordinatorRefusal(AgentError):
+    """The coordinator refused an operator call (INVALID_ARGUMENT / FAILED_PRECONDITION /
+    NOT_FOUND): a typed error naming the call, the check and the coordinator's reason."""
+
+    def __init__(self, rpc: str, code: str, check: str, details: str) -> None:
+        super().__init__(f"{rpc} refused ({check}): {details}")
+        self.rpc = rpc
+        self.code = code
+        self.check = check
+        self.details = details
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "error": "rejected",
+            "rpc": self.rpc,
+            "code": self.code,
+            "check": self.check,
+            "message": self.details,
+        }
+
+
+def refusal_check(details: str, code: grpc.StatusCode) -> str:
+    low = details.lower()
+    for needle, check in REFUSAL_CHECKS:
+        if needle in low:
+            return check
+    return "job-not-found" if code == grpc.StatusCode.NOT_FOUND else "coordinator-validation"
+
+
+def typed_call(rpc: str, fn: Callable[[], T]) -> T:
+    """Run a coordinator call; a refusal becomes CoordinatorRefusal (never raw RpcError text)."""
+    try:
+        return fn()
+    except grpc.RpcError as exc:
+        code = exc.code() if hasattr(exc, "code") else None
+        if code in REJECTED_CODES:
+            details = str(exc.details() or "") if hasattr(exc, "details") else ""
+            raise CoordinatorRefusal(
+                rpc, code.name, refusal_check(details, code), details
+            ) from None
+        raise
 
 
 class CoordinatorClient:
@@ -19,7 +89,9 @@ class CoordinatorClient:
         self.jobs.close()
 
     def create_job(self, timeout: float = 60.0, **spec: Any) -> pb.CreateJobResponse:
-        return self.jobs.CreateJob(pb.CreateJobRequest(**spec), timeout=timeout)
+        return typed_call(
+            "CreateJob", lambda: self.jobs.CreateJob(pb.CreateJobRequest(**spec), timeout=timeout)
+        )
 
     def get_job(self, job_id: str, timeout: float = 10.0) -> pb.GetJobResponse:
         return self.jobs.GetJob(pb.GetJobRequest(job_id=job_id), timeout=timeout)
@@ -80,6 +152,7 @@ def job_to_dict(resp: pb.GetJobResponse) -> dict[str, Any]:
         "completion_emitted": resp.completion_emitted,
         "duration_s": resp.duration_s,
         "control_refusals": resp.control_refusals,
+        "error": job_error(resp),
         "hosts": [
             {
                 "host_id": h.host_id,
@@ -96,3 +169,18 @@ def job_to_dict(resp: pb.GetJobResponse) -> dict[str, Any]:
             for h in resp.hosts
         ],
     }
+
+
+def job_error(resp: pb.GetJobResponse) -> str:
+    """Why a FAILED job failed: the CHUNK_FAILED error an agent reported (naming chunk, file
+    and origin object), else every host's HOST_FAILED error; "" for other states."""
+    if resp.state != "FAILED":
+        return ""
+    for h in resp.hosts:
+        for e in h.errors:
+            if e.startswith("CHUNK_FAILED"):
+                return f"{h.host_id}: {e}"
+    host_failed = [
+        f"{h.host_id}: {e}" for h in resp.hosts for e in h.errors if e.startswith("HOST_FAILED")
+    ]
+    return "; ".join(host_failed) or "job FAILED (no agent error recorded)"

@@ -310,17 +310,10 @@ def chunk_digest(data: bytes | bytearray | memoryview) -> str:
 
 
 def _list_files(root: Path) -> list[tuple[str, Path]]:
-    out: list[tuple[str, Path]] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames.sort()
-        for name in filenames:
-            p = Path(dirpath) / name
-            if p.is_symlink() or not p.is_file():
-                raise ManifestError(f"{p} is not a regular file (symlinks are refused)")
-            rel = p.relative_to(root).as_posix()
-            out.append((validate_relative_path(rel), p))
-    out.sort(key=lambda t: t[0])
-    return out
+    """Regular files under root (the shared walker: symlinks, devices, FIFOs refused)."""
+    from relgate_agent.fstree import walk_checkpoint_tree
+
+    return [(f.rel, f.path) for f in walk_checkpoint_tree(root)]
 
 
 def build_manifest(

@@ -150,6 +150,19 @@ def open_origin(uri: str) -> Origin:
     raise OriginError(f"unsupported origin URI scheme in {uri!r}")
 
 
+def object_uri(origin_uri: str, path: str, version_id: str = "") -> str:
+    """The origin object a manifest file is read from, as a URI (for error messages)."""
+    if not origin_uri:
+        return f"<no origin>/{path}"
+    parsed = urlparse(origin_uri)
+    base = origin_uri.rstrip("/")
+    if parsed.scheme == "s3":
+        return f"{base}/{path}" + (f"?versionId={version_id}" if version_id else "")
+    if parsed.scheme in ("http", "https", "file"):
+        return f"{base}/{path}"
+    return str(Path(origin_uri) / path)
+
+
 def read_uri(uri: str) -> bytes:
     """Read one whole object named by URI (used for manifest envelopes)."""
     parsed = urlparse(uri)

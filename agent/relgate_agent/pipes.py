@@ -86,9 +86,23 @@ def run_distribution_job(
             wait_until = time.monotonic() + float(
                 extras.get("serve", {}).get("min_hosts_wait_s", 120)
             )
-            while (
-                len(server.coordinator.store.hosts()) < min_hosts and time.monotonic() < wait_until
-            ):
+            from relgate_agent.coordinator.service import parse_selector, selector_matches
+
+            selector = parse_selector(str(job_spec.get("target_selector") or ""))
+
+            def matching() -> int:  # only agents the job's selector targets count
+                return sum(
+                    selector_matches(selector, rack, labels)
+                    for _h, rack, labels, _a in server.coordinator.store.hosts()
+                )
+
+            while matching() < min_hosts:
+                if time.monotonic() > wait_until:
+                    raise AgentError(
+                        f"only {matching()} of {min_hosts} agents matching "
+                        f"{job_spec.get('target_selector')!r} checked in with the coordinator "
+                        f"at {address} within {extras.get('serve', {}).get('min_hosts_wait_s', 120)} s"
+                    )
                 time.sleep(0.2)
         resp = client.create_job(
             ready_threshold_ppm=round(threshold * 1_000_000),
@@ -114,7 +128,11 @@ def run_distribution_job(
             if done or (handed_off and not wait_all):
                 break
             if time.monotonic() > deadline:
-                raise AgentError(f"job {job_id} timed out in state {status['state']}")
+                raise AgentError(
+                    f"job {job_id} timed out in state {status['state']} with "
+                    f"{status['hosts_ready']}/{status['hosts_total']} hosts ready "
+                    f"(stragglers: {', '.join(status['stragglers'][:8]) or 'none'})"
+                )
             time.sleep(poll)
         status["ready_threshold"] = threshold
         status["threshold_met"] = status["hosts_total"] > 0 and (

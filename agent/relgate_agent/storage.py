@@ -15,17 +15,44 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from relgate_agent.errors import StorageError
-from relgate_agent.manifest import CheckpointManifest, FileEntry, chunk_digest, validate_name
+from relgate_agent.fstree import (
+    CHECK_NOT_REGULAR,
+    CHECK_SYMLINK,
+    UnsafePathError,
+    lstat_kind,
+    mkdirs_beneath,
+    open_beneath,
+    open_dir,
+    open_dirs_beneath,
+    walk_checkpoint_tree,
+)
+from relgate_agent.manifest import (
+    CheckpointManifest,
+    ChunkEntry,
+    FileEntry,
+    chunk_digest,
+    validate_name,
+)
 
 JOURNAL_FORMAT = 1
+# checks named in placement / scrub refusals (besides those of fstree)
+CHECK_UNEXPECTED = "unexpected-entry"
+CHECK_REPLACED = "replaced-file"
+CHECK_MISSING = "missing-file"
+CHECK_SIZE = "file-size"
+CHECK_NOT_PLACED = "not-placed"
+CHECK_CHUNK_DIGEST = "chunk-digest"
 
 
 def fsync_dir(path: Path) -> None:
@@ -93,7 +120,8 @@ class Journal:
             "stripeOffsets": list(state.stripe_offsets),
         }
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "wb") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with open(fd, "wb") as fh:
             fh.write(json.dumps(doc, sort_keys=True).encode())
             fh.flush()
             os.fsync(fh.fileno())
@@ -101,8 +129,66 @@ class Journal:
         fsync_dir(self.path.parent)
 
 
+class StagedMismatch(StorageError):
+    """Re-verification before placement found staged chunks that no longer match."""
+
+    def __init__(self, chunks: list[int]) -> None:
+        super().__init__(f"staged chunks {chunks[:8]} do not match the manifest; not placed")
+        self.chunks = chunks
+
+
+READ_SIZE = 16 << 20  # re-hash in large sequential reads
+# chunks are hashed by this many threads at once (hashlib and pread release the GIL): one
+# core's SHA-256 (~1-2 GB/s) is far below an NVMe RAID, so a single hashing thread would make
+# placement of 800 GB take minutes. Workers take chunks in manifest order, so the reads
+# stay a forward sweep over the files with `workers` chunk-sized windows in flight.
+SCAN_WORKERS = 8
+
+
+def _chunk_ok(
+    manifest: CheckpointManifest, fds: dict[str, int], c: ChunkEntry, read_size: int
+) -> bool:
+    h = hashlib.sha256()
+    got = 0
+    for f, foff, n, _ in manifest.segments(c.offset, c.size):
+        fd = fds[f.path]
+        done = 0
+        while done < n:
+            piece = os.pread(fd, min(read_size, n - done), foff + done)
+            if not piece:
+                break
+            h.update(piece)
+            done += len(piece)
+        got += done
+    return got == c.size and "sha256:" + h.hexdigest() == c.digest
+
+
+def scan_chunks(
+    manifest: CheckpointManifest,
+    fds: dict[str, int],
+    read_size: int = READ_SIZE,
+    workers: int = 0,
+) -> list[int]:
+    """Re-hash every chunk (in manifest order, one forward pass over the files) against the
+    manifest; returns the indexes of the chunks whose SHA-256 does not match."""
+    for fd in fds.values():
+        with contextlib.suppress(OSError, AttributeError):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    n = workers or min(SCAN_WORKERS, os.cpu_count() or 1)
+    if n <= 1 or manifest.num_chunks <= 1:
+        return [c.index for c in manifest.chunks if not _chunk_ok(manifest, fds, c, read_size)]
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="rehash") as pool:
+        ok = list(pool.map(lambda c: _chunk_ok(manifest, fds, c, read_size), manifest.chunks))
+    return [c.index for c, good in zip(manifest.chunks, ok, strict=True) if not good]
+
+
 class VersionStore:
-    """Staging files of one checkpoint version, read/written in the concatenated byte space."""
+    """Staging files of one checkpoint version, read/written in the concatenated byte space.
+
+    Every directory and file below the models root is created and opened one component at
+    a time with O_NOFOLLOW (``fstree``): a symlink planted in the models root, the staging
+    tree or the placed tree is refused, never followed.
+    """
 
     def __init__(self, models_root: Path, manifest: CheckpointManifest) -> None:
         validate_name("model", manifest.model)
@@ -115,46 +201,110 @@ class VersionStore:
         self.journal = Journal(self.staging_dir / "journal")
         # which manifest the placed directory was verified against (outside the model dir,
         # so the placed tree holds exactly the checkpoint's files)
-        self.placed_marker = models_root / ".placed" / manifest.model / f"{manifest.version}.digest"
+        self.placed_marker = placed_marker_path(models_root, manifest.model, manifest.version)
+        self.placed_envelope = placed_envelope_path(models_root, manifest.model, manifest.version)
         self.fds: dict[str, int] = {}
         self.placed = False
         self.lock = threading.Lock()
 
-    def write_placed_marker(self) -> None:
-        self.placed_marker.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.placed_marker.with_suffix(".tmp")
-        with open(tmp, "w") as fh:
-            fh.write(self.manifest.digest + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.placed_marker)
-        fsync_dir(self.placed_marker.parent)
+    # -- paths ---------------------------------------------------------------
+    def check_paths(self) -> None:
+        """Refuse early (before a byte moves) when a path this store will create or rename
+        into is a symlink or not a directory. Checked again at every use."""
+        m = self.manifest
+        r = self.models_root
+        for p in (
+            r / m.model,
+            r / ".staging",
+            r / ".staging" / m.model,
+            self.staging_dir,
+            self.tree,
+            r / ".placed",
+            r / ".placed" / m.model,
+            self.final,
+        ):
+            kind = lstat_kind(p)
+            if kind == "symlink":
+                raise UnsafePathError(p, CHECK_SYMLINK, "is a symlink (not followed)")
+            if kind == "other":
+                raise UnsafePathError(p, CHECK_NOT_REGULAR, "must be a directory")
+
+    def _root_fd(self) -> int:
+        self.models_root.mkdir(parents=True, exist_ok=True)
+        return open_dir(self.models_root)
+
+    def _write_beneath(self, parts: list[str], name: str, data: bytes) -> None:
+        root = self._root_fd()
+        try:
+            dfd = mkdirs_beneath(root, self.models_root, parts)
+        finally:
+            os.close(root)
+        try:
+            base = self.models_root.joinpath(*parts)
+            tmp = f".{name}.tmp"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=dfd)
+            fd = open_beneath(dfd, base, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def write_placed_marker(self, envelope: bytes | None = None) -> None:
+        """Record the manifest digest the placed tree was verified against (and its signed
+        envelope, so ``relgate-agent verify`` can scrub the copy later)."""
+        parts = [".placed", self.manifest.model]
+        if envelope is not None:
+            self._write_beneath(parts, self.placed_envelope.name, envelope)
+        self._write_beneath(parts, self.placed_marker.name, (self.manifest.digest + "\n").encode())
 
     def placed_marker_matches(self) -> bool:
-        try:
-            return self.placed_marker.read_text().strip() == self.manifest.digest
-        except OSError:
-            return False
+        return read_placed_marker(self.models_root, self.manifest.model, self.manifest.version) == (
+            self.manifest.digest
+        )
 
     @staticmethod
     def is_placed(models_root: Path, model: str, version: str) -> bool:
-        return (models_root / model / version).is_dir()
+        return lstat_kind(models_root / model / version) == "dir"
 
     def open(self) -> None:
         """Open placed files read-only if the version is placed, else create sparse staging files."""
-        if self.final.is_dir():
-            self.placed = True
+        self.check_paths()
+        root = self._root_fd()
+        try:
+            if lstat_kind(self.final) == "dir":
+                self.placed = True
+                base = open_dirs_beneath(
+                    root, self.models_root, [self.manifest.model, self.manifest.version]
+                )
+                try:
+                    for f in self.manifest.files:
+                        self.fds[f.path] = open_beneath(base, self.final, f.path, os.O_RDONLY)
+                finally:
+                    os.close(base)
+                return
+            tree = mkdirs_beneath(
+                root,
+                self.models_root,
+                [".staging", self.manifest.model, self.manifest.version, "tree"],
+            )
+        finally:
+            os.close(root)
+        try:
             for f in self.manifest.files:
-                self.fds[f.path] = os.open(self.final / f.path, os.O_RDONLY)
-            return
-        self.tree.mkdir(parents=True, exist_ok=True)
-        for f in self.manifest.files:
-            p = self.tree / f.path
-            p.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
-            if os.fstat(fd).st_size != f.size:
-                os.ftruncate(fd, f.size)
-            self.fds[f.path] = fd
+                fd = open_beneath(
+                    tree, self.tree, f.path, os.O_RDWR | os.O_CREAT, 0o644, create_dirs=True
+                )
+                self.fds[f.path] = fd
+                if os.fstat(fd).st_size != f.size:
+                    os.ftruncate(fd, f.size)
+        finally:
+            os.close(tree)
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -199,8 +349,33 @@ class VersionStore:
         self.models_root.mkdir(parents=True, exist_ok=True)
         return shutil.disk_usage(self.models_root).free
 
-    def place(self) -> Path:
-        """fsync every file, then rename staging tree -> <root>/<model>/<version> atomically."""
+    def verify_staged(self) -> list[int]:
+        """Re-verify the staging tree as it will be placed: exactly the manifest's files (no
+        symlinks, no extras, the very inodes this store wrote, the right sizes), then every
+        chunk re-hashed in one sequential pass. Returns the chunks that do not match."""
+        listed = {t.rel: t for t in walk_checkpoint_tree(self.tree)}
+        want = {f.path: f for f in self.manifest.files}
+        extra = sorted(set(listed) - set(want))
+        if extra:
+            raise UnsafePathError(
+                self.tree / extra[0], CHECK_UNEXPECTED, "is not a file of the manifest"
+            )
+        for rel, f in want.items():
+            t = listed.get(rel)
+            st = os.fstat(self.fds[rel])
+            if t is None or (t.dev, t.ino) != (st.st_dev, st.st_ino):
+                raise UnsafePathError(
+                    self.tree / rel, CHECK_REPLACED, "is not the file this agent wrote"
+                )
+            if t.size != f.size:
+                raise StorageError(f"{self.tree / rel}: {t.size} bytes, manifest says {f.size}")
+        return scan_chunks(self.manifest, self.fds)
+
+    def place(self, envelope: bytes | None = None) -> Path:
+        """fsync, re-verify every staged chunk, then rename staging tree -> <root>/<model>/<version>.
+
+        Raises StagedMismatch (nothing placed) when a chunk no longer matches the manifest.
+        """
         with self.lock:
             if self.placed:
                 return self.final
@@ -209,10 +384,34 @@ class VersionStore:
                 {(self.tree / f.path).parent for f in self.manifest.files}, reverse=True
             ):
                 fsync_dir(d)
-            self.final.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(self.tree, self.final)
-            fsync_dir(self.final.parent)
-            self.write_placed_marker()
+            self.check_paths()
+            bad = self.verify_staged()
+            if bad:
+                raise StagedMismatch(bad)
+            root = self._root_fd()
+            try:
+                parent = mkdirs_beneath(root, self.models_root, [self.manifest.model])
+                try:
+                    staging = open_dirs_beneath(
+                        root,
+                        self.models_root,
+                        [".staging", self.manifest.model, self.manifest.version],
+                    )
+                    try:
+                        if lstat_kind(self.final) != "missing":
+                            raise UnsafePathError(self.final, CHECK_UNEXPECTED, "already exists")
+                        os.rename(
+                            "tree", self.manifest.version, src_dir_fd=staging, dst_dir_fd=parent
+                        )
+                        os.fsync(parent)
+                        os.fsync(staging)
+                    finally:
+                        os.close(staging)
+                finally:
+                    os.close(parent)
+            finally:
+                os.close(root)
+            self.write_placed_marker(envelope)
             # Open descriptors stay valid across the rename; the data plane keeps serving them.
             self.placed = True
             with contextlib.suppress(OSError):
@@ -221,15 +420,173 @@ class VersionStore:
             return self.final
 
 
+# -- placed copies: marker, scrub, un-place ----------------------------------------------------
+def placed_marker_path(models_root: Path, model: str, version: str) -> Path:
+    return models_root / ".placed" / model / f"{version}.digest"
+
+
+def placed_envelope_path(models_root: Path, model: str, version: str) -> Path:
+    return models_root / ".placed" / model / f"{version}.manifest.dsse.json"
+
+
+def _read_beneath(models_root: Path, parts: list[str], limit: int) -> bytes | None:
+    try:
+        root = open_dir(models_root)
+    except OSError:
+        return None
+    try:
+        *dirs, name = parts
+        fd = open_beneath(root, models_root, "/".join([*dirs, name]), os.O_RDONLY)
+    except (OSError, UnsafePathError):
+        return None
+    finally:
+        os.close(root)
+    try:
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit else None
+
+
+def read_placed_marker(models_root: Path, model: str, version: str) -> str | None:
+    raw = _read_beneath(models_root, [".placed", model, f"{version}.digest"], 256)
+    return raw.decode("ascii", "replace").strip() if raw is not None else None
+
+
+def read_placed_envelope(models_root: Path, model: str, version: str) -> bytes | None:
+    return _read_beneath(
+        models_root, [".placed", model, f"{version}.manifest.dsse.json"], MAX_ENVELOPE_BYTES
+    )
+
+
+MAX_ENVELOPE_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class ScrubResult:
+    """Outcome of re-hashing a placed copy against its manifest."""
+
+    model: str
+    version: str
+    manifest_digest: str
+    chunks: int
+    bad_chunks: tuple[int, ...]
+    files_of_first_bad: tuple[str, ...] = ()
+    expected_digest: str = ""
+    actual_digest: str = ""
+
+    @property
+    def intact(self) -> bool:
+        return not self.bad_chunks
+
+
+def scrub_placed(models_root: Path, manifest: CheckpointManifest) -> ScrubResult:
+    """Re-hash a placed copy (exact file set, no symlinks, every chunk) against ``manifest``."""
+    final = models_root / manifest.model / manifest.version
+    if lstat_kind(final) != "dir":
+        raise UnsafePathError(final, CHECK_NOT_PLACED, "is not a placed directory")
+    listed = {t.rel: t for t in walk_checkpoint_tree(final)}
+    want = {f.path: f for f in manifest.files}
+    extra = sorted(set(listed) - set(want))
+    if extra:
+        raise UnsafePathError(final / extra[0], CHECK_UNEXPECTED, "is not a file of the manifest")
+    fds: dict[str, int] = {}
+    root = open_dir(models_root)
+    try:
+        base = open_dirs_beneath(root, models_root, [manifest.model, manifest.version])
+        try:
+            for rel, f in want.items():
+                if rel not in listed:
+                    raise UnsafePathError(final / rel, CHECK_MISSING, "is missing")
+                fds[rel] = open_beneath(base, final, rel, os.O_RDONLY)
+                if os.fstat(fds[rel]).st_size != f.size:
+                    raise UnsafePathError(
+                        final / rel, CHECK_SIZE, f"is not {f.size} bytes as the manifest says"
+                    )
+        finally:
+            os.close(base)
+        bad = scan_chunks(manifest, fds)
+        if not bad:
+            return ScrubResult(
+                manifest.model, manifest.version, manifest.digest, manifest.num_chunks, ()
+            )
+        c = manifest.chunks[bad[0]]
+        files = tuple(f.path for f, *_ in manifest.segments(c.offset, c.size))
+        actual = (
+            "sha256:"
+            + hashlib.sha256(
+                b"".join(
+                    os.pread(fds[f.path], n, foff)
+                    for f, foff, n, _ in manifest.segments(c.offset, c.size)
+                )
+            ).hexdigest()
+        )
+        return ScrubResult(
+            manifest.model,
+            manifest.version,
+            manifest.digest,
+            manifest.num_chunks,
+            tuple(bad),
+            files,
+            c.digest,
+            actual,
+        )
+    finally:
+        os.close(root)
+        for fd in fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def unplace(models_root: Path, model: str, version: str) -> None:
+    """Take a placed copy out of service: marker first (so nothing trusts it any more), then
+    rename the tree under .staging/.trash and delete it there."""
+    validate_name("model", model)
+    validate_name("version", version)
+    for p in (
+        placed_marker_path(models_root, model, version),
+        placed_envelope_path(models_root, model, version),
+    ):
+        with contextlib.suppress(FileNotFoundError):
+            if lstat_kind(p.parent) == "dir":
+                os.unlink(p)
+    root = open_dir(models_root)
+    try:
+        parent = open_dirs_beneath(root, models_root, [model])
+        trash = mkdirs_beneath(root, models_root, [".staging", ".trash"])
+        name = f"{model}--{version}--unplaced-{os.getpid()}-{time.time_ns()}"
+        try:
+            os.rename(version, name, src_dir_fd=parent, dst_dir_fd=trash)
+            os.fsync(parent)
+        finally:
+            os.close(parent)
+            os.close(trash)
+    finally:
+        os.close(root)
+    shutil.rmtree(models_root / ".staging" / ".trash" / name, ignore_errors=True)
+
+
+def fault_hook(name: str) -> str | None:
+    """Value of a test-only fault (``RELGATE_AGENT_FAULT=name=value,...``), or None."""
+    for item in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
+        k, _, v = item.partition("=")
+        if k == name:
+            return v
+    return None
+
+
+FAULT_ENV = "RELGATE_AGENT_FAULT"
+
+
 def held_versions(models_root: Path) -> list[str]:
     """ "<model>/<version>" for every placed version under the models root."""
     out: list[str] = []
     if not models_root.is_dir():
         return out
     for m in sorted(models_root.iterdir()):
-        if m.name.startswith(".") or not m.is_dir():
+        if m.name.startswith(".") or lstat_kind(m) != "dir":
             continue
-        out.extend(f"{m.name}/{v.name}" for v in sorted(m.iterdir()) if v.is_dir())
+        out.extend(f"{m.name}/{v.name}" for v in sorted(m.iterdir()) if lstat_kind(v) == "dir")
     return out
 
 
@@ -241,10 +598,12 @@ def gc_versions(models_root: Path, model: str, keep: int, protect: set[str]) -> 
     """
     validate_name("model", model)
     base = models_root / model
-    if not base.is_dir():
-        return []
+    if lstat_kind(base) != "dir":
+        return []  # a symlinked model dir is never walked (it would delete what it points to)
     versions = sorted(
-        (v for v in base.iterdir() if v.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True
+        (v for v in base.iterdir() if lstat_kind(v) == "dir"),
+        key=lambda p: p.lstat().st_mtime,
+        reverse=True,
     )
     removed: list[str] = []
     trash = models_root / ".staging" / ".trash"

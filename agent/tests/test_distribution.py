@@ -250,6 +250,7 @@ def test_untrusted_or_tampered_manifest_refused_before_any_byte(
 
     import grpc
     import rfc8785
+    from relgate_agent.client import CoordinatorRefusal
     from relgate_agent.manifest import generate_private_key, keyid_for, pae, write_keypair
 
     _, _, trusted = keypair
@@ -270,13 +271,15 @@ def test_untrusted_or_tampered_manifest_refused_before_any_byte(
         doc["chunks"][0]["digest"] = "sha256:" + "1" * 64
         tampered = {**env, "payload": base64.standard_b64encode(rfc8785.dumps(doc)).decode()}
         (tmp_path / "tampered.json").write_text(json.dumps(tampered))
-        with pytest.raises(grpc.RpcError) as exc:
+        with pytest.raises(CoordinatorRefusal) as exc:
             create_job(c, checkpoint, manifest_uri=str(tmp_path / "tampered.json"))
-        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert exc.value.code == grpc.StatusCode.INVALID_ARGUMENT.name
+        assert exc.value.check == "manifest-signature"
         # unsigned: refused
         (tmp_path / "unsigned.json").write_text(json.dumps({**env, "signatures": []}))
-        with pytest.raises(grpc.RpcError):
+        with pytest.raises(CoordinatorRefusal) as exc:
             create_job(c, checkpoint, manifest_uri=str(tmp_path / "unsigned.json"))
+        assert exc.value.check == "manifest-unsigned"
         # signed by a key the coordinator trusts but the agents do not: agents refuse, place nothing
         payload = base64.b64decode(env["payload"])
         foreign = {

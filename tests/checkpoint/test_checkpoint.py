@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from assets.checkpoints import checkpoint_assets
 from relgate.checkpoint import distribute, publish_checkpoint, write_demo_checkpoint
-from relgate.errors import ObjectExistsError, UsageError
+from relgate.errors import ObjectExistsError, RejectedError, UsageError
 from relgate.workspace import Workspace
 from resources.relgate import RelgateResource
 
@@ -71,6 +72,20 @@ def test_distribute_lands_every_host_byte_exact(ws, tmp_path):
     for member in out["fleet"]:
         placed = Path(member["modelsRoot"]) / "demo-lm" / "v1"
         assert _tree_digests(placed) == want
+    # a smaller fleet in the same workspace targets exactly the hosts it started (the four
+    # earlier hosts are still in the coordinator's store)
+    src2 = tmp_path / "ckpt2"
+    write_demo_checkpoint(src2, megabytes=4, seed=1)
+    publish_checkpoint(
+        ws, src2, model="demo-lm", version="v2", chunk_size=1 << 20, block_size=1 << 18
+    )
+    out2 = distribute(
+        ws, model="demo-lm", version="v2", hosts=2, racks=1, timeout_s=120, log=lambda _l: None
+    )
+    assert out2["status"]["state"] == "DONE" and out2["status"]["hosts_total"] == 2
+    assert sorted(out2["distributionComplete"]["readyHosts"]) == ["host-00", "host-01"]
+    for member in out2["fleet"]:
+        assert _tree_digests(Path(member["modelsRoot"]) / "demo-lm" / "v2") == _tree_digests(src2)
 
 
 def test_cli_publish_and_distribute(tmp_path):
@@ -134,3 +149,196 @@ def test_distribution_asset_through_dagster_pipes(tmp_path):
             "host-01",
             "host-02",
         ]
+
+
+def _small_checkpoint(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "config.json").write_text('{"hidden_size": 8}')
+    (root / "sub").mkdir()
+    (root / "sub" / "weights.bin").write_bytes(os.urandom(3 << 20))
+    return root
+
+
+def _plant(kind: str, src: Path, tmp_path: Path) -> Path:
+    secret = tmp_path / "secret.key"
+    secret.write_text("not for the fleet")
+    (tmp_path / "elsewhere").mkdir(exist_ok=True)
+    (tmp_path / "elsewhere" / "x.bin").write_bytes(b"x")
+    path = {
+        "symlink": src / "sub" / "leak.bin",
+        "symlink-dir": src / "linked",
+        "fifo": src / "pipe",
+        "device": src / "null",
+        "hard-link": src / "sub" / "hard.bin",
+    }[kind]
+    if kind == "symlink":
+        path.symlink_to(secret)
+    elif kind == "symlink-dir":
+        path.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        if os.geteuid() != 0:
+            pytest.skip("mknod of a device node needs root")
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    else:
+        os.link(secret, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "check"),
+    [
+        ("symlink", "checkpoint-symlink"),
+        ("symlink-dir", "checkpoint-symlink"),
+        ("fifo", "checkpoint-fifo"),
+        ("device", "checkpoint-device"),
+        ("hard-link", "checkpoint-hard-link"),
+    ],
+)
+def test_publish_refuses_what_is_not_a_regular_file_inside(ws, tmp_path, kind, check):
+    src = _small_checkpoint(tmp_path / "ckpt")
+    planted = _plant(kind, src, tmp_path)
+    with pytest.raises(RejectedError) as info:
+        publish_checkpoint(ws, src, model="m", version="v1", chunk_size=1 << 20, block_size=1 << 18)
+    assert info.value.exit_code == 3
+    assert info.value.check == check and info.value.object == str(planted)
+    assert not (ws.home / "checkpoints" / "m" / "v1").exists()
+    assert not [p for p in (ws.home / "checkpoints" / "m").iterdir()]  # no staging left behind
+
+
+def test_cli_publish_symlink_exit_3_names_path_and_check(tmp_path):
+    home = tmp_path / "home"
+    src = _small_checkpoint(tmp_path / "ckpt")
+    planted = _plant("symlink", src, tmp_path)
+    init = _cli(home, "init")
+    assert init.returncode == 0, init.stderr
+    out = _cli(home, "checkpoint", "publish", str(src), "--model", "m", "--version", "v1")
+    assert out.returncode == 3, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["check"] == "checkpoint-symlink" and doc["object"] == str(planted)
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "relgate.cli", "--home", str(home), *args, "--json"]
+    return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), timeout=300)
+
+
+def _envelope_path(ws: Workspace, model: str, version: str) -> Path:
+    return ws.home / "checkpoints" / model / version / "manifest.dsse.json"
+
+
+def _rewrite_envelope(path: Path, how: str) -> None:
+    import base64
+
+    import rfc8785
+    from relgate_agent.manifest import CheckpointManifest, generate_private_key, sign_manifest
+
+    env = json.loads(path.read_text())
+    if how == "unsigned":
+        env["signatures"] = []
+    elif how == "tampered":
+        doc = json.loads(base64.b64decode(env["payload"]))
+        doc["createdAt"] = "2099-01-01"  # any change the signature did not cover
+        env["payload"] = base64.b64encode(rfc8785.dumps(doc)).decode()
+    else:  # signed by a key the coordinator does not trust
+        doc = json.loads(base64.b64decode(env["payload"]))
+        env = sign_manifest(CheckpointManifest.from_json(doc), generate_private_key())
+    path.chmod(0o644)
+    path.write_text(json.dumps(env))
+
+
+@pytest.mark.parametrize(
+    ("how", "check"),
+    [
+        ("tampered", "manifest-signature"),
+        ("unsigned", "manifest-unsigned"),
+        ("unknown-key", "manifest-unknown-key"),
+    ],
+)
+def test_manifest_refused_at_job_creation_is_exit_3_with_the_check(ws, tmp_path, how, check):
+    src = _small_checkpoint(tmp_path / "ckpt")
+    publish_checkpoint(ws, src, model="m", version="v1", chunk_size=1 << 20, block_size=1 << 18)
+    _rewrite_envelope(_envelope_path(ws, "m", "v1"), how)
+    with pytest.raises(RejectedError) as info:
+        distribute(ws, model="m", version="v1", hosts=1, racks=1, timeout_s=60, log=lambda _l: None)
+    assert info.value.exit_code == 3 and info.value.check == check, info.value
+    assert "_InactiveRpcError" not in str(info.value)
+    for root in (ws.home / "fleet").glob("*/models"):
+        assert not (root / "m" / "v1").exists()
+
+
+def test_cli_distribute_unsigned_manifest_exit_3(tmp_path):
+    home = tmp_path / "home"
+    assert _cli(home, "init").returncode == 0
+    src = _small_checkpoint(tmp_path / "ckpt")
+    pub = _cli(
+        home,
+        "checkpoint",
+        "publish",
+        str(src),
+        "--model",
+        "m",
+        "--version",
+        "v1",
+        "--chunk-size",
+        "1MiB",
+        "--block-size",
+        "256KiB",
+    )
+    assert pub.returncode == 0, pub.stderr
+    _rewrite_envelope(home / "checkpoints" / "m" / "v1" / "manifest.dsse.json", "unsigned")
+    out = _cli(
+        home, "distribute", "--model", "m", "--version", "v1", "--hosts", "1", "--racks", "1"
+    )
+    assert out.returncode == 3, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["check"] == "manifest-unsigned" and "InactiveRpcError" not in out.stdout
+
+
+def test_cli_distribute_origin_bit_rot_exit_3_names_the_chunk(tmp_path):
+    from relgate_agent.manifest import TrustedKeys, verify_envelope
+
+    home = tmp_path / "home"
+    assert _cli(home, "init").returncode == 0
+    src = _small_checkpoint(tmp_path / "ckpt")
+    pub = _cli(
+        home,
+        "checkpoint",
+        "publish",
+        str(src),
+        "--model",
+        "m",
+        "--version",
+        "v1",
+        "--chunk-size",
+        "1MiB",
+        "--block-size",
+        "256KiB",
+    )
+    assert pub.returncode == 0, pub.stderr
+    ws = Workspace.open(home)
+    try:
+        manifest = verify_envelope(
+            _envelope_path(ws, "m", "v1").read_bytes(),
+            TrustedKeys.load(ws.config["keys"]["trusted"]),
+        )
+    finally:
+        ws.close()
+    origin_file = home / "checkpoints" / "m" / "v1" / "origin" / "sub" / "weights.bin"
+    f = next(x for x in manifest.files if x.path == "sub/weights.bin")
+    offset = (2 << 20) + 1000  # a byte in the third MiB of weights.bin
+    chunk = (f.offset + offset) // manifest.chunk_size
+    origin_file.chmod(0o644)
+    data = bytearray(origin_file.read_bytes())
+    data[offset] ^= 0xFF
+    origin_file.write_bytes(bytes(data))
+    out = _cli(
+        home, "distribute", "--model", "m", "--version", "v1", "--hosts", "2", "--racks", "1"
+    )
+    assert out.returncode == 3, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["check"] == "chunk-verification", doc
+    assert f"chunk {chunk} " in doc["message"] and "sub/weights.bin" in doc["message"]
+    assert str(origin_file) in doc["message"] and manifest.chunks[chunk].digest in doc["message"]
+    assert doc["digest"] == manifest.digest

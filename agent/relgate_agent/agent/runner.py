@@ -25,15 +25,19 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from relgate_agent.errors import AgentError, ManifestError, OriginError, StorageError
+from relgate_agent.fstree import UnsafePathError
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys, crc32c, verify_envelope
-from relgate_agent.origin import ManifestReader, TokenBucket, open_origin
+from relgate_agent.origin import ManifestReader, TokenBucket, object_uri, open_origin
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.storage import (
     JournalState,
+    StagedMismatch,
     VersionStore,
     bitmap_from_bits,
     bits_from_bitmap,
+    fault_hook,
     gc_versions,
+    scrub_placed,
 )
 from relgate_agent.transport import DEFAULT_CREDITS, StripeStream, TransportError, fetch_chunk
 
@@ -43,9 +47,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ORIGIN = "ORIGIN"
-# Test-only fault hook read by the *receiving* agent: "corrupt_disk_chunk=<c>" flips a byte of
-# chunk c on disk right after its last block is written (once), like a bad disk would.
-FAULT_ENV = "RELGATE_AGENT_FAULT"
+# Test-only fault hooks (FAULT_ENV, read by the *receiving* agent): "corrupt_disk_chunk=<c>"
+# flips a byte of chunk c on disk right after its last block is written (once), like a bad
+# disk would; "pause_before_place=<gate>[:<times>]" stops before each of the first <times>
+# placements, writes <gate>.waiting (the staging tree) and waits until <gate> exists (the
+# test changes staging meanwhile), so a flip between verification and rename is real.
+# error kinds that end a job (CHUNK_FAILED) or this host's part in it (HOST_FAILED)
+CHUNK_FAILED = "CHUNK_FAILED"
+HOST_FAILED = "HOST_FAILED"
 
 
 class CrcMismatch(AgentError):
@@ -73,6 +82,14 @@ class AgentConfig:
     stall_s: float = 5.0
     retain_versions: int = 2  # current + N-1
     max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
+    # a chunk that fails verification this many times from the origin (or from each of two
+    # or more peers) fails the job, naming the chunk, file and origin object; a peer that
+    # fails it this many times is bypassed (FetchChunk from another holder)
+    max_chunk_failures: int = 3
+    # placement re-verifies the staged tree; after this many mismatching rounds (each one
+    # re-fetching the bad chunks) the host gives up on the job, never placing
+    placement_attempts: int = 3
+    repair_attempts: int = 60  # FetchChunk rounds (0.25 s apart) before the stripe re-pulls
 
 
 class ChunkTracker:
@@ -150,11 +167,14 @@ class JobRunner:
         self.journal_dirty = threading.Event()
         self.threads: list[threading.Thread] = []
         self.cancelled = False
-        self.fault_disk_chunk = -1
-        for item in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
-            k, _, v = item.partition("=")
-            if k == "corrupt_disk_chunk":
-                self.fault_disk_chunk = int(v)
+        self.fault_disk_chunk = int(fault_hook("corrupt_disk_chunk") or -1)
+        gate, _, times = (fault_hook("pause_before_place") or "").partition(":")
+        self.fault_pause_gate = gate
+        self.fault_pauses = int(times or 1) if gate else 0
+        self.envelope = b""  # the signed manifest, kept beside the placed marker
+        self.chunk_failures: dict[int, dict[str, int]] = {}
+        self.placement_rounds = 0
+        self.failed = ""  # why this host gave up (CHUNK_FAILED / HOST_FAILED detail)
         # counters for this process
         self.lock = threading.Lock()
         self.rx_bytes = 0
@@ -164,6 +184,7 @@ class JobRunner:
         self.hash_mismatches = 0
         self.refetched_chunks = 0
         self.resumed_chunks = 0
+        self.staged_mismatches = 0
         self.repairing: set[int] = set()  # chunks being re-fetched by FetchChunk
         self.swarm_chunks = 0  # chunks pulled peer-to-peer while a chain was broken
         self._rate_mark = (time.monotonic(), 0, 0)
@@ -236,7 +257,7 @@ class JobRunner:
             detail,
         )
         self.errors.append(
-            pb.ReportError(kind=kind, chunk=chunk, from_host=from_host, detail=detail[:200])
+            pb.ReportError(kind=kind, chunk=chunk, from_host=from_host, detail=detail[:600])
         )
 
     def _journal_bits(self) -> bytes:
@@ -300,6 +321,7 @@ class JobRunner:
             self._error("MANIFEST_REJECTED", detail="manifest does not match the job")
             return False
         self.manifest = manifest
+        self.envelope = bytes(reg.manifest_envelope)
         self.stripes = max(1, reg.stripes)
         self._stripe_blocks = [manifest.stripe_blocks(s, self.stripes) for s in range(self.stripes)]
         self.topology_version = 0
@@ -307,18 +329,28 @@ class JobRunner:
         self.tracker = ChunkTracker(manifest)
         store = VersionStore(self.cfg.models_root, manifest)
         self.store = store
-        if store.final.is_dir():
+        try:
+            # a symlink planted where this host creates or renames into: refuse before a byte
+            store.check_paths()
+        except UnsafePathError as exc:
+            self._error("UNSAFE_PATH", detail=str(exc))
+            self._give_up(HOST_FAILED, -1, f"UNSAFE_PATH {exc}")
+            self.tracker = None
+            return False
+        if VersionStore.is_placed(self.cfg.models_root, self.model, self.version):
             try:
                 store.open()
-            except OSError as exc:
+            except (OSError, ManifestError) as exc:
                 self._error("PLACED_MISMATCH", detail=f"{store.final}: {exc}")
+                self.tracker = None
                 return False
             if not store.placed_marker_matches():
                 # placed by someone else or for another manifest: serve it only if every
                 # chunk hashes to this manifest (once), never on trust
                 try:
-                    bad = [c for c in range(manifest.num_chunks) if not store.chunk_matches(c)]
-                except (OSError, StorageError):
+                    result = scrub_placed(self.cfg.models_root, manifest)
+                    bad = list(result.bad_chunks)
+                except (OSError, StorageError, ManifestError):
                     bad = [0]
                 if bad:
                     self._error(
@@ -327,8 +359,9 @@ class JobRunner:
                         detail=f"{store.final} does not match {manifest.digest}",
                     )
                     store.close()
+                    self.tracker = None
                     return False
-                store.write_placed_marker()
+                store.write_placed_marker(self.envelope)
             for c in range(manifest.num_chunks):
                 self.tracker.mark_verified(c)
             self.ready = True
@@ -352,7 +385,14 @@ class JobRunner:
             )
             self.tracker = None  # nothing to serve
             return False
-        store.open()
+        try:
+            store.open()
+        except (UnsafePathError, OSError) as exc:
+            self._error("UNSAFE_PATH", detail=str(exc))
+            self._give_up(HOST_FAILED, -1, f"UNSAFE_PATH {exc}")
+            store.close()
+            self.tracker = None
+            return False
         if state is not None:
             for c in state.verified:
                 self.tracker.mark_verified(c)
@@ -384,14 +424,15 @@ class JobRunner:
                         tracker.cond.wait_for(
                             lambda: tracker.all_verified() or self.stop_event.is_set(), 1.0
                         )
-                    if tracker.all_verified():
+                    if tracker.all_verified() and not self.stop_event.is_set() and self._place():
                         break
-                if self.stop_event.is_set():
+                if not self.ready:
                     self._flush_journal()
                     if self.cancelled:
                         self.store.discard()
+                    if self.failed:
+                        self._report_final()
                     return
-                self._place()
             self._write_stats()
             self.stop_event.wait()
         except Exception:
@@ -405,10 +446,41 @@ class JobRunner:
         self.threads.append(t)
         t.start()
 
-    def _place(self) -> None:
-        assert self.store is not None and self.manifest is not None
-        # every chunk passed SHA-256 (tracker) -> fsync + rename, then READY
-        final = self.store.place()
+    def _place(self) -> bool:
+        """Every chunk passed SHA-256 (tracker) -> fsync, re-hash the staged tree, rename, READY.
+
+        A chunk that changed in staging since it verified is never placed: it is re-fetched
+        (bounded rounds), or this host gives up on the job (HOST_FAILED)."""
+        assert self.store is not None and self.manifest is not None and self.tracker is not None
+        self._pause_before_place()
+        try:
+            final = self.store.place(self.envelope)
+        except StagedMismatch as exc:
+            self.placement_rounds += 1
+            with self.lock:
+                self.staged_mismatches += len(exc.chunks)
+            for c in exc.chunks:
+                self._error(
+                    "STAGED_MISMATCH",
+                    c,
+                    "",
+                    f"staged chunk {c} no longer matches {self.manifest.chunks[c].digest} "
+                    f"at placement (round {self.placement_rounds}); not placed",
+                )
+            if self.placement_rounds >= self.cfg.placement_attempts:
+                self._give_up(
+                    HOST_FAILED,
+                    exc.chunks[0],
+                    f"placement re-verification failed {self.placement_rounds} times "
+                    f"(chunks {exc.chunks[:8]}); {self.store.final} not placed",
+                )
+                return False
+            for c in exc.chunks:
+                self._refetch(c, "")
+            return False
+        except (UnsafePathError, StorageError, OSError) as exc:
+            self._give_up(HOST_FAILED, -1, f"placement refused: {exc}")
+            return False
         self.ready = True
         log.info("%s job %s: placed %s", self.cfg.host_id, self.job_id, final)
         self._report_once()
@@ -423,6 +495,80 @@ class JobRunner:
                 log.info("retention GC removed %s/%s", self.manifest.model, removed)
         except (OSError, AgentError) as exc:
             log.warning("retention GC failed: %s", exc)
+        return True
+
+    def _pause_before_place(self) -> None:
+        """Test-only hook point between the last chunk verification and placement."""
+        if self.fault_pauses <= 0 or self.store is None:
+            return
+        self.fault_pauses -= 1
+        gate = Path(self.fault_pause_gate)
+        waiting = gate.with_name(gate.name + ".waiting")
+        waiting.write_text(str(self.store.tree))
+        deadline = time.monotonic() + 120
+        while not gate.exists() and time.monotonic() < deadline and not self.stop_event.is_set():
+            time.sleep(0.05)
+        with contextlib.suppress(OSError):
+            waiting.unlink()  # first: a test sees the gate consumed only after this
+        with contextlib.suppress(OSError):
+            gate.unlink()
+
+    def _refetch(self, chunk: int, source: str) -> None:
+        """Drop a chunk that failed a check and fetch it again off the stripe thread."""
+        assert self.tracker is not None
+        self.tracker.unmark_chunk(chunk)
+        self.journal_dirty.set()
+        with self.lock:
+            if chunk in self.repairing:
+                return
+            self.repairing.add(chunk)
+        self._spawn(lambda: self._repair_loop(chunk, source), f"repair-{chunk}")
+
+    def _chunk_failure(self, chunk: int, source: str, kind: str) -> bool:
+        """Count a failed verification of ``chunk`` from ``source``; True if the job is over."""
+        if self.manifest is None or not 0 <= chunk < self.manifest.num_chunks:
+            return False
+        with self.lock:
+            per = self.chunk_failures.setdefault(chunk, {})
+            per[source] = per.get(source, 0) + 1
+            from_source, total = per[source], sum(per.values())
+            sources = sorted(per)
+        limit = max(1, self.cfg.max_chunk_failures)
+        # the checkpoint itself is bad if the origin failed N times, or at least two
+        # independent peers did (one bad peer alone only costs this host a detour)
+        bad_peers = sum(1 for src, n in per.items() if src != ORIGIN and n >= limit)
+        if (source == ORIGIN and from_source >= limit) or bad_peers >= 2:
+            c = self.manifest.chunks[chunk]
+            files = [f for f, *_ in self.manifest.segments(c.offset, c.size)]
+            objects = [object_uri(self.origin_uri, f.path, f.object_version) for f in files]
+            self._give_up(
+                CHUNK_FAILED,
+                chunk,
+                f"chunk {chunk} failed verification {total} times ({kind}, from "
+                f"{', '.join(sources)}); file {', '.join(f.path for f in files)}; origin object "
+                f"{', '.join(objects)}; expected {c.digest}",
+                from_host=",".join(sources),
+            )
+            return True
+        return False
+
+    def _give_up(self, kind: str, chunk: int, detail: str, from_host: str = "") -> None:
+        """Stop this job on this host (staging and journal kept) and tell the coordinator why."""
+        if self.failed:
+            return
+        self.failed = detail
+        self._error(kind, chunk, from_host, detail)
+        log.error("%s job %s: %s: %s", self.cfg.host_id, self.job_id, kind, detail)
+        self.stop()
+
+    def _report_final(self) -> None:
+        """Deliver the buffered errors after giving up (bounded: ~10 s of retries)."""
+        for _ in range(20):
+            try:
+                self._report_once()
+                return
+            except grpc.RpcError:
+                time.sleep(0.5)
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -439,6 +585,9 @@ class JobRunner:
                 "refetched_chunks": self.refetched_chunks,
                 "resumed_chunks": self.resumed_chunks,
                 "swarm_chunks": self.swarm_chunks,
+                "staged_mismatches": self.staged_mismatches,
+                "placement_rounds": self.placement_rounds,
+                "failed": self.failed,
             }
 
     def _write_stats(self) -> None:
@@ -609,14 +758,19 @@ class JobRunner:
             except CrcMismatch as exc:
                 with self.lock:
                     self.crc_errors += 1
-                self._error(
-                    "CRC_MISMATCH",
-                    self.manifest.block_chunk(exc.block) if self.manifest else -1,
-                    exc.source,
-                    str(exc),
-                )
+                chunk = self.manifest.block_chunk(exc.block) if self.manifest else -1
+                self._error("CRC_MISMATCH", chunk, exc.source, str(exc))
+                if self._chunk_failure(chunk, exc.source, "CRC_MISMATCH"):
+                    return
                 self._suspect(stripe, exc.source, "BAD_DATA")
                 failures += 1
+                if (
+                    exc.source != ORIGIN
+                    and self.chunk_failures.get(chunk, {}).get(exc.source, 0)
+                    >= self.cfg.max_chunk_failures
+                    and self._swarm_step(stripe, exc.source)
+                ):
+                    failures = 0  # the chunk came from another peer; back to the chain
             except TransportError as exc:
                 failures += 1
                 reason = "STALLED" if "stalled" in str(exc) else "CONN_RESET"
@@ -768,18 +922,19 @@ class JobRunner:
         with self.lock:
             self.hash_mismatches += 1
         self._error("HASH_MISMATCH", chunk, source, "chunk SHA-256 does not match the manifest")
-        self.tracker.unmark_chunk(chunk)
-        with self.lock:
-            self.repairing.add(chunk)
+        if self._chunk_failure(chunk, source, "HASH_MISMATCH"):
+            return
         # Repair off the stripe thread: the stream keeps landing later chunks meanwhile.
-        self._spawn(lambda: self._repair_loop(chunk, source), f"repair-{chunk}")
+        self._refetch(chunk, source)
 
     def _repair_loop(self, chunk: int, source: str) -> None:
         """Re-fetch a chunk that failed SHA-256 from another peer (the source only as a last resort)."""
         attempt = 0
         try:
-            while not self.stop_event.is_set():
-                exclude = {source} if attempt < 40 else set()
+            # bounded: after repair_attempts rounds the chunk leaves `repairing` and the
+            # stripe worker pulls it again from its upstream (or the origin)
+            while not self.stop_event.is_set() and attempt < self.cfg.repair_attempts:
+                exclude = {source} if attempt < self.cfg.repair_attempts * 2 // 3 else set()
                 if self._repair_chunk(chunk, exclude):
                     return
                 attempt += 1
@@ -826,6 +981,8 @@ class JobRunner:
                 crc32c(g.data) != self.manifest.block_crc(g.block) for g in got
             ):
                 self._error("CRC_MISMATCH", chunk, peer.host_id, "repair data failed CRC32C")
+                if self._chunk_failure(chunk, peer.host_id, "CRC_MISMATCH"):
+                    return False
                 continue
             for g in got:
                 self.store.pwrite(self.manifest.block_range(g.block)[0], g.data)
@@ -838,6 +995,9 @@ class JobRunner:
                     self.refetched_chunks += 1
                 log.info("%s: chunk %d re-fetched from %s", self.cfg.host_id, chunk, peer.host_id)
                 return True
+            self._error("HASH_MISMATCH", chunk, peer.host_id, "repaired chunk failed SHA-256")
+            if self._chunk_failure(chunk, peer.host_id, "HASH_MISMATCH"):
+                return False
         return False
 
 

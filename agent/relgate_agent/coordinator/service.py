@@ -118,6 +118,7 @@ class JobState:
     started: float = field(default_factory=time.monotonic)
     completion: dict[str, Any] | None = None
     ready_refusals: int = 0
+    error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
 
     @property
     def stripes(self) -> int:
@@ -670,7 +671,8 @@ class Coordinator:
             "topology_version": topo.version,
             "stripes": stripes,
             "job_state": job.state,
-            "cancelled": job.state == "CANCELLED",
+            # FAILED stops the agents too (they keep staging and journal for a retry)
+            "cancelled": job.state in ("CANCELLED", "FAILED"),
             "members": sorted(topo.racks),
         }
 
@@ -713,10 +715,21 @@ class Coordinator:
                 self.addresses[host_id] = hp.address
             for e in report.get("errors", []):
                 hp.errors.append(e)
+                # no hangs: a chunk that failed N times from the origin / every peer ends the
+                # job (the agent names chunk, file and origin object); a host that gave up is
+                # FAILED (a straggler, the others go on)
+                if e.startswith("CHUNK_FAILED") and job.state not in TERMINAL_STATES:
+                    self._fail_job(job, f"{host_id}: {e}")
+                elif e.startswith("HOST_FAILED") and not hp.ready and hp.state != "FAILED":
+                    if host_id in job.topology.racks:  # its downstreams must not wait for it
+                        self._mark_dead(job, host_id, "the host gave up (HOST_FAILED)")
+                    hp.state = "FAILED"
             self.health[host_id] = (
                 str(report.get("health", ""))[:500],
                 int(report.get("data_refusals", 0)),
             )
+            if job.state == "FAILED":
+                return {"topology_version": job.topology.version, "actions": ["STOP"]}
             actions: list[str] = []
             if report.get("ready") and not hp.ready:
                 why = ready_refusal(
@@ -832,6 +845,23 @@ class Coordinator:
                 return
             now = time.monotonic()
             for job in list(self.jobs.values()):
+                if job.state in TERMINAL_STATES:
+                    continue  # a FAILED job stays in memory so GetJob shows its errors
+                pending = [h for h in job.targets if h not in job.ready and h in job.hosts]
+                if pending and all(job.hosts[h].state == "FAILED" for h in pending):
+                    last = {
+                        h: next(
+                            (
+                                e
+                                for e in reversed(job.hosts[h].errors)
+                                if e.startswith("HOST_FAILED")
+                            ),
+                            "",
+                        )
+                        for h in pending
+                    }
+                    self._fail_job(job, "; ".join(f"{h}: {e}" for h, e in sorted(last.items())))
+                    continue
                 for h in list(job.topology.racks):
                     hp = job.hosts.get(h)
                     if hp and now - hp.last_seen > self.config.dead_after_s:
@@ -866,6 +896,14 @@ class Coordinator:
                     self.changed.notify_all()
         for url, payload in emit:
             threading.Thread(target=self._emit, args=(url, payload), daemon=True).start()
+
+    def _fail_job(self, job: JobState, error: str) -> None:
+        """Mark a job FAILED with the error that ended it (caller holds the lock)."""
+        log.error("job %s FAILED: %s", job.job_id, error)
+        job.state = "FAILED"
+        job.error = error
+        self.store.update_job(job.job_id, state="FAILED")
+        self.changed.notify_all()
 
     def _demote_slow(self, job: JobState, now: float) -> None:
         """Slowness counts as failure: a persistently slow host becomes a leaf at its rack tail."""
