@@ -296,3 +296,10 @@ def test_more_mutation_kills(tmp_path) -> None:
     )
     loaded = TrustedKeys.load([str(odd / "k.pem")])
     assert loaded.keys[BUILDER.keyid].role is None and loaded.keys[BUILDER.keyid].version == 1
+
+
+def test_wide_documents_are_not_deep() -> None:
+    """Closing a list lowers the depth: 100 sibling lists are 2 levels, not 101."""
+    wide = b"[" + b",".join([b"[]"] * 100) + b"]"
+    assert verify(signed(wide)).body == [[]] * 100
+    assert dsse.max_depth(wide, 64) == 2
