@@ -77,6 +77,7 @@ CHECKS = (
     "payload-canonical",
 )
 
+
 class DsseError(VerificationError):
     """A refused envelope or payload; ``check`` names the rule, ``keyid`` the key involved."""
 
@@ -540,10 +541,10 @@ def verify(
                     keyid=keyid,
                 )
             )
-        elif entry.get("keyVersion", 1) != key.version:
+        elif "keyVersion" in entry and entry["keyVersion"] != key.version:
             refusals.append(
                 DsseError(
-                    f"signature claims key version {entry.get('keyVersion', 1)}, trusted key is v{key.version}",
+                    f"signature claims key version {entry['keyVersion']}, trusted key is v{key.version}",
                     check="key-version",
                     subject=subject,
                     keyid=keyid,

@@ -240,3 +240,66 @@ def test_trusted_dir_ignores_other_files_and_bounds_revocations(tmp_path) -> Non
     with pytest.raises(DsseError) as err:
         dsse.load_revoked(tmp_path / dsse.REVOKED_FILE)
     assert err.value.check == "trusted-keys"
+
+
+def test_documented_limits() -> None:
+    """The bounds docs/manifest.md states (a change here is a contract change)."""
+    assert dsse.MAX_ENVELOPE_BYTES == 64 * 1024 * 1024
+    assert dsse.MAX_DEPTH == 64 and dsse.MAX_SIGNATURES == 16
+    assert dsse.MAX_SAFE_INTEGER == 2**53 - 1
+
+
+def test_more_mutation_kills(tmp_path) -> None:
+    good = signed(b"{}")
+    data = json.dumps(good).encode()
+    # a byte envelope of exactly max_bytes is parsed; one byte more is not
+    assert verify(data).keyid == BUILDER.keyid
+    with pytest.raises(DsseError) as err:
+        dsse.verify(data, TRUST, payload_type=PT, roles=ROLES, max_bytes=len(data) - 1)
+    assert err.value.check == "envelope-size"
+    assert dsse.verify(data, TRUST, payload_type=PT, roles=ROLES, max_bytes=len(data)).payload
+    # non-canonical base64 whose canonical form sorts higher ("e38=" > "e3+=")
+    assert refused({**good, "payload": "e3+="}) == "envelope-base64"
+    # depth after a closed sibling still counts: [[], [[[...64...]]]] is 65 deep
+    deep = b"[[]," + b"[" * 64 + b"]" * 64 + b"]"
+    assert refused(signed(deep)) == "payload-depth"
+    # the most specific refusal wins: revoked beats an unknown key's signature
+    other = Signer(Ed25519PrivateKey.generate(), Role.BUILDER, 1)
+    two = {**good, "signatures": [*good["signatures"], *signed(b"{}", other)["signatures"]]}
+    revoked = TrustedKeys(TRUST.keys, frozenset({BUILDER.keyid}))
+    assert refused(two, trusted=revoked) == "key-revoked"
+    assert refused({**two, "signatures": two["signatures"][::-1]}, trusted=revoked) == (
+        "key-revoked"
+    )
+    # no keyVersion (older envelopes): not version-checked, whatever the trusted version
+    v2 = {
+        **signed(b"{}", VERIFIER),
+        "signatures": [
+            {k: v for k, v in signed(b"{}", VERIFIER)["signatures"][0].items() if k != "keyVersion"}
+        ],
+    }
+    assert verify(v2, roles=(Role.VERIFIER,)).version == 2
+    # merged trust sets keep both sides' keys and revocations
+    a = TrustedKeys.of(BUILDER.public_key, role=Role.BUILDER)
+    b = TrustedKeys({}, frozenset({"sha256:x"}))
+    merged = TrustedKeys(a.keys, frozenset({"sha256:y"})).merged(b)
+    assert merged.revoked == {"sha256:x", "sha256:y"} and BUILDER.keyid in merged
+    # '=' in a path that is not ROLE=PATH is just a path; unroled keys are version 1
+    from cryptography.hazmat.primitives import serialization
+
+    odd = tmp_path / "a=b"
+    odd.mkdir()
+    (odd / "k.pem").write_bytes(
+        BUILDER.public_key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    loaded = TrustedKeys.load([str(odd / "k.pem")])
+    assert loaded.keys[BUILDER.keyid].role is None and loaded.keys[BUILDER.keyid].version == 1
+
+
+def test_wide_documents_are_not_deep() -> None:
+    """Closing a list lowers the depth: 100 sibling lists are 2 levels, not 101."""
+    wide = b"[" + b",".join([b"[]"] * 100) + b"]"
+    assert verify(signed(wide)).body == [[]] * 100
+    assert dsse.max_depth(wide, 64) == 2
