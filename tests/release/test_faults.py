@@ -589,6 +589,15 @@ def test_s3_shard_unreachable_then_back(tmp_path, moto_s3_endpoint):
         report = verify_release(ws, release.digest, workers=0, actor="test")
         assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
         assert report.counts["objectUnavailable"] == len(release.shards)
+        # The whole store unreachable (root manifest too): still not proof.
+        from relgate.workspace import build_object_store
+
+        reachable = ws.store
+        ws.__dict__["store"] = build_object_store(ws.config["objectStore"])
+        report = verify_release(ws, release.digest, workers=0, actor="test")
+        assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
+        assert report.counts["unavailable:object-unavailable"] == 1
+        ws.__dict__["store"] = reachable
         ws.config["objectStore"] = live
         report = verify_release(ws, release.digest, workers=0, actor="test")
         assert report.outcome == "VERIFIED" and state(ws, release.digest) == "VERIFIED"
