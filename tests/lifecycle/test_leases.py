@@ -165,3 +165,42 @@ def test_dagster_release_depends_on_the_activated_snapshot_and_refuses_an_unappr
     from relgate.release.catalog import list_releases
 
     assert list_releases(ws.db) == []
+
+
+def test_dagster_writers_hold_publisher_leases_and_release_from_the_activated_snapshot(ws):
+    from assets.releases import shard_release
+    from assets.snapshots import snapshot_assets, snapshot_checks
+    from relgate.catalog.db import rows
+    from relgate.release.catalog import get_release
+    from resources.relgate import RelgateResource
+
+    resources = {"relgate": RelgateResource(home=str(ws.home))}
+    with dg.instance_for_test() as instance:
+        snap = dg.materialize(
+            [*snapshot_assets, *snapshot_checks],
+            instance=instance,
+            resources=resources,
+            run_config={
+                "ops": {"snapshot_alias": {"config": {"alias": "default", "approver": "carol"}}}
+            },
+        )
+        assert snap.success
+        active = snap.output_for_node("snapshot_alias")["activeDigest"]
+        rel = dg.materialize(
+            [*snapshot_assets, shard_release],
+            instance=instance,
+            resources=resources,
+            selection=[shard_release],
+            run_config={"ops": {"shard_release": {"config": {"records_per_shard": 40}}}},
+        )
+        assert rel.success
+        root = rel.output_for_node("shard_release")
+    assert get_release(ws.db, root)["snapshot_digest"] == active
+    with ws.db.tx() as conn:
+        held = rows(conn, "SELECT holder, state, purpose FROM leases ORDER BY created_at")
+    holders = [
+        (h["holder"].split(":")[0] + ":" + h["holder"].split(":")[1], h["state"]) for h in held
+    ]
+    assert ("snapshot-builder:dagster", "RELEASED") in holders
+    assert ("release-writer:dagster", "RELEASED") in holders
+    assert {h["purpose"] for h in held} == {"publisher"}
