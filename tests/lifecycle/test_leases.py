@@ -204,3 +204,38 @@ def test_dagster_writers_hold_publisher_leases_and_release_from_the_activated_sn
     assert ("snapshot-builder:dagster", "RELEASED") in holders
     assert ("release-writer:dagster", "RELEASED") in holders
     assert {h["purpose"] for h in held} == {"publisher"}
+
+
+def test_other_spelling_of_a_key_rereferenced_after_the_plan_survives(ws, release):
+    """Both spellings of one shard are candidates at plan time (their release is not
+    retained); a version re-referencing the shard between plan and sweep must keep the
+    other spelling too (the sweep compares canonical keys, not spellings)."""
+    from relgate.lifecycle.keys import canonical_key
+
+    from .helpers import forge_release, set_state
+
+    set_state(ws, "release", release.digest, "INVALID")
+    shard_id, (key, version) = next(iter(shard_keys(release).items()))
+    data = ws.store.get(key, version)
+    hexpart = key.rsplit("/", 1)[1].split(".")[0]
+    spelled = key.replace("shards/sha256/", "shards//sha256/./").replace(hexpart, hexpart.upper())
+    assert canonical_key(spelled) == key
+    ws.store.create(spelled, data)
+    copy = ws.store.put(spelled, data).version_id  # a version id the canonical key lacks
+    assert copy != version
+    plan = plan_gc(ws, grace_seconds=0)
+    assert {(key, version), (spelled, copy)} <= candidate_set(plan)
+    forge_release(ws, release, {shard_id}, tag="again")  # re-references the shard
+    result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
+    assert result["skipped"]["re-referenced"] >= 2
+    assert {(key, version), (spelled, copy)} <= stored_set(ws, "shards/")
+
+
+def test_a_candidate_already_gone_at_sweep_time_is_counted_not_failed(ws, release):
+    key, _, version = _orphan(ws, "gone")
+    plan = plan_gc(ws, grace_seconds=0)
+    assert (key, version) in candidate_set(plan)
+    ws.store.delete_version(key, version)  # someone else removed it meanwhile
+    result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
+    assert result["skipped"]["already-gone"] == 1
+    assert not any(d["key"] == key for d in result["deleted"])
