@@ -239,3 +239,17 @@ def test_a_candidate_already_gone_at_sweep_time_is_counted_not_failed(ws, releas
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
     assert result["skipped"]["already-gone"] == 1
     assert not any(d["key"] == key for d in result["deleted"])
+
+
+def test_an_orphan_under_an_odd_spelling_is_still_collected(ws, release):
+    """Liveness: a non-canonical spelling protects only what its canonical key needs."""
+    data = b"orphan bytes stored under a non-canonical spelling"
+    key = shard_key(sha256_digest(data), encrypted=False)
+    hexpart = key.rsplit("/", 1)[1].split(".")[0]
+    spelled = key.replace("shards/sha256/", "shards//sha256/./").replace(hexpart, hexpart.upper())
+    version = ws.store.create(spelled, data).version_id
+    plan = plan_gc(ws, grace_seconds=0)
+    assert (spelled, version) in candidate_set(plan)
+    result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
+    assert any(d["key"] == spelled for d in result["deleted"])
+    assert (spelled, version) not in stored_set(ws, "shards/")
