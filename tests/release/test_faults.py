@@ -635,3 +635,19 @@ def test_per_record_token_counts_are_recounted_not_only_the_total(ws, snapshot):
     assert [f["message"] for f in bad[0]["failures"]] == [
         "a record's token count is not its recount"
     ]
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+def test_descriptor_record_count_off_by_one(ws, snapshot, delta):
+    """The descriptor claims one record more / less than the shard holds (everything
+    else consistent): the per-shard record count catches it in both directions."""
+    release = write(ws, snapshot.digest)
+
+    def miscount(body):
+        body["shards"][2]["records"] += delta
+
+    forged = forge(ws, release, miscount)
+    report = verify(ws, forged)
+    assert report.outcome == "INVALID" and state(ws, forged.digest) == "INVALID"
+    assert report.counts["recordCountMismatch"] == 1
+    assert set(report.failing) == {"recordCountMismatch", "totalsMismatch"}
