@@ -651,3 +651,38 @@ def test_descriptor_record_count_off_by_one(ws, snapshot, delta):
     assert report.outcome == "INVALID" and state(ws, forged.digest) == "INVALID"
     assert report.counts["recordCountMismatch"] == 1
     assert set(report.failing) == {"recordCountMismatch", "totalsMismatch"}
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+def test_descriptor_token_total_off_by_one(ws, snapshot, delta):
+    release = write(ws, snapshot.digest)
+
+    def miscount(body):
+        body["shards"][0]["tokens"] += delta
+
+    forged = forge(ws, release, miscount)
+    report = verify(ws, forged)
+    assert report.outcome == "INVALID" and report.counts["tokenCountMismatch"] == 1
+    assert set(report.failing) == {"tokenCountMismatch", "totalsMismatch"}
+
+
+def test_objects_that_are_not_ciphertext_are_proof_not_a_wrong_key(ws, snapshot):
+    """Every encrypted descriptor points at bytes that are not AES-GCM shards at all (the
+    digests vouch for them): no key could open them, so this is INVALID, never
+    'key unavailable' (only an authentication failure of real ciphertext is)."""
+    release = _encrypted(ws, snapshot)
+    plain = write(ws, snapshot.digest)
+
+    def not_ciphertext(body):
+        for i, d in enumerate(body["shards"]):
+            data = shard_path(ws, plain.shards[i]).read_bytes()
+            digest = sha256_digest(data)
+            version = ws.store.create(shard_key(digest, encrypted=True), data).version_id
+            d.update(digest=digest, size=len(data), objectVersion=version)
+
+    forged = forge(ws, release, not_ciphertext)
+    report = verify(ws, forged, keys={"kms-v1": KEY})
+    assert report.outcome == "INVALID" and state(ws, forged.digest) == "INVALID"
+    assert report.counts["decryptFailures"] == len(release.shards)
+    assert report.counts["keyUnavailable"] == 0
+    assert report.shards[0]["failures"][0]["failedCheck"] == "ciphertext-format"
