@@ -42,6 +42,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from botocore.exceptions import BotoCoreError
 
 from relgate.canonical import canonical_bytes
 from relgate.catalog.audit import record_report
@@ -108,8 +109,9 @@ UNAVAILABLE_CHECKS = {
 #: unavailable.  Extra, duplicate, substituted or split-conflicting members seen in the
 #: shards that were read remain proof.
 INCONCLUSIVE_WHEN_PARTIAL = frozenset({"missingMembers", "tupleRootMismatch", "totalsMismatch"})
-#: A fatal error with one of these checks is an unreadable object, not a wrong one.
-_UNAVAILABLE_ERRORS = (NotFoundError,)
+#: A fatal error of one of these types is an unreadable object (missing, or the store not
+#: reachable), not a wrong one.
+_UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (NotFoundError, OSError, BotoCoreError)
 
 _SHARD_ID = re.compile(r"^shard-(\d{5,})-of-(\d{5,})$")
 _DESCRIPTOR_TYPES: dict[str, type] = {

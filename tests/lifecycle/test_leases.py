@@ -165,3 +165,91 @@ def test_dagster_release_depends_on_the_activated_snapshot_and_refuses_an_unappr
     from relgate.release.catalog import list_releases
 
     assert list_releases(ws.db) == []
+
+
+def test_dagster_writers_hold_publisher_leases_and_release_from_the_activated_snapshot(ws):
+    from assets.releases import shard_release
+    from assets.snapshots import snapshot_assets, snapshot_checks
+    from relgate.catalog.db import rows
+    from relgate.release.catalog import get_release
+    from resources.relgate import RelgateResource
+
+    resources = {"relgate": RelgateResource(home=str(ws.home))}
+    with dg.instance_for_test() as instance:
+        snap = dg.materialize(
+            [*snapshot_assets, *snapshot_checks],
+            instance=instance,
+            resources=resources,
+            run_config={
+                "ops": {"snapshot_alias": {"config": {"alias": "default", "approver": "carol"}}}
+            },
+        )
+        assert snap.success
+        active = snap.output_for_node("snapshot_alias")["activeDigest"]
+        rel = dg.materialize(
+            [*snapshot_assets, shard_release],
+            instance=instance,
+            resources=resources,
+            selection=[shard_release],
+            run_config={"ops": {"shard_release": {"config": {"records_per_shard": 40}}}},
+        )
+        assert rel.success
+        root = rel.output_for_node("shard_release")
+    assert get_release(ws.db, root)["snapshot_digest"] == active
+    with ws.db.tx() as conn:
+        held = rows(conn, "SELECT holder, state, purpose FROM leases ORDER BY created_at")
+    holders = [
+        (h["holder"].split(":")[0] + ":" + h["holder"].split(":")[1], h["state"]) for h in held
+    ]
+    assert ("snapshot-builder:dagster", "RELEASED") in holders
+    assert ("release-writer:dagster", "RELEASED") in holders
+    assert {h["purpose"] for h in held} == {"publisher"}
+
+
+def test_other_spelling_of_a_key_rereferenced_after_the_plan_survives(ws, release):
+    """Both spellings of one shard are candidates at plan time (their release is not
+    retained); a version re-referencing the shard between plan and sweep must keep the
+    other spelling too (the sweep compares canonical keys, not spellings)."""
+    from relgate.lifecycle.keys import canonical_key
+
+    from .helpers import forge_release, set_state
+
+    set_state(ws, "release", release.digest, "INVALID")
+    shard_id, (key, version) = next(iter(shard_keys(release).items()))
+    data = ws.store.get(key, version)
+    hexpart = key.rsplit("/", 1)[1].split(".")[0]
+    spelled = key.replace("shards/sha256/", "shards//sha256/./").replace(hexpart, hexpart.upper())
+    assert canonical_key(spelled) == key
+    ws.store.create(spelled, data)
+    copy = ws.store.put(spelled, data).version_id  # a version id the canonical key lacks
+    assert copy != version
+    plan = plan_gc(ws, grace_seconds=0)
+    assert {(key, version), (spelled, copy)} <= candidate_set(plan)
+    forge_release(ws, release, {shard_id}, tag="again")  # re-references the shard
+    result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
+    assert result["skipped"]["re-referenced"] >= 2
+    assert {(key, version), (spelled, copy)} <= stored_set(ws, "shards/")
+
+
+def test_a_candidate_already_gone_at_sweep_time_is_counted_not_failed(ws, release):
+    key, _, version = _orphan(ws, "gone")
+    plan = plan_gc(ws, grace_seconds=0)
+    assert (key, version) in candidate_set(plan)
+    ws.store.delete_version(key, version)  # someone else removed it meanwhile
+    result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
+    assert result["skipped"]["already-gone"] == 1
+    assert not any(d["key"] == key for d in result["deleted"])
+
+
+def test_an_orphan_under_an_odd_spelling_is_still_collected(ws, release):
+    """Liveness: a non-canonical spelling protects only what its canonical key needs."""
+    data = b"orphan bytes stored under a non-canonical spelling"
+    key = shard_key(sha256_digest(data), encrypted=False)
+    hexpart = key.rsplit("/", 1)[1].split(".")[0]
+    spelled = key.replace("shards/sha256/", "shards//sha256/./").replace(hexpart, hexpart.upper())
+    version = ws.store.create(spelled, data).version_id
+    plan = plan_gc(ws, grace_seconds=0)
+    assert (spelled, version) in candidate_set(plan)
+    result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
+    assert any(d["key"] == spelled for d in result["deleted"])
+    assert (spelled, version) not in stored_set(ws, "shards/")

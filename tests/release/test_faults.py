@@ -589,6 +589,15 @@ def test_s3_shard_unreachable_then_back(tmp_path, moto_s3_endpoint):
         report = verify_release(ws, release.digest, workers=0, actor="test")
         assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
         assert report.counts["objectUnavailable"] == len(release.shards)
+        # The whole store unreachable (root manifest too): still not proof.
+        from relgate.workspace import build_object_store
+
+        reachable = ws.store
+        ws.__dict__["store"] = build_object_store(ws.config["objectStore"])
+        report = verify_release(ws, release.digest, workers=0, actor="test")
+        assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
+        assert report.counts["unavailable:object-unavailable"] == 1
+        ws.__dict__["store"] = reachable
         ws.config["objectStore"] = live
         report = verify_release(ws, release.digest, workers=0, actor="test")
         assert report.outcome == "VERIFIED" and state(ws, release.digest) == "VERIFIED"
@@ -626,3 +635,54 @@ def test_per_record_token_counts_are_recounted_not_only_the_total(ws, snapshot):
     assert [f["message"] for f in bad[0]["failures"]] == [
         "a record's token count is not its recount"
     ]
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+def test_descriptor_record_count_off_by_one(ws, snapshot, delta):
+    """The descriptor claims one record more / less than the shard holds (everything
+    else consistent): the per-shard record count catches it in both directions."""
+    release = write(ws, snapshot.digest)
+
+    def miscount(body):
+        body["shards"][2]["records"] += delta
+
+    forged = forge(ws, release, miscount)
+    report = verify(ws, forged)
+    assert report.outcome == "INVALID" and state(ws, forged.digest) == "INVALID"
+    assert report.counts["recordCountMismatch"] == 1
+    assert set(report.failing) == {"recordCountMismatch", "totalsMismatch"}
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+def test_descriptor_token_total_off_by_one(ws, snapshot, delta):
+    release = write(ws, snapshot.digest)
+
+    def miscount(body):
+        body["shards"][0]["tokens"] += delta
+
+    forged = forge(ws, release, miscount)
+    report = verify(ws, forged)
+    assert report.outcome == "INVALID" and report.counts["tokenCountMismatch"] == 1
+    assert set(report.failing) == {"tokenCountMismatch", "totalsMismatch"}
+
+
+def test_objects_that_are_not_ciphertext_are_proof_not_a_wrong_key(ws, snapshot):
+    """Every encrypted descriptor points at bytes that are not AES-GCM shards at all (the
+    digests vouch for them): no key could open them, so this is INVALID, never
+    'key unavailable' (only an authentication failure of real ciphertext is)."""
+    release = _encrypted(ws, snapshot)
+    plain = write(ws, snapshot.digest)
+
+    def not_ciphertext(body):
+        for i, d in enumerate(body["shards"]):
+            data = shard_path(ws, plain.shards[i]).read_bytes()
+            digest = sha256_digest(data)
+            version = ws.store.create(shard_key(digest, encrypted=True), data).version_id
+            d.update(digest=digest, size=len(data), objectVersion=version)
+
+    forged = forge(ws, release, not_ciphertext)
+    report = verify(ws, forged, keys={"kms-v1": KEY})
+    assert report.outcome == "INVALID" and state(ws, forged.digest) == "INVALID"
+    assert report.counts["decryptFailures"] == len(release.shards)
+    assert report.counts["keyUnavailable"] == 0
+    assert report.shards[0]["failures"][0]["failedCheck"] == "ciphertext-format"
