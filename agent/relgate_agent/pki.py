@@ -46,7 +46,7 @@ COORDINATOR_DNS = "coordinator.relgate"
 CA_CERT, CA_KEY = "ca.pem", "ca.key"
 DEFAULT_VALIDITY_H = 72
 CA_VALIDITY_DAYS = 365
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # used with fullmatch (no "\n")
 
 
 class PkiError(AgentError):
@@ -70,7 +70,7 @@ class Identity:
 
 
 def check_name(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not _NAME_RE.match(value):
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
         raise PkiError(f"{kind} {value!r} is not a valid name ([A-Za-z0-9._-], max 128)")
     return value
 
@@ -93,12 +93,12 @@ def parse_identity_uri(uri: str) -> Identity | None:
     if parts.netloc != "relgate" or len(segs) != 2 or parts.fragment:
         return None
     role, name = segs[0], unquote(segs[1])
-    if role not in ROLES or not _NAME_RE.match(name):
+    if role not in ROLES or not _NAME_RE.fullmatch(name):
         return None
     rack = ""
     if role == ROLE_HOST:
         racks = parse_qs(parts.query, keep_blank_values=True).get("rack", [])
-        if len(racks) != 1 or not _NAME_RE.match(racks[0]):
+        if len(racks) != 1 or not _NAME_RE.fullmatch(racks[0]):
             return None
         rack = racks[0]
     elif parts.query:
