@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -315,10 +316,13 @@ def cert_info(path: Path) -> dict[str, object]:
     }
 
 
-def _fresh(cert_path: Path, role: str, name: str, rack: str, min_left_h: float) -> bool:
+def _fresh(
+    cert_path: Path, role: str, name: str, rack: str, min_left_h: float, ca: x509.Certificate
+) -> bool:
     try:
         cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-    except (OSError, ValueError):
+        cert.verify_directly_issued_by(ca)  # issued by the current CA (it may be new)
+    except (OSError, ValueError, TypeError, InvalidSignature):
         return False
     ident = identity_from_pem(cert.public_bytes(serialization.Encoding.PEM))
     left = cert.not_valid_after_utc - _now()
@@ -342,8 +346,9 @@ def ensure_dev_pki(home: Path, hosts: dict[str, str] | list[tuple[str, str]]) ->
     ]
     items = hosts.items() if isinstance(hosts, dict) else hosts
     wanted += [(ROLE_HOST, h, r) for h, r in items]
+    ca = x509.load_pem_x509_certificate((d / CA_CERT).read_bytes())
     for role, name, rack in wanted:
-        if not _fresh(d / f"{name}.pem", role, name, rack, 1.0):
+        if not _fresh(d / f"{name}.pem", role, name, rack, 1.0, ca):
             issue(
                 d,
                 role,

@@ -126,6 +126,11 @@ def test_ca_issue_files_and_roles(tmp_path: Path) -> None:
     assert (d / "h00.pem").read_bytes() == before
     ensure_dev_pki(tmp_path / "home", {"h00": "r1"})  # rack changed: reissued
     assert cert_info(d / "h00.pem")["rack"] == "r1"
+    # a new CA (the old one expired or was removed) re-issues every certificate under it
+    (d / "ca.key").unlink()
+    old = (d / "operator.pem").read_bytes()
+    ensure_dev_pki(tmp_path / "home", {"h00": "r1"})
+    assert (d / "operator.pem").read_bytes() != old
 
 
 # ---------------------------------------------------------------------------- request parser
