@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -46,7 +47,7 @@ COORDINATOR_DNS = "coordinator.relgate"
 CA_CERT, CA_KEY = "ca.pem", "ca.key"
 DEFAULT_VALIDITY_H = 72
 CA_VALIDITY_DAYS = 365
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # used with fullmatch (no "\n")
 
 
 class PkiError(AgentError):
@@ -70,7 +71,7 @@ class Identity:
 
 
 def check_name(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not _NAME_RE.match(value):
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
         raise PkiError(f"{kind} {value!r} is not a valid name ([A-Za-z0-9._-], max 128)")
     return value
 
@@ -93,12 +94,12 @@ def parse_identity_uri(uri: str) -> Identity | None:
     if parts.netloc != "relgate" or len(segs) != 2 or parts.fragment:
         return None
     role, name = segs[0], unquote(segs[1])
-    if role not in ROLES or not _NAME_RE.match(name):
+    if role not in ROLES or not _NAME_RE.fullmatch(name):
         return None
     rack = ""
     if role == ROLE_HOST:
         racks = parse_qs(parts.query, keep_blank_values=True).get("rack", [])
-        if len(racks) != 1 or not _NAME_RE.match(racks[0]):
+        if len(racks) != 1 or not _NAME_RE.fullmatch(racks[0]):
             return None
         rack = racks[0]
     elif parts.query:
@@ -315,10 +316,13 @@ def cert_info(path: Path) -> dict[str, object]:
     }
 
 
-def _fresh(cert_path: Path, role: str, name: str, rack: str, min_left_h: float) -> bool:
+def _fresh(
+    cert_path: Path, role: str, name: str, rack: str, min_left_h: float, ca: x509.Certificate
+) -> bool:
     try:
         cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-    except (OSError, ValueError):
+        cert.verify_directly_issued_by(ca)  # issued by the current CA (it may be new)
+    except (OSError, ValueError, TypeError, InvalidSignature):
         return False
     ident = identity_from_pem(cert.public_bytes(serialization.Encoding.PEM))
     left = cert.not_valid_after_utc - _now()
@@ -342,8 +346,9 @@ def ensure_dev_pki(home: Path, hosts: dict[str, str] | list[tuple[str, str]]) ->
     ]
     items = hosts.items() if isinstance(hosts, dict) else hosts
     wanted += [(ROLE_HOST, h, r) for h, r in items]
+    ca = x509.load_pem_x509_certificate((d / CA_CERT).read_bytes())
     for role, name, rack in wanted:
-        if not _fresh(d / f"{name}.pem", role, name, rack, 1.0):
+        if not _fresh(d / f"{name}.pem", role, name, rack, 1.0, ca):
             issue(
                 d,
                 role,

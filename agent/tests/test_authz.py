@@ -15,8 +15,10 @@ from relgate_agent.pki import (
     PkiError,
     ca_init,
     cert_info,
+    check_name,
     ensure_dev_pki,
     identity_from_peercert,
+    identity_from_pem,
     identity_from_uris,
     identity_uri,
     issue,
@@ -33,6 +35,29 @@ CO = Identity("coordinator", "coordinator")
 # ---------------------------------------------------------------------------- identities
 
 
+def _fresh(s: str) -> str:
+    return "".join(list(s))  # equal, not identical: rules must compare values
+
+
+def test_names_san_types_and_bad_pem() -> None:
+    for ok in ("h00", "a", "A.b_c-9", "x" * 128):
+        assert check_name("host id", ok) == ok
+    for bad in ("", ".h", "-h", "h/0", "h 0", "x" * 129, "h\n"):
+        with pytest.raises(PkiError, match="is not a valid name"):
+            check_name("host id", bad)
+    with pytest.raises(PkiError, match="is not a valid name"):
+        check_name("host id", 5)  # type: ignore[arg-type]
+    assert identity_uri(_fresh("host"), "h00", "r0") == "spiffe://relgate/host/h00?rack=r0"
+    # only URI entries count, whatever other SAN types carry
+    for other in ("DNS", "email", "IP Address"):
+        san = ((other, H1.uri), (_fresh("URI"), H0.uri))
+        assert identity_from_peercert({"subjectAltName": san}) == H0, other
+    assert (
+        identity_from_pem(b"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n") is None
+    )
+    assert identity_from_pem(b"") is None
+
+
 def test_identity_uri_roundtrip_and_refusals() -> None:
     for ident in (H0, OP, CO):
         assert parse_identity_uri(ident.uri) == ident
@@ -46,6 +71,9 @@ def test_identity_uri_roundtrip_and_refusals() -> None:
         "spiffe://relgate/operator/op?rack=r0",
         "spiffe://relgate/host/..?rack=r0",
         "spiffe://relgate/host/h00?rack=r0#frag",
+        "spiffe://relgate/host",  # no name segment
+        "spiffe://relgate/",
+        "spiffe://relgate/host/h00?rack=",
         "https://relgate/host/h00?rack=r0",
         "",
     ):
@@ -98,6 +126,11 @@ def test_ca_issue_files_and_roles(tmp_path: Path) -> None:
     assert (d / "h00.pem").read_bytes() == before
     ensure_dev_pki(tmp_path / "home", {"h00": "r1"})  # rack changed: reissued
     assert cert_info(d / "h00.pem")["rack"] == "r1"
+    # a new CA (the old one expired or was removed) re-issues every certificate under it
+    (d / "ca.key").unlink()
+    old = (d / "operator.pem").read_bytes()
+    ensure_dev_pki(tmp_path / "home", {"h00": "r1"})
+    assert (d / "operator.pem").read_bytes() != old
 
 
 # ---------------------------------------------------------------------------- request parser
@@ -113,6 +146,7 @@ def _parse(head: bytes, body: bytes, max_header: int = 4096) -> tuple[int, dict[
 
 MALFORMED_CASES = [
     (_req(1, b'{"job":"j"}', b"XXXX"), "bad magic"),
+    (_req(1, b'{"job":"j"}', b"AAAA"), "bad magic"),
     (_req(9, b'{"job":"j"}'), "unknown op 9"),
     (_req(0, b'{"job":"j"}'), "unknown op 0"),
     (_req(1, b"[1,2]"), "request header is not a JSON object"),
@@ -190,6 +224,7 @@ def run_parsers() -> None:
     """The deterministic identity and request-parser tests without pytest's runner (the
     mutation-testing command; the hypothesis tests run under pytest)."""
     test_identity_uri_roundtrip_and_refusals()
+    test_names_san_types_and_bad_pem()
     for head_body, message in MALFORMED_CASES:
         test_malformed_requests(head_body, message)
     test_int_fields()
