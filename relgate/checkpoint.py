@@ -382,7 +382,7 @@ def distribute(
             check="checkpoint-published",
         )
     from relgate_agent.client import CoordinatorRefusal
-    from relgate_agent.errors import AgentError
+    from relgate_agent.errors import KIND_CHUNK_FAILED, AgentError
 
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -435,7 +435,7 @@ def distribute(
                     error,
                     object=f"{model}/{version}",
                     check="chunk-verification"
-                    if "CHUNK_FAILED" in error
+                    if KIND_CHUNK_FAILED in error
                     else "placement-verification",
                     digest=status.get("manifest_digest") or None,
                     details={"job": status["job_id"]},

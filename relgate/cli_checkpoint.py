@@ -96,6 +96,13 @@ def distribute_cmd(
         log=lambda line: click.echo(line, err=True),
     )
     out["_ok"] = out["distributionComplete"] is not None
+    if not out["_ok"]:
+        out["error"] = "rejected"
+        out["check"] = "distribution-complete"
+        out["message"] = (
+            f"job {out['status']['job_id']} ended {out['status']['state']} but no "
+            "DistributionComplete reached the deployer webhook within 10 s"
+        )
     return out
 
 

@@ -206,6 +206,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from relgate_agent.manifest import TrustedKeys, validate_name, verify_envelope
     from relgate_agent.storage import (
         CHECK_CHUNK_DIGEST,
+        CHECK_NOT_PLACED,
+        CHECK_PLACED_MANIFEST,
+        CHECK_PLACED_MARKER,
         VersionStore,
         read_placed_envelope,
         read_placed_marker,
@@ -224,15 +227,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return EXIT_REJECTED
 
     if not VersionStore.is_placed(root, model, version):
-        return refuse("not-placed", f"{root / model / version} is not a placed copy")
+        return refuse(CHECK_NOT_PLACED, f"{root / model / version} is not a placed copy")
     envelope = read_placed_envelope(root, model, version)
     if envelope is None:
-        return refuse("placed-manifest", "no signed manifest recorded beside the placed copy")
+        return refuse(CHECK_PLACED_MANIFEST, "no signed manifest recorded beside the placed copy")
     manifest = verify_envelope(envelope, TrustedKeys.load(args.trusted_keys))
     marker = read_placed_marker(root, model, version)
     if (manifest.model, manifest.version) != (model, version) or marker != manifest.digest:
         return refuse(
-            "placed-marker",
+            CHECK_PLACED_MARKER,
             f"placed marker {marker!r} does not record manifest {manifest.digest}",
             digest=manifest.digest,
         )

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from relgate_agent.errors import AgentError
+from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED, AgentError
 from relgate_agent.pki import TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
@@ -178,9 +178,9 @@ def job_error(resp: pb.GetJobResponse) -> str:
         return ""
     for h in resp.hosts:
         for e in h.errors:
-            if e.startswith("CHUNK_FAILED"):
+            if e.startswith(KIND_CHUNK_FAILED):
                 return f"{h.host_id}: {e}"
     host_failed = [
-        f"{h.host_id}: {e}" for h in resp.hosts for e in h.errors if e.startswith("HOST_FAILED")
+        f"{h.host_id}: {e}" for h in resp.hosts for e in h.errors if e.startswith(KIND_HOST_FAILED)
     ]
     return "; ".join(host_failed) or "job FAILED (no agent error recorded)"

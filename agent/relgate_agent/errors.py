@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+# error kinds an agent reports that end a job (CHUNK_FAILED: a chunk failed verification N
+# times from the origin or from two peers) or its own part in one (HOST_FAILED)
+KIND_CHUNK_FAILED = "CHUNK_FAILED"
+KIND_HOST_FAILED = "HOST_FAILED"
+
 
 class AgentError(Exception):
     """Base class for relgate-agent errors."""

@@ -52,6 +52,8 @@ CHECK_REPLACED = "replaced-file"
 CHECK_MISSING = "missing-file"
 CHECK_SIZE = "file-size"
 CHECK_NOT_PLACED = "not-placed"
+CHECK_PLACED_MANIFEST = "placed-manifest"
+CHECK_PLACED_MARKER = "placed-marker"
 CHECK_CHUNK_DIGEST = "chunk-digest"
 
 

@@ -281,10 +281,16 @@ def test_scrub_refuses_extra_missing_and_symlinked_files(tmp_path: Path) -> None
         scrub_placed(root, m)
     assert info.value.check == "missing-file"
     os.rename(tmp_path / "a.json", final / "a.json")
-    os.truncate(final / "a.json", 1)
+    size = (final / "a.json").stat().st_size
+    for wrong in (1, size + 1):  # shorter or longer than the manifest says
+        os.truncate(final / "a.json", wrong)
+        with pytest.raises(UnsafePathError) as info:
+            scrub_placed(root, m)
+        assert info.value.check == "file-size"
+    unplace(root, "m", "v1")
     with pytest.raises(UnsafePathError) as info:
         scrub_placed(root, m)
-    assert info.value.check == "file-size"
+    assert info.value.check == "not-placed"
 
 
 def test_symlinked_version_is_not_placed(tmp_path: Path) -> None:

@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from relgate_agent.errors import AgentError, ManifestError, OriginError, StorageError
+from relgate_agent.errors import (
+    KIND_CHUNK_FAILED,
+    KIND_HOST_FAILED,
+    AgentError,
+    ManifestError,
+    OriginError,
+    StorageError,
+)
 from relgate_agent.fstree import UnsafePathError
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys, crc32c, verify_envelope
 from relgate_agent.origin import ManifestReader, TokenBucket, object_uri, open_origin
@@ -52,9 +59,8 @@ ORIGIN = "ORIGIN"
 # disk would; "pause_before_place=<gate>[:<times>]" stops before each of the first <times>
 # placements, writes <gate>.waiting (the staging tree) and waits until <gate> exists (the
 # test changes staging meanwhile), so a flip between verification and rename is real.
-# error kinds that end a job (CHUNK_FAILED) or this host's part in it (HOST_FAILED)
-CHUNK_FAILED = "CHUNK_FAILED"
-HOST_FAILED = "HOST_FAILED"
+CHUNK_FAILED = KIND_CHUNK_FAILED
+HOST_FAILED = KIND_HOST_FAILED
 
 
 class CrcMismatch(AgentError):

@@ -25,7 +25,7 @@ from typing import Any
 from relgate_agent.authz import live_targets, ready_refusal
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import ORIGIN, Topology, append_host, build_topology, splice
-from relgate_agent.errors import AgentError, ManifestError
+from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED, AgentError, ManifestError
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys, validate_name, verify_envelope
 from relgate_agent.origin import read_uri
 from relgate_agent.storage import bits_from_bitmap
@@ -718,9 +718,9 @@ class Coordinator:
                 # no hangs: a chunk that failed N times from the origin / every peer ends the
                 # job (the agent names chunk, file and origin object); a host that gave up is
                 # FAILED (a straggler, the others go on)
-                if e.startswith("CHUNK_FAILED") and job.state not in TERMINAL_STATES:
+                if e.startswith(KIND_CHUNK_FAILED) and job.state not in TERMINAL_STATES:
                     self._fail_job(job, f"{host_id}: {e}")
-                elif e.startswith("HOST_FAILED") and not hp.ready and hp.state != "FAILED":
+                elif e.startswith(KIND_HOST_FAILED) and not hp.ready and hp.state != "FAILED":
                     if host_id in job.topology.racks:  # its downstreams must not wait for it
                         self._mark_dead(job, host_id, "the host gave up (HOST_FAILED)")
                     hp.state = "FAILED"
@@ -854,7 +854,7 @@ class Coordinator:
                             (
                                 e
                                 for e in reversed(job.hosts[h].errors)
-                                if e.startswith("HOST_FAILED")
+                                if e.startswith(KIND_HOST_FAILED)
                             ),
                             "",
                         )
