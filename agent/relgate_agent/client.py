@@ -7,7 +7,12 @@ from typing import Any, TypeVar
 
 import grpc
 
-from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED, AgentError
+from relgate_agent.errors import (
+    CHECK_METADATA_KEY,
+    KIND_CHUNK_FAILED,
+    KIND_HOST_FAILED,
+    AgentError,
+)
 from relgate_agent.pki import TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
@@ -15,21 +20,6 @@ from relgate_agent.rpc import FailoverStub
 
 T = TypeVar("T")
 
-# (substring of the coordinator's refusal, check name): the first match names the check
-REFUSAL_CHECKS: tuple[tuple[str, str], ...] = (
-    ("unsigned", "manifest-unsigned"),
-    ("no signature by a trusted key", "manifest-unknown-key"),
-    ("does not verify", "manifest-signature"),
-    ("tampered", "manifest-signature"),
-    ("canonical", "manifest-canonical"),
-    ("trusted key set", "manifest-trusted-keys"),
-    ("envelope", "manifest-envelope"),
-    ("signed manifest is invalid", "manifest-invalid"),
-    (" is for ", "manifest-subject"),
-    ("name", "checkpoint-name"),
-    ("selector", "target-selector"),
-    ("cannot be read", "manifest-read"),
-)
 REJECTED_CODES = (
     grpc.StatusCode.INVALID_ARGUMENT,
     grpc.StatusCode.FAILED_PRECONDITION,
@@ -58,11 +48,12 @@ class CoordinatorRefusal(AgentError):
         }
 
 
-def refusal_check(details: str, code: grpc.StatusCode) -> str:
-    low = details.lower()
-    for needle, check in REFUSAL_CHECKS:
-        if needle in low:
-            return check
+def refusal_check(exc: grpc.RpcError, code: grpc.StatusCode) -> str:
+    """The check the coordinator named in the refusal's trailing metadata."""
+    metadata = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for key, value in metadata or ():
+        if key == CHECK_METADATA_KEY and isinstance(value, str) and value:
+            return value
     return "job-not-found" if code == grpc.StatusCode.NOT_FOUND else "coordinator-validation"
 
 
@@ -74,9 +65,7 @@ def typed_call(rpc: str, fn: Callable[[], T]) -> T:
         code = exc.code() if hasattr(exc, "code") else None
         if code in REJECTED_CODES:
             details = str(exc.details() or "") if hasattr(exc, "details") else ""
-            raise CoordinatorRefusal(
-                rpc, code.name, refusal_check(details, code), details
-            ) from None
+            raise CoordinatorRefusal(rpc, code.name, refusal_check(exc, code), details) from None
         raise
 
 

@@ -274,12 +274,12 @@ def test_untrusted_or_tampered_manifest_refused_before_any_byte(
         with pytest.raises(CoordinatorRefusal) as exc:
             create_job(c, checkpoint, manifest_uri=str(tmp_path / "tampered.json"))
         assert exc.value.code == grpc.StatusCode.INVALID_ARGUMENT.name
-        assert exc.value.check == "manifest-signature"
+        assert exc.value.check == "signature-valid"
         # unsigned: refused
         (tmp_path / "unsigned.json").write_text(json.dumps({**env, "signatures": []}))
         with pytest.raises(CoordinatorRefusal) as exc:
             create_job(c, checkpoint, manifest_uri=str(tmp_path / "unsigned.json"))
-        assert exc.value.check == "manifest-unsigned"
+        assert exc.value.check == "signature-present"
         # signed by a key the coordinator trusts but the agents do not: agents refuse, place nothing
         payload = base64.b64decode(env["payload"])
         foreign = {

@@ -251,9 +251,9 @@ def _rewrite_envelope(path: Path, how: str) -> None:
 @pytest.mark.parametrize(
     ("how", "check"),
     [
-        ("tampered", "manifest-signature"),
-        ("unsigned", "manifest-unsigned"),
-        ("unknown-key", "manifest-unknown-key"),
+        ("tampered", "signature-valid"),
+        ("unsigned", "signature-present"),
+        ("unknown-key", "signature-trusted"),
     ],
 )
 def test_manifest_refused_at_job_creation_is_exit_3_with_the_check(ws, tmp_path, how, check):
@@ -293,7 +293,7 @@ def test_cli_distribute_unsigned_manifest_exit_3(tmp_path):
     )
     assert out.returncode == 3, out.stdout + out.stderr
     doc = json.loads(out.stdout)
-    assert doc["check"] == "manifest-unsigned" and "InactiveRpcError" not in out.stdout
+    assert doc["check"] == "signature-present" and "InactiveRpcError" not in out.stdout
 
 
 def test_cli_distribute_origin_bit_rot_exit_3_names_the_chunk(tmp_path):

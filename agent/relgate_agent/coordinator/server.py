@@ -20,7 +20,7 @@ from relgate_agent.coordinator.service import (
     ReadyRefused,
     Rejected,
 )
-from relgate_agent.errors import AgentError
+from relgate_agent.errors import CHECK_METADATA_KEY, AgentError
 from relgate_agent.pki import Identity, TlsFiles, grpc_server_credentials, identity_from_pem
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
@@ -29,6 +29,15 @@ from relgate_agent.rpc import GRPC_OPTIONS
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def _abort_with_check(
+    context: grpc.ServicerContext, code: grpc.StatusCode, exc: AgentError
+) -> None:
+    check = str(getattr(exc, "check", "") or "")
+    if check:
+        context.set_trailing_metadata(((CHECK_METADATA_KEY, check),))
+    context.abort(code, str(exc))
 
 
 def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
@@ -43,9 +52,9 @@ def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
     except ReadyRefused as exc:
         context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
     except Rejected as exc:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        _abort_with_check(context, grpc.StatusCode.INVALID_ARGUMENT, exc)
     except AgentError as exc:
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        _abort_with_check(context, grpc.StatusCode.FAILED_PRECONDITION, exc)
     raise AssertionError("unreachable")
 
 

@@ -25,7 +25,13 @@ from typing import Any
 from relgate_agent.authz import live_targets, ready_refusal
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import ORIGIN, Topology, append_host, build_topology, splice
-from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED, AgentError, ManifestError
+from relgate_agent.errors import (
+    KIND_CHUNK_FAILED,
+    KIND_HOST_FAILED,
+    AgentError,
+    ManifestError,
+    OriginError,
+)
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys, validate_name, verify_envelope
 from relgate_agent.origin import read_uri
 from relgate_agent.storage import bits_from_bitmap
@@ -45,7 +51,14 @@ class NotLeader(AgentError):
 
 
 class Rejected(AgentError):
-    """A request failed validation or verification (maps to INVALID_ARGUMENT / exit 3)."""
+    """A request failed validation or verification (maps to INVALID_ARGUMENT / exit 3).
+
+    ``check`` names the rule that refused it; the server sends it to the client as
+    trailing metadata (:data:`relgate_agent.errors.CHECK_METADATA_KEY`)."""
+
+    def __init__(self, message: str, *, check: str = "coordinator-validation") -> None:
+        super().__init__(message)
+        self.check = check
 
 
 class NotEnrolled(AgentError):
@@ -130,7 +143,9 @@ def parse_selector(selector: str) -> dict[str, str]:
     for item in filter(None, (s.strip() for s in selector.split(","))):
         k, sep, v = item.partition("=")
         if not sep or not k:
-            raise Rejected(f"target selector item {item!r} is not key=value")
+            raise Rejected(
+                f"target selector item {item!r} is not key=value", check="target-selector"
+            )
         out[k.strip()] = v.strip()
     return out
 
@@ -227,19 +242,21 @@ class Coordinator:
     def _verify(self, envelope: bytes) -> CheckpointManifest:
         if self.config.trusted_keys is None:
             raise Rejected(
-                "coordinator has no trusted key set; refusing to plan an unverifiable job"
+                "coordinator has no trusted key set; refusing to plan an unverifiable job",
+                check="trusted-keys",
             )
         try:
             return verify_envelope(envelope, self.config.trusted_keys)
         except ManifestError as exc:
-            raise Rejected(str(exc)) from exc
+            raise Rejected(str(exc), check=getattr(exc, "check", "") or "manifest-invalid") from exc
 
     def _load_job(self, row: JobRow) -> JobState:
         envelope = read_uri(row.spec["manifest_uri"])
         manifest = self._verify(envelope)
         if manifest.digest != row.manifest_digest:
             raise Rejected(
-                f"manifest at {row.spec['manifest_uri']} changed: {manifest.digest} != {row.manifest_digest}"
+                f"manifest at {row.spec['manifest_uri']} changed: {manifest.digest} != {row.manifest_digest}",
+                check="manifest-changed",
             )
         job = JobState(
             row.job_id,
@@ -282,16 +299,23 @@ class Coordinator:
     # ------------------------------------------------------------------ operator API
     def create_job(self, spec: dict[str, Any]) -> JobState:
         self.require_leader()
-        model = validate_name("model", spec.get("model", ""))
-        version = validate_name("version", spec.get("version", ""))
+        try:
+            model = validate_name("model", spec.get("model", ""))
+            version = validate_name("version", spec.get("version", ""))
+        except ManifestError as exc:
+            raise Rejected(str(exc), check="checkpoint-name") from exc
         manifest_uri = str(spec.get("manifest_uri", ""))
         if not manifest_uri:
-            raise Rejected("manifest_uri is required")
-        envelope = read_uri(manifest_uri)
+            raise Rejected("manifest_uri is required", check="manifest-uri")
+        try:
+            envelope = read_uri(manifest_uri)
+        except OriginError as exc:
+            raise Rejected(str(exc), check="manifest-read") from exc
         manifest = self._verify(envelope)
         if (manifest.model, manifest.version) != (model, version):
             raise Rejected(
-                f"manifest {manifest.digest} is for {manifest.model}/{manifest.version}, not {model}/{version}"
+                f"manifest {manifest.digest} is for {manifest.model}/{manifest.version}, not {model}/{version}",
+                check="manifest-subject",
             )
         spec = dict(spec)
         spec.setdefault("origin_uri", "")
@@ -310,7 +334,10 @@ class Coordinator:
             if job_id in self.jobs:
                 existing = self.jobs[job_id]
                 if existing.manifest.digest != manifest.digest:
-                    raise Rejected(f"job {job_id} exists with manifest {existing.manifest.digest}")
+                    raise Rejected(
+                        f"job {job_id} exists with manifest {existing.manifest.digest}",
+                        check="job-exists",
+                    )
                 return existing
             # enrolled hosts with a recent heartbeat only; never whoever happened to call
             targets = live_targets(
@@ -356,7 +383,9 @@ class Coordinator:
                 )
             )
             if not created:
-                raise Rejected(f"job {job_id} already exists (finished); pick a new job id")
+                raise Rejected(
+                    f"job {job_id} already exists (finished); pick a new job id", check="job-exists"
+                )
             self.jobs[job_id] = job
             self.changed.notify_all()
             log.info(
@@ -489,7 +518,7 @@ class Coordinator:
             if not remove:
                 check_name("rack", rack)
         except PkiError as exc:
-            raise Rejected(str(exc)) from exc
+            raise Rejected(str(exc), check="host-name") from exc
         if remove:
             self.store.unenroll(host_id)
             return False
