@@ -248,6 +248,9 @@ def test_rollback(g):
     assert rollback_release(g.ws, "train", g.r1, actor="ops", expected_generation=2)[
         "idempotentRetry"
     ]
+    with pytest.raises(ConflictError) as other:  # a retry is idempotent only with the same digest
+        rollback_release(g.ws, "train", g.r2, actor="ops", expected_generation=2)
+    assert other.value.check == "alias-generation"
     assert gate.alias_history("train")[-1]["action"] == "rollback"
 
 
