@@ -251,6 +251,8 @@ def test_rollback(g):
     with pytest.raises(ConflictError) as other:  # a retry is idempotent only with the same digest
         rollback_release(g.ws, "train", g.r2, actor="ops", expected_generation=2)
     assert other.value.check == "alias-generation"
+    with pytest.raises(ConflictError):  # a rollback is not a publish to retry idempotently
+        publish(g.ws, g.r1, alias="train", actor="a", expected_generation=2)
     assert gate.alias_history("train")[-1]["action"] == "rollback"
 
 
