@@ -219,6 +219,12 @@ def test_admission_checks(g):
     with pytest.raises(ConflictError) as stale:
         _admit(g, alias="train", expected_generation=1)
     assert stale.value.exit_code == 4
+    with pytest.raises(RejectedError) as named:  # a refusal names what the caller gave
+        _admit(g, alias="train", purpose="ads")
+    assert (named.value.object, named.value.digest) == ("train", g.r2)
+    with pytest.raises(RejectedError) as by_digest:
+        _admit(g, root=g.r1, purpose="ads")
+    assert by_digest.value.object == g.r1
 
 
 def test_close_permit_closes_once(g):
@@ -372,8 +378,10 @@ def test_a_gate_without_an_envelope_verifier_moves_nothing(g):
         assert one(conn, "SELECT COUNT(*) AS n FROM aliases WHERE name = 'prod'")["n"] == 0
 
 
-@pytest.mark.parametrize("kind", ["snapshot", "release"])
-def test_a_signed_payload_missing_a_bound_field_is_refused_not_an_internal_error(g, kind):
+@pytest.mark.parametrize(
+    ("kind", "fault"), [("snapshot", "missing"), ("release", "missing"), ("release", "type")]
+)
+def test_a_signed_payload_missing_a_bound_field_is_refused_not_an_internal_error(g, kind, fault):
     """Validly signed by the trusted key, schema-complete, but ``totals.records`` (or
     ``members.count``) missing: a refusal naming the binding check, never exit 1."""
     import copy
@@ -390,9 +398,12 @@ def test_a_signed_payload_missing_a_bound_field_is_refused_not_an_internal_error
     if kind == "snapshot":
         del body["members"]["count"]
         body["parents"] = [base]
-    else:
+    elif fault == "missing":
         del body["totals"]["records"]
         body["writer"] = {**body["writer"], "forged": True}
+    else:  # a signed integer field that is not an integer
+        body["totals"]["shards"] = "many"
+        body["writer"] = {**body["writer"], "forged": "type"}
     sealed = module.seal(body)
     version = module.store_envelope(g.ws.store, sealed, module.sign(sealed, g.ws.signing_key))
     with g.ws.db.tx() as conn:
@@ -407,6 +418,7 @@ def test_a_signed_payload_missing_a_bound_field_is_refused_not_an_internal_error
             )
         else:
             sealed.body["totals"]["records"] = row["record_count"]
+            sealed.body["totals"]["shards"] = row["shard_count"]
             insert_release(
                 conn,
                 sealed,
@@ -426,5 +438,6 @@ def test_a_signed_payload_missing_a_bound_field_is_refused_not_an_internal_error
             gate.activate("snapshot", "p", sealed.digest, expected_generation=0, actor="a")
         else:
             publish(g.ws, sealed.digest, alias="t", actor="a")
-    assert err.value.check == "envelope-binding" and err.value.details["cause"] == "KeyError"
+    cause = "KeyError" if fault == "missing" else "ValueError"
+    assert err.value.check == "envelope-binding" and err.value.details["cause"] == cause
     assert err.value.exit_code == 3
