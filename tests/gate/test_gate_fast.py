@@ -219,6 +219,12 @@ def test_admission_checks(g):
     with pytest.raises(ConflictError) as stale:
         _admit(g, alias="train", expected_generation=1)
     assert stale.value.exit_code == 4
+    with pytest.raises(RejectedError) as named:  # a refusal names what the caller gave
+        _admit(g, alias="train", purpose="ads")
+    assert (named.value.object, named.value.digest) == ("train", g.r2)
+    with pytest.raises(RejectedError) as by_digest:
+        _admit(g, root=g.r1, purpose="ads")
+    assert by_digest.value.object == g.r1
 
 
 def test_close_permit_closes_once(g):
@@ -248,6 +254,11 @@ def test_rollback(g):
     assert rollback_release(g.ws, "train", g.r1, actor="ops", expected_generation=2)[
         "idempotentRetry"
     ]
+    with pytest.raises(ConflictError) as other:  # a retry is idempotent only with the same digest
+        rollback_release(g.ws, "train", g.r2, actor="ops", expected_generation=2)
+    assert other.value.check == "alias-generation"
+    with pytest.raises(ConflictError):  # a rollback is not a publish to retry idempotently
+        publish(g.ws, g.r1, alias="train", actor="a", expected_generation=2)
     assert gate.alias_history("train")[-1]["action"] == "rollback"
 
 
@@ -365,3 +376,68 @@ def test_a_gate_without_an_envelope_verifier_moves_nothing(g):
     assert err.value.check == "envelope-verifier"
     with g.ws.db.tx() as conn:
         assert one(conn, "SELECT COUNT(*) AS n FROM aliases WHERE name = 'prod'")["n"] == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "fault"), [("snapshot", "missing"), ("release", "missing"), ("release", "type")]
+)
+def test_a_signed_payload_missing_a_bound_field_is_refused_not_an_internal_error(g, kind, fault):
+    """Validly signed by the trusted key, schema-complete, but ``totals.records`` (or
+    ``members.count``) missing: a refusal naming the binding check, never exit 1."""
+    import copy
+
+    from relgate.release.catalog import insert_release
+    from relgate.snapshot.catalog import insert_snapshot
+
+    module = sm if kind == "snapshot" else rm
+    base = g.snapshot if kind == "snapshot" else g.r3
+    row = get_snapshot(g.ws.db, base) if kind == "snapshot" else get_release(g.ws.db, base)
+    body = copy.deepcopy(
+        module.load(g.ws.store, g.ws.trusted_keys, base, row["envelope_version"]).body
+    )
+    if kind == "snapshot":
+        del body["members"]["count"]
+        body["parents"] = [base]
+    elif fault == "missing":
+        del body["totals"]["records"]
+        body["writer"] = {**body["writer"], "forged": True}
+    else:  # a signed integer field that is not an integer
+        body["totals"]["shards"] = "many"
+        body["writer"] = {**body["writer"], "forged": "type"}
+    sealed = module.seal(body)
+    version = module.store_envelope(g.ws.store, sealed, module.sign(sealed, g.ws.signing_key))
+    with g.ws.db.tx() as conn:
+        if kind == "snapshot":
+            # insert_snapshot reads members.count itself: give the row the base count
+            sealed.body["members"]["count"] = row["member_count"]
+            insert_snapshot(conn, sealed, version, actor="forger")
+            execute(
+                conn,
+                "UPDATE snapshots SET state = 'APPROVED' WHERE digest = :d",
+                {"d": sealed.digest},
+            )
+        else:
+            sealed.body["totals"]["records"] = row["record_count"]
+            sealed.body["totals"]["shards"] = row["shard_count"]
+            insert_release(
+                conn,
+                sealed,
+                members_digest=row["members_digest"],
+                members_version=row["members_version"],
+                envelope_version=version,
+                actor="forger",
+            )
+            execute(
+                conn,
+                "UPDATE releases SET state = 'APPROVED' WHERE digest = :d",
+                {"d": sealed.digest},
+            )
+    gate = g.ws.gate()
+    with pytest.raises(IntegrityError) as err:
+        if kind == "snapshot":
+            gate.activate("snapshot", "p", sealed.digest, expected_generation=0, actor="a")
+        else:
+            publish(g.ws, sealed.digest, alias="t", actor="a")
+    cause = "KeyError" if fault == "missing" else "ValueError"
+    assert err.value.check == "envelope-binding" and err.value.details["cause"] == cause
+    assert err.value.exit_code == 3

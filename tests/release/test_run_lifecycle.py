@@ -307,7 +307,9 @@ def test_probe_serves_for_the_run_life_and_turns_not_ready_on_revocation(ws, sna
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        assert get_run(ws.db, run["runId"])["state"] == "RUNNING"
+        while get_run(ws.db, run["runId"])["state"] != "RUNNING":  # ready precedes step 0
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
         with ws.db.tx() as conn:  # the worker holds a live reader lease for the run's life
             leases = rows(
                 conn,
@@ -322,7 +324,11 @@ def test_probe_serves_for_the_run_life_and_turns_not_ready_on_revocation(ws, sna
             assert time.monotonic() < deadline
             time.sleep(0.1)
     finally:
-        out, err = proc.communicate(timeout=120)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
     assert proc.returncode == 3, (out, err)
     assert json.loads(out)["check"] == "run-revoked"
     with ws.db.tx() as conn:

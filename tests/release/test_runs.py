@@ -259,10 +259,17 @@ def test_probe_is_ready_only_after_the_root_is_verified(ws, snapshot):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             text = resp.read().decode()
         assert "relgate_verified_shards_ratio" in text and run["rootDigest"] in text
+        while get_run(ws.db, run["runId"])["state"] != "RUNNING":  # ready precedes step 0
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
         assert proc.poll() is None  # still serving after the barrier
         finish_run(ws, run["runId"], actor="sched")
     finally:
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
     assert proc.returncode == 0, err
     assert json.loads(out)["state"] == "FINISHED"
 

@@ -207,3 +207,35 @@ def test_rollback_refused_by_later_fence_entries_even_if_no_hit_was_recorded(ws)
     assert getattr(err.value, "check", None) == "rollback-fences"
     assert err.value.details == {"tombstone": 1}
     assert ws.gate().alias("train", "release").generation == 2
+
+
+@pytest.mark.parametrize("fence", ["tombstone", "benchmark"])
+def test_validation_counts_fenced_members_of_a_manifest_that_claims_the_new_watermark(ws, fence):
+    """A signed manifest claiming a watermark that already covers one of its members (the
+    builder was bypassed): validation must count the hit, not only reject for some reason."""
+    import copy
+
+    from relgate.snapshot.catalog import insert_snapshot
+    from relgate.snapshot.validate import validate_snapshot
+
+    from .helpers import build
+
+    base = build(ws)
+    members = ws.membership.read(base.manifest.members_ref)
+    if fence == "tombstone":
+        lifecycle.add_tombstones(ws, [members["sampleId"][6]], reason="gdpr", actor="dpo")
+    else:
+        lifecycle.add_benchmark_items(
+            ws, [members["logicalContentDigest"][6]], benchmark="b", actor="evals"
+        )
+    body = copy.deepcopy(base.manifest.body)
+    body["tombstoneWatermark" if fence == "tombstone" else "benchmarkFence"] = 1
+    body["parents"] = [base.digest]
+    forged = sm.seal(body)
+    version = sm.store_envelope(ws.store, forged, sm.sign(forged, ws.signing_key))
+    with ws.db.tx() as conn:
+        insert_snapshot(conn, forged, version, actor="forger")
+    report = validate_snapshot(ws, forged.digest, actor="test")
+    assert report.outcome == "REJECTED"
+    key = "tombstoneHits" if fence == "tombstone" else "benchmarkHits"
+    assert report.checks[key] == 1, report.checks
