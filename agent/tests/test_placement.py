@@ -283,7 +283,9 @@ def test_origin_bit_rot_fails_job_naming_chunk_file_and_object(
     for h, _ in HOSTS4:
         assert not (cluster.models_root(h) / m.model / m.version).exists()
     # the CLI reports the same error
-    rc, out = agent_cli("job", "get", job, "--coordinator", cluster.coordinator)
+    rc, out = agent_cli(
+        "job", "get", job, "--coordinator", cluster.coordinator, "--pki", str(cluster.pki)
+    )
     assert rc == 0 and out["state"] == "FAILED" and f"chunk {chunk} " in out["error"]
 
 

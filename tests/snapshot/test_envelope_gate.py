@@ -26,7 +26,7 @@ from relgate.snapshot.catalog import get_snapshot
 from tests.release.helpers import overwrite_in_place
 from tests.release.test_runs import PURPOSE, _published, _verified
 
-from .helpers import build_validated
+from .helpers import build_approved, build_validated
 
 SIGNATURE_CHECKS = {"signature-valid", "signature-trusted"}
 
@@ -101,7 +101,7 @@ def test_snapshot_activate_refuses_a_tampered_stored_envelope(ws, how):
 
 @pytest.mark.parametrize("how", ["flip", "swap"])
 def test_publish_rollback_and_admission_refuse_a_tampered_stored_envelope(ws, how):
-    snapshot = build_validated(ws)
+    snapshot = build_approved(ws)
     old = _published(ws, snapshot)
     candidate = _verified(ws, snapshot, records_per_shard=25)
     approve_release(ws, candidate.digest, approver="alice")
@@ -154,6 +154,7 @@ def test_activation_refused_after_a_benchmark_advance_that_hits_nothing(ws, kind
         lifecycle.approve(ws, snap.digest, approver="alice")
         digest = snap.digest
     else:
+        lifecycle.approve(ws, snap.digest, approver="alice")  # releases come from approved ones
         release = _verified(ws, snap)
         approve_release(ws, release.digest, approver="alice")
         digest = release.digest
@@ -195,7 +196,7 @@ def test_rollback_refused_by_later_fence_entries_even_if_no_hit_was_recorded(ws)
     from relgate.lifecycle.retention import RetentionPolicy, set_policy
     from relgate.release.publish import rollback_release
 
-    snap = build_validated(ws)
+    snap = build_approved(ws)
     set_policy(ws.db, RetentionPolicy("train", keep_last=1, keep_days=0, rollback_window=0))
     old = _published(ws, snap)
     _published(ws, snap, records_per_shard=25)
