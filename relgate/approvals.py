@@ -19,7 +19,7 @@ from relgate.canonical import canonical_bytes
 from relgate.catalog.audit import latest_report, record_report
 from relgate.catalog.db import utcnow
 from relgate.errors import IntegrityError, RejectedError
-from relgate.signing import Role, open_verified, sign_envelope
+from relgate.signing import Role, TrustedKeys, open_verified, sign_envelope
 
 if TYPE_CHECKING:
     from relgate.workspace import Workspace
@@ -56,23 +56,40 @@ def sign_approval(ws: Workspace, result: dict[str, Any]) -> dict[str, Any]:
     )
     ref = ws.cas.put(json.dumps(envelope, sort_keys=True).encode())
     with ws.db.tx() as conn:
-        record_report(conn, f"{kind}-approval", approval.subject, ref.digest, ref.version_id, True)
+        record_report(conn, approval_kind(kind), approval.subject, ref.digest, ref.version_id, True)
     return {**result, "approval": ref.digest}
+
+
+def approval_kind(kind: str) -> str:
+    """The ``reports.subject_kind`` under which signed approvals of ``kind`` are recorded."""
+    return f"{kind}-approval"
+
+
+def missing_approval(kind: str, digest: str) -> RejectedError:
+    return RejectedError(
+        "no signed approval for this digest", object=kind, check="approval", digest=digest
+    )
 
 
 def verify_approval(ws: Workspace, kind: str, digest: str) -> Approval:
     """The newest signed approval of ``digest``, verified; exit 3 if missing or not trusted."""
-    row = latest_report(ws.db, digest, f"{kind}-approval")
+    row = latest_report(ws.db, digest, approval_kind(kind))
     if row is None:
-        raise RejectedError(
-            "no signed approval for this digest", object=kind, check="approval", digest=digest
-        )
-    body = open_verified(
+        raise missing_approval(kind, digest)
+    return open_approval(
         ws.cas.get(row["report_digest"], row["report_version"]),
         ws.trusted_keys,
-        payload_type=PAYLOAD_TYPE,
+        kind,
+        digest,
         subject=f"approval {row['report_digest']}",
-    ).body
+    )
+
+
+def open_approval(
+    envelope: bytes, trusted: TrustedKeys, kind: str, digest: str, *, subject: str
+) -> Approval:
+    """Open one stored approval envelope: approver signature, canonical payload, subject."""
+    body = open_verified(envelope, trusted, payload_type=PAYLOAD_TYPE, subject=subject).body
     if (
         not isinstance(body, dict)
         or body.get("schema") != SCHEMA

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
+from relgate.approvals import approval_kind, missing_approval, open_approval
+from relgate.catalog.audit import newest_report
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.errors import (
     ConflictError,
@@ -28,7 +30,7 @@ from relgate.errors import (
 from relgate.identifiers import validate_ids
 from relgate.lifecycle.retention import now_utc, retained_versions
 from relgate.objects.base import ObjectStore
-from relgate.objects.cas import ContentRef, digest_of_uri
+from relgate.objects.cas import ContentRef, ContentStore, digest_of_uri
 from relgate.signing import TrustedKeys
 from relgate.states import TABLES, transition
 
@@ -63,6 +65,8 @@ class EnvelopeVerifier(Protocol):
     """Re-opens the stored envelope of a catalog row; raises unless it binds to the row."""
 
     def verify(self, kind: str, row: dict[str, Any]) -> None: ...
+
+    def verify_approval(self, conn: Connection, kind: str, digest: str) -> None: ...
 
 
 def _bound_fields(kind: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -131,6 +135,29 @@ class StoredEnvelopes:
                 digest=digest,
                 details={"fields": differs},
             )
+
+    def verify_approval(self, conn: Connection, kind: str, digest: str) -> None:
+        """The newest signed approval of ``digest``: an approver-role signature naming it.
+
+        An APPROVED state in the catalog is not enough: a row edited to APPROVED, or an
+        approval signed by any key but a trusted approver key, moves nothing."""
+        row = newest_report(conn, digest, approval_kind(kind))
+        if row is None:
+            raise missing_approval(kind, digest)
+        where = f"approval {row['report_digest']}@{row['report_version']}"
+        try:
+            envelope = ContentStore(self.store).get(
+                str(row["report_digest"]), str(row["report_version"])
+            )
+            open_approval(envelope, self.trusted, kind, digest, subject=where)
+        except RelgateError as exc:
+            raise IntegrityError(
+                f"signed approval refused: {exc.message}",
+                object=where,
+                check=exc.check or "approval",
+                digest=digest,
+                details={"cause": exc.code},
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -317,6 +344,7 @@ class Gate:
                 )
             self._check_no_hits(conn, kind, digest)
             self.verify_envelope(conn, kind, digest)
+            self.verify_approval(conn, kind, digest)
             self._set_alias(conn, alias, kind, generation + 1, digest, "activate", actor, fences)
             transition(
                 conn,
@@ -515,6 +543,17 @@ class Gate:
             )
         self.envelopes.verify(kind, row)
         return row
+
+    def verify_approval(self, conn: Connection, kind: str, digest: str) -> None:
+        """Re-open the signed approval that ``digest``'s APPROVED state claims."""
+        if self.envelopes is None:  # fail closed, as for envelopes
+            raise RejectedError(
+                "this gate has no envelope verifier",
+                object=kind,
+                check="envelope-verifier",
+                digest=digest,
+            )
+        self.envelopes.verify_approval(conn, kind, digest)
 
     def check_root(self, conn: Connection, kind: str, digest: str) -> dict[str, Any]:
         """Admission of an exact root (runs, the barrier): zero hits against the current

@@ -52,14 +52,19 @@ def record_report(
     )
 
 
+def newest_report(conn: Connection, subject: str, kind: str) -> dict[str, Any] | None:
+    """The newest report of ``kind`` on a subject, read inside the caller's transaction."""
+    return one(
+        conn,
+        "SELECT * FROM reports WHERE subject_digest = :s AND subject_kind = :k ORDER BY id DESC LIMIT 1",
+        {"s": subject, "k": kind},
+    )
+
+
 def latest_report(db: Database, subject: str, kind: str) -> dict[str, Any] | None:
     """The newest report of ``kind`` (snapshot, release, release-provenance) on a subject."""
     with db.tx() as conn:
-        return one(
-            conn,
-            "SELECT * FROM reports WHERE subject_digest = :s AND subject_kind = :k ORDER BY id DESC LIMIT 1",
-            {"s": subject, "k": kind},
-        )
+        return newest_report(conn, subject, kind)
 
 
 def approve(

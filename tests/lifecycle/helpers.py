@@ -7,6 +7,7 @@ real stored shard versions, so deleting one is a real deletion of an exact versi
 
 import copy
 
+from relgate.approvals import sign_approval
 from relgate.release import manifest as rm
 from relgate.release.catalog import get_release, insert_release
 from relgate.release.verifier import object_key
@@ -57,6 +58,7 @@ def set_state(ws, kind, digest, *states):
 def publish(ws, digest, alias):
     """STAGED -> VERIFIED -> APPROVED, then the alias CAS through the gate."""
     set_state(ws, "release", digest, "VERIFIED", "APPROVED")
+    sign_approval(ws, {"release": digest, "approver": "test", "report": "sha256:" + "0" * 64})
     gate = ws.gate()
     generation = gate.alias(alias, "release").generation
     return gate.activate("release", alias, digest, expected_generation=generation, actor="test")

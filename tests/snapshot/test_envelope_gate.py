@@ -240,3 +240,63 @@ def test_validation_counts_fenced_members_of_a_manifest_that_claims_the_new_wate
     assert report.outcome == "REJECTED"
     key = "tombstoneHits" if fence == "tombstone" else "benchmarkHits"
     assert report.checks[key] == 1, report.checks
+
+
+# -- the gate re-verifies the signed approval, not the APPROVED state -------------------------
+
+
+def _forge_approval(ws, kind, digest, role):
+    """An approval of ``digest`` signed with ``role``'s key, recorded as the newest one."""
+    from relgate.approvals import PAYLOAD_TYPE, Approval, approval_kind
+    from relgate.canonical import canonical_bytes
+    from relgate.catalog.audit import record_report
+    from relgate.catalog.db import utcnow
+    from relgate.signing import sign_envelope
+
+    statement = Approval(kind, digest, "mallory", "sha256:" + "0" * 64, utcnow()).to_json()
+    envelope = sign_envelope(PAYLOAD_TYPE, canonical_bytes(statement), ws.key(role))
+    ref = ws.cas.put(json.dumps(envelope, sort_keys=True).encode())
+    with ws.db.tx() as conn:
+        record_report(conn, approval_kind(kind), digest, ref.digest, ref.version_id, True)
+
+
+def _mark_approved_in_the_catalog(ws, table, digest):
+    from relgate.catalog.db import execute
+
+    with ws.db.tx() as conn:
+        execute(conn, f"UPDATE {table} SET state = 'APPROVED' WHERE digest = :d", {"d": digest})
+
+
+def test_snapshot_row_edited_to_approved_without_a_signed_approval_is_refused(ws):
+    snap = build_validated(ws)
+    _mark_approved_in_the_catalog(ws, "snapshots", snap.digest)
+    out = _cli(ws.home, "snapshot", "activate", snap.digest, "--alias", "prod", expect=3)
+    assert (out["check"], out["digest"]) == ("approval", snap.digest), out
+    assert ws.gate().alias("prod").generation == 0
+    assert get_snapshot(ws.db, snap.digest)["state"] == "APPROVED"  # nothing moved
+
+
+@pytest.mark.parametrize("role", ["builder", "verifier", "gate"])
+def test_approval_signed_by_another_role_is_refused(ws, role):
+    snap = build_validated(ws)
+    _mark_approved_in_the_catalog(ws, "snapshots", snap.digest)
+    _forge_approval(ws, "snapshot", snap.digest, role)
+    out = _cli(ws.home, "snapshot", "activate", snap.digest, "--alias", "prod", expect=3)
+    assert (out["check"], out["digest"]) == ("key-role", snap.digest), out
+    assert ws.gate().alias("prod").generation == 0
+
+
+def test_release_published_only_with_its_signed_approval(ws):
+    snap = build_approved(ws)
+    forged = _verified(ws, snap)
+    _mark_approved_in_the_catalog(ws, "releases", forged.digest)
+    out = _cli(ws.home, "release", "publish", forged.digest, "--alias", "train", expect=3)
+    assert (out["check"], out["digest"]) == ("approval", forged.digest), out
+    # an approval of another digest does not carry over
+    other = _verified(ws, snap, records_per_shard=25)
+    approve_release(ws, other.digest, approver="alice")
+    out = _cli(ws.home, "release", "publish", forged.digest, "--alias", "train", expect=3)
+    assert out["check"] == "approval", out
+    _forge_approval(ws, "release", forged.digest, "approver")  # trusted key, right subject
+    assert _cli(ws.home, "release", "publish", forged.digest, "--alias", "train", expect=0)
+    assert get_release(ws.db, forged.digest)["state"] == "PUBLISHED"

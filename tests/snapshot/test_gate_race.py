@@ -27,6 +27,7 @@ import time
 
 import pytest
 
+from relgate.approvals import sign_approval
 from relgate.catalog.db import execute, one, rows, utcnow
 from relgate.errors import ConflictError, RejectedError
 from relgate.release import manifest as rm
@@ -132,6 +133,8 @@ def _insert_candidate(ws, kind, base, digest_seed, fences, state="APPROVED"):
                     "rc": row["record_count"],
                 },
             )
+    if state == "APPROVED":  # the gate re-verifies the signed approval, not the state
+        sign_approval(ws, {kind: sealed.digest, "approver": "race", "report": "sha256:" + "0" * 64})
     return sealed.digest
 
 
