@@ -300,3 +300,26 @@ def test_release_published_only_with_its_signed_approval(ws):
     _forge_approval(ws, "release", forged.digest, "approver")  # trusted key, right subject
     assert _cli(ws.home, "release", "publish", forged.digest, "--alias", "train", expect=0)
     assert get_release(ws.db, forged.digest)["state"] == "PUBLISHED"
+
+
+def test_approval_row_pointing_at_another_digests_approval_is_refused(ws):
+    """A reports row for snapshot A that names the (validly signed) approval of snapshot B."""
+    from relgate.approvals import approval_kind
+    from relgate.catalog.audit import latest_report, record_report
+
+    a = build_validated(ws)
+    b = build_approved(ws, parents=[a.digest])
+    _mark_approved_in_the_catalog(ws, "snapshots", a.digest)
+    theirs = latest_report(ws.db, b.digest, approval_kind("snapshot"))
+    with ws.db.tx() as conn:
+        record_report(
+            conn,
+            approval_kind("snapshot"),
+            a.digest,
+            theirs["report_digest"],
+            theirs["report_version"],
+            True,
+        )
+    out = _cli(ws.home, "snapshot", "activate", a.digest, "--alias", "prod", expect=3)
+    assert (out["check"], out["digest"]) == ("approval-subject", a.digest), out
+    assert ws.gate().alias("prod").generation == 0
