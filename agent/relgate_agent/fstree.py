@@ -24,7 +24,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,36 +149,30 @@ def open_dir(path: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
 
 
-def mkdirs_beneath(base_fd: int, base: Path, parts: Iterator[str] | list[str]) -> int:
-    """Create (or open) base/part1/part2/... without following any symlink; returns a dir fd."""
+def _dirs_beneath(base_fd: int, base: Path, parts: Iterable[str], *, create: bool) -> int:
+    """Open (creating when asked) base/part1/part2/... without following any symlink."""
     fd = os.dup(base_fd)
     where = base
     try:
         for part in parts:
             where = where / part
-            nfd = _open_dir_at(fd, part, where, create=True)
+            nfd = _open_dir_at(fd, part, where, create=create)
             os.close(fd)
             fd = nfd
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def mkdirs_beneath(base_fd: int, base: Path, parts: Iterator[str] | list[str]) -> int:
+    """Create (or open) base/part1/part2/... without following any symlink; returns a dir fd."""
+    return _dirs_beneath(base_fd, base, parts, create=True)
 
 
 def open_dirs_beneath(base_fd: int, base: Path, parts: list[str]) -> int:
     """Open base/part1/... (no creation, no symlinks); FileNotFoundError if missing."""
-    fd = os.dup(base_fd)
-    where = base
-    try:
-        for part in parts:
-            where = where / part
-            nfd = _open_dir_at(fd, part, where, create=False)
-            os.close(fd)
-            fd = nfd
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _dirs_beneath(base_fd, base, parts, create=False)
 
 
 def open_beneath(
