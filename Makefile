@@ -22,7 +22,7 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 
 lint: venv
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check relgate assets resources sensors pipelines tests bench
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy relgate assets resources sensors pipelines agent/relgate_agent
 
 test: lint

@@ -16,6 +16,7 @@ from typing import Any
 
 import google_crc32c
 import grpc
+
 from relgate_agent.pki import TlsFiles, data_client_context, data_server_context, ensure_dev_pki
 from relgate_agent.transport import DataServer, StripeStream
 

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import rfc8785
-from relgate_agent.dsse import MAX_SAFE_INTEGER
 
 from relgate.digests import sha256_digest
 from relgate.errors import UsageError
+from relgate_agent.dsse import MAX_SAFE_INTEGER
 
 #: Fields that never take part in a manifest's digest.
 DIGEST_EXCLUDED = frozenset({"snapshotId", "rootId", "manifestId", "signatures", "transport"})

@@ -408,11 +408,10 @@ def verify_manifest_cmd(ctx: Ctx, envelope_file: str, trusted: tuple[str, ...]) 
     """Check a signed relgate document (snapshot manifest, release root, report, provenance):
     trusted signature by a key whose role may sign it, strict canonical payload; for
     manifests also the schema and the recomputed digest."""
-    from relgate_agent import dsse
-
     from relgate.release.manifest import KIND as RELEASE
     from relgate.signing import PAYLOAD_ROLES, load_envelope, open_verified, relgate_error
     from relgate.snapshot.manifest import KIND as SNAPSHOT
+    from relgate_agent import dsse
 
     data = load_envelope(envelope_file)
     try:

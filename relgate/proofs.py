@@ -28,14 +28,13 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from relgate_agent import dsse
-
 from relgate.digests import require_digest
 from relgate.errors import IntegrityError, RejectedError, RelgateError
 from relgate.merkle import LeafProof, check_proof
 from relgate.signed import DocumentKind
 from relgate.signing import TrustedKeys, relgate_error
 from relgate.tuples import FIELDS, MemberTuple
+from relgate_agent import dsse
 
 SCHEMA = "relgate.proof-bundle.v1"
 MAX_BUNDLE_BYTES = 16 * 1024 * 1024

@@ -22,10 +22,10 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from relgate_agent import dsse
-from relgate_agent.dsse import DsseError, Role, TrustedKey, TrustedKeys, Verified, keyid_of
 
 from relgate.errors import IntegrityError, RejectedError, RelgateError, UsageError
+from relgate_agent import dsse
+from relgate_agent.dsse import DsseError, Role, TrustedKey, TrustedKeys, Verified, keyid_of
 
 __all__ = [
     "PAYLOAD_ROLES",

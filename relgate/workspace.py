@@ -15,8 +15,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
-
 from relgate.catalog.db import Database
 from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate import Gate, StoredEnvelopes
@@ -24,6 +22,7 @@ from relgate.membership import MembershipCache
 from relgate.objects.base import ObjectStore
 from relgate.objects.cas import ContentStore
 from relgate.signing import Role, SigningKey, TrustedKey, TrustedKeys, load_trusted
+from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 CONFIG_NAME = "relgate.json"
 

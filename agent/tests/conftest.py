@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from agent_harness import write_checkpoint
+
 from relgate_agent.manifest import (
     build_manifest,
     generate_private_key,

@@ -250,6 +250,7 @@ def test_untrusted_or_tampered_manifest_refused_before_any_byte(
 
     import grpc
     import rfc8785
+
     from relgate_agent.client import CoordinatorRefusal
     from relgate_agent.manifest import generate_private_key, keyid_for, pae, write_keypair
 
@@ -337,6 +338,7 @@ def test_coordinator_failover_to_replica(cluster: Cluster, checkpoint) -> None:
     """Two replicas share the store; the lease holder dies mid-job; the other takes over,
     splices a host that dies after the failover, and sees every survivor READY."""
     import grpc
+
     from relgate_agent.client import CoordinatorClient
 
     ha = ["--ha", "--lease-ttl", "5"]

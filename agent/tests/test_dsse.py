@@ -9,6 +9,7 @@ import json
 import pytest
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from relgate_agent import dsse
 from relgate_agent.dsse import DsseError, Role, Signer, TrustedKeys
 

@@ -13,9 +13,10 @@ import pytest
 import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_dsse import BUILDER, PT, refused, signed, verify
+
 from relgate_agent import dsse
 from relgate_agent.dsse import DsseError
-from test_dsse import BUILDER, PT, refused, signed, verify
 
 # ------------------------------------------------------------------------------ properties
 

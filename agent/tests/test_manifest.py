@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import rfc8785
 from agent_harness import write_checkpoint
+
 from relgate_agent.errors import ManifestError, VerificationError
 from relgate_agent.manifest import (
     CheckpointManifest,

@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 from agent_harness import HOSTS, Cluster, assert_placed
-from relgate_agent.storage import Journal, JournalState
 from test_postgres_store import pg_dsn  # noqa: F401 - the PostgreSQL fixture (module scope)
+
+from relgate_agent.storage import Journal, JournalState
 
 HOSTS4 = HOSTS[:4]
 

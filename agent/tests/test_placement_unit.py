@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from relgate_agent.errors import ManifestError, StorageError
 from relgate_agent.fstree import UnsafePathError, walk_checkpoint_tree
 from relgate_agent.manifest import CheckpointManifest, build_manifest

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from agent_harness import Cluster, assert_placed
+
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import build_topology, splice
 

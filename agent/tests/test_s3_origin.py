@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from agent_harness import Cluster, assert_placed
+
 from relgate_agent.manifest import build_manifest, envelope_bytes, sign_manifest
 from relgate_agent.origin import ManifestReader, S3Origin, open_origin, read_uri
 

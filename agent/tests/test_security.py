@@ -24,6 +24,8 @@ from typing import Any
 import grpc
 import pytest
 from agent_harness import Cluster
+from test_postgres_store import pg_dsn  # noqa: F401  (module-scoped PostgreSQL fixture)
+
 from relgate_agent.pki import (
     GRPC_TLS_OPTIONS,
     TlsFiles,
@@ -47,7 +49,6 @@ from relgate_agent.transport import (
     TransportError,
     fetch_chunk,
 )
-from test_postgres_store import pg_dsn  # noqa: F401  (module-scoped PostgreSQL fixture)
 
 MODEL, VERSION = "claude-x", "2026-10-12.3"
 
@@ -469,6 +470,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     import hashlib
 
     from agent_harness import write_checkpoint
+
     from relgate_agent.manifest import (
         build_manifest,
         generate_private_key,

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import (
     Topology,

@@ -232,6 +232,7 @@ def _rewrite_envelope(path: Path, how: str) -> None:
     import base64
 
     import rfc8785
+
     from relgate_agent.manifest import CheckpointManifest, generate_private_key, sign_manifest
 
     env = json.loads(path.read_text())

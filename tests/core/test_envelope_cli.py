@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from relgate_agent import dsse
-from relgate_agent.manifest import PAYLOAD_TYPE as CHECKPOINT_TYPE
-from relgate_agent.manifest import build_manifest
 
 from relgate.signing import Role, SigningKey
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace, default_config
+from relgate_agent import dsse
+from relgate_agent.manifest import PAYLOAD_TYPE as CHECKPOINT_TYPE
+from relgate_agent.manifest import build_manifest
 from tests.snapshot.conftest import make_workspace
 from tests.snapshot.helpers import build_validated
 

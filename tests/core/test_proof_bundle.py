@@ -173,9 +173,9 @@ _bundle = st.fixed_dictionaries(
 @given(st.binary(max_size=400) | _bundle.map(lambda b: json.dumps(b).encode()))
 def test_bundle_parser_only_raises_rejected(data: bytes) -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from relgate_agent.dsse import Signer
 
     from relgate.signing import Role, TrustedKeys
+    from relgate_agent.dsse import Signer
 
     trusted = TrustedKeys.of(Signer(Ed25519PrivateKey.generate()).public_key, role=Role.BUILDER)
     try:
