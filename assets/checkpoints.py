@@ -11,7 +11,7 @@ from typing import Any
 
 import dagster as dg
 
-from relgate.checkpoint import (
+from relgate.checkpoint.publish import (
     ENVELOPE_NAME,
     WebhookSink,
     checkpoint_root,

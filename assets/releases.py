@@ -8,7 +8,7 @@ from typing import Any
 
 import dagster as dg
 
-from relgate.release.publish import approve_release, publish
+from relgate.release.publication import approve_release, publish
 from relgate.release.runs import create_run, run_status
 from resources.relgate import RelgateResource
 
@@ -203,7 +203,7 @@ def pinned_run(
             [
                 sys.executable,
                 "-m",
-                "relgate.cli",
+                "relgate.cli.main",
                 "run",
                 "worker",
                 "--run",

@@ -5,7 +5,7 @@ from typing import Any
 
 import dagster as dg
 
-from relgate.snapshot import lifecycle
+from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.build import BuildSpec, Frozen, build_snapshot, freeze
 from relgate.snapshot.compare import diff
 from relgate.snapshot.validate import validate_snapshot
@@ -90,7 +90,7 @@ def dataset_snapshot(
     relgate: RelgateResource,
     frozen_sources: dict[str, Any],
 ) -> dg.Output[str]:
-    from relgate.gate import Fences
+    from relgate.gate.core import Fences
 
     ws = relgate.workspace()
     spec = BuildSpec.from_config(ws.config)

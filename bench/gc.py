@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from relgate.errors import NotFoundError, ObjectExistsError
-from relgate.objects.base import ObjectStore, ObjectVersion
+from relgate.objects.versioned import ObjectStore, ObjectVersion
 
 OBJECTS = int(os.environ.get("RELGATE_BENCH_GC_OBJECTS", 1_000_000))
 VERSIONS = int(os.environ.get("RELGATE_BENCH_GC_VERSIONS", 10_000))
@@ -112,9 +112,9 @@ class MemoryStore(ObjectStore):
 
 
 def _world(home: Path) -> tuple[Any, MemoryStore, dict[str, Any]]:
-    from relgate.demo import seed_demo
+    from relgate.demo.corpus import seed_demo
     from relgate.snapshot.build import BuildSpec, build_snapshot
-    from relgate.transforms import tag_transform
+    from relgate.snapshot.transforms import tag_transform
     from relgate.workspace import Workspace, default_config
 
     store = MemoryStore()
@@ -139,9 +139,9 @@ def _shard_pool(store: MemoryStore) -> list[tuple[str, str]]:
 def _add_versions(
     ws: Any, pool: list[tuple[str, str]], facts: dict[str, Any], start: int, stop: int
 ) -> None:
-    from relgate.release import manifest as rm
-    from relgate.release.catalog import insert_release
-    from relgate.states import transition
+    from relgate.catalog.release_table import insert_release
+    from relgate.catalog.states import transition
+    from relgate.release import root as rm
 
     step = max(1, SHARDS_PER_VERSION // 2)
     with ws.db.tx() as conn:

@@ -52,8 +52,8 @@ def seed(home: Path, n: int) -> Any:
     import numpy as np
     import pyarrow as pa
 
+    from relgate.snapshot.transforms import tag_transform
     from relgate.sources.iceberg import open_catalog
-    from relgate.transforms import tag_transform
     from relgate.workspace import Workspace
 
     ws = Workspace.init(home)
@@ -95,7 +95,7 @@ def main() -> dict[str, Any]:
 
 
 def run(codec: str) -> dict[str, Any]:
-    from relgate.release import manifest as rm
+    from relgate.release import root as rm
     from relgate.release.verifier import ShardTask, verify_release, verify_shard
     from relgate.release.writer import ParquetParams, shard_key, write_release
     from relgate.snapshot.build import BuildSpec, build_snapshot

@@ -31,8 +31,8 @@ def seed(home: Path, n: int) -> None:
     import numpy as np
     import pyarrow as pa
 
+    from relgate.snapshot.transforms import tag_transform
     from relgate.sources.iceberg import open_catalog
-    from relgate.transforms import tag_transform
     from relgate.workspace import Workspace
 
     ws = Workspace.init(home)

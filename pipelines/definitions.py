@@ -17,7 +17,7 @@ from pipelines.jobs import (
     snapshot_build_job,
     snapshot_release_job,
 )
-from pipelines.runs import run_jobs
+from pipelines.run_jobs import run_jobs
 from resources.relgate import RelgateResource
 from sensors.fences import benchmark_fence_sensor, tombstone_fence_sensor
 

@@ -15,8 +15,8 @@ from typing import Any
 import dagster as dg
 
 from pipelines.definitions import defs
-from relgate.demo import seed_demo
-from relgate.transforms import tag_transform
+from relgate.demo.corpus import seed_demo
+from relgate.snapshot.transforms import tag_transform
 from relgate.workspace import Workspace
 
 QUIET: dict[str, Any] = {"console": {"config": {"log_level": "INFO"}}}

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from relgate.recheck import recheck
+from relgate.gate.recheck import recheck
 from resources.relgate import RelgateResource
 
 #: Freeze, build and validate; the alias needs a named human approval, so it is not here.

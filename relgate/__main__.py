@@ -1,5 +1,5 @@
 """``python -m relgate`` is the ``relgate`` command."""
 
-from relgate.cli import main
+from relgate.cli.main import main
 
 main()

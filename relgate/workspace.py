@@ -17,11 +17,11 @@ from typing import Any
 
 from relgate.catalog.db import Database
 from relgate.errors import ConflictError, RejectedError, UsageError
-from relgate.gate import Gate, StoredEnvelopes
-from relgate.membership import MembershipCache
-from relgate.objects.base import ObjectStore
+from relgate.gate.core import Gate, StoredEnvelopes
+from relgate.integrity.signing import Role, SigningKey, TrustedKey, TrustedKeys, load_trusted
 from relgate.objects.cas import ContentStore
-from relgate.signing import Role, SigningKey, TrustedKey, TrustedKeys, load_trusted
+from relgate.objects.versioned import ObjectStore
+from relgate.snapshot.membership import MembershipCache
 from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 CONFIG_NAME = "relgate.json"
@@ -221,8 +221,8 @@ class Workspace:
         return found
 
     def sign_approval(self, result: dict[str, Any]) -> dict[str, Any]:
-        """Sign an approval just recorded with the approver key (see relgate.approvals)."""
-        from relgate.approvals import sign_approval
+        """Sign an approval just recorded with the approver key (see relgate.gate.approvals)."""
+        from relgate.gate.approvals import sign_approval
 
         return sign_approval(self, result)
 
@@ -263,8 +263,8 @@ class Workspace:
 
     def gate(self) -> Gate:
         """The gate over this workspace's catalog; fence advances close hit permits."""
-        from relgate.members_index import CatalogMemberIndex
-        from relgate.permits import close_hit_permits
+        from relgate.gate.members import CatalogMemberIndex
+        from relgate.gate.permits import close_hit_permits
 
         envelopes = StoredEnvelopes(self.store, self.trusted_keys)
         gate = Gate(self.db, CatalogMemberIndex(self.membership), envelopes=envelopes)

@@ -9,7 +9,7 @@ import json
 import dagster as dg
 
 from pipelines.jobs import recheck_job
-from relgate.recheck import hit_subjects
+from relgate.gate.recheck import hit_subjects
 from resources.relgate import RelgateResource
 
 
@@ -26,7 +26,7 @@ def _fence_sensor(fence_kind: str) -> dg.SensorDefinition:
     ) -> dg.SensorResult | dg.SkipReason:
         ws = relgate.workspace()
         with ws.db.tx() as conn:
-            from relgate.gate import read_fences
+            from relgate.gate.core import read_fences
 
             fences = read_fences(conn)
         current = (

@@ -41,9 +41,9 @@ if _TESTS_DIR not in sys.path:
 from harness.moto_s3 import DUMMY_AWS_ENV, DUMMY_AWS_UNSET, MotoServer  # noqa: E402
 from harness.postgres import PG_DSN_ENV, PostgresServer, fresh_database, sqlalchemy_url  # noqa: E402
 
-from relgate.objects.base import ObjectStore  # noqa: E402
 from relgate.objects.local import LocalObjectStore  # noqa: E402
 from relgate.objects.s3 import S3ObjectStore  # noqa: E402
+from relgate.objects.versioned import ObjectStore  # noqa: E402
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client

@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.catalog.states import transition
 from relgate.errors import RejectedError
-from relgate.states import transition
 
 #: The report that must pass before a subject kind can be approved.
 REPORT_CHECK = {"snapshot": "validation-report", "release": "verification-report"}

@@ -35,9 +35,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from relgate.catalog.db import execute, rows, utcnow
-from relgate.digests import sha256_digest
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
-from relgate.lifecycle.keys import canonical_key
+from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.pins import leased_keys
 from relgate.lifecycle.refs import MANAGED_PREFIXES, Ref, version_refs
 from relgate.lifecycle.retention import (
@@ -48,7 +47,8 @@ from relgate.lifecycle.retention import (
     raw_sources_kept,
     retained_versions,
 )
-from relgate.release import manifest as rm
+from relgate.objects.layout import canonical_key
+from relgate.release import root as rm
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
 

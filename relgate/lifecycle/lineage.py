@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from relgate.catalog.db import rows
+from relgate.gate.members import CatalogMemberIndex
 from relgate.lifecycle.retention import now_utc, retained_versions
-from relgate.members_index import CatalogMemberIndex
 from relgate.objects.cas import ContentRef
 from relgate.workspace import Workspace
 
@@ -111,7 +111,7 @@ def lineage(ws: Workspace, sample_id: str) -> dict[str, Any]:
 def _inclusion(ws: Workspace, snapshot: str, sample_id: str) -> dict[str, Any]:
     """An RFC 6962 inclusion proof against the signed snapshot's tuple root, checked."""
     from relgate.errors import RelgateError
-    from relgate.merkle import check_proof
+    from relgate.integrity.merkle import check_proof
     from relgate.snapshot.compare import prove
 
     try:

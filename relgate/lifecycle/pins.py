@@ -25,9 +25,9 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import execute, one, rows, utcnow
 from relgate.errors import ConflictError, NotFoundError, RejectedError, RelgateError, UsageError
-from relgate.lifecycle.keys import canonical_key
 from relgate.lifecycle.refs import Ref, version_refs
 from relgate.lifecycle.retention import format_time, now_utc, parse_time
+from relgate.objects.layout import canonical_key
 from relgate.workspace import Workspace
 
 PIN_KINDS = ("explicit", "checkpoint")

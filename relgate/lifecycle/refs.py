@@ -19,9 +19,9 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import one, rows
 from relgate.errors import RejectedError, RelgateError
-from relgate.lifecycle.keys import canonical_key
 from relgate.objects.cas import key_for
-from relgate.release import manifest as rm
+from relgate.objects.layout import canonical_key
+from relgate.release import root as rm
 from relgate.release.verifier import object_key
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace

@@ -26,8 +26,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.catalog.states import RUN_TERMINAL_STATES
 from relgate.errors import UsageError
-from relgate.states import RUN_TERMINAL_STATES
 
 IN_PROGRESS = {
     "snapshot": ("BUILDING", "VALIDATED", "APPROVED"),

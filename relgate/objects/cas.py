@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relgate.digests import hex_of, require_digest, sha256_digest
 from relgate.errors import IntegrityError, ObjectExistsError, UsageError
-from relgate.objects.base import ObjectStore, ObjectVersion
+from relgate.integrity.digests import hex_of, require_digest, sha256_digest
+from relgate.objects.versioned import ObjectStore, ObjectVersion
 
 CAS_PREFIX = "cas/sha256/"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from relgate.errors import NotFoundError, ObjectExistsError, UsageError
-from relgate.objects.base import ObjectStore, ObjectVersion
+from relgate.objects.versioned import ObjectStore, ObjectVersion
 
 _SEQ_WIDTH = 12
 _MAX_NAME = 200  # bytes; directory names are limited to 255

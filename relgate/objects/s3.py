@@ -30,7 +30,7 @@ from relgate.errors import (
     RelgateError,
     UsageError,
 )
-from relgate.objects.base import ObjectStore, ObjectVersion
+from relgate.objects.versioned import ObjectStore, ObjectVersion
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client

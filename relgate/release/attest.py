@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from relgate import __version__
-from relgate.canonical import canonical_bytes
-from relgate.signing import SigningKey, sign_envelope
+from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.signing import SigningKey, sign_envelope
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"

@@ -25,8 +25,8 @@ import os
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from relgate.canonical import canonical_bytes
 from relgate.errors import IntegrityError, RejectedError, UsageError
+from relgate.integrity.canonical import canonical_bytes
 
 MAGIC = b"RGAESGCM"
 NONCE_BYTES = 12

@@ -30,13 +30,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from relgate.catalog.db import one
-from relgate.digests import sha256_digest
 from relgate.errors import IntegrityError, RejectedError, RelgateError, UsageError
+from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.pins import acquire_lease, release_lease, renew_lease
 from relgate.lifecycle.retention import format_time, now_utc
 from relgate.release import crypto
-from relgate.release import manifest as rm
-from relgate.release import records as rr
+from relgate.release import root as rm
+from relgate.release import stream as rr
 from relgate.release.verifier import object_key
 from relgate.workspace import Workspace
 
@@ -403,7 +403,7 @@ def open_reader(
 
     Refuses at once if a fence already hit the root.
     """
-    from relgate.release.catalog import get_release
+    from relgate.catalog.release_table import get_release
 
     manifest = rm.load(
         ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]

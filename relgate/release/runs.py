@@ -27,6 +27,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.catalog.release_table import get_release
+from relgate.catalog.states import RUN_ADMITTED_STATES, RUN_LIVE_STATES, RUN_TERMINAL_STATES
 from relgate.errors import (
     ConflictError,
     IntegrityError,
@@ -35,12 +37,10 @@ from relgate.errors import (
     RelgateError,
     UsageError,
 )
-from relgate.permits import NO_GENERATION, acquire, close_permit
-from relgate.release import manifest as rm
+from relgate.gate.permits import NO_GENERATION, acquire, close_permit
 from relgate.release import metrics as release_metrics
-from relgate.release.catalog import get_release
+from relgate.release import root as rm
 from relgate.release.reader import ReaderLease
-from relgate.states import RUN_ADMITTED_STATES, RUN_LIVE_STATES, RUN_TERMINAL_STATES
 from relgate.workspace import Workspace
 
 #: Which states each way of ending a run may start from.

@@ -2,7 +2,7 @@
 
 A separate code path from the writer: it trusts nothing the writer computed except what
 the signed root manifest states, and shares only the record-stream definition
-(:mod:`relgate.release.records`).  It never lists a prefix: every object is read by the
+(:mod:`relgate.release.stream`).  It never lists a prefix: every object is read by the
 key its descriptor's digest names and the exact ``objectVersion`` the descriptor pins.
 
 Per shard (in worker processes, one shard per task): size, storage digest, optional
@@ -44,19 +44,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from botocore.exceptions import BotoCoreError
 
-from relgate.canonical import canonical_bytes
 from relgate.catalog.audit import record_report
-from relgate.digests import is_digest
+from relgate.catalog.release_table import get_release, record_attempt
+from relgate.catalog.snapshot_table import get_snapshot
+from relgate.catalog.states import current_state, transition
 from relgate.errors import NotFoundError, RejectedError, RelgateError, UsageError
-from relgate.membership import tuple_root
+from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.digests import is_digest
+from relgate.integrity.signing import sign_envelope
 from relgate.release import attest, crypto
-from relgate.release import manifest as rm
-from relgate.release import records as rr
-from relgate.release.catalog import get_release, record_attempt
-from relgate.signing import sign_envelope
+from relgate.release import root as rm
+from relgate.release import stream as rr
 from relgate.snapshot import manifest as sm
-from relgate.snapshot.catalog import get_snapshot
-from relgate.states import current_state, transition
+from relgate.snapshot.membership import tuple_root
 from relgate.workspace import Workspace, build_object_store
 
 REPORT_SCHEMA = "relgate.release.verification.v1"
@@ -807,7 +807,7 @@ def verify_release(
 
 def load_report(ws: Workspace, digest: str, version_id: str) -> dict[str, Any]:
     """Open a stored verification report (signature checked against trusted keys)."""
-    from relgate.signing import verify_envelope
+    from relgate.integrity.signing import verify_envelope
 
     envelope = json.loads(ws.cas.get(digest, version_id))
     payload = verify_envelope(
@@ -822,7 +822,7 @@ def load_report(ws: Workspace, digest: str, version_id: str) -> dict[str, Any]:
 
 def key_ring(specs: Iterable[str]) -> dict[str, bytes]:
     """``VERSION=PATH`` specs -> ``{keyVersion: key bytes}`` (the reader's key ring)."""
-    from relgate.identifiers import validate_id
+    from relgate.integrity.identifiers import validate_id
 
     ring = {}
     for spec in specs:

@@ -31,20 +31,20 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from relgate.catalog.db import one
-from relgate.digests import hex_of, sha256_digest
+from relgate.catalog.release_table import insert_release
+from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
-from relgate.hashing import length_prefixed, sha256_rows
-from relgate.membership import COLUMNS as MEMBER_COLUMNS
-from relgate.membership import tuple_root
-from relgate.objects.base import ObjectStore
+from relgate.integrity.digests import hex_of, sha256_digest
+from relgate.integrity.hashing import length_prefixed, sha256_rows
+from relgate.integrity.tuples import encode_fields
+from relgate.objects.versioned import ObjectStore
 from relgate.release import crypto
-from relgate.release import manifest as rm
-from relgate.release import records as rr
-from relgate.release.catalog import insert_release
+from relgate.release import root as rm
+from relgate.release import stream as rr
 from relgate.snapshot import manifest as sm
-from relgate.snapshot.catalog import get_snapshot
+from relgate.snapshot.membership import COLUMNS as MEMBER_COLUMNS
+from relgate.snapshot.membership import tuple_root
 from relgate.snapshot.validate import recompute
-from relgate.tuples import encode_fields
 from relgate.workspace import Workspace
 
 SHARD_PREFIX = "shards/sha256/"

@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from relgate import __version__
-from relgate.digests import sha256_digest
+from relgate.catalog.snapshot_table import insert_snapshot, record_build_failure
 from relgate.errors import RelgateError
-from relgate.gate import Fences, read_fences
-from relgate.membership import membership_parquet, tuple_root
+from relgate.gate.core import Fences, read_fences
+from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import key_for
-from relgate.policy import SelectionPolicy, SplitPolicy, TransformRef
-from relgate.records import record_schema_digest
 from relgate.snapshot import manifest as mf
-from relgate.snapshot.catalog import insert_snapshot, record_build_failure
+from relgate.snapshot.membership import membership_parquet, tuple_root
+from relgate.snapshot.policy import SelectionPolicy, SplitPolicy, TransformRef
 from relgate.snapshot.selection import Fenced, select_members
-from relgate.sources.base import Source, source_from_config
-from relgate.transforms import resolve_transform
+from relgate.snapshot.transforms import resolve_transform
+from relgate.sources.schema import record_schema_digest
+from relgate.sources.source import Source, source_from_config
 from relgate.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class BuildResult:
 
 
 def fenced_at(ws: Workspace, fences: Fences) -> Fenced:
-    from relgate.gate import Gate
+    from relgate.gate.core import Gate
 
     gate = Gate(ws.db, members=None)  # type: ignore[arg-type]  # reads only
     tombs = [

@@ -7,13 +7,13 @@ from typing import Any
 
 import polars as pl
 
+from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import RejectedError
-from relgate.merkle import LeafProof, MerkleTree
-from relgate.records import record_schema_digest
+from relgate.integrity.merkle import LeafProof, MerkleTree
+from relgate.integrity.tuples import MemberTuple
 from relgate.snapshot import manifest as mf
-from relgate.snapshot.catalog import get_snapshot
 from relgate.snapshot.validate import recompute
-from relgate.tuples import MemberTuple
+from relgate.sources.schema import record_schema_digest
 from relgate.workspace import Workspace
 
 

@@ -13,11 +13,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from relgate.digests import hex_of
-from relgate.objects.base import ObjectStore
+from relgate.integrity.digests import hex_of
+from relgate.integrity.documents import DocumentKind
+from relgate.integrity.signing import SigningKey, TrustedKeys
 from relgate.objects.cas import ContentRef, digest_of_uri
-from relgate.signed import DocumentKind
-from relgate.signing import SigningKey, TrustedKeys
+from relgate.objects.versioned import ObjectStore
 
 SCHEMA = "training.dataset.snapshot.v1"
 PAYLOAD_TYPE = "application/vnd.relgate.dataset-snapshot.v1+json"

@@ -13,10 +13,10 @@ from typing import Any
 
 import polars as pl
 
-from relgate.membership import COLUMNS
-from relgate.policy import SelectionPolicy, SplitPolicy
-from relgate.records import content_digests
-from relgate.sources.base import Source
+from relgate.snapshot.membership import COLUMNS
+from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
+from relgate.sources.schema import content_digests
+from relgate.sources.source import Source
 
 #: Rows per selection batch.
 BATCH_ROWS = 1_000_000

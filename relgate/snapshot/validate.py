@@ -15,18 +15,18 @@ from typing import Any
 
 import polars as pl
 
-from relgate.canonical import canonical_bytes
 from relgate.catalog.audit import record_report
+from relgate.catalog.snapshot_table import get_snapshot
+from relgate.catalog.states import transition
 from relgate.errors import IntegrityError, RejectedError, RelgateError
-from relgate.gate import Fences, fenced_entries
-from relgate.membership import tuple_root
-from relgate.policy import SelectionPolicy, SplitPolicy, TransformRef
-from relgate.signing import sign_envelope
+from relgate.gate.core import Fences, fenced_entries
+from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.signing import sign_envelope
 from relgate.snapshot import manifest as mf
-from relgate.snapshot.catalog import get_snapshot
+from relgate.snapshot.membership import tuple_root
+from relgate.snapshot.policy import SelectionPolicy, SplitPolicy, TransformRef
 from relgate.snapshot.selection import Fenced, select_members
-from relgate.sources.base import source_from_config
-from relgate.states import transition
+from relgate.sources.source import source_from_config
 from relgate.workspace import Workspace
 
 REPORT_SCHEMA = "relgate.snapshot.validation.v1"

@@ -18,12 +18,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from relgate.canonical import canonical_bytes
 from relgate.errors import IntegrityError, RejectedError
-from relgate.objects.base import ObjectStore
+from relgate.integrity.canonical import canonical_bytes
 from relgate.objects.cas import ContentStore, digest_of_uri
-from relgate.records import SOURCE_ARROW_SCHEMA
-from relgate.sources.base import Source, SourcePin, parse_row, require_text, row_error
+from relgate.objects.versioned import ObjectStore
+from relgate.sources.schema import SOURCE_ARROW_SCHEMA
+from relgate.sources.source import Source, SourcePin, parse_row, require_text, row_error
 
 PIN_KIND = "relgate.cdc-pin.v1"
 

@@ -13,9 +13,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from relgate.errors import NotFoundError, RejectedError
-from relgate.identifiers import problem
-from relgate.records import SOURCE_ARROW_SCHEMA
-from relgate.sources.base import Source, SourcePin, row_error
+from relgate.integrity.identifiers import problem
+from relgate.sources.schema import SOURCE_ARROW_SCHEMA
+from relgate.sources.source import Source, SourcePin, row_error
 
 COLUMNS = {"sample_id": "sampleId", "lang": "lang", "text": "text"}
 

@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from assets.checkpoints import checkpoint_assets
-from relgate.checkpoint import distribute, publish_checkpoint, write_demo_checkpoint
+from relgate.checkpoint.publish import distribute, publish_checkpoint, write_demo_checkpoint
 from relgate.errors import ObjectExistsError, RejectedError, UsageError
 from relgate.workspace import Workspace
 from resources.relgate import RelgateResource

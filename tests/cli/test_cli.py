@@ -90,7 +90,7 @@ def test_verify_manifest(home, tmp_path):
     assert run(home, "verify-manifest", str(good))["snapshot"] == digest
     other_key = tmp_path / "other"
     other_key.mkdir()
-    from relgate.signing import SigningKey
+    from relgate.integrity.signing import SigningKey
 
     (other_key / "k.pem").write_bytes(SigningKey.generate().public_pem())
     unknown = run(home, "verify-manifest", str(good), "--trusted-key", str(other_key), expect=3)

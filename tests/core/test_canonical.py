@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relgate.canonical import canonical_bytes, manifest_digest
 from relgate.errors import UsageError
+from relgate.integrity.canonical import canonical_bytes, manifest_digest
 
 keys = st.text(max_size=8)
 scalars = (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from relgate.signing import Role, SigningKey
+from relgate.integrity.signing import Role, SigningKey
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace, default_config
 from relgate_agent import dsse
@@ -256,7 +256,7 @@ def home(tmp_path, db_url):
 
 
 def _stored_envelope(home: Path, db_url: str, digest: str, out: Path) -> Path:
-    from relgate.snapshot.catalog import get_snapshot
+    from relgate.catalog.snapshot_table import get_snapshot
 
     config = json.loads((home / "relgate.json").read_text())
     ws = Workspace(home, {**config, "catalog": {"url": db_url}})
@@ -371,7 +371,7 @@ def test_legacy_single_key_workspace_loads_and_migrates(tmp_path) -> None:
 
 
 def test_approval_is_signed_by_the_approver_key(home, tmp_path) -> None:
-    from relgate.approvals import PAYLOAD_TYPE, verify_approval
+    from relgate.gate.approvals import PAYLOAD_TYPE, verify_approval
 
     path, db_url, digest = home
     out = relgate(path, "snapshot", "approve", digest, "--approver", "alice", db_url=db_url)

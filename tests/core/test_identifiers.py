@@ -1,4 +1,4 @@
-"""The one identifier rule (relgate.identifiers), property-tested."""
+"""The one identifier rule (relgate.integrity.identifiers), property-tested."""
 
 import unicodedata
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relgate.identifiers import MAX_ID_BYTES, IdentifierError, problem, validate_id
+from relgate.integrity.identifiers import MAX_ID_BYTES, IdentifierError, problem, validate_id
 
 _SAFE = st.characters(
     blacklist_categories=("Cc", "Cs", "Zl", "Zp"),

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from relgate.errors import IntegrityError, RejectedError, UsageError
-from relgate.signing import Role, SigningKey, TrustedKeys, sign_envelope, verify_envelope
+from relgate.integrity.signing import Role, SigningKey, TrustedKeys, sign_envelope, verify_envelope
 
 TYPE = "application/vnd.relgate.dataset-snapshot.v1+json"  # a builder document
 

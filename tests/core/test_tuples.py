@@ -2,8 +2,8 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relgate.hashing import length_prefixed
-from relgate.tuples import MemberTuple, decode_tuple, encode_fields
+from relgate.integrity.hashing import length_prefixed
+from relgate.integrity.tuples import MemberTuple, decode_tuple, encode_fields
 
 tuples = st.builds(MemberTuple, *(st.text(max_size=12) for _ in range(6)))
 

@@ -3,8 +3,8 @@
 import dagster as dg
 
 from pipelines.definitions import defs
-from pipelines.runs import run_admit_job, run_cancel_job, run_finish_job
-from relgate.permits import get_permit
+from pipelines.run_jobs import run_admit_job, run_cancel_job, run_finish_job
+from relgate.gate.permits import get_permit
 from relgate.release.runs import get_run
 from resources.relgate import RelgateResource
 from tests.release.conftest import snapshot, ws  # noqa: F401 - fixtures

@@ -8,8 +8,8 @@ import pytest
 from assets.snapshots import snapshot_assets, snapshot_checks
 from pipelines.definitions import defs
 from pipelines.jobs import recheck_job
-from relgate.snapshot import lifecycle
-from relgate.snapshot.catalog import get_snapshot
+from relgate.catalog.snapshot_table import get_snapshot
+from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.compare import load_manifest
 from resources.relgate import RelgateResource
 from sensors.fences import benchmark_fence_sensor, tombstone_fence_sensor

@@ -24,10 +24,10 @@ PURPOSE = "demo-model-training"
 
 def build_template(path: Path) -> dict:
     from relgate.lifecycle.retention import RetentionPolicy, set_policy
-    from relgate.release.publish import approve_release, publish
+    from relgate.release.publication import approve_release, publish
     from relgate.release.verifier import verify_release
     from relgate.release.writer import write_release
-    from relgate.snapshot import lifecycle
+    from relgate.snapshot import activation as lifecycle
     from tests.snapshot.conftest import make_workspace
     from tests.snapshot.helpers import build_validated
 

@@ -10,6 +10,8 @@ import json
 import pytest
 
 from relgate.catalog.db import execute, one, rows
+from relgate.catalog.release_table import get_release
+from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import (
     ConflictError,
     IntegrityError,
@@ -18,16 +20,14 @@ from relgate.errors import (
     RelgateError,
     UsageError,
 )
-from relgate.gate import Gate
+from relgate.gate.core import Gate
+from relgate.gate.permits import close_permit, get_permit, list_permits
 from relgate.lifecycle.pins import add_pin
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
-from relgate.permits import close_permit, get_permit, list_permits
-from relgate.release import manifest as rm
-from relgate.release.catalog import get_release
-from relgate.release.publish import publish, rollback_release
+from relgate.release import root as rm
+from relgate.release.publication import publish, rollback_release
 from relgate.release.runs import create_run, get_run
 from relgate.snapshot import manifest as sm
-from relgate.snapshot.catalog import get_snapshot
 from tests.release.helpers import overwrite_in_place
 
 from .conftest import PURPOSE
@@ -386,8 +386,8 @@ def test_a_signed_payload_missing_a_bound_field_is_refused_not_an_internal_error
     ``members.count``) missing: a refusal naming the binding check, never exit 1."""
     import copy
 
-    from relgate.release.catalog import insert_release
-    from relgate.snapshot.catalog import insert_snapshot
+    from relgate.catalog.release_table import insert_release
+    from relgate.catalog.snapshot_table import insert_snapshot
 
     module = sm if kind == "snapshot" else rm
     base = g.snapshot if kind == "snapshot" else g.r3

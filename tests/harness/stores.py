@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relgate.errors import ObjectExistsError
-from relgate.objects.base import ObjectStore
 from relgate.objects.local import LocalObjectStore
 from relgate.objects.s3 import S3ObjectStore
+from relgate.objects.versioned import ObjectStore
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ real stored shard versions, so deleting one is a real deletion of an exact versi
 
 import copy
 
-from relgate.approvals import sign_approval
-from relgate.release import manifest as rm
-from relgate.release.catalog import get_release, insert_release
+from relgate.catalog.release_table import get_release, insert_release
+from relgate.catalog.states import transition
+from relgate.gate.approvals import sign_approval
+from relgate.release import root as rm
 from relgate.release.verifier import object_key
-from relgate.states import transition
 from tests.release.helpers import write
 
 RECORDS_PER_SHARD = 40

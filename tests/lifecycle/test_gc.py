@@ -8,13 +8,13 @@ import json
 
 import pytest
 
+from relgate.catalog.release_table import get_release
 from relgate.errors import RejectedError
 from relgate.lifecycle.gc import deletions, plan_gc, sweep, verify_retained
-from relgate.lifecycle.keys import canonical_key
 from relgate.lifecycle.pins import acquire_lease, add_pin, release_lease, remove_pin
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
-from relgate.release import manifest as rm
-from relgate.release.catalog import get_release
+from relgate.objects.layout import canonical_key
+from relgate.release import root as rm
 from relgate.release.verifier import verify_release
 from relgate.release.writer import stage_object
 from tests.release.helpers import overwrite_in_place
@@ -116,7 +116,7 @@ def test_missing_retained_object_fails_closed(ws, release):
 
 def test_in_progress_publisher_staged_objects_survive(ws, release):
     data = b"staged shard bytes of a publisher that has not committed"
-    from relgate.digests import sha256_digest
+    from relgate.integrity.digests import sha256_digest
     from relgate.release.writer import shard_key
 
     key = shard_key(sha256_digest(data), encrypted=False)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from relgate.lifecycle.keys import canonical_key
+from relgate.objects.layout import canonical_key
 
 HEX = "ab" * 32
 

@@ -9,11 +9,11 @@ at the exact moment a writer has staged its objects but not yet committed its ro
 import dagster as dg
 import pytest
 
-from relgate.digests import sha256_digest
 from relgate.errors import RejectedError
+from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.gc import plan_gc, sweep, verify_retained
 from relgate.lifecycle.pins import acquire_lease, get_lease, release_lease
-from relgate.release import manifest as rm
+from relgate.release import root as rm
 from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key, stage_object, write_release
 from relgate.snapshot import manifest as sm
@@ -162,7 +162,7 @@ def test_dagster_release_depends_on_the_activated_snapshot_and_refuses_an_unappr
     assert failure.step_key == "shard_release"
     text = str(failure.event_specific_data.error)
     assert "snapshot-state" in text and nightly.digest in text and "VALIDATED" in text
-    from relgate.release.catalog import list_releases
+    from relgate.catalog.release_table import list_releases
 
     assert list_releases(ws.db) == []
 
@@ -171,7 +171,7 @@ def test_dagster_writers_hold_publisher_leases_and_release_from_the_activated_sn
     from assets.releases import shard_release
     from assets.snapshots import snapshot_assets, snapshot_checks
     from relgate.catalog.db import rows
-    from relgate.release.catalog import get_release
+    from relgate.catalog.release_table import get_release
     from resources.relgate import RelgateResource
 
     resources = {"relgate": RelgateResource(home=str(ws.home))}
@@ -210,7 +210,7 @@ def test_other_spelling_of_a_key_rereferenced_after_the_plan_survives(ws, releas
     """Both spellings of one shard are candidates at plan time (their release is not
     retained); a version re-referencing the shard between plan and sweep must keep the
     other spelling too (the sweep compares canonical keys, not spellings)."""
-    from relgate.lifecycle.keys import canonical_key
+    from relgate.objects.layout import canonical_key
 
     from .helpers import forge_release, set_state
 

@@ -20,13 +20,13 @@ import random
 
 from relgate.catalog.audit import record_report
 from relgate.catalog.db import rows
+from relgate.catalog.snapshot_table import get_snapshot, insert_snapshot
+from relgate.catalog.states import transition
 from relgate.errors import RejectedError
 from relgate.lifecycle.gc import sweep, verify_retained
 from relgate.lifecycle.pins import add_pin
 from relgate.lifecycle.refs import version_refs
 from relgate.snapshot import manifest as sm
-from relgate.snapshot.catalog import get_snapshot, insert_snapshot
-from relgate.states import transition
 from relgate.workspace import Workspace
 from tests.snapshot.helpers import build_approved
 

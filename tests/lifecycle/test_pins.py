@@ -5,16 +5,16 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from relgate.cli import main
+from relgate.catalog.release_table import get_release
+from relgate.cli.main import main
 from relgate.errors import ConflictError, UsageError
 from relgate.lifecycle.gc import plan_gc, verify_retained
 from relgate.lifecycle.lineage import lineage
 from relgate.lifecycle.pins import acquire_lease, add_pin, release_lease, renew_lease
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
-from relgate.release import manifest as rm
-from relgate.release.catalog import get_release
+from relgate.release import root as rm
 from relgate.release.runs import create_run, fail_run
-from relgate.snapshot import lifecycle as snap_lifecycle
+from relgate.snapshot import activation as snap_lifecycle
 from tests.snapshot.conftest import make_workspace
 from tests.snapshot.helpers import build_approved
 
@@ -68,8 +68,8 @@ def test_pin_validation(ws, release, snapshot):
 
 
 def _first_sample(ws, digest):
+    from relgate.catalog.snapshot_table import get_snapshot
     from relgate.snapshot import manifest as sm
-    from relgate.snapshot.catalog import get_snapshot
 
     row = get_snapshot(ws.db, digest)
     manifest = sm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])

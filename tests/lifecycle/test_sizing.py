@@ -6,7 +6,7 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from relgate.cli import main
+from relgate.cli.main import main
 from relgate.errors import UsageError
 from relgate.lifecycle.sizing import (
     parse_count,

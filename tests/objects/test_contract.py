@@ -10,11 +10,11 @@ from harness.stores import race_creates, spec_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relgate.digests import sha256_digest
 from relgate.errors import IntegrityError, NotFoundError, ObjectExistsError
-from relgate.objects.base import ObjectStore
+from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import ContentStore, key_for
 from relgate.objects.local import LocalObjectStore
+from relgate.objects.versioned import ObjectStore
 
 
 def _versions(store: ObjectStore, key: str) -> list[str]:

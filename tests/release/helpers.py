@@ -10,13 +10,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from relgate.digests import sha256_digest
+from relgate.catalog.release_table import get_release, insert_release
+from relgate.catalog.snapshot_table import get_snapshot
+from relgate.integrity.digests import sha256_digest
 from relgate.release import crypto
-from relgate.release import manifest as rm
-from relgate.release import records as rr
-from relgate.release.catalog import get_release, insert_release
+from relgate.release import root as rm
+from relgate.release import stream as rr
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key, write_release
-from relgate.snapshot.catalog import get_snapshot
 
 RECORDS_PER_SHARD = 40
 

@@ -9,15 +9,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from relgate.digests import sha256_digest
+from relgate.catalog.release_table import verification_attempts
 from relgate.errors import RejectedError
-from relgate.records import content_digest
-from relgate.release import manifest as rm
-from relgate.release import records as rr
-from relgate.release.catalog import verification_attempts
+from relgate.integrity.digests import sha256_digest
+from relgate.integrity.signing import SigningKey
+from relgate.release import root as rm
+from relgate.release import stream as rr
 from relgate.release.verifier import SHARD_CHECKS, fetch_shard, verify_release
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key
-from relgate.signing import SigningKey
+from relgate.sources.schema import content_digest
 
 from .helpers import (
     RECORDS_PER_SHARD,
@@ -369,7 +369,7 @@ def test_verified_release_whose_shard_later_rots_goes_invalid(ws, snapshot):
     report = verify(ws, release)
     assert_invalid(ws, release, report, sizeMismatch=1, storageDigestMismatch=1)
     # INVALID is terminal: a later clean report cannot bring it back.
-    from relgate.states import history
+    from relgate.catalog.states import history
 
     with ws.db.tx() as conn:
         moves = [e["to_state"] for e in history(conn, "release", release.digest)]
@@ -380,7 +380,7 @@ def test_verified_release_whose_shard_later_rots_goes_invalid(ws, snapshot):
 
 
 def _moves(ws, digest):
-    from relgate.states import history
+    from relgate.catalog.states import history
 
     with ws.db.tx() as conn:
         return [e["to_state"] for e in history(conn, "release", digest)]
@@ -398,7 +398,7 @@ def test_shard_missing_then_restored_stays_staged_then_verifies(ws, snapshot):
     # The members of the unread shard are "missing" only because it was not read.
     assert report.counts["missingMembers"] == release.shards[2]["records"]
     from relgate.catalog.audit import latest_report
-    from relgate.release.publish import approve_release
+    from relgate.release.publication import approve_release
 
     assert not latest_report(ws.db, release.digest, "release")["ok"]
     with pytest.raises(RejectedError) as err:
@@ -505,7 +505,7 @@ def _cli(home, *args, expect):
 
 
 def test_cli_exit_code_and_state_agree_with_the_catalog(ws):
-    from relgate.snapshot import lifecycle
+    from relgate.snapshot import activation as lifecycle
     from tests.snapshot.helpers import build_validated
 
     snap = build_validated(ws)
@@ -551,7 +551,7 @@ def test_cli_exit_code_and_state_agree_with_the_catalog(ws):
 
 
 def get_release_manifest(ws, root):
-    from relgate.release.catalog import get_release
+    from relgate.catalog.release_table import get_release
 
     return rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"])
 
@@ -563,9 +563,9 @@ def test_s3_shard_unreachable_then_back(tmp_path, moto_s3_endpoint):
     import socket
     import uuid
 
-    from relgate.demo import seed_demo
+    from relgate.demo.corpus import seed_demo
     from relgate.objects.s3 import S3ObjectStore
-    from relgate.transforms import tag_transform
+    from relgate.snapshot.transforms import tag_transform
     from relgate.workspace import Workspace, default_config
     from tests.snapshot.helpers import build_approved
 

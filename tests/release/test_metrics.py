@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from relgate.release.metrics import ReleaseMetrics
-from relgate.release.publish import approve_release, publish
+from relgate.release.publication import approve_release, publish
 from relgate.release.runs import create_run, report, run_worker
 from relgate.release.verifier import fetch_shard, verify_release
 

@@ -7,8 +7,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relgate.records import content_digest
-from relgate.release import records as rr
+from relgate.release import stream as rr
+from relgate.sources.schema import content_digest
 
 text = st.text(max_size=12)
 record = st.tuples(text, text, text, text, text, text, text, st.integers(0, 2**40))

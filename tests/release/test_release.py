@@ -7,18 +7,18 @@ import sys
 import polars as pl
 import pytest
 
+from relgate.catalog.snapshot_table import insert_snapshot
+from relgate.catalog.states import history, transition
 from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
-from relgate.membership import put_membership, tuple_root
+from relgate.integrity.signing import verify_envelope
 from relgate.release import attest, crypto
-from relgate.release import manifest as rm
-from relgate.release import records as rr
+from relgate.release import root as rm
+from relgate.release import stream as rr
 from relgate.release.verifier import ZERO_CHECKS, load_report, verify_release
 from relgate.release.writer import shard_key
-from relgate.signing import verify_envelope
 from relgate.snapshot import manifest as sm
-from relgate.snapshot.catalog import insert_snapshot
+from relgate.snapshot.membership import put_membership, tuple_root
 from relgate.snapshot.validate import recompute
-from relgate.states import history, transition
 
 from ..snapshot.helpers import build
 from .helpers import read_shard, shard_path, state, write

@@ -16,10 +16,10 @@ import pytest
 
 from relgate.catalog.db import rows
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
+from relgate.gate.permits import get_permit
 from relgate.lifecycle.pins import acquire_lease, add_pin, get_lease, release_lease
 from relgate.lifecycle.retention import RetentionPolicy, now_utc, retained_versions, set_policy
-from relgate.permits import get_permit
-from relgate.release.publish import rollback_release
+from relgate.release.publication import rollback_release
 from relgate.release.reader import InputPosition, open_reader
 from relgate.release.runs import (
     cancel_run,
@@ -29,7 +29,7 @@ from relgate.release.runs import (
     get_run,
     list_runs,
 )
-from relgate.snapshot import lifecycle
+from relgate.snapshot import activation as lifecycle
 from tests.release.test_runs import PURPOSE, _published, _verified, _worker
 
 

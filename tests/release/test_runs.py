@@ -9,11 +9,11 @@ import urllib.request
 
 import pytest
 
+from relgate.catalog.release_table import get_release
 from relgate.errors import ConflictError, RejectedError
-from relgate.permits import get_permit
-from relgate.recheck import recheck
-from relgate.release.catalog import get_release
-from relgate.release.publish import approve_release, publish, rollback_release
+from relgate.gate.permits import get_permit
+from relgate.gate.recheck import recheck
+from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.reader import open_reader
 from relgate.release.runs import (
     assignment,
@@ -25,7 +25,7 @@ from relgate.release.runs import (
 )
 from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release
-from relgate.snapshot import lifecycle
+from relgate.snapshot import activation as lifecycle
 
 PURPOSE = "demo-model-training"
 

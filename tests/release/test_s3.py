@@ -5,11 +5,11 @@ import uuid
 
 import pytest
 
-from relgate.demo import seed_demo
+from relgate.demo.corpus import seed_demo
 from relgate.objects.s3 import S3ObjectStore
 from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key
-from relgate.transforms import tag_transform
+from relgate.snapshot.transforms import tag_transform
 from relgate.workspace import Workspace, default_config
 
 from ..snapshot.helpers import build_approved

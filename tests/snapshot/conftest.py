@@ -3,8 +3,8 @@ default; PostgreSQL where a test asks for the parametrized fixture)."""
 
 import pytest
 
-from relgate.demo import seed_demo
-from relgate.transforms import tag_transform
+from relgate.demo.corpus import seed_demo
+from relgate.snapshot.transforms import tag_transform
 from relgate.workspace import Workspace, default_config
 
 

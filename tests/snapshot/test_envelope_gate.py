@@ -15,14 +15,14 @@ import sys
 
 import pytest
 
+from relgate.catalog.release_table import get_release
+from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import ConflictError
-from relgate.release import manifest as rm
-from relgate.release.catalog import get_release
-from relgate.release.publish import approve_release, publish
+from relgate.release import root as rm
+from relgate.release.publication import approve_release, publish
 from relgate.release.runs import create_run
-from relgate.snapshot import lifecycle
+from relgate.snapshot import activation as lifecycle
 from relgate.snapshot import manifest as sm
-from relgate.snapshot.catalog import get_snapshot
 from tests.release.helpers import overwrite_in_place
 from tests.release.test_runs import PURPOSE, _published, _verified
 
@@ -194,7 +194,7 @@ def test_rollback_refused_by_later_fence_entries_even_if_no_hit_was_recorded(ws)
     """The old root is outside every retention rule, so the advance recorded no hit on it:
     only the rollback's own check of entries since its watermarks can refuse it."""
     from relgate.lifecycle.retention import RetentionPolicy, set_policy
-    from relgate.release.publish import rollback_release
+    from relgate.release.publication import rollback_release
 
     snap = build_approved(ws)
     set_policy(ws.db, RetentionPolicy("train", keep_last=1, keep_days=0, rollback_window=0))
@@ -216,7 +216,7 @@ def test_validation_counts_fenced_members_of_a_manifest_that_claims_the_new_wate
     builder was bypassed): validation must count the hit, not only reject for some reason."""
     import copy
 
-    from relgate.snapshot.catalog import insert_snapshot
+    from relgate.catalog.snapshot_table import insert_snapshot
     from relgate.snapshot.validate import validate_snapshot
 
     from .helpers import build
@@ -247,11 +247,11 @@ def test_validation_counts_fenced_members_of_a_manifest_that_claims_the_new_wate
 
 def _forge_approval(ws, kind, digest, role):
     """An approval of ``digest`` signed with ``role``'s key, recorded as the newest one."""
-    from relgate.approvals import PAYLOAD_TYPE, Approval, approval_kind
-    from relgate.canonical import canonical_bytes
     from relgate.catalog.audit import record_report
     from relgate.catalog.db import utcnow
-    from relgate.signing import sign_envelope
+    from relgate.gate.approvals import PAYLOAD_TYPE, Approval, approval_kind
+    from relgate.integrity.canonical import canonical_bytes
+    from relgate.integrity.signing import sign_envelope
 
     statement = Approval(kind, digest, "mallory", "sha256:" + "0" * 64, utcnow()).to_json()
     envelope = sign_envelope(PAYLOAD_TYPE, canonical_bytes(statement), ws.key(role))
@@ -304,8 +304,8 @@ def test_release_published_only_with_its_signed_approval(ws):
 
 def test_approval_row_pointing_at_another_digests_approval_is_refused(ws):
     """A reports row for snapshot A that names the (validly signed) approval of snapshot B."""
-    from relgate.approvals import approval_kind
     from relgate.catalog.audit import latest_report, record_report
+    from relgate.gate.approvals import approval_kind
 
     a = build_validated(ws)
     b = build_approved(ws, parents=[a.digest])

@@ -7,17 +7,17 @@ import os
 import polars as pl
 import pytest
 
-from relgate.canonical import canonical_bytes
+from relgate.catalog.snapshot_table import insert_snapshot
 from relgate.errors import IntegrityError, RejectedError
-from relgate.membership import put_membership, tuple_root
-from relgate.policy import transform_code_digest
+from relgate.integrity.canonical import canonical_bytes
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.build import BuildSpec, build_snapshot, freeze
-from relgate.snapshot.catalog import insert_snapshot
 from relgate.snapshot.compare import replay
+from relgate.snapshot.membership import put_membership, tuple_root
+from relgate.snapshot.policy import transform_code_digest
+from relgate.snapshot.transforms import tag_transform
 from relgate.snapshot.validate import validate_snapshot
 from relgate.sources.cdc import append_segment
-from relgate.transforms import tag_transform
 
 from .helpers import build, build_validated, state_of
 
@@ -381,7 +381,7 @@ def test_a_path_like_sample_id_stays_a_value(ws, tmp_path):
     looked up, and never becomes a file name or an object key anywhere."""
     from relgate.release.verifier import verify_release
     from relgate.release.writer import write_release
-    from relgate.snapshot import lifecycle
+    from relgate.snapshot import activation as lifecycle
 
     evil = "../../etc/passwd"
     ws.store.create(

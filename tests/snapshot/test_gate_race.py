@@ -27,14 +27,14 @@ import time
 
 import pytest
 
-from relgate.approvals import sign_approval
 from relgate.catalog.db import execute, one, rows, utcnow
+from relgate.catalog.snapshot_table import get_snapshot
+from relgate.catalog.states import current_state, transition
 from relgate.errors import ConflictError, RejectedError
-from relgate.release import manifest as rm
+from relgate.gate.approvals import sign_approval
+from relgate.release import root as rm
 from relgate.release.writer import write_release
 from relgate.snapshot import manifest as sm
-from relgate.snapshot.catalog import get_snapshot
-from relgate.states import current_state, transition
 from relgate.workspace import Workspace
 
 from .conftest import make_workspace

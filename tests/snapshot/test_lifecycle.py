@@ -1,9 +1,9 @@
 import pytest
 
+from relgate.catalog.snapshot_table import snapshot_history
 from relgate.errors import ConflictError, RejectedError
-from relgate.merkle import check_proof
-from relgate.snapshot import lifecycle
-from relgate.snapshot.catalog import snapshot_history
+from relgate.integrity.merkle import check_proof
+from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.compare import diff, load_manifest, prove, replay
 
 from .helpers import build, build_active, build_validated, state_of

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
-from relgate.gate import read_alias, read_fences
-from relgate.states import RUN_LIVE_STATES
+from relgate.gate.core import read_alias, read_fences
 
 if TYPE_CHECKING:
-    from relgate.gate import Gate
+    from relgate.gate.core import Gate
 
 #: ``permits.generation`` of a permit admitted by exact digest (no alias was read).
 NO_GENERATION = -1

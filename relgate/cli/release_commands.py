@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from relgate.cli_common import Ctx, _actor, command, pass_ctx
+from relgate.cli.common import Ctx, _actor, command, pass_ctx
 
 
 @click.group()
@@ -47,9 +47,9 @@ def release_build(
     key_version: str | None,
 ) -> dict[str, Any]:
     """Write parquet shards for SNAPSHOT under digest-addressed keys and sign the root."""
-    from relgate.identifiers import validate_id
+    from relgate.catalog.snapshot_table import resolve
+    from relgate.integrity.identifiers import validate_id
     from relgate.release.writer import write_release
-    from relgate.snapshot.catalog import resolve
 
     if key_version is not None:
         key_version = validate_id(key_version, kind="key version", where="--key-version")
@@ -64,7 +64,7 @@ def release_build(
         key_version=key_version,
         actor=_actor(),
     )
-    from relgate.release.catalog import get_release
+    from relgate.catalog.release_table import get_release
 
     # The printed state is the catalog's: a rebuild that yields a root already recorded
     # (e.g. one proven INVALID) says so and is refused, never "STAGED".
@@ -97,7 +97,7 @@ def release_build(
 @pass_ctx
 def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> dict[str, Any]:
     """Independent verification from exact object versions; VERIFIED or INVALID."""
-    from relgate.release.catalog import resolve_release
+    from relgate.catalog.release_table import resolve_release
     from relgate.release.verifier import key_ring, verify_release
 
     ws = ctx.ws()
@@ -146,8 +146,8 @@ def verify_result(report: Any) -> dict[str, Any]:
 @pass_ctx
 def release_approve(ctx: Ctx, root: str, approver: str, comment: str) -> dict[str, Any]:
     """Bind a named approval to the root digest (never a directory)."""
-    from relgate.release.catalog import resolve_release
-    from relgate.release.publish import approve_release
+    from relgate.catalog.release_table import resolve_release
+    from relgate.release.publication import approve_release
 
     ws = ctx.ws()
     return approve_release(ws, resolve_release(ws.db, root), approver=approver, comment=comment)
@@ -162,8 +162,8 @@ def release_publish(
     ctx: Ctx, root: str, alias: str, expect_generation: int | None
 ) -> dict[str, Any]:
     """Switch the release alias by CAS through the gate."""
-    from relgate.release.catalog import resolve_release
-    from relgate.release.publish import publish
+    from relgate.catalog.release_table import resolve_release
+    from relgate.release.publication import publish
 
     ws = ctx.ws()
     return publish(
@@ -184,8 +184,8 @@ def release_rollback(
     ctx: Ctx, alias: str, root: str, expect_generation: int | None
 ) -> dict[str, Any]:
     """Point the alias at an older root if both its watermarks still satisfy the gate."""
-    from relgate.release.catalog import resolve_release
-    from relgate.release.publish import rollback_release
+    from relgate.catalog.release_table import resolve_release
+    from relgate.release.publication import rollback_release
 
     ws = ctx.ws()
     return rollback_release(
@@ -203,16 +203,16 @@ def release_rollback(
 @pass_ctx
 def release_show(ctx: Ctx, root: str, with_manifest: bool) -> dict[str, Any]:
     from relgate.catalog.audit import approvals, latest_report
-    from relgate.release import manifest as rm
-    from relgate.release.catalog import get_release, resolve_release
-    from relgate.states import history
+    from relgate.catalog.release_table import get_release, resolve_release
+    from relgate.catalog.states import history
+    from relgate.release import root as rm
 
     ws = ctx.ws()
     digest = resolve_release(ws.db, root)
     row = get_release(ws.db, digest)
     with ws.db.tx() as conn:
         events = history(conn, "release", digest)
-    from relgate.release.catalog import verification_attempts
+    from relgate.catalog.release_table import verification_attempts
 
     out: dict[str, Any] = {
         **row,
@@ -230,7 +230,7 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> dict[str, Any]:
 @command(release, "list")
 @pass_ctx
 def release_list(ctx: Ctx) -> dict[str, Any]:
-    from relgate.release.catalog import list_releases
+    from relgate.catalog.release_table import list_releases
 
     return {"releases": list_releases(ctx.ws().db)}
 
@@ -262,8 +262,8 @@ def run_create(
     world_size: int,
 ) -> dict[str, Any]:
     """Admit a run on an exact root (or the alias's root, read once) and issue its permit."""
+    from relgate.catalog.release_table import resolve_release
     from relgate.errors import UsageError
-    from relgate.release.catalog import resolve_release
     from relgate.release.runs import create_run
 
     if root is None and alias is None:
@@ -446,7 +446,7 @@ def permit() -> None:
 @click.option("--state", type=click.Choice(["OPEN", "CLOSED"]), default=None)
 @pass_ctx
 def permit_list(ctx: Ctx, root: str | None, state: str | None) -> dict[str, Any]:
-    from relgate.permits import list_permits
+    from relgate.gate.permits import list_permits
 
     return {"permits": list_permits(ctx.ws().db, root=root, state=state)}
 
@@ -455,7 +455,7 @@ def permit_list(ctx: Ctx, root: str | None, state: str | None) -> dict[str, Any]
 @click.argument("permit_id")
 @pass_ctx
 def permit_show(ctx: Ctx, permit_id: str) -> dict[str, Any]:
-    from relgate.permits import get_permit
+    from relgate.gate.permits import get_permit
 
     return get_permit(ctx.ws().db, permit_id)
 

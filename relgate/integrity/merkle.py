@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relgate.errors import IntegrityError
-from relgate.tuples import MemberTuple
+from relgate.integrity.tuples import MemberTuple
 
 _sha = hashlib.sha256
 
@@ -72,7 +72,7 @@ def _pair_level(level: bytes) -> bytes:
 
 
 def root_from_packed_leaves(packed: bytes) -> bytes:
-    """Root over leaf hashes packed 32 bytes each (see :func:`relgate.hashing.sha256_rows`)."""
+    """Root over leaf hashes packed 32 bytes each (see :func:`relgate.integrity.hashing.sha256_rows`)."""
     if not packed:
         return _sha(b"").digest()
     level = packed

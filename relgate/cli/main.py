@@ -12,10 +12,10 @@ from typing import Any
 
 import click
 
-from relgate.cli_checkpoint import register as register_checkpoint
-from relgate.cli_common import Ctx, _actor, command, pass_ctx
-from relgate.cli_lifecycle import register as register_lifecycle
-from relgate.cli_release import register
+from relgate.cli.checkpoint_commands import register as register_checkpoint
+from relgate.cli.common import Ctx, _actor, command, pass_ctx
+from relgate.cli.lifecycle_commands import register as register_lifecycle
+from relgate.cli.release_commands import register
 from relgate.errors import UsageError
 
 
@@ -36,7 +36,7 @@ def main(ctx: click.Context, home: str | None) -> None:
 @pass_ctx
 def init_cmd(ctx: Ctx) -> dict[str, Any]:
     """Create the workspace: config, catalog schema, dev signing keys, transform tags."""
-    from relgate.transforms import tag_transform
+    from relgate.snapshot.transforms import tag_transform
     from relgate.workspace import Workspace
 
     ws = Workspace.init(ctx.home)
@@ -65,7 +65,7 @@ def demo() -> None:
 @pass_ctx
 def demo_seed(ctx: Ctx, tickets: int, seed: int) -> dict[str, Any]:
     """Generate a synthetic corpus into an Iceberg table, an object prefix and a CDC log."""
-    from relgate.demo import seed_demo
+    from relgate.demo.corpus import seed_demo
 
     return seed_demo(ctx.ws(), tickets=tickets, seed=seed)
 
@@ -83,7 +83,7 @@ def transform() -> None:
 )
 @pass_ctx
 def transform_tag(ctx: Ctx, tag: str, digest: str | None) -> dict[str, Any]:
-    from relgate.transforms import tag_transform
+    from relgate.snapshot.transforms import tag_transform
 
     return {"tag": tag, "digest": tag_transform(ctx.ws().db, tag, digest)}
 
@@ -158,7 +158,7 @@ def snapshot_build(
 @command(snapshot, "list")
 @pass_ctx
 def snapshot_list(ctx: Ctx) -> dict[str, Any]:
-    from relgate.snapshot.catalog import list_snapshots
+    from relgate.catalog.snapshot_table import list_snapshots
 
     return {"snapshots": list_snapshots(ctx.ws().db)}
 
@@ -169,9 +169,9 @@ def snapshot_list(ctx: Ctx) -> dict[str, Any]:
 @pass_ctx
 def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> dict[str, Any]:
     from relgate.catalog.audit import approvals, latest_report
-    from relgate.snapshot.catalog import resolve, snapshot_history
+    from relgate.catalog.snapshot_table import resolve, snapshot_history
+    from relgate.snapshot.activation import describe
     from relgate.snapshot.compare import load_manifest
-    from relgate.snapshot.lifecycle import describe
 
     ws = ctx.ws()
     digest = resolve(ws.db, digest)
@@ -189,7 +189,7 @@ def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> dict[str, Any]:
 @pass_ctx
 def snapshot_validate(ctx: Ctx, digest: str) -> dict[str, Any]:
     """Recompute from pinned sources; VALIDATED, REJECTED or INCOMPLETE."""
-    from relgate.snapshot.catalog import resolve
+    from relgate.catalog.snapshot_table import resolve
     from relgate.snapshot.validate import validate_snapshot
 
     ws = ctx.ws()
@@ -203,8 +203,8 @@ def snapshot_validate(ctx: Ctx, digest: str) -> dict[str, Any]:
 @click.option("--comment", default="")
 @pass_ctx
 def snapshot_approve(ctx: Ctx, digest: str, approver: str, comment: str) -> dict[str, Any]:
-    from relgate.snapshot.catalog import resolve
-    from relgate.snapshot.lifecycle import approve
+    from relgate.catalog.snapshot_table import resolve
+    from relgate.snapshot.activation import approve
 
     ws = ctx.ws()
     return approve(ws, resolve(ws.db, digest), approver=approver, comment=comment)
@@ -224,8 +224,8 @@ def snapshot_activate(
     ctx: Ctx, digest: str, alias: str, expect_generation: int | None
 ) -> dict[str, Any]:
     """Switch the alias by CAS through the gate."""
-    from relgate.snapshot.catalog import resolve
-    from relgate.snapshot.lifecycle import activate
+    from relgate.catalog.snapshot_table import resolve
+    from relgate.snapshot.activation import activate
 
     ws = ctx.ws()
     return activate(
@@ -243,7 +243,7 @@ def snapshot_activate(
 @pass_ctx
 def snapshot_diff(ctx: Ctx, old: str, new: str) -> dict[str, Any]:
     """Additions, deletions, split migrations, per-source and per-split deltas."""
-    from relgate.snapshot.catalog import resolve
+    from relgate.catalog.snapshot_table import resolve
     from relgate.snapshot.compare import diff
 
     ws = ctx.ws()
@@ -258,7 +258,7 @@ def snapshot_diff(ctx: Ctx, old: str, new: str) -> dict[str, Any]:
 @pass_ctx
 def snapshot_replay(ctx: Ctx, digest: str, canary_bp: int) -> dict[str, Any]:
     """Re-run selection from pinned sources; requires the exact same member-id set."""
-    from relgate.snapshot.catalog import resolve
+    from relgate.catalog.snapshot_table import resolve
     from relgate.snapshot.compare import replay
 
     ws = ctx.ws()
@@ -289,8 +289,8 @@ def alias_rollback(
     ctx: Ctx, name: str, digest: str, expect_generation: int | None
 ) -> dict[str, Any]:
     """Append a higher generation pointing at an older digest (refused if fences hit it)."""
-    from relgate.snapshot.catalog import resolve
-    from relgate.snapshot.lifecycle import rollback
+    from relgate.catalog.snapshot_table import resolve
+    from relgate.snapshot.activation import rollback
 
     ws = ctx.ws()
     return rollback(
@@ -314,7 +314,7 @@ def fence_tombstone() -> None:
 @click.option("--reason", required=True)
 @pass_ctx
 def tombstone_add(ctx: Ctx, sample_ids: tuple[str, ...], reason: str) -> dict[str, Any]:
-    from relgate.snapshot.lifecycle import add_tombstones
+    from relgate.snapshot.activation import add_tombstones
 
     return add_tombstones(ctx.ws(), list(sample_ids), reason=reason, actor=_actor()).to_json()
 
@@ -329,8 +329,8 @@ def fence_benchmark() -> None:
 @click.option("--benchmark", required=True, help="Benchmark name.")
 @pass_ctx
 def benchmark_add(ctx: Ctx, content_digests: tuple[str, ...], benchmark: str) -> dict[str, Any]:
-    from relgate.digests import require_digest
-    from relgate.snapshot.lifecycle import add_benchmark_items
+    from relgate.integrity.digests import require_digest
+    from relgate.snapshot.activation import add_benchmark_items
 
     digests = [require_digest(d, what="content digest") for d in content_digests]
     return add_benchmark_items(ctx.ws(), digests, benchmark=benchmark, actor=_actor()).to_json()
@@ -353,7 +353,7 @@ def fence_show(ctx: Ctx) -> dict[str, Any]:
 # -- proofs and manifests ----------------------------------------------------------------------
 def _trusted(ctx: Ctx, trusted: tuple[str, ...]) -> Any:
     """--trusted-key entries (PEM file, directory, or ROLE=PATH), else the workspace's keys."""
-    from relgate.signing import load_trusted
+    from relgate.integrity.signing import load_trusted
 
     for entry in trusted:
         path = entry.partition("=")[2] if "=" in entry else entry
@@ -375,9 +375,9 @@ _TRUSTED_HELP = (
 @pass_ctx
 def prove_cmd(ctx: Ctx, sample_id: str, digest: str | None, root: str | None) -> dict[str, Any]:
     """Print a proof bundle: the signed envelope plus an inclusion or non-inclusion proof."""
-    from relgate.proofs import bundle
-    from relgate.release.catalog import resolve_release
-    from relgate.snapshot.catalog import resolve
+    from relgate.catalog.release_table import resolve_release
+    from relgate.catalog.snapshot_table import resolve
+    from relgate.release.proofs import bundle
 
     if (digest is None) == (root is None):
         raise UsageError("give exactly one of --snapshot or --release", check="proof-subject")
@@ -394,7 +394,7 @@ def prove_cmd(ctx: Ctx, sample_id: str, digest: str | None, root: str | None) ->
 def check_proof_cmd(ctx: Ctx, bundle_file: str, trusted: tuple[str, ...]) -> dict[str, Any]:
     """Verify a proof bundle: builder signature, root and size binding, path (no workspace
     needed with --trusted-key)."""
-    from relgate.proofs import read_bundle
+    from relgate.release.proofs import read_bundle
 
     proof = read_bundle(bundle_file)
     return proof.check(_trusted(ctx, trusted), subject=bundle_file)
@@ -408,8 +408,8 @@ def verify_manifest_cmd(ctx: Ctx, envelope_file: str, trusted: tuple[str, ...]) 
     """Check a signed relgate document (snapshot manifest, release root, report, provenance):
     trusted signature by a key whose role may sign it, strict canonical payload; for
     manifests also the schema and the recomputed digest."""
-    from relgate.release.manifest import KIND as RELEASE
-    from relgate.signing import PAYLOAD_ROLES, load_envelope, open_verified, relgate_error
+    from relgate.integrity.signing import PAYLOAD_ROLES, load_envelope, open_verified, relgate_error
+    from relgate.release.root import KIND as RELEASE
     from relgate.snapshot.manifest import KIND as SNAPSHOT
     from relgate_agent import dsse
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import click
 
-from relgate.cli_common import Ctx, _actor, command, pass_ctx
+from relgate.cli.common import Ctx, _actor, command, pass_ctx
 from relgate.errors import NotFoundError, UsageError
 
 
 def _resolve_version(ctx: Ctx, ref: str) -> tuple[Any, str]:
-    from relgate.release.catalog import resolve_release
-    from relgate.snapshot.catalog import resolve
+    from relgate.catalog.release_table import resolve_release
+    from relgate.catalog.snapshot_table import resolve
 
     ws = ctx.ws()
     for resolver in (resolve_release, resolve):
@@ -216,7 +216,7 @@ def register(main: click.Group) -> None:
     @pass_ctx
     def lineage_cmd(ctx: Ctx, sample_id: str) -> dict[str, Any]:
         """Every version, pin, permit and run that holds SAMPLE_ID (by membership)."""
-        from relgate.identifiers import validate_id
+        from relgate.integrity.identifiers import validate_id
         from relgate.lifecycle.lineage import lineage
 
         return lineage(ctx.ws(), validate_id(sample_id, where="lineage SAMPLE_ID"))

@@ -15,10 +15,10 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from relgate.canonical import canonical_bytes
-from relgate.digests import sha256_digest
 from relgate.errors import RejectedError, UsageError
-from relgate.hashing import sha256_rows
+from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.digests import sha256_digest
+from relgate.integrity.hashing import sha256_rows
 
 
 # -- selection -------------------------------------------------------------------------------

@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.catalog.states import history, resolve_digest
 from relgate.errors import NotFoundError
 from relgate.snapshot.manifest import SnapshotManifest
-from relgate.states import history, resolve_digest
 
 
 def insert_snapshot(

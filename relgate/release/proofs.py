@@ -28,12 +28,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from relgate.digests import require_digest
 from relgate.errors import IntegrityError, RejectedError, RelgateError
-from relgate.merkle import LeafProof, check_proof
-from relgate.signed import DocumentKind
-from relgate.signing import TrustedKeys, relgate_error
-from relgate.tuples import FIELDS, MemberTuple
+from relgate.integrity.digests import require_digest
+from relgate.integrity.documents import DocumentKind
+from relgate.integrity.merkle import LeafProof, check_proof
+from relgate.integrity.signing import TrustedKeys, relgate_error
+from relgate.integrity.tuples import FIELDS, MemberTuple
 from relgate_agent import dsse
 
 SCHEMA = "relgate.proof-bundle.v1"
@@ -49,7 +49,7 @@ def _kind(subject_kind: str) -> DocumentKind:
         from relgate.snapshot.manifest import KIND as SNAPSHOT
 
         return SNAPSHOT
-    from relgate.release.manifest import KIND as RELEASE
+    from relgate.release.root import KIND as RELEASE
 
     return RELEASE
 
@@ -252,16 +252,16 @@ def bundle(ws: Any, sample_id: str, *, snapshot: str | None, release: str | None
     from relgate.snapshot.compare import prove
 
     if release is not None:
-        from relgate.release import manifest as rm
-        from relgate.release.catalog import get_release
+        from relgate.catalog.release_table import get_release
+        from relgate.release import root as rm
 
         row = get_release(ws.db, release)
         envelope_raw = ws.store.get(rm.envelope_key(release), row["envelope_version"])
         body = rm.KIND.open(envelope_raw, ws.trusted_keys, expected=release, subject="release")
         kind, digest, snap = "release", release, str(body["datasetSnapshot"])
     else:
+        from relgate.catalog.snapshot_table import get_snapshot
         from relgate.snapshot import manifest as sm
-        from relgate.snapshot.catalog import get_snapshot
 
         assert snapshot is not None
         row = get_snapshot(ws.db, snapshot)

@@ -31,7 +31,7 @@ def workers() -> int:
 def length_prefixed(*columns: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> pa.Array:
     """Row-wise ``prefix || len(c1) c1 || len(c2) c2 ...`` with 4-byte big-endian lengths.
 
-    The same bytes :func:`relgate.tuples.encode_fields` produces for one row, built column
+    The same bytes :func:`relgate.integrity.tuples.encode_fields` produces for one row, built column
     at a time.
     """
     parts: list[Any] = []
@@ -110,7 +110,7 @@ def sha256_rows(arr: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> bytes:
 
 def _subtree_roots(offsets: np.ndarray, data: memoryview, lo: int, hi: int, chunk: int) -> bytes:
     """RFC 6962 roots of the aligned leaf chunks [lo, hi) (``chunk`` a power of two)."""
-    from relgate.merkle import root_from_packed_leaves
+    from relgate.integrity.merkle import root_from_packed_leaves
 
     out = bytearray()
     for start in range(lo, hi, chunk):
@@ -135,7 +135,7 @@ def merkle_root_rows(arr: pa.Array | pa.ChunkedArray) -> bytes:
     the roots of the aligned chunks (the last, partial one reduced the same way), so the
     root over the chunk roots is the root over the leaves.
     """
-    from relgate.merkle import root_from_packed_leaves
+    from relgate.integrity.merkle import root_from_packed_leaves
 
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()

@@ -14,12 +14,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from relgate.canonical import canonical_bytes
-from relgate.digests import sha256_digest
 from relgate.errors import IntegrityError, NotFoundError, RejectedError
+from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import ContentStore, digest_of_uri
-from relgate.records import SOURCE_ARROW_SCHEMA
-from relgate.sources.base import Source, SourcePin, parse_row, require_text
+from relgate.sources.schema import SOURCE_ARROW_SCHEMA
+from relgate.sources.source import Source, SourcePin, parse_row, require_text
 
 PIN_KIND = "relgate.object-pin.v1"
 

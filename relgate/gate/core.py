@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
-from relgate.approvals import approval_kind, missing_approval, open_approval
 from relgate.catalog.audit import newest_report
 from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.catalog.states import TABLES, transition
 from relgate.errors import (
     ConflictError,
     IntegrityError,
@@ -27,12 +27,12 @@ from relgate.errors import (
     RelgateError,
     UsageError,
 )
-from relgate.identifiers import validate_ids
+from relgate.gate.approvals import approval_kind, missing_approval, open_approval
+from relgate.integrity.identifiers import validate_ids
+from relgate.integrity.signing import TrustedKeys
 from relgate.lifecycle.retention import now_utc, retained_versions
-from relgate.objects.base import ObjectStore
 from relgate.objects.cas import ContentRef, ContentStore, digest_of_uri
-from relgate.signing import TrustedKeys
-from relgate.states import TABLES, transition
+from relgate.objects.versioned import ObjectStore
 
 #: The state a subject must be in to be activated, and the state activation moves it to.
 ACTIVATION = {"snapshot": ("APPROVED", "ACTIVE"), "release": ("APPROVED", "PUBLISHED")}
@@ -101,7 +101,7 @@ class StoredEnvelopes:
         self.trusted = trusted
 
     def verify(self, kind: str, row: dict[str, Any]) -> None:
-        from relgate.release import manifest as rm
+        from relgate.release import root as rm
         from relgate.snapshot import manifest as sm
 
         module = sm if kind == "snapshot" else rm

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from relgate.cli_common import Ctx, command, pass_ctx
+from relgate.cli.common import Ctx, command, pass_ctx
 
 
 def _size(text: str) -> int:
@@ -33,7 +33,7 @@ def checkpoint_publish(
     ctx: Ctx, directory: str, model: str, version: str, chunk_size: str, block_size: str
 ) -> dict[str, Any]:
     """Copy DIRECTORY to the immutable origin and sign its manifest (DSSE, Ed25519)."""
-    from relgate.checkpoint import publish_checkpoint
+    from relgate.checkpoint.publish import publish_checkpoint
 
     return publish_checkpoint(
         ctx.ws(),
@@ -48,7 +48,7 @@ def checkpoint_publish(
 @command(checkpoint, "list")
 @pass_ctx
 def checkpoint_list(ctx: Ctx) -> dict[str, Any]:
-    from relgate.checkpoint import list_checkpoints
+    from relgate.checkpoint.publish import list_checkpoints
 
     return {"checkpoints": list_checkpoints(ctx.ws())}
 
@@ -58,7 +58,7 @@ def checkpoint_list(ctx: Ctx) -> dict[str, Any]:
 @click.option("--megabytes", default=192, show_default=True)
 def checkpoint_demo(directory: str, megabytes: int) -> dict[str, Any]:
     """Write a synthetic bf16 safetensors checkpoint to DIRECTORY."""
-    from relgate.checkpoint import write_demo_checkpoint
+    from relgate.checkpoint.publish import write_demo_checkpoint
 
     return write_demo_checkpoint(directory, megabytes=megabytes)
 
@@ -83,7 +83,7 @@ def distribute_cmd(
     origin_cap: int,
 ) -> dict[str, Any]:
     """Fan a published checkpoint out to a local fleet of agents; wait for DistributionComplete."""
-    from relgate.checkpoint import distribute
+    from relgate.checkpoint.publish import distribute
 
     out = distribute(
         ctx.ws(),

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from relgate.canonical import canonical_bytes
-from relgate.digests import sha256_digest
-from relgate.hashing import digests_to_strings, length_prefixed, sha256_rows
-from relgate.tuples import encode_fields
+from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.digests import sha256_digest
+from relgate.integrity.hashing import digests_to_strings, length_prefixed, sha256_rows
+from relgate.integrity.tuples import encode_fields
 
 RECORD_SCHEMA_NAME = "relgate.text.v1"
 

@@ -17,9 +17,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from relgate.digests import hex_of
 from relgate.errors import IntegrityError
-from relgate.hashing import length_prefixed, merkle_root_rows
+from relgate.integrity.digests import hex_of
+from relgate.integrity.hashing import length_prefixed, merkle_root_rows
 from relgate.objects.cas import ContentRef, ContentStore, key_for
 
 MEMBERSHIP_SCHEMA = pa.schema(

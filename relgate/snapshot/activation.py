@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from relgate.catalog import audit
-from relgate.gate import FenceAdvance
-from relgate.snapshot.catalog import get_snapshot
+from relgate.catalog.snapshot_table import get_snapshot
+from relgate.gate.core import FenceAdvance
 from relgate.workspace import Workspace
 
 

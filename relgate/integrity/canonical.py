@@ -15,8 +15,8 @@ from typing import Any
 
 import rfc8785
 
-from relgate.digests import sha256_digest
 from relgate.errors import UsageError
+from relgate.integrity.digests import sha256_digest
 from relgate_agent.dsse import MAX_SAFE_INTEGER
 
 #: Fields that never take part in a manifest's digest.

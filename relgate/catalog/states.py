@@ -12,8 +12,8 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
-from relgate.digests import require_digest
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
+from relgate.integrity.digests import require_digest
 
 SNAPSHOT_TRANSITIONS: dict[str, frozenset[str]] = {
     "BUILDING": frozenset({"VALIDATED", "INCOMPLETE", "REJECTED"}),

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from relgate.errors import RejectedError, UsageError
-from relgate.identifiers import IdentifierError, validate_id
+from relgate.integrity.identifiers import IdentifierError, validate_id
 from relgate.objects.cas import ContentStore
 
 #: A source row that cannot be admitted (bad UTF-8, not JSON, no or bad id, bad field):
@@ -83,7 +83,7 @@ class Source(abc.ABC):
 
     @abc.abstractmethod
     def read(self, entry: dict[str, Any]) -> pa.Table:
-        """Rows of :data:`relgate.records.SOURCE_ARROW_SCHEMA` at the pinned versions."""
+        """Rows of :data:`relgate.sources.schema.SOURCE_ARROW_SCHEMA` at the pinned versions."""
 
     @abc.abstractmethod
     def check_readable(self, entry: dict[str, Any]) -> list[str]:
@@ -107,7 +107,7 @@ def source_from_config(config: dict[str, Any], cas: ContentStore) -> Source:
             table=config["table"],
         )
     if kind == "object-prefix":
-        from relgate.sources.objects import ObjectPrefixSource
+        from relgate.sources.prefix import ObjectPrefixSource
 
         return ObjectPrefixSource(config["id"], cas=cas, prefix=config["prefix"])
     if kind == "cdc":

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from relgate.canonical import canonical_bytes, manifest_digest
-from relgate.digests import require_digest
 from relgate.errors import IntegrityError, RejectedError, UsageError
-from relgate.objects.base import ObjectStore
-from relgate.signing import SigningKey, TrustedKeys, open_verified, sign_envelope
+from relgate.integrity.canonical import canonical_bytes, manifest_digest
+from relgate.integrity.digests import require_digest
+from relgate.integrity.signing import SigningKey, TrustedKeys, open_verified, sign_envelope
+from relgate.objects.versioned import ObjectStore
 
 
 @dataclass(frozen=True)

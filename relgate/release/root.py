@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from relgate.digests import hex_of
-from relgate.objects.base import ObjectStore
-from relgate.signed import DocumentKind
-from relgate.signing import SigningKey, TrustedKeys
+from relgate.integrity.digests import hex_of
+from relgate.integrity.documents import DocumentKind
+from relgate.integrity.signing import SigningKey, TrustedKeys
+from relgate.objects.versioned import ObjectStore
 
 SCHEMA = "training.shard.release.v1"
 PAYLOAD_TYPE = "application/vnd.relgate.shard-release.v1+json"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from relgate.catalog.db import rows
-from relgate.states import TABLES, current_state, transition
+from relgate.catalog.states import TABLES, current_state, transition
 from relgate.workspace import Workspace
 
 REFUSE = {

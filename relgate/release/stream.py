@@ -21,9 +21,9 @@ Canonical record stream (what ``logicalDigest`` is SHA-256 over)::
     then, per record in shard order:
     lp(sampleId, sourceId, sourceVersion, contentDigest(lang, text), split, lang, str(tokens))
 
-where ``lp`` is the 4-byte big-endian length-prefixed encoding of :mod:`relgate.tuples`
+where ``lp`` is the 4-byte big-endian length-prefixed encoding of :mod:`relgate.integrity.tuples`
 and ``contentDigest`` is the snapshot's ``logicalContentDigest`` function
-(:func:`relgate.records.content_digest`) recomputed from the decoded ``lang`` and
+(:func:`relgate.sources.schema.content_digest`) recomputed from the decoded ``lang`` and
 ``text``.  Every record has exactly seven length-prefixed fields, so the stream parses
 back uniquely (injective); the text enters through its SHA-256 content digest, which
 binds it just as well and lets the verifier hash each text once instead of twice.  A
@@ -45,11 +45,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from relgate.canonical import canonical_bytes
-from relgate.digests import sha256_digest
-from relgate.hashing import length_prefixed
-from relgate.records import RECORD_SCHEMA_NAME, record_schema_digest
-from relgate.tuples import encode_fields
+from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.digests import sha256_digest
+from relgate.integrity.hashing import length_prefixed
+from relgate.integrity.tuples import encode_fields
+from relgate.sources.schema import RECORD_SCHEMA_NAME, record_schema_digest
 
 _LEN = struct.Struct(">I")
 
@@ -141,7 +141,7 @@ def token_counts(text: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def content_digests(lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray) -> pa.Array:
     """``logicalContentDigest`` recomputed from decoded content: the snapshot's function
-    (:func:`relgate.records.content_digest`), hashed straight from the Arrow buffers."""
+    (:func:`relgate.sources.schema.content_digest`), hashed straight from the Arrow buffers."""
     lang_off, lang_data = _string_buffers(lang)
     text_off, text_data = _string_buffers(text)
     n = len(text_off) - 1
@@ -215,7 +215,7 @@ def logical_digest(
 def encode_stream(records: list[tuple[str, str, str, str, str, str, str, int]]) -> bytes:
     """Reference row-at-a-time encoding of the canonical record stream (``records`` are
     rows in :data:`COLUMNS` order); the vectorised :func:`logical_digest` must agree."""
-    from relgate.records import content_digest
+    from relgate.sources.schema import content_digest
 
     out = bytearray(stream_header())
     for sample_id, source_id, source_version, _stored, split, lang, text, tokens in records:

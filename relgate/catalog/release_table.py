@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.catalog.states import resolve_digest
 from relgate.errors import NotFoundError
-from relgate.release.manifest import ReleaseManifest
-from relgate.states import resolve_digest
+from relgate.release.root import ReleaseManifest
 
 
 def insert_release(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.errors import NotFoundError, UsageError
-from relgate.policy import TRANSFORMS, TransformRef, transform_code_digest
+from relgate.snapshot.policy import TRANSFORMS, TransformRef, transform_code_digest
 
 
 def tag_transform(db: Database, tag: str, digest: str | None = None) -> str:

@@ -15,11 +15,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from relgate.canonical import canonical_bytes
 from relgate.catalog.audit import latest_report, record_report
 from relgate.catalog.db import utcnow
 from relgate.errors import IntegrityError, RejectedError
-from relgate.signing import Role, TrustedKeys, open_verified, sign_envelope
+from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.signing import Role, TrustedKeys, open_verified, sign_envelope
 
 if TYPE_CHECKING:
     from relgate.workspace import Workspace

@@ -1,0 +1,5 @@
+"""``python -m relgate.cli`` is the ``relgate`` command."""
+
+from relgate.cli.main import main
+
+main()
