@@ -1,30 +1,25 @@
 """Checkpoint assets: a signed checkpoint manifest, and its distribution to a fleet.
 
-The distribution asset launches the coordinator through Dagster Pipes (`relgate-agent
-pipes`), which streams progress into the run log and reports the ready threshold as an
-asset check and the ready hosts as metadata.
+Each asset calls one core function.  The distribution asset runs the coordinator job through
+Dagster Pipes (``relgate-agent pipes``) with the extras the core's distribution session
+built, which streams progress into the run log and reports the ready threshold as an asset
+check and the ready hosts as metadata.
 """
 
+from __future__ import annotations
+
 import sys
-import time
-from typing import Any
+from collections.abc import Sequence
 
 import dagster as dg
 
-from relgate.checkpoint.publish import (
-    ENVELOPE_NAME,
-    WebhookSink,
-    checkpoint_root,
-    free_port,
-    list_checkpoints,
-    local_fleet,
-    new_fleet_label,
-    publish_checkpoint,
-    write_demo_checkpoint,
-)
+from relgate.checkpoint.distribute import DistributionRequest, distribution_session
+from relgate.checkpoint.publish import PublishedCheckpoint
+from relgate.demo.checkpoint import DemoCheckpointRequest, publish_demo_checkpoint
 from resources.relgate import RelgateResource
 
 GROUP = "checkpoints"
+PIPES_COMMAND = [sys.executable, "-m", "relgate_agent.cli", "pipes"]
 
 
 class CheckpointConfig(dg.Config):
@@ -51,42 +46,23 @@ class DistributionConfig(dg.Config):
 )
 def checkpoint_manifest(
     context: dg.AssetExecutionContext, config: CheckpointConfig, relgate: RelgateResource
-) -> dg.Output[dict[str, Any]]:
-    ws = relgate.workspace()
-    existing = [
-        c
-        for c in list_checkpoints(ws)
-        if (c["model"], c["version"]) == (config.model, config.version)
-    ]
-    if existing:
-        found = existing[0]
-        origin = checkpoint_root(ws) / config.model / config.version / "origin"
-        out = {**found, "originUri": str(origin)}
-        context.log.info(
-            f"{config.model}/{config.version} already published: {found['manifestDigest']}"
-        )
-    else:
-        source = config.source_dir
-        if not source:
-            source = str(ws.home / "demo-checkpoint" / config.version)
-            context.log.info(
-                f"writing a synthetic bf16 safetensors checkpoint: {write_demo_checkpoint(source, megabytes=config.demo_megabytes)}"
-            )
-        out = publish_checkpoint(
-            ws,
-            source,
-            model=config.model,
-            version=config.version,
-            chunk_size=config.chunk_mb << 20,
-            block_size=config.block_mb << 20,
-        ).to_json()
+) -> dg.Output[PublishedCheckpoint]:
+    request = DemoCheckpointRequest(
+        model=config.model,
+        version=config.version,
+        source_dir=config.source_dir,
+        demo_megabytes=config.demo_megabytes,
+        chunk_size=config.chunk_mb << 20,
+        block_size=config.block_mb << 20,
+    )
+    published = publish_demo_checkpoint(relgate.workspace(), request, log=context.log.info)
     return dg.Output(
-        out,
-        data_version=dg.DataVersion(out["manifestDigest"]),
+        published,
+        data_version=dg.DataVersion(published.manifest_digest),
         metadata={
-            "manifestDigest": out["manifestDigest"],
-            "originUri": out["originUri"],
-            "manifestUri": out["manifestUri"],
+            "manifestDigest": published.manifest_digest,
+            "originUri": published.origin_uri,
+            "manifestUri": published.manifest_uri,
         },
     )
 
@@ -107,57 +83,28 @@ def checkpoint_distribution(
     config: DistributionConfig,
     relgate: RelgateResource,
     pipes_subprocess_client: dg.PipesSubprocessClient,
-    checkpoint_manifest: dict[str, Any],
-) -> Any:
-    ws = relgate.workspace()
-    model, version = checkpoint_manifest["model"], checkpoint_manifest["version"]
-    target = checkpoint_root(ws) / model / version
-    address = f"127.0.0.1:{free_port()}"
-    labels = new_fleet_label()  # the job targets exactly this run's agents
-    sink = WebhookSink()
-    try:
-        with local_fleet(
-            ws, hosts=config.hosts, racks=config.racks, coordinator=address, labels=labels
-        ) as fleet:
-            context.log.info(f"started {len(fleet)} agents: {[m['host'] for m in fleet]}")
-            invocation = pipes_subprocess_client.run(
-                command=[sys.executable, "-m", "relgate_agent.cli", "pipes"],
-                context=context,
-                extras={
-                    "job": {
-                        "model": model,
-                        "version": version,
-                        "manifest_uri": str(target / ENVELOPE_NAME),
-                        "origin_uri": str(target / "origin"),
-                        "target_selector": labels,
-                        "origin_cap_bytes_per_s": config.origin_cap_bytes_per_s,
-                        "ready_threshold": config.ready_threshold,
-                        "webhook_url": sink.url,
-                    },
-                    "serve": {
-                        "listen": address,
-                        "db": str(ws.home / "coordinator.sqlite"),
-                        "trusted_keys": ws.config["keys"]["trusted"],
-                        "min_hosts": config.hosts,
-                        "enroll": fleet,
-                    },
-                    "pki": str(ws.home / "pki"),
-                    "poll_interval_s": 0.5,
-                    "timeout_s": config.timeout_s,
-                    "wait_for_all": True,
-                },
-            )
-            results = invocation.get_results()
-        deadline = time.monotonic() + 10
-        while not sink.events and time.monotonic() < deadline:
-            time.sleep(0.1)
-    finally:
-        sink.close()
-    if sink.events:
-        context.log.info(f"DistributionComplete: {sink.events[0]}")
+    checkpoint_manifest: PublishedCheckpoint,
+) -> Sequence[dg.MaterializeResult | dg.AssetCheckResult]:
+    request = DistributionRequest(
+        model=checkpoint_manifest.model,
+        version=checkpoint_manifest.version,
+        hosts=config.hosts,
+        racks=config.racks,
+        ready_threshold=config.ready_threshold,
+        origin_cap_bytes_per_s=config.origin_cap_bytes_per_s,
+        timeout_s=config.timeout_s,
+    )
+    with distribution_session(relgate.workspace(), request) as session:
+        context.log.info(f"started {len(session.fleet)} agents: {[m.host for m in session.fleet]}")
+        results = pipes_subprocess_client.run(
+            command=PIPES_COMMAND, context=context, extras=session.extras
+        ).get_results()
+        event = session.await_complete()
+    if event is not None:
+        context.log.info(f"DistributionComplete: {event}")
     else:
         context.log.warning("no DistributionComplete reached the deployer webhook")
-    yield from results
+    return results
 
 
 checkpoint_assets = [checkpoint_manifest, checkpoint_distribution]

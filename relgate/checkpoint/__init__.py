@@ -1,1 +1,1 @@
-"""Checkpoints: publish a directory as a signed manifest, list them, distribute to a fleet."""
+"""Checkpoints: publish a directory as a signed manifest, list what is published, distribute it."""

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from relgate.cli.common import Ctx, command, pass_ctx
+from relgate.cli.common import CommandOutput, CommandResult, Ctx, command, pass_ctx
+
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
     text = text.strip().lower().removesuffix("ib").removesuffix("b")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
+    if text and text[-1] in _UNITS:
+        return int(float(text[:-1]) * _UNITS[text[-1]])
     return int(text)
 
 
@@ -31,7 +30,7 @@ def checkpoint() -> None:
 @pass_ctx
 def checkpoint_publish(
     ctx: Ctx, directory: str, model: str, version: str, chunk_size: str, block_size: str
-) -> dict[str, Any]:
+) -> CommandOutput:
     """Copy DIRECTORY to the immutable origin and sign its manifest (DSSE, Ed25519)."""
     from relgate.checkpoint.publish import publish_checkpoint
 
@@ -42,13 +41,13 @@ def checkpoint_publish(
         version=version,
         chunk_size=_size(chunk_size),
         block_size=_size(block_size),
-    ).to_json()
+    )
 
 
 @command(checkpoint, "list")
 @pass_ctx
-def checkpoint_list(ctx: Ctx) -> dict[str, Any]:
-    from relgate.checkpoint.publish import list_checkpoints
+def checkpoint_list(ctx: Ctx) -> CommandOutput:
+    from relgate.checkpoint.listing import list_checkpoints
 
     return {"checkpoints": list_checkpoints(ctx.ws())}
 
@@ -56,9 +55,9 @@ def checkpoint_list(ctx: Ctx) -> dict[str, Any]:
 @command(checkpoint, "demo")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--megabytes", default=192, show_default=True)
-def checkpoint_demo(directory: str, megabytes: int) -> dict[str, Any]:
+def checkpoint_demo(directory: str, megabytes: int) -> CommandOutput:
     """Write a synthetic bf16 safetensors checkpoint to DIRECTORY."""
-    from relgate.checkpoint.publish import write_demo_checkpoint
+    from relgate.demo.checkpoint import write_demo_checkpoint
 
     return write_demo_checkpoint(directory, megabytes=megabytes)
 
@@ -81,29 +80,29 @@ def distribute_cmd(
     racks: int,
     ready_threshold: float,
     origin_cap: int,
-) -> dict[str, Any]:
+) -> CommandOutput:
     """Fan a published checkpoint out to a local fleet of agents; wait for DistributionComplete."""
-    from relgate.checkpoint.publish import distribute
+    from relgate.checkpoint.distribute import DistributionRequest, distribute
 
-    out = distribute(
-        ctx.ws(),
+    request = DistributionRequest(
         model=model,
         version=version,
         hosts=hosts,
         racks=racks,
         ready_threshold=ready_threshold,
         origin_cap_bytes_per_s=origin_cap,
-        log=lambda line: click.echo(line, err=True),
     )
-    out["_ok"] = out["distributionComplete"] is not None
-    if not out["_ok"]:
-        out["error"] = "rejected"
-        out["check"] = "distribution-complete"
-        out["message"] = (
-            f"job {out['status']['job_id']} ended {out['status']['state']} but no "
+    result = distribute(ctx.ws(), request, log=lambda line: click.echo(line, err=True))
+    if result.complete:
+        return result
+    return CommandResult.rejected(
+        result,
+        check="distribution-complete",
+        message=(
+            f"job {result.status['job_id']} ended {result.status['state']} but no "
             "DistributionComplete reached the deployer webhook within 10 s"
-        )
-    return out
+        ),
+    )
 
 
 def register(main: click.Group) -> None:

@@ -1,93 +1,158 @@
-"""What every relgate command shares: the --json/exit-code wrapper and the workspace context."""
+"""What every ``relgate`` command shares: the workspace context, the typed command result and
+the ``--json`` / exit-code wrapper (printing goes through :mod:`relgate.cli.output`)."""
 
 from __future__ import annotations
 
 import functools
 import getpass
-import json
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 import click
 
-from relgate.errors import RelgateError
+from relgate.cli.output import Payload, print_human, print_json, to_wire
+from relgate.errors import RelgateError, UsageError
+
+if TYPE_CHECKING:
+    from relgate.integrity.signing import TrustedKeys
+    from relgate.workspace import Workspace
+
+#: Exit codes (DESIGN.md): 0 ok, 1 internal, 2 usage, 3 rejected, 4 conflict.
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_REJECTED = 3
 
 
-def _actor() -> str:
+@dataclass(frozen=True)
+class CommandResult:
+    """A command's printed object and its exit code (a refusal still prints its object)."""
+
+    body: Payload
+    exit_code: int = EXIT_OK
+
+    @classmethod
+    def of(cls, body: Payload, *, ok: bool) -> CommandResult:
+        """``body`` with exit 0 when ``ok``, else exit 3 (rejected)."""
+        return cls(body, EXIT_OK if ok else EXIT_REJECTED)
+
+    @classmethod
+    def rejected(
+        cls,
+        body: Payload,
+        *,
+        check: str,
+        message: str,
+        object: str | None = None,  # noqa: A002 - the error field's name
+        digest: str | None = None,
+    ) -> CommandResult:
+        """``body`` plus the error fields every refusal carries; exit 3."""
+        error: dict[str, object] = {"error": "rejected", "check": check, "message": message}
+        if object is not None:
+            error["object"] = object
+        if digest is not None:
+            error["digest"] = digest
+        return cls({**to_wire(body), **error}, EXIT_REJECTED)
+
+
+#: What a command function returns.
+CommandOutput: TypeAlias = "Payload | CommandResult"
+
+
+def as_object(value: Payload) -> dict[str, object]:
+    """A core result as a mutable JSON object (a model through ``to_json()``), to extend."""
+    to_json = getattr(value, "to_json", None)
+    if callable(to_json):
+        return dict(to_json())
+    return dict(value) if isinstance(value, Mapping) else {"value": value}
+
+
+def actor() -> str:
+    """Who runs this command (the login name; ``unknown`` if there is none)."""
     try:
         return getpass.getuser()
     except Exception:
         return "unknown"
 
 
-def _print_human(value: Any, indent: int = 0) -> None:
-    pad = "  " * indent
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, dict | list) and item:
-                click.echo(f"{pad}{key}:")
-                _print_human(item, indent + 1)
-            else:
-                click.echo(f"{pad}{key}: {item}")
-    elif isinstance(value, list):
-        for item in value:
-            if isinstance(item, dict):
-                click.echo(f"{pad}-")
-                _print_human(item, indent + 1)
-            else:
-                click.echo(f"{pad}- {item}")
+_actor = actor  # the name the command modules used before the split
+
+
+def _fail(as_json: bool, body: Payload, text: str, code: int) -> None:
+    if as_json:
+        print_json(to_wire(body))
+    click.echo(f"relgate: {text}", err=True)
+    sys.exit(code)
+
+
+def _emit(output: CommandOutput, as_json: bool) -> None:
+    result = output if isinstance(output, CommandResult) else CommandResult(output)
+    wire = to_wire(result.body)
+    if as_json:
+        print_json(wire)
     else:
-        click.echo(f"{pad}{value}")
+        print_human(wire)
+    sys.exit(result.exit_code)
 
 
 def command(
-    group: click.Group, name: str, **kwargs: Any
-) -> Callable[[Callable[..., dict[str, Any]]], click.Command]:
-    """Register a command that returns a dict; handles --json, errors and exit codes."""
+    group: click.Group, name: str, **kwargs: object
+) -> Callable[[Callable[..., CommandOutput]], click.Command]:
+    """Register a command returning a :data:`CommandOutput`; adds ``--json``, maps errors to
+    exit codes and prints exactly one object."""
 
-    def wrap(fn: Callable[..., dict[str, Any]]) -> click.Command:
+    def wrap(fn: Callable[..., CommandOutput]) -> click.Command:
         @functools.wraps(fn)
-        def run(*args: Any, as_json: bool, **kw: Any) -> None:
+        def run(*args: object, as_json: bool, **kw: object) -> None:
             try:
-                result = fn(*args, **kw)
+                output = fn(*args, **kw)
             except RelgateError as exc:
-                if as_json:
-                    click.echo(json.dumps(exc.to_json(), sort_keys=True))
-                click.echo(f"relgate: {exc}", err=True)
-                sys.exit(exc.exit_code)
+                _fail(as_json, exc.to_json(), str(exc), exc.exit_code)
+                return
             except click.ClickException:
                 raise
             except Exception as exc:
-                error = {"error": "internal", "message": f"{type(exc).__name__}: {exc}"}
-                if as_json:
-                    click.echo(json.dumps(error, sort_keys=True))
-                click.echo(f"relgate: internal error: {type(exc).__name__}: {exc}", err=True)
-                sys.exit(1)
-            ok = bool(result.pop("_ok", True))
-            code = int(result.pop("_exit", 0 if ok else 3))
-            if as_json:
-                click.echo(json.dumps(result, sort_keys=True, default=str))
-            else:
-                _print_human(result)
-            sys.exit(code)
+                text = f"{type(exc).__name__}: {exc}"
+                _fail(as_json, {"error": "internal", "message": text}, f"internal error: {text}", EXIT_INTERNAL)
+                return
+            _emit(output, as_json)
 
-        run = click.option(
+        decorated = click.option(
             "--json", "as_json", is_flag=True, help="Print one JSON object on stdout."
         )(run)
-        return group.command(name, **kwargs)(run)
+        return group.command(name, **kwargs)(decorated)  # type: ignore[arg-type]
 
     return wrap
 
 
 class Ctx:
+    """The ``--home`` the command was given; the workspace is opened on first use."""
+
     def __init__(self, home: str | None) -> None:
         self.home = home
 
-    def ws(self) -> Any:
+    def ws(self) -> Workspace:
         from relgate.workspace import Workspace
 
         return Workspace.open(self.home)
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+
+TRUSTED_HELP = (
+    "PEM public key, directory of keys, or ROLE=PATH (default: the workspace's trusted keys). "
+    "Role and version come from file names <role>-v<N>-*.pem."
+)
+
+
+def trusted_keys(ctx: Ctx, entries: tuple[str, ...]) -> TrustedKeys:
+    """--trusted-key entries (PEM file, directory, or ROLE=PATH), else the workspace's keys."""
+    from relgate.integrity.signing import load_trusted
+
+    for entry in entries:
+        path = entry.partition("=")[2] if "=" in entry else entry
+        if not Path(path).exists():
+            raise UsageError("trusted key path does not exist", object=entry, check="trusted-keys")
+    return load_trusted(entries) if entries else ctx.ws().trusted_keys

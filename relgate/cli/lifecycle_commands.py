@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from relgate.cli.common import Ctx, _actor, command, pass_ctx
+from relgate.cli.common import CommandOutput, Ctx, actor, command, pass_ctx
 from relgate.errors import NotFoundError, UsageError
 
+if TYPE_CHECKING:
+    from relgate.workspace import Workspace
 
-def _resolve_version(ctx: Ctx, ref: str) -> tuple[Any, str]:
+
+def _resolve_version(ctx: Ctx, ref: str) -> tuple[Workspace, str]:
     from relgate.catalog.release_table import resolve_release
     from relgate.catalog.snapshot_table import resolve
 
@@ -49,7 +52,7 @@ def pin_add(
     reason: str,
     expires: str | None,
     checkpoint_position: str | None,
-) -> dict[str, Any]:
+) -> CommandOutput:
     """Pin VERSION (snapshot or release digest or prefix) for OWNER."""
     from relgate.lifecycle.pins import add_pin
 
@@ -69,17 +72,17 @@ def pin_add(
 @command(pin, "remove")
 @click.argument("pin_id")
 @pass_ctx
-def pin_remove(ctx: Ctx, pin_id: str) -> dict[str, Any]:
+def pin_remove(ctx: Ctx, pin_id: str) -> CommandOutput:
     """Release a pin (through the gate)."""
     from relgate.lifecycle.pins import remove_pin
 
-    return remove_pin(ctx.ws(), pin_id, actor=_actor())
+    return remove_pin(ctx.ws(), pin_id, actor=actor())
 
 
 @command(pin, "list")
 @click.option("--all", "include_released", is_flag=True, help="Include released pins.")
 @pass_ctx
-def pin_list(ctx: Ctx, include_released: bool) -> dict[str, Any]:
+def pin_list(ctx: Ctx, include_released: bool) -> CommandOutput:
     """Explicit and checkpoint pins."""
     from relgate.lifecycle.pins import list_pins
 
@@ -105,7 +108,7 @@ def retention_set(
     keep_days: int,
     rollback_window: int,
     keep_raw_sources: bool,
-) -> dict[str, Any]:
+) -> CommandOutput:
     """Set ALIAS's retention policy."""
     from relgate.lifecycle.retention import RetentionPolicy, set_policy
 
@@ -115,7 +118,7 @@ def retention_set(
 
 @command(retention, "show")
 @pass_ctx
-def retention_show(ctx: Ctx) -> dict[str, Any]:
+def retention_show(ctx: Ctx) -> CommandOutput:
     """Retained versions and who holds each."""
     from relgate.lifecycle.retention import now_utc, retained_versions
 
@@ -143,7 +146,7 @@ _GRACE = click.option(
 @_GRACE
 @click.option("--limit", default=100, show_default=True, help="Candidates to list.")
 @pass_ctx
-def gc_plan(ctx: Ctx, grace: str, limit: int) -> dict[str, Any]:
+def gc_plan(ctx: Ctx, grace: str, limit: int) -> CommandOutput:
     """What a sweep would delete and why; deletes nothing.  Fails closed (exit 3)."""
     from relgate.lifecycle.gc import parse_duration, plan_gc
 
@@ -154,7 +157,7 @@ def gc_plan(ctx: Ctx, grace: str, limit: int) -> dict[str, Any]:
 @_GRACE
 @click.option("--yes", "confirmed", is_flag=True, help="Required: actually delete.")
 @pass_ctx
-def gc_sweep(ctx: Ctx, grace: str, confirmed: bool) -> dict[str, Any]:
+def gc_sweep(ctx: Ctx, grace: str, confirmed: bool) -> CommandOutput:
     """Delete candidates, each re-checked inside the gate; needs --yes."""
     from relgate.lifecycle.gc import parse_duration, sweep
 
@@ -164,13 +167,13 @@ def gc_sweep(ctx: Ctx, grace: str, confirmed: bool) -> dict[str, Any]:
             object="gc",
             check="sweep-confirmed",
         )
-    return sweep(ctx.ws(), actor=_actor(), grace_seconds=parse_duration(grace))
+    return sweep(ctx.ws(), actor=actor(), grace_seconds=parse_duration(grace))
 
 
 @command(gc, "log")
 @click.option("--run", "run_id", default=None)
 @pass_ctx
-def gc_log(ctx: Ctx, run_id: str | None) -> dict[str, Any]:
+def gc_log(ctx: Ctx, run_id: str | None) -> CommandOutput:
     """What sweeps deleted, and why."""
     from relgate.lifecycle.gc import deletions
 
@@ -197,7 +200,7 @@ def register(main: click.Group) -> None:
         record_bytes: int | None,
         workers: int | None,
         target_read_mb: int | None,
-    ) -> dict[str, Any]:
+    ) -> CommandOutput:
         """Payload bytes and shard counts for a token-ID payload (decimal units)."""
         from relgate.lifecycle.sizing import parse_count, size_report
 
@@ -214,7 +217,7 @@ def register(main: click.Group) -> None:
     @command(main, "lineage")
     @click.argument("sample_id")
     @pass_ctx
-    def lineage_cmd(ctx: Ctx, sample_id: str) -> dict[str, Any]:
+    def lineage_cmd(ctx: Ctx, sample_id: str) -> CommandOutput:
         """Every version, pin, permit and run that holds SAMPLE_ID (by membership)."""
         from relgate.integrity.identifiers import validate_id
         from relgate.lifecycle.lineage import lineage

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from relgate.cli.common import Ctx, _actor, command, pass_ctx
+from relgate.cli.common import CommandOutput, CommandResult, Ctx, actor, command, pass_ctx
+
+if TYPE_CHECKING:
+    from relgate.release.verifier import VerificationReport
 
 
 @click.group()
@@ -45,7 +48,7 @@ def release_build(
     records_per_shard: int | None,
     encrypt_key_file: str | None,
     key_version: str | None,
-) -> dict[str, Any]:
+) -> CommandOutput:
     """Write parquet shards for SNAPSHOT under digest-addressed keys and sign the root."""
     from relgate.catalog.snapshot_table import resolve
     from relgate.integrity.identifiers import validate_id
@@ -62,14 +65,14 @@ def release_build(
         records_per_shard=records_per_shard,
         encrypt_key=key,
         key_version=key_version,
-        actor=_actor(),
+        actor=actor(),
     )
     from relgate.catalog.release_table import get_release
 
     # The printed state is the catalog's: a rebuild that yields a root already recorded
     # (e.g. one proven INVALID) says so and is refused, never "STAGED".
     state = str(get_release(ws.db, manifest.digest)["state"])
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "release": manifest.digest,
         "state": state,
         "snapshot": manifest.snapshot,
@@ -77,9 +80,8 @@ def release_build(
         "orderedMemberTupleRoot": manifest.body["orderedMemberTupleRoot"],
     }
     if state == "INVALID":
-        out.update(
-            _ok=False,
-            error="rejected",
+        return CommandResult.rejected(
+            out,
             check="release-state",
             object="release",
             digest=manifest.digest,
@@ -95,7 +97,7 @@ def release_build(
     "--key", "keys", multiple=True, help="Decryption key ring entry VERSION=PATH (32 raw bytes)."
 )
 @pass_ctx
-def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> dict[str, Any]:
+def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> CommandOutput:
     """Independent verification from exact object versions; VERIFIED or INVALID."""
     from relgate.catalog.release_table import resolve_release
     from relgate.release.verifier import key_ring, verify_release
@@ -106,7 +108,7 @@ def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> 
         resolve_release(ws.db, root),
         workers=workers,
         keys=key_ring(keys),
-        actor=_actor(),
+        actor=actor(),
     )
     return verify_result(report)
 
@@ -115,28 +117,26 @@ def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> 
 _GOOD_STATES = ("VERIFIED", "APPROVED", "PUBLISHED")
 
 
-def verify_result(report: Any) -> dict[str, Any]:
+def verify_result(report: VerificationReport) -> CommandResult:
     """Exit code and printed state always agree with the catalog row after the attempt."""
-    out: dict[str, Any] = {**report.summary(), "counts": report.counts}
-    ok = report.ok and report.state in _GOOD_STATES
-    out["_ok"] = ok
-    if not ok:
-        out["error"] = "rejected"
-        out["object"] = "release"
-        out["digest"] = report.root
-        if report.outcome == "UNAVAILABLE":
-            out["check"] = report.unavailable[0]
-            out["message"] = (
-                f"verification could not complete ({', '.join(report.unavailable)});"
-                f" the release stays {report.state} and can be verified again"
-            )
-        elif report.outcome == "INVALID":
-            out["check"] = "verification"
-            out["message"] = f"proven wrong: {sorted(report.failing)}; INVALID is final"
-        else:
-            out["check"] = "release-state"
-            out["message"] = f"verification passed but the release is {report.state} (final)"
-    return out
+    out: dict[str, object] = {**report.summary(), "counts": report.counts}
+    if report.ok and report.state in _GOOD_STATES:
+        return CommandResult(out)
+    if report.outcome == "UNAVAILABLE":
+        check = report.unavailable[0]
+        message = (
+            f"verification could not complete ({', '.join(report.unavailable)});"
+            f" the release stays {report.state} and can be verified again"
+        )
+    elif report.outcome == "INVALID":
+        check = "verification"
+        message = f"proven wrong: {sorted(report.failing)}; INVALID is final"
+    else:
+        check = "release-state"
+        message = f"verification passed but the release is {report.state} (final)"
+    return CommandResult.rejected(
+        out, check=check, message=message, object="release", digest=report.root
+    )
 
 
 @command(release, "approve")
@@ -144,7 +144,7 @@ def verify_result(report: Any) -> dict[str, Any]:
 @click.option("--approver", required=True)
 @click.option("--comment", default="")
 @pass_ctx
-def release_approve(ctx: Ctx, root: str, approver: str, comment: str) -> dict[str, Any]:
+def release_approve(ctx: Ctx, root: str, approver: str, comment: str) -> CommandOutput:
     """Bind a named approval to the root digest (never a directory)."""
     from relgate.catalog.release_table import resolve_release
     from relgate.release.publication import approve_release
@@ -160,7 +160,7 @@ def release_approve(ctx: Ctx, root: str, approver: str, comment: str) -> dict[st
 @pass_ctx
 def release_publish(
     ctx: Ctx, root: str, alias: str, expect_generation: int | None
-) -> dict[str, Any]:
+) -> CommandOutput:
     """Switch the release alias by CAS through the gate."""
     from relgate.catalog.release_table import resolve_release
     from relgate.release.publication import publish
@@ -170,7 +170,7 @@ def release_publish(
         ws,
         resolve_release(ws.db, root),
         alias=alias,
-        actor=_actor(),
+        actor=actor(),
         expected_generation=expect_generation,
     )
 
@@ -182,7 +182,7 @@ def release_publish(
 @pass_ctx
 def release_rollback(
     ctx: Ctx, alias: str, root: str, expect_generation: int | None
-) -> dict[str, Any]:
+) -> CommandOutput:
     """Point the alias at an older root if both its watermarks still satisfy the gate."""
     from relgate.catalog.release_table import resolve_release
     from relgate.release.publication import rollback_release
@@ -192,7 +192,7 @@ def release_rollback(
         ws,
         alias,
         resolve_release(ws.db, root),
-        actor=_actor(),
+        actor=actor(),
         expected_generation=expect_generation,
     )
 
@@ -201,7 +201,7 @@ def release_rollback(
 @click.argument("root")
 @click.option("--manifest", "with_manifest", is_flag=True)
 @pass_ctx
-def release_show(ctx: Ctx, root: str, with_manifest: bool) -> dict[str, Any]:
+def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
     from relgate.catalog.audit import approvals, latest_report
     from relgate.catalog.release_table import get_release, resolve_release
     from relgate.catalog.states import history
@@ -214,10 +214,10 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> dict[str, Any]:
         events = history(conn, "release", digest)
     from relgate.catalog.release_table import verification_attempts
 
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         **row,
         "history": events,
-        "verificationAttempts": [a.to_json() for a in verification_attempts(ws.db, digest)],
+        "verificationAttempts": verification_attempts(ws.db, digest),
         "approvals": approvals(ws.db, digest),
         "latestReport": latest_report(ws.db, digest, "release"),
         "fenceHits": ws.gate().hits_for(digest),
@@ -229,7 +229,7 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> dict[str, Any]:
 
 @command(release, "list")
 @pass_ctx
-def release_list(ctx: Ctx) -> dict[str, Any]:
+def release_list(ctx: Ctx) -> CommandOutput:
     from relgate.catalog.release_table import list_releases
 
     return {"releases": list_releases(ctx.ws().db)}
@@ -260,7 +260,7 @@ def run_create(
     expect_generation: int | None,
     purpose: str,
     world_size: int,
-) -> dict[str, Any]:
+) -> CommandOutput:
     """Admit a run on an exact root (or the alias's root, read once) and issue its permit."""
     from relgate.catalog.release_table import resolve_release
     from relgate.errors import UsageError
@@ -276,7 +276,7 @@ def run_create(
         expected_generation=expect_generation,
         purpose=purpose,
         world_size=world_size,
-        actor=_actor(),
+        actor=actor(),
     )
 
 
@@ -284,22 +284,22 @@ def run_create(
 @click.argument("run_id")
 @click.option("--reason", default="finished")
 @pass_ctx
-def run_finish(ctx: Ctx, run_id: str, reason: str) -> dict[str, Any]:
+def run_finish(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
     """RUNNING -> FINISHED: close the permit and release the run's hold on its root."""
     from relgate.release.runs import finish_run
 
-    return finish_run(ctx.ws(), run_id, actor=_actor(), reason=reason)
+    return finish_run(ctx.ws(), run_id, actor=actor(), reason=reason)
 
 
 @command(run, "cancel")
 @click.argument("run_id")
 @click.option("--reason", default="cancelled")
 @pass_ctx
-def run_cancel(ctx: Ctx, run_id: str, reason: str) -> dict[str, Any]:
+def run_cancel(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
     """ADMITTED or RUNNING -> CANCELLED: close the permit and release the hold."""
     from relgate.release.runs import cancel_run
 
-    return cancel_run(ctx.ws(), run_id, actor=_actor(), reason=reason)
+    return cancel_run(ctx.ws(), run_id, actor=actor(), reason=reason)
 
 
 @command(run, "list")
@@ -309,7 +309,7 @@ def run_cancel(ctx: Ctx, run_id: str, reason: str) -> dict[str, Any]:
     default=None,
 )
 @pass_ctx
-def run_list(ctx: Ctx, state: str | None) -> dict[str, Any]:
+def run_list(ctx: Ctx, state: str | None) -> CommandOutput:
     from relgate.release.runs import list_runs
 
     return {"runs": list_runs(ctx.ws().db, state=state)}
@@ -350,7 +350,7 @@ def run_worker_cmd(
     linger: float,
     lease_ttl: int,
     keys: tuple[str, ...],
-) -> dict[str, Any]:
+) -> CommandOutput:
     """Verify this rank's shards, report (runId, rootDigest, shardDigests), wait for the barrier.
 
     The worker holds a reader lease on the root for its life.  With --hold (the default
@@ -374,7 +374,7 @@ def run_worker_cmd(
     lease: ReaderLease | None = None
     try:
 
-        def verified(result: Any) -> None:
+        def verified(_result: object) -> None:
             metrics.ready.labels(root).set(1)
             if probe is not None:
                 probe.is_ready = True
@@ -407,7 +407,7 @@ def run_worker_cmd(
                     details={"state": state},
                 )
             result.state = state
-        return result.to_json()
+        return result
     finally:
         if lease is not None:
             lease.close()
@@ -418,7 +418,7 @@ def run_worker_cmd(
 @command(run, "status")
 @click.argument("run_id")
 @pass_ctx
-def run_status_cmd(ctx: Ctx, run_id: str) -> dict[str, Any]:
+def run_status_cmd(ctx: Ctx, run_id: str) -> CommandOutput:
     from relgate.release.runs import run_status
 
     return run_status(ctx.ws().db, run_id)
@@ -428,7 +428,7 @@ def run_status_cmd(ctx: Ctx, run_id: str) -> dict[str, Any]:
 @click.argument("run_id")
 @click.option("--world-size", required=True, type=int)
 @pass_ctx
-def run_rescale(ctx: Ctx, run_id: str, world_size: int) -> dict[str, Any]:
+def run_rescale(ctx: Ctx, run_id: str, world_size: int) -> CommandOutput:
     """New assignment epoch over the run's root (never rereads the alias)."""
     from relgate.release.runs import rescale
 
@@ -445,7 +445,7 @@ def permit() -> None:
 @click.option("--root", default=None)
 @click.option("--state", type=click.Choice(["OPEN", "CLOSED"]), default=None)
 @pass_ctx
-def permit_list(ctx: Ctx, root: str | None, state: str | None) -> dict[str, Any]:
+def permit_list(ctx: Ctx, root: str | None, state: str | None) -> CommandOutput:
     from relgate.gate.permits import list_permits
 
     return {"permits": list_permits(ctx.ws().db, root=root, state=state)}
@@ -454,7 +454,7 @@ def permit_list(ctx: Ctx, root: str | None, state: str | None) -> dict[str, Any]
 @command(permit, "show")
 @click.argument("permit_id")
 @pass_ctx
-def permit_show(ctx: Ctx, permit_id: str) -> dict[str, Any]:
+def permit_show(ctx: Ctx, permit_id: str) -> CommandOutput:
     from relgate.gate.permits import get_permit
 
     return get_permit(ctx.ws().db, permit_id)

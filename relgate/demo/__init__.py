@@ -1,1 +1,1 @@
-"""The demo: a synthetic corpus in all three source kinds, a demo checkpoint, a local fleet."""
+"""The demo: a synthetic corpus, a synthetic checkpoint and a local fleet of host agents."""

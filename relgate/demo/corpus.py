@@ -15,13 +15,17 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
-
 import pyarrow as pa
 
+from relgate.integrity.contract import Contract, JsonObject, JsonValue
+from relgate.objects.versioned import ObjectStore
+from relgate.snapshot.transforms import tag_transform
 from relgate.sources.cdc import append_segment
 from relgate.sources.iceberg import open_catalog
 from relgate.workspace import Workspace
+
+#: The transform tags ``relgate init`` and ``make demo`` point at the code here.
+DEMO_TRANSFORM_TAGS = ("registry.local/normalize:v1", "registry.local/identity:v1")
 
 PRODUCTS = [
     "router",
@@ -69,17 +73,27 @@ def _text(rng: random.Random, lang: str) -> str:
     return f"{opener}{spacing}{body}"
 
 
-def seed_demo(
-    ws: Workspace,
-    *,
-    tickets: int = 600,
-    forum_objects: int = 12,
-    per_object: int = 40,
-    chat_events: int = 300,
-    seed: int = 7,
-) -> dict[str, Any]:
-    rng = random.Random(seed)
-    home = ws.home
+class SeedOptions(Contract):
+    """How much of each source kind ``seed_demo`` writes, and the RNG seed."""
+
+    tickets: int = 600
+    forum_objects: int = 12
+    per_object: int = 40
+    chat_events: int = 300
+    seed: int = 7
+
+
+class SeededCorpus(Contract):
+    """What ``relgate demo seed`` wrote: record counts and the configured source ids."""
+
+    tickets: int
+    forum_records: int
+    chat_events: int
+    sources: list[str]
+
+
+def _seed_tickets(home: Path, rng: random.Random, tickets: int) -> JsonObject:
+    """The Iceberg table, appended in two commits; returns its source config."""
     catalog_uri = f"sqlite:///{home / 'iceberg' / 'catalog.db'}"
     warehouse = f"file://{home / 'iceberg' / 'warehouse'}"
     (home / "iceberg" / "warehouse").mkdir(parents=True, exist_ok=True)
@@ -103,10 +117,19 @@ def seed_demo(
                 schema=schema,
             )
         )
+    return {
+        "id": "tickets-eu",
+        "kind": "iceberg",
+        "catalogUri": catalog_uri,
+        "warehouse": warehouse,
+        "table": "corpus.tickets",
+    }
 
-    store = ws.store
+
+def _seed_forum(store: ObjectStore, rng: random.Random, objects: int, per_object: int) -> int:
+    """JSON-lines threads under ``raw/forum/``, one edited after upload; returns the records."""
     n = 0
-    for obj in range(forum_objects):
+    for obj in range(objects):
         lines = []
         for _ in range(per_object):
             lang = rng.choice(LANGS)
@@ -117,20 +140,17 @@ def seed_demo(
         store.put(f"raw/forum/thread-{obj:04d}.jsonl", ("\n".join(lines) + "\n").encode())
     # An edit after upload: the same name now has a second version.
     edited = json.dumps({"id": f"forum/{n:07d}", "lang": "en", "text": _text(rng, "en")})
-    store.put(
-        "raw/forum/thread-0000.jsonl",
-        (
-            store.get(
-                "raw/forum/thread-0000.jsonl", store.head("raw/forum/thread-0000.jsonl").version_id
-            ).decode()
-            + edited
-            + "\n"
-        ).encode(),
-    )
+    first = "raw/forum/thread-0000.jsonl"
+    before = store.get(first, store.head(first).version_id).decode()
+    store.put(first, (before + edited + "\n").encode())
+    return n + 1
 
-    events = []
+
+def _chat_events(rng: random.Random, count: int) -> list[JsonObject]:
+    """Upserts, with a delete of a live transcript about one event in ten."""
+    events: list[JsonObject] = []
     live: list[str] = []
-    for offset in range(chat_events):
+    for offset in range(count):
         if live and rng.random() < 0.1:
             victim = live.pop(rng.randrange(len(live)))
             events.append({"offset": offset, "commit": 1000 + offset, "op": "delete", "id": victim})
@@ -148,27 +168,55 @@ def seed_demo(
                     "text": _text(rng, lang),
                 }
             )
-    for start in range(0, len(events), 100):
-        append_segment(store, "cdc/chat/", events[start : start + 100])
+    return events
 
-    ws.config["sources"] = [
-        {
-            "id": "tickets-eu",
-            "kind": "iceberg",
-            "catalogUri": catalog_uri,
-            "warehouse": warehouse,
-            "table": "corpus.tickets",
-        },
+
+def seed_corpus(ws: Workspace, options: SeedOptions) -> SeededCorpus:
+    """Write the three sources and configure them in the workspace (replacing earlier ones)."""
+    rng = random.Random(options.seed)  # noqa: S311 - synthetic text, not a secret
+    tickets = _seed_tickets(ws.home, rng, options.tickets)
+    forum_records = _seed_forum(ws.store, rng, options.forum_objects, options.per_object)
+    events = _chat_events(rng, options.chat_events)
+    for start in range(0, len(events), 100):
+        append_segment(ws.store, "cdc/chat/", events[start : start + 100])
+    sources: list[JsonValue] = [
+        tickets,
         {"id": "forum", "kind": "object-prefix", "prefix": "raw/forum/"},
         {"id": "chat-cdc", "kind": "cdc", "prefix": "cdc/chat/"},
     ]
+    ws.config["sources"] = sources
     ws.save()
-    return {
-        "tickets": tickets,
-        "forumRecords": n + 1,
-        "chatEvents": chat_events,
-        "sources": [s["id"] for s in ws.config["sources"]],
-    }
+    return SeededCorpus(
+        tickets=options.tickets,
+        forum_records=forum_records,
+        chat_events=options.chat_events,
+        sources=["tickets-eu", "forum", "chat-cdc"],
+    )
+
+
+def seed_demo(
+    ws: Workspace,
+    *,
+    tickets: int = 600,
+    forum_objects: int = 12,
+    per_object: int = 40,
+    chat_events: int = 300,
+    seed: int = 7,
+) -> SeededCorpus:
+    """The synthetic corpus in all three source kinds (keyword form of :func:`seed_corpus`)."""
+    options = SeedOptions(
+        tickets=tickets,
+        forum_objects=forum_objects,
+        per_object=per_object,
+        chat_events=chat_events,
+        seed=seed,
+    )
+    return seed_corpus(ws, options)
+
+
+def tag_demo_transforms(ws: Workspace) -> dict[str, str]:
+    """Point the demo's transform tags at the code here; tag -> digest."""
+    return {tag: tag_transform(ws.db, tag) for tag in DEMO_TRANSFORM_TAGS}
 
 
 def demo_home() -> Path:

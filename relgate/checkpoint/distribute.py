@@ -1,0 +1,175 @@
+"""Distribution: fan a published checkpoint out to a local fleet and wait for DistributionComplete.
+
+One :class:`DistributionRequest` describes the fan-out; :func:`distribution_session` starts the
+deployer's webhook sink and the fleet and builds the coordinator job's extras exactly once, for
+either runner: :func:`distribute` runs the job in this process (``relgate distribute``), the
+Dagster asset hands the same extras to ``relgate-agent pipes`` through Dagster Pipes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from pydantic import JsonValue
+from relgate_agent.client import CoordinatorRefusal
+from relgate_agent.errors import KIND_CHUNK_FAILED, AgentError
+from relgate_agent.pipes import run_distribution_job
+
+from relgate.checkpoint.location import ENVELOPE_NAME, ORIGIN_NAME, validate_names, version_dir
+from relgate.demo.fleet import FleetMember, WebhookSink, free_port, local_fleet, new_fleet_label
+from relgate.errors import RejectedError, RelgateError
+from relgate.integrity.contract import Contract, JsonObject
+from relgate.workspace import Workspace
+
+POLL_INTERVAL_S = 0.5
+#: How long the deployer waits for DistributionComplete after the job ended.
+WEBHOOK_WAIT_S = 10.0
+
+
+class DistributionRequest(Contract):
+    """Fan ``model/version`` out to ``hosts`` local agents over ``racks`` racks."""
+
+    model: str
+    version: str
+    hosts: int
+    racks: int
+    ready_threshold: float = 1.0
+    origin_cap_bytes_per_s: int = 0
+    timeout_s: float = 600.0
+
+    @property
+    def subject(self) -> str:
+        return f"{self.model}/{self.version}"
+
+
+class DistributionResult(Contract):
+    """The coordinator's final job status (the agent's snake_case status object), the
+    DistributionComplete event the deployer's webhook received (None if none did), and the
+    fleet the job ran on."""
+
+    status: dict[str, JsonValue]
+    distribution_complete: dict[str, JsonValue] | None
+    fleet: list[FleetMember]
+
+    @property
+    def complete(self) -> bool:
+        return self.distribution_complete is not None
+
+
+@dataclass(frozen=True)
+class DistributionSession:
+    """A running fleet and webhook sink for one request, and the job's extras for a runner."""
+
+    request: DistributionRequest
+    extras: JsonObject
+    fleet: list[FleetMember]
+    sink: WebhookSink
+
+    def await_complete(self, timeout_s: float = WEBHOOK_WAIT_S) -> JsonObject | None:
+        """The DistributionComplete event, waiting up to ``timeout_s`` after the job ended."""
+        return self.sink.first_event(timeout_s)
+
+
+def _job_extras(
+    ws: Workspace,
+    request: DistributionRequest,
+    *,
+    address: str,
+    label: str,
+    fleet: list[FleetMember],
+    webhook_url: str,
+) -> JsonObject:
+    """The coordinator job's extras (``relgate_agent.pipes`` documents the shape)."""
+    target = version_dir(ws, request.model, request.version)
+    trusted: list[JsonValue] = list(ws.config["keys"]["trusted"])
+    enroll: list[JsonValue] = [dict(m.enrollment()) for m in fleet]
+    return {
+        "job": {
+            "model": request.model,
+            "version": request.version,
+            "manifest_uri": str(target / ENVELOPE_NAME),
+            "origin_uri": str(target / ORIGIN_NAME),
+            "target_selector": label,
+            "origin_cap_bytes_per_s": request.origin_cap_bytes_per_s,
+            "ready_threshold": request.ready_threshold,
+            "webhook_url": webhook_url,
+        },
+        "serve": {
+            "listen": address,
+            "db": str(ws.home / "coordinator.sqlite"),
+            "trusted_keys": trusted,
+            "min_hosts": request.hosts,
+            "enroll": enroll,
+        },
+        "pki": str(ws.home / "pki"),
+        "poll_interval_s": POLL_INTERVAL_S,
+        "timeout_s": request.timeout_s,
+        "wait_for_all": True,
+    }
+
+
+@contextmanager
+def distribution_session(ws: Workspace, request: DistributionRequest) -> Iterator[DistributionSession]:
+    """Check the version is published, start the sink and the fleet, yield the job's extras.
+
+    The job targets exactly the agents started here: hosts from earlier runs stay in the
+    coordinator's store but do not carry this run's label.  Every agent is stopped by PID
+    and the sink closed on exit.
+    """
+    validate_names(request.model, request.version)
+    if not (version_dir(ws, request.model, request.version) / ENVELOPE_NAME).exists():
+        raise RejectedError(
+            "checkpoint version is not published",
+            object=request.subject,
+            check="checkpoint-published",
+        )
+    address = f"127.0.0.1:{free_port()}"
+    label = new_fleet_label()
+    sink = WebhookSink()
+    try:
+        with local_fleet(
+            ws, hosts=request.hosts, racks=request.racks, coordinator=address, labels=label
+        ) as fleet:
+            extras = _job_extras(
+                ws, request, address=address, label=label, fleet=fleet, webhook_url=sink.url
+            )
+            yield DistributionSession(request, extras, fleet, sink)
+    finally:
+        sink.close()
+
+
+def _run_job(session: DistributionSession, log: Callable[[str], None]) -> dict[str, JsonValue]:
+    """Run the job in this process; refusals and failures become relgate errors."""
+    subject = session.request.subject
+    try:
+        status: dict[str, JsonValue] = run_distribution_job(session.extras, log)
+    except CoordinatorRefusal as exc:
+        raise RejectedError(exc.details, object=subject, check=exc.check) from None
+    except AgentError as exc:
+        raise RelgateError(str(exc), object=subject, check="distribution-deadline") from None
+    if status["state"] == "FAILED":
+        error = str(status.get("error") or "job FAILED")
+        digest = status.get("manifest_digest")
+        raise RejectedError(
+            error,
+            object=subject,
+            check="chunk-verification" if KIND_CHUNK_FAILED in error else "placement-verification",
+            digest=str(digest) if digest else None,
+            details={"job": status["job_id"]},
+        )
+    return status
+
+
+def distribute(
+    ws: Workspace, request: DistributionRequest, *, log: Callable[[str], None] = print
+) -> DistributionResult:
+    """Fan a published checkpoint out to a local fleet and wait for DistributionComplete."""
+    with distribution_session(ws, request) as session:
+        status = _run_job(session, log)
+        return DistributionResult(
+            status=status,
+            distribution_complete=session.await_complete(),
+            fleet=session.fleet,
+        )

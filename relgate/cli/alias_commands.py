@@ -1,0 +1,40 @@
+"""``relgate alias``: generation-numbered pointers to an active digest."""
+
+from __future__ import annotations
+
+import click
+
+from relgate.cli.common import CommandOutput, Ctx, actor, as_object, command, pass_ctx
+
+
+@click.group()
+def alias() -> None:
+    """Aliases: generation-numbered pointers to an active digest."""
+
+
+@command(alias, "show")
+@click.argument("name")
+@pass_ctx
+def alias_show(ctx: Ctx, name: str) -> CommandOutput:
+    gate = ctx.ws().gate()
+    return {**as_object(gate.alias(name)), "history": gate.alias_history(name)}
+
+
+@command(alias, "rollback")
+@click.argument("name")
+@click.option("--to", "digest", required=True, help="A digest the alias held before.")
+@click.option("--expect-generation", type=int, default=None)
+@pass_ctx
+def alias_rollback(ctx: Ctx, name: str, digest: str, expect_generation: int | None) -> CommandOutput:
+    """Append a higher generation pointing at an older digest (refused if fences hit it)."""
+    from relgate.catalog.snapshot_table import resolve
+    from relgate.snapshot.activation import rollback
+
+    ws = ctx.ws()
+    return rollback(
+        ws, name, resolve(ws.db, digest), actor=actor(), expected_generation=expect_generation
+    )
+
+
+def register(main: click.Group) -> None:
+    main.add_command(alias)
