@@ -6,10 +6,9 @@ built, which streams progress into the run log and reports the ready threshold a
 check and the ready hosts as metadata.
 """
 
-from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator
 
 import dagster as dg
 
@@ -84,7 +83,7 @@ def checkpoint_distribution(
     relgate: RelgateResource,
     pipes_subprocess_client: dg.PipesSubprocessClient,
     checkpoint_manifest: PublishedCheckpoint,
-) -> Sequence[dg.MaterializeResult | dg.AssetCheckResult]:
+) -> Iterator[dg.MaterializeResult[object] | dg.AssetCheckResult]:
     request = DistributionRequest(
         model=checkpoint_manifest.model,
         version=checkpoint_manifest.version,
@@ -104,7 +103,7 @@ def checkpoint_distribution(
         context.log.info(f"DistributionComplete: {event}")
     else:
         context.log.warning("no DistributionComplete reached the deployer webhook")
-    return results
+    yield from results
 
 
 checkpoint_assets = [checkpoint_manifest, checkpoint_distribution]

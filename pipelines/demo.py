@@ -22,7 +22,9 @@ QUIET: dict[str, object] = {"console": {"config": {"log_level": "INFO"}}}
 WORLD_SIZE = 4
 
 
-def _execute(instance: dg.DagsterInstance, job: str, ops: dict[str, object]) -> dg.ExecuteInProcessResult | None:
+def _execute(
+    instance: dg.DagsterInstance, job: str, ops: dict[str, object]
+) -> dg.ExecuteInProcessResult | None:
     """Run one job of the code location in process; None (after saying so) if it failed."""
     result = defs.resolve_job_def(job).execute_in_process(
         instance=instance, run_config={"ops": ops, "loggers": QUIET}, raise_on_error=False
@@ -122,7 +124,9 @@ def main() -> int:
     instance = dg.DagsterInstance.get()
     ok = snapshots(instance) and releases(instance, purpose) and distribution(instance)
     if ok:
-        print(f"dagster runs recorded in {os.environ.get('DAGSTER_HOME')}; `make ui` shows the lineage")
+        print(
+            f"dagster runs recorded in {os.environ.get('DAGSTER_HOME')}; `make ui` shows the lineage"
+        )
     return 0 if ok and gc_plan(instance) else 1
 
 

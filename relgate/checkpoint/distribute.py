@@ -13,15 +13,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pydantic import JsonValue
-from relgate_agent.client import CoordinatorRefusal
-from relgate_agent.errors import KIND_CHUNK_FAILED, AgentError
-from relgate_agent.pipes import run_distribution_job
 
 from relgate.checkpoint.location import ENVELOPE_NAME, ORIGIN_NAME, validate_names, version_dir
 from relgate.demo.fleet import FleetMember, WebhookSink, free_port, local_fleet, new_fleet_label
 from relgate.errors import RejectedError, RelgateError
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.workspace import Workspace
+from relgate_agent.client import CoordinatorRefusal
+from relgate_agent.errors import KIND_CHUNK_FAILED, AgentError
+from relgate_agent.pipes import run_distribution_job
 
 POLL_INTERVAL_S = 0.5
 #: How long the deployer waits for DistributionComplete after the job ended.
@@ -111,7 +111,9 @@ def _job_extras(
 
 
 @contextmanager
-def distribution_session(ws: Workspace, request: DistributionRequest) -> Iterator[DistributionSession]:
+def distribution_session(
+    ws: Workspace, request: DistributionRequest
+) -> Iterator[DistributionSession]:
     """Check the version is published, start the sink and the fleet, yield the job's extras.
 
     The job targets exactly the agents started here: hosts from earlier runs stay in the

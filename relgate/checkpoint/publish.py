@@ -15,10 +15,6 @@ import stat
 import tempfile
 from pathlib import Path
 
-from relgate_agent.errors import ManifestError
-from relgate_agent.fstree import CHECK_NOT_REGULAR, UnsafePathError, walk_checkpoint_tree
-from relgate_agent.manifest import CheckpointManifest, build_manifest, sign_manifest
-
 from relgate.checkpoint.location import (
     ENVELOPE_NAME,
     ORIGIN_NAME,
@@ -28,6 +24,9 @@ from relgate.checkpoint.location import (
 from relgate.errors import ObjectExistsError, RejectedError, UsageError
 from relgate.integrity.contract import Contract
 from relgate.workspace import Workspace
+from relgate_agent.errors import ManifestError
+from relgate_agent.fstree import CHECK_NOT_REGULAR, UnsafePathError, walk_checkpoint_tree
+from relgate_agent.manifest import CheckpointManifest, build_manifest, sign_manifest
 
 _COPY_BUFFER = 16 << 20
 
@@ -60,7 +59,9 @@ def _copy_file(path: Path, dev: int, ino: int, out: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
-        raise _refuse(path, "symlink", f"{path} cannot be opened without following: {exc}") from None
+        raise _refuse(
+            path, "symlink", f"{path} cannot be opened without following: {exc}"
+        ) from None
     with open(fd, "rb") as src:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != (dev, ino) or not stat.S_ISREG(st.st_mode):

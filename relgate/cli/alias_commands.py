@@ -25,7 +25,9 @@ def alias_show(ctx: Ctx, name: str) -> CommandOutput:
 @click.option("--to", "digest", required=True, help="A digest the alias held before.")
 @click.option("--expect-generation", type=int, default=None)
 @pass_ctx
-def alias_rollback(ctx: Ctx, name: str, digest: str, expect_generation: int | None) -> CommandOutput:
+def alias_rollback(
+    ctx: Ctx, name: str, digest: str, expect_generation: int | None
+) -> CommandOutput:
     """Append a higher generation pointing at an older digest (refused if fences hit it)."""
     from relgate.catalog.snapshot_table import resolve
     from relgate.snapshot.activation import rollback

@@ -45,13 +45,14 @@ class CommandResult:
         *,
         check: str,
         message: str,
-        object: str | None = None,  # noqa: A002 - the error field's name
+        subject: str | None = None,
         digest: str | None = None,
     ) -> CommandResult:
-        """``body`` plus the error fields every refusal carries; exit 3."""
+        """``body`` plus the error fields every refusal carries (``subject`` is printed as
+        ``object``, like a core error's); exit 3."""
         error: dict[str, object] = {"error": "rejected", "check": check, "message": message}
-        if object is not None:
-            error["object"] = object
+        if subject is not None:
+            error["object"] = subject
         if digest is not None:
             error["digest"] = digest
         return cls({**to_wire(body), **error}, EXIT_REJECTED)
@@ -115,14 +116,19 @@ def command(
                 raise
             except Exception as exc:
                 text = f"{type(exc).__name__}: {exc}"
-                _fail(as_json, {"error": "internal", "message": text}, f"internal error: {text}", EXIT_INTERNAL)
+                _fail(
+                    as_json,
+                    {"error": "internal", "message": text},
+                    f"internal error: {text}",
+                    EXIT_INTERNAL,
+                )
                 return
             _emit(output, as_json)
 
         decorated = click.option(
             "--json", "as_json", is_flag=True, help="Print one JSON object on stdout."
         )(run)
-        return group.command(name, **kwargs)(decorated)  # type: ignore[arg-type]
+        return group.command(name, **kwargs)(decorated)
 
     return wrap
 

@@ -12,12 +12,12 @@ def register(main: click.Group) -> None:
     @click.argument("envelope_file", type=click.Path(exists=True, dir_okay=False))
     @click.option("--trusted-key", "trusted", multiple=True, help=TRUSTED_HELP)
     @pass_ctx
-    def verify_manifest_cmd(ctx: Ctx, envelope_file: str, trusted: tuple[str, ...]) -> CommandOutput:
+    def verify_manifest_cmd(
+        ctx: Ctx, envelope_file: str, trusted: tuple[str, ...]
+    ) -> CommandOutput:
         """Check a signed relgate document (snapshot manifest, release root, report, provenance):
         trusted signature by a key whose role may sign it, strict canonical payload; for
         manifests also the schema and the recomputed digest."""
-        from relgate_agent import dsse
-
         from relgate.integrity.signing import (
             PAYLOAD_ROLES,
             load_envelope,
@@ -26,6 +26,7 @@ def register(main: click.Group) -> None:
         )
         from relgate.release.root import KIND as RELEASE
         from relgate.snapshot.manifest import KIND as SNAPSHOT
+        from relgate_agent import dsse
 
         data = load_envelope(envelope_file)
         try:

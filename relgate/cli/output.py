@@ -15,15 +15,22 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import click
 
 if TYPE_CHECKING:
-    from relgate.integrity.contract import Contract, JsonObject, JsonValue
+    from relgate.integrity.contract import JsonObject, JsonValue
 
-#: What a command may return: a JSON-like mapping or a typed contract model.
-Payload: TypeAlias = "Mapping[str, object] | Contract"
+
+class JsonModel(Protocol):
+    """A typed result that knows its wire object: a ``Contract`` model, a record dataclass."""
+
+    def to_json(self) -> Mapping[str, object]: ...
+
+
+#: What a command may return: a JSON-like mapping or a model with ``to_json()``.
+Payload: TypeAlias = "Mapping[str, object] | JsonModel"
 
 #: A snake_case identifier (``bytes_moved``, ``hosts_total``): the only keys renamed.
 _SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")

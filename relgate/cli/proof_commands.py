@@ -11,7 +11,9 @@ from relgate.errors import UsageError
 def register(main: click.Group) -> None:
     @command(main, "prove")
     @click.argument("sample_id")
-    @click.option("--snapshot", "digest", default=None, help="Prove against this snapshot manifest.")
+    @click.option(
+        "--snapshot", "digest", default=None, help="Prove against this snapshot manifest."
+    )
     @click.option("--release", "root", default=None, help="Prove against this release root.")
     @pass_ctx
     def prove_cmd(ctx: Ctx, sample_id: str, digest: str | None, root: str | None) -> CommandOutput:

@@ -10,7 +10,9 @@ import click
 from relgate.cli.common import CommandOutput, CommandResult, Ctx, actor, command, pass_ctx
 
 if TYPE_CHECKING:
+    from relgate.release.reader import ReaderLease
     from relgate.release.verifier import VerificationReport
+    from relgate.workspace import Workspace
 
 
 @click.group()
@@ -83,7 +85,7 @@ def release_build(
         return CommandResult.rejected(
             out,
             check="release-state",
-            object="release",
+            subject="release",
             digest=manifest.digest,
             message="this root was already proven wrong (INVALID is final)",
         )
@@ -135,7 +137,7 @@ def verify_result(report: VerificationReport) -> CommandResult:
         check = "release-state"
         message = f"verification passed but the release is {report.state} (final)"
     return CommandResult.rejected(
-        out, check=check, message=message, object="release", digest=report.root
+        out, check=check, message=message, subject="release", digest=report.root
     )
 
 
@@ -315,6 +317,52 @@ def run_list(ctx: Ctx, state: str | None) -> CommandOutput:
     return {"runs": list_runs(ctx.ws().db, state=state)}
 
 
+class _Readiness:
+    """The worker's readiness, as the metrics gauge and the optional /ready probe show it."""
+
+    def __init__(self, root: str, probe_port: int | None) -> None:
+        from relgate.release.metrics import Probe, ReleaseMetrics
+
+        self.root = root
+        self.metrics = ReleaseMetrics()
+        self.probe = Probe(self.metrics, port=probe_port) if probe_port is not None else None
+
+    def set(self, ready: bool) -> None:
+        self.metrics.ready.labels(self.root).set(1 if ready else 0)
+        if self.probe is not None:
+            self.probe.is_ready = ready
+
+    def close(self) -> None:
+        if self.probe is not None:
+            self.probe.close()
+
+
+def _hold(
+    ws: Workspace, run_id: str, lease: ReaderLease, readiness: _Readiness, hold: tuple[float, float]
+) -> str:
+    """Stay up until the run ends; its final state, or exit 3 (after lingering) if revoked."""
+    import time
+
+    from relgate.errors import RejectedError
+    from relgate.release.runs import run_state, watch_run
+
+    hold_timeout, linger = hold
+    ended = watch_run(ws, run_id, lease=lease, timeout=hold_timeout)
+    state = str(run_state(ended))
+    if state in ("FINISHED", "CANCELLED"):
+        return state
+    readiness.set(False)
+    reason = ended.get("end_reason") or "permit closed"
+    time.sleep(max(0.0, linger))  # orchestrators see not-ready before the exit
+    raise RejectedError(
+        f"run revoked after step 0: {reason}",
+        object=run_id,
+        check="run-revoked",
+        digest=readiness.root,
+        details={"state": state},
+    )
+
+
 @command(run, "worker")
 @click.option("--run", "run_id", required=True)
 @click.option("--rank", required=True, type=int)
@@ -339,7 +387,7 @@ def run_list(ctx: Ctx, state: str | None) -> CommandOutput:
 @click.option("--lease-ttl", default=60, show_default=True, help="Reader lease TTL (s).")
 @click.option("--key", "keys", multiple=True, help="Decryption key ring entry VERSION=PATH.")
 @pass_ctx
-def run_worker_cmd(
+def run_worker_cmd(  # noqa: PLR0913, PLR0917 - one parameter per click option
     ctx: Ctx,
     run_id: str,
     rank: int,
@@ -358,27 +406,15 @@ def run_worker_cmd(
     life: 200 while the run is RUNNING, 503 once it is revoked (exit 3 after --linger),
     exit 0 when the run is finished or cancelled.
     """
-    import time
-
-    from relgate.errors import RejectedError
-    from relgate.release.metrics import Probe, ReleaseMetrics
     from relgate.release.reader import ReaderLease
-    from relgate.release.runs import get_run, run_state, run_worker, watch_run
+    from relgate.release.runs import get_run, run_worker
     from relgate.release.verifier import key_ring
 
     ws = ctx.ws()
-    run_row = get_run(ws.db, run_id)
-    root = run_row["root_digest"]
-    metrics = ReleaseMetrics()
-    probe = Probe(metrics, port=probe_port) if probe_port is not None else None
+    root = get_run(ws.db, run_id)["root_digest"]
+    readiness = _Readiness(root, probe_port)
     lease: ReaderLease | None = None
     try:
-
-        def verified(_result: object) -> None:
-            metrics.ready.labels(root).set(1)
-            if probe is not None:
-                probe.is_ready = True
-
         lease = ReaderLease(ws, root, holder=f"{run_id}/rank-{rank}", ttl_seconds=lease_ttl)
         result = run_worker(
             ws,
@@ -386,33 +422,17 @@ def run_worker_cmd(
             rank,
             keys=key_ring(keys),
             barrier_timeout=barrier_timeout,
-            on_verified=verified,
+            on_verified=lambda _result: readiness.set(True),
             lease=lease,
         )
-        metrics.barrier_wait.labels(root, str(rank)).set(result.barrier_wait_s)
-        if hold if hold is not None else probe is not None:
-            ended = watch_run(ws, run_id, lease=lease, timeout=hold_timeout)
-            state = run_state(ended)
-            if state not in ("FINISHED", "CANCELLED"):
-                metrics.ready.labels(root).set(0)
-                if probe is not None:
-                    probe.is_ready = False
-                reason = ended.get("end_reason") or "permit closed"
-                time.sleep(max(0.0, linger))  # orchestrators see not-ready before the exit
-                raise RejectedError(
-                    f"run revoked after step 0: {reason}",
-                    object=run_id,
-                    check="run-revoked",
-                    digest=root,
-                    details={"state": state},
-                )
-            result.state = state
+        readiness.metrics.barrier_wait.labels(root, str(rank)).set(result.barrier_wait_s)
+        if hold if hold is not None else probe_port is not None:
+            result.state = _hold(ws, run_id, lease, readiness, (hold_timeout, linger))
         return result
     finally:
         if lease is not None:
             lease.close()
-        if probe is not None:
-            probe.close()
+        readiness.close()
 
 
 @command(run, "status")

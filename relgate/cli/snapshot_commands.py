@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from relgate.cli.common import CommandOutput, CommandResult, Ctx, actor, as_object, command, pass_ctx
+from relgate.cli.common import (
+    CommandOutput,
+    CommandResult,
+    Ctx,
+    actor,
+    as_object,
+    command,
+    pass_ctx,
+)
 
 
 @click.group()

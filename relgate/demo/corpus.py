@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+
 import pyarrow as pa
 
 from relgate.integrity.contract import Contract, JsonObject, JsonValue
@@ -57,10 +58,16 @@ BODIES = {
     "fr": "mon {product} {issue}. J'ai déjà essayé une réinitialisation. Commande {order}.",
 }
 LANGS = ["en", "en", "en", "de", "fr", "es"]  # es is outside the default selection
+#: Share of texts too short for the default selection policy.
+TOO_SHORT_SHARE = 0.04
+#: Share of texts with doubled whitespace (for the normalize transform).
+MESSY_SHARE = 0.2
+#: Share of CDC events that delete a live transcript.
+DELETE_SHARE = 0.1
 
 
 def _text(rng: random.Random, lang: str) -> str:
-    if rng.random() < 0.04:
+    if rng.random() < TOO_SHORT_SHARE:
         return "ok thx"  # too short for the default selection policy
     issue = rng.choice(ISSUES).format(
         code=rng.randint(100, 999), hours=rng.randint(2, 12), action=rng.choice(ACTIONS)
@@ -69,7 +76,7 @@ def _text(rng: random.Random, lang: str) -> str:
         product=rng.choice(PRODUCTS), issue=issue, order=rng.randint(10**6, 10**7)
     )
     opener = rng.choice(OPENERS.get(lang, OPENERS["en"]))
-    spacing = "  " if rng.random() < 0.2 else " "  # messy whitespace for the transform
+    spacing = "  " if rng.random() < MESSY_SHARE else " "  # messy whitespace for the transform
     return f"{opener}{spacing}{body}"
 
 
@@ -151,7 +158,7 @@ def _chat_events(rng: random.Random, count: int) -> list[JsonObject]:
     events: list[JsonObject] = []
     live: list[str] = []
     for offset in range(count):
-        if live and rng.random() < 0.1:
+        if live and rng.random() < DELETE_SHARE:
             victim = live.pop(rng.randrange(len(live)))
             events.append({"offset": offset, "commit": 1000 + offset, "op": "delete", "id": victim})
         else:

@@ -19,10 +19,9 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from relgate_agent.pki import ensure_dev_pki
-
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.workspace import Workspace
+from relgate_agent.pki import ensure_dev_pki
 
 _STOP_GRACE_S = 10.0
 
@@ -51,7 +50,7 @@ class WebhookSink:
                 self.send_response(204)
                 self.end_headers()
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - base name
+            def log_message(self, format: str, *args: object) -> None:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -100,7 +99,9 @@ class FleetSpec(Contract):
     labels: str = "cluster=demo"
 
 
-def _agent_argv(ws: Workspace, spec: FleetSpec, host: str, rack: str, root: Path, pki: Path) -> list[str]:
+def _agent_argv(
+    ws: Workspace, spec: FleetSpec, host: str, rack: str, root: Path, pki: Path
+) -> list[str]:
     return [
         sys.executable,
         "-m",

@@ -12,7 +12,14 @@ import dagster as dg
 import pytest
 
 from assets.checkpoints import checkpoint_assets
-from relgate.checkpoint.publish import distribute, publish_checkpoint, write_demo_checkpoint
+from relgate.checkpoint.distribute import DistributionRequest, distribute
+from relgate.checkpoint.listing import find_checkpoint, list_checkpoints
+from relgate.checkpoint.publish import publish_checkpoint
+from relgate.demo.checkpoint import (
+    DemoCheckpointRequest,
+    publish_demo_checkpoint,
+    write_demo_checkpoint,
+)
 from relgate.errors import ObjectExistsError, RejectedError, UsageError
 from relgate.workspace import Workspace
 from resources.relgate import RelgateResource
@@ -40,6 +47,16 @@ def test_publish_is_immutable_and_names_are_safe(ws, tmp_path):
         ws, src, model="m", version="v1", chunk_size=1 << 20, block_size=1 << 18
     )
     assert published.bytes == sum(p.stat().st_size for p in src.iterdir())
+    assert published.to_json()["manifestDigest"] == published.manifest_digest
+    assert find_checkpoint(ws, "m", "v1") == published  # the listing reads the same record back
+    assert find_checkpoint(ws, "m", "v9") is None
+    (row,) = list_checkpoints(ws)
+    assert row.to_json() == {
+        "model": "m",
+        "version": "v1",
+        "manifestDigest": published.manifest_digest,
+        "manifestUri": published.manifest_uri,
+    }
     with pytest.raises(ObjectExistsError):
         publish_checkpoint(ws, src, model="m", version="v1", chunk_size=1 << 20, block_size=1 << 18)
     for bad in ("..", "a/b", ""):
@@ -55,22 +72,43 @@ def test_publish_is_immutable_and_names_are_safe(ws, tmp_path):
     assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"BF16"}
 
 
+def test_demo_checkpoint_is_published_once_then_reused(ws, tmp_path):
+    request = DemoCheckpointRequest(
+        model="demo-lm", version="v1", demo_megabytes=2, chunk_size=1 << 20, block_size=1 << 18
+    )
+    lines: list[str] = []
+    first = publish_demo_checkpoint(ws, request, log=lines.append)
+    assert first.files == 4 and "synthetic" in lines[-1]
+    again = publish_demo_checkpoint(ws, request, log=lines.append)
+    assert again == first and "already published" in lines[-1]
+    with pytest.raises(UsageError):
+        publish_demo_checkpoint(ws, request.model_copy(update={"version": ".."}))
+
+
+def test_distribute_refuses_an_unpublished_version_before_starting_a_fleet(ws):
+    request = DistributionRequest(model="m", version="v1", hosts=1, racks=1)
+    with pytest.raises(RejectedError) as info:
+        distribute(ws, request, log=lambda _l: None)
+    assert info.value.check == "checkpoint-published"
+    assert not (ws.home / "fleet").exists()
+
+
 def test_distribute_lands_every_host_byte_exact(ws, tmp_path):
     src = tmp_path / "ckpt"
     write_demo_checkpoint(src, megabytes=8)
     publish_checkpoint(
         ws, src, model="demo-lm", version="v1", chunk_size=1 << 20, block_size=1 << 18
     )
-    out = distribute(
-        ws, model="demo-lm", version="v1", hosts=4, racks=2, timeout_s=180, log=lambda _line: None
-    )
-    event = out["distributionComplete"]
+    request = DistributionRequest(model="demo-lm", version="v1", hosts=4, racks=2, timeout_s=180)
+    out = distribute(ws, request, log=lambda _line: None)
+    event = out.distribution_complete
+    assert event is not None
     assert event["type"] == "DistributionComplete" and sorted(event["readyHosts"]) == [
         f"host-{i:02d}" for i in range(4)
     ]
     want = _tree_digests(src)
-    for member in out["fleet"]:
-        placed = Path(member["modelsRoot"]) / "demo-lm" / "v1"
+    for member in out.fleet:
+        placed = Path(member.models_root) / "demo-lm" / "v1"
         assert _tree_digests(placed) == want
     # a smaller fleet in the same workspace targets exactly the hosts it started (the four
     # earlier hosts are still in the coordinator's store)
@@ -79,13 +117,13 @@ def test_distribute_lands_every_host_byte_exact(ws, tmp_path):
     publish_checkpoint(
         ws, src2, model="demo-lm", version="v2", chunk_size=1 << 20, block_size=1 << 18
     )
-    out2 = distribute(
-        ws, model="demo-lm", version="v2", hosts=2, racks=1, timeout_s=120, log=lambda _l: None
-    )
-    assert out2["status"]["state"] == "DONE" and out2["status"]["hosts_total"] == 2
-    assert sorted(out2["distributionComplete"]["readyHosts"]) == ["host-00", "host-01"]
-    for member in out2["fleet"]:
-        assert _tree_digests(Path(member["modelsRoot"]) / "demo-lm" / "v2") == _tree_digests(src2)
+    request2 = DistributionRequest(model="demo-lm", version="v2", hosts=2, racks=1, timeout_s=120)
+    out2 = distribute(ws, request2, log=lambda _l: None)
+    assert out2.status["state"] == "DONE" and out2.status["hosts_total"] == 2
+    assert out2.distribution_complete is not None
+    assert sorted(out2.distribution_complete["readyHosts"]) == ["host-00", "host-01"]
+    for member in out2.fleet:
+        assert _tree_digests(Path(member.models_root) / "demo-lm" / "v2") == _tree_digests(src2)
 
 
 def test_cli_publish_and_distribute(tmp_path):
@@ -113,9 +151,23 @@ def test_cli_publish_and_distribute(tmp_path):
     assert pub.returncode == 0, pub.stderr
     bad = run("checkpoint", "publish", str(tmp_path / "ckpt"), "--model", "..", "--version", "v1")
     assert bad.returncode == 2 and json.loads(bad.stdout)["check"] == "checkpoint-name"
+    listed = run("checkpoint", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert [(c["model"], c["version"]) for c in json.loads(listed.stdout)["checkpoints"]] == [
+        ("cli-lm", "v1")
+    ]
+    assert (
+        json.loads(listed.stdout)["checkpoints"][0]["manifestDigest"]
+        == (json.loads(pub.stdout)["manifestDigest"])
+    )
     dist = run("distribute", "--model", "cli-lm", "--version", "v1", "--hosts", "3", "--racks", "2")
     assert dist.returncode == 0, dist.stderr
-    assert json.loads(dist.stdout)["distributionComplete"]["type"] == "DistributionComplete"
+    doc = json.loads(dist.stdout)
+    assert doc["distributionComplete"]["type"] == "DistributionComplete"
+    # one JSON style: the coordinator's snake_case job status is printed in camelCase
+    assert doc["status"]["hostsTotal"] == 3 and "bytesMoved" in doc["status"]
+    assert not [k for k in doc["status"] if "_" in k]
+    assert {m["hostId"] for m in doc["fleet"]} == {"host-00", "host-01", "host-02"}
 
 
 def test_distribution_asset_through_dagster_pipes(tmp_path):
@@ -261,8 +313,9 @@ def test_manifest_refused_at_job_creation_is_exit_3_with_the_check(ws, tmp_path,
     src = _small_checkpoint(tmp_path / "ckpt")
     publish_checkpoint(ws, src, model="m", version="v1", chunk_size=1 << 20, block_size=1 << 18)
     _rewrite_envelope(_envelope_path(ws, "m", "v1"), how)
+    request = DistributionRequest(model="m", version="v1", hosts=1, racks=1, timeout_s=60)
     with pytest.raises(RejectedError) as info:
-        distribute(ws, model="m", version="v1", hosts=1, racks=1, timeout_s=60, log=lambda _l: None)
+        distribute(ws, request, log=lambda _l: None)
     assert info.value.exit_code == 3 and info.value.check == check, info.value
     assert "_InactiveRpcError" not in str(info.value)
     for root in (ws.home / "fleet").glob("*/models"):
