@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from relgate.cli.output import DATA_MAPS, VERBATIM
+
 RELGATE = [sys.executable, "-m", "relgate.cli"]
 
 
@@ -30,6 +32,47 @@ def run(home: Path, *args: str, expect: int = 0) -> dict:
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stdout  # exactly one JSON object
     return json.loads(lines[0])
+
+
+def _snake_keys(value: object, path: str = "$") -> list[str]:
+    """Object keys with an underscore, outside maps keyed by data and stored documents."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if "_" in key:
+                found.append(f"{path}.{key}")
+            if key in VERBATIM:
+                continue
+            if key in DATA_MAPS and isinstance(item, dict):
+                for inner in item.values():
+                    found += _snake_keys(inner, f"{path}.{key}.*")
+            else:
+                found += _snake_keys(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for item in value:
+            found += _snake_keys(item, f"{path}[]")
+    return found
+
+
+def test_every_json_object_uses_camel_case_keys(home):
+    """`snapshot show` used to mix member_count with fenceHits; catalog rows are camelCase now."""
+    digest = run(home, "snapshot", "build", "--alias", "camel")["snapshot"]
+    run(home, "snapshot", "approve", digest, "--approver", "carol")
+    run(home, "snapshot", "activate", digest, "--alias", "camel")
+    shown = run(home, "snapshot", "show", digest)
+    assert shown["memberCount"] > 0 and shown["fenceHits"] == []
+    assert {"fromState", "toState"} <= set(shown["history"][0])
+    assert shown["latestReport"]["subjectKind"] == "snapshot"
+    outputs = {
+        "snapshot show": shown,
+        "snapshot list": run(home, "snapshot", "list"),
+        "alias show": run(home, "alias", "show", "camel"),
+        "key list": run(home, "key", "list"),
+        "fence show": run(home, "fence", "show"),
+        "release list": run(home, "release", "list"),
+    }
+    assert outputs["snapshot list"]["snapshots"][0]["createdAt"]
+    assert {name: _snake_keys(doc) for name, doc in outputs.items()} == {n: [] for n in outputs}
 
 
 def test_full_flow_and_exit_codes(home, tmp_path):
