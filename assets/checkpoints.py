@@ -6,7 +6,6 @@ built, which streams progress into the run log and reports the ready threshold a
 check and the ready hosts as metadata.
 """
 
-
 import sys
 from collections.abc import Iterator
 

@@ -38,12 +38,17 @@ _TESTS_DIR = str(Path(__file__).resolve().parent)
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
-from harness.moto_s3 import DUMMY_AWS_ENV, DUMMY_AWS_UNSET, MotoServer  # noqa: E402
-from harness.postgres import PG_DSN_ENV, PostgresServer, fresh_database, sqlalchemy_url  # noqa: E402
+from harness.moto_s3 import DUMMY_AWS_ENV, DUMMY_AWS_UNSET, MotoServer  # noqa: E402 - after sys.path
+from harness.postgres import (  # noqa: E402 - after sys.path
+    PG_DSN_ENV,
+    PostgresServer,
+    fresh_database,
+    sqlalchemy_url,
+)
 
-from relgate.objects.local import LocalObjectStore  # noqa: E402
-from relgate.objects.s3 import S3ObjectStore  # noqa: E402
-from relgate.objects.versioned import ObjectStore  # noqa: E402
+from relgate.objects.local import LocalObjectStore  # noqa: E402 - after sys.path
+from relgate.objects.s3 import S3ObjectStore  # noqa: E402 - after sys.path
+from relgate.objects.versioned import ObjectStore  # noqa: E402 - after sys.path
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
