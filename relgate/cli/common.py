@@ -78,9 +78,6 @@ def actor() -> str:
         return "unknown"
 
 
-_actor = actor  # the name the command modules used before the split
-
-
 def _fail(as_json: bool, body: Payload, text: str, code: int) -> None:
     if as_json:
         print_json(to_wire(body))
