@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, JsonValue
 
@@ -36,6 +36,8 @@ from relgate.snapshot.membership import MembershipCache
 from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 CONFIG_NAME = "relgate.json"
+#: ``sha256:`` plus at least 8 hex digits names a key by prefix.
+_MIN_KEYID_PREFIX = 15
 
 
 class CatalogConfig(Contract):
@@ -289,7 +291,9 @@ class Workspace:
         """Refuse signatures by ``keyid`` (a full keyid or a unique hex prefix) from now on."""
         trusted = self.trusted_keys
         wanted = keyid if keyid.startswith("sha256:") else f"sha256:{keyid}"
-        matches = [k for k in trusted.keys if k.startswith(wanted) and len(wanted) >= 15]
+        matches = [
+            k for k in trusted.keys if k.startswith(wanted) and len(wanted) >= _MIN_KEYID_PREFIX
+        ]
         if len(matches) != 1:
             raise UsageError(
                 f"{len(matches)} trusted keys match {keyid!r}; give a full keyid",

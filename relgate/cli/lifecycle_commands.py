@@ -63,7 +63,7 @@ def pin_add(
         expires_at=expires,
         kind="checkpoint" if position is not None else "explicit",
         position=position,
-    )
+    ).to_json()
 
 
 @command(pin, "remove")
@@ -73,7 +73,7 @@ def pin_remove(ctx: Ctx, pin_id: str) -> dict[str, Any]:
     """Release a pin (through the gate)."""
     from relgate.lifecycle.pins import remove_pin
 
-    return remove_pin(ctx.ws(), pin_id, actor=_actor())
+    return remove_pin(ctx.ws(), pin_id, actor=_actor()).to_json()
 
 
 @command(pin, "list")
@@ -83,7 +83,7 @@ def pin_list(ctx: Ctx, include_released: bool) -> dict[str, Any]:
     """Explicit and checkpoint pins."""
     from relgate.lifecycle.pins import list_pins
 
-    return {"pins": list_pins(ctx.ws(), include_released=include_released)}
+    return {"pins": [p.to_json() for p in list_pins(ctx.ws(), include_released=include_released)]}
 
 
 @click.group()
@@ -145,7 +145,7 @@ _GRACE = click.option(
 @pass_ctx
 def gc_plan(ctx: Ctx, grace: str, limit: int) -> dict[str, Any]:
     """What a sweep would delete and why; deletes nothing.  Fails closed (exit 3)."""
-    from relgate.lifecycle.gc import parse_duration, plan_gc
+    from relgate.lifecycle.collector import parse_duration, plan_gc
 
     return plan_gc(ctx.ws(), grace_seconds=parse_duration(grace)).to_json(limit=limit)
 
@@ -156,7 +156,7 @@ def gc_plan(ctx: Ctx, grace: str, limit: int) -> dict[str, Any]:
 @pass_ctx
 def gc_sweep(ctx: Ctx, grace: str, confirmed: bool) -> dict[str, Any]:
     """Delete candidates, each re-checked inside the gate; needs --yes."""
-    from relgate.lifecycle.gc import parse_duration, sweep
+    from relgate.lifecycle.collector import parse_duration, sweep
 
     if not confirmed:
         raise UsageError(
@@ -164,7 +164,7 @@ def gc_sweep(ctx: Ctx, grace: str, confirmed: bool) -> dict[str, Any]:
             object="gc",
             check="sweep-confirmed",
         )
-    return sweep(ctx.ws(), actor=_actor(), grace_seconds=parse_duration(grace))
+    return sweep(ctx.ws(), actor=_actor(), grace_seconds=parse_duration(grace)).to_json()
 
 
 @command(gc, "log")
@@ -172,9 +172,9 @@ def gc_sweep(ctx: Ctx, grace: str, confirmed: bool) -> dict[str, Any]:
 @pass_ctx
 def gc_log(ctx: Ctx, run_id: str | None) -> dict[str, Any]:
     """What sweeps deleted, and why."""
-    from relgate.lifecycle.gc import deletions
+    from relgate.lifecycle.collector import deletions
 
-    return {"deletions": deletions(ctx.ws(), run_id)}
+    return {"deletions": [d.to_json() for d in deletions(ctx.ws(), run_id)]}
 
 
 def register(main: click.Group) -> None:
@@ -209,7 +209,7 @@ def register(main: click.Group) -> None:
             record_bytes=record_bytes,
             workers=workers,
             target_read_mb=target_read_mb,
-        )
+        ).to_json()
 
     @command(main, "lineage")
     @click.argument("sample_id")
@@ -219,4 +219,4 @@ def register(main: click.Group) -> None:
         from relgate.integrity.identifiers import validate_id
         from relgate.lifecycle.lineage import lineage
 
-        return lineage(ctx.ws(), validate_id(sample_id, where="lineage SAMPLE_ID"))
+        return lineage(ctx.ws(), validate_id(sample_id, where="lineage SAMPLE_ID")).to_json()

@@ -48,7 +48,7 @@ class AliasHistoryEntry(Contract):
 
     name: str
     generation: int
-    subject: str = Field(alias="digest")
+    subject: str = Field(validation_alias="digest", serialization_alias="digest")
     action: str
     actor: str
     tombstone_watermark: int

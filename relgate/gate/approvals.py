@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from pydantic import Field
 
@@ -24,14 +24,16 @@ from relgate.integrity.contract import Contract
 from relgate.integrity.signing import Role, SigningKey, TrustedKeys, open_verified, sign_envelope
 from relgate.objects.cas import ContentStore
 
-SCHEMA = "relgate.approval.v1"
+SCHEMA: Final = "relgate.approval.v1"
 PAYLOAD_TYPE = "application/vnd.relgate.approval.v1+json"
 
 
 class Approval(Contract):
     """The signed ``relgate.approval.v1`` statement (its canonical bytes are the payload)."""
 
-    statement_schema: Literal["relgate.approval.v1"] = Field(SCHEMA, alias="schema")
+    statement_schema: Literal["relgate.approval.v1"] = Field(
+        SCHEMA, validation_alias="schema", serialization_alias="schema"
+    )
     subject_kind: str
     subject: str
     approver: str
@@ -41,9 +43,14 @@ class Approval(Contract):
     def __init__(
         self, subject_kind: str, subject: str, approver: str, report: str, at: str
     ) -> None:
-        super().__init__(
-            subject_kind=subject_kind, subject=subject, approver=approver, report=report, at=at
-        )
+        fields: dict[str, Any] = {
+            "subject_kind": subject_kind,
+            "subject": subject,
+            "approver": approver,
+            "report": report,
+            "at": at,
+        }
+        super().__init__(**fields)
 
 
 class ApprovalSigner(Protocol):

@@ -7,7 +7,7 @@ the caller's gate transaction.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_serializer
 from sqlalchemy import Connection
@@ -44,7 +44,11 @@ class Fences(Contract):
     benchmark_fence: int
 
     def __init__(self, tombstone_watermark: int, benchmark_fence: int) -> None:
-        super().__init__(tombstone_watermark=tombstone_watermark, benchmark_fence=benchmark_fence)
+        fields: dict[str, Any] = {
+            "tombstone_watermark": tombstone_watermark,
+            "benchmark_fence": benchmark_fence,
+        }
+        super().__init__(**fields)
 
     def of(self, fence_kind: str) -> int:
         """The watermark of one fence."""

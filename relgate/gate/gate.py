@@ -147,7 +147,7 @@ class Gate:
             if committed_retry(conn, alias, (generation, active), expected, digest, "activate"):
                 return alias_change(alias, kind, generation, digest, fences, idempotent=True)
             if generation != expected:
-                details = {"generation": generation, "activeDigest": active}
+                details: dict[str, object] = {"generation": generation, "activeDigest": active}
                 raise stale_generation(alias, generation, expected, digest, details)
             marks = _marks(subject)
             if marks != fences.pair():

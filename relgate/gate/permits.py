@@ -161,6 +161,10 @@ def close_hit_permits(conn: Connection, fence_kind: str, hits: HitSeqs) -> list[
     closed: list[str] = []
     now = utcnow()
     live = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
+    revoke = (
+        "UPDATE runs SET state = 'REVOKED', failure = :why, end_reason = :why, ended_at = :now,"  # noqa: S608 constant run states
+        f" ended_by = 'gate', updated_at = :now WHERE root_digest = :r AND state IN ({live})"
+    )
     for root, seqs in sorted(hits.items()):
         why = f"{fence_kind} fence entries {seqs} hit root {root}"
         for row in rows(
@@ -170,12 +174,7 @@ def close_hit_permits(conn: Connection, fence_kind: str, hits: HitSeqs) -> list[
         ):
             if close_permit(conn, str(row["permit_id"]), why):
                 closed.append(str(row["permit_id"]))
-        execute(
-            conn,
-            "UPDATE runs SET state = 'REVOKED', failure = :why, end_reason = :why, ended_at = :now,"
-            f" ended_by = 'gate', updated_at = :now WHERE root_digest = :r AND state IN ({live})",
-            {"why": why, "now": now, "r": root},
-        )
+        execute(conn, revoke, {"why": why, "now": now, "r": root})
     return closed
 
 

@@ -28,7 +28,7 @@ class RecheckResult(Contract):
     """A version after its re-check: its state, hits per fence, permits closed on it."""
 
     kind: str
-    subject: str = Field(alias="digest")
+    subject: str = Field(validation_alias="digest", serialization_alias="digest")
     state: str
     hits: dict[str, int]
     reactivatable: bool

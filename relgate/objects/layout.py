@@ -136,15 +136,17 @@ def canonical_key(reference: str, *, store_prefix: str = "") -> str:
     prefix = [p for p in store_prefix.split("/") if p]
     if prefix and parts[: len(prefix)] == prefix:
         parts = parts[len(prefix) :]
-    out = []
-    for segment in parts:
-        hexmatch = _HEX64.match(segment)
-        if hexmatch:
-            segment = hexmatch.group(1).lower() + hexmatch.group(2).lower()
-        elif segment.lower() == "sha256":
-            segment = "sha256"
-        out.append(segment)
-    return "/".join(out)
+    return "/".join(_canonical_segment(segment) for segment in parts)
+
+
+def _canonical_segment(segment: str) -> str:
+    """A 64-hex digest segment (with any suffix) and ``sha256`` are lower-cased."""
+    hexmatch = _HEX64.match(segment)
+    if hexmatch:
+        return hexmatch.group(1).lower() + hexmatch.group(2).lower()
+    if segment.lower() == "sha256":
+        return "sha256"
+    return segment
 
 
 def _already_canonical(key: str) -> bool:

@@ -11,7 +11,7 @@ import pytest
 
 from relgate.errors import RejectedError
 from relgate.integrity.digests import sha256_digest
-from relgate.lifecycle.gc import plan_gc, sweep, verify_retained
+from relgate.lifecycle.collector import plan_gc, sweep, verify_retained
 from relgate.lifecycle.pins import acquire_lease, get_lease, release_lease
 from relgate.release import root as rm
 from relgate.release.verifier import verify_release
@@ -37,9 +37,9 @@ def test_sweep_rechecks_a_publisher_lease_taken_after_the_plan(ws, release):
     lease = acquire_lease(ws, holder="writer-2", purpose="publisher", ttl_seconds=600, keys=[key])
     assert stage_object(ws.store, key, data) == version
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
-    assert result["skipped"]["publisher-lease"] == 1
+    assert result.skipped["publisher-lease"] == 1
     assert (key, version) in stored_set(ws, "shards/")
-    release_lease(ws, lease["leaseId"])
+    release_lease(ws, lease.lease_id)
     # Released: the next sweep takes it (so the lease, not something else, kept it).
     sweep(ws, actor="gc", grace_seconds=0)
     assert (key, version) not in stored_set(ws, "shards/")
@@ -51,8 +51,8 @@ def test_sweep_rechecks_the_grace_period_at_sweep_time(ws, release):
     plan = plan_gc(ws, grace_seconds=0)  # e.g. a plan made with another grace period
     assert (key, version) in candidate_set(plan)
     result = sweep(ws, actor="gc", grace_seconds=3600, plan=plan)
-    assert result["deletedCount"] == 0
-    assert result["skipped"]["younger-than-grace"] == len(plan.candidates)
+    assert result.deleted_count == 0
+    assert result.skipped["younger-than-grace"] == len(plan.candidates)
     assert (key, version) in stored_set(ws, "shards/")
 
 
@@ -62,7 +62,7 @@ def test_sweep_never_deletes_a_version_it_has_no_first_seen_record_of(ws, releas
     assert (key, version) in candidate_set(plan)
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
     assert (key, version) in stored_set(ws, "shards/")
-    assert result["skipped"]["younger-than-grace"] >= 1
+    assert result.skipped["younger-than-grace"] >= 1
 
 
 def test_expired_publisher_lease_protects_nothing(ws, release):
@@ -72,7 +72,7 @@ def test_expired_publisher_lease_protects_nothing(ws, release):
 
     later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
     assert (key, version) in candidate_set(plan_gc(ws, grace_seconds=0, now=later))
-    assert get_lease(ws, lease["leaseId"])["keys"] == [key]
+    assert get_lease(ws, lease.lease_id).keys == [key]
 
 
 def _sweep_at(monkeypatch, module, name, ws):
@@ -93,7 +93,7 @@ def test_release_writer_holds_a_publisher_lease_by_default(ws, snapshot, monkeyp
     manifest = write_release(ws, snapshot.digest, records_per_shard=40, actor="t")
     monkeypatch.undo()
     assert len(swept) == 1
-    assert swept[0]["skipped"].get("publisher-lease", 0) + swept[0]["excluded"].get(
+    assert swept[0].skipped.get("publisher-lease", 0) + swept[0].excluded.get(
         "publisher-lease", 0
     ) >= len(manifest.shards)
     assert set(shard_keys(manifest).values()) <= stored_set(ws, "shards/")
@@ -105,7 +105,7 @@ def test_release_writer_holds_a_publisher_lease_by_default(ws, snapshot, monkeyp
             conn, "SELECT lease_id, holder, state FROM leases WHERE holder LIKE 'release-%'"
         )
     assert [(x["holder"], x["state"]) for x in leases] == [("release-writer:t", "RELEASED")]
-    keys = set(get_lease(ws, leases[0]["lease_id"])["keys"])
+    keys = set(get_lease(ws, leases[0]["lease_id"]).keys)
     assert {k for k, _ in shard_keys(manifest).values()} | {
         rm.envelope_key(manifest.digest)
     } <= keys
@@ -227,7 +227,7 @@ def test_other_spelling_of_a_key_rereferenced_after_the_plan_survives(ws, releas
     assert {(key, version), (spelled, copy)} <= candidate_set(plan)
     forge_release(ws, release, {shard_id}, tag="again")  # re-references the shard
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
-    assert result["skipped"]["re-referenced"] >= 2
+    assert result.skipped["re-referenced"] >= 2
     assert {(key, version), (spelled, copy)} <= stored_set(ws, "shards/")
 
 
@@ -237,8 +237,8 @@ def test_a_candidate_already_gone_at_sweep_time_is_counted_not_failed(ws, releas
     assert (key, version) in candidate_set(plan)
     ws.store.delete_version(key, version)  # someone else removed it meanwhile
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
-    assert result["skipped"]["already-gone"] == 1
-    assert not any(d["key"] == key for d in result["deleted"])
+    assert result.skipped["already-gone"] == 1
+    assert not any(d["key"] == key for d in result.to_json()["deleted"])
 
 
 def test_an_orphan_under_an_odd_spelling_is_still_collected(ws, release):
@@ -251,5 +251,5 @@ def test_an_orphan_under_an_odd_spelling_is_still_collected(ws, release):
     plan = plan_gc(ws, grace_seconds=0)
     assert (spelled, version) in candidate_set(plan)
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
-    assert any(d["key"] == spelled for d in result["deleted"])
+    assert any(d["key"] == spelled for d in result.to_json()["deleted"])
     assert (spelled, version) not in stored_set(ws, "shards/")
