@@ -10,8 +10,8 @@ import json
 import pytest
 
 from relgate.catalog.db import execute, one, rows
-from relgate.catalog.release_table import get_release
-from relgate.catalog.snapshot_table import get_snapshot
+from relgate.catalog.release_table import get_release, insert_release
+from relgate.catalog.snapshot_table import get_snapshot, insert_snapshot
 from relgate.errors import (
     ConflictError,
     IntegrityError,
@@ -24,6 +24,7 @@ from relgate.gate.core import Gate
 from relgate.gate.permits import close_permit, get_permit, list_permits
 from relgate.lifecycle.pins import add_pin
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
+from relgate.objects.cas import ContentRef
 from relgate.release import root as rm
 from relgate.release.publication import publish, rollback_release
 from relgate.release.runs import create_run, get_run
@@ -35,7 +36,6 @@ from .conftest import PURPOSE
 
 def _members(g):
     row = get_snapshot(g.ws.db, g.snapshot)
-    from relgate.objects.cas import ContentRef
 
     return g.ws.membership.read(ContentRef(row["members_digest"], row["members_version"], 0))
 
@@ -382,9 +382,6 @@ def test_a_signed_payload_missing_a_bound_field_is_refused_not_an_internal_error
     """Validly signed by the trusted key, schema-complete, but ``totals.records`` (or
     ``members.count``) missing: a refusal naming the binding check, never exit 1."""
     import copy
-
-    from relgate.catalog.release_table import insert_release
-    from relgate.catalog.snapshot_table import insert_snapshot
 
     module = sm if kind == "snapshot" else rm
     base = g.snapshot if kind == "snapshot" else g.r3

@@ -10,13 +10,14 @@ import pytest
 
 from relgate.catalog.release_table import get_release
 from relgate.errors import RejectedError
+from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.collector import deletions, plan_gc, sweep, verify_retained
-from relgate.lifecycle.pins import acquire_lease, add_pin, release_lease, remove_pin
+from relgate.lifecycle.pins import acquire_lease, add_pin, get_lease, release_lease, remove_pin
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.objects.layout import canonical_key
 from relgate.release import root as rm
 from relgate.release.verifier import verify_release
-from relgate.release.writer import stage_object
+from relgate.release.writer import shard_key, stage_object, write_release
 from tests.release.helpers import overwrite_in_place
 
 from .helpers import candidate_set, forge_release, publish, set_state, shard_keys, stored_set
@@ -114,8 +115,6 @@ def test_missing_retained_object_fails_closed(ws, release):
 
 def test_in_progress_publisher_staged_objects_survive(ws, release):
     data = b"staged shard bytes of a publisher that has not committed"
-    from relgate.integrity.digests import sha256_digest
-    from relgate.release.writer import shard_key
 
     key = shard_key(sha256_digest(data), encrypted=False)
     lease = acquire_lease(ws, holder="writer-1", purpose="publisher", ttl_seconds=3600, keys=[key])
@@ -267,8 +266,6 @@ def test_rollback_to_a_purged_version_is_refused(ws, release):
 
 
 def test_writer_under_a_publisher_lease_is_never_swept(ws, snapshot):
-    from relgate.release.writer import write_release
-
     lease = acquire_lease(ws, holder="writer", purpose="publisher", ttl_seconds=600)
     manifest = write_release(
         ws, snapshot.digest, records_per_shard=40, actor="test", lease_id=lease.lease_id
@@ -288,6 +285,4 @@ def test_writer_under_a_publisher_lease_is_never_swept(ws, snapshot):
 
 
 def get_lease_keys(ws, lease_id):
-    from relgate.lifecycle.pins import get_lease
-
     return get_lease(ws, lease_id).keys

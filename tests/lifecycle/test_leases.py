@@ -9,10 +9,13 @@ at the exact moment a writer has staged its objects but not yet committed its ro
 import dagster as dg
 import pytest
 
+from relgate.catalog.db import rows
+from relgate.catalog.release_table import get_release, list_releases
 from relgate.errors import RejectedError
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.collector import plan_gc, sweep, verify_retained
 from relgate.lifecycle.pins import acquire_lease, get_lease, release_lease
+from relgate.objects.layout import canonical_key
 from relgate.release import root as rm
 from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key, stage_object, write_release
@@ -99,8 +102,6 @@ def test_release_writer_holds_a_publisher_lease_by_default(ws, snapshot, monkeyp
     assert set(shard_keys(manifest).values()) <= stored_set(ws, "shards/")
     assert verify_release(ws, manifest.digest, workers=0, actor="t").state == "VERIFIED"
     with ws.db.tx() as conn:
-        from relgate.catalog.db import rows
-
         leases = rows(
             conn, "SELECT lease_id, holder, state FROM leases WHERE holder LIKE 'release-%'"
         )
@@ -121,8 +122,6 @@ def test_snapshot_builder_holds_a_publisher_lease_by_default(ws, monkeypatch):
     report = validate_snapshot(ws, result.digest, actor="t")
     assert report.outcome == "VALIDATED", (report.checks, report.problems)
     with ws.db.tx() as conn:
-        from relgate.catalog.db import rows
-
         leases = rows(conn, "SELECT holder, state FROM leases")
     assert len(leases) == 1 and leases[0]["holder"].startswith("snapshot-builder:test:")
     assert leases[0]["state"] == "RELEASED"
@@ -162,7 +161,6 @@ def test_dagster_release_depends_on_the_activated_snapshot_and_refuses_an_unappr
     assert failure.step_key == "shard_release"
     text = str(failure.event_specific_data.error)
     assert "snapshot-state" in text and nightly.digest in text and "VALIDATED" in text
-    from relgate.catalog.release_table import list_releases
 
     assert list_releases(ws.db) == []
 
@@ -170,8 +168,6 @@ def test_dagster_release_depends_on_the_activated_snapshot_and_refuses_an_unappr
 def test_dagster_writers_hold_publisher_leases_and_release_from_the_activated_snapshot(ws):
     from assets.releases import shard_release
     from assets.snapshots import snapshot_assets, snapshot_checks
-    from relgate.catalog.db import rows
-    from relgate.catalog.release_table import get_release
     from resources.relgate import RelgateResource
 
     resources = {"relgate": RelgateResource(home=str(ws.home))}
@@ -210,7 +206,6 @@ def test_other_spelling_of_a_key_rereferenced_after_the_plan_survives(ws, releas
     """Both spellings of one shard are candidates at plan time (their release is not
     retained); a version re-referencing the shard between plan and sweep must keep the
     other spelling too (the sweep compares canonical keys, not spellings)."""
-    from relgate.objects.layout import canonical_key
 
     from .helpers import forge_release, set_state
 

@@ -28,6 +28,7 @@ from relgate.lifecycle.pins import add_pin
 from relgate.lifecycle.refs import version_refs
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
+from tests.snapshot.conftest import make_workspace
 from tests.snapshot.helpers import build_approved
 
 ITERATIONS = 24
@@ -75,8 +76,6 @@ def _unretained_version(ws, base, i):
 
 
 def test_pin_races_sweep(tmp_path, db_url):
-    from tests.snapshot.conftest import make_workspace
-
     ws = make_workspace(tmp_path / "home", db_url)
     base = build_approved(ws)
     ctx = mp.get_context("fork")

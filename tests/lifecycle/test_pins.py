@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from relgate.catalog.release_table import get_release
+from relgate.catalog.snapshot_table import get_snapshot
 from relgate.cli.main import main
 from relgate.errors import ConflictError, UsageError
 from relgate.lifecycle.collector import plan_gc, verify_retained
@@ -15,6 +16,7 @@ from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.release import root as rm
 from relgate.release.runs import create_run, fail_run
 from relgate.snapshot import activation as snap_lifecycle
+from relgate.snapshot import manifest as sm
 from tests.snapshot.conftest import make_workspace
 from tests.snapshot.helpers import build_approved
 
@@ -68,9 +70,6 @@ def test_pin_validation(ws, release, snapshot):
 
 
 def _first_sample(ws, digest):
-    from relgate.catalog.snapshot_table import get_snapshot
-    from relgate.snapshot import manifest as sm
-
     row = get_snapshot(ws.db, digest)
     manifest = sm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
     return ws.membership.read(manifest.members_ref)["sampleId"][0]
