@@ -4,11 +4,14 @@ import json
 
 import pytest
 
+from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import RejectedError
 from relgate.gate.aliases import AliasChange
 from relgate.gate.fences import FenceAdvance, Fences
 from relgate.gate.gate import Gate
 from relgate.gate.permits import close_hit_permits
+from relgate.gate.recheck import current_watermark, hit_subjects, recheck
+from relgate.objects.cas import ContentRef
 from relgate.workspace import CONFIG_NAME, Workspace, build_object_store, default_config
 
 D = "sha256:" + "cd" * 32
@@ -89,3 +92,27 @@ def test_the_workspace_builds_the_one_complete_gate(g):
     state = gate.alias("train", "release")
     assert (state.generation, state.active_digest) == (2, g.r2)
     assert [h.action for h in gate.alias_history("train")] == ["activate", "activate"]
+
+
+def test_the_fence_sensors_core_reads_watermarks_and_hits(g):
+    assert current_watermark(g.ws, "tombstone") == 0
+    advance = g.ws.gate().add_benchmark_items(["sha256:" + "e" * 64], benchmark="b", actor="ev")
+    assert current_watermark(g.ws, "benchmark") == advance.watermark == 1
+    assert current_watermark(g.ws, "tombstone") == 0
+    assert hit_subjects(g.ws, "benchmark", 0) == []  # not a member of anything
+    result = recheck(g.ws, "release", g.r3, actor="sensor")
+    assert (result.state, result.hits, result.reactivatable) == ("APPROVED", {}, True)
+    assert result.to_json()["digest"] == g.r3
+
+
+def test_recheck_refuses_a_hit_candidate_and_reports_it(g):
+    row = get_snapshot(g.ws.db, g.snapshot)
+    members = g.ws.membership.read(ContentRef(row["members_digest"], row["members_version"], 0))
+    sample = members["sampleId"].to_list()[0]
+    g.ws.gate().add_tombstones([sample], reason="gdpr", actor="dpo")
+    assert current_watermark(g.ws, "tombstone") == 1
+    hit = hit_subjects(g.ws, "tombstone", 0)
+    assert ("release", g.r3) in hit and ("snapshot", g.snapshot) in hit
+    assert hit_subjects(g.ws, "tombstone", 1) == []
+    result = recheck(g.ws, "release", g.r3, actor="sensor")
+    assert (result.state, result.hits, result.reactivatable) == ("INVALID", {"tombstone": 1}, False)
