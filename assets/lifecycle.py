@@ -10,7 +10,7 @@ from typing import Any
 
 import dagster as dg
 
-from relgate.lifecycle.gc import parse_duration, plan_gc, sweep
+from relgate.lifecycle.collector import parse_duration, plan_gc, sweep
 from resources.relgate import RelgateResource
 
 GROUP = "lifecycle"
@@ -28,16 +28,16 @@ def retention_plan(
     context: dg.AssetExecutionContext, config: RetentionPlanConfig, relgate: RelgateResource
 ) -> dg.Output[dict[str, Any]]:
     ws = relgate.workspace()
-    plan = plan_gc(ws, grace_seconds=parse_duration(config.grace)).to_json(limit=50)
+    plan = plan_gc(ws, grace_seconds=parse_duration(config.grace)).report(limit=50)
     return dg.Output(
-        plan,
+        plan.to_json(),
         metadata={
-            "retained": len(plan["retained"]),
-            "requiredObjects": plan["requiredObjects"],
-            "candidates": plan["candidateCount"],
-            "candidateBytes": plan["candidateBytes"],
-            "excluded": dg.MetadataValue.json(plan["excluded"]),
-            "unknownOutcome": dg.MetadataValue.json(plan["unknownOutcome"]),
+            "retained": len(plan.retained),
+            "requiredObjects": plan.required_objects,
+            "candidates": plan.candidate_count,
+            "candidateBytes": plan.candidate_bytes,
+            "excluded": dg.MetadataValue.json(plan.excluded),
+            "unknownOutcome": dg.MetadataValue.json(plan.unknown_outcome),
         },
     )
 
@@ -54,12 +54,12 @@ def garbage_collect(
     ws = relgate.workspace()
     grace = parse_duration(config.grace)
     if not config.sweep:
-        plan = plan_gc(ws, grace_seconds=grace).to_json(limit=0)
-        context.log.info(f"dry run: {plan['candidateCount']} candidates, nothing deleted")
-        return {"mode": "plan", "candidates": plan["candidateCount"]}
+        plan = plan_gc(ws, grace_seconds=grace).report(limit=0)
+        context.log.info(f"dry run: {plan.candidate_count} candidates, nothing deleted")
+        return {"mode": "plan", "candidates": plan.candidate_count}
     result = sweep(ws, actor=relgate.actor, grace_seconds=grace)
-    context.log.info(f"swept {result['deletedCount']} objects ({result['deletedBytes']} bytes)")
-    return {k: v for k, v in result.items() if k != "deleted"}
+    context.log.info(f"swept {result.deleted_count} objects ({result.deleted_bytes} bytes)")
+    return {k: v for k, v in result.to_json().items() if k != "deleted"}
 
 
 @dg.job(description="Garbage collection: a dry run unless run config sets sweep: true.")

@@ -145,7 +145,7 @@ def release_alias(
 ) -> dg.Output[dict[str, Any]]:
     ws = relgate.workspace()
     approve_release(ws, shard_release, approver=config.approver, comment="dagster")
-    result = publish(ws, shard_release, alias=config.alias, actor=config.approver)
+    result = publish(ws, shard_release, alias=config.alias, actor=config.approver).to_json()
     return dg.Output(
         result,
         data_version=dg.DataVersion(f"{config.alias}@{result['generation']}"),

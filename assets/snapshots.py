@@ -195,7 +195,9 @@ def snapshot_alias(
 ) -> dg.Output[dict[str, Any]]:
     ws = relgate.workspace()
     lifecycle.approve(ws, dataset_snapshot, approver=config.approver, comment=config.comment)
-    result = lifecycle.activate(ws, dataset_snapshot, alias=config.alias, actor=config.approver)
+    result = lifecycle.activate(
+        ws, dataset_snapshot, alias=config.alias, actor=config.approver
+    ).to_json()
     context.log.info(
         f"alias {config.alias} generation {result['generation']} -> {dataset_snapshot}"
     )

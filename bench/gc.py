@@ -187,7 +187,7 @@ def _add_versions(
 
 
 def main() -> dict[str, Any]:
-    from relgate.lifecycle.gc import plan_gc
+    from relgate.lifecycle.collector import plan_gc
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

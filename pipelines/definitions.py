@@ -19,7 +19,7 @@ from pipelines.jobs import (
 )
 from pipelines.run_jobs import run_jobs
 from resources.relgate import RelgateResource
-from sensors.fences import benchmark_fence_sensor, tombstone_fence_sensor
+from sensors.fence_sensors import benchmark_fence_sensor, tombstone_fence_sensor
 
 defs = dg.Definitions(
     assets=[*snapshot_assets, *release_assets, *checkpoint_assets, *lifecycle_assets],

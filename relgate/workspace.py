@@ -1,77 +1,158 @@
-"""A relgate workspace: configuration plus the stores and keys built from it.
+"""A relgate workspace: its validated configuration plus the stores and keys built from it.
 
-Configuration lives in ``$RELGATE_HOME/relgate.json`` (written by ``relgate init``);
-``RELGATE_HOME`` defaults to ``./var/relgate``.  ``RELGATE_CATALOG_URL`` overrides the
-catalog database URL (e.g. PostgreSQL in production).  Nothing here is global: every
-command opens its own :class:`Workspace`.
+Configuration lives in ``$RELGATE_HOME/relgate.json`` (written by ``relgate init``) and is
+validated into :class:`WorkspaceConfig` when it is read; ``RELGATE_HOME`` defaults to
+``./var/relgate``.  ``RELGATE_CATALOG_URL`` overrides the catalog database URL (e.g.
+PostgreSQL in production).  Nothing here is global: every command opens its own
+:class:`Workspace`, and :meth:`Workspace.gate` is the one way to build the gate.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, JsonValue
+
 from relgate.catalog.db import Database
 from relgate.errors import ConflictError, RejectedError, UsageError
-from relgate.gate.core import Gate, StoredEnvelopes
+from relgate.gate.approvals import sign_approval
+from relgate.gate.envelopes import StoredEnvelopes
+from relgate.gate.gate import Gate
+from relgate.gate.members import CatalogMemberIndex
+from relgate.gate.permits import close_hit_permits
+from relgate.integrity.contract import Contract, JsonObject
 from relgate.integrity.signing import Role, SigningKey, TrustedKey, TrustedKeys, load_trusted
 from relgate.objects.cas import ContentStore
+from relgate.objects.local import LocalObjectStore
+from relgate.objects.s3 import S3ObjectStore
 from relgate.objects.versioned import ObjectStore
 from relgate.snapshot.membership import MembershipCache
 from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 CONFIG_NAME = "relgate.json"
+#: ``sha256:`` plus at least 8 hex digits names a key by prefix.
+_MIN_KEYID_PREFIX = 15
+
+
+class CatalogConfig(Contract):
+    """Where the catalog database is (overridden by ``RELGATE_CATALOG_URL``)."""
+
+    url: str
+
+
+class ObjectStoreConfig(Contract):
+    """The object store: a local directory or an S3 bucket (with an optional key prefix)."""
+
+    kind: str = "local"
+    root: str | None = None
+    bucket: str | None = None
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+
+
+class RoleKeyConfig(Contract):
+    """One role's current private key file and its version."""
+
+    path: str
+    version: int
+
+
+class KeysConfig(Contract):
+    """Signing keys: the builder's (``signing``), trusted public-key dirs, keys per role."""
+
+    signing: str
+    trusted: list[str] = Field(min_length=1)
+    roles: dict[str, RoleKeyConfig] | None = None
+
+
+class WorkspaceConfig(Contract):
+    """``relgate.json``, validated.  ``sources`` and ``snapshot`` are validated by their
+    owners (:mod:`relgate.sources`, :class:`relgate.snapshot.build.BuildSpec`)."""
+
+    catalog: CatalogConfig
+    object_store: ObjectStoreConfig
+    keys: KeysConfig
+    sources: list[dict[str, JsonValue]] = Field(default_factory=list)
+    snapshot: dict[str, JsonValue] = Field(default_factory=dict)
 
 
 def default_home() -> Path:
     return Path(os.environ.get("RELGATE_HOME", "var/relgate")).absolute()
 
 
-def default_config(home: Path) -> dict[str, Any]:
-    return {
-        "catalog": {"url": f"sqlite:///{home / 'catalog.db'}"},
-        "objectStore": {"kind": "local", "root": str(home / "objects")},
-        "keys": {
-            "signing": str(home / "keys" / "builder-v1.pem"),
-            "trusted": [str(home / "keys" / "trusted")],
-        },
-        "sources": [],
-        "snapshot": {
-            "purpose": "demo-model-training",
-            "transform": "registry.local/normalize:v1",
-        },
-    }
+def default_settings(home: Path) -> WorkspaceConfig:
+    """The configuration ``relgate init`` writes for a fresh workspace at ``home``."""
+    return WorkspaceConfig(
+        catalog=CatalogConfig(url=f"sqlite:///{home / 'catalog.db'}"),
+        object_store=ObjectStoreConfig(kind="local", root=str(home / "objects")),
+        keys=KeysConfig(
+            signing=str(home / "keys" / "builder-v1.pem"),
+            trusted=[str(home / "keys" / "trusted")],
+        ),
+        sources=[],
+        snapshot={"purpose": "demo-model-training", "transform": "registry.local/normalize:v1"},
+    )
 
 
-def build_object_store(config: dict[str, Any]) -> ObjectStore:
-    kind = config.get("kind", "local")
-    if kind == "local":
-        from relgate.objects.local import LocalObjectStore
+def default_config(home: Path) -> JsonObject:
+    """:func:`default_settings` as the JSON document stored in ``relgate.json``."""
+    return _document(default_settings(home))
 
-        return LocalObjectStore(config["root"])
-    if kind == "s3":
-        from relgate.objects.s3 import S3ObjectStore
 
-        store = S3ObjectStore(
-            bucket=config["bucket"],
-            prefix=config.get("prefix", ""),
-            endpoint_url=config.get("endpointUrl") or os.environ.get("RELGATE_S3_ENDPOINT"),
-            region=config.get("region", "us-east-1"),
+def _document(settings: WorkspaceConfig) -> JsonObject:
+    doc: JsonObject = settings.to_json(exclude_none=True)
+    store = doc["objectStore"]
+    if isinstance(store, dict) and store.get("kind") == "local":
+        store.pop("prefix", None)
+        store.pop("region", None)
+    return doc
+
+
+def parse_config(document: object, *, where: str = CONFIG_NAME) -> WorkspaceConfig:
+    """Validate a decoded ``relgate.json`` (RejectedError check=schema if it is not one)."""
+    return WorkspaceConfig.parse(document, what=where)
+
+
+def build_object_store(config: ObjectStoreConfig | Mapping[str, object]) -> ObjectStore:
+    """The object store a configuration names (a raw ``objectStore`` mapping is validated)."""
+    cfg = (
+        config
+        if isinstance(config, ObjectStoreConfig)
+        else ObjectStoreConfig.parse(dict(config), what="objectStore")
+    )
+    if cfg.kind == "local" and cfg.root is not None:
+        return LocalObjectStore(cfg.root)
+    if cfg.kind == "s3" and cfg.bucket is not None:
+        return S3ObjectStore(
+            bucket=cfg.bucket,
+            prefix=cfg.prefix,
+            endpoint_url=cfg.endpoint_url or os.environ.get("RELGATE_S3_ENDPOINT"),
+            region=cfg.region,
         )
-        return store
     raise UsageError(
-        f"unknown object store kind {kind!r}", object="objectStore", check="store-kind"
+        f"unknown object store kind {cfg.kind!r}", object="objectStore", check="store-kind"
     )
 
 
 @dataclass
 class Workspace:
+    """One workspace: ``config`` is the ``relgate.json`` document (what is saved),
+    :attr:`settings` its validated model (what the stores and keys are built from)."""
+
     home: Path
     config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> WorkspaceConfig:
+        """The configuration, validated (re-read, so edits to ``config`` are seen)."""
+        return parse_config(self.config, where=str(self.home / CONFIG_NAME))
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None) -> Workspace:
@@ -83,11 +164,15 @@ class Workspace:
                 object=str(path),
                 check="workspace-exists",
             )
-        return cls(root, json.loads(path.read_text()))
+        ws = cls(root, json.loads(path.read_text()))
+        parse_config(ws.config, where=str(path))
+        return ws
 
     @classmethod
     def init(
-        cls, home: str | os.PathLike[str] | None = None, config: dict[str, Any] | None = None
+        cls,
+        home: str | os.PathLike[str] | None = None,
+        config: Mapping[str, object] | WorkspaceConfig | None = None,
     ) -> Workspace:
         """Create (or reopen) a workspace: config, schema migrations, dev signing keys."""
         root = Path(home).absolute() if home is not None else default_home()
@@ -96,14 +181,22 @@ class Workspace:
         if path.exists():
             ws = cls(root, json.loads(path.read_text()))
         else:
-            ws = cls(root, config or default_config(root))
+            if isinstance(config, WorkspaceConfig):
+                document: dict[str, Any] = _document(config)
+            elif config:
+                document = config if isinstance(config, dict) else dict(config)
+            else:
+                document = default_config(root)
+            ws = cls(root, document)
             ws.save()
         ws.db.migrate()
         ws.ensure_keys()
         return ws
 
     def save(self) -> None:
+        """Validate and write ``relgate.json`` atomically."""
         path = self.home / CONFIG_NAME
+        parse_config(self.config, where=str(path))
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, path)
@@ -121,7 +214,7 @@ class Workspace:
 
     @property
     def trusted_dir(self) -> Path:
-        return Path(self.config["keys"]["trusted"][0])
+        return Path(self.settings.keys.trusted[0])
 
     def _write_role_key(self, role: Role, version: int) -> SigningKey:
         key = SigningKey.generate(role, version)
@@ -170,23 +263,24 @@ class Workspace:
     def key(self, role: Role | str) -> SigningKey:
         """The current signing key of ``role``."""
         role = Role(role)
-        entry = self.config["keys"].get("roles", {}).get(role.value)
+        keys = self.settings.keys
+        entry = (keys.roles or {}).get(role.value)
         if entry is None and role is Role.BUILDER:
-            return SigningKey.load(self.config["keys"]["signing"], Role.BUILDER, 1)
+            return SigningKey.load(keys.signing, Role.BUILDER, 1)
         if entry is None:
             raise UsageError(
                 f"this workspace has no {role.value} key; run `relgate init` to create role keys",
                 object="keys",
                 check="key-missing",
             )
-        return SigningKey.load(entry["path"], role, int(entry["version"]))
+        return SigningKey.load(entry.path, role, entry.version)
 
     def rotate_key(self, role: Role | str) -> SigningKey:
         """Add a new version of ``role``'s key and sign with it from now on; old ones still verify."""
         role = Role(role)
         self.ensure_keys()
         versions = [k.version for k in self.trusted_keys.keys.values() if k.role is role]
-        current = int(self.config["keys"]["roles"][role.value]["version"])
+        current = (self.settings.keys.roles or {})[role.value].version
         key = self._write_role_key(role, max([current, *versions]) + 1)
         self.save()
         self.__dict__.pop("trusted_keys", None)
@@ -197,7 +291,9 @@ class Workspace:
         """Refuse signatures by ``keyid`` (a full keyid or a unique hex prefix) from now on."""
         trusted = self.trusted_keys
         wanted = keyid if keyid.startswith("sha256:") else f"sha256:{keyid}"
-        matches = [k for k in trusted.keys if k.startswith(wanted) and len(wanted) >= 15]
+        matches = [
+            k for k in trusted.keys if k.startswith(wanted) and len(wanted) >= _MIN_KEYID_PREFIX
+        ]
         if len(matches) != 1:
             raise UsageError(
                 f"{len(matches)} trusted keys match {keyid!r}; give a full keyid",
@@ -205,8 +301,8 @@ class Workspace:
                 check="keyid",
             )
         found = trusted.keys[matches[0]]
-        for entry in self.config["keys"].get("roles", {}).values():
-            if SigningKey.load(entry["path"]).keyid == found.keyid:
+        for entry in (self.settings.keys.roles or {}).values():
+            if SigningKey.load(entry.path).keyid == found.keyid:
                 raise RejectedError(
                     f"{found.keyid} is the current {found.role} key; rotate it first",
                     object=found.keyid,
@@ -220,21 +316,19 @@ class Workspace:
         self.__dict__.pop("trusted_keys", None)
         return found
 
-    def sign_approval(self, result: dict[str, Any]) -> dict[str, Any]:
+    def sign_approval(self, result: Mapping[str, str]) -> dict[str, str]:
         """Sign an approval just recorded with the approver key (see relgate.gate.approvals)."""
-        from relgate.gate.approvals import sign_approval
-
         return sign_approval(self, result)
 
     # -- components ------------------------------------------------------------------------
     @cached_property
     def db(self) -> Database:
-        url = os.environ.get("RELGATE_CATALOG_URL") or self.config["catalog"]["url"]
+        url = os.environ.get("RELGATE_CATALOG_URL") or self.settings.catalog.url
         return Database(url)
 
     @cached_property
     def store(self) -> ObjectStore:
-        return build_object_store(self.config["objectStore"])
+        return build_object_store(self.settings.object_store)
 
     @cached_property
     def cas(self) -> ContentStore:
@@ -247,25 +341,24 @@ class Workspace:
 
     @cached_property
     def trusted_keys(self) -> TrustedKeys:
-        trusted = load_trusted(self.config["keys"]["trusted"])
-        if "roles" in self.config["keys"]:
+        keys = self.settings.keys
+        trusted = load_trusted(keys.trusted)
+        if keys.roles is not None:
             return trusted
         # Not yet migrated: the one old key verifies as builder v1.
-        old = SigningKey.load(self.config["keys"]["signing"])
-        keys = dict(trusted.keys)
-        if old.keyid in keys and keys[old.keyid].role is None:
-            keys[old.keyid] = TrustedKey(old.public_key, Role.BUILDER, 1)
-        return TrustedKeys(keys, trusted.revoked)
+        old = SigningKey.load(keys.signing)
+        found = dict(trusted.keys)
+        if old.keyid in found and found[old.keyid].role is None:
+            found[old.keyid] = TrustedKey(old.public_key, Role.BUILDER, 1)
+        return TrustedKeys(found, trusted.revoked)
 
     @cached_property
     def membership(self) -> MembershipCache:
         return MembershipCache(self.cas, self.home / "cache" / "membership")
 
     def gate(self) -> Gate:
-        """The gate over this workspace's catalog; fence advances close hit permits."""
-        from relgate.gate.members import CatalogMemberIndex
-        from relgate.gate.permits import close_hit_permits
-
+        """The gate over this workspace's catalog (the one way to build one): membership
+        lookups, stored-envelope re-verification, and fence advances close hit permits."""
         envelopes = StoredEnvelopes(self.store, self.trusted_keys)
         gate = Gate(self.db, CatalogMemberIndex(self.membership), envelopes=envelopes)
         gate.listeners.append(close_hit_permits)

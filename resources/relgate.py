@@ -7,7 +7,7 @@ import dagster as dg
 from relgate.workspace import Workspace
 
 
-class RelgateResource(dg.ConfigurableResource):
+class RelgateResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # Dagster's generic resource base
     """Opens the relgate workspace at ``home`` (default: ``$RELGATE_HOME`` or ./var/relgate)."""
 
     home: str = ""

@@ -47,7 +47,8 @@ TABLES = {
 
 def current_state(conn: Connection, kind: str, digest: str) -> str:
     table, _, _ = TABLES[kind]
-    row = one(conn, f"SELECT state FROM {table} WHERE digest = :d", {"d": digest})
+    sql = f"SELECT state FROM {table} WHERE digest = :d"  # noqa: S608 constant table names
+    row = one(conn, sql, {"d": digest})
     if row is None:
         raise NotFoundError(f"unknown {kind}", object=kind, check="exists", digest=digest)
     return str(row["state"])
@@ -78,7 +79,7 @@ def transition(
     now = utcnow()
     changed = execute(
         conn,
-        f"UPDATE {table} SET state = :to, updated_at = :now WHERE digest = :d AND state = :from",
+        f"UPDATE {table} SET state = :to, updated_at = :now WHERE digest = :d AND state = :from",  # noqa: S608 constant table names
         {"to": to_state, "now": now, "d": digest, "from": state},
     )
     if changed != 1:
@@ -87,7 +88,7 @@ def transition(
         )
     execute(
         conn,
-        f"INSERT INTO {events} (digest, from_state, to_state, actor, reason, at)"
+        f"INSERT INTO {events} (digest, from_state, to_state, actor, reason, at)"  # noqa: S608 constant table names
         " VALUES (:d, :f, :t, :a, :r, :now)",
         {"d": digest, "f": state, "t": to_state, "a": actor, "r": reason, "now": now},
     )
@@ -98,16 +99,25 @@ def history(conn: Connection, kind: str, digest: str) -> list[dict[str, str]]:
     _, events, _ = TABLES[kind]
     return [
         {k: str(v) if v is not None else "" for k, v in r.items() if k != "id"}
-        for r in rows(conn, f"SELECT * FROM {events} WHERE digest = :d ORDER BY id", {"d": digest})
+        for r in rows(
+            conn,
+            f"SELECT * FROM {events} WHERE digest = :d ORDER BY id",  # noqa: S608 constant table names
+            {"d": digest},
+        )
     ]
+
+
+#: ``sha256:`` plus 64 hex digits; a prefix shorter than 8 hex digits is refused.
+_FULL_DIGEST_LENGTH = 71
+_MIN_PREFIX = 8
 
 
 def resolve_digest(db: Database, kind: str, ref: str) -> str:
     """A full digest, or a unique hex prefix of one (at least 8 characters), of ``kind``."""
-    if ref.startswith("sha256:") and len(ref) == 71:
+    if ref.startswith("sha256:") and len(ref) == _FULL_DIGEST_LENGTH:
         return require_digest(ref)
     prefix = ref.removeprefix("sha256:")
-    if len(prefix) < 8 or any(c not in "0123456789abcdef" for c in prefix):
+    if len(prefix) < _MIN_PREFIX or any(c not in "0123456789abcdef" for c in prefix):
         raise UsageError(
             f"give a {kind} digest or a hex prefix of at least 8 characters",
             object=ref,
@@ -116,7 +126,9 @@ def resolve_digest(db: Database, kind: str, ref: str) -> str:
     table = TABLES[kind][0]
     with db.tx() as conn:
         found = rows(
-            conn, f"SELECT digest FROM {table} WHERE digest LIKE :p", {"p": f"sha256:{prefix}%"}
+            conn,
+            f"SELECT digest FROM {table} WHERE digest LIKE :p",  # noqa: S608 constant table names
+            {"p": f"sha256:{prefix}%"},
         )
     if len(found) != 1:
         raise NotFoundError(

@@ -66,7 +66,7 @@ def pin_add(
         expires_at=expires,
         kind="checkpoint" if position is not None else "explicit",
         position=position,
-    )
+    ).to_json()
 
 
 @command(pin, "remove")
@@ -86,7 +86,7 @@ def pin_list(ctx: Ctx, include_released: bool) -> CommandOutput:
     """Explicit and checkpoint pins."""
     from relgate.lifecycle.pins import list_pins
 
-    return {"pins": list_pins(ctx.ws(), include_released=include_released)}
+    return {"pins": [p.to_json() for p in list_pins(ctx.ws(), include_released=include_released)]}
 
 
 @click.group()
@@ -148,7 +148,7 @@ _GRACE = click.option(
 @pass_ctx
 def gc_plan(ctx: Ctx, grace: str, limit: int) -> CommandOutput:
     """What a sweep would delete and why; deletes nothing.  Fails closed (exit 3)."""
-    from relgate.lifecycle.gc import parse_duration, plan_gc
+    from relgate.lifecycle.collector import parse_duration, plan_gc
 
     return plan_gc(ctx.ws(), grace_seconds=parse_duration(grace)).to_json(limit=limit)
 
@@ -159,7 +159,7 @@ def gc_plan(ctx: Ctx, grace: str, limit: int) -> CommandOutput:
 @pass_ctx
 def gc_sweep(ctx: Ctx, grace: str, confirmed: bool) -> CommandOutput:
     """Delete candidates, each re-checked inside the gate; needs --yes."""
-    from relgate.lifecycle.gc import parse_duration, sweep
+    from relgate.lifecycle.collector import parse_duration, sweep
 
     if not confirmed:
         raise UsageError(
@@ -175,9 +175,9 @@ def gc_sweep(ctx: Ctx, grace: str, confirmed: bool) -> CommandOutput:
 @pass_ctx
 def gc_log(ctx: Ctx, run_id: str | None) -> CommandOutput:
     """What sweeps deleted, and why."""
-    from relgate.lifecycle.gc import deletions
+    from relgate.lifecycle.collector import deletions
 
-    return {"deletions": deletions(ctx.ws(), run_id)}
+    return {"deletions": [d.to_json() for d in deletions(ctx.ws(), run_id)]}
 
 
 def register(main: click.Group) -> None:
@@ -212,7 +212,7 @@ def register(main: click.Group) -> None:
             record_bytes=record_bytes,
             workers=workers,
             target_read_mb=target_read_mb,
-        )
+        ).to_json()
 
     @command(main, "lineage")
     @click.argument("sample_id")
@@ -222,4 +222,4 @@ def register(main: click.Group) -> None:
         from relgate.integrity.identifiers import validate_id
         from relgate.lifecycle.lineage import lineage
 
-        return lineage(ctx.ws(), validate_id(sample_id, where="lineage SAMPLE_ID"))
+        return lineage(ctx.ws(), validate_id(sample_id, where="lineage SAMPLE_ID")).to_json()

@@ -1,5 +1,7 @@
-"""The linearizable gate: aliases (compare-and-swap), fences, approvals, permits, recheck.
+"""The linearizable gate: aliases (compare-and-swap), fences, hits, stored-envelope
+re-verification, approvals, permits and recheck.
 
 Every state change that a training run or a reader can observe goes through one gate
-transaction here; callers never open SQL transactions themselves.
+transaction here; callers never open SQL transactions themselves.  The gate itself is
+:class:`relgate.gate.gate.Gate`, built by :meth:`relgate.workspace.Workspace.gate`.
 """

@@ -12,48 +12,77 @@ to that subject (``approval-subject``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Final, Literal, Protocol
+
+from pydantic import Field
 
 from relgate.catalog.audit import latest_report, record_report
-from relgate.catalog.db import utcnow
+from relgate.catalog.db import Database, utcnow
 from relgate.errors import IntegrityError, RejectedError
-from relgate.integrity.canonical import canonical_bytes
-from relgate.integrity.signing import Role, TrustedKeys, open_verified, sign_envelope
+from relgate.integrity.contract import Contract
+from relgate.integrity.signing import Role, SigningKey, TrustedKeys, open_verified, sign_envelope
+from relgate.objects.cas import ContentStore
 
-if TYPE_CHECKING:
-    from relgate.workspace import Workspace
-
-SCHEMA = "relgate.approval.v1"
+SCHEMA: Final = "relgate.approval.v1"
 PAYLOAD_TYPE = "application/vnd.relgate.approval.v1+json"
 
 
-@dataclass(frozen=True)
-class Approval:
+class Approval(Contract):
+    """The signed ``relgate.approval.v1`` statement (its canonical bytes are the payload)."""
+
+    statement_schema: Literal["relgate.approval.v1"] = Field(
+        SCHEMA, validation_alias="schema", serialization_alias="schema"
+    )
     subject_kind: str
     subject: str
     approver: str
     report: str
     at: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "subjectKind": self.subject_kind,
-            "subject": self.subject,
-            "approver": self.approver,
-            "report": self.report,
-            "at": self.at,
+    def __init__(
+        self, subject_kind: str, subject: str, approver: str, report: str, at: str
+    ) -> None:
+        fields: dict[str, Any] = {
+            "subject_kind": subject_kind,
+            "subject": subject,
+            "approver": approver,
+            "report": report,
+            "at": at,
         }
+        super().__init__(**fields)
 
 
-def sign_approval(ws: Workspace, result: dict[str, Any]) -> dict[str, Any]:
+class ApprovalSigner(Protocol):
+    """What signing an approval needs from a workspace: the catalog, the CAS, the keys."""
+
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def cas(self) -> ContentStore: ...
+
+    def key(self, role: Role | str) -> SigningKey: ...
+
+
+class ApprovalVerifier(Protocol):
+    """What verifying an approval needs from a workspace."""
+
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def cas(self) -> ContentStore: ...
+
+    @property
+    def trusted_keys(self) -> TrustedKeys: ...
+
+
+def sign_approval(ws: ApprovalSigner, result: Mapping[str, str]) -> dict[str, str]:
     """Sign the approval ``audit.approve`` just recorded; returns ``result`` + ``approval``."""
     kind = "release" if "release" in result else "snapshot"
     approval = Approval(kind, result[kind], result["approver"], result["report"], utcnow())
-    envelope = sign_envelope(
-        PAYLOAD_TYPE, canonical_bytes(approval.to_json()), ws.key(Role.APPROVER)
-    )
+    envelope = sign_envelope(PAYLOAD_TYPE, approval.canonical(), ws.key(Role.APPROVER))
     ref = ws.cas.put(json.dumps(envelope, sort_keys=True).encode())
     with ws.db.tx() as conn:
         record_report(conn, approval_kind(kind), approval.subject, ref.digest, ref.version_id, True)
@@ -71,7 +100,7 @@ def missing_approval(kind: str, digest: str) -> RejectedError:
     )
 
 
-def verify_approval(ws: Workspace, kind: str, digest: str) -> Approval:
+def verify_approval(ws: ApprovalVerifier, kind: str, digest: str) -> Approval:
     """The newest signed approval of ``digest``, verified; exit 3 if missing or not trusted."""
     row = latest_report(ws.db, digest, approval_kind(kind))
     if row is None:
@@ -89,7 +118,7 @@ def open_approval(
     envelope: bytes, trusted: TrustedKeys, kind: str, digest: str, *, subject: str
 ) -> Approval:
     """Open one stored approval envelope: approver signature, canonical payload, subject."""
-    body = open_verified(envelope, trusted, payload_type=PAYLOAD_TYPE, subject=subject).body
+    body: Any = open_verified(envelope, trusted, payload_type=PAYLOAD_TYPE, subject=subject).body
     if (
         not isinstance(body, dict)
         or body.get("schema") != SCHEMA

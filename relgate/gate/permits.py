@@ -9,71 +9,71 @@ that root before the advance commits.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
-from relgate.gate.core import read_alias, read_fences
-
-if TYPE_CHECKING:
-    from relgate.gate.core import Gate
+from relgate.gate.aliases import read_alias, stale_generation
+from relgate.gate.fences import read_fences
+from relgate.gate.gate import Gate
+from relgate.gate.hits import HitSeqs
+from relgate.integrity.contract import Contract
 
 #: ``permits.generation`` of a permit admitted by exact digest (no alias was read).
 NO_GENERATION = -1
 
 
-def acquire(
-    conn: Connection,
-    gate: Gate,
-    *,
-    purpose: str,
-    alias: str | None = None,
-    root: str | None = None,
-    expected_generation: int | None = None,
-) -> dict[str, Any]:
-    """Admit ``purpose`` to one exact root and issue a permit (call inside gate_tx).
+class Permit(Contract):
+    """Admission of one purpose to one exact root at one gate state (a ``permits`` row)."""
 
-    With ``alias`` the alias is resolved here, exactly once, and must still be at
-    ``expected_generation`` when one is given; with ``root`` the digest is admitted as
-    given (a root that was superseded on its alias but is still PUBLISHED is admissible).
-    Either way the root must be PUBLISHED, admitted for this purpose, free of fence hits
-    against the current fences, and its stored envelope must re-verify.
-    """
-    fences = read_fences(conn)
-    generation = NO_GENERATION
-    if alias is not None:
-        generation, active = read_alias(conn, alias, "release")
-        if expected_generation is not None and generation != expected_generation:
-            raise ConflictError(
-                f"alias {alias!r} is at generation {generation}, not {expected_generation}",
-                object=alias,
-                check="alias-generation",
-                digest=active,
-                details={"generation": generation, "activeDigest": active},
+    permit_id: str
+    root_digest: str
+    alias: str
+    generation: int
+    tombstone_watermark: int
+    benchmark_fence: int
+    purpose: str
+    state: str
+    created_at: str
+    closed_reason: str | None = None
+    closed_at: str | None = None
+
+
+def _admitted_root(
+    conn: Connection, alias: str | None, root: str | None, expected_generation: int | None
+) -> tuple[str, int]:
+    """Resolve the alias (exactly once) or take the exact root; (root, generation)."""
+    if alias is None:
+        if expected_generation is not None:
+            raise UsageError(
+                "--expect-generation needs --alias", object="run", check="expect-generation"
             )
-        if active is None:
-            raise RejectedError(
-                f"alias {alias!r} has no published release", object=alias, check="alias-active"
-            )
-        if root is not None and root != active:
-            raise ConflictError(
-                f"alias {alias!r} points at another root",
-                object=alias,
-                check="alias-root",
-                digest=root,
-                details={"activeDigest": active, "generation": generation},
-            )
-        root = active
-    elif expected_generation is not None:
-        raise UsageError(
-            "--expect-generation needs --alias", object="run", check="expect-generation"
+        if root is None:
+            raise UsageError("admit a root digest or an alias", object="run", check="root")
+        return root, NO_GENERATION
+    generation, active = read_alias(conn, alias, "release")
+    if expected_generation is not None and generation != expected_generation:
+        details: dict[str, object] = {"generation": generation, "activeDigest": active}
+        raise stale_generation(alias, generation, expected_generation, active, details)
+    if active is None:
+        raise RejectedError(
+            f"alias {alias!r} has no published release", object=alias, check="alias-active"
         )
-    if root is None:
-        raise UsageError("admit a root digest or an alias", object="run", check="root")
-    subject = alias or root
+    if root is not None and root != active:
+        raise ConflictError(
+            f"alias {alias!r} points at another root",
+            object=alias,
+            check="alias-root",
+            digest=root,
+            details={"activeDigest": active, "generation": generation},
+        )
+    return active, generation
+
+
+def _check_admissible(conn: Connection, subject: str, root: str, purpose: str) -> None:
+    """The root is PUBLISHED and its data was admitted for ``purpose``."""
     release = one(
         conn, "SELECT state, snapshot_digest FROM releases WHERE digest = :d", {"d": root}
     )
@@ -97,24 +97,46 @@ def acquire(
             digest=root,
             details={"admitted": snapshot["purpose"] if snapshot else None},
         )
+
+
+def acquire(
+    conn: Connection,
+    gate: Gate,
+    *,
+    purpose: str,
+    alias: str | None = None,
+    root: str | None = None,
+    expected_generation: int | None = None,
+) -> Permit:
+    """Admit ``purpose`` to one exact root and issue a permit (call inside gate_tx).
+
+    With ``alias`` the alias is resolved here, exactly once, and must still be at
+    ``expected_generation`` when one is given; with ``root`` the digest is admitted as
+    given (a root that was superseded on its alias but is still PUBLISHED is admissible).
+    Either way the root must be PUBLISHED, admitted for this purpose, free of fence hits
+    against the current fences, and its stored envelope must re-verify.
+    """
+    fences = read_fences(conn)
+    root, generation = _admitted_root(conn, alias, root, expected_generation)
+    _check_admissible(conn, alias or root, root, purpose)
     gate.check_root(conn, "release", root)
-    permit = {
-        "permit_id": "permit-" + uuid.uuid4().hex[:16],
-        "root_digest": root,
-        "alias": alias or "",
-        "generation": generation,
-        "tombstone_watermark": fences.tombstone_watermark,
-        "benchmark_fence": fences.benchmark_fence,
-        "purpose": purpose,
-        "state": "OPEN",
-        "created_at": utcnow(),
-    }
+    permit = Permit(
+        permit_id="permit-" + uuid.uuid4().hex[:16],
+        root_digest=root,
+        alias=alias or "",
+        generation=generation,
+        tombstone_watermark=fences.tombstone_watermark,
+        benchmark_fence=fences.benchmark_fence,
+        purpose=purpose,
+        state="OPEN",
+        created_at=utcnow(),
+    )
     execute(
         conn,
-        "INSERT INTO permits (permit_id, root_digest, alias, generation, tombstone_watermark, benchmark_fence,"
-        " purpose, state, created_at) VALUES (:permit_id, :root_digest, :alias, :generation,"
-        " :tombstone_watermark, :benchmark_fence, :purpose, :state, :created_at)",
-        permit,
+        "INSERT INTO permits (permit_id, root_digest, alias, generation, tombstone_watermark,"
+        " benchmark_fence, purpose, state, created_at) VALUES (:permit_id, :root_digest, :alias,"
+        " :generation, :tombstone_watermark, :benchmark_fence, :purpose, :state, :created_at)",
+        permit.model_dump(exclude={"closed_reason", "closed_at"}),
     )
     return permit
 
@@ -130,7 +152,7 @@ def close_permit(conn: Connection, permit_id: str, reason: str) -> bool:
     return changed == 1
 
 
-def close_hit_permits(conn: Connection, fence_kind: str, hits: dict[str, list[int]]) -> list[str]:
+def close_hit_permits(conn: Connection, fence_kind: str, hits: HitSeqs) -> list[str]:
     """Gate hit listener: close every open permit on a hit root and revoke its runs.
 
     Runs in the fence transaction, so a worker's barrier and a reader's next record see
@@ -139,6 +161,10 @@ def close_hit_permits(conn: Connection, fence_kind: str, hits: dict[str, list[in
     closed: list[str] = []
     now = utcnow()
     live = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
+    revoke = (
+        "UPDATE runs SET state = 'REVOKED', failure = :why, end_reason = :why, ended_at = :now,"  # noqa: S608 constant run states
+        f" ended_by = 'gate', updated_at = :now WHERE root_digest = :r AND state IN ({live})"
+    )
     for root, seqs in sorted(hits.items()):
         why = f"{fence_kind} fence entries {seqs} hit root {root}"
         for row in rows(
@@ -148,28 +174,23 @@ def close_hit_permits(conn: Connection, fence_kind: str, hits: dict[str, list[in
         ):
             if close_permit(conn, str(row["permit_id"]), why):
                 closed.append(str(row["permit_id"]))
-        execute(
-            conn,
-            "UPDATE runs SET state = 'REVOKED', failure = :why, end_reason = :why, ended_at = :now,"
-            f" ended_by = 'gate', updated_at = :now WHERE root_digest = :r AND state IN ({live})",
-            {"why": why, "now": now, "r": root},
-        )
+        execute(conn, revoke, {"why": why, "now": now, "r": root})
     return closed
 
 
-def get_permit(db: Database, permit_id: str) -> dict[str, Any]:
+def get_permit(db: Database, permit_id: str) -> Permit:
     with db.tx() as conn:
         row = one(conn, "SELECT * FROM permits WHERE permit_id = :p", {"p": permit_id})
     if row is None:
         raise NotFoundError("unknown permit", object=permit_id, check="exists")
-    return row
+    return Permit.model_validate(row)
 
 
 def list_permits(
     db: Database, *, root: str | None = None, state: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[Permit]:
     sql = "SELECT * FROM permits WHERE 1 = 1"
-    params: dict[str, Any] = {}
+    params: dict[str, str] = {}
     if root:
         sql += " AND root_digest = :r"
         params["r"] = root
@@ -177,4 +198,5 @@ def list_permits(
         sql += " AND state = :s"
         params["s"] = state
     with db.tx() as conn:
-        return rows(conn, sql + " ORDER BY created_at", params)
+        found = rows(conn, sql + " ORDER BY created_at", params)
+    return [Permit.model_validate(r) for r in found]

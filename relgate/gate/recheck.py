@@ -9,16 +9,36 @@ their input), and the gate refuses rolling back to them.
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
 from relgate.catalog.db import rows
 from relgate.catalog.states import TABLES, current_state, transition
+from relgate.gate.fences import read_fences
+from relgate.gate.hits import hits_on
+from relgate.integrity.contract import Contract
 from relgate.workspace import Workspace
 
 REFUSE = {
     "snapshot": ("REJECTED", ("BUILDING", "VALIDATED", "APPROVED")),
     "release": ("INVALID", ("STAGED", "VERIFIED", "APPROVED")),
 }
+
+
+class RecheckResult(Contract):
+    """A version after its re-check: its state, hits per fence, permits closed on it."""
+
+    kind: str
+    subject: str = Field(validation_alias="digest", serialization_alias="digest")
+    state: str
+    hits: dict[str, int]
+    reactivatable: bool
+    closed_permits: list[str]
+
+
+def current_watermark(ws: Workspace, fence_kind: str) -> int:
+    """The current watermark of one fence (what the fence sensors compare with)."""
+    with ws.db.tx() as conn:
+        return read_fences(conn).of(fence_kind)
 
 
 def hit_subjects(ws: Workspace, fence_kind: str, after_seq: int) -> list[tuple[str, str]]:
@@ -33,15 +53,12 @@ def hit_subjects(ws: Workspace, fence_kind: str, after_seq: int) -> list[tuple[s
     return [(str(r["subject_kind"]), str(r["subject_digest"])) for r in found]
 
 
-def recheck(ws: Workspace, kind: str, digest: str, *, actor: str) -> dict[str, Any]:
+def recheck(ws: Workspace, kind: str, digest: str, *, actor: str) -> RecheckResult:
+    """Mark a hit candidate REJECTED / INVALID; report the version's hits and permits."""
     if kind not in TABLES:
         raise KeyError(kind)
     with ws.db.tx() as conn:
-        hits = rows(
-            conn,
-            "SELECT fence_kind, fence_seq FROM fence_hits WHERE subject_digest = :d ORDER BY fence_kind, fence_seq",
-            {"d": digest},
-        )
+        hits = hits_on(conn, digest)
         state = current_state(conn, kind, digest)
         refused, candidates = REFUSE[kind]
         if hits and state in candidates:
@@ -52,12 +69,12 @@ def recheck(ws: Workspace, kind: str, digest: str, *, actor: str) -> dict[str, A
         )
     by_kind: dict[str, int] = {}
     for hit in hits:
-        by_kind[hit["fence_kind"]] = by_kind.get(hit["fence_kind"], 0) + 1
-    return {
-        "kind": kind,
-        "digest": digest,
-        "state": state,
-        "hits": by_kind,
-        "reactivatable": not hits,
-        "closedPermits": [p["permit_id"] for p in permits if p["state"] == "CLOSED"],
-    }
+        by_kind[hit.fence_kind] = by_kind.get(hit.fence_kind, 0) + 1
+    return RecheckResult(
+        kind=kind,
+        subject=digest,
+        state=state,
+        hits=by_kind,
+        reactivatable=not hits,
+        closed_permits=[str(p["permit_id"]) for p in permits if p["state"] == "CLOSED"],
+    )

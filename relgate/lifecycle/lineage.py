@@ -12,117 +12,218 @@ held, i.e. what garbage collection purges once nothing pins them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from pydantic import Field
+from sqlalchemy import Connection
+
 from relgate.catalog.db import rows
+from relgate.errors import RelgateError
 from relgate.gate.members import CatalogMemberIndex
-from relgate.lifecycle.retention import now_utc, retained_versions
+from relgate.integrity.contract import Contract
+from relgate.integrity.merkle import check_proof
+from relgate.lifecycle.retention import Holders, now_utc, retained_versions
 from relgate.objects.cas import ContentRef
+from relgate.snapshot.compare import prove
 from relgate.workspace import Workspace
 
 
-def lineage(ws: Workspace, sample_id: str) -> dict[str, Any]:
-    index = CatalogMemberIndex(ws.membership)
-    memo: dict[tuple[str, str], bool] = {}
-    proofs: dict[str, dict[str, Any]] = {}
+class InclusionCheck(Contract):
+    """An RFC 6962 inclusion proof of the sample against a signed snapshot, checked."""
 
-    def member(digest: str, version: str) -> bool:
-        if (digest, version) not in memo:
-            hit, _ = index.hits(ContentRef(digest, version, 0), {sample_id}, set())
-            memo[(digest, version)] = bool(hit)
-        return memo[(digest, version)]
+    verified: bool
+    snapshot: str
+    kind: str | None = None
+    root: str | None = None
+    leaf_index: int | None = None
+    error: str | None = None
 
+    def to_json(self, *, exclude_none: bool = True) -> dict[str, Any]:
+        return super().to_json(exclude_none=exclude_none)
+
+
+class LineageVersion(Contract):
+    """One version that has the sample as a member, proven."""
+
+    kind: str
+    subject: str = Field(validation_alias="digest", serialization_alias="digest")
+    state: str
+    held_by: list[str]
+    reactivation: str
+    proof: InclusionCheck
+
+
+class LineagePin(Contract):
+    pin_id: str
+    kind: str
+    owner: str
+    reason: str
+    expires_at: str | None
+    subject: str = Field(validation_alias="digest", serialization_alias="digest")
+
+
+class LineagePermit(Contract):
+    permit_id: str
+    state: str
+    purpose: str
+    root_digest: str
+
+
+class LineageRun(Contract):
+    run_id: str
+    state: str
+    root_digest: str
+
+
+class Lineage(Contract):
+    """Everything that holds one sample (``relgate lineage``)."""
+
+    sample_id: str
+    tombstoned: bool
+    tombstones: list[int]
+    versions: list[LineageVersion]
+    pins: list[LineagePin]
+    permits: list[LineagePermit]
+    runs: list[LineageRun]
+    held_versions: list[str]
+
+
+def _catalog_facts(
+    conn: Connection, sample_id: str
+) -> tuple[list[dict[str, Any]], Holders, list[tuple[str, dict[str, Any], bool]]]:
+    """Tombstones of the sample, the retained set, and every version with its hit flag."""
+    tombs = rows(
+        conn,
+        "SELECT seq, reason, created_at FROM tombstones WHERE sample_id = :s ORDER BY seq",
+        {"s": sample_id},
+    )
+    retained = retained_versions(conn, now_utc())
+    candidates = []
+    for kind, table in (("snapshot", "snapshots"), ("release", "releases")):
+        snap_col = "digest" if kind == "snapshot" else "snapshot_digest"
+        for row in rows(
+            conn,
+            f"SELECT digest, state, members_digest, members_version, tombstone_watermark,"  # noqa: S608 constant table and column names
+            f" {snap_col} AS snapshot FROM {table} ORDER BY created_at, digest",
+        ):
+            hits = rows(
+                conn,
+                "SELECT fence_kind, fence_seq FROM fence_hits WHERE subject_digest = :d",
+                {"d": row["digest"]},
+            )
+            candidates.append((kind, row, bool(hits)))
+    return tombs, retained, candidates
+
+
+class _Membership:
+    """Membership answers for one sample, one lookup per membership table."""
+
+    def __init__(self, ws: Workspace, sample_id: str) -> None:
+        self.ws = ws
+        self.sample_id = sample_id
+        self.index = CatalogMemberIndex(ws.membership)
+        self.memo: dict[tuple[str, str], bool] = {}
+        self.proofs: dict[str, InclusionCheck] = {}
+
+    def member(self, row: Mapping[str, Any]) -> bool:
+        key = (str(row["members_digest"]), str(row["members_version"]))
+        if key not in self.memo:
+            hit, _ = self.index.hits(ContentRef(key[0], key[1], 0), {self.sample_id}, set())
+            self.memo[key] = bool(hit)
+        return self.memo[key]
+
+    def proof(self, snapshot: str) -> InclusionCheck:
+        if snapshot not in self.proofs:
+            self.proofs[snapshot] = _inclusion(self.ws, snapshot, self.sample_id)
+        return self.proofs[snapshot]
+
+
+def lineage(ws: Workspace, sample_id: str) -> Lineage:
     # Catalog facts first, in one short transaction; proofs read manifests and membership
     # outside it (on SQLite a transaction holds the writer lock).
     with ws.db.tx() as conn:
-        tombs = rows(
-            conn,
-            "SELECT seq, reason, created_at FROM tombstones WHERE sample_id = :s ORDER BY seq",
-            {"s": sample_id},
-        )
-        retained = retained_versions(conn, now_utc())
-        candidates = []
-        for kind, table in (("snapshot", "snapshots"), ("release", "releases")):
-            snap_col = "digest" if kind == "snapshot" else "snapshot_digest"
-            for row in rows(
-                conn,
-                f"SELECT digest, state, members_digest, members_version, tombstone_watermark,"
-                f" {snap_col} AS snapshot FROM {table} ORDER BY created_at, digest",
-            ):
-                hits = rows(
-                    conn,
-                    "SELECT fence_kind, fence_seq FROM fence_hits WHERE subject_digest = :d",
-                    {"d": row["digest"]},
-                )
-                candidates.append((kind, row, bool(hits)))
+        tombs, retained, candidates = _catalog_facts(conn, sample_id)
+    membership = _Membership(ws, sample_id)
     versions = []
     for kind, row, hit in candidates:
-        if not member(row["members_digest"], row["members_version"]):
+        if not membership.member(row):
             continue
-        proof = proofs.get(row["snapshot"])
-        if proof is None:
-            proof = proofs[row["snapshot"]] = _inclusion(ws, row["snapshot"], sample_id)
-        if not proof.get("verified"):
+        proof = membership.proof(row["snapshot"])
+        if not proof.verified:
             continue
         newer = [t for t in tombs if int(t["seq"]) > int(row["tombstone_watermark"])]
         versions.append(
-            {
-                "kind": kind,
-                "digest": row["digest"],
-                "state": row["state"],
-                "heldBy": sorted(set(retained.get((kind, row["digest"]), []))),
-                "reactivation": "refused" if hit or newer else "allowed",
-                "proof": proof,
-            }
+            LineageVersion(
+                kind=kind,
+                subject=row["digest"],
+                state=row["state"],
+                held_by=sorted(set(retained.get((kind, row["digest"]), []))),
+                reactivation="refused" if hit or newer else "allowed",
+                proof=proof,
+            )
         )
-    pins: list[dict[str, Any]] = []
-    permits: list[dict[str, Any]] = []
-    runs: list[dict[str, Any]] = []
+    pins, permits, runs = _holders(ws, [v.subject for v in versions])
+    return Lineage(
+        sample_id=sample_id,
+        tombstoned=bool(tombs),
+        tombstones=[int(t["seq"]) for t in tombs],
+        versions=versions,
+        pins=pins,
+        permits=permits,
+        runs=runs,
+        held_versions=[v.subject for v in versions if v.held_by],
+    )
+
+
+def _holders(
+    ws: Workspace, digests: list[str]
+) -> tuple[list[LineagePin], list[LineagePermit], list[LineageRun]]:
+    pins: list[LineagePin] = []
+    permits: list[LineagePermit] = []
+    runs: list[LineageRun] = []
     with ws.db.tx() as conn:
-        for digest in [v["digest"] for v in versions]:
-            pins += rows(
-                conn,
-                "SELECT pin_id, kind, owner, reason, expires_at, digest FROM pins"
-                " WHERE digest = :d AND state = 'HELD'",
-                {"d": digest},
-            )
-            permits += rows(
-                conn,
-                "SELECT permit_id, state, purpose, root_digest FROM permits WHERE root_digest = :d",
-                {"d": digest},
-            )
-            runs += rows(
-                conn,
-                "SELECT run_id, state, root_digest FROM runs WHERE root_digest = :d",
-                {"d": digest},
-            )
-    return {
-        "sampleId": sample_id,
-        "tombstoned": bool(tombs),
-        "tombstones": [int(t["seq"]) for t in tombs],
-        "versions": versions,
-        "pins": pins,
-        "permits": permits,
-        "runs": runs,
-        "heldVersions": [v["digest"] for v in versions if v["heldBy"]],
-    }
+        for digest in digests:
+            pins += [
+                LineagePin.model_validate(r)
+                for r in rows(
+                    conn,
+                    "SELECT pin_id, kind, owner, reason, expires_at, digest FROM pins"
+                    " WHERE digest = :d AND state = 'HELD'",
+                    {"d": digest},
+                )
+            ]
+            permits += [
+                LineagePermit.model_validate(r)
+                for r in rows(
+                    conn,
+                    "SELECT permit_id, state, purpose, root_digest FROM permits"
+                    " WHERE root_digest = :d",
+                    {"d": digest},
+                )
+            ]
+            runs += [
+                LineageRun.model_validate(r)
+                for r in rows(
+                    conn,
+                    "SELECT run_id, state, root_digest FROM runs WHERE root_digest = :d",
+                    {"d": digest},
+                )
+            ]
+    return pins, permits, runs
 
 
-def _inclusion(ws: Workspace, snapshot: str, sample_id: str) -> dict[str, Any]:
+def _inclusion(ws: Workspace, snapshot: str, sample_id: str) -> InclusionCheck:
     """An RFC 6962 inclusion proof against the signed snapshot's tuple root, checked."""
-    from relgate.errors import RelgateError
-    from relgate.integrity.merkle import check_proof
-    from relgate.snapshot.compare import prove
-
     try:
         proof = prove(ws, snapshot, sample_id)
     except RelgateError as exc:
-        return {"verified": False, "error": exc.check or exc.code, "snapshot": snapshot}
+        return InclusionCheck(verified=False, error=exc.check or exc.code, snapshot=snapshot)
     verified = proof["kind"] == "inclusion" and check_proof(proof)
-    return {
-        "kind": proof["kind"],
-        "verified": verified,
-        "snapshot": snapshot,
-        "root": proof["root"],
-        "leafIndex": proof["leaves"][0]["index"] if verified else None,
-    }
+    return InclusionCheck(
+        kind=proof["kind"],
+        verified=verified,
+        snapshot=snapshot,
+        root=proof["root"],
+        leaf_index=proof["leaves"][0]["index"] if verified else None,
+    )

@@ -16,16 +16,18 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import Field, JsonValue
 from sqlalchemy import Connection
 
 from relgate.catalog.db import execute, one, rows, utcnow
 from relgate.errors import ConflictError, NotFoundError, RejectedError, RelgateError, UsageError
-from relgate.lifecycle.refs import Ref, version_refs
+from relgate.integrity.contract import Contract
+from relgate.lifecycle.refs import Ref, cas_refs, version_refs
 from relgate.lifecycle.retention import format_time, now_utc, parse_time
 from relgate.objects.layout import canonical_key
 from relgate.workspace import Workspace
@@ -35,6 +37,53 @@ LEASE_PURPOSES = ("publisher", "reader")
 #: A publisher lease outlives any one staging step; it is renewed before every key is
 #: written, so only a writer that stops renewing (crashed) loses its protection.
 PUBLISHER_LEASE_TTL_SECONDS = 3600
+#: Pin fields present on the wire only when set.
+_OPTIONAL_PIN_FIELDS = ("position", "releasedBy", "expired")
+
+
+class Pin(Contract):
+    """A held (or released) pin on one version: who needs it, why, until when."""
+
+    pin_id: str
+    kind: str
+    subject_kind: str
+    subject: str = Field(validation_alias="digest", serialization_alias="digest")
+    owner: str
+    reason: str
+    expires_at: str | None
+    state: str
+    created_at: str
+    position: dict[str, JsonValue] | None = None
+    released_by: str | None = None
+    expired: bool | None = None
+
+    def to_json(self, *, exclude_none: bool = False) -> dict[str, Any]:
+        out = super().to_json(exclude_none=exclude_none)
+        for name in _OPTIONAL_PIN_FIELDS:
+            if out.get(name) is None:
+                out.pop(name, None)
+        return out
+
+
+class Lease(Contract):
+    """A publisher lease (the keys it stages) or a reader lease (the version it reads)."""
+
+    lease_id: str
+    holder: str
+    purpose: str
+    subject: str | None = Field(validation_alias="digest", serialization_alias="digest")
+    state: str
+    expires_at: str
+    keys: list[str]
+
+
+class DeletedRef(Contract):
+    """A referenced object a garbage-collection run already deleted."""
+
+    object_key: str
+    version_id: str
+    run_id: str
+    reason: str
 
 
 def subject_kind(conn: Connection, digest: str) -> str:
@@ -47,7 +96,7 @@ def subject_kind(conn: Connection, digest: str) -> str:
     )
 
 
-def deleted_refs(conn: Connection, refs: Iterable[Ref]) -> list[dict[str, Any]]:
+def deleted_refs(conn: Connection, refs: Iterable[Ref]) -> list[DeletedRef]:
     """Which of ``refs`` a sweep has deleted (recorded in the same gate transaction)."""
     wanted = {(r.key, r.version_id) for r in refs}
     if not wanted:
@@ -59,11 +108,12 @@ def deleted_refs(conn: Connection, refs: Iterable[Ref]) -> list[dict[str, Any]]:
         marks = ", ".join(f":k{i}" for i in range(len(chunk)))
         for row in rows(
             conn,
-            f"SELECT object_key, version_id, run_id, reason FROM gc_deletions WHERE object_key IN ({marks})",
+            "SELECT object_key, version_id, run_id, reason FROM gc_deletions"  # noqa: S608 bind-parameter names only
+            f" WHERE object_key IN ({marks})",
             {f"k{i}": k for i, k in enumerate(chunk)},
         ):
             if (row["object_key"], row["version_id"]) in wanted:
-                found.append(row)
+                found.append(DeletedRef.model_validate(row))
     return found
 
 
@@ -73,10 +123,10 @@ def _check_complete(ws: Workspace, conn: Connection, digest: str, refs: list[Ref
         first = gone[0]
         raise RejectedError(
             "cannot pin: garbage collection already deleted an object this version needs",
-            object=f"{first['object_key']}@{first['version_id']}",
+            object=f"{first.object_key}@{first.version_id}",
             check="pin-objects-present",
             digest=digest,
-            details={"deleted": len(gone), "gcRun": first["run_id"]},
+            details={"deleted": len(gone), "gcRun": first.run_id},
         )
     for ref in refs:
         if ref.role == "raw-source":
@@ -100,8 +150,8 @@ def add_pin(
     reason: str,
     expires_at: str | None = None,
     kind: str = "explicit",
-    position: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    position: Mapping[str, JsonValue] | None = None,
+) -> Pin:
     """Pin a version (explicit pin, or a checkpoint pin with its saved input position)."""
     if kind not in PIN_KINDS:
         raise UsageError(f"pin kind must be one of {PIN_KINDS}", object="pin", check="pin-kind")
@@ -126,8 +176,8 @@ def add_pin(
                 snap = one(
                     conn, "SELECT snapshot_digest FROM releases WHERE digest = :d", {"d": digest}
                 )
-                assert snap is not None
-                refs += version_refs(ws, conn, "snapshot", snap["snapshot_digest"])
+                if snap is not None:  # a release row always names its snapshot
+                    refs += version_refs(ws, conn, "snapshot", snap["snapshot_digest"])
         except RejectedError as exc:
             raise RejectedError(
                 "cannot pin: the version's manifest is missing or unreadable",
@@ -161,10 +211,10 @@ def add_pin(
             " :expires_at, :position, :state, :created_at)",
             pin,
         )
-    return _pin_json(pin)
+    return _pin(pin)
 
 
-def remove_pin(ws: Workspace, pin_id: str, *, actor: str) -> dict[str, Any]:
+def remove_pin(ws: Workspace, pin_id: str, *, actor: str) -> Pin:
     with ws.db.gate_tx() as conn:
         row = one(conn, "SELECT * FROM pins WHERE pin_id = :p", {"p": pin_id})
         if row is None:
@@ -180,38 +230,36 @@ def remove_pin(ws: Workspace, pin_id: str, *, actor: str) -> dict[str, Any]:
             {"now": now, "p": pin_id},
         )
         row.update(state="RELEASED", released_at=now)
-    out = _pin_json(row)
-    out["releasedBy"] = actor
-    return out
+    return _pin(row).model_copy(update={"released_by": actor})
 
 
-def list_pins(ws: Workspace, *, include_released: bool = False) -> list[dict[str, Any]]:
-    sql = "SELECT * FROM pins" + ("" if include_released else " WHERE state = 'HELD'")
+def list_pins(ws: Workspace, *, include_released: bool = False) -> list[Pin]:
+    sql = "SELECT * FROM pins" + ("" if include_released else " WHERE state = 'HELD'")  # noqa: S608 constant clauses
     with ws.db.tx() as conn:
         found = rows(conn, sql + " ORDER BY created_at, pin_id")
     now = format_time(now_utc())
-    out = []
-    for row in found:
-        item = _pin_json(row)
-        item["expired"] = row["expires_at"] is not None and row["expires_at"] <= now
-        out.append(item)
-    return out
+    return [
+        _pin(row).model_copy(
+            update={"expired": row["expires_at"] is not None and row["expires_at"] <= now}
+        )
+        for row in found
+    ]
 
 
-def _pin_json(row: dict[str, Any]) -> dict[str, Any]:
+def _pin(row: Mapping[str, Any]) -> Pin:
     position = row.get("position")
-    return {
-        "pinId": row["pin_id"],
-        "kind": row["kind"],
-        "subjectKind": row["subject_kind"],
-        "digest": row["digest"],
-        "owner": row["owner"],
-        "reason": row["reason"],
-        "expiresAt": row.get("expires_at"),
-        "state": row["state"],
-        "createdAt": row["created_at"],
-        **({"position": json.loads(position)} if position else {}),
-    }
+    return Pin(
+        pin_id=row["pin_id"],
+        kind=row["kind"],
+        subject_kind=row["subject_kind"],
+        subject=row["digest"],
+        owner=row["owner"],
+        reason=row["reason"],
+        expires_at=row.get("expires_at"),
+        state=row["state"],
+        created_at=row["created_at"],
+        position=json.loads(position) if position else None,
+    )
 
 
 # -- leases ---------------------------------------------------------------------------------
@@ -231,7 +279,7 @@ def acquire_lease(
     ttl_seconds: int,
     keys: Iterable[str] = (),
     digest: str | None = None,
-) -> dict[str, Any]:
+) -> Lease:
     """A publisher leases the keys it stages; a reader leases the version it reads."""
     if purpose not in LEASE_PURPOSES:
         raise UsageError(
@@ -274,7 +322,7 @@ def _add_keys(conn: Connection, lease_id: str, keys: Iterable[str]) -> None:
         )
 
 
-def _live(conn: Connection, lease_id: str) -> dict[str, Any]:
+def _live(conn: Connection, lease_id: str) -> Mapping[str, Any]:
     row = one(conn, "SELECT * FROM leases WHERE lease_id = :l", {"l": lease_id})
     if row is None:
         raise NotFoundError("unknown lease", object=lease_id, check="exists")
@@ -292,7 +340,7 @@ def _live(conn: Connection, lease_id: str) -> dict[str, Any]:
 
 def renew_lease(
     ws: Workspace, lease_id: str, *, ttl_seconds: int, keys: Iterable[str] = ()
-) -> dict[str, Any]:
+) -> Lease:
     with ws.db.gate_tx() as conn:
         _live(conn, lease_id)
         execute(
@@ -304,7 +352,7 @@ def renew_lease(
     return get_lease(ws, lease_id)
 
 
-def release_lease(ws: Workspace, lease_id: str) -> dict[str, Any]:
+def release_lease(ws: Workspace, lease_id: str) -> Lease:
     with ws.db.gate_tx() as conn:
         execute(
             conn,
@@ -314,7 +362,7 @@ def release_lease(ws: Workspace, lease_id: str) -> dict[str, Any]:
     return get_lease(ws, lease_id)
 
 
-def get_lease(ws: Workspace, lease_id: str) -> dict[str, Any]:
+def get_lease(ws: Workspace, lease_id: str) -> Lease:
     with ws.db.tx() as conn:
         row = one(conn, "SELECT * FROM leases WHERE lease_id = :l", {"l": lease_id})
         if row is None:
@@ -327,15 +375,15 @@ def get_lease(ws: Workspace, lease_id: str) -> dict[str, Any]:
                 {"l": lease_id},
             )
         ]
-    return {
-        "leaseId": row["lease_id"],
-        "holder": row["holder"],
-        "purpose": row["purpose"],
-        "digest": row["digest"],
-        "state": row["state"],
-        "expiresAt": row["expires_at"],
-        "keys": keys,
-    }
+    return Lease(
+        lease_id=row["lease_id"],
+        holder=row["holder"],
+        purpose=row["purpose"],
+        subject=row["digest"],
+        state=row["state"],
+        expires_at=row["expires_at"],
+        keys=keys,
+    )
 
 
 def leased_keys(conn: Connection, now: dt.datetime) -> dict[str, str]:
@@ -351,11 +399,9 @@ def leased_keys(conn: Connection, now: dt.datetime) -> dict[str, str]:
     }
 
 
-def source_pin_keys(entries: Iterable[Any]) -> list[str]:
+def source_pin_keys(entries: Iterable[object]) -> list[str]:
     """Canonical keys of the CAS documents a snapshot's frozen source entries pin."""
-    from relgate.lifecycle.refs import _cas_refs
-
-    return sorted({canonical_key(uri) for uri, _ in _cas_refs(list(entries))})
+    return sorted({canonical_key(uri) for uri, _ in cas_refs(list(entries))})
 
 
 @dataclass
@@ -378,7 +424,7 @@ def publisher_lease(
     """Hold a publisher lease for the life of a staging step; released at the end (also on
     failure: what was staged then is an orphan, protected only by the grace period)."""
     lease = acquire_lease(ws, holder=holder, purpose="publisher", ttl_seconds=ttl_seconds)
-    held = PublisherLease(ws, lease["leaseId"], ttl_seconds)
+    held = PublisherLease(ws, lease.lease_id, ttl_seconds)
     try:
         yield held
     finally:

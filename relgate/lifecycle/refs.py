@@ -19,15 +19,22 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import one, rows
 from relgate.errors import RejectedError, RelgateError
-from relgate.objects.cas import key_for
-from relgate.objects.layout import canonical_key
+from relgate.objects.layout import (
+    MANAGED_PREFIXES,
+    canonical_key,
+    cas_key,
+    release_envelope_key,
+    shard_key,
+    snapshot_envelope_key,
+)
 from relgate.release import root as rm
-from relgate.release.verifier import object_key
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
 
-#: Prefixes the collector manages; nothing outside them is ever a candidate.
-MANAGED_PREFIXES = ("manifests/", "cas/", "shards/")
+#: A raw-object entry of a pin document is ``[key, version, ...]``.
+_KEY_AND_VERSION = 2
+
+__all__ = ["MANAGED_PREFIXES", "Ref", "cas_refs", "descriptor_key", "version_refs"]
 
 
 @dataclass(frozen=True)
@@ -46,17 +53,23 @@ class Ref:
         return self.key.startswith(MANAGED_PREFIXES)
 
 
-def _cas_refs(node: Any) -> Iterator[tuple[str, str]]:
+def descriptor_key(descriptor: Any) -> str:
+    """The canonical key of the shard a release's descriptor names."""
+    encrypted = descriptor["mediaType"] == rm.ENCRYPTED_SHARD_MEDIA_TYPE
+    return canonical_key(shard_key(str(descriptor["digest"]), encrypted=encrypted))
+
+
+def cas_refs(node: Any) -> Iterator[tuple[str, str]]:
     """Every ``{"uri": "cas://...", "objectVersion": ...}`` inside a source entry."""
     if isinstance(node, dict):
         uri, version = node.get("uri"), node.get("objectVersion")
         if isinstance(uri, str) and uri.startswith("cas://") and isinstance(version, str):
             yield uri, version
         for value in node.values():
-            yield from _cas_refs(value)
+            yield from cas_refs(value)
     elif isinstance(node, list):
         for value in node:
-            yield from _cas_refs(value)
+            yield from cas_refs(value)
 
 
 def _unreadable(kind: str, key: str, version: str, digest: str, exc: RelgateError) -> RejectedError:
@@ -78,7 +91,7 @@ def _report_refs(conn: Connection, digest: str) -> list[Ref]:
         {"d": digest},
     ):
         role = "provenance" if row["subject_kind"].endswith("provenance") else "report"
-        out.append(Ref(key_for(row["report_digest"]), row["report_version"], role, digest))
+        out.append(Ref(cas_key(row["report_digest"]), row["report_version"], role, digest))
     return out
 
 
@@ -94,7 +107,7 @@ def snapshot_refs(
         raise RejectedError(
             "retained snapshot has no catalog row", object="snapshot", check="exists", digest=digest
         )
-    key = sm.envelope_key(digest)
+    key = snapshot_envelope_key(digest)
     try:
         manifest = sm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
     except RelgateError as exc:
@@ -103,8 +116,8 @@ def snapshot_refs(
     members = manifest.members_ref
     out.append(Ref(members.key, members.version_id, "members", digest))
     if (members.digest, members.version_id) != (row["members_digest"], row["members_version"]):
-        out.append(Ref(key_for(row["members_digest"]), row["members_version"], "members", digest))
-    for uri, version in _cas_refs(manifest.body.get("sources", [])):
+        out.append(Ref(cas_key(row["members_digest"]), row["members_version"], "members", digest))
+    for uri, version in cas_refs(manifest.body.get("sources", [])):
         out.append(Ref(canonical_key(uri), version, "source-pin", digest))
         if raw_sources:
             out.extend(_raw_refs(ws, canonical_key(uri), version, digest))
@@ -123,7 +136,7 @@ def _raw_refs(ws: Workspace, key: str, version: str, digest: str) -> list[Ref]:
     return [
         Ref(canonical_key(str(entry[0])), str(entry[1]), "raw-source", digest)
         for entry in doc["objects"]
-        if isinstance(entry, list) and len(entry) >= 2
+        if isinstance(entry, list) and len(entry) >= _KEY_AND_VERSION
     ]
 
 
@@ -137,11 +150,11 @@ def release_refs(ws: Workspace, conn: Connection, digest: str) -> list[Ref]:
         raise RejectedError(
             "retained release has no catalog row", object="release", check="exists", digest=digest
         )
-    key = rm.envelope_key(digest)
+    key = release_envelope_key(digest)
     try:
         manifest = rm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
         shards = [
-            Ref(canonical_key(object_key(d)), str(d["objectVersion"]), "shard", digest)
+            Ref(descriptor_key(d), str(d["objectVersion"]), "shard", digest)
             for d in manifest.shards
         ]
     except RelgateError as exc:
@@ -155,7 +168,7 @@ def release_refs(ws: Workspace, conn: Connection, digest: str) -> list[Ref]:
             details={"cause": type(exc).__name__},
         ) from None
     out = [Ref(key, row["envelope_version"], "manifest", digest), *shards]
-    out.append(Ref(key_for(row["members_digest"]), row["members_version"], "members", digest))
+    out.append(Ref(cas_key(row["members_digest"]), row["members_version"], "members", digest))
     out.extend(_report_refs(conn, digest))
     return out
 

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
 
+from pydantic import Field, model_validator
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.catalog.states import RUN_TERMINAL_STATES
 from relgate.errors import UsageError
+from relgate.integrity.contract import Contract
 
 IN_PROGRESS = {
     "snapshot": ("BUILDING", "VALIDATED", "APPROVED"),
@@ -51,30 +53,49 @@ def now_utc() -> dt.datetime:
     return parse_time(utcnow())
 
 
-@dataclass(frozen=True)
-class RetentionPolicy:
+class RetentionPolicy(Contract):
+    """How long an alias keeps the versions it pointed at."""
+
     alias: str
     keep_last: int = 2
     keep_days: int = 7
     rollback_window: int = 1
     keep_raw_sources: bool = True
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        alias: str,
+        keep_last: int = 2,
+        keep_days: int = 7,
+        rollback_window: int = 1,
+        keep_raw_sources: bool = True,
+    ) -> None:
+        fields: dict[str, Any] = {
+            "alias": alias,
+            "keep_last": keep_last,
+            "keep_days": keep_days,
+            "rollback_window": rollback_window,
+            "keep_raw_sources": keep_raw_sources,
+        }
+        super().__init__(**fields)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
         if self.keep_last < 1 or self.keep_days < 0 or self.rollback_window < 0:
             raise UsageError(
                 "keep-last must be >= 1; keep-days and rollback-window >= 0",
                 object=self.alias,
                 check="retention-policy",
             )
+        return self
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "alias": self.alias,
-            "keepLast": self.keep_last,
-            "keepDays": self.keep_days,
-            "rollbackWindow": self.rollback_window,
-            "keepRawSources": self.keep_raw_sources,
-        }
+
+class RetainedVersion(Contract):
+    """One retained version and everything that holds it."""
+
+    kind: str
+    subject: str = Field(validation_alias="digest", serialization_alias="digest")
+    held_by: list[str]
 
 
 def set_policy(db: Database, policy: RetentionPolicy) -> RetentionPolicy:
@@ -112,7 +133,10 @@ def get_policy(conn: Connection, alias: str) -> RetentionPolicy:
 
 
 def alias_holds(
-    history: list[dict[str, Any]], active: str | None, policy: RetentionPolicy, now: dt.datetime
+    history: Sequence[Mapping[str, Any]],
+    active: str | None,
+    policy: RetentionPolicy,
+    now: dt.datetime,
 ) -> dict[str, list[str]]:
     """Digest -> reasons an alias with this history still holds it."""
     held: dict[str, list[str]] = defaultdict(list)
@@ -145,7 +169,16 @@ def alias_holds(
     return dict(held)
 
 
+#: (kind, digest) -> why it is retained (the collector's working form; see holders_of).
 Holders = dict[tuple[str, str], list[str]]
+
+
+def holders_of(held: Holders) -> list[RetainedVersion]:
+    """The typed, sorted form of :data:`Holders` (one entry per version, holders deduped)."""
+    return [
+        RetainedVersion(kind=kind, subject=digest, held_by=sorted(set(reasons)))
+        for (kind, digest), reasons in sorted(held.items())
+    ]
 
 
 def _kind_of(conn: Connection, digest: str) -> str | None:
@@ -163,7 +196,24 @@ def retained_versions(conn: Connection, now: dt.datetime) -> Holders:
     fence advance records hits on (and closes the permits of) every root it returns.
     """
     held: Holders = defaultdict(list)
-    stamp = format_time(now)
+    _alias_holders(conn, now, held)
+    _run_holders(conn, held)
+    _pin_holders(conn, format_time(now), held)
+    _progress_holders(conn, held)
+    # A retained release needs its snapshot (membership, provenance, re-verification).
+    for kind, digest in list(held):
+        if kind == "release":
+            parent = one(
+                conn, "SELECT snapshot_digest FROM releases WHERE digest = :d", {"d": digest}
+            )
+            if parent is not None:
+                held[("snapshot", parent["snapshot_digest"])].append(
+                    f"snapshot of release {digest}"
+                )
+    return dict(held)
+
+
+def _alias_holders(conn: Connection, now: dt.datetime, held: Holders) -> None:
     history: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows(conn, "SELECT name, generation, digest, at FROM alias_history"):
         history[row["name"]].append(row)
@@ -173,11 +223,18 @@ def retained_versions(conn: Connection, now: dt.datetime) -> Holders:
             history[alias["name"]], alias["active_digest"], policy, now
         ).items():
             held[(alias["kind"], digest)].extend(f"alias {alias['name']}: {r}" for r in reasons)
+
+
+def _run_holders(conn: Connection, held: Holders) -> None:
     marks = ", ".join(f"'{s}'" for s in TERMINAL_RUN_STATES)
-    for run in rows(conn, f"SELECT run_id, root_digest FROM runs WHERE state NOT IN ({marks})"):
+    live_runs = f"SELECT run_id, root_digest FROM runs WHERE state NOT IN ({marks})"  # noqa: S608 constant run states
+    for run in rows(conn, live_runs):
         held[("release", run["root_digest"])].append(f"run {run['run_id']}")
     for permit in rows(conn, "SELECT permit_id, root_digest FROM permits WHERE state = 'OPEN'"):
         held[("release", permit["root_digest"])].append(f"permit {permit['permit_id']}")
+
+
+def _pin_holders(conn: Connection, stamp: str, held: Holders) -> None:
     for pin in rows(
         conn,
         "SELECT pin_id, kind, subject_kind, digest, owner, expires_at FROM pins"
@@ -198,22 +255,15 @@ def retained_versions(conn: Connection, now: dt.datetime) -> Holders:
             held[(kind, lease["digest"])].append(
                 f"reader lease {lease['lease_id']} ({lease['holder']})"
             )
+
+
+def _progress_holders(conn: Connection, held: Holders) -> None:
     for kind, states in IN_PROGRESS.items():
         table = "snapshots" if kind == "snapshot" else "releases"
         marks = ", ".join(f"'{s}'" for s in states)
-        for row in rows(conn, f"SELECT digest, state FROM {table} WHERE state IN ({marks})"):
+        sql = f"SELECT digest, state FROM {table} WHERE state IN ({marks})"  # noqa: S608 constant table names and states
+        for row in rows(conn, sql):
             held[(kind, row["digest"])].append(f"in progress ({row['state']})")
-    # A retained release needs its snapshot (membership, provenance, re-verification).
-    for kind, digest in list(held):
-        if kind == "release":
-            parent = one(
-                conn, "SELECT snapshot_digest FROM releases WHERE digest = :d", {"d": digest}
-            )
-            if parent is not None:
-                held[("snapshot", parent["snapshot_digest"])].append(
-                    f"snapshot of release {digest}"
-                )
-    return dict(held)
 
 
 def raw_sources_kept(conn: Connection) -> bool:

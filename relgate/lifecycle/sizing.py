@@ -7,10 +7,12 @@ ignored on purpose: the numbers describe the stored representation, not raw text
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from pydantic import Field
+
 from relgate.errors import UsageError
+from relgate.integrity.contract import Contract
 
 MB = 1_000_000
 GB = 1_000_000_000
@@ -51,22 +53,32 @@ def shard_count(payload: int, shard_mb: int) -> int:
     return ceil_div(payload, shard_mb * MB)
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    shard_mb: int
+class Recommendation(Contract):
+    """The recommended shard size and the work it leaves per worker."""
+
+    shard_mb: int = Field(validation_alias="shardMB", serialization_alias="shardMB")
     shards: int
     shards_per_worker: int
     records_per_shard: int
     reasons: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "shardMB": self.shard_mb,
-            "shards": self.shards,
-            "shardsPerWorker": self.shards_per_worker,
-            "recordsPerShard": self.records_per_shard,
-            "reasons": list(self.reasons),
-        }
+
+class SizeReport(Contract):
+    """Payload bytes and shard counts for a token-ID payload (``relgate size``)."""
+
+    tokens: int
+    bytes_per_token: int
+    payload_bytes: int
+    payload_gb: int | float = Field(validation_alias="payloadGB", serialization_alias="payloadGB")
+    shard_mb: int = Field(validation_alias="shardMB", serialization_alias="shardMB")
+    shards: int
+    alternatives: dict[str, int]
+    units: str
+    recommendation: Recommendation | None = None
+
+    def to_json(self, *, exclude_none: bool = True) -> dict[str, Any]:
+        """Without ``recommendation`` unless one was asked for."""
+        return super().to_json(exclude_none=exclude_none)
 
 
 def recommend_shard_mb(
@@ -130,24 +142,25 @@ def size_report(
     record_bytes: int | None = None,
     workers: int | None = None,
     target_read_mb: int | None = None,
-) -> dict[str, Any]:
+) -> SizeReport:
     payload = payload_bytes(tokens, bytes_per_token)
-    compare = compare_mb or ((shard_mb // 2,) if shard_mb >= 2 else ())
-    out: dict[str, Any] = {
-        "tokens": tokens,
-        "bytesPerToken": bytes_per_token,
-        "payloadBytes": payload,
-        "payloadGB": payload / GB if payload % GB else payload // GB,
-        "shardMB": shard_mb,
-        "shards": shard_count(payload, shard_mb),
-        "alternatives": {str(mb): shard_count(payload, mb) for mb in compare},
-        "units": "decimal (1 MB = 10^6 bytes); indexes, metadata, padding, compression ignored",
-    }
+    compare = compare_mb or ((shard_mb // 2,) if shard_mb >= 2 else ())  # noqa: PLR2004 halving needs 2 MB
+    recommendation = None
     if record_bytes is not None or workers is not None or target_read_mb is not None:
-        out["recommendation"] = recommend_shard_mb(
+        recommendation = recommend_shard_mb(
             payload,
             record_bytes=record_bytes or bytes_per_token * 2048,
             workers=workers or 1,
             target_read_mb=target_read_mb or 64,
-        ).to_json()
-    return out
+        )
+    return SizeReport(
+        tokens=tokens,
+        bytes_per_token=bytes_per_token,
+        payload_bytes=payload,
+        payload_gb=payload / GB if payload % GB else payload // GB,
+        shard_mb=shard_mb,
+        shards=shard_count(payload, shard_mb),
+        alternatives={str(mb): shard_count(payload, mb) for mb in compare},
+        units="decimal (1 MB = 10^6 bytes); indexes, metadata, padding, compression ignored",
+        recommendation=recommendation,
+    )

@@ -1,4 +1,5 @@
-"""Versioned object stores: a local embedded store and S3 (boto3), one contract."""
+"""Versioned object stores (a local embedded store and S3, one contract), content-addressed
+storage on top, and the one object-key layout (:mod:`relgate.objects.layout`)."""
 
 from relgate.objects.cas import ContentStore
 from relgate.objects.s3 import S3ObjectStore

@@ -1,6 +1,6 @@
 """Content-addressed storage on top of a versioned object store.
 
-Keys are ``cas/sha256/<hex>``; writes are conditional creates, so an existing key is
+Keys are spelled by :func:`relgate.objects.layout.cas_key`; writes are conditional creates, so an existing key is
 never overwritten: a second writer of the same bytes gets the first writer's version,
 and a key whose stored bytes do not hash to its name is reported, never replaced.
 """
@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from relgate.errors import IntegrityError, ObjectExistsError, UsageError
-from relgate.integrity.digests import hex_of, require_digest, sha256_digest
+from relgate.integrity.digests import require_digest, sha256_digest
+from relgate.objects.layout import CAS_PREFIX, CAS_URI_PREFIX, cas_key, cas_uri
 from relgate.objects.versioned import ObjectStore, ObjectVersion
 
-CAS_PREFIX = "cas/sha256/"
+__all__ = ["CAS_PREFIX", "ContentRef", "ContentStore", "digest_of_uri", "key_for"]
 
 
 @dataclass(frozen=True)
@@ -26,21 +27,22 @@ class ContentRef:
 
     @property
     def uri(self) -> str:
-        return "cas://sha256/" + hex_of(self.digest)
+        return cas_uri(self.digest)
 
     @property
     def key(self) -> str:
-        return CAS_PREFIX + hex_of(self.digest)
+        return cas_key(self.digest)
 
 
 def key_for(digest: str) -> str:
-    return CAS_PREFIX + hex_of(digest)
+    """The key of a content-addressed document (see :func:`relgate.objects.layout.cas_key`)."""
+    return cas_key(digest)
 
 
 def digest_of_uri(uri: str) -> str:
-    if not uri.startswith("cas://sha256/"):
+    if not uri.startswith(CAS_URI_PREFIX):
         raise UsageError("not a content-addressed URI", object=uri, check="cas-uri")
-    return require_digest("sha256:" + uri[len("cas://sha256/") :])
+    return require_digest("sha256:" + uri[len(CAS_URI_PREFIX) :])
 
 
 class ContentStore:

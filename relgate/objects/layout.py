@@ -1,4 +1,10 @@
-"""One spelling per stored object.
+"""The object-key layout: the one place a stored object's key is spelled.
+
+Every kind of object has one function here: signed manifests (snapshot and release
+envelopes) under ``manifests/``, content-addressed documents (membership tables, source
+pins, reports, approvals, provenance) under ``cas/sha256/``, release shards under
+``shards/sha256/`` and checkpoint trees under ``checkpoints/``.  Nothing else in the
+project spells a key or a prefix.
 
 An object looks orphaned when the reference and the listing spell its key differently:
 ``s3://bucket/shards/...`` against ``shards/...``, ``shards//sha256/./X`` against
@@ -11,6 +17,90 @@ from __future__ import annotations
 
 import re
 from urllib.parse import unquote
+
+from relgate.integrity.digests import hex_of
+
+#: Signed manifests (DSSE envelopes) of snapshots and releases.
+MANIFEST_ROOT = "manifests/"
+SNAPSHOT_MANIFEST_PREFIX = "manifests/snapshots/"
+RELEASE_MANIFEST_PREFIX = "manifests/releases/"
+ENVELOPE_SUFFIX = ".dsse.json"
+#: Content-addressed documents: membership tables, source pins, reports, approvals.
+CAS_ROOT = "cas/"
+CAS_PREFIX = "cas/sha256/"
+CAS_URI_PREFIX = "cas://sha256/"
+#: Release shards, addressed by the digest of their stored bytes.
+SHARD_ROOT = "shards/"
+SHARD_PREFIX = "shards/sha256/"
+SHARD_SUFFIX = ".parquet"
+ENCRYPTED_SHARD_SUFFIX = ".parquet.aesgcm"
+#: Checkpoint trees published to the origin.
+CHECKPOINT_ROOT = "checkpoints/"
+#: Prefixes the garbage collector manages; nothing outside them is ever a candidate.
+MANAGED_PREFIXES = (MANIFEST_ROOT, CAS_ROOT, SHARD_ROOT)
+
+_MANIFEST_PREFIX = {"snapshot": SNAPSHOT_MANIFEST_PREFIX, "release": RELEASE_MANIFEST_PREFIX}
+
+
+def manifest_prefix(kind: str) -> str:
+    """Where the signed manifests of ``kind`` (snapshot or release) live."""
+    return _MANIFEST_PREFIX[kind]
+
+
+def envelope_key(kind: str, digest: str) -> str:
+    """The DSSE envelope of one snapshot or release manifest."""
+    return f"{_MANIFEST_PREFIX[kind]}{hex_of(digest)}{ENVELOPE_SUFFIX}"
+
+
+def snapshot_envelope_key(digest: str) -> str:
+    return envelope_key("snapshot", digest)
+
+
+def release_envelope_key(digest: str) -> str:
+    return envelope_key("release", digest)
+
+
+def envelope_subject(key: str) -> tuple[str, str] | None:
+    """(kind, digest) of a canonical envelope key, or None for any other key."""
+    for kind, prefix in _MANIFEST_PREFIX.items():
+        if key.startswith(prefix) and key.endswith(ENVELOPE_SUFFIX):
+            return kind, "sha256:" + key[len(prefix) : -len(ENVELOPE_SUFFIX)]
+    return None
+
+
+def cas_key(digest: str) -> str:
+    """A content-addressed document (membership, source pin, report, approval)."""
+    return CAS_PREFIX + hex_of(digest)
+
+
+def cas_uri(digest: str) -> str:
+    """The ``cas://`` URI manifests use to name a content-addressed document."""
+    return CAS_URI_PREFIX + hex_of(digest)
+
+
+#: Membership tables, reports and approvals are content-addressed documents.
+membership_key = cas_key
+report_key = cas_key
+approval_key = cas_key
+
+
+def shard_key(digest: str, *, encrypted: bool = False) -> str:
+    """A release shard, by the digest of its stored bytes."""
+    return SHARD_PREFIX + hex_of(digest) + (ENCRYPTED_SHARD_SUFFIX if encrypted else SHARD_SUFFIX)
+
+
+def checkpoint_prefix(model: str, version: str) -> str:
+    """The immutable origin tree of one published checkpoint."""
+    return f"{CHECKPOINT_ROOT}{model}/{version}/"
+
+
+def digest_named_by(key: str) -> str | None:
+    """The content digest a canonical CAS or shard key names (None for other keys)."""
+    name = key.rsplit("/", 1)[-1]
+    if key.startswith((CAS_PREFIX, SHARD_PREFIX)):
+        return "sha256:" + name.split(".", 1)[0]
+    return None
+
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://([^/]*)/?(.*)$")
 _HEX64 = re.compile(r"^([0-9a-fA-F]{64})((?:\.[A-Za-z0-9]+)*)$")
@@ -46,15 +136,17 @@ def canonical_key(reference: str, *, store_prefix: str = "") -> str:
     prefix = [p for p in store_prefix.split("/") if p]
     if prefix and parts[: len(prefix)] == prefix:
         parts = parts[len(prefix) :]
-    out = []
-    for segment in parts:
-        hexmatch = _HEX64.match(segment)
-        if hexmatch:
-            segment = hexmatch.group(1).lower() + hexmatch.group(2).lower()
-        elif segment.lower() == "sha256":
-            segment = "sha256"
-        out.append(segment)
-    return "/".join(out)
+    return "/".join(_canonical_segment(segment) for segment in parts)
+
+
+def _canonical_segment(segment: str) -> str:
+    """A 64-hex digest segment (with any suffix) and ``sha256`` are lower-cased."""
+    hexmatch = _HEX64.match(segment)
+    if hexmatch:
+        return hexmatch.group(1).lower() + hexmatch.group(2).lower()
+    if segment.lower() == "sha256":
+        return "sha256"
+    return segment
 
 
 def _already_canonical(key: str) -> bool:

@@ -62,10 +62,14 @@ def default_client_config() -> Config:
     return Config(retries={"mode": "standard", "max_attempts": 5})
 
 
+HTTP_NOT_FOUND = 404
+HTTP_RANGE_NOT_SATISFIABLE = 416
+
+
 class S3ObjectStore(ObjectStore):
     kind = "s3"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only options mirroring boto3's client arguments
         self,
         bucket: str,
         *,
@@ -176,7 +180,7 @@ class S3ObjectStore(ObjectStore):
 
     def _is_not_found(self, exc: ClientError, version_id: str | None) -> bool:
         code = _error_code(exc)
-        if code in _NOT_FOUND_CODES or _status(exc) == 404:
+        if code in _NOT_FOUND_CODES or _status(exc) == HTTP_NOT_FOUND:
             return True
         return version_id is not None and code in _BAD_VERSION_CODES
 
@@ -284,7 +288,7 @@ class S3ObjectStore(ObjectStore):
                 Range=f"bytes={start}-{start + length - 1}",
             )
         except ClientError as exc:
-            if _error_code(exc) == "InvalidRange" or _status(exc) == 416:
+            if _error_code(exc) == "InvalidRange" or _status(exc) == HTTP_RANGE_NOT_SATISFIABLE:
                 # Past the end of an existing version: like a file read, no bytes.
                 return b""
             raise self._translate(exc, key, version_id) from exc

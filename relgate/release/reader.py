@@ -83,9 +83,9 @@ class ReaderLease:
         self.digest = digest
         self.ttl = int(ttl_seconds)
         self.lease_id = str(
-            acquire_lease(ws, holder=holder, purpose="reader", ttl_seconds=self.ttl, digest=digest)[
-                "leaseId"
-            ]
+            acquire_lease(
+                ws, holder=holder, purpose="reader", ttl_seconds=self.ttl, digest=digest
+            ).lease_id
         )
         self.renewals = 0
         self._ok_at = time.monotonic()

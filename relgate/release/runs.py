@@ -114,7 +114,7 @@ def create_run(
             root=root,
             expected_generation=expected_generation,
         )
-        admitted = str(permit["root_digest"])
+        admitted = str(permit.root_digest)
         release = one(
             conn, "SELECT envelope_version FROM releases WHERE digest = :d", {"d": admitted}
         )
@@ -129,7 +129,7 @@ def create_run(
                 "r": run_id,
                 "a": alias or "",
                 "root": admitted,
-                "p": permit["permit_id"],
+                "p": permit.permit_id,
                 "purpose": purpose,
                 "w": world_size,
                 "now": now,
@@ -138,17 +138,17 @@ def create_run(
     manifest = rm.load(ws.store, ws.trusted_keys, admitted, release["envelope_version"])
     with ws.db.tx() as conn:
         _write_assignment(conn, run_id, 0, [s["id"] for s in manifest.shards], world_size)
-    generation = int(permit["generation"])
+    generation = int(permit.generation)
     return {
         "runId": run_id,
         "state": "ADMITTED",
         "rootDigest": admitted,
-        "permit": permit["permit_id"],
+        "permit": permit.permit_id,
         "worldSize": world_size,
         "alias": alias,
         "generation": None if generation == NO_GENERATION else generation,
-        "tombstoneWatermark": permit["tombstone_watermark"],
-        "benchmarkFence": permit["benchmark_fence"],
+        "tombstoneWatermark": permit.tombstone_watermark,
+        "benchmarkFence": permit.benchmark_fence,
         "actor": actor,
     }
 

@@ -17,7 +17,7 @@ import polars as pl
 from relgate import __version__
 from relgate.catalog.snapshot_table import insert_snapshot, record_build_failure
 from relgate.errors import RelgateError
-from relgate.gate.core import Fences, read_fences
+from relgate.gate.core import Fences, fenced_entries, read_fences
 from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import key_for
 from relgate.snapshot import manifest as mf
@@ -63,17 +63,8 @@ class BuildResult:
 
 
 def fenced_at(ws: Workspace, fences: Fences) -> Fenced:
-    from relgate.gate.core import Gate
-
-    gate = Gate(ws.db, members=None)  # type: ignore[arg-type]  # reads only
-    tombs = [
-        t["sample_id"] for t in gate.tombstones() if int(t["seq"]) <= fences.tombstone_watermark
-    ]
-    bench = [
-        b["content_digest"]
-        for b in gate.benchmark_items()
-        if int(b["seq"]) <= fences.benchmark_fence
-    ]
+    with ws.db.tx() as conn:
+        tombs, bench = fenced_entries(conn, fences)
     return Fenced(frozenset(tombs), frozenset(bench))
 
 

@@ -12,7 +12,7 @@ from relgate.catalog.snapshot_table import get_snapshot
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.compare import load_manifest
 from resources.relgate import RelgateResource
-from sensors.fences import benchmark_fence_sensor, tombstone_fence_sensor
+from sensors.fence_sensors import benchmark_fence_sensor, tombstone_fence_sensor
 from tests.snapshot.conftest import make_workspace
 
 

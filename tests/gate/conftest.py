@@ -16,21 +16,20 @@ from pathlib import Path
 
 import pytest
 
+from relgate.lifecycle.retention import RetentionPolicy, set_policy
+from relgate.release.publication import approve_release, publish
+from relgate.release.verifier import verify_release
+from relgate.release.writer import write_release
+from relgate.snapshot import activation as lifecycle
 from relgate.workspace import CONFIG_NAME, Workspace
+from tests.snapshot.conftest import make_workspace
+from tests.snapshot.helpers import build_validated
 
 TEMPLATE_ENV = "RELGATE_GATE_TEMPLATE"
 PURPOSE = "demo-model-training"
 
 
 def build_template(path: Path) -> dict:
-    from relgate.lifecycle.retention import RetentionPolicy, set_policy
-    from relgate.release.publication import approve_release, publish
-    from relgate.release.verifier import verify_release
-    from relgate.release.writer import write_release
-    from relgate.snapshot import activation as lifecycle
-    from tests.snapshot.conftest import make_workspace
-    from tests.snapshot.helpers import build_validated
-
     ws = make_workspace(path)
     snap = build_validated(ws)
     lifecycle.approve(ws, snap.digest, approver="alice")

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from relgate.catalog.db import execute, one, rows
-from relgate.catalog.release_table import get_release
-from relgate.catalog.snapshot_table import get_snapshot
+from relgate.catalog.release_table import get_release, insert_release
+from relgate.catalog.snapshot_table import get_snapshot, insert_snapshot
 from relgate.errors import (
     ConflictError,
     IntegrityError,
@@ -24,6 +24,7 @@ from relgate.gate.core import Gate
 from relgate.gate.permits import close_permit, get_permit, list_permits
 from relgate.lifecycle.pins import add_pin
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
+from relgate.objects.cas import ContentRef
 from relgate.release import root as rm
 from relgate.release.publication import publish, rollback_release
 from relgate.release.runs import create_run, get_run
@@ -35,7 +36,6 @@ from .conftest import PURPOSE
 
 def _members(g):
     row = get_snapshot(g.ws.db, g.snapshot)
-    from relgate.objects.cas import ContentRef
 
     return g.ws.membership.read(ContentRef(row["members_digest"], row["members_version"], 0))
 
@@ -46,7 +46,7 @@ def _admit(g, **kw):
 
 
 def _hit_rows(g, digest):
-    return [(h["fence_kind"], h["fence_seq"]) for h in g.ws.gate().hits_for(digest)]
+    return [(h.fence_kind, h.fence_seq) for h in g.ws.gate().hits_for(digest)]
 
 
 # -- activation ------------------------------------------------------------------------------
@@ -58,19 +58,17 @@ def test_activation_is_a_cas_with_an_idempotent_retry(g):
         gate.activate("snapshot", "prod", g.snapshot, expected_generation=1, actor="a")
     assert stale.value.check == "alias-generation"
     out = gate.activate("snapshot", "prod", g.snapshot, expected_generation=0, actor="a")
-    assert (out["generation"], out["activeDigest"], out["idempotentRetry"]) == (
+    assert (out.generation, out.active_digest, out.idempotent_retry) == (
         1,
         g.snapshot,
         False,
     )
-    assert (out["tombstoneWatermark"], out["benchmarkFence"]) == (0, 0)
+    assert (out.tombstone_watermark, out.benchmark_fence) == (0, 0)
     again = gate.activate("snapshot", "prod", g.snapshot, expected_generation=0, actor="a")
-    assert again["idempotentRetry"] and again["generation"] == 1
+    assert again.idempotent_retry and again.generation == 1
     assert get_snapshot(g.ws.db, g.snapshot)["state"] == "ACTIVE"
     history = gate.alias_history("prod")
-    assert [(h["generation"], h["digest"], h["action"]) for h in history] == [
-        (1, g.snapshot, "activate")
-    ]
+    assert [(h.generation, h.subject, h.action) for h in history] == [(1, g.snapshot, "activate")]
     state = gate.alias("prod")
     assert (state.generation, state.active_digest) == (1, g.snapshot)
     assert state.to_json()["activeDigest"] == g.snapshot
@@ -103,9 +101,9 @@ def test_activation_refused_after_either_fence_moved(g, fence):
 
 def test_publish_moves_the_release_alias(g):
     out = publish(g.ws, g.r3, alias="train", actor="a", expected_generation=2)
-    assert (out["generation"], out["activeDigest"]) == (3, g.r3)
+    assert (out.generation, out.active_digest) == (3, g.r3)
     assert get_release(g.ws.db, g.r3)["state"] == "PUBLISHED"
-    assert publish(g.ws, g.r3, alias="train", actor="a", expected_generation=2)["idempotentRetry"]
+    assert publish(g.ws, g.r3, alias="train", actor="a", expected_generation=2).idempotent_retry
     with pytest.raises(ConflictError):
         publish(g.ws, g.r1, alias="train", actor="a", expected_generation=2)
 
@@ -132,15 +130,14 @@ def test_tombstones_hit_every_held_root_close_permits_and_revoke_runs(g):
         assert _hit_rows(g, digest) == [("tombstone", s) for s in seqs]
     for admitted in (run, bystander):
         permit = get_permit(g.ws.db, admitted["permit"])
-        assert (
-            permit["state"] == "CLOSED"
-            and f"tombstone fence entries {seqs}" in (permit["closed_reason"])
+        assert permit.state == "CLOSED" and f"tombstone fence entries {seqs}" in (
+            permit.closed_reason or ""
         )
         revoked = get_run(g.ws.db, admitted["runId"])
         assert revoked["state"] == "REVOKED" and revoked["ended_by"] == "gate"
         assert admitted["rootDigest"] in revoked["end_reason"]
     assert gate.fences().tombstone_watermark == 3
-    assert [t["seq"] for t in gate.tombstones(since=1)] == [2, 3]
+    assert [t.seq for t in gate.tombstones(since=1)] == [2, 3]
     assert list_permits(g.ws.db, state="OPEN") == []
     assert len(list_permits(g.ws.db, root=g.r1)) == 1
 
@@ -161,7 +158,7 @@ def test_benchmark_hits_only_held_roots_and_admission_still_refuses(g, hold):
     assert order.index(content) + 1 == 2
     assert advance.hits == expected
     assert gate.fences().benchmark_fence == 2
-    assert [b["seq"] for b in gate.benchmark_items()] == [1, 2]
+    assert [b.seq for b in gate.benchmark_items()] == [1, 2]
     with pytest.raises(RejectedError) as refused:
         _admit(g, root=g.r1)
     assert refused.value.check == ("fence-hits" if held else "root-watermarks")
@@ -177,7 +174,7 @@ def test_a_fence_that_hits_nothing_leaves_runs_alone(g):
     advance = gate.add_tombstones(["not-a-member"], reason="r", actor="dpo")
     assert advance.hits == {} and advance.closed_permits == []
     assert get_run(g.ws.db, run["runId"])["state"] == "ADMITTED"
-    assert get_permit(g.ws.db, run["permit"])["state"] == "OPEN"
+    assert get_permit(g.ws.db, run["permit"]).state == "OPEN"
     again = _admit(g, root=g.r1)  # fences moved, nothing hit: admissible
     assert again["tombstoneWatermark"] == 1
     with pytest.raises(UsageError):
@@ -192,7 +189,7 @@ def test_a_fence_that_hits_nothing_leaves_runs_alone(g):
 def test_admission_checks(g):
     by_root = _admit(g, root=g.r1)
     permit = get_permit(g.ws.db, by_root["permit"])
-    assert (permit["root_digest"], permit["alias"], permit["generation"], permit["purpose"]) == (
+    assert (permit.root_digest, permit.alias, permit.generation, permit.purpose) == (
         g.r1,
         "",
         -1,
@@ -201,7 +198,7 @@ def test_admission_checks(g):
     assert by_root["generation"] is None
     by_alias = _admit(g, alias="train", expected_generation=2)
     assert (by_alias["rootDigest"], by_alias["generation"]) == (g.r2, 2)
-    assert get_permit(g.ws.db, by_alias["permit"])["alias"] == "train"
+    assert get_permit(g.ws.db, by_alias["permit"]).alias == "train"
     checks = {
         "alias-generation": dict(alias="train", expected_generation=1),
         "alias-root": dict(alias="train", root=g.r1),
@@ -233,8 +230,8 @@ def test_close_permit_closes_once(g):
         assert close_permit(conn, run["permit"], "done") is True
         assert close_permit(conn, run["permit"], "again") is False
     permit = get_permit(g.ws.db, run["permit"])
-    assert (permit["state"], permit["closed_reason"]) == ("CLOSED", "done")
-    assert permit["closed_at"]
+    assert (permit.state, permit.closed_reason) == ("CLOSED", "done")
+    assert permit.closed_at
 
 
 # -- rollback --------------------------------------------------------------------------------
@@ -250,16 +247,16 @@ def test_rollback(g):
     with pytest.raises(ConflictError):
         rollback_release(g.ws, "train", g.r1, actor="ops", expected_generation=1)
     out = rollback_release(g.ws, "train", g.r1, actor="ops", expected_generation=2)
-    assert (out["generation"], out["activeDigest"], out["idempotentRetry"]) == (3, g.r1, False)
-    assert rollback_release(g.ws, "train", g.r1, actor="ops", expected_generation=2)[
-        "idempotentRetry"
-    ]
+    assert (out.generation, out.active_digest, out.idempotent_retry) == (3, g.r1, False)
+    assert rollback_release(
+        g.ws, "train", g.r1, actor="ops", expected_generation=2
+    ).idempotent_retry
     with pytest.raises(ConflictError) as other:  # a retry is idempotent only with the same digest
         rollback_release(g.ws, "train", g.r2, actor="ops", expected_generation=2)
     assert other.value.check == "alias-generation"
     with pytest.raises(ConflictError):  # a rollback is not a publish to retry idempotently
         publish(g.ws, g.r1, alias="train", actor="a", expected_generation=2)
-    assert gate.alias_history("train")[-1]["action"] == "rollback"
+    assert gate.alias_history("train")[-1].action == "rollback"
 
 
 def test_rollback_refused_by_fence_entries_since_the_old_watermarks(g):
@@ -362,7 +359,7 @@ def test_a_catalog_row_that_disagrees_with_its_envelope_is_refused(g, kind, colu
     else:
         out = lambda: publish(g.ws, digest, alias="t", actor="a")  # noqa: E731
     if unchanged:
-        assert out()["generation"] == 1
+        assert out().generation == 1
         return
     with pytest.raises(IntegrityError) as err:
         out()
@@ -385,9 +382,6 @@ def test_a_signed_payload_missing_a_bound_field_is_refused_not_an_internal_error
     """Validly signed by the trusted key, schema-complete, but ``totals.records`` (or
     ``members.count``) missing: a refusal naming the binding check, never exit 1."""
     import copy
-
-    from relgate.catalog.release_table import insert_release
-    from relgate.catalog.snapshot_table import insert_snapshot
 
     module = sm if kind == "snapshot" else rm
     base = g.snapshot if kind == "snapshot" else g.r3

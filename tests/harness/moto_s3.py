@@ -85,7 +85,8 @@ class MotoServer:
             if self._proc.poll() is not None:
                 return False
             try:
-                with urllib.request.urlopen(url + "/moto-api/data.json", timeout=1) as resp:
+                probe = url + "/moto-api/data.json"  # http URL of the moto server we started
+                with urllib.request.urlopen(probe, timeout=1) as resp:  # noqa: S310 our own http endpoint
                     if resp.status == 200:
                         return True
             except (urllib.error.URLError, ConnectionError, TimeoutError):

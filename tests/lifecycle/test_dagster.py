@@ -4,7 +4,7 @@ import dagster as dg
 
 from assets.lifecycle import gc_job, retention_plan
 from pipelines.definitions import defs
-from relgate.lifecycle.gc import verify_retained
+from relgate.lifecycle.collector import verify_retained
 from resources.relgate import RelgateResource
 from tests.lifecycle.helpers import release_of, set_state, stored_set
 from tests.snapshot.conftest import make_workspace

@@ -10,13 +10,14 @@ import pytest
 
 from relgate.catalog.release_table import get_release
 from relgate.errors import RejectedError
-from relgate.lifecycle.gc import deletions, plan_gc, sweep, verify_retained
-from relgate.lifecycle.pins import acquire_lease, add_pin, release_lease, remove_pin
+from relgate.integrity.digests import sha256_digest
+from relgate.lifecycle.collector import deletions, plan_gc, sweep, verify_retained
+from relgate.lifecycle.pins import acquire_lease, add_pin, get_lease, release_lease, remove_pin
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.objects.layout import canonical_key
 from relgate.release import root as rm
 from relgate.release.verifier import verify_release
-from relgate.release.writer import stage_object
+from relgate.release.writer import shard_key, stage_object, write_release
 from tests.release.helpers import overwrite_in_place
 
 from .helpers import candidate_set, forge_release, publish, set_state, shard_keys, stored_set
@@ -61,19 +62,17 @@ def test_seed_example_only_c_is_a_candidate(ws, release):
         ws, v2.digest, owner="auditor", reason="audit", expires_at="2999-01-01T00:00:00Z"
     )
     assert candidate_set(plan_gc(ws, grace_seconds=0)) & example == set()
-    remove_pin(ws, both["pinId"], actor="auditor")
+    remove_pin(ws, both.pin_id, actor="auditor")
 
     result = sweep(ws, actor="gc", grace_seconds=0)
-    gone = {(x["key"], x["versionId"]) for x in result["deleted"]}
+    gone = {(x["key"], x["versionId"]) for x in result.to_json()["deleted"]}
     assert keys[c] in gone and not gone & {keys[a], keys[b], keys[d]}
     stored = stored_set(ws, "shards/")
     assert {keys[a], keys[b], keys[d]} <= stored and keys[c] not in stored
-    logged = {
-        (x["object_key"], x["version_id"]): x["reason"] for x in deletions(ws, result["gcRun"])
-    }
+    logged = {(x.object_key, x.version_id): x.reason for x in deletions(ws, result.gc_run)}
     assert "not retained" in logged[keys[c]]
-    assert verify_retained(ws)["versions"] >= 2
-    assert pin["kind"] == "checkpoint" and pin["position"]["root"] == v1.digest
+    assert verify_retained(ws).versions >= 2
+    assert pin.kind == "checkpoint" and pin.position["root"] == v1.digest
 
 
 def test_missing_retained_manifest_fails_closed(ws, release):
@@ -116,8 +115,6 @@ def test_missing_retained_object_fails_closed(ws, release):
 
 def test_in_progress_publisher_staged_objects_survive(ws, release):
     data = b"staged shard bytes of a publisher that has not committed"
-    from relgate.integrity.digests import sha256_digest
-    from relgate.release.writer import shard_key
 
     key = shard_key(sha256_digest(data), encrypted=False)
     lease = acquire_lease(ws, holder="writer-1", purpose="publisher", ttl_seconds=3600, keys=[key])
@@ -128,7 +125,7 @@ def test_in_progress_publisher_staged_objects_survive(ws, release):
     sweep(ws, actor="gc", grace_seconds=0)
     assert (key, version) in stored_set(ws, "shards/")
     # Without the lease, the grace period still protects a young object...
-    release_lease(ws, lease["leaseId"])
+    release_lease(ws, lease.lease_id)
     assert (key, version) not in candidate_set(plan_gc(ws, grace_seconds=3600))
     # ...and once both are gone it is an orphan.
     assert (key, version) in candidate_set(plan_gc(ws, grace_seconds=0))
@@ -144,7 +141,7 @@ def test_candidate_rereferenced_within_grace_survives(ws, release):
     # Between the plan and the sweep a new version re-references the candidate.
     again = forge_release(ws, release, {ids[0]}, tag="again")
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
-    assert result["skipped"].get("re-referenced", 0) >= 1
+    assert result.skipped.get("re-referenced", 0) >= 1
     assert keys[ids[0]] in stored_set(ws, "shards/")
     assert keys[ids[1]] not in stored_set(ws, "shards/")  # not re-referenced: deleted
     assert ("release", again.digest) in plan_gc(ws, grace_seconds=0).retained
@@ -157,7 +154,7 @@ def test_pin_after_plan_is_honoured_by_sweep(ws, release):
     assert plan.candidates
     add_pin(ws, release.digest, owner="auditor", reason="legal hold")
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
-    assert not any(x["key"].startswith("shards/") for x in result["deleted"])
+    assert not any(x["key"].startswith("shards/") for x in result.to_json()["deleted"])
     assert set(shard_keys(release).values()) <= stored_set(ws, "shards/")
     verify_retained(ws)
 
@@ -208,7 +205,7 @@ def test_published_release_still_verifies_after_sweep(ws, release):
     set_state(ws, "release", other.digest, "INVALID")
     publish(ws, release.digest, "prod")
     result = sweep(ws, actor="gc", grace_seconds=0)
-    assert any(rm.envelope_key(other.digest) == x["key"] for x in result["deleted"])
+    assert any(rm.envelope_key(other.digest) == x["key"] for x in result.to_json()["deleted"])
     report = verify_release(ws, release.digest, workers=0, actor="test")
     assert report.ok, report.problems
     verify_retained(ws)
@@ -269,13 +266,11 @@ def test_rollback_to_a_purged_version_is_refused(ws, release):
 
 
 def test_writer_under_a_publisher_lease_is_never_swept(ws, snapshot):
-    from relgate.release.writer import write_release
-
     lease = acquire_lease(ws, holder="writer", purpose="publisher", ttl_seconds=600)
     manifest = write_release(
-        ws, snapshot.digest, records_per_shard=40, actor="test", lease_id=lease["leaseId"]
+        ws, snapshot.digest, records_per_shard=40, actor="test", lease_id=lease.lease_id
     )
-    leased = set(get_lease_keys(ws, lease["leaseId"]))
+    leased = set(get_lease_keys(ws, lease.lease_id))
     assert {k for k, _ in shard_keys(manifest).values()} | {
         rm.envelope_key(manifest.digest)
     } <= leased
@@ -283,13 +278,11 @@ def test_writer_under_a_publisher_lease_is_never_swept(ws, snapshot):
     set_state(ws, "release", manifest.digest, "INVALID")
     sweep(ws, actor="gc", grace_seconds=0)
     assert set(shard_keys(manifest).values()) <= stored_set(ws, "shards/")
-    release_lease(ws, lease["leaseId"])
+    release_lease(ws, lease.lease_id)
     sweep(ws, actor="gc", grace_seconds=0)
     assert not set(shard_keys(manifest).values()) & stored_set(ws, "shards/")
     verify_retained(ws)
 
 
 def get_lease_keys(ws, lease_id):
-    from relgate.lifecycle.pins import get_lease
-
-    return get_lease(ws, lease_id)["keys"]
+    return get_lease(ws, lease_id).keys

@@ -9,10 +9,13 @@ at the exact moment a writer has staged its objects but not yet committed its ro
 import dagster as dg
 import pytest
 
+from relgate.catalog.db import rows
+from relgate.catalog.release_table import get_release, list_releases
 from relgate.errors import RejectedError
 from relgate.integrity.digests import sha256_digest
-from relgate.lifecycle.gc import plan_gc, sweep, verify_retained
+from relgate.lifecycle.collector import plan_gc, sweep, verify_retained
 from relgate.lifecycle.pins import acquire_lease, get_lease, release_lease
+from relgate.objects.layout import canonical_key
 from relgate.release import root as rm
 from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key, stage_object, write_release
@@ -37,9 +40,9 @@ def test_sweep_rechecks_a_publisher_lease_taken_after_the_plan(ws, release):
     lease = acquire_lease(ws, holder="writer-2", purpose="publisher", ttl_seconds=600, keys=[key])
     assert stage_object(ws.store, key, data) == version
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
-    assert result["skipped"]["publisher-lease"] == 1
+    assert result.skipped["publisher-lease"] == 1
     assert (key, version) in stored_set(ws, "shards/")
-    release_lease(ws, lease["leaseId"])
+    release_lease(ws, lease.lease_id)
     # Released: the next sweep takes it (so the lease, not something else, kept it).
     sweep(ws, actor="gc", grace_seconds=0)
     assert (key, version) not in stored_set(ws, "shards/")
@@ -51,8 +54,8 @@ def test_sweep_rechecks_the_grace_period_at_sweep_time(ws, release):
     plan = plan_gc(ws, grace_seconds=0)  # e.g. a plan made with another grace period
     assert (key, version) in candidate_set(plan)
     result = sweep(ws, actor="gc", grace_seconds=3600, plan=plan)
-    assert result["deletedCount"] == 0
-    assert result["skipped"]["younger-than-grace"] == len(plan.candidates)
+    assert result.deleted_count == 0
+    assert result.skipped["younger-than-grace"] == len(plan.candidates)
     assert (key, version) in stored_set(ws, "shards/")
 
 
@@ -62,7 +65,7 @@ def test_sweep_never_deletes_a_version_it_has_no_first_seen_record_of(ws, releas
     assert (key, version) in candidate_set(plan)
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
     assert (key, version) in stored_set(ws, "shards/")
-    assert result["skipped"]["younger-than-grace"] >= 1
+    assert result.skipped["younger-than-grace"] >= 1
 
 
 def test_expired_publisher_lease_protects_nothing(ws, release):
@@ -72,7 +75,7 @@ def test_expired_publisher_lease_protects_nothing(ws, release):
 
     later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
     assert (key, version) in candidate_set(plan_gc(ws, grace_seconds=0, now=later))
-    assert get_lease(ws, lease["leaseId"])["keys"] == [key]
+    assert get_lease(ws, lease.lease_id).keys == [key]
 
 
 def _sweep_at(monkeypatch, module, name, ws):
@@ -93,19 +96,17 @@ def test_release_writer_holds_a_publisher_lease_by_default(ws, snapshot, monkeyp
     manifest = write_release(ws, snapshot.digest, records_per_shard=40, actor="t")
     monkeypatch.undo()
     assert len(swept) == 1
-    assert swept[0]["skipped"].get("publisher-lease", 0) + swept[0]["excluded"].get(
+    assert swept[0].skipped.get("publisher-lease", 0) + swept[0].excluded.get(
         "publisher-lease", 0
     ) >= len(manifest.shards)
     assert set(shard_keys(manifest).values()) <= stored_set(ws, "shards/")
     assert verify_release(ws, manifest.digest, workers=0, actor="t").state == "VERIFIED"
     with ws.db.tx() as conn:
-        from relgate.catalog.db import rows
-
         leases = rows(
             conn, "SELECT lease_id, holder, state FROM leases WHERE holder LIKE 'release-%'"
         )
     assert [(x["holder"], x["state"]) for x in leases] == [("release-writer:t", "RELEASED")]
-    keys = set(get_lease(ws, leases[0]["lease_id"])["keys"])
+    keys = set(get_lease(ws, leases[0]["lease_id"]).keys)
     assert {k for k, _ in shard_keys(manifest).values()} | {
         rm.envelope_key(manifest.digest)
     } <= keys
@@ -121,8 +122,6 @@ def test_snapshot_builder_holds_a_publisher_lease_by_default(ws, monkeypatch):
     report = validate_snapshot(ws, result.digest, actor="t")
     assert report.outcome == "VALIDATED", (report.checks, report.problems)
     with ws.db.tx() as conn:
-        from relgate.catalog.db import rows
-
         leases = rows(conn, "SELECT holder, state FROM leases")
     assert len(leases) == 1 and leases[0]["holder"].startswith("snapshot-builder:test:")
     assert leases[0]["state"] == "RELEASED"
@@ -162,7 +161,6 @@ def test_dagster_release_depends_on_the_activated_snapshot_and_refuses_an_unappr
     assert failure.step_key == "shard_release"
     text = str(failure.event_specific_data.error)
     assert "snapshot-state" in text and nightly.digest in text and "VALIDATED" in text
-    from relgate.catalog.release_table import list_releases
 
     assert list_releases(ws.db) == []
 
@@ -170,8 +168,6 @@ def test_dagster_release_depends_on_the_activated_snapshot_and_refuses_an_unappr
 def test_dagster_writers_hold_publisher_leases_and_release_from_the_activated_snapshot(ws):
     from assets.releases import shard_release
     from assets.snapshots import snapshot_assets, snapshot_checks
-    from relgate.catalog.db import rows
-    from relgate.catalog.release_table import get_release
     from resources.relgate import RelgateResource
 
     resources = {"relgate": RelgateResource(home=str(ws.home))}
@@ -210,7 +206,6 @@ def test_other_spelling_of_a_key_rereferenced_after_the_plan_survives(ws, releas
     """Both spellings of one shard are candidates at plan time (their release is not
     retained); a version re-referencing the shard between plan and sweep must keep the
     other spelling too (the sweep compares canonical keys, not spellings)."""
-    from relgate.objects.layout import canonical_key
 
     from .helpers import forge_release, set_state
 
@@ -227,7 +222,7 @@ def test_other_spelling_of_a_key_rereferenced_after_the_plan_survives(ws, releas
     assert {(key, version), (spelled, copy)} <= candidate_set(plan)
     forge_release(ws, release, {shard_id}, tag="again")  # re-references the shard
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
-    assert result["skipped"]["re-referenced"] >= 2
+    assert result.skipped["re-referenced"] >= 2
     assert {(key, version), (spelled, copy)} <= stored_set(ws, "shards/")
 
 
@@ -237,8 +232,8 @@ def test_a_candidate_already_gone_at_sweep_time_is_counted_not_failed(ws, releas
     assert (key, version) in candidate_set(plan)
     ws.store.delete_version(key, version)  # someone else removed it meanwhile
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
-    assert result["skipped"]["already-gone"] == 1
-    assert not any(d["key"] == key for d in result["deleted"])
+    assert result.skipped["already-gone"] == 1
+    assert not any(d["key"] == key for d in result.to_json()["deleted"])
 
 
 def test_an_orphan_under_an_odd_spelling_is_still_collected(ws, release):
@@ -251,5 +246,5 @@ def test_an_orphan_under_an_odd_spelling_is_still_collected(ws, release):
     plan = plan_gc(ws, grace_seconds=0)
     assert (spelled, version) in candidate_set(plan)
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
-    assert any(d["key"] == spelled for d in result["deleted"])
+    assert any(d["key"] == spelled for d in result.to_json()["deleted"])
     assert (spelled, version) not in stored_set(ws, "shards/")

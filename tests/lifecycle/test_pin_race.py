@@ -23,11 +23,12 @@ from relgate.catalog.db import rows
 from relgate.catalog.snapshot_table import get_snapshot, insert_snapshot
 from relgate.catalog.states import transition
 from relgate.errors import RejectedError
-from relgate.lifecycle.gc import sweep, verify_retained
+from relgate.lifecycle.collector import sweep, verify_retained
 from relgate.lifecycle.pins import add_pin
 from relgate.lifecycle.refs import version_refs
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
+from tests.snapshot.conftest import make_workspace
 from tests.snapshot.helpers import build_approved
 
 ITERATIONS = 24
@@ -46,10 +47,10 @@ def _racer(role, home, barrier, tasks, results):
         try:
             if role == "pin":
                 pin = add_pin(ws, task["digest"], owner="racer", reason="race")
-                results.put((role, "ok", pin["pinId"]))
+                results.put((role, "ok", pin.pin_id))
             else:
                 out = sweep(ws, actor="sweeper", grace_seconds=0, batch_size=4)
-                results.put((role, "ok", out["deletedCount"]))
+                results.put((role, "ok", out.deleted_count))
         except RejectedError as exc:
             results.put((role, "refused", exc.check))
         except Exception as exc:  # surfaced to the test, never swallowed
@@ -75,8 +76,6 @@ def _unretained_version(ws, base, i):
 
 
 def test_pin_races_sweep(tmp_path, db_url):
-    from tests.snapshot.conftest import make_workspace
-
     ws = make_workspace(tmp_path / "home", db_url)
     base = build_approved(ws)
     ctx = mp.get_context("fork")

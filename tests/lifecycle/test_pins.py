@@ -6,15 +6,17 @@ import pytest
 from click.testing import CliRunner
 
 from relgate.catalog.release_table import get_release
+from relgate.catalog.snapshot_table import get_snapshot
 from relgate.cli.main import main
 from relgate.errors import ConflictError, UsageError
-from relgate.lifecycle.gc import plan_gc, verify_retained
+from relgate.lifecycle.collector import plan_gc, verify_retained
 from relgate.lifecycle.lineage import lineage
 from relgate.lifecycle.pins import acquire_lease, add_pin, release_lease, renew_lease
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.release import root as rm
 from relgate.release.runs import create_run, fail_run
 from relgate.snapshot import activation as snap_lifecycle
+from relgate.snapshot import manifest as sm
 from tests.snapshot.conftest import make_workspace
 from tests.snapshot.helpers import build_approved
 
@@ -45,10 +47,10 @@ def test_reader_lease_holds_a_version_until_released(ws, release):
     plan = plan_gc(ws, grace_seconds=0)
     assert any("reader lease" in r for r in plan.retained[("release", release.digest)])
     assert not set(shard_keys(release).values()) & candidate_set(plan)
-    renew_lease(ws, lease["leaseId"], ttl_seconds=600)
-    release_lease(ws, lease["leaseId"])
+    renew_lease(ws, lease.lease_id, ttl_seconds=600)
+    release_lease(ws, lease.lease_id)
     with pytest.raises(ConflictError) as err:
-        renew_lease(ws, lease["leaseId"], ttl_seconds=600)
+        renew_lease(ws, lease.lease_id, ttl_seconds=600)
     assert err.value.check == "lease-live"
     assert set(shard_keys(release).values()) <= candidate_set(plan_gc(ws, grace_seconds=0))
 
@@ -64,13 +66,10 @@ def test_pin_validation(ws, release, snapshot):
     pin = add_pin(
         ws, snapshot.digest, owner="auditor", reason="audit 2027", expires_at="2030-01-01T00:00:00Z"
     )
-    assert (pin["subjectKind"], pin["expiresAt"]) == ("snapshot", "2030-01-01T00:00:00.000000Z")
+    assert (pin.subject_kind, pin.expires_at) == ("snapshot", "2030-01-01T00:00:00.000000Z")
 
 
 def _first_sample(ws, digest):
-    from relgate.catalog.snapshot_table import get_snapshot
-    from relgate.snapshot import manifest as sm
-
     row = get_snapshot(ws.db, digest)
     manifest = sm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
     return ws.membership.read(manifest.members_ref)["sampleId"][0]
@@ -126,13 +125,13 @@ def test_tombstone_propagation_lists_every_holder(ws, release, snapshot):
     sample = _first_sample(ws, snapshot.digest)
     pin = add_pin(ws, release.digest, owner="trainer", reason="checkpoint")
     snap_lifecycle.add_tombstones(ws, [sample], reason="gdpr erasure", actor="dpo")
-    out = lineage(ws, sample)
+    out = lineage(ws, sample).to_json()
     assert out["tombstoned"] is True
     found = {v["digest"]: v for v in out["versions"]}
     assert set(found) == {snapshot.digest, release.digest}
     assert all(v["reactivation"] == "refused" for v in found.values())
     assert all(v["proof"]["verified"] and v["proof"]["kind"] == "inclusion" for v in found.values())
-    assert [p["pin_id"] for p in out["pins"]] == [pin["pinId"]]
+    assert [p["pinId"] for p in out["pins"]] == [pin.pin_id]
     assert release.digest in out["heldVersions"]
     # A sample that is in no version is in no version.
-    assert lineage(ws, "no-such-sample")["versions"] == []
+    assert lineage(ws, "no-such-sample").versions == []

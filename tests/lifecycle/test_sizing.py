@@ -23,7 +23,7 @@ def test_seed_arithmetic():
     assert shard_count(payload, 256) == 1875 == math.ceil(120_000_000_000 * 4 / 256_000_000)
     assert shard_count(payload, 128) == 3750
     # Halving the shard size doubles the object count, not the payload.
-    report = size_report(tokens=120_000_000_000, bytes_per_token=4, shard_mb=256)
+    report = size_report(tokens=120_000_000_000, bytes_per_token=4, shard_mb=256).to_json()
     assert report["payloadBytes"] == 480_000_000_000
     assert report["payloadGB"] == 480
     assert report["alternatives"] == {"128": 3750}

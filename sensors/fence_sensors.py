@@ -2,6 +2,7 @@
 
 The gate records hits inside the fence-advance transaction; the sensor only turns new
 hits into a re-check run, keyed by the fence watermark so a run is requested once.
+It never opens a catalog transaction itself: it asks :mod:`relgate.gate.recheck`.
 """
 
 import json
@@ -9,7 +10,7 @@ import json
 import dagster as dg
 
 from pipelines.jobs import recheck_job
-from relgate.gate.recheck import hit_subjects
+from relgate.gate.recheck import current_watermark, hit_subjects
 from resources.relgate import RelgateResource
 
 
@@ -25,13 +26,7 @@ def _fence_sensor(fence_kind: str) -> dg.SensorDefinition:
         context: dg.SensorEvaluationContext, relgate: RelgateResource
     ) -> dg.SensorResult | dg.SkipReason:
         ws = relgate.workspace()
-        with ws.db.tx() as conn:
-            from relgate.gate.core import read_fences
-
-            fences = read_fences(conn)
-        current = (
-            fences.tombstone_watermark if fence_kind == "tombstone" else fences.benchmark_fence
-        )
+        current = current_watermark(ws, fence_kind)
         seen = int(json.loads(context.cursor)["seen"]) if context.cursor else 0
         if current <= seen:
             return dg.SkipReason(f"{fence_kind} fence still at {current}")

@@ -1,0 +1,188 @@
+"""Aliases: the compare-and-swap over ``(aliasGeneration, activeDigest)``.
+
+An alias moves only inside a gate transaction, from the generation the caller expected
+to the next one; every move appends one ``alias_history`` row with the fences it was
+made at.  A retry of a move that already committed returns the committed result.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from sqlalchemy import Connection
+
+from relgate.catalog.db import execute, one, rows, utcnow
+from relgate.errors import ConflictError, UsageError
+from relgate.gate.fences import Fences
+from relgate.integrity.contract import Contract
+
+
+class AliasState(Contract):
+    """One alias at one gate state."""
+
+    alias: str
+    kind: str
+    generation: int
+    active_digest: str | None
+    tombstone_watermark: int
+    benchmark_fence: int
+
+    @property
+    def fences(self) -> Fences:
+        return Fences(self.tombstone_watermark, self.benchmark_fence)
+
+
+class AliasChange(Contract):
+    """The result of an activation, publication or rollback (or of its idempotent retry)."""
+
+    alias: str
+    kind: str
+    generation: int
+    active_digest: str
+    tombstone_watermark: int
+    benchmark_fence: int
+    idempotent_retry: bool
+
+
+class AliasHistoryEntry(Contract):
+    """One generation of an alias: what it pointed at, who moved it, at which fences."""
+
+    name: str
+    generation: int
+    subject: str = Field(validation_alias="digest", serialization_alias="digest")
+    action: str
+    actor: str
+    tombstone_watermark: int
+    benchmark_fence: int
+    at: str
+
+
+def alias_change(
+    alias: str, kind: str, generation: int, digest: str, fences: Fences, *, idempotent: bool
+) -> AliasChange:
+    return AliasChange(
+        alias=alias,
+        kind=kind,
+        generation=generation,
+        active_digest=digest,
+        tombstone_watermark=fences.tombstone_watermark,
+        benchmark_fence=fences.benchmark_fence,
+        idempotent_retry=idempotent,
+    )
+
+
+def read_alias(conn: Connection, alias: str, kind: str) -> tuple[int, str | None]:
+    """(generation, active digest) of ``alias``; (0, None) if it was never set."""
+    row = one(
+        conn, "SELECT kind, generation, active_digest FROM aliases WHERE name = :n", {"n": alias}
+    )
+    if row is None:
+        return 0, None
+    if row["kind"] != kind:
+        raise UsageError(
+            f"alias {alias!r} points at a {row['kind']}, not a {kind}",
+            object=alias,
+            check="alias-kind",
+        )
+    return int(row["generation"]), row["active_digest"]
+
+
+def alias_history(conn: Connection, alias: str) -> list[AliasHistoryEntry]:
+    found = rows(
+        conn, "SELECT * FROM alias_history WHERE name = :n ORDER BY generation", {"n": alias}
+    )
+    return [AliasHistoryEntry.model_validate(r) for r in found]
+
+
+def committed_retry(
+    conn: Connection,
+    alias: str,
+    seen: tuple[int, str | None],
+    expected: int,
+    digest: str,
+    action: str,
+) -> bool:
+    """True when ``action`` to ``digest`` from ``expected`` already committed (a retry)."""
+    generation, active = seen
+    if generation != expected + 1 or active != digest:
+        return False
+    last = one(
+        conn,
+        "SELECT action FROM alias_history WHERE name = :n AND generation = :g",
+        {"n": alias, "g": generation},
+    )
+    return last is not None and last["action"] == action
+
+
+def stale_generation(
+    alias: str,
+    generation: int,
+    expected: int,
+    digest: str | None,
+    details: dict[str, object] | None,
+) -> ConflictError:
+    return ConflictError(
+        f"alias {alias!r} is at generation {generation}, not {expected}",
+        object=alias,
+        check="alias-generation",
+        digest=digest,
+        details=details,
+    )
+
+
+class AliasMove(Contract):
+    """One CAS step of an alias: to ``generation`` (the previous one + 1), at ``fences``."""
+
+    alias: str
+    kind: str
+    generation: int
+    subject: str
+    action: str
+    actor: str
+    fences: Fences
+
+
+def set_alias(conn: Connection, move: AliasMove) -> None:
+    """Move the alias from ``generation - 1`` to ``generation`` and append its history."""
+    now = utcnow()
+    if move.generation == 1:
+        execute(
+            conn,
+            "INSERT INTO aliases (name, kind, generation, active_digest, updated_at)"
+            " VALUES (:n, :k, 1, :d, :now)",
+            {"n": move.alias, "k": move.kind, "d": move.subject, "now": now},
+        )
+    else:
+        changed = execute(
+            conn,
+            "UPDATE aliases SET generation = :g, active_digest = :d, updated_at = :now"
+            " WHERE name = :n AND generation = :prev",
+            {
+                "g": move.generation,
+                "d": move.subject,
+                "now": now,
+                "n": move.alias,
+                "prev": move.generation - 1,
+            },
+        )
+        if changed != 1:
+            raise ConflictError(
+                "alias changed concurrently",
+                object=move.alias,
+                check="alias-generation",
+                digest=move.subject,
+            )
+    execute(
+        conn,
+        "INSERT INTO alias_history (name, generation, digest, action, actor, tombstone_watermark,"
+        " benchmark_fence, at) VALUES (:n, :g, :d, :a, :who, :t, :b, :now)",
+        {
+            "n": move.alias,
+            "g": move.generation,
+            "d": move.subject,
+            "a": move.action,
+            "who": move.actor,
+            "t": move.fences.tombstone_watermark,
+            "b": move.fences.benchmark_fence,
+            "now": now,
+        },
+    )

@@ -1,0 +1,170 @@
+"""Stored-envelope re-verification: the gate re-opens what a catalog row vouches for.
+
+Before an alias moves or a root is admitted, the stored envelope the row names is opened
+again (trusted signature, recomputed digest, the exact stored version) and every payload
+field the row repeats is compared; an APPROVED state needs a signed approval by a trusted
+approver key naming that digest.  A gate without a verifier moves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from sqlalchemy import Connection
+
+from relgate.catalog.audit import newest_report
+from relgate.catalog.db import one
+from relgate.catalog.states import TABLES
+from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError
+from relgate.gate.approvals import approval_kind, missing_approval, open_approval
+from relgate.integrity.signing import TrustedKeys
+from relgate.objects.cas import ContentStore, digest_of_uri
+from relgate.objects.layout import envelope_key
+from relgate.objects.versioned import ObjectStore
+from relgate.release import root as rm
+from relgate.snapshot import manifest as sm
+
+#: A catalog row as read (column -> value); private to the gate and the catalog.
+CatalogRow = Mapping[str, object]
+
+_ROW_SQL = {
+    kind: f"SELECT * FROM {table} WHERE digest = :d"  # noqa: S608 constant table names
+    for kind, (table, _, _) in TABLES.items()
+}
+
+
+class EnvelopeVerifier(Protocol):
+    """Re-opens the stored envelope of a catalog row; raises unless it binds to the row."""
+
+    def verify(self, kind: str, row: CatalogRow) -> None: ...
+
+    def verify_approval(self, conn: Connection, kind: str, digest: str) -> None: ...
+
+
+def _bound_fields(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """The payload fields a catalog row repeats (the binding is checked field by field)."""
+    if kind == "snapshot":
+        members = body["members"]
+        return {
+            "digest": body["snapshotId"],
+            "tombstone_watermark": int(body["tombstoneWatermark"]),
+            "benchmark_fence": int(body["benchmarkFence"]),
+            "members_digest": digest_of_uri(str(members["uri"])),
+            "members_version": str(members["objectVersion"]),
+            "member_count": int(members["count"]),
+            "purpose": body["purpose"],
+        }
+    return {
+        "digest": body["rootId"],
+        "tombstone_watermark": int(body["tombstoneWatermark"]),
+        "benchmark_fence": int(body["benchmarkFence"]),
+        "snapshot_digest": body["datasetSnapshot"],
+        "shard_count": int(body["totals"]["shards"]),
+        "record_count": int(body["totals"]["records"]),
+    }
+
+
+def _stored_body(store: ObjectStore, trusted: TrustedKeys, kind: str, row: CatalogRow) -> Any:
+    digest, version = str(row["digest"]), str(row["envelope_version"])
+    if kind == "snapshot":
+        return sm.load(store, trusted, digest, version).body
+    return rm.load(store, trusted, digest, version).body
+
+
+class StoredEnvelopes:
+    """The gate's :class:`EnvelopeVerifier`: trusted signature, recomputed digest, the exact
+    stored version the row names, and every payload field the row repeats."""
+
+    def __init__(self, store: ObjectStore, trusted: TrustedKeys) -> None:
+        self.store = store
+        self.trusted = trusted
+
+    def verify(self, kind: str, row: CatalogRow) -> None:
+        digest = str(row["digest"])
+        where = f"{envelope_key(kind, digest)}@{row['envelope_version']}"
+        try:
+            bound = _bound_fields(kind, _stored_body(self.store, self.trusted, kind, row))
+        except RelgateError as exc:
+            raise IntegrityError(
+                f"stored {kind} envelope refused: {exc.message}",
+                object=where,
+                check=exc.check or "stored-envelope",
+                digest=digest,
+                details={"cause": exc.code},
+            ) from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise IntegrityError(
+                f"stored {kind} envelope lacks a field its catalog row repeats",
+                object=where,
+                check="envelope-binding",
+                digest=digest,
+                details={"cause": type(exc).__name__},
+            ) from None
+        differs = sorted(f for f, v in bound.items() if row.get(f) != v)
+        if differs:
+            raise IntegrityError(
+                f"stored {kind} envelope does not bind to its catalog row",
+                object=where,
+                check="envelope-binding",
+                digest=digest,
+                details={"fields": differs},
+            )
+
+    def verify_approval(self, conn: Connection, kind: str, digest: str) -> None:
+        """The newest signed approval of ``digest``: an approver-role signature naming it.
+
+        An APPROVED state in the catalog is not enough: a row edited to APPROVED, or an
+        approval signed by any key but a trusted approver key, moves nothing."""
+        row = newest_report(conn, digest, approval_kind(kind))
+        if row is None:
+            raise missing_approval(kind, digest)
+        where = f"approval {row['report_digest']}@{row['report_version']}"
+        try:
+            envelope = ContentStore(self.store).get(
+                str(row["report_digest"]), str(row["report_version"])
+            )
+            open_approval(envelope, self.trusted, kind, digest, subject=where)
+        except RelgateError as exc:
+            raise IntegrityError(
+                f"signed approval refused: {exc.message}",
+                object=where,
+                check=exc.check or "approval",
+                digest=digest,
+                details={"cause": exc.code},
+            ) from None
+
+
+def _require(verifier: EnvelopeVerifier | None, kind: str, digest: str) -> EnvelopeVerifier:
+    if verifier is None:  # fail closed: a gate that cannot re-verify moves nothing
+        raise RejectedError(
+            "this gate has no envelope verifier",
+            object=kind,
+            check="envelope-verifier",
+            digest=digest,
+        )
+    return verifier
+
+
+def catalog_row(conn: Connection, kind: str, digest: str) -> CatalogRow:
+    """The catalog row of one version; NotFoundError if there is none."""
+    row = one(conn, _ROW_SQL[kind], {"d": digest})
+    if row is None:
+        raise NotFoundError(f"unknown {kind}", object=kind, check="exists", digest=digest)
+    return row
+
+
+def verify_envelope(
+    conn: Connection, verifier: EnvelopeVerifier | None, kind: str, digest: str
+) -> CatalogRow:
+    """Re-open the stored envelope ``digest``'s row names and bind it to the row."""
+    row = catalog_row(conn, kind, digest)
+    _require(verifier, kind, digest).verify(kind, row)
+    return row
+
+
+def verify_signed_approval(
+    conn: Connection, verifier: EnvelopeVerifier | None, kind: str, digest: str
+) -> None:
+    """Re-open the signed approval that ``digest``'s APPROVED state claims."""
+    _require(verifier, kind, digest).verify_approval(conn, kind, digest)

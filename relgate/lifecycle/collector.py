@@ -1,0 +1,661 @@
+"""Fail-closed garbage collection: plan (the default) and sweep (explicit).
+
+Mark
+    The required set is every object referenced by every retained version (see
+    :mod:`relgate.lifecycle.retention` and :mod:`relgate.lifecycle.refs`).  A retained
+    manifest that is missing or does not verify, or a referenced object that is not
+    stored, fails the whole plan, naming it.
+
+Candidates
+    Stored object versions under the managed prefixes, minus the required set (compared
+    by canonical key, so two spellings of one key are one object), minus versions the
+    collector first saw less than the grace period ago, minus keys leased by in-progress
+    publishers, minus versions held by reader leases (those are retained versions), minus
+    everything a manifest without a catalog row references (its publication outcome is
+    unknown), minus stored keys that are another spelling of a required key.
+
+Sweep
+    Plans, then takes each batch of candidates through :meth:`Database.gate_tx`: inside
+    the gate it re-reads the retained set (new versions, pins, leases), re-marks anything
+    newly retained, re-checks the grace period and the leases, records the deletion and
+    its reason in ``gc_deletions`` and deletes that exact object version.  A pin that
+    commits before the batch is honoured; one that commits after sees the record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sqlalchemy import Connection, text
+
+from relgate.catalog.db import execute, rows, utcnow
+from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
+from relgate.integrity.contract import Contract
+from relgate.integrity.digests import sha256_digest
+from relgate.lifecycle.pins import leased_keys
+from relgate.lifecycle.refs import MANAGED_PREFIXES, Ref, descriptor_key, version_refs
+from relgate.lifecycle.retention import (
+    Holders,
+    RetainedVersion,
+    format_time,
+    holders_of,
+    now_utc,
+    parse_time,
+    raw_sources_kept,
+    retained_versions,
+)
+from relgate.objects.layout import canonical_key, digest_named_by, envelope_subject
+from relgate.release import root as rm
+from relgate.snapshot import manifest as sm
+from relgate.workspace import Workspace
+
+DEFAULT_GRACE_SECONDS = 6 * 3600
+SWEEP_BATCH = 256
+_SEEN_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    key: str  # exactly as the store lists it
+    version_id: str
+    size: int
+    canonical: str
+
+
+class Candidate(Contract):
+    """A stored object version a sweep would delete, and why."""
+
+    key: str
+    version_id: str
+    size: int
+    first_seen: str
+    reason: str
+
+
+class PlanReport(Contract):
+    """The wire form of a :class:`Plan` (``relgate gc plan --json``)."""
+
+    mode: Literal["plan"] = "plan"
+    at: str
+    grace_seconds: int
+    retained: list[RetainedVersion]
+    required_objects: int
+    stored_objects: int
+    stored_bytes: int
+    candidate_count: int
+    candidate_bytes: int
+    candidates: list[Candidate]
+    excluded: dict[str, int]
+    unknown_outcome: list[str]
+    raw_source_gaps: list[str]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A dry run.  Holds the full required set (possibly millions of keys) as plain sets
+    for the sweep to act on; :meth:`report` is its typed wire form."""
+
+    now: str
+    grace_seconds: int
+    retained: Holders
+    required: set[tuple[str, str]]
+    required_keys: set[str]
+    stored: int
+    stored_bytes: int
+    candidates: list[Candidate]
+    excluded: dict[str, int] = field(default_factory=dict)
+    unknown_outcome: list[str] = field(default_factory=list)
+    raw_source_gaps: list[str] = field(default_factory=list)
+
+    def report(self, *, limit: int | None = None) -> PlanReport:
+        shown = self.candidates if limit is None else self.candidates[:limit]
+        return PlanReport(
+            at=self.now,
+            grace_seconds=self.grace_seconds,
+            retained=holders_of(self.retained),
+            required_objects=len(self.required),
+            stored_objects=self.stored,
+            stored_bytes=self.stored_bytes,
+            candidate_count=len(self.candidates),
+            candidate_bytes=sum(c.size for c in self.candidates),
+            candidates=shown,
+            excluded=dict(sorted(self.excluded.items())),
+            unknown_outcome=self.unknown_outcome,
+            raw_source_gaps=self.raw_source_gaps,
+        )
+
+    def to_json(self, *, limit: int | None = None) -> dict[str, Any]:
+        return self.report(limit=limit).to_json()
+
+
+class Deletion(Contract):
+    """One object version a sweep deleted."""
+
+    key: str
+    version_id: str
+    size: int
+    reason: str
+
+
+class SweepSummary(Contract):
+    """What a sweep did (stored as the run's summary in ``gc_runs``)."""
+
+    mode: Literal["sweep"] = "sweep"
+    gc_run: str
+    grace_seconds: int
+    retained: int
+    candidates: int
+    deleted_count: int
+    deleted_bytes: int
+    skipped: dict[str, int]
+    excluded: dict[str, int]
+
+
+class SweepResult(SweepSummary):
+    """The summary plus every deletion."""
+
+    deleted: list[Deletion]
+
+
+class DeletionRecord(Contract):
+    """One ``gc_deletions`` row: which run deleted which exact object version, and why."""
+
+    run_id: str
+    object_key: str
+    version_id: str
+    size: int
+    reason: str
+    at: str
+
+
+class RetainedCheck(Contract):
+    """How many retained versions and referenced objects were verified end to end."""
+
+    versions: int
+    objects: int
+
+
+def list_stored(ws: Workspace) -> Iterator[Stored]:
+    for prefix in MANAGED_PREFIXES:
+        for version in ws.store.list_versions(prefix):
+            yield Stored(version.key, version.version_id, version.size, canonical_key(version.key))
+
+
+def mark(
+    ws: Workspace, conn: Connection, retained: Iterable[tuple[str, str]], *, raw_sources: bool
+) -> Iterator[Ref]:
+    """Stream the references of every retained version (one version in memory at a time)."""
+    for kind, digest in sorted(retained):
+        yield from version_refs(ws, conn, kind, digest, raw_sources=raw_sources)
+
+
+def mark_each(
+    ws: Workspace, retained: Iterable[tuple[str, str]], *, raw_sources: bool
+) -> Iterator[Ref]:
+    """Like :func:`mark`, one short catalog transaction per version, none held while the
+    caller consumes (on SQLite every transaction holds the writer lock)."""
+    for kind, digest in sorted(retained):
+        with ws.db.tx() as conn:
+            refs = version_refs(ws, conn, kind, digest, raw_sources=raw_sources)
+        yield from refs
+
+
+def _check_present(ref: Ref, stored_index: set[tuple[str, str]], ws: Workspace) -> str | None:
+    """Fail closed on a missing managed object; return a missing raw-source object."""
+    if ref.managed:
+        if (ref.key, ref.version_id) not in stored_index:
+            raise RejectedError(
+                f"{ref.role} referenced by a retained version is missing; garbage"
+                " collection fails closed",
+                object=ref.name,
+                check="retained-object-present",
+                digest=ref.subject,
+            )
+    elif ref.role == "raw-source":
+        try:
+            ws.store.head(ref.key, ref.version_id)
+        except RelgateError:
+            return ref.name
+    return None
+
+
+def known_digests(conn: Connection) -> set[str]:
+    known = {r["digest"] for r in rows(conn, "SELECT digest FROM snapshots")}
+    return known | {r["digest"] for r in rows(conn, "SELECT digest FROM releases")}
+
+
+def _envelope_refs(ws: Workspace, kind: str, digest: str, version: str) -> set[tuple[str, str]]:
+    """What an uncatalogued envelope references (nothing if it does not open)."""
+    out: set[tuple[str, str]] = set()
+    try:
+        if kind == "release":
+            for d in rm.load(ws.store, ws.trusted_keys, digest, version).body.get("shards", []):
+                try:
+                    out.add((descriptor_key(d), str(d["objectVersion"])))
+                except (KeyError, TypeError, RelgateError):
+                    continue
+            return out
+        members = sm.load(ws.store, ws.trusted_keys, digest, version).body.get("members", {})
+    except RelgateError:
+        return out  # unreadable: keep the envelope, nothing else can be attributed
+    if isinstance(members, dict) and "uri" in members:
+        out.add((canonical_key(members["uri"]), str(members.get("objectVersion"))))
+    return out
+
+
+def _unknown_outcome(
+    ws: Workspace, known: set[str], stored: list[Stored]
+) -> tuple[set[tuple[str, str]], set[str], list[str]]:
+    """Manifests stored without a catalog row: their publication outcome is unknown, so
+    the envelope and everything it references are left alone."""
+    protected: set[tuple[str, str]] = set()
+    names: list[str] = []
+    for obj in stored:
+        subject = envelope_subject(obj.canonical)
+        if subject is None or subject[1] in known:
+            continue
+        names.append(f"{obj.key}@{obj.version_id}")
+        protected.add((obj.canonical, obj.version_id))
+        protected |= _envelope_refs(ws, subject[0], subject[1], obj.version_id)
+    return protected, {key for key, _ in protected}, sorted(names)
+
+
+def _seen(
+    conn: Connection, stored: list[Stored], now: str, *, record: bool
+) -> dict[tuple[str, str], str]:
+    stamps: dict[str, str] = {}  # one string per distinct timestamp, not per row
+    first: dict[tuple[str, str], str] = {
+        (key, version): stamps.setdefault(seen, seen)
+        for key, version, seen in conn.execute(
+            text("SELECT object_key, version_id, first_seen FROM gc_seen")
+        )
+    }
+    new = [s for s in stored if (s.key, s.version_id) not in first]
+    for s in new:
+        first[(s.key, s.version_id)] = now
+    if record and new:
+        conn.execute(
+            text("INSERT INTO gc_seen (object_key, version_id, first_seen) VALUES (:k, :v, :t)"),
+            [{"k": s.key, "v": s.version_id, "t": now} for s in new],
+        )
+    return first
+
+
+def former_owners(ws: Workspace, retained: Holders) -> dict[str, str]:
+    """Canonical key -> one version no longer retained that referenced it (best effort: a
+    retired version whose manifest is already gone attributes nothing).  One entry per
+    key, so memory follows the object count, not the version count."""
+    owners: dict[str, str] = {}
+    with ws.db.tx() as conn:
+        versions = [
+            (kind, row["digest"], row["state"])
+            for kind, table in (("snapshot", "snapshots"), ("release", "releases"))
+            for row in rows(conn, f"SELECT digest, state FROM {table} ORDER BY digest")  # noqa: S608 constant table names
+            if (kind, row["digest"]) not in retained
+        ]
+    for kind, digest, state in versions:
+        try:
+            with ws.db.tx() as conn:
+                refs = version_refs(ws, conn, kind, digest)
+        except RelgateError:
+            continue
+        label = f"{kind} {digest} ({state}, not retained)"
+        for ref in refs:
+            owners.setdefault(ref.key, label)
+    return owners
+
+
+@dataclass
+class _Required:
+    """The mark phase's result: every (key, version) retained versions reference."""
+
+    pairs: set[tuple[str, str]] = field(default_factory=set)
+    keys: set[str] = field(default_factory=set)
+    gaps: set[str] = field(default_factory=set)
+
+    def add(self, refs: Iterable[Ref]) -> None:
+        for ref in refs:
+            self.pairs.add((ref.key, ref.version_id))
+            self.keys.add(ref.key)
+
+    def holds(self, key: str, version_id: str) -> bool:
+        """Required, or another spelling of a required key (never delete either)."""
+        ck = canonical_key(key)
+        return (ck, version_id) in self.pairs or (ck != key and ck in self.keys)
+
+
+def _mark_required(
+    ws: Workspace, retained: Holders, stored: list[Stored], *, raw_sources: bool
+) -> _Required:
+    index = {(obj.canonical, obj.version_id) for obj in stored}
+    required = _Required()
+    for ref in mark_each(ws, retained, raw_sources=raw_sources):
+        gap = _check_present(ref, index, ws)
+        if gap:
+            required.gaps.add(gap)
+        required.add([ref])
+    return required
+
+
+@dataclass(frozen=True)
+class _Exclusions:
+    """Everything that keeps a stored object from being a candidate, but its age."""
+
+    required: _Required
+    protected: set[tuple[str, str]]
+    protected_keys: set[str]
+    leased: dict[str, str]
+
+    def reason(self, obj: Stored) -> str | None:
+        ck = obj.canonical
+        if ck != obj.key and ck in self.required.keys:
+            return "other-spelling-of-required-key"
+        if (ck, obj.version_id) in self.required.pairs:
+            return "required"
+        if (ck, obj.version_id) in self.protected or (ck in self.protected_keys and ck != obj.key):
+            return "unknown-publication-outcome"
+        if ck in self.leased:
+            return "publisher-lease"
+        return None
+
+
+def _candidates(
+    stored: list[Stored],
+    exclusions: _Exclusions,
+    first_seen: dict[tuple[str, str], str],
+    owners: dict[str, str],
+    cutoff: str,
+) -> tuple[list[Candidate], dict[str, int]]:
+    excluded: dict[str, int] = defaultdict(int)
+    candidates: list[Candidate] = []
+    reasons: dict[str | None, str] = {}
+    for obj in stored:
+        why_not = exclusions.reason(obj)
+        seen = first_seen[(obj.key, obj.version_id)]
+        if why_not is None and seen > cutoff:
+            why_not = "younger-than-grace"
+        if why_not is not None:
+            excluded[why_not] += 1
+            continue
+        owner = owners.get(obj.canonical)
+        if owner not in reasons:  # one string per former owner, not per candidate
+            reasons[owner] = (
+                f"referenced only by versions no longer retained, e.g. {owner}"
+                if owner
+                else "referenced by no catalog version (orphan)"
+            )
+        candidates.append(
+            Candidate(
+                key=obj.key,
+                version_id=obj.version_id,
+                size=obj.size,
+                first_seen=seen,
+                reason=reasons[owner],
+            )
+        )
+    return candidates, dict(excluded)
+
+
+def plan_gc(
+    ws: Workspace,
+    *,
+    grace_seconds: int = DEFAULT_GRACE_SECONDS,
+    now: dt.datetime | None = None,
+    record: bool = True,
+) -> Plan:
+    """Dry run: what a sweep would delete now, and why; raises when a retained version is
+    incomplete.  ``record`` remembers when each object version was first seen (the grace
+    period counts from there); it never deletes anything."""
+    if grace_seconds < 0:
+        raise UsageError("grace period must be >= 0", object="gc", check="grace")
+    moment = now or now_utc()
+    stamp = format_time(moment)
+    stored = list(list_stored(ws))
+    with ws.db.tx() as conn:
+        retained = retained_versions(conn, moment)
+        raw = raw_sources_kept(conn)
+        leased = leased_keys(conn, moment)
+        known = known_digests(conn)
+    required = _mark_required(ws, retained, stored, raw_sources=raw)
+    protected, protected_keys, unknown = _unknown_outcome(ws, known, stored)
+    with ws.db.tx() as conn:
+        first_seen = _seen(conn, stored, stamp, record=record)
+    cutoff = format_time(moment - dt.timedelta(seconds=grace_seconds))
+    exclusions = _Exclusions(required, protected, protected_keys, leased)
+    candidates, excluded = _candidates(
+        stored, exclusions, first_seen, former_owners(ws, retained), cutoff
+    )
+    return Plan(
+        now=stamp,
+        grace_seconds=grace_seconds,
+        retained=retained,
+        required=required.pairs,
+        required_keys=required.keys,
+        stored=len(stored),
+        stored_bytes=sum(s.size for s in stored),
+        candidates=candidates,
+        excluded=excluded,
+        unknown_outcome=unknown,
+        raw_source_gaps=sorted(required.gaps),
+    )
+
+
+def _record_run(
+    ws: Workspace, run_id: str, mode: str, actor: str, grace: int, started: str
+) -> None:
+    with ws.db.tx() as conn:
+        execute(
+            conn,
+            "INSERT INTO gc_runs (run_id, mode, actor, grace_seconds, outcome, summary, started_at)"
+            " VALUES (:r, :m, :a, :g, 'RUNNING', '{}', :t)",
+            {"r": run_id, "m": mode, "a": actor, "g": grace, "t": started},
+        )
+
+
+def _finish_run(ws: Workspace, run_id: str, outcome: str, summary: dict[str, object]) -> None:
+    with ws.db.tx() as conn:
+        execute(
+            conn,
+            "UPDATE gc_runs SET outcome = :o, summary = :s, finished_at = :t WHERE run_id = :r",
+            {"o": outcome, "s": json.dumps(summary, sort_keys=True), "t": utcnow(), "r": run_id},
+        )
+
+
+@dataclass
+class _Sweep:
+    """A sweep in progress: what is marked so far, what was deleted, what was skipped."""
+
+    ws: Workspace
+    run_id: str
+    grace_seconds: int
+    marked: set[tuple[str, str]]
+    required: _Required
+    deleted: list[Deletion] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def remark(self, conn: Connection, moment: dt.datetime) -> None:
+        """Re-referenced since the plan (a new version, pin or reader lease): mark it now;
+        a missing object of a now-retained version fails closed."""
+        fresh = set(retained_versions(conn, moment)) - self.marked
+        if fresh:
+            self.required.add(list(mark(self.ws, conn, fresh, raw_sources=False)))
+            self.marked |= fresh
+
+    def batch(self, batch: list[Candidate]) -> None:
+        """One batch, inside the gate: re-mark, re-check leases and grace, delete."""
+        with self.ws.db.gate_tx() as conn:
+            moment = now_utc()
+            self.remark(conn, moment)
+            leased = leased_keys(conn, moment)
+            cutoff = format_time(moment - dt.timedelta(seconds=self.grace_seconds))
+            seen = _seen_in(conn, batch)
+            for cand in batch:
+                if self.required.holds(cand.key, cand.version_id):
+                    self.skipped["re-referenced"] += 1
+                elif canonical_key(cand.key) in leased:
+                    self.skipped["publisher-lease"] += 1
+                elif (first := seen.get((cand.key, cand.version_id))) is None or first > cutoff:
+                    self.skipped["younger-than-grace"] += 1
+                else:
+                    self.delete(conn, cand, format_time(moment))
+
+    def delete(self, conn: Connection, cand: Candidate, at: str) -> None:
+        """Record the deletion and its reason, then delete that exact object version."""
+        execute(
+            conn,
+            "INSERT INTO gc_deletions (run_id, object_key, version_id, size, reason, at)"
+            " VALUES (:r, :k, :v, :s, :why, :t)",
+            {
+                "r": self.run_id,
+                "k": canonical_key(cand.key),
+                "v": cand.version_id,
+                "s": cand.size,
+                "why": cand.reason,
+                "t": at,
+            },
+        )
+        try:
+            self.ws.store.delete_version(cand.key, cand.version_id)
+        except NotFoundError:
+            self.skipped["already-gone"] += 1
+            return
+        self.deleted.append(
+            Deletion(key=cand.key, version_id=cand.version_id, size=cand.size, reason=cand.reason)
+        )
+
+
+def sweep(
+    ws: Workspace,
+    *,
+    actor: str,
+    grace_seconds: int = DEFAULT_GRACE_SECONDS,
+    batch_size: int = SWEEP_BATCH,
+    plan: Plan | None = None,
+) -> SweepResult:
+    """Delete the plan's candidates, each re-checked inside the gate after the grace period.
+
+    ``plan`` is an earlier dry run to act on (default: plan now); whatever changed since
+    it was made is caught by the in-gate recheck, never trusted from the plan.
+    """
+    run_id = "gc-" + uuid.uuid4().hex[:12]
+    _record_run(ws, run_id, "sweep", actor, grace_seconds, utcnow())
+    state: _Sweep | None = None
+    try:
+        if plan is None:
+            plan = plan_gc(ws, grace_seconds=grace_seconds)
+        required = _Required(set(plan.required), set(plan.required_keys))
+        state = _Sweep(ws, run_id, grace_seconds, set(plan.retained), required)
+        for start in range(0, len(plan.candidates), batch_size):
+            state.batch(plan.candidates[start : start + batch_size])
+    except RelgateError as exc:
+        done = len(state.deleted) if state else 0
+        _finish_run(ws, run_id, "FAILED", {"error": exc.to_json(), "deleted": done})
+        raise
+    summary = SweepSummary(
+        gc_run=run_id,
+        grace_seconds=grace_seconds,
+        retained=len(state.marked),
+        candidates=len(plan.candidates),
+        deleted_count=len(state.deleted),
+        deleted_bytes=sum(d.size for d in state.deleted),
+        skipped=dict(sorted(state.skipped.items())),
+        excluded=dict(sorted(plan.excluded.items())),
+    )
+    _finish_run(ws, run_id, "DONE", summary.to_json())
+    return SweepResult(**dict(summary), deleted=state.deleted)
+
+
+def _seen_in(conn: Connection, batch: list[Candidate]) -> dict[tuple[str, str], str]:
+    wanted = {(c.key, c.version_id) for c in batch}
+    out = {}
+    keys = sorted({k for k, _ in wanted})
+    for start in range(0, len(keys), _SEEN_CHUNK):
+        chunk = keys[start : start + _SEEN_CHUNK]
+        marks = ", ".join(f":k{i}" for i in range(len(chunk)))
+        for row in rows(
+            conn,
+            f"SELECT object_key, version_id, first_seen FROM gc_seen WHERE object_key IN ({marks})",  # noqa: S608 bind-parameter names only
+            {f"k{i}": k for i, k in enumerate(chunk)},
+        ):
+            if (row["object_key"], row["version_id"]) in wanted:
+                out[(row["object_key"], row["version_id"])] = row["first_seen"]
+    return out
+
+
+def deletions(ws: Workspace, run_id: str | None = None) -> list[DeletionRecord]:
+    sql = "SELECT run_id, object_key, version_id, size, reason, at FROM gc_deletions"
+    params: dict[str, str] = {}
+    if run_id:
+        sql += " WHERE run_id = :r"
+        params["r"] = run_id
+    with ws.db.tx() as conn:
+        found = rows(conn, sql + " ORDER BY id", params)
+    return [DeletionRecord.model_validate(r) for r in found]
+
+
+def verify_retained(ws: Workspace) -> RetainedCheck:
+    """Every retained version end to end: signed manifest, then every referenced object
+    read from its exact version and hashed against the digest its key names."""
+    checked = 0
+    with ws.db.tx() as conn:
+        retained = retained_versions(conn, now_utc())
+    for ref in mark_each(ws, retained, raw_sources=False):
+        if ref.role == "manifest":
+            continue  # opened and signature-checked by mark()
+        try:
+            data = ws.store.get(ref.key, ref.version_id)
+        except RelgateError:
+            raise RejectedError(
+                f"{ref.role} of a retained version is missing",
+                object=ref.name,
+                check="retained-object-present",
+                digest=ref.subject,
+            ) from None
+        expected = digest_named_by(ref.key)
+        if expected is not None and sha256_digest(data) != expected:
+            raise IntegrityError(
+                f"{ref.role} of a retained version does not match its content address",
+                object=ref.name,
+                check="storage-digest",
+                digest=ref.subject,
+            )
+        checked += 1
+    return RetainedCheck(versions=len(retained), objects=checked)
+
+
+def parse_duration(text: str) -> int:
+    """``90``, ``90s``, ``15m``, ``6h``, ``7d`` -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value = text.strip().lower()
+    try:
+        if value and value[-1] in units:
+            return int(value[:-1]) * units[value[-1]]
+        return int(value)
+    except ValueError:
+        raise UsageError(
+            "duration must look like 90s, 15m, 6h or 7d", object=text, check="duration"
+        ) from None
+
+
+__all__ = [
+    "Candidate",
+    "Deletion",
+    "DeletionRecord",
+    "Plan",
+    "PlanReport",
+    "RetainedCheck",
+    "SweepResult",
+    "SweepSummary",
+    "deletions",
+    "parse_duration",
+    "parse_time",
+    "plan_gc",
+    "sweep",
+    "verify_retained",
+]
