@@ -312,7 +312,7 @@ def cmd_coordinator_serve(args: argparse.Namespace) -> int:
 
 def cmd_agent_serve(args: argparse.Namespace) -> int:
     from relgate_agent.agent.host import HostAgent
-    from relgate_agent.agent.runner import AgentConfig
+    from relgate_agent.agent.job import AgentConfig
     from relgate_agent.manifest import TrustedKeys
 
     _setup_logging(args.verbose)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,42 +27,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from relgate_agent import dsse
 from relgate_agent.errors import ManifestError, VerificationError
+from relgate_agent.fstree import walk_checkpoint_tree
+from relgate_agent.names import validate_name, validate_relative_path
 
 PAYLOAD_TYPE = "application/vnd.relgate.checkpoint.manifest.v1+json"
 MEDIA_TYPE = PAYLOAD_TYPE
 DEFAULT_CHUNK_SIZE = 64 * 1024 * 1024
 DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
 _DIGEST_EXCLUDED_KEYS = ("manifestId", "signatures")
-_MAX_NAME_LEN = 255
-
-
-# ---------------------------------------------------------------------------- names
-
-
-def validate_name(kind: str, value: object) -> str:
-    """Validate a model or version name: one safe path component, never a traversal."""
-    if not isinstance(value, str) or value == "":
-        raise ManifestError(f"{kind} name is empty or not a string: {value!r}")
-    if value in (".", "..") or ".." in value:
-        raise ManifestError(f"{kind} name {value!r} contains '..'")
-    if "/" in value or "\\" in value:
-        raise ManifestError(f"{kind} name {value!r} contains a path separator")
-    if any(unicodedata.category(ch).startswith("C") for ch in value):
-        raise ManifestError(f"{kind} name {value!r} contains control or unassigned characters")
-    if len(value.encode("utf-8")) > _MAX_NAME_LEN:
-        raise ManifestError(f"{kind} name is longer than {_MAX_NAME_LEN} bytes")
-    return value
-
-
-def validate_relative_path(value: object) -> str:
-    """A file path inside a checkpoint: relative, '/'-separated, every component a safe name."""
-    if not isinstance(value, str) or value == "":
-        raise ManifestError(f"file path is empty or not a string: {value!r}")
-    if value.startswith("/"):
-        raise ManifestError(f"file path {value!r} is absolute")
-    for part in value.split("/"):
-        validate_name("file path component", part)
-    return value
 
 
 # ---------------------------------------------------------------------------- model
@@ -311,8 +282,6 @@ def chunk_digest(data: bytes | bytearray | memoryview) -> str:
 
 def _list_files(root: Path) -> list[tuple[str, Path]]:
     """Regular files under root (the shared walker: symlinks, devices, FIFOs refused)."""
-    from relgate_agent.fstree import walk_checkpoint_tree
-
     return [(f.rel, f.path) for f in walk_checkpoint_tree(root)]
 
 

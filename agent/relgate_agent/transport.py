@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from relgate_agent import hooks
 from relgate_agent.pki import Identity, identity_from_peercert
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,6 @@ CREDIT = struct.Struct("!I")
 REQ = struct.Struct("!4sBI")
 DEFAULT_CREDITS = 16
 HEARTBEAT_S = 1.0
-# Test-only fault hook, read by the *sending* agent: "corrupt_send=<block>[:<times>]" flips a
-# byte of that block on the wire (after it was read from disk) so receivers must catch it.
-FAULT_ENV = "RELGATE_AGENT_FAULT"
 
 
 class TransportError(Exception):
@@ -113,37 +111,6 @@ class BlockSource(Protocol):
 
     @property
     def closed(self) -> bool: ...
-
-
-@dataclass
-class Fault:
-    corrupt_block: int = -1
-    remaining: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @classmethod
-    def from_env(cls) -> Fault:
-        spec = os.environ.get(FAULT_ENV, "")
-        f = cls()
-        for item in filter(None, spec.split(",")):
-            key, _, val = item.partition("=")
-            if key == "corrupt_send":
-                block, _, times = val.partition(":")
-                f.corrupt_block = int(block)
-                f.remaining = int(times or 1)
-        return f
-
-    def maybe_corrupt(self, block: int, data: bytes) -> bytes:
-        if block != self.corrupt_block:
-            return data
-        with self.lock:
-            if self.remaining <= 0:
-                return data
-            self.remaining -= 1
-        log.warning("fault hook: corrupting block %d on the wire", block)
-        b = bytearray(data)
-        b[len(b) // 2] ^= 0xFF
-        return bytes(b)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -254,7 +221,7 @@ class DataServer:
         self.tls = tls
         self.authorize = authorize
         self.limits = limits or DataPlaneLimits()
-        self.fault = Fault.from_env()
+        self.hooks = hooks.current()
         self.sock = socket.create_server((host, port), reuse_port=False, backlog=128)
         self.address = f"{host}:{self.sock.getsockname()[1]}"
         self._stop = threading.Event()
@@ -482,7 +449,7 @@ class DataServer:
                 if credits > max_credits:
                     raise RequestError(f"credit overflow ({credits} > {max_credits})")
             offset, payload, crc = src.read_block(block)
-            payload = self.fault.maybe_corrupt(block, payload)
+            payload = self.hooks.wire_block(block, payload)
             if self.tx_limit is not None:
                 self.tx_limit(len(payload))
             _send_frame(conn, KIND_BLOCK, block, offset, crc, payload)
@@ -496,7 +463,7 @@ class DataServer:
             raise RequestError("chunk not held", "not_held")
         for block in src.chunk_blocks(chunk):
             offset, payload, crc = src.read_block(block)
-            payload = self.fault.maybe_corrupt(block, payload)
+            payload = self.hooks.wire_block(block, payload)
             if self.tx_limit is not None:
                 self.tx_limit(len(payload))
             _send_frame(conn, KIND_BLOCK, block, offset, crc, payload)

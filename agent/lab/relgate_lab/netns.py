@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from relgate_agent.errors import AgentError
+from relgate_lab import lab_env
 
 SUBNET_PREFIX = "10.77"
 COORD_PORT = 7470
@@ -120,7 +121,7 @@ def _spawn(
         stdout=subprocess.PIPE,
         stderr=fh,
         text=True,
-        env={**os.environ, **(env or {})},
+        env=lab_env({**os.environ, **(env or {})}),
         start_new_session=True,
     )
     fh.close()
@@ -137,7 +138,7 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
     state_dir = spec.state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     if (state_dir / "lab.json").exists():
-        raise AgentError(f"a lab is already up in {state_dir}; run `relgate-agent lab down` first")
+        raise AgentError(f"a lab is already up in {state_dir}; run `python -m relgate_lab down` first")
     if not spec.trusted_keys:
         raise AgentError("lab up needs --trusted-keys")
     use_netns = netns_available() and not spec.force_loopback
@@ -265,6 +266,9 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
         pki = ensure_dev_pki(state_dir, {h: i["rack"] for h, i in state["hosts"].items()})
         state["pki"] = str(pki)
         py = [sys.executable, "-m", "relgate_agent", "--json"]
+        # agents run through the lab entry point: faults from agent_env are installed as hooks
+        agent_py = [sys.executable, "-m", "relgate_lab.faulty_agent", "--json"]
+        lab_py = [sys.executable, "-m", "relgate_lab", "--json"]
         wrap = (lambda ns: ["ip", "netns", "exec", ns]) if use_netns else (lambda ns: [])
         listen = spec.coordinator_listen or (
             f"{SUBNET_PREFIX}.255.1:{COORD_PORT}" if use_netns else "127.0.0.1:0"
@@ -306,8 +310,7 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
             pid, oinfo = _spawn(
                 [
                     *wrap(state.get("origin_ns", "")),
-                    *py,
-                    "lab",
+                    *lab_py,
                     "origin-serve",
                     "--dir",
                     str(Path(spec.origin_dir).resolve()),
@@ -328,7 +331,7 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
             pid, ainfo = _spawn(
                 [
                     *wrap(hinfo["ns"]),
-                    *py,
+                    *agent_py,
                     "agent",
                     "serve",
                     "--host-id",
