@@ -31,7 +31,6 @@ import contextlib
 import errno
 import json
 import logging
-import os
 import socket
 import ssl
 import struct
@@ -39,7 +38,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from relgate_agent import hooks

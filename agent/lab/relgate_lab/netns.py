@@ -138,7 +138,9 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
     state_dir = spec.state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     if (state_dir / "lab.json").exists():
-        raise AgentError(f"a lab is already up in {state_dir}; run `python -m relgate_lab down` first")
+        raise AgentError(
+            f"a lab is already up in {state_dir}; run `python -m relgate_lab down` first"
+        )
     if not spec.trusted_keys:
         raise AgentError("lab up needs --trusted-keys")
     use_netns = netns_available() and not spec.force_loopback

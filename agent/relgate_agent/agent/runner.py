@@ -18,7 +18,7 @@ import threading
 from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.job import ChunkTracker, HostServices, JobFiles, JobState, JobStats
 from relgate_agent.agent.repair import ChunkRepair
-from relgate_agent.agent.stripes import StripeChain
+from relgate_agent.agent.stripes import StripeWorkers
 from relgate_agent.errors import KIND_HOST_FAILED, AgentError, ManifestError, StorageError
 from relgate_agent.fstree import UnsafePathError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
@@ -108,7 +108,7 @@ class JobRunner:
             job.spawn(self.control.report_loop, "report")
             if not job.ready:
                 job.spawn(self.control.journal_loop, "journal")
-                StripeChain(job, files, self.control, repair).start()
+                StripeWorkers(job, files, self.control, repair).start()
                 self._until_placed(files, repair)
                 if not job.ready:
                     self.control.flush_journal()

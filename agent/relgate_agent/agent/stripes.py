@@ -37,7 +37,7 @@ class CrcMismatch(AgentError):
         self.source = source
 
 
-class StripeChain:
+class StripeWorkers:
     """The stripe workers of one job (after registration: the files are known)."""
 
     def __init__(
@@ -209,4 +209,4 @@ class _JobOver(Exception):
     """The job ended on this host (chunk failure): the stripe worker returns."""
 
 
-__all__ = ["CrcMismatch", "StripeChain"]
+__all__ = ["CrcMismatch", "StripeWorkers"]

@@ -1,0 +1,104 @@
+"""relgate-agent command line (click): one module per command group.
+
+Every command accepts ``--json`` and then prints exactly one JSON object (camelCase keys)
+on stdout. Exit codes: 0 ok, 1 internal error, 2 usage, 3 rejected (validation or
+verification, a coordinator refusal), 4 conflict.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+import grpc
+
+from relgate_agent.cli.ca import ca, hosts
+from relgate_agent.cli.daemons import agent, coordinator, pipes
+from relgate_agent.cli.jobctl import job
+from relgate_agent.cli.manifests import keygen, manifest
+from relgate_agent.cli.params import Output, common
+from relgate_agent.cli.scrub import verify
+from relgate_agent.client import CoordinatorRefusal
+from relgate_agent.errors import AgentError, ManifestError, VerificationError
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_REJECTED, EXIT_CONFLICT = 0, 1, 2, 3, 4
+
+# argparse's nargs="+" options: every value up to the next option belongs to them
+GREEDY_OPTIONS = frozenset({"--trusted-keys"})
+
+_REJECTED_CODES = (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.UNAUTHENTICATED,
+)
+_CONFLICT_CODES = (grpc.StatusCode.ABORTED, grpc.StatusCode.ALREADY_EXISTS)
+
+
+@click.group("relgate-agent", help=__doc__)
+@common
+def cli() -> None:
+    pass
+
+
+for _command in (ca, hosts, keygen, manifest, verify, coordinator, agent, job, pipes):
+    cli.add_command(_command)
+
+
+def expand_greedy(argv: Sequence[str]) -> list[str]:
+    """``--trusted-keys a b`` -> ``--trusted-keys a --trusted-keys b`` (click's multiple)."""
+    out: list[str] = []
+    greedy = ""
+    for arg in argv:
+        if arg == "--":
+            greedy = ""
+        elif arg.startswith("-"):
+            greedy = arg if arg in GREEDY_OPTIONS else ""
+            if greedy:
+                continue
+        elif greedy:
+            out.append(greedy)
+        out.append(arg)
+    return out
+
+
+def _rpc_exit(out: Output, exc: grpc.RpcError) -> int:
+    code = exc.code()
+    out.emit({"error": code.name.lower(), "message": exc.details()})
+    if code in _REJECTED_CODES:
+        return EXIT_REJECTED
+    if code in _CONFLICT_CODES:
+        return EXIT_CONFLICT
+    return EXIT_INTERNAL
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    out = Output()
+    args = expand_greedy(sys.argv[1:] if argv is None else argv)
+    try:
+        rc = cli.main(args=args, prog_name="relgate-agent", standalone_mode=False, obj=out)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_USAGE if isinstance(exc, click.UsageError) else EXIT_INTERNAL
+    except click.exceptions.Abort:
+        return EXIT_INTERNAL
+    except (VerificationError, ManifestError) as exc:
+        out.emit({"error": "rejected", "message": str(exc), "check": getattr(exc, "check", "")})
+        return EXIT_REJECTED
+    except grpc.RpcError as exc:
+        return _rpc_exit(out, exc)
+    except CoordinatorRefusal as exc:
+        out.emit(exc.to_json())
+        return EXIT_REJECTED
+    except AgentError as exc:
+        out.emit({"error": "rejected", "message": str(exc)})
+        return EXIT_REJECTED
+    return int(rc) if isinstance(rc, int) else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
