@@ -80,7 +80,20 @@ class CoordinatorClient:
         self.jobs.close()
 
     def create(self, spec: JobSpec, timeout: float = 60.0) -> pb.CreateJobResponse:
-        request = pb.CreateJobRequest(**spec.to_stored())
+        request = pb.CreateJobRequest(
+            model=spec.model,
+            version=spec.version,
+            manifest_uri=spec.manifest_uri,
+            origin_uri=spec.origin_uri,
+            target_selector=spec.target_selector,
+            priority=spec.priority,
+            origin_cap_bytes_per_s=spec.origin_cap_bytes_per_s,
+            ready_threshold_ppm=spec.ready_threshold_ppm,
+            deadline_s=spec.deadline_s,
+            stripes=spec.stripes,
+            webhook_url=spec.webhook_url,
+            job_id=spec.job_id,
+        )
         resp: pb.CreateJobResponse = typed_call(
             "CreateJob", lambda: self.jobs.CreateJob(request, timeout=timeout)
         )

@@ -38,8 +38,9 @@ class JobSpec:
         """From the stored JSON (unknown keys ignored, missing ones default)."""
         values: dict[str, Any] = {}
         for f in fields(cls):
-            if doc.get(f.name) is not None:
-                values[f.name] = type(f.default)(doc[f.name])
+            value = doc.get(f.name)
+            if value is not None:
+                values[f.name] = int(value) if isinstance(f.default, int) else str(value)
         return cls(**values)
 
     def to_stored(self) -> dict[str, object]:

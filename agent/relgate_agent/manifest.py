@@ -25,15 +25,18 @@ import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from relgate_agent import dsse
+from relgate_agent import dsse, names
 from relgate_agent.errors import ManifestError, VerificationError
 from relgate_agent.fstree import walk_checkpoint_tree
-from relgate_agent.names import validate_name, validate_relative_path
+
+validate_name = names.validate_name
+validate_relative_path = names.validate_relative_path
 
 PAYLOAD_TYPE = "application/vnd.relgate.checkpoint.manifest.v1+json"
 MEDIA_TYPE = PAYLOAD_TYPE
 DEFAULT_CHUNK_SIZE = 64 * 1024 * 1024
 DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
+SHA256_DIGEST_LEN = len("sha256:") + 64
 _DIGEST_EXCLUDED_KEYS = ("manifestId", "signatures")
 
 
@@ -257,7 +260,7 @@ def _int(doc: Mapping[str, Any], key: str) -> int:
 
 
 def _digest_str(v: object) -> str:
-    if not isinstance(v, str) or not v.startswith("sha256:") or len(v) != 71:
+    if not isinstance(v, str) or not v.startswith("sha256:") or len(v) != SHA256_DIGEST_LEN:
         raise ManifestError(f"not a sha256 digest: {v!r}")
     int(v[7:], 16)
     return v

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+import grpc
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -91,7 +92,7 @@ def parse_identity_uri(uri: str) -> Identity | None:
         return None
     parts = urlsplit(uri)
     segs = parts.path.strip("/").split("/")
-    if parts.netloc != "relgate" or len(segs) != 2 or parts.fragment:
+    if parts.netloc != "relgate" or len(segs) != len(("role", "name")) or parts.fragment:
         return None
     role, name = segs[0], unquote(segs[1])
     if role not in ROLES or not _NAME_RE.fullmatch(name):
@@ -413,8 +414,6 @@ def resolve_tls(
 
 
 def grpc_server_credentials(tls: TlsFiles) -> object:
-    import grpc
-
     ca, cert, key = tls.read()
     return grpc.ssl_server_credentials(
         [(key, cert)], root_certificates=ca, require_client_auth=True
@@ -422,8 +421,6 @@ def grpc_server_credentials(tls: TlsFiles) -> object:
 
 
 def grpc_channel_credentials(tls: TlsFiles) -> object:
-    import grpc
-
     ca, cert, key = tls.read()
     return grpc.ssl_channel_credentials(
         root_certificates=ca, private_key=key, certificate_chain=cert

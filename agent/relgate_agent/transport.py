@@ -57,6 +57,7 @@ FRAME = struct.Struct("!BQQII")
 CREDIT = struct.Struct("!I")
 REQ = struct.Struct("!4sBI")
 DEFAULT_CREDITS = 16
+MAX_JOB_ID_LEN = 128
 HEARTBEAT_S = 1.0
 
 
@@ -195,7 +196,7 @@ def parse_request(
     if not isinstance(req, dict):
         raise RequestError("request header is not a JSON object")
     job = req.get("job")
-    if not isinstance(job, str) or not 0 < len(job) <= 128:
+    if not isinstance(job, str) or not 0 < len(job) <= MAX_JOB_ID_LEN:
         raise RequestError("job must be a non-empty string")
     return op, req
 
@@ -357,52 +358,15 @@ class DataServer:
                 self._refuse("handshake", f"TLS handshake failed: {exc}", addr)
                 return
             peer = identity_from_peercert(conn.getpeercert())
-            with self._lock:
-                self._conns.discard(raw)  # wrap_socket detached it; track the TLS socket
-                self._conns.add(conn)
-                # handshake done: count this connection against its certificate, not its address
-                self._per_addr[addr] -= 1
-                if self._per_addr[addr] <= 0:
-                    del self._per_addr[addr]
-                counted_addr = ""
-                name = peer.name if peer else f"?{addr}"
-                over = self._per_host[name] >= lim.max_conns_per_peer
-                if not over:
-                    self._per_host[name] += 1
-                    host = name
+            name, over = self._admit(raw, conn, addr, peer)
+            counted_addr = ""
+            if not over:
+                host = name
             who = str(peer) if peer else addr
             try:
                 if over:
                     raise RequestError(f"too many connections from {name}", "limit")
-                conn.settimeout(lim.request_timeout_s)
-                head = _recv_request_part(conn, REQ.size, "request header")
-                op, req = parse_request(
-                    head,
-                    lambda n: _recv_request_part(conn, n, "request header"),
-                    lim.max_header_bytes,
-                )
-                src = self.lookup(req["job"])
-                if src is None:
-                    raise RequestError("unknown job", "unknown_job")
-                topo = _int_field(req, "topo", 0, 2**62, 0)
-                conn.settimeout(lim.idle_timeout_s)
-                if op == OP_STREAM_STRIPE:
-                    stripe = _int_field(req, "stripe", 0, 1 << 20)
-                    blocks = src.stripe_blocks(stripe)
-                    if not blocks:
-                        raise RequestError(f"stripe {stripe} out of range")
-                    pos = _int_field(req, "fromPos", 0, len(blocks))
-                    credits = _int_field(req, "credits", 1, lim.max_credits, DEFAULT_CREDITS)
-                    why = self.authorize(req["job"], peer, op, stripe, topo)
-                    if why is not None:
-                        raise RequestError(why, "unauthorized")
-                    self._stream(conn, src, blocks, pos, credits)
-                else:
-                    chunk = _int_field(req, "chunk", 0, 1 << 40)
-                    why = self.authorize(req["job"], peer, op, -1, topo)
-                    if why is not None:
-                        raise RequestError(why, "unauthorized")
-                    self._fetch_chunk(conn, src, chunk)
+                self._dispatch(conn, peer)
             except RequestError as exc:
                 self._refuse(exc.kind, str(exc), who)
                 with contextlib.suppress(OSError, ValueError):
@@ -418,6 +382,56 @@ class DataServer:
             self._forget(conn, counted_addr, host)
             self._forget(raw, "", None)
             _graceful_close(conn)
+
+    def _admit(
+        self, raw: socket.socket, conn: socket.socket, addr: str, peer: Identity | None
+    ) -> tuple[str, bool]:
+        """Handshake done: count the connection against its certificate, not its address.
+        (peer name, over the per-peer limit)."""
+        with self._lock:
+            self._conns.discard(raw)  # wrap_socket detached it; track the TLS socket
+            self._conns.add(conn)
+            self._per_addr[addr] -= 1
+            if self._per_addr[addr] <= 0:
+                del self._per_addr[addr]
+            name = peer.name if peer else f"?{addr}"
+            over = self._per_host[name] >= self.limits.max_conns_per_peer
+            if not over:
+                self._per_host[name] += 1
+        return name, over
+
+    def _dispatch(self, conn: socket.socket, peer: Identity | None) -> None:
+        """Read one request and serve it; a bad or refused one raises RequestError."""
+        lim = self.limits
+        conn.settimeout(lim.request_timeout_s)
+        head = _recv_request_part(conn, REQ.size, "request header")
+        op, req = parse_request(
+            head,
+            lambda n: _recv_request_part(conn, n, "request header"),
+            lim.max_header_bytes,
+        )
+        src = self.lookup(req["job"])
+        if src is None:
+            raise RequestError("unknown job", "unknown_job")
+        topo = _int_field(req, "topo", 0, 2**62, 0)
+        conn.settimeout(lim.idle_timeout_s)
+        if op == OP_STREAM_STRIPE:
+            stripe = _int_field(req, "stripe", 0, 1 << 20)
+            blocks = src.stripe_blocks(stripe)
+            if not blocks:
+                raise RequestError(f"stripe {stripe} out of range")
+            pos = _int_field(req, "fromPos", 0, len(blocks))
+            credits = _int_field(req, "credits", 1, lim.max_credits, DEFAULT_CREDITS)
+            why = self.authorize(req["job"], peer, op, stripe, topo)
+            if why is not None:
+                raise RequestError(why, "unauthorized")
+            self._stream(conn, src, blocks, pos, credits)
+        else:
+            chunk = _int_field(req, "chunk", 0, 1 << 40)
+            why = self.authorize(req["job"], peer, op, -1, topo)
+            if why is not None:
+                raise RequestError(why, "unauthorized")
+            self._fetch_chunk(conn, src, chunk)
 
     def _stream(
         self, conn: socket.socket, src: BlockSource, blocks: list[int], pos: int, credits: int
@@ -531,7 +545,7 @@ def _read_frames(sock: socket.socket) -> Iterator[Block | None]:
 class StripeStream:
     """Client side of StreamStripe. Iterate blocks; call ``grant()`` after consuming each."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the StreamStripe request header, field by field
         self,
         address: str,
         job: str,

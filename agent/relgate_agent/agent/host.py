@@ -67,7 +67,7 @@ class HostAgent:
         )
         port = self.data.address.rpartition(":")[2]
         advertise = config.advertise_host or config.listen_host
-        if advertise in ("", "0.0.0.0", "::"):
+        if advertise in ("", "0.0.0.0", "::"):  # noqa: S104 - recognising a wildcard, not binding one
             advertise = socket.getfqdn()  # a wildcard bind is not an address peers can dial
         self.data_address = f"{advertise}:{port}"
         self._watch = threading.Thread(target=self._watch_loop, name="watch-jobs", daemon=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from relgate_agent import hooks
+from relgate_agent.contracts import ORIGIN
 from relgate_agent.errors import KIND_CHUNK_FAILED
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 from relgate_agent.origin import TokenBucket, object_uri
@@ -28,7 +29,7 @@ from relgate_agent.transport import DEFAULT_CREDITS
 
 log = logging.getLogger(__name__)
 
-ORIGIN = "ORIGIN"  # the upstream of a stripe root: the checkpoint's origin store
+BAD_PEERS_FAIL = 2  # independent peers failing a chunk N times: the checkpoint is bad
 
 
 @dataclass(frozen=True)
@@ -306,7 +307,7 @@ class JobState:
         # the checkpoint itself is bad if the origin failed N times, or at least two
         # independent peers did (one bad peer alone only costs this host a detour)
         bad_peers = sum(1 for src, n in per.items() if src != ORIGIN and n >= limit)
-        if not ((source == ORIGIN and from_source >= limit) or bad_peers >= 2):
+        if not ((source == ORIGIN and from_source >= limit) or bad_peers >= BAD_PEERS_FAIL):
             return False
         m = files.manifest
         c = m.chunks[chunk]

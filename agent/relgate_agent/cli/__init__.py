@@ -74,6 +74,17 @@ def _rpc_exit(out: Output, exc: grpc.RpcError) -> int:
     return EXIT_INTERNAL
 
 
+def _refusal_exit(out: Output, exc: AgentError) -> int:
+    """A verification failure, a coordinator refusal or another agent error: exit 3."""
+    if isinstance(exc, VerificationError | ManifestError):
+        out.emit({"error": "rejected", "message": str(exc), "check": getattr(exc, "check", "")})
+    elif isinstance(exc, CoordinatorRefusal):
+        out.emit(exc.to_json())
+    else:
+        out.emit({"error": "rejected", "message": str(exc)})
+    return EXIT_REJECTED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     out = Output()
     args = expand_greedy(sys.argv[1:] if argv is None else argv)
@@ -86,17 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE if isinstance(exc, click.UsageError) else EXIT_INTERNAL
     except click.exceptions.Abort:
         return EXIT_INTERNAL
-    except (VerificationError, ManifestError) as exc:
-        out.emit({"error": "rejected", "message": str(exc), "check": getattr(exc, "check", "")})
-        return EXIT_REJECTED
     except grpc.RpcError as exc:
         return _rpc_exit(out, exc)
-    except CoordinatorRefusal as exc:
-        out.emit(exc.to_json())
-        return EXIT_REJECTED
     except AgentError as exc:
-        out.emit({"error": "rejected", "message": str(exc)})
-        return EXIT_REJECTED
+        return _refusal_exit(out, exc)
     return int(rc) if isinstance(rc, int) else EXIT_OK
 
 

@@ -87,7 +87,8 @@ def hosts() -> None:
 @click.option("--rack", required=True)
 @click.option("--labels", type=LABELS, default="")
 @click.option("--remove", is_flag=True)
-def hosts_enroll(
+def hosts_enroll(  # noqa: PLR0913 - one parameter per command-line option
+    *,
     pki: str,
     ca: str,
     cert: str,
@@ -117,7 +118,7 @@ def hosts_list(pki: str, ca: str, cert: str, key: str, coordinator: str) -> None
 
     c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
     try:
-        inventory = c.inventory()
+        inventory = c.list_hosts()
     finally:
         c.close()
     output().emit(inventory.to_json())

@@ -55,6 +55,7 @@ def coordinator() -> None:
 )
 @tls_options
 def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
+    *,
     listen: tuple[str, ...],
     db: str,
     trusted_keys: tuple[str, ...],
@@ -136,6 +137,7 @@ def agent() -> None:
 @click.option("--max-handshaking-per-address", type=int, default=64)
 @tls_options
 def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
+    *,
     host_id: str,
     rack: str,
     labels: dict[str, str],

@@ -29,6 +29,7 @@ def job() -> None:
 @click.option("--job-id", default="")
 @tls_options
 def job_create(  # noqa: PLR0913 - one parameter per command-line option
+    *,
     coordinator: str,
     model: str,
     version: str,

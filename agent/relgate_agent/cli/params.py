@@ -59,7 +59,7 @@ def parse_labels(text: str) -> dict[str, str]:
     return out
 
 
-class _Parsed(click.ParamType):
+class _Parsed(click.ParamType[Any]):
     def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
         self.name = name
         self._parse = parse

@@ -55,6 +55,7 @@ class ProgressService(CoordinatorCore):
         known: set[str],
         held: list[str],
         wait_s: float,
+        *,
         health: str = "",
         data_refusals: int = 0,
     ) -> list[JobRef]:

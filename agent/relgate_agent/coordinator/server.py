@@ -81,7 +81,9 @@ def authorize(
             coord.control_refusals += 1
         log.warning("%s (peer %s)", why, context.peer())
         context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
-    assert ident is not None
+    if ident is None:  # rpc_refusal refuses a caller without an identity
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, "no client identity")
+        raise AssertionError("unreachable")  # abort raises
     return ident
 
 
@@ -108,7 +110,22 @@ def status_to_pb(s: JobReport) -> pb.GetJobResponse:
         completion_emitted=s.completion_emitted,
         duration_s=float(s.duration_s),
         control_refusals=s.control_refusals,
-        hosts=[pb.HostStatus(**h.to_stored()) for h in s.hosts],
+        hosts=[
+            pb.HostStatus(
+                host_id=h.host_id,
+                rack=h.rack,
+                state=h.state,
+                chunks_verified=h.chunks_verified,
+                rx_bytes=h.rx_bytes,
+                tx_bytes=h.tx_bytes,
+                origin_bytes=h.origin_bytes,
+                rx_bytes_per_s=h.rx_bytes_per_s,
+                errors=list(h.errors),
+                health=h.health,
+                data_refusals=h.data_refusals,
+            )
+            for h in s.hosts
+        ],
     )
 
 
@@ -235,8 +252,8 @@ class AgentServicer(pbg.AgentServiceServicer):
                 set(request.known_job_ids),
                 list(request.held_versions),
                 request.wait_ms / 1000.0,
-                request.health,
-                request.data_refusals,
+                health=request.health,
+                data_refusals=request.data_refusals,
             ),
         )
         return pb.WatchJobsResponse(jobs=[pb.JobRef(**asdict(j)) for j in jobs])
@@ -331,8 +348,8 @@ class CoordinatorServer:
     ) -> None:
         self.coordinator = Coordinator(config)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=256), options=GRPC_OPTIONS)
-        pbg.add_JobServiceServicer_to_server(JobServicer(self.coordinator), self.server)
-        pbg.add_AgentServiceServicer_to_server(AgentServicer(self.coordinator), self.server)
+        pbg.add_JobServiceServicer_to_server(JobServicer(self.coordinator), self.server)  # type: ignore[no-untyped-call]
+        pbg.add_AgentServiceServicer_to_server(AgentServicer(self.coordinator), self.server)  # type: ignore[no-untyped-call]
         self.addresses: list[str] = []
         # mutual TLS on every listener (unix sockets too): no certificate, no RPC
         creds = grpc_server_credentials(tls)
