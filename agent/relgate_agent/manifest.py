@@ -288,6 +288,66 @@ def _list_files(root: Path) -> list[tuple[str, Path]]:
     return [(f.rel, f.path) for f in walk_checkpoint_tree(root)]
 
 
+class _ChunkHasher:
+    """SHA-256 per chunk and CRC32C per block over the concatenated byte space."""
+
+    def __init__(self, chunk_size: int, block_size: int) -> None:
+        self.chunk_size, self.block_size = chunk_size, block_size
+        self.chunks: list[ChunkEntry] = []
+        self.sha = hashlib.sha256()
+        self.crcs: list[int] = []
+        self.block_buf = bytearray()
+        self.chunk_fill = 0
+
+    def room(self) -> int:
+        return self.block_size - len(self.block_buf)
+
+    def feed(self, data: bytes) -> None:
+        """At most :meth:`room` bytes: they never cross a block boundary."""
+        self.block_buf += data
+        self.sha.update(data)
+        self.chunk_fill += len(data)
+        if len(self.block_buf) == self.block_size:
+            self._finish_block()
+            if self.chunk_fill == self.chunk_size:
+                self._finish_chunk()
+
+    def finish(self) -> list[ChunkEntry]:
+        if self.block_buf:
+            self._finish_block()
+        if self.chunk_fill:
+            self._finish_chunk()
+        return self.chunks
+
+    def _finish_block(self) -> None:
+        self.crcs.append(crc32c(self.block_buf))
+        self.block_buf.clear()
+
+    def _finish_chunk(self) -> None:
+        idx = len(self.chunks)
+        self.chunks.append(
+            ChunkEntry(
+                idx,
+                idx * self.chunk_size,
+                self.chunk_fill,
+                "sha256:" + self.sha.hexdigest(),
+                tuple(self.crcs),
+            )
+        )
+        self.sha = hashlib.sha256()
+        self.crcs = []
+        self.chunk_fill = 0
+
+
+def _hash_chunks(paths: list[Path], chunk_size: int, block_size: int) -> list[ChunkEntry]:
+    hasher = _ChunkHasher(chunk_size, block_size)
+    for p in paths:
+        with open(p, "rb") as fh:
+            while data := fh.read(hasher.room()):
+                hasher.feed(data)
+    return hasher.finish()
+
+
 def build_manifest(
     directory: str | os.PathLike[str],
     model: str,
@@ -317,44 +377,7 @@ def build_manifest(
         pos += size
     total = pos
 
-    chunks: list[ChunkEntry] = []
-    sha = hashlib.sha256()
-    crcs: list[int] = []
-    block_buf = bytearray()
-    chunk_fill = 0
-
-    def finish_block() -> None:
-        crcs.append(crc32c(block_buf))
-        block_buf.clear()
-
-    def finish_chunk() -> None:
-        nonlocal sha, crcs, chunk_fill
-        idx = len(chunks)
-        chunks.append(
-            ChunkEntry(idx, idx * chunk_size, chunk_fill, "sha256:" + sha.hexdigest(), tuple(crcs))
-        )
-        sha = hashlib.sha256()
-        crcs = []
-        chunk_fill = 0
-
-    for _rel, p in listed:
-        with open(p, "rb") as fh:
-            while True:
-                want = block_size - len(block_buf)
-                data = fh.read(want)
-                if not data:
-                    break
-                block_buf += data
-                sha.update(data)
-                chunk_fill += len(data)
-                if len(block_buf) == block_size:
-                    finish_block()
-                    if chunk_fill == chunk_size:
-                        finish_chunk()
-    if block_buf:
-        finish_block()
-    if chunk_fill:
-        finish_chunk()
+    chunks = _hash_chunks([p for _rel, p in listed], chunk_size, block_size)
     m = CheckpointManifest(
         model, version, total, chunk_size, block_size, tuple(files), tuple(chunks), created_at
     )

@@ -215,6 +215,30 @@ def default_name(role: str, host_id: str = "", name: str = "") -> str:
     return check_name("name", name or role)
 
 
+LEAF_KEY_USAGE = x509.KeyUsage(
+    digital_signature=True,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=True,
+    key_cert_sign=False,
+    crl_sign=False,
+    encipher_only=False,
+    decipher_only=False,
+)
+
+
+def _load_ca(directory: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    try:
+        ca_key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), None)
+        ca_cert = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise PkiError(f"no usable CA in {directory}: {exc}") from exc
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise PkiError(f"CA key in {directory} is not ECDSA")
+    return ca_key, ca_cert
+
+
 def issue(
     directory: Path,
     role: str,
@@ -237,13 +261,7 @@ def issue(
         raise PkiError("--rack is only for host certificates")
     if not 0 < validity_h <= 24 * CA_VALIDITY_DAYS:
         raise PkiError(f"validity {validity_h} h is out of range")
-    try:
-        ca_key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), None)
-        ca_cert = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
-    except (OSError, ValueError) as exc:
-        raise PkiError(f"no usable CA in {directory}: {exc}") from exc
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise PkiError(f"CA key in {directory} is not ECDSA")
+    ca_key, ca_cert = _load_ca(directory)
     key = ec.generate_private_key(ec.SECP256R1())
     attrs = [
         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "relgate"),
@@ -271,20 +289,7 @@ def issue(
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=True,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(LEAF_KEY_USAGE, critical=True)
         .add_extension(x509.ExtendedKeyUsage(eku), critical=False)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(
