@@ -17,15 +17,12 @@ from relgate_agent.cli.ca import ca, hosts
 from relgate_agent.cli.daemons import agent, coordinator, pipes
 from relgate_agent.cli.jobctl import job
 from relgate_agent.cli.manifests import keygen, manifest
-from relgate_agent.cli.params import Output, common
+from relgate_agent.cli.params import Output, common, expand_greedy_args
 from relgate_agent.cli.scrub import verify
 from relgate_agent.client import CoordinatorRefusal
 from relgate_agent.errors import AgentError, ManifestError, VerificationError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_REJECTED, EXIT_CONFLICT = 0, 1, 2, 3, 4
-
-# argparse's nargs="+" options: every value up to the next option belongs to them
-GREEDY_OPTIONS = frozenset({"--trusted-keys"})
 
 _REJECTED_CODES = (
     grpc.StatusCode.INVALID_ARGUMENT,
@@ -45,23 +42,6 @@ def cli() -> None:
 
 for _command in (ca, hosts, keygen, manifest, verify, coordinator, agent, job, pipes):
     cli.add_command(_command)
-
-
-def expand_greedy(argv: Sequence[str]) -> list[str]:
-    """``--trusted-keys a b`` -> ``--trusted-keys a --trusted-keys b`` (click's multiple)."""
-    out: list[str] = []
-    greedy = ""
-    for arg in argv:
-        if arg == "--":
-            greedy = ""
-        elif arg.startswith("-"):
-            greedy = arg if arg in GREEDY_OPTIONS else ""
-            if greedy:
-                continue
-        elif greedy:
-            out.append(greedy)
-        out.append(arg)
-    return out
 
 
 def _rpc_exit(out: Output, exc: grpc.RpcError) -> int:
@@ -87,7 +67,7 @@ def _refusal_exit(out: Output, exc: AgentError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     out = Output()
-    args = expand_greedy(sys.argv[1:] if argv is None else argv)
+    args = expand_greedy_args(sys.argv[1:] if argv is None else argv)
     try:
         rc = cli.main(args=args, prog_name="relgate-agent", standalone_mode=False, obj=out)
     except click.exceptions.Exit as exc:

@@ -8,7 +8,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -19,6 +19,8 @@ from relgate_agent.pki import TlsFiles, resolve_tls
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_COORDINATOR = "127.0.0.1:7470"
+# argparse's nargs="+" options: every value up to the next option belongs to them
+GREEDY_OPTIONS = frozenset({"--trusted-keys"})
 
 _UNITS = {
     "": 1,
@@ -161,3 +163,20 @@ def wait_for_signal() -> None:
         signal.signal(sig, lambda *_: done.set())
     while not done.wait(1.0):
         pass
+
+
+def expand_greedy_args(argv: Sequence[str]) -> list[str]:
+    """``--trusted-keys a b`` -> ``--trusted-keys a --trusted-keys b`` (click's multiple)."""
+    out: list[str] = []
+    greedy = ""
+    for arg in argv:
+        if arg == "--":
+            greedy = ""
+        elif arg.startswith("-"):
+            greedy = arg if arg in GREEDY_OPTIONS else ""
+            if greedy:
+                continue
+        elif greedy:
+            out.append(greedy)
+        out.append(arg)
+    return out
