@@ -34,7 +34,7 @@ from typing import Any
 
 from relgate_agent.client import CoordinatorClient, JobStatus
 from relgate_agent.contracts import JobSpec
-from relgate_agent.coordinator.jobs import CoordinatorConfig, parse_selector, selector_matches
+from relgate_agent.coordinator.jobstate import CoordinatorConfig, parse_selector, selector_matches
 from relgate_agent.coordinator.server import CoordinatorServer
 from relgate_agent.errors import AgentError
 from relgate_agent.manifest import TrustedKeys

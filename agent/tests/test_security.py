@@ -896,9 +896,7 @@ def test_accept_loop_survives_emfile_and_reports_unhealthy(plane: dict[str, Any]
     cl = c.client()
     try:
         inv = c.wait_for(
-            lambda: (
-                (h := cl.list_hosts().by_host()["h05"]).health and h
-            ),
+            lambda: (h := cl.list_hosts().by_host()["h05"]).health and h,
             40,
             "h05 health in the inventory",
         )

@@ -74,7 +74,7 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     cert: str,
     key: str,
 ) -> None:
-    from relgate_agent.coordinator.jobs import CoordinatorConfig, default_db_path
+    from relgate_agent.coordinator.jobstate import CoordinatorConfig, default_db_path
     from relgate_agent.coordinator.server import CoordinatorServer
     from relgate_agent.manifest import TrustedKeys
 

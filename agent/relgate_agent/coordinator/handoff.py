@@ -15,7 +15,7 @@ import time
 import urllib.request
 
 from relgate_agent.contracts import HostRow
-from relgate_agent.coordinator.jobs import TERMINAL_STATES, Completion, HostProgress, JobState
+from relgate_agent.coordinator.jobstate import TERMINAL_STATES, Completion, HostProgress, JobState
 from relgate_agent.coordinator.progress import ProgressService
 from relgate_agent.coordinator.topology import append_host, splice
 from relgate_agent.errors import KIND_HOST_FAILED

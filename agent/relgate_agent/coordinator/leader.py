@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from relgate_agent.contracts import JobSpec, PeerRef
-from relgate_agent.coordinator.jobs import (
+from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
     CoordinatorConfig,
     HostProgress,

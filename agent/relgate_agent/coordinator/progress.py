@@ -22,7 +22,7 @@ from relgate_agent.contracts import (
     StripePlan,
     SuspectReply,
 )
-from relgate_agent.coordinator.jobs import (
+from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
     GONE_STATES,
     TERMINAL_STATES,

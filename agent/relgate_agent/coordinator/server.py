@@ -13,7 +13,7 @@ import grpc
 
 from relgate_agent.authz import rpc_refusal
 from relgate_agent.contracts import AssignmentPlan, JobReport, JobSpec, PeerRef, ProgressReport
-from relgate_agent.coordinator.jobs import (
+from relgate_agent.coordinator.jobstate import (
     CoordinatorConfig,
     NotEnrolled,
     NotFound,

@@ -24,7 +24,7 @@ from relgate_agent.contracts import (
     JobSpec,
 )
 from relgate_agent.coordinator.handoff import HandoffService, http_post
-from relgate_agent.coordinator.jobs import (
+from relgate_agent.coordinator.jobstate import (
     GONE_STATES,
     CoordinatorConfig,
     HostProgress,

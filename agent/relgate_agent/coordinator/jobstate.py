@@ -1,4 +1,4 @@
-"""Jobs: the coordinator's records of a distribution job and of each target host.
+"""Job state: the coordinator's records of a distribution job and of each target host.
 
 Durable state (job, targets, latest topology) is in the JobStore; :class:`JobState` is its
 in-memory form plus the per-host progress cache (:class:`HostProgress`) rebuilt from
