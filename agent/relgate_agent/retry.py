@@ -75,7 +75,19 @@ def retry_call(
         before_sleep=before_sleep,
         reraise=True,
     )
-    return retrying(fn)
+    last: list[BaseException] = []
+
+    def attempt() -> T:
+        # a stop event set during the wait ends the retries without another call
+        if last and stop_event is not None and stop_event.is_set():
+            raise last[0]
+        try:
+            return fn()
+        except BaseException as exc:
+            last[:] = [exc]
+            raise
+
+    return retrying(attempt)
 
 
 def _waiter(event: threading.Event | None) -> Callable[[float], None]:
