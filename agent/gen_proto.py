@@ -38,7 +38,7 @@ def main() -> int:
         text = re.sub(
             rf"^import {proto.stem}_pb2 as", f"from . import {proto.stem}_pb2 as", text, flags=re.M
         )
-        grpc_mod.write_text(text)
+        grpc_mod.write_text(STUB_HEADER + text)
         # The .pyi stubs are what mypy reads; make them pass the repository's ruff rules.
         # protobuf ships no types here (Message is Any), so mypy skips the generated stub.
         stub_path = HERE / f"{proto.stem}_pb2.pyi"
