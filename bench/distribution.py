@@ -20,11 +20,17 @@ import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+# the network-namespace lab lives outside the installed agent (agent/lab/relgate_lab)
+LAB_ROOT = Path(__file__).resolve().parents[1] / "agent" / "lab"
+if str(LAB_ROOT) not in sys.path:
+    sys.path.insert(0, str(LAB_ROOT))
 
 MiB = 1024 * 1024
 HOSTS, RACKS = 16, 4
@@ -93,8 +99,9 @@ def _summary(times: list[float], bound: float) -> dict[str, Any]:
 
 
 def run_relgate(base: Path, src: Path, pem: Path, env: Path) -> dict[str, Any]:
+    from relgate_lab.netns import LabSpec, lab_down, lab_up
+
     from relgate_agent.client import CoordinatorClient, job_to_dict
-    from relgate_agent.lab import LabSpec, lab_down, lab_up
 
     spec = LabSpec(
         hosts=HOSTS,
@@ -175,7 +182,7 @@ def _origin_tx_bytes(ns: str) -> int:
 
 def run_bittorrent(base: Path, src: Path) -> dict[str, Any]:
     """aria2c swarm (Debian aria2 + opentracker + mktorrent), origin as the only seed."""
-    from relgate_agent.lab import LabSpec, lab_down, lab_up, stop_pid
+    from relgate_lab.netns import LabSpec, lab_down, lab_up, stop_pid
 
     spec = LabSpec(
         hosts=HOSTS,
@@ -312,7 +319,7 @@ def run_bittorrent(base: Path, src: Path) -> dict[str, Any]:
 
 
 def run_naive(base: Path, src: Path) -> dict[str, Any]:
-    from relgate_agent.lab import LabSpec, lab_down, lab_up
+    from relgate_lab.netns import LabSpec, lab_down, lab_up
 
     spec = LabSpec(
         hosts=HOSTS,
@@ -360,7 +367,7 @@ def run_naive(base: Path, src: Path) -> dict[str, Any]:
 
 
 def main() -> dict[str, Any]:
-    from relgate_agent.lab import netns_available
+    from relgate_lab.netns import netns_available
 
     if not netns_available():
         return {"skipped": "needs root, ip netns and tc (network-namespace lab)"}

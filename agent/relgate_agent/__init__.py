@@ -1,4 +1,5 @@
-"""relgate-agent: host agent, coordinator and network lab for checkpoint distribution.
+"""relgate-agent: host agent and coordinator for checkpoint distribution (the network lab
+and fault injection live outside this package, in agent/lab/relgate_lab).
 
 The library surface the main package uses (``relgate checkpoint publish`` and the Dagster
 Pipes launch) is re-exported here; everything else is reachable through its module.

@@ -18,7 +18,7 @@ AGENT_METHODS = frozenset(
 )
 
 
-def rpc_refusal(
+def rpc_refusal(  # noqa: PLR0911 - one return per refusal rule, in order
     method: str, caller: Identity | None, host_id: str = "", rack: str = ""
 ) -> str | None:
     """Operators call operator RPCs; a host calls agent RPCs only as the host (and rack) its

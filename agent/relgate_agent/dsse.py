@@ -54,6 +54,7 @@ MAX_DEPTH = 64
 MAX_SIGNATURES = 16
 #: Largest integer magnitude a signed document may hold (interoperable JSON range).
 MAX_SAFE_INTEGER = 2**53 - 1
+MAX_INT_DIGITS = 16  # 2^53-1 has 16 digits: longer tokens are refused before int()
 REVOKED_SCHEMA = "relgate.revoked-keys.v1"
 REVOKED_FILE = "revoked.json"
 
@@ -378,7 +379,11 @@ def parse_json(
 
     def safe_int(token: str) -> int:
         digits = token.lstrip("-")
-        if len(digits) > 16 or int(token) > MAX_SAFE_INTEGER or int(token) < -MAX_SAFE_INTEGER:
+        if (
+            len(digits) > MAX_INT_DIGITS
+            or int(token) > MAX_SAFE_INTEGER
+            or int(token) < -MAX_SAFE_INTEGER
+        ):
             raise _Refuse("integer-range", f"integer {token[:32]} beyond 2^53-1")
         return int(token)
 
@@ -460,6 +465,78 @@ def _shape(envelope: Any, subject: str) -> tuple[str, str, list[dict[str, Any]]]
     return payload_type, payload, [dict(e) for e in signatures]
 
 
+def _envelope_doc(
+    envelope: bytes | str | Mapping[str, Any], subject: str, max_bytes: int
+) -> Mapping[str, Any]:
+    """The envelope as a parsed JSON object, size-bounded before parsing."""
+    if isinstance(envelope, str):
+        envelope = envelope.encode("utf-8")
+    if isinstance(envelope, bytes | bytearray | memoryview):
+        data = bytes(envelope)
+        if len(data) > max_bytes:
+            raise DsseError(
+                f"envelope is {len(data)} bytes, more than {max_bytes}",
+                check="envelope-size",
+                subject=subject,
+            )
+        return parse_json(data, what="envelope", subject=subject)  # type: ignore[no-any-return]
+    if len(str(envelope.get("payload", ""))) > max_bytes * 4 // 3 + 4:
+        raise DsseError("envelope payload is too large", check="envelope-size", subject=subject)
+    return envelope
+
+
+def _judge(
+    entry: Mapping[str, Any],
+    trusted: TrustedKeys,
+    roles: Collection[Role | None],
+    message: bytes,
+    payload_type: str,
+    subject: str,
+) -> TrustedKey | DsseError:
+    """The trusted key of a valid signature entry, or why it does not count.
+
+    A signature that does not verify under a trusted key is raised at once (tampering)."""
+    keyid = entry["keyid"]
+    key = trusted.get(keyid)
+    if key is None:
+        return DsseError(
+            "no signature from a trusted key",
+            check="signature-trusted",
+            subject=subject,
+            keyid=keyid[:80],
+        )
+    sig = _b64(entry["sig"], subject=subject, what="sig")
+    try:
+        key.public_key.verify(sig, message)
+    except InvalidSignature:
+        raise DsseError(
+            "signature does not verify: the payload was tampered with after signing",
+            check="signature-valid",
+            subject=subject,
+            keyid=keyid,
+        ) from None
+    if keyid in trusted.revoked:
+        return DsseError(
+            "signed by a revoked key", check="key-revoked", subject=subject, keyid=keyid
+        )
+    if key.role not in roles:
+        allowed = sorted(str(r) for r in roles)
+        return DsseError(
+            f"key role {key.role or 'unroled'} may not sign {payload_type} (allowed: {allowed})",
+            check="key-role",
+            subject=subject,
+            keyid=keyid,
+        )
+    if "keyVersion" in entry and entry["keyVersion"] != key.version:
+        return DsseError(
+            f"signature claims key version {entry['keyVersion']}, trusted key is v{key.version}",
+            check="key-version",
+            subject=subject,
+            keyid=keyid,
+        )
+    return key
+
+
 def verify(
     envelope: bytes | str | Mapping[str, Any],
     trusted: TrustedKeys,
@@ -476,20 +553,8 @@ def verify(
     unroled keys).  ``canonical=False`` skips parsing the payload (for non-JSON payloads);
     the signature checks are the same.
     """
-    if isinstance(envelope, str):
-        envelope = envelope.encode("utf-8")
-    if isinstance(envelope, bytes | bytearray | memoryview):
-        data = bytes(envelope)
-        if len(data) > max_bytes:
-            raise DsseError(
-                f"envelope is {len(data)} bytes, more than {max_bytes}",
-                check="envelope-size",
-                subject=subject,
-            )
-        envelope = parse_json(data, what="envelope", subject=subject)
-    elif len(str(envelope.get("payload", ""))) > max_bytes * 4 // 3 + 4:
-        raise DsseError("envelope payload is too large", check="envelope-size", subject=subject)
-    ptype, payload_b64, signatures = _shape(envelope, subject)
+    doc = _envelope_doc(envelope, subject, max_bytes)
+    ptype, payload_b64, signatures = _shape(doc, subject)
     if ptype != payload_type:
         raise DsseError(
             f"payloadType {ptype[:100]!r} is not {payload_type!r}",
@@ -503,55 +568,11 @@ def verify(
     accepted: TrustedKey | None = None
     refusals: list[DsseError] = []
     for entry in signatures:
-        keyid = entry["keyid"]
-        key = trusted.get(keyid)
-        if key is None:
-            refusals.append(
-                DsseError(
-                    "no signature from a trusted key",
-                    check="signature-trusted",
-                    subject=subject,
-                    keyid=keyid[:80],
-                )
-            )
-            continue
-        sig = _b64(entry["sig"], subject=subject, what="sig")
-        try:
-            key.public_key.verify(sig, message)
-        except InvalidSignature:
-            raise DsseError(
-                "signature does not verify: the payload was tampered with after signing",
-                check="signature-valid",
-                subject=subject,
-                keyid=keyid,
-            ) from None
-        if keyid in trusted.revoked:
-            refusals.append(
-                DsseError(
-                    "signed by a revoked key", check="key-revoked", subject=subject, keyid=keyid
-                )
-            )
-        elif key.role not in roles:
-            allowed = sorted(str(r) for r in roles)
-            refusals.append(
-                DsseError(
-                    f"key role {key.role or 'unroled'} may not sign {payload_type} (allowed: {allowed})",
-                    check="key-role",
-                    subject=subject,
-                    keyid=keyid,
-                )
-            )
-        elif "keyVersion" in entry and entry["keyVersion"] != key.version:
-            refusals.append(
-                DsseError(
-                    f"signature claims key version {entry['keyVersion']}, trusted key is v{key.version}",
-                    check="key-version",
-                    subject=subject,
-                    keyid=keyid,
-                )
-            )
+        judged = _judge(entry, trusted, roles, message, payload_type, subject)
+        if isinstance(judged, DsseError):
+            refusals.append(judged)
         elif accepted is None:
-            accepted = key
+            accepted = judged
     if accepted is None:
         order = ["key-revoked", "key-role", "key-version", "signature-trusted"]
         refusals.sort(key=lambda e: order.index(e.check))

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relgate_agent.errors import ManifestError
+from relgate_agent.names import validate_relative_path
 
 # names of the checks, written once
 CHECK_SYMLINK = "symlink"
@@ -75,8 +76,6 @@ def walk_checkpoint_tree(
     root: str | os.PathLike[str], *, allow_hard_links: bool = True
 ) -> list[TreeFile]:
     """Every regular file under ``root`` sorted by relative path; refuses anything else."""
-    from relgate_agent.manifest import validate_relative_path
-
     base = Path(root)
     try:
         st_root = os.stat(base)  # the root itself may be reached through a symlink

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,44 +25,19 @@ import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from relgate_agent import dsse
+from relgate_agent import dsse, names
 from relgate_agent.errors import ManifestError, VerificationError
+from relgate_agent.fstree import walk_checkpoint_tree
+
+validate_name = names.validate_name
+validate_relative_path = names.validate_relative_path
 
 PAYLOAD_TYPE = "application/vnd.relgate.checkpoint.manifest.v1+json"
 MEDIA_TYPE = PAYLOAD_TYPE
 DEFAULT_CHUNK_SIZE = 64 * 1024 * 1024
 DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
+SHA256_DIGEST_LEN = len("sha256:") + 64
 _DIGEST_EXCLUDED_KEYS = ("manifestId", "signatures")
-_MAX_NAME_LEN = 255
-
-
-# ---------------------------------------------------------------------------- names
-
-
-def validate_name(kind: str, value: object) -> str:
-    """Validate a model or version name: one safe path component, never a traversal."""
-    if not isinstance(value, str) or value == "":
-        raise ManifestError(f"{kind} name is empty or not a string: {value!r}")
-    if value in (".", "..") or ".." in value:
-        raise ManifestError(f"{kind} name {value!r} contains '..'")
-    if "/" in value or "\\" in value:
-        raise ManifestError(f"{kind} name {value!r} contains a path separator")
-    if any(unicodedata.category(ch).startswith("C") for ch in value):
-        raise ManifestError(f"{kind} name {value!r} contains control or unassigned characters")
-    if len(value.encode("utf-8")) > _MAX_NAME_LEN:
-        raise ManifestError(f"{kind} name is longer than {_MAX_NAME_LEN} bytes")
-    return value
-
-
-def validate_relative_path(value: object) -> str:
-    """A file path inside a checkpoint: relative, '/'-separated, every component a safe name."""
-    if not isinstance(value, str) or value == "":
-        raise ManifestError(f"file path is empty or not a string: {value!r}")
-    if value.startswith("/"):
-        raise ManifestError(f"file path {value!r} is absolute")
-    for part in value.split("/"):
-        validate_name("file path component", part)
-    return value
 
 
 # ---------------------------------------------------------------------------- model
@@ -286,7 +260,7 @@ def _int(doc: Mapping[str, Any], key: str) -> int:
 
 
 def _digest_str(v: object) -> str:
-    if not isinstance(v, str) or not v.startswith("sha256:") or len(v) != 71:
+    if not isinstance(v, str) or not v.startswith("sha256:") or len(v) != SHA256_DIGEST_LEN:
         raise ManifestError(f"not a sha256 digest: {v!r}")
     int(v[7:], 16)
     return v
@@ -311,9 +285,67 @@ def chunk_digest(data: bytes | bytearray | memoryview) -> str:
 
 def _list_files(root: Path) -> list[tuple[str, Path]]:
     """Regular files under root (the shared walker: symlinks, devices, FIFOs refused)."""
-    from relgate_agent.fstree import walk_checkpoint_tree
-
     return [(f.rel, f.path) for f in walk_checkpoint_tree(root)]
+
+
+class _ChunkHasher:
+    """SHA-256 per chunk and CRC32C per block over the concatenated byte space."""
+
+    def __init__(self, chunk_size: int, block_size: int) -> None:
+        self.chunk_size, self.block_size = chunk_size, block_size
+        self.chunks: list[ChunkEntry] = []
+        self.sha = hashlib.sha256()
+        self.crcs: list[int] = []
+        self.block_buf = bytearray()
+        self.chunk_fill = 0
+
+    def room(self) -> int:
+        return self.block_size - len(self.block_buf)
+
+    def feed(self, data: bytes) -> None:
+        """At most :meth:`room` bytes: they never cross a block boundary."""
+        self.block_buf += data
+        self.sha.update(data)
+        self.chunk_fill += len(data)
+        if len(self.block_buf) == self.block_size:
+            self._finish_block()
+            if self.chunk_fill == self.chunk_size:
+                self._finish_chunk()
+
+    def finish(self) -> list[ChunkEntry]:
+        if self.block_buf:
+            self._finish_block()
+        if self.chunk_fill:
+            self._finish_chunk()
+        return self.chunks
+
+    def _finish_block(self) -> None:
+        self.crcs.append(crc32c(self.block_buf))
+        self.block_buf.clear()
+
+    def _finish_chunk(self) -> None:
+        idx = len(self.chunks)
+        self.chunks.append(
+            ChunkEntry(
+                idx,
+                idx * self.chunk_size,
+                self.chunk_fill,
+                "sha256:" + self.sha.hexdigest(),
+                tuple(self.crcs),
+            )
+        )
+        self.sha = hashlib.sha256()
+        self.crcs = []
+        self.chunk_fill = 0
+
+
+def _hash_chunks(paths: list[Path], chunk_size: int, block_size: int) -> list[ChunkEntry]:
+    hasher = _ChunkHasher(chunk_size, block_size)
+    for p in paths:
+        with open(p, "rb") as fh:
+            while data := fh.read(hasher.room()):
+                hasher.feed(data)
+    return hasher.finish()
 
 
 def build_manifest(
@@ -345,44 +377,7 @@ def build_manifest(
         pos += size
     total = pos
 
-    chunks: list[ChunkEntry] = []
-    sha = hashlib.sha256()
-    crcs: list[int] = []
-    block_buf = bytearray()
-    chunk_fill = 0
-
-    def finish_block() -> None:
-        crcs.append(crc32c(block_buf))
-        block_buf.clear()
-
-    def finish_chunk() -> None:
-        nonlocal sha, crcs, chunk_fill
-        idx = len(chunks)
-        chunks.append(
-            ChunkEntry(idx, idx * chunk_size, chunk_fill, "sha256:" + sha.hexdigest(), tuple(crcs))
-        )
-        sha = hashlib.sha256()
-        crcs = []
-        chunk_fill = 0
-
-    for _rel, p in listed:
-        with open(p, "rb") as fh:
-            while True:
-                want = block_size - len(block_buf)
-                data = fh.read(want)
-                if not data:
-                    break
-                block_buf += data
-                sha.update(data)
-                chunk_fill += len(data)
-                if len(block_buf) == block_size:
-                    finish_block()
-                    if chunk_fill == chunk_size:
-                        finish_chunk()
-    if block_buf:
-        finish_block()
-    if chunk_fill:
-        finish_chunk()
+    chunks = _hash_chunks([p for _rel, p in listed], chunk_size, block_size)
     m = CheckpointManifest(
         model, version, total, chunk_size, block_size, tuple(files), tuple(chunks), created_at
     )

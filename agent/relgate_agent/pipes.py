@@ -1,4 +1,4 @@
-"""Run a distribution job under Dagster Pipes (dagster-pipes only; never dagster itself).
+"""Pipes: run a distribution job under Dagster Pipes (dagster-pipes only; never dagster itself).
 
 The main package launches ``relgate-agent pipes`` with a ``PipesSubprocessClient`` and these
 extras:
@@ -19,162 +19,248 @@ extras:
       "wait_for_all"?: false                  # after the handoff, keep going until every host is READY
     }
 
-It logs progress, reports the ready threshold as the asset check ``ready_threshold`` and
-the ready hosts as materialization metadata (data version = manifest digest).
+The extras are parsed once into a :class:`DistributionRequest`. It logs progress, reports
+the ready threshold as the asset check ``ready_threshold`` and the ready hosts as
+materialization metadata (data version = manifest digest).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from relgate_agent.client import CoordinatorClient, job_to_dict
+from relgate_agent.client import CoordinatorClient, JobStatus
+from relgate_agent.contracts import JobSpec
+from relgate_agent.coordinator.jobstate import CoordinatorConfig, parse_selector, selector_matches
+from relgate_agent.coordinator.server import CoordinatorServer
 from relgate_agent.errors import AgentError
+from relgate_agent.manifest import TrustedKeys
+from relgate_agent.pki import TlsFiles
 
 CHECK_NAME = "ready_threshold"
+DONE_STATES = ("DONE", "CANCELLED", "FAILED")
+
+Log = Callable[[str], None]
 
 
-def run_distribution_job(
-    extras: Mapping[str, Any], log: Callable[[str], None] = print
-) -> dict[str, Any]:
-    """Create a job (optionally on an in-process coordinator), wait for the handoff, return status."""
-    job_spec = dict(extras.get("job") or {})
-    if not job_spec.get("model") or not job_spec.get("version") or not job_spec.get("manifest_uri"):
-        raise AgentError("extras.job needs model, version and manifest_uri")
-    threshold = float(job_spec.pop("ready_threshold", 0.995))
-    import os
+@dataclass(frozen=True)
+class Enrollment:
+    host_id: str
+    rack: str
+    labels: Mapping[str, str]
 
-    from relgate_agent.pki import TlsFiles
+    @classmethod
+    def from_extras(cls, doc: Mapping[str, Any]) -> Enrollment:
+        labels = doc.get("labels") or {}
+        if isinstance(labels, str):
+            labels = dict(item.split("=", 1) for item in labels.split(",") if "=" in item)
+        return cls(str(doc["host_id"]), str(doc["rack"]), dict(labels))
 
-    pki = str(extras.get("pki") or os.environ.get("RELGATE_AGENT_PKI") or "")
-    if not pki:
-        raise AgentError("extras need 'pki' (the fleet PKI directory) for mutual TLS")
-    server = None
-    address = str(extras.get("coordinator") or "")
-    if not address:
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """A coordinator to run in this process for the job's life (``extras.serve``)."""
+
+    db: str
+    trusted_keys: tuple[str, ...]
+    listen: str = "127.0.0.1:7470"
+    stripes: int = 8
+    dead_after_s: float = 6.0
+    min_hosts: int = 0
+    min_hosts_wait_s: float = 120.0
+    enroll: tuple[Enrollment, ...] = ()
+
+    @classmethod
+    def from_extras(cls, doc: Mapping[str, Any]) -> ServeSpec:
+        return cls(
+            db=str(doc["db"]),
+            trusted_keys=tuple(str(k) for k in doc["trusted_keys"]),
+            listen=str(doc.get("listen", "127.0.0.1:7470")),
+            stripes=int(doc.get("stripes", 8)),
+            dead_after_s=float(doc.get("dead_after_s", 6.0)),
+            min_hosts=int(doc.get("min_hosts", 0)),
+            min_hosts_wait_s=float(doc.get("min_hosts_wait_s", 120)),
+            enroll=tuple(Enrollment.from_extras(h) for h in doc.get("enroll") or []),
+        )
+
+
+@dataclass(frozen=True)
+class DistributionRequest:
+    """The Pipes extras, validated."""
+
+    job: JobSpec
+    pki: str
+    ready_threshold: float = 0.995
+    coordinator: str = ""
+    serve: ServeSpec | None = None
+    poll_interval_s: float = 1.0
+    timeout_s: float = 3600.0
+    wait_for_all: bool = False
+
+    @classmethod
+    def from_extras(cls, extras: Mapping[str, Any]) -> DistributionRequest:
+        job = {k: v for k, v in dict(extras.get("job") or {}).items() if v is not None}
+        if not job.get("model") or not job.get("version") or not job.get("manifest_uri"):
+            raise AgentError("extras.job needs model, version and manifest_uri")
+        threshold = float(job.pop("ready_threshold", 0.995))
+        pki = str(extras.get("pki") or os.environ.get("RELGATE_AGENT_PKI") or "")
+        if not pki:
+            raise AgentError("extras need 'pki' (the fleet PKI directory) for mutual TLS")
+        coordinator = str(extras.get("coordinator") or "")
         serve = extras.get("serve")
-        if not serve:
+        if not coordinator and not serve:
             raise AgentError("extras need either 'coordinator' (address) or 'serve' (config)")
-        from relgate_agent.coordinator.server import CoordinatorServer
-        from relgate_agent.coordinator.service import CoordinatorConfig
-        from relgate_agent.manifest import TrustedKeys
+        return cls(
+            job=JobSpec(**job, ready_threshold_ppm=round(threshold * 1_000_000)),
+            pki=pki,
+            ready_threshold=threshold,
+            coordinator=coordinator,
+            serve=ServeSpec.from_extras(serve) if not coordinator and serve else None,
+            poll_interval_s=float(extras.get("poll_interval_s", 1.0)),
+            timeout_s=float(extras.get("timeout_s", 3600)),
+            wait_for_all=bool(extras.get("wait_for_all", False)),
+        )
 
-        server = CoordinatorServer(
-            CoordinatorConfig(
-                db=str(serve["db"]),
-                trusted_keys=TrustedKeys.load(list(serve["trusted_keys"])),
-                default_stripes=int(serve.get("stripes", 8)),
-                dead_after_s=float(serve.get("dead_after_s", 6.0)),
-            ),
-            str(serve.get("listen", "127.0.0.1:7470")),
-            tls=TlsFiles.from_pki(pki, "coordinator"),
-        ).start()
-        for h in serve.get("enroll") or []:
-            labels = h.get("labels") or {}
-            if isinstance(labels, str):
-                labels = dict(item.split("=", 1) for item in labels.split(",") if "=" in item)
-            server.coordinator.enroll(str(h["host_id"]), str(h["rack"]), dict(labels))
-        address = server.address
-        log(f"coordinator serving on {address}")
-    client = CoordinatorClient(address, TlsFiles.from_pki(pki, "operator"))
+
+def _serve(request: DistributionRequest, serve: ServeSpec) -> CoordinatorServer:
+    server = CoordinatorServer(
+        CoordinatorConfig(
+            db=serve.db,
+            trusted_keys=TrustedKeys.load(list(serve.trusted_keys)),
+            default_stripes=serve.stripes,
+            dead_after_s=serve.dead_after_s,
+        ),
+        serve.listen,
+        tls=TlsFiles.from_pki(request.pki, "coordinator"),
+    ).start()
+    for h in serve.enroll:
+        server.coordinator.enroll(h.host_id, h.rack, dict(h.labels))
+    return server
+
+
+def _wait_for_fleet(
+    server: CoordinatorServer, request: DistributionRequest, serve: ServeSpec
+) -> None:
+    """Agents find a freshly started coordinator by retrying; wait until the fleet we expect
+    has checked in, so the target selector resolves to all of it."""
+    selector = parse_selector(request.job.target_selector)
+
+    def matching() -> int:  # only agents the job's selector targets count
+        return sum(
+            selector_matches(selector, rack, labels)
+            for _h, rack, labels, _a in server.coordinator.store.hosts()
+        )
+
+    wait_until = time.monotonic() + serve.min_hosts_wait_s
+    while matching() < serve.min_hosts:
+        if time.monotonic() > wait_until:
+            raise AgentError(
+                f"only {matching()} of {serve.min_hosts} agents matching "
+                f"{request.job.target_selector!r} checked in with the coordinator "
+                f"at {server.address} within {serve.min_hosts_wait_s:g} s"
+            )
+        time.sleep(0.2)
+
+
+def _until_handed_off(
+    client: CoordinatorClient, job_id: str, request: DistributionRequest, log: Log
+) -> JobStatus:
+    """Poll GetJob until the job ends or (unless ``wait_for_all``) the handoff happened."""
+    deadline = time.monotonic() + request.timeout_s
+    last = ""
+    while True:
+        status = JobStatus.from_response(client.get_job(job_id))
+        line = (
+            f"job {job_id} {status.state}: {status.hosts_ready}/{status.hosts_total} ready, "
+            f"{status.bytes_moved} bytes moved, {status.origin_bytes} origin bytes, eta {status.eta_s}s"
+        )
+        if line != last:
+            log(line)
+            last = line
+        done = status.state in DONE_STATES
+        if done or (status.completion_emitted and not request.wait_for_all):
+            return status
+        if time.monotonic() > deadline:
+            raise AgentError(
+                f"job {job_id} timed out in state {status.state} with "
+                f"{status.hosts_ready}/{status.hosts_total} hosts ready "
+                f"(stragglers: {', '.join(status.stragglers[:8]) or 'none'})"
+            )
+        time.sleep(request.poll_interval_s)
+
+
+def distribute(request: DistributionRequest, log: Log = print) -> JobStatus:
+    """Create the job (on an in-process coordinator if asked), wait for the handoff."""
+    server = _serve(request, request.serve) if request.serve is not None else None
+    if server is not None:
+        log(f"coordinator serving on {server.address}")
+    address = server.address if server is not None else request.coordinator
+    client = CoordinatorClient(address, TlsFiles.from_pki(request.pki, "operator"))
     try:
-        if server is not None:
-            # agents find a freshly started coordinator by retrying; wait until the fleet we
-            # expect has checked in, so the target selector resolves to all of it
-            min_hosts = int(extras.get("serve", {}).get("min_hosts", 0))
-            wait_until = time.monotonic() + float(
-                extras.get("serve", {}).get("min_hosts_wait_s", 120)
-            )
-            from relgate_agent.coordinator.service import parse_selector, selector_matches
-
-            selector = parse_selector(str(job_spec.get("target_selector") or ""))
-
-            def matching() -> int:  # only agents the job's selector targets count
-                return sum(
-                    selector_matches(selector, rack, labels)
-                    for _h, rack, labels, _a in server.coordinator.store.hosts()
-                )
-
-            while matching() < min_hosts:
-                if time.monotonic() > wait_until:
-                    raise AgentError(
-                        f"only {matching()} of {min_hosts} agents matching "
-                        f"{job_spec.get('target_selector')!r} checked in with the coordinator "
-                        f"at {address} within {extras.get('serve', {}).get('min_hosts_wait_s', 120)} s"
-                    )
-                time.sleep(0.2)
-        resp = client.create_job(
-            ready_threshold_ppm=round(threshold * 1_000_000),
-            **{k: v for k, v in job_spec.items() if v is not None},
+        if server is not None and request.serve is not None:
+            _wait_for_fleet(server, request, request.serve)
+        resp = client.create(request.job)
+        log(
+            f"job {resp.job_id}: {request.job.model}/{request.job.version} "
+            f"to {resp.hosts_total} hosts"
         )
-        job_id = resp.job_id
-        log(f"job {job_id}: {job_spec['model']}/{job_spec['version']} to {resp.hosts_total} hosts")
-        poll = float(extras.get("poll_interval_s", 1.0))
-        deadline = time.monotonic() + float(extras.get("timeout_s", 3600))
-        wait_all = bool(extras.get("wait_for_all", False))
-        last = ""
-        while True:
-            status = job_to_dict(client.get_job(job_id))
-            line = (
-                f"job {job_id} {status['state']}: {status['hosts_ready']}/{status['hosts_total']} ready, "
-                f"{status['bytes_moved']} bytes moved, {status['origin_bytes']} origin bytes, eta {status['eta_s']}s"
-            )
-            if line != last:
-                log(line)
-                last = line
-            done = status["state"] in ("DONE", "CANCELLED", "FAILED")
-            handed_off = status["completion_emitted"]
-            if done or (handed_off and not wait_all):
-                break
-            if time.monotonic() > deadline:
-                raise AgentError(
-                    f"job {job_id} timed out in state {status['state']} with "
-                    f"{status['hosts_ready']}/{status['hosts_total']} hosts ready "
-                    f"(stragglers: {', '.join(status['stragglers'][:8]) or 'none'})"
-                )
-            time.sleep(poll)
-        status["ready_threshold"] = threshold
-        status["threshold_met"] = status["hosts_total"] > 0 and (
-            status["hosts_ready"] >= threshold * status["hosts_total"]
-        )
-        return status
+        return _until_handed_off(client, resp.job_id, request, log)
     finally:
         client.close()
         if server is not None:
             server.stop()
 
 
+def threshold_met(status: JobStatus, threshold: float) -> bool:
+    return status.hosts_total > 0 and status.hosts_ready >= threshold * status.hosts_total
+
+
+def run_distribution_job(extras: Mapping[str, Any], log: Log = print) -> dict[str, Any]:
+    """The Pipes extras in, GetJob's snake_case status out (plus ``ready_threshold`` and
+    ``threshold_met``): the untyped JSON boundary the core's ``distribute`` reads."""
+    request = DistributionRequest.from_extras(extras)
+    status = distribute(request, log)
+    out = status.to_dict()
+    out["ready_threshold"] = request.ready_threshold
+    out["threshold_met"] = threshold_met(status, request.ready_threshold)
+    return out
+
+
 def run_pipes() -> int:
-    from dagster_pipes import open_dagster_pipes
+    from dagster_pipes import open_dagster_pipes  # noqa: PLC0415 - only the pipes command needs it
 
     with open_dagster_pipes() as pipes:
-        status = run_distribution_job(pipes.extras, log=pipes.log.info)
-        metadata = {
-            "job_id": status["job_id"],
-            "manifest_digest": status["manifest_digest"],
-            "hosts_total": status["hosts_total"],
-            "hosts_ready": status["hosts_ready"],
-            "ready_hosts": {"raw_value": status["ready_hosts"], "type": "json"},
-            "stragglers": {"raw_value": status["stragglers"], "type": "json"},
-            "bytes_moved": status["bytes_moved"],
-            "origin_bytes": status["origin_bytes"],
-            "checkpoint_bytes": status["checkpoint_bytes"],
+        request = DistributionRequest.from_extras(pipes.extras)
+        status = distribute(request, log=pipes.log.info)
+        met = threshold_met(status, request.ready_threshold)
+        metadata: dict[str, Any] = {
+            "job_id": status.job_id,
+            "manifest_digest": status.manifest_digest,
+            "hosts_total": status.hosts_total,
+            "hosts_ready": status.hosts_ready,
+            "ready_hosts": {"raw_value": list(status.ready_hosts), "type": "json"},
+            "stragglers": {"raw_value": list(status.stragglers), "type": "json"},
+            "bytes_moved": status.bytes_moved,
+            "origin_bytes": status.origin_bytes,
+            "checkpoint_bytes": status.checkpoint_bytes,
         }
         asset_key = pipes.asset_keys[0] if pipes.is_asset_step and pipes.asset_keys else None
         pipes.report_asset_check(
             check_name=CHECK_NAME,
-            passed=bool(status["threshold_met"]),
+            passed=met,
             severity="ERROR",
             metadata={
-                "ready_fraction": status["hosts_ready"] / max(status["hosts_total"], 1),
-                "ready_threshold": status["ready_threshold"],
-                "hosts_ready": status["hosts_ready"],
-                "hosts_total": status["hosts_total"],
+                "ready_fraction": status.hosts_ready / max(status.hosts_total, 1),
+                "ready_threshold": request.ready_threshold,
+                "hosts_ready": status.hosts_ready,
+                "hosts_total": status.hosts_total,
             },
             asset_key=asset_key,
         )
         pipes.report_asset_materialization(
-            metadata=metadata, data_version=status["manifest_digest"], asset_key=asset_key
+            metadata=metadata, data_version=status.manifest_digest, asset_key=asset_key
         )
     return 0

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+import grpc
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -91,7 +92,7 @@ def parse_identity_uri(uri: str) -> Identity | None:
         return None
     parts = urlsplit(uri)
     segs = parts.path.strip("/").split("/")
-    if parts.netloc != "relgate" or len(segs) != 2 or parts.fragment:
+    if parts.netloc != "relgate" or len(segs) != len(("role", "name")) or parts.fragment:
         return None
     role, name = segs[0], unquote(segs[1])
     if role not in ROLES or not _NAME_RE.fullmatch(name):
@@ -214,6 +215,30 @@ def default_name(role: str, host_id: str = "", name: str = "") -> str:
     return check_name("name", name or role)
 
 
+LEAF_KEY_USAGE = x509.KeyUsage(
+    digital_signature=True,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=True,
+    key_cert_sign=False,
+    crl_sign=False,
+    encipher_only=False,
+    decipher_only=False,
+)
+
+
+def _load_ca(directory: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    try:
+        ca_key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), None)
+        ca_cert = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise PkiError(f"no usable CA in {directory}: {exc}") from exc
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise PkiError(f"CA key in {directory} is not ECDSA")
+    return ca_key, ca_cert
+
+
 def issue(
     directory: Path,
     role: str,
@@ -236,13 +261,7 @@ def issue(
         raise PkiError("--rack is only for host certificates")
     if not 0 < validity_h <= 24 * CA_VALIDITY_DAYS:
         raise PkiError(f"validity {validity_h} h is out of range")
-    try:
-        ca_key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), None)
-        ca_cert = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
-    except (OSError, ValueError) as exc:
-        raise PkiError(f"no usable CA in {directory}: {exc}") from exc
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise PkiError(f"CA key in {directory} is not ECDSA")
+    ca_key, ca_cert = _load_ca(directory)
     key = ec.generate_private_key(ec.SECP256R1())
     attrs = [
         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "relgate"),
@@ -270,20 +289,7 @@ def issue(
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=True,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(LEAF_KEY_USAGE, critical=True)
         .add_extension(x509.ExtendedKeyUsage(eku), critical=False)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(
@@ -413,8 +419,6 @@ def resolve_tls(
 
 
 def grpc_server_credentials(tls: TlsFiles) -> object:
-    import grpc
-
     ca, cert, key = tls.read()
     return grpc.ssl_server_credentials(
         [(key, cert)], root_certificates=ca, require_client_auth=True
@@ -422,8 +426,6 @@ def grpc_server_credentials(tls: TlsFiles) -> object:
 
 
 def grpc_channel_credentials(tls: TlsFiles) -> object:
-    import grpc
-
     ca, cert, key = tls.read()
     return grpc.ssl_channel_credentials(
         root_certificates=ca, private_key=key, certificate_chain=cert

@@ -1,13 +1,14 @@
-"""Shared gRPC settings (kept import-light: agents must not pull in the coordinator)."""
+"""RPC: shared gRPC settings and the failover stub (never imports the coordinator)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from relgate_agent.pki import TlsFiles
+import grpc
+
+from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles, grpc_channel_credentials
 
 # Manifests of 800 GB checkpoints are a few MB; leave headroom.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -28,11 +29,6 @@ class FailoverStub:
     """
 
     def __init__(self, addresses: str, stub_class: Any, tls: TlsFiles) -> None:
-        import grpc
-
-        from relgate_agent.pki import GRPC_TLS_OPTIONS, grpc_channel_credentials
-
-        self._grpc = grpc
         self.addresses = [a.strip() for a in addresses.split(",") if a.strip()]
         if not self.addresses:
             raise ValueError("no coordinator address given")
@@ -52,8 +48,8 @@ class FailoverStub:
                 i = self.current
                 try:
                     return getattr(self.stubs[i], name)(request, timeout=timeout)
-                except self._grpc.RpcError as exc:
-                    if exc.code() != self._grpc.StatusCode.UNAVAILABLE or attempt == n - 1:
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == n - 1:
                         raise
                     with self._lock:
                         if self.current == i:

@@ -568,18 +568,6 @@ def unplace(models_root: Path, model: str, version: str) -> None:
     shutil.rmtree(models_root / ".staging" / ".trash" / name, ignore_errors=True)
 
 
-def fault_hook(name: str) -> str | None:
-    """Value of a test-only fault (``RELGATE_AGENT_FAULT=name=value,...``), or None."""
-    for item in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
-        k, _, v = item.partition("=")
-        if k == name:
-            return v
-    return None
-
-
-FAULT_ENV = "RELGATE_AGENT_FAULT"
-
-
 def held_versions(models_root: Path) -> list[str]:
     """ "<model>/<version>" for every placed version under the models root."""
     out: list[str] = []

@@ -31,7 +31,6 @@ import contextlib
 import errno
 import json
 import logging
-import os
 import socket
 import ssl
 import struct
@@ -39,9 +38,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from relgate_agent import hooks
 from relgate_agent.pki import Identity, identity_from_peercert
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,8 @@ FRAME = struct.Struct("!BQQII")
 CREDIT = struct.Struct("!I")
 REQ = struct.Struct("!4sBI")
 DEFAULT_CREDITS = 16
+MAX_JOB_ID_LEN = 128
 HEARTBEAT_S = 1.0
-# Test-only fault hook, read by the *sending* agent: "corrupt_send=<block>[:<times>]" flips a
-# byte of that block on the wire (after it was read from disk) so receivers must catch it.
-FAULT_ENV = "RELGATE_AGENT_FAULT"
 
 
 class TransportError(Exception):
@@ -113,37 +111,6 @@ class BlockSource(Protocol):
 
     @property
     def closed(self) -> bool: ...
-
-
-@dataclass
-class Fault:
-    corrupt_block: int = -1
-    remaining: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @classmethod
-    def from_env(cls) -> Fault:
-        spec = os.environ.get(FAULT_ENV, "")
-        f = cls()
-        for item in filter(None, spec.split(",")):
-            key, _, val = item.partition("=")
-            if key == "corrupt_send":
-                block, _, times = val.partition(":")
-                f.corrupt_block = int(block)
-                f.remaining = int(times or 1)
-        return f
-
-    def maybe_corrupt(self, block: int, data: bytes) -> bytes:
-        if block != self.corrupt_block:
-            return data
-        with self.lock:
-            if self.remaining <= 0:
-                return data
-            self.remaining -= 1
-        log.warning("fault hook: corrupting block %d on the wire", block)
-        b = bytearray(data)
-        b[len(b) // 2] ^= 0xFF
-        return bytes(b)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -229,7 +196,7 @@ def parse_request(
     if not isinstance(req, dict):
         raise RequestError("request header is not a JSON object")
     job = req.get("job")
-    if not isinstance(job, str) or not 0 < len(job) <= 128:
+    if not isinstance(job, str) or not 0 < len(job) <= MAX_JOB_ID_LEN:
         raise RequestError("job must be a non-empty string")
     return op, req
 
@@ -254,7 +221,7 @@ class DataServer:
         self.tls = tls
         self.authorize = authorize
         self.limits = limits or DataPlaneLimits()
-        self.fault = Fault.from_env()
+        self.hooks = hooks.current()
         self.sock = socket.create_server((host, port), reuse_port=False, backlog=128)
         self.address = f"{host}:{self.sock.getsockname()[1]}"
         self._stop = threading.Event()
@@ -391,52 +358,15 @@ class DataServer:
                 self._refuse("handshake", f"TLS handshake failed: {exc}", addr)
                 return
             peer = identity_from_peercert(conn.getpeercert())
-            with self._lock:
-                self._conns.discard(raw)  # wrap_socket detached it; track the TLS socket
-                self._conns.add(conn)
-                # handshake done: count this connection against its certificate, not its address
-                self._per_addr[addr] -= 1
-                if self._per_addr[addr] <= 0:
-                    del self._per_addr[addr]
-                counted_addr = ""
-                name = peer.name if peer else f"?{addr}"
-                over = self._per_host[name] >= lim.max_conns_per_peer
-                if not over:
-                    self._per_host[name] += 1
-                    host = name
+            name, over = self._admit(raw, conn, addr, peer)
+            counted_addr = ""
+            if not over:
+                host = name
             who = str(peer) if peer else addr
             try:
                 if over:
                     raise RequestError(f"too many connections from {name}", "limit")
-                conn.settimeout(lim.request_timeout_s)
-                head = _recv_request_part(conn, REQ.size, "request header")
-                op, req = parse_request(
-                    head,
-                    lambda n: _recv_request_part(conn, n, "request header"),
-                    lim.max_header_bytes,
-                )
-                src = self.lookup(req["job"])
-                if src is None:
-                    raise RequestError("unknown job", "unknown_job")
-                topo = _int_field(req, "topo", 0, 2**62, 0)
-                conn.settimeout(lim.idle_timeout_s)
-                if op == OP_STREAM_STRIPE:
-                    stripe = _int_field(req, "stripe", 0, 1 << 20)
-                    blocks = src.stripe_blocks(stripe)
-                    if not blocks:
-                        raise RequestError(f"stripe {stripe} out of range")
-                    pos = _int_field(req, "fromPos", 0, len(blocks))
-                    credits = _int_field(req, "credits", 1, lim.max_credits, DEFAULT_CREDITS)
-                    why = self.authorize(req["job"], peer, op, stripe, topo)
-                    if why is not None:
-                        raise RequestError(why, "unauthorized")
-                    self._stream(conn, src, blocks, pos, credits)
-                else:
-                    chunk = _int_field(req, "chunk", 0, 1 << 40)
-                    why = self.authorize(req["job"], peer, op, -1, topo)
-                    if why is not None:
-                        raise RequestError(why, "unauthorized")
-                    self._fetch_chunk(conn, src, chunk)
+                self._dispatch(conn, peer)
             except RequestError as exc:
                 self._refuse(exc.kind, str(exc), who)
                 with contextlib.suppress(OSError, ValueError):
@@ -452,6 +382,56 @@ class DataServer:
             self._forget(conn, counted_addr, host)
             self._forget(raw, "", None)
             _graceful_close(conn)
+
+    def _admit(
+        self, raw: socket.socket, conn: socket.socket, addr: str, peer: Identity | None
+    ) -> tuple[str, bool]:
+        """Handshake done: count the connection against its certificate, not its address.
+        (peer name, over the per-peer limit)."""
+        with self._lock:
+            self._conns.discard(raw)  # wrap_socket detached it; track the TLS socket
+            self._conns.add(conn)
+            self._per_addr[addr] -= 1
+            if self._per_addr[addr] <= 0:
+                del self._per_addr[addr]
+            name = peer.name if peer else f"?{addr}"
+            over = self._per_host[name] >= self.limits.max_conns_per_peer
+            if not over:
+                self._per_host[name] += 1
+        return name, over
+
+    def _dispatch(self, conn: socket.socket, peer: Identity | None) -> None:
+        """Read one request and serve it; a bad or refused one raises RequestError."""
+        lim = self.limits
+        conn.settimeout(lim.request_timeout_s)
+        head = _recv_request_part(conn, REQ.size, "request header")
+        op, req = parse_request(
+            head,
+            lambda n: _recv_request_part(conn, n, "request header"),
+            lim.max_header_bytes,
+        )
+        src = self.lookup(req["job"])
+        if src is None:
+            raise RequestError("unknown job", "unknown_job")
+        topo = _int_field(req, "topo", 0, 2**62, 0)
+        conn.settimeout(lim.idle_timeout_s)
+        if op == OP_STREAM_STRIPE:
+            stripe = _int_field(req, "stripe", 0, 1 << 20)
+            blocks = src.stripe_blocks(stripe)
+            if not blocks:
+                raise RequestError(f"stripe {stripe} out of range")
+            pos = _int_field(req, "fromPos", 0, len(blocks))
+            credits = _int_field(req, "credits", 1, lim.max_credits, DEFAULT_CREDITS)
+            why = self.authorize(req["job"], peer, op, stripe, topo)
+            if why is not None:
+                raise RequestError(why, "unauthorized")
+            self._stream(conn, src, blocks, pos, credits)
+        else:
+            chunk = _int_field(req, "chunk", 0, 1 << 40)
+            why = self.authorize(req["job"], peer, op, -1, topo)
+            if why is not None:
+                raise RequestError(why, "unauthorized")
+            self._fetch_chunk(conn, src, chunk)
 
     def _stream(
         self, conn: socket.socket, src: BlockSource, blocks: list[int], pos: int, credits: int
@@ -482,7 +462,7 @@ class DataServer:
                 if credits > max_credits:
                     raise RequestError(f"credit overflow ({credits} > {max_credits})")
             offset, payload, crc = src.read_block(block)
-            payload = self.fault.maybe_corrupt(block, payload)
+            payload = self.hooks.wire_block(block, payload)
             if self.tx_limit is not None:
                 self.tx_limit(len(payload))
             _send_frame(conn, KIND_BLOCK, block, offset, crc, payload)
@@ -496,7 +476,7 @@ class DataServer:
             raise RequestError("chunk not held", "not_held")
         for block in src.chunk_blocks(chunk):
             offset, payload, crc = src.read_block(block)
-            payload = self.fault.maybe_corrupt(block, payload)
+            payload = self.hooks.wire_block(block, payload)
             if self.tx_limit is not None:
                 self.tx_limit(len(payload))
             _send_frame(conn, KIND_BLOCK, block, offset, crc, payload)
@@ -565,7 +545,7 @@ def _read_frames(sock: socket.socket) -> Iterator[Block | None]:
 class StripeStream:
     """Client side of StreamStripe. Iterate blocks; call ``grant()`` after consuming each."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the StreamStripe request header, field by field
         self,
         address: str,
         job: str,

@@ -16,6 +16,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
+from relgate_lab import lab_env
+from relgate_lab.faults import FAULT_ENV
+
 from relgate_agent.client import CoordinatorClient, job_to_dict
 from relgate_agent.pki import TlsFiles, ensure_dev_pki
 
@@ -74,13 +77,16 @@ def assert_placed(cluster: Any, checkpoint: dict[str, Any], host: str) -> None:
 def _spawn(
     cmd: list[str], log: Path, env: dict[str, str] | None = None, prefix: list[str] | None = None
 ) -> subprocess.Popen[str]:
+    env = {**os.environ, **(env or {})}
+    # an agent with faults runs through the lab's entry point (hooks installed, same CLI)
+    module = "relgate_lab.faulty_agent" if env.get(FAULT_ENV) else "relgate_agent"
     with open(log, "a") as fh:  # the child keeps its own descriptor
         return subprocess.Popen(
-            [*(prefix or []), sys.executable, "-m", "relgate_agent", "--json", *cmd],
+            [*(prefix or []), sys.executable, "-m", module, "--json", *cmd],
             stdout=subprocess.PIPE,
             stderr=fh,
             text=True,
-            env={**os.environ, **(env or {})},
+            env=lab_env(env),
         )
 
 

@@ -2,8 +2,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
+
+# The lab and fault injection live outside the installed package (agent/lab/relgate_lab).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 
 import pytest
 from agent_harness import write_checkpoint

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from relgate_agent.contracts import JobSpec, ProgressReport
 from relgate_agent.coordinator.service import (
     Coordinator,
     CoordinatorConfig,
@@ -43,15 +44,17 @@ def coord(tmp_path: Path, checkpoint):
     c.store.close()
 
 
-def _spec(checkpoint, **kw):
-    return {
-        "model": "claude-x",
-        "version": "2026-10-12.3",
-        "manifest_uri": str(checkpoint["envelope"]),
-        "target_selector": "cluster=inf-a,pool=x",
-        "stripes": 4,
-        **kw,
-    }
+def _spec(checkpoint, **kw) -> JobSpec:
+    return JobSpec(
+        **{
+            "model": "claude-x",
+            "version": "2026-10-12.3",
+            "manifest_uri": str(checkpoint["envelope"]),
+            "target_selector": "cluster=inf-a,pool=x",
+            "stripes": 4,
+            **kw,
+        }
+    )
 
 
 def test_selector_skip_holders_and_late_join(coord: Coordinator, checkpoint) -> None:
@@ -81,7 +84,7 @@ def test_selector_skip_holders_and_late_join(coord: Coordinator, checkpoint) -> 
     assert "h4" not in job.topology.racks and "h4" in job.ready  # already holds the version
     assert "h3" in job.topology.racks and "h3" not in job.ready
     # default origin is the manifest's directory
-    assert job.spec["origin_uri"] == str(Path(checkpoint["envelope"]).parent)
+    assert job.spec.origin_uri == str(Path(checkpoint["envelope"]).parent)
     v = job.topology.version
     with pytest.raises(NotEnrolled, match="host h9 is not enrolled"):
         coord.watch_jobs("h9", "r1", {"cluster": "inf-a", "pool": "x"}, "10.0.0.9:1", set(), [], 0)
@@ -111,10 +114,10 @@ def test_slow_host_demoted_to_rack_tail(coord: Coordinator, checkpoint) -> None:
             coord.report_progress(
                 job.job_id,
                 h,
-                {
-                    "have": bitmap_from_bits(bytearray(n)),
-                    "rx_bps": 1000 if h == slow else 10_000_000,
-                },
+                ProgressReport(
+                    have=bitmap_from_bits(bytearray(n)),
+                    rx_bps=1000 if h == slow else 10_000_000,
+                ),
             )
         coord.tick()
     assert all(not c.children(slow) for c in job.topology.stripes)
@@ -148,7 +151,7 @@ def test_deadline_handoff_below_threshold(coord: Coordinator, checkpoint) -> Non
         assert not job.completion_emitted and job.completion is None
         job.created_at -= 61  # the deadline has passed
         coord.tick()
-        assert job.completion is not None and job.completion["reason"] == "deadline"
+        assert job.completion is not None and job.completion.reason == "deadline"
         import time
 
         end = time.monotonic() + 30

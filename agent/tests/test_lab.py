@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from agent_harness import assert_placed
+from relgate_lab.netns import LabSpec, lab_down, lab_up, netns_available
 
 from relgate_agent.client import CoordinatorClient, job_to_dict
-from relgate_agent.lab import LabSpec, lab_down, lab_up, netns_available
 
 MiB = 1024 * 1024
 

@@ -161,7 +161,7 @@ def test_flip_in_staging_after_verification_is_caught_repaired_and_scrubbed(
         "--trusted-keys",
         str(checkpoint["trusted"]),
     )
-    assert rc == 0 and out["intact"] is True and out["manifest_digest"] == m.digest
+    assert rc == 0 and out["intact"] is True and out["manifestDigest"] == m.digest
     # a flipped byte in the placed copy -> exit 3 naming file, chunk, expected digest; un-placed
     rel, off = chunk_location(m, 3)
     flip_byte(final / rel, off)
@@ -177,7 +177,7 @@ def test_flip_in_staging_after_verification_is_caught_repaired_and_scrubbed(
     assert rc == 3, out
     assert out["check"] == "chunk-digest" and out["chunk"] == 3 and out["file"] == rel
     assert out["expected"] == m.chunks[3].digest and out["actual"] != out["expected"]
-    assert out["bad_chunks"] == [3] and out["unplaced"] is True
+    assert out["badChunks"] == [3] and out["unplaced"] is True
     assert not final.exists() and not marker.exists()
     # and nothing placed is left to verify
     rc, out = agent_cli(

@@ -34,7 +34,7 @@ def pg_dsn():
     if bindir is None or os.geteuid() != 0 or shutil.which("runuser") is None:
         pytest.skip("PostgreSQL binaries (run as root via runuser) or RELGATE_TEST_PG_DSN needed")
     base = Path(tempfile.mkdtemp(prefix="relgate-agent-pg-"))
-    os.chmod(base, 0o755)
+    os.chmod(base, 0o755)  # noqa: S103 - the postgres user must reach its data dir
     data = base / "data"
     shutil.chown(base, "postgres")
     with socket.socket() as s:

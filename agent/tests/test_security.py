@@ -151,7 +151,7 @@ def control(tmp_path: Path, checkpoint: dict[str, Any], db_url: str) -> Iterator
 def live_hosts(cluster: Cluster) -> set[str]:
     c = cluster.client()
     try:
-        return {h["host_id"] for h in c.list_hosts()["hosts"] if h["live"]}
+        return {h.host_id for h in c.list_hosts().hosts if h.live}
     finally:
         c.close()
 
@@ -159,7 +159,7 @@ def live_hosts(cluster: Cluster) -> set[str]:
 def refusals(cluster: Cluster) -> int:
     c = cluster.client()
     try:
-        return int(c.list_hosts()["control_refusals"])
+        return c.list_hosts().control_refusals
     finally:
         c.close()
 
@@ -233,10 +233,10 @@ def test_no_certificate_or_foreign_ca_never_reaches_an_rpc(
     assert refusals(control) == before
     c = control.client()
     try:
-        hosts = {h["host_id"]: h for h in c.list_hosts()["hosts"]}
+        hosts = c.list_hosts().by_host()
     finally:
         c.close()
-    assert hosts["h00"]["last_seen_age_s"] == -1
+    assert hosts["h00"].last_seen_age_s == -1
 
 
 def test_roles_and_host_identity_enforced(control: Cluster) -> None:
@@ -341,10 +341,10 @@ def test_targets_are_enrolled_live_hosts_never_an_unenrolled_caller(
         assert "evil" not in peers and peers <= {"h00", "h01", "ORIGIN"}
     c = control.client()
     try:
-        inv = {h["host_id"]: h for h in c.list_hosts()["hosts"]}
+        inv = c.list_hosts().by_host()
         assert "evil" not in inv
-        assert inv["h02"]["enrolled"] and not inv["h02"]["live"]
-        assert inv["h00"]["live"]
+        assert inv["h02"].enrolled and not inv["h02"].live
+        assert inv["h00"].live
         # a late host that is enrolled and matches may join
         c.enroll_host("h03", "r1", {"cluster": "inf-a"})
     finally:
@@ -531,7 +531,7 @@ def assignment(plane: dict[str, Any], host: str) -> pb.Assignment:
 
 
 def data_address(plane: dict[str, Any], host: str) -> str:
-    return str(plane["cluster"].agents[host]["data_address"])
+    return str(plane["cluster"].agents[host]["dataAddress"])
 
 
 def dataplane_counters(plane: dict[str, Any], host: str) -> dict[str, Any]:
@@ -868,7 +868,7 @@ def test_accept_loop_survives_emfile_and_reports_unhealthy(plane: dict[str, Any]
     pid = c.agents["h05"]["pid"]
     used = len(os.listdir(f"/proc/{pid}/fd"))
     assert used < nofile
-    host, _, port = c.agents["h05"]["data_address"].rpartition(":")
+    host, _, port = c.agents["h05"]["dataAddress"].rpartition(":")
     socks = []
     try:
         for _ in range(nofile - used + 40):  # more than it has descriptors left
@@ -896,15 +896,13 @@ def test_accept_loop_survives_emfile_and_reports_unhealthy(plane: dict[str, Any]
     cl = c.client()
     try:
         inv = c.wait_for(
-            lambda: (
-                (h := {x["host_id"]: x for x in cl.list_hosts()["hosts"]}["h05"])["health"] and h
-            ),
+            lambda: (h := cl.list_hosts().by_host()["h05"]).health and h,
             40,
             "h05 health in the inventory",
         )
     finally:
         cl.close()
-    assert inv["health"].startswith("data plane accept failed: EMFILE")
+    assert inv.health.startswith("data plane accept failed: EMFILE")
     log = (c.base / "logs" / "h05.log").read_text()
     assert "Traceback" not in log
     _ = struct  # keep the import for frame layout readers

@@ -13,7 +13,8 @@ from typing import Any
 
 import grpc
 
-from relgate_agent.agent.runner import AgentConfig, JobRunner
+from relgate_agent.agent.job import AgentConfig
+from relgate_agent.agent.runner import JobRunner
 from relgate_agent.authz import chunk_refusal, stripe_refusal
 from relgate_agent.errors import AgentError
 from relgate_agent.origin import TokenBucket
@@ -26,11 +27,14 @@ from relgate_agent.pki import (
 )
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import FailoverStub
 from relgate_agent.storage import held_versions
 from relgate_agent.transport import OP_STREAM_STRIPE, BlockSource, DataPlaneLimits, DataServer
 
 log = logging.getLogger(__name__)
+
+WATCH_RETRY = Backoff(0.2, 2.0)  # coordinator unreachable: back off to 2 s
 
 
 class HostAgent:
@@ -63,7 +67,7 @@ class HostAgent:
         )
         port = self.data.address.rpartition(":")[2]
         advertise = config.advertise_host or config.listen_host
-        if advertise in ("", "0.0.0.0", "::"):
+        if advertise in ("", "0.0.0.0", "::"):  # noqa: S104 - recognising a wildcard, not binding one
             advertise = socket.getfqdn()  # a wildcard bind is not an address peers can dial
         self.data_address = f"{advertise}:{port}"
         self._watch = threading.Thread(target=self._watch_loop, name="watch-jobs", daemon=True)
@@ -84,18 +88,19 @@ class HostAgent:
         if r is None:
             return f"refused: job {job_id} is not running here"
         deadline = time.monotonic() + self.data.limits.topology_wait_s
-        with r.assign_cond:
+        a = r.job.assignments
+        with a.cond:
             while True:
                 if op == OP_STREAM_STRIPE:
-                    a = r.assignment.get(stripe)
-                    downs = {d.host_id for d in a.downstreams} if a is not None else None
-                    why = stripe_refusal(peer, job_id, stripe, downs, r.topology_version)
+                    sa = a.by_stripe.get(stripe)
+                    downs = {d.host_id for d in sa.downstreams} if sa is not None else None
+                    why = stripe_refusal(peer, job_id, stripe, downs, a.topology_version)
                 else:
-                    why = chunk_refusal(peer, job_id, r.members, r.topology_version)
+                    why = chunk_refusal(peer, job_id, a.members, a.topology_version)
                 remaining = deadline - time.monotonic()
-                if why is None or topo <= r.topology_version or remaining <= 0 or r.closed:
+                if why is None or topo <= a.topology_version or remaining <= 0 or r.closed:
                     return why
-                r.assign_cond.wait(remaining)
+                a.cond.wait(remaining)
 
     def health(self) -> str:
         return self.data.health()
@@ -116,7 +121,7 @@ class HostAgent:
     def lookup(self, job_id: str) -> BlockSource | None:
         with self.lock:
             r = self.runners.get(job_id)
-        return r if r is not None and r.tracker is not None else None
+        return r if r is not None and r.serving else None
 
     def start(self) -> HostAgent:
         self.config.models_root.mkdir(parents=True, exist_ok=True)
@@ -145,44 +150,54 @@ class HostAgent:
     def wait(self) -> None:
         self.stop_event.wait()
 
+    def _watch_request(self) -> pb.WatchJobsRequest:
+        with self.lock:
+            known = [j for j, r in self.runners.items() if not r.closed]
+        return pb.WatchJobsRequest(
+            host_id=self.config.host_id,
+            rack=self.config.rack,
+            labels=self.config.labels,
+            data_address=self.data_address,
+            known_job_ids=known,
+            held_versions=held_versions(self.config.models_root),
+            wait_ms=int(self.config.long_poll_s * 1000),
+            health=self.health(),
+            data_refusals=self.data_refusals(),
+        )
+
+    def _watch_once(self) -> pb.WatchJobsResponse:
+        resp: pb.WatchJobsResponse = self.stub.WatchJobs(
+            self._watch_request(), timeout=self.config.long_poll_s + 10
+        )
+        return resp
+
     def _watch_loop(self) -> None:
-        backoff = 0.2
         while not self.stop_event.is_set():
-            with self.lock:
-                known = [j for j, r in self.runners.items() if not r.stop_event.is_set()]
             try:
-                resp = self.stub.WatchJobs(
-                    pb.WatchJobsRequest(
-                        host_id=self.config.host_id,
-                        rack=self.config.rack,
-                        labels=self.config.labels,
-                        data_address=self.data_address,
-                        known_job_ids=known,
-                        held_versions=held_versions(self.config.models_root),
-                        wait_ms=int(self.config.long_poll_s * 1000),
-                        health=self.health(),
-                        data_refusals=self.data_refusals(),
-                    ),
-                    timeout=self.config.long_poll_s + 10,
-                )
-                backoff = 0.2
-            except grpc.RpcError:
                 # coordinator unreachable: running jobs keep streaming on their last assignment
-                self.stop_event.wait(backoff)
-                backoff = min(backoff * 2, 2.0)
-                continue
-            listed = {j.job_id: j for j in resp.jobs}
-            with self.lock:
-                for job_id, ref in listed.items():
-                    r = self.runners.get(job_id)
-                    if r is None or r.stop_event.is_set():
-                        r = JobRunner(self, job_id, ref.model, ref.version)
-                        self.runners[job_id] = r
-                        r.start()
-                for job_id, r in list(self.runners.items()):
-                    # An unlisted job finished (DONE) or was cancelled. The runner learns which
-                    # from its own assignment long-poll (and discards staging if cancelled);
-                    # here we only forget runners that have ended.
-                    if job_id not in listed and (r.stop_event.is_set() or not r.alive):
-                        r.stop()
-                        del self.runners[job_id]
+                resp = retry_call(
+                    self._watch_once,
+                    retry_on=grpc.RpcError,
+                    backoff=WATCH_RETRY,
+                    stop_event=self.stop_event,
+                )
+            except grpc.RpcError:
+                return  # stopping
+            self._reconcile({j.job_id: j for j in resp.jobs})
+
+    def _reconcile(self, listed: dict[str, pb.JobRef]) -> None:
+        """Start a runner for every listed job; forget ended runners of unlisted ones."""
+        with self.lock:
+            for job_id, ref in listed.items():
+                r = self.runners.get(job_id)
+                if r is None or r.closed:
+                    r = JobRunner(self, job_id, ref.model, ref.version)
+                    self.runners[job_id] = r
+                    r.start()
+            for job_id, r in list(self.runners.items()):
+                # An unlisted job finished (DONE) or was cancelled. The runner learns which
+                # from its own assignment long-poll (and discards staging if cancelled);
+                # here we only forget runners that have ended.
+                if job_id not in listed and (r.closed or not r.alive):
+                    r.stop()
+                    del self.runners[job_id]

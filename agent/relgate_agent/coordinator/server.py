@@ -6,13 +6,14 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any, TypeVar
+from dataclasses import asdict
+from typing import TypeVar
 
 import grpc
 
 from relgate_agent.authz import rpc_refusal
-from relgate_agent.coordinator.service import (
-    Coordinator,
+from relgate_agent.contracts import AssignmentPlan, JobReport, JobSpec, PeerRef, ProgressReport
+from relgate_agent.coordinator.jobstate import (
     CoordinatorConfig,
     NotEnrolled,
     NotFound,
@@ -20,6 +21,7 @@ from relgate_agent.coordinator.service import (
     ReadyRefused,
     Rejected,
 )
+from relgate_agent.coordinator.service import Coordinator
 from relgate_agent.errors import CHECK_METADATA_KEY, AgentError
 from relgate_agent.pki import Identity, TlsFiles, grpc_server_credentials, identity_from_pem
 from relgate_agent.proto import distribution_pb2 as pb
@@ -79,34 +81,92 @@ def authorize(
             coord.control_refusals += 1
         log.warning("%s (peer %s)", why, context.peer())
         context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
-    assert ident is not None
+    if ident is None:  # rpc_refusal refuses a caller without an identity
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, "no client identity")
+        raise AssertionError("unreachable")  # abort raises
     return ident
 
 
-def _peer(d: dict[str, str]) -> pb.Peer:
-    return pb.Peer(host_id=d["host_id"], address=d["address"], rack=d["rack"])
+def _peer(p: PeerRef) -> pb.Peer:
+    return pb.Peer(host_id=p.host_id, address=p.address, rack=p.rack)
 
 
-def status_to_pb(s: dict[str, Any]) -> pb.GetJobResponse:
+def status_to_pb(s: JobReport) -> pb.GetJobResponse:
     return pb.GetJobResponse(
-        job_id=s["job_id"],
-        state=s["state"],
-        model=s["model"],
-        version=s["version"],
-        manifest_digest=s["manifest_digest"],
-        hosts_total=s["hosts_total"],
-        hosts_ready=s["hosts_ready"],
-        bytes_moved=s["bytes_moved"],
-        origin_bytes=s["origin_bytes"],
-        checkpoint_bytes=s["checkpoint_bytes"],
-        stragglers=s["stragglers"],
-        eta_s=s["eta_s"],
-        topology_version=s["topology_version"],
-        ready_hosts=s["ready_hosts"],
-        completion_emitted=s["completion_emitted"],
-        duration_s=float(s.get("duration_s", 0.0)),
-        control_refusals=int(s.get("control_refusals", 0)),
-        hosts=[pb.HostStatus(**h) for h in s["hosts"]],
+        job_id=s.job_id,
+        state=s.state,
+        model=s.model,
+        version=s.version,
+        manifest_digest=s.manifest_digest,
+        hosts_total=s.hosts_total,
+        hosts_ready=s.hosts_ready,
+        bytes_moved=s.bytes_moved,
+        origin_bytes=s.origin_bytes,
+        checkpoint_bytes=s.checkpoint_bytes,
+        stragglers=list(s.stragglers),
+        eta_s=s.eta_s,
+        topology_version=s.topology_version,
+        ready_hosts=list(s.ready_hosts),
+        completion_emitted=s.completion_emitted,
+        duration_s=float(s.duration_s),
+        control_refusals=s.control_refusals,
+        hosts=[
+            pb.HostStatus(
+                host_id=h.host_id,
+                rack=h.rack,
+                state=h.state,
+                chunks_verified=h.chunks_verified,
+                rx_bytes=h.rx_bytes,
+                tx_bytes=h.tx_bytes,
+                origin_bytes=h.origin_bytes,
+                rx_bytes_per_s=h.rx_bytes_per_s,
+                errors=list(h.errors),
+                health=h.health,
+                data_refusals=h.data_refusals,
+            )
+            for h in s.hosts
+        ],
+    )
+
+
+def assignment_to_pb(a: AssignmentPlan) -> pb.Assignment:
+    return pb.Assignment(
+        job_id=a.job_id,
+        topology_version=a.topology_version,
+        job_state=a.job_state,
+        cancelled=a.cancelled,
+        members=list(a.members),
+        stripes=[
+            pb.StripeAssignment(
+                stripe=s.stripe,
+                upstream=_peer(s.upstream),
+                downstreams=[_peer(d) for d in s.downstreams],
+                resume_block=s.resume_block,
+                origin_rate_bytes_per_s=s.origin_rate_bytes_per_s,
+            )
+            for s in a.stripes
+        ],
+    )
+
+
+def report_from_pb(request: pb.ReportProgressRequest) -> ProgressReport:
+    return ProgressReport(
+        topology_version=request.topology_version,
+        have=bytes(request.have),
+        rx=request.rx_bytes,
+        tx=request.tx_bytes,
+        origin=request.origin_bytes,
+        rx_bps=request.rx_bytes_per_s,
+        tx_bps=request.tx_bytes_per_s,
+        ready=request.ready,
+        data_address=request.data_address,
+        placed_manifest_digest=request.placed_manifest_digest,
+        health=request.health,
+        data_refusals=request.data_refusals,
+        errors=tuple(
+            f"{e.kind} chunk={e.chunk} from={e.from_host} {e.detail}".strip()
+            for e in request.errors
+        ),
     )
 
 
@@ -132,7 +192,7 @@ class JobServicer(pbg.JobServiceServicer):
         authorize(self.coord, context, "ListHosts")
         hosts = _call(context, self.coord.inventory)
         return pb.ListHostsResponse(
-            hosts=[pb.InventoryHost(**h) for h in hosts],
+            hosts=[pb.InventoryHost(**asdict(h)) for h in hosts],
             control_refusals=self.coord.control_refusals,
         )
 
@@ -140,20 +200,20 @@ class JobServicer(pbg.JobServiceServicer):
         self, request: pb.CreateJobRequest, context: grpc.ServicerContext
     ) -> pb.CreateJobResponse:
         authorize(self.coord, context, "CreateJob")
-        spec = {
-            "model": request.model,
-            "version": request.version,
-            "manifest_uri": request.manifest_uri,
-            "origin_uri": request.origin_uri,
-            "target_selector": request.target_selector,
-            "priority": request.priority or "normal",
-            "origin_cap_bytes_per_s": request.origin_cap_bytes_per_s,
-            "ready_threshold_ppm": request.ready_threshold_ppm,
-            "deadline_s": request.deadline_s,
-            "stripes": request.stripes,
-            "webhook_url": request.webhook_url,
-            "job_id": request.job_id,
-        }
+        spec = JobSpec(
+            model=request.model,
+            version=request.version,
+            manifest_uri=request.manifest_uri,
+            origin_uri=request.origin_uri,
+            target_selector=request.target_selector,
+            priority=request.priority or "normal",
+            origin_cap_bytes_per_s=request.origin_cap_bytes_per_s,
+            ready_threshold_ppm=request.ready_threshold_ppm,
+            deadline_s=request.deadline_s,
+            stripes=request.stripes,
+            webhook_url=request.webhook_url,
+            job_id=request.job_id,
+        )
         job = _call(context, lambda: self.coord.create_job(spec))
         return pb.CreateJobResponse(
             job_id=job.job_id,
@@ -192,11 +252,11 @@ class AgentServicer(pbg.AgentServiceServicer):
                 set(request.known_job_ids),
                 list(request.held_versions),
                 request.wait_ms / 1000.0,
-                request.health,
-                request.data_refusals,
+                health=request.health,
+                data_refusals=request.data_refusals,
             ),
         )
-        return pb.WatchJobsResponse(jobs=[pb.JobRef(**j) for j in jobs])
+        return pb.WatchJobsResponse(jobs=[pb.JobRef(**asdict(j)) for j in jobs])
 
     def Register(
         self, request: pb.RegisterRequest, context: grpc.ServicerContext
@@ -213,7 +273,7 @@ class AgentServicer(pbg.AgentServiceServicer):
                 request.data_address,
             ),
         )
-        return pb.RegisterResponse(**r)
+        return pb.RegisterResponse(**asdict(r))
 
     def GetAssignment(
         self, request: pb.GetAssignmentRequest, context: grpc.ServicerContext
@@ -228,52 +288,17 @@ class AgentServicer(pbg.AgentServiceServicer):
                 request.wait_ms / 1000.0,
             ),
         )
-        return pb.Assignment(
-            job_id=a["job_id"],
-            topology_version=a["topology_version"],
-            job_state=a["job_state"],
-            cancelled=a["cancelled"],
-            members=a.get("members", []),
-            stripes=[
-                pb.StripeAssignment(
-                    stripe=s["stripe"],
-                    upstream=_peer(s["upstream"]),
-                    downstreams=[_peer(d) for d in s["downstreams"]],
-                    resume_block=s["resume_block"],
-                    origin_rate_bytes_per_s=s["origin_rate_bytes_per_s"],
-                )
-                for s in a["stripes"]
-            ],
-        )
+        return assignment_to_pb(a)
 
     def ReportProgress(
         self, request: pb.ReportProgressRequest, context: grpc.ServicerContext
     ) -> pb.ReportProgressResponse:
         authorize(self.coord, context, "ReportProgress", request.host_id, request.rack)
-        report = {
-            "topology_version": request.topology_version,
-            "have": request.have,
-            "rx": request.rx_bytes,
-            "tx": request.tx_bytes,
-            "origin": request.origin_bytes,
-            "rx_bps": request.rx_bytes_per_s,
-            "tx_bps": request.tx_bytes_per_s,
-            "ready": request.ready,
-            "data_address": request.data_address,
-            "placed_manifest_digest": request.placed_manifest_digest,
-            "health": request.health,
-            "data_refusals": request.data_refusals,
-            "errors": [
-                f"{e.kind} chunk={e.chunk} from={e.from_host} {e.detail}".strip()
-                for e in request.errors
-            ],
-        }
+        report = report_from_pb(request)
         r = _call(
             context, lambda: self.coord.report_progress(request.job_id, request.host_id, report)
         )
-        return pb.ReportProgressResponse(
-            topology_version=r["topology_version"], actions=r["actions"]
-        )
+        return pb.ReportProgressResponse(topology_version=r.topology_version, actions=r.actions)
 
     def ReportSuspect(
         self, request: pb.ReportSuspectRequest, context: grpc.ServicerContext
@@ -290,7 +315,7 @@ class AgentServicer(pbg.AgentServiceServicer):
             ),
         )
         return pb.ReportSuspectResponse(
-            topology_version=r["topology_version"], new_upstream=_peer(r["new_upstream"])
+            topology_version=r.topology_version, new_upstream=_peer(r.new_upstream)
         )
 
     def FindPeers(
@@ -323,8 +348,8 @@ class CoordinatorServer:
     ) -> None:
         self.coordinator = Coordinator(config)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=256), options=GRPC_OPTIONS)
-        pbg.add_JobServiceServicer_to_server(JobServicer(self.coordinator), self.server)
-        pbg.add_AgentServiceServicer_to_server(AgentServicer(self.coordinator), self.server)
+        pbg.add_JobServiceServicer_to_server(JobServicer(self.coordinator), self.server)  # type: ignore[no-untyped-call]
+        pbg.add_AgentServiceServicer_to_server(AgentServicer(self.coordinator), self.server)  # type: ignore[no-untyped-call]
         self.addresses: list[str] = []
         # mutual TLS on every listener (unix sockets too): no certificate, no RPC
         creds = grpc_server_credentials(tls)

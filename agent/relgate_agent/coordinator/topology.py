@@ -20,7 +20,7 @@ from typing import Any
 ORIGIN = "ORIGIN"
 
 
-@dataclass
+@dataclass(frozen=True)
 class StripeChain:
     parent: dict[str, str | None] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
@@ -43,7 +43,7 @@ class StripeChain:
         return d
 
 
-@dataclass
+@dataclass(frozen=True)
 class Topology:
     version: int
     stripes: list[StripeChain]

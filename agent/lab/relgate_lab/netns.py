@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -27,14 +28,22 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from relgate_agent.client import CoordinatorClient
 from relgate_agent.errors import AgentError
+from relgate_agent.pki import TlsFiles, ensure_dev_pki
+from relgate_lab import lab_env
 
 SUBNET_PREFIX = "10.77"
 COORD_PORT = 7470
 AGENT_PORT = 7480
+AGENT_CLI = [sys.executable, "-m", "relgate_agent", "--json"]
+# agents run through the lab entry point: faults from agent_env are installed as hooks
+FAULTY_AGENT_CLI = [sys.executable, "-m", "relgate_lab.faulty_agent", "--json"]
+LAB_CLI = [sys.executable, "-m", "relgate_lab", "--json"]
 
 
 @dataclass
@@ -61,22 +70,21 @@ def netns_available() -> bool:
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
         return False
     try:
-        subprocess.run(["ip", "netns", "list"], check=True, capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "list"], check=True, capture_output=True, timeout=10)  # noqa: S607 - iproute2 with an argv list we built
     except (OSError, subprocess.SubprocessError):
         return False
     return True
 
 
 def _ip(*args: str) -> None:
-    res = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    res = subprocess.run(["ip", *args], check=False, capture_output=True, text=True, timeout=30)  # noqa: S603, S607 - iproute2 with an argv list we built
     if res.returncode != 0:
         raise AgentError(f"ip {' '.join(args)} failed: {res.stderr.strip()}")
 
 
 def _tc(ns: str, *args: str) -> None:
-    res = subprocess.run(
-        ["ip", "netns", "exec", ns, "tc", *args], capture_output=True, text=True, timeout=30
-    )
+    cmd = ["ip", "netns", "exec", ns, "tc", *args]
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=30)  # noqa: S603 - iproute2 with an argv list we built
     if res.returncode != 0:
         raise AgentError(f"tc {' '.join(args)} in {ns} failed: {res.stderr.strip()}")
 
@@ -115,16 +123,17 @@ def _spawn(
     cmd: list[str], log: Path, env: dict[str, str] | None = None
 ) -> tuple[int, dict[str, Any]]:
     fh = open(log, "a")  # noqa: SIM115 - inherited by the child
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: S603 - an argv list we built
         cmd,
         stdout=subprocess.PIPE,
         stderr=fh,
         text=True,
-        env={**os.environ, **(env or {})},
+        env=lab_env({**os.environ, **(env or {})}),
         start_new_session=True,
     )
     fh.close()
-    assert proc.stdout is not None
+    if proc.stdout is None:  # stdout=PIPE always gives one
+        raise AgentError(f"{cmd[0]}: no stdout pipe")
     line = proc.stdout.readline()
     proc.stdout.close()
     if not line:
@@ -133,16 +142,198 @@ def _spawn(
     return proc.pid, json.loads(line)
 
 
-def lab_up(spec: LabSpec) -> dict[str, Any]:
+def _veth_into(fabric: str, peer: str, ns: str, bridge: str) -> None:
+    """A veth pair: ``peer`` on ``bridge`` in the fabric, ``eth0`` in ``ns``."""
+    _ip("-n", fabric, "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", ns)
+    _ip("-n", fabric, "link", "set", peer, "master", bridge, "up")
+
+
+@dataclass
+class _Lab:
+    """A lab being brought up: its spec, state document and where things live."""
+
+    spec: LabSpec
+    state_dir: Path
+    state: dict[str, Any]
+    use_netns: bool
+    prefix: str
+
+    @property
+    def logs(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def sock(self) -> Path:
+        return self.state_dir / "coordinator.sock"
+
+    def save(self) -> None:
+        _save(self.state_dir, self.state)
+
+    def add_ns(self, ns: str) -> None:
+        _ip("netns", "add", ns)
+        self.state["namespaces"].append(ns)
+        self.save()
+        _ip("-n", ns, "link", "set", "lo", "up")
+
+    def wrap(self, ns: str) -> list[str]:
+        return ["ip", "netns", "exec", ns] if self.use_netns else []
+
+
+def _build_fabric(lab: _Lab) -> tuple[str, str]:
+    """Fabric namespace (rack bridges on a spine) and the coordinator's namespace."""
+    fabric, coord_ns = f"{lab.prefix}-fab", f"{lab.prefix}-co"
+    for ns in (fabric, coord_ns):
+        lab.add_ns(ns)
+    _ip("-n", fabric, "link", "add", "spine", "type", "bridge")
+    _ip("-n", fabric, "link", "set", "spine", "up")
+    for r in range(lab.spec.racks):
+        br = f"rack{r}"
+        _ip("-n", fabric, "link", "add", br, "type", "bridge")
+        _ip("-n", fabric, "link", "set", br, "up")
+        _ip("-n", fabric, "link", "add", f"up{r}", "type", "veth", "peer", "name", f"dn{r}")
+        _ip("-n", fabric, "link", "set", f"up{r}", "master", "spine", "up")
+        _ip("-n", fabric, "link", "set", f"dn{r}", "master", br, "up")
+    # the coordinator sits on the spine
+    _veth_into(fabric, "vco", coord_ns, "spine")
+    _ip("-n", coord_ns, "addr", "add", f"{SUBNET_PREFIX}.255.1/16", "dev", "eth0")
+    _ip("-n", coord_ns, "link", "set", "eth0", "up")
+    return fabric, coord_ns
+
+
+def _build_origin_ns(lab: _Lab, fabric: str) -> None:
+    org_ns = f"{lab.prefix}-org"
+    lab.add_ns(org_ns)
+    _veth_into(fabric, "vorg", org_ns, "spine")
+    _ip("-n", org_ns, "addr", "add", f"{SUBNET_PREFIX}.255.2/16", "dev", "eth0")
+    _ip("-n", org_ns, "link", "set", "eth0", "up")
+    _ip("-n", org_ns, "link", "set", "dev", "eth0", "gso_max_size", "60000")
+    if lab.spec.origin_nic_bytes_per_s:
+        _tbf(org_ns, "eth0", lab.spec.origin_nic_bytes_per_s)
+    lab.state["origin_ns"] = org_ns
+
+
+def _build_hosts(lab: _Lab, fabric: str) -> None:
+    for i, (h, rack) in enumerate(host_names(lab.spec)):
+        ns = f"{lab.prefix}-{h}"
+        lab.add_ns(ns)
+        peer = f"v{h}"
+        _veth_into(fabric, peer, ns, f"rack{rack[1:]}")
+        addr = f"{SUBNET_PREFIX}.{int(rack[1:])}.{10 + i}"
+        _ip("-n", ns, "addr", "add", f"{addr}/16", "dev", "eth0")
+        _ip("-n", ns, "link", "set", "eth0", "up")
+        for n, dev in ((ns, "eth0"), (fabric, peer)):
+            _ip("-n", n, "link", "set", "dev", dev, "gso_max_size", "60000")
+        # host NIC cap both ways: upload on the host side, download on the fabric side
+        _tbf(ns, "eth0", lab.spec.nic_bytes_per_s)
+        _tbf(fabric, peer, lab.spec.nic_bytes_per_s)
+        lab.state["hosts"][h] = {"rack": rack, "ns": ns, "address": addr}
+    lab.save()
+
+
+def _start_coordinator(lab: _Lab, coord_ns: str, pki: Path) -> None:
+    spec = lab.spec
+    listen = spec.coordinator_listen or (
+        f"{SUBNET_PREFIX}.255.1:{COORD_PORT}" if lab.use_netns else "127.0.0.1:0"
+    )
+    pid, info = _spawn(
+        [
+            *lab.wrap(coord_ns),
+            *AGENT_CLI,
+            "coordinator",
+            "serve",
+            "--listen",
+            listen,
+            "--listen",
+            f"unix:{lab.sock}",
+            "--db",
+            str(lab.state_dir / "coordinator.sqlite"),
+            "--trusted-keys",
+            *spec.trusted_keys,
+            "--dead-after",
+            str(spec.dead_after_s),
+            "--report-interval",
+            str(spec.report_interval_s),
+            "--pki",
+            str(pki),
+        ],
+        lab.logs / "coordinator.log",
+    )
+    lab.state["pids"]["coordinator"] = pid
+    lab.state["coordinator"] = info["listening"]
+    lab.state["coordinator_unix"] = f"unix:{lab.sock}"
+    lab.save()
+
+
+def _start_origin(lab: _Lab, origin_dir: Path) -> None:
+    org_host = f"{SUBNET_PREFIX}.255.2" if lab.use_netns else "127.0.0.1"
+    pid, oinfo = _spawn(
+        [
+            *lab.wrap(lab.state.get("origin_ns", "")),
+            *LAB_CLI,
+            "origin-serve",
+            "--dir",
+            str(Path(origin_dir).resolve()),
+            "--listen",
+            f"{org_host}:{8080 if lab.use_netns else 0}",
+        ],
+        lab.logs / "origin.log",
+    )
+    lab.state["pids"]["origin"] = pid
+    lab.state["origin_url"] = oinfo["origin"]
+    lab.save()
+
+
+def _start_agent(lab: _Lab, h: str, hinfo: dict[str, Any], pki: Path) -> None:
+    spec = lab.spec
+    root = lab.state_dir / "hosts" / h / "models"
+    root.mkdir(parents=True, exist_ok=True)
+    pid, ainfo = _spawn(
+        [
+            *lab.wrap(hinfo["ns"]),
+            *FAULTY_AGENT_CLI,
+            "agent",
+            "serve",
+            "--host-id",
+            h,
+            "--rack",
+            hinfo["rack"],
+            "--labels",
+            spec.labels,
+            "--coordinator",
+            lab.state["coordinator"],
+            "--models-root",
+            str(root),
+            "--trusted-keys",
+            *spec.trusted_keys,
+            "--listen",
+            f"{hinfo['address']}:{AGENT_PORT if lab.use_netns else 0}",
+            "--journal-interval",
+            str(spec.journal_interval_s),
+            "--report-interval",
+            str(spec.report_interval_s),
+            "--pki",
+            str(pki),
+        ],
+        lab.logs / f"{h}.log",
+        {**spec.extra_hosts_env, **spec.agent_env.get(h, {})},
+    )
+    lab.state["pids"][h] = pid
+    hinfo["models_root"] = str(root)
+    hinfo["data_address"] = ainfo["dataAddress"]
+    lab.save()
+
+
+def _new_lab(spec: LabSpec) -> _Lab:
     state_dir = spec.state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     if (state_dir / "lab.json").exists():
-        raise AgentError(f"a lab is already up in {state_dir}; run `relgate-agent lab down` first")
+        raise AgentError(
+            f"a lab is already up in {state_dir}; run `python -m relgate_lab down` first"
+        )
     if not spec.trusted_keys:
         raise AgentError("lab up needs --trusted-keys")
     use_netns = netns_available() and not spec.force_loopback
     lab_id = secrets.token_hex(2)
-    prefix = f"rgl{lab_id}"
     state: dict[str, Any] = {
         "id": lab_id,
         "mode": "netns" if use_netns else "loopback",
@@ -152,224 +343,51 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
         "state_dir": str(state_dir),
         "nic_bytes_per_s": spec.nic_bytes_per_s if use_netns else 0,
     }
-    _save(state_dir, state)
-    logs = state_dir / "logs"
-    logs.mkdir(exist_ok=True)
-    sock = state_dir / "coordinator.sock"
+    lab = _Lab(spec, state_dir, state, use_netns, f"rgl{lab_id}")
+    lab.save()
+    lab.logs.mkdir(exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
-        sock.unlink()
+        lab.sock.unlink()
+    return lab
+
+
+def lab_up(spec: LabSpec) -> dict[str, Any]:
+    """Bring a lab up (namespaces when root, else loopback); its state document."""
+    lab = _new_lab(spec)
     try:
-        hosts = host_names(spec)
         coord_ns = ""
-        if use_netns:
-            fabric = f"{prefix}-fab"
-            coord_ns = f"{prefix}-co"
-            for ns in (fabric, coord_ns):
-                _ip("netns", "add", ns)
-                state["namespaces"].append(ns)
-                _save(state_dir, state)
-                _ip("-n", ns, "link", "set", "lo", "up")
-            _ip("-n", fabric, "link", "add", "spine", "type", "bridge")
-            _ip("-n", fabric, "link", "set", "spine", "up")
-            for r in range(spec.racks):
-                br = f"rack{r}"
-                _ip("-n", fabric, "link", "add", br, "type", "bridge")
-                _ip("-n", fabric, "link", "set", br, "up")
-                _ip("-n", fabric, "link", "add", f"up{r}", "type", "veth", "peer", "name", f"dn{r}")
-                _ip("-n", fabric, "link", "set", f"up{r}", "master", "spine", "up")
-                _ip("-n", fabric, "link", "set", f"dn{r}", "master", br, "up")
-            # the coordinator sits on the spine
-            _ip(
-                "-n",
-                fabric,
-                "link",
-                "add",
-                "vco",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                coord_ns,
-            )
-            _ip("-n", fabric, "link", "set", "vco", "master", "spine", "up")
-            _ip("-n", coord_ns, "addr", "add", f"{SUBNET_PREFIX}.255.1/16", "dev", "eth0")
-            _ip("-n", coord_ns, "link", "set", "eth0", "up")
+        if lab.use_netns:
+            fabric, coord_ns = _build_fabric(lab)
             if spec.origin_dir is not None:
-                org_ns = f"{prefix}-org"
-                _ip("netns", "add", org_ns)
-                state["namespaces"].append(org_ns)
-                _save(state_dir, state)
-                _ip("-n", org_ns, "link", "set", "lo", "up")
-                _ip(
-                    "-n",
-                    fabric,
-                    "link",
-                    "add",
-                    "vorg",
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    "eth0",
-                    "netns",
-                    org_ns,
-                )
-                _ip("-n", fabric, "link", "set", "vorg", "master", "spine", "up")
-                _ip("-n", org_ns, "addr", "add", f"{SUBNET_PREFIX}.255.2/16", "dev", "eth0")
-                _ip("-n", org_ns, "link", "set", "eth0", "up")
-                _ip("-n", org_ns, "link", "set", "dev", "eth0", "gso_max_size", "60000")
-                if spec.origin_nic_bytes_per_s:
-                    _tbf(org_ns, "eth0", spec.origin_nic_bytes_per_s)
-                state["origin_ns"] = org_ns
-            for i, (h, rack) in enumerate(hosts):
-                ns = f"{prefix}-{h}"
-                _ip("netns", "add", ns)
-                state["namespaces"].append(ns)
-                _save(state_dir, state)
-                _ip("-n", ns, "link", "set", "lo", "up")
-                peer = f"v{h}"
-                _ip(
-                    "-n",
-                    fabric,
-                    "link",
-                    "add",
-                    peer,
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    "eth0",
-                    "netns",
-                    ns,
-                )
-                _ip("-n", fabric, "link", "set", peer, "master", f"rack{rack[1:]}", "up")
-                addr = f"{SUBNET_PREFIX}.{int(rack[1:])}.{10 + i}"
-                _ip("-n", ns, "addr", "add", f"{addr}/16", "dev", "eth0")
-                _ip("-n", ns, "link", "set", "eth0", "up")
-                for n, dev in ((ns, "eth0"), (fabric, peer)):
-                    _ip("-n", n, "link", "set", "dev", dev, "gso_max_size", "60000")
-                # host NIC cap both ways: upload on the host side, download on the fabric side
-                _tbf(ns, "eth0", spec.nic_bytes_per_s)
-                _tbf(fabric, peer, spec.nic_bytes_per_s)
-                state["hosts"][h] = {"rack": rack, "ns": ns, "address": addr}
-            _save(state_dir, state)
+                _build_origin_ns(lab, fabric)
+            _build_hosts(lab, fabric)
         else:
-            for h, rack in hosts:
-                state["hosts"][h] = {"rack": rack, "ns": "", "address": "127.0.0.1"}
-
-        from relgate_agent.pki import ensure_dev_pki
-
+            for h, rack in host_names(spec):
+                lab.state["hosts"][h] = {"rack": rack, "ns": "", "address": "127.0.0.1"}
         # a dev fleet CA + coordinator/operator/host certificates: no set-up, mutual TLS anyway
-        pki = ensure_dev_pki(state_dir, {h: i["rack"] for h, i in state["hosts"].items()})
-        state["pki"] = str(pki)
-        py = [sys.executable, "-m", "relgate_agent", "--json"]
-        wrap = (lambda ns: ["ip", "netns", "exec", ns]) if use_netns else (lambda ns: [])
-        listen = spec.coordinator_listen or (
-            f"{SUBNET_PREFIX}.255.1:{COORD_PORT}" if use_netns else "127.0.0.1:0"
-        )
-        pid, info = _spawn(
-            [
-                *wrap(coord_ns),
-                *py,
-                "coordinator",
-                "serve",
-                "--listen",
-                listen,
-                "--listen",
-                f"unix:{sock}",
-                "--db",
-                str(state_dir / "coordinator.sqlite"),
-                "--trusted-keys",
-                *spec.trusted_keys,
-                "--dead-after",
-                str(spec.dead_after_s),
-                "--report-interval",
-                str(spec.report_interval_s),
-                "--pki",
-                str(pki),
-            ],
-            logs / "coordinator.log",
-        )
-        state["pids"]["coordinator"] = pid
-        state["coordinator"] = info["listening"]
-        state["coordinator_unix"] = f"unix:{sock}"
-        _save(state_dir, state)
+        pki = ensure_dev_pki(lab.state_dir, {h: i["rack"] for h, i in lab.state["hosts"].items()})
+        lab.state["pki"] = str(pki)
+        _start_coordinator(lab, coord_ns, pki)
         enroll_hosts(
-            f"unix:{sock}",
+            f"unix:{lab.sock}",
             pki,
-            {h: (i["rack"], spec.labels) for h, i in state["hosts"].items()},
+            {h: (i["rack"], spec.labels) for h, i in lab.state["hosts"].items()},
         )
         if spec.origin_dir is not None:
-            org_host = f"{SUBNET_PREFIX}.255.2" if use_netns else "127.0.0.1"
-            pid, oinfo = _spawn(
-                [
-                    *wrap(state.get("origin_ns", "")),
-                    *py,
-                    "lab",
-                    "origin-serve",
-                    "--dir",
-                    str(Path(spec.origin_dir).resolve()),
-                    "--listen",
-                    f"{org_host}:{8080 if use_netns else 0}",
-                ],
-                logs / "origin.log",
-            )
-            state["pids"]["origin"] = pid
-            state["origin_url"] = oinfo["origin"]
-            _save(state_dir, state)
-        for h, hinfo in state["hosts"].items():
-            if not spec.start_agents:
-                hinfo["models_root"] = str(state_dir / "hosts" / h / "models")
-                continue
-            root = state_dir / "hosts" / h / "models"
-            root.mkdir(parents=True, exist_ok=True)
-            pid, ainfo = _spawn(
-                [
-                    *wrap(hinfo["ns"]),
-                    *py,
-                    "agent",
-                    "serve",
-                    "--host-id",
-                    h,
-                    "--rack",
-                    hinfo["rack"],
-                    "--labels",
-                    spec.labels,
-                    "--coordinator",
-                    state["coordinator"],
-                    "--models-root",
-                    str(root),
-                    "--trusted-keys",
-                    *spec.trusted_keys,
-                    "--listen",
-                    f"{hinfo['address']}:{AGENT_PORT if use_netns else 0}",
-                    "--journal-interval",
-                    str(spec.journal_interval_s),
-                    "--report-interval",
-                    str(spec.report_interval_s),
-                    "--pki",
-                    str(pki),
-                ],
-                logs / f"{h}.log",
-                {**spec.extra_hosts_env, **spec.agent_env.get(h, {})},
-            )
-            state["pids"][h] = pid
-            hinfo["models_root"] = str(root)
-            hinfo["data_address"] = ainfo["data_address"]
-            _save(state_dir, state)
+            _start_origin(lab, spec.origin_dir)
+        for h, hinfo in lab.state["hosts"].items():
+            if spec.start_agents:
+                _start_agent(lab, h, hinfo, pki)
+            else:
+                hinfo["models_root"] = str(lab.state_dir / "hosts" / h / "models")
     except BaseException:
-        lab_down(state_dir)
+        lab_down(lab.state_dir)
         raise
-    return state
+    return lab.state
 
 
 def enroll_hosts(coordinator: str, pki: Path, hosts: dict[str, tuple[str, str]]) -> None:
     """Enroll hosts (host id -> (rack, "k=v,..." labels)) with the operator certificate."""
-    from relgate_agent.client import CoordinatorClient
-    from relgate_agent.pki import TlsFiles
-
     c = CoordinatorClient(coordinator, TlsFiles.from_pki(pki, "operator"))
     try:
         for h, (rack, labels) in hosts.items():
@@ -427,9 +445,8 @@ def lab_down(state_dir: Path) -> dict[str, Any]:
         stopped.append(name)
     deleted = []
     for ns in reversed(state.get("namespaces", [])):
-        res = subprocess.run(
-            ["ip", "netns", "delete", ns], capture_output=True, text=True, timeout=30
-        )
+        cmd = ["ip", "netns", "delete", ns]
+        res = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=30)  # noqa: S603 - iproute2 with an argv list we built
         if res.returncode == 0:
             deleted.append(ns)
     with contextlib.suppress(FileNotFoundError):
@@ -444,9 +461,6 @@ def serve_origin(directory: Path, host: str, port: int) -> None:
     Serves files under ``directory`` with ``Range: bytes=a-b`` support using sendfile. The
     origin's bandwidth cap is the tbf on its namespace NIC, like a real storage front end.
     """
-    import re as _re
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     root = Path(directory).resolve()
 
     class Handler(BaseHTTPRequestHandler):
@@ -463,7 +477,7 @@ def serve_origin(directory: Path, host: str, port: int) -> None:
                 return
             size = target.stat().st_size
             start, end = 0, size - 1
-            m = _re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
             if m:
                 start = int(m.group(1))
                 end = min(int(m.group(2)) if m.group(2) else size - 1, size - 1)

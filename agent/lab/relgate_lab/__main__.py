@@ -1,0 +1,5 @@
+import sys
+
+from relgate_lab.commands import main
+
+sys.exit(main())

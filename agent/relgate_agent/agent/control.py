@@ -1,0 +1,250 @@
+"""Control: one job's conversation with the coordinator, and its journal.
+
+Register (have-bitmap, free disk, data address), the assignment long-poll (the chains keep
+streaming on the last assignment while the coordinator is away), progress reports every
+``report_interval_s`` (errors stay buffered until one is delivered), suspect reports, and
+the journal of verified chunks, fsynced after the staged data every ``journal_interval_s``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import shutil
+import time
+
+import grpc
+
+from relgate_agent.agent.job import ORIGIN, JobState
+from relgate_agent.errors import StorageError
+from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.retry import Backoff, retry_call
+from relgate_agent.storage import JournalState, VersionStore
+
+log = logging.getLogger(__name__)
+
+REGISTER_RETRY = Backoff(1.0, multiplier=1.0)  # until registered, or the job is not ours
+POLL_RETRY = Backoff(0.2, 2.0)  # coordinator unreachable: back off to 2 s
+FINAL_REPORT_RETRY = Backoff(0.5, multiplier=1.0)
+FINAL_REPORT_ATTEMPTS = 20  # ~10 s of retries after giving up
+
+
+def _not_found(exc: BaseException) -> bool:
+    return isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.NOT_FOUND
+
+
+class ControlPlane:
+    def __init__(self, job: JobState) -> None:
+        self.job = job
+        self._rate_mark = (time.monotonic(), 0, 0)
+        self.rx_bps = 0
+        self.tx_bps = 0
+
+    # ------------------------------------------------------------------ register
+    def _journal_bits(self) -> bytes:
+        """Verified-chunk bitmap as journaled (before we know the manifest geometry)."""
+        job = self.job
+        path = job.cfg.models_root / ".staging" / job.model / job.version / "journal"
+        try:
+            doc = json.loads(path.read_bytes())
+            return base64.b64decode(doc.get("verified", ""))
+        except (OSError, ValueError):
+            return b""
+
+    def register(self) -> pb.RegisterResponse:
+        job = self.job
+        tracker = job.files.tracker if job.files is not None else None
+        if VersionStore.is_placed(job.cfg.models_root, job.model, job.version):
+            have = b"\xff" * 4096 if tracker is None else tracker.bitmap()
+        else:
+            have = tracker.bitmap() if tracker is not None else self._journal_bits()
+        free = 0
+        with contextlib.suppress(OSError):
+            job.cfg.models_root.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(job.cfg.models_root).free
+        resp: pb.RegisterResponse = job.host.stub.Register(
+            pb.RegisterRequest(
+                job_id=job.job_id,
+                host_id=job.cfg.host_id,
+                rack=job.cfg.rack,
+                have=have,
+                free_disk_bytes=free,
+                data_address=job.host.data_address,
+            ),
+            timeout=30,
+        )
+        return resp
+
+    def register_until_ok(self) -> pb.RegisterResponse | None:
+        """Register, retried each second; None if the job is not ours any more or we stop."""
+        if self.job.stop_event.is_set():
+            return None
+        try:
+            return retry_call(
+                self.register,
+                retry_on=grpc.RpcError,
+                backoff=REGISTER_RETRY,
+                stop_event=self.job.stop_event,
+                give_up=_not_found,
+            )
+        except grpc.RpcError as exc:
+            if _not_found(exc):
+                log.info("job %s not for us any more: %s", self.job.job_id, exc.details())
+            return None
+
+    # ------------------------------------------------------------------ assignment
+    def _reregister_if_unknown(self, exc: BaseException, _failures: int) -> None:
+        if _not_found(exc):
+            with contextlib.suppress(grpc.RpcError):
+                self.register()
+
+    def _get_assignment(self) -> pb.Assignment:
+        job = self.job
+        a: pb.Assignment = job.host.stub.GetAssignment(
+            pb.GetAssignmentRequest(
+                job_id=job.job_id,
+                host_id=job.cfg.host_id,
+                known_topology_version=job.assignments.topology_version,
+                wait_ms=int(job.cfg.long_poll_s * 1000),
+            ),
+            timeout=job.cfg.long_poll_s + 10,
+        )
+        return a
+
+    def assignment_loop(self) -> None:
+        job = self.job
+        while not job.stop_event.is_set():
+            try:
+                # coordinator down: chains keep streaming on the last assignment
+                a = retry_call(
+                    self._get_assignment,
+                    retry_on=grpc.RpcError,
+                    backoff=POLL_RETRY,
+                    stop_event=job.stop_event,
+                    on_retry=self._reregister_if_unknown,
+                )
+            except grpc.RpcError:
+                return  # stopping
+            if a.cancelled:
+                job.cancelled = a.job_state == "CANCELLED"
+                job.stop()
+                return
+            job.assignments.apply(a)
+
+    def suspect(self, stripe: int, suspect: str, reason: str) -> None:
+        if suspect in (ORIGIN, ""):
+            return
+        job = self.job
+        with contextlib.suppress(grpc.RpcError):
+            resp = job.host.stub.ReportSuspect(
+                pb.ReportSuspectRequest(
+                    job_id=job.job_id,
+                    reporter=job.cfg.host_id,
+                    suspect_host=suspect,
+                    reason=reason,
+                    stripe=stripe,
+                ),
+                timeout=5,
+            )
+            if resp.topology_version > job.assignments.topology_version:
+                job.assignments.notify()
+
+    # ------------------------------------------------------------------ progress
+    def _progress_request(self) -> pb.ReportProgressRequest:
+        """The report as of now (caller holds the job lock)."""
+        job, c, files = self.job, self.job.counters, self.job.files
+        now = time.monotonic()
+        t0, rx0, tx0 = self._rate_mark
+        if now - t0 >= 1.0:
+            self.rx_bps = int((c.rx_bytes + c.origin_bytes - rx0) / (now - t0))
+            self.tx_bps = int((c.tx_bytes - tx0) / (now - t0))
+            self._rate_mark = (now, c.rx_bytes + c.origin_bytes, c.tx_bytes)
+        return pb.ReportProgressRequest(
+            job_id=job.job_id,
+            host_id=job.cfg.host_id,
+            topology_version=job.assignments.topology_version,
+            have=files.tracker.bitmap() if files else b"",
+            rx_bytes=c.rx_bytes,
+            tx_bytes=c.tx_bytes,
+            origin_bytes=c.origin_bytes,
+            rx_bytes_per_s=self.rx_bps,
+            tx_bytes_per_s=self.tx_bps,
+            errors=list(job.errors),
+            ready=job.ready,
+            data_address=job.host.data_address,
+            rack=job.cfg.rack,
+            # READY must name the manifest the placed tree was verified against
+            placed_manifest_digest=files.manifest.digest if job.ready and files else "",
+            health=job.host.health(),
+            data_refusals=job.host.data_refusals(),
+        )
+
+    def report_once(self) -> list[str]:
+        job = self.job
+        with job.lock:
+            req = self._progress_request()
+        resp = job.host.stub.ReportProgress(req, timeout=10)
+        for _ in req.errors:  # delivered; anything appended meanwhile stays buffered
+            with contextlib.suppress(IndexError):
+                job.errors.popleft()
+        return list(resp.actions)
+
+    def report_loop(self) -> None:
+        job = self.job
+        while not job.stop_event.wait(job.cfg.report_interval_s):
+            try:
+                actions = self.report_once()
+            except grpc.RpcError:
+                continue  # buffered; retried next interval
+            if "REREGISTER" in actions:
+                with contextlib.suppress(grpc.RpcError):
+                    self.register()
+            if "CANCEL" in actions:
+                job.cancelled = True
+                job.stop()
+            elif "STOP" in actions:
+                job.stop()
+
+    def report_final(self) -> None:
+        """Deliver the buffered errors after giving up (bounded: ~10 s of retries)."""
+        with contextlib.suppress(grpc.RpcError):
+            retry_call(
+                self.report_once,
+                retry_on=grpc.RpcError,
+                backoff=FINAL_REPORT_RETRY,
+                attempts=FINAL_REPORT_ATTEMPTS,
+            )
+
+    # ------------------------------------------------------------------ journal
+    def journal_loop(self) -> None:
+        job = self.job
+        while not job.stop_event.wait(job.cfg.journal_interval_s):
+            if job.ready:
+                return
+            self.flush_journal()
+
+    def flush_journal(self) -> None:
+        job, files = self.job, self.job.files
+        if files is None or files.store.placed or not job.journal_dirty.is_set():
+            return
+        job.journal_dirty.clear()
+        with files.tracker.cond:
+            verified = {i for i, v in enumerate(files.tracker.verified) if v}
+        offsets = [job.first_missing(s) for s in range(files.stripes)]
+        try:
+            with files.store.lock:  # placement removes the staging dir under the same lock
+                if files.store.placed:
+                    return
+                files.store.fsync()  # data first: a journaled chunk must survive a crash
+                files.store.journal.save(
+                    JournalState(files.manifest.digest, verified, offsets),
+                    files.manifest.num_chunks,
+                )
+        except (OSError, StorageError) as exc:
+            job.journal_dirty.set()
+            log.warning("journal flush failed: %s", exc)
+
+
+__all__ = ["ControlPlane"]

@@ -1,0 +1,375 @@
+"""Job: the state one distribution job keeps on one host, shared by its workers.
+
+:class:`JobState` is what the stripe workers (:mod:`.stripes`), chunk repair
+(:mod:`.repair`), the control-plane loops (:mod:`.control`) and the runner
+(:mod:`.runner`) share: the job's identity and stop event, the verified files once the
+manifest is known (:class:`JobFiles`), the current assignment (:class:`Assignments`), the
+buffered errors for the next report, the byte and error counters (:class:`JobCounters`),
+and the failure accounting that decides when this host gives up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from relgate_agent import hooks
+from relgate_agent.contracts import ORIGIN
+from relgate_agent.errors import KIND_CHUNK_FAILED
+from relgate_agent.manifest import CheckpointManifest, TrustedKeys
+from relgate_agent.origin import TokenBucket, object_uri
+from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.storage import VersionStore, bitmap_from_bits
+from relgate_agent.transport import DEFAULT_CREDITS
+
+log = logging.getLogger(__name__)
+
+BAD_PEERS_FAIL = 2  # independent peers failing a chunk N times: the checkpoint is bad
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    host_id: str
+    rack: str
+    coordinator: str
+    models_root: Path
+    trusted_keys: TrustedKeys
+    labels: dict[str, str] = field(default_factory=dict)
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 0
+    advertise_host: str = ""
+    journal_interval_s: float = 2.0
+    report_interval_s: float = 1.0
+    long_poll_s: float = 10.0
+    credits: int = DEFAULT_CREDITS
+    stall_s: float = 5.0
+    retain_versions: int = 2  # current + N-1
+    max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
+    # a chunk that fails verification this many times from the origin (or from each of two
+    # or more peers) fails the job, naming the chunk, file and origin object; a peer that
+    # fails it this many times is bypassed (FetchChunk from another holder)
+    max_chunk_failures: int = 3
+    # placement re-verifies the staged tree; after this many mismatching rounds (each one
+    # re-fetching the bad chunks) the host gives up on the job, never placing
+    placement_attempts: int = 3
+    repair_attempts: int = 60  # FetchChunk rounds (0.25 s apart) before the stripe re-pulls
+
+
+class HostServices(Protocol):
+    """What a job needs from the host agent running it (:class:`.host.HostAgent`)."""
+
+    @property
+    def config(self) -> AgentConfig: ...
+
+    @property
+    def stub(self) -> Any: ...  # FailoverStub over AgentServiceStub (dynamic gRPC methods)
+
+    @property
+    def data_client(self) -> Any: ...  # ssl.SSLContext for dialing peers
+
+    @property
+    def data_address(self) -> str: ...
+
+    def rx_limit(self, n: int) -> None: ...
+
+    def health(self) -> str: ...
+
+    def data_refusals(self) -> int: ...
+
+
+class ChunkTracker:
+    """Which blocks are on disk (servable) and which chunks verified; wakes waiting servers."""
+
+    def __init__(self, manifest: CheckpointManifest) -> None:
+        self.m = manifest
+        self.verified = bytearray(manifest.num_chunks)
+        self.available = bytearray(manifest.num_blocks)
+        self.cond = threading.Condition()
+        self.n_verified = 0
+
+    def mark_available(self, block: int) -> None:
+        with self.cond:
+            self.available[block] = 1
+            self.cond.notify_all()
+
+    def mark_verified(self, chunk: int) -> None:
+        with self.cond:
+            if not self.verified[chunk]:
+                self.verified[chunk] = 1
+                self.n_verified += 1
+            for b in self.m.chunk_blocks(chunk):
+                self.available[b] = 1
+            self.cond.notify_all()
+
+    def unmark_chunk(self, chunk: int) -> None:
+        with self.cond:
+            if self.verified[chunk]:
+                self.verified[chunk] = 0
+                self.n_verified -= 1
+            for b in self.m.chunk_blocks(chunk):
+                self.available[b] = 0
+            self.cond.notify_all()
+
+    def wait_block(self, block: int, timeout: float) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: self.available[block] == 1, timeout)
+
+    def chunk_complete_on_disk(self, chunk: int) -> bool:
+        return all(self.available[b] for b in self.m.chunk_blocks(chunk))
+
+    def all_verified(self) -> bool:
+        return self.n_verified == self.m.num_chunks
+
+    def notify(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+    def bitmap(self) -> bytes:
+        with self.cond:
+            return bitmap_from_bits(self.verified)
+
+
+@dataclass
+class JobFiles:
+    """The verified manifest and where its bytes live on this host (set once registered)."""
+
+    manifest: CheckpointManifest
+    envelope: bytes  # the signed manifest, kept beside the placed marker
+    store: VersionStore
+    tracker: ChunkTracker
+    origin_uri: str
+    stripe_blocks: list[list[int]]
+
+    @property
+    def stripes(self) -> int:
+        return len(self.stripe_blocks)
+
+
+@dataclass
+class JobCounters:
+    """Byte and event counters of this process (guarded by :attr:`JobState.lock`)."""
+
+    rx_bytes: int = 0
+    tx_bytes: int = 0
+    origin_bytes: int = 0
+    crc_errors: int = 0
+    hash_mismatches: int = 0
+    refetched_chunks: int = 0
+    resumed_chunks: int = 0
+    staged_mismatches: int = 0
+    swarm_chunks: int = 0  # chunks pulled peer-to-peer while a chain was broken
+    placement_rounds: int = 0
+
+
+@dataclass(frozen=True)
+class JobStats:
+    """What ``<models-root>/.agent-stats/<job>.<pid>.json`` records (snake_case, as stored)."""
+
+    job_id: str
+    host_id: str
+    pid: int
+    ready: bool
+    rx_bytes: int
+    tx_bytes: int
+    origin_bytes: int
+    crc_errors: int
+    hash_mismatches: int
+    refetched_chunks: int
+    resumed_chunks: int
+    swarm_chunks: int
+    staged_mismatches: int
+    placement_rounds: int
+    failed: str
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class Assignments:
+    """The latest stripe assignment from the coordinator; never rewired backwards."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.topology_version = 0
+        self.by_stripe: dict[int, pb.StripeAssignment] = {}
+        self.members: set[str] = set()  # hosts of the current topology (may FetchChunk from us)
+        self.buckets: dict[int, TokenBucket] = {}  # origin rate per stripe root
+
+    def apply(self, a: pb.Assignment) -> None:
+        with self.cond:
+            if a.topology_version <= self.topology_version:
+                return  # stale (e.g. from a deposed coordinator): never rewire backwards
+            self.topology_version = a.topology_version
+            self.by_stripe = {s.stripe: s for s in a.stripes}
+            self.members = set(a.members)
+            for s in a.stripes:
+                if s.upstream.host_id == ORIGIN and s.origin_rate_bytes_per_s:
+                    self.buckets.setdefault(
+                        s.stripe, TokenBucket(s.origin_rate_bytes_per_s)
+                    ).set_rate(s.origin_rate_bytes_per_s)
+            self.cond.notify_all()
+
+    def wait(self, stripe: int, stop: threading.Event) -> pb.StripeAssignment | None:
+        with self.cond:
+            self.cond.wait_for(lambda: stripe in self.by_stripe or stop.is_set(), 1.0)
+            return self.by_stripe.get(stripe)
+
+    def changed(self, stripe: int, a: pb.StripeAssignment) -> bool:
+        cur = self.by_stripe.get(stripe)
+        return (
+            cur is None
+            or cur.upstream.host_id != a.upstream.host_id
+            or cur.upstream.address != a.upstream.address
+        )
+
+    def bucket(self, stripe: int) -> TokenBucket:
+        return self.buckets.get(stripe) or TokenBucket(0)
+
+    def notify(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+
+class JobState:
+    """One job on this host: identity, stop event, files, assignment, errors, counters."""
+
+    def __init__(self, host: HostServices, job_id: str, model: str, version: str) -> None:
+        self.host = host
+        self.cfg = host.config
+        self.job_id = job_id
+        self.model = model
+        self.version = version
+        self.stop_event = threading.Event()
+        self.files: JobFiles | None = None
+        self.assignments = Assignments()
+        self.errors: deque[pb.ReportError] = deque(maxlen=200)
+        self.journal_dirty = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.hooks = hooks.current().job(job_id)
+        self.lock = threading.Lock()  # counters, repairing, chunk_failures
+        self.counters = JobCounters()
+        self.repairing: set[int] = set()  # chunks being re-fetched by FetchChunk
+        self.chunk_failures: dict[int, dict[str, int]] = {}
+        self.ready = False
+        self.cancelled = False
+        self.failed = ""  # why this host gave up (CHUNK_FAILED / HOST_FAILED detail)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.assignments.notify()
+        if self.files is not None:
+            self.files.tracker.notify()
+
+    def spawn(self, fn: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=fn, name=f"{self.job_id}-{name}", daemon=True)
+        self.threads.append(t)
+        t.start()
+
+    def error(self, kind: str, chunk: int = -1, from_host: str = "", detail: str = "") -> None:
+        log.warning(
+            "%s job %s: %s chunk=%d from=%s %s",
+            self.cfg.host_id,
+            self.job_id,
+            kind,
+            chunk,
+            from_host,
+            detail,
+        )
+        self.errors.append(
+            pb.ReportError(kind=kind, chunk=chunk, from_host=from_host, detail=detail[:600])
+        )
+
+    def give_up(self, kind: str, chunk: int, detail: str, from_host: str = "") -> None:
+        """Stop this job on this host (staging and journal kept) and tell the coordinator why."""
+        if self.failed:
+            return
+        self.failed = detail
+        self.error(kind, chunk, from_host, detail)
+        log.error("%s job %s: %s: %s", self.cfg.host_id, self.job_id, kind, detail)
+        self.stop()
+
+    def chunk_failure(self, chunk: int, source: str, kind: str) -> bool:
+        """Count a failed verification of ``chunk`` from ``source``; True if the job is over."""
+        files = self.files
+        if files is None or not 0 <= chunk < files.manifest.num_chunks:
+            return False
+        with self.lock:
+            per = self.chunk_failures.setdefault(chunk, {})
+            per[source] = per.get(source, 0) + 1
+            from_source, total = per[source], sum(per.values())
+            sources = sorted(per)
+        limit = max(1, self.cfg.max_chunk_failures)
+        # the checkpoint itself is bad if the origin failed N times, or at least two
+        # independent peers did (one bad peer alone only costs this host a detour)
+        bad_peers = sum(1 for src, n in per.items() if src != ORIGIN and n >= limit)
+        if not ((source == ORIGIN and from_source >= limit) or bad_peers >= BAD_PEERS_FAIL):
+            return False
+        m = files.manifest
+        c = m.chunks[chunk]
+        paths = [f for f, *_ in m.segments(c.offset, c.size)]
+        objects = [object_uri(files.origin_uri, f.path, f.object_version) for f in paths]
+        self.give_up(
+            KIND_CHUNK_FAILED,
+            chunk,
+            f"chunk {chunk} failed verification {total} times ({kind}, from "
+            f"{', '.join(sources)}); file {', '.join(f.path for f in paths)}; origin object "
+            f"{', '.join(objects)}; expected {c.digest}",
+            from_host=",".join(sources),
+        )
+        return True
+
+    def failures_from(self, chunk: int, source: str) -> int:
+        with self.lock:
+            return self.chunk_failures.get(chunk, {}).get(source, 0)
+
+    def first_missing(self, stripe: int) -> int:
+        """Position in ``stripe`` of its first block not on disk (and not being repaired)."""
+        files = self.files
+        if files is None:
+            return 0
+        blocks = files.stripe_blocks[stripe]
+        avail = files.tracker.available
+        bpc = files.manifest.blocks_per_chunk
+        for pos, b in enumerate(blocks):
+            if not avail[b] and b // bpc not in self.repairing:
+                return pos
+        return len(blocks)
+
+    def stats(self, pid: int) -> JobStats:
+        with self.lock:
+            c = self.counters
+            return JobStats(
+                job_id=self.job_id,
+                host_id=self.cfg.host_id,
+                pid=pid,
+                ready=self.ready,
+                rx_bytes=c.rx_bytes,
+                tx_bytes=c.tx_bytes,
+                origin_bytes=c.origin_bytes,
+                crc_errors=c.crc_errors,
+                hash_mismatches=c.hash_mismatches,
+                refetched_chunks=c.refetched_chunks,
+                resumed_chunks=c.resumed_chunks,
+                swarm_chunks=c.swarm_chunks,
+                staged_mismatches=c.staged_mismatches,
+                placement_rounds=c.placement_rounds,
+                failed=self.failed,
+            )
+
+
+__all__ = [
+    "ORIGIN",
+    "AgentConfig",
+    "Assignments",
+    "ChunkTracker",
+    "HostServices",
+    "JobCounters",
+    "JobFiles",
+    "JobState",
+    "JobStats",
+]

@@ -1,0 +1,212 @@
+"""Stripes: one worker per stripe pulls its blocks down the chain and verifies them.
+
+Per stripe a worker pulls blocks from its assigned upstream (a peer's StreamStripe, or the
+origin for stripe roots), checks each block's CRC32C against the signed manifest *before*
+making it available to its own downstreams (cut-through forwarding happens by downstreams
+pulling from this host's data-plane server as soon as a block is available), writes it
+with pwrite at its manifest offset, and hashes each completed chunk (read back from disk)
+against the manifest before counting it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from relgate_agent.agent.control import ControlPlane
+from relgate_agent.agent.job import ORIGIN, JobFiles, JobState
+from relgate_agent.agent.repair import ChunkRepair
+from relgate_agent.errors import AgentError, OriginError, StorageError
+from relgate_agent.manifest import crc32c
+from relgate_agent.origin import ManifestReader, open_origin
+from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.retry import Backoff
+from relgate_agent.transport import StripeStream, TransportError
+
+log = logging.getLogger(__name__)
+
+WORKER_RETRY = Backoff(0.2, 2.0)  # after a failed pull: 0.2 s doubling to 2 s
+SUSPECT_AFTER = 2  # transport failures in a row before the upstream is reported
+SWARM_AFTER = 3  # transport failures in a row before swarm mode
+
+
+class CrcMismatch(AgentError):
+    def __init__(self, block: int, source: str) -> None:
+        super().__init__(f"block {block} from {source} failed CRC32C")
+        self.block = block
+        self.source = source
+
+
+class StripeWorkers:
+    """The stripe workers of one job (after registration: the files are known)."""
+
+    def __init__(
+        self, job: JobState, files: JobFiles, control: ControlPlane, repair: ChunkRepair
+    ) -> None:
+        self.job = job
+        self.files = files
+        self.control = control
+        self.repair = repair
+        self.reader: ManifestReader | None = None
+
+    def start(self) -> None:
+        for s in range(self.files.stripes):
+            self.job.spawn(functools.partial(self.worker, s), f"stripe-{s}")
+
+    # ------------------------------------------------------------------ worker
+    def worker(self, stripe: int) -> None:
+        job, blocks = self.job, self.files.stripe_blocks[stripe]
+        failures = 0
+        while not job.stop_event.is_set():
+            pos = job.first_missing(stripe)
+            if pos >= len(blocks):
+                with self.files.tracker.cond:
+                    self.files.tracker.cond.wait(1.0)
+                continue
+            a = job.assignments.wait(stripe, job.stop_event)
+            if a is None:
+                continue
+            try:
+                failures = self._pull_once(stripe, pos, a, failures)
+            except _JobOver:
+                return
+            if failures:
+                job.stop_event.wait(WORKER_RETRY.delay(min(failures, 5)))
+
+    def _pull_once(self, stripe: int, pos: int, a: pb.StripeAssignment, failures: int) -> int:
+        """One pull from the stripe's upstream; the consecutive-failure count after it."""
+        job, upstream = self.job, a.upstream.host_id
+        try:
+            if upstream == ORIGIN:
+                self._pull_origin(stripe, pos, a)
+            else:
+                self._pull_peer(stripe, pos, a)
+            return 0
+        except CrcMismatch as exc:
+            return self._on_crc_mismatch(stripe, exc, failures)
+        except TransportError as exc:
+            failures += 1
+            reason = "STALLED" if "stalled" in str(exc) else "CONN_RESET"
+            if failures >= SUSPECT_AFTER:
+                self.control.suspect(stripe, upstream, reason)
+            log.info("%s stripe %d: upstream %s: %s", job.cfg.host_id, stripe, upstream, exc)
+            if failures >= SWARM_AFTER and self.repair.swarm_step(stripe, upstream):
+                return 0  # progress without the chain; try the chain again next
+            return failures
+        except (OriginError, StorageError) as exc:
+            job.error("ORIGIN" if isinstance(exc, OriginError) else "STORAGE", detail=str(exc))
+            return failures + 1
+        except Exception as exc:  # a worker must never die silently: report and retry
+            log.exception("%s stripe %d: unexpected error", job.cfg.host_id, stripe)
+            job.error("INTERNAL", detail=repr(exc))
+            return failures + 1
+
+    def _on_crc_mismatch(self, stripe: int, exc: CrcMismatch, failures: int) -> int:
+        job = self.job
+        with job.lock:
+            job.counters.crc_errors += 1
+        chunk = self.files.manifest.block_chunk(exc.block)
+        job.error("CRC_MISMATCH", chunk, exc.source, str(exc))
+        if job.chunk_failure(chunk, exc.source, "CRC_MISMATCH"):
+            raise _JobOver
+        self.control.suspect(stripe, exc.source, "BAD_DATA")
+        if (
+            exc.source != ORIGIN
+            and job.failures_from(chunk, exc.source) >= job.cfg.max_chunk_failures
+            and self.repair.swarm_step(stripe, exc.source)
+        ):
+            return 0  # the chunk came from another peer; back to the chain
+        return failures + 1
+
+    # ------------------------------------------------------------------ pulls
+    def _pull_peer(self, stripe: int, pos: int, a: pb.StripeAssignment) -> None:
+        job, blocks = self.job, self.files.stripe_blocks[stripe]
+        stream = StripeStream(
+            a.upstream.address,
+            job.job_id,
+            stripe,
+            pos,
+            job.cfg.credits,
+            job.cfg.stall_s,
+            tls=job.host.data_client,
+            peer=a.upstream.host_id,
+            topo=job.assignments.topology_version,
+        )
+        try:
+            for item in stream:
+                if job.stop_event.is_set() or job.assignments.changed(stripe, a):
+                    return
+                if item is None:
+                    continue  # heartbeat: upstream alive, waiting on its own upstream
+                if pos >= len(blocks) or item.block != blocks[pos]:
+                    raise TransportError(
+                        f"out-of-order block {item.block} at stripe position {pos}"
+                    )
+                self.accept(item.block, item.data, a.upstream.host_id)
+                pos += 1
+                if pos < len(blocks):
+                    stream.grant(1)
+        finally:
+            stream.close()
+
+    def _pull_origin(self, stripe: int, pos: int, a: pb.StripeAssignment) -> None:
+        job, files = self.job, self.files
+        if self.reader is None:
+            self.reader = ManifestReader(open_origin(files.origin_uri), files.manifest)
+        bucket = job.assignments.bucket(stripe)
+        blocks = files.stripe_blocks[stripe]
+        for p in range(pos, len(blocks)):
+            if job.stop_event.is_set() or job.assignments.changed(stripe, a):
+                return
+            b = blocks[p]
+            if files.tracker.available[b]:
+                continue
+            off, n = files.manifest.block_range(b)
+            bucket.take(n)
+            data = self.reader.read(off, n)
+            with job.lock:
+                job.counters.origin_bytes += n
+            self.accept(b, data, ORIGIN)
+
+    # ------------------------------------------------------------------ verification
+    def accept(self, block: int, data: bytes, source: str) -> None:
+        """CRC before anything else: a bad block is never written, so never forwarded."""
+        job, m, tracker = self.job, self.files.manifest, self.files.tracker
+        if crc32c(data) != m.block_crc(block):
+            raise CrcMismatch(block, source)
+        if source != ORIGIN:
+            job.host.rx_limit(len(data))
+            with job.lock:
+                job.counters.rx_bytes += len(data)
+        chunk = m.block_chunk(block)
+        if tracker.verified[chunk] or chunk in job.repairing:
+            return
+        off, _ = m.block_range(block)
+        self.files.store.pwrite(off, data)
+        last = m.chunk_blocks(chunk)[-1]
+        if block == last:
+            job.hooks.chunk_written(chunk, m.chunks[chunk].offset, self.files.store)
+        tracker.mark_available(block)
+        if block == last and tracker.chunk_complete_on_disk(chunk):
+            self._verify_chunk(chunk, source)
+
+    def _verify_chunk(self, chunk: int, source: str) -> None:
+        job = self.job
+        if self.files.store.chunk_matches(chunk):
+            self.files.tracker.mark_verified(chunk)
+            job.journal_dirty.set()
+            return
+        with job.lock:
+            job.counters.hash_mismatches += 1
+        job.error("HASH_MISMATCH", chunk, source, "chunk SHA-256 does not match the manifest")
+        if job.chunk_failure(chunk, source, "HASH_MISMATCH"):
+            return
+        # Repair off the stripe thread: the stream keeps landing later chunks meanwhile.
+        self.repair.refetch(chunk, source)
+
+
+class _JobOver(Exception):
+    """The job ended on this host (chunk failure): the stripe worker returns."""
+
+
+__all__ = ["CrcMismatch", "StripeWorkers"]

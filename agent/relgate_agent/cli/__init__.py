@@ -1,0 +1,88 @@
+"""relgate-agent command line (click): one module per command group.
+
+Every command accepts ``--json`` and then prints exactly one JSON object (camelCase keys)
+on stdout. Exit codes: 0 ok, 1 internal error, 2 usage, 3 rejected (validation or
+verification, a coordinator refusal), 4 conflict.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+import grpc
+
+from relgate_agent.cli.ca import ca, hosts
+from relgate_agent.cli.daemons import agent, coordinator, pipes
+from relgate_agent.cli.jobctl import job
+from relgate_agent.cli.manifests import keygen, manifest
+from relgate_agent.cli.params import Output, common, expand_greedy_args
+from relgate_agent.cli.scrub import verify
+from relgate_agent.client import CoordinatorRefusal
+from relgate_agent.errors import AgentError, ManifestError, VerificationError
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_REJECTED, EXIT_CONFLICT = 0, 1, 2, 3, 4
+
+_REJECTED_CODES = (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.UNAUTHENTICATED,
+)
+_CONFLICT_CODES = (grpc.StatusCode.ABORTED, grpc.StatusCode.ALREADY_EXISTS)
+
+
+@click.group("relgate-agent", help=__doc__)
+@common
+def cli() -> None:
+    pass
+
+
+for _command in (ca, hosts, keygen, manifest, verify, coordinator, agent, job, pipes):
+    cli.add_command(_command)
+
+
+def _rpc_exit(out: Output, exc: grpc.RpcError) -> int:
+    code = exc.code()
+    out.emit({"error": code.name.lower(), "message": exc.details()})
+    if code in _REJECTED_CODES:
+        return EXIT_REJECTED
+    if code in _CONFLICT_CODES:
+        return EXIT_CONFLICT
+    return EXIT_INTERNAL
+
+
+def _refusal_exit(out: Output, exc: AgentError) -> int:
+    """A verification failure, a coordinator refusal or another agent error: exit 3."""
+    if isinstance(exc, VerificationError | ManifestError):
+        out.emit({"error": "rejected", "message": str(exc), "check": getattr(exc, "check", "")})
+    elif isinstance(exc, CoordinatorRefusal):
+        out.emit(exc.to_json())
+    else:
+        out.emit({"error": "rejected", "message": str(exc)})
+    return EXIT_REJECTED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    out = Output()
+    args = expand_greedy_args(sys.argv[1:] if argv is None else argv)
+    try:
+        rc = cli.main(args=args, prog_name="relgate-agent", standalone_mode=False, obj=out)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_USAGE if isinstance(exc, click.UsageError) else EXIT_INTERNAL
+    except click.exceptions.Abort:
+        return EXIT_INTERNAL
+    except grpc.RpcError as exc:
+        return _rpc_exit(out, exc)
+    except AgentError as exc:
+        return _refusal_exit(out, exc)
+    return int(rc) if isinstance(rc, int) else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

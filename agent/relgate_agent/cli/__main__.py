@@ -1,0 +1,5 @@
+import sys
+
+from relgate_agent.cli import main
+
+sys.exit(main())

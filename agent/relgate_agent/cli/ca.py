@@ -1,0 +1,124 @@
+"""Fleet CA commands: ``ca init``, ``ca issue``; the host inventory: ``hosts enroll|list``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from relgate_agent.cli.params import (
+    DEFAULT_COORDINATOR,
+    LABELS,
+    TlsArgs,
+    common,
+    output,
+    tls_options,
+)
+
+
+def _cert_json(info: dict[str, object]) -> dict[str, object]:
+    return {"notAfter" if k == "not_after" else k: v for k, v in info.items()}
+
+
+@click.group("ca", help="fleet CA: init, issue role certificates")
+def ca() -> None:
+    pass
+
+
+@ca.command("init", help="create ca.pem / ca.key (0600) in DIR")
+@common
+@click.option("--dir", "directory", required=True)
+@click.option("--force", is_flag=True, help="replace an existing CA")
+def ca_init(directory: str, force: bool) -> None:
+    from relgate_agent.pki import ca_init as init
+    from relgate_agent.pki import cert_info
+
+    path = init(Path(directory), force=force)
+    output().emit(
+        {"ca": str(path), "key": str(Path(directory) / "ca.key"), **_cert_json(cert_info(path))}
+    )
+
+
+@ca.command("issue", help="issue an operator, coordinator or host certificate")
+@common
+@click.option("--dir", "directory", required=True, help="the CA directory")
+@click.option("--role", required=True, type=click.Choice(["operator", "coordinator", "host"]))
+@click.option("--host-id", default="")
+@click.option("--rack", default="")
+@click.option("--name", default="", help="operator/coordinator name (default: the role)")
+@click.option("--validity-hours", type=float, default=72.0)
+@click.option("--out-dir", default="", help="where to write <name>.pem/.key (default --dir)")
+@click.option("--dns", multiple=True, help="extra DNS SAN (coordinator)")
+def ca_issue(
+    directory: str,
+    role: str,
+    host_id: str,
+    rack: str,
+    name: str,
+    validity_hours: float,
+    out_dir: str,
+    dns: tuple[str, ...],
+) -> None:
+    from relgate_agent.pki import cert_info, issue
+
+    cert, key = issue(
+        Path(directory),
+        role,
+        host_id=host_id,
+        rack=rack,
+        name=name,
+        validity_h=validity_hours,
+        out_dir=Path(out_dir) if out_dir else None,
+        extra_dns=tuple(dns),
+    )
+    output().emit({**_cert_json(cert_info(cert)), "cert": str(cert), "key": str(key)})
+
+
+@click.group("hosts", help="enrolled host inventory")
+def hosts() -> None:
+    pass
+
+
+@hosts.command("enroll", help="enroll (or --remove) a host by certificate host id")
+@common
+@tls_options
+@click.option("--coordinator", default=DEFAULT_COORDINATOR)
+@click.option("--host-id", required=True)
+@click.option("--rack", required=True)
+@click.option("--labels", type=LABELS, default="")
+@click.option("--remove", is_flag=True)
+def hosts_enroll(  # noqa: PLR0913 - one parameter per command-line option
+    *,
+    pki: str,
+    ca: str,
+    cert: str,
+    key: str,
+    coordinator: str,
+    host_id: str,
+    rack: str,
+    labels: dict[str, str],
+    remove: bool,
+) -> None:
+    from relgate_agent.client import CoordinatorClient
+
+    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
+    try:
+        enrolled = c.enroll_host(host_id, rack, labels, remove=remove)
+    finally:
+        c.close()
+    output().emit({"hostId": host_id, "rack": rack, "enrolled": enrolled})
+
+
+@hosts.command("list", help="enrolled hosts, last heartbeat, health")
+@common
+@tls_options
+@click.option("--coordinator", default=DEFAULT_COORDINATOR)
+def hosts_list(pki: str, ca: str, cert: str, key: str, coordinator: str) -> None:
+    from relgate_agent.client import CoordinatorClient
+
+    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
+    try:
+        inventory = c.list_hosts()
+    finally:
+        c.close()
+    output().emit(inventory.to_json())

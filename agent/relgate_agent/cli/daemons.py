@@ -1,0 +1,211 @@
+"""Long-running commands: ``coordinator serve``, ``agent serve``, ``pipes``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from relgate_agent.cli.params import (
+    LABELS,
+    RATE,
+    TlsArgs,
+    common,
+    output,
+    setup_logging,
+    tls_options,
+    wait_for_signal,
+)
+
+
+@click.group("coordinator")
+def coordinator() -> None:
+    pass
+
+
+@coordinator.command("serve", help="run the coordinator (gRPC)")
+@common
+@click.option(
+    "--listen",
+    multiple=True,
+    help="host:port or unix:/path (repeatable; default 127.0.0.1:7470)",
+)
+@click.option("--db", default="", help="SQLite path or postgresql:// DSN")
+@click.option("--trusted-keys", required=True, multiple=True)
+@click.option("--stripes", type=int, default=8)
+@click.option("--dead-after", type=float, default=6.0)
+@click.option("--report-interval", type=float, default=1.0)
+@click.option("--webhook", default="")
+@click.option("--address-file", default="")
+@click.option("--ha", is_flag=True, help="replica mode: lead only while holding the lease in --db")
+@click.option("--lease-ttl", type=float, default=10.0)
+@click.option(
+    "--no-splice-on-suspect",
+    is_flag=True,
+    help="splice only after --dead-after (agents fall back to swarm repair meanwhile)",
+)
+@click.option("--replica-id", default="")
+@click.option(
+    "--host-ttl",
+    type=float,
+    default=60.0,
+    help="enrolled hosts without a heartbeat for this long are not targets",
+)
+@tls_options
+def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
+    *,
+    listen: tuple[str, ...],
+    db: str,
+    trusted_keys: tuple[str, ...],
+    stripes: int,
+    dead_after: float,
+    report_interval: float,
+    webhook: str,
+    address_file: str,
+    ha: bool,
+    lease_ttl: float,
+    no_splice_on_suspect: bool,
+    replica_id: str,
+    host_ttl: float,
+    pki: str,
+    ca: str,
+    cert: str,
+    key: str,
+) -> None:
+    from relgate_agent.coordinator.jobstate import CoordinatorConfig, default_db_path
+    from relgate_agent.coordinator.server import CoordinatorServer
+    from relgate_agent.manifest import TrustedKeys
+
+    out = output()
+    setup_logging(out.verbose)
+    cfg = CoordinatorConfig(
+        db=db or default_db_path(),
+        trusted_keys=TrustedKeys.load(list(trusted_keys)),
+        default_stripes=stripes,
+        dead_after_s=dead_after,
+        report_interval_s=report_interval,
+        webhook_url=webhook,
+        ha=ha,
+        splice_on_suspect=not no_splice_on_suspect,
+        lease_ttl_s=lease_ttl,
+        replica_id=replica_id,
+        host_ttl_s=host_ttl,
+    )
+    tls = TlsArgs(pki, ca, cert, key).files("coordinator")
+    server = CoordinatorServer(cfg, list(listen) or ["127.0.0.1:7470"], tls=tls).start()
+    if address_file:
+        Path(address_file).write_text(server.address)
+    out.emit({"listening": server.address, "addresses": server.addresses, "pid": os.getpid()})
+    sys.stdout.flush()
+    try:
+        wait_for_signal()
+    finally:
+        server.stop()
+
+
+@click.group("agent")
+def agent() -> None:
+    pass
+
+
+@agent.command("serve", help="run the host agent")
+@common
+@click.option("--host-id", required=True)
+@click.option("--rack", required=True)
+@click.option("--labels", type=LABELS, default="")
+@click.option("--coordinator", required=True)
+@click.option("--models-root", default="/models")
+@click.option("--trusted-keys", required=True, multiple=True)
+@click.option("--listen", default="127.0.0.1:0")
+@click.option("--advertise", default="")
+@click.option("--journal-interval", type=float, default=2.0)
+@click.option("--report-interval", type=float, default=1.0)
+@click.option("--retain", type=int, default=2, help="placed versions kept per model (2 = N-1)")
+@click.option(
+    "--max-rate",
+    type=RATE,
+    default=0,
+    help="cap distribution rx and tx on this host (e.g. 20Gbit) so serving traffic keeps its share",
+)
+@click.option("--handshake-timeout", type=float, default=5.0)
+@click.option("--request-timeout", type=float, default=5.0)
+@click.option("--idle-timeout", type=float, default=30.0)
+@click.option("--max-conns", type=int, default=512)
+@click.option("--max-conns-per-peer", type=int, default=32)
+@click.option("--max-handshaking-per-address", type=int, default=64)
+@tls_options
+def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
+    *,
+    host_id: str,
+    rack: str,
+    labels: dict[str, str],
+    coordinator: str,
+    models_root: str,
+    trusted_keys: tuple[str, ...],
+    listen: str,
+    advertise: str,
+    journal_interval: float,
+    report_interval: float,
+    retain: int,
+    max_rate: int,
+    handshake_timeout: float,
+    request_timeout: float,
+    idle_timeout: float,
+    max_conns: int,
+    max_conns_per_peer: int,
+    max_handshaking_per_address: int,
+    pki: str,
+    ca: str,
+    cert: str,
+    key: str,
+) -> None:
+    from relgate_agent.agent.host import HostAgent
+    from relgate_agent.agent.job import AgentConfig
+    from relgate_agent.manifest import TrustedKeys
+    from relgate_agent.transport import DataPlaneLimits
+
+    out = output()
+    setup_logging(out.verbose)
+    host, _, port = listen.rpartition(":")
+    cfg = AgentConfig(
+        host_id=host_id,
+        rack=rack,
+        coordinator=coordinator,
+        models_root=Path(models_root),
+        trusted_keys=TrustedKeys.load(list(trusted_keys)),
+        labels=labels,
+        listen_host=host or "127.0.0.1",
+        listen_port=int(port or 0),
+        advertise_host=advertise,
+        journal_interval_s=journal_interval,
+        report_interval_s=report_interval,
+        retain_versions=retain,
+        max_rate_bytes_per_s=max_rate,
+    )
+    limits = DataPlaneLimits(
+        handshake_timeout_s=handshake_timeout,
+        request_timeout_s=request_timeout,
+        idle_timeout_s=idle_timeout,
+        max_conns_total=max_conns,
+        max_conns_per_peer=max_conns_per_peer,
+        max_handshaking_per_address=max_handshaking_per_address,
+    )
+    tls = TlsArgs(pki, ca, cert, key).files(host_id)
+    running = HostAgent(cfg, tls=tls, limits=limits).start()
+    out.emit({"hostId": cfg.host_id, "dataAddress": running.data_address, "pid": os.getpid()})
+    sys.stdout.flush()
+    try:
+        wait_for_signal()
+    finally:
+        running.stop()
+
+
+@click.command("pipes", help="run a distribution job under Dagster Pipes (open_dagster_pipes)")
+@common
+def pipes() -> int:
+    from relgate_agent.pipes import run_pipes
+
+    setup_logging(output().verbose)
+    return run_pipes()

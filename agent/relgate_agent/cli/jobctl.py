@@ -1,0 +1,115 @@
+"""Distribution job commands: ``job create``, ``job get``, ``job cancel``."""
+
+from __future__ import annotations
+
+import click
+
+from relgate_agent.cli.params import DEFAULT_COORDINATOR, RATE, TlsArgs, common, output, tls_options
+
+
+@click.group("job")
+def job() -> None:
+    pass
+
+
+@job.command("create")
+@common
+@click.option("--coordinator", default=DEFAULT_COORDINATOR)
+@click.option("--model", required=True)
+@click.option("--version", required=True)
+@click.option("--manifest-uri", required=True)
+@click.option("--origin-uri", default="")
+@click.option("--selector", default="")
+@click.option("--priority", default="normal", type=click.Choice(["low", "normal", "high"]))
+@click.option("--origin-cap", type=RATE, default=0)
+@click.option("--ready-threshold", type=float, default=0.995)
+@click.option("--deadline", type=int, default=0)
+@click.option("--stripes", type=int, default=0)
+@click.option("--webhook", default="")
+@click.option("--job-id", default="")
+@tls_options
+def job_create(  # noqa: PLR0913 - one parameter per command-line option
+    *,
+    coordinator: str,
+    model: str,
+    version: str,
+    manifest_uri: str,
+    origin_uri: str,
+    selector: str,
+    priority: str,
+    origin_cap: int,
+    ready_threshold: float,
+    deadline: int,
+    stripes: int,
+    webhook: str,
+    job_id: str,
+    pki: str,
+    ca: str,
+    cert: str,
+    key: str,
+) -> None:
+    from relgate_agent.client import CoordinatorClient
+    from relgate_agent.contracts import JobSpec
+
+    spec = JobSpec(
+        model=model,
+        version=version,
+        manifest_uri=manifest_uri,
+        origin_uri=origin_uri,
+        target_selector=selector,
+        priority=priority,
+        origin_cap_bytes_per_s=origin_cap,
+        ready_threshold_ppm=round(ready_threshold * 1_000_000),
+        deadline_s=deadline,
+        stripes=stripes,
+        webhook_url=webhook,
+        job_id=job_id,
+    )
+    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
+    try:
+        r = c.create(spec)
+    finally:
+        c.close()
+    output().emit(
+        {
+            "jobId": r.job_id,
+            "state": r.state,
+            "manifestDigest": r.manifest_digest,
+            "hostsTotal": r.hosts_total,
+        }
+    )
+
+
+@job.command("get")
+@common
+@click.argument("job_id")
+@click.option("--coordinator", default=DEFAULT_COORDINATOR)
+@click.option("--hosts", is_flag=True, help="include per-host status")
+@tls_options
+def job_get(
+    job_id: str, coordinator: str, hosts: bool, pki: str, ca: str, cert: str, key: str
+) -> None:
+    from relgate_agent.client import CoordinatorClient, JobStatus
+
+    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
+    try:
+        status = JobStatus.from_response(c.get_job(job_id))
+    finally:
+        c.close()
+    output().emit(status.to_json(hosts=hosts))
+
+
+@job.command("cancel")
+@common
+@click.argument("job_id")
+@click.option("--coordinator", default=DEFAULT_COORDINATOR)
+@tls_options
+def job_cancel(job_id: str, coordinator: str, pki: str, ca: str, cert: str, key: str) -> None:
+    from relgate_agent.client import CoordinatorClient
+
+    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
+    try:
+        c.cancel_job(job_id)
+    finally:
+        c.close()
+    output().emit({"jobId": job_id, "state": "CANCELLED"})

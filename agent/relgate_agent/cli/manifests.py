@@ -1,0 +1,80 @@
+"""Signing commands: ``keygen``, ``manifest build``, ``manifest verify``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from relgate_agent.cli.params import SIZE, common, output
+
+MiB = 1024 * 1024
+
+
+@click.command("keygen", help="generate an Ed25519 key pair (PEM PKCS8 / SPKI)")
+@common
+@click.option("--private", "private_path", required=True)
+@click.option("--public", "public_path", required=True)
+def keygen(private_path: str, public_path: str) -> None:
+    from relgate_agent.manifest import generate_private_key, keyid_for, write_keypair
+
+    key = generate_private_key()
+    write_keypair(key, Path(private_path), Path(public_path))
+    output().emit(
+        {"keyid": keyid_for(key.public_key()), "private": private_path, "public": public_path}
+    )
+
+
+@click.group("manifest", help="build/sign or verify a checkpoint manifest")
+def manifest() -> None:
+    pass
+
+
+@manifest.command("build", help="hash a checkpoint directory and write a signed DSSE envelope")
+@common
+@click.argument("directory")
+@click.option("--model", required=True)
+@click.option("--version", required=True)
+@click.option("--chunk-size", type=SIZE, default=64 * MiB)
+@click.option("--block-size", type=SIZE, default=4 * MiB)
+@click.option("--key", required=True, help="PEM PKCS8 Ed25519 private key")
+@click.option("--out", required=True)
+def manifest_build(
+    directory: str, model: str, version: str, chunk_size: int, block_size: int, key: str, out: str
+) -> None:
+    from relgate_agent.manifest import (
+        build_manifest,
+        load_private_key,
+        sign_manifest,
+        write_envelope,
+    )
+
+    m = build_manifest(directory, model, version, chunk_size, block_size)
+    write_envelope(sign_manifest(m, load_private_key(key)), out)
+    output().emit(
+        {
+            "manifestDigest": m.digest,
+            "chunks": m.num_chunks,
+            "totalSize": m.total_size,
+            "envelope": out,
+        }
+    )
+
+
+@manifest.command("verify")
+@common
+@click.argument("envelope")
+@click.option("--trusted-keys", required=True, multiple=True)
+def manifest_verify(envelope: str, trusted_keys: tuple[str, ...]) -> None:
+    from relgate_agent.manifest import verify_envelope
+    from relgate_agent.origin import read_uri
+
+    m = verify_envelope(read_uri(envelope), list(trusted_keys))
+    output().emit(
+        {
+            "manifestDigest": m.digest,
+            "model": m.model,
+            "version": m.version,
+            "totalSize": m.total_size,
+        }
+    )

@@ -1,0 +1,236 @@
+"""Contracts: the typed documents that cross the coordinator's boundary.
+
+The operator's job spec (stored as JSON in the coordinator's job row, snake_case keys as
+ever), and what the coordinator answers agents: registration, stripe assignments, progress
+replies and suspect replies, plus the progress report an agent sends. The gRPC server maps
+these to and from the protobuf messages; the coordinator logic only sees these models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+ORIGIN = "ORIGIN"  # the upstream of a stripe root: the checkpoint's origin store
+DEFAULT_READY_PPM = 995_000
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What an operator asks for (CreateJob); stored with the job, defaults resolved."""
+
+    model: str = ""
+    version: str = ""
+    manifest_uri: str = ""
+    origin_uri: str = ""
+    target_selector: str = ""
+    priority: str = "normal"
+    origin_cap_bytes_per_s: int = 0
+    ready_threshold_ppm: int = 0  # 0 = the default (99.5 %)
+    deadline_s: int = 0
+    stripes: int = 0  # 0 = the coordinator's default
+    webhook_url: str = ""
+    job_id: str = ""
+
+    @classmethod
+    def from_stored(cls, doc: Mapping[str, Any]) -> JobSpec:
+        """From the stored JSON (unknown keys ignored, missing ones default)."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = doc.get(f.name)
+            if value is not None:
+                values[f.name] = int(value) if isinstance(f.default, int) else str(value)
+        return cls(**values)
+
+    def to_stored(self) -> dict[str, object]:
+        """The stored JSON (snake_case keys, as the job rows have always held)."""
+        return asdict(self)
+
+    def with_(self, **changes: Any) -> JobSpec:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class PeerRef:
+    host_id: str
+    address: str = ""
+    rack: str = ""
+
+
+ORIGIN_PEER = PeerRef(ORIGIN)
+
+
+@dataclass(frozen=True)
+class StripePlan:
+    """One stripe of a host's assignment: where to pull from, who pulls from us."""
+
+    stripe: int
+    upstream: PeerRef
+    downstreams: tuple[PeerRef, ...]
+    resume_block: int
+    origin_rate_bytes_per_s: int = 0
+
+
+@dataclass(frozen=True)
+class AssignmentPlan:
+    job_id: str
+    topology_version: int
+    stripes: tuple[StripePlan, ...]
+    job_state: str
+    cancelled: bool
+    members: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Registration:
+    manifest_envelope: bytes
+    manifest_digest: str
+    origin_uri: str
+    topology_version: int
+    stripes: int
+
+
+@dataclass(frozen=True)
+class ProgressReport:
+    """An agent's ReportProgress, as the coordinator logic reads it."""
+
+    topology_version: int = 0
+    have: bytes = b""
+    rx: int = 0
+    tx: int = 0
+    origin: int = 0
+    rx_bps: int = 0
+    tx_bps: int = 0
+    ready: bool = False
+    data_address: str = ""
+    placed_manifest_digest: str = ""
+    health: str = ""
+    data_refusals: int = 0
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProgressReply:
+    topology_version: int
+    actions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SuspectReply:
+    topology_version: int
+    new_upstream: PeerRef
+
+
+@dataclass(frozen=True)
+class JobRef:
+    job_id: str
+    model: str
+    version: str
+    state: str
+
+
+__all__ = [
+    "ORIGIN",
+    "ORIGIN_PEER",
+    "AssignmentPlan",
+    "HostRow",
+    "InventoryHost",
+    "JobRef",
+    "JobReport",
+    "JobSpec",
+    "PeerRef",
+    "ProgressReply",
+    "ProgressReport",
+    "Registration",
+    "StripePlan",
+    "SuspectReply",
+]
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One target host in a job report (GetJob ``hosts``; also the stored figures' rows)."""
+
+    host_id: str
+    rack: str
+    state: str
+    chunks_verified: int
+    rx_bytes: int
+    tx_bytes: int
+    origin_bytes: int
+    rx_bytes_per_s: int
+    errors: tuple[str, ...]
+    health: str
+    data_refusals: int
+
+    @classmethod
+    def from_stored(cls, doc: Mapping[str, Any]) -> HostRow:
+        return cls(
+            host_id=str(doc.get("host_id", "")),
+            rack=str(doc.get("rack", "")),
+            state=str(doc.get("state", "")),
+            chunks_verified=int(doc.get("chunks_verified", 0)),
+            rx_bytes=int(doc.get("rx_bytes", 0)),
+            tx_bytes=int(doc.get("tx_bytes", 0)),
+            origin_bytes=int(doc.get("origin_bytes", 0)),
+            rx_bytes_per_s=int(doc.get("rx_bytes_per_s", 0)),
+            errors=tuple(str(e) for e in doc.get("errors", ())),
+            health=str(doc.get("health", "")),
+            data_refusals=int(doc.get("data_refusals", 0)),
+        )
+
+    def to_stored(self) -> dict[str, object]:
+        d = asdict(self)
+        d["errors"] = list(self.errors)
+        return d
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """A job as the coordinator reports it (GetJob)."""
+
+    job_id: str
+    state: str
+    model: str
+    version: str
+    manifest_digest: str
+    hosts_total: int
+    hosts_ready: int
+    ready_hosts: tuple[str, ...]
+    bytes_moved: int
+    origin_bytes: int
+    checkpoint_bytes: int
+    stragglers: tuple[str, ...]
+    eta_s: int
+    topology_version: int
+    completion_emitted: bool
+    duration_s: float
+    control_refusals: int
+    hosts: tuple[HostRow, ...]
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    """One host of the coordinator's inventory (enrolled and/or heard from)."""
+
+    host_id: str
+    rack: str
+    labels: Mapping[str, str]
+    enrolled: bool
+    last_seen_age_s: float
+    live: bool
+    health: str
+    data_refusals: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "hostId": self.host_id,
+            "rack": self.rack,
+            "labels": dict(self.labels),
+            "enrolled": self.enrolled,
+            "lastSeenAgeS": self.last_seen_age_s,
+            "live": self.live,
+            "health": self.health,
+            "dataRefusals": self.data_refusals,
+        }

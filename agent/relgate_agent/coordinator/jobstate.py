@@ -1,0 +1,196 @@
+"""Job state: the coordinator's records of a distribution job and of each target host.
+
+Durable state (job, targets, latest topology) is in the JobStore; :class:`JobState` is its
+in-memory form plus the per-host progress cache (:class:`HostProgress`) rebuilt from
+Register/ReportProgress. Also here: the coordinator's configuration, its refusals (each
+maps to one gRPC status), and target selectors.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from relgate_agent.contracts import JobSpec
+from relgate_agent.coordinator.topology import Topology
+from relgate_agent.errors import AgentError
+from relgate_agent.manifest import CheckpointManifest, TrustedKeys
+
+ACTIVE_STATES = ("PLANNING", "DISTRIBUTING", "COMPLETE")
+TERMINAL_STATES = ("DONE", "CANCELLED", "FAILED")
+GONE_STATES = ("DEAD", "QUARANTINED")  # spliced out: neither a source nor a straggler target
+
+
+class NotFound(AgentError):
+    """Unknown job or host (the caller should re-register or stop)."""
+
+
+class NotLeader(AgentError):
+    """This replica does not hold the lease (maps to UNAVAILABLE: clients try the next one)."""
+
+
+class Rejected(AgentError):
+    """A request failed validation or verification (maps to INVALID_ARGUMENT / exit 3).
+
+    ``check`` names the rule that refused it; the server sends it to the client as
+    trailing metadata (:data:`relgate_agent.errors.CHECK_METADATA_KEY`)."""
+
+    def __init__(self, message: str, *, check: str = "coordinator-validation") -> None:
+        super().__init__(message)
+        self.check = check
+
+
+class NotEnrolled(AgentError):
+    """The caller's certificate is valid but its host is not enrolled (PERMISSION_DENIED)."""
+
+
+class ReadyRefused(AgentError):
+    """A READY report without every chunk verified and the placed digest (FAILED_PRECONDITION)."""
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    db: str = "coordinator.sqlite"
+    trusted_keys: TrustedKeys | None = None
+    default_stripes: int = 8
+    dead_after_s: float = 6.0
+    report_interval_s: float = 1.0
+    long_poll_max_s: float = 10.0
+    webhook_url: str = ""
+    # a host whose rx rate stays under slow_fraction x the median for slow_after_s is moved
+    # to the tail of its rack chain (a leaf), so it no longer throttles anyone behind it
+    slow_fraction: float = 0.5
+    slow_after_s: float = 10.0
+    slow_min_median_bps: int = 1_000_000
+    # splice a suspect at once when a downstream reports it and it also went silent
+    # (off: only the dead-after sweep splices; used to exercise swarm fallback)
+    splice_on_suspect: bool = True
+    # high availability: replicas share the store and elect a leader through a lease row
+    ha: bool = False
+    lease_ttl_s: float = 10.0
+    replica_id: str = ""
+    # an enrolled host counts as a target only if it sent a heartbeat within this many seconds
+    host_ttl_s: float = 60.0
+
+
+@dataclass
+class HostProgress:
+    host_id: str
+    rack: str
+    address: str = ""
+    have: bytes = b""
+    verified: int = 0
+    ready: bool = False
+    state: str = "PENDING"  # PENDING | TRANSFERRING | READY | DEAD | QUARANTINED | FAILED
+    last_seen: float = field(default_factory=time.monotonic)
+    rx: int = 0
+    tx: int = 0
+    origin: int = 0
+    rx_bps: int = 0
+    tx_bps: int = 0
+    errors: deque[str] = field(default_factory=lambda: deque(maxlen=32))
+    bad_data_reporters: set[str] = field(default_factory=set)
+    slow_since: float | None = None
+    demoted: bool = False
+
+    def holds(self, chunk: int) -> bool:
+        """READY, or ``chunk`` is set in the last reported have-bitmap."""
+        return self.ready or (
+            chunk // 8 < len(self.have) and bool(self.have[chunk // 8] >> (chunk % 8) & 1)
+        )
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The DistributionComplete event (webhook body, camelCase as sent)."""
+
+    job: str
+    model: str
+    version: str
+    manifest_digest: str
+    ready_hosts: tuple[str, ...]
+    hosts_total: int
+    reason: str  # "threshold" | "deadline"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "type": "DistributionComplete",
+            "job": self.job,
+            "model": self.model,
+            "version": self.version,
+            "manifestDigest": self.manifest_digest,
+            "readyHosts": list(self.ready_hosts),
+            "hostsTotal": self.hosts_total,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class JobState:
+    job_id: str
+    spec: JobSpec
+    state: str
+    manifest: CheckpointManifest
+    envelope: bytes
+    targets: dict[str, str]
+    topology: Topology
+    ready: set[str]
+    completion_emitted: bool
+    created_at: float
+    hosts: dict[str, HostProgress] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    completion: Completion | None = None
+    ready_refusals: int = 0
+    error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
+
+    @property
+    def stripes(self) -> int:
+        return len(self.topology.stripes)
+
+    @property
+    def ready_count(self) -> int:
+        return len(self.ready & set(self.targets))
+
+
+def parse_selector(selector: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in selector.split(","))):
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise Rejected(
+                f"target selector item {item!r} is not key=value", check="target-selector"
+            )
+        out[k.strip()] = v.strip()
+    return out
+
+
+def selector_matches(sel: dict[str, str], rack: str, labels: dict[str, str]) -> bool:
+    merged = {**labels, "rack": rack}
+    return all(merged.get(k) == v for k, v in sel.items())
+
+
+def default_db_path(home: str | None = None) -> str:
+    base = home or os.environ.get("RELGATE_AGENT_HOME", "var/relgate-agent")
+    os.makedirs(base, exist_ok=True)
+    return os.path.join(base, "coordinator.sqlite")
+
+
+__all__ = [
+    "ACTIVE_STATES",
+    "GONE_STATES",
+    "TERMINAL_STATES",
+    "Completion",
+    "CoordinatorConfig",
+    "HostProgress",
+    "JobState",
+    "NotEnrolled",
+    "NotFound",
+    "NotLeader",
+    "ReadyRefused",
+    "Rejected",
+    "default_db_path",
+    "parse_selector",
+    "selector_matches",
+]

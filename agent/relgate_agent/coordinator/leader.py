@@ -1,0 +1,206 @@
+"""Leader: the coordinator's shared state and its leadership (the HA lease).
+
+Replicas share the store and elect a leader through a lease row; only the leader holds
+jobs in memory and answers calls (:class:`NotLeader` otherwise). :class:`CoordinatorCore`
+is the base the progress, handoff and operator parts of the coordinator build on: the
+lock and condition every long-poll waits on, the jobs, the host addresses and health, and
+the few helpers that change a job's topology.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+
+from relgate_agent.contracts import JobSpec, PeerRef
+from relgate_agent.coordinator.jobstate import (
+    ACTIVE_STATES,
+    CoordinatorConfig,
+    HostProgress,
+    JobState,
+    NotFound,
+    NotLeader,
+    Rejected,
+)
+from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
+from relgate_agent.coordinator.topology import Topology, splice
+from relgate_agent.errors import AgentError, ManifestError
+from relgate_agent.manifest import CheckpointManifest, verify_envelope
+from relgate_agent.origin import read_uri
+
+log = logging.getLogger(__name__)
+
+Post = Callable[[str, bytes], None]
+
+
+class CoordinatorCore:
+    def __init__(self, config: CoordinatorConfig, post: Post) -> None:
+        self.config = config
+        self.store = JobStore(config.db)
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.jobs: dict[str, JobState] = {}
+        self.closing = False  # set on shutdown: long-polls return at once
+        self.addresses: dict[str, str] = {}
+        # host -> (health text, data-plane refusals) from its last heartbeat or report
+        self.health: dict[str, tuple[str, int]] = {}
+        self.control_refusals = 0
+        self._post = post
+        self.replica_id = (
+            config.replica_id or f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
+        )
+        self.epoch = 0
+        self.leader = False
+        self._lease_renewed = 0.0
+        if not config.ha:
+            self._become_leader(0)
+
+    # ------------------------------------------------------------------ leadership
+    def _become_leader(self, epoch: int) -> None:
+        """Load durable state; progress is rebuilt from the agents' next reports."""
+        with self.lock:
+            self.jobs.clear()
+            for host_id, _rack, _labels, address in self.store.hosts():
+                self.addresses[host_id] = address
+            for row in self.store.load_jobs(ACTIVE_STATES):
+                try:
+                    self.jobs[row.job_id] = self._load_job(row)
+                except AgentError as exc:
+                    log.error("job %s cannot be resumed: %s", row.job_id, exc)
+                    self.store.update_job(row.job_id, state="FAILED")
+            self.epoch = epoch
+            self.leader = True
+            self.changed.notify_all()
+        log.info(
+            "coordinator %s leads (epoch %d, %d active jobs)",
+            self.replica_id,
+            epoch,
+            len(self.jobs),
+        )
+
+    def _step_down(self, reason: str = "lost the lease") -> None:
+        with self.lock:
+            if self.leader:
+                log.warning("coordinator %s %s; stepping down", self.replica_id, reason)
+            self.leader = False
+            self.jobs.clear()
+            self.changed.notify_all()
+
+    def maintain_lease(self) -> None:
+        """Called from the sweeper: take/renew the lease (HA mode), step down when lost."""
+        if not self.config.ha:
+            return
+        now = time.monotonic()
+        if self.leader and now - self._lease_renewed < self.config.lease_ttl_s / 3:
+            return
+        try:
+            epoch = self.store.acquire_lease(self.replica_id, self.config.lease_ttl_s)
+        except Exception as exc:  # store unreachable: we cannot prove we still lead
+            log.warning("lease renewal failed: %s", exc)
+            epoch = None
+        if epoch is None:
+            self._step_down()
+            return
+        self._lease_renewed = now
+        if not self.leader or epoch != self.epoch:
+            self._become_leader(epoch)
+
+    def release(self) -> None:
+        if self.config.ha and self.leader:
+            self._step_down("is shutting down")
+            self.store.release_lease(self.replica_id)
+
+    def require_leader(self) -> None:
+        if not self.leader:
+            raise NotLeader(f"coordinator {self.replica_id} is not the leader")
+
+    # ------------------------------------------------------------------ jobs
+    def _verify(self, envelope: bytes) -> CheckpointManifest:
+        if self.config.trusted_keys is None:
+            raise Rejected(
+                "coordinator has no trusted key set; refusing to plan an unverifiable job",
+                check="trusted-keys",
+            )
+        try:
+            return verify_envelope(envelope, self.config.trusted_keys)
+        except ManifestError as exc:
+            raise Rejected(str(exc), check=getattr(exc, "check", "") or "manifest-invalid") from exc
+
+    def _load_job(self, row: JobRow) -> JobState:
+        spec = JobSpec.from_stored(row.spec)
+        envelope = read_uri(spec.manifest_uri)
+        manifest = self._verify(envelope)
+        if manifest.digest != row.manifest_digest:
+            raise Rejected(
+                f"manifest at {spec.manifest_uri} changed: {manifest.digest} != {row.manifest_digest}",
+                check="manifest-changed",
+            )
+        job = JobState(
+            row.job_id,
+            spec,
+            row.state,
+            manifest,
+            envelope,
+            row.targets,
+            row.topology,
+            set(row.ready_hosts),
+            row.completion_emitted,
+            float(row.created_at),
+        )
+        # Rebuilt cache: everyone gets a grace period of one dead interval to report again.
+        for h, rack in row.targets.items():
+            job.hosts[h] = HostProgress(h, rack, self.addresses.get(h, ""))
+            if h in job.ready:
+                job.hosts[h].ready = True
+                job.hosts[h].state = "READY"
+        return job
+
+    def _job(self, job_id: str) -> JobState:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} is unknown or finished")
+        return job
+
+    def _set_topology(self, job: JobState, topo: Topology) -> None:
+        if topo is job.topology:
+            return
+        try:
+            self.store.save_topology(job.job_id, job.topology.version, topo, job.targets)
+        except StaleTopology:
+            # another replica moved the topology on: we are not the leader any more
+            self._step_down()
+            raise NotLeader(f"coordinator {self.replica_id} lost a topology race") from None
+        job.topology = topo
+        self.changed.notify_all()
+
+    def _mark_dead(self, job: JobState, host: str, why: str) -> None:
+        hp = job.hosts[host]
+        if hp.state == "DEAD":
+            return
+        hp.state = "DEAD"
+        hp.errors.append(f"spliced out: {why}")
+        log.warning("job %s: splicing %s out (%s)", job.job_id, host, why)
+        self._set_topology(job, splice(job.topology, host))
+
+    def _fail_job(self, job: JobState, error: str) -> None:
+        """Mark a job FAILED with the error that ended it (caller holds the lock)."""
+        log.error("job %s FAILED: %s", job.job_id, error)
+        job.state = "FAILED"
+        job.error = error
+        self.store.update_job(job.job_id, state="FAILED")
+        self.changed.notify_all()
+
+    def _peer(self, job: JobState, host: str) -> PeerRef:
+        hp = job.hosts.get(host)
+        return PeerRef(
+            host_id=host,
+            address=(hp.address if hp else "") or self.addresses.get(host, ""),
+            rack=hp.rack if hp else "",
+        )
+
+
+__all__ = ["CoordinatorCore", "Post"]

@@ -1,0 +1,329 @@
+"""Progress: the agent side of the coordinator (watch, register, assignment, reports).
+
+Agents long-poll for their jobs and their stripe assignment, register (have-bitmap, data
+address) and report progress; the coordinator keeps the per-host progress cache, splices a
+dead or twice-reported host out of the chains, and answers FindPeers for chunk repair.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from relgate_agent.authz import ready_refusal
+from relgate_agent.contracts import (
+    ORIGIN_PEER,
+    AssignmentPlan,
+    JobRef,
+    PeerRef,
+    ProgressReply,
+    ProgressReport,
+    Registration,
+    StripePlan,
+    SuspectReply,
+)
+from relgate_agent.coordinator.jobstate import (
+    ACTIVE_STATES,
+    GONE_STATES,
+    TERMINAL_STATES,
+    HostProgress,
+    JobState,
+    NotEnrolled,
+    NotFound,
+    ReadyRefused,
+    parse_selector,
+    selector_matches,
+)
+from relgate_agent.coordinator.leader import CoordinatorCore
+from relgate_agent.coordinator.topology import append_host, splice
+from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED
+from relgate_agent.storage import bits_from_bitmap
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_REPORTERS = 2  # independent receivers of bad data before a host is quarantined
+
+
+class ProgressService(CoordinatorCore):
+    # ------------------------------------------------------------------ watch
+    def watch_jobs(  # noqa: PLR0913 - the WatchJobs request, field by field
+        self,
+        host_id: str,
+        rack: str,
+        labels: dict[str, str],
+        address: str,
+        known: set[str],
+        held: list[str],
+        wait_s: float,
+        *,
+        health: str = "",
+        data_refusals: int = 0,
+    ) -> list[JobRef]:
+        self.require_leader()
+        enrolled = self.store.enrolled().get(host_id)
+        if enrolled is None:
+            raise NotEnrolled(f"host {host_id} is not enrolled")
+        if enrolled[0] != rack:
+            raise NotEnrolled(f"host {host_id} is enrolled in rack {enrolled[0]}, not {rack!r}")
+        labels = dict(enrolled[1])  # the enrollment's labels, not what the host claims
+        self.health[host_id] = (health[:500], int(data_refusals))
+        self.store.upsert_host(host_id, rack, labels, address, held)
+        deadline = time.monotonic() + min(wait_s, self.config.long_poll_max_s)
+        with self.lock:
+            self.addresses[host_id] = address
+            self._late_join(host_id, rack, labels, held)
+            while True:
+                self.require_leader()
+                jobs = [
+                    JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state)
+                    for j in self.jobs.values()
+                    if host_id in j.targets and j.state in ACTIVE_STATES
+                ]
+                remaining = deadline - time.monotonic()
+                if {j.job_id for j in jobs} != known or remaining <= 0 or self.closing:
+                    return jobs
+                self.changed.wait(remaining)
+
+    def _late_join(self, host_id: str, rack: str, labels: dict[str, str], held: list[str]) -> None:
+        for job in self.jobs.values():
+            if host_id in job.targets or job.state not in ACTIVE_STATES:
+                continue
+            if not selector_matches(parse_selector(job.spec.target_selector), rack, labels):
+                continue
+            job.targets[host_id] = rack
+            hp = HostProgress(host_id, rack, self.addresses.get(host_id, ""))
+            job.hosts[host_id] = hp
+            if f"{job.manifest.model}/{job.manifest.version}" in held and host_id in (
+                self.store.hosts_holding(job.manifest.model, job.manifest.version)
+            ):
+                hp.ready, hp.state = True, "READY"
+                job.ready.add(host_id)
+                self.store.update_job(job.job_id, ready_hosts=sorted(job.ready))
+                # persist the new target set (stored with the topology) under a new version
+                self._set_topology(job, job.topology.copy(job.topology.version + 1))
+            else:
+                self._set_topology(job, append_host(job.topology, host_id, rack))
+            log.info("job %s: late host %s joined", job.job_id, host_id)
+            self.changed.notify_all()
+
+    # ------------------------------------------------------------------ register
+    def register(
+        self, job_id: str, host_id: str, rack: str, have: bytes, free_disk: int, address: str
+    ) -> Registration:
+        self.require_leader()
+        with self.lock:
+            job = self._job(job_id)
+            if host_id not in job.targets:
+                raise NotFound(f"host {host_id} is not a target of job {job_id}")
+            hp = job.hosts[host_id]
+            moved = bool(address) and address != hp.address
+            hp.rack, hp.address, hp.have = rack or hp.rack, address or hp.address, bytes(have)
+            hp.verified = sum(bits_from_bitmap(hp.have, job.manifest.num_chunks))
+            hp.last_seen = time.monotonic()
+            self.addresses[host_id] = hp.address
+            if hp.state in ("DEAD", "PENDING") and not hp.ready:
+                hp.state = "TRANSFERRING"
+            if not hp.ready and hp.state != "QUARANTINED" and host_id not in job.topology.racks:
+                # a rejoining host goes to the tail of its rack chain: it never blocks anyone ahead
+                self._set_topology(job, append_host(job.topology, host_id, hp.rack))
+            elif moved and host_id in job.topology.racks:
+                # a restarted agent listens on a new address: bump the version so its
+                # downstreams refetch their assignment and reconnect
+                self._set_topology(job, job.topology.copy(job.topology.version + 1))
+            return Registration(
+                manifest_envelope=job.envelope,
+                manifest_digest=job.manifest.digest,
+                origin_uri=job.spec.origin_uri,
+                topology_version=job.topology.version,
+                stripes=job.stripes,
+            )
+
+    # ------------------------------------------------------------------ assignment
+    def assignment(
+        self, job_id: str, host_id: str, known_version: int, wait_s: float
+    ) -> AssignmentPlan:
+        self.require_leader()
+        deadline = time.monotonic() + min(wait_s, self.config.long_poll_max_s)
+        with self.lock:
+            while True:
+                self.require_leader()
+                job = self.jobs.get(job_id)
+                if job is None:
+                    # finished or cancelled: tell the agent which, so it keeps or discards staging
+                    state = self.store.job_state(job_id) or "GONE"
+                    return AssignmentPlan(job_id, 0, (), state, cancelled=True)
+                if host_id not in job.targets:
+                    raise NotFound(f"host {host_id} is not a target of job {job_id}")
+                remaining = deadline - time.monotonic()
+                if job.topology.version > known_version or remaining <= 0 or self.closing:
+                    return self._assignment(job, host_id)
+                self.changed.wait(remaining)
+
+    def _assignment(self, job: JobState, host_id: str) -> AssignmentPlan:
+        topo = job.topology
+        cap = job.spec.origin_cap_bytes_per_s
+        stripes: list[StripePlan] = []
+        if host_id in topo.racks:
+            for s, chain in enumerate(topo.stripes):
+                up = chain.parent.get(host_id)
+                stripes.append(
+                    StripePlan(
+                        stripe=s,
+                        upstream=self._peer(job, up) if up else ORIGIN_PEER,
+                        downstreams=tuple(self._peer(job, d) for d in chain.children(host_id)),
+                        resume_block=self._resume_pos(job, host_id, s),
+                        # each stripe root gets an equal share of the job's origin cap
+                        origin_rate_bytes_per_s=(cap // len(topo.stripes))
+                        if (up is None and cap)
+                        else 0,
+                    )
+                )
+        return AssignmentPlan(
+            job_id=job.job_id,
+            topology_version=topo.version,
+            stripes=tuple(stripes),
+            job_state=job.state,
+            # FAILED stops the agents too (they keep staging and journal for a retry)
+            cancelled=job.state in ("CANCELLED", "FAILED"),
+            members=tuple(sorted(topo.racks)),
+        )
+
+    def _resume_pos(self, job: JobState, host: str, stripe: int) -> int:
+        hp = job.hosts.get(host)
+        bits = bits_from_bitmap(hp.have if hp else b"", job.manifest.num_chunks)
+        pos = 0
+        for c in range(stripe, job.manifest.num_chunks, job.stripes):
+            if not bits[c]:
+                return pos
+            pos += len(job.manifest.chunks[c].block_crc32c)
+        return pos
+
+    # ------------------------------------------------------------------ progress
+    def report_progress(self, job_id: str, host_id: str, report: ProgressReport) -> ProgressReply:
+        self.require_leader()
+        with self.lock:
+            job = self.jobs.get(job_id)
+            if job is None:
+                # CANCEL: discard staging; STOP: the job finished, keep what is placed
+                cancelled = self.store.job_state(job_id) == "CANCELLED"
+                return ProgressReply(0, ("CANCEL" if cancelled else "STOP",))
+            hp = job.hosts.get(host_id)
+            if hp is None:
+                return ProgressReply(job.topology.version, ("REREGISTER",))
+            self._record(job, hp, report)
+            self.health[host_id] = (report.health[:500], int(report.data_refusals))
+            if job.state == "FAILED":
+                return ProgressReply(job.topology.version, ("STOP",))
+            actions: list[str] = []
+            if report.ready and not hp.ready:
+                self._accept_ready(job, hp, report)
+            elif not hp.ready:
+                if hp.state == "DEAD":
+                    actions.append("REREGISTER")  # it was spliced out; rejoin at a rack tail
+                elif hp.state == "PENDING":
+                    hp.state = "TRANSFERRING"
+            if report.topology_version < job.topology.version:
+                actions.append("REFETCH_ASSIGNMENT")
+            return ProgressReply(job.topology.version, tuple(actions))
+
+    def _record(self, job: JobState, hp: HostProgress, report: ProgressReport) -> None:
+        """Counters, have-bitmap and errors of one report into the progress cache."""
+        hp.last_seen = time.monotonic()
+        hp.have = bytes(report.have)
+        hp.verified = sum(bits_from_bitmap(hp.have, job.manifest.num_chunks))
+        hp.rx, hp.tx, hp.origin = report.rx, report.tx, report.origin
+        hp.rx_bps, hp.tx_bps = report.rx_bps, report.tx_bps
+        if report.data_address:
+            hp.address = report.data_address
+            self.addresses[hp.host_id] = hp.address
+        for e in report.errors:
+            hp.errors.append(e)
+            # no hangs: a chunk that failed N times from the origin / every peer ends the
+            # job (the agent names chunk, file and origin object); a host that gave up is
+            # FAILED (a straggler, the others go on)
+            if e.startswith(KIND_CHUNK_FAILED) and job.state not in TERMINAL_STATES:
+                self._fail_job(job, f"{hp.host_id}: {e}")
+            elif e.startswith(KIND_HOST_FAILED) and not hp.ready and hp.state != "FAILED":
+                if hp.host_id in job.topology.racks:  # its downstreams must not wait for it
+                    self._mark_dead(job, hp.host_id, "the host gave up (HOST_FAILED)")
+                hp.state = "FAILED"
+
+    def _accept_ready(self, job: JobState, hp: HostProgress, report: ProgressReport) -> None:
+        why = ready_refusal(
+            hp.verified, job.manifest.num_chunks, report.placed_manifest_digest, job.manifest.digest
+        )
+        if why is not None:
+            job.ready_refusals += 1
+            hp.errors.append(why)
+            log.warning("job %s: %s from %s", job.job_id, why, hp.host_id)
+            raise ReadyRefused(f"{why} (job {job.job_id}, host {hp.host_id})")
+        hp.ready, hp.state = True, "READY"
+        job.ready.add(hp.host_id)
+        self.store.update_job(job.job_id, ready_hosts=sorted(job.ready))
+        self.store.mark_host_version(hp.host_id, job.manifest.model, job.manifest.version)
+        log.info(
+            "job %s: %s READY (%d/%d)", job.job_id, hp.host_id, len(job.ready), len(job.targets)
+        )
+        self.changed.notify_all()
+
+    # ------------------------------------------------------------------ repair
+    def report_suspect(
+        self, job_id: str, reporter: str, suspect: str, reason: str, stripe: int
+    ) -> SuspectReply:
+        self.require_leader()
+        with self.lock:
+            job = self._job(job_id)
+            if reporter not in job.targets:
+                raise NotFound(f"host {reporter} is not a target of job {job_id}")
+            hp = job.hosts.get(suspect)
+            if hp is not None and suspect in job.topology.racks:
+                self._judge_suspect(job, hp, reporter, reason)
+            chain = job.topology.stripes[stripe] if 0 <= stripe < job.stripes else None
+            up = chain.parent.get(reporter) if chain else None
+            return SuspectReply(job.topology.version, self._peer(job, up) if up else ORIGIN_PEER)
+
+    def _judge_suspect(self, job: JobState, hp: HostProgress, reporter: str, reason: str) -> None:
+        suspect = hp.host_id
+        upstream_of_reporter = any(c.parent.get(reporter) == suspect for c in job.topology.stripes)
+        if reason == "BAD_DATA" and not upstream_of_reporter:
+            # only a host's own upstream can have sent it bad data
+            hp.errors.append(f"BAD_DATA from non-downstream {reporter} ignored")
+        elif reason == "BAD_DATA":
+            hp.bad_data_reporters.add(reporter)
+            hp.errors.append(f"BAD_DATA reported by {reporter}")
+            if len(hp.bad_data_reporters) >= QUARANTINE_REPORTERS:
+                # two independent receivers saw bad data: likely bad disk or memory
+                log.warning("job %s: quarantining %s", job.job_id, suspect)
+                hp.state = "QUARANTINED"
+                self._set_topology(job, splice(job.topology, suspect))
+        elif (
+            self.config.splice_on_suspect
+            and time.monotonic() - hp.last_seen > 2 * self.config.report_interval_s
+        ):
+            # the suspect also stopped reporting to us: treat as dead, splice now
+            self._mark_dead(job, suspect, f"{reason} from {reporter}")
+
+    def find_peers(
+        self, job_id: str, host_id: str, chunk: int, exclude: set[str], limit: int
+    ) -> list[PeerRef]:
+        self.require_leader()
+        with self.lock:
+            job = self._job(job_id)
+            if host_id not in job.targets:
+                raise NotFound(f"host {host_id} is not a target of job {job_id}")
+            me = job.hosts.get(host_id)
+            out = [
+                hp
+                for h, hp in job.hosts.items()
+                if h != host_id
+                and h not in exclude
+                and hp.state not in GONE_STATES
+                and hp.address
+                and hp.holds(chunk)
+            ]
+            # same rack first, then the most complete (least likely to be busy repairing)
+            out.sort(key=lambda hp: (hp.rack != (me.rack if me else ""), -hp.verified, hp.host_id))
+            return [self._peer(job, hp.host_id) for hp in out[: max(limit, 1)]]
+
+
+__all__ = ["ProgressService"]
