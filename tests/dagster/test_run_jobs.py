@@ -51,7 +51,7 @@ def test_admit_finish_and_cancel_jobs(ws, snapshot):  # noqa: F811
         )
         assert finished.success
         assert get_run(ws.db, run["runId"])["state"] == "FINISHED"
-        assert get_permit(ws.db, run["permit"])["state"] == "CLOSED"
+        assert get_permit(ws.db, run["permit"]).state == "CLOSED"
 
         other = run_admit_job.execute_in_process(
             instance=instance,
