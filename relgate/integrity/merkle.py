@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relgate.errors import IntegrityError
-from relgate.integrity.tuples import MemberTuple
+from relgate.integrity.tuples import FIELDS, MemberTuple
 
 _sha = hashlib.sha256
 
@@ -141,7 +141,7 @@ class LeafProof:
     def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index,
-            "tuple": dict(zip(_FIELDS, _astuple(self.tuple), strict=True)),
+            "tuple": self.tuple.to_json(),
             "path": [p.hex() for p in self.path],
         }
 
@@ -150,16 +150,11 @@ class LeafProof:
         t = data["tuple"]
         return cls(
             index=int(data["index"]),
-            tuple=MemberTuple(*(t[f] for f in _FIELDS)),
+            tuple=MemberTuple(*(t[f] for f in FIELDS)),
             path=[bytes.fromhex(p) for p in data["path"]],
         )
 
 
-_FIELDS = ("sampleId", "sourceId", "sourceVersion", "logicalContentDigest", "split", "schemaDigest")
-
-
-def _astuple(t: MemberTuple) -> tuple[str, ...]:
-    return tuple(getattr(t, f) for f in _FIELDS)
 
 
 def _root_bytes(root: str) -> bytes:
@@ -180,17 +175,17 @@ def check_proof(proof: dict[str, Any]) -> bool:
         if not verify_inclusion(leaf.tuple.encode(), leaf.index, size, leaf.path, root):
             return False
     if proof["kind"] == "inclusion":
-        return len(leaves) == 1 and leaves[0].tuple.sampleId == sample
+        return len(leaves) == 1 and leaves[0].tuple.sample_id == sample
     if proof["kind"] != "non-inclusion":
         return False
     if size == 0:
         return not leaves and root == _sha(b"").digest()
     if len(leaves) == 2:
         left, right = leaves
-        return right.index == left.index + 1 and left.tuple.sampleId < sample < right.tuple.sampleId
+        return right.index == left.index + 1 and left.tuple.sample_id < sample < right.tuple.sample_id
     if len(leaves) == 1:
         only = leaves[0]
-        if only.index == 0 and sample < only.tuple.sampleId:
+        if only.index == 0 and sample < only.tuple.sample_id:
             return True
-        return only.index == size - 1 and sample > only.tuple.sampleId
+        return only.index == size - 1 and sample > only.tuple.sample_id
     return False

@@ -151,7 +151,7 @@ def prove(ws: Workspace, digest: str, sample_id: str) -> dict[str, Any]:
     def leaf(i: int) -> dict[str, Any]:
         return LeafProof(i, tuples[i], tree.audit_path(i)).to_json()
 
-    if pos < len(tuples) and tuples[pos].sampleId == sample_id:
+    if pos < len(tuples) and tuples[pos].sample_id == sample_id:
         kind, leaves = "inclusion", [leaf(pos)]
     else:
         kind = "non-inclusion"

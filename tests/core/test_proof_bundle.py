@@ -200,7 +200,7 @@ def test_proof_round_trip_through_parser(ids: list[str]) -> None:
     for index in range(len(tuples)):
         proof = Proof(
             "inclusion",
-            tuples[index].sampleId,
+            tuples[index].sample_id,
             "sha256:" + tree.root.hex(),
             len(tuples),
             (LeafProof(index, tuples[index], tree.audit_path(index)),),
