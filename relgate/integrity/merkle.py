@@ -155,8 +155,6 @@ class LeafProof:
         )
 
 
-
-
 def _root_bytes(root: str) -> bytes:
     if not root.startswith("sha256:"):
         raise IntegrityError(
@@ -182,7 +180,9 @@ def check_proof(proof: dict[str, Any]) -> bool:
         return not leaves and root == _sha(b"").digest()
     if len(leaves) == 2:
         left, right = leaves
-        return right.index == left.index + 1 and left.tuple.sample_id < sample < right.tuple.sample_id
+        return (
+            right.index == left.index + 1 and left.tuple.sample_id < sample < right.tuple.sample_id
+        )
     if len(leaves) == 1:
         only = leaves[0]
         if only.index == 0 and sample < only.tuple.sample_id:

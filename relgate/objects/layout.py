@@ -70,3 +70,33 @@ def _already_canonical(key: str) -> bool:
         and not key.startswith((".", "/"))
         and not key.endswith("/")
     )
+
+
+# -- snapshot area: keys the snapshot, membership and source modules name ---------------------
+# (added by the snapshot helper; identical in name and meaning to the gate helper's versions,
+# so at merge keep one copy of each.)
+
+from relgate.integrity.digests import hex_of  # noqa: E402  # block appended for the merge
+
+SNAPSHOT_MANIFEST_PREFIX = "manifests/snapshots/"
+ENVELOPE_SUFFIX = ".dsse.json"
+CAS_PREFIX = "cas/sha256/"
+
+
+def snapshot_envelope_key(digest: str) -> str:
+    """The DSSE envelope of one snapshot manifest."""
+    return f"{SNAPSHOT_MANIFEST_PREFIX}{hex_of(digest)}{ENVELOPE_SUFFIX}"
+
+
+def cas_key(digest: str) -> str:
+    """A content-addressed document (membership, source pin, report, approval)."""
+    return CAS_PREFIX + hex_of(digest)
+
+
+#: Membership tables are content-addressed documents.
+membership_key = cas_key
+
+
+def cdc_segment_key(prefix: str, first_offset: int) -> str:
+    """One immutable CDC log segment under the source's configured prefix."""
+    return f"{prefix}{first_offset:020d}.jsonl"

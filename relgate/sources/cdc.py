@@ -21,15 +21,26 @@ import pyarrow as pa
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.objects.cas import ContentStore, digest_of_uri
+from relgate.objects.layout import cdc_segment_key
 from relgate.objects.versioned import ObjectStore
 from relgate.sources.schema import SOURCE_ARROW_SCHEMA
-from relgate.sources.source import Source, SourcePin, parse_row, require_text, row_error
+from relgate.sources.source import (
+    CdcPin,
+    PinList,
+    Source,
+    SourceEntry,
+    SourcePin,
+    expect_pin,
+    parse_row,
+    require_text,
+    row_error,
+)
 
 PIN_KIND = "relgate.cdc-pin.v1"
 
 
-def segment_key(prefix: str, first_offset: int) -> str:
-    return f"{prefix}{first_offset:020d}.jsonl"
+#: Where a segment lives (the one spelling is in :mod:`relgate.objects.layout`).
+segment_key = cdc_segment_key
 
 
 def append_segment(store: ObjectStore, prefix: str, events: list[dict[str, Any]]) -> str:
@@ -88,30 +99,29 @@ class CdcSource(Source):
             segments.append([version.key, version.version_id, len(events)])
         doc = {"kind": PIN_KIND, "prefix": self.prefix, "segments": segments}
         ref = self.cas.put(canonical_bytes(doc))
-        entry = {
-            "id": self.id,
-            "kind": self.kind,
-            "stream": self.prefix,
-            "cdcHighWatermark": f"offset:{expected - 1}",
-            "commitWatermark": commit_wm,
-            "segments": {"uri": ref.uri, "objectVersion": ref.version_id, "count": len(segments)},
-        }
-        return SourcePin(self.id, self.kind, entry, {"events": expected, "segments": len(segments)})
+        entry = CdcPin(
+            id=self.id,
+            stream=self.prefix,
+            cdc_high_watermark=f"offset:{expected - 1}",
+            commit_watermark=commit_wm,
+            segments=PinList(uri=ref.uri, object_version=ref.version_id, count=len(segments)),
+        )
+        return SourcePin(entry=entry, stats={"events": expected, "segments": len(segments)})
 
-    def _segments(self, entry: dict[str, Any]) -> list[list[Any]]:
-        ref = entry["segments"]
-        doc = json.loads(self.cas.get(digest_of_uri(ref["uri"]), ref["objectVersion"]))
-        if doc.get("kind") != PIN_KIND or len(doc["segments"]) != ref["count"]:
+    def _segments(self, entry: SourceEntry) -> list[list[Any]]:
+        ref = expect_pin(entry, CdcPin, self.id).segments
+        doc = json.loads(self.cas.get(digest_of_uri(ref.uri), ref.object_version))
+        if doc.get("kind") != PIN_KIND or len(doc["segments"]) != ref.count:
             raise IntegrityError(
                 "CDC pin does not match the manifest",
                 object=self.id,
                 check="pin-list",
-                digest=digest_of_uri(ref["uri"]),
+                digest=digest_of_uri(ref.uri),
             )
         return list(doc["segments"])
 
-    def read(self, entry: dict[str, Any]) -> pa.Table:
-        high = int(str(entry["cdcHighWatermark"]).removeprefix("offset:"))
+    def read(self, entry: SourceEntry) -> pa.Table:
+        high = expect_pin(entry, CdcPin, self.id).high_offset
         state: dict[str, tuple[str, str, str]] = {}
         expected = 0
         for key, version_id, count in self._segments(entry):
@@ -155,7 +165,7 @@ class CdcSource(Source):
             schema=SOURCE_ARROW_SCHEMA,
         )
 
-    def check_readable(self, entry: dict[str, Any]) -> list[str]:
+    def check_readable(self, entry: SourceEntry) -> list[str]:
         problems = []
         for key, version_id, _count in self._segments(entry):
             try:
@@ -164,10 +174,10 @@ class CdcSource(Source):
                 problems.append(f"{self.id}: segment {key}@{version_id} unreadable: {exc}")
         return problems
 
-    def late_events(self, entry: dict[str, Any]) -> int:
+    def late_events(self, entry: SourceEntry) -> int:
         """Events past the pinned offset whose commit position is at or below the watermark."""
-        high = int(str(entry["cdcHighWatermark"]).removeprefix("offset:"))
-        commit_wm = int(entry["commitWatermark"])
+        pin = expect_pin(entry, CdcPin, self.id)
+        high, commit_wm = pin.high_offset, pin.commit_watermark
         pinned = {key for key, _v, _c in self._segments(entry)}
         late = 0
         for version in self.store.list(self.prefix):
