@@ -247,7 +247,7 @@ def snapshot_diff(ctx: Ctx, old: str, new: str) -> dict[str, Any]:
     from relgate.snapshot.compare import diff
 
     ws = ctx.ws()
-    return diff(ws, resolve(ws.db, old), resolve(ws.db, new))
+    return diff(ws, resolve(ws.db, old), resolve(ws.db, new)).to_json()
 
 
 @command(snapshot, "replay")
@@ -262,7 +262,7 @@ def snapshot_replay(ctx: Ctx, digest: str, canary_bp: int) -> dict[str, Any]:
     from relgate.snapshot.compare import replay
 
     ws = ctx.ws()
-    return replay(ws, resolve(ws.db, digest), canary_bp=canary_bp)
+    return replay(ws, resolve(ws.db, digest), canary_bp=canary_bp).to_json()
 
 
 # -- aliases -----------------------------------------------------------------------------------

@@ -115,7 +115,7 @@ def _inclusion(ws: Workspace, snapshot: str, sample_id: str) -> dict[str, Any]:
     from relgate.snapshot.compare import prove
 
     try:
-        proof = prove(ws, snapshot, sample_id)
+        proof = prove(ws, snapshot, sample_id).to_json()
     except RelgateError as exc:
         return {"verified": False, "error": exc.check or exc.code, "snapshot": snapshot}
     verified = proof["kind"] == "inclusion" and check_proof(proof)

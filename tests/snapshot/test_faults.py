@@ -56,12 +56,12 @@ def test_content_replaced_under_a_reused_object_name(ws):
     ws.store.put(key, old.replace(b'"lang": "en"', b'"lang": "de"').replace(b"router", b"toaster"))
     # The pinned version is still what the snapshot reads: validation and replay hold.
     assert validate_snapshot(ws, result.digest, actor="t").outcome == "VALIDATED"
-    assert replay(ws, result.digest)["identical"]
+    assert replay(ws, result.digest).identical
 
 
 def test_pinned_object_bytes_changed_in_place_are_caught(ws):
     result = build_validated(ws)
-    entry = result.manifest.source("forum")
+    entry = result.manifest.source("forum").to_json()
     pins = json.loads(ws.cas.get(*_cas(entry["objects"])))["objects"]
     key, version, _digest, _size = pins[0]
     path = ws.store.local_path(key, version)
@@ -126,7 +126,8 @@ def _forge(ws, base, members: pl.DataFrame):
     body["splits"] = {
         r["split"]: r["len"] for r in members.group_by("split").len().iter_rows(named=True)
     }
-    body["provenance"] = {**body["provenance"], "forged": "yes"}
+    generated = {**body["provenance"]["wasGeneratedBy"], "buildId": "forged"}
+    body["provenance"] = {**body["provenance"], "wasGeneratedBy": generated}
     sealed = mf.seal(body)
     version = mf.store_envelope(ws.store, sealed, mf.sign(sealed, ws.signing_key))
     with ws.db.tx() as conn:
@@ -181,7 +182,7 @@ def test_resigned_manifest_with_wrong_digest_is_caught(ws):
     result = build(ws)
     body = dict(result.manifest.body)
     body["purpose"] = "something-else"  # snapshotId left as it was
-    envelope = mf.sign(mf.SnapshotManifest(body), ws.signing_key)
+    envelope = mf.sign(mf.SnapshotManifest.model_validate(body), ws.signing_key)
     with pytest.raises(IntegrityError) as err:
         mf.open_envelope(envelope, ws.trusted_keys)
     assert err.value.check == "manifest-digest"
@@ -189,7 +190,7 @@ def test_resigned_manifest_with_wrong_digest_is_caught(ws):
 
 def test_late_event_older_than_the_watermark_makes_it_incomplete(ws):
     result = build(ws)
-    commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
+    commit_wm = result.manifest.source("chat-cdc").to_json()["commitWatermark"]
     # Offset 60 continues the log, but its commit position predates the pinned watermark.
     append_segment(
         ws.store,
@@ -215,7 +216,7 @@ def test_late_event_exactly_at_the_watermark_makes_it_incomplete(ws):
     """The boundary is inclusive: an event committed *at* the watermark belonged to this
     snapshot's boundary, so arriving after pinning it is late (``<=``, not ``<``)."""
     result = build(ws)
-    commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
+    commit_wm = result.manifest.source("chat-cdc").to_json()["commitWatermark"]
     append_segment(
         ws.store,
         "cdc/chat/",
@@ -237,7 +238,7 @@ def test_late_event_exactly_at_the_watermark_makes_it_incomplete(ws):
 
 def test_new_events_after_the_watermark_belong_to_the_next_snapshot(ws):
     result = build(ws)
-    commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
+    commit_wm = result.manifest.source("chat-cdc").to_json()["commitWatermark"]
     append_segment(
         ws.store,
         "cdc/chat/",
@@ -275,7 +276,7 @@ def test_expired_iceberg_snapshot_is_unreadable(ws):
     result = build_validated(ws)
     cfg = next(s for s in ws.config["sources"] if s["id"] == "tickets-eu")
     table = open_catalog(cfg["catalogUri"], cfg["warehouse"]).load_table(cfg["table"])
-    pinned = int(result.manifest.source("tickets-eu")["tableSnapshot"].split(":")[1])
+    pinned = int(result.manifest.source("tickets-eu").to_json()["tableSnapshot"].split(":")[1])
     import pyarrow as pa
 
     table.append(
