@@ -12,7 +12,7 @@ checked independently of how it was made.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,9 @@ from relgate.errors import IntegrityError
 from relgate.integrity.tuples import FIELDS, MemberTuple
 
 _sha = hashlib.sha256
+_HASH_BYTES = 32
+#: A non-inclusion proof by two neighbours has exactly two leaves.
+_NEIGHBOURS = 2
 
 
 def leaf_hash(data: bytes) -> bytes:
@@ -76,7 +79,7 @@ def root_from_packed_leaves(packed: bytes) -> bytes:
     if not packed:
         return _sha(b"").digest()
     level = packed
-    while len(level) > 32:
+    while len(level) > _HASH_BYTES:
         level = _pair_level(level)
     return level
 
@@ -163,7 +166,7 @@ def _root_bytes(root: str) -> bytes:
     return bytes.fromhex(root[len("sha256:") :])
 
 
-def check_proof(proof: dict[str, Any]) -> bool:
+def check_proof(proof: Mapping[str, Any]) -> bool:  # noqa: PLR0911  # one return per proof shape
     """Verify a proof document printed by ``relgate prove`` (inclusion or non-inclusion)."""
     root = _root_bytes(proof["root"])
     size = int(proof["size"])
@@ -178,7 +181,7 @@ def check_proof(proof: dict[str, Any]) -> bool:
         return False
     if size == 0:
         return not leaves and root == _sha(b"").digest()
-    if len(leaves) == 2:
+    if len(leaves) == _NEIGHBOURS:
         left, right = leaves
         return (
             right.index == left.index + 1 and left.tuple.sample_id < sample < right.tuple.sample_id

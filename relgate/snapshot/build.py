@@ -33,6 +33,9 @@ from relgate.sources.schema import record_schema_digest
 from relgate.sources.source import Source, SourceEntry
 from relgate.workspace import Workspace
 
+#: Policies a workspace config that names none builds with (immutable models).
+DEFAULT_SELECTION = SelectionPolicy()
+DEFAULT_SPLIT = SplitPolicy()
 #: Build failures that mean "try again later" rather than "this input is wrong".
 _INCOMPLETE_CHECKS = ("cdc-contiguous", "source-consistent")
 
@@ -43,8 +46,8 @@ class BuildSpec:
 
     purpose: str
     transform: str
-    selection: SelectionPolicy = field(default_factory=SelectionPolicy)
-    split: SplitPolicy = field(default_factory=SplitPolicy)
+    selection: SelectionPolicy = DEFAULT_SELECTION
+    split: SplitPolicy = DEFAULT_SPLIT
     parents: list[str] = field(default_factory=list)
     source_ids: list[str] | None = None  # default: every configured source
 
@@ -59,8 +62,8 @@ class BuildSpec:
             transform=str(snap.get("transform", "registry.local/normalize:v1")),
             selection=SelectionPolicy.from_json(snap["selection"])
             if "selection" in snap
-            else SelectionPolicy(),
-            split=SplitPolicy.from_json(snap["split"]) if "split" in snap else SplitPolicy(),
+            else DEFAULT_SELECTION,
+            split=SplitPolicy.from_json(snap["split"]) if "split" in snap else DEFAULT_SPLIT,
         )
 
 
@@ -245,7 +248,7 @@ def _write_snapshot(
         tombstone_watermark=frozen.tombstone_watermark,
         benchmark_fence=frozen.benchmark_fence,
         record_schema=schema_digest,
-        selection_policy=spec.selection.digest,
+        selection_policy=spec.selection.digest(),
         transform_image=frozen.transform_image,
         members=mf.MembersRef(
             uri=members_ref.uri,
@@ -255,7 +258,7 @@ def _write_snapshot(
             tuple_root=tuple_root(members, schema_digest),
             media_type=mf.MEMBERS_MEDIA_TYPE,
         ),
-        split_policy=spec.split.digest,
+        split_policy=spec.split.digest(),
         purpose=spec.purpose,
         splits=_counts_by(members, "split"),
         member_counts_by_source=_counts_by(members, "sourceId"),

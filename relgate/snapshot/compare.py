@@ -229,6 +229,7 @@ def prove(ws: Workspace, digest: str, sample_id: str) -> MembershipProof:
         return ProvenLeaf.parse(LeafProof(i, tuples[i], tree.audit_path(i)).to_json())
 
     included = pos < len(tuples) and tuples[pos].sample_id == sample_id
+    leaves: tuple[ProvenLeaf, ...]
     if included:
         leaves = (leaf(pos),)
     else:

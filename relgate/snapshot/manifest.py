@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field, StrictInt, StrictStr
 
 from relgate.errors import RejectedError
-from relgate.integrity.contract import Contract, JsonObject
+from relgate.integrity.contract import Contract, JsonObject, JsonValue
 from relgate.integrity.documents import DocumentKind
 from relgate.integrity.signing import SigningKey, TrustedKeys
 from relgate.objects.cas import ContentRef, digest_of_uri
@@ -30,7 +30,7 @@ from relgate.objects.versioned import ObjectStore
 from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
 from relgate.sources.source import SourceEntry
 
-SCHEMA = "training.dataset.snapshot.v1"
+SCHEMA: Final = "training.dataset.snapshot.v1"
 PAYLOAD_TYPE = "application/vnd.relgate.dataset-snapshot.v1+json"
 #: Re-exported: the one spelling is :data:`relgate.objects.layout.SNAPSHOT_MANIFEST_PREFIX`.
 MANIFEST_PREFIX = SNAPSHOT_MANIFEST_PREFIX
@@ -115,7 +115,7 @@ class Provenance(Contract):
 class SnapshotBody(Contract):
     """A snapshot manifest before sealing (no ``snapshotId`` yet)."""
 
-    schema_name: Literal["training.dataset.snapshot.v1"] = Field(SCHEMA, alias="schema")
+    schema_name: Literal["training.dataset.snapshot.v1"] = Field(default=SCHEMA, alias="schema")
     parents: tuple[StrictStr, ...]
     sources: tuple[SourceEntry, ...]
     tombstone_watermark: StrictInt
@@ -128,7 +128,7 @@ class SnapshotBody(Contract):
     purpose: StrictStr
     splits: dict[StrictStr, StrictInt]
     member_counts_by_source: dict[StrictStr, StrictInt] | None = Field(
-        None, exclude_if=lambda value: value is None
+        default=None, exclude_if=lambda value: value is None
     )
     policies: EmbeddedPolicies
     provenance: Provenance
@@ -183,7 +183,7 @@ def from_payload(body: JsonObject, *, subject: str = "manifest") -> SnapshotMani
     return manifest
 
 
-def seal(body: SnapshotBody | Mapping[str, object]) -> SnapshotManifest:
+def seal(body: SnapshotBody | Mapping[str, JsonValue]) -> SnapshotManifest:
     """Compute the digest of a manifest body and set ``snapshotId`` from it."""
     raw = body.to_json() if isinstance(body, SnapshotBody) else dict(body)
     return from_payload(KIND.seal(raw))

@@ -6,6 +6,7 @@ ever goes into a membership table or a manifest.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
@@ -113,8 +114,6 @@ class MembershipCache:
 
 
 def _file_digest(path: Path) -> str:
-    import hashlib
-
     with open(path, "rb") as fh:
         return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 

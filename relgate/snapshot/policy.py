@@ -39,7 +39,7 @@ class SelectionPolicy(Contract):
     """Which transformed rows become members: a language set and a length window."""
 
     kind: Literal["relgate.selection.v1"] = "relgate.selection.v1"
-    languages: tuple[StrictStr, ...] = Field(("en", "de", "fr"), validate_default=True)
+    languages: tuple[StrictStr, ...] = Field(default=("en", "de", "fr"), validate_default=True)
     min_chars: StrictInt = 16
     max_chars: StrictInt = 20_000
 
@@ -52,10 +52,6 @@ class SelectionPolicy(Contract):
     def from_json(cls, data: object) -> SelectionPolicy:
         _require_kind(data, "relgate.selection.v1", "selectionPolicy", "selection")
         return cls.parse(data, what="selectionPolicy")
-
-    @property
-    def digest(self) -> str:
-        return sha256_digest(canonical_bytes(self.to_json()))
 
     def expression(self) -> pl.Expr:
         length = pl.col("text").str.len_chars()
@@ -97,10 +93,6 @@ class SplitPolicy(Contract):
     def from_json(cls, data: object) -> SplitPolicy:
         _require_kind(data, "relgate.split.v1", "splitPolicy", "split")
         return cls.parse(data, what="splitPolicy")
-
-    @property
-    def digest(self) -> str:
-        return sha256_digest(canonical_bytes(self.to_json()))
 
     def split_of(self, sample_id: str) -> str:
         h = hashlib.sha256(self.seed.encode() + b"\x00" + sample_id.encode()).digest()

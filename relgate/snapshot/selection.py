@@ -62,7 +62,8 @@ def select_members(
         # the membership columns (and content, for writers) outlive a batch.
         for offset in range(0, max(table.num_rows, 1), BATCH_ROWS):
             frame = pl.from_arrow(table.slice(offset, BATCH_ROWS))
-            assert isinstance(frame, pl.DataFrame)
+            if not isinstance(frame, pl.DataFrame):  # a Table always gives a DataFrame
+                raise TypeError(f"polars gave {type(frame).__name__} for an arrow table")
             frame = frame.with_columns(pl.lit(entry.id).alias("sourceId"))
             if canary is not None:
                 frame = canary(frame)

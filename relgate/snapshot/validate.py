@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Final, Literal
 
 import polars as pl
 from pydantic import Field, StrictInt, StrictStr
@@ -31,7 +31,7 @@ from relgate.snapshot.selection import Fenced, select_members
 from relgate.sources.factory import source_from_config
 from relgate.workspace import Workspace
 
-REPORT_SCHEMA = "relgate.snapshot.validation.v1"
+REPORT_SCHEMA: Final = "relgate.snapshot.validation.v1"
 REPORT_PAYLOAD_TYPE = "application/vnd.relgate.validation-report.v1+json"
 
 #: Checks whose count must be zero.
@@ -64,24 +64,26 @@ Canary = Callable[[pl.DataFrame], pl.DataFrame]
 class ValidationFacts(Contract):
     """What validation measured (a fact is absent when a fatal refusal came first)."""
 
-    members: StrictInt | None = Field(None, exclude_if=_absent)
-    manifest_members: StrictInt | None = Field(None, exclude_if=_absent)
-    tuple_root: StrictStr | None = Field(None, exclude_if=_absent)
-    splits: dict[StrictStr, StrictInt] | None = Field(None, exclude_if=_absent)
+    members: StrictInt | None = Field(default=None, exclude_if=_absent)
+    manifest_members: StrictInt | None = Field(default=None, exclude_if=_absent)
+    tuple_root: StrictStr | None = Field(default=None, exclude_if=_absent)
+    splits: dict[StrictStr, StrictInt] | None = Field(default=None, exclude_if=_absent)
 
 
 class ValidationReport(Contract):
     """The signed ``relgate.snapshot.validation.v1`` report; ``report_digest`` (the CAS
     digest of its envelope) is known only after signing and is not part of the payload."""
 
-    schema_name: Literal["relgate.snapshot.validation.v1"] = Field(REPORT_SCHEMA, alias="schema")
+    schema_name: Literal["relgate.snapshot.validation.v1"] = Field(
+        default=REPORT_SCHEMA, alias="schema"
+    )
     snapshot: StrictStr
     outcome: Outcome
     checks: dict[StrictStr, StrictInt]
     facts: ValidationFacts
     problems: tuple[StrictStr, ...]
-    report_digest: StrictStr | None = Field(None, exclude=True)
-    report_version: StrictStr | None = Field(None, exclude=True)
+    report_digest: StrictStr | None = Field(default=None, exclude=True)
+    report_version: StrictStr | None = Field(default=None, exclude=True)
 
     @property
     def ok(self) -> bool:
@@ -131,8 +133,8 @@ def recompute(
     transform = TransformRef.parse(manifest.transform_image).resolve()
     policies = manifest.policies
     if (
-        policies.selection.digest != manifest.selection_policy
-        or policies.split.digest != manifest.split_policy
+        policies.selection.digest() != manifest.selection_policy
+        or policies.split.digest() != manifest.split_policy
     ):
         raise IntegrityError(
             "embedded policy text does not match its digest",

@@ -61,7 +61,7 @@ class ObjectPrefixSource(Source):
         doc = {"kind": PIN_KIND, "prefix": self.prefix, "objects": objects}
         ref = self.cas.put(canonical_bytes(doc))
         listed = ObjectList(
-            uri=ref.uri, object_version=ref.version_id, count=len(objects), size_bytes=total
+            uri=ref.uri, object_version=ref.version_id, count=len(objects), bytes=total
         )
         entry = ObjectPrefixPin(id=self.id, prefix=self.prefix, objects=listed)
         return SourcePin(entry=entry, stats={"objects": len(objects), "unversionedObjects": 0})

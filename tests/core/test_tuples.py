@@ -36,7 +36,14 @@ def test_columnar_encoding_matches_row_encoding(rows):
 @given(tuples)
 def test_contract_round_trip(t):
     assert MemberTuple.parse(t.to_json()) == t
-    assert list(t.to_json()) == ["sampleId", "sourceId", "sourceVersion", "logicalContentDigest", "split", "schemaDigest"]
+    assert list(t.to_json()) == [
+        "sampleId",
+        "sourceId",
+        "sourceVersion",
+        "logicalContentDigest",
+        "split",
+        "schemaDigest",
+    ]
 
 
 @given(tuples, tuples)
