@@ -10,6 +10,10 @@ import pytest
 from relgate.catalog.snapshot_table import insert_snapshot
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
+from relgate.objects.cas import digest_of_uri
+from relgate.release.verifier import verify_release
+from relgate.release.writer import write_release
+from relgate.snapshot import activation as lifecycle
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.build import BuildSpec, build_snapshot, freeze
 from relgate.snapshot.compare import replay
@@ -18,6 +22,7 @@ from relgate.snapshot.policy import transform_code_digest
 from relgate.snapshot.transforms import tag_transform
 from relgate.snapshot.validate import validate_snapshot
 from relgate.sources.cdc import append_segment
+from relgate.sources.iceberg import open_catalog
 
 from .helpers import build, build_validated, state_of
 
@@ -76,7 +81,6 @@ def test_pinned_object_bytes_changed_in_place_are_caught(ws):
 
 
 def _cas(ref):
-    from relgate.objects.cas import digest_of_uri
 
     return digest_of_uri(ref["uri"]), ref["objectVersion"]
 
@@ -271,7 +275,6 @@ def test_unknown_origin_is_rejected(ws):
 
 
 def test_expired_iceberg_snapshot_is_unreadable(ws):
-    from relgate.sources.iceberg import open_catalog
 
     result = build_validated(ws)
     cfg = next(s for s in ws.config["sources"] if s["id"] == "tickets-eu")
@@ -380,9 +383,6 @@ def test_non_json_cdc_line_is_refused_not_an_internal_error(ws):
 def test_a_path_like_sample_id_stays_a_value(ws, tmp_path):
     """``../../etc/passwd`` is a legal id; it is stored, released, verified, tombstoned and
     looked up, and never becomes a file name or an object key anywhere."""
-    from relgate.release.verifier import verify_release
-    from relgate.release.writer import write_release
-    from relgate.snapshot import activation as lifecycle
 
     evil = "../../etc/passwd"
     ws.store.create(

@@ -4,6 +4,7 @@ from relgate.catalog.snapshot_table import snapshot_history
 from relgate.errors import ConflictError, RejectedError
 from relgate.integrity.merkle import check_proof
 from relgate.snapshot import activation as lifecycle
+from relgate.snapshot import selection
 from relgate.snapshot.compare import diff, load_manifest, prove, replay
 
 from .helpers import build, build_active, build_validated, state_of
@@ -161,7 +162,6 @@ def test_build_parents_and_prov_lineage(ws):
 
 
 def test_batched_selection_gives_the_same_membership(ws, monkeypatch):
-    import relgate.snapshot.selection as selection
 
     whole = build_validated(ws)
     monkeypatch.setattr(selection, "BATCH_ROWS", 7)
