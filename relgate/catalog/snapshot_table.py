@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Connection
@@ -76,7 +77,7 @@ def record_build_failure(
     build_id: str,
     state: str,
     reason: str,
-    details: dict[str, Any],
+    details: Mapping[str, object],
     digest: str | None = None,
 ) -> None:
     with db.tx() as conn:

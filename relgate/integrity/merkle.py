@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relgate.errors import IntegrityError
+from relgate.integrity.contract import JsonObject
 from relgate.integrity.tuples import FIELDS, MemberTuple
 
 _sha = hashlib.sha256
@@ -141,7 +142,7 @@ class LeafProof:
     tuple: MemberTuple
     path: list[bytes]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "index": self.index,
             "tuple": self.tuple.to_json(),
@@ -149,7 +150,7 @@ class LeafProof:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LeafProof:
+    def from_json(cls, data: Mapping[str, Any]) -> LeafProof:  # untyped proof JSON
         t = data["tuple"]
         return cls(
             index=int(data["index"]),

@@ -15,10 +15,9 @@ in the agent package, and shared.  This module adds what is the core's:
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -129,7 +128,7 @@ def relgate_error(exc: DsseError, subject: str | None = None) -> RelgateError:
 
 
 def open_verified(
-    envelope: bytes | str | Any,
+    envelope: bytes | str | Mapping[str, object],
     trusted: TrustedKeys,
     *,
     payload_type: str,
@@ -152,7 +151,11 @@ def open_verified(
 
 
 def verify_envelope(
-    envelope: Any, trusted: TrustedKeys, *, payload_type: str, subject: str
+    envelope: bytes | str | Mapping[str, object],
+    trusted: TrustedKeys,
+    *,
+    payload_type: str,
+    subject: str,
 ) -> bytes:
     """Return the payload bytes if a trusted key of the right role signed exactly them."""
     verified = open_verified(envelope, trusted, payload_type=payload_type, subject=subject)

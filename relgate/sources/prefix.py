@@ -98,7 +98,7 @@ class ObjectPrefixSource(Source):
                     continue
                 where = f"{self.id}:{source_version} line {number}"
                 record = parse_row(line, where)
-                ids.append(record["id"])
+                ids.append(str(record["id"]))  # parse_row validated it
                 langs.append(require_text(record, "lang", where))
                 texts.append(require_text(record, "text", where))
                 versions.append(source_version)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import abc
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 import pyarrow as pa
 from pydantic import Field, StrictInt, StrictStr, TypeAdapter
 
 from relgate.errors import IntegrityError, RejectedError
-from relgate.integrity.contract import Contract
+from relgate.integrity.contract import Contract, JsonObject, JsonValue
 from relgate.integrity.identifiers import IdentifierError, validate_id
 
 #: A source row that cannot be admitted (bad UTF-8, not JSON, no or bad id, bad field):
@@ -32,7 +33,7 @@ def row_error(where: str, why: str, **details: Any) -> RejectedError:
     )
 
 
-def parse_row(line: bytes, where: str) -> dict[str, Any]:
+def parse_row(line: bytes, where: str) -> JsonObject:
     """One JSON-lines row: strict UTF-8, a JSON object, a valid ``id`` (never trusted)."""
     try:
         text = line.decode("utf-8")
@@ -53,7 +54,7 @@ def parse_row(line: bytes, where: str) -> dict[str, Any]:
     return record
 
 
-def require_text(record: dict[str, Any], name: str, where: str) -> str:
+def require_text(record: Mapping[str, JsonValue], name: str, where: str) -> str:
     value = record.get(name)
     if not isinstance(value, str):
         raise row_error(where, f"field {name!r} is not a string")
