@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 from relgate.errors import IntegrityError
 from relgate.integrity.digests import hex_of
 from relgate.integrity.hashing import length_prefixed, merkle_root_rows
-from relgate.objects.cas import ContentRef, ContentStore, key_for
+from relgate.objects.cas import ContentRef, ContentStore
+from relgate.objects.layout import membership_key
 
 MEMBERSHIP_SCHEMA = pa.schema(
     [
@@ -79,14 +80,14 @@ class MembershipCache:
         os.close(fd)
         try:
             if local is not None:
-                shutil.copyfile(local(key_for(digest), version_id), tmp)
+                shutil.copyfile(local(membership_key(digest), version_id), tmp)
             else:
-                Path(tmp).write_bytes(store.get(key_for(digest), version_id))
+                Path(tmp).write_bytes(store.get(membership_key(digest), version_id))
             actual = _file_digest(Path(tmp))
             if actual != digest:
                 raise IntegrityError(
                     "membership table bytes do not match their digest",
-                    object=f"{key_for(digest)}@{version_id}",
+                    object=f"{membership_key(digest)}@{version_id}",
                     check="storage-digest",
                     digest=digest,
                     details={"actual": actual},
