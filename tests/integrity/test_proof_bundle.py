@@ -21,7 +21,7 @@ from relgate.release.proofs import Proof, ProofBundle
 from relgate.snapshot import manifest as sm
 from relgate.snapshot.activation import approve
 from relgate_agent.dsse import Signer
-from tests.core.test_envelope_cli import relgate
+from tests.integrity.test_envelope_cli import relgate
 from tests.release.helpers import write
 from tests.snapshot.conftest import make_workspace
 from tests.snapshot.helpers import build_validated
