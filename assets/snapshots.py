@@ -1,17 +1,25 @@
-"""Snapshot assets: frozen sources -> dataset snapshot (+ blocking validation) -> diff -> alias."""
+"""Snapshot assets: frozen sources -> dataset snapshot (+ blocking validation) -> diff -> alias.
+
+Each asset calls one core function and turns its typed result into Dagster output and
+metadata; no snapshot rule is written here.
+"""
 
 import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 
-from relgate.snapshot import activation as lifecycle
-from relgate.snapshot.build import BuildSpec, Frozen, build_snapshot, freeze
-from relgate.snapshot.compare import diff
+from relgate.snapshot import activation
+from relgate.snapshot.build import BuildSpec, Frozen, build_for_alias, freeze
+from relgate.snapshot.compare import shadow_diff
 from relgate.snapshot.validate import validate_snapshot
 from resources.relgate import RelgateResource
 
 GROUP = "snapshots"
+#: Asset outputs are decoded JSON (Dagster resolves annotations at runtime, so no
+#: recursive alias here).
+Json = dict[str, Any]
 
 # Output(data_version=...) is marked beta; the digest-as-data-version contract is ours to keep.
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
@@ -28,7 +36,7 @@ class AliasConfig(dg.Config):
     comment: str = ""
 
 
-def _table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
+def _table(rows: Sequence[Mapping[str, object]]) -> dg.MetadataValue:
     if not rows:
         return dg.MetadataValue.md("_none_")
     columns = list(rows[0])
@@ -42,39 +50,17 @@ def _table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
     kinds={"iceberg", "s3"},
     description="Fence watermarks, then every source pinned to an exact version.",
 )
-def frozen_sources(
-    context: dg.AssetExecutionContext, relgate: RelgateResource
-) -> dg.Output[dict[str, Any]]:
+def frozen_sources(relgate: RelgateResource) -> dg.Output[Json]:
     ws = relgate.workspace()
     frozen = freeze(ws, BuildSpec.from_config(ws.config))
-    pins = []
-    for entry in frozen.entries:
-        pin = {
-            k: v
-            for k, v in entry.items()
-            if k in ("id", "kind", "tableSnapshot", "cdcHighWatermark", "prefix")
-        }
-        if "objects" in entry:
-            pin["objects"] = entry["objects"]["count"]
-        pins.append(pin)
+    pins = [{"id": e.id, "kind": e.kind, "pin": e.label} for e in frozen.sources]
     return dg.Output(
-        frozen.to_json() | {"started": frozen.started},
+        frozen.to_json(),
         metadata={
-            "tombstoneWatermark": frozen.fences.tombstone_watermark,
-            "benchmarkFence": frozen.fences.benchmark_fence,
-            "transformImage": frozen.transform,
-            "pins": _table(
-                [
-                    {
-                        "id": p["id"],
-                        "kind": p["kind"],
-                        "pin": p.get("tableSnapshot")
-                        or p.get("cdcHighWatermark")
-                        or f"{p.get('objects')} objects",
-                    }
-                    for p in pins
-                ]
-            ),
+            "tombstoneWatermark": frozen.tombstone_watermark,
+            "benchmarkFence": frozen.benchmark_fence,
+            "transformImage": frozen.transform_image,
+            "pins": _table(pins),
         },
     )
 
@@ -88,45 +74,33 @@ def dataset_snapshot(
     context: dg.AssetExecutionContext,
     config: SnapshotConfig,
     relgate: RelgateResource,
-    frozen_sources: dict[str, Any],
+    frozen_sources: Json,
 ) -> dg.Output[str]:
-    from relgate.gate.core import Fences
-
     ws = relgate.workspace()
-    spec = BuildSpec.from_config(ws.config)
-    if config.purpose:
-        spec.purpose = config.purpose
-    active = ws.gate().alias(config.alias, "snapshot").active_digest
-    spec.parents = [active] if active else []
-    frozen = Frozen(
-        frozen_sources["buildId"],
-        frozen_sources["started"],
-        Fences(frozen_sources["tombstoneWatermark"], frozen_sources["benchmarkFence"]),
-        frozen_sources["sources"],
-        frozen_sources["transformImage"],
+    result = build_for_alias(
+        ws,
+        Frozen.parse(frozen_sources, what="frozen_sources"),
+        alias=config.alias,
+        actor=relgate.actor,
+        purpose=config.purpose,
     )
-    result = build_snapshot(ws, spec, actor=relgate.actor, frozen=frozen)
-    body = result.manifest.body
-    context.log.info(f"snapshot {result.digest} members={result.manifest.member_count}")
+    manifest = result.manifest
+    context.log.info(f"snapshot {result.digest} members={manifest.member_count}")
+    by_source = manifest.member_counts_by_source or {}
     return dg.Output(
         result.digest,
         data_version=dg.DataVersion(result.digest),
         metadata={
             "digest": result.digest,
-            "members": result.manifest.member_count,
-            "tupleRoot": result.manifest.tuple_root,
-            "membersUri": body["members"]["uri"],
+            "members": manifest.member_count,
+            "tupleRoot": manifest.tuple_root,
+            "membersUri": manifest.members.uri,
             "splits": _table(
-                [{"split": k, "members": v} for k, v in sorted(body["splits"].items())]
+                [{"split": k, "members": v} for k, v in sorted(manifest.splits.items())]
             ),
-            "bySource": _table(
-                [
-                    {"source": k, "members": v}
-                    for k, v in sorted(body["memberCountsBySource"].items())
-                ]
-            ),
+            "bySource": _table([{"source": k, "members": v} for k, v in sorted(by_source.items())]),
             "selection": _table([{"stage": k, "rows": v} for k, v in result.counts.items()]),
-            "parents": dg.MetadataValue.json(body["parents"]),
+            "parents": dg.MetadataValue.json(list(manifest.parents)),
         },
     )
 
@@ -137,8 +111,7 @@ def dataset_snapshot(
     description="Recompute from pinned sources; every zero-check must be zero.",
 )
 def snapshot_validation(relgate: RelgateResource, dataset_snapshot: str) -> dg.AssetCheckResult:
-    ws = relgate.workspace()
-    report = validate_snapshot(ws, dataset_snapshot, actor=relgate.actor)
+    report = validate_snapshot(relgate.workspace(), dataset_snapshot, actor=relgate.actor)
     return dg.AssetCheckResult(
         passed=report.ok,
         severity=dg.AssetCheckSeverity.ERROR,
@@ -146,7 +119,7 @@ def snapshot_validation(relgate: RelgateResource, dataset_snapshot: str) -> dg.A
             "outcome": report.outcome,
             "report": report.report_digest or "",
             "checks": _table([{"check": k, "count": v} for k, v in report.checks.items()]),
-            "problems": dg.MetadataValue.json(report.problems),
+            "problems": dg.MetadataValue.json(list(report.problems)),
         },
     )
 
@@ -157,27 +130,21 @@ def snapshot_validation(relgate: RelgateResource, dataset_snapshot: str) -> dg.A
 )
 def snapshot_diff(
     config: SnapshotConfig, relgate: RelgateResource, dataset_snapshot: str
-) -> dg.Output[dict[str, Any]]:
-    ws = relgate.workspace()
-    active = ws.gate().alias(config.alias, "snapshot").active_digest
-    if active is None or active == dataset_snapshot:
-        result: dict[str, Any] = {
-            "old": active,
-            "new": dataset_snapshot,
-            "note": "no earlier active version",
-        }
-        return dg.Output(result, metadata={"against": str(active)})
-    result = diff(ws, active, dataset_snapshot)
+) -> dg.Output[Json]:
+    result = shadow_diff(relgate.workspace(), config.alias, dataset_snapshot)
+    if result is None:
+        note: Json = {"new": dataset_snapshot, "note": "no earlier active version"}
+        return dg.Output(note, metadata={"against": "none"})
     return dg.Output(
-        result,
+        result.to_json(),
         metadata={
-            "against": active,
-            "additions": result["additions"],
-            "deletions": result["deletions"],
-            "contentChanges": result["contentChanges"],
-            "splitMigrations": dg.MetadataValue.json(result["splitMigrations"]),
-            "bySource": _table([{"source": k, **v} for k, v in result["bySource"].items()]),
-            "bySplit": _table([{"split": k, **v} for k, v in result["bySplit"].items()]),
+            "against": result.old,
+            "additions": result.additions,
+            "deletions": result.deletions,
+            "contentChanges": result.content_changes,
+            "splitMigrations": dg.MetadataValue.json(result.split_migrations),
+            "bySource": _table([{"source": k, **v.to_json()} for k, v in result.by_source.items()]),
+            "bySplit": _table([{"split": k, **v.to_json()} for k, v in result.by_split.items()]),
         },
     )
 
@@ -191,22 +158,23 @@ def snapshot_alias(
     config: AliasConfig,
     relgate: RelgateResource,
     dataset_snapshot: str,
-    snapshot_diff: dict[str, Any],
-) -> dg.Output[dict[str, Any]]:
-    ws = relgate.workspace()
-    lifecycle.approve(ws, dataset_snapshot, approver=config.approver, comment=config.comment)
-    result = lifecycle.activate(
-        ws, dataset_snapshot, alias=config.alias, actor=config.approver
-    ).to_json()
-    context.log.info(
-        f"alias {config.alias} generation {result['generation']} -> {dataset_snapshot}"
+    snapshot_diff: Json,
+) -> dg.Output[Json]:
+    result = activation.approve_and_activate(
+        relgate.workspace(),
+        dataset_snapshot,
+        alias=config.alias,
+        approver=config.approver,
+        comment=config.comment,
     )
+    generation = result["generation"]
+    context.log.info(f"alias {config.alias} generation {generation} -> {dataset_snapshot}")
     return dg.Output(
         result,
-        data_version=dg.DataVersion(f"{config.alias}@{result['generation']}"),
+        data_version=dg.DataVersion(f"{config.alias}@{generation}"),
         metadata={
             "alias": config.alias,
-            "generation": result["generation"],
+            "generation": generation,
             "activeDigest": dataset_snapshot,
             "approver": config.approver,
             "tombstoneWatermark": result["tombstoneWatermark"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Connection
@@ -16,7 +17,6 @@ from relgate.snapshot.manifest import SnapshotManifest
 def insert_snapshot(
     conn: Connection, manifest: SnapshotManifest, envelope_version: str, *, actor: str
 ) -> None:
-    body = manifest.body
     now = utcnow()
     execute(
         conn,
@@ -25,10 +25,10 @@ def insert_snapshot(
         " VALUES (:d, 'BUILDING', :p, :n, :t, :b, :md, :mv, :ev, :ev, :now, :now)",
         {
             "d": manifest.digest,
-            "p": body["purpose"],
+            "p": manifest.purpose,
             "n": manifest.member_count,
-            "t": body["tombstoneWatermark"],
-            "b": body["benchmarkFence"],
+            "t": manifest.tombstone_watermark,
+            "b": manifest.benchmark_fence,
             "md": manifest.members_ref.digest,
             "mv": manifest.members_ref.version_id,
             "ev": envelope_version,
@@ -77,7 +77,7 @@ def record_build_failure(
     build_id: str,
     state: str,
     reason: str,
-    details: dict[str, Any],
+    details: Mapping[str, object],
     digest: str | None = None,
 ) -> None:
     with db.tx() as conn:

@@ -10,7 +10,7 @@ recomputed from the manifest without self-reference.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import rfc8785
@@ -51,17 +51,21 @@ def _check(value: Any, path: str) -> None:
     )
 
 
-def canonical_bytes(value: Any) -> bytes:
+def canonical_bytes(value: Any) -> bytes:  # a JSON boundary: _check types it
+    """RFC 8785 bytes of a JSON value (floats and unsafe integers refused)."""
     _check(value, "$")
-    return rfc8785.dumps(value)
+    encoded: bytes = rfc8785.dumps(value)
+    return encoded
 
 
 def digest_payload(
-    manifest: dict[str, Any], excluded: Iterable[str] = DIGEST_EXCLUDED
-) -> dict[str, Any]:
+    manifest: Mapping[str, object], excluded: Iterable[str] = DIGEST_EXCLUDED
+) -> dict[str, object]:
+    """The manifest without its identity and transport fields."""
     drop = set(excluded)
     return {k: v for k, v in manifest.items() if k not in drop}
 
 
-def manifest_digest(manifest: dict[str, Any]) -> str:
+def manifest_digest(manifest: Mapping[str, object]) -> str:
+    """``sha256:`` of the canonical bytes of :func:`digest_payload`."""
     return sha256_digest(canonical_bytes(digest_payload(manifest)))

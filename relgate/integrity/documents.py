@@ -8,11 +8,12 @@ explicit trusted key set, then the schema, then the recomputed digest.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from relgate.errors import IntegrityError, RejectedError, UsageError
 from relgate.integrity.canonical import canonical_bytes, manifest_digest
+from relgate.integrity.contract import JsonObject, JsonValue
 from relgate.integrity.digests import require_digest
 from relgate.integrity.signing import SigningKey, TrustedKeys, open_verified, sign_envelope
 from relgate.objects.versioned import ObjectStore
@@ -20,12 +21,16 @@ from relgate.objects.versioned import ObjectStore
 
 @dataclass(frozen=True)
 class DocumentKind:
+    """One kind of signed document: its schema, DSSE payload type, id field and the
+    fields it must carry."""
+
     schema: str
     payload_type: str
     id_field: str
     required: tuple[str, ...]
 
-    def seal(self, body: dict[str, Any]) -> dict[str, Any]:
+    def seal(self, body: Mapping[str, JsonValue]) -> JsonObject:
+        """The body with its id field set to the digest of the rest (``signatures`` dropped)."""
         missing = [f for f in self.required if f not in body]
         if missing:
             raise RejectedError(
@@ -34,17 +39,18 @@ class DocumentKind:
         clean = {k: v for k, v in body.items() if k not in (self.id_field, "signatures")}
         return {**clean, self.id_field: manifest_digest(clean)}
 
-    def sign(self, sealed: dict[str, Any], key: SigningKey) -> dict[str, Any]:
+    def sign(self, sealed: Mapping[str, JsonValue], key: SigningKey) -> JsonObject:
+        """The DSSE envelope over the sealed body's canonical bytes."""
         return sign_envelope(self.payload_type, canonical_bytes(sealed), key)
 
     def open(
         self,
-        envelope: Any,
+        envelope: bytes | str | Mapping[str, object],
         trusted: TrustedKeys,
         *,
         expected: str | None = None,
         subject: str = "manifest",
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """Verify (role, key version, revocation, strict canonical payload), then the schema,
         the recomputed digest and, with ``expected``, the identity.  ``envelope`` is the
         envelope's bytes (preferred: duplicate keys and depth are checked on them) or its
@@ -84,6 +90,6 @@ class DocumentKind:
 
     def load(
         self, store: ObjectStore, trusted: TrustedKeys, *, key: str, digest: str, version_id: str
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """Open the envelope stored at an exact object version; it must hold ``digest``."""
         return self.open(store.get(key, version_id), trusted, expected=digest, subject=key)

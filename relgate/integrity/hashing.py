@@ -9,6 +9,7 @@ processes that each hash a contiguous slice.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing as mp
 import os
 import struct
 from concurrent.futures import ProcessPoolExecutor
@@ -17,6 +18,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from relgate.integrity.merkle import root_from_packed_leaves
 
 _LEN = struct.Struct(">I")
 
@@ -36,8 +39,8 @@ def length_prefixed(*columns: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -
     """
     parts: list[Any] = []
     n = len(columns[0])
-    for col in columns:
-        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    for column in columns:
+        col = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         binary = pc.cast(col, pa.large_binary())
         lengths = pc.binary_length(binary).to_numpy(zero_copy_only=False).astype(">u4")
         prefix_arr = pa.FixedSizeBinaryArray.from_buffers(
@@ -96,7 +99,6 @@ def sha256_rows(arr: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> bytes:
     if n < PARALLEL_THRESHOLD or nworkers == 1:
         return _hash_slice(offsets, data, 0, n, prefix)
     # Fork after staging the buffers so children read them copy-on-write, not pickled.
-    import multiprocessing as mp
 
     _SHARED["job"] = (offsets, data)
     try:
@@ -110,8 +112,6 @@ def sha256_rows(arr: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> bytes:
 
 def _subtree_roots(offsets: np.ndarray, data: memoryview, lo: int, hi: int, chunk: int) -> bytes:
     """RFC 6962 roots of the aligned leaf chunks [lo, hi) (``chunk`` a power of two)."""
-    from relgate.integrity.merkle import root_from_packed_leaves
-
     out = bytearray()
     for start in range(lo, hi, chunk):
         leaves = _hash_slice(offsets, data, start, min(hi, start + chunk), b"\x00")
@@ -135,8 +135,6 @@ def merkle_root_rows(arr: pa.Array | pa.ChunkedArray) -> bytes:
     the roots of the aligned chunks (the last, partial one reduced the same way), so the
     root over the chunk roots is the root over the leaves.
     """
-    from relgate.integrity.merkle import root_from_packed_leaves
-
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     offsets, data = _offsets_and_data(arr)
@@ -148,7 +146,6 @@ def merkle_root_rows(arr: pa.Array | pa.ChunkedArray) -> bytes:
             if n
             else root_from_packed_leaves(b"")
         )
-    import multiprocessing as mp
 
     chunks = (n + MERKLE_CHUNK - 1) // MERKLE_CHUNK
     per = (chunks + nworkers - 1) // nworkers

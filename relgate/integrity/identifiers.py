@@ -35,13 +35,16 @@ class IdentifierError(RejectedError):
     code = "rejected"
 
 
+_SHOWN_CHARS = 80
+
+
 def _shown(value: Any) -> str:
     """A bounded, escaped rendering for error messages (never the raw bytes)."""
     text = ascii(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
-def problem(value: Any) -> str | None:
+def problem(value: Any) -> str | None:  # noqa: PLR0911  # one early return per reason
     """Why ``value`` is not a valid identifier, or ``None`` if it is one."""
     if isinstance(value, bytes | bytearray):
         try:
@@ -76,8 +79,7 @@ def validate_id(value: Any, *, kind: str = "sample id", where: str | None = None
         )
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8")
-    assert isinstance(value, str)
-    return value
+    return str(value)  # problem() accepted it, so it is a str already
 
 
 def validate_ids(

@@ -12,14 +12,18 @@ checked independently of how it was made.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from relgate.errors import IntegrityError
-from relgate.integrity.tuples import MemberTuple
+from relgate.integrity.contract import JsonObject
+from relgate.integrity.tuples import FIELDS, MemberTuple
 
 _sha = hashlib.sha256
+_HASH_BYTES = 32
+#: A non-inclusion proof by two neighbours has exactly two leaves.
+_NEIGHBOURS = 2
 
 
 def leaf_hash(data: bytes) -> bytes:
@@ -76,7 +80,7 @@ def root_from_packed_leaves(packed: bytes) -> bytes:
     if not packed:
         return _sha(b"").digest()
     level = packed
-    while len(level) > 32:
+    while len(level) > _HASH_BYTES:
         level = _pair_level(level)
     return level
 
@@ -138,28 +142,21 @@ class LeafProof:
     tuple: MemberTuple
     path: list[bytes]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "index": self.index,
-            "tuple": dict(zip(_FIELDS, _astuple(self.tuple), strict=True)),
+            "tuple": self.tuple.to_json(),
             "path": [p.hex() for p in self.path],
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LeafProof:
+    def from_json(cls, data: Mapping[str, Any]) -> LeafProof:  # untyped proof JSON
         t = data["tuple"]
         return cls(
             index=int(data["index"]),
-            tuple=MemberTuple(*(t[f] for f in _FIELDS)),
+            tuple=MemberTuple(*(t[f] for f in FIELDS)),
             path=[bytes.fromhex(p) for p in data["path"]],
         )
-
-
-_FIELDS = ("sampleId", "sourceId", "sourceVersion", "logicalContentDigest", "split", "schemaDigest")
-
-
-def _astuple(t: MemberTuple) -> tuple[str, ...]:
-    return tuple(getattr(t, f) for f in _FIELDS)
 
 
 def _root_bytes(root: str) -> bytes:
@@ -170,7 +167,7 @@ def _root_bytes(root: str) -> bytes:
     return bytes.fromhex(root[len("sha256:") :])
 
 
-def check_proof(proof: dict[str, Any]) -> bool:
+def check_proof(proof: Mapping[str, Any]) -> bool:  # noqa: PLR0911  # one return per proof shape
     """Verify a proof document printed by ``relgate prove`` (inclusion or non-inclusion)."""
     root = _root_bytes(proof["root"])
     size = int(proof["size"])
@@ -180,17 +177,19 @@ def check_proof(proof: dict[str, Any]) -> bool:
         if not verify_inclusion(leaf.tuple.encode(), leaf.index, size, leaf.path, root):
             return False
     if proof["kind"] == "inclusion":
-        return len(leaves) == 1 and leaves[0].tuple.sampleId == sample
+        return len(leaves) == 1 and leaves[0].tuple.sample_id == sample
     if proof["kind"] != "non-inclusion":
         return False
     if size == 0:
         return not leaves and root == _sha(b"").digest()
-    if len(leaves) == 2:
+    if len(leaves) == _NEIGHBOURS:
         left, right = leaves
-        return right.index == left.index + 1 and left.tuple.sampleId < sample < right.tuple.sampleId
+        return (
+            right.index == left.index + 1 and left.tuple.sample_id < sample < right.tuple.sample_id
+        )
     if len(leaves) == 1:
         only = leaves[0]
-        if only.index == 0 and sample < only.tuple.sampleId:
+        if only.index == 0 and sample < only.tuple.sample_id:
             return True
-        return only.index == size - 1 and sample > only.tuple.sampleId
+        return only.index == size - 1 and sample > only.tuple.sample_id
     return False

@@ -15,15 +15,15 @@ in the agent package, and shared.  This module adds what is the core's:
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from relgate.errors import IntegrityError, RejectedError, RelgateError, UsageError
+from relgate.integrity.contract import JsonObject
 from relgate_agent import dsse
 from relgate_agent.dsse import DsseError, Role, TrustedKey, TrustedKeys, Verified, keyid_of
 
@@ -63,10 +63,10 @@ def roles_for(payload_type: str) -> frozenset[Role]:
 
 
 @dataclass(frozen=True)
-class SigningKey:
-    private_key: Ed25519PrivateKey
-    role: Role | None = None
-    version: int = 1
+class SigningKey(dsse.Signer):  # type: ignore[misc,unused-ignore]  # agent untyped to mypy here
+    """The agent's :class:`relgate_agent.dsse.Signer` (key, role, version; ``keyid`` and
+    ``public_key`` come from there) plus what the core adds: loading a PEM file,
+    generating a key and exporting PEM."""
 
     @classmethod
     def generate(cls, role: Role | None = None, version: int = 1) -> SigningKey:
@@ -88,31 +88,28 @@ class SigningKey:
 
     @property
     def signer(self) -> dsse.Signer:
-        return dsse.Signer(self.private_key, self.role, self.version)
-
-    @property
-    def public_key(self) -> Ed25519PublicKey:
-        return self.private_key.public_key()
-
-    @property
-    def keyid(self) -> str:
-        return keyid_of(self.public_key)
+        """Itself: kept for callers written before SigningKey became a Signer."""
+        return self
 
     def private_pem(self) -> bytes:
-        return self.private_key.private_bytes(
+        pem: bytes = self.private_key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         )
+        return pem
 
     def public_pem(self) -> bytes:
-        return self.public_key.public_bytes(
+        pem: bytes = self.public_key.public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
+        return pem
 
 
-def sign_envelope(payload_type: str, payload: bytes, key: SigningKey) -> dict[str, Any]:
-    return dsse.sign(payload_type, payload, key.signer)
+def sign_envelope(payload_type: str, payload: bytes, key: SigningKey) -> JsonObject:
+    """A DSSE envelope over ``payload`` (PAE and Ed25519 in :mod:`relgate_agent.dsse`)."""
+    envelope: JsonObject = dsse.sign(payload_type, payload, key)
+    return envelope
 
 
 def relgate_error(exc: DsseError, subject: str | None = None) -> RelgateError:
@@ -131,7 +128,7 @@ def relgate_error(exc: DsseError, subject: str | None = None) -> RelgateError:
 
 
 def open_verified(
-    envelope: bytes | str | Any,
+    envelope: bytes | str | Mapping[str, object],
     trusted: TrustedKeys,
     *,
     payload_type: str,
@@ -154,10 +151,16 @@ def open_verified(
 
 
 def verify_envelope(
-    envelope: Any, trusted: TrustedKeys, *, payload_type: str, subject: str
+    envelope: bytes | str | Mapping[str, object],
+    trusted: TrustedKeys,
+    *,
+    payload_type: str,
+    subject: str,
 ) -> bytes:
     """Return the payload bytes if a trusted key of the right role signed exactly them."""
-    return open_verified(envelope, trusted, payload_type=payload_type, subject=subject).payload
+    verified = open_verified(envelope, trusted, payload_type=payload_type, subject=subject)
+    payload: bytes = verified.payload
+    return payload
 
 
 def load_trusted(sources: Collection[str | os.PathLike[str]]) -> TrustedKeys:

@@ -9,28 +9,68 @@ UTF-8 bytes, so no choice of field values can make two different tuples encode a
 from __future__ import annotations
 
 import struct
-from dataclasses import astuple, dataclass
+from collections.abc import Sequence
+
+from pydantic import StrictStr
 
 from relgate.errors import IntegrityError
+from relgate.integrity.contract import Contract
 
+#: Wire names of the fields, in encoding order.
 FIELDS = ("sampleId", "sourceId", "sourceVersion", "logicalContentDigest", "split", "schemaDigest")
+_NAMES = (
+    "sample_id",
+    "source_id",
+    "source_version",
+    "logical_content_digest",
+    "split",
+    "schema_digest",
+)
 _LEN = struct.Struct(">I")
 
 
-@dataclass(frozen=True, order=True)
-class MemberTuple:
-    sampleId: str
-    sourceId: str
-    sourceVersion: str
-    logicalContentDigest: str
-    split: str
-    schemaDigest: str
+class MemberTuple(Contract):
+    """One member of a snapshot as the Merkle tree commits to it.
+
+    Built positionally in encoding order (``MemberTuple(sample, source, ...)``) or by name;
+    ordered like the tuple of its fields, so a sorted list of tuples is sorted by sampleId.
+    """
+
+    sample_id: StrictStr
+    source_id: StrictStr
+    source_version: StrictStr
+    logical_content_digest: StrictStr
+    split: StrictStr
+    schema_digest: StrictStr
+
+    def __init__(self, *values: str, **fields: str) -> None:
+        if values:
+            if len(values) != len(_NAMES):
+                raise TypeError(f"MemberTuple takes {len(_NAMES)} fields, got {len(values)}")
+            fields = dict(zip(_NAMES, values, strict=True)) | fields
+        super().__init__(**fields)
+
+    def values(self) -> tuple[str, ...]:
+        """The fields in encoding order."""
+        return (
+            self.sample_id,
+            self.source_id,
+            self.source_version,
+            self.logical_content_digest,
+            self.split,
+            self.schema_digest,
+        )
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, MemberTuple):
+            return NotImplemented
+        return self.values() < other.values()
 
     def encode(self) -> bytes:
-        return encode_fields(astuple(self))
+        return encode_fields(self.values())
 
 
-def encode_fields(fields: tuple[str, ...] | list[str]) -> bytes:
+def encode_fields(fields: Sequence[str]) -> bytes:
     out = bytearray()
     for value in fields:
         raw = value.encode("utf-8")

@@ -216,7 +216,7 @@ def _holders(
 def _inclusion(ws: Workspace, snapshot: str, sample_id: str) -> InclusionCheck:
     """An RFC 6962 inclusion proof against the signed snapshot's tuple root, checked."""
     try:
-        proof = prove(ws, snapshot, sample_id)
+        proof = prove(ws, snapshot, sample_id).to_json()
     except RelgateError as exc:
         return InclusionCheck(verified=False, error=exc.check or exc.code, snapshot=snapshot)
     verified = proof["kind"] == "inclusion" and check_proof(proof)

@@ -162,3 +162,12 @@ def _already_canonical(key: str) -> bool:
         and not key.startswith((".", "/"))
         and not key.endswith("/")
     )
+
+
+#: Membership tables are content-addressed documents.
+membership_key = cas_key
+
+
+def cdc_segment_key(prefix: str, first_offset: int) -> str:
+    """One immutable CDC log segment under the source's configured prefix."""
+    return f"{prefix}{first_offset:020d}.jsonl"

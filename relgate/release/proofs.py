@@ -268,7 +268,7 @@ def bundle(ws: Any, sample_id: str, *, snapshot: str | None, release: str | None
         envelope_raw = ws.store.get(sm.envelope_key(snapshot), row["envelope_version"])
         body = sm.KIND.open(envelope_raw, ws.trusted_keys, expected=snapshot, subject="snapshot")
         kind, digest, snap = "snapshot", snapshot, snapshot
-    proof = Proof.from_json(prove(ws, snap, sample_id))
+    proof = Proof.from_json(prove(ws, snap, sample_id).to_json())
     root, _ = committed(kind, body)
     if proof.root != root:
         raise IntegrityError(

@@ -1,51 +1,85 @@
-"""Approve, activate and roll back snapshots; advance the fences.  All through the gate."""
+"""Approve, activate and roll back snapshots; advance the fences.  All through the gate.
+
+What this layer adds to the gate: a snapshot is named by its digest or a unique hex
+prefix of one (resolved in the catalog before the gate's CAS), an approval is recorded
+and signed as one step, benchmark items must be content digests, and ``describe`` joins
+the catalog row with the fence hits recorded against it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 from relgate.catalog import audit
-from relgate.catalog.snapshot_table import get_snapshot
+from relgate.catalog.snapshot_table import get_snapshot, resolve
 from relgate.gate.core import FenceAdvance
+from relgate.integrity.contract import JsonObject
+from relgate.integrity.digests import require_digest
 from relgate.workspace import Workspace
 
+#: The gate's name for the kind of version this module moves.
+SNAPSHOT = "snapshot"
 
-def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> dict[str, Any]:
-    """VALIDATED -> APPROVED, bound to this digest and the approver's name."""
-    return ws.sign_approval(
-        audit.approve(ws.db, "snapshot", digest, approver=approver, comment=comment)
+
+def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> JsonObject:
+    """VALIDATED -> APPROVED, bound to this digest and the approver's name, then signed."""
+    recorded = audit.approve(
+        ws.db, SNAPSHOT, resolve(ws.db, digest), approver=approver, comment=comment
     )
+    return ws.sign_approval(recorded)
 
 
 def activate(
     ws: Workspace, digest: str, *, alias: str, actor: str, expected_generation: int | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
+    """CAS ``alias`` to the snapshot ``digest`` names (full digest or unique prefix)."""
     return ws.gate().activate(
-        "snapshot", alias, digest, expected_generation=expected_generation, actor=actor
+        SNAPSHOT,
+        alias,
+        resolve(ws.db, digest),
+        expected_generation=expected_generation,
+        actor=actor,
     )
 
 
 def rollback(
     ws: Workspace, alias: str, digest: str, *, actor: str, expected_generation: int | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
+    """Point ``alias`` back at a snapshot it held before (full digest or unique prefix)."""
     return ws.gate().rollback(
-        "snapshot", alias, digest, expected_generation=expected_generation, actor=actor
+        SNAPSHOT,
+        alias,
+        resolve(ws.db, digest),
+        expected_generation=expected_generation,
+        actor=actor,
     )
 
 
+def approve_and_activate(
+    ws: Workspace, digest: str, *, alias: str, approver: str, comment: str = ""
+) -> JsonObject:
+    """A named approval of exactly this snapshot, then the alias CAS by the same person."""
+    approve(ws, digest, approver=approver, comment=comment)
+    return activate(ws, digest, alias=alias, actor=approver)
+
+
 def add_tombstones(
-    ws: Workspace, sample_ids: list[str], *, reason: str, actor: str
+    ws: Workspace, sample_ids: Iterable[str], *, reason: str, actor: str
 ) -> FenceAdvance:
-    return ws.gate().add_tombstones(sample_ids, reason=reason, actor=actor)
+    """Fence sample ids out of every snapshot built at or after the new watermark."""
+    return ws.gate().add_tombstones(list(sample_ids), reason=reason, actor=actor)
 
 
 def add_benchmark_items(
-    ws: Workspace, digests: list[str], *, benchmark: str, actor: str
+    ws: Workspace, digests: Iterable[str], *, benchmark: str, actor: str
 ) -> FenceAdvance:
-    return ws.gate().add_benchmark_items(digests, benchmark=benchmark, actor=actor)
+    """Fence benchmark content out by ``logicalContentDigest`` (refused unless each item
+    is a ``sha256:`` digest: a benchmark item names content, never an id)."""
+    items = [require_digest(d, what="content digest") for d in digests]
+    return ws.gate().add_benchmark_items(items, benchmark=benchmark, actor=actor)
 
 
-def describe(ws: Workspace, digest: str) -> dict[str, Any]:
-    row = get_snapshot(ws.db, digest)
-    gate = ws.gate()
-    return {**row, "fenceHits": gate.hits_for(digest)}
+def describe(ws: Workspace, digest: str) -> JsonObject:
+    """The snapshot's catalog row with the fence hits recorded against it."""
+    row = get_snapshot(ws.db, resolve(ws.db, digest))
+    return {**row, "fenceHits": ws.gate().hits_for(row["digest"])}

@@ -9,95 +9,140 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import polars as pl
+from pydantic import StrictInt, StrictStr
 
 from relgate import __version__
 from relgate.catalog.snapshot_table import insert_snapshot, record_build_failure
-from relgate.errors import RelgateError
+from relgate.errors import RejectedError, RelgateError
 from relgate.gate.core import Fences, fenced_entries, read_fences
+from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
-from relgate.objects.cas import key_for
+from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_keys
+from relgate.objects.layout import membership_key
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.membership import membership_parquet, tuple_root
 from relgate.snapshot.policy import SelectionPolicy, SplitPolicy, TransformRef
-from relgate.snapshot.selection import Fenced, select_members
+from relgate.snapshot.selection import Fenced, SelectionResult, select_members
 from relgate.snapshot.transforms import resolve_transform
+from relgate.sources.factory import source_from_config
 from relgate.sources.schema import record_schema_digest
-from relgate.sources.source import Source, source_from_config
+from relgate.sources.source import Source, SourceEntry
 from relgate.workspace import Workspace
 
-if TYPE_CHECKING:
-    from relgate.lifecycle.pins import PublisherLease
+#: Policies a workspace config that names none builds with (immutable models).
+DEFAULT_SELECTION = SelectionPolicy()
+DEFAULT_SPLIT = SplitPolicy()
+#: Build failures that mean "try again later" rather than "this input is wrong".
+_INCOMPLETE_CHECKS = ("cdc-contiguous", "source-consistent")
 
 
 @dataclass
 class BuildSpec:
+    """What to build (a request, not a document: the CLI fills it in from its flags)."""
+
     purpose: str
     transform: str
-    selection: SelectionPolicy = field(default_factory=SelectionPolicy)
-    split: SplitPolicy = field(default_factory=SplitPolicy)
+    selection: SelectionPolicy = DEFAULT_SELECTION
+    split: SplitPolicy = DEFAULT_SPLIT
     parents: list[str] = field(default_factory=list)
     source_ids: list[str] | None = None  # default: every configured source
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> BuildSpec:
+    def from_config(cls, config: Mapping[str, object]) -> BuildSpec:
+        """The ``snapshot:`` section of a workspace config (defaults for what it omits)."""
         snap = config.get("snapshot", {})
+        if not isinstance(snap, Mapping):
+            snap = {}
         return cls(
-            purpose=snap.get("purpose", "training"),
-            transform=snap.get("transform", "registry.local/normalize:v1"),
+            purpose=str(snap.get("purpose", "training")),
+            transform=str(snap.get("transform", "registry.local/normalize:v1")),
             selection=SelectionPolicy.from_json(snap["selection"])
             if "selection" in snap
-            else SelectionPolicy(),
-            split=SplitPolicy.from_json(snap["split"]) if "split" in snap else SplitPolicy(),
+            else DEFAULT_SELECTION,
+            split=SplitPolicy.from_json(snap["split"]) if "split" in snap else DEFAULT_SPLIT,
         )
 
 
-@dataclass
-class BuildResult:
-    digest: str
+class BuildResult(Contract):
+    """A built snapshot: its sealed manifest and the selection counters."""
+
     manifest: mf.SnapshotManifest
-    counts: dict[str, int]
+    counts: dict[StrictStr, StrictInt]
+
+    @property
+    def digest(self) -> str:  # type: ignore[override]  # a build's digest is its snapshotId
+        return self.manifest.snapshot_id
+
+
+class Frozen(Contract):
+    """The consistent boundary: fences read first, then every source's pin."""
+
+    build_id: StrictStr
+    started: StrictStr
+    tombstone_watermark: StrictInt
+    benchmark_fence: StrictInt
+    sources: tuple[SourceEntry, ...]
+    #: repository/name@sha256:... resolved from the tag once
+    transform_image: StrictStr
+
+    @property
+    def fences(self) -> Fences:
+        return Fences(self.tombstone_watermark, self.benchmark_fence)
+
+    @property
+    def entries(self) -> tuple[SourceEntry, ...]:
+        return self.sources
+
+    @property
+    def transform(self) -> str:
+        return self.transform_image
 
 
 def fenced_at(ws: Workspace, fences: Fences) -> Fenced:
+    """The fence entries at or below ``fences`` (what a snapshot at them must exclude)."""
     with ws.db.tx() as conn:
         tombs, bench = fenced_entries(conn, fences)
     return Fenced(frozenset(tombs), frozenset(bench))
 
 
-def configured_sources(ws: Workspace, only: list[str] | None = None) -> dict[str, Source]:
-    out = {}
-    for cfg in ws.config.get("sources", []):
-        if only is None or cfg["id"] in only:
-            out[cfg["id"]] = source_from_config(cfg, ws.cas)
-    return out
+def source_configs(ws: Workspace) -> dict[str, Mapping[str, object]]:
+    """The workspace's ``sources:`` config entries by id."""
+    return {str(cfg["id"]): cfg for cfg in ws.config.get("sources", [])}
 
 
-@dataclass(frozen=True)
-class Frozen:
-    """The consistent boundary: fences read first, then every source's pin."""
+def configured_sources(ws: Workspace, only: Sequence[str] | None = None) -> dict[str, Source]:
+    """The configured sources (all, or those named in ``only``), ready to pin or read."""
+    return {
+        source_id: source_from_config(cfg, ws.cas)
+        for source_id, cfg in source_configs(ws).items()
+        if only is None or source_id in only
+    }
 
-    build_id: str
-    started: str
-    fences: Fences
-    entries: list[dict[str, Any]]
-    transform: str  # repository/name@sha256:... resolved from the tag once
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "buildId": self.build_id,
-            "tombstoneWatermark": self.fences.tombstone_watermark,
-            "benchmarkFence": self.fences.benchmark_fence,
-            "sources": self.entries,
-            "transformImage": self.transform,
-        }
+def pinned_sources(ws: Workspace, entries: Sequence[SourceEntry], digest: str) -> dict[str, Source]:
+    """The sources a manifest's entries name; refused when this workspace lacks one."""
+    configs = source_configs(ws)
+    for entry in entries:
+        if entry.id not in configs:
+            raise RejectedError(
+                "manifest names a source this workspace does not know",
+                object=entry.id,
+                check="source-known",
+                digest=digest,
+            )
+    return {e.id: source_from_config(configs[e.id], ws.cas) for e in entries}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _failed(ws: Workspace, build_id: str, exc: RelgateError) -> RelgateError:
-    state = "INCOMPLETE" if exc.check in ("cdc-contiguous", "source-consistent") else "REJECTED"
+    state = "INCOMPLETE" if exc.check in _INCOMPLETE_CHECKS else "REJECTED"
     record_build_failure(ws.db, build_id, state, str(exc), exc.to_json())
     exc.details.setdefault("build", {"id": build_id, "state": state})
     return exc
@@ -106,16 +151,23 @@ def _failed(ws: Workspace, build_id: str, exc: RelgateError) -> RelgateError:
 def freeze(ws: Workspace, spec: BuildSpec) -> Frozen:
     """Fence watermarks first, then each source's pin, then the transform digest."""
     build_id = uuid.uuid4().hex
-    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    started = _now()
     try:
         with ws.db.tx() as conn:
             fences = read_fences(conn)
         sources = configured_sources(ws, spec.source_ids)
-        entries = [source.pin().entry for source in sources.values()]
+        entries = tuple(source.pin().entry for source in sources.values())
         transform_ref = resolve_transform(ws.db, spec.transform)
     except RelgateError as exc:
         raise _failed(ws, build_id, exc) from None
-    return Frozen(build_id, started, fences, entries, str(transform_ref))
+    return Frozen(
+        build_id=build_id,
+        started=started,
+        tombstone_watermark=fences.tombstone_watermark,
+        benchmark_fence=fences.benchmark_fence,
+        sources=entries,
+        transform_image=str(transform_ref),
+    )
 
 
 def build_snapshot(
@@ -123,18 +175,15 @@ def build_snapshot(
 ) -> BuildResult:
     """Select members against a frozen boundary (made now unless given), sign, record."""
     frozen = frozen or freeze(ws, spec)
-    from relgate.lifecycle.pins import publisher_lease, source_pin_keys
-
     # Held from selection to the catalog row: the source pin documents freeze() wrote and
     # everything staged here are unreferenced until the row commits.
     with publisher_lease(ws, holder=f"snapshot-builder:{actor}:{frozen.build_id}") as lease:
-        lease.cover(*source_pin_keys(frozen.entries))
+        lease.cover(*source_pin_keys(e.to_json() for e in frozen.sources))
         try:
-            transform_ref = TransformRef.parse(frozen.transform)
-            sources = configured_sources(ws, [e["id"] for e in frozen.entries])
+            transform_ref = TransformRef.parse(frozen.transform_image)
             result = select_members(
-                sources,
-                frozen.entries,
+                configured_sources(ws, [e.id for e in frozen.sources]),
+                frozen.sources,
                 transform=transform_ref.resolve(),
                 selection=spec.selection,
                 split=spec.split,
@@ -142,84 +191,89 @@ def build_snapshot(
             )
         except RelgateError as exc:
             raise _failed(ws, frozen.build_id, exc) from None
-        return _write_snapshot(ws, spec, frozen, result, transform_ref, actor=actor, lease=lease)
+        return _write_snapshot(ws, spec, frozen, result, actor=actor, lease=lease)
+
+
+def build_for_alias(
+    ws: Workspace, frozen: Frozen, *, alias: str, actor: str, purpose: str = ""
+) -> BuildResult:
+    """Build from the workspace's spec with the alias's active snapshot as parent."""
+    spec = BuildSpec.from_config(ws.config)
+    active = ws.gate().alias(alias, "snapshot").active_digest
+    spec = replace(spec, purpose=purpose or spec.purpose, parents=[active] if active else [])
+    return build_snapshot(ws, spec, actor=actor, frozen=frozen)
+
+
+def _counts_by(members: pl.DataFrame, column: str) -> dict[str, int]:
+    grouped = members.group_by(column).len().sort(column)
+    return {row[column]: row["len"] for row in grouped.iter_rows(named=True)}
+
+
+def _provenance(ws: Workspace, spec: BuildSpec, frozen: Frozen, *, actor: str) -> mf.Provenance:
+    derived = [mf.Derivation(entity=e.id, kind=e.kind) for e in frozen.sources]
+    derived += [mf.Derivation(entity=p, kind="snapshot") for p in spec.parents]
+    return mf.Provenance(
+        was_derived_from=tuple(derived),
+        was_generated_by=mf.Generation(
+            activity="relgate.snapshot.build",
+            build_id=frozen.build_id,
+            transform=frozen.transform_image,
+            started_at_time=frozen.started,
+            ended_at_time=_now(),
+        ),
+        was_associated_with=mf.Association(
+            agent=actor, builder=f"relgate {__version__}", keyid=ws.signing_key.keyid
+        ),
+    )
 
 
 def _write_snapshot(
     ws: Workspace,
     spec: BuildSpec,
     frozen: Frozen,
-    result: Any,
-    transform_ref: TransformRef,
+    result: SelectionResult,
     *,
     actor: str,
     lease: PublisherLease,
 ) -> BuildResult:
     """Stage membership and the signed manifest under a publisher lease, then the row."""
-    fences, entries, build_id, started = (
-        frozen.fences,
-        frozen.entries,
-        frozen.build_id,
-        frozen.started,
-    )
     members = result.members
     schema_digest = record_schema_digest()
     data = membership_parquet(members.to_arrow())
-    lease.cover(key_for(sha256_digest(data)))  # leased before it exists
+    lease.cover(membership_key(sha256_digest(data)))  # leased before it exists
     members_ref = ws.cas.put(data)
-    split_counts = members.group_by("split").len().sort("split")
-    per_source = members.group_by("sourceId").len().sort("sourceId")
-    body: dict[str, Any] = {
-        "schema": mf.SCHEMA,
-        "parents": list(spec.parents),
-        "sources": entries,
-        "tombstoneWatermark": fences.tombstone_watermark,
-        "benchmarkFence": fences.benchmark_fence,
-        "recordSchema": schema_digest,
-        "selectionPolicy": spec.selection.digest,
-        "transformImage": str(transform_ref),
-        "members": {
-            "uri": members_ref.uri,
-            "objectVersion": members_ref.version_id,
-            "size": members_ref.size,
-            "count": members.height,
-            "tupleRoot": tuple_root(members, schema_digest),
-            "mediaType": "application/vnd.apache.parquet",
-        },
-        "splitPolicy": spec.split.digest,
-        "purpose": spec.purpose,
-        "splits": {row["split"]: row["len"] for row in split_counts.iter_rows(named=True)},
-        "memberCountsBySource": {
-            row["sourceId"]: row["len"] for row in per_source.iter_rows(named=True)
-        },
-        "policies": {"selection": spec.selection.to_json(), "split": spec.split.to_json()},
-        "provenance": {
-            "wasDerivedFrom": [
-                *({"entity": e["id"], "kind": e["kind"]} for e in entries),
-                *({"entity": p, "kind": "snapshot"} for p in spec.parents),
-            ],
-            "wasGeneratedBy": {
-                "activity": "relgate.snapshot.build",
-                "buildId": build_id,
-                "transform": str(transform_ref),
-                "startedAtTime": started,
-                "endedAtTime": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            },
-            "wasAssociatedWith": {
-                "agent": actor,
-                "builder": f"relgate {__version__}",
-                "keyid": ws.signing_key.keyid,
-            },
-        },
-    }
+    body = mf.SnapshotBody(
+        parents=tuple(spec.parents),
+        sources=frozen.sources,
+        tombstone_watermark=frozen.tombstone_watermark,
+        benchmark_fence=frozen.benchmark_fence,
+        record_schema=schema_digest,
+        selection_policy=spec.selection.digest(),
+        transform_image=frozen.transform_image,
+        members=mf.MembersRef(
+            uri=members_ref.uri,
+            object_version=members_ref.version_id,
+            size=members_ref.size,
+            count=members.height,
+            tuple_root=tuple_root(members, schema_digest),
+            media_type=mf.MEMBERS_MEDIA_TYPE,
+        ),
+        split_policy=spec.split.digest(),
+        purpose=spec.purpose,
+        splits=_counts_by(members, "split"),
+        member_counts_by_source=_counts_by(members, "sourceId"),
+        policies=mf.EmbeddedPolicies(selection=spec.selection, split=spec.split),
+        provenance=_provenance(ws, spec, frozen, actor=actor),
+    )
     sealed = mf.seal(body)
     envelope = mf.sign(sealed, ws.signing_key)
     lease.cover(mf.envelope_key(sealed.digest))
     version = mf.store_envelope(ws.store, sealed, envelope)
     with ws.db.tx() as conn:
         insert_snapshot(conn, sealed, version, actor=actor)
-    return BuildResult(sealed.digest, sealed, result.counts)
+    return BuildResult(manifest=sealed, counts=result.counts)
 
 
 def members_frame(ws: Workspace, manifest: mf.SnapshotManifest) -> pl.DataFrame:
+    """The stored membership table of a manifest (digest-verified local copy)."""
     return ws.membership.read(manifest.members_ref)

@@ -3,21 +3,89 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Literal
 
 import polars as pl
+from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import RejectedError
+from relgate.integrity.contract import Contract
 from relgate.integrity.merkle import LeafProof, MerkleTree
 from relgate.integrity.tuples import MemberTuple
 from relgate.snapshot import manifest as mf
-from relgate.snapshot.validate import recompute
+from relgate.snapshot.policy import BASIS_POINTS
+from relgate.snapshot.validate import Canary, recompute
 from relgate.sources.schema import record_schema_digest
 from relgate.workspace import Workspace
 
 
+class OldNew(Contract):
+    old: StrictInt
+    new: StrictInt
+
+
+class CountDelta(OldNew):
+    delta: StrictInt
+
+
+class DiffExamples(Contract):
+    added: tuple[StrictStr, ...]
+    deleted: tuple[StrictStr, ...]
+
+
+class SnapshotDiff(Contract):
+    """What changed between two snapshots' member tables."""
+
+    old: StrictStr
+    new: StrictStr
+    counts: OldNew
+    additions: StrictInt
+    deletions: StrictInt
+    content_changes: StrictInt
+    split_migrations: dict[StrictStr, StrictInt]
+    by_source: dict[StrictStr, CountDelta]
+    by_split: dict[StrictStr, CountDelta]
+    examples: DiffExamples
+
+
+class ReplayResult(Contract):
+    """A replay from the pinned sources that reproduced the member set."""
+
+    snapshot: StrictStr
+    canary_basis_points: StrictInt
+    expected_ids: StrictInt
+    replayed_ids: StrictInt
+    missing: StrictInt
+    extra: StrictInt
+    transform_replay_hash: StrictStr
+    stored_content_hash: StrictStr
+    identical: StrictBool
+
+
+class ProvenLeaf(Contract):
+    """One leaf of a proof: its index, the member tuple and the audit path (hex)."""
+
+    index: StrictInt
+    member: MemberTuple = Field(alias="tuple")
+    path: tuple[StrictStr, ...]
+
+
+class MembershipProof(Contract):
+    """An RFC 6962 inclusion proof, or non-inclusion by the two adjacent neighbours;
+    :func:`relgate.integrity.merkle.check_proof` verifies its JSON."""
+
+    kind: Literal["inclusion", "non-inclusion"]
+    sample_id: StrictStr
+    snapshot: StrictStr
+    root: StrictStr
+    size: StrictInt
+    schema_digest: StrictStr
+    leaves: tuple[ProvenLeaf, ...]
+
+
 def load_manifest(ws: Workspace, digest: str) -> mf.SnapshotManifest:
+    """The verified manifest of a catalogued snapshot (at the envelope version its row names)."""
     row = get_snapshot(ws.db, digest)
     return mf.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
 
@@ -32,7 +100,16 @@ def _counts(frame: pl.DataFrame, column: str) -> dict[str, int]:
     }
 
 
-def diff(ws: Workspace, old: str, new: str, *, sample_limit: int = 20) -> dict[str, Any]:
+def _delta(a: pl.DataFrame, b: pl.DataFrame, column: str) -> dict[str, CountDelta]:
+    ca, cb = _counts(a, column), _counts(b, column)
+    return {
+        k: CountDelta(old=ca.get(k, 0), new=cb.get(k, 0), delta=cb.get(k, 0) - ca.get(k, 0))
+        for k in sorted(set(ca) | set(cb))
+    }
+
+
+def diff(ws: Workspace, old: str, new: str, *, sample_limit: int = 20) -> SnapshotDiff:
+    """Additions, deletions, content changes, split migrations, per-source/split deltas."""
     a = load_members(ws, old)
     b = load_members(ws, new)
     joined = a.join(b, on="sampleId", how="full", suffix="_new", coalesce=True)
@@ -45,40 +122,42 @@ def diff(ws: Workspace, old: str, new: str, *, sample_limit: int = 20) -> dict[s
         f"{r['split']}->{r['split_new']}": int(r["len"])
         for r in moved.group_by("split", "split_new").len().iter_rows(named=True)
     }
-
-    def delta(column: str) -> dict[str, dict[str, int]]:
-        ca, cb = _counts(a, column), _counts(b, column)
-        return {
-            k: {"old": ca.get(k, 0), "new": cb.get(k, 0), "delta": cb.get(k, 0) - ca.get(k, 0)}
-            for k in sorted(set(ca) | set(cb))
-        }
-
-    return {
-        "old": old,
-        "new": new,
-        "counts": {"old": a.height, "new": b.height},
-        "additions": added.height,
-        "deletions": deleted.height,
-        "contentChanges": changed.height,
-        "splitMigrations": migrations,
-        "bySource": delta("sourceId"),
-        "bySplit": delta("split"),
-        "examples": {
-            "added": added["sampleId"].head(sample_limit).to_list(),
-            "deleted": deleted["sampleId"].head(sample_limit).to_list(),
-        },
-    }
+    return SnapshotDiff(
+        old=old,
+        new=new,
+        counts=OldNew(old=a.height, new=b.height),
+        additions=added.height,
+        deletions=deleted.height,
+        content_changes=changed.height,
+        split_migrations=migrations,
+        by_source=_delta(a, b, "sourceId"),
+        by_split=_delta(a, b, "split"),
+        examples=DiffExamples(
+            added=tuple(added["sampleId"].head(sample_limit).to_list()),
+            deleted=tuple(deleted["sampleId"].head(sample_limit).to_list()),
+        ),
+    )
 
 
-def canary_filter(basis_points: int) -> Any:
+def shadow_diff(ws: Workspace, alias: str, new: str) -> SnapshotDiff | None:
+    """The diff of ``new`` against the alias's active snapshot (None when there is none,
+    or it is ``new`` itself)."""
+    active = ws.gate().alias(alias, "snapshot").active_digest
+    if active is None or active == new:
+        return None
+    return diff(ws, active, new)
+
+
+def canary_filter(basis_points: int) -> Canary:
     """A fixed canary: ids whose SHA-256 bucket is below ``basis_points`` of 10000."""
 
     def keep(frame: pl.DataFrame) -> pl.DataFrame:
-        if basis_points >= 10_000:
+        if basis_points >= BASIS_POINTS:
             return frame
         ids = frame["sampleId"].to_list()
         mask = [
-            int.from_bytes(hashlib.sha256(b"canary\x00" + i.encode()).digest()[:4], "big") % 10_000
+            int.from_bytes(hashlib.sha256(b"canary\x00" + i.encode()).digest()[:4], "big")
+            % BASIS_POINTS
             < basis_points
             for i in ids
         ]
@@ -87,7 +166,11 @@ def canary_filter(basis_points: int) -> Any:
     return keep
 
 
-def replay(ws: Workspace, digest: str, *, canary_bp: int = 10_000) -> dict[str, Any]:
+def _content_hash(digests: list[str]) -> str:
+    return "sha256:" + hashlib.sha256("\n".join(digests).encode()).hexdigest()
+
+
+def replay(ws: Workspace, digest: str, *, canary_bp: int = BASIS_POINTS) -> ReplayResult:
     """Re-run selection from the pinned sources; the member-id set must match exactly."""
     manifest = load_manifest(ws, digest)
     stored = ws.membership.read(manifest.members_ref)
@@ -95,46 +178,41 @@ def replay(ws: Workspace, digest: str, *, canary_bp: int = 10_000) -> dict[str, 
     replayed = recompute(ws, manifest, canary=keep)
     expected_ids = (
         set(keep(stored.select("sampleId"))["sampleId"].to_list())
-        if canary_bp < 10_000
+        if canary_bp < BASIS_POINTS
         else set(stored["sampleId"].to_list())
     )
     got_ids = set(replayed["sampleId"].to_list())
     stored_subset = stored.filter(pl.col("sampleId").is_in(list(expected_ids))).sort("sampleId")
-    replay_hash = hashlib.sha256(
-        "\n".join(replayed.sort("sampleId")["logicalContentDigest"].to_list()).encode()
-    ).hexdigest()
-    stored_hash = hashlib.sha256(
-        "\n".join(stored_subset["logicalContentDigest"].to_list()).encode()
-    ).hexdigest()
-    result = {
-        "snapshot": digest,
-        "canaryBasisPoints": canary_bp,
-        "expectedIds": len(expected_ids),
-        "replayedIds": len(got_ids),
-        "missing": len(expected_ids - got_ids),
-        "extra": len(got_ids - expected_ids),
-        "transformReplayHash": "sha256:" + replay_hash,
-        "storedContentHash": "sha256:" + stored_hash,
-    }
-    result["identical"] = (
-        result["missing"] == 0 and result["extra"] == 0 and replay_hash == stored_hash
+    replay_hash = _content_hash(replayed.sort("sampleId")["logicalContentDigest"].to_list())
+    stored_hash = _content_hash(stored_subset["logicalContentDigest"].to_list())
+    missing, extra = len(expected_ids - got_ids), len(got_ids - expected_ids)
+    result = ReplayResult(
+        snapshot=digest,
+        canary_basis_points=canary_bp,
+        expected_ids=len(expected_ids),
+        replayed_ids=len(got_ids),
+        missing=missing,
+        extra=extra,
+        transform_replay_hash=replay_hash,
+        stored_content_hash=stored_hash,
+        identical=missing == 0 and extra == 0 and replay_hash == stored_hash,
     )
-    if not result["identical"]:
+    if not result.identical:
         raise RejectedError(
             "replay from pinned sources does not reproduce the member set",
             object="snapshot",
             check="replay-identical",
             digest=digest,
-            details=result,
+            details=result.to_json(),
         )
     return result
 
 
-def prove(ws: Workspace, digest: str, sample_id: str) -> dict[str, Any]:
+def prove(ws: Workspace, digest: str, sample_id: str) -> MembershipProof:
     """An RFC 6962 inclusion proof, or a non-inclusion proof by adjacent neighbours."""
     manifest = load_manifest(ws, digest)
     stored = ws.membership.read(manifest.members_ref)
-    schema = manifest.body["recordSchema"]
+    schema = manifest.record_schema
     tuples = [MemberTuple(r[0], r[1], r[2], r[3], r[4], schema) for r in stored.iter_rows()]
     tree = MerkleTree([t.encode() for t in tuples])
     root = "sha256:" + tree.root.hex()
@@ -145,23 +223,23 @@ def prove(ws: Workspace, digest: str, sample_id: str) -> dict[str, Any]:
             check="tuple-root",
             digest=digest,
         )
-    ids = stored["sampleId"]
-    pos = int(ids.search_sorted(sample_id, side="left"))
+    pos = int(stored["sampleId"].search_sorted(sample_id, side="left"))
 
-    def leaf(i: int) -> dict[str, Any]:
-        return LeafProof(i, tuples[i], tree.audit_path(i)).to_json()
+    def leaf(i: int) -> ProvenLeaf:
+        return ProvenLeaf.parse(LeafProof(i, tuples[i], tree.audit_path(i)).to_json())
 
-    if pos < len(tuples) and tuples[pos].sampleId == sample_id:
-        kind, leaves = "inclusion", [leaf(pos)]
+    included = pos < len(tuples) and tuples[pos].sample_id == sample_id
+    leaves: tuple[ProvenLeaf, ...]
+    if included:
+        leaves = (leaf(pos),)
     else:
-        kind = "non-inclusion"
-        leaves = [leaf(i) for i in (pos - 1, pos) if 0 <= i < len(tuples)]
-    return {
-        "kind": kind,
-        "sampleId": sample_id,
-        "snapshot": digest,
-        "root": root,
-        "size": len(tuples),
-        "schemaDigest": schema if schema else record_schema_digest(),
-        "leaves": leaves,
-    }
+        leaves = tuple(leaf(i) for i in (pos - 1, pos) if 0 <= i < len(tuples))
+    return MembershipProof(
+        kind="inclusion" if included else "non-inclusion",
+        sample_id=sample_id,
+        snapshot=digest,
+        root=root,
+        size=len(tuples),
+        schema_digest=schema or record_schema_digest(),
+        leaves=leaves,
+    )

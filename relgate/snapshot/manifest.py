@@ -5,23 +5,36 @@ schema, policies by digest (and their full text, so replay needs nothing else), 
 transform by image digest, the membership table by content address and tuple root, and
 PROV-style lineage.  Its digest (the ``snapshotId``) is SHA-256 over the RFC 8785 form
 without ``snapshotId``, ``signatures`` or transport fields.
+
+:class:`SnapshotBody` is the manifest before sealing and :class:`SnapshotManifest` the
+sealed one; both are :class:`~relgate.integrity.contract.Contract` models whose JSON is
+exactly the signed payload (an optional field that is absent stays absent).  A verified
+payload that does not survive the round trip through the model byte for byte is refused.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Final, Literal
 
-from relgate.integrity.digests import hex_of
+from pydantic import Field, StrictInt, StrictStr
+
+from relgate.errors import RejectedError
+from relgate.integrity.contract import Contract, JsonObject, JsonValue
 from relgate.integrity.documents import DocumentKind
 from relgate.integrity.signing import SigningKey, TrustedKeys
 from relgate.objects.cas import ContentRef, digest_of_uri
+from relgate.objects.layout import SNAPSHOT_MANIFEST_PREFIX, snapshot_envelope_key
 from relgate.objects.versioned import ObjectStore
+from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
+from relgate.sources.source import SourceEntry
 
-SCHEMA = "training.dataset.snapshot.v1"
+SCHEMA: Final = "training.dataset.snapshot.v1"
 PAYLOAD_TYPE = "application/vnd.relgate.dataset-snapshot.v1+json"
-MANIFEST_PREFIX = "manifests/snapshots/"
+#: Re-exported: the one spelling is :data:`relgate.objects.layout.SNAPSHOT_MANIFEST_PREFIX`.
+MANIFEST_PREFIX = SNAPSHOT_MANIFEST_PREFIX
+MEMBERS_MEDIA_TYPE = "application/vnd.apache.parquet"
 
 REQUIRED_FIELDS = (
     "schema",
@@ -42,52 +55,147 @@ REQUIRED_FIELDS = (
 
 
 def envelope_key(digest: str) -> str:
-    return f"{MANIFEST_PREFIX}{hex_of(digest)}.dsse.json"
+    """Where the signed envelope of a snapshot manifest is stored."""
+    return snapshot_envelope_key(digest)
 
 
-@dataclass(frozen=True)
-class SnapshotManifest:
-    body: dict[str, Any]
+class MembersRef(Contract):
+    """The membership table: its content address, exact version, size and tuple root."""
+
+    uri: StrictStr
+    object_version: StrictStr
+    size: StrictInt
+    count: StrictInt
+    tuple_root: StrictStr
+    media_type: StrictStr
 
     @property
-    def digest(self) -> str:
-        return str(self.body["snapshotId"])
+    def content_ref(self) -> ContentRef:
+        return ContentRef(digest_of_uri(self.uri), self.object_version, self.size)
+
+
+class EmbeddedPolicies(Contract):
+    """The full text of the policies the manifest names by digest."""
+
+    selection: SelectionPolicy
+    split: SplitPolicy
+
+
+class Derivation(Contract):
+    """``prov:wasDerivedFrom``: a pinned source or a parent snapshot."""
+
+    entity: StrictStr
+    kind: StrictStr
+
+
+class Generation(Contract):
+    """``prov:wasGeneratedBy``: the build activity."""
+
+    activity: StrictStr
+    build_id: StrictStr
+    transform: StrictStr
+    started_at_time: StrictStr
+    ended_at_time: StrictStr
+
+
+class Association(Contract):
+    """``prov:wasAssociatedWith``: who built it, with what, signed by which key."""
+
+    agent: StrictStr
+    builder: StrictStr
+    keyid: StrictStr
+
+
+class Provenance(Contract):
+    was_derived_from: tuple[Derivation, ...]
+    was_generated_by: Generation
+    was_associated_with: Association
+
+
+class SnapshotBody(Contract):
+    """A snapshot manifest before sealing (no ``snapshotId`` yet)."""
+
+    schema_name: Literal["training.dataset.snapshot.v1"] = Field(default=SCHEMA, alias="schema")
+    parents: tuple[StrictStr, ...]
+    sources: tuple[SourceEntry, ...]
+    tombstone_watermark: StrictInt
+    benchmark_fence: StrictInt
+    record_schema: StrictStr
+    selection_policy: StrictStr
+    transform_image: StrictStr
+    members: MembersRef
+    split_policy: StrictStr
+    purpose: StrictStr
+    splits: dict[StrictStr, StrictInt]
+    member_counts_by_source: dict[StrictStr, StrictInt] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
+    policies: EmbeddedPolicies
+    provenance: Provenance
+
+
+class SnapshotManifest(SnapshotBody):
+    """A sealed snapshot manifest: ``snapshotId`` is the digest of the rest."""
+
+    snapshot_id: StrictStr
+
+    @property
+    def digest(self) -> str:  # type: ignore[override]  # a manifest's digest is its snapshotId
+        return self.snapshot_id
+
+    @property
+    def body(self) -> JsonObject:
+        """The signed payload as decoded JSON (a fresh copy)."""
+        return self.to_json()
 
     @property
     def members_ref(self) -> ContentRef:
-        members = self.body["members"]
-        return ContentRef(
-            digest_of_uri(members["uri"]), members["objectVersion"], int(members["size"])
-        )
+        return self.members.content_ref
 
     @property
     def member_count(self) -> int:
-        return int(self.body["members"]["count"])
+        return self.members.count
 
     @property
     def tuple_root(self) -> str:
-        return str(self.body["members"]["tupleRoot"])
+        return self.members.tuple_root
 
-    def source(self, source_id: str) -> dict[str, Any]:
-        for entry in self.body["sources"]:
-            if entry["id"] == source_id:
-                return dict(entry)
+    def source(self, source_id: str) -> SourceEntry:
+        for entry in self.sources:
+            if entry.id == source_id:
+                return entry
         raise KeyError(source_id)
 
 
 KIND = DocumentKind(SCHEMA, PAYLOAD_TYPE, "snapshotId", REQUIRED_FIELDS)
 
 
-def seal(body: dict[str, Any]) -> SnapshotManifest:
+def from_payload(body: JsonObject, *, subject: str = "manifest") -> SnapshotManifest:
+    """The model of a verified payload, refused unless it reproduces the payload exactly."""
+    manifest = SnapshotManifest.parse(body, what=subject)
+    if manifest.to_json() != body:
+        raise RejectedError(
+            "manifest does not survive the round trip through its model",
+            object=subject,
+            check="schema",
+            digest=manifest.snapshot_id,
+        )
+    return manifest
+
+
+def seal(body: SnapshotBody | Mapping[str, JsonValue]) -> SnapshotManifest:
     """Compute the digest of a manifest body and set ``snapshotId`` from it."""
-    return SnapshotManifest(KIND.seal(body))
+    raw = body.to_json() if isinstance(body, SnapshotBody) else dict(body)
+    return from_payload(KIND.seal(raw))
 
 
-def sign(manifest: SnapshotManifest, key: SigningKey) -> dict[str, Any]:
-    return KIND.sign(manifest.body, key)
+def sign(manifest: SnapshotManifest, key: SigningKey) -> JsonObject:
+    """The DSSE envelope of the manifest's canonical bytes."""
+    return KIND.sign(manifest.to_json(), key)
 
 
-def store_envelope(store: ObjectStore, manifest: SnapshotManifest, envelope: dict[str, Any]) -> str:
+def store_envelope(store: ObjectStore, manifest: SnapshotManifest, envelope: JsonObject) -> str:
+    """Create the envelope object (never overwritten); its version id."""
     version = store.create(
         envelope_key(manifest.digest), json.dumps(envelope, sort_keys=True).encode()
     )
@@ -95,19 +203,21 @@ def store_envelope(store: ObjectStore, manifest: SnapshotManifest, envelope: dic
 
 
 def open_envelope(
-    envelope: dict[str, Any],
+    envelope: bytes | str | JsonObject,
     trusted: TrustedKeys,
     *,
     expected: str | None = None,
     subject: str = "manifest",
 ) -> SnapshotManifest:
     """Verify signature, schema and digest; return the manifest the envelope vouches for."""
-    return SnapshotManifest(KIND.open(envelope, trusted, expected=expected, subject=subject))
+    body = KIND.open(envelope, trusted, expected=expected, subject=subject)
+    return from_payload(body, subject=subject)
 
 
 def load(
     store: ObjectStore, trusted: TrustedKeys, digest: str, version_id: str
 ) -> SnapshotManifest:
-    return SnapshotManifest(
-        KIND.load(store, trusted, key=envelope_key(digest), digest=digest, version_id=version_id)
-    )
+    """Open the envelope stored at an exact version; it must hold ``digest``."""
+    key = envelope_key(digest)
+    body = KIND.load(store, trusted, key=key, digest=digest, version_id=version_id)
+    return from_payload(body, subject=key)

@@ -6,6 +6,7 @@ ever goes into a membership table or a manifest.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
@@ -20,7 +21,8 @@ import pyarrow.parquet as pq
 from relgate.errors import IntegrityError
 from relgate.integrity.digests import hex_of
 from relgate.integrity.hashing import length_prefixed, merkle_root_rows
-from relgate.objects.cas import ContentRef, ContentStore, key_for
+from relgate.objects.cas import ContentRef, ContentStore
+from relgate.objects.layout import membership_key
 
 MEMBERSHIP_SCHEMA = pa.schema(
     [
@@ -78,14 +80,14 @@ class MembershipCache:
         os.close(fd)
         try:
             if local is not None:
-                shutil.copyfile(local(key_for(digest), version_id), tmp)
+                shutil.copyfile(local(membership_key(digest), version_id), tmp)
             else:
-                Path(tmp).write_bytes(store.get(key_for(digest), version_id))
+                Path(tmp).write_bytes(store.get(membership_key(digest), version_id))
             actual = _file_digest(Path(tmp))
             if actual != digest:
                 raise IntegrityError(
                     "membership table bytes do not match their digest",
-                    object=f"{key_for(digest)}@{version_id}",
+                    object=f"{membership_key(digest)}@{version_id}",
                     check="storage-digest",
                     digest=digest,
                     details={"actual": actual},
@@ -113,8 +115,6 @@ class MembershipCache:
 
 
 def _file_digest(path: Path) -> str:
-    import hashlib
-
     with open(path, "rb") as fh:
         return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 

@@ -10,43 +10,48 @@ import hashlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, Self
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
+from pydantic import Field, StrictInt, StrictStr, field_validator, model_validator
 
 from relgate.errors import RejectedError, UsageError
 from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.hashing import sha256_rows
 
+#: Split buckets are basis points of the id space.
+BASIS_POINTS = 10_000
+#: A transform as selection runs it.
+Transform = Callable[[pl.LazyFrame], pl.LazyFrame]
+
+
+def _require_kind(data: object, kind: str, what: str, policy: str) -> None:
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise UsageError(f"unknown {policy} policy kind", object=what, check="policy-kind")
+
 
 # -- selection -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SelectionPolicy:
-    languages: tuple[str, ...] = ("en", "de", "fr")
-    min_chars: int = 16
-    max_chars: int = 20_000
+class SelectionPolicy(Contract):
+    """Which transformed rows become members: a language set and a length window."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": "relgate.selection.v1",
-            "languages": sorted(self.languages),
-            "minChars": self.min_chars,
-            "maxChars": self.max_chars,
-        }
+    kind: Literal["relgate.selection.v1"] = "relgate.selection.v1"
+    languages: tuple[StrictStr, ...] = Field(default=("en", "de", "fr"), validate_default=True)
+    min_chars: StrictInt = 16
+    max_chars: StrictInt = 20_000
+
+    @field_validator("languages")
+    @classmethod
+    def _sorted(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(value))
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SelectionPolicy:
-        if data.get("kind") != "relgate.selection.v1":
-            raise UsageError(
-                "unknown selection policy kind", object="selectionPolicy", check="policy-kind"
-            )
-        return cls(tuple(data["languages"]), int(data["minChars"]), int(data["maxChars"]))
-
-    @property
-    def digest(self) -> str:
-        return sha256_digest(canonical_bytes(self.to_json()))
+    def from_json(cls, data: object) -> SelectionPolicy:
+        _require_kind(data, "relgate.selection.v1", "selectionPolicy", "selection")
+        return cls.parse(data, what="selectionPolicy")
 
     def expression(self) -> pl.Expr:
         length = pl.col("text").str.len_chars()
@@ -58,17 +63,22 @@ class SelectionPolicy:
 
 
 # -- split -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SplitPolicy:
+class SplitPolicy(Contract):
     """Bucket = first 4 bytes of SHA-256(seed || 0x00 || sampleId) mod 10000; splits own
     consecutive bucket ranges in basis points.  Depends on the id only, so a sample keeps
     its split across snapshots."""
 
-    seed: str = "relgate-split-1"
-    buckets: tuple[tuple[str, int], ...] = (("train", 9000), ("validation", 500), ("test", 500))
+    kind: Literal["relgate.split.v1"] = "relgate.split.v1"
+    seed: StrictStr = "relgate-split-1"
+    buckets: tuple[tuple[StrictStr, StrictInt], ...] = (
+        ("train", 9000),
+        ("validation", 500),
+        ("test", 500),
+    )
 
-    def __post_init__(self) -> None:
-        if sum(bp for _, bp in self.buckets) != 10_000:
+    @model_validator(mode="after")
+    def _partition(self) -> Self:
+        if sum(bp for _, bp in self.buckets) != BASIS_POINTS:
             raise UsageError(
                 "split basis points must sum to 10000", object="splitPolicy", check="split-sum"
             )
@@ -77,27 +87,16 @@ class SplitPolicy:
             raise UsageError(
                 "split names must be unique", object="splitPolicy", check="split-names"
             )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": "relgate.split.v1",
-            "seed": self.seed,
-            "buckets": [[name, bp] for name, bp in self.buckets],
-        }
+        return self
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SplitPolicy:
-        if data.get("kind") != "relgate.split.v1":
-            raise UsageError("unknown split policy kind", object="splitPolicy", check="policy-kind")
-        return cls(str(data["seed"]), tuple((str(n), int(bp)) for n, bp in data["buckets"]))
-
-    @property
-    def digest(self) -> str:
-        return sha256_digest(canonical_bytes(self.to_json()))
+    def from_json(cls, data: object) -> SplitPolicy:
+        _require_kind(data, "relgate.split.v1", "splitPolicy", "split")
+        return cls.parse(data, what="splitPolicy")
 
     def split_of(self, sample_id: str) -> str:
         h = hashlib.sha256(self.seed.encode() + b"\x00" + sample_id.encode()).digest()
-        return self._name_for(int.from_bytes(h[:4], "big") % 10_000)
+        return self._name_for(int.from_bytes(h[:4], "big") % BASIS_POINTS)
 
     def _name_for(self, bucket: int) -> str:
         edge = 0
@@ -109,9 +108,7 @@ class SplitPolicy:
 
     def assign(self, sample_ids: pa.Array | pa.ChunkedArray) -> pa.Array:
         raw = sha256_rows(sample_ids, prefix=self.seed.encode() + b"\x00")
-        import numpy as np
-
-        words = np.frombuffer(raw, dtype=">u4").reshape(-1, 8)[:, 0].astype(np.int64) % 10_000
+        words = np.frombuffer(raw, dtype=">u4").reshape(-1, 8)[:, 0].astype(np.int64) % BASIS_POINTS
         edges = np.cumsum([bp for _, bp in self.buckets])
         index = np.searchsorted(edges, words, side="right")
         names = pa.array([n for n, _ in self.buckets], pa.string())
@@ -131,7 +128,7 @@ def identity_v1(frame: pl.LazyFrame) -> pl.LazyFrame:
     return frame
 
 
-TRANSFORMS: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
+TRANSFORMS: dict[str, Transform] = {
     "normalize": normalize_v1,
     "identity": identity_v1,
 }
@@ -149,7 +146,8 @@ def transform_code_digest(name: str) -> str:
 
 @dataclass(frozen=True)
 class TransformRef:
-    """``<repository>/<name>@sha256:...`` as recorded in a manifest."""
+    """``<repository>/<name>@sha256:...`` as recorded in a manifest (its ``str``): a value
+    parsed from one string, not a JSON document."""
 
     repository: str
     name: str
@@ -166,9 +164,9 @@ class TransformRef:
             )
         path, digest = ref.split("@", 1)
         repository, name = path.rsplit("/", 1)
-        return cls(repository, name, digest)
+        return cls(repository=repository, name=name, digest=digest)
 
-    def resolve(self) -> Callable[[pl.LazyFrame], pl.LazyFrame]:
+    def resolve(self) -> Transform:
         """The transform's code, refused unless its code digest is the pinned one."""
         actual = transform_code_digest(self.name)
         if actual != self.digest:

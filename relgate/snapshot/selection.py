@@ -7,16 +7,15 @@ and diff the results against what was stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
 from relgate.snapshot.membership import COLUMNS
 from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
 from relgate.sources.schema import content_digests
-from relgate.sources.source import Source
+from relgate.sources.source import Source, SourceEntry
 
 #: Rows per selection batch.
 BATCH_ROWS = 1_000_000
@@ -30,15 +29,17 @@ class Fenced:
     content_digests: frozenset[str]
 
 
-@dataclass
+@dataclass(frozen=True)
 class SelectionResult:
+    """The sorted member table and the counters of each selection stage."""
+
     members: pl.DataFrame
     counts: dict[str, int]
 
 
 def select_members(
-    sources: dict[str, Source],
-    entries: list[dict[str, Any]],
+    sources: Mapping[str, Source],
+    entries: Sequence[SourceEntry],
     *,
     transform: Callable[[pl.LazyFrame], pl.LazyFrame],
     selection: SelectionPolicy,
@@ -55,14 +56,15 @@ def select_members(
     parts: list[pl.DataFrame] = []
     counts = dict.fromkeys(("sourceRows", "selected", "excludedTombstoned", "excludedBenchmark"), 0)
     for entry in entries:
-        table = sources[entry["id"]].read(entry)
+        table = sources[entry.id].read(entry)
         counts["sourceRows"] += table.num_rows
         # Batches bound the transient memory of transform, hashing and filtering; only
         # the membership columns (and content, for writers) outlive a batch.
         for offset in range(0, max(table.num_rows, 1), BATCH_ROWS):
             frame = pl.from_arrow(table.slice(offset, BATCH_ROWS))
-            assert isinstance(frame, pl.DataFrame)
-            frame = frame.with_columns(pl.lit(entry["id"]).alias("sourceId"))
+            if not isinstance(frame, pl.DataFrame):  # a Table always gives a DataFrame
+                raise TypeError(f"polars gave {type(frame).__name__} for an arrow table")
+            frame = frame.with_columns(pl.lit(entry.id).alias("sourceId"))
             if canary is not None:
                 frame = canary(frame)
             selected = transform(frame.lazy()).filter(selection.expression()).collect()

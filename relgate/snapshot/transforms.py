@@ -58,7 +58,7 @@ def resolve_transform(db: Database, spec: str) -> TransformRef:
                 check="transform-tag",
             )
         repository, name = path.rsplit("/", 1)
-        ref = TransformRef(repository, name, str(row["digest"]))
+        ref = TransformRef(repository=repository, name=name, digest=str(row["digest"]))
     if ref.name not in TRANSFORMS:
         raise UsageError(f"unknown transform {ref.name!r}", object=spec, check="transform-known")
     ref.resolve()  # refuses a digest that is not this code

@@ -1,5 +1,10 @@
-"""Pinned data sources: Iceberg tables, versioned object prefixes and CDC change logs."""
+"""Pinned data sources: Iceberg tables, versioned object prefixes and CDC change logs.
 
-from relgate.sources.source import Source, SourcePin, source_from_config
+The contract and the pin models are in :mod:`relgate.sources.source`; each kind has its
+own module; :func:`relgate.sources.factory.source_from_config` builds one from config
+(imported from there, so that reading the record schema does not load every kind).
+"""
 
-__all__ = ["Source", "SourcePin", "source_from_config"]
+from relgate.sources.source import Source, SourceEntry, SourcePin
+
+__all__ = ["Source", "SourceEntry", "SourcePin"]

@@ -13,49 +13,82 @@ INCOMPLETE.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.contract import JsonObject, JsonValue
 from relgate.objects.cas import ContentStore, digest_of_uri
+from relgate.objects.layout import cdc_segment_key
 from relgate.objects.versioned import ObjectStore
 from relgate.sources.schema import SOURCE_ARROW_SCHEMA
-from relgate.sources.source import Source, SourcePin, parse_row, require_text, row_error
+from relgate.sources.source import (
+    CdcPin,
+    PinList,
+    Source,
+    SourceEntry,
+    SourcePin,
+    expect_pin,
+    parse_row,
+    require_text,
+    row_error,
+)
 
 PIN_KIND = "relgate.cdc-pin.v1"
 
 
-def segment_key(prefix: str, first_offset: int) -> str:
-    return f"{prefix}{first_offset:020d}.jsonl"
+#: Where a segment lives (the one spelling is in :mod:`relgate.objects.layout`).
+segment_key = cdc_segment_key
 
 
-def append_segment(store: ObjectStore, prefix: str, events: list[dict[str, Any]]) -> str:
+def append_segment(
+    store: ObjectStore, prefix: str, events: Sequence[Mapping[str, JsonValue]]
+) -> str:
     """Write one segment (used by producers, the demo and tests)."""
-    key = segment_key(prefix, int(events[0]["offset"]))
+    key = segment_key(prefix, int(str(events[0]["offset"])))
     store.create(key, b"".join(json.dumps(e, sort_keys=True).encode() + b"\n" for e in events))
     return key
 
 
-def _events(data: bytes, where: str) -> Iterable[dict[str, Any]]:
+@dataclass(frozen=True)
+class _Event:
+    """One validated change event (``lang``/``text`` empty for a delete)."""
+
+    offset: int
+    commit: int
+    op: str
+    id: str
+    lang: str = ""
+    text: str = ""
+
+
+def _position(event: JsonObject, name: str, at: str) -> int:
+    value = event.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise row_error(at, f"field {name!r} is not a non-negative integer")
+    return value
+
+
+def _events(data: bytes, where: str) -> Iterable[_Event]:
     """Validated events of one segment (``where``: source and segment version)."""
     for number, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
             continue
         at = f"{where} line {number}"
         event = parse_row(line, at)
-        for name in ("offset", "commit"):
-            value = event.get(name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise row_error(at, f"field {name!r} is not a non-negative integer")
-        if event.get("op") not in ("upsert", "delete"):
+        offset, commit = _position(event, "offset", at), _position(event, "commit", at)
+        op = event.get("op")
+        if op not in ("upsert", "delete"):
             raise row_error(at, "field 'op' is neither upsert nor delete")
-        if event["op"] == "upsert":
-            require_text(event, "lang", at)
-            require_text(event, "text", at)
-        yield event
+        if op == "delete":
+            yield _Event(offset, commit, op, str(event["id"]))
+            continue
+        lang, text = require_text(event, "lang", at), require_text(event, "text", at)
+        yield _Event(offset, commit, "upsert", str(event["id"]), lang, text)
 
 
 class CdcSource(Source):
@@ -75,7 +108,7 @@ class CdcSource(Source):
             data = self.store.get(version.key, version.version_id)
             events = list(_events(data, f"{self.id}:{version.key}@{version.version_id}"))
             for event in events:
-                offset = int(event["offset"])
+                offset = event.offset
                 if offset != expected:
                     raise RejectedError(
                         f"CDC offsets are not contiguous: expected {expected}, found {offset}",
@@ -84,34 +117,33 @@ class CdcSource(Source):
                         details={"expected": expected, "found": offset},
                     )
                 expected += 1
-                commit_wm = max(commit_wm, int(event["commit"]))
+                commit_wm = max(commit_wm, event.commit)
             segments.append([version.key, version.version_id, len(events)])
         doc = {"kind": PIN_KIND, "prefix": self.prefix, "segments": segments}
         ref = self.cas.put(canonical_bytes(doc))
-        entry = {
-            "id": self.id,
-            "kind": self.kind,
-            "stream": self.prefix,
-            "cdcHighWatermark": f"offset:{expected - 1}",
-            "commitWatermark": commit_wm,
-            "segments": {"uri": ref.uri, "objectVersion": ref.version_id, "count": len(segments)},
-        }
-        return SourcePin(self.id, self.kind, entry, {"events": expected, "segments": len(segments)})
+        entry = CdcPin(
+            id=self.id,
+            stream=self.prefix,
+            cdc_high_watermark=f"offset:{expected - 1}",
+            commit_watermark=commit_wm,
+            segments=PinList(uri=ref.uri, object_version=ref.version_id, count=len(segments)),
+        )
+        return SourcePin(entry=entry, stats={"events": expected, "segments": len(segments)})
 
-    def _segments(self, entry: dict[str, Any]) -> list[list[Any]]:
-        ref = entry["segments"]
-        doc = json.loads(self.cas.get(digest_of_uri(ref["uri"]), ref["objectVersion"]))
-        if doc.get("kind") != PIN_KIND or len(doc["segments"]) != ref["count"]:
+    def _segments(self, entry: SourceEntry) -> list[list[Any]]:
+        ref = expect_pin(entry, CdcPin, self.id).segments
+        doc = json.loads(self.cas.get(digest_of_uri(ref.uri), ref.object_version))
+        if doc.get("kind") != PIN_KIND or len(doc["segments"]) != ref.count:
             raise IntegrityError(
                 "CDC pin does not match the manifest",
                 object=self.id,
                 check="pin-list",
-                digest=digest_of_uri(ref["uri"]),
+                digest=digest_of_uri(ref.uri),
             )
         return list(doc["segments"])
 
-    def read(self, entry: dict[str, Any]) -> pa.Table:
-        high = int(str(entry["cdcHighWatermark"]).removeprefix("offset:"))
+    def read(self, entry: SourceEntry) -> pa.Table:
+        high = expect_pin(entry, CdcPin, self.id).high_offset
         state: dict[str, tuple[str, str, str]] = {}
         expected = 0
         for key, version_id, count in self._segments(entry):
@@ -123,7 +155,7 @@ class CdcSource(Source):
                     check="cdc-segment",
                 )
             for event in events:
-                offset = int(event["offset"])
+                offset = event.offset
                 if offset != expected:
                     raise IntegrityError(
                         "CDC offsets are not contiguous",
@@ -133,11 +165,11 @@ class CdcSource(Source):
                 expected += 1
                 if offset > high:
                     break
-                sample = str(event["id"])
-                if event["op"] == "delete":
+                sample = event.id
+                if event.op == "delete":
                     state.pop(sample, None)
                 else:
-                    state[sample] = (str(event["lang"]), str(event["text"]), f"offset:{offset}")
+                    state[sample] = (event.lang, event.text, f"offset:{offset}")
         if expected - 1 < high:
             raise IntegrityError(
                 "CDC log ends before the pinned high watermark",
@@ -155,7 +187,7 @@ class CdcSource(Source):
             schema=SOURCE_ARROW_SCHEMA,
         )
 
-    def check_readable(self, entry: dict[str, Any]) -> list[str]:
+    def check_readable(self, entry: SourceEntry) -> list[str]:
         problems = []
         for key, version_id, _count in self._segments(entry):
             try:
@@ -164,10 +196,10 @@ class CdcSource(Source):
                 problems.append(f"{self.id}: segment {key}@{version_id} unreadable: {exc}")
         return problems
 
-    def late_events(self, entry: dict[str, Any]) -> int:
+    def late_events(self, entry: SourceEntry) -> int:
         """Events past the pinned offset whose commit position is at or below the watermark."""
-        high = int(str(entry["cdcHighWatermark"]).removeprefix("offset:"))
-        commit_wm = int(entry["commitWatermark"])
+        pin = expect_pin(entry, CdcPin, self.id)
+        high, commit_wm = pin.high_offset, pin.commit_watermark
         pinned = {key for key, _v, _c in self._segments(entry)}
         late = 0
         for version in self.store.list(self.prefix):
@@ -175,6 +207,6 @@ class CdcSource(Source):
                 continue
             where = f"{self.id}:{version.key}@{version.version_id}"
             for event in _events(self.store.get(version.key, version.version_id), where):
-                if int(event["offset"]) > high and int(event["commit"]) <= commit_wm:
+                if event.offset > high and event.commit <= commit_wm:
                     late += 1
         return late

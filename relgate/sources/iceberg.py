@@ -15,7 +15,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from relgate.errors import NotFoundError, RejectedError
 from relgate.integrity.identifiers import problem
 from relgate.sources.schema import SOURCE_ARROW_SCHEMA
-from relgate.sources.source import Source, SourcePin, row_error
+from relgate.sources.source import IcebergPin, Source, SourceEntry, SourcePin, expect_pin, row_error
 
 COLUMNS = {"sample_id": "sampleId", "lang": "lang", "text": "text"}
 
@@ -50,34 +50,25 @@ class IcebergSource(Source):
                 object=f"{self.id}:{self.table}",
                 check="table-snapshot",
             )
-        return SourcePin(
-            self.id,
-            self.kind,
-            {
-                "id": self.id,
-                "kind": self.kind,
-                "table": self.table,
-                "tableSnapshot": f"iceberg:{snapshot.snapshot_id}",
-            },
+        entry = IcebergPin(
+            id=self.id, table=self.table, table_snapshot=f"iceberg:{snapshot.snapshot_id}"
         )
+        return SourcePin(entry=entry)
 
-    @staticmethod
-    def _snapshot_id(entry: dict[str, Any]) -> int:
-        return int(str(entry["tableSnapshot"]).removeprefix("iceberg:"))
-
-    def read(self, entry: dict[str, Any]) -> pa.Table:
+    def read(self, entry: SourceEntry) -> pa.Table:
+        pin = expect_pin(entry, IcebergPin, self.id)
         table = self._load()
-        snapshot_id = self._snapshot_id(entry)
+        snapshot_id = pin.snapshot_id
         if table.snapshot_by_id(snapshot_id) is None:
             raise NotFoundError(
                 "pinned iceberg snapshot is no longer readable",
                 object=f"{self.id}:{self.table}",
                 check="source-readable",
-                details={"tableSnapshot": entry["tableSnapshot"]},
+                details={"tableSnapshot": pin.table_snapshot},
             )
         data = table.scan(snapshot_id=snapshot_id, selected_fields=tuple(COLUMNS)).to_arrow()
         data = data.rename_columns([COLUMNS[c] for c in data.column_names])
-        where = f"{self.id}:{self.table}@{entry['tableSnapshot']}"
+        where = f"{self.id}:{self.table}@{pin.table_snapshot}"
         for name in ("sampleId", "lang", "text"):
             column = data.column(name)
             if column.null_count:
@@ -87,15 +78,16 @@ class IcebergSource(Source):
             why = problem(sample)
             if why is not None:
                 raise row_error(f"{where} row {index + 1}", f"bad id ({why})")
-        version = pa.array([entry["tableSnapshot"]] * data.num_rows, pa.string())
+        version = pa.array([pin.table_snapshot] * data.num_rows, pa.string())
         data = data.append_column("sourceVersion", version)
         return data.select(SOURCE_ARROW_SCHEMA.names).cast(SOURCE_ARROW_SCHEMA)
 
-    def check_readable(self, entry: dict[str, Any]) -> list[str]:
+    def check_readable(self, entry: SourceEntry) -> list[str]:
+        pin = expect_pin(entry, IcebergPin, self.id)
         try:
             table = self._load()
         except NotFoundError as exc:
             return [str(exc)]
-        if table.snapshot_by_id(self._snapshot_id(entry)) is None:
-            return [f"{self.id}: iceberg snapshot {entry['tableSnapshot']} expired"]
+        if table.snapshot_by_id(pin.snapshot_id) is None:
+            return [f"{self.id}: iceberg snapshot {pin.table_snapshot} expired"]
         return []

@@ -19,7 +19,16 @@ from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import ContentStore, digest_of_uri
 from relgate.sources.schema import SOURCE_ARROW_SCHEMA
-from relgate.sources.source import Source, SourcePin, parse_row, require_text
+from relgate.sources.source import (
+    ObjectList,
+    ObjectPrefixPin,
+    Source,
+    SourceEntry,
+    SourcePin,
+    expect_pin,
+    parse_row,
+    require_text,
+)
 
 PIN_KIND = "relgate.object-pin.v1"
 
@@ -51,34 +60,25 @@ class ObjectPrefixSource(Source):
             total += len(data)
         doc = {"kind": PIN_KIND, "prefix": self.prefix, "objects": objects}
         ref = self.cas.put(canonical_bytes(doc))
-        entry = {
-            "id": self.id,
-            "kind": self.kind,
-            "prefix": self.prefix,
-            "objects": {
-                "uri": ref.uri,
-                "objectVersion": ref.version_id,
-                "count": len(objects),
-                "bytes": total,
-            },
-        }
-        return SourcePin(
-            self.id, self.kind, entry, {"objects": len(objects), "unversionedObjects": 0}
+        listed = ObjectList(
+            uri=ref.uri, object_version=ref.version_id, count=len(objects), bytes=total
         )
+        entry = ObjectPrefixPin(id=self.id, prefix=self.prefix, objects=listed)
+        return SourcePin(entry=entry, stats={"objects": len(objects), "unversionedObjects": 0})
 
-    def _pinned(self, entry: dict[str, Any]) -> list[list[Any]]:
-        ref = entry["objects"]
-        doc = json.loads(self.cas.get(digest_of_uri(ref["uri"]), ref["objectVersion"]))
-        if doc.get("kind") != PIN_KIND or len(doc["objects"]) != ref["count"]:
+    def _pinned(self, entry: SourceEntry) -> list[list[Any]]:
+        ref = expect_pin(entry, ObjectPrefixPin, self.id).objects
+        doc = json.loads(self.cas.get(digest_of_uri(ref.uri), ref.object_version))
+        if doc.get("kind") != PIN_KIND or len(doc["objects"]) != ref.count:
             raise IntegrityError(
                 "object pin list does not match the manifest",
                 object=self.id,
                 check="pin-list",
-                digest=digest_of_uri(ref["uri"]),
+                digest=digest_of_uri(ref.uri),
             )
         return list(doc["objects"])
 
-    def read(self, entry: dict[str, Any]) -> pa.Table:
+    def read(self, entry: SourceEntry) -> pa.Table:
         ids: list[str] = []
         langs: list[str] = []
         texts: list[str] = []
@@ -98,13 +98,13 @@ class ObjectPrefixSource(Source):
                     continue
                 where = f"{self.id}:{source_version} line {number}"
                 record = parse_row(line, where)
-                ids.append(record["id"])
+                ids.append(str(record["id"]))  # parse_row validated it
                 langs.append(require_text(record, "lang", where))
                 texts.append(require_text(record, "text", where))
                 versions.append(source_version)
         return pa.table([ids, langs, texts, versions], schema=SOURCE_ARROW_SCHEMA)
 
-    def check_readable(self, entry: dict[str, Any]) -> list[str]:
+    def check_readable(self, entry: SourceEntry) -> list[str]:
         problems = []
         for key, version_id, digest, size in self._pinned(entry):
             try:

@@ -1,23 +1,26 @@
-"""The source contract.
+"""The source contract and the pins a source writes into a snapshot manifest.
 
 ``pin()`` establishes the source's side of the consistent boundary (a table snapshot id,
 the exact object versions and their byte digests, a contiguous CDC offset range) and
-returns a :class:`SourcePin` whose ``entry`` goes into the manifest.  ``read(pin)`` reads
-exactly the pinned versions, never "latest", so a replay months later sees the same rows.
+returns a :class:`SourcePin` whose ``entry`` (an :data:`SourceEntry`: one typed model per
+kind) goes into the manifest.  ``read(entry)`` reads exactly the pinned versions, never
+"latest", so a replay months later sees the same rows.  The kinds live in their own
+modules and import this one; :mod:`relgate.sources.factory` builds a source from config.
 """
 
 from __future__ import annotations
 
 import abc
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeVar
 
 import pyarrow as pa
+from pydantic import Field, StrictInt, StrictStr, TypeAdapter
 
-from relgate.errors import RejectedError, UsageError
+from relgate.errors import IntegrityError, RejectedError
+from relgate.integrity.contract import Contract, JsonObject, JsonValue
 from relgate.integrity.identifiers import IdentifierError, validate_id
-from relgate.objects.cas import ContentStore
 
 #: A source row that cannot be admitted (bad UTF-8, not JSON, no or bad id, bad field):
 #: the build is refused (exit 3) naming the source, the object version and the line.
@@ -30,7 +33,7 @@ def row_error(where: str, why: str, **details: Any) -> RejectedError:
     )
 
 
-def parse_row(line: bytes, where: str) -> dict[str, Any]:
+def parse_row(line: bytes, where: str) -> JsonObject:
     """One JSON-lines row: strict UTF-8, a JSON object, a valid ``id`` (never trusted)."""
     try:
         text = line.decode("utf-8")
@@ -51,7 +54,7 @@ def parse_row(line: bytes, where: str) -> dict[str, Any]:
     return record
 
 
-def require_text(record: dict[str, Any], name: str, where: str) -> str:
+def require_text(record: Mapping[str, JsonValue], name: str, where: str) -> str:
     value = record.get(name)
     if not isinstance(value, str):
         raise row_error(where, f"field {name!r} is not a string")
@@ -62,14 +65,108 @@ def require_text(record: dict[str, Any], name: str, where: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class SourcePin:
-    source_id: str
-    kind: str
-    #: The manifest entry: integers and strings only.
-    entry: dict[str, Any]
-    #: Counters for the validation report (e.g. unversioned objects seen while pinning).
-    stats: dict[str, int] = field(default_factory=dict)
+class PinList(Contract):
+    """The content-addressed pin document a source entry points at (exact version)."""
+
+    uri: StrictStr
+    object_version: StrictStr
+    count: StrictInt
+
+
+class ObjectList(PinList):
+    """An object-prefix pin list: the object count and their total bytes."""
+
+    size_bytes: StrictInt = Field(alias="bytes")
+
+
+class IcebergPin(Contract):
+    """An Iceberg table pinned by snapshot id, spelled ``iceberg:<id>`` (64-bit ids)."""
+
+    id: StrictStr
+    kind: Literal["iceberg"] = "iceberg"
+    table: StrictStr
+    table_snapshot: StrictStr
+
+    @property
+    def snapshot_id(self) -> int:
+        return int(self.table_snapshot.removeprefix("iceberg:"))
+
+    @property
+    def label(self) -> str:
+        """The pinned version in one word (for tables and logs)."""
+        return self.table_snapshot
+
+
+class ObjectPrefixPin(Contract):
+    """A versioned prefix pinned object by object (version id, byte digest, size)."""
+
+    id: StrictStr
+    kind: Literal["object-prefix"] = "object-prefix"
+    prefix: StrictStr
+    objects: ObjectList
+
+    @property
+    def label(self) -> str:
+        """The pinned version in one word (for tables and logs)."""
+        return f"{self.objects.count} objects"
+
+
+class CdcPin(Contract):
+    """A CDC log pinned to a contiguous offset range and a commit watermark."""
+
+    id: StrictStr
+    kind: Literal["cdc"] = "cdc"
+    stream: StrictStr
+    cdc_high_watermark: StrictStr
+    commit_watermark: StrictInt
+    segments: PinList
+
+    @property
+    def high_offset(self) -> int:
+        return int(self.cdc_high_watermark.removeprefix("offset:"))
+
+    @property
+    def label(self) -> str:
+        """The pinned version in one word (for tables and logs)."""
+        return self.cdc_high_watermark
+
+
+#: One pinned source as the manifest records it, discriminated by ``kind``.
+SourceEntry = Annotated[IcebergPin | ObjectPrefixPin | CdcPin, Field(discriminator="kind")]
+_ENTRIES: TypeAdapter[list[SourceEntry]] = TypeAdapter(list[SourceEntry])
+_Pin = TypeVar("_Pin", IcebergPin, ObjectPrefixPin, CdcPin)
+
+
+def parse_entries(value: object) -> list[SourceEntry]:
+    """Source entries from decoded JSON (a manifest's ``sources``, a frozen boundary)."""
+    return _ENTRIES.validate_python(value)
+
+
+def expect_pin(entry: SourceEntry, kind: type[_Pin], source_id: str) -> _Pin:
+    """The entry as the pin of ``kind`` a source reads, or refuse a mismatched one."""
+    if not isinstance(entry, kind) or entry.id != source_id:
+        raise IntegrityError(
+            f"source {source_id} was handed the pin of {entry.id} ({entry.kind})",
+            object=source_id,
+            check="source-pin-kind",
+        )
+    return entry
+
+
+class SourcePin(Contract):
+    """What pinning returns: the manifest entry and counters for the validation report."""
+
+    entry: SourceEntry
+    #: e.g. unversioned objects seen while pinning.
+    stats: dict[str, StrictInt] = Field(default_factory=dict)
+
+    @property
+    def source_id(self) -> str:
+        return self.entry.id
+
+    @property
+    def kind(self) -> str:
+        return self.entry.kind
 
 
 class Source(abc.ABC):
@@ -82,38 +179,13 @@ class Source(abc.ABC):
     def pin(self) -> SourcePin: ...
 
     @abc.abstractmethod
-    def read(self, entry: dict[str, Any]) -> pa.Table:
+    def read(self, entry: SourceEntry) -> pa.Table:
         """Rows of :data:`relgate.sources.schema.SOURCE_ARROW_SCHEMA` at the pinned versions."""
 
     @abc.abstractmethod
-    def check_readable(self, entry: dict[str, Any]) -> list[str]:
+    def check_readable(self, entry: SourceEntry) -> list[str]:
         """Problems that make the pinned versions unreadable now (empty when all is well)."""
 
-    def late_events(self, entry: dict[str, Any]) -> int:
+    def late_events(self, entry: SourceEntry) -> int:
         """Events older than the pinned watermark that arrived after pinning."""
         return 0
-
-
-def source_from_config(config: dict[str, Any], cas: ContentStore) -> Source:
-    validate_id(config.get("id"), kind="source id", where="source config")
-    kind = config.get("kind")
-    if kind == "iceberg":
-        from relgate.sources.iceberg import IcebergSource
-
-        return IcebergSource(
-            config["id"],
-            catalog_uri=config["catalogUri"],
-            warehouse=config["warehouse"],
-            table=config["table"],
-        )
-    if kind == "object-prefix":
-        from relgate.sources.prefix import ObjectPrefixSource
-
-        return ObjectPrefixSource(config["id"], cas=cas, prefix=config["prefix"])
-    if kind == "cdc":
-        from relgate.sources.cdc import CdcSource
-
-        return CdcSource(config["id"], cas=cas, prefix=config["prefix"])
-    raise UsageError(
-        f"unknown source kind {kind!r}", object=str(config.get("id")), check="source-kind"
-    )

@@ -11,6 +11,7 @@ from pipelines.jobs import recheck_job
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.compare import load_manifest
+from relgate.sources.cdc import append_segment
 from resources.relgate import RelgateResource
 from sensors.fence_sensors import benchmark_fence_sensor, tombstone_fence_sensor
 from tests.snapshot.conftest import make_workspace
@@ -63,7 +64,6 @@ def test_materialize_snapshot_to_alias(home):
 def test_failed_validation_blocks_the_alias(home):
     ws = RelgateResource(home=home).workspace()
     # Break a pinned source version after pinning: the blocking check fails, alias untouched.
-    from relgate.sources.cdc import append_segment
 
     with dg.instance_for_test() as instance:
         frozen = dg.materialize(

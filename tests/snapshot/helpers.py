@@ -1,3 +1,4 @@
+from relgate.catalog.snapshot_table import get_snapshot
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.build import BuildSpec, build_snapshot
 from relgate.snapshot.validate import validate_snapshot
@@ -32,6 +33,5 @@ def build_active(ws, alias="default"):
 
 
 def state_of(ws, digest):
-    from relgate.catalog.snapshot_table import get_snapshot
 
     return get_snapshot(ws.db, digest)["state"]

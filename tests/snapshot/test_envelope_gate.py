@@ -15,14 +15,21 @@ import sys
 
 import pytest
 
+from relgate.catalog.audit import latest_report, record_report
+from relgate.catalog.db import execute, utcnow
 from relgate.catalog.release_table import get_release
-from relgate.catalog.snapshot_table import get_snapshot
+from relgate.catalog.snapshot_table import get_snapshot, insert_snapshot
 from relgate.errors import ConflictError
+from relgate.gate.approvals import PAYLOAD_TYPE, Approval, approval_kind
+from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.signing import sign_envelope
+from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.release import root as rm
-from relgate.release.publication import approve_release, publish
+from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.runs import create_run
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot import manifest as sm
+from relgate.snapshot.validate import validate_snapshot
 from tests.release.helpers import overwrite_in_place
 from tests.release.test_runs import PURPOSE, _published, _verified
 
@@ -132,8 +139,6 @@ def test_envelope_bound_to_a_row_that_lies_is_refused(ws):
     snap = build_validated(ws)
     lifecycle.approve(ws, snap.digest, approver="alice")
     with ws.db.tx() as conn:
-        from relgate.catalog.db import execute
-
         execute(
             conn,
             "UPDATE snapshots SET member_count = member_count + 1 WHERE digest = :d",
@@ -193,8 +198,6 @@ def test_tombstone_hits_are_counted_per_entry_and_per_root(ws):
 def test_rollback_refused_by_later_fence_entries_even_if_no_hit_was_recorded(ws):
     """The old root is outside every retention rule, so the advance recorded no hit on it:
     only the rollback's own check of entries since its watermarks can refuse it."""
-    from relgate.lifecycle.retention import RetentionPolicy, set_policy
-    from relgate.release.publication import rollback_release
 
     snap = build_approved(ws)
     set_policy(ws.db, RetentionPolicy("train", keep_last=1, keep_days=0, rollback_window=0))
@@ -215,9 +218,6 @@ def test_validation_counts_fenced_members_of_a_manifest_that_claims_the_new_wate
     """A signed manifest claiming a watermark that already covers one of its members (the
     builder was bypassed): validation must count the hit, not only reject for some reason."""
     import copy
-
-    from relgate.catalog.snapshot_table import insert_snapshot
-    from relgate.snapshot.validate import validate_snapshot
 
     from .helpers import build
 
@@ -247,11 +247,6 @@ def test_validation_counts_fenced_members_of_a_manifest_that_claims_the_new_wate
 
 def _forge_approval(ws, kind, digest, role):
     """An approval of ``digest`` signed with ``role``'s key, recorded as the newest one."""
-    from relgate.catalog.audit import record_report
-    from relgate.catalog.db import utcnow
-    from relgate.gate.approvals import PAYLOAD_TYPE, Approval, approval_kind
-    from relgate.integrity.canonical import canonical_bytes
-    from relgate.integrity.signing import sign_envelope
 
     statement = Approval(kind, digest, "mallory", "sha256:" + "0" * 64, utcnow()).to_json()
     envelope = sign_envelope(PAYLOAD_TYPE, canonical_bytes(statement), ws.key(role))
@@ -261,7 +256,6 @@ def _forge_approval(ws, kind, digest, role):
 
 
 def _mark_approved_in_the_catalog(ws, table, digest):
-    from relgate.catalog.db import execute
 
     with ws.db.tx() as conn:
         execute(conn, f"UPDATE {table} SET state = 'APPROVED' WHERE digest = :d", {"d": digest})
@@ -304,8 +298,6 @@ def test_release_published_only_with_its_signed_approval(ws):
 
 def test_approval_row_pointing_at_another_digests_approval_is_refused(ws):
     """A reports row for snapshot A that names the (validly signed) approval of snapshot B."""
-    from relgate.catalog.audit import latest_report, record_report
-    from relgate.gate.approvals import approval_kind
 
     a = build_validated(ws)
     b = build_approved(ws, parents=[a.digest])

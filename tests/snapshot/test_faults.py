@@ -10,6 +10,10 @@ import pytest
 from relgate.catalog.snapshot_table import insert_snapshot
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
+from relgate.objects.cas import digest_of_uri
+from relgate.release.verifier import verify_release
+from relgate.release.writer import write_release
+from relgate.snapshot import activation as lifecycle
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.build import BuildSpec, build_snapshot, freeze
 from relgate.snapshot.compare import replay
@@ -18,6 +22,7 @@ from relgate.snapshot.policy import transform_code_digest
 from relgate.snapshot.transforms import tag_transform
 from relgate.snapshot.validate import validate_snapshot
 from relgate.sources.cdc import append_segment
+from relgate.sources.iceberg import open_catalog
 
 from .helpers import build, build_validated, state_of
 
@@ -56,12 +61,12 @@ def test_content_replaced_under_a_reused_object_name(ws):
     ws.store.put(key, old.replace(b'"lang": "en"', b'"lang": "de"').replace(b"router", b"toaster"))
     # The pinned version is still what the snapshot reads: validation and replay hold.
     assert validate_snapshot(ws, result.digest, actor="t").outcome == "VALIDATED"
-    assert replay(ws, result.digest)["identical"]
+    assert replay(ws, result.digest).identical
 
 
 def test_pinned_object_bytes_changed_in_place_are_caught(ws):
     result = build_validated(ws)
-    entry = result.manifest.source("forum")
+    entry = result.manifest.source("forum").to_json()
     pins = json.loads(ws.cas.get(*_cas(entry["objects"])))["objects"]
     key, version, _digest, _size = pins[0]
     path = ws.store.local_path(key, version)
@@ -76,7 +81,6 @@ def test_pinned_object_bytes_changed_in_place_are_caught(ws):
 
 
 def _cas(ref):
-    from relgate.objects.cas import digest_of_uri
 
     return digest_of_uri(ref["uri"]), ref["objectVersion"]
 
@@ -126,7 +130,8 @@ def _forge(ws, base, members: pl.DataFrame):
     body["splits"] = {
         r["split"]: r["len"] for r in members.group_by("split").len().iter_rows(named=True)
     }
-    body["provenance"] = {**body["provenance"], "forged": "yes"}
+    generated = {**body["provenance"]["wasGeneratedBy"], "buildId": "forged"}
+    body["provenance"] = {**body["provenance"], "wasGeneratedBy": generated}
     sealed = mf.seal(body)
     version = mf.store_envelope(ws.store, sealed, mf.sign(sealed, ws.signing_key))
     with ws.db.tx() as conn:
@@ -181,7 +186,7 @@ def test_resigned_manifest_with_wrong_digest_is_caught(ws):
     result = build(ws)
     body = dict(result.manifest.body)
     body["purpose"] = "something-else"  # snapshotId left as it was
-    envelope = mf.sign(mf.SnapshotManifest(body), ws.signing_key)
+    envelope = mf.sign(mf.SnapshotManifest.model_validate(body), ws.signing_key)
     with pytest.raises(IntegrityError) as err:
         mf.open_envelope(envelope, ws.trusted_keys)
     assert err.value.check == "manifest-digest"
@@ -189,7 +194,7 @@ def test_resigned_manifest_with_wrong_digest_is_caught(ws):
 
 def test_late_event_older_than_the_watermark_makes_it_incomplete(ws):
     result = build(ws)
-    commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
+    commit_wm = result.manifest.source("chat-cdc").to_json()["commitWatermark"]
     # Offset 60 continues the log, but its commit position predates the pinned watermark.
     append_segment(
         ws.store,
@@ -215,7 +220,7 @@ def test_late_event_exactly_at_the_watermark_makes_it_incomplete(ws):
     """The boundary is inclusive: an event committed *at* the watermark belonged to this
     snapshot's boundary, so arriving after pinning it is late (``<=``, not ``<``)."""
     result = build(ws)
-    commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
+    commit_wm = result.manifest.source("chat-cdc").to_json()["commitWatermark"]
     append_segment(
         ws.store,
         "cdc/chat/",
@@ -237,7 +242,7 @@ def test_late_event_exactly_at_the_watermark_makes_it_incomplete(ws):
 
 def test_new_events_after_the_watermark_belong_to_the_next_snapshot(ws):
     result = build(ws)
-    commit_wm = result.manifest.source("chat-cdc")["commitWatermark"]
+    commit_wm = result.manifest.source("chat-cdc").to_json()["commitWatermark"]
     append_segment(
         ws.store,
         "cdc/chat/",
@@ -270,12 +275,11 @@ def test_unknown_origin_is_rejected(ws):
 
 
 def test_expired_iceberg_snapshot_is_unreadable(ws):
-    from relgate.sources.iceberg import open_catalog
 
     result = build_validated(ws)
     cfg = next(s for s in ws.config["sources"] if s["id"] == "tickets-eu")
     table = open_catalog(cfg["catalogUri"], cfg["warehouse"]).load_table(cfg["table"])
-    pinned = int(result.manifest.source("tickets-eu")["tableSnapshot"].split(":")[1])
+    pinned = int(result.manifest.source("tickets-eu").to_json()["tableSnapshot"].split(":")[1])
     import pyarrow as pa
 
     table.append(
@@ -379,9 +383,6 @@ def test_non_json_cdc_line_is_refused_not_an_internal_error(ws):
 def test_a_path_like_sample_id_stays_a_value(ws, tmp_path):
     """``../../etc/passwd`` is a legal id; it is stored, released, verified, tombstoned and
     looked up, and never becomes a file name or an object key anywhere."""
-    from relgate.release.verifier import verify_release
-    from relgate.release.writer import write_release
-    from relgate.snapshot import activation as lifecycle
 
     evil = "../../etc/passwd"
     ws.store.create(

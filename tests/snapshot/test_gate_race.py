@@ -33,6 +33,7 @@ from relgate.catalog.states import current_state, transition
 from relgate.errors import ConflictError, RejectedError
 from relgate.gate.approvals import sign_approval
 from relgate.release import root as rm
+from relgate.release.runs import create_run
 from relgate.release.writer import write_release
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
@@ -54,8 +55,6 @@ def _racer(role, kind, home, barrier, tasks, results):
         time.sleep(task["delay"][role])  # stagger so both orders happen on every backend
         try:
             if role == "admit":
-                from relgate.release.runs import create_run
-
                 out = create_run(
                     ws, root=task["digest"], purpose=task["purpose"], world_size=1, actor="sched"
                 )
@@ -143,7 +142,7 @@ ACTIVE_STATE = {"snapshot": "ACTIVE", "release": "PUBLISHED"}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["snapshot", "release"])
-def test_activation_races_tombstone(tmp_path, db_url, kind):
+def test_activation_races_tombstone(tmp_path, db_url, kind):  # noqa: PLR0915  # one race, top to bottom
     ws = make_workspace(tmp_path / "home", db_url)
     base = build_active(ws, alias="race-base")
     members = ws.membership.read(base.manifest.members_ref)["sampleId"].to_list()

@@ -4,6 +4,7 @@ from relgate.catalog.snapshot_table import snapshot_history
 from relgate.errors import ConflictError, RejectedError
 from relgate.integrity.merkle import check_proof
 from relgate.snapshot import activation as lifecycle
+from relgate.snapshot import selection
 from relgate.snapshot.compare import diff, load_manifest, prove, replay
 
 from .helpers import build, build_active, build_validated, state_of
@@ -117,7 +118,7 @@ def test_diff_reports_additions_deletions_and_deltas(ws):
         b'{"id": "forum/new-1", "lang": "en", "text": "a brand new forum post about routers"}\n',
     )
     second = build_validated(ws)
-    d = diff(ws, first.digest, second.digest)
+    d = diff(ws, first.digest, second.digest).to_json()
     assert d["additions"] == 1 and d["deletions"] == 1
     assert d["examples"]["added"] == ["forum/new-1"] and d["examples"]["deleted"] == [gone]
     assert (
@@ -131,18 +132,18 @@ def test_diff_reports_additions_deletions_and_deltas(ws):
 
 def test_replay_reproduces_the_member_set(ws):
     result = build_validated(ws)
-    out = replay(ws, result.digest, canary_bp=3000)
+    out = replay(ws, result.digest, canary_bp=3000).to_json()
     assert out["identical"] and out["missing"] == out["extra"] == 0
-    full = replay(ws, result.digest)
+    full = replay(ws, result.digest).to_json()
     assert full["replayedIds"] == result.manifest.member_count
 
 
 def test_proofs_verify_independently(ws):
     result = build_validated(ws)
     sample = ws.membership.read(result.manifest.members_ref)["sampleId"][5]
-    inclusion = prove(ws, result.digest, sample)
+    inclusion = prove(ws, result.digest, sample).to_json()
     assert inclusion["kind"] == "inclusion" and check_proof(inclusion)
-    absent = prove(ws, result.digest, sample + "-nope")
+    absent = prove(ws, result.digest, sample + "-nope").to_json()
     assert absent["kind"] == "non-inclusion" and check_proof(absent)
     forged = {**inclusion, "sampleId": sample + "-nope"}
     assert not check_proof(forged)
@@ -161,7 +162,6 @@ def test_build_parents_and_prov_lineage(ws):
 
 
 def test_batched_selection_gives_the_same_membership(ws, monkeypatch):
-    import relgate.snapshot.selection as selection
 
     whole = build_validated(ws)
     monkeypatch.setattr(selection, "BATCH_ROWS", 7)

@@ -12,6 +12,7 @@ import pytest
 import rfc8785
 
 from relgate.errors import IntegrityError, RejectedError
+from relgate.integrity.canonical import manifest_digest
 from relgate.integrity.documents import DocumentKind
 from relgate.integrity.signing import Role, SigningKey, TrustedKeys, sign_envelope
 from relgate.objects.local import LocalObjectStore
@@ -80,7 +81,6 @@ def test_open_refusals() -> None:
     assert refused(not_object).check == "schema"
     missing = {k: v for k, v in doc.items() if k != "purpose"}
     missing["snapshotId"] = KIND.seal({**missing, "purpose": "x"})["snapshotId"]
-    from relgate.integrity.canonical import manifest_digest
 
     missing["snapshotId"] = manifest_digest(missing)
     err = refused(sign_envelope(KIND.payload_type, rfc8785.dumps(missing), BUILDER))
@@ -113,7 +113,6 @@ def test_load_reads_exact_version(tmp_path) -> None:
 def test_digest_and_identity_checks_are_exact() -> None:
     """Mismatches in either direction (a recomputed digest sorting before or after the claimed
     one; an expected digest below or above the found one) are refused."""
-    from relgate.integrity.canonical import manifest_digest
 
     doc = sealed()
     env = KIND.sign(doc, BUILDER)

@@ -14,12 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from relgate.catalog.audit import latest_report
+from relgate.catalog.snapshot_table import get_snapshot
+from relgate.gate.approvals import PAYLOAD_TYPE, verify_approval
 from relgate.integrity.signing import Role, SigningKey
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace, default_config
 from relgate_agent import dsse
 from relgate_agent.manifest import PAYLOAD_TYPE as CHECKPOINT_TYPE
-from relgate_agent.manifest import build_manifest
+from relgate_agent.manifest import build_manifest, sign_manifest
 from tests.snapshot.conftest import make_workspace
 from tests.snapshot.helpers import build_validated
 
@@ -256,7 +259,6 @@ def home(tmp_path, db_url):
 
 
 def _stored_envelope(home: Path, db_url: str, digest: str, out: Path) -> Path:
-    from relgate.catalog.snapshot_table import get_snapshot
 
     config = json.loads((home / "relgate.json").read_text())
     ws = Workspace(home, {**config, "catalog": {"url": db_url}})
@@ -307,7 +309,6 @@ def test_roles_rotation_and_revocation(home, tmp_path) -> None:
     )
     assert out["check"] == "key-revoked"
     # ... and by the agent: a checkpoint manifest signed by the revoked builder v1 key
-    from relgate_agent.manifest import sign_manifest
 
     old = SigningKey.load(cfg["keys"]["roles"]["builder"]["path"], Role.BUILDER, 1)
     manifest = build_manifest(_ckpt_dir(tmp_path), "m", "v1", chunk_size=64, block_size=32)
@@ -371,7 +372,6 @@ def test_legacy_single_key_workspace_loads_and_migrates(tmp_path) -> None:
 
 
 def test_approval_is_signed_by_the_approver_key(home, tmp_path) -> None:
-    from relgate.gate.approvals import PAYLOAD_TYPE, verify_approval
 
     path, db_url, digest = home
     out = relgate(path, "snapshot", "approve", digest, "--approver", "alice", db_url=db_url)
@@ -381,7 +381,6 @@ def test_approval_is_signed_by_the_approver_key(home, tmp_path) -> None:
     try:
         approval = verify_approval(ws, "snapshot", digest)
         assert approval.approver == "alice" and approval.subject == digest
-        from relgate.catalog.audit import latest_report
 
         row = latest_report(ws.db, digest, "snapshot-approval")
         assert row is not None

@@ -15,10 +15,13 @@ from hypothesis import strategies as st
 
 from relgate.errors import RejectedError
 from relgate.integrity.merkle import LeafProof, MerkleTree
+from relgate.integrity.signing import Role, SigningKey, TrustedKeys
 from relgate.integrity.tuples import MemberTuple
-from relgate.release.proofs import ProofBundle
+from relgate.release.proofs import Proof, ProofBundle
+from relgate.snapshot import manifest as sm
 from relgate.snapshot.activation import approve
-from tests.core.test_envelope_cli import relgate
+from relgate_agent.dsse import Signer
+from tests.integrity.test_envelope_cli import relgate
 from tests.release.helpers import write
 from tests.snapshot.conftest import make_workspace
 from tests.snapshot.helpers import build_validated
@@ -118,7 +121,6 @@ def test_bundles_verify_without_workspace(proved, tmp_path) -> None:
 def test_malformed_bundle_files_exit_3(tmp_path, raw: bytes, check: str) -> None:
     trusted = tmp_path / "t"
     trusted.mkdir()
-    from relgate.integrity.signing import Role, SigningKey
 
     key = SigningKey.generate(Role.BUILDER)
     (trusted / "builder-v1-x.pem").write_bytes(key.public_pem())
@@ -174,9 +176,6 @@ _bundle = st.fixed_dictionaries(
 def test_bundle_parser_only_raises_rejected(data: bytes) -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from relgate.integrity.signing import Role, TrustedKeys
-    from relgate_agent.dsse import Signer
-
     trusted = TrustedKeys.of(Signer(Ed25519PrivateKey.generate()).public_key, role=Role.BUILDER)
     try:
         bundle = ProofBundle.parse(data)
@@ -193,14 +192,13 @@ def test_bundle_parser_only_raises_rejected(data: bytes) -> None:
 @given(st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=30, unique=True))
 def test_proof_round_trip_through_parser(ids: list[str]) -> None:
     """Any honest inclusion proof survives to_json -> parse -> path check."""
-    from relgate.release.proofs import Proof
 
     tuples = sorted(MemberTuple(i, "s", "v", "d", "train", "x") for i in ids)
     tree = MerkleTree([t.encode() for t in tuples])
     for index in range(len(tuples)):
         proof = Proof(
             "inclusion",
-            tuples[index].sampleId,
+            tuples[index].sample_id,
             "sha256:" + tree.root.hex(),
             len(tuples),
             (LeafProof(index, tuples[index], tree.audit_path(index)),),
@@ -211,9 +209,6 @@ def test_proof_round_trip_through_parser(ids: list[str]) -> None:
 
 def test_signed_manifest_without_a_root_is_refused_not_crashed() -> None:
     """A trusted builder signed a snapshot whose members block is malformed: exit 3."""
-    from relgate.integrity.signing import Role, SigningKey, TrustedKeys
-    from relgate.release.proofs import Proof
-    from relgate.snapshot import manifest as sm
 
     key = SigningKey.generate(Role.BUILDER)
     body = {f: "x" for f in sm.REQUIRED_FIELDS}

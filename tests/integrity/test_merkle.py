@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from relgate.integrity import hashing
 from relgate.integrity.hashing import length_prefixed, sha256_rows
 from relgate.integrity.merkle import MerkleTree, root_from_packed_leaves, verify_inclusion
 
@@ -57,7 +58,6 @@ def test_every_inclusion_proof_verifies_and_tampering_fails(leaves, data):
 
 
 def test_parallel_leaf_hashing_equals_serial(monkeypatch):
-    import relgate.integrity.hashing as hashing
 
     ids = pa.array([f"s{i:07d}" for i in range(5000)])
     encoded = length_prefixed(ids, ids)
@@ -80,7 +80,6 @@ def test_out_of_range_index_is_not_a_proof():
 @settings(max_examples=25, deadline=None)
 @given(st.integers(min_value=0, max_value=600), st.sampled_from([1, 2, 4, 64]))
 def test_chunked_parallel_root_equals_definition(n, chunk):
-    import relgate.integrity.hashing as hashing
 
     leaves = [f"leaf-{i}".encode() for i in range(n)]
     arr = pa.array(leaves, pa.binary())
