@@ -167,18 +167,18 @@ def snapshot_alias(
         approver=config.approver,
         comment=config.comment,
     )
-    generation = result["generation"]
+    generation = result.generation
     context.log.info(f"alias {config.alias} generation {generation} -> {dataset_snapshot}")
     return dg.Output(
-        result,
+        result.to_json(),
         data_version=dg.DataVersion(f"{config.alias}@{generation}"),
         metadata={
             "alias": config.alias,
             "generation": generation,
             "activeDigest": dataset_snapshot,
             "approver": config.approver,
-            "tombstoneWatermark": result["tombstoneWatermark"],
-            "benchmarkFence": result["benchmarkFence"],
+            "tombstoneWatermark": result.tombstone_watermark,
+            "benchmarkFence": result.benchmark_fence,
         },
     )
 

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 
 from relgate.catalog import audit
 from relgate.catalog.snapshot_table import get_snapshot, resolve
-from relgate.gate.core import FenceAdvance
+from relgate.gate.aliases import AliasChange
+from relgate.gate.fences import FenceAdvance
 from relgate.integrity.contract import JsonObject
 from relgate.integrity.digests import require_digest
 from relgate.workspace import Workspace
@@ -21,7 +22,7 @@ from relgate.workspace import Workspace
 SNAPSHOT = "snapshot"
 
 
-def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> JsonObject:
+def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> dict[str, str]:
     """VALIDATED -> APPROVED, bound to this digest and the approver's name, then signed."""
     recorded = audit.approve(
         ws.db, SNAPSHOT, resolve(ws.db, digest), approver=approver, comment=comment
@@ -31,7 +32,7 @@ def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> 
 
 def activate(
     ws: Workspace, digest: str, *, alias: str, actor: str, expected_generation: int | None = None
-) -> JsonObject:
+) -> AliasChange:
     """CAS ``alias`` to the snapshot ``digest`` names (full digest or unique prefix)."""
     return ws.gate().activate(
         SNAPSHOT,
@@ -44,7 +45,7 @@ def activate(
 
 def rollback(
     ws: Workspace, alias: str, digest: str, *, actor: str, expected_generation: int | None = None
-) -> JsonObject:
+) -> AliasChange:
     """Point ``alias`` back at a snapshot it held before (full digest or unique prefix)."""
     return ws.gate().rollback(
         SNAPSHOT,
@@ -57,7 +58,7 @@ def rollback(
 
 def approve_and_activate(
     ws: Workspace, digest: str, *, alias: str, approver: str, comment: str = ""
-) -> JsonObject:
+) -> AliasChange:
     """A named approval of exactly this snapshot, then the alias CAS by the same person."""
     approve(ws, digest, approver=approver, comment=comment)
     return activate(ws, digest, alias=alias, actor=approver)
@@ -82,4 +83,4 @@ def add_benchmark_items(
 def describe(ws: Workspace, digest: str) -> JsonObject:
     """The snapshot's catalog row with the fence hits recorded against it."""
     row = get_snapshot(ws.db, resolve(ws.db, digest))
-    return {**row, "fenceHits": ws.gate().hits_for(row["digest"])}
+    return {**row, "fenceHits": [hit.to_json() for hit in ws.gate().hits_for(row["digest"])]}
