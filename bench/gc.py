@@ -34,9 +34,9 @@ from typing import Any
 from relgate.errors import NotFoundError, ObjectExistsError
 from relgate.objects.versioned import ObjectStore, ObjectVersion
 
-OBJECTS = int(os.environ.get("RELGATE_BENCH_GC_OBJECTS", 1_000_000))
-VERSIONS = int(os.environ.get("RELGATE_BENCH_GC_VERSIONS", 10_000))
-SHARDS_PER_VERSION = int(os.environ.get("RELGATE_BENCH_GC_SHARDS_PER_VERSION", 20))
+OBJECTS = int(os.environ.get("RELGATE_BENCH_GC_OBJECTS", "1000000"))
+VERSIONS = int(os.environ.get("RELGATE_BENCH_GC_VERSIONS", "10000"))
+SHARDS_PER_VERSION = int(os.environ.get("RELGATE_BENCH_GC_SHARDS_PER_VERSION", "20"))
 SHARD_SIZE = 256_000_000
 
 
