@@ -53,6 +53,14 @@ from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import is_digest
 from relgate.integrity.signing import sign_envelope
 from relgate.release import attest, crypto
+from relgate.release.checks import (
+    INCONCLUSIVE_WHEN_PARTIAL,
+    RELEASE_CHECKS,
+    SHARD_CHECKS,
+    UNAVAILABLE_CHECKS,
+    ZERO_CHECKS,
+    Check,
+)
 from relgate.release import root as rm
 from relgate.release import stream as rr
 from relgate.snapshot import manifest as sm
@@ -63,52 +71,10 @@ REPORT_SCHEMA = "relgate.release.verification.v1"
 REPORT_PAYLOAD_TYPE = "application/vnd.relgate.release-verification.v1+json"
 SHARD_KEY_PREFIX = "shards/sha256/"
 
-#: Per-shard checks; each counts the shards that failed it.
-SHARD_CHECKS = (
-    "objectUnavailable",
-    "keyUnavailable",
-    "sizeMismatch",
-    "storageDigestMismatch",
-    "decryptFailures",
-    "footerUnreadable",
-    "recordSchemaMismatch",
-    "decodeFailures",
-    "logicalDigestMismatch",
-    "recordCountMismatch",
-    "tokenCountMismatch",
-    "memberSetDigestMismatch",
-)
-#: Release-wide checks; every count must be zero for VERIFIED.
-RELEASE_CHECKS = (
-    "descriptorIncomplete",
-    "mixedRecordSchemas",
-    "storedContentDigestMismatches",
-    "missingMembers",
-    "extraMembers",
-    "duplicateMembers",
-    "contentSubstitutions",
-    "sourceVersionSubstitutions",
-    "splitConflicts",
-    "tupleRootMismatch",
-    "totalsMismatch",
-    "watermarkMismatch",
-)
-ZERO_CHECKS = SHARD_CHECKS + RELEASE_CHECKS
-
 #: Outcomes of one verification attempt.  UNAVAILABLE is not a verdict: an object could not
 #: be read or no key could open it, so nothing was proven and the release keeps its state
 #: (STAGED stays STAGED) with the failed attempt recorded.  INVALID is final.
 OUTCOMES = ("VERIFIED", "INVALID", "UNAVAILABLE")
-#: Counts that say "could not look", never "looked and it was wrong".
-UNAVAILABLE_CHECKS = {
-    "objectUnavailable": "object-unavailable",
-    "keyUnavailable": "key-unavailable",
-}
-#: Release-wide counts that follow from a shard that could not be read (its members are
-#: "missing", the root and totals cannot be recomputed): inconclusive while any shard is
-#: unavailable.  Extra, duplicate, substituted or split-conflicting members seen in the
-#: shards that were read remain proof.
-INCONCLUSIVE_WHEN_PARTIAL = frozenset({"missingMembers", "tupleRootMismatch", "totalsMismatch"})
 #: A fatal error of one of these types is an unreadable object (missing, or the store not
 #: reachable), not a wrong one.
 _UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (NotFoundError, OSError, BotoCoreError)
@@ -163,8 +129,8 @@ class ShardResult:
     def ok(self) -> bool:
         return not self.failures
 
-    def fail(self, check: str, message: str, **details: Any) -> None:
-        self.failures.append({"check": check, "message": message, **details})
+    def fail(self, check: Check, message: str, **details: Any) -> None:
+        self.failures.append({"check": check.value, "message": message, **details})
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -204,13 +170,13 @@ def _read_exact(task: ShardTask, result: ShardResult) -> bytes | None:
             return Path(local(key, str(d["objectVersion"]))).read_bytes()
         return store.get(key, str(d["objectVersion"]))
     except NotFoundError:
-        result.fail("objectUnavailable", "pinned object version is not in the store", key=key)
+        result.fail(Check.OBJECT_UNAVAILABLE, "pinned object version is not in the store", key=key)
         return None
     except RejectedError:
         raise  # the store saw bytes that do not match what it stored: not an outage
     except Exception as exc:  # unreadable: permissions, network, throttling
         result.fail(
-            "objectUnavailable",
+            Check.OBJECT_UNAVAILABLE,
             f"pinned object version could not be read: {type(exc).__name__}",
             key=key,
         )
@@ -282,7 +248,7 @@ def verify_shard(task: ShardTask) -> ShardResult:
         return result
     result.bytes = len(data)
     if len(data) != d["size"]:
-        result.fail("sizeMismatch", "stored size differs from descriptor", actual=len(data))
+        result.fail(Check.SIZE_MISMATCH, "stored size differs from descriptor", actual=len(data))
     body = ShardResult(result.id, result.digest, result.object_version)
     with ThreadPoolExecutor(max_workers=2) as pool:
         # The storage digest runs beside the decode (hashlib and pyarrow release the GIL);
@@ -292,7 +258,9 @@ def verify_shard(task: ShardTask) -> ShardResult:
         actual = storage.result()
     if actual != d["digest"]:
         result.fail(
-            "storageDigestMismatch", "stored bytes do not hash to descriptor digest", actual=actual
+            Check.STORAGE_DIGEST_MISMATCH,
+            "stored bytes do not hash to descriptor digest",
+            actual=actual,
         )
         return result
     result.failures.extend(body.failures)
@@ -311,7 +279,7 @@ def _decode_and_check(
     if d["mediaType"] == rm.ENCRYPTED_SHARD_MEDIA_TYPE:
         if task.key is None or task.key_version is None:
             result.fail(
-                "keyUnavailable",
+                Check.KEY_UNAVAILABLE,
                 "no key for this key version: this reader cannot open the shard",
                 keyVersion=task.key_version,
             )
@@ -328,29 +296,29 @@ def _decode_and_check(
                 data, task.key, aad, key_version=task.key_version, shard=result.id, digest=actual
             )
         except RelgateError as exc:
-            result.fail("decryptFailures", exc.message, failedCheck=exc.check)
+            result.fail(Check.DECRYPT_FAILURES, exc.message, failedCheck=exc.check)
             return
         result.decrypted = True
     elif d["mediaType"] != rm.SHARD_MEDIA_TYPE:
-        result.fail("footerUnreadable", "unknown media type", mediaType=d["mediaType"])
+        result.fail(Check.FOOTER_UNREADABLE, "unknown media type", mediaType=d["mediaType"])
         return
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data))
         kv = parquet.metadata.metadata or {}
     except Exception as exc:
-        result.fail("footerUnreadable", f"parquet footer does not parse: {type(exc).__name__}")
+        result.fail(Check.FOOTER_UNREADABLE, f"parquet footer does not parse: {type(exc).__name__}")
         return
     declared = kv.get(rr.SCHEMA_METADATA_KEY, b"").decode("utf-8", "replace")
     result.schema_seen = declared or None
     try:
         table = parquet.read()
     except Exception as exc:
-        result.fail("decodeFailures", f"records do not decode: {type(exc).__name__}")
+        result.fail(Check.DECODE_FAILURES, f"records do not decode: {type(exc).__name__}")
         return
     schema = table.schema.remove_metadata()
     if declared != task.record_schema or not schema.equals(rr.SHARD_ARROW_SCHEMA):
         result.fail(
-            "recordSchemaMismatch",
+            Check.RECORD_SCHEMA_MISMATCH,
             "shard's record schema is not the root's",
             declared=declared or None,
             columns=schema.names,
@@ -370,21 +338,23 @@ def _decode_and_check(
     recount = recount_future.result()
     result.tokens = int(pc.sum(table.column("tokens")).as_py() or 0)
     if not recount.equals(table.column("tokens").chunk(0) if table.num_rows else recount):
-        result.fail("tokenCountMismatch", "a record's token count is not its recount")
+        result.fail(Check.TOKEN_COUNT_MISMATCH, "a record's token count is not its recount")
     elif result.tokens != d["tokens"]:
         result.fail(
-            "tokenCountMismatch", "token total differs from descriptor", actual=result.tokens
+            Check.TOKEN_COUNT_MISMATCH, "token total differs from descriptor", actual=result.tokens
         )
     if table.num_rows != d["records"]:
         result.fail(
-            "recordCountMismatch", "record count differs from descriptor", actual=table.num_rows
+            Check.RECORD_COUNT_MISMATCH,
+            "record count differs from descriptor",
+            actual=table.num_rows,
         )
     logical = rr.logical_digest(table, content)
     if logical != d["logicalDigest"]:
-        result.fail("logicalDigestMismatch", "decoded record stream differs", actual=logical)
+        result.fail(Check.LOGICAL_DIGEST_MISMATCH, "decoded record stream differs", actual=logical)
     members = rr.member_set_digest(table, task.member_schema, content)
     if members != d["memberSetDigest"]:
-        result.fail("memberSetDigestMismatch", "shard's member set differs", actual=members)
+        result.fail(Check.MEMBER_SET_DIGEST_MISMATCH, "shard's member set differs", actual=members)
     # The tuple carries the content digest recomputed from the decoded text, not the column.
     result.tuples = pa.table(
         {
@@ -511,7 +481,7 @@ def descriptor_problems(shards: Any, total: Any) -> list[str]:
     return problems
 
 
-def set_diff(release: pl.DataFrame, snapshot: pl.DataFrame) -> dict[str, int]:
+def set_diff(release: pl.DataFrame, snapshot: pl.DataFrame) -> dict[Check, int]:
     """Full multiset diff of the decoded tuples against the snapshot's membership."""
     per_id = release.group_by("sampleId").agg(
         pl.len().alias("n"), pl.col("split").n_unique().alias("splits")
@@ -522,17 +492,17 @@ def set_diff(release: pl.DataFrame, snapshot: pl.DataFrame) -> dict[str, int]:
     joined = first.join(snapshot, on="sampleId", how="full", suffix="_snap", coalesce=True)
     both = joined.filter(pl.col("sourceId").is_not_null() & pl.col("sourceId_snap").is_not_null())
     return {
-        "missingMembers": joined.filter(pl.col("sourceId").is_null()).height,
-        "extraMembers": joined.filter(pl.col("sourceId_snap").is_null()).height,
-        "duplicateMembers": duplicates,
-        "contentSubstitutions": both.filter(
+        Check.MISSING_MEMBERS: joined.filter(pl.col("sourceId").is_null()).height,
+        Check.EXTRA_MEMBERS: joined.filter(pl.col("sourceId_snap").is_null()).height,
+        Check.DUPLICATE_MEMBERS: duplicates,
+        Check.CONTENT_SUBSTITUTIONS: both.filter(
             pl.col("logicalContentDigest") != pl.col("logicalContentDigest_snap")
         ).height,
-        "sourceVersionSubstitutions": both.filter(
+        Check.SOURCE_VERSION_SUBSTITUTIONS: both.filter(
             (pl.col("sourceVersion") != pl.col("sourceVersion_snap"))
             | (pl.col("sourceId") != pl.col("sourceId_snap"))
         ).height,
-        "splitConflicts": both.filter(pl.col("split") != pl.col("split_snap")).height
+        Check.SPLIT_CONFLICTS: both.filter(pl.col("split") != pl.col("split_snap")).height
         + split_in_release,
     }
 
@@ -568,16 +538,16 @@ def _check_release(
         int(snap.body["tombstoneWatermark"]),
         int(snap.body["benchmarkFence"]),
     ):
-        counts["watermarkMismatch"] = 1
+        counts[Check.WATERMARK_MISMATCH] = 1
         problems.append("root watermarks differ from the snapshot's")
     record_schema = str(body["recordSchema"])
     if record_schema != rr.shard_record_schema_digest():
-        counts["mixedRecordSchemas"] += 1
+        counts[Check.MIXED_RECORD_SCHEMAS] += 1
         problems.append("root names a record schema this verifier does not know")
     totals = body["totals"] if isinstance(body["totals"], dict) else {}
     shards = body["shards"]
     listed = descriptor_problems(shards, totals.get("shards"))
-    counts["descriptorIncomplete"] = len(listed)
+    counts[Check.DESCRIPTOR_INCOMPLETE] = len(listed)
     problems.extend(listed)
     key_version = body["writer"].get("keyVersion") if isinstance(body["writer"], dict) else None
     tasks = [
@@ -601,10 +571,10 @@ def _check_release(
     for r in results:
         for failure in r.failures:
             counts[failure["check"]] += 1
-        counts["storedContentDigestMismatches"] += r.stored_content_mismatches
+        counts[Check.STORED_CONTENT_DIGEST_MISMATCHES] += r.stored_content_mismatches
     schemas = {r.schema_seen for r in results if r.schema_seen is not None}
     if len(schemas) > 1:
-        counts["mixedRecordSchemas"] += len(schemas) - 1
+        counts[Check.MIXED_RECORD_SCHEMAS] += len(schemas) - 1
         problems.append(f"shards declare {len(schemas)} record schemas")
 
     tables = [r.tuples for r in results if r.tuples is not None]
@@ -619,7 +589,7 @@ def _check_release(
     recomputed = tuple_root(decoded.sort("sampleId"), member_schema)
     facts["orderedMemberTupleRoot"] = recomputed
     if recomputed != body["orderedMemberTupleRoot"] or recomputed != snap.tuple_root:
-        counts["tupleRootMismatch"] = 1
+        counts[Check.TUPLE_ROOT_MISMATCH] = 1
     seen = {
         "shards": len(shards) if isinstance(shards, list) else 0,
         "records": sum(r.records for r in results),
@@ -630,7 +600,7 @@ def _check_release(
     facts["expectedMembers"] = expected.height
     mismatched = [k for k in ("shards", "records", "tokens", "bytes") if totals.get(k) != seen[k]]
     if mismatched:
-        counts["totalsMismatch"] = len(mismatched)
+        counts[Check.TOTALS_MISMATCH] = len(mismatched)
         problems.append(f"totals differ from the shards in {mismatched}")
     return results, body
 
@@ -649,10 +619,10 @@ def _wrong_key_is_unavailable(results: list[ShardResult], key_version: str | Non
     for r in results:
         for failure in r.failures:
             if (
-                failure["check"] == "decryptFailures"
+                failure["check"] == Check.DECRYPT_FAILURES
                 and failure.get("failedCheck") == "decrypt-authenticate"
             ):
-                failure["check"] = "keyUnavailable"
+                failure["check"] = Check.KEY_UNAVAILABLE.value
                 failure["message"] = (
                     f"the key given for keyVersion {key_version} authenticates no shard of"
                     " this release: wrong key"
@@ -701,7 +671,7 @@ def verify_release(
     """
     row = get_release(ws.db, root_digest)
     nworkers = workers if workers is not None else max(1, os.cpu_count() or 1)
-    counts: dict[str, int] = dict.fromkeys(ZERO_CHECKS, 0)
+    counts: dict[str, int] = dict.fromkeys((c.value for c in ZERO_CHECKS), 0)
     facts: dict[str, Any] = {"workers": nworkers}
     problems: list[str] = []
     results: list[ShardResult] = []
