@@ -70,3 +70,31 @@ def _already_canonical(key: str) -> bool:
         and not key.startswith((".", "/"))
         and not key.endswith("/")
     )
+
+
+# -- release objects (added by the release area; the lead may merge this block) ----------
+
+from relgate.integrity.digests import hex_of  # noqa: E402 - kept in this block for the merge
+
+#: Shard objects, addressed by the digest of their stored bytes.
+RELEASE_SHARD_PREFIX = "shards/sha256/"
+#: Signed release root manifests (DSSE envelopes), addressed by the root digest.
+RELEASE_MANIFEST_PREFIX = "manifests/releases/"
+#: The suffix of a plain shard; an encrypted shard adds :data:`ENCRYPTED_SUFFIX`.
+SHARD_SUFFIX = ".parquet"
+ENCRYPTED_SUFFIX = ".aesgcm"
+
+
+def release_shard_key(digest: str, *, encrypted: bool) -> str:
+    """``shards/sha256/<hex>.parquet`` (``.parquet.aesgcm`` when encrypted).
+
+    The digest is not validated here: a key is computed for any descriptor of a signed
+    root (the collector walks forged ones too); digests are checked where they are read.
+    """
+    suffix = SHARD_SUFFIX + (ENCRYPTED_SUFFIX if encrypted else "")
+    return f"{RELEASE_SHARD_PREFIX}{digest.removeprefix('sha256:')}{suffix}"
+
+
+def release_manifest_key(digest: str) -> str:
+    """``manifests/releases/<hex>.dsse.json``: the envelope of a release root."""
+    return f"{RELEASE_MANIFEST_PREFIX}{hex_of(digest)}.dsse.json"

@@ -8,6 +8,7 @@ The values are the exact strings stored in reports; the stored format does not c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 
 
@@ -88,3 +89,47 @@ UNAVAILABLE_CHECKS: dict[Check, str] = {
 INCONCLUSIVE_WHEN_PARTIAL: frozenset[Check] = frozenset(
     {Check.MISSING_MEMBERS, Check.TUPLE_ROOT_MISMATCH, Check.TOTALS_MISMATCH}
 )
+
+
+class Outcome(StrEnum):
+    """Of one verification attempt.  UNAVAILABLE is not a verdict: an object could not be
+    read or no key could open it, so nothing was proven and the release keeps its state
+    (STAGED stays STAGED) with the failed attempt recorded.  INVALID is final."""
+
+    VERIFIED = "VERIFIED"
+    INVALID = "INVALID"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+OUTCOMES = tuple(o.value for o in Outcome)
+#: Count-name prefixes of findings that no :class:`Check` names: an object that could not
+#: be read at all, and a fatal refusal (bad signature, malformed root).
+UNAVAILABLE_PREFIX = "unavailable:"
+FATAL_PREFIX = "fatal:"
+
+
+def outcome_of(counts: Mapping[str, int]) -> tuple[Outcome, list[str]]:
+    """``(outcome, unavailable checks)`` from one attempt's counts (rule written once).
+
+    Proof wins over unavailability; unavailability makes the partial set checks
+    inconclusive instead of proof.
+    """
+    unavailable = sorted(
+        {name for check, name in UNAVAILABLE_CHECKS.items() if counts.get(check)}
+        | {
+            k.removeprefix(UNAVAILABLE_PREFIX)
+            for k, v in counts.items()
+            if v and k.startswith(UNAVAILABLE_PREFIX)
+        }
+    )
+    ignore: set[str] = set(UNAVAILABLE_CHECKS) | (
+        set(INCONCLUSIVE_WHEN_PARTIAL) if unavailable else set()
+    )
+    proven = any(
+        v for k, v in counts.items() if k not in ignore and not k.startswith(UNAVAILABLE_PREFIX)
+    )
+    if proven:
+        return Outcome.INVALID, unavailable
+    if unavailable:
+        return Outcome.UNAVAILABLE, unavailable
+    return Outcome.VERIFIED, []

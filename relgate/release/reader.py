@@ -37,7 +37,7 @@ from relgate.lifecycle.retention import format_time, now_utc
 from relgate.release import crypto
 from relgate.release import root as rm
 from relgate.release import stream as rr
-from relgate.release.verifier import object_key
+from relgate.release.shard_fetch import object_key
 from relgate.workspace import Workspace
 
 

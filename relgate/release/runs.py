@@ -305,7 +305,7 @@ def shard_checker(
     ws: Workspace, manifest: rm.ReleaseManifest, keys: Mapping[str, bytes] | None = None
 ) -> Callable[[dict[str, Any]], None]:
     """Per-shard verification for a rank: the independent verifier's checks on one descriptor."""
-    from relgate.release.verifier import ShardTask, verify_shard
+    from relgate.release.verify_worker import ShardTask, verify_shard
     from relgate.snapshot.compare import load_manifest
 
     member_schema = load_manifest(ws, manifest.snapshot).body["recordSchema"]
