@@ -66,18 +66,18 @@ def shard_release(
         records_per_shard=config.records_per_shard or None,
         actor=relgate.actor,
     )
-    totals = manifest.body["totals"]
+    root = manifest.root
     return dg.Output(
         manifest.digest,
         data_version=dg.DataVersion(manifest.digest),
         metadata={
             "root": manifest.digest,
             "datasetSnapshot": manifest.snapshot,
-            "shards": totals["shards"],
-            "records": totals["records"],
-            "tokens": totals.get("tokens", 0),
-            "orderedMemberTupleRoot": manifest.body["orderedMemberTupleRoot"],
-            "writer": dg.MetadataValue.json(manifest.body["writer"]),
+            "shards": root.totals.shards,
+            "records": root.totals.records,
+            "tokens": root.totals.tokens,
+            "orderedMemberTupleRoot": root.ordered_member_tuple_root,
+            "writer": dg.MetadataValue.json(root.writer.to_json()),
         },
     )
 

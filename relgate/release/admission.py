@@ -66,7 +66,7 @@ def create_run(
         )
     manifest = rm.load(ws.store, ws.trusted_keys, admitted, release["envelope_version"])
     with ws.db.tx() as conn:
-        write_assignment(conn, run_id, 0, [s["id"] for s in manifest.shards], world_size)
+        write_assignment(conn, run_id, 0, [str(s["id"]) for s in manifest.shards], world_size)
     generation = int(permit["generation"])
     return {
         "runId": run_id,

@@ -52,7 +52,7 @@ def rescale(ws: Workspace, run_id: str, world_size: int) -> dict[str, Any]:
             raise ConflictError(
                 "run was rescaled concurrently", object=run_id, check="assignment-epoch"
             )
-        write_assignment(conn, run_id, epoch, [s["id"] for s in manifest.shards], world_size)
+        write_assignment(conn, run_id, epoch, [str(s["id"]) for s in manifest.shards], world_size)
     return {
         "runId": run_id,
         "rootDigest": run["root_digest"],

@@ -51,8 +51,12 @@ def shard_aad(
     )
 
 
+#: An AES-256-GCM key is 32 raw bytes.
+KEY_BYTES = 32
+
+
 def _check_key(key: bytes, key_version: str) -> None:
-    if not isinstance(key, bytes | bytearray) or len(key) != 32:
+    if not isinstance(key, bytes | bytearray) or len(key) != KEY_BYTES:
         raise UsageError(
             "an AES-256-GCM key is exactly 32 bytes",
             object=f"key {key_version}",

@@ -83,8 +83,12 @@ def well_formed(value: JsonValue) -> bool:
         isinstance(value, dict)
         and all(f in value for f in DESCRIPTOR_FIELDS)
         and all(isinstance(value[f], t) for f, t in _DESCRIPTOR_TYPES.items())
-        and is_digest(value["digest"])
+        and _is_digest(value["digest"])
     )
+
+
+def _is_digest(value: JsonValue) -> bool:
+    return isinstance(value, str) and is_digest(value)
 
 
 def descriptor_problems(shards: JsonValue, total: JsonValue) -> list[str]:
@@ -126,7 +130,7 @@ def _field_problem(index: int, d: Mapping[str, JsonValue]) -> str | None:
     ]
     if wrong:
         return f"descriptor {index} has mistyped {wrong}"
-    bad_digest = [f for f in _DIGEST_FIELDS if not is_digest(d[f])]
+    bad_digest = [f for f in _DIGEST_FIELDS if not _is_digest(d[f])]
     if bad_digest:
         return f"descriptor {index} has malformed {bad_digest}"
     return None

@@ -12,6 +12,7 @@ from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.catalog.release_table import get_release
 from relgate.errors import IntegrityError, RejectedError, RelgateError
 from relgate.gate.core import Gate
+from relgate.integrity.contract import JsonObject
 from relgate.release import metrics as release_metrics
 from relgate.release import root as rm
 from relgate.release.assignment import assignment
@@ -26,18 +27,18 @@ from relgate.workspace import Workspace
 
 def shard_checker(
     ws: Workspace, manifest: rm.ReleaseManifest, keys: Mapping[str, bytes] | None = None
-) -> Callable[[dict[str, Any]], None]:
+) -> Callable[[JsonObject], None]:
     """Per-shard verification for a rank: the independent verifier's checks on one descriptor."""
-    member_schema = load_manifest(ws, manifest.snapshot).body["recordSchema"]
-    key_version = manifest.body["writer"].get("keyVersion")
+    member_schema = str(load_manifest(ws, manifest.snapshot).body["recordSchema"])
+    key_version = manifest.key_version
     key = (keys or {}).get(key_version) if key_version else None
 
-    def check(descriptor: dict[str, Any]) -> None:
+    def check(descriptor: JsonObject) -> None:
         task = ShardTask(
             ws.config["objectStore"],
-            descriptor,
+            rm.ShardDescriptor.parse(descriptor, what=f"shard {descriptor.get('id')}"),
             manifest.snapshot,
-            manifest.body["recordSchema"],
+            str(manifest.body["recordSchema"]),
             member_schema,
             key_version,
             key,

@@ -223,7 +223,7 @@ def _diff_members(ws: Workspace, opened: _Opened, attempt: _Attempt) -> None:
     members_ref = opened.snapshot.members_ref
     raw = ws.cas.get(members_ref.digest, members_ref.version_id)  # digest-checked read
     expected = pl.read_parquet(io.BytesIO(raw)).select(list(TUPLE_SCHEMA))
-    attempt.counts.update(set_diff(decoded, expected))
+    attempt.counts.update({c.value: n for c, n in set_diff(decoded, expected).items()})
     recomputed = tuple_root(decoded.sort("sampleId"), opened.member_schema)
     attempt.facts["orderedMemberTupleRoot"] = recomputed
     claimed = opened.body["orderedMemberTupleRoot"]

@@ -389,7 +389,7 @@ def _stage_shard(
         rm.ShardDescriptor(
             id=sid,
             media_type=rm.ENCRYPTED_SHARD_MEDIA_TYPE if encrypted else rm.SHARD_MEDIA_TYPE,
-            storage_digest=digest,
+            digest=digest,
             size=len(data),
             object_version=stage_object(ws.store, key, data),
             logical_digest=logical,

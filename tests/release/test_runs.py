@@ -110,7 +110,7 @@ def test_rollback_refused_when_a_later_fence_hits_the_old_root(ws, snapshot):
         publish(ws, second.digest, alias="train", actor="a")
     with pytest.raises(RejectedError) as err:
         rollback_release(ws, "train", first.digest, actor="ops")
-    assert err.value.check == "rollback-target" or err.value.check == "rollback-fences"
+    assert err.value.check in {"rollback-target", "rollback-fences"}
 
 
 def test_run_pins_the_root_and_permit_binds_gate_state(ws, snapshot):
