@@ -4,17 +4,18 @@ inside the gate transaction that also issues its permit."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from relgate.catalog.db import execute, one, utcnow
 from relgate.errors import NotFoundError, UsageError
 from relgate.gate.permits import NO_GENERATION, acquire
+from relgate.integrity.contract import JsonObject
 from relgate.release import root as rm
 from relgate.release.assignment import write_assignment
+from relgate.release.run_records import AdmittedRun
 from relgate.workspace import Workspace
 
 
-def create_run(
+def admit_run(
     ws: Workspace,
     *,
     purpose: str,
@@ -23,7 +24,7 @@ def create_run(
     alias: str | None = None,
     root: str | None = None,
     expected_generation: int | None = None,
-) -> dict[str, Any]:
+) -> AdmittedRun:
     """Admit a run on an exact ``root`` (or the root ``alias`` points at, read once).
 
     A run that failed, was cancelled or finished does not block a new run on the same
@@ -68,15 +69,37 @@ def create_run(
     with ws.db.tx() as conn:
         write_assignment(conn, run_id, 0, [str(s["id"]) for s in manifest.shards], world_size)
     generation = int(permit["generation"])
-    return {
-        "runId": run_id,
-        "state": "ADMITTED",
-        "rootDigest": admitted,
-        "permit": permit["permit_id"],
-        "worldSize": world_size,
-        "alias": alias,
-        "generation": None if generation == NO_GENERATION else generation,
-        "tombstoneWatermark": permit["tombstone_watermark"],
-        "benchmarkFence": permit["benchmark_fence"],
-        "actor": actor,
-    }
+    return AdmittedRun(
+        run_id=run_id,
+        state="ADMITTED",
+        root_digest=admitted,
+        permit=str(permit["permit_id"]),
+        world_size=world_size,
+        alias=alias,
+        generation=None if generation == NO_GENERATION else generation,
+        tombstone_watermark=int(permit["tombstone_watermark"]),
+        benchmark_fence=int(permit["benchmark_fence"]),
+        actor=actor,
+    )
+
+
+def create_run(
+    ws: Workspace,
+    *,
+    purpose: str,
+    world_size: int,
+    actor: str,
+    alias: str | None = None,
+    root: str | None = None,
+    expected_generation: int | None = None,
+) -> JsonObject:
+    """:func:`admit_run` as its JSON object (the shape callers index; kept for them)."""
+    return admit_run(
+        ws,
+        purpose=purpose,
+        world_size=world_size,
+        actor=actor,
+        alias=alias,
+        root=root,
+        expected_generation=expected_generation,
+    ).to_json()

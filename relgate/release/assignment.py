@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.catalog.release_table import get_release
 from relgate.errors import ConflictError, UsageError
+from relgate.integrity.contract import JsonObject
 from relgate.release import root as rm
+from relgate.release.run_records import Rescaled
 from relgate.release.run_rows import get_run, refuse_ended
 from relgate.workspace import Workspace
 
@@ -31,7 +32,7 @@ def write_assignment(
         )
 
 
-def rescale(ws: Workspace, run_id: str, world_size: int) -> dict[str, Any]:
+def rescale(ws: Workspace, run_id: str, world_size: int) -> JsonObject:
     """Scale-out or recovery: a new assignment epoch over the same root; the alias is not read."""
     run = get_run(ws.db, run_id)
     refuse_ended(run)
@@ -53,12 +54,9 @@ def rescale(ws: Workspace, run_id: str, world_size: int) -> dict[str, Any]:
                 "run was rescaled concurrently", object=run_id, check="assignment-epoch"
             )
         write_assignment(conn, run_id, epoch, [str(s["id"]) for s in manifest.shards], world_size)
-    return {
-        "runId": run_id,
-        "rootDigest": run["root_digest"],
-        "epoch": epoch,
-        "worldSize": world_size,
-    }
+    return Rescaled(
+        run_id=run_id, root_digest=str(run["root_digest"]), epoch=epoch, world_size=world_size
+    ).to_json()
 
 
 def assignment(db: Database, run_id: str, epoch: int, rank: int) -> list[str]:

@@ -8,7 +8,9 @@ from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
 from relgate.gate.permits import close_permit
-from relgate.release.run_rows import ADMITTED_SQL, name, run_json, run_state
+from relgate.integrity.contract import JsonObject
+from relgate.release.run_records import RunEnd
+from relgate.release.run_rows import ADMITTED_SQL, name, run_state
 from relgate.workspace import Workspace
 
 #: Which states each way of ending a run may start from.
@@ -18,9 +20,7 @@ END_FROM: dict[str, tuple[str, ...]] = {
 }
 
 
-def end_run(
-    ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: str
-) -> dict[str, Any]:
+def end_run(ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: str) -> JsonObject:
     """FINISHED (from RUNNING) or CANCELLED (before or after step 0): close the permit and
     release the run's hold, in one gate transaction (ordered against fence advances).
     Repeating the same end is idempotent; ending a run that ended otherwise is refused."""
@@ -32,7 +32,7 @@ def end_run(
             raise NotFoundError("unknown run", object=run_id, check="exists")
         state = run_state(run)
         if state == to_state:
-            return {**run_json(run), "idempotentRetry": True}
+            return _ended(run, idempotent_retry=True).to_json()
         if run["state"] not in END_FROM[to_state]:
             raise RejectedError(
                 f"run is {state}; {to_state} needs {' or '.join(sorted(set(map(name, END_FROM[to_state]))))}",
@@ -59,18 +59,27 @@ def end_run(
             raise ConflictError("run changed concurrently", object=run_id, check="run-state")
         close_permit(conn, str(run["permit_id"]), f"run {run_id} {to_state}: {reason}")
         run.update(state=to_state, ended_at=now, ended_by=actor, end_reason=reason)
-    return {**run_json(run), "idempotentRetry": False}
+    return _ended(run, idempotent_retry=False).to_json()
 
 
-def finish_run(
-    ws: Workspace, run_id: str, *, actor: str, reason: str = "finished"
-) -> dict[str, Any]:
+def _ended(run: dict[str, Any], *, idempotent_retry: bool) -> RunEnd:
+    return RunEnd(
+        run_id=str(run["run_id"]),
+        state=run_state(run),
+        root_digest=str(run["root_digest"]),
+        permit=str(run["permit_id"]),
+        ended_at=run.get("ended_at"),
+        ended_by=run.get("ended_by"),
+        reason=run.get("end_reason"),
+        idempotent_retry=idempotent_retry,
+    )
+
+
+def finish_run(ws: Workspace, run_id: str, *, actor: str, reason: str = "finished") -> JsonObject:
     return end_run(ws, run_id, "FINISHED", actor=actor, reason=reason)
 
 
-def cancel_run(
-    ws: Workspace, run_id: str, *, actor: str, reason: str = "cancelled"
-) -> dict[str, Any]:
+def cancel_run(ws: Workspace, run_id: str, *, actor: str, reason: str = "cancelled") -> JsonObject:
     return end_run(ws, run_id, "CANCELLED", actor=actor, reason=reason)
 
 
