@@ -4,28 +4,26 @@ import os
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
 
+from relgate.release.checks import ZERO_CHECKS, Check
 from relgate.release.publication import approve_release, publish
 from relgate.release.runs import create_run, run_status
+from relgate.release.verifier import verify_release
+from relgate.release.writer import write_release
 from resources.relgate import RelgateResource
 
 GROUP = "releases"
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 
-#: One blocking check per verification class: each count must be zero.
-VERIFICATION_CLASSES = (
-    "missing",
-    "extra",
-    "duplicate",
-    "contentSubstitution",
-    "sourceVersionSubstitution",
-    "splitConflict",
-    "digestFailures",
-    "schemaMismatch",
-)
+#: One blocking asset check per check the verifier emits (the same enum): each count must be
+#: zero.  A further blocking check requires the outcome VERIFIED, so a verdict reached by a
+#: fatal error (a bad signature, a malformed root), which no count names, blocks as well.
+VERIFICATION_CHECKS: tuple[Check, ...] = ZERO_CHECKS
+OUTCOME_CHECK = "outcome_verified"
 
 
 class ReleaseConfig(dg.Config):
@@ -57,8 +55,6 @@ def shard_release(
     relgate: RelgateResource,
     snapshot_alias: dict[str, Any],
 ) -> dg.Output[str]:
-    from relgate.release.writer import write_release
-
     ws = relgate.workspace()
     # The upstream is the activated snapshot; the writer re-checks its catalog state
     # (APPROVED or ACTIVE) itself, so a forged upstream value is refused as well.
@@ -70,18 +66,18 @@ def shard_release(
         records_per_shard=config.records_per_shard or None,
         actor=relgate.actor,
     )
-    totals = manifest.body["totals"]
+    root = manifest.root
     return dg.Output(
         manifest.digest,
         data_version=dg.DataVersion(manifest.digest),
         metadata={
             "root": manifest.digest,
             "datasetSnapshot": manifest.snapshot,
-            "shards": totals["shards"],
-            "records": totals["records"],
-            "tokens": totals.get("tokens", 0),
-            "orderedMemberTupleRoot": manifest.body["orderedMemberTupleRoot"],
-            "writer": dg.MetadataValue.json(manifest.body["writer"]),
+            "shards": root.totals.shards,
+            "records": root.totals.records,
+            "tokens": root.totals.tokens,
+            "orderedMemberTupleRoot": root.ordered_member_tuple_root,
+            "writer": dg.MetadataValue.json(root.writer.to_json()),
         },
     )
 
@@ -91,8 +87,6 @@ def shard_release(
     description="Independent verification report, signed and bound to the root digest.",
 )
 def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Output[dict[str, Any]]:
-    from relgate.release.verifier import verify_release
-
     ws = relgate.workspace()
     report = verify_release(ws, shard_release, workers=2, actor=relgate.actor)
     body = report.to_json()
@@ -110,27 +104,43 @@ def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Out
 
 @dg.multi_asset_check(
     specs=[
+        *(
+            dg.AssetCheckSpec(
+                check.asset_check_name,
+                asset="release_verification",
+                blocking=True,
+                description=f"{check.value} must be zero",
+            )
+            for check in VERIFICATION_CHECKS
+        ),
         dg.AssetCheckSpec(
-            f"zero_{cls}",
+            OUTCOME_CHECK,
             asset="release_verification",
             blocking=True,
-            description=f"{cls} must be zero",
-        )
-        for cls in VERIFICATION_CLASSES
+            description="the verification outcome must be VERIFIED",
+        ),
     ],
 )
 def release_verification_checks(
     context: dg.AssetCheckExecutionContext, release_verification: dict[str, Any]
-) -> Any:
-    counts = release_verification.get("counts", {})
-    for cls in VERIFICATION_CLASSES:
-        value = int(counts.get(cls, 0))
+) -> Iterator[dg.AssetCheckResult]:
+    counts = release_verification["counts"]
+    for check in VERIFICATION_CHECKS:
+        # A count the report lacks is a report this code does not understand: it fails.
+        value = counts.get(check.value)
         yield dg.AssetCheckResult(
-            check_name=f"zero_{cls}",
+            check_name=check.asset_check_name,
             passed=value == 0,
-            metadata={"count": value},
+            metadata={"count": -1 if value is None else int(value)},
             severity=dg.AssetCheckSeverity.ERROR,
         )
+    outcome = str(release_verification["outcome"])
+    yield dg.AssetCheckResult(
+        check_name=OUTCOME_CHECK,
+        passed=outcome == "VERIFIED",
+        metadata={"outcome": outcome},
+        severity=dg.AssetCheckSeverity.ERROR,
+    )
 
 
 @dg.asset(
@@ -199,7 +209,7 @@ def pinned_run(
     run_id = gate_permit["runId"]
     env = {**os.environ, "RELGATE_HOME": str(ws.home)}
     procs = [
-        subprocess.Popen(
+        subprocess.Popen(  # noqa: S603 - an argv list we built: this interpreter, our CLI
             [
                 sys.executable,
                 "-m",

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.catalog.states import resolve_digest
-from relgate.errors import NotFoundError
+from relgate.errors import NotFoundError, RejectedError
 from relgate.release.root import ReleaseManifest
 
 
@@ -24,6 +24,11 @@ def insert_release(
     actor: str,
 ) -> None:
     body = manifest.body
+    totals = body["totals"]
+    if not isinstance(totals, dict):
+        raise RejectedError(
+            "a release root's totals are an object", object="release", check="schema"
+        )
     now = utcnow()
     execute(
         conn,
@@ -37,8 +42,8 @@ def insert_release(
             "mv": members_version,
             "t": body["tombstoneWatermark"],
             "b": body["benchmarkFence"],
-            "sc": body["totals"]["shards"],
-            "rc": body["totals"]["records"],
+            "sc": totals["shards"],
+            "rc": totals["records"],
             "ev": envelope_version,
             "now": now,
         },

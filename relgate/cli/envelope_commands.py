@@ -55,5 +55,7 @@ def register(main: click.Group) -> None:
                 body = kind.open(data, keys, subject=envelope_file)
                 out.update(schema=body["schema"], digest=body[kind.id_field])
         if verified.payload_type == SNAPSHOT.payload_type:
-            out.update(snapshot=out["digest"], members=int(body["members"]["count"]))
+            members = body["members"]
+            count = members.get("count") if isinstance(members, dict) else None
+            out.update(snapshot=out["digest"], members=count)
         return out

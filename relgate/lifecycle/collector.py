@@ -235,17 +235,17 @@ def _envelope_refs(ws: Workspace, kind: str, digest: str, version: str) -> set[t
     out: set[tuple[str, str]] = set()
     try:
         if kind == "release":
-            for d in rm.load(ws.store, ws.trusted_keys, digest, version).body.get("shards", []):
+            shards = rm.load(ws.store, ws.trusted_keys, digest, version).body.get("shards")
+            for d in shards if isinstance(shards, list) else []:
                 try:
-                    out.add((descriptor_key(d), str(d["objectVersion"])))
+                    out.add((descriptor_key(d), str(d["objectVersion"])))  # type: ignore[index,call-overload]
                 except (KeyError, TypeError, RelgateError):
-                    continue
+                    continue  # a malformed descriptor of a signed root names no object
             return out
-        members = sm.load(ws.store, ws.trusted_keys, digest, version).body.get("members", {})
+        members = sm.load(ws.store, ws.trusted_keys, digest, version).members
     except RelgateError:
         return out  # unreadable: keep the envelope, nothing else can be attributed
-    if isinstance(members, dict) and "uri" in members:
-        out.add((canonical_key(members["uri"]), str(members.get("objectVersion"))))
+    out.add((canonical_key(members.uri), members.object_version))
     return out
 
 

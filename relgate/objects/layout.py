@@ -171,3 +171,10 @@ membership_key = cas_key
 def cdc_segment_key(prefix: str, first_offset: int) -> str:
     """One immutable CDC log segment under the source's configured prefix."""
     return f"{prefix}{first_offset:020d}.jsonl"
+
+
+#: The names the release modules use for the same two keys.
+release_shard_key = shard_key
+release_manifest_key = release_envelope_key
+#: Where release shards live (the writer's staging checks name it).
+RELEASE_SHARD_PREFIX = SHARD_PREFIX

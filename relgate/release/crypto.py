@@ -21,12 +21,14 @@ reader holds a key ring ``{keyVersion: key}``.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from relgate.errors import IntegrityError, RejectedError, UsageError
 from relgate.integrity.canonical import canonical_bytes
+from relgate.integrity.identifiers import validate_id
 
 MAGIC = b"RGAESGCM"
 NONCE_BYTES = 12
@@ -49,8 +51,12 @@ def shard_aad(
     )
 
 
+#: An AES-256-GCM key is 32 raw bytes.
+KEY_BYTES = 32
+
+
 def _check_key(key: bytes, key_version: str) -> None:
-    if not isinstance(key, bytes | bytearray) or len(key) != 32:
+    if not isinstance(key, bytes | bytearray) or len(key) != KEY_BYTES:
         raise UsageError(
             "an AES-256-GCM key is exactly 32 bytes",
             object=f"key {key_version}",
@@ -87,3 +93,23 @@ def decrypt_shard(
             digest=digest,
             details={"keyVersion": key_version},
         ) from None
+
+
+def key_ring(specs: Iterable[str]) -> dict[str, bytes]:
+    """``VERSION=PATH`` specs -> ``{keyVersion: key bytes}`` (the reader's key ring)."""
+    ring = {}
+    for spec in specs:
+        version, sep, path = spec.partition("=")
+        if not sep or not version:
+            raise UsageError("a key is given as VERSION=PATH", object="--key", check="key-spec")
+        version = validate_id(version, kind="key version", where="--key")
+        try:
+            with open(path, "rb") as fh:
+                ring[version] = fh.read(33)
+        except OSError as exc:
+            raise UsageError(
+                f"key file unreadable: {type(exc).__name__}",
+                object=f"--key {version}",
+                check="key-file",
+            ) from None
+    return ring

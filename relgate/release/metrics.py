@@ -64,7 +64,7 @@ class _Totals:
 
 class ReleaseMetrics:
     def __init__(self, *, activate: bool = True) -> None:
-        global _current
+        global _current  # noqa: PLW0603 - the process-wide active metrics, set once per process
         if activate:
             _current = self
         self._totals: dict[str, _Totals] = defaultdict(_Totals)
@@ -186,7 +186,7 @@ _current: ReleaseMetrics | None = None
 
 def current() -> ReleaseMetrics:
     """The process's active metrics (a private, unexported default if none was made)."""
-    global _current
+    global _current  # noqa: PLW0603 - the process-wide active metrics, set once per process
     if _current is None:
         _current = ReleaseMetrics()
     return _current

@@ -28,16 +28,23 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from relgate.errors import IntegrityError, RejectedError, RelgateError
+from relgate.catalog.release_table import get_release
+from relgate.catalog.snapshot_table import get_snapshot
+from relgate.errors import IntegrityError, RejectedError, RelgateError, UsageError
 from relgate.integrity.digests import require_digest
 from relgate.integrity.documents import DocumentKind
 from relgate.integrity.merkle import LeafProof, check_proof
 from relgate.integrity.signing import TrustedKeys, relgate_error
 from relgate.integrity.tuples import FIELDS, MemberTuple
+from relgate.release import root as rm
+from relgate.snapshot import manifest as sm
+from relgate.snapshot.compare import prove
 from relgate_agent import dsse
 
 SCHEMA = "relgate.proof-bundle.v1"
 MAX_BUNDLE_BYTES = 16 * 1024 * 1024
+#: A SHA-256 path entry in hex.
+HEX_DIGITS = 64
 MAX_LEAVES = 2
 MAX_PATH = 64
 SUBJECT_KINDS = ("snapshot", "release")
@@ -45,13 +52,7 @@ PROOF_KINDS = ("inclusion", "non-inclusion")
 
 
 def _kind(subject_kind: str) -> DocumentKind:
-    if subject_kind == "snapshot":
-        from relgate.snapshot.manifest import KIND as SNAPSHOT
-
-        return SNAPSHOT
-    from relgate.release.root import KIND as RELEASE
-
-    return RELEASE
+    return sm.KIND if subject_kind == "snapshot" else rm.KIND
 
 
 def committed(subject_kind: str, body: dict[str, Any]) -> tuple[str, int]:
@@ -86,7 +87,7 @@ def _field(data: Any, name: str, kind: type | tuple[type, ...]) -> Any:
 
 
 def _hash(text: Any) -> bytes:
-    if not isinstance(text, str) or len(text) != 64:
+    if not isinstance(text, str) or len(text) != HEX_DIGITS:
         raise _Shape("a path entry is not 64 hex digits")
     try:
         return bytes.fromhex(text)
@@ -249,21 +250,16 @@ def read_bundle(path: str | os.PathLike[str]) -> ProofBundle:
 
 def bundle(ws: Any, sample_id: str, *, snapshot: str | None, release: str | None) -> ProofBundle:
     """Prove ``sample_id`` against a snapshot or a release root and bundle the signed envelope."""
-    from relgate.snapshot.compare import prove
-
     if release is not None:
-        from relgate.catalog.release_table import get_release
-        from relgate.release import root as rm
-
         row = get_release(ws.db, release)
         envelope_raw = ws.store.get(rm.envelope_key(release), row["envelope_version"])
         body = rm.KIND.open(envelope_raw, ws.trusted_keys, expected=release, subject="release")
         kind, digest, snap = "release", release, str(body["datasetSnapshot"])
     else:
-        from relgate.catalog.snapshot_table import get_snapshot
-        from relgate.snapshot import manifest as sm
-
-        assert snapshot is not None
+        if snapshot is None:
+            raise UsageError(
+                "prove against a snapshot or a release", object="proof", check="subject"
+            )
         row = get_snapshot(ws.db, snapshot)
         envelope_raw = ws.store.get(sm.envelope_key(snapshot), row["envelope_version"])
         body = sm.KIND.open(envelope_raw, ws.trusted_keys, expected=snapshot, subject="snapshot")

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from relgate.catalog import audit
+from relgate.gate.aliases import AliasChange
 from relgate.workspace import Workspace
 
 
 def approve_release(
     ws: Workspace, root: str, *, approver: str, comment: str = ""
-) -> dict[str, Any]:
+) -> dict[str, str]:
     """VERIFIED -> APPROVED, bound to the root digest (never a directory) and a name."""
     return ws.sign_approval(
         audit.approve(ws.db, "release", root, approver=approver, comment=comment)
@@ -19,7 +18,8 @@ def approve_release(
 
 def publish(
     ws: Workspace, root: str, *, alias: str, actor: str, expected_generation: int | None = None
-) -> dict[str, Any]:
+) -> AliasChange:
+    """CAS ``alias`` to the verified, approved root (publication is an activation)."""
     return ws.gate().activate(
         "release", alias, root, expected_generation=expected_generation, actor=actor
     )
@@ -27,7 +27,8 @@ def publish(
 
 def rollback_release(
     ws: Workspace, alias: str, root: str, *, actor: str, expected_generation: int | None = None
-) -> dict[str, Any]:
+) -> AliasChange:
+    """Point ``alias`` back at a root it held before."""
     return ws.gate().rollback(
         "release", alias, root, expected_generation=expected_generation, actor=actor
     )

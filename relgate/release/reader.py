@@ -26,19 +26,22 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from relgate.catalog.db import one
+from relgate.catalog.release_table import get_release
 from relgate.errors import IntegrityError, RejectedError, RelgateError, UsageError
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.pins import acquire_lease, release_lease, renew_lease
 from relgate.lifecycle.retention import format_time, now_utc
+from relgate.objects.cas import ContentRef
 from relgate.release import crypto
 from relgate.release import root as rm
 from relgate.release import stream as rr
-from relgate.release.verifier import object_key
 from relgate.workspace import Workspace
+from relgate_agent.retry import Backoff, retry_call
 
 
 @dataclass(frozen=True)
@@ -100,14 +103,25 @@ class ReaderLease:
         interval = max(self.ttl / 3.0, 0.05)
         while not self._stop.wait(interval):
             try:
-                renew_lease(self.ws, self.lease_id, ttl_seconds=self.ttl)
+                # A transient catalog error is retried every interval, bounded by the TTL
+                # (past it, :attr:`live` is False); a refusal ends the renewals for good.
+                retry_call(
+                    self._renew_once,
+                    retry_on=Exception,
+                    give_up=lambda exc: isinstance(exc, RelgateError),
+                    backoff=Backoff(interval, multiplier=1.0),
+                    stop_event=self._stop,
+                )
             except RelgateError as exc:  # expired or released: it protects nothing now
                 self._error = exc
                 return
-            except Exception:  # a transient catalog error: retry, bounded by the TTL
-                continue
-            self._ok_at = time.monotonic()
-            self.renewals += 1
+            except Exception:  # still failing when the reader closed: nothing to renew
+                return
+
+    def _renew_once(self) -> None:
+        renew_lease(self.ws, self.lease_id, ttl_seconds=self.ttl)
+        self._ok_at = time.monotonic()
+        self.renewals += 1
 
     @property
     def live(self) -> bool:
@@ -180,10 +194,6 @@ def revocation(ws: Workspace, root: str) -> RejectedError | None:
 
 def _sample_digest(ws: Workspace, release: dict[str, Any], sample_id: str) -> str | None:
     """The logical content digest of a member (errors name digests, never sample ids)."""
-    import polars as pl
-
-    from relgate.objects.cas import ContentRef
-
     ref = ContentRef(str(release["members_digest"]), str(release["members_version"]), 0)
     try:
         found = (
@@ -229,7 +239,7 @@ class ShardReader:
         self.manifest = manifest
         self.keys = dict(keys or {})
         self.passes = passes
-        self._by_id = {s["id"]: s for s in manifest.shards}
+        self._by_id = {d.id: d for d in manifest.descriptors}
         missing = [s for s in position.shards if s not in self._by_id]
         if missing:
             raise UsageError(
@@ -269,7 +279,8 @@ class ShardReader:
                 " (SELECT expires_at FROM leases WHERE lease_id = :l) AS expires_at",
                 {"d": root, "l": self.lease.lease_id if self.lease else ""},
             )
-        assert row is not None
+        if row is None:  # a SELECT without FROM always returns its one row
+            raise RelgateError("the catalog returned no row", object=root, check="catalog")
         if row["hit"] is not None:
             refusal = revocation(self.ws, root)
             self.close()
@@ -309,9 +320,9 @@ class ShardReader:
     def load_shard(self, shard_id: str) -> pa.Table:
         """Exact version -> storage digest -> decrypt (if encrypted) -> decode -> logical digest."""
         d = self._by_id[shard_id]
-        digest = str(d["digest"])
-        data = self.ws.store.get(object_key(d), str(d["objectVersion"]))
-        if len(data) != int(d["size"]) or sha256_digest(data) != digest:
+        digest = d.storage_digest
+        data = self.ws.store.get(d.object_key, d.object_version)
+        if len(data) != d.size or sha256_digest(data) != digest:
             raise IntegrityError(
                 "shard bytes do not match their descriptor",
                 object=shard_id,
@@ -319,8 +330,8 @@ class ShardReader:
                 digest=digest,
             )
         self.bytes_read += len(data)
-        if d["mediaType"] == rm.ENCRYPTED_SHARD_MEDIA_TYPE:
-            key_version = str(self.manifest.body["writer"].get("keyVersion"))
+        if d.encrypted:
+            key_version = str(self.manifest.key_version)
             key = self.keys.get(key_version)
             if key is None:
                 raise RejectedError(
@@ -333,7 +344,7 @@ class ShardReader:
             aad = crypto.shard_aad(
                 snapshot=self.manifest.snapshot,
                 shard=shard_id,
-                logical_digest=str(d["logicalDigest"]),
+                logical_digest=d.logical_digest,
                 record_schema=str(self.manifest.body["recordSchema"]),
                 key_version=key_version,
             )
@@ -341,12 +352,12 @@ class ShardReader:
                 data, key, aad, key_version=key_version, shard=shard_id, digest=digest
             )
         table = pq.read_table(pa.BufferReader(data))
-        if rr.logical_digest(table) != d["logicalDigest"]:
+        if rr.logical_digest(table) != d.logical_digest:
             raise IntegrityError(
                 "decoded records differ from the descriptor's logical digest",
                 object=shard_id,
                 check="logical-digest",
-                digest=str(d["logicalDigest"]),
+                digest=d.logical_digest,
             )
         return table
 
@@ -385,7 +396,7 @@ class ShardReader:
             self._pos = InputPosition(pos.root, pos.seed, pos.shards, data_pass + 1, 0, 0)
 
 
-def open_reader(
+def open_reader(  # noqa: PLR0913 - the public keyword API training code calls
     ws: Workspace,
     root: str,
     shards: list[str],
@@ -403,8 +414,6 @@ def open_reader(
 
     Refuses at once if a fence already hit the root.
     """
-    from relgate.catalog.release_table import get_release
-
     manifest = rm.load(
         ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]
     )

@@ -1,12 +1,15 @@
 """The ``training.shard.release.v1`` root manifest.
 
 Binds a dataset snapshot to physical shards: one OCI-style descriptor per shard
-(``mediaType``, ``digest`` of the stored bytes, ``size``, ``objectVersion``,
-``logicalDigest`` of the decoded canonical record stream, ``records``, ``tokens``,
-``memberSetDigest``), both fence watermarks, the record schema, totals, the
-``orderedMemberTupleRoot`` and the writer parameters (serializer, sort seed, sharding
-function, compression, key version).  Its digest, the ``rootId``, is what approvals,
-permits and runs name.
+(:class:`~relgate.release.descriptor.ShardDescriptor`), both fence watermarks, the record
+schema, totals, the ``orderedMemberTupleRoot`` and the writer parameters (serializer,
+sort seed, sharding function, compression, key version).  Its digest, the ``rootId``, is
+what approvals, permits and runs name.
+
+:class:`ReleaseRoot` is the typed contract the writer builds and readers use; its JSON is
+byte-for-byte the document that is sealed and signed.  :class:`ReleaseManifest` is a
+signed root *as signed*: the verifier examines a signed but malformed root field by
+field (that is one of its findings), so the document is kept beside its typed view.
 """
 
 from __future__ import annotations
@@ -15,16 +18,49 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from relgate.integrity.digests import hex_of
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+
+from relgate.errors import RejectedError
+from relgate.integrity.contract import Contract, JsonObject, JsonValue
 from relgate.integrity.documents import DocumentKind
 from relgate.integrity.signing import SigningKey, TrustedKeys
+from relgate.objects.layout import RELEASE_MANIFEST_PREFIX, release_manifest_key
 from relgate.objects.versioned import ObjectStore
+from relgate.release.descriptor import (
+    DESCRIPTOR_FIELDS,
+    ENCRYPTED_SHARD_MEDIA_TYPE,
+    SHARD_MEDIA_TYPE,
+    ShardDescriptor,
+)
+
+__all__ = [
+    "DESCRIPTOR_FIELDS",
+    "ENCRYPTED_SHARD_MEDIA_TYPE",
+    "KIND",
+    "MANIFEST_PREFIX",
+    "PAYLOAD_TYPE",
+    "REQUIRED_FIELDS",
+    "SCHEMA",
+    "SHARD_MEDIA_TYPE",
+    "Encryption",
+    "ReleaseManifest",
+    "ReleaseRoot",
+    "ReleaseTotals",
+    "Serializer",
+    "ShardDescriptor",
+    "ShardingFunction",
+    "WriterParams",
+    "envelope_key",
+    "load",
+    "open_envelope",
+    "seal",
+    "sign",
+    "store_envelope",
+]
 
 SCHEMA = "training.shard.release.v1"
 PAYLOAD_TYPE = "application/vnd.relgate.shard-release.v1+json"
-SHARD_MEDIA_TYPE = "application/vnd.apache.parquet"
-ENCRYPTED_SHARD_MEDIA_TYPE = "application/vnd.relgate.parquet+aes256gcm"
-MANIFEST_PREFIX = "manifests/releases/"
+MANIFEST_PREFIX = RELEASE_MANIFEST_PREFIX
 
 REQUIRED_FIELDS = (
     "schema",
@@ -37,67 +73,168 @@ REQUIRED_FIELDS = (
     "orderedMemberTupleRoot",
     "writer",
 )
-DESCRIPTOR_FIELDS = (
-    "id",
-    "mediaType",
-    "digest",
-    "size",
-    "objectVersion",
-    "logicalDigest",
-    "records",
-    "tokens",
-    "memberSetDigest",
-)
 
 KIND = DocumentKind(SCHEMA, PAYLOAD_TYPE, "rootId", REQUIRED_FIELDS)
 
 
+class ReleaseTotals(Contract):
+    shards: int
+    records: int
+    tokens: int
+    bytes: int
+
+
+class Serializer(Contract):
+    format: str
+    library: str
+    version: str
+    stream: str
+
+
+class ShardingFunction(Contract):
+    """By record count (``recordsPerShard``) or by bytes (``recordBytes``, ``targetBytes``);
+    the fields of the other variant are absent, not null."""
+
+    name: str
+    rule: str
+    records_per_shard: int | None = None
+    record_bytes: str | None = None
+    target_bytes: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _absent_not_null(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        return {k: v for k, v in out.items() if v is not None}
+
+
+class Compression(Contract):
+    codec: str
+    level: int | None
+    row_group_records: int
+    dictionary_columns: tuple[str, ...]
+    statistics: bool
+    page_index: bool
+
+
+class Encryption(Contract):
+    algorithm: str
+    aad: str
+    nonce: str
+
+
+class WriterParams(Contract):
+    serializer: Serializer
+    sort_seed: str
+    sort_key: str
+    sharding_function: ShardingFunction
+    compression: Compression
+    key_version: str | None
+    encryption: Encryption | None
+
+
+class ReleaseRoot(Contract):
+    """The typed root; ``root_id`` is empty until :func:`seal` computes it."""
+
+    schema_name: str = Field(default=SCHEMA, alias="schema")
+    dataset_snapshot: str
+    tombstone_watermark: int
+    benchmark_fence: int
+    record_schema: str
+    member_schema: str
+    shards: tuple[ShardDescriptor, ...]
+    totals: ReleaseTotals
+    ordered_member_tuple_root: str
+    writer: WriterParams
+    root_id: str = ""
+
+    def document(self) -> JsonObject:
+        """The JSON that is sealed and signed (``rootId`` only once sealed)."""
+        body: JsonObject = self.to_json()
+        if not self.root_id:
+            del body["rootId"]
+        return body
+
+
 def envelope_key(digest: str) -> str:
-    return f"{MANIFEST_PREFIX}{hex_of(digest)}.dsse.json"
+    return release_manifest_key(digest)
 
 
 @dataclass(frozen=True)
 class ReleaseManifest:
-    body: dict[str, Any]
+    """A sealed root as signed: ``body`` is the document, :attr:`root` its typed view."""
+
+    body: JsonObject
 
     @property
     def digest(self) -> str:
         return str(self.body["rootId"])
 
     @property
-    def shards(self) -> list[dict[str, Any]]:
-        return list(self.body["shards"])
+    def shards(self) -> list[JsonObject]:
+        """The descriptors as signed (wire objects); :attr:`descriptors` types them."""
+        shards = self.body["shards"]
+        return [d for d in shards if isinstance(d, dict)] if isinstance(shards, list) else []
 
     @property
     def snapshot(self) -> str:
         return str(self.body["datasetSnapshot"])
 
+    @property
+    def root(self) -> ReleaseRoot:
+        """The typed root; a signed but malformed root is refused (check ``schema``)."""
+        return ReleaseRoot.parse(self.body, what=f"release {self.body.get('rootId')}")
 
-def seal(body: dict[str, Any]) -> ReleaseManifest:
-    return ReleaseManifest(KIND.seal(body))
+    @property
+    def descriptors(self) -> tuple[ShardDescriptor, ...]:
+        return self.root.shards
+
+    @property
+    def key_version(self) -> str | None:
+        writer = self.body.get("writer")
+        value = writer.get("keyVersion") if isinstance(writer, dict) else None
+        return value if isinstance(value, str) else None
 
 
-def sign(manifest: ReleaseManifest, key: SigningKey) -> dict[str, Any]:
-    return KIND.sign(manifest.body, key)
+def seal(root: ReleaseRoot | JsonObject) -> ReleaseManifest:
+    """Digest the root into ``rootId``.  A raw document is sealed as given (test forgeries
+    and tools re-signing an opened root); the writer seals a :class:`ReleaseRoot`."""
+    body = root.document() if isinstance(root, ReleaseRoot) else root
+    return ReleaseManifest(_json_object(KIND.seal(dict(body))))
 
 
-def store_envelope(store: ObjectStore, manifest: ReleaseManifest, envelope: dict[str, Any]) -> str:
+def sign(manifest: ReleaseManifest, key: SigningKey) -> JsonObject:
+    return _json_object(KIND.sign(dict(manifest.body), key))
+
+
+def store_envelope(store: ObjectStore, manifest: ReleaseManifest, envelope: JsonObject) -> str:
     return store.create(
         envelope_key(manifest.digest), json.dumps(envelope, sort_keys=True).encode()
     ).version_id
 
 
 def open_envelope(
-    envelope: dict[str, Any],
+    envelope: bytes | JsonObject,
     trusted: TrustedKeys,
     *,
     expected: str | None = None,
     subject: str = "release",
 ) -> ReleaseManifest:
-    return ReleaseManifest(KIND.open(envelope, trusted, expected=expected, subject=subject))
+    return ReleaseManifest(
+        _json_object(KIND.open(envelope, trusted, expected=expected, subject=subject))
+    )
 
 
 def load(store: ObjectStore, trusted: TrustedKeys, digest: str, version_id: str) -> ReleaseManifest:
     return ReleaseManifest(
-        KIND.load(store, trusted, key=envelope_key(digest), digest=digest, version_id=version_id)
+        _json_object(
+            KIND.load(
+                store, trusted, key=envelope_key(digest), digest=digest, version_id=version_id
+            )
+        )
     )
+
+
+def _json_object(value: JsonValue | dict[str, Any]) -> JsonObject:
+    if not isinstance(value, dict):
+        raise RejectedError("a release root is a JSON object", object="release", check="schema")
+    return value

@@ -49,7 +49,7 @@ from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.hashing import length_prefixed
 from relgate.integrity.tuples import encode_fields
-from relgate.sources.schema import RECORD_SCHEMA_NAME, record_schema_digest
+from relgate.sources.schema import RECORD_SCHEMA_NAME, content_digest, record_schema_digest
 
 _LEN = struct.Struct(">I")
 
@@ -215,8 +215,6 @@ def logical_digest(
 def encode_stream(records: list[tuple[str, str, str, str, str, str, str, int]]) -> bytes:
     """Reference row-at-a-time encoding of the canonical record stream (``records`` are
     rows in :data:`COLUMNS` order); the vectorised :func:`logical_digest` must agree."""
-    from relgate.sources.schema import content_digest
-
     out = bytearray(stream_header())
     for sample_id, source_id, source_version, _stored, split, lang, text, tokens in records:
         out += encode_fields(

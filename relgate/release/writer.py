@@ -20,9 +20,8 @@ Order of work (seed 000, "write to staging, then switch only the pointer"):
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -34,9 +33,12 @@ from relgate.catalog.db import one
 from relgate.catalog.release_table import insert_release
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
-from relgate.integrity.digests import hex_of, sha256_digest
+from relgate.integrity.contract import JsonObject
+from relgate.integrity.digests import sha256_digest
 from relgate.integrity.hashing import length_prefixed, sha256_rows
 from relgate.integrity.tuples import encode_fields
+from relgate.lifecycle.pins import publisher_lease, renew_lease
+from relgate.objects.layout import RELEASE_SHARD_PREFIX, release_shard_key
 from relgate.objects.versioned import ObjectStore
 from relgate.release import crypto
 from relgate.release import root as rm
@@ -47,7 +49,7 @@ from relgate.snapshot.membership import tuple_root
 from relgate.snapshot.validate import recompute
 from relgate.workspace import Workspace
 
-SHARD_PREFIX = "shards/sha256/"
+SHARD_PREFIX = RELEASE_SHARD_PREFIX
 #: A release is cut only from a snapshot a person approved (seed 002: approval is bound to
 #: the digest); a VALIDATED nightly snapshot nobody approved cannot be released.
 WRITABLE_SNAPSHOT_STATES = frozenset({"APPROVED", "ACTIVE"})
@@ -65,19 +67,24 @@ class ParquetParams:
     row_group_records: int = 65_536
     dictionary_columns: tuple[str, ...] = ("sourceId", "sourceVersion", "split", "lang")
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "codec": self.codec,
-            "level": self.level,
-            "rowGroupRecords": self.row_group_records,
-            "dictionaryColumns": list(self.dictionary_columns),
-            "statistics": False,
-            "pageIndex": False,
-        }
+    def compression(self) -> rm.Compression:
+        """As the root's ``writer.compression`` records it."""
+        return rm.Compression(
+            codec=self.codec,
+            level=self.level,
+            row_group_records=self.row_group_records,
+            dictionary_columns=self.dictionary_columns,
+            statistics=False,
+            page_index=False,
+        )
+
+    def to_json(self) -> JsonObject:
+        return self.compression().to_json()
 
 
 def shard_key(digest: str, *, encrypted: bool) -> str:
-    return f"{SHARD_PREFIX}{hex_of(digest)}.parquet" + (".aesgcm" if encrypted else "")
+    """The key a shard's stored bytes are staged under (:mod:`relgate.objects.layout`)."""
+    return release_shard_key(digest, encrypted=encrypted)
 
 
 def serialize_shard(table: pa.Table, params: ParquetParams) -> bytes:
@@ -197,27 +204,27 @@ def ordered(records: pl.DataFrame, sort_seed: str) -> pa.Table:
     return pa.Table.from_arrays([*columns, tokens], schema=rr.SHARD_ARROW_SCHEMA)
 
 
-def sharding_function(shard_mb: int, records_per_shard: int | None) -> dict[str, Any]:
+def sharding_function(shard_mb: int, records_per_shard: int | None) -> rm.ShardingFunction:
     if records_per_shard is not None:
-        return {
-            "name": "relgate.shard.cut.records.v1",
-            "rule": "shard(i) = floor(i / recordsPerShard)",
-            "recordsPerShard": records_per_shard,
-        }
-    return {
-        "name": "relgate.shard.cut.bytes.v1",
-        "rule": "shard(i) = rank of floor(bytesBefore(i) / targetBytes)",
-        "recordBytes": RECORD_BYTES_RULE,
-        "targetBytes": shard_mb * 1024 * 1024,
-    }
+        return rm.ShardingFunction(
+            name="relgate.shard.cut.records.v1",
+            rule="shard(i) = floor(i / recordsPerShard)",
+            records_per_shard=records_per_shard,
+        )
+    return rm.ShardingFunction(
+        name="relgate.shard.cut.bytes.v1",
+        rule="shard(i) = rank of floor(bytesBefore(i) / targetBytes)",
+        record_bytes=RECORD_BYTES_RULE,
+        target_bytes=shard_mb * 1024 * 1024,
+    )
 
 
-def cut(table: pa.Table, function: dict[str, Any]) -> Iterator[pa.Table]:
+def cut(table: pa.Table, function: rm.ShardingFunction) -> Iterator[pa.Table]:
     n = table.num_rows
     if n == 0:
         return
-    if "recordsPerShard" in function:
-        step = int(function["recordsPerShard"])
+    if function.records_per_shard is not None:
+        step = function.records_per_shard
         for lo in range(0, n, step):
             yield table.slice(lo, min(step, n - lo))
         return
@@ -226,14 +233,42 @@ def cut(table: pa.Table, function: dict[str, Any]) -> Iterator[pa.Table]:
         if name != "tokens":
             sizes += pc.binary_length(table.column(name)).to_numpy().astype(np.int64)
     before = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    bucket = before // int(function["targetBytes"])
+    bucket = before // int(function.target_bytes or 0)
     starts = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
     ends = np.append(starts[1:], n)
     for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
         yield table.slice(lo, hi - lo)
 
 
-def write_release(
+@dataclass(frozen=True)
+class WriteOptions:
+    """How a release is written (every choice is recorded in the root's ``writer``)."""
+
+    shard_mb: int = DEFAULT_SHARD_MB
+    records_per_shard: int | None = None
+    encrypt_key: bytes | None = None
+    key_version: str | None = None
+    sort_seed: str | None = None
+    parquet: ParquetParams = ParquetParams()
+
+    def validate(self) -> None:
+        if self.shard_mb < 1 or (self.records_per_shard is not None and self.records_per_shard < 1):
+            raise RejectedError(
+                "shard size must be positive", object="writer", check="shard-size", digest=None
+            )
+        if (self.encrypt_key is None) != (self.key_version is None):
+            raise RejectedError(
+                "encryption needs both a key and its key version",
+                object="writer",
+                check="key-version",
+            )
+
+
+#: Adds a key to the writer's publisher lease (and renews it) before the key is staged.
+Lease = Callable[[str], None]
+
+
+def write_release(  # noqa: PLR0913 - the public keyword API; bundled into WriteOptions
     ws: Workspace,
     snapshot_digest: str,
     *,
@@ -255,102 +290,126 @@ def write_release(
     own lease and releases it once the release row is committed (the row then retains
     the objects); with ``lease_id`` the caller's lease is used and left held.
     """
-    if lease_id is None:
-        from relgate.lifecycle.pins import publisher_lease
+    options = WriteOptions(
+        shard_mb=shard_mb,
+        records_per_shard=records_per_shard,
+        encrypt_key=encrypt_key,
+        key_version=key_version,
+        sort_seed=sort_seed,
+        parquet=parquet or ParquetParams(),
+    )
+    if lease_id is not None:
+        return _write(ws, snapshot_digest, options, actor, _lease(ws, lease_id, lease_ttl_seconds))
+    with publisher_lease(
+        ws, holder=f"release-writer:{actor}", ttl_seconds=lease_ttl_seconds
+    ) as held:
+        return _write(
+            ws, snapshot_digest, options, actor, _lease(ws, held.lease_id, lease_ttl_seconds)
+        )
 
-        with publisher_lease(
-            ws, holder=f"release-writer:{actor}", ttl_seconds=lease_ttl_seconds
-        ) as held:
-            return write_release(
-                ws,
-                snapshot_digest,
-                shard_mb=shard_mb,
-                records_per_shard=records_per_shard,
-                encrypt_key=encrypt_key,
-                key_version=key_version,
-                sort_seed=sort_seed,
-                parquet=parquet,
-                actor=actor,
-                lease_id=held.lease_id,
-                lease_ttl_seconds=lease_ttl_seconds,
-            )
 
+def _lease(ws: Workspace, lease_id: str, ttl_seconds: int) -> Lease:
     def lease(key: str) -> None:
-        from relgate.lifecycle.pins import renew_lease
+        renew_lease(ws, lease_id, ttl_seconds=ttl_seconds, keys=[key])
 
-        renew_lease(ws, lease_id, ttl_seconds=lease_ttl_seconds, keys=[key])
+    return lease
 
-    if shard_mb < 1 or (records_per_shard is not None and records_per_shard < 1):
-        raise RejectedError(
-            "shard size must be positive", object="writer", check="shard-size", digest=None
+
+@dataclass
+class _Staged:
+    """The shards staged so far: their descriptors, member tuples and totals."""
+
+    descriptors: list[rm.ShardDescriptor]
+    tuples: list[pa.Table]
+
+    def totals(self) -> rm.ReleaseTotals:
+        return rm.ReleaseTotals(
+            shards=len(self.descriptors),
+            records=sum(d.records for d in self.descriptors),
+            tokens=sum(d.tokens for d in self.descriptors),
+            bytes=sum(d.size for d in self.descriptors),
         )
-    if (encrypt_key is None) != (key_version is None):
-        raise RejectedError(
-            "encryption needs both a key and its key version",
-            object="writer",
-            check="key-version",
-        )
-    params = parquet or ParquetParams()
+
+
+def _write(
+    ws: Workspace, snapshot_digest: str, options: WriteOptions, actor: str, lease: Lease
+) -> rm.ReleaseManifest:
+    options.validate()
     row = get_snapshot(ws.db, snapshot_digest)
     _require_writable(str(row["state"]), snapshot_digest)
     snap = sm.load(ws.store, ws.trusted_keys, snapshot_digest, row["envelope_version"])
-    seed = sort_seed if sort_seed is not None else snapshot_digest
-    schema_digest = str(snap.body["recordSchema"])
-    record_schema = rr.shard_record_schema_digest()
-
-    table = ordered(member_records(ws, snap), seed)
-    function = sharding_function(shard_mb, records_per_shard)
-    pieces = list(cut(table, function))
-    total = len(pieces)
-    encrypted = encrypt_key is not None
-    descriptors: list[dict[str, Any]] = []
-    tuple_tables: list[pa.Table] = []
-    totals = {"shards": total, "records": 0, "tokens": 0, "bytes": 0}
+    seed = options.sort_seed if options.sort_seed is not None else snapshot_digest
+    function = sharding_function(options.shard_mb, options.records_per_shard)
+    pieces = list(cut(ordered(member_records(ws, snap), seed), function))
+    staged = _Staged([], [])
     for index, piece in enumerate(pieces):
-        sid = rr.shard_id(index, total)
-        plain = serialize_shard(piece, params)
-        logical = rr.logical_digest(piece)
-        data = plain
-        if encrypted:
-            assert encrypt_key is not None and key_version is not None
-            aad = crypto.shard_aad(
-                snapshot=snapshot_digest,
-                shard=sid,
-                logical_digest=logical,
-                record_schema=record_schema,
-                key_version=key_version,
-            )
-            data = crypto.encrypt_shard(plain, encrypt_key, aad, key_version=key_version)
-        digest = sha256_digest(data)
-        lease(shard_key(digest, encrypted=encrypted))
-        version = stage_object(ws.store, shard_key(digest, encrypted=encrypted), data)
-        tokens = int(pc.sum(piece.column("tokens")).as_py() or 0)
-        descriptors.append(
-            {
-                "id": sid,
-                "mediaType": rm.ENCRYPTED_SHARD_MEDIA_TYPE if encrypted else rm.SHARD_MEDIA_TYPE,
-                "digest": digest,
-                "size": len(data),
-                "objectVersion": version,
-                "logicalDigest": logical,
-                "records": piece.num_rows,
-                "tokens": tokens,
-                "memberSetDigest": rr.member_set_digest(piece, schema_digest),
-            }
-        )
-        tuple_tables.append(piece.select(list(rr.TUPLE_COLUMNS)))
-        totals["records"] += piece.num_rows
-        totals["tokens"] += tokens
-        totals["bytes"] += len(data)
+        _stage_shard(ws, snap, options, lease, staged, (index, len(pieces), piece))
+    root = _reproduced_tuple_root(staged, snap)
+    body = rm.ReleaseRoot(
+        dataset_snapshot=snapshot_digest,
+        tombstone_watermark=snap.tombstone_watermark,
+        benchmark_fence=snap.benchmark_fence,
+        record_schema=rr.shard_record_schema_digest(),
+        member_schema=str(snap.body["recordSchema"]),
+        shards=tuple(staged.descriptors),
+        totals=staged.totals(),
+        ordered_member_tuple_root=root,
+        writer=_writer_params(options, seed, function),
+    )
+    return _commit_root(ws, rm.seal(body), snap, actor, lease)
 
-    # The root is recomputed from what went into the shards, never copied from the
-    # snapshot; it must come out equal because it is over the same tuple set.
-    if tuple_tables:
-        members = pa.concat_tables(tuple_tables)
+
+def _stage_shard(
+    ws: Workspace,
+    snap: sm.SnapshotManifest,
+    options: WriteOptions,
+    lease: Lease,
+    staged: _Staged,
+    piece_at: tuple[int, int, pa.Table],
+) -> None:
+    """Serialize (and encrypt) one piece, stage it under its digest, describe it."""
+    index, total, piece = piece_at
+    sid = rr.shard_id(index, total)
+    data = serialize_shard(piece, options.parquet)
+    logical = rr.logical_digest(piece)
+    encrypted = options.encrypt_key is not None
+    if options.encrypt_key is not None and options.key_version is not None:
+        aad = crypto.shard_aad(
+            snapshot=snap.digest,
+            shard=sid,
+            logical_digest=logical,
+            record_schema=rr.shard_record_schema_digest(),
+            key_version=options.key_version,
+        )
+        data = crypto.encrypt_shard(data, options.encrypt_key, aad, key_version=options.key_version)
+    digest = sha256_digest(data)
+    key = shard_key(digest, encrypted=encrypted)
+    lease(key)
+    staged.descriptors.append(
+        rm.ShardDescriptor(
+            id=sid,
+            media_type=rm.ENCRYPTED_SHARD_MEDIA_TYPE if encrypted else rm.SHARD_MEDIA_TYPE,
+            digest=digest,
+            size=len(data),
+            object_version=stage_object(ws.store, key, data),
+            logical_digest=logical,
+            records=piece.num_rows,
+            tokens=int(pc.sum(piece.column("tokens")).as_py() or 0),
+            member_set_digest=rr.member_set_digest(piece, str(snap.body["recordSchema"])),
+        )
+    )
+    staged.tuples.append(piece.select(list(rr.TUPLE_COLUMNS)))
+
+
+def _reproduced_tuple_root(staged: _Staged, snap: sm.SnapshotManifest) -> str:
+    """The root is recomputed from what went into the shards, never copied from the
+    snapshot; it must come out equal because it is over the same tuple set."""
+    if staged.tuples:
+        members = pa.concat_tables(staged.tuples)
         members = members.take(pc.sort_indices(members, [("sampleId", "ascending")]))
     else:
         members = pa.table({c: pa.array([], pa.string()) for c in rr.TUPLE_COLUMNS})
-    root = tuple_root(members, schema_digest)
+    root = tuple_root(members, str(snap.body["recordSchema"]))
     if root != snap.tuple_root:
         raise IntegrityError(
             "shard records do not reproduce the snapshot's tuple root",
@@ -359,38 +418,39 @@ def write_release(
             digest=snap.tuple_root,
             details={"recomputed": root},
         )
-    body = {
-        "schema": rm.SCHEMA,
-        "datasetSnapshot": snapshot_digest,
-        "tombstoneWatermark": int(snap.body["tombstoneWatermark"]),
-        "benchmarkFence": int(snap.body["benchmarkFence"]),
-        "recordSchema": record_schema,
-        "memberSchema": schema_digest,
-        "shards": descriptors,
-        "totals": totals,
-        "orderedMemberTupleRoot": root,
-        "writer": {
-            "serializer": {
-                "format": "parquet",
-                "library": "pyarrow",
-                "version": pa.__version__,
-                "stream": rr.STREAM_NAME,
-            },
-            "sortSeed": seed,
-            "sortKey": SORT_KEY_RULE,
-            "shardingFunction": function,
-            "compression": params.to_json(),
-            "keyVersion": key_version,
-            "encryption": {
-                "algorithm": crypto.ALGORITHM,
-                "aad": "relgate.shard.aad.v1",
-                "nonce": "random 96-bit, stored before the ciphertext",
-            }
-            if encrypted
-            else None,
-        },
-    }
-    release = rm.seal(body)
+    return root
+
+
+def _writer_params(
+    options: WriteOptions, seed: str, function: rm.ShardingFunction
+) -> rm.WriterParams:
+    return rm.WriterParams(
+        serializer=rm.Serializer(
+            format="parquet", library="pyarrow", version=pa.__version__, stream=rr.STREAM_NAME
+        ),
+        sort_seed=seed,
+        sort_key=SORT_KEY_RULE,
+        sharding_function=function,
+        compression=options.parquet.compression(),
+        key_version=options.key_version,
+        encryption=rm.Encryption(
+            algorithm=crypto.ALGORITHM,
+            aad="relgate.shard.aad.v1",
+            nonce="random 96-bit, stored before the ciphertext",
+        )
+        if options.encrypt_key is not None
+        else None,
+    )
+
+
+def _commit_root(
+    ws: Workspace,
+    release: rm.ReleaseManifest,
+    snap: sm.SnapshotManifest,
+    actor: str,
+    lease: Lease,
+) -> rm.ReleaseManifest:
+    """Sign and store the root (idempotent), then insert the release row as STAGED."""
     envelope = rm.sign(release, ws.signing_key)
     try:
         lease(rm.envelope_key(release.digest))

@@ -17,6 +17,7 @@ from relgate.release import crypto
 from relgate.release import root as rm
 from relgate.release import stream as rr
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key, write_release
+from relgate.snapshot import manifest as sm
 
 RECORDS_PER_SHARD = 40
 
@@ -68,8 +69,6 @@ def store_shard(ws, table: pa.Table, descriptor, member_schema, *, raw: bytes | 
 
 
 def member_schema(ws, release):
-    from relgate.snapshot import manifest as sm
-
     row = get_snapshot(ws.db, release.snapshot)
     snap = sm.load(ws.store, ws.trusted_keys, release.snapshot, row["envelope_version"])
     return snap.body["recordSchema"]

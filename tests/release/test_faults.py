@@ -3,21 +3,36 @@ for real on stored objects or by a root manifest forged with the trusted workspa
 Every one must end with the release INVALID and the report naming the class counts."""
 
 import io
+import json
 import os
+import socket
+import subprocess
+import sys
+import uuid
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from relgate.catalog.release_table import verification_attempts
+from relgate.catalog.audit import latest_report
+from relgate.catalog.release_table import get_release, verification_attempts
+from relgate.catalog.states import history
+from relgate.demo.corpus import seed_demo
 from relgate.errors import RejectedError
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.signing import SigningKey
+from relgate.objects.s3 import S3ObjectStore
+from relgate.release import crypto
 from relgate.release import root as rm
 from relgate.release import stream as rr
+from relgate.release.publication import approve_release
 from relgate.release.verifier import SHARD_CHECKS, fetch_shard, verify_release
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key
+from relgate.snapshot import activation as lifecycle
+from relgate.snapshot.transforms import tag_transform
 from relgate.sources.schema import content_digest
+from relgate.workspace import Workspace, build_object_store, default_config
+from tests.snapshot.helpers import build_approved, build_validated
 
 from .helpers import (
     RECORDS_PER_SHARD,
@@ -331,8 +346,6 @@ def test_wrong_reader_on_an_encrypted_shard(ws, snapshot):
 
 
 def read_plain(ws, release, d):
-    from relgate.release import crypto
-
     aad = crypto.shard_aad(
         snapshot=release.snapshot,
         shard=d["id"],
@@ -369,7 +382,6 @@ def test_verified_release_whose_shard_later_rots_goes_invalid(ws, snapshot):
     report = verify(ws, release)
     assert_invalid(ws, release, report, sizeMismatch=1, storageDigestMismatch=1)
     # INVALID is terminal: a later clean report cannot bring it back.
-    from relgate.catalog.states import history
 
     with ws.db.tx() as conn:
         moves = [e["to_state"] for e in history(conn, "release", release.digest)]
@@ -380,8 +392,6 @@ def test_verified_release_whose_shard_later_rots_goes_invalid(ws, snapshot):
 
 
 def _moves(ws, digest):
-    from relgate.catalog.states import history
-
     with ws.db.tx() as conn:
         return [e["to_state"] for e in history(conn, "release", digest)]
 
@@ -397,8 +407,6 @@ def test_shard_missing_then_restored_stays_staged_then_verifies(ws, snapshot):
     assert report.counts["objectUnavailable"] == 1
     # The members of the unread shard are "missing" only because it was not read.
     assert report.counts["missingMembers"] == release.shards[2]["records"]
-    from relgate.catalog.audit import latest_report
-    from relgate.release.publication import approve_release
 
     assert not latest_report(ws.db, release.digest, "release")["ok"]
     with pytest.raises(RejectedError) as err:
@@ -417,8 +425,6 @@ def test_shard_missing_then_restored_stays_staged_then_verifies(ws, snapshot):
 
 
 def test_unreadable_shard_is_unavailable_not_invalid(ws, snapshot):
-    import os
-
     if os.geteuid() == 0:  # root reads through mode 000: make the path a directory instead
         release = write(ws, snapshot.digest)
         path = shard_path(ws, release.shards[0])
@@ -466,7 +472,6 @@ def test_verified_release_whose_shard_goes_missing_keeps_its_state(ws, snapshot)
     path.rename(aside)
     report = verify(ws, release)
     assert report.outcome == "UNAVAILABLE" and report.state == "VERIFIED"
-    from relgate.catalog.audit import latest_report
 
     assert not latest_report(ws.db, release.digest, "release")["ok"]
     aside.rename(path)
@@ -488,10 +493,6 @@ def test_missing_snapshot_membership_is_unavailable(ws, snapshot):
 
 
 def _cli(home, *args, expect):
-    import json
-    import subprocess
-    import sys
-
     proc = subprocess.run(
         [sys.executable, "-m", "relgate.cli", "--home", str(home), *args, "--json"],
         capture_output=True,
@@ -505,9 +506,6 @@ def _cli(home, *args, expect):
 
 
 def test_cli_exit_code_and_state_agree_with_the_catalog(ws):
-    from relgate.snapshot import activation as lifecycle
-    from tests.snapshot.helpers import build_validated
-
     snap = build_validated(ws)
     # Item 3: a VALIDATED snapshot nobody approved cannot be released.
     refused = _cli(ws.home, "release", "build", snap.digest, "--records-per-shard", "40", expect=3)
@@ -551,8 +549,6 @@ def test_cli_exit_code_and_state_agree_with_the_catalog(ws):
 
 
 def get_release_manifest(ws, root):
-    from relgate.catalog.release_table import get_release
-
     return rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"])
 
 
@@ -560,14 +556,6 @@ def get_release_manifest(ws, root):
 def test_s3_shard_unreachable_then_back(tmp_path, moto_s3_endpoint):
     """On moto S3: the shard store unreachable for the verifier's reads (connection
     refused), then reachable again; and a pinned version deleted for real."""
-    import socket
-    import uuid
-
-    from relgate.demo.corpus import seed_demo
-    from relgate.objects.s3 import S3ObjectStore
-    from relgate.snapshot.transforms import tag_transform
-    from relgate.workspace import Workspace, default_config
-    from tests.snapshot.helpers import build_approved
 
     bucket = f"relgate-rel-{uuid.uuid4().hex[:20]}"
     store = S3ObjectStore(bucket, endpoint_url=moto_s3_endpoint)
@@ -590,7 +578,6 @@ def test_s3_shard_unreachable_then_back(tmp_path, moto_s3_endpoint):
         assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
         assert report.counts["objectUnavailable"] == len(release.shards)
         # The whole store unreachable (root manifest too): still not proof.
-        from relgate.workspace import build_object_store
 
         reachable = ws.store
         ws.__dict__["store"] = build_object_store(ws.config["objectStore"])

@@ -9,6 +9,7 @@ import io
 import pyarrow.parquet as pq
 import pytest
 
+from relgate.errors import RejectedError
 from relgate.release.metrics import ReleaseMetrics
 from relgate.release.publication import approve_release, publish
 from relgate.release.runs import create_run, report, run_worker
@@ -102,8 +103,6 @@ def test_worker_sets_ratio_barrier_wait_and_io(ws, snapshot):
 
 
 def test_barrier_counts_ranks_that_report_another_root(ws, snapshot):
-    from relgate.errors import RejectedError
-
     release = _published(ws, snapshot)
     run = create_run(ws, alias="train", purpose=PURPOSE, world_size=2, actor="sched")
     other = "sha256:" + "ab" * 32

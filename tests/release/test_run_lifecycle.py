@@ -8,9 +8,12 @@ exact root and checks purpose, both watermarks and the alias generation.
 """
 
 import json
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -276,17 +279,12 @@ def test_cli_run_create_finish_cancel(ws, snapshot):
 
 
 def _free_port():
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def _ready(port):
-    import urllib.error
-    import urllib.request
-
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as resp:
             return resp.status

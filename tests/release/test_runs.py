@@ -2,8 +2,10 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -13,6 +15,7 @@ from relgate.catalog.release_table import get_release
 from relgate.errors import ConflictError, RejectedError
 from relgate.gate.permits import get_permit
 from relgate.gate.recheck import recheck
+from relgate.release.metrics import Probe, ReleaseMetrics
 from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.reader import open_reader
 from relgate.release.runs import (
@@ -20,6 +23,7 @@ from relgate.release.runs import (
     create_run,
     finish_run,
     get_run,
+    report,
     rescale,
     run_status,
 )
@@ -110,7 +114,7 @@ def test_rollback_refused_when_a_later_fence_hits_the_old_root(ws, snapshot):
         publish(ws, second.digest, alias="train", actor="a")
     with pytest.raises(RejectedError) as err:
         rollback_release(ws, "train", first.digest, actor="ops")
-    assert err.value.check == "rollback-target" or err.value.check == "rollback-fences"
+    assert err.value.check in {"rollback-target", "rollback-fences"}
 
 
 def test_run_pins_the_root_and_permit_binds_gate_state(ws, snapshot):
@@ -182,7 +186,6 @@ def test_fence_hit_closes_the_permit_and_the_run_never_starts(ws, snapshot):
 def test_a_rank_reporting_another_root_fails_the_barrier(ws, snapshot):
     _published(ws, snapshot)
     run = create_run(ws, alias="train", purpose=PURPOSE, world_size=2, actor="sched")
-    from relgate.release.runs import report
 
     report(ws.db, run["runId"], 0, 1, "sha256:" + "0" * 64, [], True, "stale worker")
     proc = _worker(ws.home, run["runId"], 0)
@@ -227,8 +230,6 @@ def test_reader_resumes_exactly_from_a_saved_position(ws, snapshot):
 
 
 def test_probe_is_ready_only_after_the_root_is_verified(ws, snapshot):
-    from relgate.release.metrics import Probe, ReleaseMetrics
-
     probe = Probe(ReleaseMetrics())
     try:
         with pytest.raises(urllib.error.HTTPError) as err:
@@ -238,15 +239,12 @@ def test_probe_is_ready_only_after_the_root_is_verified(ws, snapshot):
         probe.close()
     _published(ws, snapshot)
     run = create_run(ws, alias="train", purpose=PURPOSE, world_size=1, actor="sched")
-    import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = _worker(ws.home, run["runId"], 0, probe_port=port)  # serves for the run's life
     try:
-        import time
-
         deadline = time.monotonic() + 60
         while True:
             try:

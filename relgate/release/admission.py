@@ -1,0 +1,105 @@
+"""Admission: a run on an exact root (or the root an alias names, read exactly once),
+inside the gate transaction that also issues its permit."""
+
+from __future__ import annotations
+
+import uuid
+
+from relgate.catalog.db import execute, one, utcnow
+from relgate.errors import NotFoundError, UsageError
+from relgate.gate.permits import NO_GENERATION, acquire
+from relgate.integrity.contract import JsonObject
+from relgate.release import root as rm
+from relgate.release.assignment import write_assignment
+from relgate.release.run_records import AdmittedRun
+from relgate.workspace import Workspace
+
+
+def admit_run(
+    ws: Workspace,
+    *,
+    purpose: str,
+    world_size: int,
+    actor: str,
+    alias: str | None = None,
+    root: str | None = None,
+    expected_generation: int | None = None,
+) -> AdmittedRun:
+    """Admit a run on an exact ``root`` (or the root ``alias`` points at, read once).
+
+    A run that failed, was cancelled or finished does not block a new run on the same
+    digest: each run has its own permit.
+    """
+    if world_size < 1:
+        raise UsageError("world size must be at least 1", object="run", check="world-size")
+    run_id = "run-" + uuid.uuid4().hex[:12]
+    gate = ws.gate()
+    with ws.db.gate_tx() as conn:
+        permit = acquire(
+            conn,
+            gate,
+            purpose=purpose,
+            alias=alias,
+            root=root,
+            expected_generation=expected_generation,
+        )
+        admitted = str(permit.root_digest)
+        release = one(
+            conn, "SELECT envelope_version FROM releases WHERE digest = :d", {"d": admitted}
+        )
+        if release is None:
+            raise NotFoundError("unknown release", object=admitted, check="exists")
+        now = utcnow()
+        execute(
+            conn,
+            "INSERT INTO runs (run_id, alias, root_digest, permit_id, purpose, world_size, assignment_epoch,"
+            " barrier_epoch, state, created_at, updated_at)"
+            " VALUES (:r, :a, :root, :p, :purpose, :w, 0, -1, 'ADMITTED', :now, :now)",
+            {
+                "r": run_id,
+                "a": alias or "",
+                "root": admitted,
+                "p": permit.permit_id,
+                "purpose": purpose,
+                "w": world_size,
+                "now": now,
+            },
+        )
+    manifest = rm.load(ws.store, ws.trusted_keys, admitted, release["envelope_version"])
+    with ws.db.tx() as conn:
+        write_assignment(conn, run_id, 0, [str(s["id"]) for s in manifest.shards], world_size)
+    generation = int(permit.generation)
+    return AdmittedRun(
+        run_id=run_id,
+        state="ADMITTED",
+        root_digest=admitted,
+        permit=str(permit.permit_id),
+        world_size=world_size,
+        alias=alias,
+        generation=None if generation == NO_GENERATION else generation,
+        tombstone_watermark=int(permit.tombstone_watermark),
+        benchmark_fence=int(permit.benchmark_fence),
+        actor=actor,
+    )
+
+
+def create_run(
+    ws: Workspace,
+    *,
+    purpose: str,
+    world_size: int,
+    actor: str,
+    alias: str | None = None,
+    root: str | None = None,
+    expected_generation: int | None = None,
+) -> JsonObject:
+    """:func:`admit_run` as its JSON object (the shape callers index; kept for them)."""
+    return admit_run(
+        ws,
+        purpose=purpose,
+        world_size=world_size,
+        actor=actor,
+        alias=alias,
+        root=root,
+        expected_generation=expected_generation,
+    ).to_json()

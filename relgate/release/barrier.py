@@ -1,0 +1,86 @@
+"""The barrier before step 0: every rank of the epoch reported the same root, verified.
+
+Step 0 is decided in the gate transaction: the run is live, its permit open, its root
+free of fence hits against the current fences and its stored envelope re-verified.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+
+from relgate.catalog.db import execute, one, rows, utcnow
+from relgate.errors import RejectedError
+from relgate.gate.core import Gate
+from relgate.release import metrics as release_metrics
+from relgate.release.run_rows import LIVE_SQL, refuse_ended, require_run, run_state
+
+
+def start_step0(conn: Connection, gate: Gate, run_id: str, epoch: int) -> None:
+    """Step 0, decided in the gate: the run is live, its permit open, its root free of
+    fence hits against the current fences and its stored envelope re-verified."""
+    run = require_run(one(conn, "SELECT * FROM runs WHERE run_id = :r", {"r": run_id}), run_id)
+    refuse_ended(run)
+    permit = one(
+        conn,
+        "SELECT state, closed_reason FROM permits WHERE permit_id = :p",
+        {"p": run["permit_id"]},
+    )
+    if permit is None or permit["state"] != "OPEN":
+        raise RejectedError(
+            f"permit closed: {permit['closed_reason'] if permit else 'missing'}",
+            object=run_id,
+            check="permit-closed",
+            digest=str(run["root_digest"]),
+        )
+    gate.check_root(conn, "release", str(run["root_digest"]))
+    execute(
+        conn,
+        "UPDATE runs SET state = 'RUNNING', barrier_epoch = :e, updated_at = :now"  # noqa: S608 - constant state names
+        f" WHERE run_id = :r AND barrier_epoch < :e AND state IN ({LIVE_SQL})",
+        {"e": epoch, "now": utcnow(), "r": run_id},
+    )
+
+
+def barrier_state(conn: Connection, run_id: str, epoch: int) -> dict[str, Any]:
+    # The permit is read before the run: a fence closes the permit and revokes the run in
+    # one transaction, so under READ COMMITTED a closed permit implies the run row read
+    # after it already says REVOKED (and names the fence), never the other way round.
+    permit = one(
+        conn,
+        "SELECT p.state, p.closed_reason FROM permits p JOIN runs r ON r.permit_id = p.permit_id"
+        " WHERE r.run_id = :r",
+        {"r": run_id},
+    )
+    run = require_run(one(conn, "SELECT * FROM runs WHERE run_id = :r", {"r": run_id}), run_id)
+    reports = rows(
+        conn,
+        "SELECT rank, root_digest, ok FROM run_reports WHERE run_id = :r AND epoch = :e",
+        {"r": run_id, "e": epoch},
+    )
+    problem: tuple[str, str] | None = None
+    roots = {r["root_digest"] for r in reports}
+    release_metrics.current().root_mismatch(run["root_digest"], [r["root_digest"] for r in reports])
+    state = run_state(run)
+    if state == "REVOKED":
+        problem = ("run-revoked", f"run revoked: {run['end_reason']}")
+    elif state in ("CANCELLED", "FINISHED"):
+        problem = ("run-state", f"run is {state}")
+    elif any(root != run["root_digest"] for root in roots):
+        problem = ("barrier", f"root mismatch: ranks reported {sorted(roots)}")
+    elif any(not r["ok"] for r in reports):
+        problem = ("barrier", "a rank failed shard verification")
+    elif permit is None or permit["state"] != "OPEN":
+        problem = (
+            "permit-closed",
+            f"permit closed: {permit['closed_reason'] if permit else 'missing'}",
+        )
+    world = int(run["world_size"])
+    return {
+        "run": run,
+        "reported": len(reports),
+        "worldSize": world,
+        "complete": problem is None and len(reports) == world,
+        "problem": problem,
+    }

@@ -1,0 +1,105 @@
+"""The ``relgate.release.verification.v1`` report: what one verification attempt found.
+
+:class:`VerificationPayload` is the signed document (its JSON is the DSSE payload, stored
+content-addressed and bound to the root digest); :class:`VerificationReport` adds where it
+was stored, the provenance statement and the release state after the attempt.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import Field
+from pydantic import JsonValue as WireValue
+
+from relgate.integrity.contract import Contract, JsonObject
+from relgate.integrity.signing import SigningKey, sign_envelope, verify_envelope
+from relgate.objects.cas import ContentRef
+from relgate.release import attest
+from relgate.release.checks import Outcome
+from relgate.workspace import Workspace
+
+REPORT_SCHEMA = "relgate.release.verification.v1"
+REPORT_PAYLOAD_TYPE = "application/vnd.relgate.release-verification.v1+json"
+
+#: A JSON object inside a model (pydantic's recursive JSON type, validated as JSON).
+WireObject = dict[str, WireValue]
+
+
+class VerificationPayload(Contract):
+    """The signed report.  ``counts`` maps every :class:`~relgate.release.checks.Check`
+    (and any ``fatal:``/``unavailable:`` finding) to its count."""
+
+    schema_name: str = Field(default=REPORT_SCHEMA, alias="schema")
+    root: str
+    outcome: Outcome
+    counts: dict[str, int]
+    shards: list[WireObject]
+    facts: WireObject
+    problems: list[str]
+    unavailable: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == Outcome.VERIFIED
+
+    @property
+    def failing(self) -> dict[str, int]:
+        return {k: v for k, v in self.counts.items() if v}
+
+
+class VerificationReport(VerificationPayload):
+    """The payload, where its envelope is stored, the provenance and the resulting state."""
+
+    report_digest: str | None = None
+    report_version: str | None = None
+    provenance_digest: str | None = None
+    provenance_version: str | None = None
+    state: str | None = None
+
+    def payload(self) -> VerificationPayload:
+        fields = set(VerificationPayload.model_fields)
+        return VerificationPayload.model_validate(self.model_dump(include=fields))
+
+    def summary(self) -> JsonObject:
+        """What the CLI and Dagster layers print/attach as metadata."""
+        return {
+            "root": self.root,
+            "outcome": self.outcome.value,
+            "state": self.state,
+            "reportDigest": self.report_digest,
+            "provenanceDigest": self.provenance_digest,
+            "failing": dict(self.failing),
+            "unavailable": list(self.unavailable),
+            "shards": len(self.shards),
+            "shardsVerified": sum(1 for s in self.shards if s["ok"]),
+            "records": self.facts.get("records", 0),
+            "bytes": self.facts.get("bytes", 0),
+        }
+
+
+def store_report(ws: Workspace, report: VerificationReport, key: SigningKey) -> ContentRef:
+    """Sign the payload and store its envelope content-addressed."""
+    envelope = sign_envelope(REPORT_PAYLOAD_TYPE, report.payload().canonical(), key)
+    return ws.cas.put(json.dumps(envelope, sort_keys=True).encode())
+
+
+def store_provenance(
+    ws: Workspace, root: JsonObject, report: VerificationReport, key: SigningKey
+) -> ContentRef:
+    """The signed in-toto/SLSA statement that this verifier passed this root."""
+    assert report.report_digest is not None  # noqa: S101 - stored before the provenance
+    statement = attest.release_statement(
+        report.root, root, report_digest=report.report_digest, verifier_id=attest.VERIFIER_ID
+    )
+    return ws.cas.put(json.dumps(attest.sign_statement(statement, key), sort_keys=True).encode())
+
+
+def load_report(ws: Workspace, digest: str, version_id: str) -> JsonObject:
+    """Open a stored verification report (signature checked against trusted keys)."""
+    envelope = json.loads(ws.cas.get(digest, version_id))
+    payload = verify_envelope(
+        envelope, ws.trusted_keys, payload_type=REPORT_PAYLOAD_TYPE, subject=f"report {digest}"
+    )
+    body: JsonObject = json.loads(payload)
+    return body

@@ -1,0 +1,100 @@
+"""The end of a run: FINISHED, CANCELLED, or FAILED before step 0; the permit closes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relgate.catalog.db import Database, execute, one, utcnow
+from relgate.catalog.states import RUN_LIVE_STATES
+from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
+from relgate.gate.permits import close_permit
+from relgate.integrity.contract import JsonObject
+from relgate.release.run_records import RunEnd
+from relgate.release.run_rows import ADMITTED_SQL, name, run_state
+from relgate.workspace import Workspace
+
+#: Which states each way of ending a run may start from.
+END_FROM: dict[str, tuple[str, ...]] = {
+    "FINISHED": ("RUNNING",),
+    "CANCELLED": RUN_LIVE_STATES,
+}
+
+
+def end_run(ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: str) -> JsonObject:
+    """FINISHED (from RUNNING) or CANCELLED (before or after step 0): close the permit and
+    release the run's hold, in one gate transaction (ordered against fence advances).
+    Repeating the same end is idempotent; ending a run that ended otherwise is refused."""
+    if to_state not in END_FROM:
+        raise UsageError(f"a run ends as one of {sorted(END_FROM)}", object=run_id, check="end")
+    with ws.db.gate_tx() as conn:
+        run = one(conn, "SELECT * FROM runs WHERE run_id = :r", {"r": run_id})
+        if run is None:
+            raise NotFoundError("unknown run", object=run_id, check="exists")
+        state = run_state(run)
+        if state == to_state:
+            return _ended(run, idempotent_retry=True).to_json()
+        if run["state"] not in END_FROM[to_state]:
+            raise RejectedError(
+                f"run is {state}; {to_state} needs {' or '.join(sorted(set(map(name, END_FROM[to_state]))))}",
+                object=run_id,
+                check="run-revoked" if state == "REVOKED" else "run-state",
+                digest=str(run["root_digest"]),
+                details={"state": state, "reason": run.get("end_reason") or run.get("failure")},
+            )
+        now = utcnow()
+        changed = execute(
+            conn,
+            "UPDATE runs SET state = :to, ended_at = :now, ended_by = :who, end_reason = :why,"
+            " updated_at = :now WHERE run_id = :r AND state = :from",
+            {
+                "to": to_state,
+                "now": now,
+                "who": actor,
+                "why": reason,
+                "r": run_id,
+                "from": run["state"],
+            },
+        )
+        if changed != 1:
+            raise ConflictError("run changed concurrently", object=run_id, check="run-state")
+        close_permit(conn, str(run["permit_id"]), f"run {run_id} {to_state}: {reason}")
+        run.update(state=to_state, ended_at=now, ended_by=actor, end_reason=reason)
+    return _ended(run, idempotent_retry=False).to_json()
+
+
+def _ended(run: dict[str, Any], *, idempotent_retry: bool) -> RunEnd:
+    return RunEnd(
+        run_id=str(run["run_id"]),
+        state=run_state(run),
+        root_digest=str(run["root_digest"]),
+        permit=str(run["permit_id"]),
+        ended_at=run.get("ended_at"),
+        ended_by=run.get("ended_by"),
+        reason=run.get("end_reason"),
+        idempotent_retry=idempotent_retry,
+    )
+
+
+def finish_run(ws: Workspace, run_id: str, *, actor: str, reason: str = "finished") -> JsonObject:
+    return end_run(ws, run_id, "FINISHED", actor=actor, reason=reason)
+
+
+def cancel_run(ws: Workspace, run_id: str, *, actor: str, reason: str = "cancelled") -> JsonObject:
+    return end_run(ws, run_id, "CANCELLED", actor=actor, reason=reason)
+
+
+def fail_run(db: Database, run_id: str, reason: str) -> bool:
+    """Fail a run that has not started step 0 and close its permit (returns False if it
+    had already started, or ended)."""
+    with db.gate_tx() as conn:
+        run = one(conn, "SELECT permit_id FROM runs WHERE run_id = :r", {"r": run_id})
+        now = utcnow()
+        changed = execute(
+            conn,
+            "UPDATE runs SET state = 'FAILED', failure = :f, end_reason = :f, ended_at = :now,"  # noqa: S608 - constant state names
+            f" ended_by = 'barrier', updated_at = :now WHERE run_id = :r AND state IN ({ADMITTED_SQL})",
+            {"f": reason, "now": now, "r": run_id},
+        )
+        if changed == 1 and run is not None:
+            close_permit(conn, str(run["permit_id"]), f"run {run_id} FAILED: {reason}")
+        return changed == 1

@@ -1,0 +1,148 @@
+"""The blocking release checks watch the counts the verifier really emits.
+
+Materialized through the Dagster assets on a temp instance: the snapshot chain and the
+shard release in one run, then (after the stored shard bytes were tampered with, or not)
+the verification, its checks and the alias in a second run.  An INVALID release fails
+exactly the checks of the counts the verifier reported and never reaches the alias; a
+VERIFIED one passes every check and is published.
+"""
+
+import dagster as dg
+import pytest
+
+from assets.releases import OUTCOME_CHECK, release_assets, release_checks
+from assets.snapshots import snapshot_assets, snapshot_checks
+from relgate.catalog.release_table import get_release
+from relgate.release import root as rm
+from relgate.release.checks import ZERO_CHECKS, Check
+from resources.relgate import RelgateResource
+from tests.release.helpers import overwrite_in_place, shard_path
+from tests.snapshot.conftest import make_workspace
+
+ALL_CHECKS = {c.asset_check_name for c in ZERO_CHECKS} | {OUTCOME_CHECK}
+
+
+@pytest.fixture
+def home(tmp_path):
+    ws = make_workspace(tmp_path / "home")
+    ws.close()
+    return str(tmp_path / "home")
+
+
+def _write(home, instance):
+    """Snapshot -> alias -> shard release (40 records per shard); returns the root digest."""
+    result = dg.materialize(
+        [*snapshot_assets, *snapshot_checks, *release_assets],
+        instance=instance,
+        resources={"relgate": RelgateResource(home=home)},
+        run_config={
+            "ops": {
+                "snapshot_alias": {"config": {"alias": "default", "approver": "carol"}},
+                "shard_release": {"config": {"records_per_shard": 40}},
+            }
+        },
+        selection=dg.AssetSelection.assets(*(a.key for a in snapshot_assets), "shard_release"),
+    )
+    assert result.success
+    return result.output_for_node("shard_release")
+
+
+def _verify_and_publish(home, instance):
+    """The verification, its blocking checks and the alias behind them."""
+    return dg.materialize(
+        [*snapshot_assets, *release_assets, *release_checks],
+        instance=instance,
+        resources={"relgate": RelgateResource(home=home)},
+        run_config={
+            "ops": {"release_alias": {"config": {"alias": "train", "approver": "dana"}}},
+        },
+        selection=dg.AssetSelection.assets("release_verification", "release_alias"),
+        raise_on_error=False,
+    )
+
+
+def _evaluations(result):
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def _flip_one_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    overwrite_in_place(path, bytes(data))
+
+
+def _truncate(path):
+    overwrite_in_place(path, path.read_bytes()[:-7])
+
+
+def test_a_verified_release_passes_every_check_and_is_published(home):
+    with dg.instance_for_test() as instance:
+        root = _write(home, instance)
+        result = _verify_and_publish(home, instance)
+        assert result.success
+        evaluations = _evaluations(result)
+        assert set(evaluations) == ALL_CHECKS
+        assert all(e.passed for e in evaluations.values())
+        assert evaluations[Check.MISSING_MEMBERS.asset_check_name].metadata["count"].value == 0
+        report = result.output_for_node("release_verification")
+        assert report["outcome"] == "VERIFIED" and report["root"] == root
+        assert result.output_for_node("release_alias")["activeDigest"] == root
+    ws = RelgateResource(home=home).workspace()
+    assert get_release(ws.db, root)["state"] == "PUBLISHED"
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expected"),
+    [
+        (
+            _flip_one_byte,
+            {
+                Check.STORAGE_DIGEST_MISMATCH,
+                Check.MISSING_MEMBERS,
+                Check.TUPLE_ROOT_MISMATCH,
+                Check.TOTALS_MISMATCH,
+            },
+        ),
+        (
+            _truncate,
+            {
+                Check.SIZE_MISMATCH,
+                Check.STORAGE_DIGEST_MISMATCH,
+                Check.MISSING_MEMBERS,
+                Check.TUPLE_ROOT_MISMATCH,
+                Check.TOTALS_MISMATCH,
+            },
+        ),
+    ],
+    ids=["flipped-byte", "truncated"],
+)
+def test_an_invalid_release_fails_its_checks_and_blocks_the_alias(home, tamper, expected):
+    with dg.instance_for_test() as instance:
+        root = _write(home, instance)
+        ws = RelgateResource(home=home).workspace()
+        row = get_release(ws.db, root)
+        manifest = rm.load(ws.store, ws.trusted_keys, root, row["envelope_version"])
+        tamper(shard_path(ws, manifest.shards[1]))
+
+        result = _verify_and_publish(home, instance)
+        assert not result.success
+        report = result.output_for_node("release_verification")
+        assert report["outcome"] == "INVALID"
+        failing_counts = {k for k, v in report["counts"].items() if v}
+        assert failing_counts == {c.value for c in expected}
+
+        evaluations = _evaluations(result)
+        assert set(evaluations) == ALL_CHECKS
+        failed = {name for name, e in evaluations.items() if not e.passed}
+        assert failed == {c.asset_check_name for c in expected} | {OUTCOME_CHECK}
+        for check in expected:
+            evaluation = evaluations[check.asset_check_name]
+            assert evaluation.metadata["count"].value == report["counts"][check.value] > 0
+            assert evaluation.severity == dg.AssetCheckSeverity.ERROR
+        assert evaluations[OUTCOME_CHECK].metadata["outcome"].value == "INVALID"
+        # The blocking checks stop the run before the alias: nothing was published.
+        assert "release_alias" not in {
+            e.asset_key.path[-1] for e in result.get_asset_materialization_events()
+        }
+    assert get_release(ws.db, root)["state"] == "INVALID"
+    assert ws.gate().alias("train").generation == 0
