@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +181,29 @@ def _origin_tx_bytes(ns: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+# aria2c flags shared by the origin seed and every leecher
+_ARIA2_COMMON = (
+    "--enable-dht=false",
+    "--bt-enable-lpd=false",
+    "--seed-ratio=0.0",
+    "--summary-interval=0",
+    "--console-log-level=warn",
+    "--file-allocation=none",
+    "--bt-max-peers=0",
+)
+
+
+@dataclass(frozen=True)
+class _Swarm:
+    """Where the BitTorrent swarm runs: origin namespace, tracker address, torrent, logs."""
+
+    origin_ns: str
+    tracker_ip: str
+    torrent: Path
+    tracker_root: Path
+    logs: Path
+
+
 def run_bittorrent(base: Path, src: Path) -> dict[str, Any]:
     """aria2c swarm (Debian aria2 + opentracker + mktorrent), origin as the only seed."""
     from relgate_lab.netns import LabSpec, lab_down, lab_up, stop_pid
@@ -197,125 +221,149 @@ def run_bittorrent(base: Path, src: Path) -> dict[str, Any]:
     state = lab_up(spec)
     pids: list[int] = []
     try:
-        org = state["origin_ns"]
-        tracker_ip = state["origin_url"].split("//")[1].split(":")[0]
-        torrent = base / "ckpt.torrent"
-        torrent.unlink(missing_ok=True)
-        subprocess.run(
-            [
-                "mktorrent",
-                "-l",
-                "22",
-                "-a",
-                f"http://{tracker_ip}:6969/announce",
-                "-o",
-                str(torrent),
-                str(src),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        show = subprocess.run(
-            ["aria2c", "-S", str(torrent)], capture_output=True, text=True, check=True
-        ).stdout
-        m = re.search(r"Info Hash: ([0-9a-f]{40})", show)
-        assert m, show
-        chroot = base / "tracker"
-        chroot.mkdir(exist_ok=True)
-        (chroot / "whitelist").write_text(m.group(1) + "\n")
-        common = [
-            "--enable-dht=false",
-            "--bt-enable-lpd=false",
-            "--seed-ratio=0.0",
-            "--summary-interval=0",
-            "--console-log-level=warn",
-            "--file-allocation=none",
-            "--bt-max-peers=0",
-        ]
-        logs = base / "lab-bt" / "logs"
-
-        def spawn(cmd: list[str], log: str) -> None:
-            with open(logs / log, "w") as fh:
-                pids.append(subprocess.Popen(cmd, stdout=fh, stderr=fh, start_new_session=True).pid)
-
-        spawn(
-            [
-                "ip",
-                "netns",
-                "exec",
-                org,
-                "opentracker",
-                "-i",
-                tracker_ip,
-                "-p",
-                "6969",
-                "-P",
-                "6969",
-                "-d",
-                str(chroot),
-                "-w",
-                "whitelist",
-                "-u",
-                "nobody",
-            ],
-            "opentracker.log",
-        )
-        time.sleep(0.5)
-        spawn(
-            [
-                "ip",
-                "netns",
-                "exec",
-                org,
-                "aria2c",
-                *common,
-                "--bt-seed-unverified=true",
-                f"--dir={src.parent}",
-                str(torrent),
-            ],
-            "seeder.log",
-        )
-        time.sleep(1.0)
-        sent0 = _origin_tx_bytes(org)
-        busy0, t0 = _machine_busy(), time.time()
-        done_dir = base / "bt-done"
-        done_dir.mkdir(exist_ok=True)
-        for h, info in state["hosts"].items():
-            out = Path(info["models_root"]) / "bt"
-            out.mkdir(parents=True, exist_ok=True)
-            hook = base / f"hook-{h}.sh"
-            hook.write_text(f"#!/bin/sh\ndate +%s.%N > {done_dir / h}\n")
-            hook.chmod(0o755)
-            spawn(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    info["ns"],
-                    "aria2c",
-                    *common,
-                    f"--dir={out}",
-                    f"--on-bt-download-complete={hook}",
-                    str(torrent),
-                ],
-                f"aria2-{h}.log",
-            )
-        deadline = time.time() + 900
-        while len(list(done_dir.iterdir())) < HOSTS and time.time() < deadline:
-            time.sleep(0.25)
-        times = [float(p.read_text()) - t0 for p in done_dir.iterdir()]
-        busy = _busy_fraction(busy0, _machine_busy())
-        sent = _origin_tx_bytes(org) - sent0
-        return {
-            **_summary(times, SIZE / NIC),
-            "origin_bytes_over_S": round(sent / SIZE, 3),
-            "origin_nic_bytes_over_S": round(sent / SIZE, 3),
-            "machine_busy_fraction": busy,
-        }
+        swarm = _prepare_swarm(base, src, state["origin_ns"], state["origin_url"])
+        _start_tracker_and_seed(swarm, src, pids)
+        return _measure_swarm(base, swarm, state["hosts"], pids)
     finally:
         for pid in reversed(pids):
             stop_pid(pid)
         lab_down(spec.state_dir)
+
+
+def _prepare_swarm(base: Path, src: Path, origin_ns: str, origin_url: str) -> _Swarm:
+    """Make the torrent of ``src`` and whitelist its info hash in the tracker's root."""
+    tracker_ip = origin_url.split("//")[1].split(":", maxsplit=1)[0]
+    torrent = base / "ckpt.torrent"
+    torrent.unlink(missing_ok=True)
+    subprocess.run(
+        [
+            "mktorrent",
+            "-l",
+            "22",
+            "-a",
+            f"http://{tracker_ip}:6969/announce",
+            "-o",
+            str(torrent),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    show = subprocess.run(
+        ["aria2c", "-S", str(torrent)], capture_output=True, text=True, check=True
+    ).stdout
+    m = re.search(r"Info Hash: ([0-9a-f]{40})", show)
+    assert m, show
+    chroot = base / "tracker"
+    chroot.mkdir(exist_ok=True)
+    (chroot / "whitelist").write_text(m.group(1) + "\n")
+    return _Swarm(
+        origin_ns=origin_ns,
+        tracker_ip=tracker_ip,
+        torrent=torrent,
+        tracker_root=chroot,
+        logs=base / "lab-bt" / "logs",
+    )
+
+
+def _spawn(pids: list[int], cmd: list[str], log: Path) -> None:
+    """Start ``cmd`` in its own session, output to ``log``; its PID is added to ``pids``."""
+    with open(log, "w") as fh:
+        pids.append(subprocess.Popen(cmd, stdout=fh, stderr=fh, start_new_session=True).pid)
+
+
+def _start_tracker_and_seed(swarm: _Swarm, src: Path, pids: list[int]) -> None:
+    """opentracker, then the origin's aria2c seed, both in the origin namespace."""
+    _spawn(
+        pids,
+        [
+            "ip",
+            "netns",
+            "exec",
+            swarm.origin_ns,
+            "opentracker",
+            "-i",
+            swarm.tracker_ip,
+            "-p",
+            "6969",
+            "-P",
+            "6969",
+            "-d",
+            str(swarm.tracker_root),
+            "-w",
+            "whitelist",
+            "-u",
+            "nobody",
+        ],
+        swarm.logs / "opentracker.log",
+    )
+    time.sleep(0.5)
+    _spawn(
+        pids,
+        [
+            "ip",
+            "netns",
+            "exec",
+            swarm.origin_ns,
+            "aria2c",
+            *_ARIA2_COMMON,
+            "--bt-seed-unverified=true",
+            f"--dir={src.parent}",
+            str(swarm.torrent),
+        ],
+        swarm.logs / "seeder.log",
+    )
+    time.sleep(1.0)
+
+
+def _measure_swarm(
+    base: Path, swarm: _Swarm, hosts: dict[str, Any], pids: list[int]
+) -> dict[str, Any]:
+    """Start every host's leecher at once; completion times and origin load."""
+    sent0 = _origin_tx_bytes(swarm.origin_ns)
+    busy0, t0 = _machine_busy(), time.time()
+    done_dir = base / "bt-done"
+    done_dir.mkdir(exist_ok=True)
+    _start_leechers(base, swarm, hosts, done_dir, pids)
+    deadline = time.time() + 900
+    while len(list(done_dir.iterdir())) < HOSTS and time.time() < deadline:
+        time.sleep(0.25)
+    times = [float(p.read_text()) - t0 for p in done_dir.iterdir()]
+    busy = _busy_fraction(busy0, _machine_busy())
+    sent = _origin_tx_bytes(swarm.origin_ns) - sent0
+    return {
+        **_summary(times, SIZE / NIC),
+        "origin_bytes_over_S": round(sent / SIZE, 3),
+        "origin_nic_bytes_over_S": round(sent / SIZE, 3),
+        "machine_busy_fraction": busy,
+    }
+
+
+def _start_leechers(
+    base: Path, swarm: _Swarm, hosts: dict[str, Any], done_dir: Path, pids: list[int]
+) -> None:
+    """One aria2c per host namespace; its completion hook writes a timestamp to ``done_dir``."""
+    for h, info in hosts.items():
+        out = Path(info["models_root"]) / "bt"
+        out.mkdir(parents=True, exist_ok=True)
+        hook = base / f"hook-{h}.sh"
+        hook.write_text(f"#!/bin/sh\ndate +%s.%N > {done_dir / h}\n")
+        hook.chmod(0o755)
+        _spawn(
+            pids,
+            [
+                "ip",
+                "netns",
+                "exec",
+                info["ns"],
+                "aria2c",
+                *_ARIA2_COMMON,
+                f"--dir={out}",
+                f"--on-bt-download-complete={hook}",
+                str(swarm.torrent),
+            ],
+            swarm.logs / f"aria2-{h}.log",
+        )
 
 
 def run_naive(base: Path, src: Path) -> dict[str, Any]:

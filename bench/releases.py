@@ -29,8 +29,16 @@ import hashlib
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from relgate.release import root as rm
+from relgate.release.verifier import ShardTask, verify_release, verify_shard
+from relgate.release.writer import ParquetParams, shard_key, write_release
+from relgate.snapshot.build import BuildResult, BuildSpec, build_snapshot
+from relgate.snapshot.validate import validate_snapshot
+from relgate.workspace import Workspace
 
 TARGET_MB = int(os.environ.get("RELGATE_BENCH_RELEASE_MB", "64"))
 CODECS = os.environ.get("RELGATE_BENCH_CODECS", "zstd,lz4").split(",")
@@ -95,12 +103,6 @@ def main() -> dict[str, Any]:
 
 
 def run(codec: str) -> dict[str, Any]:
-    from relgate.release import root as rm
-    from relgate.release.verifier import ShardTask, verify_release, verify_shard
-    from relgate.release.writer import ParquetParams, shard_key, write_release
-    from relgate.snapshot.build import BuildSpec, build_snapshot
-    from relgate.snapshot.validate import validate_snapshot
-
     n = max(1000, TARGET_MB * 1024 * 1024 // TEXT_CHARS)
     with tempfile.TemporaryDirectory(prefix="relgate-bench-rel-") as tmp:
         home = Path(tmp) / "home"
@@ -108,92 +110,136 @@ def run(codec: str) -> dict[str, Any]:
         ws = seed(home, n)
         seeded = time.perf_counter() - t
         try:
-            snap = build_snapshot(ws, BuildSpec.from_config(ws.config), actor="bench")
-            assert validate_snapshot(ws, snap.digest, actor="bench").ok
-
-            t = time.perf_counter()
-            release = write_release(
-                ws,
-                snap.digest,
-                shard_mb=SHARD_MB,
-                parquet=ParquetParams(codec=codec, level=3 if codec == "zstd" else None),
-                actor="bench",
+            snap, release, build_s = _build_release(ws, codec)
+            stored, sha_s = _sha256_baseline(ws, release)
+            core_s = _verifier_core_seconds(ws, snap, release)
+            e2e = _verifier_end_to_end(ws, release, stored)
+            timings = _Timings(
+                seed_s=seeded, build_s=build_s, sha_s=sha_s, core_s=core_s, stored=stored
             )
-            build_s = time.perf_counter() - t
-            totals = release.body["totals"]
-            blobs = [
-                ws.store.get(shard_key(d["digest"], encrypted=False), d["objectVersion"])
-                for d in release.shards
-            ]
-            stored = sum(len(b) for b in blobs)
-
-            # Baseline: raw single-core SHA-256 over the same bytes, best of 3.
-            sha_s = min(
-                _time(lambda: [hashlib.sha256(b).digest() for b in blobs]) for _ in range(3)
-            )
-            blobs = []
-
-            snap_schema = snap.manifest.body["recordSchema"]
-            tasks = [
-                ShardTask(
-                    ws.config["objectStore"],
-                    d,
-                    snap.digest,
-                    release.body["recordSchema"],
-                    snap_schema,
-                    None,
-                )
-                for d in release.shards
-            ]
-            core_s = min(_time(lambda: [verify_shard(x) for x in tasks]) for _ in range(2))
-            assert all(verify_shard(x).ok for x in tasks[:1])
-
-            e2e: dict[str, Any] = {}
-            for workers in (1, 2):
-                # The same root verified twice: the second report is recorded too, the
-                # state stays VERIFIED (forward only).
-                t = time.perf_counter()
-                report = verify_release(ws, release.digest, workers=workers, actor="bench")
-                secs = time.perf_counter() - t
-                assert report.ok, report.failing
-                e2e[f"workers{workers}"] = {
-                    "seconds": round(secs, 2),
-                    "bytesPerSec": _rate(stored, secs),
-                    "recordsPerSec": _rate(totals["records"], secs),
-                }
-            raw_bps = _rate(stored, sha_s)
-            core_bps = _rate(stored, core_s)
-            return {
-                "workload": {
-                    "records": totals["records"],
-                    "textChars": TEXT_CHARS,
-                    "text": "random base64 in 16-char words (near-incompressible)",
-                    "shards": totals["shards"],
-                    "shardMB": SHARD_MB,
-                    "storedBytes": stored,
-                    "mediaType": rm.SHARD_MEDIA_TYPE,
-                    "codec": codec,
-                    "seedSeconds": round(seeded, 1),
-                },
-                "baseline": {"sha256SingleCoreBytesPerSec": raw_bps, "seconds": round(sha_s, 3)},
-                "releaseBuild": {
-                    "seconds": round(build_s, 2),
-                    "bytesPerSec": _rate(stored, build_s),
-                    "recordsPerSec": _rate(totals["records"], build_s),
-                },
-                "verifierCoreOneProcess": {
-                    "seconds": round(core_s, 2),
-                    "bytesPerSec": core_bps,
-                    "recordsPerSec": _rate(totals["records"], core_s),
-                    "ratioOverSha256": round(core_bps / raw_bps, 3),
-                },
-                "verifierEndToEnd": {
-                    k: {**v, "ratioOverSha256": round(v["bytesPerSec"] / raw_bps, 3)}
-                    for k, v in e2e.items()
-                },
-            }
+            return _report(codec, release, timings, e2e)
         finally:
             ws.close()
+
+
+@dataclass(frozen=True)
+class _Timings:
+    """One codec run's measured seconds, and the stored shard bytes they cover."""
+
+    seed_s: float
+    build_s: float
+    sha_s: float
+    core_s: float
+    stored: int
+
+
+def _build_release(ws: Workspace, codec: str) -> tuple[BuildResult, rm.ReleaseManifest, float]:
+    """Build and validate the snapshot, then release it; the release's build seconds."""
+    snap = build_snapshot(ws, BuildSpec.from_config(ws.config), actor="bench")
+    assert validate_snapshot(ws, snap.digest, actor="bench").ok
+
+    t = time.perf_counter()
+    release = write_release(
+        ws,
+        snap.digest,
+        shard_mb=SHARD_MB,
+        parquet=ParquetParams(codec=codec, level=3 if codec == "zstd" else None),
+        actor="bench",
+    )
+    return snap, release, time.perf_counter() - t
+
+
+def _sha256_baseline(ws: Workspace, release: rm.ReleaseManifest) -> tuple[int, float]:
+    """Stored shard bytes, and raw single-core SHA-256 seconds over them (best of 3)."""
+    blobs = [
+        ws.store.get(shard_key(d["digest"], encrypted=False), d["objectVersion"])
+        for d in release.shards
+    ]
+    stored = sum(len(b) for b in blobs)
+    sha_s = min(_time(lambda: [hashlib.sha256(b).digest() for b in blobs]) for _ in range(3))
+    return stored, sha_s
+
+
+def _verifier_core_seconds(ws: Workspace, snap: BuildResult, release: rm.ReleaseManifest) -> float:
+    """``verify_shard`` over every shard in this process, best of 2."""
+    snap_schema = snap.manifest.record_schema
+    tasks = [
+        ShardTask(
+            ws.config["objectStore"],
+            d,
+            snap.digest,
+            release.body["recordSchema"],
+            snap_schema,
+            None,
+        )
+        for d in release.shards
+    ]
+    core_s = min(_time(lambda: [verify_shard(x) for x in tasks]) for _ in range(2))
+    assert all(verify_shard(x).ok for x in tasks[:1])
+    return core_s
+
+
+def _verifier_end_to_end(
+    ws: Workspace, release: rm.ReleaseManifest, stored: int
+) -> dict[str, dict[str, float]]:
+    """``verify_release`` with 1 and 2 worker processes: seconds and rates per run."""
+    records = release.body["totals"]["records"]
+    e2e: dict[str, dict[str, float]] = {}
+    for workers in (1, 2):
+        # The same root verified twice: the second report is recorded too, the
+        # state stays VERIFIED (forward only).
+        t = time.perf_counter()
+        report = verify_release(ws, release.digest, workers=workers, actor="bench")
+        secs = time.perf_counter() - t
+        assert report.ok, report.failing
+        e2e[f"workers{workers}"] = {
+            "seconds": round(secs, 2),
+            "bytesPerSec": _rate(stored, secs),
+            "recordsPerSec": _rate(records, secs),
+        }
+    return e2e
+
+
+def _report(
+    codec: str,
+    release: rm.ReleaseManifest,
+    timings: _Timings,
+    e2e: dict[str, dict[str, float]],
+) -> dict[str, Any]:
+    """The run's result document (the keys the bench has always printed)."""
+    totals = release.body["totals"]
+    stored = timings.stored
+    raw_bps = _rate(stored, timings.sha_s)
+    core_bps = _rate(stored, timings.core_s)
+    return {
+        "workload": {
+            "records": totals["records"],
+            "textChars": TEXT_CHARS,
+            "text": "random base64 in 16-char words (near-incompressible)",
+            "shards": totals["shards"],
+            "shardMB": SHARD_MB,
+            "storedBytes": stored,
+            "mediaType": rm.SHARD_MEDIA_TYPE,
+            "codec": codec,
+            "seedSeconds": round(timings.seed_s, 1),
+        },
+        "baseline": {"sha256SingleCoreBytesPerSec": raw_bps, "seconds": round(timings.sha_s, 3)},
+        "releaseBuild": {
+            "seconds": round(timings.build_s, 2),
+            "bytesPerSec": _rate(stored, timings.build_s),
+            "recordsPerSec": _rate(totals["records"], timings.build_s),
+        },
+        "verifierCoreOneProcess": {
+            "seconds": round(timings.core_s, 2),
+            "bytesPerSec": core_bps,
+            "recordsPerSec": _rate(totals["records"], timings.core_s),
+            "ratioOverSha256": round(core_bps / raw_bps, 3),
+        },
+        "verifierEndToEnd": {
+            k: {**v, "ratioOverSha256": round(v["bytesPerSec"] / raw_bps, 3)}
+            for k, v in e2e.items()
+        },
+    }
 
 
 def _time(fn: Any) -> float:

@@ -8,64 +8,74 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from agent_harness import HOSTS, Cluster, assert_placed
 from dagster_pipes import encode_param
 
 
-def test_pipes_entry_reports_check_and_ready_hosts(tmp_path: Path, checkpoint) -> None:
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    hosts = HOSTS[:4]
-    cluster = Cluster(tmp_path / "c", checkpoint["trusted"])
+        return int(s.getsockname()[1])
+
+
+def _pipes_cluster(tmp_path: Path, trusted: Path, hosts: list[tuple[str, str]]) -> Cluster:
+    """A cluster whose coordinator the Pipes process starts (and enrolls the fleet for)."""
+    port = _free_port()
+    cluster = Cluster(tmp_path / "c", trusted)
     cluster.coordinator = f"127.0.0.1:{port}"
     cluster.enroll = False  # the Pipes process enrolls the fleet itself (extras.serve.enroll)
     cluster.enrolled.update({h: (r, "cluster=inf-a") for h, r in hosts})
+    return cluster
+
+
+def _pipes_context(
+    tmp_path: Path, checkpoint: dict[str, Any], cluster: Cluster, hosts: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """The Pipes context document: serve the coordinator, run one job, wait for all hosts."""
     pki = cluster.pki
-    ctx = tmp_path / "context.json"
-    msgs = tmp_path / "messages.jsonl"
-    ctx.write_text(
-        json.dumps(
-            {
-                "asset_keys": ["checkpoint_distribution"],
-                "code_version_by_asset_key": None,
-                "provenance_by_asset_key": None,
-                "partition_key": None,
-                "partition_key_range": None,
-                "partition_time_window": None,
-                "run_id": "run-1",
-                "job_name": "distribute",
-                "retry_number": 0,
-                "extras": {
-                    "pki": str(pki),
-                    "serve": {
-                        "enroll": [
-                            {"host_id": h, "rack": r, "labels": {"cluster": "inf-a"}}
-                            for h, r in hosts
-                        ],
-                        "listen": cluster.coordinator,
-                        "db": str(tmp_path / "coord.sqlite"),
-                        "trusted_keys": [str(checkpoint["trusted"])],
-                        "min_hosts": len(hosts),
-                    },
-                    "job": {
-                        "model": "claude-x",
-                        "version": "2026-10-12.3",
-                        "manifest_uri": str(checkpoint["envelope"]),
-                        "origin_uri": str(checkpoint["origin"]),
-                        "target_selector": "cluster=inf-a",
-                        "ready_threshold": 1.0,
-                        "stripes": 2,
-                    },
-                    "poll_interval_s": 0.3,
-                    "timeout_s": 120,
-                    "wait_for_all": True,
-                },
-            }
-        )
-    )
-    (tmp_path / "c" / "logs").mkdir(parents=True)
+    return {
+        "asset_keys": ["checkpoint_distribution"],
+        "code_version_by_asset_key": None,
+        "provenance_by_asset_key": None,
+        "partition_key": None,
+        "partition_key_range": None,
+        "partition_time_window": None,
+        "run_id": "run-1",
+        "job_name": "distribute",
+        "retry_number": 0,
+        "extras": {
+            "pki": str(pki),
+            "serve": {
+                "enroll": [
+                    {"host_id": h, "rack": r, "labels": {"cluster": "inf-a"}} for h, r in hosts
+                ],
+                "listen": cluster.coordinator,
+                "db": str(tmp_path / "coord.sqlite"),
+                "trusted_keys": [str(checkpoint["trusted"])],
+                "min_hosts": len(hosts),
+            },
+            "job": {
+                "model": "claude-x",
+                "version": "2026-10-12.3",
+                "manifest_uri": str(checkpoint["envelope"]),
+                "origin_uri": str(checkpoint["origin"]),
+                "target_selector": "cluster=inf-a",
+                "ready_threshold": 1.0,
+                "stripes": 2,
+            },
+            "poll_interval_s": 0.3,
+            "timeout_s": 120,
+            "wait_for_all": True,
+        },
+    }
+
+
+def _run_pipes(
+    tmp_path: Path, cluster: Cluster, hosts: list[tuple[str, str]], ctx: Path, msgs: Path
+) -> None:
+    """Run ``relgate_agent pipes`` with the agents up; it must exit 0."""
     env = {
         **os.environ,
         "DAGSTER_PIPES_CONTEXT": encode_param({"path": str(ctx)}),
@@ -84,6 +94,18 @@ def test_pipes_entry_reports_check_and_ready_hosts(tmp_path: Path, checkpoint) -
             proc.kill()
             proc.wait()
         cluster.stop_all()
+
+
+def test_pipes_entry_reports_check_and_ready_hosts(
+    tmp_path: Path, checkpoint: dict[str, Any]
+) -> None:
+    hosts = HOSTS[:4]
+    cluster = _pipes_cluster(tmp_path, checkpoint["trusted"], hosts)
+    ctx = tmp_path / "context.json"
+    msgs = tmp_path / "messages.jsonl"
+    ctx.write_text(json.dumps(_pipes_context(tmp_path, checkpoint, cluster, hosts)))
+    (tmp_path / "c" / "logs").mkdir(parents=True)
+    _run_pipes(tmp_path, cluster, hosts, ctx, msgs)
     for h, _ in hosts:
         assert_placed(cluster, checkpoint, h)
     messages = [json.loads(line) for line in msgs.read_text().splitlines() if line.strip()]
