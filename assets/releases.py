@@ -9,9 +9,10 @@ from typing import Any
 
 import dagster as dg
 
+from relgate.release.admission import create_run
 from relgate.release.checks import ZERO_CHECKS, Check
 from relgate.release.publication import approve_release, publish
-from relgate.release.runs import create_run, run_status
+from relgate.release.run_rows import run_status
 from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release
 from resources.relgate import RelgateResource

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from relgate.release import root as rm
-from relgate.release.verifier import ShardTask, verify_release, verify_shard
+from relgate.release.verifier import verify_release
+from relgate.release.verify_worker import ShardTask, verify_shard
 from relgate.release.writer import ParquetParams, shard_key, write_release
 from relgate.snapshot.build import BuildResult, BuildSpec, build_snapshot
 from relgate.snapshot.validate import validate_snapshot

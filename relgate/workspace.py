@@ -23,9 +23,9 @@ from relgate.catalog.db import Database
 from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate.approvals import sign_approval
 from relgate.gate.envelopes import StoredEnvelopes
-from relgate.gate.gate import Gate
 from relgate.gate.members import CatalogMemberIndex
 from relgate.gate.permits import close_hit_permits
+from relgate.gate.transitions import Gate
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.integrity.signing import Role, SigningKey, TrustedKey, TrustedKeys, load_trusted
 from relgate.objects.cas import ContentStore

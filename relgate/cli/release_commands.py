@@ -11,7 +11,7 @@ from relgate.cli.common import CommandOutput, CommandResult, Ctx, actor, command
 
 if TYPE_CHECKING:
     from relgate.release.reader import ReaderLease
-    from relgate.release.verifier import VerificationReport
+    from relgate.release.report import VerificationReport
     from relgate.workspace import Workspace
 
 
@@ -102,7 +102,8 @@ def release_build(
 def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> CommandOutput:
     """Independent verification from exact object versions; VERIFIED or INVALID."""
     from relgate.catalog.release_table import resolve_release
-    from relgate.release.verifier import key_ring, verify_release
+    from relgate.release.crypto import key_ring
+    from relgate.release.verifier import verify_release
 
     ws = ctx.ws()
     report = verify_release(
@@ -266,7 +267,7 @@ def run_create(
     """Admit a run on an exact root (or the alias's root, read once) and issue its permit."""
     from relgate.catalog.release_table import resolve_release
     from relgate.errors import UsageError
-    from relgate.release.runs import create_run
+    from relgate.release.admission import create_run
 
     if root is None and alias is None:
         raise UsageError("give --root DIGEST or --alias NAME", object="run", check="root")
@@ -288,7 +289,7 @@ def run_create(
 @pass_ctx
 def run_finish(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
     """RUNNING -> FINISHED: close the permit and release the run's hold on its root."""
-    from relgate.release.runs import finish_run
+    from relgate.release.run_end import finish_run
 
     return finish_run(ctx.ws(), run_id, actor=actor(), reason=reason)
 
@@ -299,7 +300,7 @@ def run_finish(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
 @pass_ctx
 def run_cancel(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
     """ADMITTED or RUNNING -> CANCELLED: close the permit and release the hold."""
-    from relgate.release.runs import cancel_run
+    from relgate.release.run_end import cancel_run
 
     return cancel_run(ctx.ws(), run_id, actor=actor(), reason=reason)
 
@@ -312,7 +313,7 @@ def run_cancel(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
 )
 @pass_ctx
 def run_list(ctx: Ctx, state: str | None) -> CommandOutput:
-    from relgate.release.runs import list_runs
+    from relgate.release.run_rows import list_runs
 
     return {"runs": list_runs(ctx.ws().db, state=state)}
 
@@ -344,7 +345,7 @@ def _hold(
     import time
 
     from relgate.errors import RejectedError
-    from relgate.release.runs import run_state, watch_run
+    from relgate.release.run_rows import run_state, watch_run
 
     hold_timeout, linger = hold
     ended = watch_run(ws, run_id, lease=lease, timeout=hold_timeout)
@@ -406,9 +407,10 @@ def run_worker_cmd(  # noqa: PLR0913, PLR0917 - one parameter per click option
     life: 200 while the run is RUNNING, 503 once it is revoked (exit 3 after --linger),
     exit 0 when the run is finished or cancelled.
     """
+    from relgate.release.crypto import key_ring
+    from relgate.release.rank_worker import run_worker
     from relgate.release.reader import ReaderLease
-    from relgate.release.runs import get_run, run_worker
-    from relgate.release.verifier import key_ring
+    from relgate.release.run_rows import get_run
 
     ws = ctx.ws()
     root = get_run(ws.db, run_id)["root_digest"]
@@ -439,7 +441,7 @@ def run_worker_cmd(  # noqa: PLR0913, PLR0917 - one parameter per click option
 @click.argument("run_id")
 @pass_ctx
 def run_status_cmd(ctx: Ctx, run_id: str) -> CommandOutput:
-    from relgate.release.runs import run_status
+    from relgate.release.run_rows import run_status
 
     return run_status(ctx.ws().db, run_id)
 
@@ -450,7 +452,7 @@ def run_status_cmd(ctx: Ctx, run_id: str) -> CommandOutput:
 @pass_ctx
 def run_rescale(ctx: Ctx, run_id: str, world_size: int) -> CommandOutput:
     """New assignment epoch over the run's root (never rereads the alias)."""
-    from relgate.release.runs import rescale
+    from relgate.release.assignment import rescale
 
     return rescale(ctx.ws(), run_id, world_size)
 

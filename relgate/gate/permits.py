@@ -17,8 +17,8 @@ from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
 from relgate.gate.aliases import read_alias, stale_generation
 from relgate.gate.fences import read_fences
-from relgate.gate.gate import Gate
 from relgate.gate.hits import HitSeqs
+from relgate.gate.transitions import Gate
 from relgate.integrity.contract import Contract
 
 #: ``permits.generation`` of a permit admitted by exact digest (no alias was read).

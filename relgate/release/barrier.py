@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import execute, one, rows, utcnow
 from relgate.errors import RejectedError
-from relgate.gate.core import Gate
+from relgate.gate.transitions import Gate
 from relgate.release import metrics as release_metrics
 from relgate.release.run_rows import LIVE_SQL, refuse_ended, require_run, run_state
 

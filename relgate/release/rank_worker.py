@@ -11,7 +11,7 @@ from typing import Any
 from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.catalog.release_table import get_release
 from relgate.errors import IntegrityError, RejectedError, RelgateError
-from relgate.gate.core import Gate
+from relgate.gate.transitions import Gate
 from relgate.integrity.contract import JsonObject
 from relgate.release import metrics as release_metrics
 from relgate.release import root as rm

@@ -42,62 +42,26 @@ from relgate.integrity.contract import Contract, JsonObject
 from relgate.release import root as rm
 from relgate.release import stream as rr
 from relgate.release.checks import (
-    INCONCLUSIVE_WHEN_PARTIAL,
-    OUTCOMES,
-    RELEASE_CHECKS,
-    SHARD_CHECKS,
-    UNAVAILABLE_CHECKS,
     ZERO_CHECKS,
     Check,
     Outcome,
     outcome_of,
 )
-from relgate.release.crypto import key_ring
 from relgate.release.descriptor import descriptor_problems, well_formed
 from relgate.release.member_diff import TUPLE_SCHEMA, set_diff
 from relgate.release.metrics import current
 from relgate.release.report import (
-    REPORT_PAYLOAD_TYPE,
-    REPORT_SCHEMA,
     VerificationReport,
     WireObject,
-    load_report,
     store_provenance,
     store_report,
 )
-from relgate.release.shard_fetch import fetch_shard, object_key
-from relgate.release.verify_worker import ShardResult, ShardTask, run_shards, verify_shard
+from relgate.release.verify_worker import ShardResult, ShardTask, run_shards
 from relgate.snapshot import manifest as sm
 from relgate.snapshot.membership import tuple_root
 from relgate.workspace import Workspace
 
-__all__ = [  # the verifier's public names, wherever they live now
-    "INCONCLUSIVE_WHEN_PARTIAL",
-    "OUTCOMES",
-    "RELEASE_CHECKS",
-    "REPORT_PAYLOAD_TYPE",
-    "REPORT_SCHEMA",
-    "SHARD_CHECKS",
-    "UNAVAILABLE_CHECKS",
-    "ZERO_CHECKS",
-    "Check",
-    "Outcome",
-    "ShardResult",
-    "ShardSubsetReport",
-    "ShardTask",
-    "VerificationReport",
-    "descriptor_problems",
-    "fetch_shard",
-    "key_ring",
-    "load_report",
-    "object_key",
-    "outcome_of",
-    "run_shards",
-    "set_diff",
-    "verify_release",
-    "verify_shard",
-    "verify_shards",
-]
+__all__ = ["ShardSubsetReport", "verify_release", "verify_shards"]
 
 #: A fatal error of one of these types is an unreadable object (missing, or the store not
 #: reachable), not a wrong one.

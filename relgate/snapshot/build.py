@@ -18,7 +18,7 @@ from pydantic import StrictInt, StrictStr
 from relgate import __version__
 from relgate.catalog.snapshot_table import insert_snapshot, record_build_failure
 from relgate.errors import RejectedError, RelgateError
-from relgate.gate.core import Fences, fenced_entries, read_fences
+from relgate.gate.fences import Fences, fenced_entries, read_fences
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_keys

@@ -20,7 +20,7 @@ from relgate.catalog.audit import record_report
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.catalog.states import transition
 from relgate.errors import IntegrityError, RelgateError
-from relgate.gate.core import Fences
+from relgate.gate.fences import Fences
 from relgate.integrity.contract import Contract
 from relgate.integrity.signing import sign_envelope
 from relgate.snapshot import manifest as mf

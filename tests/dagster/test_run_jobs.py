@@ -5,7 +5,7 @@ import dagster as dg
 from pipelines.definitions import defs
 from pipelines.run_jobs import run_admit_job, run_cancel_job, run_finish_job
 from relgate.gate.permits import get_permit
-from relgate.release.runs import get_run
+from relgate.release.run_rows import get_run
 from resources.relgate import RelgateResource
 from tests.release.conftest import snapshot, ws  # noqa: F401 - fixtures
 from tests.release.test_runs import PURPOSE, _published, _worker

@@ -8,9 +8,9 @@ from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import RejectedError
 from relgate.gate.aliases import AliasChange
 from relgate.gate.fences import FenceAdvance, Fences
-from relgate.gate.gate import Gate
 from relgate.gate.permits import close_hit_permits
 from relgate.gate.recheck import current_watermark, hit_subjects, recheck
+from relgate.gate.transitions import Gate
 from relgate.objects.cas import ContentRef
 from relgate.workspace import CONFIG_NAME, Workspace, build_object_store, default_config
 

@@ -20,14 +20,15 @@ from relgate.errors import (
     RelgateError,
     UsageError,
 )
-from relgate.gate.core import Gate
 from relgate.gate.permits import close_permit, get_permit, list_permits
+from relgate.gate.transitions import Gate
 from relgate.lifecycle.pins import add_pin
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.objects.cas import ContentRef
 from relgate.release import root as rm
+from relgate.release.admission import create_run
 from relgate.release.publication import publish, rollback_release
-from relgate.release.runs import create_run, get_run
+from relgate.release.run_rows import get_run
 from relgate.snapshot import manifest as sm
 from tests.release.helpers import overwrite_in_place
 

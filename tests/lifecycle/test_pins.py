@@ -14,7 +14,8 @@ from relgate.lifecycle.lineage import lineage
 from relgate.lifecycle.pins import acquire_lease, add_pin, release_lease, renew_lease
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.release import root as rm
-from relgate.release.runs import create_run, fail_run
+from relgate.release.admission import create_run
+from relgate.release.run_end import fail_run
 from relgate.snapshot import activation as snap_lifecycle
 from relgate.snapshot import manifest as sm
 from tests.snapshot.conftest import make_workspace

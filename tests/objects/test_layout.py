@@ -5,7 +5,7 @@ import pytest
 from relgate.objects import layout
 from relgate.objects.cas import ContentRef, digest_of_uri, key_for
 from relgate.release import root as rm
-from relgate.release import verifier, writer
+from relgate.release import shard_fetch, writer
 from relgate.snapshot import manifest as sm
 
 DIGEST = "sha256:" + "ab" * 32
@@ -31,7 +31,7 @@ def test_shard_keys_match_writer_and_verifier(encrypted):
     media = rm.ENCRYPTED_SHARD_MEDIA_TYPE if encrypted else rm.SHARD_MEDIA_TYPE
     key = layout.shard_key(DIGEST, encrypted=encrypted)
     assert key == writer.shard_key(DIGEST, encrypted=encrypted)
-    assert key == verifier.object_key({"digest": DIGEST, "mediaType": media})
+    assert key == shard_fetch.object_key({"digest": DIGEST, "mediaType": media})
     assert layout.digest_named_by(key) == DIGEST
 
 

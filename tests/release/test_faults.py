@@ -25,8 +25,10 @@ from relgate.objects.s3 import S3ObjectStore
 from relgate.release import crypto
 from relgate.release import root as rm
 from relgate.release import stream as rr
+from relgate.release.checks import SHARD_CHECKS
 from relgate.release.publication import approve_release
-from relgate.release.verifier import SHARD_CHECKS, fetch_shard, verify_release
+from relgate.release.shard_fetch import fetch_shard
+from relgate.release.verifier import verify_release
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.transforms import tag_transform

@@ -10,10 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from relgate.errors import RejectedError
+from relgate.release.admission import create_run
 from relgate.release.metrics import ReleaseMetrics
 from relgate.release.publication import approve_release, publish
-from relgate.release.runs import create_run, report, run_worker
-from relgate.release.verifier import fetch_shard, verify_release
+from relgate.release.rank_worker import report, run_worker
+from relgate.release.shard_fetch import fetch_shard
+from relgate.release.verifier import verify_release
 
 from .helpers import overwrite_in_place, shard_path, write
 

@@ -14,7 +14,9 @@ from relgate.integrity.signing import verify_envelope
 from relgate.release import attest, crypto
 from relgate.release import root as rm
 from relgate.release import stream as rr
-from relgate.release.verifier import ZERO_CHECKS, load_report, verify_release
+from relgate.release.checks import ZERO_CHECKS
+from relgate.release.report import load_report
+from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key
 from relgate.snapshot import manifest as sm
 from relgate.snapshot.membership import put_membership, tuple_root

@@ -22,16 +22,11 @@ from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageErr
 from relgate.gate.permits import get_permit
 from relgate.lifecycle.pins import acquire_lease, add_pin, get_lease, release_lease
 from relgate.lifecycle.retention import RetentionPolicy, now_utc, retained_versions, set_policy
+from relgate.release.admission import create_run
 from relgate.release.publication import rollback_release
 from relgate.release.reader import InputPosition, open_reader
-from relgate.release.runs import (
-    cancel_run,
-    create_run,
-    fail_run,
-    finish_run,
-    get_run,
-    list_runs,
-)
+from relgate.release.run_end import cancel_run, fail_run, finish_run
+from relgate.release.run_rows import get_run, list_runs
 from relgate.snapshot import activation as lifecycle
 from tests.release.test_runs import PURPOSE, _published, _verified, _worker
 

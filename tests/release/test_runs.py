@@ -15,18 +15,14 @@ from relgate.catalog.release_table import get_release
 from relgate.errors import ConflictError, RejectedError
 from relgate.gate.permits import get_permit
 from relgate.gate.recheck import recheck
+from relgate.release.admission import create_run
+from relgate.release.assignment import assignment, rescale
 from relgate.release.metrics import Probe, ReleaseMetrics
 from relgate.release.publication import approve_release, publish, rollback_release
+from relgate.release.rank_worker import report
 from relgate.release.reader import open_reader
-from relgate.release.runs import (
-    assignment,
-    create_run,
-    finish_run,
-    get_run,
-    report,
-    rescale,
-    run_status,
-)
+from relgate.release.run_end import finish_run
+from relgate.release.run_rows import get_run, run_status
 from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release
 from relgate.snapshot import activation as lifecycle

@@ -25,8 +25,8 @@ from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.signing import sign_envelope
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.release import root as rm
+from relgate.release.admission import create_run
 from relgate.release.publication import approve_release, publish, rollback_release
-from relgate.release.runs import create_run
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot import manifest as sm
 from relgate.snapshot.validate import validate_snapshot

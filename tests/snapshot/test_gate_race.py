@@ -33,7 +33,7 @@ from relgate.catalog.states import current_state, transition
 from relgate.errors import ConflictError, RejectedError
 from relgate.gate.approvals import sign_approval
 from relgate.release import root as rm
-from relgate.release.runs import create_run
+from relgate.release.admission import create_run
 from relgate.release.writer import write_release
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
