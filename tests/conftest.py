@@ -38,8 +38,8 @@ _TESTS_DIR = str(Path(__file__).resolve().parent)
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
-from harness.moto_s3 import DUMMY_AWS_ENV, DUMMY_AWS_UNSET, MotoServer  # noqa: E402 - after sys.path
-from harness.postgres import (  # noqa: E402 - after sys.path
+from support.moto_s3 import DUMMY_AWS_ENV, DUMMY_AWS_UNSET, MotoServer  # noqa: E402 - after sys.path
+from support.postgres import (  # noqa: E402 - after sys.path
     PG_DSN_ENV,
     PostgresServer,
     fresh_database,

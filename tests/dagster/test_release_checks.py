@@ -9,6 +9,8 @@ VERIFIED one passes every check and is published.
 
 import dagster as dg
 import pytest
+from support.releases import overwrite_in_place, shard_path
+from support.workspaces import make_workspace
 
 from assets.releases import OUTCOME_CHECK, release_assets, release_checks
 from assets.snapshots import snapshot_assets, snapshot_checks
@@ -16,8 +18,6 @@ from relgate.catalog.release_table import get_release
 from relgate.release import root as rm
 from relgate.release.checks import ZERO_CHECKS, Check
 from resources.relgate import RelgateResource
-from tests.release.helpers import overwrite_in_place, shard_path
-from tests.snapshot.conftest import make_workspace
 
 ALL_CHECKS = {c.asset_check_name for c in ZERO_CHECKS} | {OUTCOME_CHECK}
 

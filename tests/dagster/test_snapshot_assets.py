@@ -4,6 +4,7 @@ import json
 
 import dagster as dg
 import pytest
+from support.workspaces import make_workspace
 
 from assets.snapshots import snapshot_assets, snapshot_checks
 from pipelines.definitions import defs
@@ -14,7 +15,6 @@ from relgate.snapshot.compare import load_manifest
 from relgate.sources.cdc import append_segment
 from resources.relgate import RelgateResource
 from sensors.fence_sensors import benchmark_fence_sensor, tombstone_fence_sensor
-from tests.snapshot.conftest import make_workspace
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.snapshots import build_validated
+from support.workspaces import make_workspace
 
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.release.publication import approve_release, publish
@@ -22,8 +24,6 @@ from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release
 from relgate.snapshot import activation as lifecycle
 from relgate.workspace import CONFIG_NAME, Workspace
-from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_validated
 
 TEMPLATE_ENV = "RELGATE_GATE_TEMPLATE"
 PURPOSE = "demo-model-training"

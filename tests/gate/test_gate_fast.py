@@ -8,6 +8,7 @@ import base64
 import json
 
 import pytest
+from support.releases import overwrite_in_place
 
 from relgate.catalog.db import execute, one, rows
 from relgate.catalog.release_table import get_release, insert_release
@@ -30,7 +31,6 @@ from relgate.release.admission import create_run
 from relgate.release.publication import publish, rollback_release
 from relgate.release.run_rows import get_run
 from relgate.snapshot import manifest as sm
-from tests.release.helpers import overwrite_in_place
 
 from .conftest import PURPOSE
 

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.snapshots import build_validated
+from support.workspaces import make_workspace
 
 from relgate.catalog.audit import latest_report
 from relgate.catalog.snapshot_table import get_snapshot
@@ -23,8 +25,6 @@ from relgate.workspace import Workspace, default_config
 from relgate_agent import dsse
 from relgate_agent.manifest import PAYLOAD_TYPE as CHECKPOINT_TYPE
 from relgate_agent.manifest import build_manifest, sign_manifest
-from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_validated
 
 RELGATE = [sys.executable, "-m", "relgate.cli"]
 AGENT = [sys.executable, "-m", "relgate_agent"]

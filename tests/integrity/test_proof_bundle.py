@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.releases import write
+from support.snapshots import build_validated
+from support.workspaces import make_workspace
 
 from relgate.errors import RejectedError
 from relgate.integrity.merkle import LeafProof, MerkleTree
@@ -22,9 +25,6 @@ from relgate.snapshot import manifest as sm
 from relgate.snapshot.activation import approve
 from relgate_agent.dsse import Signer
 from tests.integrity.test_envelope_cli import relgate
-from tests.release.helpers import write
-from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_validated
 
 
 @pytest.fixture

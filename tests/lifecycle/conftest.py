@@ -2,10 +2,9 @@
 SQLite and PostgreSQL (``db_url``), with the local versioned object store."""
 
 import pytest
-
-from tests.lifecycle.helpers import release_of
-from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_approved
+from support.lifecycle import release_of
+from support.snapshots import build_approved
+from support.workspaces import make_workspace
 
 
 @pytest.fixture

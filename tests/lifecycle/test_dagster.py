@@ -1,14 +1,14 @@
 """The retention plan asset and the GC job (dry run by default) on a temp instance."""
 
 import dagster as dg
+from support.lifecycle import release_of, set_state, stored_set
+from support.snapshots import build_approved
+from support.workspaces import make_workspace
 
 from assets.lifecycle import gc_job, retention_plan
 from pipelines.definitions import defs
 from relgate.lifecycle.collector import verify_retained
 from resources.relgate import RelgateResource
-from tests.lifecycle.helpers import release_of, set_state, stored_set
-from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_approved
 
 
 def test_plan_asset_and_gc_job_dry_run_then_sweep(tmp_path):

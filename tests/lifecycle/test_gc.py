@@ -7,6 +7,15 @@ every referenced object read from its exact version and hashed)."""
 import json
 
 import pytest
+from support.lifecycle import (
+    candidate_set,
+    forge_release,
+    publish,
+    set_state,
+    shard_keys,
+    stored_set,
+)
+from support.releases import overwrite_in_place
 
 from relgate.catalog.release_table import get_release
 from relgate.errors import RejectedError
@@ -18,9 +27,6 @@ from relgate.objects.layout import canonical_key
 from relgate.release import root as rm
 from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key, stage_object, write_release
-from tests.release.helpers import overwrite_in_place
-
-from .helpers import candidate_set, forge_release, publish, set_state, shard_keys, stored_set
 
 
 def _seed_versions(ws, release):

@@ -8,6 +8,8 @@ at the exact moment a writer has staged its objects but not yet committed its ro
 
 import dagster as dg
 import pytest
+from support.lifecycle import candidate_set, shard_keys, stored_set
+from support.snapshots import build, build_validated
 
 from relgate.catalog.db import rows
 from relgate.catalog.release_table import get_release, list_releases
@@ -21,9 +23,6 @@ from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key, stage_object, write_release
 from relgate.snapshot import manifest as sm
 from relgate.snapshot.validate import validate_snapshot
-from tests.snapshot.helpers import build, build_validated
-
-from .helpers import candidate_set, shard_keys, stored_set
 
 
 def _orphan(ws, tag):
@@ -207,7 +206,7 @@ def test_other_spelling_of_a_key_rereferenced_after_the_plan_survives(ws, releas
     retained); a version re-referencing the shard between plan and sweep must keep the
     other spelling too (the sweep compares canonical keys, not spellings)."""
 
-    from .helpers import forge_release, set_state
+    from support.lifecycle import forge_release, set_state
 
     set_state(ws, "release", release.digest, "INVALID")
     shard_id, (key, version) = next(iter(shard_keys(release).items()))

@@ -18,6 +18,9 @@ import copy
 import multiprocessing as mp
 import random
 
+from support.snapshots import build_approved
+from support.workspaces import make_workspace
+
 from relgate.catalog.audit import record_report
 from relgate.catalog.db import rows
 from relgate.catalog.snapshot_table import get_snapshot, insert_snapshot
@@ -28,8 +31,6 @@ from relgate.lifecycle.pins import add_pin
 from relgate.lifecycle.refs import version_refs
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
-from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_approved
 
 ITERATIONS = 24
 

@@ -4,6 +4,16 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from support.lifecycle import (
+    candidate_set,
+    forge_release,
+    publish,
+    release_of,
+    set_state,
+    shard_keys,
+)
+from support.snapshots import build_approved
+from support.workspaces import make_workspace
 
 from relgate.catalog.release_table import get_release
 from relgate.catalog.snapshot_table import get_snapshot
@@ -18,10 +28,6 @@ from relgate.release.admission import create_run
 from relgate.release.run_end import fail_run
 from relgate.snapshot import activation as snap_lifecycle
 from relgate.snapshot import manifest as sm
-from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_approved
-
-from .helpers import candidate_set, forge_release, publish, release_of, set_state, shard_keys
 
 PURPOSE = "demo-model-training"
 

@@ -6,9 +6,9 @@ import multiprocessing
 import queue
 
 import pytest
-from harness.stores import race_creates, spec_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.stores import race_creates, spec_of
 
 from relgate.errors import IntegrityError, NotFoundError, ObjectExistsError
 from relgate.integrity.digests import sha256_digest

@@ -1,9 +1,8 @@
 """A seeded workspace with a validated snapshot per test (SQLite and PostgreSQL)."""
 
 import pytest
-
-from tests.snapshot.conftest import make_workspace
-from tests.snapshot.helpers import build_approved
+from support.snapshots import build_approved
+from support.workspaces import make_workspace
 
 
 @pytest.fixture

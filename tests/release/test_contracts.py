@@ -8,6 +8,7 @@ on any such drift (absent and null are different documents).
 import json
 
 import pytest
+from support.releases import write
 
 from relgate.errors import RejectedError
 from relgate.integrity.canonical import canonical_bytes
@@ -16,8 +17,6 @@ from relgate.release import root as rm
 from relgate.release.checks import ZERO_CHECKS, Check, Outcome, outcome_of
 from relgate.release.report import REPORT_PAYLOAD_TYPE, VerificationPayload
 from relgate.release.verifier import verify_release
-
-from .helpers import write
 
 
 @pytest.mark.parametrize(

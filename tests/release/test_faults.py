@@ -13,6 +13,20 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.releases import (
+    RECORDS_PER_SHARD,
+    encrypt_for,
+    forge,
+    member_schema,
+    overwrite_in_place,
+    read_shard,
+    rewrite_record,
+    shard_path,
+    state,
+    store_shard,
+    write,
+)
+from support.snapshots import build_approved, build_validated
 
 from relgate.catalog.audit import latest_report
 from relgate.catalog.release_table import get_release, verification_attempts
@@ -34,21 +48,6 @@ from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.transforms import tag_transform
 from relgate.sources.schema import content_digest
 from relgate.workspace import Workspace, build_object_store, default_config
-from tests.snapshot.helpers import build_approved, build_validated
-
-from .helpers import (
-    RECORDS_PER_SHARD,
-    encrypt_for,
-    forge,
-    member_schema,
-    overwrite_in_place,
-    read_shard,
-    rewrite_record,
-    shard_path,
-    state,
-    store_shard,
-    write,
-)
 
 
 def verify(ws, release, **kw):

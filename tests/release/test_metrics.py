@@ -8,6 +8,7 @@ import io
 
 import pyarrow.parquet as pq
 import pytest
+from support.releases import overwrite_in_place, shard_path, write
 
 from relgate.errors import RejectedError
 from relgate.release.admission import create_run
@@ -16,8 +17,6 @@ from relgate.release.publication import approve_release, publish
 from relgate.release.rank_worker import report, run_worker
 from relgate.release.shard_fetch import fetch_shard
 from relgate.release.verifier import verify_release
-
-from .helpers import overwrite_in_place, shard_path, write
 
 PURPOSE = "demo-model-training"
 

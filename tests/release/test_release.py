@@ -6,6 +6,8 @@ import sys
 
 import polars as pl
 import pytest
+from support.releases import read_shard, shard_path, state, write
+from support.snapshots import build
 
 from relgate.catalog.snapshot_table import insert_snapshot
 from relgate.catalog.states import history, transition
@@ -21,9 +23,6 @@ from relgate.release.writer import shard_key
 from relgate.snapshot import manifest as sm
 from relgate.snapshot.membership import put_membership, tuple_root
 from relgate.snapshot.validate import recompute
-
-from ..snapshot.helpers import build
-from .helpers import read_shard, shard_path, state, write
 
 
 def test_write_then_verify_in_worker_processes(ws, snapshot):

@@ -4,6 +4,8 @@ reads through boto3 instead of the local store."""
 import uuid
 
 import pytest
+from support.releases import state, write
+from support.snapshots import build_approved
 
 from relgate.demo.corpus import seed_demo
 from relgate.objects.s3 import S3ObjectStore
@@ -11,9 +13,6 @@ from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key
 from relgate.snapshot.transforms import tag_transform
 from relgate.workspace import Workspace, default_config
-
-from ..snapshot.helpers import build_approved
-from .helpers import state, write
 
 
 @pytest.mark.s3

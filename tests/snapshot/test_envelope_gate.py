@@ -14,6 +14,8 @@ import subprocess
 import sys
 
 import pytest
+from support.releases import overwrite_in_place
+from support.snapshots import build_approved, build_validated
 
 from relgate.catalog.audit import latest_report, record_report
 from relgate.catalog.db import execute, utcnow
@@ -30,10 +32,7 @@ from relgate.release.publication import approve_release, publish, rollback_relea
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot import manifest as sm
 from relgate.snapshot.validate import validate_snapshot
-from tests.release.helpers import overwrite_in_place
 from tests.release.test_runs import PURPOSE, _published, _verified
-
-from .helpers import build_approved, build_validated
 
 SIGNATURE_CHECKS = {"signature-valid", "signature-trusted"}
 
@@ -219,7 +218,7 @@ def test_validation_counts_fenced_members_of_a_manifest_that_claims_the_new_wate
     builder was bypassed): validation must count the hit, not only reject for some reason."""
     import copy
 
-    from .helpers import build
+    from support.snapshots import build
 
     base = build(ws)
     members = ws.membership.read(base.manifest.members_ref)

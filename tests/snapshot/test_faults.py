@@ -6,6 +6,7 @@ import os
 
 import polars as pl
 import pytest
+from support.snapshots import build, build_validated, state_of
 
 from relgate.catalog.snapshot_table import insert_snapshot
 from relgate.errors import IntegrityError, RejectedError
@@ -23,8 +24,6 @@ from relgate.snapshot.transforms import tag_transform
 from relgate.snapshot.validate import validate_snapshot
 from relgate.sources.cdc import append_segment
 from relgate.sources.iceberg import open_catalog
-
-from .helpers import build, build_validated, state_of
 
 
 def _members(ws, result):

@@ -26,6 +26,8 @@ import multiprocessing as mp
 import time
 
 import pytest
+from support.snapshots import build_active
+from support.workspaces import make_workspace
 
 from relgate.catalog.db import execute, one, rows, utcnow
 from relgate.catalog.snapshot_table import get_snapshot
@@ -37,9 +39,6 @@ from relgate.release.admission import create_run
 from relgate.release.writer import write_release
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
-
-from .conftest import make_workspace
-from .helpers import build_active
 
 ITERATIONS = {"snapshot": 200, "release": 100}
 

@@ -1,4 +1,5 @@
 import pytest
+from support.snapshots import build, build_active, build_validated, state_of
 
 from relgate.catalog.snapshot_table import snapshot_history
 from relgate.errors import ConflictError, RejectedError
@@ -6,8 +7,6 @@ from relgate.integrity.merkle import check_proof
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot import selection
 from relgate.snapshot.compare import diff, load_manifest, prove, replay
-
-from .helpers import build, build_active, build_validated, state_of
 
 
 def test_build_validate_approve_activate(ws):

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from harness.procs import free_port, kill_pid, pid_alive
+from support.procs import free_port, kill_pid, pid_alive
 
 # Dummy credentials: moto accepts anything, and they keep boto3 away from real ones.
 DUMMY_AWS_ENV = {

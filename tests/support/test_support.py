@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from harness.postgres import _admin_execute, _connect_kwargs, fresh_database
-from harness.procs import kill_pid, pid_alive
+from support.postgres import _admin_execute, _connect_kwargs, fresh_database
+from support.procs import kill_pid, pid_alive
 
 
 def test_db_url_is_an_empty_private_database(db_url: str) -> None:
@@ -99,7 +99,7 @@ def test_kill_pid_stops_a_process_that_ignores_sigterm() -> None:
 
 def test_missing_postgres_binaries_fail_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     """CI has the binaries; a machine without them must fail, never silently skip."""
-    from harness import postgres
+    from support import postgres
 
     monkeypatch.setattr(postgres, "PG_BIN_GLOB", "/nonexistent/postgresql/*/bin")
     with pytest.raises(RuntimeError, match="RELGATE_TEST_PG_DSN"):
@@ -107,7 +107,7 @@ def test_missing_postgres_binaries_fail_loudly(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_highest_postgres_major_is_chosen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness import postgres
+    from support import postgres
 
     for major in ("9.6", "13", "15", "100-broken"):
         bin_dir = tmp_path / "postgresql" / major / "bin"

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.procs import free_port, kill_pid, pid_alive
+from support.procs import free_port, kill_pid, pid_alive
 
 PG_DSN_ENV = "RELGATE_TEST_PG_DSN"
 PG_BIN_GLOB = "/usr/lib/postgresql/*/bin"

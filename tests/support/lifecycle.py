@@ -7,12 +7,13 @@ real stored shard versions, so deleting one is a real deletion of an exact versi
 
 import copy
 
+from support.releases import write
+
 from relgate.catalog.release_table import get_release, insert_release
 from relgate.catalog.states import transition
 from relgate.gate.approvals import sign_approval
 from relgate.release import root as rm
 from relgate.release.shard_fetch import object_key
-from tests.release.helpers import write
 
 RECORDS_PER_SHARD = 40
 

@@ -28,7 +28,7 @@ def _run_simple_serial(*args: Any, **kwargs: Any) -> None:
 
 
 if __name__ == "__main__":
-    # Running this file put tests/harness first on sys.path; nothing there may shadow
+    # Running this file put tests/support first on sys.path; nothing there may shadow
     # the moto package.
     sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).resolve().parent]
     # Patch before the script imports moto.server (which binds run_simple by name).
