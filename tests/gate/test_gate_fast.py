@@ -376,63 +376,66 @@ def test_a_gate_without_an_envelope_verifier_moves_nothing(g):
         assert one(conn, "SELECT COUNT(*) AS n FROM aliases WHERE name = 'prod'")["n"] == 0
 
 
-@pytest.mark.parametrize(
-    ("kind", "fault"), [("snapshot", "missing"), ("release", "missing"), ("release", "type")]
-)
-def test_a_signed_payload_missing_a_bound_field_is_refused_not_an_internal_error(g, kind, fault):
-    """Validly signed by the trusted key, schema-complete, but ``totals.records`` (or
-    ``members.count``) missing: a refusal naming the binding check, never exit 1."""
+def test_a_signed_snapshot_payload_missing_a_field_is_refused_by_its_schema(g):
+    """Validly signed by the trusted key, but ``members.count`` missing: the payload does not
+    validate into the manifest model, so the gate refuses it (check ``schema``, exit 3),
+    never an internal error, and the alias does not move."""
     import copy
 
-    module = sm if kind == "snapshot" else rm
-    base = g.snapshot if kind == "snapshot" else g.r3
-    row = get_snapshot(g.ws.db, base) if kind == "snapshot" else get_release(g.ws.db, base)
-    body = copy.deepcopy(
-        module.load(g.ws.store, g.ws.trusted_keys, base, row["envelope_version"]).body
-    )
-    if kind == "snapshot":
-        del body["members"]["count"]
-        body["parents"] = [base]
-    elif fault == "missing":
+    row = get_snapshot(g.ws.db, g.snapshot)
+    base = sm.load(g.ws.store, g.ws.trusted_keys, g.snapshot, row["envelope_version"])
+    body = copy.deepcopy(base.body)
+    del body["members"]["count"]
+    body["parents"] = [g.snapshot]
+    forged = sm.KIND.seal(body)  # the generic seal: no model validation on the forger's side
+    envelope = sm.KIND.sign(forged, g.ws.signing_key)
+    digest = str(forged["snapshotId"])
+    version = g.ws.store.create(
+        sm.envelope_key(digest), json.dumps(envelope, sort_keys=True).encode()
+    ).version_id
+    with g.ws.db.tx() as conn:
+        # the catalog row repeats the base's fields under the forged digest
+        insert_snapshot(conn, base.model_copy(update={"snapshot_id": digest}), version, actor="f")
+        execute(conn, "UPDATE snapshots SET state = 'APPROVED' WHERE digest = :d", {"d": digest})
+    with pytest.raises(RelgateError) as err:
+        g.ws.gate().activate("snapshot", "p", digest, expected_generation=0, actor="a")
+    assert (err.value.check, err.value.exit_code) == ("schema", 3)
+    with g.ws.db.tx() as conn:
+        assert one(conn, "SELECT COUNT(*) AS n FROM aliases WHERE name = 'p'")["n"] == 0
+
+
+@pytest.mark.parametrize("fault", ["missing", "type"])
+def test_a_signed_release_payload_missing_a_bound_field_is_refused_not_an_internal_error(g, fault):
+    """Validly signed by the trusted key, schema-complete, but ``totals.records`` missing
+    (or not an integer): a refusal naming the binding check, never exit 1."""
+    import copy
+
+    row = get_release(g.ws.db, g.r3)
+    body = copy.deepcopy(rm.load(g.ws.store, g.ws.trusted_keys, g.r3, row["envelope_version"]).body)
+    if fault == "missing":
         del body["totals"]["records"]
         body["writer"] = {**body["writer"], "forged": True}
     else:  # a signed integer field that is not an integer
         body["totals"]["shards"] = "many"
         body["writer"] = {**body["writer"], "forged": "type"}
-    sealed = module.seal(body)
-    version = module.store_envelope(g.ws.store, sealed, module.sign(sealed, g.ws.signing_key))
+    sealed = rm.seal(body)
+    version = rm.store_envelope(g.ws.store, sealed, rm.sign(sealed, g.ws.signing_key))
     with g.ws.db.tx() as conn:
-        if kind == "snapshot":
-            # insert_snapshot reads members.count itself: give the row the base count
-            sealed.body["members"]["count"] = row["member_count"]
-            insert_snapshot(conn, sealed, version, actor="forger")
-            execute(
-                conn,
-                "UPDATE snapshots SET state = 'APPROVED' WHERE digest = :d",
-                {"d": sealed.digest},
-            )
-        else:
-            sealed.body["totals"]["records"] = row["record_count"]
-            sealed.body["totals"]["shards"] = row["shard_count"]
-            insert_release(
-                conn,
-                sealed,
-                members_digest=row["members_digest"],
-                members_version=row["members_version"],
-                envelope_version=version,
-                actor="forger",
-            )
-            execute(
-                conn,
-                "UPDATE releases SET state = 'APPROVED' WHERE digest = :d",
-                {"d": sealed.digest},
-            )
-    gate = g.ws.gate()
+        sealed.body["totals"]["records"] = row["record_count"]
+        sealed.body["totals"]["shards"] = row["shard_count"]
+        insert_release(
+            conn,
+            sealed,
+            members_digest=row["members_digest"],
+            members_version=row["members_version"],
+            envelope_version=version,
+            actor="forger",
+        )
+        execute(
+            conn, "UPDATE releases SET state = 'APPROVED' WHERE digest = :d", {"d": sealed.digest}
+        )
     with pytest.raises(IntegrityError) as err:
-        if kind == "snapshot":
-            gate.activate("snapshot", "p", sealed.digest, expected_generation=0, actor="a")
-        else:
-            publish(g.ws, sealed.digest, alias="t", actor="a")
+        publish(g.ws, sealed.digest, alias="t", actor="a")
     cause = "KeyError" if fault == "missing" else "ValueError"
     assert err.value.check == "envelope-binding" and err.value.details["cause"] == cause
     assert err.value.exit_code == 3

@@ -320,7 +320,7 @@ def test_roles_rotation_and_revocation(home, tmp_path) -> None:
         2,
     )
     ok = _write(tmp_path / "ckpt2.json", sign_manifest(manifest, new.signer))
-    assert agent_verify(ok, trusted, 0)["manifest_digest"] == manifest.digest
+    assert agent_verify(ok, trusted, 0)["manifestDigest"] == manifest.digest
     listed = relgate(path, "key", "list", db_url=db_url)
     assert {(k["role"], k["version"], k["revoked"]) for k in listed["keys"]} >= {
         ("builder", 1, True),

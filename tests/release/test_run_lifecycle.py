@@ -78,7 +78,7 @@ def test_tombstone_revokes_a_superseded_root_its_run_workers_and_readers(ws, sna
 
     assert advance.hits[r1.digest] == [1] and advance.hits[r2.digest] == [1]
     assert advance.closed_permits == [run["permit"]]
-    assert get_permit(ws.db, run["permit"])["state"] == "CLOSED"
+    assert get_permit(ws.db, run["permit"]).state == "CLOSED"
     revoked = get_run(ws.db, run["runId"])
     assert revoked["state"] == "REVOKED"
     assert (
@@ -102,7 +102,7 @@ def test_tombstone_revokes_a_superseded_root_its_run_workers_and_readers(ws, sna
     assert refused.value.digest == content  # names the sample digest, never the sample
     assert refused.value.details["fence"] == "tombstone"
     assert refused.value.details["fenceSeq"] == 1
-    assert get_lease(ws, reader.lease.lease_id)["state"] == "RELEASED"
+    assert get_lease(ws, reader.lease.lease_id).state == "RELEASED"
     with pytest.raises(RejectedError) as again:
         open_reader(ws, r1.digest, shards, seed=3)
     assert again.value.check == "root-revoked"
@@ -133,7 +133,7 @@ def test_benchmark_advance_reaches_every_held_root(ws, snapshot, hold):
             digest=r1.digest,
         )
         if hold == "released-lease":
-            release_lease(ws, lease["leaseId"])
+            release_lease(ws, lease.lease_id)
         if hold == "expired-lease":
             time.sleep(1.5)  # an expired lease protects nothing
     protected = hold in ("pin", "checkpoint-pin", "reader-lease")
@@ -171,7 +171,7 @@ def test_runs_finish_or_cancel_and_release_their_hold(ws, snapshot):
         False,
     )
     assert cancel_run(ws, cancelled["runId"], actor="sched")["idempotentRetry"]
-    assert get_permit(ws.db, cancelled["permit"])["state"] == "CLOSED"
+    assert get_permit(ws.db, cancelled["permit"]).state == "CLOSED"
     with pytest.raises(RejectedError) as ended:
         finish_run(ws, cancelled["runId"], actor="sched")
     assert ended.value.check == "run-state"
@@ -187,7 +187,7 @@ def test_runs_finish_or_cancel_and_release_their_hold(ws, snapshot):
         finished["state"] == "FINISHED"
         and finish_run(ws, running["runId"], actor="x")["idempotentRetry"]
     )
-    assert get_permit(ws.db, running["permit"])["state"] == "CLOSED"
+    assert get_permit(ws.db, running["permit"]).state == "CLOSED"
     with pytest.raises(RejectedError):
         cancel_run(ws, running["runId"], actor="sched")
     # Superseded and every run ended: nothing holds R1 any more, GC may reclaim it.
@@ -237,7 +237,7 @@ def test_admission_by_exact_root_generation_and_recreation(ws, snapshot):
     assert unpublished.value.check == "release-state"
     # A failed run is recreated on the same digest; the failure closed its permit.
     assert fail_run(ws.db, by_root["runId"], "rank 0 lost its node")
-    assert get_permit(ws.db, by_root["permit"])["state"] == "CLOSED"
+    assert get_permit(ws.db, by_root["permit"]).state == "CLOSED"
     again = create_run(ws, root=r1.digest, purpose=PURPOSE, world_size=1, actor="sched")
     assert again["rootDigest"] == r1.digest and again["runId"] != by_root["runId"]
     assert get_run(ws.db, again["runId"])["state"] == "ADMITTED"
@@ -334,7 +334,7 @@ def test_reader_holds_a_renewed_lease_and_stops_when_it_is_lost(ws, snapshot):
     shards = [s["id"] for s in release.shards]
     reader = open_reader(ws, release.digest, shards, seed=1, lease_ttl=1)
     lease_id = reader.lease.lease_id
-    assert get_lease(ws, lease_id)["state"] == "ACTIVE"
+    assert get_lease(ws, lease_id).state == "ACTIVE"
     assert ("release", release.digest) in {
         k for k, v in _held_all(ws).items() if any("reader lease" in r for r in v)
     }
@@ -352,7 +352,7 @@ def test_reader_holds_a_renewed_lease_and_stops_when_it_is_lost(ws, snapshot):
     full = open_reader(ws, release.digest, shards, seed=1)
     records = list(full)
     assert len(records) == sum(s["records"] for s in release.shards)
-    assert get_lease(ws, full.lease.lease_id)["state"] == "RELEASED"  # released at the end
+    assert get_lease(ws, full.lease.lease_id).state == "RELEASED"  # released at the end
 
 
 def _held_all(ws):

@@ -82,12 +82,11 @@ def test_publish_is_a_cas_and_retries_only_with_the_same_root(ws, snapshot):
     approve_release(ws, first.digest, approver="alice")
     approve_release(ws, second.digest, approver="alice")
     assert (
-        publish(ws, first.digest, alias="train", actor="a", expected_generation=0)["generation"]
-        == 1
+        publish(ws, first.digest, alias="train", actor="a", expected_generation=0).generation == 1
     )
-    assert publish(ws, first.digest, alias="train", actor="a", expected_generation=0)[
-        "idempotentRetry"
-    ]
+    assert publish(
+        ws, first.digest, alias="train", actor="a", expected_generation=0
+    ).idempotent_retry
     with pytest.raises(ConflictError):
         publish(ws, second.digest, alias="train", actor="a", expected_generation=0)
     publish(ws, second.digest, alias="train", actor="a", expected_generation=1)
@@ -97,7 +96,7 @@ def test_publish_is_a_cas_and_retries_only_with_the_same_root(ws, snapshot):
         == "PUBLISHED"
     )
     back = rollback_release(ws, "train", first.digest, actor="ops")
-    assert back["activeDigest"] == first.digest and back["generation"] == 3
+    assert back.active_digest == first.digest and back.generation == 3
 
 
 def test_rollback_refused_when_a_later_fence_hits_the_old_root(ws, snapshot):
@@ -118,13 +117,13 @@ def test_run_pins_the_root_and_permit_binds_gate_state(ws, snapshot):
     run = create_run(ws, alias="train", purpose=PURPOSE, world_size=2, actor="sched")
     assert run["rootDigest"] == release.digest
     permit = get_permit(ws.db, run["permit"])
-    assert (permit["root_digest"], permit["generation"], permit["purpose"], permit["state"]) == (
+    assert (permit.root_digest, permit.generation, permit.purpose, permit.state) == (
         release.digest,
         1,
         PURPOSE,
         "OPEN",
     )
-    assert (permit["tombstone_watermark"], permit["benchmark_fence"]) == (0, 0)
+    assert (permit.tombstone_watermark, permit.benchmark_fence) == (0, 0)
     shards = [s["id"] for s in release.shards]
     assert sorted(
         assignment(ws.db, run["runId"], 0, 0) + assignment(ws.db, run["runId"], 0, 1)
@@ -273,4 +272,4 @@ def test_fence_recheck_invalidates_unpublished_releases(ws, snapshot):
     member = ws.membership.read(snapshot.manifest.members_ref)["sampleId"][1]
     lifecycle.add_tombstones(ws, [member], reason="gdpr", actor="dpo")
     result = recheck(ws, "release", release.digest, actor="sensor")
-    assert result["state"] == "INVALID" and result["hits"] == {"tombstone": 1}
+    assert result.state == "INVALID" and result.hits == {"tombstone": 1}

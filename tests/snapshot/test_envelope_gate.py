@@ -189,7 +189,7 @@ def test_tombstone_hits_are_counted_per_entry_and_per_root(ws):
     }
     assert advance.hits == {snap.digest: sorted([seqs[ids[0]], seqs[ids[3]]])}
     assert advance.to_json()["hits"] == {snap.digest: 2}
-    assert [h["fence_seq"] for h in ws.gate().hits_for(snap.digest)] == sorted(
+    assert [h.fence_seq for h in ws.gate().hits_for(snap.digest)] == sorted(
         [seqs[ids[0]], seqs[ids[3]]]
     )
 

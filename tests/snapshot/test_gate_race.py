@@ -67,7 +67,7 @@ def _racer(role, kind, home, barrier, tasks, results):
                     expected_generation=generation,
                     actor="activator",
                 )
-                results.put((role, "ok", out["generation"]))
+                results.put((role, "ok", out.generation))
             else:
                 adv = gate.add_tombstones([task["sample"]], reason="race", actor="dpo")
                 results.put((role, "ok", adv.watermark))
@@ -178,7 +178,7 @@ def test_activation_races_tombstone(tmp_path, db_url, kind):  # noqa: PLR0915  #
             assert after.fences.tombstone_watermark == before.fences.tombstone_watermark + 1
             with ws.db.tx() as conn:
                 state = current_state(conn, kind, candidate)
-            hits = {h["fence_seq"] for h in gate.hits_for(candidate)}
+            hits = {h.fence_seq for h in gate.hits_for(candidate)}
             if got["activate"][0] == "ok":
                 outcomes["activation-first"] += 1
                 assert (
@@ -257,7 +257,7 @@ def test_run_admission_on_a_superseded_root_races_tombstone(tmp_path, db_url):
             got = dict((r[0], r[1:]) for r in (results.get(timeout=120), results.get(timeout=120)))
             assert got["tombstone"][0] == "ok", got
             watermark = got["tombstone"][1]
-            hits = {h["fence_seq"] for h in gate.hits_for(old)}
+            hits = {h.fence_seq for h in gate.hits_for(old)}
             assert hits == {watermark}, (got, hits)  # the superseded root was still held
             with ws.db.tx() as conn:
                 runs = rows(

@@ -20,7 +20,7 @@ def test_build_validate_approve_activate(ws):
     assert "text" not in str(body["members"])  # no sample text in the manifest
     lifecycle.approve(ws, result.digest, approver="alice")
     out = lifecycle.activate(ws, result.digest, alias="default", actor="alice")
-    assert out["generation"] == 1
+    assert out.generation == 1
     assert state_of(ws, result.digest) == "ACTIVE"
     states = [h["to_state"] for h in snapshot_history(ws.db, result.digest)]
     assert states == ["BUILDING", "VALIDATED", "APPROVED", "ACTIVE"]
@@ -49,16 +49,16 @@ def test_cas_retry_is_idempotent_only_with_the_same_digest(ws):
     lifecycle.approve(ws, first.digest, approver="alice")
     a = lifecycle.activate(ws, first.digest, alias="default", actor="a", expected_generation=0)
     again = lifecycle.activate(ws, first.digest, alias="default", actor="a", expected_generation=0)
-    assert again["idempotentRetry"] and again["generation"] == a["generation"] == 1
+    assert again.idempotent_retry and again.generation == a.generation == 1
     second = build_validated(ws)
     lifecycle.approve(ws, second.digest, approver="alice")
     with pytest.raises(ConflictError) as err:
         lifecycle.activate(ws, second.digest, alias="default", actor="b", expected_generation=0)
     assert err.value.check == "alias-generation" and err.value.exit_code == 4
     assert (
-        lifecycle.activate(ws, second.digest, alias="default", actor="b", expected_generation=1)[
-            "generation"
-        ]
+        lifecycle.activate(
+            ws, second.digest, alias="default", actor="b", expected_generation=1
+        ).generation
         == 2
     )
 
@@ -69,7 +69,7 @@ def test_rollback_appends_a_generation_and_is_refused_after_a_hit(ws):
     lifecycle.approve(ws, second.digest, approver="alice")
     lifecycle.activate(ws, second.digest, alias="default", actor="a")
     back = lifecycle.rollback(ws, "default", first.digest, actor="ops")
-    assert back["generation"] == 3 and back["activeDigest"] == first.digest
+    assert back.generation == 3 and back.active_digest == first.digest
     # A tombstone that hits the first snapshot's members: rolling back to it again is refused.
     lifecycle.rollback(ws, "default", second.digest, actor="ops")
     member = ws.membership.read(first.manifest.members_ref)["sampleId"][0]
