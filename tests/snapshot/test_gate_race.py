@@ -186,9 +186,9 @@ def test_activation_races_tombstone(tmp_path, db_url, kind):  # noqa: PLR0915  #
                 )
                 assert state == ACTIVE_STATE[kind]
                 entry = gate.alias_history(f"race-{kind}")[-1]
-                assert entry["digest"] == candidate
+                assert entry.subject == candidate
                 assert (
-                    entry["tombstone_watermark"] == before.fences.tombstone_watermark
+                    entry.tombstone_watermark == before.fences.tombstone_watermark
                 )  # never a stale watermark
             else:
                 assert got["activate"] == ("conflict", "fence-watermarks"), got
