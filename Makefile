@@ -24,6 +24,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy relgate assets resources sensors pipelines agent/relgate_agent
+	MYPYPATH=agent $(BIN)/mypy agent/lab/relgate_lab
 
 test: lint
 	$(BIN)/pytest -q
