@@ -74,7 +74,7 @@ def actor() -> str:
     """Who runs this command (the login name; ``unknown`` if there is none)."""
     try:
         return getpass.getuser()
-    except Exception:
+    except (OSError, KeyError):  # no login name and no passwd entry for the uid
         return "unknown"
 
 
