@@ -1,30 +1,29 @@
 """Per-row hashing over Arrow columns.
 
-The digests here are SHA-256 by contract, and Python's per-call overhead (~1 us) is the
-cost that dominates at millions of rows, so rows are hashed straight out of the Arrow
-buffers (no per-row Python objects but the digest) and, above a size threshold, across
-processes that each hash a contiguous slice.
+The digests here are SHA-256 by contract.  Python's per-call overhead (~1 us) would dominate
+at millions of rows, so rows are hashed by the native kernel (:mod:`relgate.integrity.kernel`)
+straight out of the Arrow buffers, one native call per slice, and above a size threshold on
+threads (the kernel releases the GIL) that each hash a contiguous slice.
 """
 
 from __future__ import annotations
 
-import hashlib
-import multiprocessing as mp
 import os
 import struct
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from relgate.integrity import kernel
 from relgate.integrity.merkle import root_from_packed_leaves
 
 _LEN = struct.Struct(">I")
 
-#: Below this many rows the process pool costs more than it saves.
-PARALLEL_THRESHOLD = 400_000
+#: Below this many rows a second thread costs more than it saves.
+PARALLEL_THRESHOLD = 50_000
 
 
 def workers() -> int:
@@ -56,116 +55,94 @@ def length_prefixed(*columns: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -
     return joined
 
 
-def _offsets_and_data(arr: pa.Array) -> tuple[np.ndarray, memoryview]:
-    arr = pc.cast(arr, pa.large_binary())
+def _offsets_and_data(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, Any]:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    arr = pc.cast(arr, pa.large_binary())
     buffers = arr.buffers()
     offsets = np.frombuffer(buffers[1], dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8)
-    data = memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
+    data = buffers[2] if buffers[2] is not None else b""
     return offsets, data
 
 
-def _hash_slice(offsets: np.ndarray, data: memoryview, lo: int, hi: int, prefix: bytes) -> bytes:
-    sha = hashlib.sha256
-    out = bytearray()
-    offs = offsets.tolist()
-    if prefix:
-        for i in range(lo, hi):
-            h = sha(prefix)
-            h.update(data[offs[i] : offs[i + 1]])
-            out += h.digest()
-    else:
-        for i in range(lo, hi):
-            out += sha(data[offs[i] : offs[i + 1]]).digest()
-    return bytes(out)
+def _slices(n: int, parts: int) -> list[tuple[int, int]]:
+    step = (n + parts - 1) // parts
+    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
 
 
-_SHARED: dict[str, Any] = {}
-
-
-def _worker_slice(args: tuple[int, int, bytes]) -> bytes:
-    offsets, data = _SHARED["job"]
-    return _hash_slice(offsets, data, args[0], args[1], args[2])
+def _hash_into(offsets: np.ndarray, data: Any, prefix: bytes, out: memoryview) -> None:
+    n = len(offsets) - 1
+    nworkers = workers()
+    if n < PARALLEL_THRESHOLD or nworkers == 1:
+        kernel.sha256_rows_into(data, offsets, 0, n, prefix, out)
+        return
+    with ThreadPoolExecutor(max_workers=nworkers) as pool:
+        jobs = [
+            pool.submit(kernel.sha256_rows_into, data, offsets, lo, hi, prefix, out)
+            for lo, hi in _slices(n, nworkers)
+        ]
+        for job in jobs:
+            job.result()
 
 
 def sha256_rows(arr: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> bytes:
     """SHA-256 of ``prefix || row`` for every row, concatenated (32 bytes per row)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
     offsets, data = _offsets_and_data(arr)
-    n = len(arr)
-    nworkers = workers()
-    if n < PARALLEL_THRESHOLD or nworkers == 1:
-        return _hash_slice(offsets, data, 0, n, prefix)
-    # Fork after staging the buffers so children read them copy-on-write, not pickled.
-
-    _SHARED["job"] = (offsets, data)
-    try:
-        step = (n + nworkers - 1) // nworkers
-        ranges = [(lo, min(n, lo + step), prefix) for lo in range(0, n, step)]
-        with ProcessPoolExecutor(max_workers=nworkers, mp_context=mp.get_context("fork")) as pool:
-            return b"".join(pool.map(_worker_slice, ranges))
-    finally:
-        _SHARED.pop("job", None)
-
-
-def _subtree_roots(offsets: np.ndarray, data: memoryview, lo: int, hi: int, chunk: int) -> bytes:
-    """RFC 6962 roots of the aligned leaf chunks [lo, hi) (``chunk`` a power of two)."""
-    out = bytearray()
-    for start in range(lo, hi, chunk):
-        leaves = _hash_slice(offsets, data, start, min(hi, start + chunk), b"\x00")
-        out += root_from_packed_leaves(leaves)
+    out = bytearray(kernel.DIGEST_BYTES * (len(offsets) - 1))
+    _hash_into(offsets, data, prefix, memoryview(out))
     return bytes(out)
 
 
-def _worker_roots(args: tuple[int, int, int]) -> bytes:
-    offsets, data = _SHARED["job"]
-    return _subtree_roots(offsets, data, args[0], args[1], args[2])
+def sha256_array(arr: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> pa.FixedSizeBinaryArray:
+    """SHA-256 of ``prefix || row`` for every row, as an Arrow ``binary(32)`` array."""
+    offsets, data = _offsets_and_data(arr)
+    n = len(offsets) - 1
+    out = bytearray(kernel.DIGEST_BYTES * n)
+    _hash_into(offsets, data, prefix, memoryview(out))
+    return pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(kernel.DIGEST_BYTES), n, [None, pa.py_buffer(out)]
+    )
 
 
-#: Leaves per aligned subtree whose root a worker computes; a power of two.
+#: Leaves per aligned subtree whose root one thread reduces; a power of two.
 MERKLE_CHUNK = 1 << 16
 
 
 def merkle_root_rows(arr: pa.Array | pa.ChunkedArray) -> bytes:
-    """RFC 6962 root over rows as leaves, computed as aligned subtrees in parallel.
+    """RFC 6962 root over rows as leaves (``SHA-256(0x00 || row)``).
 
-    After log2(chunk) levels of pairing, the level-wise RFC 6962 construction holds exactly
-    the roots of the aligned chunks (the last, partial one reduced the same way), so the
-    root over the chunk roots is the root over the leaves.
+    Above the threshold, aligned subtrees of :data:`MERKLE_CHUNK` leaves are reduced on
+    threads: after log2(chunk) levels the level-wise construction holds exactly the roots of
+    the aligned chunks (the last, partial one reduced the same way), so the root over the
+    chunk roots is the root over the leaves.
     """
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    offsets, data = _offsets_and_data(arr)
-    n = len(arr)
-    nworkers = workers()
-    if n < PARALLEL_THRESHOLD or nworkers == 1:
-        return (
-            root_from_packed_leaves(_subtree_roots(offsets, data, 0, n, MERKLE_CHUNK))
-            if n
-            else root_from_packed_leaves(b"")
+    leaves = memoryview(sha256_rows(arr, b"\x00"))
+    n = len(leaves) // kernel.DIGEST_BYTES
+    if n <= MERKLE_CHUNK or n < PARALLEL_THRESHOLD or workers() == 1:
+        return root_from_packed_leaves(leaves)
+    step = MERKLE_CHUNK * kernel.DIGEST_BYTES
+    with ThreadPoolExecutor(max_workers=workers()) as pool:
+        roots = pool.map(
+            kernel.merkle_root, [leaves[i : i + step] for i in range(0, len(leaves), step)]
         )
-
-    chunks = (n + MERKLE_CHUNK - 1) // MERKLE_CHUNK
-    per = (chunks + nworkers - 1) // nworkers
-    ranges = [
-        (c * MERKLE_CHUNK, min(n, (c + per) * MERKLE_CHUNK), MERKLE_CHUNK)
-        for c in range(0, chunks, per)
-    ]
-    _SHARED["job"] = (offsets, data)
-    try:
-        with ProcessPoolExecutor(max_workers=nworkers, mp_context=mp.get_context("fork")) as pool:
-            return root_from_packed_leaves(b"".join(pool.map(_worker_roots, ranges)))
-    finally:
-        _SHARED.pop("job", None)
+        return root_from_packed_leaves(b"".join(roots))
 
 
-def digests_to_strings(raw: bytes) -> pa.Array:
-    """32-byte digests -> ``sha256:<hex>`` strings."""
-    n = len(raw) // 32
-    hexed = raw.hex()
-    return pa.array(["sha256:" + hexed[64 * i : 64 * (i + 1)] for i in range(n)], pa.string())
+#: Digest strings per Arrow ``string`` chunk: 32-bit offsets must hold 71 bytes a row.
+_STRINGS_PER_CHUNK = (2**31 - 1) // 71
+
+
+def digests_to_strings(raw: bytes) -> pa.Array | pa.ChunkedArray:
+    """32-byte digests -> ``sha256:<hex>`` strings (chunked above 2 GiB of text)."""
+    n = len(raw) // kernel.DIGEST_BYTES
+    chunks = []
+    for lo in range(0, max(n, 1), _STRINGS_PER_CHUNK):
+        hi = min(n, lo + _STRINGS_PER_CHUNK)
+        text = kernel.hex_digests(memoryview(raw)[32 * lo : 32 * hi], b"sha256:")
+        offsets = np.arange(0, 71 * (hi - lo) + 1, 71, dtype=np.int32)
+        buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(text)]
+        chunks.append(pa.StringArray.from_buffers(hi - lo, buffers[1], buffers[2]))
+    return chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks, pa.string())
 
 
 def digests_to_list(raw: bytes) -> list[bytes]:

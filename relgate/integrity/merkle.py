@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relgate.errors import IntegrityError
+from relgate.integrity import kernel
 from relgate.integrity.contract import JsonObject
 from relgate.integrity.tuples import FIELDS, MemberTuple
 
@@ -60,29 +61,59 @@ def root_hex(encoded_leaves: Sequence[bytes]) -> str:
     )
 
 
-def _pair_level(level: bytes) -> bytes:
-    """One level up, on a packed buffer of 32-byte hashes (odd last node carried up)."""
-    sha = _sha
-    view = memoryview(level)
-    n = len(level) // 32
-    out = bytearray()
-    for i in range(0, (n - 1) * 32, 64):
-        h = sha(b"\x01")
-        h.update(view[i : i + 64])
-        out += h.digest()
-    if n % 2:
-        out += view[(n - 1) * 32 :]
-    return bytes(out)
-
-
-def root_from_packed_leaves(packed: bytes) -> bytes:
+def root_from_packed_leaves(packed: bytes | bytearray | memoryview) -> bytes:
     """Root over leaf hashes packed 32 bytes each (see :func:`relgate.integrity.hashing.sha256_rows`)."""
-    if not packed:
-        return _sha(b"").digest()
-    level = packed
-    while len(level) > _HASH_BYTES:
-        level = _pair_level(level)
-    return level
+    return kernel.merkle_root(packed)
+
+
+#: Leaves per aligned subtree the accumulator reduces at once; a power of two.
+ACCUMULATOR_CHUNK = 1 << 16
+
+
+class MerkleAccumulator:
+    """The RFC 6962 root over leaves added in order, in O(log n) memory.
+
+    Leaves are reduced in aligned chunks of :data:`ACCUMULATOR_CHUNK`; the stack holds the
+    roots of complete, aligned perfect subtrees with strictly decreasing sizes (a binary
+    counter).  RFC 6962 splits ``n`` leaves at the largest power of two below ``n``, which is
+    exactly the first stacked subtree, so :meth:`root` folds the stack right to left over
+    the root of the partial tail.
+    """
+
+    def __init__(self) -> None:
+        self._stack: list[tuple[int, bytes]] = []
+        self._pending = bytearray()
+        self.size = 0
+
+    def add_packed_leaf_hashes(self, packed: bytes | bytearray | memoryview) -> None:
+        if len(packed) % _HASH_BYTES:
+            raise ValueError("packed leaf hashes are not a multiple of 32 bytes")
+        self.size += len(packed) // _HASH_BYTES
+        self._pending += packed
+        chunk_bytes = ACCUMULATOR_CHUNK * _HASH_BYTES
+        done = len(self._pending) - len(self._pending) % chunk_bytes
+        for start in range(0, done, chunk_bytes):
+            self._push(
+                ACCUMULATOR_CHUNK, kernel.merkle_root(self._pending[start : start + chunk_bytes])
+            )
+        del self._pending[:done]
+
+    def _push(self, size: int, node: bytes) -> None:
+        while self._stack and self._stack[-1][0] == size:
+            _, left = self._stack.pop()
+            node, size = node_hash(left, node), 2 * size
+        self._stack.append((size, node))
+
+    def root(self) -> bytes:
+        if self.size == 0:
+            return _sha(b"").digest()
+        nodes = [node for _, node in self._stack]
+        if self._pending:
+            nodes.append(kernel.merkle_root(self._pending))
+        acc = nodes[-1]
+        for left in reversed(nodes[:-1]):
+            acc = node_hash(left, acc)
+        return acc
 
 
 class MerkleTree:

@@ -1,0 +1,70 @@
+"""The native SHA-256 kernel: typed wrappers over the cffi module built from kernel_build.py.
+
+Every function takes and returns plain buffers (``bytes``, numpy arrays, Arrow buffers) and
+makes one native call whatever the number of rows; the GIL is released for that call, so
+callers may run slices on threads.  Output is byte-identical to hashlib (tested as a
+property in tests/integrity/test_kernel.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from relgate.integrity._sha256 import ffi, lib
+
+DIGEST_BYTES = 32
+
+
+def _source(buffer: Any) -> Any:
+    return ffi.from_buffer("unsigned char[]", buffer) if len(buffer) else ffi.NULL
+
+
+def sha256_rows_into(
+    data: Any, offsets: np.ndarray, lo: int, hi: int, prefix: bytes, out: memoryview
+) -> None:
+    """Hash rows ``[lo, hi)`` (``data[offsets[i]:offsets[i+1]]``) into ``out[32*lo:32*hi]``.
+
+    ``offsets`` is int64 with at least ``hi + 1`` entries, absolute into ``data``; ``out``
+    is a writable buffer holding 32 bytes for every row of the whole column.
+    """
+    if hi <= lo:
+        return
+    if not (lo >= 0 and hi < len(offsets) and len(out) >= DIGEST_BYTES * hi):
+        raise ValueError("row range outside the offsets or the output buffer")
+    if (
+        offsets[lo] < 0
+        or offsets[hi] > len(data)
+        or bool(np.any(np.diff(offsets[lo : hi + 1]) < 0))
+    ):
+        raise ValueError("offsets do not describe the data buffer")
+    offs = ffi.cast("const int64_t *", ffi.from_buffer(offsets)) + lo
+    target = ffi.from_buffer("unsigned char[]", out, require_writable=True) + DIGEST_BYTES * lo
+    lib.rg_sha256_rows(_source(data), offs, hi - lo, prefix, len(prefix), target)
+
+
+def merkle_root(packed_leaf_hashes: bytes | bytearray | memoryview) -> bytes:
+    """RFC 6962 root over packed 32-byte leaf hashes (``SHA-256("")`` when there are none)."""
+    n, rest = divmod(len(packed_leaf_hashes), DIGEST_BYTES)
+    if rest:
+        raise ValueError("packed leaf hashes are not a multiple of 32 bytes")
+    if n == 0:
+        out = bytearray(DIGEST_BYTES)
+        lib.rg_sha256_rows(ffi.NULL, ffi.new("int64_t[2]"), 1, b"", 0, ffi.from_buffer(out))
+        return bytes(out)
+    scratch = bytearray(packed_leaf_hashes)
+    out = bytearray(DIGEST_BYTES)
+    lib.rg_merkle_root(ffi.from_buffer(scratch), n, ffi.from_buffer(out))
+    return bytes(out)
+
+
+def hex_digests(packed: bytes | memoryview, prefix: bytes) -> bytes:
+    """``prefix + hex(digest)`` for every packed 32-byte digest, concatenated (fixed width)."""
+    n, rest = divmod(len(packed), DIGEST_BYTES)
+    if rest:
+        raise ValueError("packed digests are not a multiple of 32 bytes")
+    out = bytearray((len(prefix) + 2 * DIGEST_BYTES) * n)
+    if n:
+        lib.rg_hex_digests(_source(packed), n, prefix, len(prefix), ffi.from_buffer(out))
+    return bytes(out)

@@ -1,0 +1,94 @@
+"""Build recipe for the native SHA-256 row kernel (``relgate.integrity._sha256``).
+
+cffi compiles this at install time (``setup.py``: ``cffi_modules``) against the OpenSSL
+libcrypto that CPython already links.  The loops are the only native code in the project:
+per-row SHA-256 over Arrow offsets and data buffers, RFC 6962 node levels over packed 32-byte
+hashes, and the ``sha256:<hex>`` text form of packed digests.  The hashing itself is
+OpenSSL's (SHA-NI where the CPU has it); nothing here implements SHA-256.  cffi releases the
+GIL for the duration of every call, so Python threads over row slices use every core.
+
+Why the low-level ``SHA256_Init/Update/Final``: OpenSSL 3's ``SHA256()`` and ``EVP_Digest*``
+re-dispatch through the provider on every message, which costs more than hashing a 64-byte
+row (docs/performance.md has the figures).
+"""
+
+from __future__ import annotations
+
+from cffi import FFI
+
+CDEF = """
+void rg_sha256_rows(const unsigned char *data, const int64_t *offsets, int64_t n,
+                    const unsigned char *prefix, size_t prefix_len, unsigned char *out);
+int64_t rg_merkle_level(const unsigned char *level, int64_t n, unsigned char *out);
+void rg_merkle_root(unsigned char *scratch, int64_t n, unsigned char *out);
+void rg_hex_digests(const unsigned char *digests, int64_t n, const unsigned char *prefix,
+                    size_t prefix_len, unsigned char *out);
+"""
+
+SOURCE = r"""
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <stdint.h>
+#include <string.h>
+#include <openssl/sha.h>
+
+void rg_sha256_rows(const unsigned char *data, const int64_t *offsets, int64_t n,
+                    const unsigned char *prefix, size_t prefix_len, unsigned char *out) {
+    SHA256_CTX ctx;
+    for (int64_t i = 0; i < n; i++) {
+        SHA256_Init(&ctx);
+        if (prefix_len) SHA256_Update(&ctx, prefix, prefix_len);
+        SHA256_Update(&ctx, data + offsets[i], (size_t)(offsets[i + 1] - offsets[i]));
+        SHA256_Final(out + 32 * i, &ctx);
+    }
+}
+
+/* One RFC 6962 level up: SHA-256(0x01 || left || right) per pair, an odd last node carried
+   up unchanged.  `out` may alias `level` (entry i is written after entries 2i, 2i+1 are
+   read).  Returns the number of nodes written. */
+int64_t rg_merkle_level(const unsigned char *level, int64_t n, unsigned char *out) {
+    static const unsigned char node_prefix = 0x01;
+    SHA256_CTX ctx;
+    int64_t pairs = n / 2;
+    for (int64_t i = 0; i < pairs; i++) {
+        SHA256_Init(&ctx);
+        SHA256_Update(&ctx, &node_prefix, 1);
+        SHA256_Update(&ctx, level + 64 * i, 64);
+        SHA256_Final(out + 32 * i, &ctx);
+    }
+    if (n % 2) memmove(out + 32 * pairs, level + 32 * (n - 1), 32);
+    return pairs + n % 2;
+}
+
+/* The RFC 6962 root over n >= 1 packed leaf hashes, reduced in place in `scratch`. */
+void rg_merkle_root(unsigned char *scratch, int64_t n, unsigned char *out) {
+    while (n > 1) n = rg_merkle_level(scratch, n, scratch);
+    memcpy(out, scratch, 32);
+}
+
+void rg_hex_digests(const unsigned char *digests, int64_t n, const unsigned char *prefix,
+                    size_t prefix_len, unsigned char *out) {
+    static const char hex[] = "0123456789abcdef";
+    size_t width = prefix_len + 64;
+    for (int64_t i = 0; i < n; i++) {
+        unsigned char *row = out + width * i;
+        const unsigned char *digest = digests + 32 * i;
+        memcpy(row, prefix, prefix_len);
+        for (int j = 0; j < 32; j++) {
+            row[prefix_len + 2 * j] = (unsigned char)hex[digest[j] >> 4];
+            row[prefix_len + 2 * j + 1] = (unsigned char)hex[digest[j] & 15];
+        }
+    }
+}
+"""
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source(
+    "relgate.integrity._sha256",
+    SOURCE,
+    libraries=["crypto"],
+    extra_compile_args=["-O2", "-Wall", "-Werror"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

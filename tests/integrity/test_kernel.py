@@ -1,0 +1,110 @@
+"""The native kernel is byte-identical to hashlib: per-row digests, RFC 6962 roots, hex text."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relgate.integrity import hashing, kernel, merkle
+from relgate.integrity.merkle import MerkleAccumulator, MerkleTree, root_from_packed_leaves
+
+rows = st.lists(st.binary(max_size=200), max_size=300)
+prefixes = st.sampled_from([b"", b"\x00", b"\x01", b"relgate.split.v1\x00"])
+
+
+def _reference_root(leaves: list[bytes]) -> bytes:
+    return MerkleTree(leaves).root
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows, prefixes)
+def test_sha256_rows_match_hashlib(values: list[bytes], prefix: bytes) -> None:
+    expected = b"".join(hashlib.sha256(prefix + v).digest() for v in values)
+    for arr in (pa.array(values, pa.binary()), pa.array(values, pa.large_binary())):
+        assert hashing.sha256_rows(arr, prefix) == expected
+        assert hashing.sha256_array(arr, prefix).to_pylist() == [
+            expected[32 * i : 32 * (i + 1)] for i in range(len(values))
+        ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows, st.integers(0, 20), st.integers(0, 20))
+def test_sliced_and_chunked_arrays_hash_their_own_rows(values: list[bytes], a: int, b: int) -> None:
+    arr = pa.array(values, pa.binary())
+    sliced = arr.slice(min(a, len(values)), b)
+    expected = b"".join(hashlib.sha256(v).digest() for v in sliced.to_pylist())
+    assert hashing.sha256_rows(sliced) == expected
+    chunked = pa.chunked_array([arr.slice(0, a), arr.slice(a)], pa.binary())
+    assert hashing.sha256_rows(chunked) == b"".join(hashlib.sha256(v).digest() for v in values)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows)
+def test_merkle_roots_match_the_reference_tree(values: list[bytes]) -> None:
+    arr = pa.array(values, pa.binary())
+    assert hashing.merkle_root_rows(arr) == _reference_root(values)
+    assert root_from_packed_leaves(hashing.sha256_rows(arr, b"\x00")) == _reference_root(values)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 70), max_size=8))
+def test_accumulator_root_is_the_root_over_all_leaves(batches: list[int]) -> None:
+    acc = MerkleAccumulator()
+    leaves: list[bytes] = []
+    for size in batches:
+        batch = [len(leaves).to_bytes(4, "big") + bytes([i]) for i in range(size)]
+        leaves += batch
+        acc.add_packed_leaf_hashes(hashing.sha256_rows(pa.array(batch, pa.binary()), b"\x00"))
+    assert acc.size == len(leaves)
+    assert acc.root() == _reference_root(leaves)
+
+
+def test_accumulator_across_chunk_boundaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(merkle, "ACCUMULATOR_CHUNK", 4)
+    for n in (0, 1, 3, 4, 5, 8, 9, 12, 16, 17, 31, 33, 100):
+        leaves = [i.to_bytes(2, "big") for i in range(n)]
+        acc = merkle.MerkleAccumulator()
+        packed = hashing.sha256_rows(pa.array(leaves, pa.binary()), b"\x00")
+        for i in range(0, len(packed), 96):  # uneven batches of 3 leaves
+            acc.add_packed_leaf_hashes(packed[i : i + 96])
+        assert acc.root() == _reference_root(leaves), n
+
+
+def test_threaded_slices_match_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    values = [bytes([i % 251]) * (i % 97) for i in range(5000)]
+    arr = pa.array(values, pa.binary())
+    monkeypatch.setenv("RELGATE_HASH_WORKERS", "1")
+    single = hashing.sha256_rows(arr, b"\x07"), hashing.merkle_root_rows(arr)
+    monkeypatch.setattr(hashing, "PARALLEL_THRESHOLD", 10)
+    monkeypatch.setattr(hashing, "MERKLE_CHUNK", 64)
+    monkeypatch.setenv("RELGATE_HASH_WORKERS", "3")
+    assert (hashing.sha256_rows(arr, b"\x07"), hashing.merkle_root_rows(arr)) == single
+    assert single[1] == _reference_root(values)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(min_size=32, max_size=32), max_size=50))
+def test_digest_strings_are_prefixed_lowercase_hex(digests: list[bytes]) -> None:
+    text = hashing.digests_to_strings(b"".join(digests))
+    assert text.type == pa.string()
+    assert text.to_pylist() == ["sha256:" + d.hex() for d in digests]
+
+
+def test_hostile_offsets_are_refused_before_native_code_reads() -> None:
+    data = b"abcdef"
+    out = memoryview(bytearray(64))
+    past_end = np.array([0, 3, 7], dtype=np.int64)
+    with pytest.raises(ValueError, match="offsets"):
+        kernel.sha256_rows_into(data, past_end, 0, 2, b"", out)
+    backwards = np.array([0, 4, 2], dtype=np.int64)
+    with pytest.raises(ValueError, match="offsets"):
+        kernel.sha256_rows_into(data, backwards, 0, 2, b"", out)
+    with pytest.raises(ValueError, match="output"):
+        kernel.sha256_rows_into(data, np.array([0, 3, 6], dtype=np.int64), 0, 2, b"", out[:32])
+    with pytest.raises(ValueError, match="multiple of 32"):
+        kernel.merkle_root(b"x" * 33)
