@@ -6,11 +6,11 @@ STAMP := $(VENV)/.installed
 export RELGATE_HOME ?= $(CURDIR)/var/relgate
 export DAGSTER_HOME ?= $(CURDIR)/var/dagster
 
-.PHONY: venv demo test lint bench ui clean
+.PHONY: venv demo test lint bench bench-quick ui clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml agent/pyproject.toml requirements.lock
+$(STAMP): pyproject.toml setup.py relgate/integrity/kernel_build.py agent/pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]' -e ./agent
@@ -34,6 +34,9 @@ demo: venv $(DAGSTER_HOME)/dagster.yaml
 
 bench: venv
 	$(BIN)/python -m bench
+
+bench-quick: venv
+	$(BIN)/python -m bench --quick
 
 ui: venv $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml

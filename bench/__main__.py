@@ -1,12 +1,19 @@
-"""Run every benchmark module in bench/ (or those named on the command line).
+"""Run the benchmarks in bench/: all of them, the quick set, or one with its own sizes.
 
-Each module exposes ``main() -> dict``; its result is written to bench/results/<name>.json
-together with the machine it ran on.
+Each module exposes ``main(**sizes) -> dict`` (keyword arguments with full-size defaults) and
+``QUICK: dict[str, int]``, the sizes ``make bench-quick`` uses.  Every result is written to
+bench/results/<name>.json (``<name>.quick.json`` for quick runs) together with the machine.
+
+    python -m bench                       # every module, full size
+    python -m bench --quick               # every module at its QUICK sizes
+    python -m bench snapshots --members 2000000
+    python -m bench releases gc           # several modules, full size
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import pkgutil
@@ -14,6 +21,10 @@ import platform
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import click
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -27,23 +38,79 @@ def machine() -> dict[str, object]:
     }
 
 
-def main(argv: list[str]) -> int:
-    names = argv or sorted(
+def modules() -> list[str]:
+    return sorted(
         m.name
         for m in pkgutil.iter_modules([str(Path(__file__).parent)])
         if not m.name.startswith("_")
     )
+
+
+def sizes_of(module: ModuleType) -> dict[str, Any]:
+    """The module's size parameters: main's keyword arguments and their defaults."""
+    params = inspect.signature(module.main).parameters.values()
+    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+
+
+def run(name: str, sizes: dict[str, Any], *, quick: bool) -> dict[str, Any]:
+    module = importlib.import_module(f"bench.{name}")
+    chosen = {**sizes_of(module), **(getattr(module, "QUICK", {}) if quick else {}), **sizes}
+    print(f"== bench {name} {json.dumps(chosen, sort_keys=True)}", flush=True)
+    started = time.time()
+    result = module.main(**chosen)
+    out = {
+        "benchmark": name,
+        "sizes": chosen,
+        "quick": quick,
+        "started": started,
+        "machine": machine(),
+        "result": result,
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        module = importlib.import_module(f"bench.{name}")
-        started = time.time()
-        print(f"== bench {name}", flush=True)
-        result = module.main()
-        out = {"benchmark": name, "started": started, "machine": machine(), "result": result}
-        (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
-        print(json.dumps(result, indent=2, sort_keys=True), flush=True)
-    return 0
+    target = RESULTS / (f"{name}.quick.json" if quick else f"{name}.json")
+    target.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(result, indent=2, sort_keys=True), flush=True)
+    return result
+
+
+def _parse_sizes(extra: list[str]) -> dict[str, Any]:
+    """``--members 1000 --versions 20`` -> ``{"members": 1000, "versions": 20}``."""
+    sizes: dict[str, Any] = {}
+    it = iter(extra)
+    for flag in it:
+        if not flag.startswith("--"):
+            raise click.UsageError(f"expected --size VALUE, got {flag!r}")
+        key = flag[2:].replace("-", "_")
+        value = next(it, None)
+        if value is None:
+            raise click.UsageError(f"{flag} needs a value")
+        sizes[key] = int(value) if value.lstrip("-").isdigit() else value
+    return sizes
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("--quick", is_flag=True, help="Use each module's QUICK sizes (make bench-quick).")
+@click.option("--list", "list_only", is_flag=True, help="Print the modules and their sizes.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def cli(quick: bool, list_only: bool, args: tuple[str, ...]) -> None:
+    """Run benchmark modules; size options (--members N ...) apply to the named module."""
+    names = [a for a in args if not a.startswith("--") and a in modules()]
+    extra = list(args[len(names) :]) if names and list(args[: len(names)]) == names else []
+    if not names and args:
+        raise click.UsageError(
+            f"unknown benchmark in {' '.join(args)}; have {', '.join(modules())}"
+        )
+    if list_only:
+        for name in names or modules():
+            module = importlib.import_module(f"bench.{name}")
+            click.echo(f"{name}: {sizes_of(module)} quick={getattr(module, 'QUICK', {})}")
+        return
+    sizes = _parse_sizes(extra)
+    if sizes and len(names) != 1:
+        raise click.UsageError("size options need exactly one benchmark name")
+    for name in names or modules():
+        run(name, sizes, quick=quick)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(cli())

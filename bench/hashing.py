@@ -1,11 +1,13 @@
-"""Per-row SHA-256 over an Arrow binary column: the kernel candidates side by side.
+"""Per-row SHA-256 over an Arrow binary column: the production kernel beside the candidates.
 
-Issue 10 asks for one vectorized hashing kernel; this measures the candidates before one is
-chosen (results and the physical bound in docs/performance.md).  Candidates that are not
-installed (``datafusion``, ``polars-hash``) or cannot be built (no C compiler or OpenSSL
-headers for the cffi kernel) are reported as unavailable, never silently skipped.  Every
-candidate's output is compared byte for byte with today's ``sha256_rows`` (hashlib per row, from the
-Arrow buffers), which is also the baseline.
+Workload: ``rows`` rows of ``width`` random bytes, each hashed separately.  Baselines measured
+in the same run: hashlib called once per row from Python (the pre-kernel path) and one
+hashlib call over all the bytes (the floor: raw single-core SHA-256 with no row boundaries).
+Also timed: the production kernel (:mod:`relgate.integrity.kernel`) on one and on all
+threads, the RFC 6962 root over the same rows as leaves, and the candidates that were
+measured before it was chosen (docs/performance.md).  Candidates that are not installed
+(``datafusion``, ``polars-hash``) are reported as unavailable, never silently skipped.  Every
+output is compared byte for byte with hashlib's.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from relgate.integrity.hashing import sha256_rows
+from relgate.integrity.hashing import merkle_root_rows, sha256_rows
+from relgate.integrity.merkle import MerkleTree
 
-ROWS = int(os.environ.get("RELGATE_BENCH_HASH_ROWS", "1000000"))
-WIDTH = int(os.environ.get("RELGATE_BENCH_HASH_WIDTH", "64"))
+QUICK = {"rows": 200_000}
 
 _C_SOURCE = """
 #include <openssl/evp.h>
@@ -52,10 +54,20 @@ def _column(rows: int, width: int) -> pa.LargeBinaryArray:
     return pa.LargeBinaryArray.from_buffers(pa.large_binary(), rows, buffers)
 
 
-def _production_rows(column: pa.LargeBinaryArray) -> bytes:
-    """Today's path (:func:`relgate.integrity.hashing.sha256_rows`), on one core."""
-    os.environ["RELGATE_HASH_WORKERS"] = "1"
-    return sha256_rows(column)
+def _hashlib_per_row(column: pa.LargeBinaryArray) -> bytes:
+    """The pre-kernel path: one hashlib call per row, sliced from the Arrow buffers."""
+    data = memoryview(column.buffers()[2])  # type: ignore[arg-type]
+    offs = np.frombuffer(column.buffers()[1], dtype=np.int64).tolist()  # type: ignore[arg-type]
+    sha = hashlib.sha256
+    return b"".join(sha(data[offs[i] : offs[i + 1]]).digest() for i in range(len(column)))
+
+
+def _kernel(threads: int) -> Callable[[pa.LargeBinaryArray], bytes]:
+    def run(column: pa.LargeBinaryArray) -> bytes:
+        os.environ["RELGATE_HASH_WORKERS"] = str(threads)
+        return sha256_rows(column)
+
+    return run
 
 
 def _cffi_kernel() -> Callable[[pa.LargeBinaryArray], bytes]:
@@ -106,32 +118,58 @@ def _best_of(fn: Callable[[], bytes], reps: int = 3) -> tuple[float, bytes]:
     return best, out
 
 
-def main() -> dict[str, Any]:
-    column = _column(ROWS, WIDTH)
-    baseline_s, expected = _best_of(lambda: _production_rows(column))
-    floor_s, _ = _best_of(lambda: hashlib.sha256(column.buffers()[2]).digest())  # type: ignore[arg-type]
-    result: dict[str, Any] = {
-        "workload": f"{ROWS} rows x {WIDTH} B, per-row SHA-256, one core",
-        "baselineSha256RowsNs": round(baseline_s / ROWS * 1e9, 1),
-        "floorOneCallNsPerRow": round(floor_s / ROWS * 1e9, 1),
-        "candidates": {},
-    }
-    candidates: dict[str, Callable[[], Callable[[pa.LargeBinaryArray], bytes]]] = {
+def _ns(seconds: float, rows: int) -> float:
+    return round(seconds / rows * 1e9, 1)
+
+
+def _candidates(column: pa.LargeBinaryArray, expected: bytes, baseline_s: float) -> dict[str, Any]:
+    makers: dict[str, Callable[[], Callable[[pa.LargeBinaryArray], bytes]]] = {
+        "relgate.kernel, 1 thread": lambda: _kernel(1),
+        f"relgate.kernel, {os.cpu_count()} threads": lambda: _kernel(os.cpu_count() or 1),
         "cffi+openssl-evp": _cffi_kernel,
         "datafusion.sha256": lambda: _datafusion,
         "polars-hash.sha2_256": lambda: _polars_hash,
     }
-    for name, make in candidates.items():
+    out: dict[str, Any] = {}
+    for name, make in makers.items():
         try:
             kernel = make()
-            secs, out = _best_of(lambda kernel=kernel: kernel(column))  # type: ignore[misc]
+            secs, got = _best_of(lambda kernel=kernel: kernel(column))  # type: ignore[misc]
         except Exception as exc:  # not installed, or no compiler: say so
-            result["candidates"][name] = {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
+            out[name] = {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
             continue
-        result["candidates"][name] = {
-            "nsPerRow": round(secs / ROWS * 1e9, 1),
-            "speedupVsBaseline": round(baseline_s / secs, 2),
-            "identicalToHashlib": out == expected,
+        out[name] = {
+            "nsPerRow": _ns(secs, len(column)),
+            "speedupVsHashlibPerRow": round(baseline_s / secs, 2),
+            "identicalToHashlib": got == expected,
         }
-    result["peakRssMiB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    return result
+    return out
+
+
+def main(rows: int = 1_000_000, width: int = 64) -> dict[str, Any]:
+    column = _column(rows, width)
+    baseline_s, expected = _best_of(lambda: _hashlib_per_row(column))
+    floor_s, _ = _best_of(lambda: hashlib.sha256(column.buffers()[2]).digest())  # type: ignore[arg-type]
+    candidates = _candidates(column, expected, baseline_s)
+    os.environ["RELGATE_HASH_WORKERS"] = "1"
+    root_s, root = _best_of(lambda: merkle_root_rows(column))
+    sample = column.slice(0, min(rows, 20_000))
+    os.environ.pop("RELGATE_HASH_WORKERS", None)
+    one = candidates["relgate.kernel, 1 thread"]
+    return {
+        "workload": f"{rows} rows x {width} B, per-row SHA-256 (and RFC 6962 root over them)",
+        "baseline": {
+            "hashlibPerRowNs": _ns(baseline_s, rows),
+            "rawSha256OneCallNsPerRow": _ns(floor_s, rows),
+        },
+        "kernelNsPerRow": one.get("nsPerRow"),
+        "ratioKernelVsHashlibPerRow": one.get("speedupVsHashlibPerRow"),
+        "ratioRawSha256VsKernel": round(floor_s / (one["nsPerRow"] * rows / 1e9), 3),
+        "merkleRootNsPerLeaf1Thread": _ns(root_s, rows),
+        "merkleRootMatchesReferenceOnSample": merkle_root_rows(sample)
+        == MerkleTree(sample.to_pylist()).root,
+        "merkleRootBytes": len(root),
+        "candidates": candidates,
+        "target": "no Python call per row; within 3x of raw SHA-256 over the same bytes",
+        "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
