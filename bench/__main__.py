@@ -57,7 +57,7 @@ def run(name: str, sizes: dict[str, Any], *, quick: bool) -> dict[str, Any]:
     chosen = {**sizes_of(module), **(getattr(module, "QUICK", {}) if quick else {}), **sizes}
     print(f"== bench {name} {json.dumps(chosen, sort_keys=True)}", flush=True)
     started = time.time()
-    result = module.main(**chosen)
+    result: dict[str, Any] = module.main(**chosen)
     out = {
         "benchmark": name,
         "sizes": chosen,

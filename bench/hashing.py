@@ -56,8 +56,8 @@ def _column(rows: int, width: int) -> pa.LargeBinaryArray:
 
 def _hashlib_per_row(column: pa.LargeBinaryArray) -> bytes:
     """The pre-kernel path: one hashlib call per row, sliced from the Arrow buffers."""
-    data = memoryview(column.buffers()[2])  # type: ignore[arg-type]
-    offs = np.frombuffer(column.buffers()[1], dtype=np.int64).tolist()  # type: ignore[arg-type]
+    data = memoryview(column.buffers()[2])
+    offs = np.frombuffer(column.buffers()[1], dtype=np.int64).tolist()
     sha = hashlib.sha256
     return b"".join(sha(data[offs[i] : offs[i + 1]]).digest() for i in range(len(column)))
 
@@ -149,7 +149,7 @@ def _candidates(column: pa.LargeBinaryArray, expected: bytes, baseline_s: float)
 def main(rows: int = 1_000_000, width: int = 64) -> dict[str, Any]:
     column = _column(rows, width)
     baseline_s, expected = _best_of(lambda: _hashlib_per_row(column))
-    floor_s, _ = _best_of(lambda: hashlib.sha256(column.buffers()[2]).digest())  # type: ignore[arg-type]
+    floor_s, _ = _best_of(lambda: hashlib.sha256(column.buffers()[2]).digest())
     candidates = _candidates(column, expected, baseline_s)
     os.environ["RELGATE_HASH_WORKERS"] = "1"
     root_s, root = _best_of(lambda: merkle_root_rows(column))
