@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 
-from relgate_agent.contracts import InventoryHost, JobSpec
+from relgate_agent.contracts import HostRow, InventoryHost, JobReport, JobSpec
 from relgate_agent.errors import (
     CHECK_METADATA_KEY,
     KIND_CHUNK_FAILED,
@@ -163,118 +163,49 @@ class Inventory:
         }
 
 
-@dataclass(frozen=True)
-class HostStatus:
-    """One target host of a job, as GetJob reports it."""
-
-    host_id: str
-    rack: str
-    state: str
-    chunks_verified: int
-    rx_bytes: int
-    tx_bytes: int
-    origin_bytes: int
-    errors: tuple[str, ...]
-    health: str
-    data_refusals: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """snake_case view (the legacy :func:`job_to_dict` shape)."""
-        d = asdict(self)
-        d["errors"] = list(self.errors)
-        return d
-
-    def to_json(self) -> dict[str, object]:
-        return {_camel(k): v for k, v in self.to_dict().items()}
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """A distribution job as GetJob reports it (typed; see :func:`job_to_dict`)."""
-
-    job_id: str
-    state: str
-    model: str
-    version: str
-    manifest_digest: str
-    hosts_total: int
-    hosts_ready: int
-    ready_hosts: tuple[str, ...]
-    bytes_moved: int
-    origin_bytes: int
-    checkpoint_bytes: int
-    stragglers: tuple[str, ...]
-    eta_s: int
-    topology_version: int
-    completion_emitted: bool
-    duration_s: float
-    control_refusals: int
-    error: str
-    hosts: tuple[HostStatus, ...]
-
-    @classmethod
-    def from_response(cls, resp: pb.GetJobResponse) -> JobStatus:
-        return cls(
-            job_id=resp.job_id,
-            state=resp.state,
-            model=resp.model,
-            version=resp.version,
-            manifest_digest=resp.manifest_digest,
-            hosts_total=resp.hosts_total,
-            hosts_ready=resp.hosts_ready,
-            ready_hosts=tuple(resp.ready_hosts),
-            bytes_moved=resp.bytes_moved,
-            origin_bytes=resp.origin_bytes,
-            checkpoint_bytes=resp.checkpoint_bytes,
-            stragglers=tuple(resp.stragglers),
-            eta_s=resp.eta_s,
-            topology_version=resp.topology_version,
-            completion_emitted=resp.completion_emitted,
-            duration_s=resp.duration_s,
-            control_refusals=resp.control_refusals,
-            error=job_error(resp),
-            hosts=tuple(
-                HostStatus(
-                    h.host_id,
-                    h.rack,
-                    h.state,
-                    h.chunks_verified,
-                    h.rx_bytes,
-                    h.tx_bytes,
-                    h.origin_bytes,
-                    tuple(h.errors),
-                    h.health,
-                    h.data_refusals,
-                )
-                for h in resp.hosts
-            ),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """snake_case view (the legacy :func:`job_to_dict` shape)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["ready_hosts"] = list(self.ready_hosts)
-        d["stragglers"] = list(self.stragglers)
-        d["hosts"] = [h.to_dict() for h in self.hosts]
-        return d
-
-    def to_json(self, *, hosts: bool = True) -> dict[str, object]:
-        """camelCase JSON (the CLI's ``job get --json``); ``hosts=False`` leaves them out."""
-        out: dict[str, object] = {_camel(k): v for k, v in self.to_dict().items() if k != "hosts"}
-        if hosts:
-            out["hosts"] = [h.to_json() for h in self.hosts]
-        return out
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+def job_from_pb(resp: pb.GetJobResponse) -> JobReport:
+    """GetJob's answer as the typed report (``error`` filled in for a FAILED job)."""
+    return JobReport(
+        job_id=resp.job_id,
+        state=resp.state,
+        model=resp.model,
+        version=resp.version,
+        manifest_digest=resp.manifest_digest,
+        hosts_total=resp.hosts_total,
+        hosts_ready=resp.hosts_ready,
+        ready_hosts=tuple(resp.ready_hosts),
+        bytes_moved=resp.bytes_moved,
+        origin_bytes=resp.origin_bytes,
+        checkpoint_bytes=resp.checkpoint_bytes,
+        stragglers=tuple(resp.stragglers),
+        eta_s=resp.eta_s,
+        topology_version=resp.topology_version,
+        completion_emitted=resp.completion_emitted,
+        duration_s=resp.duration_s,
+        control_refusals=resp.control_refusals,
+        hosts=tuple(
+            HostRow(
+                host_id=h.host_id,
+                rack=h.rack,
+                state=h.state,
+                chunks_verified=h.chunks_verified,
+                rx_bytes=h.rx_bytes,
+                tx_bytes=h.tx_bytes,
+                origin_bytes=h.origin_bytes,
+                rx_bytes_per_s=h.rx_bytes_per_s,
+                errors=tuple(h.errors),
+                health=h.health,
+                data_refusals=h.data_refusals,
+            )
+            for h in resp.hosts
+        ),
+        error=job_error(resp),
+    )
 
 
 def job_to_dict(resp: pb.GetJobResponse) -> dict[str, Any]:
-    """GetJob as the snake_case dict the Dagster Pipes entry and callers of the core read
-    (kept for them; new code uses :class:`JobStatus`)."""
-    return JobStatus.from_response(resp).to_dict()
+    """GetJob as the snake_case dict the Dagster Pipes entry and the test harness read."""
+    return job_from_pb(resp).to_dict()
 
 
 def job_error(resp: pb.GetJobResponse) -> str:

@@ -181,14 +181,28 @@ class HostRow:
         )
 
     def to_stored(self) -> dict[str, object]:
+        """snake_case (the stored figures' rows and the Pipes entry's dict)."""
         d = asdict(self)
         d["errors"] = list(self.errors)
         return d
 
+    def to_json(self) -> dict[str, object]:
+        return {camel(k): v for k, v in self.to_stored().items()}
+
+
+def camel(name: str) -> str:
+    """snake_case -> camelCase, the CLI's ``--json`` key style."""
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
 
 @dataclass(frozen=True)
 class JobReport:
-    """A job as the coordinator reports it (GetJob)."""
+    """A job as the coordinator reports it (GetJob), on both sides of the wire.
+
+    ``error`` is derived by the client from the hosts' errors of a FAILED job
+    (:func:`relgate_agent.client.job_error`); the coordinator leaves it empty.
+    """
 
     job_id: str
     state: str
@@ -208,6 +222,22 @@ class JobReport:
     duration_s: float
     control_refusals: int
     hosts: tuple[HostRow, ...]
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """snake_case view (what the Dagster Pipes entry and the harness read)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["ready_hosts"] = list(self.ready_hosts)
+        d["stragglers"] = list(self.stragglers)
+        d["hosts"] = [h.to_stored() for h in self.hosts]
+        return d
+
+    def to_json(self, *, hosts: bool = True) -> dict[str, object]:
+        """camelCase JSON (the CLI's ``job get --json``); ``hosts=False`` leaves them out."""
+        out: dict[str, object] = {camel(k): v for k, v in self.to_dict().items() if k != "hosts"}
+        if hosts:
+            out["hosts"] = [h.to_json() for h in self.hosts]
+        return out
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from relgate_agent.client import CoordinatorClient, JobStatus
-from relgate_agent.contracts import JobSpec
+from relgate_agent.client import CoordinatorClient, job_from_pb
+from relgate_agent.contracts import JobReport, JobSpec
 from relgate_agent.coordinator.jobstate import CoordinatorConfig, parse_selector, selector_matches
 from relgate_agent.coordinator.server import CoordinatorServer
 from relgate_agent.errors import AgentError
@@ -167,12 +167,12 @@ def _wait_for_fleet(
 
 def _until_handed_off(
     client: CoordinatorClient, job_id: str, request: DistributionRequest, log: Log
-) -> JobStatus:
+) -> JobReport:
     """Poll GetJob until the job ends or (unless ``wait_for_all``) the handoff happened."""
     deadline = time.monotonic() + request.timeout_s
     last = ""
     while True:
-        status = JobStatus.from_response(client.get_job(job_id))
+        status = job_from_pb(client.get_job(job_id))
         line = (
             f"job {job_id} {status.state}: {status.hosts_ready}/{status.hosts_total} ready, "
             f"{status.bytes_moved} bytes moved, {status.origin_bytes} origin bytes, eta {status.eta_s}s"
@@ -192,7 +192,7 @@ def _until_handed_off(
         time.sleep(request.poll_interval_s)
 
 
-def distribute(request: DistributionRequest, log: Log = print) -> JobStatus:
+def distribute(request: DistributionRequest, log: Log = print) -> JobReport:
     """Create the job (on an in-process coordinator if asked), wait for the handoff."""
     server = _serve(request, request.serve) if request.serve is not None else None
     if server is not None:
@@ -214,7 +214,7 @@ def distribute(request: DistributionRequest, log: Log = print) -> JobStatus:
             server.stop()
 
 
-def threshold_met(status: JobStatus, threshold: float) -> bool:
+def threshold_met(status: JobReport, threshold: float) -> bool:
     return status.hosts_total > 0 and status.hosts_ready >= threshold * status.hosts_total
 
 

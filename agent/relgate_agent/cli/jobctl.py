@@ -89,11 +89,11 @@ def job_create(  # noqa: PLR0913 - one parameter per command-line option
 def job_get(
     job_id: str, coordinator: str, hosts: bool, pki: str, ca: str, cert: str, key: str
 ) -> None:
-    from relgate_agent.client import CoordinatorClient, JobStatus
+    from relgate_agent.client import CoordinatorClient, job_from_pb
 
     c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
     try:
-        status = JobStatus.from_response(c.get_job(job_id))
+        status = job_from_pb(c.get_job(job_id))
     finally:
         c.close()
     output().emit(status.to_json(hosts=hosts))
