@@ -72,6 +72,9 @@ def test_accumulator_across_chunk_boundaries(monkeypatch: pytest.MonkeyPatch) ->
         packed = hashing.sha256_rows(pa.array(leaves, pa.binary()), b"\x00")
         for i in range(0, len(packed), 96):  # uneven batches of 3 leaves
             acc.add_packed_leaf_hashes(packed[i : i + 96])
+            # O(log n) memory: less than one chunk pending, one stacked subtree per bit.
+            assert len(acc._pending) < 4 * 32
+            assert len(acc._stack) <= max(1, n.bit_length())
         assert acc.root() == _reference_root(leaves), n
 
 
@@ -108,3 +111,10 @@ def test_hostile_offsets_are_refused_before_native_code_reads() -> None:
         kernel.sha256_rows_into(data, np.array([0, 3, 6], dtype=np.int64), 0, 2, b"", out[:32])
     with pytest.raises(ValueError, match="multiple of 32"):
         kernel.merkle_root(b"x" * 33)
+
+
+def test_only_the_hashed_rows_offsets_are_checked() -> None:
+    """A slice is checked over its own offsets: what lies past ``hi`` is not read."""
+    out = memoryview(bytearray(64))
+    kernel.sha256_rows_into(b"ab", np.array([0, 1, 2, 0, 0], dtype=np.int64), 0, 2, b"", out)
+    assert bytes(out) == hashlib.sha256(b"a").digest() + hashlib.sha256(b"b").digest()
