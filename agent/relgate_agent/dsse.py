@@ -39,11 +39,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from relgate_agent import jcs
 from relgate_agent.errors import VerificationError
 
 #: Envelopes (and trust files) larger than this are refused before parsing.
@@ -53,7 +53,7 @@ MAX_DEPTH = 64
 #: At most this many signature entries are looked at.
 MAX_SIGNATURES = 16
 #: Largest integer magnitude a signed document may hold (interoperable JSON range).
-MAX_SAFE_INTEGER = 2**53 - 1
+MAX_SAFE_INTEGER = jcs.MAX_SAFE_INTEGER
 MAX_INT_DIGITS = 16  # 2^53-1 has 16 digits: longer tokens are refused before int()
 REVOKED_SCHEMA = "relgate.revoked-keys.v1"
 REVOKED_FILE = "revoked.json"
@@ -252,7 +252,7 @@ def load_revoked(file: Path) -> frozenset[str]:
 
 
 def revoked_bytes(keyids: Iterable[str]) -> bytes:
-    return rfc8785.dumps({"schema": REVOKED_SCHEMA, "keyids": sorted(set(keyids))})
+    return jcs.dumps({"schema": REVOKED_SCHEMA, "keyids": sorted(set(keyids))})
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,7 @@ def sign(payload_type: str, payload: bytes, signer: Signer) -> dict[str, Any]:
 
 
 def envelope_bytes(envelope: Mapping[str, Any]) -> bytes:
-    return rfc8785.dumps(dict(envelope))
+    return jcs.dumps(dict(envelope))
 
 
 @dataclass(frozen=True)
@@ -407,7 +407,7 @@ def parse_canonical(data: bytes, *, subject: str = "payload", depth: int = MAX_D
     """Strictly parse a signed payload and require it to be its own RFC 8785 form."""
     body = parse_json(data, what="payload", subject=subject, depth=depth)
     try:
-        canonical = rfc8785.dumps(body)
+        canonical = jcs.dumps(body)
     except Exception as exc:  # rfc8785 raises its own errors and UnicodeError on lone surrogates
         raise DsseError(
             f"payload has no canonical form: {type(exc).__name__}",

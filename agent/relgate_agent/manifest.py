@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import google_crc32c
-import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from relgate_agent import dsse, names
+from relgate_agent import dsse, jcs, names
 from relgate_agent.errors import ManifestError, VerificationError
 from relgate_agent.fstree import walk_checkpoint_tree
 
@@ -162,7 +161,7 @@ class CheckpointManifest:
         return out
 
     def canonical_bytes(self) -> bytes:
-        return rfc8785.dumps(self.to_json())
+        return jcs.dumps(self.to_json())
 
     @property
     def digest(self) -> str:
@@ -269,7 +268,7 @@ def _digest_str(v: object) -> str:
 def manifest_digest(doc: Mapping[str, Any]) -> str:
     """sha256:<hex> over RFC 8785 canonical JSON with manifestId and signatures removed."""
     body = {k: v for k, v in doc.items() if k not in _DIGEST_EXCLUDED_KEYS}
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(body)).hexdigest()
+    return "sha256:" + hashlib.sha256(jcs.dumps(body)).hexdigest()
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:

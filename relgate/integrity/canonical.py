@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import rfc8785
-
 from relgate.errors import UsageError
 from relgate.integrity.digests import sha256_digest
+from relgate_agent import jcs
 from relgate_agent.dsse import MAX_SAFE_INTEGER
 
 #: Fields that never take part in a manifest's digest.
@@ -54,8 +53,7 @@ def _check(value: Any, path: str) -> None:
 def canonical_bytes(value: Any) -> bytes:  # a JSON boundary: _check types it
     """RFC 8785 bytes of a JSON value (floats and unsafe integers refused)."""
     _check(value, "$")
-    encoded: bytes = rfc8785.dumps(value)
-    return encoded
+    return jcs.dumps(value)
 
 
 def digest_payload(
