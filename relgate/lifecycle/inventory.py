@@ -55,6 +55,15 @@ def _text(value: str) -> pa.Scalar:
     return pa.scalar(value, pa.large_string())
 
 
+def pair_key(
+    first: pa.ChunkedArray | pa.Array, second: pa.ChunkedArray | pa.Array
+) -> pa.ChunkedArray:
+    """One unambiguous column for a pair of string columns: ``len(first):first:second``
+    (the byte length in front makes the split point unique whatever the strings hold)."""
+    length = pc.cast(pc.binary_length(first), pa.large_string())
+    return pc.binary_join_element_wise(length, first, second, _text(":"))
+
+
 def _batch(keys: list[str], versions: list[str], sizes: list[int]) -> pa.RecordBatch:
     columns = [
         pa.array(keys, pa.large_string()),
@@ -140,24 +149,35 @@ def first_absent(wanted: pa.Table, stored: pa.Table) -> int | None:
     """The smallest ``order`` of a wanted (canonical, version_id) the listing lacks."""
     if wanted.num_rows == 0:
         return None
-    absent = wanted.join(stored.select(_PAIR), keys=_PAIR, join_type="left anti")
-    return None if absent.num_rows == 0 else int(pc.min(absent["order"]).as_py())
+    listed = pair_key(stored["canonical"], stored["version_id"])
+    present = pc.is_in(pair_key(wanted["canonical"], wanted["version_id"]), value_set=listed)
+    absent = pc.filter(wanted["order"], pc.invert(present))
+    return None if len(absent) == 0 else int(pc.min(absent).as_py())
 
 
 def seen_table(conn: Connection, batch_rows: int = LISTING_BATCH) -> pa.Table:
-    """``gc_seen`` as a table (key, version_id, first_seen), fetched in batches."""
-    result = conn.exec_driver_sql("SELECT object_key, version_id, first_seen FROM gc_seen")
-    batches = []
-    while chunk := result.fetchmany(batch_rows):
-        columns = [pa.array(list(column), pa.large_string()) for column in zip(*chunk, strict=True)]
-        batches.append(pa.record_batch(columns, schema=_SEEN_SCHEMA))
+    """``gc_seen`` as a table (key, version_id, first_seen), fetched in batches straight
+    from the driver's cursor (no row objects)."""
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute("SELECT object_key, version_id, first_seen FROM gc_seen")
+        batches = []
+        while chunk := cursor.fetchmany(batch_rows):
+            columns = [pa.array(column, pa.large_string()) for column in zip(*chunk, strict=True)]
+            batches.append(pa.record_batch(columns, schema=_SEEN_SCHEMA))
+    finally:
+        cursor.close()
     return pa.Table.from_batches(batches, schema=_SEEN_SCHEMA)
+
+
+def _seen_keys(table: pa.Table) -> pa.ChunkedArray:
+    return pair_key(table["key"], table["version_id"])
 
 
 def unseen(stored: pa.Table, seen: pa.Table) -> pa.Table:
     """(key, version_id) of the stored versions ``gc_seen`` has no row for."""
-    keys = ["key", "version_id"]
-    return stored.select(keys).join(seen.select(keys), keys=keys, join_type="left anti")
+    known = pc.is_in(_seen_keys(stored), value_set=_seen_keys(seen))
+    return stored.select(["key", "version_id"]).filter(pc.invert(known))
 
 
 @dataclass(frozen=True)
@@ -170,14 +190,10 @@ class Exclusions:
     leased: Sequence[str]
 
 
-def _flag(table: pa.Table, pairs: pa.Table, name: str) -> pa.Table:
-    """``table`` with a boolean column: is its (canonical, version_id) in ``pairs``."""
-    marked = pairs.select(_PAIR).group_by(_PAIR, use_threads=False).aggregate([])
-    marked = marked.append_column(name, pa.repeat(pa.scalar(value=True), marked.num_rows))
-    joined = table.join(marked, keys=_PAIR, join_type="left outer")
-    return joined.set_column(
-        joined.schema.get_field_index(name), name, pc.fill_null(joined[name], fill_value=False)
-    )
+def _flag(stored: pa.Table, pairs: pa.Table) -> pa.ChunkedArray:
+    """Is each stored (canonical, version_id) in ``pairs``."""
+    wanted = pair_key(pairs["canonical"], pairs["version_id"])
+    return pc.is_in(pair_key(stored["canonical"], stored["version_id"]), value_set=wanted)
 
 
 def _is_in(column: pa.ChunkedArray, values: Iterable[str]) -> pa.ChunkedArray:
@@ -187,21 +203,19 @@ def _is_in(column: pa.ChunkedArray, values: Iterable[str]) -> pa.ChunkedArray:
 def classify(
     stored: pa.Table, exclusions: Exclusions, seen: pa.Table, now: str, cutoff: str
 ) -> pa.Table:
-    """Every stored version (listing order) with ``first_seen`` (``now`` if never seen)
+    """Every stored version (listing order, as listed) with ``first_seen`` (``now`` if never seen)
     and ``why_not``: the first exclusion reason that applies, or null for a candidate."""
-    table = _flag(stored, exclusions.required, "is_required")
-    table = _flag(table, exclusions.protected, "is_protected")
-    table = table.join(seen, keys=["key", "version_id"], join_type="left outer")
-    table = table.sort_by("row")
-    first_seen = pc.fill_null(table["first_seen"], _text(now))
+    table = stored
+    at = pc.index_in(_seen_keys(stored), value_set=_seen_keys(seen))
+    first_seen = pc.fill_null(pc.take(seen["first_seen"], at), _text(now))
     canon = table["canonical"]
     respelled = pc.not_equal(canon, table["key"])
     required_keys = pc.unique(exclusions.required["canonical"])
     reasons = [
         (pc.and_(respelled, pc.is_in(canon, value_set=required_keys)), "other-spelling-of-required-key"),
-        (table["is_required"], "required"),
+        (_flag(stored, exclusions.required), "required"),
         (
-            pc.or_(table["is_protected"], pc.and_(_is_in(canon, exclusions.protected_keys), respelled)),
+            pc.or_(_flag(stored, exclusions.protected), pc.and_(_is_in(canon, exclusions.protected_keys), respelled)),
             "unknown-publication-outcome",
         ),
         (_is_in(canon, exclusions.leased), "publisher-lease"),
@@ -210,7 +224,6 @@ def classify(
     why = pa.nulls(table.num_rows, pa.large_string())
     for condition, reason in reversed(reasons):
         why = pc.if_else(condition, _text(reason), why)
-    table = table.drop_columns(["is_required", "is_protected", "first_seen"])
     return table.append_column("first_seen", first_seen).append_column("why_not", why)
 
 
@@ -227,8 +240,9 @@ def excluded_counts(classified: pa.Table) -> dict[str, int]:
 def candidate_table(classified: pa.Table, owners: pa.Table) -> pa.Table:
     """The candidates in listing order: key, version_id, size, first_seen, reason."""
     chosen = classified.filter(pc.is_null(classified["why_not"]))
-    chosen = chosen.join(owners, keys="canonical", join_type="left outer").sort_by("row")
-    owner = chosen["owner"]
+    owner = pc.take(
+        owners["owner"], pc.index_in(chosen["canonical"], value_set=owners["canonical"])
+    )
     former = pc.binary_join_element_wise(_text(FORMER), owner, _text(""))
     reason = pc.if_else(pc.is_null(owner), _text(ORPHAN), former)
     return chosen.select(["key", "version_id", "size", "first_seen"]).append_column(
