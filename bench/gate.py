@@ -81,7 +81,9 @@ def _world(home: Path, db_url: str, candidates: int) -> dict[str, Any]:
     for i in range(candidates):
         version = forge_release(ws, release, {d["id"] for d in release.shards}, tag=f"cas{i}")
         set_state(ws, "release", version.digest, "VERIFIED", "APPROVED")
-        sign_approval(ws, {"release": version.digest, "approver": "b", "report": "sha256:" + "0" * 64})
+        sign_approval(
+            ws, {"release": version.digest, "approver": "b", "report": "sha256:" + "0" * 64}
+        )
         forged.append(version.digest)
     row = get_snapshot(ws.db, snap.digest)
     members = ws.membership.read(ContentRef(row["members_digest"], row["members_version"], 0))
@@ -94,7 +96,7 @@ def admit(ws: Workspace, gate: Any) -> GateEvent:
     """One admission: permit issue and run record in one gate transaction."""
     started = time.monotonic()
     try:
-        with ws.db.gate_tx() as conn:
+        with ws.db.admission_tx() as conn:
             permit = acquire(conn, gate, purpose=PURPOSE, alias=ALIAS)
             run_id = "run-" + uuid.uuid4().hex[:12]
             params = {"r": run_id, "a": ALIAS, "root": permit.root_digest, "p": permit.permit_id}
