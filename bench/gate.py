@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import queue
 import resource
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -57,7 +59,7 @@ def _support() -> None:
         sys.path.insert(0, str(ROOT / "tests"))
 
 
-def _world(home: Path, db_url: str, candidates: int) -> dict[str, Any]:
+def world(home: Path, db_url: str, candidates: int) -> dict[str, Any]:
     """Published root on ``train`` plus ``candidates`` approved releases for CAS rounds."""
     _support()
     from support.lifecycle import forge_release, set_state
@@ -172,26 +174,38 @@ def _rate(events: list[GateEvent]) -> tuple[int, float]:
     return len(ok), span
 
 
-def run_load(home: Path, world: dict[str, Any], clients: int, per_client: int) -> dict[str, Any]:
-    """Run the three phases with ``clients`` spawned processes; events and rates."""
+def run_load(
+    home: Path, built: dict[str, Any], clients: int, per_client: int, *, spawn: bool = True
+) -> dict[str, Any]:
+    """Run the three phases with ``clients`` spawned processes (or threads); the rates
+    and what the checker found."""
     ws = Workspace.open(home)
     with ws.db.tx() as conn:
         execute(conn, "CREATE TABLE IF NOT EXISTS bench_inserts (id TEXT PRIMARY KEY, at TEXT)")
     generation = ws.gate().alias(ALIAS, "release").generation
     ws.close()
-    rounds = [world["candidates"][r * clients : (r + 1) * clients] for r in range(CAS_ROUNDS)]
-    job = {"per_client": per_client, "candidates": rounds, "member": world["member"],
+    rounds = [built["candidates"][r * clients : (r + 1) * clients] for r in range(CAS_ROUNDS)]
+    job = {"per_client": per_client, "candidates": rounds, "member": built["member"],
            "expected": [generation + r for r in range(CAS_ROUNDS)]}  # fmt: skip
-    ctx = mp.get_context("spawn")
-    barrier, out = ctx.Barrier(clients), ctx.Queue()
-    procs = [
-        ctx.Process(target=_client, args=(str(home), i, job, barrier, out)) for i in range(clients)
-    ]
-    for proc in procs:
-        proc.start()
-    results = [out.get(timeout=1800) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=60)
+    workers: list[Any]
+    if spawn:
+        ctx = mp.get_context("spawn")
+        barrier, out = ctx.Barrier(clients), ctx.Queue()
+        workers = [
+            ctx.Process(target=_client, args=(str(home), i, job, barrier, out))
+            for i in range(clients)
+        ]
+    else:
+        barrier, out = threading.Barrier(clients), queue.Queue()
+        workers = [
+            threading.Thread(target=_client, args=(str(home), i, job, barrier, out))
+            for i in range(clients)
+        ]
+    for worker in workers:
+        worker.start()
+    results = [out.get(timeout=1800) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
     events = [GateEvent.model_validate(e) for r in results for e in r["events"]]
     throughput = [GateEvent.model_validate(e) for r in results for e in r["events"][:per_client]]
     admitted, span = _rate(throughput)
@@ -215,8 +229,8 @@ def _backend(url: str | None, clients: int, per_client: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         db_url = url or f"sqlite:///{tmp}/catalog.db"
-        world = _world(home, db_url, CAS_ROUNDS * clients)
-        return run_load(home, world, clients, per_client)
+        built = world(home, db_url, CAS_ROUNDS * clients)
+        return run_load(home, built, clients, per_client)
 
 
 def main(clients: int = 16, per_client: int = 250) -> dict[str, Any]:
