@@ -188,6 +188,8 @@ def run_load(
     job = {"per_client": per_client, "candidates": rounds, "member": built["member"],
            "expected": [generation + r for r in range(CAS_ROUNDS)]}  # fmt: skip
     workers: list[Any]
+    barrier: Any
+    out: Any
     if spawn:
         ctx = mp.get_context("spawn")
         barrier, out = ctx.Barrier(clients), ctx.Queue()

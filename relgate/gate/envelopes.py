@@ -156,7 +156,7 @@ class StoredEnvelopes:
             ) from None
 
 
-def _require(verifier: EnvelopeVerifier | None, kind: str, digest: str) -> EnvelopeVerifier:
+def require_verifier(verifier: EnvelopeVerifier | None, kind: str, digest: str) -> EnvelopeVerifier:
     if verifier is None:  # fail closed: a gate that cannot re-verify moves nothing
         raise RejectedError(
             "this gate has no envelope verifier",
@@ -180,7 +180,7 @@ def verify_envelope(
 ) -> CatalogRow:
     """Re-open the stored envelope ``digest``'s row names and bind it to the row."""
     row = catalog_row(conn, kind, digest)
-    _require(verifier, kind, digest).verify(kind, row)
+    require_verifier(verifier, kind, digest).verify(kind, row)
     return row
 
 
@@ -188,4 +188,4 @@ def verify_signed_approval(
     conn: Connection, verifier: EnvelopeVerifier | None, kind: str, digest: str
 ) -> None:
     """Re-open the signed approval that ``digest``'s APPROVED state claims."""
-    _require(verifier, kind, digest).verify_approval(conn, kind, digest)
+    require_verifier(verifier, kind, digest).verify_approval(conn, kind, digest)
