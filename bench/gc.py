@@ -37,7 +37,7 @@ from relgate.objects.versioned import ObjectStore, ObjectVersion
 
 SHARDS_PER_VERSION = 20
 SHARD_SIZE = 256_000_000
-QUICK: dict[str, int] = {"objects": 100_000, "versions": 400}
+QUICK: dict[str, int] = {"objects": 100_000, "versions": 100}
 TARGET = "plan <= 10 s at 1M objects / 10k versions; peak RSS flat as versions grow"
 
 
