@@ -3,41 +3,42 @@
 Workload: a real workspace (SQLite catalog, real snapshot from the demo sources, real
 Ed25519-signed release manifests) over an in-memory implementation of the versioned
 ``ObjectStore`` contract, so the benchmark measures the collector rather than a million
-directory creations.  ``OBJECTS`` shard objects are stored; ``VERSIONS`` releases each
+directory creations.  ``objects`` shard objects are stored; ``versions`` releases each
 reference ``SHARDS_PER_VERSION`` of them (consecutive versions share half their shards);
 every other release is INVALID (not retained), the rest are STAGED (retained), so both
-mark and the candidate reasons read every manifest.
+mark and the candidate reasons open every manifest.
 
-Measured at 25%, 50% and 100% of the versions with the object count fixed:
+Each step runs in a fresh (spawned) process, at half the versions and at all of them with
+the object count fixed, so ``peakRssMiB`` of the two steps shows whether memory grows
+with the version count:
 
 * ``planSeconds``: wall time of ``plan_gc`` (second plan: ``gc_seen`` already recorded);
-* ``planPeakMiB``: tracemalloc peak of the plan's own allocations (a separate run);
-* ``listSeconds``: the baseline measured in the same run: listing every stored version;
-  ``planOverList`` is the ratio.
-
-Memory is flat when ``planPeakMiB`` does not grow with the version count (it follows the
-object count: the stored index and the required set).  Scale with RELGATE_BENCH_GC_OBJECTS
-/ RELGATE_BENCH_GC_VERSIONS.
+* ``baselineSeconds``: a plain polars anti-join of the stored (key, versionId) columns
+  against the required pairs, in the same process (what the planner's joins cost at
+  least); ``listSeconds``: listing every stored version;
+* ``planPythonPeakMiB``: tracemalloc peak of a third plan (Python allocations only);
+  ``peakRssMiB``: the step process's maximum RSS (world included).
 """
 
 from __future__ import annotations
 
-import os
+import multiprocessing as mp
 import resource
 import tempfile
 import time
 import tracemalloc
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from relgate.errors import NotFoundError, ObjectExistsError
 from relgate.objects.versioned import ObjectStore, ObjectVersion
 
-OBJECTS = int(os.environ.get("RELGATE_BENCH_GC_OBJECTS", "1000000"))
-VERSIONS = int(os.environ.get("RELGATE_BENCH_GC_VERSIONS", "10000"))
-SHARDS_PER_VERSION = int(os.environ.get("RELGATE_BENCH_GC_SHARDS_PER_VERSION", "20"))
+SHARDS_PER_VERSION = 20
 SHARD_SIZE = 256_000_000
+QUICK: dict[str, int] = {"objects": 100_000, "versions": 100}
+TARGET = "plan <= 10 s at 1M objects / 10k versions; peak RSS flat as versions grow"
 
 
 class MemoryStore(ObjectStore):
@@ -127,9 +128,9 @@ def _world(home: Path) -> tuple[Any, MemoryStore, dict[str, Any]]:
     return ws, store, {"snapshot": snap.digest, "members": snap.manifest.members_ref}
 
 
-def _shard_pool(store: MemoryStore) -> list[tuple[str, str]]:
+def _shard_pool(store: MemoryStore, objects: int) -> list[tuple[str, str]]:
     pool = []
-    for i in range(OBJECTS):
+    for i in range(objects):
         hexd = f"{i:064x}"
         version = store.put(f"shards/sha256/{hexd}.parquet", b"", size=SHARD_SIZE)
         pool.append((hexd, version.version_id))
@@ -186,58 +187,84 @@ def _add_versions(
                 transition(conn, "release", sealed.digest, "INVALID", actor="bench", reason="bench")
 
 
-def main() -> dict[str, Any]:
+def _baseline(store: MemoryStore, required: Any) -> tuple[float, float, int]:
+    """(listing seconds, plain polars anti-join seconds, rows it kept)."""
+    import polars as pl
+
+    t = time.perf_counter()
+    listed = list(store.list_versions(""))
+    list_seconds = time.perf_counter() - t
+    stored = pl.DataFrame(
+        {"key": [v.key for v in listed], "version_id": [v.version_id for v in listed]}
+    )
+    pairs = pl.from_arrow(required.rename_columns(["key", "version_id"]))
+    assert isinstance(pairs, pl.DataFrame)
+    t = time.perf_counter()
+    kept = stored.join(pairs, on=["key", "version_id"], how="anti").height
+    return list_seconds, time.perf_counter() - t, kept
+
+
+def _step(objects: int, versions: int) -> dict[str, Any]:
+    """One fresh process: build the world, plan three times, measure."""
     from relgate.lifecycle.collector import plan_gc
 
-    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
+        t = time.perf_counter()
         ws, store, facts = _world(Path(tmp) / "home")
-        pool = _shard_pool(store)
-        built = 0
-        steps = []
-        for fraction in (0.25, 0.5, 1.0):
-            target = int(VERSIONS * fraction)
-            _add_versions(ws, pool, facts, built, target)
-            built = target
-            t = time.perf_counter()
-            listed = sum(1 for _ in store.list_versions(""))
-            list_seconds = time.perf_counter() - t
-            plan_gc(ws, grace_seconds=0)  # records gc_seen for new versions
-            t = time.perf_counter()
-            plan = plan_gc(ws, grace_seconds=0)
-            plan_seconds = time.perf_counter() - t
-            tracemalloc.start()
-            plan_gc(ws, grace_seconds=0)
-            _, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
-            steps.append(
-                {
-                    "versions": built,
-                    "storedObjects": plan.stored,
-                    "listedVersions": listed,
-                    "retainedVersions": len(plan.retained),
-                    "requiredObjects": len(plan.required),
-                    "candidates": len(plan.candidates),
-                    "planSeconds": round(plan_seconds, 2),
-                    "listSeconds": round(list_seconds, 2),
-                    "planOverList": round(plan_seconds / list_seconds, 1),
-                    "planPeakMiB": round(peak / 2**20, 1),
-                }
-            )
-            print(steps[-1], flush=True)
+        pool = _shard_pool(store, objects)
+        _add_versions(ws, pool, facts, 0, versions)
+        world_seconds = time.perf_counter() - t
+        plan_gc(ws, grace_seconds=0)  # records gc_seen
+        t = time.perf_counter()
+        plan = plan_gc(ws, grace_seconds=0)
+        plan_seconds = time.perf_counter() - t
+        list_seconds, baseline_seconds, kept = _baseline(store, plan.required_table)
+        tracemalloc.start()
+        plan_gc(ws, grace_seconds=0)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
         ws.close()
-    peaks = [s["planPeakMiB"] for s in steps]
     return {
-        "workload": {
-            "objects": OBJECTS,
-            "versions": VERSIONS,
-            "shardsPerVersion": SHARDS_PER_VERSION,
-            "retained": "every other release (STAGED); the rest INVALID",
-            "store": "in-memory ObjectStore contract; catalog SQLite; manifests Ed25519-signed",
+        "versions": versions,
+        "storedObjects": plan.stored,
+        "retainedVersions": len(plan.retained),
+        "requiredObjects": plan.required_table.num_rows,
+        "candidates": plan.candidate_count,
+        "baselineKept": kept,
+        "worldSeconds": round(world_seconds, 1),
+        "planSeconds": round(plan_seconds, 2),
+        "listSeconds": round(list_seconds, 2),
+        "baselineSeconds": round(baseline_seconds, 3),
+        "planPythonPeakMiB": round(peak / 2**20, 1),
+        "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main(objects: int = 1_000_000, versions: int = 10_000) -> dict[str, Any]:
+    started = time.perf_counter()
+    steps = []
+    for count in (max(2, versions // 2), versions):
+        with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+            steps.append(pool.submit(_step, objects, count).result())
+        print(steps[-1], flush=True)
+    full = steps[-1]
+    return {
+        "workload": (
+            f"plan_gc over {objects} stored shard objects and {versions} signed releases"
+            f" ({SHARDS_PER_VERSION} shards each, every other one retained); in-memory"
+            " versioned store, SQLite catalog; steps at half and all of the versions,"
+            " each in a fresh process"
+        ),
+        "baseline": {
+            "what": "plain polars anti-join of stored (key, versionId) against the required pairs",
+            "seconds": full["baselineSeconds"],
         },
+        "ratio": round(full["planSeconds"] / max(full["baselineSeconds"], 1e-9), 1),
+        "target": TARGET,
+        "planSeconds": full["planSeconds"],
+        "peakRssMiB": full["peakRssMiB"],
+        "rssGrowthRatio": round(full["peakRssMiB"] / steps[0]["peakRssMiB"], 2),
         "steps": steps,
-        "peakGrowthRatio": round(peaks[-1] / peaks[0], 2) if peaks[0] else None,
-        "processMaxRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "totalSeconds": round(time.perf_counter() - started, 1),
     }
 
@@ -245,4 +272,4 @@ def main() -> dict[str, Any]:
 if __name__ == "__main__":
     import json
 
-    print(json.dumps(main(), indent=2))
+    print(json.dumps(main(**QUICK), indent=2))

@@ -6,8 +6,10 @@ of transaction exist:
 * :meth:`Database.tx` for ordinary catalog reads and writes;
 * :meth:`Database.gate_tx` for the linearizable gate: on SQLite every write transaction
   is ``BEGIN IMMEDIATE`` (one writer at a time, so gate transactions are totally ordered);
-  on PostgreSQL the single ``fences`` row is locked ``FOR UPDATE`` first, which orders
-  every gate transaction behind the previous one.
+  on PostgreSQL the gate advisory lock is taken exclusively and the single ``fences`` row
+  is locked ``FOR UPDATE``, which orders every gate transaction behind the previous one;
+* :meth:`Database.admission_tx` for admissions, which commute with each other: on
+  PostgreSQL they take the gate advisory lock shared.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from sqlalchemy.pool import NullPool
 
 from relgate.catalog.migrations import MIGRATIONS
 from relgate.errors import UsageError
+
+#: The PostgreSQL advisory lock every gate transaction takes (shared by admissions).
+GATE_LOCK = 7244
 
 
 def utcnow() -> str:
@@ -72,7 +77,21 @@ class Database:
     def gate_tx(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:
             if self.dialect == "postgresql":
+                conn.execute(text(f"SELECT pg_advisory_xact_lock({GATE_LOCK})"))
                 conn.execute(text("SELECT id FROM fences WHERE id = 1 FOR UPDATE"))
+            yield conn
+
+    @contextmanager
+    def admission_tx(self) -> Iterator[Connection]:
+        """A gate transaction for admissions only: they read gate state (fences, aliases,
+        hits, release state) that only :meth:`gate_tx` writes, and write rows of their
+        own (permits, runs) that only :meth:`gate_tx` reads.  So on PostgreSQL they share
+        the gate lock with each other and exclude every other gate transaction; the
+        order is still total up to admissions commuting.  On SQLite it is
+        :meth:`gate_tx` (one writer at a time)."""
+        with self.engine.begin() as conn:
+            if self.dialect == "postgresql":
+                conn.execute(text(f"SELECT pg_advisory_xact_lock_shared({GATE_LOCK})"))
             yield conn
 
     # -- migrations ----------------------------------------------------------------------

@@ -7,6 +7,9 @@ made at.  A retry of a move that already committed returns the committed result.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from pydantic import Field
 from sqlalchemy import Connection
 
@@ -75,7 +78,12 @@ def read_alias(conn: Connection, alias: str, kind: str) -> tuple[int, str | None
     row = one(
         conn, "SELECT kind, generation, active_digest FROM aliases WHERE name = :n", {"n": alias}
     )
-    if row is None:
+    return alias_of(row, alias, kind)
+
+
+def alias_of(row: Mapping[str, Any] | None, alias: str, kind: str) -> tuple[int, str | None]:
+    """:func:`read_alias` of an already-read ``aliases`` row (None: never set)."""
+    if row is None or row["kind"] is None:
         return 0, None
     if row["kind"] != kind:
         raise UsageError(

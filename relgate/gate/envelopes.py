@@ -8,6 +8,7 @@ approver key naming that digest.  A gate without a verifier moves nothing.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -65,11 +66,31 @@ def _bound_fields(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Verified envelope bodies by (trusted keys, kind, digest, version, SHA-256 of the exact
+#: stored bytes).  Opening an envelope is a pure function of its bytes and the trusted
+#: keys, so a hit is the same answer a fresh verification would give; different bytes
+#: (a tampered or replaced object) miss and are verified in full.  Bounded.
+_VERIFIED: dict[tuple[int, str, str, str, bytes], tuple[TrustedKeys, Any]] = {}
+_VERIFIED_MAX = 4096
+
+
 def _stored_body(store: ObjectStore, trusted: TrustedKeys, kind: str, row: CatalogRow) -> Any:
     digest, version = str(row["digest"]), str(row["envelope_version"])
+    key = envelope_key(kind, digest)
+    data = store.get(key, version)
+    memo = (id(trusted), kind, digest, version, hashlib.sha256(data).digest())
+    hit = _VERIFIED.get(memo)
+    if hit is not None and hit[0] is trusted:
+        return hit[1]
     if kind == "snapshot":
-        return sm.load(store, trusted, digest, version).body
-    return rm.load(store, trusted, digest, version).body
+        opened = sm.KIND.open(data, trusted, expected=digest, subject=key)
+        body: Any = sm.from_payload(opened, subject=key).body
+    else:
+        body = rm.open_envelope(data, trusted, expected=digest, subject=key).body
+    if len(_VERIFIED) >= _VERIFIED_MAX:
+        _VERIFIED.clear()
+    _VERIFIED[memo] = (trusted, body)
+    return body
 
 
 class StoredEnvelopes:
@@ -135,7 +156,7 @@ class StoredEnvelopes:
             ) from None
 
 
-def _require(verifier: EnvelopeVerifier | None, kind: str, digest: str) -> EnvelopeVerifier:
+def require_verifier(verifier: EnvelopeVerifier | None, kind: str, digest: str) -> EnvelopeVerifier:
     if verifier is None:  # fail closed: a gate that cannot re-verify moves nothing
         raise RejectedError(
             "this gate has no envelope verifier",
@@ -159,7 +180,7 @@ def verify_envelope(
 ) -> CatalogRow:
     """Re-open the stored envelope ``digest``'s row names and bind it to the row."""
     row = catalog_row(conn, kind, digest)
-    _require(verifier, kind, digest).verify(kind, row)
+    require_verifier(verifier, kind, digest).verify(kind, row)
     return row
 
 
@@ -167,4 +188,4 @@ def verify_signed_approval(
     conn: Connection, verifier: EnvelopeVerifier | None, kind: str, digest: str
 ) -> None:
     """Re-open the signed approval that ``digest``'s APPROVED state claims."""
-    _require(verifier, kind, digest).verify_approval(conn, kind, digest)
+    require_verifier(verifier, kind, digest).verify_approval(conn, kind, digest)

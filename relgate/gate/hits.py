@@ -99,7 +99,12 @@ def hits_on(conn: Connection, digest: str) -> list[HitRecord]:
 def check_no_hits(conn: Connection, kind: str, digest: str) -> None:
     """Refuse a version with any recorded hit."""
     row = one(conn, "SELECT COUNT(*) AS n FROM fence_hits WHERE subject_digest = :d", {"d": digest})
-    if row and int(row["n"]):
+    refuse_hits(int(row["n"]) if row else 0, kind, digest)
+
+
+def refuse_hits(count: int, kind: str, digest: str) -> None:
+    """Refuse a version with ``count`` recorded hits, if any."""
+    if count:
         raise RejectedError(
             "fence entries hit members of this version",
             object=kind,

@@ -9,15 +9,17 @@ that root before the advance commits.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
-from relgate.gate.aliases import read_alias, stale_generation
-from relgate.gate.fences import read_fences
-from relgate.gate.hits import HitSeqs
+from relgate.gate.aliases import alias_of, stale_generation
+from relgate.gate.fences import Fences, read_fences
+from relgate.gate.hits import HitSeqs, refuse_hits
 from relgate.gate.transitions import Gate
 from relgate.integrity.contract import Contract
 
@@ -41,8 +43,33 @@ class Permit(Contract):
     closed_at: str | None = None
 
 
+#: One read for the gate state an admission starts from: both fences and the alias row.
+_STATE_SQL = (
+    "SELECT f.tombstone_watermark, f.benchmark_fence, a.kind, a.generation, a.active_digest"
+    " FROM fences f LEFT JOIN aliases a ON a.name = :n WHERE f.id = 1"
+)
+#: One read for the root: its catalog row, its snapshot's purpose, its recorded hits.
+_ROOT_SQL = (
+    "SELECT r.*, s.purpose AS admitted_purpose_,"
+    " (SELECT COUNT(*) FROM fence_hits h WHERE h.subject_digest = r.digest) AS hit_count_"
+    " FROM releases r LEFT JOIN snapshots s ON s.digest = r.snapshot_digest WHERE r.digest = :d"
+)
+
+
+def _gate_state(conn: Connection, alias: str | None) -> tuple[Fences, Mapping[str, Any]]:
+    """The fences (NotFoundError without a fences row, as :func:`read_fences`) and the
+    alias row (kind None when ``alias`` is not set), in one statement."""
+    row = one(conn, _STATE_SQL, {"n": alias})
+    if row is None:
+        return read_fences(conn), {}  # raises: the gate is not initialised
+    return Fences(int(row["tombstone_watermark"]), int(row["benchmark_fence"])), row
+
+
 def _admitted_root(
-    conn: Connection, alias: str | None, root: str | None, expected_generation: int | None
+    alias_row: Mapping[str, Any],
+    alias: str | None,
+    root: str | None,
+    expected_generation: int | None,
 ) -> tuple[str, int]:
     """Resolve the alias (exactly once) or take the exact root; (root, generation)."""
     if alias is None:
@@ -53,7 +80,7 @@ def _admitted_root(
         if root is None:
             raise UsageError("admit a root digest or an alias", object="run", check="root")
         return root, NO_GENERATION
-    generation, active = read_alias(conn, alias, "release")
+    generation, active = alias_of(alias_row, alias, "release")
     if expected_generation is not None and generation != expected_generation:
         details: dict[str, object] = {"generation": generation, "activeDigest": active}
         raise stale_generation(alias, generation, expected_generation, active, details)
@@ -72,13 +99,13 @@ def _admitted_root(
     return active, generation
 
 
-def _check_admissible(conn: Connection, subject: str, root: str, purpose: str) -> None:
-    """The root is PUBLISHED and its data was admitted for ``purpose``."""
-    release = one(
-        conn, "SELECT state, snapshot_digest FROM releases WHERE digest = :d", {"d": root}
-    )
+def _admissible_row(conn: Connection, subject: str, root: str, purpose: str) -> dict[str, Any]:
+    """The root is PUBLISHED, its data was admitted for ``purpose`` and no fence entry hit
+    it; its catalog row (for the watermark and envelope checks)."""
+    release = one(conn, _ROOT_SQL, {"d": root})
     if release is None:
         raise NotFoundError("unknown release", object="release", check="exists", digest=root)
+    admitted, hits = release.pop("admitted_purpose_"), int(release.pop("hit_count_") or 0)
     if release["state"] != "PUBLISHED":
         raise RejectedError(
             f"release is {release['state']}; runs are admitted on PUBLISHED roots only",
@@ -86,17 +113,16 @@ def _check_admissible(conn: Connection, subject: str, root: str, purpose: str) -
             check="release-state",
             digest=root,
         )
-    snapshot = one(
-        conn, "SELECT purpose FROM snapshots WHERE digest = :d", {"d": release["snapshot_digest"]}
-    )
-    if snapshot is None or snapshot["purpose"] != purpose:
+    if admitted != purpose:
         raise RejectedError(
             f"purpose {purpose!r} is not what the data was admitted for",
             object=subject,
             check="purpose",
             digest=root,
-            details={"admitted": snapshot["purpose"] if snapshot else None},
+            details={"admitted": admitted},
         )
+    refuse_hits(hits, "release", root)
+    return release
 
 
 def acquire(
@@ -116,10 +142,11 @@ def acquire(
     Either way the root must be PUBLISHED, admitted for this purpose, free of fence hits
     against the current fences, and its stored envelope must re-verify.
     """
-    fences = read_fences(conn)
-    root, generation = _admitted_root(conn, alias, root, expected_generation)
-    _check_admissible(conn, alias or root, root, purpose)
-    gate.check_root(conn, "release", root)
+    fences, alias_row = _gate_state(conn, alias)
+    root, generation = _admitted_root(alias_row, alias, root, expected_generation)
+    row = _admissible_row(conn, alias or root, root, purpose)
+    gate.check_watermarks(conn, "release", root, row, fences)
+    gate.verify_row("release", row)
     permit = Permit(
         permit_id="permit-" + uuid.uuid4().hex[:16],
         root_digest=root,

@@ -33,6 +33,7 @@ from relgate.gate.envelopes import (
     CatalogRow,
     EnvelopeVerifier,
     catalog_row,
+    require_verifier,
     verify_envelope,
     verify_signed_approval,
 )
@@ -305,6 +306,14 @@ class Gate:
         fences = read_fences(conn)
         row = catalog_row(conn, kind, digest)
         check_no_hits(conn, kind, digest)
+        self.check_watermarks(conn, kind, digest, row, fences)
+        return self.verify_envelope(conn, kind, digest)
+
+    def check_watermarks(
+        self, conn: Connection, kind: str, digest: str, row: CatalogRow, fences: Fences
+    ) -> None:
+        """Refuse a root whose members fence entries recorded since its own watermarks hit
+        (nothing to check when its watermarks are the current fences)."""
         marks = _marks(row)
         if marks != fences.pair():
             since = hits_since(conn, self.members, kind, digest, marks)
@@ -318,4 +327,7 @@ class Gate:
                     digest=digest,
                     details=details,
                 )
-        return self.verify_envelope(conn, kind, digest)
+
+    def verify_row(self, kind: str, row: CatalogRow) -> None:
+        """Re-open the stored envelope an already-read catalog row names."""
+        require_verifier(self.envelopes, kind, str(row["digest"])).verify(kind, row)

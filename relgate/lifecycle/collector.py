@@ -30,16 +30,41 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import Connection, text
 
 from relgate.catalog.db import execute, rows, utcnow
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
+from relgate.lifecycle.inventory import (
+    Exclusions,
+    candidate_table,
+    classify,
+    excluded_counts,
+    first_absent,
+    listing_batches,
+    owners_table,
+    pairs_table,
+    seen_table,
+    stored_table,
+    unseen,
+)
 from relgate.lifecycle.pins import leased_keys
-from relgate.lifecycle.refs import MANAGED_PREFIXES, Ref, descriptor_key, version_refs
+from relgate.lifecycle.refs import (
+    MANAGED_PREFIXES,
+    ROW_CHUNK,
+    Ref,
+    VersionRow,
+    descriptor_key,
+    refs_of,
+    version_refs,
+    version_rows,
+)
 from relgate.lifecycle.retention import (
     Holders,
     RetainedVersion,
@@ -58,14 +83,6 @@ from relgate.workspace import Workspace
 DEFAULT_GRACE_SECONDS = 6 * 3600
 SWEEP_BATCH = 256
 _SEEN_CHUNK = 500
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    key: str  # exactly as the store lists it
-    version_id: str
-    size: int
-    canonical: str
 
 
 class Candidate(Contract):
@@ -98,33 +115,56 @@ class PlanReport(Contract):
 
 @dataclass(frozen=True)
 class Plan:
-    """A dry run.  Holds the full required set (possibly millions of keys) as plain sets
-    for the sweep to act on; :meth:`report` is its typed wire form."""
+    """A dry run.  Holds the required set and the candidates as Arrow tables (a
+    million rows are columns, not Python objects); :attr:`candidates` materializes the
+    typed rows on first use, :meth:`report` only the ones it shows."""
 
     now: str
     grace_seconds: int
     retained: Holders
-    required: set[tuple[str, str]]
-    required_keys: set[str]
+    required_table: pa.Table  # canonical, version_id (unique)
     stored: int
     stored_bytes: int
-    candidates: list[Candidate]
+    candidate_table: pa.Table  # key, version_id, size, first_seen, reason
     excluded: dict[str, int] = field(default_factory=dict)
     unknown_outcome: list[str] = field(default_factory=list)
     raw_source_gaps: list[str] = field(default_factory=list)
 
+    @property
+    def required(self) -> set[tuple[str, str]]:
+        table = self.required_table
+        return set(
+            zip(table["canonical"].to_pylist(), table["version_id"].to_pylist(), strict=True)
+        )
+
+    @property
+    def required_keys(self) -> set[str]:
+        return set(self.required_table["canonical"].to_pylist())
+
+    @property
+    def candidate_count(self) -> int:
+        return int(self.candidate_table.num_rows)
+
+    def candidate_rows(self, start: int = 0, stop: int | None = None) -> list[Candidate]:
+        """Candidates ``start`` to ``stop`` (listing order) as typed rows."""
+        length = None if stop is None else max(0, stop - start)
+        return [Candidate(**row) for row in self.candidate_table.slice(start, length).to_pylist()]
+
+    @cached_property
+    def candidates(self) -> list[Candidate]:
+        return self.candidate_rows()
+
     def report(self, *, limit: int | None = None) -> PlanReport:
-        shown = self.candidates if limit is None else self.candidates[:limit]
         return PlanReport(
             at=self.now,
             grace_seconds=self.grace_seconds,
             retained=holders_of(self.retained),
-            required_objects=len(self.required),
+            required_objects=self.required_table.num_rows,
             stored_objects=self.stored,
             stored_bytes=self.stored_bytes,
-            candidate_count=len(self.candidates),
-            candidate_bytes=sum(c.size for c in self.candidates),
-            candidates=shown,
+            candidate_count=self.candidate_count,
+            candidate_bytes=int(pc.sum(self.candidate_table["size"]).as_py() or 0),
+            candidates=self.candidate_rows(0, limit),
             excluded=dict(sorted(self.excluded.items())),
             unknown_outcome=self.unknown_outcome,
             raw_source_gaps=self.raw_source_gaps,
@@ -181,10 +221,27 @@ class RetainedCheck(Contract):
     objects: int
 
 
-def list_stored(ws: Workspace) -> Iterator[Stored]:
-    for prefix in MANAGED_PREFIXES:
-        for version in ws.store.list_versions(prefix):
-            yield Stored(version.key, version.version_id, version.size, canonical_key(version.key))
+def list_stored(ws: Workspace) -> pa.Table:
+    """Every stored version under the managed prefixes, streamed into Arrow batches."""
+    listed = (v for prefix in MANAGED_PREFIXES for v in ws.store.list_versions(prefix))
+    return stored_table(listing_batches(listed))
+
+
+def _row_batches(
+    ws: Workspace, versions: Iterable[tuple[str, str]]
+) -> Iterator[list[tuple[str, str, VersionRow | None]]]:
+    """Sorted versions in chunks with their catalog rows, one short transaction per
+    chunk and none held while the caller opens manifests (on SQLite every transaction
+    holds the writer lock)."""
+    ordered = sorted(versions)
+    for start in range(0, len(ordered), ROW_CHUNK):
+        chunk = ordered[start : start + ROW_CHUNK]
+        with ws.db.tx() as conn:
+            found = {
+                kind: version_rows(conn, kind, [d for k, d in chunk if k == kind])
+                for kind in ("snapshot", "release")
+            }
+        yield [(kind, digest, found.get(kind, {}).get(digest)) for kind, digest in chunk]
 
 
 def mark(
@@ -198,31 +255,20 @@ def mark(
 def mark_each(
     ws: Workspace, retained: Iterable[tuple[str, str]], *, raw_sources: bool
 ) -> Iterator[Ref]:
-    """Like :func:`mark`, one short catalog transaction per version, none held while the
-    caller consumes (on SQLite every transaction holds the writer lock)."""
-    for kind, digest in sorted(retained):
-        with ws.db.tx() as conn:
-            refs = version_refs(ws, conn, kind, digest, raw_sources=raw_sources)
-        yield from refs
+    """Like :func:`mark`, the catalog rows read in short transactions of many versions,
+    none held while the caller consumes."""
+    for chunk in _row_batches(ws, retained):
+        for kind, digest, row in chunk:
+            yield from refs_of(ws, kind, digest, row, raw_sources=raw_sources)
 
 
-def _check_present(ref: Ref, stored_index: set[tuple[str, str]], ws: Workspace) -> str | None:
-    """Fail closed on a missing managed object; return a missing raw-source object."""
-    if ref.managed:
-        if (ref.key, ref.version_id) not in stored_index:
-            raise RejectedError(
-                f"{ref.role} referenced by a retained version is missing; garbage"
-                " collection fails closed",
-                object=ref.name,
-                check="retained-object-present",
-                digest=ref.subject,
-            )
-    elif ref.role == "raw-source":
-        try:
-            ws.store.head(ref.key, ref.version_id)
-        except RelgateError:
-            return ref.name
-    return None
+def _missing(ref: Ref) -> RejectedError:
+    return RejectedError(
+        f"{ref.role} referenced by a retained version is missing; garbage collection fails closed",
+        object=ref.name,
+        check="retained-object-present",
+        digest=ref.subject,
+    )
 
 
 def known_digests(conn: Connection) -> set[str]:
@@ -250,41 +296,45 @@ def _envelope_refs(ws: Workspace, kind: str, digest: str, version: str) -> set[t
 
 
 def _unknown_outcome(
-    ws: Workspace, known: set[str], stored: list[Stored]
+    ws: Workspace, known: set[str], stored: pa.Table
 ) -> tuple[set[tuple[str, str]], set[str], list[str]]:
     """Manifests stored without a catalog row: their publication outcome is unknown, so
     the envelope and everything it references are left alone."""
     protected: set[tuple[str, str]] = set()
     names: list[str] = []
-    for obj in stored:
-        subject = envelope_subject(obj.canonical)
-        if subject is None or subject[1] in known:
+    subject = stored["subject"]
+    unknown = pc.and_(
+        pc.is_valid(subject),
+        pc.invert(pc.is_in(subject, value_set=pa.array(sorted(known), pa.large_string()))),
+    )
+    envelopes = stored.filter(unknown).sort_by("row")
+    listed = (envelopes[c].to_pylist() for c in ("key", "version_id", "canonical"))
+    for key, version, canonical in zip(*listed, strict=True):
+        subject = envelope_subject(canonical)
+        if subject is None:
             continue
-        names.append(f"{obj.key}@{obj.version_id}")
-        protected.add((obj.canonical, obj.version_id))
-        protected |= _envelope_refs(ws, subject[0], subject[1], obj.version_id)
+        names.append(f"{key}@{version}")
+        protected.add((canonical, version))
+        protected |= _envelope_refs(ws, subject[0], subject[1], version)
     return protected, {key for key, _ in protected}, sorted(names)
 
 
-def _seen(
-    conn: Connection, stored: list[Stored], now: str, *, record: bool
-) -> dict[tuple[str, str], str]:
-    stamps: dict[str, str] = {}  # one string per distinct timestamp, not per row
-    first: dict[tuple[str, str], str] = {
-        (key, version): stamps.setdefault(seen, seen)
-        for key, version, seen in conn.execute(
-            text("SELECT object_key, version_id, first_seen FROM gc_seen")
-        )
-    }
-    new = [s for s in stored if (s.key, s.version_id) not in first]
-    for s in new:
-        first[(s.key, s.version_id)] = now
-    if record and new:
-        conn.execute(
-            text("INSERT INTO gc_seen (object_key, version_id, first_seen) VALUES (:k, :v, :t)"),
-            [{"k": s.key, "v": s.version_id, "t": now} for s in new],
-        )
-    return first
+def _seen(conn: Connection, stored: pa.Table, now: str, *, record: bool) -> pa.Table:
+    """``gc_seen`` as a table; with ``record``, the versions never seen are stamped now."""
+    seen = seen_table(conn)
+    if record:
+        new = unseen(stored, seen)
+        if new.num_rows:
+            conn.execute(
+                text(
+                    "INSERT INTO gc_seen (object_key, version_id, first_seen) VALUES (:k, :v, :t)"
+                ),
+                [
+                    {"k": k, "v": v, "t": now}
+                    for k, v in zip(*new.to_pydict().values(), strict=True)
+                ],
+            )
+    return seen
 
 
 def former_owners(ws: Workspace, retained: Holders) -> dict[str, str]:
@@ -299,15 +349,16 @@ def former_owners(ws: Workspace, retained: Holders) -> dict[str, str]:
             for row in rows(conn, f"SELECT digest, state FROM {table} ORDER BY digest")  # noqa: S608 constant table names
             if (kind, row["digest"]) not in retained
         ]
-    for kind, digest, state in versions:
-        try:
-            with ws.db.tx() as conn:
-                refs = version_refs(ws, conn, kind, digest)
-        except RelgateError:
-            continue
-        label = f"{kind} {digest} ({state}, not retained)"
-        for ref in refs:
-            owners.setdefault(ref.key, label)
+    states = {(kind, digest): state for kind, digest, state in versions}
+    for chunk in _row_batches(ws, states):
+        for kind, digest, row in chunk:
+            try:
+                refs = refs_of(ws, kind, digest, row)
+            except RelgateError:
+                continue
+            label = f"{kind} {digest} ({states[(kind, digest)]}, not retained)"
+            for ref in refs:
+                owners.setdefault(ref.key, label)
     return owners
 
 
@@ -331,75 +382,37 @@ class _Required:
 
 
 def _mark_required(
-    ws: Workspace, retained: Holders, stored: list[Stored], *, raw_sources: bool
-) -> _Required:
-    index = {(obj.canonical, obj.version_id) for obj in stored}
-    required = _Required()
-    for ref in mark_each(ws, retained, raw_sources=raw_sources):
-        gap = _check_present(ref, index, ws)
-        if gap:
-            required.gaps.add(gap)
-        required.add([ref])
-    return required
-
-
-@dataclass(frozen=True)
-class _Exclusions:
-    """Everything that keeps a stored object from being a candidate, but its age."""
-
-    required: _Required
-    protected: set[tuple[str, str]]
-    protected_keys: set[str]
-    leased: dict[str, str]
-
-    def reason(self, obj: Stored) -> str | None:
-        ck = obj.canonical
-        if ck != obj.key and ck in self.required.keys:
-            return "other-spelling-of-required-key"
-        if (ck, obj.version_id) in self.required.pairs:
-            return "required"
-        if (ck, obj.version_id) in self.protected or (ck in self.protected_keys and ck != obj.key):
-            return "unknown-publication-outcome"
-        if ck in self.leased:
-            return "publisher-lease"
-        return None
-
-
-def _candidates(
-    stored: list[Stored],
-    exclusions: _Exclusions,
-    first_seen: dict[tuple[str, str], str],
-    owners: dict[str, str],
-    cutoff: str,
-) -> tuple[list[Candidate], dict[str, int]]:
-    excluded: dict[str, int] = defaultdict(int)
-    candidates: list[Candidate] = []
-    reasons: dict[str | None, str] = {}
-    for obj in stored:
-        why_not = exclusions.reason(obj)
-        seen = first_seen[(obj.key, obj.version_id)]
-        if why_not is None and seen > cutoff:
-            why_not = "younger-than-grace"
-        if why_not is not None:
-            excluded[why_not] += 1
-            continue
-        owner = owners.get(obj.canonical)
-        if owner not in reasons:  # one string per former owner, not per candidate
-            reasons[owner] = (
-                f"referenced only by versions no longer retained, e.g. {owner}"
-                if owner
-                else "referenced by no catalog version (orphan)"
-            )
-        candidates.append(
-            Candidate(
-                key=obj.key,
-                version_id=obj.version_id,
-                size=obj.size,
-                first_seen=seen,
-                reason=reasons[owner],
-            )
-        )
-    return candidates, dict(excluded)
+    ws: Workspace, retained: Holders, stored: pa.Table, *, raw_sources: bool
+) -> tuple[pa.Table, set[str]]:
+    """(the required pairs, missing raw-source objects).  Fails closed, naming the first
+    missing managed object in mark order, before an unreadable manifest marked later."""
+    refs: list[Ref] = []
+    gaps: set[str] = set()
+    failure: RelgateError | None = None
+    try:
+        for ref in mark_each(ws, retained, raw_sources=raw_sources):
+            refs.append(ref)
+            if not ref.managed and ref.role == "raw-source":
+                try:
+                    ws.store.head(ref.key, ref.version_id)
+                except RelgateError:
+                    gaps.add(ref.name)
+    except RelgateError as exc:
+        failure = exc
+    managed = [(i, r) for i, r in enumerate(refs) if r.managed]
+    wanted = pa.table(
+        {
+            "order": pa.array([i for i, _ in managed], pa.int64()),
+            "canonical": pa.array([r.key for _, r in managed], pa.large_string()),
+            "version_id": pa.array([r.version_id for _, r in managed], pa.large_string()),
+        }
+    )
+    absent = first_absent(wanted, stored)
+    if absent is not None:
+        raise _missing(refs[absent])
+    if failure is not None:
+        raise failure
+    return pairs_table((r.key, r.version_id) for r in refs), gaps
 
 
 def plan_gc(
@@ -416,33 +429,33 @@ def plan_gc(
         raise UsageError("grace period must be >= 0", object="gc", check="grace")
     moment = now or now_utc()
     stamp = format_time(moment)
-    stored = list(list_stored(ws))
+    stored = list_stored(ws)
     with ws.db.tx() as conn:
         retained = retained_versions(conn, moment)
         raw = raw_sources_kept(conn)
         leased = leased_keys(conn, moment)
         known = known_digests(conn)
-    required = _mark_required(ws, retained, stored, raw_sources=raw)
+    required, gaps = _mark_required(ws, retained, stored, raw_sources=raw)
     protected, protected_keys, unknown = _unknown_outcome(ws, known, stored)
     with ws.db.tx() as conn:
-        first_seen = _seen(conn, stored, stamp, record=record)
+        seen = _seen(conn, stored, stamp, record=record)
     cutoff = format_time(moment - dt.timedelta(seconds=grace_seconds))
-    exclusions = _Exclusions(required, protected, protected_keys, leased)
-    candidates, excluded = _candidates(
-        stored, exclusions, first_seen, former_owners(ws, retained), cutoff
+    exclusions = Exclusions(
+        required, pairs_table(protected), sorted(protected_keys), sorted(leased)
     )
+    classified = classify(stored, exclusions, seen, stamp, cutoff)
+    owners = owners_table(former_owners(ws, retained))
     return Plan(
         now=stamp,
         grace_seconds=grace_seconds,
         retained=retained,
-        required=required.pairs,
-        required_keys=required.keys,
-        stored=len(stored),
-        stored_bytes=sum(s.size for s in stored),
-        candidates=candidates,
-        excluded=excluded,
+        required_table=required,
+        stored=stored.num_rows,
+        stored_bytes=int(pc.sum(stored["size"]).as_py() or 0),
+        candidate_table=candidate_table(classified, owners),
+        excluded=excluded_counts(classified),
         unknown_outcome=unknown,
-        raw_source_gaps=sorted(required.gaps),
+        raw_source_gaps=sorted(gaps),
     )
 
 
@@ -549,10 +562,10 @@ def sweep(
     try:
         if plan is None:
             plan = plan_gc(ws, grace_seconds=grace_seconds)
-        required = _Required(set(plan.required), set(plan.required_keys))
+        required = _Required(plan.required, plan.required_keys)
         state = _Sweep(ws, run_id, grace_seconds, set(plan.retained), required)
-        for start in range(0, len(plan.candidates), batch_size):
-            state.batch(plan.candidates[start : start + batch_size])
+        for start in range(0, plan.candidate_count, batch_size):
+            state.batch(plan.candidate_rows(start, start + batch_size))
     except RelgateError as exc:
         done = len(state.deleted) if state else 0
         _finish_run(ws, run_id, "FAILED", {"error": exc.to_json(), "deleted": done})
@@ -561,7 +574,7 @@ def sweep(
         gc_run=run_id,
         grace_seconds=grace_seconds,
         retained=len(state.marked),
-        candidates=len(plan.candidates),
+        candidates=plan.candidate_count,
         deleted_count=len(state.deleted),
         deleted_bytes=sum(d.size for d in state.deleted),
         skipped=dict(sorted(state.skipped.items())),

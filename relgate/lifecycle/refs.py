@@ -11,13 +11,13 @@ names it: the collector never guesses what an unreadable manifest referenced.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
 
-from relgate.catalog.db import one, rows
+from relgate.catalog.db import rows
 from relgate.errors import RejectedError, RelgateError
 from relgate.objects.layout import (
     MANAGED_PREFIXES,
@@ -34,7 +34,16 @@ from relgate.workspace import Workspace
 #: A raw-object entry of a pin document is ``[key, version, ...]``.
 _KEY_AND_VERSION = 2
 
-__all__ = ["MANAGED_PREFIXES", "Ref", "cas_refs", "descriptor_key", "version_refs"]
+__all__ = [
+    "MANAGED_PREFIXES",
+    "Ref",
+    "VersionRow",
+    "cas_refs",
+    "descriptor_key",
+    "refs_of",
+    "version_refs",
+    "version_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -83,45 +92,85 @@ def _unreadable(kind: str, key: str, version: str, digest: str, exc: RelgateErro
     )
 
 
-def _report_refs(conn: Connection, digest: str) -> list[Ref]:
-    out = []
-    for row in rows(
-        conn,
-        "SELECT subject_kind, report_digest, report_version FROM reports WHERE subject_digest = :d",
-        {"d": digest},
-    ):
-        role = "provenance" if row["subject_kind"].endswith("provenance") else "report"
-        out.append(Ref(cas_key(row["report_digest"]), row["report_version"], role, digest))
+@dataclass(frozen=True)
+class VersionRow:
+    """What mark reads from the catalog for one version: its row and its reports."""
+
+    envelope_version: str
+    members_digest: str
+    members_version: str
+    reports: tuple[tuple[str, str, str], ...]  # (subject_kind, report_digest, report_version)
+
+
+_ROWS_SQL = {
+    "snapshot": "SELECT digest, envelope_version, members_digest, members_version FROM snapshots",
+    "release": "SELECT digest, envelope_version, members_digest, members_version FROM releases",
+}
+#: Digests per ``IN (...)`` list when rows are read for many versions at once.
+ROW_CHUNK = 500
+
+
+def version_rows(conn: Connection, kind: str, digests: Sequence[str]) -> dict[str, VersionRow]:
+    """The catalog rows (and reports) of many versions of ``kind``, a few queries in all."""
+    out: dict[str, VersionRow] = {}
+    for start in range(0, len(digests), ROW_CHUNK):
+        chunk = list(digests[start : start + ROW_CHUNK])
+        marks = ", ".join(f":d{i}" for i in range(len(chunk)))
+        params = {f"d{i}": d for i, d in enumerate(chunk)}
+        reports: dict[str, list[tuple[str, str, str]]] = {d: [] for d in chunk}
+        for row in rows(
+            conn,
+            "SELECT subject_digest, subject_kind, report_digest, report_version FROM reports"  # noqa: S608 bind-parameter names only
+            f" WHERE subject_digest IN ({marks}) ORDER BY id",
+            params,
+        ):
+            reports[row["subject_digest"]].append(
+                (row["subject_kind"], row["report_digest"], row["report_version"])
+            )
+        for row in rows(conn, f"{_ROWS_SQL[kind]} WHERE digest IN ({marks})", params):
+            out[row["digest"]] = VersionRow(
+                row["envelope_version"],
+                row["members_digest"],
+                row["members_version"],
+                tuple(reports[row["digest"]]),
+            )
     return out
 
 
-def snapshot_refs(
-    ws: Workspace, conn: Connection, digest: str, *, raw_sources: bool = False
-) -> list[Ref]:
-    row = one(
-        conn,
-        "SELECT envelope_version, members_digest, members_version FROM snapshots WHERE digest = :d",
-        {"d": digest},
+def _report_refs(row: VersionRow, digest: str) -> list[Ref]:
+    out = []
+    for subject_kind, report_digest, report_version in row.reports:
+        role = "provenance" if subject_kind.endswith("provenance") else "report"
+        out.append(Ref(cas_key(report_digest), report_version, role, digest))
+    return out
+
+
+def _no_row(kind: str, digest: str) -> RejectedError:
+    return RejectedError(
+        f"retained {kind} has no catalog row", object=kind, check="exists", digest=digest
     )
+
+
+def snapshot_refs(
+    ws: Workspace, row: VersionRow | None, digest: str, *, raw_sources: bool = False
+) -> list[Ref]:
     if row is None:
-        raise RejectedError(
-            "retained snapshot has no catalog row", object="snapshot", check="exists", digest=digest
-        )
+        raise _no_row("snapshot", digest)
     key = snapshot_envelope_key(digest)
     try:
-        manifest = sm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
+        manifest = sm.load(ws.store, ws.trusted_keys, digest, row.envelope_version)
     except RelgateError as exc:
-        raise _unreadable("snapshot", key, row["envelope_version"], digest, exc) from None
-    out = [Ref(key, row["envelope_version"], "manifest", digest)]
+        raise _unreadable("snapshot", key, row.envelope_version, digest, exc) from None
+    out = [Ref(key, row.envelope_version, "manifest", digest)]
     members = manifest.members_ref
     out.append(Ref(members.key, members.version_id, "members", digest))
-    if (members.digest, members.version_id) != (row["members_digest"], row["members_version"]):
-        out.append(Ref(cas_key(row["members_digest"]), row["members_version"], "members", digest))
+    if (members.digest, members.version_id) != (row.members_digest, row.members_version):
+        out.append(Ref(cas_key(row.members_digest), row.members_version, "members", digest))
     for uri, version in cas_refs(manifest.body.get("sources", [])):
         out.append(Ref(canonical_key(uri), version, "source-pin", digest))
         if raw_sources:
             out.extend(_raw_refs(ws, canonical_key(uri), version, digest))
-    out.extend(_report_refs(conn, digest))
+    out.extend(_report_refs(row, digest))
     return out
 
 
@@ -140,42 +189,43 @@ def _raw_refs(ws: Workspace, key: str, version: str, digest: str) -> list[Ref]:
     ]
 
 
-def release_refs(ws: Workspace, conn: Connection, digest: str) -> list[Ref]:
-    row = one(
-        conn,
-        "SELECT envelope_version, members_digest, members_version FROM releases WHERE digest = :d",
-        {"d": digest},
-    )
+def release_refs(ws: Workspace, row: VersionRow | None, digest: str) -> list[Ref]:
     if row is None:
-        raise RejectedError(
-            "retained release has no catalog row", object="release", check="exists", digest=digest
-        )
+        raise _no_row("release", digest)
     key = release_envelope_key(digest)
     try:
-        manifest = rm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
+        manifest = rm.load(ws.store, ws.trusted_keys, digest, row.envelope_version)
         shards = [
             Ref(descriptor_key(d), str(d["objectVersion"]), "shard", digest)
             for d in manifest.shards
         ]
     except RelgateError as exc:
-        raise _unreadable("release", key, row["envelope_version"], digest, exc) from None
+        raise _unreadable("release", key, row.envelope_version, digest, exc) from None
     except (KeyError, TypeError) as exc:
         raise RejectedError(
             "retained release manifest has a malformed shard descriptor",
-            object=f"{key}@{row['envelope_version']}",
+            object=f"{key}@{row.envelope_version}",
             check="retained-manifest",
             digest=digest,
             details={"cause": type(exc).__name__},
         ) from None
-    out = [Ref(key, row["envelope_version"], "manifest", digest), *shards]
-    out.append(Ref(cas_key(row["members_digest"]), row["members_version"], "members", digest))
-    out.extend(_report_refs(conn, digest))
+    out = [Ref(key, row.envelope_version, "manifest", digest), *shards]
+    out.append(Ref(cas_key(row.members_digest), row.members_version, "members", digest))
+    out.extend(_report_refs(row, digest))
     return out
+
+
+def refs_of(
+    ws: Workspace, kind: str, digest: str, row: VersionRow | None, *, raw_sources: bool = False
+) -> list[Ref]:
+    """The references of one version whose catalog row was read already."""
+    if kind == "release":
+        return release_refs(ws, row, digest)
+    return snapshot_refs(ws, row, digest, raw_sources=raw_sources)
 
 
 def version_refs(
     ws: Workspace, conn: Connection, kind: str, digest: str, *, raw_sources: bool = False
 ) -> list[Ref]:
-    if kind == "release":
-        return release_refs(ws, conn, digest)
-    return snapshot_refs(ws, conn, digest, raw_sources=raw_sources)
+    row = version_rows(conn, kind, [digest]).get(digest)
+    return refs_of(ws, kind, digest, row, raw_sources=raw_sources)
