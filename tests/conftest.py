@@ -19,6 +19,10 @@ object_store   function  LocalObjectStore on tmp_path, or S3ObjectStore on a fre
 Every service is started as a subprocess and stopped by PID in the fixture's finalizer,
 whether the tests passed or not.  Services start lazily: a run that deselects
 ``-m "not postgres"`` never starts PostgreSQL.
+
+Temporary files go to a tmpfs (see :mod:`support.tmpfs`) when one is there and pytest
+removes passed tests' directories (``tmp_path_retention_policy = "failed"``): the catalog
+commits and the object store's fsyncs then cost nothing, and the code paths are the same.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from support.postgres import (  # noqa: E402 - after sys.path
     fresh_database,
     sqlalchemy_url,
 )
+from support.tmpfs import use_fast_temp_root  # noqa: E402 - after sys.path
 
 from relgate.objects.local import LocalObjectStore  # noqa: E402 - after sys.path
 from relgate.objects.s3 import S3ObjectStore  # noqa: E402 - after sys.path
@@ -52,6 +57,10 @@ from relgate.objects.versioned import ObjectStore  # noqa: E402 - after sys.path
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    use_fast_temp_root(config)
 
 
 @pytest.fixture(scope="session")

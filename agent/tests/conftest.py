@@ -1,8 +1,15 @@
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
+import shutil
+import socket
+import subprocess
 import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,18 +43,26 @@ def keypair(tmp_path: Path):
     return key, keys / "signer.key", trusted
 
 
+CHECKPOINT_SIZES = {
+    "model-00001-of-00003.safetensors": 10 * MiB + 123,
+    "model-00002-of-00003.safetensors": 9 * MiB,
+    "model-00003-of-00003.safetensors": 5 * MiB - 7,
+    "config.json": 513,
+}
+
+
+@pytest.fixture(scope="session")
+def checkpoint_files(tmp_path_factory) -> Path:
+    """The deterministic checkpoint bytes, generated once (24 MiB of pseudo-random data);
+    each test gets its own copy (tests rot origin files on purpose)."""
+    return write_checkpoint(tmp_path_factory.mktemp("checkpoint") / "ckpt", CHECKPOINT_SIZES)
+
+
 @pytest.fixture
-def checkpoint(tmp_path: Path, keypair) -> dict[str, Any]:
+def checkpoint(tmp_path: Path, keypair, checkpoint_files: Path) -> dict[str, Any]:
     key, _, trusted = keypair
-    src = write_checkpoint(
-        tmp_path / "origin" / "ckpt",
-        {
-            "model-00001-of-00003.safetensors": 10 * MiB + 123,
-            "model-00002-of-00003.safetensors": 9 * MiB,
-            "model-00003-of-00003.safetensors": 5 * MiB - 7,
-            "config.json": 513,
-        },
-    )
+    src = tmp_path / "origin" / "ckpt"
+    shutil.copytree(checkpoint_files, src)
     m = build_manifest(src, "claude-x", "2026-10-12.3", chunk_size=1 * MiB, block_size=64 * KiB)
     env_path = tmp_path / "origin" / "manifest.dsse.json"
     write_envelope(sign_manifest(m, key), env_path)
@@ -59,3 +74,77 @@ def checkpoint(tmp_path: Path, keypair) -> dict[str, Any]:
         "trusted": trusted,
         "digests": digests,
     }
+
+
+# ------------------------------------------------------------------------------ PostgreSQL
+
+
+def _pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    return Path(found[-1]).parent if found else None
+
+
+def _as_pg(*cmd: str) -> None:
+    subprocess.run(
+        ["runuser", "-u", "postgres", "--", *cmd], check=True, capture_output=True, timeout=120
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """One throwaway PostgreSQL for the session (``fsync=off``: tests survive no power loss);
+    the URL of its ``postgres`` database.  Each module gets its own database (``pg_dsn``)."""
+    if os.environ.get("RELGATE_TEST_PG_DSN"):
+        yield os.environ["RELGATE_TEST_PG_DSN"]
+        return
+    pytest.importorskip("psycopg")
+    bindir = _pg_bin()
+    if bindir is None or os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("PostgreSQL binaries (run as root via runuser) or RELGATE_TEST_PG_DSN needed")
+    base = Path(tempfile.mkdtemp(prefix="relgate-agent-pg-"))
+    os.chmod(base, 0o755)  # noqa: S103 - the postgres user must reach its data dir
+    data = base / "data"
+    shutil.chown(base, "postgres")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    try:
+        _as_pg(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-N")
+        _as_pg(
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(base / "pg.log"),
+            "-o",
+            f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "-w",
+            "start",
+        )
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        if (data / "postmaster.pid").exists():
+            _as_pg(str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _admin(server_url: str, statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(statement)
+
+
+@pytest.fixture(scope="module")
+def pg_dsn(pg_server: str) -> Iterator[str]:
+    """A database of its own for each test module on the session's server (an external
+    ``RELGATE_TEST_PG_DSN`` is used as it is, as before)."""
+    if os.environ.get("RELGATE_TEST_PG_DSN"):
+        yield pg_server
+        return
+    name = f"relgate_agent_{uuid.uuid4().hex}"
+    _admin(pg_server, f'CREATE DATABASE "{name}"')
+    try:
+        yield pg_server.rsplit("/", 1)[0] + "/" + name
+    finally:
+        _admin(pg_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

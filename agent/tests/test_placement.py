@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 from agent_harness import HOSTS, Cluster, assert_placed
-from test_postgres_store import pg_dsn  # noqa: F401 - the PostgreSQL fixture (module scope)
 
 from relgate_agent.storage import Journal, JournalState
 
@@ -292,7 +291,7 @@ def test_origin_bit_rot_fails_job_naming_chunk_file_and_object(
 
 @pytest.mark.postgres
 def test_origin_bit_rot_fails_job_durably_on_postgres(
-    pg_dsn: str,  # noqa: F811 - the fixture imported above
+    pg_dsn: str,
     tmp_path: Path,
     checkpoint,
 ) -> None:

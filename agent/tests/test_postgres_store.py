@@ -1,13 +1,8 @@
-"""The coordinator store on PostgreSQL: same SQL as SQLite, started from the installed binaries."""
+"""The coordinator store on PostgreSQL: same SQL as SQLite (server: ``pg_dsn`` in conftest)."""
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,52 +12,6 @@ from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import build_topology, splice
 
 pytestmark = pytest.mark.postgres
-
-
-def _pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    return Path(found[-1]).parent if found else None
-
-
-@pytest.fixture(scope="module")
-def pg_dsn():
-    if os.environ.get("RELGATE_TEST_PG_DSN"):
-        yield os.environ["RELGATE_TEST_PG_DSN"]
-        return
-    pytest.importorskip("psycopg")
-    bindir = _pg_bin()
-    if bindir is None or os.geteuid() != 0 or shutil.which("runuser") is None:
-        pytest.skip("PostgreSQL binaries (run as root via runuser) or RELGATE_TEST_PG_DSN needed")
-    base = Path(tempfile.mkdtemp(prefix="relgate-agent-pg-"))
-    os.chmod(base, 0o755)  # noqa: S103 - the postgres user must reach its data dir
-    data = base / "data"
-    shutil.chown(base, "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-
-    def as_pg(*cmd: str) -> None:
-        subprocess.run(
-            ["runuser", "-u", "postgres", "--", *cmd], check=True, capture_output=True, timeout=120
-        )
-
-    as_pg(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
-    as_pg(
-        str(bindir / "pg_ctl"),
-        "-D",
-        str(data),
-        "-l",
-        str(base / "pg.log"),
-        "-o",
-        f"-p {port} -k {base} -c listen_addresses=127.0.0.1",
-        "-w",
-        "start",
-    )
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        as_pg(str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_store_on_postgres(pg_dsn: str) -> None:

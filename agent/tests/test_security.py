@@ -24,7 +24,6 @@ from typing import Any
 import grpc
 import pytest
 from agent_harness import Cluster
-from test_postgres_store import pg_dsn  # noqa: F401  (module-scoped PostgreSQL fixture)
 
 from relgate_agent.pki import (
     GRPC_TLS_OPTIONS,

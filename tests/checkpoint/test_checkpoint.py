@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from support.instances import dagster_instance
 
 from assets.checkpoints import checkpoint_assets
 from relgate.checkpoint.distribute import DistributionRequest, distribute
@@ -173,7 +174,7 @@ def test_cli_publish_and_distribute(tmp_path):
 def test_distribution_asset_through_dagster_pipes(tmp_path):
     home = str(tmp_path / "home")
     Workspace.init(home).close()
-    with dg.instance_for_test() as instance:
+    with dagster_instance() as instance:
         result = dg.materialize(
             checkpoint_assets,
             instance=instance,

@@ -9,6 +9,7 @@ VERIFIED one passes every check and is published.
 
 import dagster as dg
 import pytest
+from support.instances import dagster_instance
 from support.releases import overwrite_in_place, shard_path
 from support.workspaces import make_workspace
 
@@ -76,7 +77,7 @@ def _truncate(path):
 
 
 def test_a_verified_release_passes_every_check_and_is_published(home):
-    with dg.instance_for_test() as instance:
+    with dagster_instance() as instance:
         root = _write(home, instance)
         result = _verify_and_publish(home, instance)
         assert result.success
@@ -117,7 +118,7 @@ def test_a_verified_release_passes_every_check_and_is_published(home):
     ids=["flipped-byte", "truncated"],
 )
 def test_an_invalid_release_fails_its_checks_and_blocks_the_alias(home, tamper, expected):
-    with dg.instance_for_test() as instance:
+    with dagster_instance() as instance:
         root = _write(home, instance)
         ws = RelgateResource(home=home).workspace()
         row = get_release(ws.db, root)

@@ -1,6 +1,6 @@
 """Run lifecycle jobs on a temp Dagster instance (catalog on SQLite and PostgreSQL)."""
 
-import dagster as dg
+from support.instances import dagster_instance
 
 from pipelines.definitions import defs
 from pipelines.run_jobs import run_admit_job, run_cancel_job, run_finish_job
@@ -21,7 +21,7 @@ def test_admit_finish_and_cancel_jobs(ws, snapshot):  # noqa: F811
     for job in ("run_admit_job", "run_finish_job", "run_cancel_job"):
         assert defs.resolve_job_def(job) is not None
     resources = {"relgate": RelgateResource(home=str(ws.home))}
-    with dg.instance_for_test() as instance:
+    with dagster_instance() as instance:
         admitted = run_admit_job.execute_in_process(
             instance=instance,
             resources=resources,

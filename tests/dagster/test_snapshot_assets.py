@@ -4,6 +4,7 @@ import json
 
 import dagster as dg
 import pytest
+from support.instances import dagster_instance
 from support.workspaces import make_workspace
 
 from assets.snapshots import snapshot_assets, snapshot_checks
@@ -43,7 +44,7 @@ def test_definitions_load():
 
 
 def test_materialize_snapshot_to_alias(home):
-    with dg.instance_for_test() as instance:
+    with dagster_instance() as instance:
         result = _materialize(home, instance)
         assert result.success
         digest = result.output_for_node("dataset_snapshot")
@@ -65,7 +66,7 @@ def test_failed_validation_blocks_the_alias(home):
     ws = RelgateResource(home=home).workspace()
     # Break a pinned source version after pinning: the blocking check fails, alias untouched.
 
-    with dg.instance_for_test() as instance:
+    with dagster_instance() as instance:
         frozen = dg.materialize(
             snapshot_assets[:1],
             instance=instance,
@@ -108,7 +109,7 @@ def test_failed_validation_blocks_the_alias(home):
 
 def test_fence_sensors_request_a_recheck_once(home):
     ws = RelgateResource(home=home).workspace()
-    with dg.instance_for_test() as instance:
+    with dagster_instance() as instance:
         result = _materialize(home, instance)
         digest = result.output_for_node("dataset_snapshot")
         resources = {"relgate": RelgateResource(home=home)}

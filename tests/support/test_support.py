@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import sqlalchemy as sa
+from support import tmpfs
 from support.postgres import _admin_execute, _connect_kwargs, fresh_database
 from support.procs import kill_pid, pid_alive
+from support.tmpfs import TMPDIR_ENV, fast_temp_root
 
 
 def test_db_url_is_an_empty_private_database(db_url: str) -> None:
@@ -116,3 +119,34 @@ def test_highest_postgres_major_is_chosen(tmp_path: Path, monkeypatch: pytest.Mo
             (bin_dir / tool).touch()
     monkeypatch.setattr(postgres, "PG_BIN_GLOB", str(tmp_path / "postgresql" / "*" / "bin"))
     assert postgres.find_pg_bin() == tmp_path / "postgresql" / "15" / "bin"
+
+
+def _config(policy: str, basetemp: str | None = None) -> pytest.Config:
+    fake = SimpleNamespace(option=SimpleNamespace(basetemp=basetemp), getini=lambda _name: policy)
+    return fake  # type: ignore[return-value]  # the two attributes fast_temp_root reads
+
+
+def test_tmpfs_only_when_passed_tests_are_cleaned_and_never_over_explicit_choices(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv(TMPDIR_ENV, raising=False)
+    monkeypatch.delenv("PYTEST_DEBUG_TEMPROOT", raising=False)
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(tmpfs, "DEFAULT_TMPFS", shm)
+    monkeypatch.setattr(tmpfs, "MIN_FREE_BYTES", 0)
+    assert fast_temp_root(_config("failed")) == shm
+    assert fast_temp_root(_config("all")) is None  # every run's files kept: not in RAM
+    assert fast_temp_root(_config("failed", basetemp=str(tmp_path))) is None
+    monkeypatch.setattr(tmpfs, "MIN_FREE_BYTES", 1 << 62)
+    assert fast_temp_root(_config("failed")) is None  # too little room
+    monkeypatch.setattr(tmpfs, "DEFAULT_TMPFS", tmp_path / "absent")
+    monkeypatch.setattr(tmpfs, "MIN_FREE_BYTES", 0)
+    assert fast_temp_root(_config("failed")) is None
+    monkeypatch.setenv(TMPDIR_ENV, str(tmp_path))
+    assert fast_temp_root(_config("all")) == tmp_path  # an explicit directory always wins
+    monkeypatch.setenv(TMPDIR_ENV, "disk")
+    assert fast_temp_root(_config("failed")) is None
+    monkeypatch.setenv(TMPDIR_ENV, str(tmp_path))
+    monkeypatch.setenv("PYTEST_DEBUG_TEMPROOT", str(tmp_path))
+    assert fast_temp_root(_config("failed")) is None
