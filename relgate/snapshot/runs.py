@@ -88,9 +88,7 @@ def _run_frames(path: Path, rows: int) -> Iterator[pl.DataFrame]:
 class SortedRuns:
     """Frames in, one stable sort by key out; runs beyond :data:`RUN_ROWS` go to disk."""
 
-    def __init__(
-        self, schema: pl.Schema, run_rows: int | None = None
-    ) -> None:
+    def __init__(self, schema: pl.Schema, run_rows: int | None = None) -> None:
         self._empty = pl.DataFrame(schema=schema)
         self._run_rows = run_rows or RUN_ROWS
         self._held: list[pl.DataFrame] = []

@@ -73,8 +73,8 @@ class Selector:
         counts["selected"] += selected.height
         digests = content_digests(selected["lang"].to_arrow(), selected["text"].to_arrow())
         selected = selected.with_columns(pl.Series("logicalContentDigest", digests))
-        tomb = selected["sampleId"].is_in(self.tomb_ids)
-        bench = selected["logicalContentDigest"].is_in(self.bench_digests)
+        tomb = selected["sampleId"].is_in(self.tomb_ids.implode())
+        bench = selected["logicalContentDigest"].is_in(self.bench_digests.implode())
         counts["excludedTombstoned"] += int(tomb.sum())
         counts["excludedBenchmark"] += int((bench & ~tomb).sum())
         kept = selected.filter(~tomb & ~bench)

@@ -210,10 +210,12 @@ class _StoredScan:
             return
         self.tally.add(chunk)
         checks = self.checks
-        checks["unknownSplits"] += int((~chunk["split"].is_in(self.split_names)).sum())
-        checks["unknownOrigins"] += int((~chunk["sourceId"].is_in(self.source_ids)).sum())
-        checks["tombstoneHits"] += int(chunk["sampleId"].is_in(self.tombs).sum())
-        checks["benchmarkHits"] += int(chunk["logicalContentDigest"].is_in(self.benchmarks).sum())
+        checks["unknownSplits"] += int((~chunk["split"].is_in(self.split_names.implode())).sum())
+        checks["unknownOrigins"] += int((~chunk["sourceId"].is_in(self.source_ids.implode())).sum())
+        checks["tombstoneHits"] += int(chunk["sampleId"].is_in(self.tombs.implode()).sum())
+        checks["benchmarkHits"] += int(
+            chunk["logicalContentDigest"].is_in(self.benchmarks.implode()).sum()
+        )
         ids = chunk["sampleId"]
         first = str(ids[0])
         if not ids.is_sorted() or (self._last is not None and first < self._last):
