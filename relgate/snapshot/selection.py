@@ -32,14 +32,6 @@ class Fenced:
     content_digests: frozenset[str]
 
 
-@dataclass(frozen=True)
-class SelectionResult:
-    """The sorted member table and the counters of each selection stage."""
-
-    members: pl.DataFrame
-    counts: dict[str, int]
-
-
 class Selector:
     """Selection as a stream of member batches; ``counts`` fill in as batches are drawn."""
 
@@ -81,6 +73,16 @@ class Selector:
         splits = pl.Series("split", self.split.assign(kept["sampleId"].to_arrow()))
         return kept.with_columns(splits).select(self.columns)
 
+    def members(
+        self, sources: Mapping[str, Source], entries: Sequence[SourceEntry]
+    ) -> pl.DataFrame:
+        """Every member batch, sorted by sampleId in memory (for callers that need the
+        whole table; build and validation stream :meth:`batches` instead)."""
+        parts = list(self.batches(sources, entries))
+        if not parts:
+            return pl.DataFrame(schema={c: pl.String for c in self.columns})
+        return pl.concat(parts, how="vertical").sort("sampleId", maintain_order=True)
+
     def batches(
         self, sources: Mapping[str, Source], entries: Sequence[SourceEntry]
     ) -> Iterator[pl.DataFrame]:
@@ -106,37 +108,3 @@ def _rebatched(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
             held, rows = [], 0
     if held and rows:
         yield pa.concat_tables(held).combine_chunks()
-
-
-def select_members(
-    sources: Mapping[str, Source],
-    entries: Sequence[SourceEntry],
-    *,
-    transform: Callable[[pl.LazyFrame], pl.LazyFrame],
-    selection: SelectionPolicy,
-    split: SplitPolicy,
-    fenced: Fenced,
-    canary: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
-    keep_content: bool = False,
-) -> SelectionResult:
-    """Members sorted by sampleId, in memory; with ``keep_content`` also the transformed
-    ``lang`` and ``text`` columns (what a shard writer needs; never stored in a membership
-    table).  Build and validation stream the same batches through :class:`Selector`."""
-    selector = Selector(
-        transform=transform,
-        selection=selection,
-        split=split,
-        fenced=fenced,
-        canary=canary,
-        keep_content=keep_content,
-    )
-    parts = list(selector.batches(sources, entries))
-    schema = {c: pl.String for c in selector.columns}
-    members = (
-        pl.concat(parts, how="vertical").sort("sampleId", maintain_order=True)
-        if parts
-        else pl.DataFrame(schema=schema)
-    )
-    counts = dict(selector.counts)
-    counts["members"] = members.height
-    return SelectionResult(members, counts)

@@ -161,10 +161,7 @@ def recompute(
 ) -> pl.DataFrame:
     """Selection re-run from the manifest alone, sorted by sampleId, in memory."""
     selector, sources = _selector(ws, manifest, canary, keep_content=keep_content)
-    parts = list(selector.batches(sources, manifest.sources))
-    if not parts:
-        return pl.DataFrame(schema={c: pl.String for c in selector.columns})
-    return pl.concat(parts, how="vertical").sort("sampleId", maintain_order=True)
+    return selector.members(sources, manifest.sources)
 
 
 class _Findings:
