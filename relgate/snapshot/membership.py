@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 
 from relgate.errors import IntegrityError
 from relgate.integrity.digests import hex_of
-from relgate.integrity.hashing import length_prefixed, merkle_root_rows
+from relgate.integrity.hashing import length_prefixed, merkle_root_rows, sha256_rows
+from relgate.integrity.merkle import MerkleAccumulator
 from relgate.objects.cas import ContentRef, ContentStore
 from relgate.objects.layout import membership_key
-from relgate.snapshot.accumulator import MerkleAccumulator
 from relgate.sources.schema import constant_column
 
 MEMBERSHIP_SCHEMA = pa.schema(
@@ -126,7 +126,8 @@ class Tally:
         if not chunk.height:
             return
         self.rows += chunk.height
-        self._merkle.add_rows(tuple_encoding(chunk, self.schema_digest))
+        leaves = sha256_rows(tuple_encoding(chunk, self.schema_digest), prefix=b"\x00")
+        self._merkle.add_packed_leaf_hashes(leaves)
         for counts, column in ((self._splits, "split"), (self._sources, "sourceId")):
             for key, n in chunk.group_by(column).len().iter_rows():
                 counts[key] = counts.get(key, 0) + n

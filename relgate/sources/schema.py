@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import sha256_digest
-from relgate.integrity.hashing import length_prefixed, sha256_rows
+from relgate.integrity.hashing import digests_to_strings, length_prefixed, sha256_rows
 from relgate.integrity.tuples import encode_fields
 
 RECORD_SCHEMA_NAME = "relgate.text.v1"
@@ -47,29 +47,14 @@ def content_digest(lang: str, text: str) -> str:
     return sha256_digest(encode_fields([RECORD_SCHEMA_NAME, lang, text]))
 
 
-def content_digests(lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray) -> pa.Array:
+def content_digests(
+    lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray
+) -> pa.Array | pa.ChunkedArray:
     """Vectorised :func:`content_digest` over two columns."""
     name = constant_column(RECORD_SCHEMA_NAME, len(lang))
-    return digest_strings(sha256_rows(length_prefixed(name, lang, text)))
+    return digests_to_strings(sha256_rows(length_prefixed(name, lang, text)))
 
 
 def constant_column(value: str, rows: int) -> pa.Array:
     """``value`` repeated ``rows`` times as a string column (no per-row Python object)."""
     return pa.array([value], pa.string()).take(np.zeros(rows, dtype=np.int64))
-
-
-_PREFIX = np.frombuffer(b"sha256:", dtype=np.uint8)
-_HEX_PAIRS = np.frombuffer(b"".join(f"{i:02x}".encode() for i in range(256)), dtype=np.uint16)
-
-
-def digest_strings(raw: bytes) -> pa.Array:
-    """32-byte digests -> ``sha256:<hex>`` strings, built in numpy (same text as
-    :func:`relgate.integrity.hashing.digests_to_strings`)."""
-    n = len(raw) // 32
-    width = len(_PREFIX) + 64
-    text = np.empty((n, width), dtype=np.uint8)
-    text[:, : len(_PREFIX)] = _PREFIX
-    pairs = _HEX_PAIRS[np.frombuffer(raw, dtype=np.uint8).reshape(n, 32)]
-    text[:, len(_PREFIX) :] = pairs.view(np.uint8).reshape(n, 64)
-    offsets = np.arange(0, width * (n + 1), width, dtype=np.int32)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text))

@@ -8,7 +8,6 @@ merge and split row groups by small run, chunk and row-group sizes.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 from pathlib import Path
@@ -20,11 +19,10 @@ from hypothesis import strategies as st
 from support.snapshots import build
 
 from relgate.gate.fences import Fences
+from relgate.integrity import merkle
 from relgate.integrity.digests import sha256_digest
-from relgate.integrity.hashing import digests_to_strings, sha256_rows
-from relgate.integrity.merkle import root_from_packed_leaves
-from relgate.snapshot import accumulator, membership, runs, selection
-from relgate.snapshot.accumulator import MerkleAccumulator
+from relgate.integrity.hashing import digests_to_strings
+from relgate.snapshot import membership, runs, selection
 from relgate.snapshot.build import fenced_at
 from relgate.snapshot.compare import load_manifest
 from relgate.snapshot.membership import MembershipWriter, Tally, membership_parquet, tuple_root
@@ -39,7 +37,6 @@ from relgate.snapshot.validate import (
     validate_snapshot,
 )
 from relgate.sources import source
-from relgate.sources.schema import digest_strings
 from tests.snapshot.test_faults import _forge as forge
 
 SCHEMA_DIGEST = "sha256:" + "ab" * 32
@@ -56,7 +53,7 @@ def _members(n: int, seed: int = 0, dup_every: int = 0) -> pl.DataFrame:
             "sampleId": ids,
             "sourceId": [rng.choice(["a", "b"]) for _ in ids],
             "sourceVersion": ["iceberg:1"] * len(ids),
-            "logicalContentDigest": digest_strings(os.urandom(32 * len(ids))).to_pylist(),
+            "logicalContentDigest": digests_to_strings(os.urandom(32 * len(ids))).to_pylist(),
         }
     )
     return frame.with_columns(pl.Series("split", split.assign(frame["sampleId"].to_arrow())))
@@ -94,28 +91,6 @@ def test_writer_and_tally_match_the_reference(
     assert tally.rows == reference.height
     want = reference.group_by("split").len().sort("split")
     assert tally.splits == dict(want.iter_rows())
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 70), max_size=8))
-def test_merkle_accumulator_matches_the_level_wise_root(sizes: list[int]) -> None:
-    acc = MerkleAccumulator()
-    leaves = b""
-    for size in sizes:
-        packed = b"".join(hashlib.sha256(bytes([i % 256, size])).digest() for i in range(size))
-        acc.add_packed_leaf_hashes(packed)
-        leaves += packed
-    assert acc.root() == root_from_packed_leaves(leaves)
-
-
-def test_merkle_accumulator_over_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(accumulator, "CHUNK", 4)
-    for n in (0, 1, 3, 4, 5, 8, 13, 31, 64, 65):
-        acc = MerkleAccumulator()
-        leaves = b"".join(hashlib.sha256(bytes([i])).digest() for i in range(n))
-        for start in range(0, len(leaves), 3 * 32):
-            acc.add_packed_leaf_hashes(leaves[start : start + 3 * 32])
-        assert acc.root() == root_from_packed_leaves(leaves), n
 
 
 def test_aligned_diff_sums_to_the_whole_diff() -> None:
@@ -157,12 +132,6 @@ def test_fast_normalize_is_normalize(values: list[str]) -> None:
     assert normalize_v1_fast(frame.lazy()).collect().equals(normalize_v1(frame.lazy()).collect())
 
 
-def test_digest_strings_match_the_reference() -> None:
-    for n in (0, 1, 100):
-        raw = sha256_rows(pl.Series([str(i) for i in range(n)], dtype=pl.String).to_arrow())
-        assert digest_strings(raw).equals(digests_to_strings(raw))
-
-
 def _reference_checks(ws, manifest):
     """The validator's checks and facts as the in-memory implementation computed them."""
     checks = dict.fromkeys(ZERO_CHECKS, 0)
@@ -199,7 +168,7 @@ def small_sizes(monkeypatch):
     monkeypatch.setattr(runs, "READ_ROWS", 3)
     monkeypatch.setattr(runs, "MIN_READ_ROWS", 2)
     monkeypatch.setattr(membership, "ROW_GROUP_ROWS", 4)
-    monkeypatch.setattr(accumulator, "CHUNK", 4)
+    monkeypatch.setattr(merkle, "ACCUMULATOR_CHUNK", 4)
     monkeypatch.setattr(selection, "BATCH_ROWS", 7)
     monkeypatch.setattr(source, "BATCH_ROWS", 6)
 
