@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,10 @@ class MembershipWriter:
         self._held: list[pa.Table] = []
         self._rows = 0
         self._written = False
+        # One row group is encoded on a thread (pyarrow releases the GIL) while the caller
+        # hashes the next chunk; one worker keeps the groups in order.
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._encoding: Future[None] | None = None
 
     def write(self, chunk: pa.Table | pl.DataFrame) -> None:
         table = _membership_table(chunk)
@@ -87,7 +92,15 @@ class MembershipWriter:
 
     def _group(self, table: pa.Table) -> None:
         self._written = True
-        self._writer.write_table(table.combine_chunks(), row_group_size=ROW_GROUP_ROWS)
+        self._wait()
+        self._encoding = self._pool.submit(
+            self._writer.write_table, table.combine_chunks(), row_group_size=ROW_GROUP_ROWS
+        )
+
+    def _wait(self) -> None:
+        if self._encoding is not None:
+            self._encoding.result()
+            self._encoding = None
 
     def close(self) -> None:
         """The last, partial row group (an empty table writes one empty group, as
@@ -97,7 +110,11 @@ class MembershipWriter:
                 pa.concat_tables(self._held) if self._held else MEMBERSHIP_SCHEMA.empty_table()
             )
         self._held, self._rows = [], 0
-        self._writer.close()
+        try:
+            self._wait()
+        finally:
+            self._pool.shutdown()
+            self._writer.close()
 
 
 def tuple_encoding(table: pa.Table | pl.DataFrame, schema_digest: str) -> pa.Array:
