@@ -1,16 +1,18 @@
-"""Snapshot build + validation at 1M and 5M members: wall time and peak RSS.
+"""Snapshot build + validation: wall time and peak RSS (issue 10 targets).
 
 Workload: one Iceberg table (pyiceberg, SQL catalog on SQLite) of N synthetic records
 (~110 bytes of text each, 3 languages), default selection/split policies, the `normalize`
 transform.  Each phase runs in a fresh process so its peak RSS is its own (hash worker
-processes included).  Baseline in the same run: the validator's full multiset diff
-against a plain polars group_by over the same membership table.
+processes included).  Baseline in the same run: a plain in-memory polars group_by
+multiset diff of the same membership table against a shuffled copy of itself; the
+ratio is validation time over that.  ``validate_members`` (e.g. 50M) seeds, builds and
+validates a second, larger corpus and reports its validation RSS against the first's
+(flat memory: <= 1.2x).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -18,7 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-SIZES = [int(x) for x in os.environ.get("RELGATE_BENCH_SIZES", "1000000,5000000").split(",")]
+QUICK: dict[str, int] = {"members": 1_000_000}
+TARGET = {"seconds<=": 10, "peakRssMiB<=": 2560}
+LARGE_TARGET = {"peakRssMiB<=": 3072, "rssOverFirst<=": 1.2}
 
 
 def _rss_mb() -> float:
@@ -90,7 +94,7 @@ def phase_build(home: Path) -> dict[str, object]:
     result = build_snapshot(ws, BuildSpec.from_config(ws.config), actor="bench")
     return {
         "seconds": round(time.perf_counter() - t, 2),
-        "peakRssMB": _rss_mb(),
+        "peakRssMiB": _rss_mb(),
         "digest": result.digest,
         "members": result.manifest.member_count,
     }
@@ -105,7 +109,7 @@ def phase_validate(home: Path, digest: str) -> dict[str, object]:
     report = validate_snapshot(ws, digest, actor="bench")
     return {
         "seconds": round(time.perf_counter() - t, 2),
-        "peakRssMB": _rss_mb(),
+        "peakRssMiB": _rss_mb(),
         "outcome": report.outcome,
     }
 
@@ -114,15 +118,14 @@ def phase_diff(home: Path, digest: str) -> dict[str, object]:
     import polars as pl
 
     from relgate.snapshot.compare import load_members
+    from relgate.snapshot.runs import aligned
+    from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA
     from relgate.snapshot.validate import multiset_diff
     from relgate.workspace import Workspace
 
     ws = Workspace.open(home)
     stored = load_members(ws, digest)
     expected = stored.sample(fraction=1.0, shuffle=True, seed=3)
-    t = time.perf_counter()
-    ours = multiset_diff(stored, expected)
-    ours_s = time.perf_counter() - t
     t = time.perf_counter()
     cols = stored.columns
     a = stored.group_by(cols).len()
@@ -133,11 +136,20 @@ def phase_diff(home: Path, digest: str) -> dict[str, object]:
         .height
     )
     base_s = time.perf_counter() - t
-    assert not any(ours.values()) and baseline == 0
+    t = time.perf_counter()
+    resorted = expected.sort("sampleId")
+    step = 65_536
+    streams = [
+        (stored.slice(i, step) for i in range(0, stored.height, step)),
+        (resorted.slice(i, step) for i in range(0, resorted.height, step)),
+    ]
+    empty = pl.DataFrame(schema=MEMBER_FRAME_SCHEMA)
+    found = sum(sum(multiset_diff(x, y).values()) for x, y in aligned(streams, [empty, empty]))
+    ours_s = time.perf_counter() - t
+    assert found == 0 and baseline == 0
     return {
-        "multisetDiffSeconds": round(ours_s, 2),
-        "polarsGroupByBaselineSeconds": round(base_s, 2),
-        "ratioOverBaseline": round(ours_s / base_s, 2),
+        "polarsGroupByDiffSeconds": round(base_s, 2),
+        "alignedDiffSeconds": round(ours_s, 2),
     }
 
 
@@ -152,31 +164,54 @@ def _child(*args: str) -> dict[str, object]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> dict[str, object]:
-    results: dict[str, object] = {
-        "workload": "Iceberg source of N synthetic records, default policies, normalize transform",
-        "runs": [],
+def _run(n: int, *, diff: bool) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="relgate-bench-") as tmp:
+        home = Path(tmp) / "home"
+        t = time.perf_counter()
+        _child("seed", str(home), str(n))
+        run: dict[str, object] = {"members": n, "seedSeconds": round(time.perf_counter() - t, 1)}
+        build = _child("build", str(home))
+        run["build"] = build
+        run["validate"] = _child("validate", str(home), str(build["digest"]))
+        if diff:
+            run["diff"] = _child("diff", str(home), str(build["digest"]))
+        print(json.dumps(run), flush=True)
+        return run
+
+
+def main(members: int = 5_000_000, validate_members: int | None = None) -> dict[str, object]:
+    run = _run(members, diff=True)
+    build, validate, diff = (run[k] for k in ("build", "validate", "diff"))
+    assert isinstance(build, dict) and isinstance(validate, dict) and isinstance(diff, dict)
+    baseline = float(diff["polarsGroupByDiffSeconds"])
+    result: dict[str, object] = {
+        "workload": f"Iceberg source of {members:,} synthetic records (~110 B text, 3 langs), "
+        "default policies, normalize transform; build then validate, each in a fresh process",
+        "baseline": {
+            "what": "plain polars group_by multiset diff of the membership vs a shuffled copy",
+            "seconds": baseline,
+        },
+        "ratio": {
+            "buildOverBaseline": round(float(build["seconds"]) / baseline, 2),
+            "validateOverBaseline": round(float(validate["seconds"]) / baseline, 2),
+        },
+        "target": {"build": TARGET, "validate": TARGET},
+        "peakRssMiB": {"build": build["peakRssMiB"], "validate": validate["peakRssMiB"]},
+        "runs": [run],
     }
-    for n in SIZES:
-        with tempfile.TemporaryDirectory(prefix="relgate-bench-") as tmp:
-            home = Path(tmp) / "home"
-            t = time.perf_counter()
-            _child("seed", str(home), str(n))
-            seeded = round(time.perf_counter() - t, 1)
-            build = _child("build", str(home))
-            validate = _child("validate", str(home), str(build["digest"]))
-            diff = _child("diff", str(home), str(build["digest"]))
-            run = {
-                "records": n,
-                "seedSeconds": seeded,
-                "build": build,
-                "validate": validate,
-                "diff": diff,
-            }
-            run["validateTarget"] = {"seconds<=": 10, "peakRssMB<=": 3072}
-            results["runs"].append(run)  # type: ignore[attr-defined]
-            print(json.dumps(run), flush=True)
-    return results
+    if validate_members:
+        large = _run(validate_members, diff=False)
+        large_validate = large["validate"]
+        assert isinstance(large_validate, dict)
+        rss = float(large_validate["peakRssMiB"])
+        result["large"] = {
+            "members": validate_members,
+            "validate": large_validate,
+            "rssOverFirst": round(rss / float(validate["peakRssMiB"]), 2),
+            "target": LARGE_TARGET,
+        }
+        result["runs"] = [run, large]
+    return result
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@ arrives afterwards belongs to the next snapshot.
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import polars as pl
 from pydantic import StrictInt, StrictStr
@@ -24,9 +26,10 @@ from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_keys
 from relgate.objects.layout import membership_key
 from relgate.snapshot import manifest as mf
-from relgate.snapshot.membership import membership_parquet, tuple_root
+from relgate.snapshot.membership import MembershipWriter, Tally
 from relgate.snapshot.policy import SelectionPolicy, SplitPolicy, TransformRef
-from relgate.snapshot.selection import Fenced, SelectionResult, select_members
+from relgate.snapshot.runs import SortedRuns
+from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
 from relgate.snapshot.transforms import resolve_transform
 from relgate.sources.factory import source_from_config
 from relgate.sources.schema import record_schema_digest
@@ -177,21 +180,49 @@ def build_snapshot(
     frozen = frozen or freeze(ws, spec)
     # Held from selection to the catalog row: the source pin documents freeze() wrote and
     # everything staged here are unreferenced until the row commits.
-    with publisher_lease(ws, holder=f"snapshot-builder:{actor}:{frozen.build_id}") as lease:
+    with (
+        publisher_lease(ws, holder=f"snapshot-builder:{actor}:{frozen.build_id}") as lease,
+        tempfile.TemporaryDirectory(prefix="relgate-build-") as tmp,
+    ):
         lease.cover(*source_pin_keys(e.to_json() for e in frozen.sources))
+        path = Path(tmp) / "members.parquet"
         try:
-            transform_ref = TransformRef.parse(frozen.transform_image)
-            result = select_members(
-                configured_sources(ws, [e.id for e in frozen.sources]),
-                frozen.sources,
-                transform=transform_ref.resolve(),
-                selection=spec.selection,
-                split=spec.split,
-                fenced=fenced_at(ws, frozen.fences),
-            )
+            staged = _stage_members(ws, spec, frozen, path)
         except RelgateError as exc:
             raise _failed(ws, frozen.build_id, exc) from None
-        return _write_snapshot(ws, spec, frozen, result, actor=actor, lease=lease)
+        return _write_snapshot(ws, spec, frozen, staged, actor=actor, lease=lease)
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """The membership table written to ``path``, its tally and the selection counters."""
+
+    path: Path
+    tally: Tally
+    counts: dict[str, int]
+
+
+def _stage_members(ws: Workspace, spec: BuildSpec, frozen: Frozen, path: Path) -> _Staged:
+    """Selection streamed through an out-of-core sort into the membership parquet."""
+    selector = Selector(
+        transform=TransformRef.parse(frozen.transform_image).resolve(),
+        selection=spec.selection,
+        split=spec.split,
+        fenced=fenced_at(ws, frozen.fences),
+    )
+    sources = configured_sources(ws, [e.id for e in frozen.sources])
+    tally = Tally(record_schema_digest())
+    with SortedRuns(MEMBER_FRAME_SCHEMA) as runs:
+        for batch in selector.batches(sources, frozen.sources):
+            runs.add(batch)
+        writer = MembershipWriter(path)
+        for chunk in runs.merged():
+            writer.write(chunk)
+            tally.add(chunk)
+        writer.close()
+    counts = dict(selector.counts)
+    counts["members"] = tally.rows
+    return _Staged(path, tally, counts)
 
 
 def build_for_alias(
@@ -202,11 +233,6 @@ def build_for_alias(
     active = ws.gate().alias(alias, "snapshot").active_digest
     spec = replace(spec, purpose=purpose or spec.purpose, parents=[active] if active else [])
     return build_snapshot(ws, spec, actor=actor, frozen=frozen)
-
-
-def _counts_by(members: pl.DataFrame, column: str) -> dict[str, int]:
-    grouped = members.group_by(column).len().sort(column)
-    return {row[column]: row["len"] for row in grouped.iter_rows(named=True)}
 
 
 def _provenance(ws: Workspace, spec: BuildSpec, frozen: Frozen, *, actor: str) -> mf.Provenance:
@@ -231,37 +257,37 @@ def _write_snapshot(
     ws: Workspace,
     spec: BuildSpec,
     frozen: Frozen,
-    result: SelectionResult,
+    staged: _Staged,
     *,
     actor: str,
     lease: PublisherLease,
 ) -> BuildResult:
     """Stage membership and the signed manifest under a publisher lease, then the row."""
-    members = result.members
-    schema_digest = record_schema_digest()
-    data = membership_parquet(members.to_arrow())
+    tally = staged.tally
+    data = staged.path.read_bytes()
     lease.cover(membership_key(sha256_digest(data)))  # leased before it exists
     members_ref = ws.cas.put(data)
+    del data
     body = mf.SnapshotBody(
         parents=tuple(spec.parents),
         sources=frozen.sources,
         tombstone_watermark=frozen.tombstone_watermark,
         benchmark_fence=frozen.benchmark_fence,
-        record_schema=schema_digest,
+        record_schema=tally.schema_digest,
         selection_policy=spec.selection.digest(),
         transform_image=frozen.transform_image,
         members=mf.MembersRef(
             uri=members_ref.uri,
             object_version=members_ref.version_id,
             size=members_ref.size,
-            count=members.height,
-            tuple_root=tuple_root(members, schema_digest),
+            count=tally.rows,
+            tuple_root=tally.tuple_root,
             media_type=mf.MEMBERS_MEDIA_TYPE,
         ),
         split_policy=spec.split.digest(),
         purpose=spec.purpose,
-        splits=_counts_by(members, "split"),
-        member_counts_by_source=_counts_by(members, "sourceId"),
+        splits=tally.splits,
+        member_counts_by_source=tally.by_source,
         policies=mf.EmbeddedPolicies(selection=spec.selection, split=spec.split),
         provenance=_provenance(ws, spec, frozen, actor=actor),
     )
@@ -271,7 +297,7 @@ def _write_snapshot(
     version = mf.store_envelope(ws.store, sealed, envelope)
     with ws.db.tx() as conn:
         insert_snapshot(conn, sealed, version, actor=actor)
-    return BuildResult(manifest=sealed, counts=result.counts)
+    return BuildResult(manifest=sealed, counts=staged.counts)
 
 
 def members_frame(ws: Workspace, manifest: mf.SnapshotManifest) -> pl.DataFrame:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 from typing import Literal
 
+import numpy as np
 import polars as pl
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import RejectedError
 from relgate.integrity.contract import Contract
+from relgate.integrity.hashing import sha256_rows
 from relgate.integrity.merkle import LeafProof, MerkleTree
 from relgate.integrity.tuples import MemberTuple
 from relgate.snapshot import manifest as mf
@@ -154,14 +156,9 @@ def canary_filter(basis_points: int) -> Canary:
     def keep(frame: pl.DataFrame) -> pl.DataFrame:
         if basis_points >= BASIS_POINTS:
             return frame
-        ids = frame["sampleId"].to_list()
-        mask = [
-            int.from_bytes(hashlib.sha256(b"canary\x00" + i.encode()).digest()[:4], "big")
-            % BASIS_POINTS
-            < basis_points
-            for i in ids
-        ]
-        return frame.filter(pl.Series(mask, dtype=pl.Boolean))
+        raw = sha256_rows(frame["sampleId"].to_arrow(), prefix=b"canary\x00")
+        words = np.frombuffer(raw, dtype=">u4").reshape(-1, 8)[:, 0].astype(np.int64)
+        return frame.filter(pl.Series(words % BASIS_POINTS < basis_points, dtype=pl.Boolean))
 
     return keep
 

@@ -11,6 +11,8 @@ import io
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +22,11 @@ import pyarrow.parquet as pq
 
 from relgate.errors import IntegrityError
 from relgate.integrity.digests import hex_of
-from relgate.integrity.hashing import length_prefixed, merkle_root_rows
+from relgate.integrity.hashing import length_prefixed, merkle_root_rows, sha256_rows
+from relgate.integrity.merkle import MerkleAccumulator
 from relgate.objects.cas import ContentRef, ContentStore
 from relgate.objects.layout import membership_key
+from relgate.sources.schema import constant_column
 
 MEMBERSHIP_SCHEMA = pa.schema(
     [
@@ -36,30 +40,126 @@ MEMBERSHIP_SCHEMA = pa.schema(
 COLUMNS = MEMBERSHIP_SCHEMA.names
 
 
+#: Rows per parquet row group of a membership table (part of its byte format).
+ROW_GROUP_ROWS = 262_144
+_PARQUET_OPTIONS: dict[str, object] = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "write_statistics": True,
+    "store_schema": False,
+}
+
+
+def _membership_table(table: pa.Table | pl.DataFrame) -> pa.Table:
+    if isinstance(table, pl.DataFrame):
+        table = table.to_arrow()
+    return table.select(COLUMNS).cast(MEMBERSHIP_SCHEMA)
+
+
 def membership_parquet(table: pa.Table) -> bytes:
     """Deterministic parquet bytes for a membership table (already sorted by sampleId)."""
     sink = io.BytesIO()
     pq.write_table(
-        table.select(COLUMNS).cast(MEMBERSHIP_SCHEMA),
-        sink,
-        compression="zstd",
-        compression_level=3,
-        row_group_size=262_144,
-        write_statistics=True,
-        store_schema=False,
+        _membership_table(table), sink, row_group_size=ROW_GROUP_ROWS, **_PARQUET_OPTIONS
     )
     return sink.getvalue()
+
+
+class MembershipWriter:
+    """The bytes of :func:`membership_parquet`, written from sorted chunks in order: rows
+    are held until a full row group is there, so the row groups are the same."""
+
+    def __init__(self, path: Path) -> None:
+        self._writer = pq.ParquetWriter(path, MEMBERSHIP_SCHEMA, **_PARQUET_OPTIONS)
+        self._held: list[pa.Table] = []
+        self._rows = 0
+        self._written = False
+        # One row group is encoded on a thread (pyarrow releases the GIL) while the caller
+        # hashes the next chunk; one worker keeps the groups in order.
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._encoding: Future[None] | None = None
+
+    def write(self, chunk: pa.Table | pl.DataFrame) -> None:
+        table = _membership_table(chunk)
+        self._held.append(table)
+        self._rows += table.num_rows
+        if self._rows >= ROW_GROUP_ROWS:
+            held = pa.concat_tables(self._held)
+            full = self._rows // ROW_GROUP_ROWS * ROW_GROUP_ROWS
+            for start in range(0, full, ROW_GROUP_ROWS):
+                self._group(held.slice(start, ROW_GROUP_ROWS))
+            self._held, self._rows = [held.slice(full)], self._rows - full
+
+    def _group(self, table: pa.Table) -> None:
+        self._written = True
+        self._wait()
+        self._encoding = self._pool.submit(
+            self._writer.write_table, table.combine_chunks(), row_group_size=ROW_GROUP_ROWS
+        )
+
+    def _wait(self) -> None:
+        if self._encoding is not None:
+            self._encoding.result()
+            self._encoding = None
+
+    def close(self) -> None:
+        """The last, partial row group (an empty table writes one empty group, as
+        :func:`membership_parquet` does), then the footer."""
+        if self._rows or not self._written:
+            self._group(
+                pa.concat_tables(self._held) if self._held else MEMBERSHIP_SCHEMA.empty_table()
+            )
+        self._held, self._rows = [], 0
+        try:
+            self._wait()
+        finally:
+            self._pool.shutdown()
+            self._writer.close()
 
 
 def tuple_encoding(table: pa.Table | pl.DataFrame, schema_digest: str) -> pa.Array:
     if isinstance(table, pl.DataFrame):
         table = table.to_arrow()
-    schema_col = pa.array([schema_digest] * table.num_rows, pa.string())
+    schema_col = constant_column(schema_digest, table.num_rows)
     return length_prefixed(*(table.column(c) for c in COLUMNS), schema_col)
 
 
 def tuple_root(table: pa.Table | pl.DataFrame, schema_digest: str) -> str:
     return "sha256:" + merkle_root_rows(tuple_encoding(table, schema_digest)).hex()
+
+
+class Tally:
+    """What a membership table sums to, from its chunks in order: rows, tuple root, and
+    the counts by split and by source."""
+
+    def __init__(self, schema_digest: str) -> None:
+        self.schema_digest = schema_digest
+        self.rows = 0
+        self._merkle = MerkleAccumulator()
+        self._splits: dict[str, int] = {}
+        self._sources: dict[str, int] = {}
+
+    def add(self, chunk: pl.DataFrame) -> None:
+        if not chunk.height:
+            return
+        self.rows += chunk.height
+        leaves = sha256_rows(tuple_encoding(chunk, self.schema_digest), prefix=b"\x00")
+        self._merkle.add_packed_leaf_hashes(leaves)
+        for counts, column in ((self._splits, "split"), (self._sources, "sourceId")):
+            for key, n in chunk.group_by(column).len().iter_rows():
+                counts[key] = counts.get(key, 0) + n
+
+    @property
+    def tuple_root(self) -> str:
+        return "sha256:" + self._merkle.root().hex()
+
+    @property
+    def splits(self) -> dict[str, int]:
+        return dict(sorted(self._splits.items()))
+
+    @property
+    def by_source(self) -> dict[str, int]:
+        return dict(sorted(self._sources.items()))
 
 
 @dataclass
@@ -101,17 +201,32 @@ class MembershipCache:
     def scan(self, ref: ContentRef) -> pl.LazyFrame:
         return pl.scan_parquet(self.path(ref.digest, ref.version_id))
 
+    def frames(self, ref: ContentRef, rows: int = 65_536) -> Iterator[pl.DataFrame]:
+        """The table's membership columns in chunks of ``rows``, in stored order."""
+        path = self.path(ref.digest, ref.version_id)
+        try:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=COLUMNS):
+                frame = pl.from_arrow(batch)
+                if isinstance(frame, pl.DataFrame):
+                    yield frame
+        except (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError) as exc:
+            raise _undecodable(ref, exc) from None
+
     def read(self, ref: ContentRef) -> pl.DataFrame:
         path = self.path(ref.digest, ref.version_id)
         try:
             return pl.read_parquet(path)
         except Exception as exc:  # a parquet that hashes right but does not decode
-            raise IntegrityError(
-                f"membership table does not decode: {type(exc).__name__}",
-                object=ref.uri,
-                check="membership-decode",
-                digest=ref.digest,
-            ) from None
+            raise _undecodable(ref, exc) from None
+
+
+def _undecodable(ref: ContentRef, exc: Exception) -> IntegrityError:
+    return IntegrityError(
+        f"membership table does not decode: {type(exc).__name__}",
+        object=ref.uri,
+        check="membership-decode",
+        digest=ref.digest,
+    )
 
 
 def _file_digest(path: Path) -> str:
@@ -128,6 +243,8 @@ __all__ = [
     "COLUMNS",
     "MEMBERSHIP_SCHEMA",
     "MembershipCache",
+    "MembershipWriter",
+    "Tally",
     "membership_parquet",
     "put_membership",
     "tuple_encoding",

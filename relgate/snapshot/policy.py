@@ -134,6 +134,38 @@ TRANSFORMS: dict[str, Transform] = {
 }
 
 
+def _normalized_text(text: pl.Series) -> pl.Series:
+    """``normalize_v1``'s text expression, with NFC and the whitespace regex run only on
+    the rows where they can change something: an ASCII row (NFC is the identity) with no
+    whitespace but single spaces is only trimmed."""
+    plain = (
+        (text.str.len_bytes() == text.str.len_chars())
+        & ~text.str.contains("  ", literal=True)
+        & ~text.str.contains(r"[\t\n\x0b\x0c\r]")
+    )
+    out = text.str.strip_chars()
+    slow = (~plain).arg_true()
+    if len(slow):
+        fixed = text.gather(slow).str.normalize("NFC").str.replace_all(r"\s+", " ")
+        out = out.scatter(slow, fixed.str.strip_chars())
+    return out
+
+
+def normalize_v1_fast(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """:func:`normalize_v1` byte for byte (property-tested against it), faster."""
+    return frame.with_columns(
+        pl.col("text").map_batches(_normalized_text, return_dtype=pl.String),
+        pl.col("lang").str.to_lowercase().str.strip_chars(),
+    )
+
+
+#: Equivalent faster code for a transform, keyed by the code digest it is equivalent to
+#: (an edited transform has another digest and runs as written).
+ACCELERATED: dict[str, Transform] = {
+    "sha256:723c0e5118293ee077465bb8a35ec9b8ee58bf359c871e89715564e55dda33f6": normalize_v1_fast,
+}
+
+
 def transform_code_digest(name: str) -> str:
     """The digest that stands for a transform's code: its name and exact source text."""
     if name not in TRANSFORMS:
@@ -177,4 +209,4 @@ class TransformRef:
                 digest=self.digest,
                 details={"actual": actual},
             )
-        return TRANSFORMS[self.name]
+        return ACCELERATED.get(actual, TRANSFORMS[self.name])

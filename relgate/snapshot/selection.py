@@ -7,10 +7,11 @@ and diff the results against what was stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import polars as pl
+import pyarrow as pa
 
 from relgate.snapshot.membership import COLUMNS
 from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
@@ -19,6 +20,8 @@ from relgate.sources.source import Source, SourceEntry
 
 #: Rows per selection batch.
 BATCH_ROWS = 1_000_000
+#: The polars schema of a member batch.
+MEMBER_FRAME_SCHEMA = pl.Schema({c: pl.String() for c in COLUMNS})
 
 
 @dataclass(frozen=True)
@@ -29,58 +32,79 @@ class Fenced:
     content_digests: frozenset[str]
 
 
-@dataclass(frozen=True)
-class SelectionResult:
-    """The sorted member table and the counters of each selection stage."""
+class Selector:
+    """Selection as a stream of member batches; ``counts`` fill in as batches are drawn."""
 
-    members: pl.DataFrame
-    counts: dict[str, int]
+    def __init__(
+        self,
+        *,
+        transform: Callable[[pl.LazyFrame], pl.LazyFrame],
+        selection: SelectionPolicy,
+        split: SplitPolicy,
+        fenced: Fenced,
+        canary: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+        keep_content: bool = False,
+    ) -> None:
+        self.transform = transform
+        self.selection = selection
+        self.split = split
+        self.canary = canary
+        self.columns = [*COLUMNS, "lang", "text"] if keep_content else list(COLUMNS)
+        self.tomb_ids = pl.Series("t", sorted(fenced.sample_ids), dtype=pl.String)
+        self.bench_digests = pl.Series("b", sorted(fenced.content_digests), dtype=pl.String)
+        self.counts = dict.fromkeys(
+            ("sourceRows", "selected", "excludedTombstoned", "excludedBenchmark"), 0
+        )
+
+    def batch(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """The members of one source batch (``sourceId`` already set), unsorted."""
+        counts = self.counts
+        if self.canary is not None:
+            frame = self.canary(frame)
+        selected = self.transform(frame.lazy()).filter(self.selection.expression()).collect()
+        counts["selected"] += selected.height
+        digests = content_digests(selected["lang"].to_arrow(), selected["text"].to_arrow())
+        selected = selected.with_columns(pl.Series("logicalContentDigest", digests))
+        tomb = selected["sampleId"].is_in(self.tomb_ids.implode())
+        bench = selected["logicalContentDigest"].is_in(self.bench_digests.implode())
+        counts["excludedTombstoned"] += int(tomb.sum())
+        counts["excludedBenchmark"] += int((bench & ~tomb).sum())
+        kept = selected.filter(~tomb & ~bench)
+        splits = pl.Series("split", self.split.assign(kept["sampleId"].to_arrow()))
+        return kept.with_columns(splits).select(self.columns)
+
+    def members(
+        self, sources: Mapping[str, Source], entries: Sequence[SourceEntry]
+    ) -> pl.DataFrame:
+        """Every member batch, sorted by sampleId in memory (for callers that need the
+        whole table; build and validation stream :meth:`batches` instead)."""
+        parts = list(self.batches(sources, entries))
+        if not parts:
+            return pl.DataFrame(schema={c: pl.String for c in self.columns})
+        return pl.concat(parts, how="vertical").sort("sampleId", maintain_order=True)
+
+    def batches(
+        self, sources: Mapping[str, Source], entries: Sequence[SourceEntry]
+    ) -> Iterator[pl.DataFrame]:
+        """Member batches of every pinned source in order (each source read in batches)."""
+        for entry in entries:
+            for table in _rebatched(sources[entry.id].read_batches(entry)):
+                self.counts["sourceRows"] += table.num_rows
+                frame = pl.from_arrow(table)
+                if not isinstance(frame, pl.DataFrame):  # a Table always gives a DataFrame
+                    raise TypeError(f"polars gave {type(frame).__name__} for an arrow table")
+                yield self.batch(frame.with_columns(pl.lit(entry.id).alias("sourceId")))
 
 
-def select_members(
-    sources: Mapping[str, Source],
-    entries: Sequence[SourceEntry],
-    *,
-    transform: Callable[[pl.LazyFrame], pl.LazyFrame],
-    selection: SelectionPolicy,
-    split: SplitPolicy,
-    fenced: Fenced,
-    canary: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
-    keep_content: bool = False,
-) -> SelectionResult:
-    """Members sorted by sampleId; with ``keep_content`` also the transformed ``lang`` and
-    ``text`` columns (what a shard writer needs; never stored in a membership table)."""
-    columns = [*COLUMNS, "lang", "text"] if keep_content else COLUMNS
-    tomb_ids = list(fenced.sample_ids)
-    bench_digests = list(fenced.content_digests)
-    parts: list[pl.DataFrame] = []
-    counts = dict.fromkeys(("sourceRows", "selected", "excludedTombstoned", "excludedBenchmark"), 0)
-    for entry in entries:
-        table = sources[entry.id].read(entry)
-        counts["sourceRows"] += table.num_rows
-        # Batches bound the transient memory of transform, hashing and filtering; only
-        # the membership columns (and content, for writers) outlive a batch.
-        for offset in range(0, max(table.num_rows, 1), BATCH_ROWS):
-            frame = pl.from_arrow(table.slice(offset, BATCH_ROWS))
-            if not isinstance(frame, pl.DataFrame):  # a Table always gives a DataFrame
-                raise TypeError(f"polars gave {type(frame).__name__} for an arrow table")
-            frame = frame.with_columns(pl.lit(entry.id).alias("sourceId"))
-            if canary is not None:
-                frame = canary(frame)
-            selected = transform(frame.lazy()).filter(selection.expression()).collect()
-            counts["selected"] += selected.height
-            digests = content_digests(selected["lang"].to_arrow(), selected["text"].to_arrow())
-            selected = selected.with_columns(pl.Series("logicalContentDigest", digests))
-            tomb = selected["sampleId"].is_in(tomb_ids)
-            bench = selected["logicalContentDigest"].is_in(bench_digests)
-            counts["excludedTombstoned"] += int(tomb.sum())
-            counts["excludedBenchmark"] += int((bench & ~tomb).sum())
-            kept = selected.filter(~tomb & ~bench)
-            splits = pl.Series("split", split.assign(kept["sampleId"].to_arrow()))
-            parts.append(kept.with_columns(splits).select(columns))
-    schema = {c: pl.String for c in columns}
-    members = (
-        pl.concat(parts, how="vertical").sort("sampleId") if parts else pl.DataFrame(schema=schema)
-    )
-    counts["members"] = members.height
-    return SelectionResult(members, counts)
+def _rebatched(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """Source batches regrouped to about :data:`BATCH_ROWS` rows (bounded transient memory)."""
+    held: list[pa.Table] = []
+    rows = 0
+    for table in tables:
+        held.append(table)
+        rows += table.num_rows
+        if rows >= BATCH_ROWS:
+            yield pa.concat_tables(held).combine_chunks()
+            held, rows = [], 0
+    if held and rows:
+        yield pa.concat_tables(held).combine_chunks()

@@ -10,7 +10,8 @@ A late CDC event sends it to INCOMPLETE instead of REJECTED.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Final, Literal
 
 import polars as pl
@@ -25,10 +26,12 @@ from relgate.integrity.contract import Contract
 from relgate.integrity.signing import sign_envelope
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.build import fenced_at, pinned_sources, source_configs
-from relgate.snapshot.membership import tuple_root
+from relgate.snapshot.membership import Tally
 from relgate.snapshot.policy import TransformRef
-from relgate.snapshot.selection import Fenced, select_members
+from relgate.snapshot.runs import SortedRuns, aligned
+from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
 from relgate.sources.factory import source_from_config
+from relgate.sources.source import Source
 from relgate.workspace import Workspace
 
 REPORT_SCHEMA: Final = "relgate.snapshot.validation.v1"
@@ -121,14 +124,10 @@ def _fenced(ws: Workspace, manifest: mf.SnapshotManifest) -> Fenced:
     return fenced_at(ws, Fences(manifest.tombstone_watermark, manifest.benchmark_fence))
 
 
-def recompute(
-    ws: Workspace,
-    manifest: mf.SnapshotManifest,
-    canary: Canary | None = None,
-    *,
-    keep_content: bool = False,
-) -> pl.DataFrame:
-    """Selection re-run from the manifest alone (pins, policies, transform digest, fences)."""
+def _selector(
+    ws: Workspace, manifest: mf.SnapshotManifest, canary: Canary | None, *, keep_content: bool
+) -> tuple[Selector, dict[str, Source]]:
+    """Selection as the manifest pins it (pins, policies, transform digest, fences)."""
     sources = pinned_sources(ws, manifest.sources, manifest.digest)
     transform = TransformRef.parse(manifest.transform_image).resolve()
     policies = manifest.policies
@@ -142,9 +141,7 @@ def recompute(
             check="policy-digest",
             digest=manifest.digest,
         )
-    result = select_members(
-        sources,
-        manifest.sources,
+    selector = Selector(
         transform=transform,
         selection=policies.selection,
         split=policies.split,
@@ -152,7 +149,19 @@ def recompute(
         canary=canary,
         keep_content=keep_content,
     )
-    return result.members
+    return selector, sources
+
+
+def recompute(
+    ws: Workspace,
+    manifest: mf.SnapshotManifest,
+    canary: Canary | None = None,
+    *,
+    keep_content: bool = False,
+) -> pl.DataFrame:
+    """Selection re-run from the manifest alone, sorted by sampleId, in memory."""
+    selector, sources = _selector(ws, manifest, canary, keep_content=keep_content)
+    return selector.members(sources, manifest.sources)
 
 
 class _Findings:
@@ -164,25 +173,91 @@ class _Findings:
         self.problems: list[str] = []
 
 
-def _check_stored(ws: Workspace, manifest: mf.SnapshotManifest, found: _Findings) -> None:
-    """Structure checks on the stored table, then readability, then the full recompute."""
+_EMPTY = pl.DataFrame(schema=MEMBER_FRAME_SCHEMA)
+#: Multiset-diff counts, summed over the aligned key ranges of stored and recomputed.
+_DIFF_CHECKS = (
+    "duplicateIds",
+    "missingMembers",
+    "extraMembers",
+    "contentMismatches",
+    "splitMismatches",
+    "sourceVersionMismatches",
+)
+Frames = Callable[[], Iterator[pl.DataFrame]]
+
+
+class _StoredScan:
+    """One pass over the stored table in its own order: the tally, the order-free
+    structure checks, and whether it is sorted by sampleId."""
+
+    def __init__(self, manifest: mf.SnapshotManifest, fenced: Fenced) -> None:
+        self.tally = Tally(manifest.record_schema)
+        self.split_names = pl.Series([n for n, _ in manifest.policies.split.buckets])
+        self.source_ids = pl.Series([e.id for e in manifest.sources], dtype=pl.String)
+        self.tombs = pl.Series(sorted(fenced.sample_ids), dtype=pl.String)
+        self.benchmarks = pl.Series(sorted(fenced.content_digests), dtype=pl.String)
+        self.checks = dict.fromkeys(
+            ("unknownSplits", "unknownOrigins", "tombstoneHits", "benchmarkHits"), 0
+        )
+        self.sorted = True
+        self._last: str | None = None
+
+    def add(self, chunk: pl.DataFrame) -> None:
+        if not chunk.height:
+            return
+        self.tally.add(chunk)
+        checks = self.checks
+        checks["unknownSplits"] += int((~chunk["split"].is_in(self.split_names.implode())).sum())
+        checks["unknownOrigins"] += int((~chunk["sourceId"].is_in(self.source_ids.implode())).sum())
+        checks["tombstoneHits"] += int(chunk["sampleId"].is_in(self.tombs.implode()).sum())
+        checks["benchmarkHits"] += int(
+            chunk["logicalContentDigest"].is_in(self.benchmarks.implode()).sum()
+        )
+        ids = chunk["sampleId"]
+        first = str(ids[0])
+        if not ids.is_sorted() or (self._last is not None and first < self._last):
+            self.sorted = False
+        self._last = str(ids[-1])
+
+
+def _several_splits(chunk: pl.DataFrame) -> int:
+    per_id = chunk.group_by("sampleId").agg(pl.col("split").n_unique().alias("n"))
+    return per_id.filter(pl.col("n") > 1).height
+
+
+def _key_local(stored: Frames) -> tuple[int, int]:
+    """Ids in several splits and duplicate rows, over the sorted stored table alone."""
+    several = duplicates = 0
+    for (chunk,) in aligned([stored()], [_EMPTY]):
+        several += _several_splits(chunk)
+        duplicates += chunk.height - chunk["sampleId"].n_unique()
+    return several, duplicates
+
+
+def _diff_recomputed(
+    ws: Workspace, manifest: mf.SnapshotManifest, stored: Frames, checks: dict[str, int]
+) -> None:
+    """Selection re-run into an out-of-core sort, then diffed range by range."""
+    with SortedRuns(MEMBER_FRAME_SCHEMA) as runs:
+        try:
+            selector, sources = _selector(ws, manifest, None, keep_content=False)
+            for batch in selector.batches(sources, manifest.sources):
+                runs.add(batch)
+        except RelgateError:
+            checks["idsInSeveralSplits"] = _key_local(stored)[0]  # counted before the refusal
+            raise
+        totals = dict.fromkeys(_DIFF_CHECKS, 0)
+        several = 0
+        for got, want in aligned([stored(), runs.merged()], [_EMPTY, _EMPTY]):
+            several += _several_splits(got)
+            for name, count in multiset_diff(got, want).items():
+                totals[name] += count
+    checks["idsInSeveralSplits"] = several
+    checks.update(totals)
+
+
+def _readability(ws: Workspace, manifest: mf.SnapshotManifest, found: _Findings) -> None:
     checks = found.checks
-    stored = ws.membership.read(manifest.members_ref)
-    found.facts["members"] = stored.height
-    found.facts["manifestMembers"] = manifest.member_count
-    split_names = [n for n, _ in manifest.policies.split.buckets]
-    source_ids = [e.id for e in manifest.sources]
-    per_id_splits = stored.group_by("sampleId").agg(pl.col("split").n_unique().alias("n"))
-    checks["idsInSeveralSplits"] = per_id_splits.filter(pl.col("n") > 1).height
-    checks["unknownSplits"] = stored.filter(~pl.col("split").is_in(split_names)).height
-    checks["unknownOrigins"] = stored.filter(~pl.col("sourceId").is_in(source_ids)).height
-    fenced = _fenced(ws, manifest)
-    checks["tombstoneHits"] = stored.filter(
-        pl.col("sampleId").is_in(list(fenced.sample_ids))
-    ).height
-    checks["benchmarkHits"] = stored.filter(
-        pl.col("logicalContentDigest").is_in(list(fenced.content_digests))
-    ).height
     configs = source_configs(ws)
     for entry in manifest.sources:
         if entry.id not in configs:
@@ -194,17 +269,35 @@ def _check_stored(ws: Workspace, manifest: mf.SnapshotManifest, found: _Findings
         found.problems.extend(unreadable)
         checks["unreadableSources"] += len(unreadable)
         checks["lateEvents"] += source.late_events(entry)
-    if checks["unreadableSources"] == 0:
-        checks.update(multiset_diff(stored, recompute(ws, manifest)))
-    else:
-        checks["duplicateIds"] = stored.height - stored["sampleId"].n_unique()
-    root = tuple_root(stored, manifest.record_schema)
+
+
+def _check_stored(ws: Workspace, manifest: mf.SnapshotManifest, found: _Findings) -> None:
+    """Structure checks on the stored table, then readability, then the full recompute;
+    every pass streams (the stored table is sorted out of core if it is not sorted)."""
+    checks = found.checks
+    ref = manifest.members_ref
+    scan = _StoredScan(manifest, _fenced(ws, manifest))
+    for chunk in ws.membership.frames(ref):
+        scan.add(chunk)
+    found.facts["members"] = scan.tally.rows
+    found.facts["manifestMembers"] = manifest.member_count
+    checks.update(scan.checks)
+    with SortedRuns(MEMBER_FRAME_SCHEMA) as resorted:
+        stored: Frames = partial(ws.membership.frames, ref)
+        if not scan.sorted:
+            for chunk in ws.membership.frames(ref):
+                resorted.add(chunk)
+            stored = resorted.merged
+        _readability(ws, manifest, found)
+        if checks["unreadableSources"] == 0:
+            _diff_recomputed(ws, manifest, stored, checks)
+        else:
+            checks["idsInSeveralSplits"], checks["duplicateIds"] = _key_local(stored)
+    root = scan.tally.tuple_root
     found.facts["tupleRoot"] = root
     checks["tupleRootMismatch"] = int(root != manifest.tuple_root)
-    checks["memberCountMismatch"] = int(stored.height != manifest.member_count)
-    split_counts = {
-        r["split"]: r["len"] for r in stored.group_by("split").len().iter_rows(named=True)
-    }
+    checks["memberCountMismatch"] = int(scan.tally.rows != manifest.member_count)
+    split_counts = scan.tally.splits
     checks["splitCountMismatch"] = int(split_counts != manifest.splits)
     found.facts["splits"] = split_counts
 

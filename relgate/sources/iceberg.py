@@ -6,18 +6,52 @@ manifest spells them as strings: ``iceberg:<id>``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from relgate.errors import NotFoundError, RejectedError
-from relgate.integrity.identifiers import problem
-from relgate.sources.schema import SOURCE_ARROW_SCHEMA
+from relgate.integrity.identifiers import MAX_ID_BYTES, problem
+from relgate.sources.schema import SOURCE_ARROW_SCHEMA, constant_column
 from relgate.sources.source import IcebergPin, Source, SourceEntry, SourcePin, expect_pin, row_error
 
 COLUMNS = {"sample_id": "sampleId", "lang": "lang", "text": "text"}
+
+
+#: Characters :func:`relgate.integrity.identifiers.problem` refuses in an id: Unicode Cc
+#: (C0, DEL, C1), Zl, Zp and the bidirectional controls (Cs cannot occur in valid UTF-8).
+_REFUSED_ID_CHARS = (
+    r"[\x{0}-\x{1f}\x{7f}-\x{9f}\x{2028}\x{2029}\x{61c}\x{200e}\x{200f}"
+    r"\x{202a}-\x{202e}\x{2066}-\x{2069}]"
+)
+
+
+def suspect_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Rows whose id :func:`~relgate.integrity.identifiers.problem` may refuse: empty, too
+    long, or holding a refused character (a vectorised superset of the refusals)."""
+    size = pc.binary_length(ids)
+    return pc.or_(
+        pc.or_(pc.equal(size, 0), pc.greater(size, MAX_ID_BYTES)),
+        pc.match_substring_regex(ids, _REFUSED_ID_CHARS),
+    )
+
+
+def _check_batch(data: pa.Table, where: str, offset: int) -> None:
+    """Refuse the first null field, then the first bad id, naming its row in the scan."""
+    for name in ("sampleId", "lang", "text"):
+        column = data.column(name)
+        if column.null_count:
+            index = pc.indices_nonzero(pc.is_null(column))[0].as_py()
+            raise row_error(f"{where} row {offset + index + 1}", f"field {name!r} is null")
+    ids = data.column("sampleId")
+    for index in pc.indices_nonzero(suspect_ids(ids)).to_pylist():
+        why = problem(ids[index].as_py())
+        if why is not None:
+            raise row_error(f"{where} row {offset + index + 1}", f"bad id ({why})")
 
 
 def open_catalog(catalog_uri: str, warehouse: str) -> SqlCatalog:
@@ -56,6 +90,13 @@ class IcebergSource(Source):
         return SourcePin(entry=entry)
 
     def read(self, entry: SourceEntry) -> pa.Table:
+        tables = list(self.read_batches(entry))
+        if not tables:
+            return SOURCE_ARROW_SCHEMA.empty_table()
+        return pa.concat_tables(tables)
+
+    def read_batches(self, entry: SourceEntry) -> Iterator[pa.Table]:
+        """The pinned snapshot's rows in record batches, each checked before it is yielded."""
         pin = expect_pin(entry, IcebergPin, self.id)
         table = self._load()
         snapshot_id = pin.snapshot_id
@@ -66,21 +107,17 @@ class IcebergSource(Source):
                 check="source-readable",
                 details={"tableSnapshot": pin.table_snapshot},
             )
-        data = table.scan(snapshot_id=snapshot_id, selected_fields=tuple(COLUMNS)).to_arrow()
-        data = data.rename_columns([COLUMNS[c] for c in data.column_names])
+        scan = table.scan(snapshot_id=snapshot_id, selected_fields=tuple(COLUMNS))
         where = f"{self.id}:{self.table}@{pin.table_snapshot}"
-        for name in ("sampleId", "lang", "text"):
-            column = data.column(name)
-            if column.null_count:
-                index = next(i for i, v in enumerate(column.to_pylist()) if v is None)
-                raise row_error(f"{where} row {index + 1}", f"field {name!r} is null")
-        for index, sample in enumerate(data.column("sampleId").to_pylist()):
-            why = problem(sample)
-            if why is not None:
-                raise row_error(f"{where} row {index + 1}", f"bad id ({why})")
-        version = pa.array([pin.table_snapshot] * data.num_rows, pa.string())
-        data = data.append_column("sourceVersion", version)
-        return data.select(SOURCE_ARROW_SCHEMA.names).cast(SOURCE_ARROW_SCHEMA)
+        offset = 0
+        for batch in scan.to_arrow_batch_reader():
+            data = pa.Table.from_batches([batch])
+            data = data.rename_columns([COLUMNS[c] for c in data.column_names])
+            _check_batch(data, where, offset)
+            offset += data.num_rows
+            version = constant_column(pin.table_snapshot, data.num_rows)
+            data = data.append_column("sourceVersion", version)
+            yield data.select(SOURCE_ARROW_SCHEMA.names).cast(SOURCE_ARROW_SCHEMA)
 
     def check_readable(self, entry: SourceEntry) -> list[str]:
         pin = expect_pin(entry, IcebergPin, self.id)

@@ -8,6 +8,7 @@ the same text under two ids (or a benchmark item) has the same digest.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from relgate.integrity.canonical import canonical_bytes
@@ -46,7 +47,14 @@ def content_digest(lang: str, text: str) -> str:
     return sha256_digest(encode_fields([RECORD_SCHEMA_NAME, lang, text]))
 
 
-def content_digests(lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray) -> pa.Array:
+def content_digests(
+    lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray
+) -> pa.Array | pa.ChunkedArray:
     """Vectorised :func:`content_digest` over two columns."""
-    name = pa.array([RECORD_SCHEMA_NAME] * len(lang), pa.string())
+    name = constant_column(RECORD_SCHEMA_NAME, len(lang))
     return digests_to_strings(sha256_rows(length_prefixed(name, lang, text)))
+
+
+def constant_column(value: str, rows: int) -> pa.Array:
+    """``value`` repeated ``rows`` times as a string column (no per-row Python object)."""
+    return pa.array([value], pa.string()).take(np.zeros(rows, dtype=np.int64))

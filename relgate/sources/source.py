@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 import pyarrow as pa
@@ -25,6 +25,8 @@ from relgate.integrity.identifiers import IdentifierError, validate_id
 #: A source row that cannot be admitted (bad UTF-8, not JSON, no or bad id, bad field):
 #: the build is refused (exit 3) naming the source, the object version and the line.
 ROW_CHECK = "source-row"
+#: Rows per batch a source yields when it has no natural batches of its own.
+BATCH_ROWS = 1_000_000
 
 
 def row_error(where: str, why: str, **details: Any) -> RejectedError:
@@ -181,6 +183,12 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def read(self, entry: SourceEntry) -> pa.Table:
         """Rows of :data:`relgate.sources.schema.SOURCE_ARROW_SCHEMA` at the pinned versions."""
+
+    def read_batches(self, entry: SourceEntry) -> Iterator[pa.Table]:
+        """:meth:`read` in record batches (kinds that can stream override this)."""
+        table = self.read(entry)
+        for start in range(0, table.num_rows, BATCH_ROWS):
+            yield table.slice(start, BATCH_ROWS)
 
     @abc.abstractmethod
     def check_readable(self, entry: SourceEntry) -> list[str]:
