@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import sha256_digest
-from relgate.integrity.hashing import length_prefixed, sha256_rows
+from relgate.integrity.hashing import digests_to_strings, length_prefixed, sha256_rows
 from relgate.integrity.tuples import encode_fields
 from relgate.sources.schema import RECORD_SCHEMA_NAME, content_digest, record_schema_digest
 
@@ -136,38 +136,17 @@ def token_counts(text: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pa.array(counts, pa.int64())
 
 
-_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-_SHA256_TAG = np.frombuffer(b"sha256:", dtype=np.uint8)
-_DIGEST_CHARS = len(_SHA256_TAG) + 64
-_INT32_MAX = 2**31 - 1
-
-
-def digest_strings(packed: bytes) -> pa.Array:
-    """Packed 32-byte digests -> ``sha256:<hex>`` strings, built as one Arrow buffer."""
-    raw = np.frombuffer(packed, dtype=np.uint8).reshape(-1, 32)
-    n = len(raw)
-    chars = np.empty((n, _DIGEST_CHARS), dtype=np.uint8)
-    chars[:, : len(_SHA256_TAG)] = _SHA256_TAG
-    chars[:, len(_SHA256_TAG) :: 2] = _HEX[raw >> 4]
-    chars[:, len(_SHA256_TAG) + 1 :: 2] = _HEX[raw & 15]
-    large = n * _DIGEST_CHARS > _INT32_MAX
-    offsets = np.arange(0, (n + 1) * _DIGEST_CHARS, _DIGEST_CHARS, dtype=np.int64)
-    return pa.Array.from_buffers(
-        pa.large_string() if large else pa.string(),
-        n,
-        [None, pa.py_buffer(offsets if large else offsets.astype(np.int32)), pa.py_buffer(chars)],
-    )
-
-
 #: ``lp(RECORD_SCHEMA_NAME)``: every content digest's message starts with it.
 _CONTENT_PREFIX = encode_fields([RECORD_SCHEMA_NAME])
 
 
-def content_digests(lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray) -> pa.Array:
+def content_digests(
+    lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray
+) -> pa.Array | pa.ChunkedArray:
     """``logicalContentDigest`` recomputed from decoded content: the snapshot's function
     (:func:`relgate.sources.schema.content_digest`), one kernel call over the column."""
     packed = sha256_rows(length_prefixed(lang, text, prefix=_CONTENT_PREFIX))
-    return digest_strings(packed)
+    return digests_to_strings(packed)
 
 
 def stream_header() -> bytes:
@@ -270,7 +249,6 @@ __all__ = [
     "SHARD_ARROW_SCHEMA",
     "TUPLE_COLUMNS",
     "content_digests",
-    "digest_strings",
     "logical_digest",
     "member_set_digest",
     "member_tuples",
