@@ -38,7 +38,6 @@ sorted by their encoding, each length-prefixed, concatenated.
 from __future__ import annotations
 
 import hashlib
-import struct
 from typing import Any
 
 import numpy as np
@@ -47,11 +46,9 @@ import pyarrow.compute as pc
 
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import sha256_digest
-from relgate.integrity.hashing import length_prefixed
+from relgate.integrity.hashing import digests_to_strings, length_prefixed, sha256_rows
 from relgate.integrity.tuples import encode_fields
 from relgate.sources.schema import RECORD_SCHEMA_NAME, content_digest, record_schema_digest
-
-_LEN = struct.Struct(">I")
 
 STREAM_NAME = "relgate.shard.records.v1"
 SHARD_RECORD_SCHEMA_NAME = "relgate.shard.text.v1"
@@ -139,33 +136,17 @@ def token_counts(text: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pa.array(counts, pa.int64())
 
 
-def content_digests(lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray) -> pa.Array:
+#: ``lp(RECORD_SCHEMA_NAME)``: every content digest's message starts with it.
+_CONTENT_PREFIX = encode_fields([RECORD_SCHEMA_NAME])
+
+
+def content_digests(
+    lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray
+) -> pa.Array | pa.ChunkedArray:
     """``logicalContentDigest`` recomputed from decoded content: the snapshot's function
-    (:func:`relgate.sources.schema.content_digest`), hashed straight from the Arrow buffers."""
-    lang_off, lang_data = _string_buffers(lang)
-    text_off, text_data = _string_buffers(text)
-    n = len(text_off) - 1
-    base = hashlib.sha256(encode_fields([RECORD_SCHEMA_NAME]))
-    lang_bytes = lang_data.tobytes()
-    lang_cache: dict[bytes, bytes] = {}
-    lo = lang_off.tolist()
-    to = text_off.tolist()
-    view = text_data.data
-    pack = _LEN.pack
-    out = bytearray()
-    for i in range(n):
-        raw_lang = lang_bytes[lo[i] : lo[i + 1]]
-        prefix = lang_cache.get(raw_lang)
-        if prefix is None:
-            prefix = lang_cache[raw_lang] = _LEN.pack(len(raw_lang)) + raw_lang
-        h = base.copy()
-        h.update(prefix)
-        a, b = to[i], to[i + 1]
-        h.update(pack(b - a))
-        h.update(view[a:b])
-        out += h.digest()
-    hexed = out.hex()
-    return pa.array(["sha256:" + hexed[64 * i : 64 * i + 64] for i in range(n)], pa.string())
+    (:func:`relgate.sources.schema.content_digest`), one kernel call over the column."""
+    packed = sha256_rows(length_prefixed(lang, text, prefix=_CONTENT_PREFIX))
+    return digests_to_strings(packed)
 
 
 def stream_header() -> bytes:

@@ -1,7 +1,7 @@
 """The per-shard verification worker: every check of one shard, from its exact version.
 
-Runs in a separate process per shard (:func:`run_shards`), passed everything by value
-(:class:`ShardTask`): size, storage digest, optional AES-256-GCM decryption, parquet
+Runs in a separate process (or a thread) per shard (:func:`run_shards`), passed everything
+by value (:class:`ShardTask`): size, storage digest, optional AES-256-GCM decryption, parquet
 footer, record schema, decode of every record, content digest of every record recomputed
 from its text, token recount, logical digest, record and token counts, member-set digest.
 It never raises on bad data: every finding is a :class:`~relgate.release.checks.Check`
@@ -282,13 +282,20 @@ def _worker_init() -> None:
     os.environ["RELGATE_HASH_WORKERS"] = "1"
 
 
-def run_shards(tasks: list[ShardTask], workers: int) -> list[ShardResult]:
-    """Verify shards in ``workers`` separate processes (0: in this process, for debugging)."""
+#: How :func:`run_shards` runs its workers: separate processes (started with ``spawn``,
+#: never forked from this possibly threaded process) or threads of this process (the
+#: heavy work, hashlib over whole buffers, pyarrow and the hashing kernel, releases the GIL).
+PROCESS, THREAD = "process", "thread"
+
+
+def run_shards(tasks: list[ShardTask], workers: int, *, mode: str = PROCESS) -> list[ShardResult]:
+    """Verify shards in ``workers`` workers, results in task order (0: in this thread)."""
     if workers <= 0 or not tasks:
         return [verify_shard(t) for t in tasks]
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_worker_init
-    ) as pool:
+    count = min(workers, len(tasks))
+    if mode == THREAD:
+        with ThreadPoolExecutor(max_workers=count) as threads:
+            return list(threads.map(verify_shard, tasks))
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=count, mp_context=ctx, initializer=_worker_init) as pool:
         return list(pool.map(verify_shard, tasks))

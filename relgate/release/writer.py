@@ -20,7 +20,9 @@ Order of work (seed 000, "write to staging, then switch only the pointer"):
 from __future__ import annotations
 
 import io
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -342,8 +344,8 @@ def _write(
     function = sharding_function(options.shard_mb, options.records_per_shard)
     pieces = list(cut(ordered(member_records(ws, snap), seed), function))
     staged = _Staged([], [])
-    for index, piece in enumerate(pieces):
-        _stage_shard(ws, snap, options, lease, staged, (index, len(pieces), piece))
+    for encoded in _encoded(snap, options, pieces):
+        _stage_shard(ws, lease, staged, encoded)
     root = _reproduced_tuple_root(staged, snap)
     body = rm.ReleaseRoot(
         dataset_snapshot=snapshot_digest,
@@ -359,19 +361,49 @@ def _write(
     return _commit_root(ws, rm.seal(body), snap, actor, lease)
 
 
-def _stage_shard(
-    ws: Workspace,
-    snap: sm.SnapshotManifest,
-    options: WriteOptions,
-    lease: Lease,
-    staged: _Staged,
-    piece_at: tuple[int, int, pa.Table],
-) -> None:
-    """Serialize (and encrypt) one piece, stage it under its digest, describe it."""
+#: Shards serialized (and hashed) at once: compression, encryption and hashing release the
+#: GIL, so this many cores work on shards while the shards before them are staged in order.
+ENCODE_THREADS = 2
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """One shard's stored bytes and the descriptor fields computed from its records."""
+
+    piece: pa.Table
+    data: bytes
+    encrypted: bool
+    descriptor: rm.ShardDescriptor
+
+
+def _encoded(
+    snap: sm.SnapshotManifest, options: WriteOptions, pieces: list[pa.Table]
+) -> Iterator[_Encoded]:
+    """Every piece encoded, in order, ``ENCODE_THREADS`` at a time (bounded look-ahead)."""
+    total = len(pieces)
+    with ThreadPoolExecutor(max_workers=ENCODE_THREADS) as pool:
+        pending: deque[Future[_Encoded]] = deque()
+        for index, piece in enumerate(pieces):
+            pending.append(pool.submit(_encode_shard, snap, options, (index, total, piece)))
+            if len(pending) > ENCODE_THREADS:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _encode_shard(
+    snap: sm.SnapshotManifest, options: WriteOptions, piece_at: tuple[int, int, pa.Table]
+) -> _Encoded:
+    """Serialize (and encrypt) one piece and describe it; the version is filled at staging.
+
+    The logical digest takes each record's content digest from the ``logicalContentDigest``
+    column: :func:`member_records` has proven it equal, row by row, to the digest
+    recomputed from the re-read text, so the text is not hashed a second time here.
+    """
     index, total, piece = piece_at
     sid = rr.shard_id(index, total)
     data = serialize_shard(piece, options.parquet)
-    logical = rr.logical_digest(piece)
+    logical = rr.logical_digest(piece, piece.column("logicalContentDigest"))
     encrypted = options.encrypt_key is not None
     if options.encrypt_key is not None and options.key_version is not None:
         aad = crypto.shard_aad(
@@ -382,23 +414,27 @@ def _stage_shard(
             key_version=options.key_version,
         )
         data = crypto.encrypt_shard(data, options.encrypt_key, aad, key_version=options.key_version)
-    digest = sha256_digest(data)
-    key = shard_key(digest, encrypted=encrypted)
-    lease(key)
-    staged.descriptors.append(
-        rm.ShardDescriptor(
-            id=sid,
-            media_type=rm.ENCRYPTED_SHARD_MEDIA_TYPE if encrypted else rm.SHARD_MEDIA_TYPE,
-            digest=digest,
-            size=len(data),
-            object_version=stage_object(ws.store, key, data),
-            logical_digest=logical,
-            records=piece.num_rows,
-            tokens=int(pc.sum(piece.column("tokens")).as_py() or 0),
-            member_set_digest=rr.member_set_digest(piece, str(snap.body["recordSchema"])),
-        )
+    descriptor = rm.ShardDescriptor(
+        id=sid,
+        media_type=rm.ENCRYPTED_SHARD_MEDIA_TYPE if encrypted else rm.SHARD_MEDIA_TYPE,
+        digest=sha256_digest(data),
+        size=len(data),
+        object_version="",
+        logical_digest=logical,
+        records=piece.num_rows,
+        tokens=int(pc.sum(piece.column("tokens")).as_py() or 0),
+        member_set_digest=rr.member_set_digest(piece, str(snap.body["recordSchema"])),
     )
-    staged.tuples.append(piece.select(list(rr.TUPLE_COLUMNS)))
+    return _Encoded(piece, data, encrypted, descriptor)
+
+
+def _stage_shard(ws: Workspace, lease: Lease, staged: _Staged, encoded: _Encoded) -> None:
+    """Stage one encoded shard under its digest (leased first) and record its descriptor."""
+    key = shard_key(encoded.descriptor.storage_digest, encrypted=encoded.encrypted)
+    lease(key)
+    version = stage_object(ws.store, key, encoded.data)
+    staged.descriptors.append(encoded.descriptor.model_copy(update={"object_version": version}))
+    staged.tuples.append(encoded.piece.select(list(rr.TUPLE_COLUMNS)))
 
 
 def _reproduced_tuple_root(staged: _Staged, snap: sm.SnapshotManifest) -> str:
