@@ -34,7 +34,7 @@ def admit_run(
         raise UsageError("world size must be at least 1", object="run", check="world-size")
     run_id = "run-" + uuid.uuid4().hex[:12]
     gate = ws.gate()
-    with ws.db.gate_tx() as conn:
+    with ws.db.admission_tx() as conn:
         permit = acquire(
             conn,
             gate,

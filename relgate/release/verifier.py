@@ -56,7 +56,7 @@ from relgate.release.report import (
     store_provenance,
     store_report,
 )
-from relgate.release.verify_worker import ShardResult, ShardTask, run_shards
+from relgate.release.verify_worker import THREAD, ShardResult, ShardTask, run_shards
 from relgate.snapshot import manifest as sm
 from relgate.snapshot.membership import tuple_root
 from relgate.workspace import Workspace
@@ -224,7 +224,7 @@ def _check_release(
     keys: Mapping[str, bytes],
 ) -> None:
     opened = _open(ws, root, envelope_version, attempt)
-    attempt.results = run_shards(_tasks(ws, opened, keys), attempt.workers)
+    attempt.results = run_shards(_tasks(ws, opened, keys), attempt.workers, mode=THREAD)
     _count_shards(attempt, _key_version(opened.body))
     _diff_members(ws, opened, attempt)
     _check_totals(opened, attempt)
