@@ -53,7 +53,8 @@ def _check(value: Any, path: str) -> None:
 def canonical_bytes(value: Any) -> bytes:  # a JSON boundary: _check types it
     """RFC 8785 bytes of a JSON value (floats and unsafe integers refused)."""
     _check(value, "$")
-    return jcs.dumps(value)
+    encoded: bytes = jcs.dumps(value)
+    return encoded
 
 
 def digest_payload(

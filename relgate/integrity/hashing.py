@@ -93,6 +93,38 @@ def sha256_rows(arr: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> bytes:
     return bytes(out)
 
 
+def _field_columns(columns: tuple[pa.Array | pa.ChunkedArray, ...]) -> list[tuple[np.ndarray, Any]]:
+    return [_offsets_and_data(c) for c in columns]
+
+
+def sha256_fields(*columns: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> bytes:
+    """``sha256_rows(length_prefixed(*columns), prefix)`` without building the encoding.
+
+    The tuple encoding is hashed field by field from each column's own buffers; columns
+    with nulls take the composite path (what it does with a null row is the reference).
+    """
+    if any(c.null_count for c in columns):
+        return sha256_rows(length_prefixed(*columns), prefix)
+    parts = _field_columns(columns)
+    n = len(parts[0][0]) - 1 if parts else 0
+    if any(len(offsets) - 1 != n for offsets, _ in parts):
+        raise ValueError("columns of different lengths")
+    out = bytearray(kernel.DIGEST_BYTES * n)
+    view = memoryview(out)
+    pairs = [(data, offsets) for offsets, data in parts]
+    if n < PARALLEL_THRESHOLD or workers() == 1:
+        kernel.sha256_fields_into(pairs, 0, n, prefix, view)
+        return bytes(out)
+    with ThreadPoolExecutor(max_workers=workers()) as pool:
+        jobs = [
+            pool.submit(kernel.sha256_fields_into, pairs, lo, hi, prefix, view)
+            for lo, hi in _slices(n, workers())
+        ]
+        for job in jobs:
+            job.result()
+    return bytes(out)
+
+
 def sha256_array(arr: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> pa.FixedSizeBinaryArray:
     """SHA-256 of ``prefix || row`` for every row, as an Arrow ``binary(32)`` array."""
     offsets, data = _offsets_and_data(arr)

@@ -21,6 +21,17 @@ def _source(buffer: Any) -> Any:
     return ffi.from_buffer("unsigned char[]", buffer) if len(buffer) else ffi.NULL
 
 
+def _check_rows(data: Any, offsets: np.ndarray, lo: int, hi: int) -> None:
+    if not (lo >= 0 and hi < len(offsets)):
+        raise ValueError("row range outside the offsets")
+    if (
+        offsets[lo] < 0
+        or offsets[hi] > len(data)
+        or bool(np.any(np.diff(offsets[lo : hi + 1]) < 0))
+    ):
+        raise ValueError("offsets do not describe the data buffer")
+
+
 def sha256_rows_into(
     data: Any, offsets: np.ndarray, lo: int, hi: int, prefix: bytes, out: memoryview
 ) -> None:
@@ -31,17 +42,39 @@ def sha256_rows_into(
     """
     if hi <= lo:
         return
-    if not (lo >= 0 and hi < len(offsets) and len(out) >= DIGEST_BYTES * hi):
-        raise ValueError("row range outside the offsets or the output buffer")
-    if (
-        offsets[lo] < 0
-        or offsets[hi] > len(data)
-        or bool(np.any(np.diff(offsets[lo : hi + 1]) < 0))
-    ):
-        raise ValueError("offsets do not describe the data buffer")
+    if len(out) < DIGEST_BYTES * hi:
+        raise ValueError("output buffer too small for the row range")
+    _check_rows(data, offsets, lo, hi)
     offs = ffi.cast("const int64_t *", ffi.from_buffer(offsets)) + lo
     target = ffi.from_buffer("unsigned char[]", out, require_writable=True) + DIGEST_BYTES * lo
     lib.rg_sha256_rows(_source(data), offs, hi - lo, prefix, len(prefix), target)
+
+
+#: A field's length is encoded in 4 bytes.
+MAX_FIELD_BYTES = 2**32 - 1
+
+
+def sha256_fields_into(
+    columns: list[tuple[Any, np.ndarray]], lo: int, hi: int, prefix: bytes, out: memoryview
+) -> None:
+    """Hash rows ``[lo, hi)`` of ``prefix || len(c1) c1 || ...`` into ``out[32*lo:32*hi]``.
+
+    ``columns`` are ``(data, offsets)`` pairs as for :func:`sha256_rows_into`; lengths are
+    4-byte big-endian (the tuple encoding), so a field longer than 4 GiB is refused.
+    """
+    if hi <= lo:
+        return
+    if len(out) < DIGEST_BYTES * hi:
+        raise ValueError("output buffer too small for the row range")
+    for data, offsets in columns:
+        _check_rows(data, offsets, lo, hi)
+        if bool(np.any(np.diff(offsets[lo : hi + 1]) > MAX_FIELD_BYTES)):
+            raise ValueError("a field is longer than its 4-byte length prefix can say")
+    keep = [(_source(d), ffi.from_buffer(o)) for d, o in columns]  # alive for the call
+    datas = ffi.new("const unsigned char *[]", [d for d, _ in keep])
+    offs = ffi.new("const int64_t *[]", [ffi.cast("const int64_t *", o) for _, o in keep])
+    target = ffi.from_buffer("unsigned char[]", out, require_writable=True)
+    lib.rg_sha256_fields(len(columns), datas, offs, lo, hi, prefix, len(prefix), target)
 
 
 def merkle_root(packed_leaf_hashes: bytes | bytearray | memoryview) -> bytes:

@@ -2,7 +2,8 @@
 
 cffi compiles this at install time (``setup.py``: ``cffi_modules``) against the OpenSSL
 libcrypto that CPython already links.  The loops are the only native code in the project:
-per-row SHA-256 over Arrow offsets and data buffers, RFC 6962 node levels over packed 32-byte
+per-row SHA-256 over Arrow offsets and data buffers (one column, or several
+length-prefixed as the tuple encoding without building it), RFC 6962 node levels over packed 32-byte
 hashes, and the ``sha256:<hex>`` text form of packed digests.  The hashing itself is
 OpenSSL's (SHA-NI where the CPU has it); nothing here implements SHA-256.  cffi releases the
 GIL for the duration of every call, so Python threads over row slices use every core.
@@ -19,6 +20,9 @@ from cffi import FFI
 CDEF = """
 void rg_sha256_rows(const unsigned char *data, const int64_t *offsets, int64_t n,
                     const unsigned char *prefix, size_t prefix_len, unsigned char *out);
+void rg_sha256_fields(int ncols, const unsigned char **data, const int64_t **offsets,
+                      int64_t lo, int64_t hi, const unsigned char *prefix, size_t prefix_len,
+                      unsigned char *out);
 int64_t rg_merkle_level(const unsigned char *level, int64_t n, unsigned char *out);
 void rg_merkle_root(unsigned char *scratch, int64_t n, unsigned char *out);
 void rg_hex_digests(const unsigned char *digests, int64_t n, const unsigned char *prefix,
@@ -38,6 +42,30 @@ void rg_sha256_rows(const unsigned char *data, const int64_t *offsets, int64_t n
         SHA256_Init(&ctx);
         if (prefix_len) SHA256_Update(&ctx, prefix, prefix_len);
         SHA256_Update(&ctx, data + offsets[i], (size_t)(offsets[i + 1] - offsets[i]));
+        SHA256_Final(out + 32 * i, &ctx);
+    }
+}
+
+/* SHA-256(prefix || len(c1) c1 || len(c2) c2 ...) for rows [lo, hi), 4-byte big-endian
+   lengths (the tuple encoding), without materialising the encoded rows.  Offsets are
+   absolute row offsets into each column's data; row i's digest goes to out + 32 * i. */
+void rg_sha256_fields(int ncols, const unsigned char **data, const int64_t **offsets,
+                      int64_t lo, int64_t hi, const unsigned char *prefix, size_t prefix_len,
+                      unsigned char *out) {
+    SHA256_CTX ctx;
+    unsigned char be[4];
+    for (int64_t i = lo; i < hi; i++) {
+        SHA256_Init(&ctx);
+        if (prefix_len) SHA256_Update(&ctx, prefix, prefix_len);
+        for (int c = 0; c < ncols; c++) {
+            int64_t start = offsets[c][i], len = offsets[c][i + 1] - start;
+            be[0] = (unsigned char)(len >> 24);
+            be[1] = (unsigned char)(len >> 16);
+            be[2] = (unsigned char)(len >> 8);
+            be[3] = (unsigned char)len;
+            SHA256_Update(&ctx, be, 4);
+            if (len) SHA256_Update(&ctx, data[c] + start, (size_t)len);
+        }
         SHA256_Final(out + 32 * i, &ctx);
     }
 }

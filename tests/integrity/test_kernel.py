@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from relgate.integrity import hashing, kernel, merkle
 from relgate.integrity.merkle import MerkleAccumulator, MerkleTree, root_from_packed_leaves
+from relgate.integrity.tuples import encode_fields
 
 rows = st.lists(st.binary(max_size=200), max_size=300)
 prefixes = st.sampled_from([b"", b"\x00", b"\x01", b"relgate.split.v1\x00"])
@@ -41,6 +42,42 @@ def test_sliced_and_chunked_arrays_hash_their_own_rows(values: list[bytes], a: i
     assert hashing.sha256_rows(sliced) == expected
     chunked = pa.chunked_array([arr.slice(0, a), arr.slice(a)], pa.binary())
     assert hashing.sha256_rows(chunked) == b"".join(hashlib.sha256(v).digest() for v in values)
+
+
+fields = st.integers(1, 4).flatmap(
+    lambda k: st.lists(st.tuples(*[st.text(max_size=30)] * k), max_size=120)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(fields, prefixes)
+def test_fused_fields_equal_hashing_the_built_encoding(
+    table: list[tuple[str, ...]], prefix: bytes
+) -> None:
+    k = len(table[0]) if table else 2
+    columns = [pa.array([row[c] for row in table], pa.string()) for c in range(k)]
+    expected = b"".join(hashlib.sha256(prefix + encode_fields(list(row))).digest() for row in table)
+    assert hashing.sha256_fields(*columns, prefix=prefix) == expected
+    assert hashing.sha256_rows(hashing.length_prefixed(*columns), prefix) == expected
+
+
+def test_fused_fields_threaded_sliced_and_with_nulls(monkeypatch: pytest.MonkeyPatch) -> None:
+    a = pa.array([f"id-{i}" for i in range(3000)], pa.string())
+    b = pa.chunked_array([pa.array(["x" * (i % 40) for i in range(3000)], pa.large_string())])
+    reference = hashing.sha256_rows(hashing.length_prefixed(a, b), b"\x00")
+    monkeypatch.setattr(hashing, "PARALLEL_THRESHOLD", 10)
+    monkeypatch.setenv("RELGATE_HASH_WORKERS", "3")
+    assert hashing.sha256_fields(a, b, prefix=b"\x00") == reference
+    assert hashing.sha256_fields(a.slice(7, 100), b.slice(7, 100)) == hashing.sha256_rows(
+        hashing.length_prefixed(a.slice(7, 100), b.slice(7, 100))
+    )
+    with_null = pa.array(["p", None, "q"], pa.string())
+    same = pa.array(["1", "2", "3"], pa.string())
+    assert hashing.sha256_fields(with_null, same) == hashing.sha256_rows(
+        hashing.length_prefixed(with_null, same)
+    )
+    with pytest.raises(ValueError, match="different lengths"):
+        hashing.sha256_fields(a, a.slice(1))
 
 
 @settings(max_examples=150, deadline=None)
