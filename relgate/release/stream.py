@@ -46,7 +46,11 @@ import pyarrow.compute as pc
 
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import sha256_digest
-from relgate.integrity.hashing import digests_to_strings, length_prefixed, sha256_rows
+from relgate.integrity.hashing import (
+    digests_to_strings,
+    length_prefixed,
+    sha256_fields,
+)
 from relgate.integrity.tuples import encode_fields
 from relgate.sources.schema import RECORD_SCHEMA_NAME, content_digest, record_schema_digest
 
@@ -145,7 +149,7 @@ def content_digests(
 ) -> pa.Array | pa.ChunkedArray:
     """``logicalContentDigest`` recomputed from decoded content: the snapshot's function
     (:func:`relgate.sources.schema.content_digest`), one kernel call over the column."""
-    packed = sha256_rows(length_prefixed(lang, text, prefix=_CONTENT_PREFIX))
+    packed = sha256_fields(lang, text, prefix=_CONTENT_PREFIX)
     return digests_to_strings(packed)
 
 

@@ -37,7 +37,7 @@ from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
 from relgate.integrity.contract import JsonObject
 from relgate.integrity.digests import sha256_digest
-from relgate.integrity.hashing import length_prefixed, sha256_rows
+from relgate.integrity.hashing import sha256_fields
 from relgate.integrity.tuples import encode_fields
 from relgate.lifecycle.pins import publisher_lease, renew_lease
 from relgate.objects.layout import RELEASE_SHARD_PREFIX, release_shard_key
@@ -192,7 +192,7 @@ def member_records(ws: Workspace, manifest: sm.SnapshotManifest) -> pl.DataFrame
 def ordered(records: pl.DataFrame, sort_seed: str) -> pa.Table:
     """Records in release order: by SHA-256(lp(seed) || lp(sampleId)), then sampleId."""
     ids = records["sampleId"].to_arrow()
-    keys = sha256_rows(length_prefixed(ids), prefix=encode_fields([sort_seed]))
+    keys = sha256_fields(ids, prefix=encode_fields([sort_seed]))
     key_col = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(32), len(records), [None, pa.py_buffer(keys)]
     )

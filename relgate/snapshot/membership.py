@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 
 from relgate.errors import IntegrityError
 from relgate.integrity.digests import hex_of
-from relgate.integrity.hashing import length_prefixed, merkle_root_rows, sha256_rows
-from relgate.integrity.merkle import MerkleAccumulator
+from relgate.integrity.hashing import length_prefixed, sha256_fields
+from relgate.integrity.merkle import MerkleAccumulator, root_from_packed_leaves
 from relgate.objects.cas import ContentRef, ContentStore
 from relgate.objects.layout import membership_key
 from relgate.sources.schema import constant_column
@@ -124,8 +124,17 @@ def tuple_encoding(table: pa.Table | pl.DataFrame, schema_digest: str) -> pa.Arr
     return length_prefixed(*(table.column(c) for c in COLUMNS), schema_col)
 
 
+def tuple_leaves(table: pa.Table | pl.DataFrame, schema_digest: str) -> bytes:
+    """RFC 6962 leaf hashes ``SHA-256(0x00 || tuple)`` of every row, packed (the fused
+    kernel: the same bytes as hashing :func:`tuple_encoding`'s rows)."""
+    if isinstance(table, pl.DataFrame):
+        table = table.to_arrow()
+    schema_col = constant_column(schema_digest, table.num_rows)
+    return sha256_fields(*(table.column(c) for c in COLUMNS), schema_col, prefix=b"\x00")
+
+
 def tuple_root(table: pa.Table | pl.DataFrame, schema_digest: str) -> str:
-    return "sha256:" + merkle_root_rows(tuple_encoding(table, schema_digest)).hex()
+    return "sha256:" + root_from_packed_leaves(tuple_leaves(table, schema_digest)).hex()
 
 
 class Tally:
@@ -143,8 +152,7 @@ class Tally:
         if not chunk.height:
             return
         self.rows += chunk.height
-        leaves = sha256_rows(tuple_encoding(chunk, self.schema_digest), prefix=b"\x00")
-        self._merkle.add_packed_leaf_hashes(leaves)
+        self._merkle.add_packed_leaf_hashes(tuple_leaves(chunk, self.schema_digest))
         for counts, column in ((self._splits, "split"), (self._sources, "sourceId")):
             for key, n in chunk.group_by(column).len().iter_rows():
                 counts[key] = counts.get(key, 0) + n

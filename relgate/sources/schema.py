@@ -13,7 +13,10 @@ import pyarrow as pa
 
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import sha256_digest
-from relgate.integrity.hashing import digests_to_strings, length_prefixed, sha256_rows
+from relgate.integrity.hashing import (
+    digests_to_strings,
+    sha256_fields,
+)
 from relgate.integrity.tuples import encode_fields
 
 RECORD_SCHEMA_NAME = "relgate.text.v1"
@@ -52,7 +55,7 @@ def content_digests(
 ) -> pa.Array | pa.ChunkedArray:
     """Vectorised :func:`content_digest` over two columns."""
     name = constant_column(RECORD_SCHEMA_NAME, len(lang))
-    return digests_to_strings(sha256_rows(length_prefixed(name, lang, text)))
+    return digests_to_strings(sha256_fields(name, lang, text))
 
 
 def constant_column(value: str, rows: int) -> pa.Array:
