@@ -1,7 +1,8 @@
 """Run the benchmarks in bench/: all of them, the quick set, or one with its own sizes.
 
 Each module exposes ``main(**sizes) -> dict`` (keyword arguments with full-size defaults) and
-``QUICK: dict[str, int]``, the sizes ``make bench-quick`` uses.  Every result is written to
+``QUICK: dict[str, int]``, the sizes ``make bench-quick`` uses (a module without it is
+left out of the quick run and says so).  Every result is written to
 bench/results/<name>.json (``<name>.quick.json`` for quick runs) together with the machine.
 
     python -m bench                       # every module, full size
@@ -109,6 +110,9 @@ def cli(quick: bool, list_only: bool, args: tuple[str, ...]) -> None:
     if sizes and len(names) != 1:
         raise click.UsageError("size options need exactly one benchmark name")
     for name in names or modules():
+        if quick and not hasattr(importlib.import_module(f"bench.{name}"), "QUICK"):
+            click.echo(f"== bench {name}: no QUICK sizes, left out of the quick run")
+            continue
         run(name, sizes, quick=quick)
 
 
