@@ -26,8 +26,10 @@ lint: venv
 	$(BIN)/mypy relgate assets resources sensors pipelines agent/relgate_agent
 	MYPYPATH=agent $(BIN)/mypy agent/lab/relgate_lab
 
+# Two pytest workers: most test time is waiting on subprocesses and servers, and every
+# fixture (ports, PostgreSQL, moto, temporary directories) is per worker.
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist worksteal
 
 demo: venv $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m pipelines.demo
