@@ -150,6 +150,37 @@ def test_hostile_offsets_are_refused_before_native_code_reads() -> None:
         kernel.merkle_root(b"x" * 33)
 
 
+def test_row_ranges_and_offsets_outside_the_buffers_are_refused() -> None:
+    out = memoryview(bytearray(96))
+    offsets = np.array([0, 1, 2, 3], dtype=np.int64)
+    for lo, hi in ((0, 4), (-1, 2)):  # hi past the last offset; a negative row
+        with pytest.raises(ValueError, match="row range"):
+            kernel.sha256_rows_into(b"abc", offsets, lo, hi, b"", out)
+    with pytest.raises(ValueError, match="offsets"):
+        kernel.sha256_rows_into(b"abc", np.array([-1, 1], dtype=np.int64), 0, 1, b"", out)
+    with pytest.raises(ValueError, match="row range"):
+        kernel.sha256_fields_into([(b"abc", offsets)], 0, 4, b"", out)
+    kernel.sha256_rows_into(b"abc", offsets, 2, 1, b"", out)  # an empty range writes nothing
+    assert bytes(out) == bytes(96)
+
+
+def test_hex_text_is_exactly_prefix_plus_64_hex_digits_per_digest() -> None:
+    digests = hashlib.sha256(b"a").digest() + hashlib.sha256(b"b").digest()
+    text = kernel.hex_digests(digests, b"sha256:")
+    assert len(text) == 2 * 71
+    assert (
+        text == b"sha256:" + digests[:32].hex().encode() + b"sha256:" + digests[32:].hex().encode()
+    )
+
+
+def test_accumulator_refuses_a_partial_hash_and_counts_in_integers() -> None:
+    acc = MerkleAccumulator()
+    with pytest.raises(ValueError, match="multiple of 32"):
+        acc.add_packed_leaf_hashes(b"x" * 33)
+    acc.add_packed_leaf_hashes(bytes(96))
+    assert acc.size == 3 and type(acc.size) is int
+
+
 def test_only_the_hashed_rows_offsets_are_checked() -> None:
     """A slice is checked over its own offsets: what lies past ``hi`` is not read."""
     out = memoryview(bytearray(64))
