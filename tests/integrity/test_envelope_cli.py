@@ -22,7 +22,7 @@ from relgate.gate.approvals import PAYLOAD_TYPE, verify_approval
 from relgate.integrity.signing import Role, SigningKey
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace, default_config
-from relgate_agent import dsse
+from relgate_agent import dsse, jcs
 from relgate_agent.manifest import PAYLOAD_TYPE as CHECKPOINT_TYPE
 from relgate_agent.manifest import build_manifest, sign_manifest
 
@@ -100,7 +100,7 @@ def _snapshot_payload() -> dict:
 
 def _bad_payloads(doc: dict) -> dict[str, bytes]:
     """Signed-but-hostile payload bytes, keyed by the check that must refuse them."""
-    canonical = dsse.rfc8785.dumps(doc)
+    canonical = jcs.dumps(doc)
     first = next(iter(sorted(doc)))
     dup = canonical[:1] + json.dumps(first).encode() + b':"evil",' + canonical[1:]
     return {
@@ -188,7 +188,7 @@ def test_hostile_envelope_refused_by_both_clis(tmp_path: Path, keys, check: str)
     builder = keys["builder"]
     assert isinstance(builder, SigningKey)
     want = check.removesuffix("-keyid")
-    canonical = dsse.rfc8785.dumps
+    canonical = jcs.dumps
     core_good = _envelope(canonical(_snapshot_payload()), builder, sm.PAYLOAD_TYPE)
     agent_good = _envelope(canonical(_checkpoint_payload(tmp_path)), builder, CHECKPOINT_TYPE)
     core_file = _write(tmp_path / "core.json", _envelope_cases(core_good)[check])
@@ -209,7 +209,7 @@ def test_wrong_role_refused_by_both_clis(tmp_path: Path, keys) -> None:
     """A checkpoint or snapshot manifest signed by the verifier key: key-role."""
     verifier = keys["verifier"]
     assert isinstance(verifier, SigningKey)
-    canonical = dsse.rfc8785.dumps
+    canonical = jcs.dumps
     core_env = _envelope(canonical(_snapshot_payload()), verifier, sm.PAYLOAD_TYPE)
     core = relgate(
         tmp_path / "no-home",
@@ -228,7 +228,7 @@ def test_wrong_role_refused_by_both_clis(tmp_path: Path, keys) -> None:
 def test_tampered_payload_is_signature_valid_in_both(tmp_path: Path, keys) -> None:
     builder = keys["builder"]
     assert isinstance(builder, SigningKey)
-    canonical = dsse.rfc8785.dumps
+    canonical = jcs.dumps
     for cmd, doc, ptype in (
         ("core", _snapshot_payload(), sm.PAYLOAD_TYPE),
         ("agent", _checkpoint_payload(tmp_path), CHECKPOINT_TYPE),
@@ -334,7 +334,7 @@ def test_report_signed_by_builder_is_refused(home, tmp_path) -> None:
     cfg = json.loads((path / "relgate.json").read_text())
     builder = SigningKey.load(cfg["keys"]["roles"]["builder"]["path"], Role.BUILDER, 1)
     verifier = SigningKey.load(cfg["keys"]["roles"]["verifier"]["path"], Role.VERIFIER, 1)
-    report = dsse.rfc8785.dumps({"root": "sha256:" + "1" * 64, "outcome": "VERIFIED"})
+    report = jcs.dumps({"root": "sha256:" + "1" * 64, "outcome": "VERIFIED"})
     forged = _write(tmp_path / "r.json", dsse.sign(REPORT_TYPE, report, builder.signer))
     out = relgate(path, "verify-manifest", str(forged), expect=3, db_url=db_url)
     assert out["check"] == "key-role" and out["digest"] == builder.keyid
