@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 import grpc
@@ -164,43 +164,25 @@ class Inventory:
 
 
 def job_from_pb(resp: pb.GetJobResponse) -> JobReport:
-    """GetJob's answer as the typed report (``error`` filled in for a FAILED job)."""
+    """GetJob's answer as the typed report (``error`` filled in for a FAILED job).
+
+    The message's fields are named as the report's (``status_to_pb`` is the other way)."""
+    values = {f.name: getattr(resp, f.name) for f in fields(JobReport) if f.name not in _DERIVED}
+    hosts = tuple(
+        HostRow(
+            **{f.name: getattr(h, f.name) for f in fields(HostRow)} | {"errors": tuple(h.errors)}
+        )
+        for h in resp.hosts
+    )
     return JobReport(
-        job_id=resp.job_id,
-        state=resp.state,
-        model=resp.model,
-        version=resp.version,
-        manifest_digest=resp.manifest_digest,
-        hosts_total=resp.hosts_total,
-        hosts_ready=resp.hosts_ready,
-        ready_hosts=tuple(resp.ready_hosts),
-        bytes_moved=resp.bytes_moved,
-        origin_bytes=resp.origin_bytes,
-        checkpoint_bytes=resp.checkpoint_bytes,
-        stragglers=tuple(resp.stragglers),
-        eta_s=resp.eta_s,
-        topology_version=resp.topology_version,
-        completion_emitted=resp.completion_emitted,
-        duration_s=resp.duration_s,
-        control_refusals=resp.control_refusals,
-        hosts=tuple(
-            HostRow(
-                host_id=h.host_id,
-                rack=h.rack,
-                state=h.state,
-                chunks_verified=h.chunks_verified,
-                rx_bytes=h.rx_bytes,
-                tx_bytes=h.tx_bytes,
-                origin_bytes=h.origin_bytes,
-                rx_bytes_per_s=h.rx_bytes_per_s,
-                errors=tuple(h.errors),
-                health=h.health,
-                data_refusals=h.data_refusals,
-            )
-            for h in resp.hosts
-        ),
+        **values | {k: tuple(values[k]) for k in ("ready_hosts", "stragglers")},
+        hosts=hosts,
         error=job_error(resp),
     )
+
+
+#: Report fields that are not copied from GetJob's scalars.
+_DERIVED = frozenset({"hosts", "error"})
 
 
 def job_to_dict(resp: pb.GetJobResponse) -> dict[str, Any]:

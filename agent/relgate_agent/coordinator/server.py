@@ -92,41 +92,12 @@ def _peer(p: PeerRef) -> pb.Peer:
 
 
 def status_to_pb(s: JobReport) -> pb.GetJobResponse:
-    return pb.GetJobResponse(
-        job_id=s.job_id,
-        state=s.state,
-        model=s.model,
-        version=s.version,
-        manifest_digest=s.manifest_digest,
-        hosts_total=s.hosts_total,
-        hosts_ready=s.hosts_ready,
-        bytes_moved=s.bytes_moved,
-        origin_bytes=s.origin_bytes,
-        checkpoint_bytes=s.checkpoint_bytes,
-        stragglers=list(s.stragglers),
-        eta_s=s.eta_s,
-        topology_version=s.topology_version,
-        ready_hosts=list(s.ready_hosts),
-        completion_emitted=s.completion_emitted,
-        duration_s=float(s.duration_s),
-        control_refusals=s.control_refusals,
-        hosts=[
-            pb.HostStatus(
-                host_id=h.host_id,
-                rack=h.rack,
-                state=h.state,
-                chunks_verified=h.chunks_verified,
-                rx_bytes=h.rx_bytes,
-                tx_bytes=h.tx_bytes,
-                origin_bytes=h.origin_bytes,
-                rx_bytes_per_s=h.rx_bytes_per_s,
-                errors=list(h.errors),
-                health=h.health,
-                data_refusals=h.data_refusals,
-            )
-            for h in s.hosts
-        ],
-    )
+    """The report as GetJob's answer (fields named alike; ``error`` is the client's)."""
+    values = s.to_dict()
+    hosts = values.pop("hosts")
+    del values["error"]
+    values["duration_s"] = float(values["duration_s"])
+    return pb.GetJobResponse(**values, hosts=[pb.HostStatus(**h) for h in hosts])
 
 
 def assignment_to_pb(a: AssignmentPlan) -> pb.Assignment:
