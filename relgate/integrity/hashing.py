@@ -175,7 +175,3 @@ def digests_to_strings(raw: bytes) -> pa.Array | pa.ChunkedArray:
         buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(text)]
         chunks.append(pa.StringArray.from_buffers(hi - lo, buffers[1], buffers[2]))
     return chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks, pa.string())
-
-
-def digests_to_list(raw: bytes) -> list[bytes]:
-    return [raw[32 * i : 32 * (i + 1)] for i in range(len(raw) // 32)]
