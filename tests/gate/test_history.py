@@ -53,6 +53,13 @@ def test_a_consistent_history_has_no_violations():
     assert violations(events, _history()) == []
 
 
+def test_overlapping_operations_may_see_older_state():
+    """Only an operation that began after another ended must see its state: p2 overlaps p1."""
+    events = [_admit("p1", 0, 3, generation=2), _admit("p2", 1, 4, generation=1)]
+    history = _history(permits=[_permit("p1", generation=2), _permit("p2", generation=1)])
+    assert violations(events, history) == []
+
+
 BROKEN = {
     "duplicate permit": ([_admit("p1", 0, 1), _admit("p1", 2, 3)], {}, "given to 2 clients"),
     "phantom permit": ([_admit("p1", 0, 1)], {}, "no client got it"),
@@ -80,6 +87,32 @@ BROKEN = {
             "watermarks": (1, 0),
         },
         "still open after tombstone entry 1",
+    ),
+    "permit stored twice": (
+        [_admit("p1", 0, 1), _admit("p2", 2, 3)],
+        {"permits": [_permit("p1"), _permit("p1"), _permit("p2")]},
+        "permit p1 stored 2 times",
+    ),
+    "two runs on one permit": (
+        [_admit("p1", 0, 1), _admit("p2", 2, 3)],
+        {
+            "runs": [
+                {"run_id": "run-p1", "permit_id": "p1", "root_digest": ROOT, "state": "ADMITTED"},
+                {"run_id": "run-x", "permit_id": "p1", "root_digest": ROOT, "state": "ADMITTED"},
+                {"run_id": "run-p2", "permit_id": "p2", "root_digest": ROOT, "state": "ADMITTED"},
+            ]
+        },
+        "permit p1 has 2 runs",
+    ),
+    "admitted past an older revoke fence entry": (
+        [_admit("p1", 0, 1), _admit("p2", 2, 3, tomb=2)],
+        {
+            "permits": [_permit("p1", state="CLOSED"), _permit("p2", tomb=2)],
+            "fence_hits": [{"subject_digest": ROOT, "fence_kind": "tombstone", "fence_seq": 1}],
+            "tombstone_seqs": [1, 2],
+            "watermarks": (2, 0),
+        },
+        "issued after tombstone entry 1",
     ),
     "fence sequence gap": (
         [_admit("p1", 0, 1), _admit("p2", 2, 3)],
