@@ -14,6 +14,8 @@ from relgate.snapshot import activation
 from relgate.snapshot.build import BuildSpec, Frozen, build_for_alias, freeze
 from relgate.snapshot.compare import shadow_diff
 from relgate.snapshot.validate import validate_snapshot
+from relgate.transforms.child import ROWS_IN, ROWS_OUT
+from relgate.transforms.launcher import Launch
 from resources.relgate import RelgateResource
 
 GROUP = "snapshots"
@@ -43,6 +45,34 @@ def _table(rows: Sequence[Mapping[str, object]]) -> dg.MetadataValue:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
     return dg.MetadataValue.md("\n".join(lines))
+
+
+class PipesTransformRunner:
+    """Runs a build's transform process once through ``PipesSubprocessClient``: the child
+    (the core's watchdog around the pinned transform) reaches this run's Dagster Pipes
+    session; what it reports is kept for the asset's metadata (display only: the core
+    re-checks the output itself)."""
+
+    def __init__(self, context: dg.AssetExecutionContext, client: dg.PipesSubprocessClient) -> None:
+        self.context = context
+        self.client = client
+        self.reported: dict[str, int] = {}
+        self.launches = 0
+
+    def run(self, launch: Launch) -> None:
+        self.launches += 1
+        invocation = self.client.run(
+            context=self.context,
+            command=launch.command(),
+            cwd=launch.work,
+            extras={"transform": launch.transform},
+        )
+        for message in invocation.get_custom_messages():
+            if isinstance(message, dict):
+                for key in (ROWS_IN, ROWS_OUT):
+                    value = message.get(key)
+                    if isinstance(value, int) and not isinstance(value, bool):
+                        self.reported[key] = value
 
 
 @dg.asset(
@@ -77,12 +107,14 @@ def dataset_snapshot(
     frozen_sources: Json,
 ) -> dg.Output[str]:
     ws = relgate.workspace()
+    runner = PipesTransformRunner(context, dg.PipesSubprocessClient())
     result = build_for_alias(
         ws,
         Frozen.parse(frozen_sources, what="frozen_sources"),
         alias=config.alias,
         actor=relgate.actor,
         purpose=config.purpose,
+        runner=runner,
     )
     manifest = result.manifest
     context.log.info(f"snapshot {result.digest} members={manifest.member_count}")
@@ -101,6 +133,12 @@ def dataset_snapshot(
             "bySource": _table([{"source": k, "members": v} for k, v in sorted(by_source.items())]),
             "selection": _table([{"stage": k, "rows": v} for k, v in result.counts.items()]),
             "parents": dg.MetadataValue.json(list(manifest.parents)),
+            "transformImage": manifest.transform_image,
+            "transform": dg.MetadataValue.json(
+                manifest.transform.to_json() if manifest.transform else {}
+            ),
+            "transformLaunches": runner.launches,
+            "transformReported": dg.MetadataValue.json(runner.reported),
         },
     )
 

@@ -311,4 +311,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX verification_attempts_digest ON verification_attempts (digest)",
         ),
     ),
+    # Numbered 1402 (issue 14, item 2) so it merges beside other branches' migrations.
+    Migration(
+        1402,
+        "pinned transforms: what each registered transform digest pins",
+        (
+            # One row per registered artifact (wheel or OCI image): its typed pin as
+            # canonical JSON.  Rows are never updated; transform_tags point at digests here.
+            """CREATE TABLE transform_pins (
+                digest TEXT PRIMARY KEY,
+                kind TEXT NOT NULL,
+                spec TEXT NOT NULL,
+                created_at TEXT NOT NULL)""",
+        ),
+    ),
 )

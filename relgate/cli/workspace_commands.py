@@ -11,12 +11,14 @@ def register(main: click.Group) -> None:
     @command(main, "init")
     @pass_ctx
     def init_cmd(ctx: Ctx) -> CommandOutput:
-        """Create the workspace: config, catalog schema, dev signing keys, transform tags."""
-        from relgate.demo.corpus import tag_demo_transforms
+        """Create the workspace: config, catalog schema, dev signing keys (``relgate demo
+        seed`` registers and tags the demo's pinned transform)."""
+        from relgate.catalog.db import rows
         from relgate.workspace import Workspace
 
         ws = Workspace.init(ctx.home)
-        tags = tag_demo_transforms(ws)
+        with ws.db.tx() as conn:
+            tags = {str(r["tag"]): str(r["digest"]) for r in rows(conn, "SELECT tag, digest FROM transform_tags")}
         return {
             "home": str(ws.home),
             "schemaVersion": ws.db.schema_version(),

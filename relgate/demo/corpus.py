@@ -20,13 +20,11 @@ import pyarrow as pa
 
 from relgate.integrity.contract import Contract, JsonObject, JsonValue
 from relgate.objects.versioned import ObjectStore
-from relgate.snapshot.transforms import tag_transform
 from relgate.sources.cdc import append_segment
 from relgate.sources.iceberg import open_catalog
+from relgate.demo.normalizer import DEMO_TAG, register_demo_transform
 from relgate.workspace import Workspace
 
-#: The transform tags ``relgate init`` and ``make demo`` point at the code here.
-DEMO_TRANSFORM_TAGS = ("registry.local/normalize:v1", "registry.local/identity:v1")
 
 PRODUCTS = [
     "router",
@@ -222,8 +220,8 @@ def seed_demo(
 
 
 def tag_demo_transforms(ws: Workspace) -> dict[str, str]:
-    """Point the demo's transform tags at the code here; tag -> digest."""
-    return {tag: tag_transform(ws.db, tag) for tag in DEMO_TRANSFORM_TAGS}
+    """Build, register and tag the demo's pinned transform wheel; tag -> digest."""
+    return {DEMO_TAG: register_demo_transform(ws).pin}
 
 
 def demo_home() -> Path:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
-from pydantic import StrictInt, StrictStr
+from pydantic import Field, StrictInt, StrictStr
 
 from relgate import __version__
 from relgate.catalog.snapshot_table import insert_snapshot, record_build_failure
@@ -27,13 +27,15 @@ from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_k
 from relgate.objects.layout import membership_key
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.membership import MembershipWriter, Tally
-from relgate.snapshot.policy import SelectionPolicy, SplitPolicy, TransformRef
+from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
 from relgate.snapshot.runs import SortedRuns
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
-from relgate.snapshot.transforms import resolve_transform
+from relgate.snapshot.transforms import TransformRef, resolve_transform, transform_timeout
 from relgate.sources.factory import source_from_config
 from relgate.sources.schema import record_schema_digest
 from relgate.sources.source import Source, SourceEntry
+from relgate.transforms.launcher import TransformRunner
+from relgate.transforms.spec import TransformSpec
 from relgate.workspace import Workspace
 
 #: Policies a workspace config that names none builds with (immutable models).
@@ -91,6 +93,8 @@ class Frozen(Contract):
     sources: tuple[SourceEntry, ...]
     #: repository/name@sha256:... resolved from the tag once
     transform_image: StrictStr
+    #: what that digest pins (absent only in boundaries frozen before pinned transforms)
+    transform_pin: TransformSpec | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @property
     def fences(self) -> Fences:
@@ -160,7 +164,7 @@ def freeze(ws: Workspace, spec: BuildSpec) -> Frozen:
             fences = read_fences(conn)
         sources = configured_sources(ws, spec.source_ids)
         entries = tuple(source.pin().entry for source in sources.values())
-        transform_ref = resolve_transform(ws.db, spec.transform)
+        transform_ref = resolve_transform(ws.db, spec.transform, ws.cas)
     except RelgateError as exc:
         raise _failed(ws, build_id, exc) from None
     return Frozen(
@@ -170,11 +174,17 @@ def freeze(ws: Workspace, spec: BuildSpec) -> Frozen:
         benchmark_fence=fences.benchmark_fence,
         sources=entries,
         transform_image=str(transform_ref),
+        transform_pin=transform_ref.spec,
     )
 
 
 def build_snapshot(
-    ws: Workspace, spec: BuildSpec, *, actor: str, frozen: Frozen | None = None
+    ws: Workspace,
+    spec: BuildSpec,
+    *,
+    actor: str,
+    frozen: Frozen | None = None,
+    runner: TransformRunner | None = None,
 ) -> BuildResult:
     """Select members against a frozen boundary (made now unless given), sign, record."""
     frozen = frozen or freeze(ws, spec)
@@ -187,7 +197,7 @@ def build_snapshot(
         lease.cover(*source_pin_keys(e.to_json() for e in frozen.sources))
         path = Path(tmp) / "members.parquet"
         try:
-            staged = _stage_members(ws, spec, frozen, path)
+            staged = _stage_members(ws, spec, frozen, path, runner)
         except RelgateError as exc:
             raise _failed(ws, frozen.build_id, exc) from None
         return _write_snapshot(ws, spec, frozen, staged, actor=actor, lease=lease)
@@ -202,18 +212,26 @@ class _Staged:
     counts: dict[str, int]
 
 
-def _stage_members(ws: Workspace, spec: BuildSpec, frozen: Frozen, path: Path) -> _Staged:
-    """Selection streamed through an out-of-core sort into the membership parquet."""
-    selector = Selector(
-        transform=TransformRef.parse(frozen.transform_image).resolve(),
-        selection=spec.selection,
-        split=spec.split,
-        fenced=fenced_at(ws, frozen.fences),
-    )
+def _stage_members(
+    ws: Workspace, spec: BuildSpec, frozen: Frozen, path: Path, runner: TransformRunner | None
+) -> _Staged:
+    """The transform once over every source row, then selection streamed through an
+    out-of-core sort into the membership parquet."""
+    ref = TransformRef.parse(frozen.transform_image, frozen.transform_pin)
     sources = configured_sources(ws, [e.id for e in frozen.sources])
     tally = Tally(record_schema_digest())
-    with SortedRuns(MEMBER_FRAME_SCHEMA) as runs:
-        for batch in selector.batches(sources, frozen.sources):
+    with (
+        ref.resolve(ws.cas, runner=runner, timeout_s=transform_timeout(ws)) as transform,
+        transform.staged(sources, frozen.sources) as staged,
+        SortedRuns(MEMBER_FRAME_SCHEMA) as runs,
+    ):
+        selector = Selector(
+            transform=staged.transform,
+            selection=spec.selection,
+            split=spec.split,
+            fenced=fenced_at(ws, frozen.fences),
+        )
+        for batch in selector.batches(staged.sources, frozen.sources):
             runs.add(batch)
         writer = MembershipWriter(path)
         for chunk in runs.merged():
@@ -221,18 +239,27 @@ def _stage_members(ws: Workspace, spec: BuildSpec, frozen: Frozen, path: Path) -
             tally.add(chunk)
         writer.close()
     counts = dict(selector.counts)
+    if staged.facts is not None:  # selection read the transform's output, not the sources
+        counts["sourceRows"] = staged.facts.rows_in
+        counts["transformOutputRows"] = staged.facts.rows_out
     counts["members"] = tally.rows
     return _Staged(path, tally, counts)
 
 
 def build_for_alias(
-    ws: Workspace, frozen: Frozen, *, alias: str, actor: str, purpose: str = ""
+    ws: Workspace,
+    frozen: Frozen,
+    *,
+    alias: str,
+    actor: str,
+    purpose: str = "",
+    runner: TransformRunner | None = None,
 ) -> BuildResult:
     """Build from the workspace's spec with the alias's active snapshot as parent."""
     spec = BuildSpec.from_config(ws.config)
     active = ws.gate().alias(alias, "snapshot").active_digest
     spec = replace(spec, purpose=purpose or spec.purpose, parents=[active] if active else [])
-    return build_snapshot(ws, spec, actor=actor, frozen=frozen)
+    return build_snapshot(ws, spec, actor=actor, frozen=frozen, runner=runner)
 
 
 def _provenance(ws: Workspace, spec: BuildSpec, frozen: Frozen, *, actor: str) -> mf.Provenance:
@@ -276,6 +303,7 @@ def _write_snapshot(
         record_schema=tally.schema_digest,
         selection_policy=spec.selection.digest(),
         transform_image=frozen.transform_image,
+        transform=frozen.transform_pin,
         members=mf.MembersRef(
             uri=members_ref.uri,
             object_version=members_ref.version_id,

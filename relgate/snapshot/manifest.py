@@ -2,7 +2,7 @@
 
 The manifest enumerates facts: pinned source versions, both fence watermarks, record
 schema, policies by digest (and their full text, so replay needs nothing else), the
-transform by image digest, the membership table by content address and tuple root, and
+transform by its pinned artifact's digest (and its typed pin), the membership table by content address and tuple root, and
 PROV-style lineage.  Its digest (the ``snapshotId``) is SHA-256 over the RFC 8785 form
 without ``snapshotId``, ``signatures`` or transport fields.
 
@@ -29,6 +29,7 @@ from relgate.objects.layout import SNAPSHOT_MANIFEST_PREFIX, snapshot_envelope_k
 from relgate.objects.versioned import ObjectStore
 from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
 from relgate.sources.source import SourceEntry
+from relgate.transforms.spec import TransformSpec
 
 SCHEMA: Final = "training.dataset.snapshot.v1"
 PAYLOAD_TYPE = "application/vnd.relgate.dataset-snapshot.v1+json"
@@ -122,7 +123,11 @@ class SnapshotBody(Contract):
     benchmark_fence: StrictInt
     record_schema: StrictStr
     selection_policy: StrictStr
+    #: ``repository/name@sha256:...``: the one-line display of :attr:`transform`.
     transform_image: StrictStr
+    #: The typed pin (wheel name/version/digest, OCI image digests, or the test-only
+    #: built-in kind); absent in manifests from before pinned transforms.
+    transform: TransformSpec | None = Field(default=None, exclude_if=lambda value: value is None)
     members: MembersRef
     split_policy: StrictStr
     purpose: StrictStr

@@ -1,4 +1,4 @@
-"""Selection, split and transform policies: pure, deterministic, recorded by digest.
+"""Selection and split policies (and the built-in transforms, re-exported): pure, deterministic, recorded by digest.
 
 A policy is a small JSON document of integers and strings; its digest goes into the
 manifest, and replay re-runs exactly that policy against the pinned source versions.
@@ -7,9 +7,6 @@ manifest, and replay re-runs exactly that policy against the pinned source versi
 from __future__ import annotations
 
 import hashlib
-import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal, Self
 
 import numpy as np
@@ -17,16 +14,21 @@ import polars as pl
 import pyarrow as pa
 from pydantic import Field, StrictInt, StrictStr, field_validator, model_validator
 
-from relgate.errors import RejectedError, UsageError
-from relgate.integrity.canonical import canonical_bytes
+from relgate.errors import UsageError
 from relgate.integrity.contract import Contract
-from relgate.integrity.digests import sha256_digest
 from relgate.integrity.hashing import sha256_rows
+from relgate.transforms.builtin import (
+    ACCELERATED,
+    TRANSFORMS,
+    Transform,
+    identity_v1,
+    normalize_v1,
+    normalize_v1_fast,
+    transform_code_digest,
+)
 
 #: Split buckets are basis points of the id space.
 BASIS_POINTS = 10_000
-#: A transform as selection runs it.
-Transform = Callable[[pl.LazyFrame], pl.LazyFrame]
 
 
 def _require_kind(data: object, kind: str, what: str, policy: str) -> None:
@@ -116,97 +118,17 @@ class SplitPolicy(Contract):
 
 
 # -- transforms ------------------------------------------------------------------------------
-def normalize_v1(frame: pl.LazyFrame) -> pl.LazyFrame:
-    """NFC, collapse runs of whitespace, trim; language codes lower-cased."""
-    return frame.with_columns(
-        pl.col("text").str.normalize("NFC").str.replace_all(r"\s+", " ").str.strip_chars(),
-        pl.col("lang").str.to_lowercase().str.strip_chars(),
-    )
-
-
-def identity_v1(frame: pl.LazyFrame) -> pl.LazyFrame:
-    return frame
-
-
-TRANSFORMS: dict[str, Transform] = {
-    "normalize": normalize_v1,
-    "identity": identity_v1,
-}
-
-
-def _normalized_text(text: pl.Series) -> pl.Series:
-    """``normalize_v1``'s text expression, with NFC and the whitespace regex run only on
-    the rows where they can change something: an ASCII row (NFC is the identity) with no
-    whitespace but single spaces is only trimmed."""
-    plain = (
-        (text.str.len_bytes() == text.str.len_chars())
-        & ~text.str.contains("  ", literal=True)
-        & ~text.str.contains(r"[\t\n\x0b\x0c\r]")
-    )
-    out = text.str.strip_chars()
-    slow = (~plain).arg_true()
-    if len(slow):
-        fixed = text.gather(slow).str.normalize("NFC").str.replace_all(r"\s+", " ")
-        out = out.scatter(slow, fixed.str.strip_chars())
-    return out
-
-
-def normalize_v1_fast(frame: pl.LazyFrame) -> pl.LazyFrame:
-    """:func:`normalize_v1` byte for byte (property-tested against it), faster."""
-    return frame.with_columns(
-        pl.col("text").map_batches(_normalized_text, return_dtype=pl.String),
-        pl.col("lang").str.to_lowercase().str.strip_chars(),
-    )
-
-
-#: Equivalent faster code for a transform, keyed by the code digest it is equivalent to
-#: (an edited transform has another digest and runs as written).
-ACCELERATED: dict[str, Transform] = {
-    "sha256:723c0e5118293ee077465bb8a35ec9b8ee58bf359c871e89715564e55dda33f6": normalize_v1_fast,
-}
-
-
-def transform_code_digest(name: str) -> str:
-    """The digest that stands for a transform's code: its name and exact source text."""
-    if name not in TRANSFORMS:
-        raise UsageError(f"unknown transform {name!r}", object=name, check="transform-known")
-    source = inspect.getsource(TRANSFORMS[name])
-    return sha256_digest(
-        canonical_bytes({"kind": "relgate.transform.v1", "name": name, "source": source})
-    )
-
-
-@dataclass(frozen=True)
-class TransformRef:
-    """``<repository>/<name>@sha256:...`` as recorded in a manifest (its ``str``): a value
-    parsed from one string, not a JSON document."""
-
-    repository: str
-    name: str
-    digest: str
-
-    def __str__(self) -> str:
-        return f"{self.repository}/{self.name}@{self.digest}"
-
-    @classmethod
-    def parse(cls, ref: str) -> TransformRef:
-        if "@" not in ref or "/" not in ref:
-            raise UsageError(
-                "transform must be repository/name@sha256:...", object=ref, check="transform-ref"
-            )
-        path, digest = ref.split("@", 1)
-        repository, name = path.rsplit("/", 1)
-        return cls(repository=repository, name=name, digest=digest)
-
-    def resolve(self) -> Transform:
-        """The transform's code, refused unless its code digest is the pinned one."""
-        actual = transform_code_digest(self.name)
-        if actual != self.digest:
-            raise RejectedError(
-                "transform code here does not match the pinned image digest",
-                object=str(self),
-                check="transform-digest",
-                digest=self.digest,
-                details={"actual": actual},
-            )
-        return ACCELERATED.get(actual, TRANSFORMS[self.name])
+# The built-in (source-digest) transforms live in relgate.transforms.builtin; re-exported for
+# the callers and tests that name them here.
+__all__ = [
+    "ACCELERATED",
+    "BASIS_POINTS",
+    "TRANSFORMS",
+    "SelectionPolicy",
+    "SplitPolicy",
+    "Transform",
+    "identity_v1",
+    "normalize_v1",
+    "normalize_v1_fast",
+    "transform_code_digest",
+]

@@ -27,7 +27,7 @@ from relgate.integrity.signing import sign_envelope
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.build import fenced_at, pinned_sources, source_configs
 from relgate.snapshot.membership import Tally
-from relgate.snapshot.policy import TransformRef
+from relgate.snapshot.transforms import pinned_transform
 from relgate.snapshot.runs import SortedRuns, aligned
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
 from relgate.sources.factory import source_from_config
@@ -129,7 +129,7 @@ def _selector(
 ) -> tuple[Selector, dict[str, Source]]:
     """Selection as the manifest pins it (pins, policies, transform digest, fences)."""
     sources = pinned_sources(ws, manifest.sources, manifest.digest)
-    transform = TransformRef.parse(manifest.transform_image).resolve()
+    transform = pinned_transform(ws, manifest)
     policies = manifest.policies
     if (
         policies.selection.digest() != manifest.selection_policy

@@ -1,0 +1,61 @@
+"""The demo's pinned transform: build its wheel, register it, tag it.
+
+The transform is its own small distribution (``relgate/demo/normalize_transform/``, never
+imported by relgate).  ``relgate demo seed`` and ``make demo`` build its wheel with pip
+(``pip wheel --no-deps --no-build-isolation``, in a copy of the source so the tree stays
+clean, ``SOURCE_DATE_EPOCH`` fixed so the same source gives the same wheel digest),
+register it in the workspace and point ``registry.local/normalize:v1`` at its digest.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Final
+
+from relgate.errors import RelgateError
+from relgate.snapshot.transforms import tag_transform
+from relgate.transforms.registry import register_wheel
+from relgate.transforms.spec import WheelTransform
+from relgate.workspace import Workspace
+
+PACKAGE_DIR: Final = Path(__file__).with_name("normalize_transform")
+DEMO_TAG: Final = "registry.local/normalize:v1"
+#: 1980-01-01, the earliest time a zip can hold: reproducible wheels.
+_EPOCH: Final = "315532800"
+
+
+def build_demo_wheel(out: Path, source: Path = PACKAGE_DIR) -> Path:
+    """Build the wheel of ``source`` (a package directory) into ``out``; its path."""
+    with tempfile.TemporaryDirectory(prefix="relgate-wheel-") as tmp:
+        copy = Path(tmp) / "src"
+        shutil.copytree(source, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        proc = subprocess.run(  # noqa: S603 this Python's pip on a directory we just copied
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(out), str(copy)],
+            env={**os.environ, "SOURCE_DATE_EPOCH": _EPOCH, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    wheels = sorted(out.glob("*.whl"))
+    if proc.returncode != 0 or len(wheels) != 1:
+        raise RelgateError(
+            "building the demo transform wheel failed",
+            object=str(source),
+            check="demo-wheel",
+            details={"exitCode": proc.returncode, "stderr": proc.stderr[-2000:]},
+        )
+    return wheels[0]
+
+
+def register_demo_transform(ws: Workspace) -> WheelTransform:
+    """Build, register and tag the demo transform; its pin."""
+    with tempfile.TemporaryDirectory(prefix="relgate-demo-wheel-") as tmp:
+        wheel = build_demo_wheel(Path(tmp))
+        spec = register_wheel(ws.db, ws.cas, wheel)
+    tag_transform(ws.db, DEMO_TAG, spec.pin)
+    return spec

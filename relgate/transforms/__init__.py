@@ -1,0 +1,1 @@
+"""Pinned transforms: wheels and OCI images, verified, unpacked and run as subprocesses."""

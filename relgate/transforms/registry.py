@@ -1,0 +1,123 @@
+"""Registering a transform artifact: store its bytes content-addressed, record its pin.
+
+``register_wheel`` reads a wheel file as hostile input (:mod:`relgate.transforms.wheel`),
+stores its bytes in the workspace CAS and records a :class:`WheelTransform` under the
+wheel's SHA-256; ``register_image`` does the same for an OCI image layout (every blob
+stored by its own digest, the pin is the image manifest digest).  A digest's pin is
+written once: registering the same bytes again is idempotent, registering them with a
+different entry point is refused.  ``verify_stored`` re-reads every stored blob of a pin
+and refuses bytes that no longer hash to it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sqlalchemy.exc import IntegrityError as DbIntegrityError
+
+from relgate.catalog.db import Database, execute, one, utcnow
+from relgate.errors import ConflictError, RejectedError
+from relgate.integrity.canonical import canonical_bytes
+from relgate.objects.cas import ContentStore
+from relgate.transforms import refusals
+from relgate.transforms.image import fetch_blob, read_layout, store_image
+from relgate.transforms.spec import (
+    SPEC_ADAPTER,
+    WHEEL_MEDIA_TYPE,
+    BuiltinTransform,
+    ImageTransform,
+    StoredBlob,
+    WheelTransform,
+)
+from relgate.transforms.wheel import MAX_WHEEL_BYTES, read_wheel
+
+Pin = WheelTransform | ImageTransform | BuiltinTransform
+
+
+def _read_file(path: Path) -> bytes:
+    if path.is_symlink() or not path.is_file():
+        raise RejectedError("not a regular file", object=str(path), check=refusals.PACKAGE)
+    with path.open("rb") as handle:
+        data = handle.read(MAX_WHEEL_BYTES + 1)
+    if len(data) > MAX_WHEEL_BYTES:
+        raise RejectedError("wheel is too large", object=str(path), check=refusals.PACKAGE)
+    return data
+
+
+def register_wheel(db: Database, cas: ContentStore, path: Path, entry_point: str | None = None) -> WheelTransform:
+    """Check, store and pin a wheel file."""
+    data = _read_file(path)
+    facts = read_wheel(data, path.name, entry_point)
+    ref = cas.put(data)
+    spec = WheelTransform(
+        distribution=facts.distribution,
+        version=facts.version,
+        filename=path.name,
+        entry_point=facts.entry_point,
+        wheel=StoredBlob(uri=ref.uri, object_version=ref.version_id, size=ref.size, media_type=WHEEL_MEDIA_TYPE),
+    )
+    record_pin(db, spec)
+    return spec
+
+
+def register_image(db: Database, cas: ContentStore, layout: Path, ref_name: str | None = None) -> ImageTransform:
+    """Check, store and pin the image of an OCI image layout directory."""
+    spec = store_image(cas, read_layout(layout, ref_name))
+    record_pin(db, spec)
+    return spec
+
+
+def record_pin(db: Database, spec: Pin) -> None:
+    """Write a digest's pin once (the same pin again is a no-op; another is a conflict)."""
+    body = canonical_bytes(spec.to_json()).decode()
+    with db.tx() as conn:
+        row = one(conn, "SELECT spec FROM transform_pins WHERE digest = :d", {"d": spec.pin})
+        if row is None:
+            try:
+                execute(
+                    conn,
+                    "INSERT INTO transform_pins (digest, kind, spec, created_at) VALUES (:d, :k, :s, :t)",
+                    {"d": spec.pin, "k": spec.kind, "s": body, "t": utcnow()},
+                )
+            except DbIntegrityError:  # a concurrent registration of the same digest
+                row = one(conn, "SELECT spec FROM transform_pins WHERE digest = :d", {"d": spec.pin})
+    if row is not None and _loads(str(row["spec"]), spec.pin) != spec:
+        raise ConflictError(
+            "this digest is already pinned differently (another entry point or version)",
+            object=spec.display_name,
+            check=refusals.PIN,
+            digest=spec.pin,
+        )
+
+
+def _loads(text: str, digest: str) -> Pin:
+    try:
+        return SPEC_ADAPTER.validate_python(json.loads(text))
+    except ValueError:
+        raise RejectedError(
+            "stored transform pin is malformed", object="transform_pins", check=refusals.PIN, digest=digest
+        ) from None
+
+
+def pin_of(db: Database, digest: str) -> Pin | None:
+    """The pin registered under ``digest`` (None if nothing is)."""
+    with db.tx() as conn:
+        row = one(conn, "SELECT spec FROM transform_pins WHERE digest = :d", {"d": digest})
+    if row is None:
+        return None
+    spec = _loads(str(row["spec"]), digest)
+    if spec.pin != digest:
+        raise RejectedError(
+            "stored transform pin names another digest", object="transform_pins", check=refusals.DIGEST, digest=digest
+        )
+    return spec
+
+
+def verify_stored(cas: ContentStore, spec: Pin) -> None:
+    """Every stored blob of ``spec`` still hashes to its pinned digest (else refused)."""
+    if isinstance(spec, WheelTransform):
+        fetch_blob(cas, spec.wheel, f"wheel {spec.filename}")
+    elif isinstance(spec, ImageTransform):
+        for blob in (spec.manifest, spec.config, *spec.layers):
+            fetch_blob(cas, blob, f"image {spec.pin} blob {blob.sha256}")
