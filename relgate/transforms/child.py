@@ -40,21 +40,24 @@ def _entry(spec: str) -> Callable[[Any], Any]:
 
 
 def run(spec: str, report: Callable[[dict[str, int]], None]) -> None:
-    """Stream the input through the entry point into the output."""
+    """Stream the input through the entry point into the output (written with the schema
+    the function returns: the parent, not this process, decides whether it is allowed)."""
     import pyarrow as pa  # noqa: PLC0415 imported here so ``--help`` costs nothing
 
     function = _entry(spec)
-    source = pa.memory_map(os.environ[INPUT_ENV])
-    reader = pa.ipc.open_file(source)
+    reader = pa.ipc.open_file(pa.memory_map(os.environ[INPUT_ENV]))
     rows_in = rows_out = 0
-    with pa.OSFile(os.environ[OUTPUT_ENV], "wb") as sink, pa.ipc.new_stream(sink, reader.schema) as out:
+    with pa.OSFile(os.environ[OUTPUT_ENV], "wb") as sink:
+        out = None
         for i in range(reader.num_record_batches):
             batch = reader.get_batch(i)
             rows_in += batch.num_rows
             result = function(batch)
             table = result if isinstance(result, pa.Table) else pa.Table.from_batches([result])
+            out = out or pa.ipc.new_stream(sink, table.schema)
             rows_out += table.num_rows
             out.write_table(table)
+        (out or pa.ipc.new_stream(sink, reader.schema)).close()
     report({ROWS_IN: rows_in, ROWS_OUT: rows_out})
 
 

@@ -97,22 +97,21 @@ def write_wheel(out: Path, name: str, version: str, body: str, *, module: str | 
 
 
 def write_package(root: Path, name: str, version: str, body: str) -> Path:
-    """A source tree pip can build (setuptools backend, one module)."""
+    """A source tree pip can build (flit_core backend, one module)."""
     module = name.replace("-", "_")
     (root / module).mkdir(parents=True)
     (root / module / "__init__.py").write_text(textwrap.dedent(body))
     (root / "pyproject.toml").write_text(
         textwrap.dedent(f"""
         [build-system]
-        requires = ["setuptools>=68"]
-        build-backend = "setuptools.build_meta"
+        requires = ["flit_core>=4,<5"]
+        build-backend = "flit_core.buildapi"
         [project]
         name = "{name}"
         version = "{version}"
+        description = "test transform"
         [project.entry-points."relgate.transforms"]
         main = "{module}:transform"
-        [tool.setuptools]
-        packages = ["{module}"]
         """)
     )
     return root
