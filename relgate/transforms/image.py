@@ -179,6 +179,14 @@ def _check_manifest(manifest: ImageManifest, what: str) -> None:
             raise _malformed("layer media type not supported", what, mediaType=layer.media_type[:100])
 
 
+def trial_unpack(image: LayoutImage, root: Path) -> None:
+    """Unpack the layers once at registration, so an escaping archive is refused early."""
+    budget = MAX_ROOTFS_BYTES
+    for descriptor, data in image.layers:
+        what = f"image {image.manifest[0].digest} layer {descriptor.digest}"
+        budget -= unpack_layer(data, root, gzip=descriptor.media_type == LAYER_GZIP, what=what, budget=budget)
+
+
 def store_image(cas: ContentStore, image: LayoutImage) -> ImageTransform:
     """Put every blob into the content store; the pin."""
 

@@ -12,6 +12,7 @@ and refuses bytes that no longer hash to it.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 from sqlalchemy.exc import IntegrityError as DbIntegrityError
@@ -21,7 +22,7 @@ from relgate.errors import ConflictError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.objects.cas import ContentStore
 from relgate.transforms import refusals
-from relgate.transforms.image import fetch_blob, read_layout, store_image
+from relgate.transforms.image import fetch_blob, read_layout, store_image, trial_unpack
 from relgate.transforms.spec import (
     SPEC_ADAPTER,
     WHEEL_MEDIA_TYPE,
@@ -63,7 +64,10 @@ def register_wheel(db: Database, cas: ContentStore, path: Path, entry_point: str
 
 def register_image(db: Database, cas: ContentStore, layout: Path, ref_name: str | None = None) -> ImageTransform:
     """Check, store and pin the image of an OCI image layout directory."""
-    spec = store_image(cas, read_layout(layout, ref_name))
+    image = read_layout(layout, ref_name)
+    with tempfile.TemporaryDirectory(prefix="relgate-image-check-") as root:
+        trial_unpack(image, Path(root))
+    spec = store_image(cas, image)
     record_pin(db, spec)
     return spec
 
