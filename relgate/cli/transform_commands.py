@@ -16,8 +16,17 @@ def transform() -> None:
 
 @command(transform, "register")
 @click.argument("artifact", type=click.Path(exists=True, path_type=Path))
-@click.option("--entry-point", default=None, help="module:function (a wheel; default: its [relgate.transforms] entry point).")
-@click.option("--ref", "ref_name", default=None, help="org.opencontainers.image.ref.name to pick (an OCI layout).")
+@click.option(
+    "--entry-point",
+    default=None,
+    help="module:function (a wheel; default: its [relgate.transforms] entry point).",
+)
+@click.option(
+    "--ref",
+    "ref_name",
+    default=None,
+    help="org.opencontainers.image.ref.name to pick (an OCI layout).",
+)
 @click.option("--tag", default=None, help="Point repository/name:tag at the registered digest.")
 @pass_ctx
 def transform_register(
@@ -26,8 +35,10 @@ def transform_register(
     """Register a wheel file or an OCI image layout directory (stored, pinned by digest)."""
     from relgate.snapshot.transforms import tag_transform
     from relgate.transforms.registry import register_image, register_wheel
+    from relgate.transforms.spec import ImageTransform, WheelTransform
 
     ws = ctx.ws()
+    spec: WheelTransform | ImageTransform
     if artifact.is_dir():
         spec = register_image(ws.db, ws.cas, artifact, ref_name)
     else:
@@ -51,7 +62,9 @@ def transform_tag(ctx: Ctx, tag: str, digest: str | None, builtin: bool) -> Comm
     from relgate.transforms import refusals
 
     if bool(digest) == builtin:
-        raise UsageError("give exactly one of --digest or --builtin", object=tag, check=refusals.TAG)
+        raise UsageError(
+            "give exactly one of --digest or --builtin", object=tag, check=refusals.TAG
+        )
     return {"tag": tag, "digest": tag_transform(ctx.ws().db, tag, digest)}
 
 

@@ -18,7 +18,10 @@ def register(main: click.Group) -> None:
 
         ws = Workspace.init(ctx.home)
         with ws.db.tx() as conn:
-            tags = {str(r["tag"]): str(r["digest"]) for r in rows(conn, "SELECT tag, digest FROM transform_tags")}
+            tags = {
+                str(r["tag"]): str(r["digest"])
+                for r in rows(conn, "SELECT tag, digest FROM transform_tags")
+            }
         return {
             "home": str(ws.home),
             "schemaVersion": ws.db.schema_version(),

@@ -18,13 +18,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from relgate.demo.normalizer import DEMO_TAG, register_demo_transform
 from relgate.integrity.contract import Contract, JsonObject, JsonValue
 from relgate.objects.versioned import ObjectStore
 from relgate.sources.cdc import append_segment
 from relgate.sources.iceberg import open_catalog
-from relgate.demo.normalizer import DEMO_TAG, register_demo_transform
 from relgate.workspace import Workspace
-
 
 PRODUCTS = [
     "router",

@@ -33,9 +33,23 @@ def build_demo_wheel(out: Path, source: Path = PACKAGE_DIR) -> Path:
     """Build the wheel of ``source`` (a package directory) into ``out``; its path."""
     with tempfile.TemporaryDirectory(prefix="relgate-wheel-") as tmp:
         copy = Path(tmp) / "src"
-        shutil.copytree(source, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        shutil.copytree(
+            source, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+        )
         proc = subprocess.run(  # noqa: S603 this Python's pip on a directory we just copied
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(out), str(copy)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "-q",
+                "-w",
+                str(out),
+                str(copy),
+            ],
             env={**os.environ, "SOURCE_DATE_EPOCH": _EPOCH, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
             capture_output=True,
             text=True,

@@ -94,7 +94,9 @@ class Frozen(Contract):
     #: repository/name@sha256:... resolved from the tag once
     transform_image: StrictStr
     #: what that digest pins (absent only in boundaries frozen before pinned transforms)
-    transform_pin: TransformSpec | None = Field(default=None, exclude_if=lambda value: value is None)
+    transform_pin: TransformSpec | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
 
     @property
     def fences(self) -> Fences:

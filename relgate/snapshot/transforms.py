@@ -29,9 +29,15 @@ from relgate.workspace import Workspace
 def transform_timeout(ws: Workspace) -> int:
     """Seconds a transform may run: workspace config ``transforms.timeoutSeconds``."""
     section = ws.config.get("transforms", {})
-    value = section.get("timeoutSeconds", DEFAULT_TIMEOUT_S) if isinstance(section, dict) else DEFAULT_TIMEOUT_S
+    value = (
+        section.get("timeoutSeconds", DEFAULT_TIMEOUT_S)
+        if isinstance(section, dict)
+        else DEFAULT_TIMEOUT_S
+    )
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise UsageError("transforms.timeoutSeconds must be a positive integer", object="config", check="config")
+        raise UsageError(
+            "transforms.timeoutSeconds must be a positive integer", object="config", check="config"
+        )
     return value
 
 
@@ -52,7 +58,9 @@ class TransformRef:
     def parse(cls, ref: str, spec: Pin | None = None) -> TransformRef:
         path, sep, digest = ref.partition("@")
         if not sep or "/" not in path or not is_digest(digest):
-            raise UsageError("transform must be repository/name@sha256:...", object=ref, check=refusals.REF)
+            raise UsageError(
+                "transform must be repository/name@sha256:...", object=ref, check=refusals.REF
+            )
         repository, name = path.rsplit("/", 1)
         return cls(repository=repository, name=name, digest=digest, spec=spec)
 

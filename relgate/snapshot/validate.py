@@ -27,9 +27,9 @@ from relgate.integrity.signing import sign_envelope
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.build import fenced_at, pinned_sources, source_configs
 from relgate.snapshot.membership import Tally
-from relgate.snapshot.transforms import pinned_transform
 from relgate.snapshot.runs import SortedRuns, aligned
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
+from relgate.snapshot.transforms import pinned_transform
 from relgate.sources.factory import source_from_config
 from relgate.sources.source import Source
 from relgate.workspace import Workspace

@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
         return 2
     from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes  # noqa: PLC0415 child only
 
-    if not PipesEnvVarParamsLoader().is_dagster_pipes_process():
+    if not PipesEnvVarParamsLoader().is_dagster_pipes_process():  # type: ignore[no-untyped-call]  # dagster_pipes leaves __init__ unannotated
         run(argv[0], lambda _rows: None)
         return 0
     with open_dagster_pipes() as pipes:

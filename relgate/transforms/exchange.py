@@ -37,7 +37,11 @@ def narrow_type(dtype: pa.DataType) -> pa.DataType:
         return pa.string()
     if pa.types.is_large_binary(dtype) or pa.types.is_binary_view(dtype):
         return pa.binary()
-    if pa.types.is_large_list(dtype) or pa.types.is_list_view(dtype) or pa.types.is_large_list_view(dtype):
+    if (
+        pa.types.is_large_list(dtype)
+        or pa.types.is_list_view(dtype)
+        or pa.types.is_large_list_view(dtype)
+    ):
         return pa.list_(narrow_field(dtype.value_field))
     if pa.types.is_list(dtype):
         return pa.list_(narrow_field(dtype.value_field))
@@ -114,7 +118,9 @@ def output_batches(path: Path) -> Iterator[pa.RecordBatch]:
     """The output's batches, as an IPC file or, failing that, an IPC stream."""
     source = pa.memory_map(str(path))
     try:
-        reader: pa.ipc.RecordBatchFileReader | pa.ipc.RecordBatchStreamReader = pa.ipc.open_file(source)
+        reader: pa.ipc.RecordBatchFileReader | pa.ipc.RecordBatchStreamReader = pa.ipc.open_file(
+            source
+        )
     except pa.ArrowInvalid:
         source.seek(0)
         stream = pa.ipc.open_stream(source)
@@ -132,14 +138,24 @@ def _scan(path: Path, schema: pa.Schema, what: str, digest: str) -> tuple[int, p
         for batch in output_batches(path):
             if not batch.schema.equals(schema):
                 raise _refuse(
-                    what, digest, refusals.SCHEMA, "transform output schema differs from its input schema",
-                    expected=str(schema)[:2000], actual=str(batch.schema)[:2000],
+                    what,
+                    digest,
+                    refusals.SCHEMA,
+                    "transform output schema differs from its input schema",
+                    expected=str(schema)[:2000],
+                    actual=str(batch.schema)[:2000],
                 )
             batch.validate(full=True)
             rows += batch.num_rows
             parts.append(batch.select(keys))
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _refuse(what, digest, refusals.OUTPUT, "transform output is not readable Arrow IPC", cause=str(exc)[:200]) from None
+        raise _refuse(
+            what,
+            digest,
+            refusals.OUTPUT,
+            "transform output is not readable Arrow IPC",
+            cause=str(exc)[:200],
+        ) from None
     key_schema = pa.schema([schema.field(k) for k in keys])
     return rows, pa.Table.from_batches(parts, key_schema)
 
@@ -153,10 +169,18 @@ def _schema_of(path: Path, what: str, digest: str) -> pa.Schema:
             source.seek(0)
             return pa.ipc.open_stream(source).schema
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _refuse(what, digest, refusals.OUTPUT, "transform output is not readable Arrow IPC", cause=str(exc)[:200]) from None
+        raise _refuse(
+            what,
+            digest,
+            refusals.OUTPUT,
+            "transform output is not readable Arrow IPC",
+            cause=str(exc)[:200],
+        ) from None
 
 
-def check_output(input_path: Path, output_path: Path, schema: pa.Schema, *, what: str, digest: str) -> OutputFacts:
+def check_output(
+    input_path: Path, output_path: Path, schema: pa.Schema, *, what: str, digest: str
+) -> OutputFacts:
     """Refuse an output that is unreadable, too large, reshaped, longer, or invents ids."""
     if output_path.is_symlink() or not output_path.is_file():
         raise _refuse(what, digest, refusals.OUTPUT, "transform wrote no output")
@@ -166,14 +190,27 @@ def check_output(input_path: Path, output_path: Path, schema: pa.Schema, *, what
     actual = _schema_of(output_path, what, digest)
     if not actual.equals(schema):
         raise _refuse(
-            what, digest, refusals.SCHEMA, "transform output schema differs from its input schema",
-            expected=str(schema)[:2000], actual=str(actual)[:2000],
+            what,
+            digest,
+            refusals.SCHEMA,
+            "transform output schema differs from its input schema",
+            expected=str(schema)[:2000],
+            actual=str(actual)[:2000],
         )
     rows_out, out_keys = _scan(output_path, schema, what, digest)
-    in_keys = pa.ipc.open_file(pa.memory_map(str(input_path))).read_all().select(out_keys.column_names)
+    in_keys = (
+        pa.ipc.open_file(pa.memory_map(str(input_path))).read_all().select(out_keys.column_names)
+    )
     rows_in = in_keys.num_rows
     if rows_out > rows_in:
-        raise _refuse(what, digest, refusals.ROWS, "transform output has more rows than its input", rowsIn=rows_in, rowsOut=rows_out)
+        raise _refuse(
+            what,
+            digest,
+            refusals.ROWS,
+            "transform output has more rows than its input",
+            rowsIn=rows_in,
+            rowsOut=rows_out,
+        )
     _check_ids(in_keys, out_keys, what, digest)
     return OutputFacts(rows_in=rows_in, rows_out=rows_out)
 
@@ -182,8 +219,8 @@ def _check_ids(in_keys: pa.Table, out_keys: pa.Table, what: str, digest: str) ->
     keys = out_keys.column_names
     if "sampleId" not in keys:
         raise _refuse(what, digest, refusals.SCHEMA, "transform input has no sampleId column")
-    counted_in = pl.from_arrow(in_keys).lazy().group_by(keys).agg(pl.len().alias("in"))
-    counted_out = pl.from_arrow(out_keys).lazy().group_by(keys).agg(pl.len().alias("out"))
+    counted_in = pl.DataFrame(in_keys).lazy().group_by(keys).agg(pl.len().alias("in"))
+    counted_out = pl.DataFrame(out_keys).lazy().group_by(keys).agg(pl.len().alias("out"))
     joined = counted_out.join(counted_in, on=keys, how="left", nulls_equal=True)
     found = joined.select(
         invented=pl.col("in").is_null().sum(),
@@ -191,6 +228,14 @@ def _check_ids(in_keys: pa.Table, out_keys: pa.Table, what: str, digest: str) ->
     ).collect()
     invented, duplicated = int(found["invented"][0]), int(found["duplicated"][0])
     if invented:
-        raise _refuse(what, digest, refusals.INVENTED, "transform output names records its input did not have", records=invented)
+        raise _refuse(
+            what,
+            digest,
+            refusals.INVENTED,
+            "transform output names records its input did not have",
+            records=invented,
+        )
     if duplicated:
-        raise _refuse(what, digest, refusals.DUPLICATE, "transform output repeats records", records=duplicated)
+        raise _refuse(
+            what, digest, refusals.DUPLICATE, "transform output repeats records", records=duplicated
+        )

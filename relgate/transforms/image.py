@@ -39,7 +39,9 @@ MAX_BLOB_BYTES: Final = 512 * 1024 * 1024
 class _Doc(BaseModel):
     """An OCI JSON document as parsed here: unknown fields ignored, nothing trusted."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(
+        frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True
+    )
 
 
 _D = TypeVar("_D", bound=_Doc)
@@ -82,7 +84,9 @@ class ImageConfig(_Doc):
 
 
 def _malformed(why: str, what: str, **details: object) -> RejectedError:
-    return RejectedError(f"image refused: {why}", object=what, check=refusals.IMAGE, details=dict(details))
+    return RejectedError(
+        f"image refused: {why}", object=what, check=refusals.IMAGE, details=dict(details)
+    )
 
 
 def _parse(model: type[_D], data: bytes, what: str) -> _D:
@@ -107,7 +111,9 @@ def digest_mismatch(what: str, pinned: str, actual: str) -> RejectedError:
 
 def _blob_path(layout: Path, descriptor: Descriptor, what: str) -> Path:
     if not is_digest(descriptor.digest):
-        raise _malformed("descriptor digest is not sha256:<hex>", what, digest=descriptor.digest[:80])
+        raise _malformed(
+            "descriptor digest is not sha256:<hex>", what, digest=descriptor.digest[:80]
+        )
     if descriptor.size < 0 or descriptor.size > MAX_BLOB_BYTES:
         raise _malformed("descriptor size out of bounds", what, size=descriptor.size)
     path = layout / "blobs" / "sha256" / descriptor.digest.removeprefix("sha256:")
@@ -140,7 +146,9 @@ def _pick(index: Index, ref_name: str | None, what: str) -> Descriptor:
     if ref_name is not None:
         images = [m for m in images if m.annotations.get(REF_NAME) == ref_name]
     if len(images) != 1:
-        raise _malformed("index must name exactly one image manifest (use --ref)", what, found=len(images))
+        raise _malformed(
+            "index must name exactly one image manifest (use --ref)", what, found=len(images)
+        )
     return images[0]
 
 
@@ -176,7 +184,9 @@ def _check_manifest(manifest: ImageManifest, what: str) -> None:
         raise _malformed("not an OCI image manifest (schemaVersion 2, OCI config)", what)
     for layer in manifest.layers:
         if layer.media_type not in (LAYER_TAR, LAYER_GZIP):
-            raise _malformed("layer media type not supported", what, mediaType=layer.media_type[:100])
+            raise _malformed(
+                "layer media type not supported", what, mediaType=layer.media_type[:100]
+            )
 
 
 def trial_unpack(image: LayoutImage, root: Path) -> None:
@@ -184,7 +194,9 @@ def trial_unpack(image: LayoutImage, root: Path) -> None:
     budget = MAX_ROOTFS_BYTES
     for descriptor, data in image.layers:
         what = f"image {image.manifest[0].digest} layer {descriptor.digest}"
-        budget -= unpack_layer(data, root, gzip=descriptor.media_type == LAYER_GZIP, what=what, budget=budget)
+        budget -= unpack_layer(
+            data, root, gzip=descriptor.media_type == LAYER_GZIP, what=what, budget=budget
+        )
 
 
 def store_image(cas: ContentStore, image: LayoutImage) -> ImageTransform:
@@ -192,7 +204,12 @@ def store_image(cas: ContentStore, image: LayoutImage) -> ImageTransform:
 
     def put(descriptor: Descriptor, data: bytes) -> StoredBlob:
         ref = cas.put(data)
-        return StoredBlob(uri=ref.uri, object_version=ref.version_id, size=ref.size, media_type=descriptor.media_type)
+        return StoredBlob(
+            uri=ref.uri,
+            object_version=ref.version_id,
+            size=ref.size,
+            media_type=descriptor.media_type,
+        )
 
     return ImageTransform(
         manifest=put(*image.manifest),
@@ -224,7 +241,11 @@ def unpack_image(cas: ContentStore, spec: ImageTransform, root: Path) -> RunConf
     for layer in spec.layers:
         data = fetch_blob(cas, layer, f"{what} layer {layer.sha256}")
         budget -= unpack_layer(
-            data, root, gzip=layer.media_type == LAYER_GZIP, what=f"{what} layer {layer.sha256}", budget=budget
+            data,
+            root,
+            gzip=layer.media_type == LAYER_GZIP,
+            what=f"{what} layer {layer.sha256}",
+            budget=budget,
         )
     if not config.config.argv:
         raise _malformed("config names no Entrypoint or Cmd", what)

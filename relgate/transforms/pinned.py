@@ -133,9 +133,10 @@ class _StagedSource(Source):
         return self.inner.late_events(entry)
 
     def read(self, entry: SourceEntry) -> pa.Table:
-        return pa.Table.from_batches(list(self.read_batches(entry)), self.schema)  # type: ignore[arg-type]  # tables of batches
+        tables = list(self.read_batches(entry))
+        return pa.concat_tables(tables) if tables else self.schema.empty_table()
 
-    def read_batches(self, entry: SourceEntry) -> Iterator[pa.Table]:  # type: ignore[override]
+    def read_batches(self, entry: SourceEntry) -> Iterator[pa.Table]:
         for batch in output_batches(self.output):
             part = batch.filter(pc.equal(batch.column(SOURCE_COLUMN), entry.id))
             if part.num_rows:
@@ -216,7 +217,9 @@ class PinnedTransform:
         argv = (sys.executable, "-m", "relgate.transforms.child", spec.entry_point)
         return _Prepared(argv, env, str(pkg))
 
-    def _run(self, run_dir: Path, fill: Callable[[InputFile], None], empty: pa.Schema) -> tuple[pa.Schema, OutputFacts] | None:
+    def _run(
+        self, run_dir: Path, fill: Callable[[InputFile], None], empty: pa.Schema
+    ) -> tuple[pa.Schema, OutputFacts] | None:
         """Write the input, run the transform once, verify the output (None: no rows)."""
         prepared, _work = self._prepare()
         inputs = InputFile(run_dir / "input.arrow", self.ref)
@@ -250,14 +253,18 @@ class PinnedTransform:
             if ran is None:
                 return frame
             schema, _facts = ran
-            out = pa.Table.from_batches(list(output_batches(Path(run_dir) / "output.arrow")), schema)
+            out = pa.Table.from_batches(
+                list(output_batches(Path(run_dir) / "output.arrow")), schema
+            )
         result = pl.from_arrow(out)
         if not isinstance(result, pl.DataFrame):  # a Table always gives a DataFrame
             raise TypeError(f"polars gave {type(result).__name__} for an arrow table")
         return result.lazy()
 
     @contextmanager
-    def staged(self, sources: Mapping[str, Source], entries: Sequence[SourceEntry]) -> Iterator[Staged]:
+    def staged(
+        self, sources: Mapping[str, Source], entries: Sequence[SourceEntry]
+    ) -> Iterator[Staged]:
         """Every source row of a build through the transform once; selection reads the output."""
         if self._builtin is not None:
             yield Staged(dict(sources), self._builtin, None)
@@ -266,7 +273,11 @@ class PinnedTransform:
         def fill(inputs: InputFile) -> None:
             for entry in entries:
                 for table in sources[entry.id].read_batches(entry):
-                    inputs.write(table.append_column(SOURCE_COLUMN, constant_column(entry.id, table.num_rows)))
+                    inputs.write(
+                        table.append_column(
+                            SOURCE_COLUMN, constant_column(entry.id, table.num_rows)
+                        )
+                    )
 
         _prepared, work = self._prepare()
         with tempfile.TemporaryDirectory(dir=work) as run_dir:

@@ -46,7 +46,9 @@ def _read_file(path: Path) -> bytes:
     return data
 
 
-def register_wheel(db: Database, cas: ContentStore, path: Path, entry_point: str | None = None) -> WheelTransform:
+def register_wheel(
+    db: Database, cas: ContentStore, path: Path, entry_point: str | None = None
+) -> WheelTransform:
     """Check, store and pin a wheel file."""
     data = _read_file(path)
     facts = read_wheel(data, path.name, entry_point)
@@ -56,13 +58,17 @@ def register_wheel(db: Database, cas: ContentStore, path: Path, entry_point: str
         version=facts.version,
         filename=path.name,
         entry_point=facts.entry_point,
-        wheel=StoredBlob(uri=ref.uri, object_version=ref.version_id, size=ref.size, media_type=WHEEL_MEDIA_TYPE),
+        wheel=StoredBlob(
+            uri=ref.uri, object_version=ref.version_id, size=ref.size, media_type=WHEEL_MEDIA_TYPE
+        ),
     )
     record_pin(db, spec)
     return spec
 
 
-def register_image(db: Database, cas: ContentStore, layout: Path, ref_name: str | None = None) -> ImageTransform:
+def register_image(
+    db: Database, cas: ContentStore, layout: Path, ref_name: str | None = None
+) -> ImageTransform:
     """Check, store and pin the image of an OCI image layout directory."""
     image = read_layout(layout, ref_name)
     with tempfile.TemporaryDirectory(prefix="relgate-image-check-") as root:
@@ -85,7 +91,9 @@ def record_pin(db: Database, spec: Pin) -> None:
                     {"d": spec.pin, "k": spec.kind, "s": body, "t": utcnow()},
                 )
             except DbIntegrityError:  # a concurrent registration of the same digest
-                row = one(conn, "SELECT spec FROM transform_pins WHERE digest = :d", {"d": spec.pin})
+                row = one(
+                    conn, "SELECT spec FROM transform_pins WHERE digest = :d", {"d": spec.pin}
+                )
     if row is not None and _loads(str(row["spec"]), spec.pin) != spec:
         raise ConflictError(
             "this digest is already pinned differently (another entry point or version)",
@@ -100,7 +108,10 @@ def _loads(text: str, digest: str) -> Pin:
         return SPEC_ADAPTER.validate_python(json.loads(text))
     except ValueError:
         raise RejectedError(
-            "stored transform pin is malformed", object="transform_pins", check=refusals.PIN, digest=digest
+            "stored transform pin is malformed",
+            object="transform_pins",
+            check=refusals.PIN,
+            digest=digest,
         ) from None
 
 
@@ -113,7 +124,10 @@ def pin_of(db: Database, digest: str) -> Pin | None:
     spec = _loads(str(row["spec"]), digest)
     if spec.pin != digest:
         raise RejectedError(
-            "stored transform pin names another digest", object="transform_pins", check=refusals.DIGEST, digest=digest
+            "stored transform pin names another digest",
+            object="transform_pins",
+            check=refusals.DIGEST,
+            digest=digest,
         )
     return spec
 

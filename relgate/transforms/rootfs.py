@@ -75,7 +75,10 @@ def unpack_layer(data: bytes, root: Path, *, gzip: bool, what: str, budget: int)
         archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:gz" if gzip else "r:")  # noqa: SIM115 closed below
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise RejectedError(
-            "layer is not a tar archive", object=what, check=refusals.IMAGE, details={"cause": str(exc)[:200]}
+            "layer is not a tar archive",
+            object=what,
+            check=refusals.IMAGE,
+            details={"cause": str(exc)[:200]},
         ) from None
     with archive:
         try:
@@ -100,5 +103,7 @@ def unpack_layer(data: bytes, root: Path, *, gzip: bool, what: str, budget: int)
         try:
             archive.extractall(root, members=keep, filter="data")
         except (tarfile.TarError, OSError) as exc:
-            raise _escape(what, getattr(exc, "tarinfo", tarfile.TarInfo("?")).name, str(exc)[:200]) from None
+            raise _escape(
+                what, getattr(exc, "tarinfo", tarfile.TarInfo("?")).name, str(exc)[:200]
+            ) from None
     return used

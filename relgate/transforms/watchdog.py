@@ -16,6 +16,7 @@ hold on either path; the watchdog itself always exits 0 once it has written a st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -28,10 +29,8 @@ PIPES_PREFIX: Final = "DAGSTER_PIPES_"
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def main(argv: list[str]) -> int:

@@ -37,7 +37,9 @@ _FILENAME = re.compile(
     r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?)-(?P<version>[A-Za-z0-9_.!+]+)"
     r"(?:-(?P<build>\d[A-Za-z0-9_.]*))?-(?P<tags>[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+)\.whl$"
 )
-_ENTRY_POINT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+_ENTRY_POINT = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+)
 
 
 def _refuse(why: str, what: str, **details: object) -> RejectedError:
@@ -134,7 +136,9 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, wh
         with archive.open(info) as handle:
             data = handle.read(limit + 1)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
-        raise _refuse("member unreadable", what, member=info.filename[:200], cause=str(exc)[:200]) from None
+        raise _refuse(
+            "member unreadable", what, member=info.filename[:200], cause=str(exc)[:200]
+        ) from None
     if len(data) > limit:
         raise _refuse("member too large", what, member=info.filename[:200])
     return data
@@ -159,13 +163,19 @@ def _open(data: bytes, what: str) -> zipfile.ZipFile:
 
 
 def _dist_info(infos: list[zipfile.ZipInfo], what: str) -> str:
-    dirs = {i.filename.split("/", 1)[0] for i in infos if i.filename.split("/", 1)[0].endswith(".dist-info")}
+    dirs = {
+        i.filename.split("/", 1)[0]
+        for i in infos
+        if i.filename.split("/", 1)[0].endswith(".dist-info")
+    }
     if len(dirs) != 1:
         raise _refuse("wheel must have exactly one .dist-info directory", what, found=len(dirs))
     return dirs.pop()
 
 
-def _entry_point(archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInfo], dist_info: str, what: str) -> str:
+def _entry_point(
+    archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInfo], dist_info: str, what: str
+) -> str:
     info = names.get(f"{dist_info}/entry_points.txt")
     if info is None:
         raise _refuse(f"no --entry-point given and no [{ENTRY_POINT_GROUP}] entry point", what)
@@ -178,7 +188,9 @@ def _entry_point(archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInfo], di
         elif group == ENTRY_POINT_GROUP and "=" in line:
             found.append(line.split("=", 1)[1].strip())
     if len(found) != 1:
-        raise _refuse(f"wheel must name exactly one [{ENTRY_POINT_GROUP}] entry point", what, found=len(found))
+        raise _refuse(
+            f"wheel must name exactly one [{ENTRY_POINT_GROUP}] entry point", what, found=len(found)
+        )
     return found[0]
 
 
@@ -201,7 +213,9 @@ def read_wheel(data: bytes, filename: str, entry_point: str | None = None) -> Wh
         meta = names.get(f"{dist_info}/METADATA")
         if meta is None:
             raise _refuse("no METADATA", filename)
-        declared = parse_metadata(_read_member(archive, meta, MAX_METADATA_BYTES, filename), filename)
+        declared = parse_metadata(
+            _read_member(archive, meta, MAX_METADATA_BYTES, filename), filename
+        )
         chosen = entry_point or _entry_point(archive, names, dist_info, filename)
     if normalized_name(declared.distribution) != normalized_name(spelled.distribution) or (
         declared.version.replace("-", "_") != spelled.version
@@ -215,7 +229,9 @@ def read_wheel(data: bytes, filename: str, entry_point: str | None = None) -> Wh
     if normalized_name(dist_info.removesuffix(".dist-info")) != normalized_name(
         f"{spelled.distribution}-{spelled.version}"
     ):
-        raise _refuse(".dist-info directory disagrees with the file name", filename, distInfo=dist_info)
+        raise _refuse(
+            ".dist-info directory disagrees with the file name", filename, distInfo=dist_info
+        )
     return WheelFacts(declared.distribution, declared.version, check_entry_point(chosen, filename))
 
 

@@ -39,7 +39,9 @@ def test_snapshot_asset_launches_the_pinned_wheel_once_through_pipes(home):
         assert metadata["transformImage"].value == f"registry.local/normalize@{spec.pin}"
         assert metadata["transform"].data["kind"] == "python-wheel"
         reported = metadata["transformReported"].data
-        selection = {r.split("|")[1].strip(): r for r in metadata["selection"].value.splitlines()[2:]}
+        selection = {
+            r.split("|")[1].strip(): r for r in metadata["selection"].value.splitlines()[2:]
+        }
         assert reported["rowsIn"] > 0 and reported["rowsIn"] == reported["rowsOut"]
         assert str(reported["rowsIn"]) in selection["sourceRows"]
         logs = [

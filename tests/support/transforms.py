@@ -68,13 +68,26 @@ def transform(batch):
 """
 
 
-def wheel_bytes(name: str, version: str, files: dict[str, bytes], *, entry: str | None = None, metadata: str | None = None) -> bytes:
+def wheel_bytes(
+    name: str,
+    version: str,
+    files: dict[str, bytes],
+    *,
+    entry: str | None = None,
+    metadata: str | None = None,
+) -> bytes:
     """A wheel zip made by hand: the files, METADATA, WHEEL, entry points and RECORD."""
     dist = f"{name.replace('-', '_')}-{version}.dist-info"
-    meta = metadata if metadata is not None else f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    meta = (
+        metadata
+        if metadata is not None
+        else f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    )
     members = dict(files)
     members[f"{dist}/METADATA"] = meta.encode()
-    members[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    members[f"{dist}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     if entry:
         members[f"{dist}/entry_points.txt"] = f"[relgate.transforms]\nmain = {entry}\n".encode()
     members[f"{dist}/RECORD"] = b""
@@ -85,11 +98,16 @@ def wheel_bytes(name: str, version: str, files: dict[str, bytes], *, entry: str 
     return buffer.getvalue()
 
 
-def write_wheel(out: Path, name: str, version: str, body: str, *, module: str | None = None) -> Path:
+def write_wheel(
+    out: Path, name: str, version: str, body: str, *, module: str | None = None
+) -> Path:
     """A one-module wheel whose ``[relgate.transforms]`` entry point is ``transform``."""
     module = module or name.replace("-", "_")
     data = wheel_bytes(
-        name, version, {f"{module}/__init__.py": textwrap.dedent(body).encode()}, entry=f"{module}:transform"
+        name,
+        version,
+        {f"{module}/__init__.py": textwrap.dedent(body).encode()},
+        entry=f"{module}:transform",
     )
     path = out / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
     path.write_bytes(data)
@@ -134,7 +152,9 @@ with pa.OSFile(os.environ["RELGATE_TRANSFORM_OUTPUT"], "wb") as sink:
 """
 
 
-def layer_tar(files: dict[str, bytes], *, gzipped: bool = True, extra: list[tarfile.TarInfo] | None = None) -> bytes:
+def layer_tar(
+    files: dict[str, bytes], *, gzipped: bool = True, extra: list[tarfile.TarInfo] | None = None
+) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for name, body in files.items():
@@ -155,7 +175,9 @@ def _blob(layout: Path, data: bytes) -> dict[str, object]:
     return {"digest": f"sha256:{hexdigest}", "size": len(data)}
 
 
-def oci_layout(layout: Path, layers: list[bytes], *, entrypoint: list[str], gzipped: bool = True) -> str:
+def oci_layout(
+    layout: Path, layers: list[bytes], *, entrypoint: list[str], gzipped: bool = True
+) -> str:
     """Write an OCI image layout; the image manifest digest."""
     layout.mkdir(parents=True)
     (layout / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
@@ -169,7 +191,10 @@ def oci_layout(layout: Path, layers: list[bytes], *, entrypoint: list[str], gzip
     manifest = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **_blob(layout, json.dumps(config).encode())},
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            **_blob(layout, json.dumps(config).encode()),
+        },
         "layers": [{"mediaType": media, **_blob(layout, layer)} for layer in layers],
     }
     described = _blob(layout, json.dumps(manifest).encode())
@@ -190,6 +215,7 @@ def oci_layout(layout: Path, layers: list[bytes], *, entrypoint: list[str], gzip
 def image_layout(layout: Path, logic: str, *, extra: list[tarfile.TarInfo] | None = None) -> str:
     """A Python transform image: /app/main.py runs /app/logic.py's ``transform``."""
     layer = layer_tar(
-        {"app/main.py": IMAGE_PROGRAM.encode(), "app/logic.py": textwrap.dedent(logic).encode()}, extra=extra
+        {"app/main.py": IMAGE_PROGRAM.encode(), "app/logic.py": textwrap.dedent(logic).encode()},
+        extra=extra,
     )
     return oci_layout(layout, [layer], entrypoint=["python3", "/app/main.py"])

@@ -75,7 +75,9 @@ def _zip(members):
 
 
 def test_a_wheel_with_a_path_escape_is_refused(ws, tmp_path):
-    data = art.wheel_bytes("t-x", "1.0", {"../evil.py": b"", "t_x/__init__.py": b""}, entry="t_x:transform")
+    data = art.wheel_bytes(
+        "t-x", "1.0", {"../evil.py": b"", "t_x/__init__.py": b""}, entry="t_x:transform"
+    )
     path = tmp_path / "t_x-1.0-py3-none-any.whl"
     path.write_bytes(data)
     with pytest.raises(RejectedError) as err:
@@ -106,7 +108,9 @@ def test_a_wheel_with_a_symlink_member_is_refused(tmp_path):
     ids=["version", "name", "two-names", "no-name", "filename"],
 )
 def test_a_wheel_whose_metadata_disagrees_with_its_name_is_refused(filename, metadata):
-    data = art.wheel_bytes("t-x", "1.0", {"t_x/__init__.py": b""}, entry="t_x:transform", metadata=metadata)
+    data = art.wheel_bytes(
+        "t-x", "1.0", {"t_x/__init__.py": b""}, entry="t_x:transform", metadata=metadata
+    )
     with pytest.raises(RejectedError) as err:
         read_wheel(data, filename)
     assert err.value.check == refusals.PACKAGE
@@ -117,7 +121,9 @@ def test_a_wheel_needs_exactly_one_entry_point_or_an_explicit_one():
     with pytest.raises(RejectedError) as err:
         read_wheel(data, "t_x-1.0-py3-none-any.whl")
     assert err.value.check == refusals.PACKAGE
-    assert read_wheel(data, "t_x-1.0-py3-none-any.whl", "t_x:transform").entry_point == "t_x:transform"
+    assert (
+        read_wheel(data, "t_x-1.0-py3-none-any.whl", "t_x:transform").entry_point == "t_x:transform"
+    )
     with pytest.raises(RejectedError):
         read_wheel(data, "t_x-1.0-py3-none-any.whl", "t_x:transform; import os")
 
@@ -130,11 +136,13 @@ _VERSIONS = st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){0,3}", fullmatch=True)
 @given(name=_NAMES, version=_VERSIONS)
 def test_name_and_version_round_trip_through_metadata_and_filename(name, version):
     meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: x\n".encode()
-    assert parse_metadata(meta) .distribution == name
+    assert parse_metadata(meta).distribution == name
     spelled = parse_filename(f"{name.replace('-', '_')}-{version}-py3-none-any.whl")
     assert spelled.version == version
     data = art.wheel_bytes(name, version, {"m/__init__.py": b""}, entry="m:transform")
-    facts = read_wheel(data, f"{name.replace('-', '_').replace('.', '_')}-{version}-py3-none-any.whl")
+    facts = read_wheel(
+        data, f"{name.replace('-', '_').replace('.', '_')}-{version}-py3-none-any.whl"
+    )
     assert (facts.distribution, facts.version, facts.entry_point) == (name, version, "m:transform")
 
 

@@ -43,7 +43,9 @@ def test_demo_wheel_built_by_pip_matches_the_builtin_normalize(ws, tmp_path):
     shown = _cli(ws.home, "snapshot", "show", built["snapshot"], "--manifest")[1]
     body = shown["manifest"]
     assert body["transformImage"] == f"registry.local/normalize@{out['digest']}"
-    assert body["transform"]["wheel"]["uri"] == "cas://sha256/" + out["digest"].removeprefix("sha256:")
+    assert body["transform"]["wheel"]["uri"] == "cas://sha256/" + out["digest"].removeprefix(
+        "sha256:"
+    )
     assert body["transform"]["version"] == "1.0.0"
     assert body["members"]["tupleRoot"] == builtin.manifest.tuple_root
     assert built["state"] == "VALIDATED", built
@@ -51,7 +53,10 @@ def test_demo_wheel_built_by_pip_matches_the_builtin_normalize(ws, tmp_path):
 
 
 def test_stored_wheel_bytes_that_no_longer_match_the_pin_are_refused(ws, tmp_path):
-    spec = _use(ws, register_wheel(ws.db, ws.cas, art.write_wheel(tmp_path, "t-identity", "1.0", art.IDENTITY)))
+    spec = _use(
+        ws,
+        register_wheel(ws.db, ws.cas, art.write_wheel(tmp_path, "t-identity", "1.0", art.IDENTITY)),
+    )
     ref = spec.wheel.content_ref
     path = ws.store.local_path(ref.key, ref.version_id)
     path.chmod(0o644)
@@ -64,7 +69,10 @@ def test_stored_wheel_bytes_that_no_longer_match_the_pin_are_refused(ws, tmp_pat
 
 
 def test_a_tag_moved_to_a_digest_without_stored_bytes_is_refused(ws, tmp_path):
-    first = _use(ws, register_wheel(ws.db, ws.cas, art.write_wheel(tmp_path, "t-identity", "1.0", art.IDENTITY)))
+    first = _use(
+        ws,
+        register_wheel(ws.db, ws.cas, art.write_wheel(tmp_path, "t-identity", "1.0", art.IDENTITY)),
+    )
     assert build(ws).manifest.transform == first
     elsewhere = "sha256:" + "ab" * 32
     tag_transform(ws.db, TAG, elsewhere)
@@ -73,7 +81,10 @@ def test_a_tag_moved_to_a_digest_without_stored_bytes_is_refused(ws, tmp_path):
     assert err.value.check == refusals.DIGEST and err.value.digest == elsewhere
     # Moved to another registered wheel: the build pins that one.
     (tmp_path / "b").mkdir()
-    second = _use(ws, register_wheel(ws.db, ws.cas, art.write_wheel(tmp_path / "b", "t-shout", "2.0", art.SHOUT)))
+    second = _use(
+        ws,
+        register_wheel(ws.db, ws.cas, art.write_wheel(tmp_path / "b", "t-shout", "2.0", art.SHOUT)),
+    )
     result = build_validated(ws)
     assert result.manifest.transform == second
     assert result.manifest.transform_image == f"registry.local/normalize@{second.pin}"
@@ -99,7 +110,9 @@ def test_a_transform_that_breaks_the_contract_is_refused(ws, tmp_path, body, che
 
 
 def test_a_transform_that_hangs_is_killed_and_refused(ws, tmp_path):
-    spec = _use(ws, register_wheel(ws.db, ws.cas, art.write_wheel(tmp_path, "t-hang", "1.0", art.HANG)))
+    spec = _use(
+        ws, register_wheel(ws.db, ws.cas, art.write_wheel(tmp_path, "t-hang", "1.0", art.HANG))
+    )
     ws.config["transforms"] = {"timeoutSeconds": 2}
     with pytest.raises(RejectedError) as err:
         build(ws)
@@ -127,7 +140,9 @@ def test_an_oci_layout_with_a_tampered_layer_is_refused(ws, tmp_path):
             if b'"layers"' in p.read_bytes()
         )
     )
-    layer = tmp_path / "layout/blobs/sha256" / manifest["layers"][0]["digest"].removeprefix("sha256:")
+    layer = (
+        tmp_path / "layout/blobs/sha256" / manifest["layers"][0]["digest"].removeprefix("sha256:")
+    )
     data = bytearray(layer.read_bytes())
     data[len(data) // 2] ^= 0xFF
     layer.write_bytes(bytes(data))
