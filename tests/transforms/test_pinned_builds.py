@@ -5,11 +5,12 @@ import json
 import pytest
 from click.testing import CliRunner
 from support import transforms as art
-from support.snapshots import build, build_validated
+from support.snapshots import build, build_active, build_validated
 
 from relgate.cli.main import main
 from relgate.demo.normalizer import build_demo_wheel
 from relgate.errors import RejectedError
+from relgate.lifecycle.collector import plan_gc
 from relgate.snapshot.transforms import tag_transform
 from relgate.transforms import refusals
 from relgate.transforms.registry import register_image, register_wheel
@@ -161,3 +162,14 @@ def test_a_stored_layer_tampered_after_registration_is_refused(ws, tmp_path):
     with pytest.raises(RejectedError) as err:
         build(ws)
     assert err.value.check == refusals.DIGEST and err.value.digest == spec.layers[0].sha256
+
+
+def test_garbage_collection_keeps_the_wheel_an_active_snapshot_pins(ws, tmp_path):
+    spec = _use(
+        ws,
+        register_wheel(ws.db, ws.cas, art.write_wheel(tmp_path, "t-identity", "1.0", art.IDENTITY)),
+    )
+    build_active(ws)
+    ref = spec.wheel.content_ref
+    candidates = {(c.key, c.version_id) for c in plan_gc(ws, grace_seconds=0).candidates}
+    assert (ref.key, ref.version_id) not in candidates
