@@ -90,6 +90,9 @@ def frozen_sources(relgate: RelgateResource) -> dg.Output[Json]:
             "tombstoneWatermark": frozen.tombstone_watermark,
             "benchmarkFence": frozen.benchmark_fence,
             "transformImage": frozen.transform_image,
+            "transform": dg.MetadataValue.json(
+                frozen.transform_pin.to_json() if frozen.transform_pin else {}
+            ),
             "pins": _table(pins),
         },
     )

@@ -2,13 +2,14 @@
 
 The transform is its own small distribution (``relgate/demo/normalize_transform/``, never
 imported by relgate).  ``relgate demo seed`` and ``make demo`` build its wheel with pip
-(``pip wheel --no-deps --no-build-isolation``, in a copy of the source so the tree stays
+(``pip wheel --no-deps --no-build-isolation`` with the ``flit_core`` backend, in a copy of the source so the tree stays
 clean, ``SOURCE_DATE_EPOCH`` fixed so the same source gives the same wheel digest),
 register it in the workspace and point ``registry.local/normalize:v1`` at its digest.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -29,6 +30,28 @@ DEMO_TAG: Final = "registry.local/normalize:v1"
 _EPOCH: Final = "315532800"
 
 
+def _pip_wheel(out: Path, source: Path) -> list[str]:
+    """``pip wheel`` for ``source``: no build isolation when the backend (flit_core, a dev
+    dependency) is installed here, else pip fetches it into an isolated build env."""
+    isolation = (
+        []
+        if importlib.util.find_spec("flit_core") is None
+        else ["--no-build-isolation", "--no-index"]
+    )
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        *isolation,
+        "-q",
+        "-w",
+        str(out),
+        str(source),
+    ]
+
+
 def build_demo_wheel(out: Path, source: Path = PACKAGE_DIR) -> Path:
     """Build the wheel of ``source`` (a package directory) into ``out``; its path."""
     with tempfile.TemporaryDirectory(prefix="relgate-wheel-") as tmp:
@@ -37,19 +60,7 @@ def build_demo_wheel(out: Path, source: Path = PACKAGE_DIR) -> Path:
             source, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
         )
         proc = subprocess.run(  # noqa: S603 this Python's pip on a directory we just copied
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "--no-deps",
-                "--no-build-isolation",
-                "--no-index",
-                "-q",
-                "-w",
-                str(out),
-                str(copy),
-            ],
+            _pip_wheel(out, copy),
             env={**os.environ, "SOURCE_DATE_EPOCH": _EPOCH, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
             capture_output=True,
             text=True,
