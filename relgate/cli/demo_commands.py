@@ -13,17 +13,34 @@ def demo() -> None:
 
 
 @command(demo, "seed")
-@click.option("--tickets", default=600, show_default=True)
+@click.option("--tickets", default=600, show_default=True, help="Records (text and tokens).")
 @click.option("--seed", default=7, show_default=True)
+@click.option(
+    "--corpus",
+    type=click.Choice(["text", "tokens", "images"]),
+    default="text",
+    show_default=True,
+    help="text: three source kinds with a trained tokenizer; tokens: token ids as"
+    " list<uint32> in Iceberg; images: PNG bytes with metadata under an object prefix.",
+)
 @pass_ctx
-def demo_seed(ctx: Ctx, tickets: int, seed: int) -> CommandOutput:
-    """Generate a synthetic corpus into an Iceberg table, an object prefix and a CDC log,
-    and build, register and tag the demo's pinned transform wheel."""
+def demo_seed(ctx: Ctx, tickets: int, seed: int, corpus: str) -> CommandOutput:
+    """Generate a synthetic corpus and configure it (sources and record schema), and build,
+    register and tag the demo's pinned transform wheels."""
     from relgate.demo.corpus import seed_demo, tag_demo_transforms
 
     ws = ctx.ws()
-    seeded = seed_demo(ws, tickets=tickets, seed=seed)
-    return {**seeded.to_json(), "transformTags": tag_demo_transforms(ws)}
+    tags = tag_demo_transforms(ws)
+    if corpus == "tokens":
+        from relgate.demo.token_corpus import seed_tokens
+
+        return {**seed_tokens(ws, records=tickets, seed=seed).to_json(), "transformTags": tags}
+    if corpus == "images":
+        from relgate.demo.image_corpus import seed_images
+
+        return {**seed_images(ws, seed=seed).to_json(), "transformTags": tags}
+
+    return {**seed_demo(ws, tickets=tickets, seed=seed).to_json(), "transformTags": tags}
 
 
 @command(demo, "transform")

@@ -1,7 +1,8 @@
-"""The demo's pinned transform: build its wheel, register it, tag it.
+"""The demo's pinned transforms: build their wheels, register them, tag them.
 
-The transform is its own small distribution (``relgate/demo/normalize_transform/``, never
-imported by relgate).  ``relgate demo seed`` and ``make demo`` build its wheel with pip
+Each transform is its own small distribution (``relgate/demo/normalize_transform/`` for
+the text corpus, ``relgate/demo/identity_transform/`` for the token-id and image corpora;
+never imported by relgate).  ``relgate demo seed`` and ``make demo`` build its wheel with pip
 (``pip wheel --no-deps --no-build-isolation`` with the ``flit_core`` backend, in a copy of the source so the tree stays
 clean, ``SOURCE_DATE_EPOCH`` fixed so the same source gives the same wheel digest),
 register it in the workspace and point ``registry.local/normalize:v1`` at its digest.
@@ -26,6 +27,12 @@ from relgate.workspace import Workspace
 
 PACKAGE_DIR: Final = Path(__file__).with_name("normalize_transform")
 DEMO_TAG: Final = "registry.local/normalize:v1"
+#: Every demo transform: tag -> its package directory (text demo: normalize; token-id and
+#: image demos: identity).
+DEMO_PACKAGES: Final = {
+    DEMO_TAG: PACKAGE_DIR,
+    "registry.local/identity:v1": Path(__file__).with_name("identity_transform"),
+}
 #: 1980-01-01, the earliest time a zip can hold: reproducible wheels.
 _EPOCH: Final = "315532800"
 
@@ -77,10 +84,12 @@ def build_demo_wheel(out: Path, source: Path = PACKAGE_DIR) -> Path:
     return wheels[0]
 
 
-def register_demo_transform(ws: Workspace) -> WheelTransform:
-    """Build, register and tag the demo transform; its pin."""
-    with tempfile.TemporaryDirectory(prefix="relgate-demo-wheel-") as tmp:
-        wheel = build_demo_wheel(Path(tmp))
-        spec = register_wheel(ws.db, ws.cas, wheel)
-    tag_transform(ws.db, DEMO_TAG, spec.pin)
-    return spec
+def register_demo_transforms(ws: Workspace) -> dict[str, WheelTransform]:
+    """Build, register and tag every demo transform; tag -> pin."""
+    pins = {}
+    for tag, source in DEMO_PACKAGES.items():
+        with tempfile.TemporaryDirectory(prefix="relgate-demo-wheel-") as tmp:
+            spec = register_wheel(ws.db, ws.cas, build_demo_wheel(Path(tmp), source))
+        tag_transform(ws.db, tag, spec.pin)
+        pins[tag] = spec
+    return pins

@@ -25,14 +25,25 @@ from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_keys
 from relgate.objects.layout import membership_key
+from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.snapshot import manifest as mf
+from relgate.snapshot import tokenizer
 from relgate.snapshot.membership import MembershipWriter, Tally
-from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
+from relgate.snapshot.policy import (
+    PredicatePolicy,
+    SelectionPolicy,
+    SplitPolicy,
+    selection_from_json,
+)
 from relgate.snapshot.runs import SortedRuns
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
-from relgate.snapshot.transforms import TransformRef, resolve_transform, transform_timeout
+from relgate.snapshot.transforms import (
+    TransformRef,
+    resolve_transform,
+    transform_artifacts,
+    transform_timeout,
+)
 from relgate.sources.factory import source_from_config
-from relgate.sources.schema import record_schema_digest
 from relgate.sources.source import Source, SourceEntry
 from relgate.transforms.launcher import TransformRunner
 from relgate.transforms.spec import TransformSpec
@@ -51,8 +62,9 @@ class BuildSpec:
 
     purpose: str
     transform: str
-    selection: SelectionPolicy = DEFAULT_SELECTION
+    selection: SelectionPolicy | PredicatePolicy = DEFAULT_SELECTION
     split: SplitPolicy = DEFAULT_SPLIT
+    records: RecordSchema = TEXT_SCHEMA
     parents: list[str] = field(default_factory=list)
     source_ids: list[str] | None = None  # default: every configured source
 
@@ -65,10 +77,13 @@ class BuildSpec:
         return cls(
             purpose=str(snap.get("purpose", "training")),
             transform=str(snap.get("transform", "registry.local/normalize:v1")),
-            selection=SelectionPolicy.from_json(snap["selection"])
+            selection=selection_from_json(snap["selection"])
             if "selection" in snap
             else DEFAULT_SELECTION,
             split=SplitPolicy.from_json(snap["split"]) if "split" in snap else DEFAULT_SPLIT,
+            records=RecordSchema.from_config(snap["recordSchema"])
+            if "recordSchema" in snap
+            else TEXT_SCHEMA,
         )
 
 
@@ -123,17 +138,23 @@ def source_configs(ws: Workspace) -> dict[str, Mapping[str, object]]:
     return {str(cfg["id"]): cfg for cfg in ws.config.get("sources", [])}
 
 
-def configured_sources(ws: Workspace, only: Sequence[str] | None = None) -> dict[str, Source]:
-    """The configured sources (all, or those named in ``only``), ready to pin or read."""
+def configured_sources(
+    ws: Workspace, only: Sequence[str] | None = None, records: RecordSchema = TEXT_SCHEMA
+) -> dict[str, Source]:
+    """The configured sources (all, or those named in ``only``), ready to pin or read
+    records of ``records``."""
     return {
-        source_id: source_from_config(cfg, ws.cas)
+        source_id: source_from_config(cfg, ws.cas, records)
         for source_id, cfg in source_configs(ws).items()
         if only is None or source_id in only
     }
 
 
-def pinned_sources(ws: Workspace, entries: Sequence[SourceEntry], digest: str) -> dict[str, Source]:
-    """The sources a manifest's entries name; refused when this workspace lacks one."""
+def pinned_sources(
+    ws: Workspace, entries: Sequence[SourceEntry], digest: str, records: RecordSchema
+) -> dict[str, Source]:
+    """The sources a manifest's entries name, reading its record schema; refused when
+    this workspace lacks one."""
     configs = source_configs(ws)
     for entry in entries:
         if entry.id not in configs:
@@ -143,7 +164,7 @@ def pinned_sources(ws: Workspace, entries: Sequence[SourceEntry], digest: str) -
                 check="source-known",
                 digest=digest,
             )
-    return {e.id: source_from_config(configs[e.id], ws.cas) for e in entries}
+    return {e.id: source_from_config(configs[e.id], ws.cas, records) for e in entries}
 
 
 def _now() -> str:
@@ -164,7 +185,7 @@ def freeze(ws: Workspace, spec: BuildSpec) -> Frozen:
     try:
         with ws.db.tx() as conn:
             fences = read_fences(conn)
-        sources = configured_sources(ws, spec.source_ids)
+        sources = configured_sources(ws, spec.source_ids, spec.records)
         entries = tuple(source.pin().entry for source in sources.values())
         transform_ref = resolve_transform(ws.db, spec.transform, ws.cas)
     except RelgateError as exc:
@@ -212,6 +233,7 @@ class _Staged:
     path: Path
     tally: Tally
     counts: dict[str, int]
+    artifacts: tuple[mf.ArtifactRef, ...] = ()
 
 
 def _stage_members(
@@ -220,8 +242,8 @@ def _stage_members(
     """The transform once over every source row, then selection streamed through an
     out-of-core sort into the membership parquet."""
     ref = TransformRef.parse(frozen.transform_image, frozen.transform_pin)
-    sources = configured_sources(ws, [e.id for e in frozen.sources])
-    tally = Tally(record_schema_digest())
+    sources = configured_sources(ws, [e.id for e in frozen.sources], spec.records)
+    tally = Tally(spec.records.digest())
     with (
         ref.resolve(ws.cas, runner=runner, timeout_s=transform_timeout(ws)) as transform,
         transform.staged(sources, frozen.sources) as staged,
@@ -229,6 +251,7 @@ def _stage_members(
     ):
         selector = Selector(
             transform=staged.transform,
+            records=spec.records,
             selection=spec.selection,
             split=spec.split,
             fenced=fenced_at(ws, frozen.fences),
@@ -245,7 +268,8 @@ def _stage_members(
         counts["sourceRows"] = staged.facts.rows_in
         counts["transformOutputRows"] = staged.facts.rows_out
     counts["members"] = tally.rows
-    return _Staged(path, tally, counts)
+    artifacts = (*tokenizer.artifacts(ws, spec.records), *transform_artifacts(ref.pin()))
+    return _Staged(path, tally, counts, artifacts)
 
 
 def build_for_alias(
@@ -303,6 +327,7 @@ def _write_snapshot(
         tombstone_watermark=frozen.tombstone_watermark,
         benchmark_fence=frozen.benchmark_fence,
         record_schema=tally.schema_digest,
+        record_schema_document=spec.records,
         selection_policy=spec.selection.digest(),
         transform_image=frozen.transform_image,
         transform=frozen.transform_pin,
@@ -320,6 +345,7 @@ def _write_snapshot(
         member_counts_by_source=tally.by_source,
         policies=mf.EmbeddedPolicies(selection=spec.selection, split=spec.split),
         provenance=_provenance(ws, spec, frozen, actor=actor),
+        artifacts=staged.artifacts or None,
     )
     sealed = mf.seal(body)
     envelope = mf.sign(sealed, ws.signing_key)

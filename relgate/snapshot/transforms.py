@@ -17,12 +17,13 @@ from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.errors import NotFoundError, RejectedError, UsageError
 from relgate.integrity.digests import is_digest
 from relgate.objects.cas import ContentStore
-from relgate.snapshot.manifest import SnapshotManifest
+from relgate.snapshot.manifest import ArtifactRef, SnapshotManifest
 from relgate.transforms import refusals
 from relgate.transforms.builtin import builtin_for_digest, transform_code_digest
 from relgate.transforms.launcher import DEFAULT_TIMEOUT_S, TransformRunner
 from relgate.transforms.pinned import PinnedTransform
 from relgate.transforms.registry import Pin, pin_of, verify_stored
+from relgate.transforms.spec import ImageTransform, StoredBlob, WheelTransform
 from relgate.workspace import Workspace
 
 
@@ -98,6 +99,26 @@ class TransformRef:
     ) -> PinnedTransform:
         """The transform ready to run (a ``LazyFrame -> LazyFrame`` callable)."""
         return PinnedTransform(str(self), self.pin(), cas, runner=runner, timeout_s=timeout_s)
+
+
+#: The manifest ``artifacts`` role of a pinned transform's stored blobs.
+ARTIFACT_ROLE = "transform"
+
+
+def transform_artifacts(spec: Pin) -> tuple[ArtifactRef, ...]:
+    """The stored blobs a snapshot built with ``spec`` must hold (garbage collection keeps
+    a manifest's ``artifacts``): the wheel, or the image's manifest, config and layers."""
+    blobs: tuple[StoredBlob, ...]
+    if isinstance(spec, WheelTransform):
+        blobs = (spec.wheel,)
+    elif isinstance(spec, ImageTransform):
+        blobs = (spec.manifest, spec.config, *spec.layers)
+    else:
+        return ()
+    return tuple(
+        ArtifactRef(role=ARTIFACT_ROLE, uri=b.uri, object_version=b.object_version, size=b.size)
+        for b in blobs
+    )
 
 
 def pinned_transform(ws: Workspace, manifest: SnapshotManifest) -> PinnedTransform:

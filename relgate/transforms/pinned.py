@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from relgate.errors import RejectedError
 from relgate.objects.cas import ContentStore
-from relgate.sources.schema import constant_column
+from relgate.records.values import constant_column
 from relgate.sources.source import Source, SourceEntry, SourcePin
 from relgate.transforms import refusals
 from relgate.transforms.builtin import Transform, run_builtin
@@ -118,10 +118,10 @@ class _StagedSource(Source):
     kind = "transformed"
 
     def __init__(self, inner: Source, output: Path, schema: pa.Schema) -> None:
-        super().__init__(inner.id)
+        super().__init__(inner.id, schema=inner.schema)
         self.inner = inner
         self.output = output
-        self.schema = pa.schema([f for f in schema if f.name != SOURCE_COLUMN])
+        self.arrow_schema = pa.schema([f for f in schema if f.name != SOURCE_COLUMN])
 
     def pin(self) -> SourcePin:
         return self.inner.pin()
@@ -134,7 +134,7 @@ class _StagedSource(Source):
 
     def read(self, entry: SourceEntry) -> pa.Table:
         tables = list(self.read_batches(entry))
-        return pa.concat_tables(tables) if tables else self.schema.empty_table()
+        return pa.concat_tables(tables) if tables else self.arrow_schema.empty_table()
 
     def read_batches(self, entry: SourceEntry) -> Iterator[pa.Table]:
         for batch in output_batches(self.output):
