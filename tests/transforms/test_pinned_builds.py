@@ -6,9 +6,13 @@ import pytest
 from click.testing import CliRunner
 from support import transforms as art
 from support.snapshots import build, build_active, build_validated
+from support.workspaces import make_workspace
 
 from relgate.cli.main import main
+from relgate.demo.corpus import tag_demo_transforms
+from relgate.demo.image_corpus import seed_images
 from relgate.demo.normalizer import build_demo_wheel
+from relgate.demo.token_corpus import seed_tokens
 from relgate.errors import RejectedError
 from relgate.lifecycle.collector import plan_gc
 from relgate.snapshot.transforms import tag_transform
@@ -173,3 +177,38 @@ def test_garbage_collection_keeps_the_wheel_an_active_snapshot_pins(ws, tmp_path
     ref = spec.wheel.content_ref
     candidates = {(c.key, c.version_id) for c in plan_gc(ws, grace_seconds=0).candidates}
     assert (ref.key, ref.version_id) not in candidates
+
+
+@pytest.mark.parametrize("corpus", ["tokens", "images"])
+def test_token_id_and_binary_corpora_build_through_the_pinned_identity_wheel(tmp_path, corpus):
+    """The demo's identity wheel (pip-built) carries list<uint32> and binary records."""
+    ws = make_workspace(tmp_path / "home", seed=False)
+    try:
+        if corpus == "tokens":
+            seed_tokens(ws, records=60)
+        else:
+            seed_images(ws, objects=2, per_object=10)
+        tags = tag_demo_transforms(ws)
+        result = build_validated(ws)
+        assert result.manifest.transform.kind == "python-wheel"
+        assert result.manifest.transform.pin == tags["registry.local/identity:v1"]
+        assert result.manifest.member_count > 0
+        assert result.counts["transformOutputRows"] == result.counts["sourceRows"]
+        assert {a.role for a in result.manifest.artifacts} >= {"transform"}
+    finally:
+        ws.close()
+
+
+def test_cli_tag_needs_an_explicit_target_and_show_rechecks_the_pin(ws, tmp_path):
+    assert _cli(ws.home, "transform", "tag", TAG)[0] == 2
+    wheel = art.write_wheel(tmp_path, "t-identity", "1.0", art.IDENTITY)
+    spec = register_wheel(ws.db, ws.cas, wheel)
+    code, out = _cli(ws.home, "transform", "tag", TAG, "--digest", spec.pin)
+    assert (code, out["digest"]) == (0, spec.pin)
+    code, shown = _cli(ws.home, "transform", "show", TAG)
+    assert code == 0 and shown["transform"]["distribution"] == "t-identity"
+    # Registering the same wheel with another entry point is a conflict, not a new pin.
+    code, out = _cli(
+        ws.home, "transform", "register", str(wheel), "--entry-point", "t_identity:other"
+    )
+    assert code == 4 and out["check"] == refusals.PIN
