@@ -172,7 +172,8 @@ def resolve_transform(db: Database, spec: str, cas: ContentStore | None = None) 
             row = one(conn, "SELECT digest FROM transform_tags WHERE tag = :t", {"t": spec})
         if row is None:
             raise NotFoundError(
-                "transform tag is not registered (relgate transform tag)",
+                "transform tag is not registered (relgate transform register ARTIFACT --tag TAG;"
+                " the demo: relgate demo seed)",
                 object=spec,
                 check=refusals.TAG,
             )
