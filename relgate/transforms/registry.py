@@ -15,8 +15,6 @@ import json
 import tempfile
 from pathlib import Path
 
-from sqlalchemy.exc import IntegrityError as DbIntegrityError
-
 from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.errors import ConflictError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
@@ -82,18 +80,14 @@ def record_pin(db: Database, spec: Pin) -> None:
     """Write a digest's pin once (the same pin again is a no-op; another is a conflict)."""
     body = canonical_bytes(spec.to_json()).decode()
     with db.tx() as conn:
+        # First writer wins on both SQLite and PostgreSQL; what is stored is then compared.
+        execute(
+            conn,
+            "INSERT INTO transform_pins (digest, kind, spec, created_at) VALUES (:d, :k, :s, :t)"
+            " ON CONFLICT (digest) DO NOTHING",
+            {"d": spec.pin, "k": spec.kind, "s": body, "t": utcnow()},
+        )
         row = one(conn, "SELECT spec FROM transform_pins WHERE digest = :d", {"d": spec.pin})
-        if row is None:
-            try:
-                execute(
-                    conn,
-                    "INSERT INTO transform_pins (digest, kind, spec, created_at) VALUES (:d, :k, :s, :t)",
-                    {"d": spec.pin, "k": spec.kind, "s": body, "t": utcnow()},
-                )
-            except DbIntegrityError:  # a concurrent registration of the same digest
-                row = one(
-                    conn, "SELECT spec FROM transform_pins WHERE digest = :d", {"d": spec.pin}
-                )
     if row is not None and _loads(str(row["spec"]), spec.pin) != spec:
         raise ConflictError(
             "this digest is already pinned differently (another entry point or version)",
