@@ -9,6 +9,7 @@ digests.
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import corpora
 
 from relgate.errors import RejectedError, UsageError
 from relgate.integrity.canonical import canonical_bytes
@@ -188,12 +189,14 @@ def bodies(draw):
     pins = tuple(draw(st.lists(entries, max_size=3)))
     parents = tuple(draw(st.lists(digests, max_size=2)))
     by_source = draw(st.none() | st.dictionaries(names, counts, max_size=3))
+    records = draw(st.sampled_from((corpora.TEXT, corpora.TOKENS, corpora.BINARY)))
     return mf.SnapshotBody(
         parents=parents,
         sources=pins,
         tombstone_watermark=draw(counts),
         benchmark_fence=draw(counts),
-        record_schema=draw(digests),
+        record_schema=records.digest(),
+        record_schema_document=records,
         selection_policy=selection.digest(),
         transform_image="registry.local/normalize@" + draw(digests),
         members=mf.MembersRef(
@@ -232,6 +235,7 @@ def _old_body(body):
         "tombstoneWatermark": body.tombstone_watermark,
         "benchmarkFence": body.benchmark_fence,
         "recordSchema": body.record_schema,
+        "recordSchemaDocument": body.record_schema_document.to_json(),
         "selectionPolicy": body.selection_policy,
         "transformImage": body.transform_image,
         "members": {
