@@ -58,7 +58,7 @@ def _fixed_bytes(column: pa.Array, dtype: pa.DataType) -> pa.Array:
 
 
 def _list_bytes(column: pa.Array, dtype: pa.DataType) -> pa.Array:
-    offsets = np.asarray(column.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    offsets = np.asarray(column.offsets, dtype=np.int64)
     child = column.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     if child.null_count:
         raise RejectedError("a list element is null", object=str(dtype), check=CHECK)
@@ -85,17 +85,15 @@ def canonical_column(column: Column, spec: FieldSpec) -> pa.Array:
     else:
         out = pc.cast(arr, pa.large_binary())
     if not spec.nullable:
-        return out.fill_null(b"") if out.null_count else out
+        if arr.null_count:
+            raise RejectedError(
+                f"a null in the non-nullable column {spec.name!r}", object=spec.name, check=CHECK
+            )
+        return out
     valid = pc.is_valid(arr)
     marker = pc.if_else(valid, _PRESENT, _ABSENT)
     value = pc.if_else(valid, out, _EMPTY)
     return pc.binary_join_element_wise(marker, value, _EMPTY)
-
-
-def canonical_value(value: object, spec: FieldSpec) -> bytes:
-    """One value's canonical bytes (the reference the column path must agree with)."""
-    encoded = canonical_column(pa.array([value], arrow_type(spec.type)), spec)
-    return bytes(encoded[0].as_py())
 
 
 def content_columns(table: pa.Table, schema: RecordSchema) -> list[pa.Array]:

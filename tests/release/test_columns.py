@@ -11,6 +11,7 @@ import hashlib
 import re
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import corpora
@@ -18,7 +19,8 @@ from support import record_reference as ref
 from support.releases import write
 
 from relgate.catalog.snapshot_table import get_snapshot
-from relgate.records.record_schema import FieldSpec, arrow_type
+from relgate.errors import RejectedError, UsageError
+from relgate.records.record_schema import FieldSpec, arrow_type, type_name
 from relgate.records.values import canonical_column, content_digests
 from relgate.release import stream as rr
 from relgate.release.verify_worker import PROCESS, THREAD, ShardTask, run_shards
@@ -144,3 +146,44 @@ def test_shards_verified_in_threads_processes_and_inline_agree(ws, snapshot):
     assert all(entry["ok"] for entry, _ in inline) and len(inline) > 1
     for workers, mode in ((2, THREAD), (2, PROCESS)):
         assert [comparable(r) for r in run_shards(tasks, workers, mode=mode)] == inline
+
+
+NAMES = sorted(VALUES)
+
+
+@given(st.sampled_from(NAMES))
+def test_type_names_round_trip_through_arrow(name):
+    """Every name of the grammar spells exactly one Arrow type and back (list is not
+    large_list: the Arrow layouts differ even where the canonical bytes agree)."""
+    assert type_name(arrow_type(name)) == name
+    assert arrow_type("list<uint32>") == pa.list_(pa.uint32())
+    assert arrow_type("large_list<uint32>") == pa.large_list(pa.uint32())
+
+
+@pytest.mark.parametrize(
+    "name", ["map<string,int>", "list<bool>", "list<string>", "struct<a:int32>", "List<uint32>"]
+)
+def test_types_outside_the_grammar_are_refused(name):
+    with pytest.raises(UsageError) as err:
+        arrow_type(name)
+    assert err.value.check == "record-schema"
+
+
+def test_a_null_where_the_schema_forbids_one_is_refused_not_encoded_as_empty():
+    spec = FieldSpec(name="text", type="string")
+    with pytest.raises(RejectedError) as err:
+        canonical_column(pa.array(["a", None]), spec)
+    assert err.value.check == "record-schema" and err.value.object == "text"
+    ids = FieldSpec(name="ids", type="list<uint32>")
+    with pytest.raises(RejectedError):
+        canonical_column(pa.array([[1, None]], pa.list_(pa.uint32())), ids)
+
+
+def test_a_sliced_list_column_reads_only_its_own_elements():
+    """Elements of rows outside the slice (a null among them) are not the slice's."""
+    full = pa.array([[1, 2], [3], [None, 4]], pa.list_(pa.uint32()))
+    spec = FieldSpec(name="ids", type="list<uint32>")
+    got = canonical_column(full.slice(1, 1), spec).to_pylist()
+    assert got == [ref.value_bytes([3], "list<uint32>")]
+    got = canonical_column(full.slice(0, 2), spec).to_pylist()
+    assert got == [ref.value_bytes([1, 2], "list<uint32>"), ref.value_bytes([3], "list<uint32>")]
