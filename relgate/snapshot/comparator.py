@@ -25,7 +25,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import Field, StrictInt, StrictStr
+from pydantic import StrictInt, StrictStr
 
 from relgate.errors import RejectedError, UsageError
 from relgate.integrity.contract import Contract
@@ -78,26 +78,24 @@ class Comparator(Contract):
 
     name: Literal["relgate.replay.exact", "relgate.replay.numeric"]
     version: StrictInt
-    tolerance: StrictStr | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: Absolute, as a canonical decimal string; always ``"0"`` for the exact comparator.
+    tolerance: StrictStr
 
     @classmethod
     def of(cls, name: str, tolerance: str | None = None) -> Comparator:
-        """A known comparator at its current version (numeric needs a tolerance)."""
+        """A known comparator at its current version (tolerance ``"0"`` unless given)."""
         if name not in VERSIONS:
             raise UsageError(
                 f"unknown comparator {name!r}; known: {sorted(VERSIONS)}",
                 object="comparator",
                 check=TOLERANCE_CHECK,
             )
-        if name == EXACT and tolerance is not None:
+        text = tolerance_text("0" if tolerance is None else tolerance)
+        if name == EXACT and text != "0":
             raise UsageError(
-                "the exact comparator takes no tolerance",
-                object="comparator",
-                check=TOLERANCE_CHECK,
+                "the exact comparator has no tolerance", object="comparator", check=TOLERANCE_CHECK
             )
-        if name == NUMERIC:
-            tolerance = tolerance_text("0" if tolerance is None else tolerance)
-        return cls.model_validate({"name": name, "version": VERSIONS[name], "tolerance": tolerance})
+        return cls.model_validate({"name": name, "version": VERSIONS[name], "tolerance": text})
 
     @property
     def numeric(self) -> bool:
@@ -191,7 +189,7 @@ def _differs(comparator: Comparator, column: str, numeric: bool) -> pl.Expr:
     a, b = pl.col(column), pl.col(f"{column}_replayed")
     if not (numeric and comparator.numeric):
         return ~a.eq_missing(b)
-    tolerance = float(Decimal(comparator.tolerance or "0"))
+    tolerance = float(Decimal(comparator.tolerance))
     a64, b64 = a.cast(pl.Float64), b.cast(pl.Float64)
     same_special = (a64.is_nan() & b64.is_nan()) | (a64.is_infinite() & a64.eq(b64))
     both_null = a.is_null() & b.is_null()
