@@ -119,11 +119,10 @@ def _validation_output(report: ValidationReport) -> CommandResult:
     body = {**as_object(report), "report": report.report_digest}
     if report.ok:
         return CommandResult.of(body, ok=True)
-    failing = sorted(report.failing)
     return CommandResult.rejected(
         body,
-        check=failing[0],
-        message=f"snapshot {report.outcome}: {failing}",
+        check=str(report.primary_check),
+        message=f"snapshot {report.outcome}: {sorted(report.failing)}",
         subject="snapshot",
         digest=report.snapshot,
     )

@@ -159,6 +159,16 @@ class ValidationReport(Contract):
     def failing(self) -> dict[str, int]:
         return {k: v for k, v in self.checks.items() if v}
 
+    @property
+    def primary_check(self) -> str | None:
+        """The failing check a refusal names: orphans and unexplained rows first (they mean
+        the table holds what no pinned source explains), then the first by name."""
+        failing = self.failing
+        for name in (ORPHAN_IDS, UNEXPLAINED_ROWS):
+            if failing.get(name):
+                return name
+        return min(failing, default=None)
+
 
 def _joined(stored: pl.DataFrame, expected: pl.DataFrame) -> pl.DataFrame:
     """Stored (first row per id) full-joined with expected on sampleId (``_exp`` suffix)."""
