@@ -246,6 +246,14 @@ class ContentHasher:
         self._sha.update((text if self._first else "\n" + text).encode())
         self._first = False
 
+    def add_series(self, digests: pl.Series) -> None:
+        """:meth:`add` over a polars string column (joined without a Python list)."""
+        if not digests.len():
+            return
+        text = str(digests.str.join("\n").item())
+        self._sha.update((text if self._first else "\n" + text).encode())
+        self._first = False
+
     @property
     def hexdigest(self) -> str:
         return "sha256:" + self._sha.hexdigest()

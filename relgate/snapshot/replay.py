@@ -105,7 +105,7 @@ def _arrow(frame: pl.DataFrame) -> pa.Table:
     return frame.to_arrow()
 
 
-def _reference(ws: Workspace, digest: str, canary_bp: int) -> tuple[pa.Table, FingerprintRef]:
+def fingerprint_reference(ws: Workspace, digest: str, canary_bp: int) -> tuple[pa.Table, FingerprintRef]:
     """The newest fingerprint stored by a reproducing exact replay whose canary covers
     ``canary_bp``, read from its verified report and content address."""
     for row in reversed(snapshot_reports(ws.db, digest, "replay")):
@@ -186,7 +186,7 @@ def replay(
     comparison = run.ids_and_digests()
     reference_ref = stored_ref = None
     if comparator.numeric and run.numeric:
-        table, reference_ref = _reference(ws, digest, canary_bp)
+        table, reference_ref = fingerprint_reference(ws, digest, canary_bp)
         reference = _arrow(run.keep(pl.DataFrame(table)))
         comparison = _merge(comparison, compare(comparator, reference, run.fingerprint()))
     elif comparison.identical and run.numeric:

@@ -266,6 +266,8 @@ _DIFF_CHECKS = (
     "sourceVersionMismatches",
 )
 Frames = Callable[[], Iterator[pl.DataFrame]]
+#: The diff counts whose ranges are searched for set-difference examples.
+_EXAMPLE_CHECKS = ("missingMembers", "extraMembers", "contentMismatches", "splitMismatches")
 
 
 class _StoredScan:
@@ -337,14 +339,17 @@ class _Diff:
         }
 
     def add(self, got: pl.DataFrame, want: pl.DataFrame) -> None:
-        self.several += _several_splits(got)
-        for name, count in multiset_diff(got, want).items():
+        several = _several_splits(got)
+        self.several += several
+        counts = multiset_diff(got, want)
+        for name, count in counts.items():
             self.totals[name] += count
-        self.expected.add(got["logicalContentDigest"].to_list())
-        self.replayed.add(want["logicalContentDigest"].to_list())
+        self.expected.add_series(got["logicalContentDigest"])
+        self.replayed.add_series(want["logicalContentDigest"])
         orphan = ~self.index.traced(got) | ~got["sampleId"].is_in(want["sampleId"].implode())
         self.orphans += got.filter(orphan)["sampleId"].n_unique()
-        if any(len(v) < EXAMPLE_LIMIT for v in self.examples.values()):
+        differs = several or any(counts[k] for k in _EXAMPLE_CHECKS)
+        if differs and any(len(v) < EXAMPLE_LIMIT for v in self.examples.values()):
             for name, ids in _difference_ids(got, want).items():
                 held = self.examples[name]
                 held.extend(ids[: EXAMPLE_LIMIT - len(held)])
