@@ -8,8 +8,10 @@ the non-numeric content in a fingerprint) must still be equal.  A tolerance is a
 decimal string (``"0.001"``), never a float, so the signed report stays RFC 8785 clean.
 
 A *fingerprint* is what numeric comparison needs of a record and nothing more: the
-sampleId, the numeric content columns' values, and the SHA-256 of the length-prefixed
-non-numeric content columns (:data:`OTHER_CONTENT`).  It never holds text.
+sampleId, the numeric content columns' values (content as the snapshot's
+:class:`~relgate.records.record_schema.RecordSchema` declares it), and the SHA-256 of the
+length-prefixed canonical bytes of the other content columns (:data:`OTHER_CONTENT`).
+It never holds text.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from typing import Final, Literal
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import StrictInt, StrictStr
 
 from relgate.errors import RejectedError, UsageError
 from relgate.integrity.contract import Contract
 from relgate.integrity.hashing import digests_to_strings, sha256_fields
+from relgate.records.record_schema import RecordSchema
+from relgate.records.values import canonical_column
 
 EXACT: Final = "relgate.replay.exact"
 NUMERIC: Final = "relgate.replay.numeric"
@@ -43,7 +46,6 @@ TOLERANCE_CHECK: Final = "replay-tolerance"
 EXAMPLE_LIMIT = 10
 _FINGERPRINT_PREFIX = b"relgate.fingerprint.v1\x00"
 _PLAIN_DECIMAL = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
-_TEXT_LIKE = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary)
 
 
 def tolerance_text(value: str) -> str:
@@ -131,25 +133,17 @@ def numeric_columns(schema: pa.Schema, content: Sequence[str]) -> tuple[str, ...
     return tuple(f.name for f in schema if f.name in wanted and numeric_type(f.type))
 
 
-def _as_bytes(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """A non-numeric column as binary for hashing (strings and binary as they are; other
-    types by their JSON-like text form, type-tagged so two types never collide)."""
-    dtype = column.type
-    if any(test(dtype) for test in _TEXT_LIKE):
-        return pc.cast(column, pa.large_binary())
-    values = [repr((str(dtype), v)).encode() for v in column.to_pylist()]
-    return pa.array(values, type=pa.large_binary())
-
-
-def fingerprint(table: pa.Table, content: Sequence[str]) -> pa.Table:
+def fingerprint(table: pa.Table, schema: RecordSchema) -> pa.Table:
     """``sampleId``, the numeric content columns, and the digest of the other content
-    columns, sorted by sampleId (never any text)."""
+    columns (their canonical value bytes, :func:`relgate.records.values.canonical_column`),
+    sorted by sampleId; never any text.  Numeric is decided by the frame's Arrow types."""
+    content = schema.content
     numeric = numeric_columns(table.schema, content)
     others = [c for c in content if c not in numeric]
     n = table.num_rows
-    if others:
-        raw = sha256_fields(*(_as_bytes(table[c]) for c in others), prefix=_FINGERPRINT_PREFIX)
-        digests = digests_to_strings(raw) if n else pa.array([], pa.string())
+    if others and n:
+        columns = [canonical_column(table.column(c), schema.field(c)) for c in others]
+        digests = digests_to_strings(sha256_fields(*columns, prefix=_FINGERPRINT_PREFIX))
     else:
         digests = pa.array([""] * n, pa.string())
     out = table.select(["sampleId", *numeric]).append_column(OTHER_CONTENT, digests)

@@ -38,7 +38,6 @@ from relgate.snapshot.comparator import (
     read_fingerprint,
 )
 from relgate.snapshot.compare import canary_filter, load_manifest
-from relgate.snapshot.membership import COLUMNS
 from relgate.snapshot.policy import BASIS_POINTS
 from relgate.snapshot.validate import recompute
 from relgate.workspace import Workspace
@@ -149,15 +148,15 @@ class _Replayed:
         self.keep = keep
         self.expected = keep(stored.select(_KEY)).sort("sampleId")
         self.replayed = recompute(ws, manifest, canary=keep, keep_content=True).sort("sampleId")
-        self.content = [c for c in self.replayed.columns if c not in COLUMNS]
-        self.numeric = numeric_columns(_arrow(self.replayed).schema, self.content)
+        self.records = manifest.record_schema_document
+        self.numeric = numeric_columns(_arrow(self.replayed).schema, self.records.content)
 
     def ids_and_digests(self) -> Comparison:
         exact = Comparator.of(EXACT)
         return compare(exact, _arrow(self.expected), _arrow(self.replayed.select(_KEY)))
 
     def fingerprint(self) -> pa.Table:
-        return fingerprint(_arrow(self.replayed), self.content)
+        return fingerprint(_arrow(self.replayed), self.records)
 
 
 def _store_fingerprint(ws: Workspace, run: _Replayed, canary_bp: int) -> FingerprintRef:

@@ -15,10 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from support.snapshots import build, build_validated, state_of
+from support.workspaces import make_workspace
 
 from relgate.catalog.snapshot_table import snapshot_reports
 from relgate.errors import IntegrityError, RejectedError, UsageError
 from relgate.objects.layout import report_key
+from relgate.records.record_schema import FieldSpec, RecordSchema, TokenRule
 from relgate.snapshot import reports
 from relgate.snapshot.comparator import (
     EXACT,
@@ -33,6 +35,7 @@ from relgate.snapshot.comparator import (
     tolerance_text,
 )
 from relgate.snapshot.coverage import PPM
+from relgate.snapshot.policy import PredicatePolicy
 from relgate.snapshot.replay import (
     REFERENCE_CHECK,
     REPLAY_CHECK,
@@ -132,6 +135,18 @@ def test_numeric_replay_without_a_fingerprint_is_refused(ws):
 
 
 # -- comparators on Arrow tables (a float content column) ----------------------------------
+SCORED = RecordSchema(
+    name="test.scored.v1",
+    fields=(
+        FieldSpec(name="sampleId", type="string"),
+        FieldSpec(name="score", type="float64"),
+        FieldSpec(name="text", type="string"),
+    ),
+    content=("score", "text"),
+    tokens=TokenRule(kind="none"),
+)
+
+
 def _scored(scores, ids=None, texts=None):
     ids = ids or [f"s{i}" for i in range(len(scores))]  # sorted below 10 rows
     texts = texts or [f"text {i}" for i in range(len(scores))]
@@ -141,10 +156,10 @@ def _scored(scores, ids=None, texts=None):
 
 
 def test_numeric_comparator_within_and_beyond_tolerance():
-    reference = fingerprint(_scored([0.5, 1.25, float("nan"), 3.0]), ["score", "text"])
+    reference = fingerprint(_scored([0.5, 1.25, float("nan"), 3.0]), SCORED)
     assert reference.column_names == ["sampleId", "score", "otherContentDigest"]
-    close = fingerprint(_scored([0.5004, 1.2496, float("nan"), 3.0]), ["score", "text"])
-    far = fingerprint(_scored([0.5, 1.2, float("nan"), 3.0]), ["score", "text"])
+    close = fingerprint(_scored([0.5004, 1.2496, float("nan"), 3.0]), SCORED)
+    far = fingerprint(_scored([0.5, 1.2, float("nan"), 3.0]), SCORED)
     numeric = Comparator.of(NUMERIC, "0.001")
     within = compare(numeric, reference, close)
     assert within.identical and within.numeric_columns == ("score",)
@@ -154,12 +169,10 @@ def test_numeric_comparator_within_and_beyond_tolerance():
     assert (exact.mismatching, exact.examples) == (2, ("s0", "s1"))
     text_changed = fingerprint(
         _scored([0.5, 1.25, float("nan"), 3.0], texts=["text 0", "x", "text 2", "text 3"]),
-        ["score", "text"],
+        SCORED,
     )
     assert compare(numeric, reference, text_changed).examples == ("s1",)  # other content exact
-    other_ids = fingerprint(
-        _scored([0.5, 1.25, 0.0, 3.0], ids=["s0", "s1", "s9", "s3"]), ["score", "text"]
-    )
+    other_ids = fingerprint(_scored([0.5, 1.25, 0.0, 3.0], ids=["s0", "s1", "s9", "s3"]), SCORED)
     moved = compare(numeric, reference, other_ids)
     assert (moved.missing, moved.extra, moved.examples) == (1, 1, ("s2", "s9"))
 
@@ -188,7 +201,7 @@ scores = st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), min_
 @given(scores)
 def test_fingerprint_parquet_round_trips_and_holds_no_text(values):
     ids = [f"s{i:03d}" for i in range(len(values))]
-    table = fingerprint(_scored(values, ids=ids), ["score", "text"])
+    table = fingerprint(_scored(values, ids=ids), SCORED)
     back = read_fingerprint(fingerprint_parquet(table), subject="t")
     assert back.schema.equals(table.schema) and compare(Comparator.of(EXACT), table, back).identical
     assert "text" not in back.column_names
@@ -346,3 +359,53 @@ def test_a_tampered_validation_report_is_refused(ws):
     with pytest.raises(IntegrityError) as err:
         reports.open_report(ws, row, ValidationReport)
     assert err.value.check == "storage-digest" and err.value.digest == row.report_digest
+
+
+# -- a float content column end to end -----------------------------------------------------
+@pytest.fixture
+def scored(tmp_path):
+    """A workspace whose only source is an object prefix of records with a float score."""
+    workspace = make_workspace(tmp_path / "scored", seed=False)
+    lines = [
+        json.dumps({"id": f"scores/{i:04d}", "score": i / 7, "text": f"record {i}"})
+        for i in range(40)
+    ]
+    workspace.store.put("raw/scores/part-0.jsonl", "\n".join(lines).encode())
+    workspace.config["sources"] = [
+        {"id": "scores", "kind": "object-prefix", "prefix": "raw/scores/"}
+    ]
+    snapshot = workspace.config.setdefault("snapshot", {})
+    snapshot["recordSchema"] = SCORED.to_json()
+    snapshot["selection"] = PredicatePolicy().to_json()
+    snapshot["transform"] = "registry.local/identity:v1"
+    workspace.save()
+    yield workspace
+    workspace.close()
+
+
+def test_numeric_replay_compares_floats_against_the_exact_replays_fingerprint(scored):
+    ws = scored
+    result = build_validated(ws)
+    assert result.manifest.record_schema_document == SCORED
+    with pytest.raises(RejectedError) as err:
+        replay(ws, result.digest, comparator=Comparator.of(NUMERIC, "0.0001"))
+    assert err.value.check == REFERENCE_CHECK  # no exact replay has stored values yet
+    exact = replay(ws, result.digest, canary_bp=6000)
+    stored = exact.stored_fingerprint
+    assert exact.identical and exact.numeric_columns == ("score",)
+    assert stored is not None and stored.canary_basis_points == 6000
+    assert stored.rows == exact.expected_ids and stored.numeric_columns == ("score",)
+    fp = read_fingerprint(ws.cas.get(stored.content_digest, stored.version), subject="fp")
+    assert fp.column_names == ["sampleId", "score", "otherContentDigest"]  # no text
+    numeric = replay(ws, result.digest, canary_bp=3000, comparator=Comparator.of(NUMERIC, "0.0001"))
+    assert numeric.identical and numeric.reference == "fingerprint"
+    assert numeric.reference_fingerprint == stored
+    assert numeric.to_json()["comparator"]["tolerance"] == "0.0001"
+    with pytest.raises(RejectedError) as wider:  # the fingerprint's canary is smaller
+        replay(ws, result.digest, comparator=Comparator.of(NUMERIC, "0.0001"))
+    assert wider.value.check == REFERENCE_CHECK
+    rows = snapshot_reports(ws.db, result.digest, "replay")
+    assert [(r.comparator, r.fingerprint_digest) for r in rows] == [
+        (f"{EXACT}@1", stored.content_digest),
+        (f"{NUMERIC}@1", None),
+    ]
