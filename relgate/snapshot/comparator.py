@@ -42,6 +42,8 @@ VERSIONS: Final = {EXACT: 1, NUMERIC: 1}
 OTHER_CONTENT: Final = "otherContentDigest"
 #: The refusal check of a malformed tolerance or comparator name.
 TOLERANCE_CHECK: Final = "replay-tolerance"
+#: The refusal check of a replay whose reference (fingerprint) is missing or unusable.
+REFERENCE_CHECK: Final = "replay-reference"
 #: Mismatching ids a comparison names (sampleIds only, never content).
 EXAMPLE_LIMIT = 10
 _FINGERPRINT_PREFIX = b"relgate.fingerprint.v1\x00"
@@ -199,7 +201,7 @@ def compare(
         raise RejectedError(
             "reference and replay have different columns",
             object="replay",
-            check="replay-reference",
+            check=REFERENCE_CHECK,
             details={"expected": expected.column_names, "replayed": replayed.column_names},
         )
     numeric = set(numeric_columns(expected.schema, expected.column_names))

@@ -27,6 +27,7 @@ from relgate.integrity.contract import Contract
 from relgate.snapshot import reports
 from relgate.snapshot.comparator import (
     EXACT,
+    REFERENCE_CHECK,
     Comparator,
     Comparison,
     ReplayHashes,
@@ -45,8 +46,6 @@ from relgate.workspace import Workspace
 REPLAY_SCHEMA: Final = "relgate.snapshot.replay.v1"
 #: The refusal check of a replay that did not reproduce the snapshot.
 REPLAY_CHECK: Final = "replay-identical"
-#: The refusal check of a numeric replay with no usable fingerprint.
-REFERENCE_CHECK: Final = "replay-reference"
 #: The canary rule a report names (see :func:`relgate.snapshot.compare.canary_filter`).
 CANARY_RULE: Final = "sha256(canary\\0 || sampleId)[0:4] as u32be mod 10000 < basisPoints"
 _KEY = ["sampleId", "logicalContentDigest"]
