@@ -19,6 +19,7 @@ from support.workspaces import make_workspace
 
 from relgate.catalog.snapshot_table import snapshot_reports
 from relgate.errors import IntegrityError, RejectedError, UsageError
+from relgate.lifecycle.collector import plan_gc
 from relgate.objects.layout import report_key
 from relgate.records.record_schema import FieldSpec, RecordSchema, TokenRule
 from relgate.snapshot import reports
@@ -409,3 +410,16 @@ def test_numeric_replay_compares_floats_against_the_exact_replays_fingerprint(sc
         (f"{EXACT}@1", stored.content_digest),
         (f"{NUMERIC}@1", None),
     ]
+
+
+def test_the_collector_keeps_reports_and_fingerprints_of_a_retained_snapshot(scored):
+    ws = scored
+    result = build_validated(ws)
+    stored = replay(ws, result.digest, canary_bp=5000).stored_fingerprint
+    kept = {
+        (report_key(r.report_digest), r.report_version)
+        for r in snapshot_reports(ws.db, result.digest)
+    }
+    kept.add((report_key(stored.content_digest), stored.version))
+    plan = plan_gc(ws, grace_seconds=0)
+    assert not {(c.key, c.version_id) for c in plan.candidates} & kept
