@@ -3,8 +3,12 @@
 Nothing the builder computed is trusted: the envelope's signature and digest are checked,
 the membership table is re-read from its content address, selection is re-run from the
 pinned source versions, and the two multisets are diffed in full.  The report counts each
-check; the snapshot moves to VALIDATED only when every count that must be zero is zero.
-A late CDC event sends it to INCOMPLETE instead of REJECTED.
+check; the snapshot moves to VALIDATED only when every count that must be zero is zero
+(among them :data:`ORPHAN_IDS` and :data:`UNEXPLAINED_ROWS`).  A late CDC event sends it
+to INCOMPLETE instead of REJECTED.  The signed ``relgate.snapshot.validation.v2`` report
+also carries source-watermark coverage, unversioned objects and lineage
+(:mod:`relgate.snapshot.coverage`), set differences with example ids, replay hashes,
+build latency, per-source row accounting and tombstone matches.
 """
 
 from __future__ import annotations
