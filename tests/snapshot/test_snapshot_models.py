@@ -15,8 +15,8 @@ from relgate.integrity.canonical import canonical_bytes
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.comparator import Comparator, ReplayHashes
 from relgate.snapshot.compare import CountDelta, DiffExamples, OldNew, SnapshotDiff
-from relgate.snapshot.replay import Canary, ReplayReport
 from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
+from relgate.snapshot.replay import Canary, ReplayReport
 from relgate.snapshot.validate import ValidationFacts, ValidationReport
 from relgate.sources.source import (
     CdcPin,
