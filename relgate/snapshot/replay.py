@@ -103,7 +103,9 @@ def _arrow(frame: pl.DataFrame) -> pa.Table:
     return frame.to_arrow()
 
 
-def fingerprint_reference(ws: Workspace, digest: str, canary_bp: int) -> tuple[pa.Table, FingerprintRef]:
+def fingerprint_reference(
+    ws: Workspace, digest: str, canary_bp: int
+) -> tuple[pa.Table, FingerprintRef]:
     """The newest fingerprint stored by a reproducing exact replay whose canary covers
     ``canary_bp``, read from its verified report and content address."""
     for row in reversed(snapshot_reports(ws.db, digest, "replay")):
