@@ -13,8 +13,11 @@ import dagster as dg
 from relgate.records.record_schema import ID_COLUMN, RecordSchema
 from relgate.snapshot import activation
 from relgate.snapshot.build import BuildSpec, Frozen, build_for_alias, freeze
+from relgate.snapshot.comparator import EXACT, Comparator
 from relgate.snapshot.compare import shadow_diff
-from relgate.snapshot.validate import validate_snapshot
+from relgate.snapshot.coverage import PPM
+from relgate.snapshot.replay import replay
+from relgate.snapshot.validate import ValidationReport, validate_snapshot
 from relgate.transforms.child import ROWS_IN, ROWS_OUT
 from relgate.transforms.launcher import Launch
 from resources.relgate import RelgateResource
@@ -37,6 +40,58 @@ class AliasConfig(dg.Config):
     alias: str = "default"
     approver: str  # required: approval is a person's name bound to this exact digest
     comment: str = ""
+
+
+def _rows_table(rows: Sequence[Mapping[str, object]]) -> dg.MetadataValue:
+    """``MetadataValue.table`` over JSON rows (every row gets every column; an absent
+    value is the empty string)."""
+    if not rows:
+        return dg.MetadataValue.md("_none_")
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+
+    def cell(value: object) -> bool | int | float | str:
+        return value if isinstance(value, bool | int | float | str) else str(value)
+
+    records = [dg.TableRecord({c: cell(r.get(c, "")) for c in columns}) for r in rows]
+    return dg.MetadataValue.table(records)
+
+
+def validation_metadata(report: ValidationReport) -> dict[str, Any]:
+    """The validation report as Dagster metadata: numbers that plot, tables where tabular."""
+    meta: dict[str, Any] = {
+        "outcome": report.outcome,
+        "report": report.report_digest or "",
+        "checks": _table([{"check": k, "count": v} for k, v in report.checks.items()]),
+        "problems": dg.MetadataValue.json(list(report.problems)),
+        "orphanIds": report.checks.get("orphanIds", 0),
+        "unexplainedRows": report.checks.get("unexplainedRows", 0),
+        "coverage": _rows_table([c.to_json() for c in report.coverage]),
+        "uncoveredSources": sum(1 for c in report.coverage if not c.covered),
+        "unversionedObjects": sum(c.unversioned_objects or 0 for c in report.coverage),
+        "eventsAfterPin": sum(c.events_after_pin or 0 for c in report.coverage),
+        "rowAccounting": _rows_table([r.to_json() for r in report.row_accounting]),
+    }
+    if report.lineage is not None:
+        meta["lineageCompleteness"] = dg.MetadataValue.float(report.lineage.completeness_ppm / PPM)
+        meta["untracedMembers"] = report.lineage.untraced
+    diffs = report.set_differences
+    if diffs is not None:
+        meta |= {
+            "missingMembers": diffs.missing,
+            "extraMembers": diffs.extra,
+            "contentSubstitutions": diffs.content_substitutions,
+            "splitConflicts": diffs.split_conflicts,
+            "setDifferenceExamples": dg.MetadataValue.json(diffs.examples.to_json()),
+        }
+    if report.replay_hashes is not None:
+        meta["replayHashExpected"] = report.replay_hashes.expected
+        meta["replayHashReplayed"] = report.replay_hashes.replayed
+    if report.build_latency is not None:
+        meta["buildLatencySeconds"] = report.build_latency.seconds
+    if report.tombstones is not None:
+        meta["tombstoneMatches"] = report.tombstones.matches_in_members
+        meta["tombstonesExcluded"] = report.tombstones.excluded_at_selection
+    return meta
 
 
 def _table(rows: Sequence[Mapping[str, object]]) -> dg.MetadataValue:
@@ -188,12 +243,7 @@ def snapshot_validation(relgate: RelgateResource, dataset_snapshot: str) -> dg.A
     return dg.AssetCheckResult(
         passed=report.ok,
         severity=dg.AssetCheckSeverity.ERROR,
-        metadata={
-            "outcome": report.outcome,
-            "report": report.report_digest or "",
-            "checks": _table([{"check": k, "count": v} for k, v in report.checks.items()]),
-            "problems": dg.MetadataValue.json(list(report.problems)),
-        },
+        metadata=validation_metadata(report),
     )
 
 
@@ -257,4 +307,50 @@ def snapshot_alias(
 
 
 snapshot_assets = [frozen_sources, dataset_snapshot, snapshot_diff, snapshot_alias]
+
+
+class ReplayConfig(dg.Config):
+    canary_bp: int = 1000
+    comparator: str = EXACT
+    tolerance: str | None = None
+
+
+@dg.asset_check(
+    asset=dataset_snapshot,
+    description="Replay a fixed canary from the pinned sources; signed replay report.",
+)
+def snapshot_replay(
+    config: ReplayConfig, relgate: RelgateResource, dataset_snapshot: str
+) -> dg.AssetCheckResult:
+    report = replay(
+        relgate.workspace(),
+        dataset_snapshot,
+        canary_bp=config.canary_bp,
+        comparator=Comparator.of(config.comparator, config.tolerance),
+        actor=relgate.actor,
+    )
+    comparator = report.comparator
+    return dg.AssetCheckResult(
+        passed=report.identical,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "result": report.result,
+            "report": report.report_digest or "",
+            "comparator": f"{comparator.name}@{comparator.version}",
+            "tolerance": comparator.tolerance,
+            "canaryBasisPoints": report.canary.basis_points,
+            "expectedIds": report.expected_ids,
+            "replayedIds": report.replayed_ids,
+            "mismatchingIds": report.mismatching_ids,
+            "missing": report.missing,
+            "extra": report.extra,
+            "replayHashExpected": report.replay_hashes.expected,
+            "replayHashReplayed": report.replay_hashes.replayed,
+            "examples": dg.MetadataValue.json(list(report.examples)),
+        },
+    )
+
+
 snapshot_checks = [snapshot_validation]
+#: Non-blocking: replay a canary after the build (run on demand or on a schedule).
+replay_checks = [snapshot_replay]

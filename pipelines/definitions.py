@@ -7,7 +7,7 @@ import dagster as dg
 from assets.checkpoints import checkpoint_assets
 from assets.lifecycle import gc_job, gc_schedule, lifecycle_assets
 from assets.releases import release_assets, release_checks
-from assets.snapshots import snapshot_assets, snapshot_checks
+from assets.snapshots import replay_checks, snapshot_assets, snapshot_checks
 from pipelines.jobs import (
     distribution_job,
     nightly_snapshot_schedule,
@@ -23,7 +23,7 @@ from sensors.fence_sensors import benchmark_fence_sensor, tombstone_fence_sensor
 
 defs = dg.Definitions(
     assets=[*snapshot_assets, *release_assets, *checkpoint_assets, *lifecycle_assets],
-    asset_checks=[*snapshot_checks, *release_checks],
+    asset_checks=[*snapshot_checks, *replay_checks, *release_checks],
     jobs=[
         snapshot_build_job,
         snapshot_release_job,

@@ -311,9 +311,31 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX verification_attempts_digest ON verification_attempts (digest)",
         ),
     ),
-    # Numbered 1402 (issue 14, item 2) so it merges beside other branches' migrations.
     Migration(
-        1402,
+        6,
+        "snapshot validation and replay reports",
+        (
+            # One row per signed snapshot report (validation or replay): its outcome, the
+            # comparator a replay used and the fingerprint it stored, if any.  The signed
+            # envelope is the record; these columns are an index over it.
+            """CREATE TABLE snapshot_reports (
+                {id},
+                snapshot_digest TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                outcome TEXT NOT NULL,
+                report_digest TEXT NOT NULL,
+                report_version TEXT NOT NULL,
+                comparator TEXT,
+                canary_bp BIGINT,
+                fingerprint_digest TEXT,
+                fingerprint_version TEXT,
+                actor TEXT NOT NULL,
+                at TEXT NOT NULL)""",
+            "CREATE INDEX snapshot_reports_snapshot ON snapshot_reports (snapshot_digest, kind)",
+        ),
+    ),
+    Migration(
+        7,
         "pinned transforms: what each registered transform digest pins",
         (
             # One row per registered artifact (wheel or OCI image): its typed pin as

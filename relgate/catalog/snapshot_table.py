@@ -6,12 +6,93 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import Field, StrictInt, StrictStr
 from sqlalchemy import Connection
 
+from relgate.catalog.audit import record_report
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.catalog.states import history, resolve_digest
 from relgate.errors import NotFoundError
+from relgate.integrity.contract import Contract
 from relgate.snapshot.manifest import SnapshotManifest
+
+#: ``reports.subject_kind`` of the CAS objects a snapshot report row keeps alive (the
+#: collector marks every ``reports`` row; approval reads only ``snapshot`` rows).
+RETAINED_KIND = {"validation": "snapshot", "replay": "snapshot-replay"}
+FINGERPRINT_KIND = "snapshot-fingerprint"
+
+
+def _absent(value: object) -> bool:
+    return value is None
+
+
+class SnapshotReportRow(Contract):
+    """One signed snapshot report as the catalog indexes it (``snapshot_reports``)."""
+
+    snapshot: StrictStr
+    kind: StrictStr
+    outcome: StrictStr
+    report_digest: StrictStr
+    report_version: StrictStr
+    comparator: StrictStr | None = Field(default=None, exclude_if=_absent)
+    canary_bp: StrictInt | None = Field(default=None, exclude_if=_absent)
+    fingerprint_digest: StrictStr | None = Field(default=None, exclude_if=_absent)
+    fingerprint_version: StrictStr | None = Field(default=None, exclude_if=_absent)
+    actor: StrictStr
+    at: StrictStr | None = Field(default=None, exclude_if=_absent)
+
+
+def record_snapshot_report(conn: Connection, row: SnapshotReportRow, *, ok: bool) -> None:
+    """Index a stored report (and its fingerprint) against its snapshot; a validation row
+    also goes into ``reports``, which approval reads (the caller holds the transaction)."""
+    now = utcnow()
+    execute(
+        conn,
+        "INSERT INTO snapshot_reports (snapshot_digest, kind, outcome, report_digest,"
+        " report_version, comparator, canary_bp, fingerprint_digest, fingerprint_version,"
+        " actor, at) VALUES (:s, :k, :o, :r, :v, :c, :bp, :fd, :fv, :a, :now)",
+        {
+            "s": row.snapshot,
+            "k": row.kind,
+            "o": row.outcome,
+            "r": row.report_digest,
+            "v": row.report_version,
+            "c": row.comparator,
+            "bp": row.canary_bp,
+            "fd": row.fingerprint_digest,
+            "fv": row.fingerprint_version,
+            "a": row.actor,
+            "now": now,
+        },
+    )
+    subject = RETAINED_KIND[row.kind]
+    record_report(conn, subject, row.snapshot, row.report_digest, row.report_version, ok)
+    if row.fingerprint_digest and row.fingerprint_version:
+        record_report(
+            conn,
+            FINGERPRINT_KIND,
+            row.snapshot,
+            row.fingerprint_digest,
+            row.fingerprint_version,
+            ok,
+        )
+
+
+_REPORT_COLUMNS = (
+    "snapshot_digest AS snapshot, kind, outcome, report_digest, report_version, comparator,"
+    " canary_bp, fingerprint_digest, fingerprint_version, actor, at"
+)
+
+
+def snapshot_reports(db: Database, digest: str, kind: str | None = None) -> list[SnapshotReportRow]:
+    """The snapshot's report rows, oldest first (of one ``kind`` when given)."""
+    sql = f"SELECT {_REPORT_COLUMNS} FROM snapshot_reports WHERE snapshot_digest = :d"  # noqa: S608 - constant column list
+    params = {"d": digest, "k": kind}
+    if kind is not None:
+        sql += " AND kind = :k"
+    with db.tx() as conn:
+        found = rows(conn, sql + " ORDER BY id", params)
+    return [SnapshotReportRow.model_validate(r) for r in found]
 
 
 def insert_snapshot(

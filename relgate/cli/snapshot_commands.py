@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from relgate.cli.common import (
@@ -13,6 +15,9 @@ from relgate.cli.common import (
     command,
     pass_ctx,
 )
+
+if TYPE_CHECKING:
+    from relgate.snapshot.validate import ValidationReport
 
 
 @click.group()
@@ -93,7 +98,7 @@ def snapshot_list(ctx: Ctx) -> CommandOutput:
 @pass_ctx
 def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> CommandOutput:
     from relgate.catalog.audit import approvals, latest_report
-    from relgate.catalog.snapshot_table import resolve, snapshot_history
+    from relgate.catalog.snapshot_table import resolve, snapshot_history, snapshot_reports
     from relgate.snapshot.activation import describe
     from relgate.snapshot.compare import load_manifest
 
@@ -103,22 +108,64 @@ def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> CommandOutput:
     out["history"] = snapshot_history(ws.db, digest)
     out["approvals"] = approvals(ws.db, digest)
     out["latestReport"] = latest_report(ws.db, digest, "snapshot")
+    out["reports"] = [r.to_json() for r in snapshot_reports(ws.db, digest)]
     if with_manifest:
         out["manifest"] = load_manifest(ws, digest).body
     return out
+
+
+def _validation_output(report: ValidationReport) -> CommandResult:
+    """The report; a failing one exits 3 naming its first failing check."""
+    body = {**as_object(report), "report": report.report_digest}
+    if report.ok:
+        return CommandResult.of(body, ok=True)
+    return CommandResult.rejected(
+        body,
+        check=str(report.primary_check),
+        message=f"snapshot {report.outcome}: {sorted(report.failing)}",
+        subject="snapshot",
+        digest=report.snapshot,
+    )
 
 
 @command(snapshot, "validate")
 @click.argument("digest")
 @pass_ctx
 def snapshot_validate(ctx: Ctx, digest: str) -> CommandOutput:
-    """Recompute from pinned sources; VALIDATED, REJECTED or INCOMPLETE."""
+    """Recompute from pinned sources; VALIDATED, REJECTED or INCOMPLETE (signed report)."""
     from relgate.catalog.snapshot_table import resolve
     from relgate.snapshot.validate import validate_snapshot
 
     ws = ctx.ws()
-    report = validate_snapshot(ws, resolve(ws.db, digest), actor=actor())
-    return CommandResult.of({**as_object(report), "report": report.report_digest}, ok=report.ok)
+    return _validation_output(validate_snapshot(ws, resolve(ws.db, digest), actor=actor()))
+
+
+@command(snapshot, "reports")
+@click.argument("digest")
+@click.option("--kind", type=click.Choice(["validation", "replay"]), default=None)
+@click.option("--verify", is_flag=True, help="Open every report: content address and signature.")
+@pass_ctx
+def snapshot_reports(ctx: Ctx, digest: str, kind: str | None, verify: bool) -> CommandOutput:
+    """The snapshot's signed reports; with --verify each is opened (a tampered one: exit 3)."""
+    from relgate.catalog.snapshot_table import resolve, snapshot_reports
+    from relgate.snapshot.replay import ReplayReport
+    from relgate.snapshot.reports import open_report
+    from relgate.snapshot.validate import ValidationReport
+
+    ws = ctx.ws()
+    digest = resolve(ws.db, digest)
+    rows = snapshot_reports(ws.db, digest, kind)
+    if not verify:
+        return {"snapshot": digest, "reports": [r.to_json() for r in rows]}
+    models: dict[str, type[ValidationReport] | type[ReplayReport]] = {
+        "validation": ValidationReport,
+        "replay": ReplayReport,
+    }
+    opened = [
+        {**r.to_json(), "verified": True, "body": open_report(ws, r, models[r.kind]).to_json()}
+        for r in rows
+    ]
+    return {"snapshot": digest, "reports": opened}
 
 
 @command(snapshot, "approve")
@@ -179,14 +226,49 @@ def snapshot_diff(ctx: Ctx, old: str, new: str) -> CommandOutput:
 @click.option(
     "--canary-bp", default=10_000, show_default=True, help="Canary size in basis points of ids."
 )
+@click.option(
+    "--comparator",
+    "comparator_name",
+    type=click.Choice(["relgate.replay.exact", "relgate.replay.numeric"]),
+    default="relgate.replay.exact",
+    show_default=True,
+)
+@click.option(
+    "--tolerance", default=None, help="Absolute tolerance for numeric columns (a decimal)."
+)
+@click.option("--show", is_flag=True, help="Open and verify the newest stored replay report.")
 @pass_ctx
-def snapshot_replay(ctx: Ctx, digest: str, canary_bp: int) -> CommandOutput:
-    """Re-run selection from pinned sources; requires the exact same member-id set."""
+def snapshot_replay(
+    ctx: Ctx,
+    digest: str,
+    canary_bp: int,
+    comparator_name: str,
+    tolerance: str | None,
+    show: bool,
+) -> CommandOutput:
+    """Re-run selection from pinned sources over a canary; sign and store the report.
+    The member-id set must match exactly; content by the comparator (exit 3 if not)."""
     from relgate.catalog.snapshot_table import resolve
-    from relgate.snapshot.compare import replay
+    from relgate.snapshot.comparator import Comparator
+    from relgate.snapshot.replay import REPLAY_CHECK, newest_replay, replay
 
     ws = ctx.ws()
-    return replay(ws, resolve(ws.db, digest), canary_bp=canary_bp)
+    digest = resolve(ws.db, digest)
+    if show:
+        report = newest_replay(ws, digest)
+    else:
+        comparator = Comparator.of(comparator_name, tolerance)
+        report = replay(ws, digest, canary_bp=canary_bp, comparator=comparator, actor=actor())
+    body = {**as_object(report), "report": report.report_digest}
+    if report.identical:
+        return CommandResult.of(body, ok=True)
+    return CommandResult.rejected(
+        body,
+        check=REPLAY_CHECK,
+        message="replay from pinned sources does not reproduce the member set",
+        subject="snapshot",
+        digest=digest,
+    )
 
 
 def register(main: click.Group) -> None:

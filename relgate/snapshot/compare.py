@@ -1,13 +1,12 @@
-"""Diff two snapshots, replay one, and prove (non-)membership of a sample id."""
+"""Diff two snapshots, the replay canary, and prove (non-)membership of a sample id."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Literal
 
 import numpy as np
 import polars as pl
-from pydantic import Field, StrictBool, StrictInt, StrictStr
+from pydantic import Field, StrictInt, StrictStr
 
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import RejectedError
@@ -17,7 +16,7 @@ from relgate.integrity.merkle import LeafProof, MerkleTree
 from relgate.integrity.tuples import MemberTuple
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.policy import BASIS_POINTS
-from relgate.snapshot.validate import Canary, recompute
+from relgate.snapshot.validate import Canary
 from relgate.workspace import Workspace
 
 
@@ -48,20 +47,6 @@ class SnapshotDiff(Contract):
     by_source: dict[StrictStr, CountDelta]
     by_split: dict[StrictStr, CountDelta]
     examples: DiffExamples
-
-
-class ReplayResult(Contract):
-    """A replay from the pinned sources that reproduced the member set."""
-
-    snapshot: StrictStr
-    canary_basis_points: StrictInt
-    expected_ids: StrictInt
-    replayed_ids: StrictInt
-    missing: StrictInt
-    extra: StrictInt
-    transform_replay_hash: StrictStr
-    stored_content_hash: StrictStr
-    identical: StrictBool
 
 
 class ProvenLeaf(Contract):
@@ -160,48 +145,6 @@ def canary_filter(basis_points: int) -> Canary:
         return frame.filter(pl.Series(words % BASIS_POINTS < basis_points, dtype=pl.Boolean))
 
     return keep
-
-
-def _content_hash(digests: list[str]) -> str:
-    return "sha256:" + hashlib.sha256("\n".join(digests).encode()).hexdigest()
-
-
-def replay(ws: Workspace, digest: str, *, canary_bp: int = BASIS_POINTS) -> ReplayResult:
-    """Re-run selection from the pinned sources; the member-id set must match exactly."""
-    manifest = load_manifest(ws, digest)
-    stored = ws.membership.read(manifest.members_ref)
-    keep = canary_filter(canary_bp)
-    replayed = recompute(ws, manifest, canary=keep)
-    expected_ids = (
-        set(keep(stored.select("sampleId"))["sampleId"].to_list())
-        if canary_bp < BASIS_POINTS
-        else set(stored["sampleId"].to_list())
-    )
-    got_ids = set(replayed["sampleId"].to_list())
-    stored_subset = stored.filter(pl.col("sampleId").is_in(list(expected_ids))).sort("sampleId")
-    replay_hash = _content_hash(replayed.sort("sampleId")["logicalContentDigest"].to_list())
-    stored_hash = _content_hash(stored_subset["logicalContentDigest"].to_list())
-    missing, extra = len(expected_ids - got_ids), len(got_ids - expected_ids)
-    result = ReplayResult(
-        snapshot=digest,
-        canary_basis_points=canary_bp,
-        expected_ids=len(expected_ids),
-        replayed_ids=len(got_ids),
-        missing=missing,
-        extra=extra,
-        transform_replay_hash=replay_hash,
-        stored_content_hash=stored_hash,
-        identical=missing == 0 and extra == 0 and replay_hash == stored_hash,
-    )
-    if not result.identical:
-        raise RejectedError(
-            "replay from pinned sources does not reproduce the member set",
-            object="snapshot",
-            check="replay-identical",
-            digest=digest,
-            details=result.to_json(),
-        )
-    return result
 
 
 def prove(ws: Workspace, digest: str, sample_id: str) -> MembershipProof:

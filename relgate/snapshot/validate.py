@@ -3,39 +3,57 @@
 Nothing the builder computed is trusted: the envelope's signature and digest are checked,
 the membership table is re-read from its content address, selection is re-run from the
 pinned source versions, and the two multisets are diffed in full.  The report counts each
-check; the snapshot moves to VALIDATED only when every count that must be zero is zero.
-A late CDC event sends it to INCOMPLETE instead of REJECTED.
+check; the snapshot moves to VALIDATED only when every count that must be zero is zero
+(among them :data:`ORPHAN_IDS` and :data:`UNEXPLAINED_ROWS`).  A late CDC event sends it
+to INCOMPLETE instead of REJECTED.  The signed ``relgate.snapshot.validation.v2`` report
+also carries source-watermark coverage, unversioned objects and lineage
+(:mod:`relgate.snapshot.coverage`), set differences with example ids, replay hashes,
+build latency, per-source row accounting and tombstone matches.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Final, Literal
 
 import polars as pl
 from pydantic import Field, StrictInt, StrictStr
 
-from relgate.catalog.audit import record_report
-from relgate.catalog.snapshot_table import get_snapshot
+from relgate.catalog.snapshot_table import SnapshotReportRow, get_snapshot, record_snapshot_report
 from relgate.catalog.states import transition
 from relgate.errors import IntegrityError, RelgateError
 from relgate.gate.fences import Fences
 from relgate.integrity.contract import Contract
-from relgate.integrity.signing import sign_envelope
 from relgate.snapshot import manifest as mf
+from relgate.snapshot import reports
 from relgate.snapshot.build import fenced_at, pinned_sources, source_configs
+from relgate.snapshot.comparator import ContentHasher, ReplayHashes
+from relgate.snapshot.coverage import (
+    BuildLatency,
+    Lineage,
+    LineageIndex,
+    SourceCoverage,
+    build_latency,
+    lineage,
+    source_coverage,
+)
 from relgate.snapshot.membership import Tally
 from relgate.snapshot.runs import SortedRuns, aligned
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
 from relgate.snapshot.transforms import pinned_transform
 from relgate.sources.factory import source_from_config
-from relgate.sources.source import Source
+from relgate.sources.source import ObjectPrefixPin, Source, SourceEntry
 from relgate.workspace import Workspace
 
-REPORT_SCHEMA: Final = "relgate.snapshot.validation.v1"
-REPORT_PAYLOAD_TYPE = "application/vnd.relgate.validation-report.v1+json"
+REPORT_SCHEMA: Final = "relgate.snapshot.validation.v2"
+REPORT_PAYLOAD_TYPE = reports.VALIDATION_PAYLOAD_TYPE
+#: Members not produced by the recompute or not traceable to a pinned source version.
+ORPHAN_IDS: Final = "orphanIds"
+#: Source rows not accounted for by members + selection drops + fence exclusions.
+UNEXPLAINED_ROWS: Final = "unexplainedRows"
+#: Sample ids a set difference names per kind (ids only, never content).
+EXAMPLE_LIMIT = 5
 
 #: Checks whose count must be zero.
 ZERO_CHECKS = (
@@ -52,6 +70,8 @@ ZERO_CHECKS = (
     "contentMismatches",
     "splitMismatches",
     "sourceVersionMismatches",
+    ORPHAN_IDS,
+    UNEXPLAINED_ROWS,
 )
 
 
@@ -73,11 +93,51 @@ class ValidationFacts(Contract):
     splits: dict[StrictStr, StrictInt] | None = Field(default=None, exclude_if=_absent)
 
 
-class ValidationReport(Contract):
-    """The signed ``relgate.snapshot.validation.v1`` report; ``report_digest`` (the CAS
-    digest of its envelope) is known only after signing and is not part of the payload."""
+class SetExamples(Contract):
+    """Up to :data:`EXAMPLE_LIMIT` sampleIds per kind of set difference."""
 
-    schema_name: Literal["relgate.snapshot.validation.v1"] = Field(
+    missing: tuple[StrictStr, ...] = ()
+    extra: tuple[StrictStr, ...] = ()
+    content_substitutions: tuple[StrictStr, ...] = ()
+    split_conflicts: tuple[StrictStr, ...] = ()
+
+
+class SetDifferences(Contract):
+    """Stored against recomputed: ids only one side has, content under the same id that
+    differs, ids whose split differs (or that sit in several splits)."""
+
+    missing: StrictInt
+    extra: StrictInt
+    content_substitutions: StrictInt
+    split_conflicts: StrictInt
+    examples: SetExamples
+
+
+class SourceRows(Contract):
+    """One source's rows as selection accounted for them; ``unexplained`` must be 0."""
+
+    source: StrictStr
+    source_rows: StrictInt
+    dropped_by_selection: StrictInt
+    excluded_tombstoned: StrictInt
+    excluded_benchmark: StrictInt
+    members: StrictInt
+    unexplained: StrictInt
+
+
+class Tombstones(Contract):
+    """Tombstoned ids found among the members (must be 0) and excluded at selection."""
+
+    matches_in_members: StrictInt
+    excluded_at_selection: StrictInt
+
+
+class ValidationReport(Contract):
+    """The signed ``relgate.snapshot.validation.v2`` report; ``report_digest`` (the CAS
+    digest of its envelope) is known only after signing and is not part of the payload.
+    A section is absent when a fatal refusal came before it was measured."""
+
+    schema_name: Literal["relgate.snapshot.validation.v2"] = Field(
         default=REPORT_SCHEMA, alias="schema"
     )
     snapshot: StrictStr
@@ -85,6 +145,13 @@ class ValidationReport(Contract):
     checks: dict[StrictStr, StrictInt]
     facts: ValidationFacts
     problems: tuple[StrictStr, ...]
+    coverage: tuple[SourceCoverage, ...] = ()
+    lineage: Lineage | None = Field(default=None, exclude_if=_absent)
+    set_differences: SetDifferences | None = Field(default=None, exclude_if=_absent)
+    replay_hashes: ReplayHashes | None = Field(default=None, exclude_if=_absent)
+    build_latency: BuildLatency | None = Field(default=None, exclude_if=_absent)
+    row_accounting: tuple[SourceRows, ...] = ()
+    tombstones: Tombstones | None = Field(default=None, exclude_if=_absent)
     report_digest: StrictStr | None = Field(default=None, exclude=True)
     report_version: StrictStr | None = Field(default=None, exclude=True)
 
@@ -96,12 +163,27 @@ class ValidationReport(Contract):
     def failing(self) -> dict[str, int]:
         return {k: v for k, v in self.checks.items() if v}
 
+    @property
+    def primary_check(self) -> str | None:
+        """The failing check a refusal names: orphans and unexplained rows first (they mean
+        the table holds what no pinned source explains), then the first by name."""
+        failing = self.failing
+        for name in (ORPHAN_IDS, UNEXPLAINED_ROWS):
+            if failing.get(name):
+                return name
+        return min(failing, default=None)
+
+
+def _joined(stored: pl.DataFrame, expected: pl.DataFrame) -> pl.DataFrame:
+    """Stored (first row per id) full-joined with expected on sampleId (``_exp`` suffix)."""
+    stored_first = stored.unique(subset="sampleId", keep="first")
+    return stored_first.join(expected, on="sampleId", how="full", suffix="_exp", coalesce=True)
+
 
 def multiset_diff(stored: pl.DataFrame, expected: pl.DataFrame) -> dict[str, int]:
     """Full diff of two member tables keyed by sampleId (streaming-friendly polars plan)."""
     dup = stored.group_by("sampleId").len().filter(pl.col("len") > 1)
-    stored_first = stored.unique(subset="sampleId", keep="first")
-    joined = stored_first.join(expected, on="sampleId", how="full", suffix="_exp", coalesce=True)
+    joined = _joined(stored, expected)
     missing = joined.filter(pl.col("sourceId").is_null()).height
     extra = joined.filter(pl.col("sourceId_exp").is_null()).height
     both = joined.filter(pl.col("sourceId").is_not_null() & pl.col("sourceId_exp").is_not_null())
@@ -167,12 +249,14 @@ def recompute(
 
 
 class _Findings:
-    """Counts, facts and problems gathered while checking one snapshot."""
+    """Counts, facts, problems and report sections gathered while checking one snapshot."""
 
     def __init__(self) -> None:
         self.checks: dict[str, int] = dict.fromkeys(ZERO_CHECKS, 0)
         self.facts: dict[str, object] = {}
         self.problems: list[str] = []
+        self.sections: dict[str, object] = {}
+        self.coverage: list[SourceCoverage] = []
 
 
 _EMPTY = pl.DataFrame(schema=MEMBER_FRAME_SCHEMA)
@@ -186,14 +270,18 @@ _DIFF_CHECKS = (
     "sourceVersionMismatches",
 )
 Frames = Callable[[], Iterator[pl.DataFrame]]
+#: The diff counts whose ranges are searched for set-difference examples.
+_EXAMPLE_CHECKS = ("missingMembers", "extraMembers", "contentMismatches", "splitMismatches")
 
 
 class _StoredScan:
     """One pass over the stored table in its own order: the tally, the order-free
-    structure checks, and whether it is sorted by sampleId."""
+    structure checks, lineage, and whether it is sorted by sampleId."""
 
-    def __init__(self, manifest: mf.SnapshotManifest, fenced: Fenced) -> None:
+    def __init__(self, manifest: mf.SnapshotManifest, fenced: Fenced, index: LineageIndex) -> None:
         self.tally = Tally(manifest.record_schema)
+        self.index = index
+        self.traced = 0
         self.split_names = pl.Series([n for n, _ in manifest.policies.split.buckets])
         self.source_ids = pl.Series([e.id for e in manifest.sources], dtype=pl.String)
         self.tombs = pl.Series(sorted(fenced.sample_ids), dtype=pl.String)
@@ -208,6 +296,7 @@ class _StoredScan:
         if not chunk.height:
             return
         self.tally.add(chunk)
+        self.traced += int(self.index.traced(chunk).sum())
         checks = self.checks
         checks["unknownSplits"] += int((~chunk["split"].is_in(self.split_names.implode())).sum())
         checks["unknownOrigins"] += int((~chunk["sourceId"].is_in(self.source_ids.implode())).sum())
@@ -236,41 +325,176 @@ def _key_local(stored: Frames) -> tuple[int, int]:
     return several, duplicates
 
 
+class _Diff:
+    """Diff counts, set-difference examples, replay hashes and orphans over aligned
+    ranges of the stored (``got``) and recomputed (``want``) tables."""
+
+    def __init__(self, index: LineageIndex) -> None:
+        self.index = index
+        self.totals = dict.fromkeys(_DIFF_CHECKS, 0)
+        self.several = 0
+        self.orphans = 0
+        self.expected, self.replayed = ContentHasher(), ContentHasher()
+        self.examples: dict[str, list[str]] = {
+            "missing": [],
+            "extra": [],
+            "contentSubstitutions": [],
+            "splitConflicts": [],
+        }
+
+    def add(self, got: pl.DataFrame, want: pl.DataFrame) -> None:
+        several = _several_splits(got)
+        self.several += several
+        counts = multiset_diff(got, want)
+        for name, count in counts.items():
+            self.totals[name] += count
+        self.expected.add_series(got["logicalContentDigest"])
+        self.replayed.add_series(want["logicalContentDigest"])
+        orphan = ~self.index.traced(got) | ~got["sampleId"].is_in(want["sampleId"].implode())
+        self.orphans += got.filter(orphan)["sampleId"].n_unique()
+        differs = several or any(counts[k] for k in _EXAMPLE_CHECKS)
+        if differs and any(len(v) < EXAMPLE_LIMIT for v in self.examples.values()):
+            for name, ids in _difference_ids(got, want).items():
+                held = self.examples[name]
+                held.extend(ids[: EXAMPLE_LIMIT - len(held)])
+
+    def differences(self) -> SetDifferences:
+        totals, ex = self.totals, self.examples
+        return SetDifferences(
+            missing=totals["missingMembers"],
+            extra=totals["extraMembers"],
+            content_substitutions=totals["contentMismatches"],
+            split_conflicts=totals["splitMismatches"] + self.several,
+            examples=SetExamples.model_validate({k: tuple(v) for k, v in ex.items()}),
+        )
+
+
+def _difference_ids(got: pl.DataFrame, want: pl.DataFrame) -> dict[str, list[str]]:
+    """Up to :data:`EXAMPLE_LIMIT` sampleIds of each set difference in one range."""
+    joined = _joined(got, want)
+    both = pl.col("sourceId").is_not_null() & pl.col("sourceId_exp").is_not_null()
+    kinds = {
+        "missing": pl.col("sourceId").is_null(),
+        "extra": pl.col("sourceId_exp").is_null(),
+        "contentSubstitutions": both
+        & (pl.col("logicalContentDigest") != pl.col("logicalContentDigest_exp")),
+        "splitConflicts": both & (pl.col("split") != pl.col("split_exp")),
+    }
+    return {
+        name: joined.filter(rule)["sampleId"].head(EXAMPLE_LIMIT).to_list()
+        for name, rule in kinds.items()
+    }
+
+
+def _source_rows(entry_id: str, counts: Mapping[str, int], members: int) -> SourceRows:
+    dropped = counts["sourceRows"] - counts["selected"]
+    tombs, bench = counts["excludedTombstoned"], counts["excludedBenchmark"]
+    return SourceRows(
+        source=entry_id,
+        source_rows=counts["sourceRows"],
+        dropped_by_selection=dropped,
+        excluded_tombstoned=tombs,
+        excluded_benchmark=bench,
+        members=members,
+        unexplained=counts["sourceRows"] - dropped - tombs - bench - members,
+    )
+
+
+def _select_per_source(
+    selector: Selector,
+    sources: Mapping[str, Source],
+    entries: Sequence[SourceEntry],
+    runs: SortedRuns,
+    stored_by_source: Mapping[str, int],
+) -> list[SourceRows]:
+    """Selection source by source into ``runs``, with each source's row accounting."""
+    accounting = []
+    for entry in entries:
+        before = dict(selector.counts)
+        for batch in selector.batches(sources, [entry]):
+            runs.add(batch)
+        delta = {k: v - before[k] for k, v in selector.counts.items()}
+        accounting.append(_source_rows(entry.id, delta, stored_by_source.get(entry.id, 0)))
+    return accounting
+
+
 def _diff_recomputed(
-    ws: Workspace, manifest: mf.SnapshotManifest, stored: Frames, checks: dict[str, int]
+    ws: Workspace,
+    manifest: mf.SnapshotManifest,
+    stored: Frames,
+    scan: _StoredScan,
+    found: _Findings,
 ) -> None:
     """Selection re-run into an out-of-core sort, then diffed range by range."""
+    checks = found.checks
     with SortedRuns(MEMBER_FRAME_SCHEMA) as runs:
         try:
             selector, sources = _selector(ws, manifest, None, keep_content=False)
-            for batch in selector.batches(sources, manifest.sources):
-                runs.add(batch)
+            rows = _select_per_source(
+                selector, sources, manifest.sources, runs, scan.tally.by_source
+            )
         except RelgateError:
             checks["idsInSeveralSplits"] = _key_local(stored)[0]  # counted before the refusal
             raise
-        totals = dict.fromkeys(_DIFF_CHECKS, 0)
-        several = 0
+        diff = _Diff(scan.index)
         for got, want in aligned([stored(), runs.merged()], [_EMPTY, _EMPTY]):
-            several += _several_splits(got)
-            for name, count in multiset_diff(got, want).items():
-                totals[name] += count
-    checks["idsInSeveralSplits"] = several
-    checks.update(totals)
+            diff.add(got, want)
+    checks["idsInSeveralSplits"] = diff.several
+    checks.update(diff.totals)
+    checks[ORPHAN_IDS] = diff.orphans
+    checks[UNEXPLAINED_ROWS] = sum(abs(r.unexplained) for r in rows)
+    found.sections["rowAccounting"] = tuple(rows)
+    found.sections["setDifferences"] = diff.differences()
+    found.sections["replayHashes"] = ReplayHashes(
+        expected=diff.expected.hexdigest, replayed=diff.replayed.hexdigest
+    )
+    found.sections["tombstones"] = Tombstones(
+        matches_in_members=checks["tombstoneHits"],
+        excluded_at_selection=sum(r.excluded_tombstoned for r in rows),
+    )
 
 
-def _readability(ws: Workspace, manifest: mf.SnapshotManifest, found: _Findings) -> None:
+def _readability(
+    ws: Workspace, manifest: mf.SnapshotManifest, found: _Findings, index: LineageIndex
+) -> None:
+    """Readability, late events and watermark coverage, source by source."""
     checks = found.checks
     configs = source_configs(ws)
     for entry in manifest.sources:
         if entry.id not in configs:
             found.problems.append(f"source {entry.id} is not configured here")
             checks["unreadableSources"] += 1
+            found.coverage.append(
+                SourceCoverage(
+                    source=entry.id,
+                    kind=entry.kind,
+                    pinned=entry.label,
+                    late_events=0,
+                    covered=False,
+                )
+            )
             continue
         source = source_from_config(configs[entry.id], ws.cas, manifest.record_schema_document)
         unreadable = source.check_readable(entry)
         found.problems.extend(unreadable)
         checks["unreadableSources"] += len(unreadable)
-        checks["lateEvents"] += source.late_events(entry)
+        late = source.late_events(entry)
+        checks["lateEvents"] += late
+        listing = (
+            sum(1 for _ in ws.store.list(entry.prefix))
+            if isinstance(entry, ObjectPrefixPin)
+            else None
+        )
+        found.coverage.append(
+            source_coverage(
+                source,
+                entry,
+                late=late,
+                readable=not unreadable,
+                listing=listing,
+                unversioned=index.unversioned,
+            )
+        )
 
 
 def _check_stored(ws: Workspace, manifest: mf.SnapshotManifest, found: _Findings) -> None:
@@ -278,11 +502,14 @@ def _check_stored(ws: Workspace, manifest: mf.SnapshotManifest, found: _Findings
     every pass streams (the stored table is sorted out of core if it is not sorted)."""
     checks = found.checks
     ref = manifest.members_ref
-    scan = _StoredScan(manifest, _fenced(ws, manifest))
+    found.sections["buildLatency"] = build_latency(manifest)
+    index = LineageIndex(ws.cas, manifest.sources)
+    scan = _StoredScan(manifest, _fenced(ws, manifest), index)
     for chunk in ws.membership.frames(ref):
         scan.add(chunk)
     found.facts["members"] = scan.tally.rows
     found.facts["manifestMembers"] = manifest.member_count
+    found.sections["lineage"] = lineage(scan.tally.rows, scan.traced)
     checks.update(scan.checks)
     with SortedRuns(MEMBER_FRAME_SCHEMA) as resorted:
         stored: Frames = partial(ws.membership.frames, ref)
@@ -290,11 +517,12 @@ def _check_stored(ws: Workspace, manifest: mf.SnapshotManifest, found: _Findings
             for chunk in ws.membership.frames(ref):
                 resorted.add(chunk)
             stored = resorted.merged
-        _readability(ws, manifest, found)
+        _readability(ws, manifest, found, index)
         if checks["unreadableSources"] == 0:
-            _diff_recomputed(ws, manifest, stored, checks)
+            _diff_recomputed(ws, manifest, stored, scan, found)
         else:
             checks["idsInSeveralSplits"], checks["duplicateIds"] = _key_local(stored)
+            checks[ORPHAN_IDS] = scan.tally.rows - scan.traced
     root = scan.tally.tuple_root
     found.facts["tupleRoot"] = root
     checks["tupleRootMismatch"] = int(root != manifest.tuple_root)
@@ -313,10 +541,18 @@ def _outcome(failing: Mapping[str, int]) -> Outcome:
 
 
 def _record(ws: Workspace, report: ValidationReport, state: str, *, actor: str) -> None:
-    """The report row and the state change it justifies, in one transaction."""
+    """The report rows and the state change they justify, in one transaction."""
     digest, ref_digest = report.snapshot, str(report.report_digest)
+    row = SnapshotReportRow(
+        snapshot=digest,
+        kind="validation",
+        outcome=report.outcome,
+        report_digest=ref_digest,
+        report_version=str(report.report_version),
+        actor=actor,
+    )
     with ws.db.tx() as conn:
-        record_report(conn, "snapshot", digest, ref_digest, str(report.report_version), report.ok)
+        record_snapshot_report(conn, row, ok=report.ok)
         if state == "BUILDING" and report.ok:
             transition(
                 conn, "snapshot", digest, "VALIDATED", actor=actor, reason=f"report {ref_digest}"
@@ -343,15 +579,18 @@ def validate_snapshot(ws: Workspace, digest: str, *, actor: str) -> ValidationRe
         found.problems.append(str(exc))
         found.checks[f"fatal:{exc.check or exc.code}"] = 1
     failing = {k: v for k, v in found.checks.items() if v}
-    report = ValidationReport(
-        snapshot=digest,
-        outcome=_outcome(failing),
-        checks=found.checks,
-        facts=ValidationFacts.model_validate(found.facts),
-        problems=tuple(found.problems),
+    report = ValidationReport.model_validate(
+        {
+            "snapshot": digest,
+            "outcome": _outcome(failing),
+            "checks": found.checks,
+            "facts": ValidationFacts.model_validate(found.facts),
+            "problems": tuple(found.problems),
+            "coverage": tuple(found.coverage),
+            **{k: v for k, v in found.sections.items() if v is not None},
+        }
     )
-    envelope = sign_envelope(REPORT_PAYLOAD_TYPE, report.canonical(), ws.key("verifier"))
-    ref = ws.cas.put(json.dumps(envelope, sort_keys=True).encode())
+    ref = reports.store_report(ws, "validation", report)
     report = report.model_copy(
         update={"report_digest": ref.digest, "report_version": ref.version_id}
     )

@@ -114,7 +114,7 @@ def test_full_flow_and_exit_codes(home, tmp_path):
     assert run(home, "check-proof", str(proof_file))["valid"] is True
     diff = run(home, "snapshot", "diff", digest, second)
     assert diff["additions"] == diff["deletions"] == 0
-    assert run(home, "snapshot", "replay", digest, "--canary-bp", "5000")["identical"] is True
+    assert run(home, "snapshot", "replay", digest, "--canary-bp", "5000")["result"] == "REPRODUCED"
     fence = run(home, "fence", "tombstone", "add", "forum/0000001", "--reason", "gdpr erasure")
     assert fence["watermark"] == 1 and digest in fence["hits"]
     assert run(home, "fence", "show")["tombstoneWatermark"] == 1

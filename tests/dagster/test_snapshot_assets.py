@@ -140,3 +140,30 @@ def test_fence_sensors_request_a_recheck_once(home):
         obs = instance.fetch_observations(dg.AssetKey("dataset_snapshot"), limit=1).records[0]
         assert obs.asset_observation.metadata["reactivatable"].value is False
         assert get_snapshot(ws.db, digest)["state"] == "ACTIVE"  # history is immutable
+
+
+def test_validation_and_replay_metadata(home):
+    from assets.snapshots import replay_checks
+
+    with dagster_instance() as instance:
+        result = dg.materialize(
+            [*snapshot_assets, *snapshot_checks, *replay_checks],
+            instance=instance,
+            resources={"relgate": RelgateResource(home=home)},
+            run_config={
+                "ops": {"snapshot_alias": {"config": {"alias": "default", "approver": "carol"}}}
+            },
+        )
+        assert result.success
+        found = {c.check_name: c for c in result.get_asset_check_evaluations()}
+        validation = found["snapshot_validation"].metadata
+        assert validation["orphanIds"].value == 0 and validation["unexplainedRows"].value == 0
+        assert validation["lineageCompleteness"].value == 1.0
+        assert validation["uncoveredSources"].value == 0
+        assert validation["buildLatencySeconds"].value >= 0
+        coverage = validation["coverage"].value
+        assert [r.data["source"] for r in coverage.records] == ["tickets-eu", "forum", "chat-cdc"]
+        replayed = found["snapshot_replay"]
+        assert replayed.passed and replayed.metadata["result"].value == "REPRODUCED"
+        assert replayed.metadata["comparator"].value == "relgate.replay.exact@1"
+        assert replayed.metadata["tolerance"].value == "0"

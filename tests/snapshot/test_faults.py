@@ -17,9 +17,9 @@ from relgate.release.writer import write_release
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.build import BuildSpec, build_snapshot, freeze
-from relgate.snapshot.compare import replay
 from relgate.snapshot.membership import put_membership, tuple_root
 from relgate.snapshot.policy import transform_code_digest
+from relgate.snapshot.replay import replay
 from relgate.snapshot.transforms import tag_transform
 from relgate.snapshot.validate import validate_snapshot
 from relgate.sources.cdc import append_segment

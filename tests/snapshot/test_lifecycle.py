@@ -6,7 +6,8 @@ from relgate.errors import ConflictError, RejectedError
 from relgate.integrity.merkle import check_proof
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot import selection
-from relgate.snapshot.compare import diff, load_manifest, prove, replay
+from relgate.snapshot.compare import diff, load_manifest, prove
+from relgate.snapshot.replay import replay
 
 
 def test_build_validate_approve_activate(ws):
@@ -132,7 +133,7 @@ def test_diff_reports_additions_deletions_and_deltas(ws):
 def test_replay_reproduces_the_member_set(ws):
     result = build_validated(ws)
     out = replay(ws, result.digest, canary_bp=3000).to_json()
-    assert out["identical"] and out["missing"] == out["extra"] == 0
+    assert out["result"] == "REPRODUCED" and out["missing"] == out["extra"] == 0
     full = replay(ws, result.digest).to_json()
     assert full["replayedIds"] == result.manifest.member_count
 

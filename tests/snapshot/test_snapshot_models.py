@@ -14,8 +14,10 @@ from support import corpora
 from relgate.errors import RejectedError, UsageError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.snapshot import manifest as mf
-from relgate.snapshot.compare import CountDelta, DiffExamples, OldNew, ReplayResult, SnapshotDiff
+from relgate.snapshot.comparator import Comparator, ReplayHashes
+from relgate.snapshot.compare import CountDelta, DiffExamples, OldNew, SnapshotDiff
 from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
+from relgate.snapshot.replay import Canary, ReplayReport
 from relgate.snapshot.validate import ValidationFacts, ValidationReport
 from relgate.sources.source import (
     CdcPin,
@@ -322,7 +324,9 @@ def test_validation_report_round_trip_and_old_bytes(checks, problems, outcome, m
         report_digest="sha256:" + "1" * 64,  # not part of the signed payload
     )
     old = {
-        "schema": "relgate.snapshot.validation.v1",
+        "schema": "relgate.snapshot.validation.v2",
+        "coverage": [],
+        "rowAccounting": [],
         "snapshot": report.snapshot,
         "outcome": outcome,
         "checks": checks,
@@ -363,15 +367,24 @@ def test_diff_and_replay_results_round_trip(a, b, migrations, added):
         "bySplit",
         "examples",
     }
-    replayed = ReplayResult(
+    replayed = ReplayReport(
         snapshot="s",
-        canary_basis_points=a,
+        canary=Canary(basis_points=a),
+        comparator=Comparator.of("relgate.replay.numeric", "0.5"),
         expected_ids=a,
         replayed_ids=a,
         missing=0,
         extra=0,
-        transform_replay_hash="h",
-        stored_content_hash="h",
-        identical=True,
+        mismatching_ids=0,
+        examples=(),
+        numeric_columns=(),
+        replay_hashes=ReplayHashes(expected="h", replayed="h"),
+        reference="membership",
+        result="REPRODUCED",
     )
-    assert ReplayResult.parse(replayed.to_json()) == replayed
+    assert ReplayReport.parse(replayed.to_json()) == replayed
+    assert replayed.to_json()["comparator"] == {
+        "name": "relgate.replay.numeric",
+        "version": 1,
+        "tolerance": "0.5",
+    }

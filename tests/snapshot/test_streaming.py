@@ -150,7 +150,21 @@ def _reference_checks(ws, manifest):
     checks["benchmarkHits"] = stored.filter(
         pl.col("logicalContentDigest").is_in(list(fenced.content_digests))
     ).height
-    checks.update(multiset_diff(stored, recompute(ws, manifest)))
+    recomputed = recompute(ws, manifest)
+    checks.update(multiset_diff(stored, recomputed))
+    # Orphans: stored ids the recompute does not produce, or not under a (source, version)
+    # the recompute read; unexplained rows: per-source member counts that differ.
+    produced = recomputed.select("sampleId", "sourceId", "sourceVersion")
+    traced = stored.join(produced, on=["sampleId", "sourceId", "sourceVersion"], how="semi")
+    checks["orphanIds"] = stored["sampleId"].n_unique() - traced["sampleId"].n_unique()
+    per_source = (
+        stored.group_by("sourceId")
+        .len()
+        .join(recomputed.group_by("sourceId").len(), on="sourceId", how="full", coalesce=True)
+    )
+    checks["unexplainedRows"] = int(
+        (per_source["len"].fill_null(0) - per_source["len_right"].fill_null(0)).abs().sum()
+    )
     root = tuple_root(stored, manifest.record_schema)
     facts["tupleRoot"] = root
     checks["tupleRootMismatch"] = int(root != manifest.tuple_root)
@@ -202,4 +216,5 @@ def test_unsorted_table_with_duplicates_reports_as_the_reference(ws, small_sizes
     assert report.outcome == "REJECTED"
     assert report.checks == checks
     assert checks["duplicateIds"] == 3 and checks["tupleRootMismatch"] == 0
+    assert checks["unexplainedRows"] == 3 and checks["orphanIds"] == 0  # duplicates, no orphan
     assert report.facts.to_json() == ValidationFacts.model_validate(facts).to_json()
