@@ -21,6 +21,8 @@ from relgate.sources.source import Source, SourceEntry
 
 #: Rows per selection batch.
 BATCH_ROWS = 1_000_000
+#: The column selection's verdict is held in while a batch is filtered.
+_KEEP = "__relgateSelected"
 #: The polars schema of a member batch.
 MEMBER_FRAME_SCHEMA = pl.Schema({c: pl.String() for c in COLUMNS})
 
@@ -57,7 +59,15 @@ class Selector:
         self.tomb_ids = pl.Series("t", sorted(fenced.sample_ids), dtype=pl.String)
         self.bench_digests = pl.Series("b", sorted(fenced.content_digests), dtype=pl.String)
         self.counts = dict.fromkeys(
-            ("sourceRows", "selected", "excludedTombstoned", "excludedBenchmark"), 0
+            (
+                "sourceRows",
+                "excludedByTransform",
+                "excludedBySelection",
+                "selected",
+                "excludedTombstoned",
+                "excludedBenchmark",
+            ),
+            0,
         )
 
     def batch(self, frame: pl.DataFrame) -> pl.DataFrame:
@@ -65,8 +75,15 @@ class Selector:
         counts = self.counts
         if self.canary is not None:
             frame = self.canary(frame)
-        expression = self.selection.expression(self.records)
-        selected = self.transform(frame.lazy()).filter(expression).collect()
+        expression = self.selection.expression(self.records).fill_null(value=False)
+        transformed = self.transform(frame.lazy()).with_columns(expression.alias(_KEEP)).collect()
+        keep = transformed[_KEEP]
+        kept_rows = int(keep.sum())
+        # Each counter is counted where it happens, so the validation report's row
+        # accounting (source rows = transform drops + selection drops + selected) is a check.
+        counts["excludedByTransform"] += frame.height - transformed.height
+        counts["excludedBySelection"] += transformed.height - kept_rows
+        selected = transformed.filter(keep).drop(_KEEP)
         counts["selected"] += selected.height
         digests = content_digests(selected.to_arrow(), self.records)
         selected = selected.with_columns(pl.Series("logicalContentDigest", digests))

@@ -387,7 +387,7 @@ def _difference_ids(got: pl.DataFrame, want: pl.DataFrame) -> dict[str, list[str
 
 
 def _source_rows(entry_id: str, counts: Mapping[str, int], members: int) -> SourceRows:
-    dropped = counts["sourceRows"] - counts["selected"]
+    dropped = counts["excludedByTransform"] + counts["excludedBySelection"]
     tombs, bench = counts["excludedTombstoned"], counts["excludedBenchmark"]
     return SourceRows(
         source=entry_id,
