@@ -52,6 +52,7 @@ PAYLOAD_ROLES: dict[str, frozenset[Role]] = {
     "application/vnd.relgate.checkpoint.manifest.v1+json": frozenset({Role.BUILDER}),
     "application/vnd.relgate.validation-report.v1+json": frozenset({Role.VERIFIER}),
     "application/vnd.relgate.release-verification.v1+json": frozenset({Role.VERIFIER}),
+    "application/vnd.relgate.schema-evolution.v1+json": frozenset({Role.VERIFIER}),
     "application/vnd.in-toto+json": frozenset({Role.VERIFIER}),
     "application/vnd.relgate.approval.v1+json": frozenset({Role.APPROVER}),
     "application/vnd.relgate.gate-record.v1+json": frozenset({Role.GATE}),

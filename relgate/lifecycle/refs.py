@@ -170,6 +170,8 @@ def snapshot_refs(
         out.append(Ref(canonical_key(uri), version, "source-pin", digest))
         if raw_sources:
             out.extend(_raw_refs(ws, canonical_key(uri), version, digest))
+    for uri, version in cas_refs(manifest.body.get("statistics")):
+        out.append(Ref(canonical_key(uri), version, "statistics", digest))
     out.extend(_report_refs(row, digest))
     return out
 

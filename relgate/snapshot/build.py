@@ -24,10 +24,10 @@ from relgate.gate.fences import Fences, fenced_entries, read_fences
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_keys
-from relgate.objects.layout import membership_key
+from relgate.objects.layout import membership_key, statistics_key
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.snapshot import manifest as mf
-from relgate.snapshot import tokenizer
+from relgate.snapshot import statistics, tokenizer
 from relgate.snapshot.membership import MembershipWriter, Tally
 from relgate.snapshot.policy import (
     PredicatePolicy,
@@ -218,11 +218,17 @@ class _Staged:
     tally: Tally
     counts: dict[str, int]
     artifacts: tuple[mf.ArtifactRef, ...] = ()
+    stats: statistics.SnapshotStatistics | None = None
 
 
 def _stage_members(ws: Workspace, spec: BuildSpec, frozen: Frozen, path: Path) -> _Staged:
     """Selection streamed through an out-of-core sort into the membership parquet."""
+    artifacts = tokenizer.artifacts(ws, spec.records)
+    observer = statistics.StatisticsObserver(
+        spec.records, statistics.artifact_fetch(ws, artifacts)
+    )
     selector = Selector(
+        observer=observer,
         transform=TransformRef.parse(frozen.transform_image).resolve(),
         records=spec.records,
         selection=spec.selection,
@@ -241,7 +247,7 @@ def _stage_members(ws: Workspace, spec: BuildSpec, frozen: Frozen, path: Path) -
         writer.close()
     counts = dict(selector.counts)
     counts["members"] = tally.rows
-    return _Staged(path, tally, counts, tokenizer.artifacts(ws, spec.records))
+    return _Staged(path, tally, counts, artifacts, observer.document())
 
 
 def build_for_alias(
@@ -287,6 +293,10 @@ def _write_snapshot(
     lease.cover(membership_key(sha256_digest(data)))  # leased before it exists
     members_ref = ws.cas.put(data)
     del data
+    stats_ref = None
+    if staged.stats is not None:
+        lease.cover(statistics_key(staged.stats.digest()))
+        stats_ref = statistics.store(ws, staged.stats)
     body = mf.SnapshotBody(
         parents=tuple(spec.parents),
         sources=frozen.sources,
@@ -311,6 +321,7 @@ def _write_snapshot(
         policies=mf.EmbeddedPolicies(selection=spec.selection, split=spec.split),
         provenance=_provenance(ws, spec, frozen, actor=actor),
         artifacts=staged.artifacts or None,
+        statistics=stats_ref,
     )
     sealed = mf.seal(body)
     envelope = mf.sign(sealed, ws.signing_key)
