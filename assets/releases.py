@@ -113,9 +113,7 @@ def _evolution_metadata(ws: Workspace, root: str) -> dict[str, Any]:
         return {"schemaEvolution": "none stored"}
     report, digest = stored
     verdicts = [
-        dg.TableRecord(
-            {"reader": v.reader, "verdict": v.verdict, "reasons": "; ".join(v.reasons)}
-        )
+        dg.TableRecord({"reader": v.reader, "verdict": v.verdict, "reasons": "; ".join(v.reasons)})
         for v in report.readers
     ]
     return {

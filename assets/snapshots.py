@@ -174,9 +174,7 @@ def _count_table(rows: Sequence[CountRow]) -> dg.MetadataValue:
 
 
 def _histogram_table(hist: HistogramDiff) -> dg.MetadataValue:
-    rows = [
-        {"range": b.range, "old": b.old, "new": b.new, "delta": b.delta} for b in hist.buckets
-    ]
+    rows = [{"range": b.range, "old": b.old, "new": b.new, "delta": b.delta} for b in hist.buckets]
     return dg.MetadataValue.table(_records(rows), schema=_schema("range", "string", _COUNT_COLUMNS))
 
 
@@ -197,8 +195,7 @@ def _distribution_metadata(dist: Distributions | None) -> dict[str, Any]:
         out[f"divergencePpm.tokenLengths.{hist.name}"] = hist.divergence_ppm
     if dist.label is not None:
         rows = [
-            {"value": str(r.value), "old": r.old or 0, "new": r.new or 0}
-            for r in dist.label.values
+            {"value": str(r.value), "old": r.old or 0, "new": r.new or 0} for r in dist.label.values
         ]
         rows.append({"value": "(other)", "old": dist.label.other.old, "new": dist.label.other.new})
         out["distributions.label"] = dg.MetadataValue.table(

@@ -460,7 +460,6 @@ def run_worker_cmd(  # noqa: PLR0913, PLR0917 - one parameter per click option
     """
     from relgate.release.crypto import key_ring
     from relgate.release.rank_worker import run_worker
-    from relgate.release.evolution import SchemaEvolutionReport
     from relgate.release.reader import ReaderLease
     from relgate.release.run_rows import get_run
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import click
-
 from typing import TYPE_CHECKING
+
+import click
 
 from relgate.cli.common import (
     CommandOutput,

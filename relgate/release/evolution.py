@@ -204,7 +204,7 @@ def _pair(old: RecordSchema | None, new: RecordSchema) -> _Pairs:
         source = spec.renamed_from
         if source is not None and source in old_fields and source not in new_names:
             pairs.append((old_fields.pop(source), spec))
-            renamed.append(Renamed(old_name=source, new_name=spec.name))
+            renamed.append(Renamed.model_validate({"from": source, "to": spec.name}))
         elif spec.name in old_fields:
             pairs.append((old_fields.pop(spec.name), spec))
         elif old is not None:
@@ -352,7 +352,9 @@ def previous_release(ws: Workspace, root: str) -> str | None:
     were verified and not proven INVALID, a PUBLISHED one first, then the newest.  None
     when the snapshot has no parent or no parent has such a release.
     """
-    manifest = rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"])
+    manifest = rm.load(
+        ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]
+    )
     snap_row = get_snapshot(ws.db, manifest.snapshot)
     snap = sm.load(ws.store, ws.trusted_keys, manifest.snapshot, snap_row["envelope_version"])
     for parent in snap.parents:

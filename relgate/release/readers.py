@@ -66,4 +66,3 @@ class ReaderSpec(Contract):
     def columns(self) -> tuple[tuple[ReaderColumn, bool], ...]:
         """Every column with whether it is required."""
         return (*((c, True) for c in self.requires), *((c, False) for c in self.optional))
-

@@ -224,9 +224,7 @@ class _Staged:
 def _stage_members(ws: Workspace, spec: BuildSpec, frozen: Frozen, path: Path) -> _Staged:
     """Selection streamed through an out-of-core sort into the membership parquet."""
     artifacts = tokenizer.artifacts(ws, spec.records)
-    observer = statistics.StatisticsObserver(
-        spec.records, statistics.artifact_fetch(ws, artifacts)
-    )
+    observer = statistics.StatisticsObserver(spec.records, statistics.artifact_fetch(ws, artifacts))
     selector = Selector(
         observer=observer,
         transform=TransformRef.parse(frozen.transform_image).resolve(),

@@ -261,7 +261,7 @@ def _label_diff(
     pooled_a = total_a - sum(a[v] for v in both)
     pooled_b = total_b - sum(b[v] for v in both)
     return LabelDiff(
-        column=(new or old).column if (new or old) is not None else None,
+        column=new.column if new is not None else old.column if old is not None else None,
         values=tuple(LabelRow(value=v, old=a.get(v), new=b.get(v)) for v in values),
         other=OldNew(old=old.other if old else 0, new=new.other if new else 0),
         divergence_ppm=divergence_ppm(

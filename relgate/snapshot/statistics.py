@@ -163,7 +163,7 @@ class StatisticsObserver:
     def _groups(self, axis: int) -> tuple[GroupCount, ...]:
         sums: dict[str, list[int]] = {}
         for key, (members, tokens) in self.cells.items():
-            acc = sums.setdefault(key[axis], [0, 0])
+            acc = sums.setdefault(str(key[axis]), [0, 0])
             acc[0] += members
             acc[1] += tokens
         return tuple(

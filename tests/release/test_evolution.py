@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,6 +30,7 @@ from relgate.records.record_schema import (
     FieldSpec,
     RecordSchema,
     TokenRule,
+    arrow_type,
 )
 from relgate.release import evolution
 from relgate.release.evolution import SCHEMA_COMPATIBILITY, classify, widens
@@ -55,9 +58,7 @@ def schema(name: str, *extra: FieldSpec) -> RecordSchema:
 
 
 #: v1: a title and a 64-bit view count.
-V1 = schema(
-    "evo.v1", FieldSpec(name="title", type="string"), FieldSpec(name="views", type="int64")
-)
+V1 = schema("evo.v1", FieldSpec(name="title", type="string"), FieldSpec(name="views", type="int64"))
 #: v2: title renamed (declared) to heading, views narrowed to int32, a nullable topic added.
 V2 = schema(
     "evo.v2",
@@ -278,8 +279,12 @@ def test_a_tampered_or_forged_stored_report_is_refused(ews):
 
     # a forged report claiming every reader is fine, signed by the builder (not the verifier)
     lenient = stored.model_copy(
-        update={"readers": tuple(v.model_copy(update={"verdict": "COMPATIBLE", "reasons": ()})
-                                 for v in stored.readers)}
+        update={
+            "readers": tuple(
+                v.model_copy(update={"verdict": "COMPATIBLE", "reasons": ()})
+                for v in stored.readers
+            )
+        }
     )
     envelope = sign_envelope(evolution.PAYLOAD_TYPE, lenient.canonical(), ews.key("builder"))
     ref = ews.cas.put(json.dumps(envelope, sort_keys=True).encode())
@@ -322,8 +327,11 @@ PRIMITIVES = sorted(set(FIXED_TYPES) | set(VARIABLE_TYPES))
 LIST_ITEMS = sorted(t for t in FIXED_TYPES if t != "bool")
 type_names = st.one_of(
     st.sampled_from(PRIMITIVES),
-    st.builds(lambda outer, item: f"{outer}<{item}>", st.sampled_from(["list", "large_list"]),
-              st.sampled_from(LIST_ITEMS)),
+    st.builds(
+        lambda outer, item: f"{outer}<{item}>",
+        st.sampled_from(["list", "large_list"]),
+        st.sampled_from(LIST_ITEMS),
+    ),
 )
 
 
@@ -352,15 +360,12 @@ def test_widening_is_antisymmetric_and_classification_agrees(a, b):
 def test_every_widening_casts_values_losslessly(a, b):
     """Independent of the rule table: Arrow's safe cast keeps every value of ``a`` in ``b``
     and back, for the extreme values of ``a``."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from relgate.records.record_schema import arrow_type
-
     if not widens(a, b):
         return
     source = arrow_type(a)
-    base = source.value_type if pa.types.is_list(source) or pa.types.is_large_list(source) else source
+    base = (
+        source.value_type if pa.types.is_list(source) or pa.types.is_large_list(source) else source
+    )
     if pa.types.is_integer(base):
         info = (base.bit_width, pa.types.is_signed_integer(base))
         lo = -(1 << (info[0] - 1)) if info[1] else 0

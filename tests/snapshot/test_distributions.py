@@ -10,7 +10,9 @@ import re
 import subprocess
 import sys
 from collections import Counter
+from fractions import Fraction
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 from support.snapshots import build_validated
@@ -44,8 +46,6 @@ def reference(ws, digest):
 
 def _tvd_ppm(a, b):
     """Total variation distance in ppm, with fractions (another route than the code's)."""
-    from fractions import Fraction
-
     ta, tb = sum(a), sum(b)
     tvd = sum(abs(Fraction(x, ta) - Fraction(y, tb)) for x, y in zip(a, b, strict=True)) / 2
     return int(tvd * 1_000_000 + Fraction(1, 2))
@@ -53,9 +53,7 @@ def _tvd_ppm(a, b):
 
 def _change_a_source(ws):
     long_text = " ".join(f"word{i}" for i in range(300))
-    rows = [
-        {"id": f"forum/long-{i}", "lang": "fr", "text": f"{long_text} {i}"} for i in range(25)
-    ]
+    rows = [{"id": f"forum/long-{i}", "lang": "fr", "text": f"{long_text} {i}"} for i in range(25)]
     ws.store.put(
         "raw/forum/thread-long.jsonl", b"".join(json.dumps(r).encode() + b"\n" for r in rows)
     )
@@ -95,7 +93,16 @@ def test_statistics_match_an_independent_reference_and_the_diff_carries_them(ws)
     assert forum.delta == 25
 
     proc = subprocess.run(
-        [*RELGATE, "--home", str(ws.home), "snapshot", "diff", first.digest, second.digest, "--json"],
+        [
+            *RELGATE,
+            "--home",
+            str(ws.home),
+            "snapshot",
+            "diff",
+            first.digest,
+            second.digest,
+            "--json",
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "RELGATE_HASH_WORKERS": "1"},
@@ -103,7 +110,9 @@ def test_statistics_match_an_independent_reference_and_the_diff_carries_them(ws)
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["distributions"]["tokenLengths"]["divergencePpm"] == dist.token_lengths.divergence_ppm
+    assert (
+        out["distributions"]["tokenLengths"]["divergencePpm"] == dist.token_lengths.divergence_ppm
+    )
     assert [b["new"] for b in out["distributions"]["tokenLengths"]["buckets"]] == new_ref[0]
     assert out["distributions"]["label"]["column"] == "lang"
     human = subprocess.run(
@@ -143,8 +152,6 @@ def test_divergence_is_total_variation_in_ppm(a, b):
 
 @given(st.integers(0, 2**40))
 def test_buckets_are_bit_lengths(tokens):
-    import numpy as np
-
     bucket = int(statistics.buckets_of(np.array([tokens]))[0])
     assert bucket == min(tokens.bit_length(), statistics.MAX_BUCKET)
     assert statistics.BUCKET_EDGES[bucket] <= tokens
