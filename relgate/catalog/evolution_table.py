@@ -10,8 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from relgate.catalog.audit import record_report
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.objects.cas import ContentRef
+
+#: The ``reports`` subject kind of a schema-evolution report.
+REPORT_KIND = "release-schema-evolution"
 
 
 def record(
@@ -24,6 +28,9 @@ def record(
     actor: str,
 ) -> None:
     with db.tx() as conn:
+        # Also a report of the root, so garbage collection keeps the signed document as
+        # long as it keeps the root (relgate.lifecycle.refs reads ``reports``).
+        record_report(conn, REPORT_KIND, root, ref.digest, ref.version_id, compatible)
         execute(
             conn,
             "INSERT INTO schema_evolution_reports (root_digest, old_root, report_digest,"

@@ -36,7 +36,9 @@ def publish(
 def rollback_release(
     ws: Workspace, alias: str, root: str, *, actor: str, expected_generation: int | None = None
 ) -> AliasChange:
-    """Point ``alias`` back at a root it held before."""
+    """Point ``alias`` back at a root it held before (refused, like a publication, when a
+    declared reader cannot read it)."""
+    require_readable(ws, root)
     return ws.gate().rollback(
         "release", alias, root, expected_generation=expected_generation, actor=actor
     )

@@ -23,6 +23,7 @@ from support.workspaces import make_workspace
 from relgate.catalog import evolution_table
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.signing import sign_envelope
+from relgate.lifecycle.refs import version_refs
 from relgate.objects.layout import cas_key
 from relgate.records.record_schema import (
     FIXED_TYPES,
@@ -34,7 +35,7 @@ from relgate.records.record_schema import (
 )
 from relgate.release import evolution
 from relgate.release.evolution import SCHEMA_COMPATIBILITY, classify, widens
-from relgate.release.publication import approve_release, publish
+from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.readers import ReaderSpec
 from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release
@@ -225,7 +226,10 @@ def test_verifier_stores_a_signed_report_and_publication_refuses_an_unreadable_r
     assert refused["check"] == SCHEMA_COMPATIBILITY
     diff = run_cli(ews.home, "release", "schema-diff", root1, root2, expect=0)
     assert diff["renamed"] == [{"from": "title", "to": "heading"}]
-    assert digest2.startswith("sha256:")
+    # garbage collection keeps the signed report as long as the root
+    with ews.db.tx() as conn:
+        refs = version_refs(ews, conn, "release", root2)
+    assert (cas_key(digest2), row["report_version"]) in {(r.key, r.version_id) for r in refs}
 
 
 def test_a_compatible_change_publishes_and_a_strict_reader_is_refused(ews):
@@ -252,6 +256,10 @@ def test_a_compatible_change_publishes_and_a_strict_reader_is_refused(ews):
     with pytest.raises(RejectedError) as err:
         evolution.require_readable(ews, root3)
     assert "does not accept widened types" in err.value.message
+    # a rollback is a publication too: root2's report does not cover the new reader
+    with pytest.raises(RejectedError) as err:
+        rollback_release(ews, "train", root2, actor="alice")
+    assert err.value.check == SCHEMA_COMPATIBILITY and err.value.digest == root2
 
 
 def test_no_report_is_refused_when_readers_are_declared(ews):
