@@ -26,24 +26,18 @@ from typing import Self
 
 from pydantic import Field, StrictBool, StrictStr, model_validator
 
-from relgate.errors import UsageError
 from relgate.integrity.contract import Contract
-from relgate.records.record_schema import arrow_type
+from relgate.records.record_schema import FieldSpec
 
 
-class ReaderColumn(Contract):
-    """One column a reader reads: its name, the type it reads it as, whether nulls are ok."""
-
-    name: StrictStr = Field(min_length=1, max_length=128)
-    type: StrictStr
-    nullable: StrictBool = False
+class ReaderColumn(FieldSpec):
+    """One column a reader reads: its name, the type it reads it as (checked against the
+    record-schema type grammar) and whether it copes with nulls; never a rename."""
 
     @model_validator(mode="after")
-    def _known_type(self) -> Self:
-        try:
-            arrow_type(self.type)
-        except UsageError as exc:
-            raise ValueError(str(exc)) from None
+    def _no_rename(self) -> Self:
+        if self.renamed_from is not None:
+            raise ValueError("a reader column declares no renamedFrom")
         return self
 
 

@@ -133,6 +133,18 @@ def verified(ws, root):
     return report
 
 
+def published_and_next(ws, old, new):
+    """A verified, published release of ``old``, then a verified one of ``new`` cut from
+    a child snapshot; their roots."""
+    snap, first = release_of(ws, old)
+    verified(ws, first)
+    approve_release(ws, first, approver="alice")
+    publish(ws, first, alias="train", actor="alice")
+    _, second = release_of(ws, new, parents=[snap])
+    verified(ws, second)
+    return first, second
+
+
 def test_schema_diff_reports_added_removed_renamed_and_type_changes(ews):
     declare(ews, TRAINER, INDEXER, COUNTER)
     snap1, root1 = release_of(ews, V1)
@@ -226,6 +238,16 @@ def test_verifier_stores_a_signed_report_and_publication_refuses_an_unreadable_r
     assert refused["check"] == SCHEMA_COMPATIBILITY
     diff = run_cli(ews.home, "release", "schema-diff", root1, root2, expect=0)
     assert diff["renamed"] == [{"from": "title", "to": "heading"}]
+    human = subprocess.run(
+        [*RELGATE, "--home", str(ews.home), "release", "schema-diff", root1, root2],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert human.returncode == 0, human.stderr
+    assert "~ title -> heading (renamed)" in human.stdout
+    assert "~ views: int64 -> int32 (narrowing)" in human.stdout
+    assert "indexer: INCOMPATIBLE" in human.stdout
     # garbage collection keeps the signed report as long as the root
     with ews.db.tx() as conn:
         refs = version_refs(ews, conn, "release", root2)
@@ -234,12 +256,7 @@ def test_verifier_stores_a_signed_report_and_publication_refuses_an_unreadable_r
 
 def test_a_compatible_change_publishes_and_a_strict_reader_is_refused(ews):
     declare(ews, TRAINER, COUNTER)
-    snap2, root2 = release_of(ews, V2)
-    verified(ews, root2)
-    approve_release(ews, root2, approver="alice")
-    publish(ews, root2, alias="train", actor="alice")
-    _, root3 = release_of(ews, V3, parents=[snap2])
-    verified(ews, root3)
+    root2, root3 = published_and_next(ews, V2, V3)
     stored, _ = evolution.load_stored(ews, root3)
     assert [c.change for c in stored.type_changes] == ["widening"]
     approve_release(ews, root3, approver="alice")
@@ -276,12 +293,7 @@ def test_no_report_is_refused_when_readers_are_declared(ews):
 
 def test_a_tampered_or_forged_stored_report_is_refused(ews):
     declare(ews, TRAINER, INDEXER)
-    snap1, root1 = release_of(ews, V1)
-    verified(ews, root1)
-    approve_release(ews, root1, approver="alice")
-    publish(ews, root1, alias="train", actor="alice")
-    _, root2 = release_of(ews, V2, parents=[snap1])
-    verified(ews, root2)
+    root1, root2 = published_and_next(ews, V1, V2)
     stored, digest = evolution.load_stored(ews, root2)
     row = evolution_table.newest(ews.db, root2)
 
