@@ -106,8 +106,8 @@ def _lines(n: int = 30) -> bytes:
 
 
 @pytest.fixture
-def ews(tmp_path):
-    ws = make_workspace(tmp_path / "home", seed=False)
+def ews(tmp_path, db_url):
+    ws = make_workspace(tmp_path / "home", db_url, seed=False)
     ws.store.put("raw/docs/part-0.jsonl", _lines())
     ws.config["sources"] = [{"id": "docs", "kind": "object-prefix", "prefix": "raw/docs/"}]
     ws.config["snapshot"] = {"purpose": "evo-test", "transform": "registry.local/identity:v1"}
