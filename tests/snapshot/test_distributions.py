@@ -13,8 +13,11 @@ from collections import Counter
 from fractions import Fraction
 
 import numpy as np
+import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
+from support import corpora
+from support.releases import overwrite_in_place
 from support.snapshots import build_validated
 
 from relgate.lifecycle.refs import version_refs
@@ -157,3 +160,51 @@ def test_buckets_are_bit_lengths(tokens):
     assert statistics.BUCKET_EDGES[bucket] <= tokens
     if bucket < statistics.MAX_BUCKET:
         assert tokens < (1 << bucket)
+
+
+def test_label_distribution_lists_the_top_values_and_pools_the_rest():
+    langs = [f"l{i:02d}" for i in range(25) for _ in range(i + 1)]  # l24 most frequent
+    frame = pl.DataFrame(
+        {
+            "sampleId": [f"s{i}" for i in range(len(langs))],
+            "lang": langs,
+            "text": ["a b c"] * len(langs),
+            "sourceId": ["src"] * len(langs),
+            "split": ["train"] * len(langs),
+        }
+    )
+    observer = statistics.StatisticsObserver(corpora.TEXT, None)
+    observer(frame.head(100))
+    observer(frame.slice(100))  # two batches accumulate
+    doc = observer.document()
+    assert doc.label.distinct == 25
+    assert [c.value for c in doc.label.top] == [f"l{i:02d}" for i in range(24, 4, -1)]
+    assert doc.label.other == sum(range(1, 6))
+    assert doc.token_lengths.counts[2] == len(langs)  # 3 tokens: bucket 2 ([2, 4))
+    none = statistics.StatisticsObserver(corpora.BINARY, None)
+    assert none.records.tokens.kind == "none"
+
+
+def test_a_rewritten_statistics_object_is_refused_by_the_diff(ws):
+    first = build_validated(ws)
+    second = build_validated(ws)
+    ref = load_manifest(ws, second.digest).statistics.content_ref
+    path = ws.store.local_path(ref.key, ref.version_id)
+    overwrite_in_place(path, path.read_bytes().replace(b'"members":', b'"members": 1, "x":', 1))
+    proc = subprocess.run(
+        [
+            *RELGATE,
+            "--home",
+            str(ws.home),
+            "snapshot",
+            "diff",
+            first.digest,
+            second.digest,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert json.loads(proc.stdout)["digest"] == ref.digest
