@@ -11,10 +11,12 @@ import dagster as dg
 
 from relgate.release.admission import create_run
 from relgate.release.checks import ZERO_CHECKS, Check
+from relgate.release.evolution import load_stored
 from relgate.release.publication import approve_release, publish
 from relgate.release.run_rows import run_status
 from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release
+from relgate.workspace import Workspace
 from resources.relgate import RelgateResource
 
 GROUP = "releases"
@@ -99,8 +101,36 @@ def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Out
             "root": shard_release,
             "outcome": str(body.get("outcome")),
             **{f"count.{k}": int(v) for k, v in counts.items()},
+            **_evolution_metadata(ws, shard_release),
         },
     )
+
+
+def _evolution_metadata(ws: Workspace, root: str) -> dict[str, Any]:
+    """The stored schema-evolution report: change counts (numbers) and reader verdicts."""
+    stored = load_stored(ws, root)
+    if stored is None:
+        return {"schemaEvolution": "none stored"}
+    report, digest = stored
+    verdicts = [
+        dg.TableRecord({"reader": v.reader, "verdict": v.verdict, "reasons": "; ".join(v.reasons)})
+        for v in report.readers
+    ]
+    return {
+        "schemaEvolution.report": digest,
+        "schemaEvolution.old": report.old.subject if report.old else "none",
+        **{f"schemaEvolution.{k}": int(v) for k, v in report.counts.to_json().items()},
+        "schemaEvolution.readers": dg.MetadataValue.table(
+            verdicts,
+            schema=dg.TableSchema(
+                columns=[
+                    dg.TableColumn("reader", "string"),
+                    dg.TableColumn("verdict", "string"),
+                    dg.TableColumn("reasons", "string"),
+                ]
+            ),
+        ),
+    }
 
 
 @dg.multi_asset_check(

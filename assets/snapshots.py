@@ -14,7 +14,7 @@ from relgate.records.record_schema import ID_COLUMN, RecordSchema
 from relgate.snapshot import activation
 from relgate.snapshot.build import BuildSpec, Frozen, build_for_alias, freeze
 from relgate.snapshot.comparator import EXACT, Comparator
-from relgate.snapshot.compare import shadow_diff
+from relgate.snapshot.compare import CountRow, Distributions, HistogramDiff, shadow_diff
 from relgate.snapshot.coverage import PPM
 from relgate.snapshot.replay import replay
 from relgate.snapshot.validate import ValidationReport, validate_snapshot
@@ -268,8 +268,64 @@ def snapshot_diff(
             "splitMigrations": dg.MetadataValue.json(result.split_migrations),
             "bySource": _table([{"source": k, **v.to_json()} for k, v in result.by_source.items()]),
             "bySplit": _table([{"split": k, **v.to_json()} for k, v in result.by_split.items()]),
+            **_distribution_metadata(result.distributions),
         },
     )
+
+
+_COUNT_COLUMNS = ("old", "new", "delta")
+
+
+def _schema(key: str, key_type: str, columns: Sequence[str]) -> dg.TableSchema:
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(key, key_type),
+            *(dg.TableColumn(c, "int") for c in columns),
+        ]
+    )
+
+
+def _records(rows: Sequence[Mapping[str, Any]]) -> list[dg.TableRecord]:
+    return [dg.TableRecord(dict(r)) for r in rows]
+
+
+def _count_table(rows: Sequence[CountRow]) -> dg.MetadataValue:
+    return dg.MetadataValue.table(
+        _records([{"name": r.name, "old": r.old, "new": r.new, "delta": r.delta} for r in rows]),
+        schema=_schema("name", "string", _COUNT_COLUMNS),
+    )
+
+
+def _histogram_table(hist: HistogramDiff) -> dg.MetadataValue:
+    rows = [{"range": b.range, "old": b.old, "new": b.new, "delta": b.delta} for b in hist.buckets]
+    return dg.MetadataValue.table(_records(rows), schema=_schema("range", "string", _COUNT_COLUMNS))
+
+
+def _distribution_metadata(dist: Distributions | None) -> dict[str, Any]:
+    """Old-vs-new distributions as tables, and divergences (ppm) as numbers that plot."""
+    if dist is None:
+        return {"distributions": "not available (a snapshot without statistics)"}
+    out: dict[str, Any] = {
+        "distributions.bySplit": _count_table(dist.by_split),
+        "distributions.bySource": _count_table(dist.by_source),
+        "distributions.tokenLengths": _histogram_table(dist.token_lengths),
+        "divergencePpm.split": dist.split_divergence_ppm,
+        "divergencePpm.source": dist.source_divergence_ppm,
+        "divergencePpm.tokenLengths": dist.token_lengths.divergence_ppm,
+    }
+    for hist in dist.token_lengths_by_split:
+        out[f"distributions.tokenLengths.{hist.name}"] = _histogram_table(hist)
+        out[f"divergencePpm.tokenLengths.{hist.name}"] = hist.divergence_ppm
+    if dist.label is not None:
+        rows = [
+            {"value": str(r.value), "old": r.old or 0, "new": r.new or 0} for r in dist.label.values
+        ]
+        rows.append({"value": "(other)", "old": dist.label.other.old, "new": dist.label.other.new})
+        out["distributions.label"] = dg.MetadataValue.table(
+            _records(rows), schema=_schema("value", "string", ("old", "new"))
+        )
+        out["divergencePpm.label"] = dist.label.divergence_ppm
+    return out
 
 
 @dg.asset(

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, model_validator
 
 from relgate.catalog.db import Database
 from relgate.errors import ConflictError, RejectedError, UsageError
@@ -32,6 +32,7 @@ from relgate.objects.cas import ContentStore
 from relgate.objects.local import LocalObjectStore
 from relgate.objects.s3 import S3ObjectStore
 from relgate.objects.versioned import ObjectStore
+from relgate.release.readers import ReaderSpec
 from relgate.snapshot.membership import MembershipCache
 from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
@@ -81,6 +82,15 @@ class WorkspaceConfig(Contract):
     keys: KeysConfig
     sources: list[dict[str, JsonValue]] = Field(default_factory=list)
     snapshot: dict[str, JsonValue] = Field(default_factory=dict)
+    #: declared readers of releases (:mod:`relgate.release.readers`); absent when none
+    readers: tuple[ReaderSpec, ...] | None = None
+
+    @model_validator(mode="after")
+    def _reader_names_once(self) -> Self:
+        names = [r.name for r in self.readers or ()]
+        if len(set(names)) != len(names):
+            raise ValueError("two readers share a name")
+        return self
 
 
 def default_home() -> Path:

@@ -347,4 +347,23 @@ MIGRATIONS: tuple[Migration, ...] = (
                 created_at TEXT NOT NULL)""",
         ),
     ),
+    Migration(
+        8,
+        "schema evolution reports",
+        (
+            # One row per stored schema-evolution report: the signed document (content
+            # addressed) comparing a verified root with the previous release, and whether
+            # every reader declared at the time can read the new root.  Newest row wins.
+            """CREATE TABLE schema_evolution_reports (
+                {id},
+                root_digest TEXT NOT NULL,
+                old_root TEXT,
+                report_digest TEXT NOT NULL,
+                report_version TEXT NOT NULL,
+                compatible INTEGER NOT NULL,
+                actor TEXT NOT NULL,
+                at TEXT NOT NULL)""",
+            "CREATE INDEX schema_evolution_reports_root ON schema_evolution_reports (root_digest)",
+        ),
+    ),
 )

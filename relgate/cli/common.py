@@ -32,6 +32,8 @@ class CommandResult:
 
     body: Payload
     exit_code: int = EXIT_OK
+    #: what to print instead of the generic ``key: value`` lines without ``--json`` (a table)
+    text: str | None = None
 
     @classmethod
     def of(cls, body: Payload, *, ok: bool) -> CommandResult:
@@ -90,6 +92,8 @@ def _emit(output: CommandOutput, as_json: bool) -> None:
     wire = to_wire(result.body)
     if as_json:
         print_json(wire)
+    elif result.text is not None:
+        click.echo(result.text)
     else:
         print_human(wire)
     sys.exit(result.exit_code)

@@ -10,6 +10,7 @@ import click
 from relgate.cli.common import CommandOutput, CommandResult, Ctx, actor, command, pass_ctx
 
 if TYPE_CHECKING:
+    from relgate.release.evolution import SchemaEvolutionReport
     from relgate.release.reader import ReaderLease
     from relgate.release.report import VerificationReport
     from relgate.workspace import Workspace
@@ -140,6 +141,56 @@ def verify_result(report: VerificationReport) -> CommandResult:
     return CommandResult.rejected(
         out, check=check, message=message, subject="release", digest=report.root
     )
+
+
+@command(release, "schema-diff")
+@click.argument("old")
+@click.argument("new")
+@pass_ctx
+def release_schema_diff(ctx: Ctx, old: str, new: str) -> CommandOutput:
+    """Compare the record schemas of two releases (or snapshots) for the declared readers."""
+    from relgate.release.evolution import schema_diff
+
+    ws = ctx.ws()
+    report = schema_diff(ws, _schema_subject(ws, old), _schema_subject(ws, new))
+    return CommandResult(report, text=_evolution_text(report))
+
+
+def _schema_subject(ws: Workspace, ref: str) -> str:
+    """A release root digest (or unique prefix), else a snapshot's."""
+    from relgate.catalog.release_table import resolve_release
+    from relgate.catalog.snapshot_table import resolve
+    from relgate.errors import NotFoundError
+
+    try:
+        return resolve_release(ws.db, ref)
+    except NotFoundError:
+        return resolve(ws.db, ref)
+
+
+def _evolution_text(report: SchemaEvolutionReport) -> str:
+    """The report as a readable listing (without ``--json``)."""
+    old = f"{report.old.kind} {report.old.subject}" if report.old else "none (first release)"
+    lines = [f"old: {old}", f"new: {report.new.kind} {report.new.subject}"]
+    lines += [f"  + {f.name}: {f.type}{'?' if f.nullable else ''}" for f in report.added]
+    lines += [f"  - {f.name}: {f.type}{'?' if f.nullable else ''}" for f in report.removed]
+    lines += [f"  ~ {r.old_name} -> {r.new_name} (renamed)" for r in report.renamed]
+    lines += [
+        f"  ~ {c.column}: {c.old_type}{'?' if c.old_nullable else ''} -> "
+        f"{c.new_type}{'?' if c.new_nullable else ''} ({c.change})"
+        for c in report.type_changes
+    ]
+    for name, change in (("content", report.content), ("label", report.label)):
+        if change.changed:
+            lines.append(f"  {name}: {list(change.old)} -> {list(change.new)}")
+    if report.token_rule.changed:
+        old_rule = report.token_rule.old.kind if report.token_rule.old else None
+        lines.append(f"  tokens: {old_rule} -> {report.token_rule.new.kind}")
+    lines.append("readers:" if report.readers else "readers: none declared")
+    for verdict in report.readers:
+        lines.append(f"  {verdict.reader}: {verdict.verdict}")
+        lines += [f"    - {reason}" for reason in verdict.reasons]
+    return "\n".join(lines)
 
 
 @command(release, "approve")

@@ -17,6 +17,7 @@ from relgate.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from relgate.snapshot.compare import SnapshotDiff
     from relgate.snapshot.validate import ValidationReport
 
 
@@ -218,7 +219,69 @@ def snapshot_diff(ctx: Ctx, old: str, new: str) -> CommandOutput:
     from relgate.snapshot.compare import diff
 
     ws = ctx.ws()
-    return diff(ws, resolve(ws.db, old), resolve(ws.db, new))
+    result = diff(ws, resolve(ws.db, old), resolve(ws.db, new))
+    return CommandResult(result, text=_diff_text(result))
+
+
+_BAR = 24
+
+
+def _bar(value: int, top: int) -> str:
+    width = 0 if top == 0 else round(_BAR * value / top)
+    return ("#" * width).ljust(_BAR)
+
+
+def _rows_text(title: str, rows: list[tuple[str, int | None, int | None]]) -> list[str]:
+    """A titled table of old/new counts with a bar per side."""
+    top = max([v or 0 for _, a, b in rows for v in (a, b)] or [0])
+    lines = [f"{title}", f"  {'':<14}{'old':>9}{'new':>9}{'delta':>9}  old / new"]
+    for name, a, b in rows:
+        delta = "" if a is None or b is None else f"{b - a:+d}"
+        shown_a = "-" if a is None else str(a)
+        shown_b = "-" if b is None else str(b)
+        lines.append(
+            f"  {name:<14}{shown_a:>9}{shown_b:>9}{delta:>9}"
+            f"  |{_bar(a or 0, top)}| |{_bar(b or 0, top)}|"
+        )
+    return lines
+
+
+def _diff_text(result: SnapshotDiff) -> str:
+    """The diff as readable tables with ASCII bars (without ``--json``)."""
+    lines = [
+        f"old: {result.old}",
+        f"new: {result.new}",
+        f"members: {result.counts.old} -> {result.counts.new} (+{result.additions}"
+        f" -{result.deletions}, {result.content_changes} content changes)",
+    ]
+    lines += [f"  split migration {k}: {v}" for k, v in sorted(result.split_migrations.items())]
+    dist = result.distributions
+    if dist is None:
+        lines += _rows_text("by split", [(k, v.old, v.new) for k, v in result.by_split.items()])
+        lines += _rows_text("by source", [(k, v.old, v.new) for k, v in result.by_source.items()])
+        lines.append("distributions: not available (a snapshot without statistics)")
+        return "\n".join(lines)
+    lines += _rows_text(
+        f"by split (divergence {dist.split_divergence_ppm} ppm)",
+        [(r.name, r.old, r.new) for r in dist.by_split],
+    )
+    lines += _rows_text(
+        f"by source (divergence {dist.source_divergence_ppm} ppm)",
+        [(r.name, r.old, r.new) for r in dist.by_source],
+    )
+    for hist in (dist.token_lengths, *dist.token_lengths_by_split):
+        used = [b for b in hist.buckets if b.old or b.new]
+        lines += _rows_text(
+            f"token length, {hist.name} (divergence {hist.divergence_ppm} ppm)",
+            [(b.range, b.old, b.new) for b in used],
+        )
+    if dist.label is not None:
+        rows = [(str(r.value), r.old, r.new) for r in dist.label.values]
+        rows.append(("(other)", dist.label.other.old, dist.label.other.new))
+        lines += _rows_text(
+            f"label {dist.label.column} (divergence {dist.label.divergence_ppm} ppm)", rows
+        )
+    return "\n".join(lines)
 
 
 @command(snapshot, "replay")

@@ -53,6 +53,7 @@ PAYLOAD_ROLES: dict[str, frozenset[Role]] = {
     "application/vnd.relgate.validation-report.v1+json": frozenset({Role.VERIFIER}),
     "application/vnd.relgate.replay-report.v1+json": frozenset({Role.VERIFIER}),
     "application/vnd.relgate.release-verification.v1+json": frozenset({Role.VERIFIER}),
+    "application/vnd.relgate.schema-evolution.v1+json": frozenset({Role.VERIFIER}),
     "application/vnd.in-toto+json": frozenset({Role.VERIFIER}),
     "application/vnd.relgate.approval.v1+json": frozenset({Role.APPROVER}),
     "application/vnd.relgate.gate-record.v1+json": frozenset({Role.GATE}),

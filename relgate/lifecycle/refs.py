@@ -172,6 +172,8 @@ def snapshot_refs(
             out.extend(_raw_refs(ws, canonical_key(uri), version, digest))
     for artifact in manifest.artifacts or ():  # tokenizer, transform artifact, ...
         out.append(Ref(artifact.content_ref.key, artifact.object_version, artifact.role, digest))
+    for uri, version in cas_refs(manifest.body.get("statistics")):
+        out.append(Ref(canonical_key(uri), version, "statistics", digest))
     out.extend(_report_refs(row, digest))
     return out
 

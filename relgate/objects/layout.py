@@ -82,6 +82,9 @@ def cas_uri(digest: str) -> str:
 membership_key = cas_key
 report_key = cas_key
 approval_key = cas_key
+#: Schema-evolution reports and snapshot statistics are content-addressed documents too.
+evolution_report_key = cas_key
+statistics_key = cas_key
 
 
 def shard_key(digest: str, *, encrypted: bool = False) -> str:

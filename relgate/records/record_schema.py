@@ -94,11 +94,19 @@ def type_name(dtype: pa.DataType) -> str:
 
 
 class FieldSpec(Contract):
-    """One column: its name, canonical type name and nullability."""
+    """One column: its name, canonical type name and nullability.
+
+    ``renamedFrom`` declares that this column is the previous schema's column of that name
+    under a new name (schema evolution reports a rename only when it is declared, never by
+    guessing); absent from the JSON when unset, so schemas without it keep their digests.
+    """
 
     name: StrictStr = Field(min_length=1, max_length=128)
     type: StrictStr
     nullable: StrictBool = False
+    renamed_from: StrictStr | None = Field(
+        default=None, min_length=1, max_length=128, exclude_if=lambda v: v is None
+    )
 
     @model_validator(mode="after")
     def _known_type(self) -> Self:
@@ -169,6 +177,7 @@ class RecordSchema(Contract):
         problems += self._token_problems(by_name)
         if self.label is not None and self.label not in by_name:
             problems.append(f"label column {self.label!r} is not a record column")
+        problems += _rename_problems(self.fields, set(names))
         if problems:
             raise ValueError("record schema refused: " + "; ".join(problems))
         return self
@@ -233,6 +242,19 @@ class RecordSchema(Contract):
             FieldSpec(name=f.name, type=type_name(f.type), nullable=f.nullable) for f in schema
         )
         return cls(name=name, fields=fields, content=content, tokens=tokens, label=label)
+
+
+def _rename_problems(fields: tuple[FieldSpec, ...], names: set[str]) -> list[str]:
+    """A declared rename names a column this schema no longer has, each at most once."""
+    sources = [f.renamed_from for f in fields if f.renamed_from is not None]
+    problems = [
+        f"column {f.name!r} is renamed from a column this schema still has"
+        for f in fields
+        if f.renamed_from is not None and f.renamed_from in names
+    ]
+    if len(set(sources)) != len(sources):
+        problems.append("two columns are renamed from the same column")
+    return problems
 
 
 #: The demo corpus: text records with a language code, tokens by whitespace runs unless a

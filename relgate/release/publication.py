@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from relgate.catalog import audit
 from relgate.gate.aliases import AliasChange
+from relgate.release.evolution import require_readable
 from relgate.workspace import Workspace
 
 
 def approve_release(
     ws: Workspace, root: str, *, approver: str, comment: str = ""
 ) -> dict[str, str]:
-    """VERIFIED -> APPROVED, bound to the root digest (never a directory) and a name."""
+    """VERIFIED -> APPROVED, bound to the root digest (never a directory) and a name.
+
+    Refused (check ``schema-compatibility``) when a declared reader cannot read the root."""
+    require_readable(ws, root)
     return ws.sign_approval(
         audit.approve(ws.db, "release", root, approver=approver, comment=comment)
     )
@@ -19,7 +23,11 @@ def approve_release(
 def publish(
     ws: Workspace, root: str, *, alias: str, actor: str, expected_generation: int | None = None
 ) -> AliasChange:
-    """CAS ``alias`` to the verified, approved root (publication is an activation)."""
+    """CAS ``alias`` to the verified, approved root (publication is an activation).
+
+    Refused (check ``schema-compatibility``, exit 3) when the root's stored schema-evolution
+    report says a declared reader cannot read it, or there is no current report."""
+    require_readable(ws, root)
     return ws.gate().activate(
         "release", alias, root, expected_generation=expected_generation, actor=actor
     )
@@ -28,7 +36,9 @@ def publish(
 def rollback_release(
     ws: Workspace, alias: str, root: str, *, actor: str, expected_generation: int | None = None
 ) -> AliasChange:
-    """Point ``alias`` back at a root it held before."""
+    """Point ``alias`` back at a root it held before (refused, like a publication, when a
+    declared reader cannot read it)."""
+    require_readable(ws, root)
     return ws.gate().rollback(
         "release", alias, root, expected_generation=expected_generation, actor=actor
     )

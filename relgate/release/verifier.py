@@ -48,6 +48,7 @@ from relgate.release.checks import (
     outcome_of,
 )
 from relgate.release.descriptor import descriptor_problems, well_formed
+from relgate.release.evolution import record_for_root
 from relgate.release.member_diff import TUPLE_SCHEMA, set_diff
 from relgate.release.metrics import current
 from relgate.release.report import (
@@ -345,6 +346,8 @@ def verify_release(
         )
     with ws.db.tx() as conn:
         state = _record(conn, report, actor)
+    if report.ok:  # the signed schema-evolution report, bound to this root
+        record_for_root(ws, root_digest, actor=actor)
     return report.model_copy(update={"state": state})
 
 

@@ -24,10 +24,10 @@ from relgate.gate.fences import Fences, fenced_entries, read_fences
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_keys
-from relgate.objects.layout import membership_key
+from relgate.objects.layout import membership_key, statistics_key
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.snapshot import manifest as mf
-from relgate.snapshot import tokenizer
+from relgate.snapshot import statistics, tokenizer
 from relgate.snapshot.membership import MembershipWriter, Tally
 from relgate.snapshot.policy import (
     PredicatePolicy,
@@ -234,14 +234,19 @@ class _Staged:
     tally: Tally
     counts: dict[str, int]
     artifacts: tuple[mf.ArtifactRef, ...] = ()
+    stats: statistics.SnapshotStatistics | None = None
 
 
 def _stage_members(
     ws: Workspace, spec: BuildSpec, frozen: Frozen, path: Path, runner: TransformRunner | None
 ) -> _Staged:
     """The transform once over every source row, then selection streamed through an
-    out-of-core sort into the membership parquet."""
+    out-of-core sort into the membership parquet (statistics observed on the way)."""
     ref = TransformRef.parse(frozen.transform_image, frozen.transform_pin)
+    token_artifacts = tokenizer.artifacts(ws, spec.records)
+    observer = statistics.StatisticsObserver(
+        spec.records, statistics.artifact_fetch(ws, token_artifacts)
+    )
     sources = configured_sources(ws, [e.id for e in frozen.sources], spec.records)
     tally = Tally(spec.records.digest())
     with (
@@ -250,6 +255,7 @@ def _stage_members(
         SortedRuns(MEMBER_FRAME_SCHEMA) as runs,
     ):
         selector = Selector(
+            observer=observer,
             transform=staged.transform,
             records=spec.records,
             selection=spec.selection,
@@ -267,9 +273,10 @@ def _stage_members(
     if staged.facts is not None:  # selection read the transform's output, not the sources
         counts["sourceRows"] = staged.facts.rows_in
         counts["transformOutputRows"] = staged.facts.rows_out
+        counts["excludedByTransform"] += staged.facts.rows_in - staged.facts.rows_out
     counts["members"] = tally.rows
-    artifacts = (*tokenizer.artifacts(ws, spec.records), *transform_artifacts(ref.pin()))
-    return _Staged(path, tally, counts, artifacts)
+    artifacts = (*token_artifacts, *transform_artifacts(ref.pin()))
+    return _Staged(path, tally, counts, artifacts, observer.document())
 
 
 def build_for_alias(
@@ -321,6 +328,10 @@ def _write_snapshot(
     lease.cover(membership_key(sha256_digest(data)))  # leased before it exists
     members_ref = ws.cas.put(data)
     del data
+    stats_ref = None
+    if staged.stats is not None:
+        lease.cover(statistics_key(staged.stats.digest()))
+        stats_ref = statistics.store(ws, staged.stats)
     body = mf.SnapshotBody(
         parents=tuple(spec.parents),
         sources=frozen.sources,
@@ -346,6 +357,7 @@ def _write_snapshot(
         policies=mf.EmbeddedPolicies(selection=spec.selection, split=spec.split),
         provenance=_provenance(ws, spec, frozen, actor=actor),
         artifacts=staged.artifacts or None,
+        statistics=stats_ref,
     )
     sealed = mf.seal(body)
     envelope = mf.sign(sealed, ws.signing_key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -15,6 +16,7 @@ from relgate.integrity.hashing import sha256_rows
 from relgate.integrity.merkle import LeafProof, MerkleTree
 from relgate.integrity.tuples import MemberTuple
 from relgate.snapshot import manifest as mf
+from relgate.snapshot import statistics as st
 from relgate.snapshot.policy import BASIS_POINTS
 from relgate.snapshot.validate import Canary
 from relgate.workspace import Workspace
@@ -34,8 +36,70 @@ class DiffExamples(Contract):
     deleted: tuple[StrictStr, ...]
 
 
+class CountRow(Contract):
+    """One split's or source's member count, old vs new."""
+
+    name: StrictStr
+    old: StrictInt
+    new: StrictInt
+    delta: StrictInt
+
+
+class BucketRow(Contract):
+    """Records in one token-length bucket, old vs new."""
+
+    bucket: StrictInt
+    range: StrictStr
+    old: StrictInt
+    new: StrictInt
+    delta: StrictInt
+
+
+class HistogramDiff(Contract):
+    """A token-length histogram (overall, or one split) old vs new, bucket by bucket."""
+
+    name: StrictStr
+    buckets: tuple[BucketRow, ...]
+    divergence_ppm: StrictInt
+
+
+class LabelRow(Contract):
+    """One label value old vs new; a side is null when the value is not among that
+    snapshot's top values (it is counted in its ``other``)."""
+
+    value: StrictStr | None
+    old: StrictInt | None
+    new: StrictInt | None
+
+
+class LabelDiff(Contract):
+    column: StrictStr | None
+    values: tuple[LabelRow, ...]
+    other: OldNew
+    divergence_ppm: StrictInt
+
+
+class Distributions(Contract):
+    """Distribution differences from the two snapshots' statistics documents.
+
+    ``divergencePpm`` is the total variation distance (half the L1 distance between the
+    two normalized distributions) in parts per million, rounded half up: 0 = identical,
+    1000000 = disjoint.  For labels it is computed over the values among both snapshots'
+    top values with everything else pooled per side (a lower bound when a side has more
+    values than it lists)."""
+
+    by_split: tuple[CountRow, ...]
+    by_source: tuple[CountRow, ...]
+    split_divergence_ppm: StrictInt
+    source_divergence_ppm: StrictInt
+    token_lengths: HistogramDiff
+    token_lengths_by_split: tuple[HistogramDiff, ...]
+    label: LabelDiff | None
+
+
 class SnapshotDiff(Contract):
-    """What changed between two snapshots' member tables."""
+    """What changed between two snapshots' member tables (and, when both snapshots have
+    statistics, their distributions)."""
 
     old: StrictStr
     new: StrictStr
@@ -47,6 +111,9 @@ class SnapshotDiff(Contract):
     by_source: dict[StrictStr, CountDelta]
     by_split: dict[StrictStr, CountDelta]
     examples: DiffExamples
+    distributions: Distributions | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
 
 
 class ProvenLeaf(Contract):
@@ -96,8 +163,10 @@ def _delta(a: pl.DataFrame, b: pl.DataFrame, column: str) -> dict[str, CountDelt
 
 def diff(ws: Workspace, old: str, new: str, *, sample_limit: int = 20) -> SnapshotDiff:
     """Additions, deletions, content changes, split migrations, per-source/split deltas."""
-    a = load_members(ws, old)
-    b = load_members(ws, new)
+    old_manifest, new_manifest = load_manifest(ws, old), load_manifest(ws, new)
+    a = ws.membership.read(old_manifest.members_ref)
+    b = ws.membership.read(new_manifest.members_ref)
+    old_stats, new_stats = st.load(ws, old_manifest), st.load(ws, new_manifest)
     joined = a.join(b, on="sampleId", how="full", suffix="_new", coalesce=True)
     added = joined.filter(pl.col("sourceId").is_null())
     deleted = joined.filter(pl.col("sourceId_new").is_null())
@@ -122,6 +191,88 @@ def diff(ws: Workspace, old: str, new: str, *, sample_limit: int = 20) -> Snapsh
             added=tuple(added["sampleId"].head(sample_limit).to_list()),
             deleted=tuple(deleted["sampleId"].head(sample_limit).to_list()),
         ),
+        distributions=distributions(old_stats, new_stats)
+        if old_stats is not None and new_stats is not None
+        else None,
+    )
+
+
+PPM = 1_000_000
+
+
+def divergence_ppm(old: Sequence[int], new: Sequence[int]) -> int:
+    """Total variation distance of two count vectors (same categories) in ppm, exact
+    integer arithmetic rounded half up (an empty side against a non-empty one is 1e6)."""
+    a, b = sum(old), sum(new)
+    if a == 0 or b == 0:
+        return 0 if a == b else PPM
+    spread = sum(abs(x * b - y * a) for x, y in zip(old, new, strict=True))
+    denominator = 2 * a * b
+    return (spread * PPM + denominator // 2) // denominator
+
+
+def _count_rows(old: Sequence[st.GroupCount], new: Sequence[st.GroupCount]) -> tuple[CountRow, ...]:
+    a = {g.name: g.members for g in old}
+    b = {g.name: g.members for g in new}
+    return tuple(
+        CountRow(name=k, old=a.get(k, 0), new=b.get(k, 0), delta=b.get(k, 0) - a.get(k, 0))
+        for k in sorted(set(a) | set(b))
+    )
+
+
+def _rows_ppm(rows: Sequence[CountRow]) -> int:
+    return divergence_ppm([r.old for r in rows], [r.new for r in rows])
+
+
+def _histogram_diff(name: str, old: Sequence[int], new: Sequence[int]) -> HistogramDiff:
+    rows = tuple(
+        BucketRow(bucket=b, range=st.bucket_label(b), old=x, new=y, delta=y - x)
+        for b, (x, y) in enumerate(zip(old, new, strict=True))
+    )
+    return HistogramDiff(name=name, buckets=rows, divergence_ppm=divergence_ppm(old, new))
+
+
+def _label_diff(
+    old: st.LabelDistribution | None, new: st.LabelDistribution | None
+) -> LabelDiff | None:
+    if old is None and new is None:
+        return None
+    a = {c.value: c.count for c in old.top} if old is not None else {}
+    b = {c.value: c.count for c in new.top} if new is not None else {}
+    values = sorted(set(a) | set(b), key=lambda v: (v is None, v or ""))
+    both = [v for v in values if v in a and v in b]
+    total_a = sum(a.values()) + (old.other if old is not None else 0)
+    total_b = sum(b.values()) + (new.other if new is not None else 0)
+    pooled_a = total_a - sum(a[v] for v in both)
+    pooled_b = total_b - sum(b[v] for v in both)
+    return LabelDiff(
+        column=new.column if new is not None else old.column if old is not None else None,
+        values=tuple(LabelRow(value=v, old=a.get(v), new=b.get(v)) for v in values),
+        other=OldNew(old=old.other if old else 0, new=new.other if new else 0),
+        divergence_ppm=divergence_ppm(
+            [*(a[v] for v in both), pooled_a], [*(b[v] for v in both), pooled_b]
+        ),
+    )
+
+
+def distributions(old: st.SnapshotStatistics, new: st.SnapshotStatistics) -> Distributions:
+    """Old vs new counts, token-length histograms and label distribution."""
+    by_split = _count_rows(old.by_split, new.by_split)
+    by_source = _count_rows(old.by_source, new.by_source)
+    empty = (0,) * (st.MAX_BUCKET + 1)
+    split_a = {h.name: h.counts for h in old.token_lengths_by_split}
+    split_b = {h.name: h.counts for h in new.token_lengths_by_split}
+    return Distributions(
+        by_split=by_split,
+        by_source=by_source,
+        split_divergence_ppm=_rows_ppm(by_split),
+        source_divergence_ppm=_rows_ppm(by_source),
+        token_lengths=_histogram_diff("all", old.token_lengths.counts, new.token_lengths.counts),
+        token_lengths_by_split=tuple(
+            _histogram_diff(k, split_a.get(k, empty), split_b.get(k, empty))
+            for k in sorted(set(split_a) | set(split_b))
+        ),
+        label=_label_diff(old.label, new.label),
     )
 
 

@@ -95,6 +95,18 @@ class ArtifactRef(Contract):
         return ContentRef(digest_of_uri(self.uri), self.object_version, self.size)
 
 
+class StatisticsRef(Contract):
+    """The snapshot's statistics document (:mod:`relgate.snapshot.statistics`)."""
+
+    uri: StrictStr
+    object_version: StrictStr
+    size: StrictInt
+
+    @property
+    def content_ref(self) -> ContentRef:
+        return ContentRef(digest_of_uri(self.uri), self.object_version, self.size)
+
+
 class EmbeddedPolicies(Contract):
     """The full text of the policies the manifest names by digest."""
 
@@ -161,6 +173,7 @@ class SnapshotBody(Contract):
     artifacts: tuple[ArtifactRef, ...] | None = Field(
         default=None, exclude_if=lambda value: not value
     )
+    statistics: StatisticsRef | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @model_validator(mode="after")
     def _schema_digest(self) -> Self:

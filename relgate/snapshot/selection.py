@@ -48,12 +48,15 @@ class Selector:
         fenced: Fenced,
         canary: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
         keep_content: bool = False,
+        observer: Callable[[pl.DataFrame], None] | None = None,
     ) -> None:
         self.transform = transform
         self.records = records
         self.selection = selection
         self.split = split
         self.canary = canary
+        #: sees every batch of kept rows with content and split (build-time statistics)
+        self.observer = observer
         own = [c for c in records.column_names if c != ID_COLUMN]
         self.columns = [*COLUMNS, *own] if keep_content else list(COLUMNS)
         self.tomb_ids = pl.Series("t", sorted(fenced.sample_ids), dtype=pl.String)
@@ -93,7 +96,10 @@ class Selector:
         counts["excludedBenchmark"] += int((bench & ~tomb).sum())
         kept = selected.filter(~tomb & ~bench)
         splits = pl.Series("split", self.split.assign(kept["sampleId"].to_arrow()))
-        return kept.with_columns(splits).select(self.columns)
+        kept = kept.with_columns(splits)
+        if self.observer is not None:
+            self.observer(kept)
+        return kept.select(self.columns)
 
     def members(
         self, sources: Mapping[str, Source], entries: Sequence[SourceEntry]
