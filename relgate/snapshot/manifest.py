@@ -3,8 +3,8 @@
 The manifest enumerates facts: pinned source versions, both fence watermarks, record
 schema, policies by digest (and their full text, so replay needs nothing else), the
 transform by image digest, the membership table by content address and tuple root, and
-PROV-style lineage.  Its digest (the ``snapshotId``) is SHA-256 over the RFC 8785 form
-without ``snapshotId``, ``signatures`` or transport fields.
+PROV-style lineage whose edges are digests.  Its digest (the ``snapshotId``) is SHA-256
+over the RFC 8785 form without ``snapshotId``, ``signatures`` or transport fields.
 
 :class:`SnapshotBody` is the manifest before sealing and :class:`SnapshotManifest` the
 sealed one; both are :class:`~relgate.integrity.contract.Contract` models whose JSON is
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import Field, StrictInt, StrictStr
+from pydantic import Field, StrictInt, StrictStr, StringConstraints
 
 from relgate.errors import RejectedError
 from relgate.integrity.contract import Contract, JsonObject, JsonValue
@@ -81,10 +81,16 @@ class EmbeddedPolicies(Contract):
     split: SplitPolicy
 
 
-class Derivation(Contract):
-    """``prov:wasDerivedFrom``: a pinned source or a parent snapshot."""
+#: A lineage edge names an immutable digest, never a source id, table name or tag.
+EntityDigest = Annotated[str, StringConstraints(strict=True, pattern=r"^sha256:[0-9a-f]{64}$")]
 
-    entity: StrictStr
+
+class Derivation(Contract):
+    """``prov:wasDerivedFrom``: a pinned source (the digest of its canonical manifest
+    entry, which carries its snapshot id, pin list or metadata-file digest) or a parent
+    snapshot (its snapshotId)."""
+
+    entity: EntityDigest
     kind: StrictStr
 
 
