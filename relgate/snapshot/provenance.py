@@ -26,12 +26,13 @@ from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import IntegrityError, NotFoundError, RejectedError
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import is_digest, sha256_digest
+from relgate.integrity.signing import Role
 from relgate.integrity.statement import (
     MATERIAL_DIGEST_CHECK,
     STATEMENT_CHECK,
     BuildDefinition,
-    BuildMetadata,
     Builder,
+    BuildMetadata,
     ResourceDescriptor,
     RunDetails,
     SlsaProvenance,
@@ -42,7 +43,6 @@ from relgate.integrity.statement import (
     require_subjects,
     sign_statement,
 )
-from relgate.integrity.signing import Role
 from relgate.lifecycle.pins import PublisherLease
 from relgate.objects.cas import ContentRef, digest_of_uri
 from relgate.objects.layout import cas_key
@@ -97,7 +97,7 @@ def _list_descriptor(pins: PinList, **annotations: str | int) -> ResourceDescrip
 
 def _iceberg(entry: IcebergPin) -> list[ResourceDescriptor]:
     meta = entry.metadata_file
-    if meta is None or not is_digest(meta.digest):
+    if meta is None or not is_digest(meta.file_digest):
         raise RejectedError(
             "iceberg pin records no metadata-file digest (manifest older than provenance)",
             object=entry.table_snapshot,
@@ -106,7 +106,7 @@ def _iceberg(entry: IcebergPin) -> list[ResourceDescriptor]:
     annotations: dict[str, str | int] = {"tableSnapshot": entry.table_snapshot, "size": meta.size}
     return [
         ResourceDescriptor.of(
-            meta.digest, uri=f"iceberg-metadata:{meta.digest}", annotations=annotations
+            meta.file_digest, uri=f"iceberg-metadata:{meta.file_digest}", annotations=annotations
         )
     ]
 
@@ -122,7 +122,9 @@ def _objects(ws: Workspace, entry: ObjectPrefixPin) -> list[ResourceDescriptor]:
             check="pin-list",
             digest=digest_of_uri(entry.objects.uri),
         ) from None
-    out = [_list_descriptor(entry.objects, objects=entry.objects.count, bytes=entry.objects.size_bytes)]
+    out = [
+        _list_descriptor(entry.objects, objects=entry.objects.count, bytes=entry.objects.size_bytes)
+    ]
     out += [
         ResourceDescriptor.of(digest, uri=f"{key}@{version}", annotations={"size": size})
         for key, version, digest, size in objects

@@ -86,7 +86,8 @@ class MetadataFile(Contract):
     and size of its bytes (metadata files are never rewritten; a commit writes a new one)."""
 
     location: StrictStr
-    digest: StrictStr
+    #: ``digest`` on the wire (the name ``digest`` is the contract's own digest method).
+    file_digest: StrictStr = Field(alias="digest")
     size: StrictInt
 
 
@@ -98,9 +99,7 @@ class IcebergPin(Contract):
     kind: Literal["iceberg"] = "iceberg"
     table: StrictStr
     table_snapshot: StrictStr
-    metadata_file: MetadataFile | None = Field(
-        default=None, exclude_if=lambda value: value is None
-    )
+    metadata_file: MetadataFile | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @property
     def snapshot_id(self) -> int:
