@@ -13,6 +13,7 @@ import dagster as dg
 from relgate.snapshot import activation
 from relgate.snapshot.build import BuildSpec, Frozen, build_for_alias, freeze
 from relgate.snapshot.compare import shadow_diff
+from relgate.snapshot.provenance import verify_provenance
 from relgate.snapshot.validate import validate_snapshot
 from resources.relgate import RelgateResource
 
@@ -87,6 +88,7 @@ def dataset_snapshot(
     manifest = result.manifest
     context.log.info(f"snapshot {result.digest} members={manifest.member_count}")
     by_source = manifest.member_counts_by_source or {}
+    provenance = verify_provenance(ws, result.digest)
     return dg.Output(
         result.digest,
         data_version=dg.DataVersion(result.digest),
@@ -101,6 +103,8 @@ def dataset_snapshot(
             "bySource": _table([{"source": k, "members": v} for k, v in sorted(by_source.items())]),
             "selection": _table([{"stage": k, "rows": v} for k, v in result.counts.items()]),
             "parents": dg.MetadataValue.json(list(manifest.parents)),
+            "provenanceDigest": provenance.statement_digest,
+            "provenanceMaterials": provenance.materials,
         },
     )
 
