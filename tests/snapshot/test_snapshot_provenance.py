@@ -17,11 +17,13 @@ from support.workspaces import TRANSFORM_TAGS, make_workspace
 
 from relgate.catalog.audit import record_report
 from relgate.errors import IntegrityError, RejectedError
+from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import sha256_digest
-from relgate.integrity.signing import Role, SigningKey, TrustedKeys
+from relgate.integrity.signing import Role, SigningKey, TrustedKeys, sign_envelope
 from relgate.integrity.statement import (
     MATERIAL_DIGEST_CHECK,
     MATERIALS_CHECK,
+    PAYLOAD_TYPE,
     SUBJECT_CHECK,
     Statement,
     open_statement,
@@ -109,7 +111,11 @@ def test_statement_verifies_and_names_only_digests(ws):
     transform = manifest.transform_image.rpartition("@")[2]
     assert {"uri": f"transform:{transform}", "digest": {"sha256": transform[7:]}} in materials
     forum = manifest.source("forum")
-    pins = json.loads(ws.cas.get(forum.objects.uri.replace("cas://sha256/", "sha256:"), forum.objects.object_version))
+    pins = json.loads(
+        ws.cas.get(
+            forum.objects.uri.replace("cas://sha256/", "sha256:"), forum.objects.object_version
+        )
+    )
     for key, version, digest, size in pins["objects"]:
         assert {
             "uri": f"{key}@{version}",
@@ -205,11 +211,9 @@ def test_a_material_without_a_digest_is_refused(ws):
     body = prov.statement.to_json()
     del body["predicate"]["buildDefinition"]["resolvedDependencies"][0]["digest"]
     # Signed by the trusted builder key over the canonical bytes of the changed statement.
-    from relgate.integrity.canonical import canonical_bytes
-    from relgate.integrity.signing import sign_envelope
-    from relgate.integrity.statement import PAYLOAD_TYPE
-
-    _replace_statement(ws, result.digest, sign_envelope(PAYLOAD_TYPE, canonical_bytes(body), ws.signing_key))
+    _replace_statement(
+        ws, result.digest, sign_envelope(PAYLOAD_TYPE, canonical_bytes(body), ws.signing_key)
+    )
     with pytest.raises(RejectedError) as err:
         sp.verify_provenance(ws, result.digest)
     assert err.value.check == MATERIAL_DIGEST_CHECK
