@@ -210,7 +210,7 @@ def bodies(draw):
         member_counts_by_source=by_source,
         policies=mf.EmbeddedPolicies(selection=selection, split=split),
         provenance=mf.Provenance(
-            was_derived_from=tuple(mf.Derivation(entity=p.id, kind=p.kind) for p in pins),
+            was_derived_from=tuple(mf.Derivation(entity=p.digest(), kind=p.kind) for p in pins),
             was_generated_by=mf.Generation(
                 activity="relgate.snapshot.build",
                 build_id=draw(names),
