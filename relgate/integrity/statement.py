@@ -238,3 +238,31 @@ def require_materials(
             "found": len(have),
         },
     )
+
+
+class VerifiedStatement(Contract):
+    """A statement that verified, and where it is stored (what ``provenance`` prints)."""
+
+    #: The snapshot or release root the statement is about.
+    subject_digest: StrictStr
+    statement_digest: StrictStr
+    statement_version: StrictStr
+    materials: StrictInt
+    statement: Statement
+
+
+def verify_statement(
+    data: bytes,
+    trusted: TrustedKeys,
+    *,
+    role: Role,
+    kind: str,
+    where: str,
+    subjects: Mapping[str, str],
+    materials: Sequence[ResourceDescriptor],
+) -> Statement:
+    """:func:`open_statement`, then :func:`require_subjects` and :func:`require_materials`."""
+    statement = open_statement(data, trusted, role=role, kind=kind, subject=where)
+    require_subjects(statement, subjects, subject=where)
+    require_materials(statement, materials, subject=where)
+    return statement

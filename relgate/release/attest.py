@@ -15,18 +15,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from pydantic import StrictInt, StrictStr
-
 from relgate import __version__
-from relgate.catalog.audit import latest_report
 from relgate.catalog.release_table import get_release
-from relgate.errors import NotFoundError
-from relgate.integrity.contract import Contract, JsonObject
+from relgate.integrity.contract import JsonObject
 from relgate.integrity.signing import Role, SigningKey
 from relgate.integrity.statement import (
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
-    STATEMENT_CHECK,
     STATEMENT_TYPE,
     BuildDefinition,
     Builder,
@@ -35,15 +30,13 @@ from relgate.integrity.statement import (
     RunDetails,
     SlsaProvenance,
     Statement,
+    VerifiedStatement,
     builder_id,
-    open_statement,
-    require_materials,
-    require_subjects,
     sign_statement,
 )
-from relgate.objects.layout import cas_key
 from relgate.release import root as rm
 from relgate.snapshot.manifest import PAYLOAD_TYPE as SNAPSHOT_PAYLOAD_TYPE
+from relgate.snapshot.provenance import open_recorded
 from relgate.workspace import Workspace
 
 __all__ = [
@@ -52,7 +45,6 @@ __all__ = [
     "PREDICATE_TYPE",
     "REPORT_KIND",
     "STATEMENT_TYPE",
-    "ReleaseProvenance",
     "release_statement",
     "sign_statement",
     "verify_provenance",
@@ -65,16 +57,6 @@ BUILDER_KIND = "release-verifier"
 REPORT_KIND = "release-provenance"
 SUBJECT_ROOT = "release-root"
 REPORT_MEDIA_TYPE = "application/vnd.relgate.release-verification.v1+json"
-
-
-class ReleaseProvenance(Contract):
-    """A verified release statement and where it is stored (``release provenance``)."""
-
-    root: StrictStr
-    statement_digest: StrictStr
-    statement_version: StrictStr
-    materials: StrictInt
-    statement: Statement
 
 
 def subjects(root: rm.ReleaseRoot, root_digest: str) -> dict[str, str]:
@@ -158,36 +140,18 @@ def signed_statement(
     return json.dumps(sign_statement(statement, key), sort_keys=True).encode()
 
 
-def verify_provenance(ws: Workspace, root_digest: str) -> ReleaseProvenance:
+def verify_provenance(ws: Workspace, root_digest: str) -> VerifiedStatement:
     """Open the recorded statement of a release: verifier-key signature, subjects equal to
     the root and every shard, every material with a digest and equal to the root's
     snapshot.  Any failure is exit 3 naming the object, the check and a digest."""
     row = get_release(ws.db, root_digest)
-    manifest = rm.load(ws.store, ws.trusted_keys, root_digest, row["envelope_version"])
-    report = latest_report(ws.db, root_digest, REPORT_KIND)
-    if report is None:
-        raise NotFoundError(
-            "no provenance statement is recorded for this release (verify it first)",
-            object="release",
-            check=STATEMENT_CHECK,
-            digest=root_digest,
-        )
-    digest, version = str(report["report_digest"]), str(report["report_version"])
-    where = f"{cas_key(digest)}@{version}"
-    statement = open_statement(
-        ws.cas.get(digest, version),
-        ws.trusted_keys,
+    root = rm.load(ws.store, ws.trusted_keys, root_digest, row["envelope_version"]).root
+    return open_recorded(
+        ws,
+        root_digest,
+        report_kind=REPORT_KIND,
         role=Role.VERIFIER,
         kind=BUILDER_KIND,
-        subject=where,
-    )
-    root = manifest.root
-    require_subjects(statement, subjects(root, root_digest), subject=where)
-    require_materials(statement, materials(root), subject=where)
-    return ReleaseProvenance(
-        root=root_digest,
-        statement_digest=digest,
-        statement_version=version,
-        materials=len(statement.materials),
-        statement=statement,
+        subjects=subjects(root, root_digest),
+        materials=materials(root),
     )

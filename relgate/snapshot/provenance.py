@@ -16,6 +16,8 @@ catalog as the ``snapshot-provenance`` report of the snapshot.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from pydantic import StrictInt, StrictStr, TypeAdapter, ValidationError
 from sqlalchemy import Connection
@@ -24,7 +26,6 @@ from relgate import __version__
 from relgate.catalog.audit import latest_report, record_report
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import IntegrityError, NotFoundError, RejectedError
-from relgate.integrity.contract import Contract
 from relgate.integrity.digests import is_digest, sha256_digest
 from relgate.integrity.signing import Role
 from relgate.integrity.statement import (
@@ -37,11 +38,11 @@ from relgate.integrity.statement import (
     RunDetails,
     SlsaProvenance,
     Statement,
+    VerifiedStatement,
     builder_id,
-    open_statement,
     require_materials,
-    require_subjects,
     sign_statement,
+    verify_statement,
 )
 from relgate.lifecycle.pins import PublisherLease
 from relgate.objects.cas import ContentRef, digest_of_uri
@@ -66,29 +67,28 @@ _SEGMENTS: TypeAdapter[list[tuple[StrictStr, StrictStr, StrictInt]]] = TypeAdapt
 )
 
 
-class SnapshotProvenance(Contract):
-    """A verified statement and where it is stored (what ``snapshot provenance`` prints)."""
-
-    snapshot: StrictStr
-    statement_digest: StrictStr
-    statement_version: StrictStr
-    materials: StrictInt
-    statement: Statement
+_Row = TypeVar("_Row")
 
 
-def _pin_list(ws: Workspace, pins: PinList, field: str, what: str) -> list[object]:
-    """The list ``field`` of a pin document at its exact version (content-checked)."""
+def _pin_rows(
+    ws: Workspace, pins: PinList, field: str, rows: TypeAdapter[list[_Row]], what: str
+) -> list[_Row]:
+    """The rows ``field`` of a pin document at its exact version (content-checked, typed)."""
     digest = digest_of_uri(pins.uri)
     doc = json.loads(ws.cas.get(digest, pins.object_version))
     items = doc.get(field) if isinstance(doc, dict) else None
-    if not isinstance(items, list) or len(items) != pins.count:
+    try:
+        parsed = rows.validate_python(items)
+    except ValidationError:
+        parsed = None
+    if parsed is None or len(parsed) != pins.count:
         raise IntegrityError(
             f"{what} pin list does not match the manifest",
             object=f"{pins.uri}@{pins.object_version}",
             check="pin-list",
             digest=digest,
         )
-    return items
+    return parsed
 
 
 def _list_descriptor(pins: PinList, **annotations: str | int) -> ResourceDescriptor:
@@ -112,16 +112,7 @@ def _iceberg(entry: IcebergPin) -> list[ResourceDescriptor]:
 
 
 def _objects(ws: Workspace, entry: ObjectPrefixPin) -> list[ResourceDescriptor]:
-    items = _pin_list(ws, entry.objects, "objects", "object")
-    try:
-        objects = _OBJECTS.validate_python(items)
-    except ValidationError:
-        raise IntegrityError(
-            "object pin list entries are malformed",
-            object=entry.objects.uri,
-            check="pin-list",
-            digest=digest_of_uri(entry.objects.uri),
-        ) from None
+    objects = _pin_rows(ws, entry.objects, "objects", _OBJECTS, "object")
     out = [
         _list_descriptor(entry.objects, objects=entry.objects.count, bytes=entry.objects.size_bytes)
     ]
@@ -133,16 +124,7 @@ def _objects(ws: Workspace, entry: ObjectPrefixPin) -> list[ResourceDescriptor]:
 
 
 def _segments(ws: Workspace, entry: CdcPin) -> list[ResourceDescriptor]:
-    items = _pin_list(ws, entry.segments, "segments", "CDC")
-    try:
-        segments = _SEGMENTS.validate_python(items)
-    except ValidationError:
-        raise IntegrityError(
-            "CDC pin list entries are malformed",
-            object=entry.segments.uri,
-            check="pin-list",
-            digest=digest_of_uri(entry.segments.uri),
-        ) from None
+    segments = _pin_rows(ws, entry.segments, "segments", _SEGMENTS, "CDC")
     out = [
         _list_descriptor(
             entry.segments,
@@ -265,35 +247,59 @@ def check_materials(ws: Workspace, manifest: mf.SnapshotManifest, statement: Sta
     require_materials(statement, snapshot_materials(ws, manifest), subject=manifest.snapshot_id)
 
 
-def verify_provenance(ws: Workspace, digest: str) -> SnapshotProvenance:
-    """Open the recorded statement of a snapshot: builder-key signature, subjects equal to
-    the manifest and its membership table, every material with a digest and equal to the
-    manifest's pins.  Any failure is exit 3 naming the object, the check and a digest."""
-    row = get_snapshot(ws.db, digest)
-    manifest = mf.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
-    report = latest_report(ws.db, digest, REPORT_KIND)
+def open_recorded(
+    ws: Workspace,
+    subject_digest: str,
+    *,
+    report_kind: str,
+    role: Role,
+    kind: str,
+    subjects: Mapping[str, str],
+    materials: Sequence[ResourceDescriptor],
+) -> VerifiedStatement:
+    """The newest statement recorded for ``subject_digest`` (catalog report ``report_kind``),
+    verified (:func:`~relgate.integrity.statement.verify_statement`); exit 3 when none is
+    recorded or it does not verify, naming the object, the check and a digest."""
+    report = latest_report(ws.db, subject_digest, report_kind)
     if report is None:
         raise NotFoundError(
-            "no provenance statement is recorded for this snapshot",
-            object="snapshot",
+            f"no provenance statement is recorded ({report_kind})",
+            object=subject_digest,
             check=STATEMENT_CHECK,
-            digest=digest,
+            digest=subject_digest,
         )
-    ref_digest, version = str(report["report_digest"]), str(report["report_version"])
-    where = f"{cas_key(ref_digest)}@{version}"
-    statement = open_statement(
-        ws.cas.get(ref_digest, version),
+    digest, version = str(report["report_digest"]), str(report["report_version"])
+    where = f"{cas_key(digest)}@{version}"
+    statement = verify_statement(
+        ws.cas.get(digest, version),
         ws.trusted_keys,
-        role=Role.BUILDER,
-        kind=BUILDER_KIND,
-        subject=where,
+        role=role,
+        kind=kind,
+        where=where,
+        subjects=subjects,
+        materials=materials,
     )
-    require_subjects(statement, subjects(manifest), subject=where)
-    check_materials(ws, manifest, statement)
-    return SnapshotProvenance(
-        snapshot=digest,
-        statement_digest=ref_digest,
+    return VerifiedStatement(
+        subject_digest=subject_digest,
+        statement_digest=digest,
         statement_version=version,
         materials=len(statement.materials),
         statement=statement,
+    )
+
+
+def verify_provenance(ws: Workspace, digest: str) -> VerifiedStatement:
+    """Open the recorded statement of a snapshot: builder-key signature, subjects equal to
+    the manifest and its membership table, every material with a digest and equal to what
+    the manifest's pins resolve to (the cross-check)."""
+    row = get_snapshot(ws.db, digest)
+    manifest = mf.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
+    return open_recorded(
+        ws,
+        digest,
+        report_kind=REPORT_KIND,
+        role=Role.BUILDER,
+        kind=BUILDER_KIND,
+        subjects=subjects(manifest),
+        materials=snapshot_materials(ws, manifest),
     )

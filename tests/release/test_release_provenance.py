@@ -110,7 +110,7 @@ def test_cli_release_provenance_and_a_tampered_byte(tmp_path):
             return json.loads(proc.stdout)
 
         out = cli(0)
-        assert out["root"] == release.digest
+        assert out["subjectDigest"] == release.digest
         assert out["statement"]["subject"][0]["digest"]["sha256"] == release.digest[7:]
         prov = attest.verify_provenance(ws, release.digest)
         envelope = json.loads(ws.cas.get(prov.statement_digest, prov.statement_version))
