@@ -249,20 +249,3 @@ class VerifiedStatement(Contract):
     statement_version: StrictStr
     materials: StrictInt
     statement: Statement
-
-
-def verify_statement(
-    data: bytes,
-    trusted: TrustedKeys,
-    *,
-    role: Role,
-    kind: str,
-    where: str,
-    subjects: Mapping[str, str],
-    materials: Sequence[ResourceDescriptor],
-) -> Statement:
-    """:func:`open_statement`, then :func:`require_subjects` and :func:`require_materials`."""
-    statement = open_statement(data, trusted, role=role, kind=kind, subject=where)
-    require_subjects(statement, subjects, subject=where)
-    require_materials(statement, materials, subject=where)
-    return statement

@@ -153,5 +153,5 @@ def verify_provenance(ws: Workspace, root_digest: str) -> VerifiedStatement:
         role=Role.VERIFIER,
         kind=BUILDER_KIND,
         subjects=subjects(root, root_digest),
-        materials=materials(root),
+        materials=lambda: materials(root),
     )

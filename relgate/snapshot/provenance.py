@@ -16,7 +16,7 @@ catalog as the ``snapshot-provenance`` report of the snapshot.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from pydantic import StrictInt, StrictStr, TypeAdapter, ValidationError
@@ -40,9 +40,10 @@ from relgate.integrity.statement import (
     Statement,
     VerifiedStatement,
     builder_id,
+    open_statement,
     require_materials,
+    require_subjects,
     sign_statement,
-    verify_statement,
 )
 from relgate.lifecycle.pins import PublisherLease
 from relgate.objects.cas import ContentRef, digest_of_uri
@@ -255,11 +256,12 @@ def open_recorded(
     role: Role,
     kind: str,
     subjects: Mapping[str, str],
-    materials: Sequence[ResourceDescriptor],
+    materials: Callable[[], Sequence[ResourceDescriptor]],
 ) -> VerifiedStatement:
-    """The newest statement recorded for ``subject_digest`` (catalog report ``report_kind``),
-    verified (:func:`~relgate.integrity.statement.verify_statement`); exit 3 when none is
-    recorded or it does not verify, naming the object, the check and a digest."""
+    """The newest statement recorded for ``subject_digest`` (catalog report ``report_kind``):
+    signed by a trusted key of ``role`` whose id the builder id names, its subjects exactly
+    ``subjects``, its materials exactly ``materials()`` (computed only once the signature
+    holds).  Exit 3 when none is recorded or any check fails, naming object, check, digest."""
     report = latest_report(ws.db, subject_digest, report_kind)
     if report is None:
         raise NotFoundError(
@@ -270,15 +272,10 @@ def open_recorded(
         )
     digest, version = str(report["report_digest"]), str(report["report_version"])
     where = f"{cas_key(digest)}@{version}"
-    statement = verify_statement(
-        ws.cas.get(digest, version),
-        ws.trusted_keys,
-        role=role,
-        kind=kind,
-        where=where,
-        subjects=subjects,
-        materials=materials,
-    )
+    data = ws.cas.get(digest, version)
+    statement = open_statement(data, ws.trusted_keys, role=role, kind=kind, subject=where)
+    require_subjects(statement, subjects, subject=where)
+    require_materials(statement, materials(), subject=where)
     return VerifiedStatement(
         subject_digest=subject_digest,
         statement_digest=digest,
@@ -301,5 +298,5 @@ def verify_provenance(ws: Workspace, digest: str) -> VerifiedStatement:
         role=Role.BUILDER,
         kind=BUILDER_KIND,
         subjects=subjects(manifest),
-        materials=snapshot_materials(ws, manifest),
+        materials=lambda: snapshot_materials(ws, manifest),
     )
