@@ -44,6 +44,8 @@ BUILDER_CHECK: Final = "provenance-builder"
 STATEMENT_CHECK: Final = "provenance-statement"
 
 Sha256Hex = Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9a-f]{64}$")]
+#: A ``sha256:<hex>`` digest as a model field (the spelling of relgate.integrity.digests).
+SpelledDigest = Annotated[str, StringConstraints(strict=True, pattern=r"^sha256:[0-9a-f]{64}$")]
 #: Annotation values: strings and integers (the manifests' own rule: no floats).
 Annotation = StrictStr | StrictInt
 

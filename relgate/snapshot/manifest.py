@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Final, Literal
+from typing import Final, Literal
 
-from pydantic import Field, StrictInt, StrictStr, StringConstraints
+from pydantic import Field, StrictInt, StrictStr
 
 from relgate.errors import RejectedError
 from relgate.integrity.contract import Contract, JsonObject, JsonValue
 from relgate.integrity.documents import DocumentKind
 from relgate.integrity.signing import SigningKey, TrustedKeys
+from relgate.integrity.statement import SpelledDigest
 from relgate.objects.cas import ContentRef, digest_of_uri
 from relgate.objects.layout import SNAPSHOT_MANIFEST_PREFIX, snapshot_envelope_key
 from relgate.objects.versioned import ObjectStore
@@ -81,16 +82,13 @@ class EmbeddedPolicies(Contract):
     split: SplitPolicy
 
 
-#: A lineage edge names an immutable digest, never a source id, table name or tag.
-EntityDigest = Annotated[str, StringConstraints(strict=True, pattern=r"^sha256:[0-9a-f]{64}$")]
-
-
 class Derivation(Contract):
     """``prov:wasDerivedFrom``: a pinned source (the digest of its canonical manifest
     entry, which carries its snapshot id, pin list or metadata-file digest) or a parent
     snapshot (its snapshotId)."""
 
-    entity: EntityDigest
+    #: an immutable digest, never a source id, table name or tag
+    entity: SpelledDigest
     kind: StrictStr
 
 

@@ -37,6 +37,7 @@ from relgate.integrity.statement import (
     ResourceDescriptor,
     RunDetails,
     SlsaProvenance,
+    SpelledDigest,
     Statement,
     VerifiedStatement,
     builder_id,
@@ -60,8 +61,8 @@ BUILDER_KIND = "snapshot-builder"
 SUBJECT_MANIFEST = "snapshot-manifest"
 SUBJECT_MEMBERS = "membership"
 
-_OBJECTS: TypeAdapter[list[tuple[StrictStr, StrictStr, StrictStr, StrictInt]]] = TypeAdapter(
-    list[tuple[StrictStr, StrictStr, StrictStr, StrictInt]]
+_OBJECTS: TypeAdapter[list[tuple[StrictStr, StrictStr, SpelledDigest, StrictInt]]] = TypeAdapter(
+    list[tuple[StrictStr, StrictStr, SpelledDigest, StrictInt]]
 )
 _SEGMENTS: TypeAdapter[list[tuple[StrictStr, StrictStr, StrictInt]]] = TypeAdapter(
     list[tuple[StrictStr, StrictStr, StrictInt]]
@@ -76,11 +77,10 @@ def _pin_rows(
 ) -> list[_Row]:
     """The rows ``field`` of a pin document at its exact version (content-checked, typed)."""
     digest = digest_of_uri(pins.uri)
-    doc = json.loads(ws.cas.get(digest, pins.object_version))
-    items = doc.get(field) if isinstance(doc, dict) else None
     try:
-        parsed = rows.validate_python(items)
-    except ValidationError:
+        doc = json.loads(ws.cas.get(digest, pins.object_version))
+        parsed = rows.validate_python(doc.get(field) if isinstance(doc, dict) else None)
+    except (ValueError, RecursionError, ValidationError):  # ValidationError is a ValueError
         parsed = None
     if parsed is None or len(parsed) != pins.count:
         raise IntegrityError(
