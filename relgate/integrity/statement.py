@@ -15,6 +15,8 @@ refused) and checks that the builder id names the key that signed it;
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Final, Literal
 
@@ -211,23 +213,23 @@ def require_subjects(statement: Statement, expected: Mapping[str, str], *, subje
         )
 
 
-def _key(descriptor: ResourceDescriptor) -> bytes:
-    return descriptor.canonical()
+def _key(descriptor: ResourceDescriptor) -> str:
+    """An order-free identity of a descriptor's JSON (values are strings and integers)."""
+    return json.dumps(descriptor.to_json(), sort_keys=True, separators=(",", ":"))
 
 
 def require_materials(
     statement: Statement, expected: Sequence[ResourceDescriptor], *, subject: str
 ) -> None:
     """The statement's materials are exactly ``expected`` (as a multiset, order free)."""
-    have = sorted(statement.materials, key=_key)
-    want = sorted(expected, key=_key)
-    if [_key(d) for d in have] == [_key(d) for d in want]:
+    have = Counter(_key(d) for d in statement.materials)
+    want = Counter(_key(d) for d in expected)
+    if have == want:
         return
-    want_keys = {_key(d) for d in want}
-    have_keys = {_key(d) for d in have}
-    missing = [d for d in want if _key(d) not in have_keys]
-    extra = [d for d in have if _key(d) not in want_keys]
-    first = (missing or extra or want or have)[0]
+    short, over = want - have, have - want
+    missing = [d for d in expected if short[_key(d)]]
+    extra = [d for d in statement.materials if over[_key(d)]]
+    first = (missing or extra)[0]
     raise IntegrityError(
         "statement materials differ from the manifest's pins",
         object=subject,
@@ -236,8 +238,8 @@ def require_materials(
         details={
             "missing": len(missing),
             "extra": len(extra),
-            "expected": len(want),
-            "found": len(have),
+            "expected": len(expected),
+            "found": len(statement.materials),
         },
     )
 
