@@ -19,6 +19,7 @@ from relgate.snapshot.validate import ValidationFacts, ValidationReport
 from relgate.sources.source import (
     CdcPin,
     IcebergPin,
+    MetadataFile,
     ObjectList,
     ObjectPrefixPin,
     PinList,
@@ -68,7 +69,16 @@ def splits(draw):
 
 
 iceberg = st.builds(
-    lambda i, t, s: IcebergPin(id=i, table=t, table_snapshot=f"iceberg:{s}"), names, names, counts
+    lambda i, t, s, m: IcebergPin(
+        id=i,
+        table=t,
+        table_snapshot=f"iceberg:{s}",
+        metadata_file=None if m is None else MetadataFile(location=t, digest=m, size=s),
+    ),
+    names,
+    names,
+    counts,
+    st.none() | digests,
 )
 prefix = st.builds(
     lambda i, p, v, c, b, d: ObjectPrefixPin(
@@ -105,12 +115,20 @@ entries = st.one_of(iceberg, prefix, cdc)
 def _old_entry(pin):
     """The dict each source kind's pin() built by hand before the models."""
     if isinstance(pin, IcebergPin):
-        return {
+        old = {
             "id": pin.id,
             "kind": "iceberg",
             "table": pin.table,
             "tableSnapshot": pin.table_snapshot,
         }
+        if pin.metadata_file is not None:  # the metadata file's digest (issue 14)
+            meta = pin.metadata_file
+            old["metadataFile"] = {
+                "location": meta.location,
+                "digest": meta.file_digest,
+                "size": meta.size,
+            }
+        return old
     if isinstance(pin, ObjectPrefixPin):
         o = pin.objects
         return {
