@@ -10,6 +10,7 @@ from typing import Any
 
 import dagster as dg
 
+from relgate.records.record_schema import ID_COLUMN, RecordSchema
 from relgate.snapshot import activation
 from relgate.snapshot.build import BuildSpec, Frozen, build_for_alias, freeze
 from relgate.snapshot.compare import shadow_diff
@@ -103,9 +104,40 @@ def dataset_snapshot(
             "bySource": _table([{"source": k, "members": v} for k, v in sorted(by_source.items())]),
             "selection": _table([{"stage": k, "rows": v} for k, v in result.counts.items()]),
             "parents": dg.MetadataValue.json(list(manifest.parents)),
+            "recordSchema": manifest.record_schema,
+            "recordColumns": _record_columns(manifest.record_schema_document),
+            "tokenRule": manifest.record_schema_document.tokens.kind,
             "provenanceDigest": provenance.statement_digest,
             "provenanceMaterials": provenance.materials,
         },
+    )
+
+
+def _record_columns(records: RecordSchema) -> dg.MetadataValue:
+    """The declared record schema as a Dagster table (one row per column)."""
+    roles = {c: "content" for c in records.content} | {ID_COLUMN: "id"}
+    if records.label is not None:
+        roles.setdefault(records.label, "label")
+    return dg.MetadataValue.table(
+        records=[
+            dg.TableRecord(
+                {
+                    "column": f.name,
+                    "type": f.type,
+                    "nullable": f.nullable,
+                    "role": roles.get(f.name, "attribute"),
+                }
+            )
+            for f in records.fields
+        ],
+        schema=dg.TableSchema(
+            columns=[
+                dg.TableColumn("column", "string"),
+                dg.TableColumn("type", "string"),
+                dg.TableColumn("nullable", "bool"),
+                dg.TableColumn("role", "string"),
+            ]
+        ),
     )
 
 

@@ -20,6 +20,7 @@ from relgate.cli import (
     key_commands,
     lifecycle_commands,
     proof_commands,
+    records_commands,
     release_commands,
     snapshot_commands,
     transform_commands,
@@ -32,6 +33,7 @@ GROUPS = (
     workspace_commands,  # init
     demo_commands,
     transform_commands,
+    records_commands,
     snapshot_commands,
     alias_commands,
     fence_commands,

@@ -12,6 +12,7 @@ records too short to pass selection so the policy has something to do.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from pathlib import Path
@@ -20,6 +21,8 @@ import pyarrow as pa
 
 from relgate.integrity.contract import Contract, JsonObject, JsonValue
 from relgate.objects.versioned import ObjectStore
+from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema, TokenRule
+from relgate.snapshot import tokenizer
 from relgate.snapshot.transforms import tag_transform
 from relgate.sources.cdc import append_segment
 from relgate.sources.iceberg import open_catalog
@@ -99,7 +102,20 @@ class SeededCorpus(Contract):
     sources: list[str]
 
 
-def _seed_tickets(home: Path, rng: random.Random, tickets: int) -> JsonObject:
+class Texts:
+    """The generator of sample text, remembering what it wrote (to train the tokenizer)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.written: list[str] = []
+
+    def __call__(self, lang: str) -> str:
+        text = _text(self.rng, lang)
+        self.written.append(text)
+        return text
+
+
+def _seed_tickets(home: Path, rng: random.Random, tickets: int, say: Texts) -> JsonObject:
     """The Iceberg table, appended in two commits; returns its source config."""
     catalog_uri = f"sqlite:///{home / 'iceberg' / 'catalog.db'}"
     warehouse = f"file://{home / 'iceberg' / 'warehouse'}"
@@ -119,7 +135,7 @@ def _seed_tickets(home: Path, rng: random.Random, tickets: int) -> JsonObject:
                 {
                     "sample_id": [f"tickets-eu/{i:07d}" for i in range(lo, hi)],
                     "lang": langs,
-                    "text": [_text(rng, lang) for lang in langs],
+                    "text": [say(lang) for lang in langs],
                 },
                 schema=schema,
             )
@@ -133,27 +149,27 @@ def _seed_tickets(home: Path, rng: random.Random, tickets: int) -> JsonObject:
     }
 
 
-def _seed_forum(store: ObjectStore, rng: random.Random, objects: int, per_object: int) -> int:
+def _seed_forum(
+    store: ObjectStore, rng: random.Random, objects: int, per_object: int, say: Texts
+) -> int:
     """JSON-lines threads under ``raw/forum/``, one edited after upload; returns the records."""
     n = 0
     for obj in range(objects):
         lines = []
         for _ in range(per_object):
             lang = rng.choice(LANGS)
-            lines.append(
-                json.dumps({"id": f"forum/{n:07d}", "lang": lang, "text": _text(rng, lang)})
-            )
+            lines.append(json.dumps({"id": f"forum/{n:07d}", "lang": lang, "text": say(lang)}))
             n += 1
         store.put(f"raw/forum/thread-{obj:04d}.jsonl", ("\n".join(lines) + "\n").encode())
     # An edit after upload: the same name now has a second version.
-    edited = json.dumps({"id": f"forum/{n:07d}", "lang": "en", "text": _text(rng, "en")})
+    edited = json.dumps({"id": f"forum/{n:07d}", "lang": "en", "text": say("en")})
     first = "raw/forum/thread-0000.jsonl"
     before = store.get(first, store.head(first).version_id).decode()
     store.put(first, (before + edited + "\n").encode())
     return n + 1
 
 
-def _chat_events(rng: random.Random, count: int) -> list[JsonObject]:
+def _chat_events(rng: random.Random, count: int, say: Texts) -> list[JsonObject]:
     """Upserts, with a delete of a live transcript about one event in ten."""
     events: list[JsonObject] = []
     live: list[str] = []
@@ -172,7 +188,7 @@ def _chat_events(rng: random.Random, count: int) -> list[JsonObject]:
                     "op": "upsert",
                     "id": sample,
                     "lang": lang,
-                    "text": _text(rng, lang),
+                    "text": say(lang),
                 }
             )
     return events
@@ -181,9 +197,10 @@ def _chat_events(rng: random.Random, count: int) -> list[JsonObject]:
 def seed_corpus(ws: Workspace, options: SeedOptions) -> SeededCorpus:
     """Write the three sources and configure them in the workspace (replacing earlier ones)."""
     rng = random.Random(options.seed)  # noqa: S311 - synthetic text, not a secret
-    tickets = _seed_tickets(ws.home, rng, options.tickets)
-    forum_records = _seed_forum(ws.store, rng, options.forum_objects, options.per_object)
-    events = _chat_events(rng, options.chat_events)
+    say = Texts(rng)
+    tickets = _seed_tickets(ws.home, rng, options.tickets, say)
+    forum_records = _seed_forum(ws.store, rng, options.forum_objects, options.per_object, say)
+    events = _chat_events(rng, options.chat_events, say)
     for start in range(0, len(events), 100):
         append_segment(ws.store, "cdc/chat/", events[start : start + 100])
     sources: list[JsonValue] = [
@@ -192,6 +209,8 @@ def seed_corpus(ws: Workspace, options: SeedOptions) -> SeededCorpus:
         {"id": "chat-cdc", "kind": "cdc", "prefix": "cdc/chat/"},
     ]
     ws.config["sources"] = sources
+    records = text_records(ws, say.written)
+    ws.config.setdefault("snapshot", {})["recordSchema"] = records.to_json()
     ws.save()
     return SeededCorpus(
         tickets=options.tickets,
@@ -219,6 +238,20 @@ def seed_demo(
         seed=seed,
     )
     return seed_corpus(ws, options)
+
+
+def text_records(ws: Workspace, texts: list[str]) -> RecordSchema:
+    """The demo's text record schema, counting tokens with a BPE tokenizer trained on
+    ``texts`` (the corpus just written) and registered in the workspace store."""
+    digest = tokenizer.register(ws, trained_tokenizer(tuple(texts)))
+    rule = TokenRule(kind="tokenizer", column="text", tokenizer=digest)
+    return RecordSchema.parse({**TEXT_SCHEMA.to_json(), "tokens": rule.to_json()})
+
+
+@functools.lru_cache(maxsize=4)
+def trained_tokenizer(texts: tuple[str, ...]) -> bytes:
+    """Training is deterministic: the same corpus gives the same tokenizer bytes."""
+    return tokenizer.train(texts)
 
 
 def tag_demo_transforms(ws: Workspace) -> dict[str, str]:

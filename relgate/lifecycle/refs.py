@@ -1,8 +1,8 @@
 """Mark: every stored object one version references, read from its signed manifest.
 
 A snapshot references its DSSE envelope, its membership table, the CAS documents that pin
-its sources (and, when raw sources are retained, the raw objects those documents list) and
-its stored reports.  A release references its envelope, every shard descriptor's exact
+its sources (and, when raw sources are retained, the raw objects those documents list), the
+artifacts it pins (a tokenizer, a transform's wheel or image) and its stored reports.  A release references its envelope, every shard descriptor's exact
 object version, its snapshot's membership table, and its verification reports and
 provenance.  Any referenced manifest that is missing or does not verify is an error that
 names it: the collector never guesses what an unreadable manifest referenced.
@@ -170,6 +170,8 @@ def snapshot_refs(
         out.append(Ref(canonical_key(uri), version, "source-pin", digest))
         if raw_sources:
             out.extend(_raw_refs(ws, canonical_key(uri), version, digest))
+    for artifact in manifest.artifacts or ():  # tokenizer, transform artifact, ...
+        out.append(Ref(artifact.content_ref.key, artifact.object_version, artifact.role, digest))
     out.extend(_report_refs(row, digest))
     return out
 

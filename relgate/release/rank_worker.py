@@ -21,6 +21,7 @@ from relgate.release.reader import ReaderLease
 from relgate.release.run_end import fail_run
 from relgate.release.run_rows import get_run, refuse_ended
 from relgate.release.verify_worker import ShardTask, verify_shard
+from relgate.snapshot import tokenizer
 from relgate.snapshot.compare import load_manifest
 from relgate.workspace import Workspace
 
@@ -29,7 +30,10 @@ def shard_checker(
     ws: Workspace, manifest: rm.ReleaseManifest, keys: Mapping[str, bytes] | None = None
 ) -> Callable[[JsonObject], None]:
     """Per-shard verification for a rank: the independent verifier's checks on one descriptor."""
-    member_schema = str(load_manifest(ws, manifest.snapshot).body["recordSchema"])
+    snap = load_manifest(ws, manifest.snapshot)
+    fetch = tokenizer.fetcher(ws, snap)
+    digest = snap.record_schema_document.tokens.tokenizer
+    tokenizer_data = fetch(digest) if fetch is not None and digest is not None else None
     key_version = manifest.key_version
     key = (keys or {}).get(key_version) if key_version else None
 
@@ -38,10 +42,11 @@ def shard_checker(
             ws.config["objectStore"],
             rm.ShardDescriptor.parse(descriptor, what=f"shard {descriptor.get('id')}"),
             manifest.snapshot,
-            str(manifest.body["recordSchema"]),
-            member_schema,
+            snap.record_schema_document,
+            snap.record_schema,
             key_version,
             key,
+            tokenizer_data,
         )
         result = verify_shard(task)
         release_metrics.current().observe_shard(manifest.digest, result.to_json())

@@ -39,7 +39,6 @@ from relgate.lifecycle.retention import format_time, now_utc
 from relgate.objects.cas import ContentRef
 from relgate.release import crypto
 from relgate.release import root as rm
-from relgate.release import stream as rr
 from relgate.workspace import Workspace
 from relgate_agent.retry import Backoff, retry_call
 
@@ -352,7 +351,7 @@ class ShardReader:
                 data, key, aad, key_version=key_version, shard=shard_id, digest=digest
             )
         table = pq.read_table(pa.BufferReader(data))
-        if rr.logical_digest(table) != d.logical_digest:
+        if self.manifest.shard_format().logical_digest(table) != d.logical_digest:
             raise IntegrityError(
                 "decoded records differ from the descriptor's logical digest",
                 object=shard_id,

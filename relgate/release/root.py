@@ -32,6 +32,7 @@ from relgate.release.descriptor import (
     SHARD_MEDIA_TYPE,
     ShardDescriptor,
 )
+from relgate.release.stream import ShardFormat, ShardSchema
 
 __all__ = [
     "DESCRIPTOR_FIELDS",
@@ -68,6 +69,7 @@ REQUIRED_FIELDS = (
     "tombstoneWatermark",
     "benchmarkFence",
     "recordSchema",
+    "recordSchemaDocument",
     "shards",
     "totals",
     "orderedMemberTupleRoot",
@@ -140,6 +142,7 @@ class ReleaseRoot(Contract):
     tombstone_watermark: int
     benchmark_fence: int
     record_schema: str
+    record_schema_document: ShardSchema
     member_schema: str
     shards: tuple[ShardDescriptor, ...]
     totals: ReleaseTotals
@@ -187,6 +190,21 @@ class ReleaseManifest:
     @property
     def descriptors(self) -> tuple[ShardDescriptor, ...]:
         return self.root.shards
+
+    def shard_format(self) -> ShardFormat:
+        """The shard format the signed root declares, refused unless ``recordSchema`` is
+        its digest."""
+        root = self.root
+        fmt = ShardFormat(root.record_schema_document.records)
+        if fmt.digest != root.record_schema or fmt.document != root.record_schema_document:
+            raise RejectedError(
+                "recordSchema is not the digest of the shard schema the root carries",
+                object=f"release {self.digest}",
+                check="record-schema",
+                digest=root.record_schema,
+                details={"actual": fmt.digest},
+            )
+        return fmt
 
     @property
     def key_version(self) -> str | None:

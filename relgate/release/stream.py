@@ -1,34 +1,35 @@
-"""The shard record schema and the canonical record stream of a shard release.
+"""The shard record format and the canonical record stream of a shard release.
 
 This module is the one definition the writer and the independent verifier share: what a
-shard record is, how its token count is derived, and which bytes the descriptor's
-``logicalDigest`` and ``memberSetDigest`` are computed over.  Everything else (reading
-sources, sharding, staging, decoding stored bytes, diffing sets) lives on one side only.
+shard record is for a given record schema, how its token count is derived, and which
+bytes the descriptor's ``logicalDigest`` and ``memberSetDigest`` are computed over.
+Everything else (reading sources, sharding, staging, decoding stored bytes, diffing
+sets) lives on one side only.
 
-Shard record (parquet columns, in this order, none nullable)::
+Shard record (parquet columns, in this order; the record schema's own nullability)::
 
-    sampleId, sourceId, sourceVersion, logicalContentDigest, split, lang, text : string
-    tokens                                                                     : int64
+    sampleId, sourceId, sourceVersion, logicalContentDigest, split : string
+    <every record column but sampleId, in record-schema order>
+    tokens                                                         : int64
 
-``tokens`` is a deliberately simple, deterministic count: the number of maximal runs of
-bytes of ``text`` above 0x20, i.e. separated by spaces and ASCII control characters (tab
-and newlines among them); it sizes a release and is re-counted by the verifier, it is not
-a model tokenizer.
+``tokens`` is re-derived by the record schema's token rule (:mod:`relgate.records.tokens`).
 
 Canonical record stream (what ``logicalDigest`` is SHA-256 over)::
 
-    lp("relgate.shard.records.v1", recordSchemaDigest, contentSchemaDigest)
+    lp("relgate.shard.records.v2", shardSchemaDigest, recordSchemaDigest)
     then, per record in shard order:
-    lp(sampleId, sourceId, sourceVersion, contentDigest(lang, text), split, lang, str(tokens))
+    lp(sampleId, sourceId, sourceVersion, contentDigest, split, *attributes, str(tokens))
 
-where ``lp`` is the 4-byte big-endian length-prefixed encoding of :mod:`relgate.integrity.tuples`
-and ``contentDigest`` is the snapshot's ``logicalContentDigest`` function
-(:func:`relgate.sources.schema.content_digest`) recomputed from the decoded ``lang`` and
-``text``.  Every record has exactly seven length-prefixed fields, so the stream parses
-back uniquely (injective); the text enters through its SHA-256 content digest, which
-binds it just as well and lets the verifier hash each text once instead of twice.  A
-record whose stored ``logicalContentDigest`` column disagrees with the recomputed one is
-a content substitution and is counted separately.
+where ``lp`` is the 4-byte big-endian length-prefixed encoding of
+:mod:`relgate.integrity.tuples`, ``contentDigest`` is the snapshot's
+``logicalContentDigest`` recomputed from the decoded content columns
+(:func:`relgate.records.values.content_digests`) and ``attributes`` are the canonical
+bytes (:mod:`relgate.records.values`) of the record columns that are neither the id nor
+content.  Every record of a format has the same number of fields, so the stream parses
+back uniquely (injective); content enters through its SHA-256 digest, which binds it
+just as well and lets the verifier hash each value once.  A record whose stored
+``logicalContentDigest`` column disagrees with the recomputed one is a content
+substitution and is counted separately.
 
 Member set (what ``memberSetDigest`` is SHA-256 over): the shard's member tuples
 ``(sampleId, sourceId, sourceVersion, logicalContentDigest, split, schemaDigest)``
@@ -38,123 +39,105 @@ sorted by their encoding, each length-prefixed, concatenated.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from functools import cached_property
+from typing import Final, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import StrictStr
 
-from relgate.integrity.canonical import canonical_bytes
-from relgate.integrity.digests import sha256_digest
-from relgate.integrity.hashing import (
-    digests_to_strings,
-    length_prefixed,
-    sha256_fields,
-)
+from relgate.integrity.contract import Contract
+from relgate.integrity.hashing import length_prefixed
 from relgate.integrity.tuples import encode_fields
-from relgate.sources.schema import RECORD_SCHEMA_NAME, content_digest, record_schema_digest
+from relgate.records.record_schema import ID_COLUMN, FieldSpec, RecordSchema, TokenRule
+from relgate.records.tokens import TokenizerBytes, token_counts
+from relgate.records.values import Column, canonical_column, content_digests
 
-STREAM_NAME = "relgate.shard.records.v1"
-SHARD_RECORD_SCHEMA_NAME = "relgate.shard.text.v1"
-
+STREAM_NAME: Final = "relgate.shard.records.v2"
+SHARD_SCHEMA_KIND: Final = "relgate.shard-schema.v2"
 #: Columns that make a member tuple (schemaDigest comes from the snapshot).
-TUPLE_COLUMNS = ("sampleId", "sourceId", "sourceVersion", "logicalContentDigest", "split")
-
-SHARD_ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("sampleId", pa.string(), nullable=False),
-        pa.field("sourceId", pa.string(), nullable=False),
-        pa.field("sourceVersion", pa.string(), nullable=False),
-        pa.field("logicalContentDigest", pa.string(), nullable=False),
-        pa.field("split", pa.string(), nullable=False),
-        pa.field("lang", pa.string(), nullable=False),
-        pa.field("text", pa.string(), nullable=False),
-        pa.field("tokens", pa.int64(), nullable=False),
-    ]
-)
-COLUMNS = tuple(SHARD_ARROW_SCHEMA.names)
-
-#: Parquet key-value metadata key holding the record schema digest in every shard footer.
-SCHEMA_METADATA_KEY = b"relgate.recordSchema"
+TUPLE_COLUMNS: Final = ("sampleId", "sourceId", "sourceVersion", "logicalContentDigest", "split")
+TOKENS_COLUMN: Final = "tokens"
+#: Parquet key-value metadata key holding the shard schema digest in every shard footer.
+SCHEMA_METADATA_KEY: Final = b"relgate.recordSchema"
 
 
-def shard_record_schema() -> dict[str, Any]:
-    return {
-        "name": SHARD_RECORD_SCHEMA_NAME,
-        "fields": [
-            {"name": f.name, "type": str(f.type), "nullable": f.nullable}
-            for f in SHARD_ARROW_SCHEMA
-        ],
-        "contentSchema": record_schema_digest(),
-        "contentDigest": f"sha256(len32be-prefixed({RECORD_SCHEMA_NAME!r}, lang, text))",
-        "tokens": "count of maximal runs of UTF-8 bytes of text above 0x20",
-        "stream": STREAM_NAME,
-    }
+class ShardSchema(Contract):
+    """The document a release root's ``recordSchema`` is the digest of: the record schema
+    it carries, the shard columns around it and the stream that binds them."""
+
+    kind: Literal["relgate.shard-schema.v2"] = SHARD_SCHEMA_KIND
+    records: RecordSchema
+    fields: tuple[FieldSpec, ...]
+    stream: StrictStr = STREAM_NAME
 
 
-def shard_record_schema_digest() -> str:
-    """The ``recordSchema`` of a shard release root: pins columns, types and derivations."""
-    return sha256_digest(canonical_bytes(shard_record_schema()))
+class ShardFormat:
+    """Shard records of one record schema: their Arrow schema, digests and stream."""
 
+    def __init__(self, records: RecordSchema) -> None:
+        self.records = records
 
-#: Token separators: bytes 0x00-0x20 (space and the ASCII controls, tab and newlines
-#: among them); the ``normalize`` transform already folds Unicode whitespace into spaces.
-_SEPARATOR_MAX = 0x20
+    @cached_property
+    def document(self) -> ShardSchema:
+        tuple_fields = [FieldSpec(name=c, type="string") for c in TUPLE_COLUMNS]
+        own = [f for f in self.records.fields if f.name != ID_COLUMN]
+        tokens = FieldSpec(name=TOKENS_COLUMN, type="int64")
+        return ShardSchema(records=self.records, fields=(*tuple_fields, *own, tokens))
 
+    @cached_property
+    def digest(self) -> str:
+        """The ``recordSchema`` of a release root cut in this format."""
+        return self.document.digest()
 
-def _string_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets relative to the first row, data bytes) of a string column, zero-copy."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if arr.type != pa.string():
-        arr = pc.cast(arr, pa.large_string())
-    width: Any = np.dtype(np.int32) if arr.type == pa.string() else np.dtype(np.int64)
-    buffers = arr.buffers()
-    n = len(arr)
-    offsets = np.frombuffer(
-        buffers[1], dtype=width, count=n + 1, offset=arr.offset * width.itemsize
-    )
-    offsets = offsets.astype(np.int64)
-    if buffers[2] is None or n == 0:
-        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
-    data = np.frombuffer(buffers[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
-    return offsets - offsets[0], data
+    @cached_property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([f.arrow_field for f in self.document.fields])
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.arrow_schema.names)
 
-def token_counts(text: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Per record: the number of maximal runs of bytes above 0x20 (see the module doc)."""
-    offsets, data = _string_buffers(text)
-    n = len(offsets) - 1
-    if n == 0 or len(data) == 0:
-        return pa.array(np.zeros(n, dtype=np.int64), pa.int64())
-    word = data > _SEPARATOR_MAX
-    starts = np.empty_like(word)
-    starts[0] = word[0]
-    np.greater(word[1:], word[:-1], out=starts[1:])  # a word byte after a separator
-    # A record's first byte starts a token whatever the previous record ended with.
-    nonempty = offsets[:-1] < offsets[1:]
-    firsts = offsets[:-1][nonempty]
-    starts[firsts] = word[firsts]
-    positions = np.flatnonzero(starts)
-    counts = np.diff(np.searchsorted(positions, offsets, side="left")).astype(np.int64)
-    return pa.array(counts, pa.int64())
+    @property
+    def token_rule(self) -> TokenRule:
+        return self.records.tokens
 
+    @cached_property
+    def header(self) -> bytes:
+        return encode_fields([STREAM_NAME, self.digest, self.records.digest()])
 
-#: ``lp(RECORD_SCHEMA_NAME)``: every content digest's message starts with it.
-_CONTENT_PREFIX = encode_fields([RECORD_SCHEMA_NAME])
+    def content_digests(self, table: pa.Table) -> Column:
+        """``logicalContentDigest`` recomputed from the decoded content columns."""
+        return content_digests(table, self.records)
 
+    def token_counts(self, table: pa.Table, fetch: TokenizerBytes | None) -> pa.Array:
+        return token_counts(table, self.records.tokens, fetch)
 
-def content_digests(
-    lang: pa.Array | pa.ChunkedArray, text: pa.Array | pa.ChunkedArray
-) -> pa.Array | pa.ChunkedArray:
-    """``logicalContentDigest`` recomputed from decoded content: the snapshot's function
-    (:func:`relgate.sources.schema.content_digest`), one kernel call over the column."""
-    packed = sha256_fields(lang, text, prefix=_CONTENT_PREFIX)
-    return digests_to_strings(packed)
+    def stream_rows(self, table: pa.Table, recomputed_content: Column | None = None) -> pa.Array:
+        """One canonical record-stream entry per row (see the module docstring)."""
+        content = (
+            recomputed_content if recomputed_content is not None else self.content_digests(table)
+        )
+        attributes = [
+            canonical_column(table.column(name), self.records.field(name))
+            for name in self.records.attributes
+        ]
+        return length_prefixed(
+            table.column("sampleId"),
+            table.column("sourceId"),
+            table.column("sourceVersion"),
+            content,
+            table.column("split"),
+            *attributes,
+            pc.cast(table.column(TOKENS_COLUMN), pa.string()),
+        )
 
-
-def stream_header() -> bytes:
-    return encode_fields([STREAM_NAME, shard_record_schema_digest(), record_schema_digest()])
+    def logical_digest(self, table: pa.Table, recomputed_content: Column | None = None) -> str:
+        """SHA-256 over the canonical record stream of ``table`` in its row order."""
+        h = hashlib.sha256(self.header)
+        h.update(_concat_data(self.stream_rows(table, recomputed_content)))
+        return "sha256:" + h.hexdigest()
 
 
 def _concat_data(arr: pa.Array) -> memoryview:
@@ -168,60 +151,12 @@ def _concat_data(arr: pa.Array) -> memoryview:
     return data[int(offsets[0]) : int(offsets[-1])]
 
 
-def stream_rows(
-    table: pa.Table, recomputed_content: pa.Array | pa.ChunkedArray | None = None
-) -> pa.Array:
-    """One canonical record-stream entry per row (see the module docstring)."""
-    content = (
-        recomputed_content
-        if recomputed_content is not None
-        else content_digests(table.column("lang"), table.column("text"))
-    )
-    return length_prefixed(
-        table.column("sampleId"),
-        table.column("sourceId"),
-        table.column("sourceVersion"),
-        content,
-        table.column("split"),
-        table.column("lang"),
-        pc.cast(table.column("tokens"), pa.string()),
-    )
-
-
-def logical_digest(
-    table: pa.Table, recomputed_content: pa.Array | pa.ChunkedArray | None = None
-) -> str:
-    """SHA-256 over the canonical record stream of ``table`` in its row order."""
-    h = hashlib.sha256(stream_header())
-    h.update(_concat_data(stream_rows(table, recomputed_content)))
-    return "sha256:" + h.hexdigest()
-
-
-def encode_stream(records: list[tuple[str, str, str, str, str, str, str, int]]) -> bytes:
-    """Reference row-at-a-time encoding of the canonical record stream (``records`` are
-    rows in :data:`COLUMNS` order); the vectorised :func:`logical_digest` must agree."""
-    out = bytearray(stream_header())
-    for sample_id, source_id, source_version, _stored, split, lang, text, tokens in records:
-        out += encode_fields(
-            [
-                sample_id,
-                source_id,
-                source_version,
-                content_digest(lang, text),
-                split,
-                lang,
-                str(tokens),
-            ]
-        )
-    return bytes(out)
-
-
-def member_tuples(
-    table: pa.Table, schema_digest: str, content: pa.Array | pa.ChunkedArray | None = None
-) -> pa.Array:
+def member_tuples(table: pa.Table, schema_digest: str, content: Column | None = None) -> pa.Array:
     """Length-prefixed member tuples of ``table`` (content column overridable)."""
     digest_col = content if content is not None else table.column("logicalContentDigest")
-    schema_col = pa.array([schema_digest] * table.num_rows, pa.string())
+    schema_col = pa.array([schema_digest], pa.string()).take(
+        np.zeros(table.num_rows, dtype=np.int64)
+    )
     return length_prefixed(
         table.column("sampleId"),
         table.column("sourceId"),
@@ -232,9 +167,7 @@ def member_tuples(
     )
 
 
-def member_set_digest(
-    table: pa.Table, schema_digest: str, content: pa.Array | pa.ChunkedArray | None = None
-) -> str:
+def member_set_digest(table: pa.Table, schema_digest: str, content: Column | None = None) -> str:
     """SHA-256 over the shard's member tuples, sorted by their encoding (order-free)."""
     encoded = member_tuples(table, schema_digest, content)
     ordered = pc.take(encoded, pc.sort_indices(encoded))
@@ -245,19 +178,3 @@ def member_set_digest(
 
 def shard_id(index: int, total: int) -> str:
     return f"shard-{index:05d}-of-{total:05d}"
-
-
-__all__ = [
-    "COLUMNS",
-    "SCHEMA_METADATA_KEY",
-    "SHARD_ARROW_SCHEMA",
-    "TUPLE_COLUMNS",
-    "content_digests",
-    "logical_digest",
-    "member_set_digest",
-    "member_tuples",
-    "shard_id",
-    "shard_record_schema",
-    "shard_record_schema_digest",
-    "token_counts",
-]

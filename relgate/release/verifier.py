@@ -58,6 +58,7 @@ from relgate.release.report import (
 )
 from relgate.release.verify_worker import THREAD, ShardResult, ShardTask, run_shards
 from relgate.snapshot import manifest as sm
+from relgate.snapshot import tokenizer
 from relgate.snapshot.membership import tuple_root
 from relgate.workspace import Workspace
 
@@ -94,8 +95,10 @@ class _Opened:
 
     body: JsonObject
     snapshot: sm.SnapshotManifest
-    record_schema: str
+    #: the shard format of the snapshot's record schema (not the root's word for it)
+    fmt: rr.ShardFormat
     member_schema: str
+    tokenizer: bytes | None
 
 
 def _open(ws: Workspace, root: str, envelope_version: str, attempt: _Attempt) -> _Opened:
@@ -111,14 +114,37 @@ def _open(ws: Workspace, root: str, envelope_version: str, attempt: _Attempt) ->
         snap.benchmark_fence,
     ):
         attempt.count(Check.WATERMARK_MISMATCH, 1, "root watermarks differ from the snapshot's")
-    record_schema = str(body["recordSchema"])
-    if record_schema != rr.shard_record_schema_digest():
-        attempt.counts[Check.MIXED_RECORD_SCHEMAS] += 1
-        attempt.problems.append("root names a record schema this verifier does not know")
+    fmt = rr.ShardFormat(snap.record_schema_document)
+    _check_schemas(body, snap, fmt, attempt)
     listed = descriptor_problems(body["shards"], _totals(body).get("shards"))
     attempt.counts[Check.DESCRIPTOR_INCOMPLETE] = len(listed)
     attempt.problems.extend(listed)
-    return _Opened(body, snap, record_schema, str(snap.body["recordSchema"]))
+    return _Opened(body, snap, fmt, snap.record_schema, _tokenizer_bytes(ws, snap))
+
+
+def _check_schemas(
+    body: JsonObject, snap: sm.SnapshotManifest, fmt: rr.ShardFormat, attempt: _Attempt
+) -> None:
+    """The root's record schema, its document and its member schema are the snapshot's."""
+    document = body.get("recordSchemaDocument")
+    same = (
+        body["recordSchema"] == fmt.digest
+        and isinstance(document, dict)
+        and document == fmt.document.to_json()
+        and body.get("memberSchema") == snap.record_schema
+    )
+    if not same:
+        attempt.counts[Check.MIXED_RECORD_SCHEMAS] += 1
+        attempt.problems.append(
+            "root's record schema is not the shard format of its snapshot's record schema"
+        )
+
+
+def _tokenizer_bytes(ws: Workspace, snap: sm.SnapshotManifest) -> bytes | None:
+    """The pinned tokenizer's bytes (digest-checked by the store read), if one is used."""
+    digest = snap.record_schema_document.tokens.tokenizer
+    fetch = tokenizer.fetcher(ws, snap)
+    return None if digest is None or fetch is None else fetch(digest)
 
 
 def _int(value: object) -> int:
@@ -154,8 +180,9 @@ def _tasks(
             store_config=store_config,
             descriptor=rm.ShardDescriptor.parse(d),
             snapshot=str(body["datasetSnapshot"]),
-            record_schema=opened.record_schema,
+            records=opened.fmt.records,
             member_schema=opened.member_schema,
+            tokenizer=opened.tokenizer,
             key_version=key_version,
             key=keys.get(key_version) if key_version is not None else None,
         )

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 from relgate.errors import NotFoundError, RejectedError, RelgateError
 from relgate.integrity.contract import JsonObject, JsonValue
 from relgate.objects.versioned import ObjectStore
+from relgate.records.record_schema import RecordSchema
 from relgate.release import crypto
 from relgate.release import stream as rr
 from relgate.release.checks import Check
@@ -40,10 +42,28 @@ class ShardTask:
     store_config: JsonObject
     descriptor: ShardDescriptor
     snapshot: str
-    record_schema: str
+    records: RecordSchema
     member_schema: str
     key_version: str | None
     key: bytes | None = None
+    #: the pinned tokenizer's JSON bytes, when the record schema counts with one
+    tokenizer: bytes | None = None
+
+    @cached_property
+    def fmt(self) -> rr.ShardFormat:
+        return rr.ShardFormat(self.records)
+
+    @property
+    def record_schema(self) -> str:
+        """The shard schema digest every shard footer must declare."""
+        return self.fmt.digest
+
+    def fetch_tokenizer(self, digest: str) -> bytes:
+        if self.tokenizer is None:
+            raise NotFoundError(
+                "no tokenizer was handed over", object="tokenizer", check="tokenizer-digest"
+            )
+        return self.tokenizer
 
     def __post_init__(self) -> None:
         # Callers that hold a descriptor as signed (a wire object) hand it over as is.
@@ -214,7 +234,7 @@ def _decoded_table(task: ShardTask, result: ShardResult, data: bytes) -> pa.Tabl
         result.fail(Check.DECODE_FAILURES, f"records do not decode: {type(exc).__name__}")
         return None
     schema = table.schema.remove_metadata()
-    if declared != task.record_schema or not schema.equals(rr.SHARD_ARROW_SCHEMA):
+    if declared != task.record_schema or not schema.equals(task.fmt.arrow_schema):
         result.fail(
             Check.RECORD_SCHEMA_MISMATCH,
             "shard's record schema is not the root's",
@@ -237,8 +257,10 @@ def _decode_and_check(
     d = task.descriptor
     result.records = table.num_rows
     result.decoded_bytes = int(table.nbytes)
-    recount_future = pool.submit(rr.token_counts, table.column("text"))
-    content = rr.content_digests(table.column("lang"), table.column("text"))
+    fmt = task.fmt
+    fetch = task.fetch_tokenizer if task.tokenizer is not None else None
+    recount_future = pool.submit(fmt.token_counts, table, fetch)
+    content = fmt.content_digests(table)
     result.stored_content_mismatches = int(
         pc.sum(
             pc.cast(pc.not_equal(content, table.column("logicalContentDigest")), pa.int64())
@@ -259,13 +281,13 @@ def _decode_and_check(
             "record count differs from descriptor",
             actual=table.num_rows,
         )
-    logical = rr.logical_digest(table, content)
+    logical = fmt.logical_digest(table, content)
     if logical != d.logical_digest:
         result.fail(Check.LOGICAL_DIGEST_MISMATCH, "decoded record stream differs", actual=logical)
     members = rr.member_set_digest(table, task.member_schema, content)
     if members != d.member_set_digest:
         result.fail(Check.MEMBER_SET_DIGEST_MISMATCH, "shard's member set differs", actual=members)
-    # The tuple carries the content digest recomputed from the decoded text, not the column.
+    # The tuple carries the content digest recomputed from the decoded content, not the column.
     result.tuples = pa.table(
         {
             "sampleId": table.column("sampleId"),

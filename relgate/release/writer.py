@@ -23,7 +23,7 @@ import io
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -42,10 +42,14 @@ from relgate.integrity.tuples import encode_fields
 from relgate.lifecycle.pins import publisher_lease, renew_lease
 from relgate.objects.layout import RELEASE_SHARD_PREFIX, release_shard_key
 from relgate.objects.versioned import ObjectStore
+from relgate.records.record_schema import ID_COLUMN
+from relgate.records.tokens import TokenizerBytes
+from relgate.records.values import canonical_column
 from relgate.release import crypto
 from relgate.release import root as rm
 from relgate.release import stream as rr
 from relgate.snapshot import manifest as sm
+from relgate.snapshot import tokenizer
 from relgate.snapshot.membership import COLUMNS as MEMBER_COLUMNS
 from relgate.snapshot.membership import tuple_root
 from relgate.snapshot.validate import recompute
@@ -57,7 +61,7 @@ SHARD_PREFIX = RELEASE_SHARD_PREFIX
 WRITABLE_SNAPSHOT_STATES = frozenset({"APPROVED", "ACTIVE"})
 DEFAULT_SHARD_MB = 64
 SORT_KEY_RULE = "sha256(len32be(sortSeed) sortSeed len32be(sampleId) sampleId)"
-RECORD_BYTES_RULE = "sum of UTF-8 lengths of the string fields + 8"
+RECORD_BYTES_RULE = "sum of canonical byte lengths of the fields + 8"
 
 
 @dataclass(frozen=True)
@@ -83,16 +87,19 @@ class ParquetParams:
     def to_json(self) -> JsonObject:
         return self.compression().to_json()
 
+    def for_format(self, fmt: rr.ShardFormat) -> ParquetParams:
+        """These parameters with dictionary encoding only on columns the format has."""
+        kept = tuple(c for c in self.dictionary_columns if c in fmt.columns)
+        return replace(self, dictionary_columns=kept)
+
 
 def shard_key(digest: str, *, encrypted: bool) -> str:
     """The key a shard's stored bytes are staged under (:mod:`relgate.objects.layout`)."""
     return release_shard_key(digest, encrypted=encrypted)
 
 
-def serialize_shard(table: pa.Table, params: ParquetParams) -> bytes:
-    schema = rr.SHARD_ARROW_SCHEMA.with_metadata(
-        {rr.SCHEMA_METADATA_KEY: rr.shard_record_schema_digest().encode()}
-    )
+def serialize_shard(table: pa.Table, params: ParquetParams, fmt: rr.ShardFormat) -> bytes:
+    schema = fmt.arrow_schema.with_metadata({rr.SCHEMA_METADATA_KEY: fmt.digest.encode()})
     sink = io.BytesIO()
     pq.write_table(
         table.cast(schema),
@@ -186,10 +193,13 @@ def member_records(ws: Workspace, manifest: sm.SnapshotManifest) -> pl.DataFrame
                     "recomputedContentDigest": str(first["logicalContentDigest_re"]),
                 },
             )
-    return joined.select([*MEMBER_COLUMNS, "lang", "text"])
+    own = [c for c in manifest.record_schema_document.column_names if c != ID_COLUMN]
+    return joined.select([*MEMBER_COLUMNS, *own])
 
 
-def ordered(records: pl.DataFrame, sort_seed: str) -> pa.Table:
+def ordered(
+    records: pl.DataFrame, sort_seed: str, fmt: rr.ShardFormat, fetch: TokenizerBytes | None
+) -> pa.Table:
     """Records in release order: by SHA-256(lp(seed) || lp(sampleId)), then sampleId."""
     ids = records["sampleId"].to_arrow()
     keys = sha256_fields(ids, prefix=encode_fields([sort_seed]))
@@ -201,9 +211,10 @@ def ordered(records: pl.DataFrame, sort_seed: str) -> pa.Table:
     )
     frame = frame.sort(["__sortKey", "sampleId"]).drop("__sortKey")
     table = frame.to_arrow()
-    tokens = rr.token_counts(table.column("text"))
-    columns = [table.column(c).combine_chunks() for c in rr.COLUMNS if c != "tokens"]
-    return pa.Table.from_arrays([*columns, tokens], schema=rr.SHARD_ARROW_SCHEMA)
+    columns = [table.column(c).combine_chunks() for c in fmt.columns if c != rr.TOKENS_COLUMN]
+    base = pa.Table.from_arrays(columns, names=[c for c in fmt.columns if c != rr.TOKENS_COLUMN])
+    tokens = fmt.token_counts(base, fetch)
+    return pa.Table.from_arrays([*columns, tokens], schema=fmt.arrow_schema)
 
 
 def sharding_function(shard_mb: int, records_per_shard: int | None) -> rm.ShardingFunction:
@@ -221,7 +232,20 @@ def sharding_function(shard_mb: int, records_per_shard: int | None) -> rm.Shardi
     )
 
 
-def cut(table: pa.Table, function: rm.ShardingFunction) -> Iterator[pa.Table]:
+def record_bytes(table: pa.Table, fmt: rr.ShardFormat) -> np.ndarray:
+    """Per record, :data:`RECORD_BYTES_RULE`: the canonical byte lengths of its fields
+    (the member-tuple strings and the record's own columns) plus 8."""
+    sizes = np.full(table.num_rows, 8, dtype=np.int64)
+    for name in rr.TUPLE_COLUMNS:
+        sizes += pc.binary_length(table.column(name)).to_numpy().astype(np.int64)
+    for spec in fmt.records.fields:
+        if spec.name != ID_COLUMN:
+            encoded = canonical_column(table.column(spec.name), spec)
+            sizes += pc.binary_length(encoded).to_numpy().astype(np.int64)
+    return sizes
+
+
+def cut(table: pa.Table, function: rm.ShardingFunction, fmt: rr.ShardFormat) -> Iterator[pa.Table]:
     n = table.num_rows
     if n == 0:
         return
@@ -230,10 +254,7 @@ def cut(table: pa.Table, function: rm.ShardingFunction) -> Iterator[pa.Table]:
         for lo in range(0, n, step):
             yield table.slice(lo, min(step, n - lo))
         return
-    sizes = np.full(n, 8, dtype=np.int64)
-    for name in rr.COLUMNS:
-        if name != "tokens":
-            sizes += pc.binary_length(table.column(name)).to_numpy().astype(np.int64)
+    sizes = record_bytes(table, fmt)
     before = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     bucket = before // int(function.target_bytes or 0)
     starts = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
@@ -342,17 +363,21 @@ def _write(
     snap = sm.load(ws.store, ws.trusted_keys, snapshot_digest, row["envelope_version"])
     seed = options.sort_seed if options.sort_seed is not None else snapshot_digest
     function = sharding_function(options.shard_mb, options.records_per_shard)
-    pieces = list(cut(ordered(member_records(ws, snap), seed), function))
+    fmt = rr.ShardFormat(snap.record_schema_document)
+    options = replace(options, parquet=options.parquet.for_format(fmt))
+    records = ordered(member_records(ws, snap), seed, fmt, tokenizer.fetcher(ws, snap))
+    pieces = list(cut(records, function, fmt))
     staged = _Staged([], [])
-    for encoded in _encoded(snap, options, pieces):
+    for encoded in _encoded(snap, fmt, options, pieces):
         _stage_shard(ws, lease, staged, encoded)
     root = _reproduced_tuple_root(staged, snap)
     body = rm.ReleaseRoot(
         dataset_snapshot=snapshot_digest,
         tombstone_watermark=snap.tombstone_watermark,
         benchmark_fence=snap.benchmark_fence,
-        record_schema=rr.shard_record_schema_digest(),
-        member_schema=str(snap.body["recordSchema"]),
+        record_schema=fmt.digest,
+        record_schema_document=fmt.document,
+        member_schema=snap.record_schema,
         shards=tuple(staged.descriptors),
         totals=staged.totals(),
         ordered_member_tuple_root=root,
@@ -377,14 +402,14 @@ class _Encoded:
 
 
 def _encoded(
-    snap: sm.SnapshotManifest, options: WriteOptions, pieces: list[pa.Table]
+    snap: sm.SnapshotManifest, fmt: rr.ShardFormat, options: WriteOptions, pieces: list[pa.Table]
 ) -> Iterator[_Encoded]:
     """Every piece encoded, in order, ``ENCODE_THREADS`` at a time (bounded look-ahead)."""
     total = len(pieces)
     with ThreadPoolExecutor(max_workers=ENCODE_THREADS) as pool:
         pending: deque[Future[_Encoded]] = deque()
         for index, piece in enumerate(pieces):
-            pending.append(pool.submit(_encode_shard, snap, options, (index, total, piece)))
+            pending.append(pool.submit(_encode_shard, snap, fmt, options, (index, total, piece)))
             if len(pending) > ENCODE_THREADS:
                 yield pending.popleft().result()
         while pending:
@@ -392,25 +417,28 @@ def _encoded(
 
 
 def _encode_shard(
-    snap: sm.SnapshotManifest, options: WriteOptions, piece_at: tuple[int, int, pa.Table]
+    snap: sm.SnapshotManifest,
+    fmt: rr.ShardFormat,
+    options: WriteOptions,
+    piece_at: tuple[int, int, pa.Table],
 ) -> _Encoded:
     """Serialize (and encrypt) one piece and describe it; the version is filled at staging.
 
     The logical digest takes each record's content digest from the ``logicalContentDigest``
     column: :func:`member_records` has proven it equal, row by row, to the digest
-    recomputed from the re-read text, so the text is not hashed a second time here.
+    recomputed from the re-read content, so the content is not hashed a second time here.
     """
     index, total, piece = piece_at
     sid = rr.shard_id(index, total)
-    data = serialize_shard(piece, options.parquet)
-    logical = rr.logical_digest(piece, piece.column("logicalContentDigest"))
+    data = serialize_shard(piece, options.parquet, fmt)
+    logical = fmt.logical_digest(piece, piece.column("logicalContentDigest"))
     encrypted = options.encrypt_key is not None
     if options.encrypt_key is not None and options.key_version is not None:
         aad = crypto.shard_aad(
             snapshot=snap.digest,
             shard=sid,
             logical_digest=logical,
-            record_schema=rr.shard_record_schema_digest(),
+            record_schema=fmt.digest,
             key_version=options.key_version,
         )
         data = crypto.encrypt_shard(data, options.encrypt_key, aad, key_version=options.key_version)
@@ -423,7 +451,7 @@ def _encode_shard(
         logical_digest=logical,
         records=piece.num_rows,
         tokens=int(pc.sum(piece.column("tokens")).as_py() or 0),
-        member_set_digest=rr.member_set_digest(piece, str(snap.body["recordSchema"])),
+        member_set_digest=rr.member_set_digest(piece, snap.record_schema),
     )
     return _Encoded(piece, data, encrypted, descriptor)
 
@@ -445,7 +473,7 @@ def _reproduced_tuple_root(staged: _Staged, snap: sm.SnapshotManifest) -> str:
         members = members.take(pc.sort_indices(members, [("sampleId", "ascending")]))
     else:
         members = pa.table({c: pa.array([], pa.string()) for c in rr.TUPLE_COLUMNS})
-    root = tuple_root(members, str(snap.body["recordSchema"]))
+    root = tuple_root(members, snap.record_schema)
     if root != snap.tuple_root:
         raise IntegrityError(
             "shard records do not reproduce the snapshot's tuple root",

@@ -25,15 +25,22 @@ from relgate.integrity.contract import Contract
 from relgate.integrity.digests import require_digest, sha256_digest
 from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_keys
 from relgate.objects.layout import membership_key
+from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.snapshot import manifest as mf
+from relgate.snapshot import tokenizer
 from relgate.snapshot.membership import MembershipWriter, Tally
-from relgate.snapshot.policy import SelectionPolicy, SplitPolicy, TransformRef
+from relgate.snapshot.policy import (
+    PredicatePolicy,
+    SelectionPolicy,
+    SplitPolicy,
+    TransformRef,
+    selection_from_json,
+)
 from relgate.snapshot.provenance import record_statement, store_statement
 from relgate.snapshot.runs import SortedRuns
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
 from relgate.snapshot.transforms import resolve_transform
 from relgate.sources.factory import source_from_config
-from relgate.sources.schema import record_schema_digest
 from relgate.sources.source import Source, SourceEntry
 from relgate.workspace import Workspace
 
@@ -50,8 +57,9 @@ class BuildSpec:
 
     purpose: str
     transform: str
-    selection: SelectionPolicy = DEFAULT_SELECTION
+    selection: SelectionPolicy | PredicatePolicy = DEFAULT_SELECTION
     split: SplitPolicy = DEFAULT_SPLIT
+    records: RecordSchema = TEXT_SCHEMA
     parents: list[str] = field(default_factory=list)
     source_ids: list[str] | None = None  # default: every configured source
 
@@ -64,10 +72,13 @@ class BuildSpec:
         return cls(
             purpose=str(snap.get("purpose", "training")),
             transform=str(snap.get("transform", "registry.local/normalize:v1")),
-            selection=SelectionPolicy.from_json(snap["selection"])
+            selection=selection_from_json(snap["selection"])
             if "selection" in snap
             else DEFAULT_SELECTION,
             split=SplitPolicy.from_json(snap["split"]) if "split" in snap else DEFAULT_SPLIT,
+            records=RecordSchema.from_config(snap["recordSchema"])
+            if "recordSchema" in snap
+            else TEXT_SCHEMA,
         )
 
 
@@ -118,17 +129,23 @@ def source_configs(ws: Workspace) -> dict[str, Mapping[str, object]]:
     return {str(cfg["id"]): cfg for cfg in ws.config.get("sources", [])}
 
 
-def configured_sources(ws: Workspace, only: Sequence[str] | None = None) -> dict[str, Source]:
-    """The configured sources (all, or those named in ``only``), ready to pin or read."""
+def configured_sources(
+    ws: Workspace, only: Sequence[str] | None = None, records: RecordSchema = TEXT_SCHEMA
+) -> dict[str, Source]:
+    """The configured sources (all, or those named in ``only``), ready to pin or read
+    records of ``records``."""
     return {
-        source_id: source_from_config(cfg, ws.cas)
+        source_id: source_from_config(cfg, ws.cas, records)
         for source_id, cfg in source_configs(ws).items()
         if only is None or source_id in only
     }
 
 
-def pinned_sources(ws: Workspace, entries: Sequence[SourceEntry], digest: str) -> dict[str, Source]:
-    """The sources a manifest's entries name; refused when this workspace lacks one."""
+def pinned_sources(
+    ws: Workspace, entries: Sequence[SourceEntry], digest: str, records: RecordSchema
+) -> dict[str, Source]:
+    """The sources a manifest's entries name, reading its record schema; refused when
+    this workspace lacks one."""
     configs = source_configs(ws)
     for entry in entries:
         if entry.id not in configs:
@@ -138,7 +155,7 @@ def pinned_sources(ws: Workspace, entries: Sequence[SourceEntry], digest: str) -
                 check="source-known",
                 digest=digest,
             )
-    return {e.id: source_from_config(configs[e.id], ws.cas) for e in entries}
+    return {e.id: source_from_config(configs[e.id], ws.cas, records) for e in entries}
 
 
 def _now() -> str:
@@ -159,7 +176,7 @@ def freeze(ws: Workspace, spec: BuildSpec) -> Frozen:
     try:
         with ws.db.tx() as conn:
             fences = read_fences(conn)
-        sources = configured_sources(ws, spec.source_ids)
+        sources = configured_sources(ws, spec.source_ids, spec.records)
         entries = tuple(source.pin().entry for source in sources.values())
         transform_ref = resolve_transform(ws.db, spec.transform)
     except RelgateError as exc:
@@ -201,18 +218,20 @@ class _Staged:
     path: Path
     tally: Tally
     counts: dict[str, int]
+    artifacts: tuple[mf.ArtifactRef, ...] = ()
 
 
 def _stage_members(ws: Workspace, spec: BuildSpec, frozen: Frozen, path: Path) -> _Staged:
     """Selection streamed through an out-of-core sort into the membership parquet."""
     selector = Selector(
         transform=TransformRef.parse(frozen.transform_image).resolve(),
+        records=spec.records,
         selection=spec.selection,
         split=spec.split,
         fenced=fenced_at(ws, frozen.fences),
     )
-    sources = configured_sources(ws, [e.id for e in frozen.sources])
-    tally = Tally(record_schema_digest())
+    sources = configured_sources(ws, [e.id for e in frozen.sources], spec.records)
+    tally = Tally(spec.records.digest())
     with SortedRuns(MEMBER_FRAME_SCHEMA) as runs:
         for batch in selector.batches(sources, frozen.sources):
             runs.add(batch)
@@ -223,7 +242,7 @@ def _stage_members(ws: Workspace, spec: BuildSpec, frozen: Frozen, path: Path) -
         writer.close()
     counts = dict(selector.counts)
     counts["members"] = tally.rows
-    return _Staged(path, tally, counts)
+    return _Staged(path, tally, counts, tokenizer.artifacts(ws, spec.records))
 
 
 def build_for_alias(
@@ -281,6 +300,7 @@ def _write_snapshot(
         tombstone_watermark=frozen.tombstone_watermark,
         benchmark_fence=frozen.benchmark_fence,
         record_schema=tally.schema_digest,
+        record_schema_document=spec.records,
         selection_policy=spec.selection.digest(),
         transform_image=frozen.transform_image,
         members=mf.MembersRef(
@@ -297,6 +317,7 @@ def _write_snapshot(
         member_counts_by_source=tally.by_source,
         policies=mf.EmbeddedPolicies(selection=spec.selection, split=spec.split),
         provenance=_provenance(ws, spec, frozen, actor=actor),
+        artifacts=staged.artifacts or None,
     )
     sealed = mf.seal(body)
     envelope = mf.sign(sealed, ws.signing_key)

@@ -18,7 +18,6 @@ from relgate.integrity.tuples import MemberTuple
 from relgate.snapshot import manifest as mf
 from relgate.snapshot.policy import BASIS_POINTS
 from relgate.snapshot.validate import Canary, recompute
-from relgate.sources.schema import record_schema_digest
 from relgate.workspace import Workspace
 
 
@@ -237,6 +236,6 @@ def prove(ws: Workspace, digest: str, sample_id: str) -> MembershipProof:
         snapshot=digest,
         root=root,
         size=len(tuples),
-        schema_digest=schema or record_schema_digest(),
+        schema_digest=schema,
         leaves=leaves,
     )

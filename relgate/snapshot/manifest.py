@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Final, Literal
+from typing import Final, Literal, Self
 
-from pydantic import Field, StrictInt, StrictStr
+from pydantic import Field, StrictInt, StrictStr, model_validator
 
 from relgate.errors import RejectedError
 from relgate.integrity.contract import Contract, JsonObject, JsonValue
@@ -28,7 +28,8 @@ from relgate.integrity.statement import SpelledDigest
 from relgate.objects.cas import ContentRef, digest_of_uri
 from relgate.objects.layout import SNAPSHOT_MANIFEST_PREFIX, snapshot_envelope_key
 from relgate.objects.versioned import ObjectStore
-from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
+from relgate.records.record_schema import RecordSchema
+from relgate.snapshot.policy import Selection, SplitPolicy
 from relgate.sources.source import SourceEntry
 
 SCHEMA: Final = "training.dataset.snapshot.v1"
@@ -44,6 +45,7 @@ REQUIRED_FIELDS = (
     "tombstoneWatermark",
     "benchmarkFence",
     "recordSchema",
+    "recordSchemaDocument",
     "selectionPolicy",
     "transformImage",
     "members",
@@ -75,10 +77,28 @@ class MembersRef(Contract):
         return ContentRef(digest_of_uri(self.uri), self.object_version, self.size)
 
 
+class ArtifactRef(Contract):
+    """A content-addressed object a snapshot needs besides its membership (a tokenizer, a
+    transform's wheel or image): held as long as the snapshot is."""
+
+    role: StrictStr
+    uri: StrictStr
+    object_version: StrictStr
+    size: StrictInt
+
+    @property
+    def digest(self) -> str:  # type: ignore[override]  # an artifact's digest is its address
+        return digest_of_uri(self.uri)
+
+    @property
+    def content_ref(self) -> ContentRef:
+        return ContentRef(digest_of_uri(self.uri), self.object_version, self.size)
+
+
 class EmbeddedPolicies(Contract):
     """The full text of the policies the manifest names by digest."""
 
-    selection: SelectionPolicy
+    selection: Selection
     split: SplitPolicy
 
 
@@ -125,6 +145,7 @@ class SnapshotBody(Contract):
     tombstone_watermark: StrictInt
     benchmark_fence: StrictInt
     record_schema: StrictStr
+    record_schema_document: RecordSchema
     selection_policy: StrictStr
     transform_image: StrictStr
     members: MembersRef
@@ -136,6 +157,34 @@ class SnapshotBody(Contract):
     )
     policies: EmbeddedPolicies
     provenance: Provenance
+    artifacts: tuple[ArtifactRef, ...] | None = Field(
+        default=None, exclude_if=lambda value: not value
+    )
+
+    @model_validator(mode="after")
+    def _schema_digest(self) -> Self:
+        actual = self.record_schema_document.digest()
+        if actual != self.record_schema:
+            raise RejectedError(
+                "recordSchema is not the digest of the record schema the manifest carries",
+                object="recordSchema",
+                check="record-schema",
+                digest=self.record_schema,
+                details={"actual": actual},
+            )
+        return self
+
+    def artifact(self, role: str, digest: str) -> ArtifactRef:
+        """The artifact of ``role`` with content address ``digest`` (refused if absent)."""
+        for ref in self.artifacts or ():
+            if ref.role == role and ref.digest == digest:
+                return ref
+        raise RejectedError(
+            f"manifest holds no {role} artifact with this digest",
+            object=role,
+            check="artifact-known",
+            digest=digest,
+        )
 
 
 class SnapshotManifest(SnapshotBody):

@@ -26,7 +26,7 @@ from relgate.integrity.hashing import length_prefixed, sha256_fields
 from relgate.integrity.merkle import MerkleAccumulator, root_from_packed_leaves
 from relgate.objects.cas import ContentRef, ContentStore
 from relgate.objects.layout import membership_key
-from relgate.sources.schema import constant_column
+from relgate.records.values import constant_column
 
 MEMBERSHIP_SCHEMA = pa.schema(
     [

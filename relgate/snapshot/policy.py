@@ -10,7 +10,7 @@ import hashlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 import numpy as np
 import polars as pl
@@ -22,6 +22,7 @@ from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.hashing import sha256_rows
+from relgate.records.record_schema import RecordSchema
 
 #: Split buckets are basis points of the id space.
 BASIS_POINTS = 10_000
@@ -53,13 +54,94 @@ class SelectionPolicy(Contract):
         _require_kind(data, "relgate.selection.v1", "selectionPolicy", "selection")
         return cls.parse(data, what="selectionPolicy")
 
-    def expression(self) -> pl.Expr:
+    def expression(self, records: RecordSchema) -> pl.Expr:
+        """Rows to keep; the record schema must have ``lang`` and ``text`` string columns."""
+        for column in ("lang", "text"):
+            if column not in records.column_names or records.field(column).type != "string":
+                raise UsageError(
+                    f"selection v1 needs a string column {column!r}; use relgate.selection.v2"
+                    " predicates for this record schema",
+                    object=records.name,
+                    check="policy-columns",
+                )
         length = pl.col("text").str.len_chars()
         return (
             pl.col("lang").is_in(list(self.languages))
             & (length >= self.min_chars)
             & (length <= self.max_chars)
         )
+
+
+class ColumnPredicate(Contract):
+    """One condition on one record column: membership in a set of strings, a length
+    window (characters of a string, bytes of a binary, elements of a list) and/or a value
+    window (integers)."""
+
+    column: StrictStr
+    any_of: tuple[StrictStr, ...] | None = None
+    min_length: StrictInt | None = None
+    max_length: StrictInt | None = None
+    min_value: StrictInt | None = None
+    max_value: StrictInt | None = None
+
+    def expression(self, records: RecordSchema) -> pl.Expr:
+        if self.column not in records.column_names:
+            raise UsageError(
+                f"selection predicate names no record column {self.column!r}",
+                object=records.name,
+                check="policy-columns",
+            )
+        dtype = records.field(self.column).arrow_field.type
+        col = pl.col(self.column)
+        out = pl.lit(value=True)
+        if self.any_of is not None:
+            out = out & col.is_in(list(self.any_of))
+        if self.min_length is not None or self.max_length is not None:
+            length = _length(col, dtype, self.column, records.name)
+            if self.min_length is not None:
+                out = out & (length >= self.min_length)
+            if self.max_length is not None:
+                out = out & (length <= self.max_length)
+        if self.min_value is not None:
+            out = out & (col >= self.min_value)
+        if self.max_value is not None:
+            out = out & (col <= self.max_value)
+        return out
+
+
+def _length(col: pl.Expr, dtype: pa.DataType, column: str, schema: str) -> pl.Expr:
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return col.str.len_chars()
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+        return col.bin.size()
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return col.list.len()
+    raise UsageError(f"column {column!r} has no length", object=schema, check="policy-columns")
+
+
+class PredicatePolicy(Contract):
+    """Which transformed rows become members, for any record schema: every predicate
+    holds (an empty list selects every row)."""
+
+    kind: Literal["relgate.selection.v2"] = "relgate.selection.v2"
+    predicates: tuple[ColumnPredicate, ...] = ()
+
+    def expression(self, records: RecordSchema) -> pl.Expr:
+        out = pl.lit(value=True)
+        for predicate in self.predicates:
+            out = out & predicate.expression(records)
+        return out
+
+
+#: A selection policy of either kind (the ``kind`` field tells them apart).
+Selection = Annotated[SelectionPolicy | PredicatePolicy, Field(discriminator="kind")]
+
+
+def selection_from_json(data: object) -> SelectionPolicy | PredicatePolicy:
+    """A selection policy document of a known kind."""
+    if isinstance(data, dict) and data.get("kind") == "relgate.selection.v2":
+        return PredicatePolicy.parse(data, what="selectionPolicy")
+    return SelectionPolicy.from_json(data)
 
 
 # -- split -----------------------------------------------------------------------------------

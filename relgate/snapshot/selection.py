@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import polars as pl
 import pyarrow as pa
 
+from relgate.records.record_schema import ID_COLUMN, RecordSchema
+from relgate.records.values import content_digests
 from relgate.snapshot.membership import COLUMNS
-from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
-from relgate.sources.schema import content_digests
+from relgate.snapshot.policy import Selection, SplitPolicy
 from relgate.sources.source import Source, SourceEntry
 
 #: Rows per selection batch.
@@ -39,17 +40,20 @@ class Selector:
         self,
         *,
         transform: Callable[[pl.LazyFrame], pl.LazyFrame],
-        selection: SelectionPolicy,
+        records: RecordSchema,
+        selection: Selection,
         split: SplitPolicy,
         fenced: Fenced,
         canary: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
         keep_content: bool = False,
     ) -> None:
         self.transform = transform
+        self.records = records
         self.selection = selection
         self.split = split
         self.canary = canary
-        self.columns = [*COLUMNS, "lang", "text"] if keep_content else list(COLUMNS)
+        own = [c for c in records.column_names if c != ID_COLUMN]
+        self.columns = [*COLUMNS, *own] if keep_content else list(COLUMNS)
         self.tomb_ids = pl.Series("t", sorted(fenced.sample_ids), dtype=pl.String)
         self.bench_digests = pl.Series("b", sorted(fenced.content_digests), dtype=pl.String)
         self.counts = dict.fromkeys(
@@ -61,9 +65,10 @@ class Selector:
         counts = self.counts
         if self.canary is not None:
             frame = self.canary(frame)
-        selected = self.transform(frame.lazy()).filter(self.selection.expression()).collect()
+        expression = self.selection.expression(self.records)
+        selected = self.transform(frame.lazy()).filter(expression).collect()
         counts["selected"] += selected.height
-        digests = content_digests(selected["lang"].to_arrow(), selected["text"].to_arrow())
+        digests = content_digests(selected.to_arrow(), self.records)
         selected = selected.with_columns(pl.Series("logicalContentDigest", digests))
         tomb = selected["sampleId"].is_in(self.tomb_ids.implode())
         bench = selected["logicalContentDigest"].is_in(self.bench_digests.implode())
@@ -80,8 +85,19 @@ class Selector:
         whole table; build and validation stream :meth:`batches` instead)."""
         parts = list(self.batches(sources, entries))
         if not parts:
-            return pl.DataFrame(schema={c: pl.String for c in self.columns})
+            return pl.DataFrame(schema=self.frame_schema)
         return pl.concat(parts, how="vertical").sort("sampleId", maintain_order=True)
+
+    @property
+    def frame_schema(self) -> pl.Schema:
+        """The polars schema of a member batch (with content when it is kept)."""
+        if self.columns == list(COLUMNS):
+            return MEMBER_FRAME_SCHEMA
+        empty = pl.from_arrow(self.records.arrow_schema().empty_table())
+        if not isinstance(empty, pl.DataFrame):  # a Table always gives a DataFrame
+            raise TypeError("polars gave a Series for an arrow table")
+        typed = dict(empty.schema)
+        return pl.Schema({c: typed.get(c, pl.String()) for c in self.columns})
 
     def batches(
         self, sources: Mapping[str, Source], entries: Sequence[SourceEntry]

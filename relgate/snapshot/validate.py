@@ -128,7 +128,8 @@ def _selector(
     ws: Workspace, manifest: mf.SnapshotManifest, canary: Canary | None, *, keep_content: bool
 ) -> tuple[Selector, dict[str, Source]]:
     """Selection as the manifest pins it (pins, policies, transform digest, fences)."""
-    sources = pinned_sources(ws, manifest.sources, manifest.digest)
+    records = manifest.record_schema_document
+    sources = pinned_sources(ws, manifest.sources, manifest.digest, records)
     transform = TransformRef.parse(manifest.transform_image).resolve()
     policies = manifest.policies
     if (
@@ -143,6 +144,7 @@ def _selector(
         )
     selector = Selector(
         transform=transform,
+        records=records,
         selection=policies.selection,
         split=policies.split,
         fenced=_fenced(ws, manifest),
@@ -264,7 +266,7 @@ def _readability(ws: Workspace, manifest: mf.SnapshotManifest, found: _Findings)
             found.problems.append(f"source {entry.id} is not configured here")
             checks["unreadableSources"] += 1
             continue
-        source = source_from_config(configs[entry.id], ws.cas)
+        source = source_from_config(configs[entry.id], ws.cas, manifest.record_schema_document)
         unreadable = source.check_readable(entry)
         found.problems.extend(unreadable)
         checks["unreadableSources"] += len(unreadable)

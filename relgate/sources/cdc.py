@@ -25,7 +25,8 @@ from relgate.integrity.contract import JsonObject, JsonValue
 from relgate.objects.cas import ContentStore, digest_of_uri
 from relgate.objects.layout import cdc_segment_key
 from relgate.objects.versioned import ObjectStore
-from relgate.sources.schema import SOURCE_ARROW_SCHEMA
+from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
+from relgate.records.rows import RowBuilder, row_error
 from relgate.sources.source import (
     CdcPin,
     PinList,
@@ -34,8 +35,6 @@ from relgate.sources.source import (
     SourcePin,
     expect_pin,
     parse_row,
-    require_text,
-    row_error,
 )
 
 PIN_KIND = "relgate.cdc-pin.v1"
@@ -56,14 +55,15 @@ def append_segment(
 
 @dataclass(frozen=True)
 class _Event:
-    """One validated change event (``lang``/``text`` empty for a delete)."""
+    """One change event with valid positions, op and id (``record``: the whole event;
+    its record fields are checked against the schema when the event is applied)."""
 
     offset: int
     commit: int
     op: str
     id: str
-    lang: str = ""
-    text: str = ""
+    record: JsonObject
+    at: str
 
 
 def _position(event: JsonObject, name: str, at: str) -> int:
@@ -73,7 +73,7 @@ def _position(event: JsonObject, name: str, at: str) -> int:
     return value
 
 
-def _events(data: bytes, where: str) -> Iterable[_Event]:
+def _events(data: bytes, where: str, rows: RowBuilder) -> Iterable[_Event]:
     """Validated events of one segment (``where``: source and segment version)."""
     for number, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
@@ -84,18 +84,18 @@ def _events(data: bytes, where: str) -> Iterable[_Event]:
         op = event.get("op")
         if op not in ("upsert", "delete"):
             raise row_error(at, "field 'op' is neither upsert nor delete")
-        if op == "delete":
-            yield _Event(offset, commit, op, str(event["id"]))
-            continue
-        lang, text = require_text(event, "lang", at), require_text(event, "text", at)
-        yield _Event(offset, commit, "upsert", str(event["id"]), lang, text)
+        if op == "upsert":
+            rows.check(event, at)  # every upsert is a valid record, superseded or not
+        yield _Event(offset, commit, str(op), str(event["id"]), event, at)
 
 
 class CdcSource(Source):
     kind = "cdc"
 
-    def __init__(self, source_id: str, *, cas: ContentStore, prefix: str) -> None:
-        super().__init__(source_id)
+    def __init__(
+        self, source_id: str, *, cas: ContentStore, prefix: str, schema: RecordSchema = TEXT_SCHEMA
+    ) -> None:
+        super().__init__(source_id, schema=schema)
         self.cas = cas
         self.store = cas.store
         self.prefix = prefix
@@ -106,7 +106,8 @@ class CdcSource(Source):
         commit_wm = -1
         for version in self.store.list(self.prefix):
             data = self.store.get(version.key, version.version_id)
-            events = list(_events(data, f"{self.id}:{version.key}@{version.version_id}"))
+            where = f"{self.id}:{version.key}@{version.version_id}"
+            events = list(_events(data, where, RowBuilder(self.schema)))
             for event in events:
                 offset = event.offset
                 if offset != expected:
@@ -144,10 +145,12 @@ class CdcSource(Source):
 
     def read(self, entry: SourceEntry) -> pa.Table:
         high = expect_pin(entry, CdcPin, self.id).high_offset
-        state: dict[str, tuple[str, str, str]] = {}
+        state: dict[str, _Event] = {}
         expected = 0
+        rows = RowBuilder(self.schema)
         for key, version_id, count in self._segments(entry):
-            events = list(_events(self.store.get(key, version_id), f"{self.id}:{key}@{version_id}"))
+            where = f"{self.id}:{key}@{version_id}"
+            events = list(_events(self.store.get(key, version_id), where, rows))
             if len(events) != count:
                 raise IntegrityError(
                     "CDC segment changed since pinning",
@@ -169,23 +172,17 @@ class CdcSource(Source):
                 if event.op == "delete":
                     state.pop(sample, None)
                 else:
-                    state[sample] = (event.lang, event.text, f"offset:{offset}")
+                    state[sample] = event
         if expected - 1 < high:
             raise IntegrityError(
                 "CDC log ends before the pinned high watermark",
                 object=self.id,
                 check="cdc-contiguous",
             )
-        ids = sorted(state)
-        return pa.table(
-            [
-                ids,
-                [state[i][0] for i in ids],
-                [state[i][1] for i in ids],
-                [state[i][2] for i in ids],
-            ],
-            schema=SOURCE_ARROW_SCHEMA,
-        )
+        for sample in sorted(state):
+            event = state[sample]
+            rows.add(sample, event.record, f"offset:{event.offset}", event.at)
+        return rows.table()
 
     def check_readable(self, entry: SourceEntry) -> list[str]:
         problems = []
@@ -206,7 +203,8 @@ class CdcSource(Source):
             if version.key in pinned:
                 continue
             where = f"{self.id}:{version.key}@{version.version_id}"
-            for event in _events(self.store.get(version.key, version.version_id), where):
+            data = self.store.get(version.key, version.version_id)
+            for event in _events(data, where, RowBuilder(self.schema)):
                 if event.offset > high and event.commit <= commit_wm:
                     late += 1
         return late

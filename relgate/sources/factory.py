@@ -11,14 +11,19 @@ from collections.abc import Mapping
 from relgate.errors import UsageError
 from relgate.integrity.identifiers import validate_id
 from relgate.objects.cas import ContentStore
+from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.sources.cdc import CdcSource
+from relgate.sources.iceberg import ID_COLUMN as ICEBERG_ID_COLUMN
 from relgate.sources.iceberg import IcebergSource
 from relgate.sources.prefix import ObjectPrefixSource
 from relgate.sources.source import Source
 
 
-def source_from_config(config: Mapping[str, object], cas: ContentStore) -> Source:
-    """The source a ``sources:`` entry of the workspace config describes."""
+def source_from_config(
+    config: Mapping[str, object], cas: ContentStore, schema: RecordSchema = TEXT_SCHEMA
+) -> Source:
+    """The source a ``sources:`` entry of the workspace config describes, reading records
+    of ``schema``."""
     source_id = validate_id(config.get("id"), kind="source id", where="source config")
     kind = config.get("kind")
     if kind == "iceberg":
@@ -27,11 +32,13 @@ def source_from_config(config: Mapping[str, object], cas: ContentStore) -> Sourc
             catalog_uri=str(config["catalogUri"]),
             warehouse=str(config["warehouse"]),
             table=str(config["table"]),
+            schema=schema,
+            id_column=str(config.get("idColumn", ICEBERG_ID_COLUMN)),
         )
     if kind == "object-prefix":
-        return ObjectPrefixSource(source_id, cas=cas, prefix=str(config["prefix"]))
+        return ObjectPrefixSource(source_id, cas=cas, prefix=str(config["prefix"]), schema=schema)
     if kind == "cdc":
-        return CdcSource(source_id, cas=cas, prefix=str(config["prefix"]))
+        return CdcSource(source_id, cas=cas, prefix=str(config["prefix"]), schema=schema)
     raise UsageError(
         f"unknown source kind {kind!r}", object=str(config.get("id")), check="source-kind"
     )

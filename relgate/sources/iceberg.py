@@ -17,7 +17,10 @@ from pyiceberg.exceptions import NoSuchTableError
 from relgate.errors import NotFoundError, RejectedError
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.identifiers import MAX_ID_BYTES, problem
-from relgate.sources.schema import SOURCE_ARROW_SCHEMA, constant_column
+from relgate.records.record_schema import ID_COLUMN as RECORD_ID
+from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
+from relgate.records.rows import row_error
+from relgate.records.values import constant_column
 from relgate.sources.source import (
     IcebergPin,
     MetadataFile,
@@ -25,10 +28,10 @@ from relgate.sources.source import (
     SourceEntry,
     SourcePin,
     expect_pin,
-    row_error,
 )
 
-COLUMNS = {"sample_id": "sampleId", "lang": "lang", "text": "text"}
+#: The table column that holds the sample id unless the config names another.
+ID_COLUMN = "sample_id"
 
 
 #: Characters :func:`relgate.integrity.identifiers.problem` refuses in an id: Unicode Cc
@@ -49,13 +52,23 @@ def suspect_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
     )
 
 
-def _check_batch(data: pa.Table, where: str, offset: int) -> None:
-    """Refuse the first null field, then the first bad id, naming its row in the scan."""
-    for name in ("sampleId", "lang", "text"):
-        column = data.column(name)
-        if column.null_count:
+def _typed(data: pa.Table, schema: RecordSchema, where: str) -> pa.Table:
+    """The batch with the record schema's types (a lossless cast, or refused)."""
+    fields = [schema.field(name).arrow_field for name in data.column_names]
+    try:
+        return data.cast(pa.schema(fields), safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise row_error(where, f"columns do not have the record schema's types: {exc}") from None
+
+
+def _check_batch(data: pa.Table, schema: RecordSchema, where: str, offset: int) -> None:
+    """Refuse the first null in a non-nullable column, then the first bad id, naming its
+    row in the scan."""
+    for spec in schema.fields:
+        column = data.column(spec.name)
+        if column.null_count and not spec.nullable:
             index = pc.indices_nonzero(pc.is_null(column))[0].as_py()
-            raise row_error(f"{where} row {offset + index + 1}", f"field {name!r} is null")
+            raise row_error(f"{where} row {offset + index + 1}", f"field {spec.name!r} is null")
     ids = data.column("sampleId")
     for index in pc.indices_nonzero(suspect_ids(ids)).to_pylist():
         why = problem(ids[index].as_py())
@@ -70,11 +83,25 @@ def open_catalog(catalog_uri: str, warehouse: str) -> SqlCatalog:
 class IcebergSource(Source):
     kind = "iceberg"
 
-    def __init__(self, source_id: str, *, catalog_uri: str, warehouse: str, table: str) -> None:
-        super().__init__(source_id)
+    def __init__(
+        self,
+        source_id: str,
+        *,
+        catalog_uri: str,
+        warehouse: str,
+        table: str,
+        schema: RecordSchema = TEXT_SCHEMA,
+        id_column: str = ID_COLUMN,
+    ) -> None:
+        super().__init__(source_id, schema=schema)
         self.catalog_uri = catalog_uri
         self.warehouse = warehouse
         self.table = table
+        self.id_column = id_column
+        #: table column -> record column
+        self.columns = {
+            (id_column if name == RECORD_ID else name): name for name in schema.column_names
+        }
 
     def _load(self) -> Any:
         try:
@@ -119,7 +146,7 @@ class IcebergSource(Source):
     def read(self, entry: SourceEntry) -> pa.Table:
         tables = list(self.read_batches(entry))
         if not tables:
-            return SOURCE_ARROW_SCHEMA.empty_table()
+            return self.schema.arrow_schema().empty_table()
         return pa.concat_tables(tables)
 
     def read_batches(self, entry: SourceEntry) -> Iterator[pa.Table]:
@@ -134,17 +161,19 @@ class IcebergSource(Source):
                 check="source-readable",
                 details={"tableSnapshot": pin.table_snapshot},
             )
-        scan = table.scan(snapshot_id=snapshot_id, selected_fields=tuple(COLUMNS))
+        scan = table.scan(snapshot_id=snapshot_id, selected_fields=tuple(self.columns))
         where = f"{self.id}:{self.table}@{pin.table_snapshot}"
+        arrow_schema = self.schema.arrow_schema()
         offset = 0
         for batch in scan.to_arrow_batch_reader():
             data = pa.Table.from_batches([batch])
-            data = data.rename_columns([COLUMNS[c] for c in data.column_names])
-            _check_batch(data, where, offset)
+            data = data.rename_columns([self.columns[c] for c in data.column_names])
+            data = _typed(data.select(list(self.schema.column_names)), self.schema, where)
+            _check_batch(data, self.schema, where, offset)
             offset += data.num_rows
             version = constant_column(pin.table_snapshot, data.num_rows)
             data = data.append_column("sourceVersion", version)
-            yield data.select(SOURCE_ARROW_SCHEMA.names).cast(SOURCE_ARROW_SCHEMA)
+            yield data.cast(arrow_schema)
 
     def check_readable(self, entry: SourceEntry) -> list[str]:
         pin = expect_pin(entry, IcebergPin, self.id)

@@ -18,7 +18,8 @@ from relgate.errors import IntegrityError, NotFoundError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import ContentStore, digest_of_uri
-from relgate.sources.schema import SOURCE_ARROW_SCHEMA
+from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
+from relgate.records.rows import RowBuilder
 from relgate.sources.source import (
     ObjectList,
     ObjectPrefixPin,
@@ -27,7 +28,6 @@ from relgate.sources.source import (
     SourcePin,
     expect_pin,
     parse_row,
-    require_text,
 )
 
 PIN_KIND = "relgate.object-pin.v1"
@@ -36,8 +36,10 @@ PIN_KIND = "relgate.object-pin.v1"
 class ObjectPrefixSource(Source):
     kind = "object-prefix"
 
-    def __init__(self, source_id: str, *, cas: ContentStore, prefix: str) -> None:
-        super().__init__(source_id)
+    def __init__(
+        self, source_id: str, *, cas: ContentStore, prefix: str, schema: RecordSchema = TEXT_SCHEMA
+    ) -> None:
+        super().__init__(source_id, schema=schema)
         self.cas = cas
         self.store = cas.store
         self.prefix = prefix
@@ -79,10 +81,7 @@ class ObjectPrefixSource(Source):
         return list(doc["objects"])
 
     def read(self, entry: SourceEntry) -> pa.Table:
-        ids: list[str] = []
-        langs: list[str] = []
-        texts: list[str] = []
-        versions: list[str] = []
+        rows = RowBuilder(self.schema)
         for key, version_id, digest, size in self._pinned(entry):
             data = self.store.get(key, version_id)
             if len(data) != size or sha256_digest(data) != digest:
@@ -98,11 +97,8 @@ class ObjectPrefixSource(Source):
                     continue
                 where = f"{self.id}:{source_version} line {number}"
                 record = parse_row(line, where)
-                ids.append(str(record["id"]))  # parse_row validated it
-                langs.append(require_text(record, "lang", where))
-                texts.append(require_text(record, "text", where))
-                versions.append(source_version)
-        return pa.table([ids, langs, texts, versions], schema=SOURCE_ARROW_SCHEMA)
+                rows.add(str(record["id"]), record, source_version, where)  # id validated
+        return rows.table()
 
     def check_readable(self, entry: SourceEntry) -> list[str]:
         problems = []

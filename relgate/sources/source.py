@@ -13,26 +13,19 @@ from __future__ import annotations
 import abc
 import json
 from collections.abc import Iterator, Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import pyarrow as pa
 from pydantic import Field, StrictInt, StrictStr, TypeAdapter
 
-from relgate.errors import IntegrityError, RejectedError
+from relgate.errors import IntegrityError
 from relgate.integrity.contract import Contract, JsonObject, JsonValue
 from relgate.integrity.identifiers import IdentifierError, validate_id
+from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
+from relgate.records.rows import row_error
 
-#: A source row that cannot be admitted (bad UTF-8, not JSON, no or bad id, bad field):
-#: the build is refused (exit 3) naming the source, the object version and the line.
-ROW_CHECK = "source-row"
 #: Rows per batch a source yields when it has no natural batches of its own.
 BATCH_ROWS = 1_000_000
-
-
-def row_error(where: str, why: str, **details: Any) -> RejectedError:
-    return RejectedError(
-        f"source row refused: {why}", object=where, check=ROW_CHECK, details=details
-    )
 
 
 def parse_row(line: bytes, where: str) -> JsonObject:
@@ -52,7 +45,7 @@ def parse_row(line: bytes, where: str) -> JsonObject:
     try:
         record["id"] = validate_id(record["id"], kind="sample id", where=where)
     except IdentifierError as exc:
-        raise row_error(where, f"bad id ({exc.details['reason']})", **exc.details) from None
+        raise row_error(where, f"bad id ({exc.details['reason']})") from None
     return record
 
 
@@ -186,15 +179,17 @@ class SourcePin(Contract):
 class Source(abc.ABC):
     kind: str = "abstract"
 
-    def __init__(self, source_id: str) -> None:
+    def __init__(self, source_id: str, *, schema: RecordSchema = TEXT_SCHEMA) -> None:
         self.id = source_id
+        #: What one record is: the columns :meth:`read` yields (plus ``sourceVersion``).
+        self.schema = schema
 
     @abc.abstractmethod
     def pin(self) -> SourcePin: ...
 
     @abc.abstractmethod
     def read(self, entry: SourceEntry) -> pa.Table:
-        """Rows of :data:`relgate.sources.schema.SOURCE_ARROW_SCHEMA` at the pinned versions."""
+        """Rows of ``self.schema.arrow_schema()`` at the pinned versions."""
 
     def read_batches(self, entry: SourceEntry) -> Iterator[pa.Table]:
         """:meth:`read` in record batches (kinds that can stream override this)."""

@@ -1,9 +1,10 @@
-"""The column-at-a-time verifier and writer paths against the row-at-a-time references.
+"""The column-at-a-time record paths against the row-at-a-time references.
 
-Content digests through the hashing kernel (as ``sha256:<hex>`` strings) agree with
-:func:`relgate.sources.schema.content_digest` per record; the writer's logical digest (from the proven content column) agrees with the one recomputed from the text and
-with the reference encoding; shards verified in threads, in spawned processes and in this
-thread give the same results.
+Canonical value bytes per Arrow type and content digests through the hashing kernel agree
+with :mod:`support.record_reference` per record (slices and chunks included); the writer's
+logical digest (from the proven content column) agrees with the one recomputed from the
+content and with the reference encoding; shards verified in threads, in spawned processes
+and in this thread give the same results.
 """
 
 import hashlib
@@ -12,13 +13,16 @@ import re
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import corpora
+from support import record_reference as ref
 from support.releases import write
 
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.records.record_schema import FieldSpec, arrow_type
+from relgate.records.values import canonical_column, content_digests
 from relgate.release import stream as rr
 from relgate.release.verify_worker import PROCESS, THREAD, ShardTask, run_shards
 from relgate.snapshot import manifest as sm
-from relgate.sources.schema import content_digest
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
 rows = st.lists(st.tuples(st.sampled_from(["en", "de", "", "pt-BR"]), texts), max_size=30)
@@ -36,36 +40,79 @@ def string_array(values, start):
 def test_content_digests_match_the_row_reference(records, start):
     lang = string_array([r[0] for r in records], start)
     text = string_array([r[1] for r in records], start)
-    expected = [content_digest(la, t) for la, t in records]
-    got = rr.content_digests(lang, text)
+    schema = corpora.TEXT
+    expected = [ref.content_digest({"lang": la, "text": t}, schema) for la, t in records]
+    got = content_digests(pa.table({"lang": lang, "text": text}), schema)
     assert got.type == pa.string()
     assert got.to_pylist() == expected
     chunked = pa.chunked_array([text.slice(0, len(text) // 2), text.slice(len(text) // 2)])
-    assert rr.content_digests(lang, chunked).to_pylist() == expected
+    table = pa.table({"lang": lang, "text": chunked})
+    assert content_digests(table, schema).to_pylist() == expected
+
+
+VALUES = {
+    "string": st.text(max_size=8),
+    "large_string": st.text(max_size=8),
+    "binary": st.binary(max_size=8),
+    "large_binary": st.binary(max_size=8),
+    "bool": st.booleans(),
+    "int8": st.integers(-(2**7), 2**7 - 1),
+    "int16": st.integers(-(2**15), 2**15 - 1),
+    "int32": st.integers(-(2**31), 2**31 - 1),
+    "int64": st.integers(-(2**63), 2**63 - 1),
+    "uint8": st.integers(0, 2**8 - 1),
+    "uint16": st.integers(0, 2**16 - 1),
+    "uint32": st.integers(0, 2**32 - 1),
+    "uint64": st.integers(0, 2**64 - 1),
+    "float32": st.floats(width=32, allow_nan=False),
+    "float64": st.floats(allow_nan=False),
+    "list<uint32>": st.lists(st.integers(0, 2**32 - 1), max_size=6),
+    "large_list<int64>": st.lists(st.integers(-(2**63), 2**63 - 1), max_size=6),
+    "list<float32>": st.lists(st.floats(width=32, allow_nan=False), max_size=4),
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_canonical_column_matches_the_value_reference(data):
+    """Every type of the grammar, nullable or not, sliced or not, agrees value by value."""
+    type_name = data.draw(st.sampled_from(sorted(VALUES)))
+    nullable = data.draw(st.booleans())
+    value = VALUES[type_name] | st.none() if nullable else VALUES[type_name]
+    values = data.draw(st.lists(value, max_size=8))
+    pad = data.draw(st.integers(0, 2))
+    dtype = arrow_type(type_name)
+    filler = data.draw(st.lists(VALUES[type_name], min_size=pad, max_size=pad))
+    column = pa.array(filler + values, dtype).slice(pad)
+    spec = FieldSpec(name="c", type=type_name, nullable=nullable)
+    got = canonical_column(column, spec).to_pylist()
+    assert got == [ref.value_bytes(v, type_name, nullable) for v in values]
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(spaced, max_size=12), st.integers(0, 3))
 def test_token_counts_match_a_regex_reference(values, start):
     expected = [len(re.findall(rb"[^\x00-\x20]+", v.encode())) for v in values]
-    assert rr.token_counts(string_array(values, start)).to_pylist() == expected
+    table = pa.table({"text": string_array(values, start)})
+    assert rr.ShardFormat(corpora.TEXT).token_counts(table, None).to_pylist() == expected
 
 
 text = st.text(max_size=12)
-record = st.tuples(text, text, text, text, text, text, text, st.integers(0, 2**40))
+record = st.tuples(text, text, text, text, text, text, st.integers(0, 2**40))
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(record, max_size=6))
 def test_logical_digest_from_a_proven_content_column(records):
     """The writer's shortcut: a content column equal to the recomputed one, same digest."""
-    proven = [(*r[:3], content_digest(r[5], r[6]), *r[4:]) for r in records]
-    table = pa.Table.from_pylist(
-        [dict(zip(rr.COLUMNS, r, strict=True)) for r in proven], schema=rr.SHARD_ARROW_SCHEMA
-    )
-    expected = "sha256:" + hashlib.sha256(rr.encode_stream(proven)).hexdigest()
-    assert rr.logical_digest(table, table.column("logicalContentDigest")) == expected
-    assert rr.logical_digest(table) == expected
+    fmt = rr.ShardFormat(corpora.TEXT)
+    names = ("sampleId", "sourceId", "sourceVersion", "split", "lang", "text", "tokens")
+    rows = [dict(zip(names, r, strict=True)) for r in records]
+    proven = [{**r, "logicalContentDigest": ref.content_digest(r, corpora.TEXT)} for r in rows]
+    table = pa.Table.from_pylist(proven, schema=fmt.arrow_schema)
+    expected = hashlib.sha256(ref.stream_bytes(fmt.header, corpora.TEXT, proven)).hexdigest()
+    assert fmt.logical_digest(table, table.column("logicalContentDigest")) == "sha256:" + expected
+    assert fmt.logical_digest(table) == "sha256:" + expected
 
 
 def comparable(result):
@@ -83,8 +130,8 @@ def test_shards_verified_in_threads_processes_and_inline_agree(ws, snapshot):
             ws.config["objectStore"],
             d,
             snapshot.digest,
-            release.body["recordSchema"],
-            str(snap.body["recordSchema"]),
+            snap.record_schema_document,
+            snap.record_schema,
             None,
         )
         for d in release.body["shards"]

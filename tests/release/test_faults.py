@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from support.releases import (
     RECORDS_PER_SHARD,
+    TEXT_FORMAT,
     encrypt_for,
     forge,
     member_schema,
@@ -36,6 +37,8 @@ from relgate.errors import RejectedError
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.signing import SigningKey
 from relgate.objects.s3 import S3ObjectStore
+from relgate.records.record_schema import TEXT_SCHEMA
+from relgate.records.values import content_digest
 from relgate.release import crypto
 from relgate.release import root as rm
 from relgate.release import stream as rr
@@ -46,7 +49,6 @@ from relgate.release.verifier import verify_release
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.transforms import tag_transform
-from relgate.sources.schema import content_digest
 from relgate.workspace import Workspace, build_object_store, default_config
 
 
@@ -114,7 +116,9 @@ def test_member_replaced_under_the_same_sample_id(ws, snapshot, field, check):
         text = row["text"] + " and one more sentence"
         changes = {
             "text": text,
-            "logicalContentDigest": content_digest(row["lang"], text),
+            "logicalContentDigest": content_digest(
+                {"lang": row["lang"], "text": text}, TEXT_SCHEMA
+            ),
             "tokens": row["tokens"] + 4,
         }
     elif field == "sourceVersion":
@@ -171,7 +175,7 @@ def test_extra_member(ws, snapshot):
     table = read_shard(ws, d)
     row = table.slice(0, 1).to_pylist()[0]
     row["sampleId"] = "forum/never-a-member"
-    grown = pa.concat_tables([table, pa.Table.from_pylist([row], schema=rr.SHARD_ARROW_SCHEMA)])
+    grown = pa.concat_tables([table, pa.Table.from_pylist([row], schema=TEXT_FORMAT.arrow_schema)])
     new = store_shard(ws, grown, d, schema)
     forged = forge(ws, release, lambda body: body["shards"].__setitem__(0, new))
     report = verify(ws, forged)
@@ -257,7 +261,7 @@ def test_mixed_record_schemas(ws, snapshot):
     other = pa.schema(
         [
             f if f.name != "tokens" else pa.field("tokens", pa.int32(), False)
-            for f in rr.SHARD_ARROW_SCHEMA
+            for f in TEXT_FORMAT.arrow_schema
         ]
     )
     other = other.with_metadata({rr.SCHEMA_METADATA_KEY: b"sha256:" + b"9" * 64})

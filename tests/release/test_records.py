@@ -1,50 +1,107 @@
 """The canonical record stream: injective, stable, and the vectorised digest agrees with
-the row-at-a-time reference encoding."""
+the row-at-a-time reference encoding, for text, token-id and binary record schemas."""
 
 import hashlib
 
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import corpora
+from support import record_reference as ref
 
 from relgate.release import stream as rr
-from relgate.sources.schema import content_digest
 
 text = st.text(max_size=12)
-record = st.tuples(text, text, text, text, text, text, text, st.integers(0, 2**40))
-streams = st.lists(record, max_size=5)
+TEXT_FORMAT = rr.ShardFormat(corpora.TEXT)
+TOKEN_FORMAT = rr.ShardFormat(corpora.TOKENS)
+BINARY_FORMAT = rr.ShardFormat(corpora.BINARY)
+
+tuple_part = st.fixed_dictionaries(
+    {
+        "sampleId": text,
+        "sourceId": text,
+        "sourceVersion": text,
+        "logicalContentDigest": text,
+        "split": text,
+        "tokens": st.integers(0, 2**40),
+    }
+)
+text_record = st.builds(
+    lambda base, lang, body: {**base, "lang": lang, "text": body}, tuple_part, text, text
+)
+token_record = st.builds(
+    lambda base, ids, domain: {**base, "ids": ids, "domain": domain},
+    tuple_part,
+    st.lists(st.integers(0, 2**32 - 1), max_size=8),
+    text,
+)
+binary_record = st.builds(
+    lambda base, image, caption, w, score: {
+        **base,
+        "image": image,
+        "mime": "image/png",
+        "width": w,
+        "height": -w,
+        "score": score,
+        "caption": caption,
+        "label": "cat",
+    },
+    tuple_part,
+    st.binary(max_size=16),
+    st.none() | text,
+    st.integers(-(2**31) + 1, 2**31 - 1),
+    st.floats(allow_nan=False),
+)
+FORMATS = ((TEXT_FORMAT, text_record), (TOKEN_FORMAT, token_record), (BINARY_FORMAT, binary_record))
 
 
-def as_table(records):
-    rows = [dict(zip(rr.COLUMNS, r, strict=True)) for r in records]
-    return pa.Table.from_pylist(rows, schema=rr.SHARD_ARROW_SCHEMA)
+def as_table(fmt, records):
+    return pa.Table.from_pylist(records, schema=fmt.arrow_schema)
 
 
-def canonical(records):
+def canonical(fmt, records):
     """The stream's content: the stored digest column is not part of it (it is recomputed)."""
-    return [(r[0], r[1], r[2], content_digest(r[5], r[6]), r[4], r[5], r[7]) for r in records]
+    schema = fmt.records
+    return [
+        (
+            r["sampleId"],
+            r["sourceId"],
+            r["sourceVersion"],
+            ref.content_digest(r, schema),
+            r["split"],
+            tuple(
+                ref.value_bytes(r[a], schema.field(a).type, schema.field(a).nullable)
+                for a in schema.attributes
+            ),
+            r["tokens"],
+        )
+        for r in records
+    ]
 
 
 @settings(max_examples=200, deadline=None)
-@given(streams, streams)
+@given(st.lists(text_record, max_size=5), st.lists(text_record, max_size=5))
 def test_stream_encoding_is_injective(a, b):
-    if rr.encode_stream(a) == rr.encode_stream(b):
-        assert canonical(a) == canonical(b)
-    else:
-        assert canonical(a) != canonical(b)
+    header = TEXT_FORMAT.header
+    same_bytes = ref.stream_bytes(header, corpora.TEXT, a) == ref.stream_bytes(
+        header, corpora.TEXT, b
+    )
+    assert same_bytes == (canonical(TEXT_FORMAT, a) == canonical(TEXT_FORMAT, b))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_vectorised_digest_matches_reference_encoding(data):
+    for fmt, strategy in FORMATS:
+        records = data.draw(st.lists(strategy, max_size=5))
+        expected = hashlib.sha256(ref.stream_bytes(fmt.header, fmt.records, records)).hexdigest()
+        assert fmt.logical_digest(as_table(fmt, records)) == "sha256:" + expected
 
 
 @settings(max_examples=100, deadline=None)
-@given(streams)
-def test_vectorised_digest_matches_reference_encoding(records):
-    expected = "sha256:" + hashlib.sha256(rr.encode_stream(records)).hexdigest()
-    assert rr.logical_digest(as_table(records)) == expected
-
-
-@settings(max_examples=100, deadline=None)
-@given(streams)
+@given(st.lists(token_record, max_size=5))
 def test_member_set_digest_ignores_record_order(records):
-    table = as_table(records)
+    table = as_table(TOKEN_FORMAT, records)
     reversed_table = table.take(pa.array(list(range(table.num_rows))[::-1], pa.int64()))
     schema = "sha256:" + "0" * 64
     assert rr.member_set_digest(table, schema) == rr.member_set_digest(reversed_table, schema)
@@ -53,18 +110,44 @@ def test_member_set_digest_ignores_record_order(records):
 def test_stream_is_stable_across_releases():
     """A pinned vector: changing the stream definition must be a new stream name."""
     records = [
-        ("s/1", "forum", "v1", "ignored", "train", "en", "hello  world", 2),
-        ("s/2", "tickets", "3", "ignored", "test", "de", "", 0),
+        {
+            "sampleId": "s/1",
+            "sourceId": "forum",
+            "sourceVersion": "v1",
+            "logicalContentDigest": "ignored",
+            "split": "train",
+            "lang": "en",
+            "text": "hello  world",
+            "tokens": 2,
+        },
+        {
+            "sampleId": "s/2",
+            "sourceId": "tickets",
+            "sourceVersion": "3",
+            "logicalContentDigest": "ignored",
+            "split": "test",
+            "lang": "de",
+            "text": "",
+            "tokens": 0,
+        },
     ]
-    assert rr.shard_record_schema_digest() == (
-        "sha256:719cf1fb89ae5ec730baae80cfd4d8727252f2858952b4f2a78c0e1e375fcabf"
-    )
-    assert rr.logical_digest(as_table(records)) == PINNED_STREAM_DIGEST
+    assert rr.STREAM_NAME == "relgate.shard.records.v2"
+    assert TEXT_FORMAT.digest == PINNED_TEXT_SHARD_SCHEMA
+    assert TEXT_FORMAT.logical_digest(as_table(TEXT_FORMAT, records)) == PINNED_STREAM_DIGEST
 
 
 def test_token_count_is_whitespace_runs():
-    counts = rr.token_counts(pa.array(["a  b", " lead", "", "x\ty\nz ", "  "]))
+    table = pa.table({"text": ["a  b", " lead", "", "x\ty\nz ", "  "]})
+    counts = TEXT_FORMAT.token_counts(table, None)
     assert counts.to_pylist() == [2, 1, 0, 3, 0]
 
 
-PINNED_STREAM_DIGEST = "sha256:84cf0e669dd7adb7003da93faa8aa592b90e9fcb0e20c03c1add954a4cb94c28"
+def test_token_ids_count_exactly_and_binary_counts_none():
+    ids = pa.table({"ids": pa.array([[1, 2, 3], [], [7]], pa.list_(pa.uint32()))})
+    assert TOKEN_FORMAT.token_counts(ids, None).to_pylist() == [3, 0, 1]
+    images = pa.table({"image": [b"x", b""]})
+    assert BINARY_FORMAT.token_counts(images, None).to_pylist() == [0, 0]
+
+
+PINNED_TEXT_SHARD_SCHEMA = "sha256:481a9378defb8641abde9a9405e42e6b7142756a985dfe3735b810853e254d82"
+PINNED_STREAM_DIGEST = "sha256:dea5d38fdc03996ee946e29be9f54a3e042946e4874ddd4e2d14ec4239dc6ad5"

@@ -6,7 +6,7 @@ import sys
 
 import polars as pl
 import pytest
-from support.releases import read_shard, shard_path, state, write
+from support.releases import TEXT_FORMAT, read_shard, shard_path, state, write
 from support.snapshots import build
 
 from relgate.catalog.snapshot_table import insert_snapshot
@@ -15,7 +15,6 @@ from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
 from relgate.integrity.signing import verify_envelope
 from relgate.release import attest, crypto
 from relgate.release import root as rm
-from relgate.release import stream as rr
 from relgate.release.checks import ZERO_CHECKS
 from relgate.release.report import load_report
 from relgate.release.verifier import verify_release
@@ -33,7 +32,8 @@ def test_write_then_verify_in_worker_processes(ws, snapshot):
     assert body["totals"]["records"] == snapshot.manifest.member_count
     assert body["totals"]["shards"] == len(body["shards"]) > 1
     assert body["tombstoneWatermark"] == snapshot.manifest.body["tombstoneWatermark"]
-    assert body["recordSchema"] == rr.shard_record_schema_digest()
+    assert body["recordSchema"] == TEXT_FORMAT.digest
+    assert body["recordSchemaDocument"] == TEXT_FORMAT.document.to_json()
     for d in body["shards"]:
         assert set(rm.DESCRIPTOR_FIELDS) <= set(d)
         assert shard_key(d["digest"], encrypted=False) == (

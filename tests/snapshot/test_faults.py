@@ -325,7 +325,10 @@ def _cli(home, *args, expect):
         (b'{"id": "forum/\\u0000nul", "lang": "en", "text": "t"}', "bad id (holds control"),
         (b'{"id": "' + b"x" * 100_000 + b'", "lang": "en", "text": "t"}', "bad id (longer than"),
         (b'{"id": 17, "lang": "en", "text": "t"}', "bad id (not a string"),
-        (b'{"id": "forum/ok", "lang": "en", "text": null}', "field 'text' is not a string"),
+        (b'{"id": "forum/ok", "lang": "en", "text": null}', "field 'text' is missing or null"),
+        (b'{"id": "forum/ok", "lang": "en"}', "field 'text' is missing or null"),
+        (b'{"id": "forum/ok", "lang": "en", "text": 7}', "field 'text' is not a valid string"),
+        (b'{"id": "forum/ok", "lang": "en", "text": "\\ud800"}', "field 'text' is not a valid"),
     ],
 )
 def test_bad_object_source_row_is_refused_naming_source_version_and_line(ws, line, why):

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from relgate.catalog.release_table import get_release, insert_release
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.integrity.digests import sha256_digest
+from relgate.records.record_schema import TEXT_SCHEMA
 from relgate.release import crypto
 from relgate.release import root as rm
 from relgate.release import stream as rr
@@ -20,6 +21,8 @@ from relgate.release.writer import ParquetParams, serialize_shard, shard_key, wr
 from relgate.snapshot import manifest as sm
 
 RECORDS_PER_SHARD = 40
+#: The shard format of the demo corpus's text records (what the test workspaces build).
+TEXT_FORMAT = rr.ShardFormat(TEXT_SCHEMA)
 
 
 def write(ws, snapshot_digest, **kw):
@@ -53,7 +56,7 @@ def overwrite_in_place(path, data: bytes):
 def store_shard(ws, table: pa.Table, descriptor, member_schema, *, raw: bytes | None = None):
     """Serialize (unless ``raw``), store under the new digest, return a consistent descriptor
     whose per-shard digests are recomputed, so per-shard checks pass on the new bytes."""
-    data = raw if raw is not None else serialize_shard(table, ParquetParams())
+    data = raw if raw is not None else serialize_shard(table, ParquetParams(), TEXT_FORMAT)
     digest = sha256_digest(data)
     version = ws.store.create(shard_key(digest, encrypted=False), data).version_id
     return {
@@ -61,7 +64,7 @@ def store_shard(ws, table: pa.Table, descriptor, member_schema, *, raw: bytes | 
         "digest": digest,
         "size": len(data),
         "objectVersion": version,
-        "logicalDigest": rr.logical_digest(table),
+        "logicalDigest": TEXT_FORMAT.logical_digest(table),
         "records": table.num_rows,
         "tokens": int(pc.sum(table.column("tokens")).as_py() or 0),
         "memberSetDigest": rr.member_set_digest(table, member_schema),
@@ -107,7 +110,7 @@ def forge(ws, release, mutate, *, key=None, renumber=False):
 def rewrite_record(table: pa.Table, index: int, **changes) -> pa.Table:
     rows = table.to_pylist()
     rows[index] = {**rows[index], **changes}
-    return pa.Table.from_pylist(rows, schema=rr.SHARD_ARROW_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=TEXT_FORMAT.arrow_schema)
 
 
 def encrypt_for(ws, plain: bytes, key: bytes, *, snapshot, shard, logical, key_version):
@@ -115,7 +118,7 @@ def encrypt_for(ws, plain: bytes, key: bytes, *, snapshot, shard, logical, key_v
         snapshot=snapshot,
         shard=shard,
         logical_digest=logical,
-        record_schema=rr.shard_record_schema_digest(),
+        record_schema=TEXT_FORMAT.digest,
         key_version=key_version,
     )
     data = crypto.encrypt_shard(plain, key, aad, key_version=key_version)
