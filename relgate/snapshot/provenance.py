@@ -6,7 +6,8 @@ the manifest can recompute them (:func:`snapshot_materials`, used both to build 
 statement and to cross-check one): an Iceberg table is its metadata file's digest and
 snapshot id, an object prefix its pin list plus every object version with its byte
 digest, a CDC log its pin list plus every pinned segment's bytes with their offset range,
-then the transform's artifact digest and every parent snapshot.  No material is named by
+then the transform's artifact digest, the pinned tokenizer file (if the record schema
+counts tokens with one) and every parent snapshot.  No material is named by
 a source id, table name or tag; each ``uri`` is an immutable reference.
 
 The statement is signed by the builder key, stored content-addressed and recorded in the
@@ -179,6 +180,9 @@ def snapshot_materials(ws: Workspace, manifest: mf.SnapshotManifest) -> list[Res
         out += source_materials(ws, entry)
     transform = transform_digest(manifest.transform_image)
     out.append(ResourceDescriptor.of(transform, uri=f"transform:{transform}"))
+    tokenizer = manifest.record_schema_document.tokens.tokenizer
+    if tokenizer is not None:  # the pinned tokenizer file that counts tokens
+        out.append(ResourceDescriptor.of(tokenizer, uri=f"tokenizer:{tokenizer}"))
     out += [ResourceDescriptor.of(p, uri=f"relgate-snapshot:{p}") for p in manifest.parents]
     return out
 

@@ -110,6 +110,8 @@ def test_statement_verifies_and_names_only_digests(ws):
     # The transform and every object version appear by digest.
     transform = manifest.transform_image.rpartition("@")[2]
     assert {"uri": f"transform:{transform}", "digest": {"sha256": transform[7:]}} in materials
+    tokenizer = manifest.record_schema_document.tokens.tokenizer  # the demo counts with one
+    assert {"uri": f"tokenizer:{tokenizer}", "digest": {"sha256": tokenizer[7:]}} in materials
     forum = manifest.source("forum")
     pins = json.loads(
         ws.cas.get(
