@@ -23,6 +23,7 @@ from relgate.records.values import canonical_column, content_digests
 from relgate.release import stream as rr
 from relgate.release.verify_worker import PROCESS, THREAD, ShardTask, run_shards
 from relgate.snapshot import manifest as sm
+from relgate.snapshot import tokenizer
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
 rows = st.lists(st.tuples(st.sampled_from(["en", "de", "", "pt-BR"]), texts), max_size=30)
@@ -125,6 +126,8 @@ def test_shards_verified_in_threads_processes_and_inline_agree(ws, snapshot):
     release = write(ws, snapshot.digest)
     row = get_snapshot(ws.db, snapshot.digest)
     snap = sm.load(ws.store, ws.trusted_keys, snapshot.digest, row["envelope_version"])
+    digest = snap.record_schema_document.tokens.tokenizer
+    tokenizer_bytes = tokenizer.fetcher(ws, snap)(digest)
     tasks = [
         ShardTask(
             ws.config["objectStore"],
@@ -133,6 +136,7 @@ def test_shards_verified_in_threads_processes_and_inline_agree(ws, snapshot):
             snap.record_schema_document,
             snap.record_schema,
             None,
+            tokenizer=tokenizer_bytes,
         )
         for d in release.body["shards"]
     ]

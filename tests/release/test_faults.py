@@ -15,16 +15,17 @@ import pyarrow.parquet as pq
 import pytest
 from support.releases import (
     RECORDS_PER_SHARD,
-    TEXT_FORMAT,
     encrypt_for,
     forge,
     member_schema,
     overwrite_in_place,
     read_shard,
     rewrite_record,
+    shard_format,
     shard_path,
     state,
     store_shard,
+    tokens_of,
     write,
 )
 from support.snapshots import build_approved, build_validated
@@ -119,7 +120,7 @@ def test_member_replaced_under_the_same_sample_id(ws, snapshot, field, check):
             "logicalContentDigest": content_digest(
                 {"lang": row["lang"], "text": text}, TEXT_SCHEMA
             ),
-            "tokens": row["tokens"] + 4,
+            "tokens": tokens_of(ws, release, text),
         }
     elif field == "sourceVersion":
         changes = {"sourceVersion": row["sourceVersion"] + "-older"}
@@ -175,7 +176,9 @@ def test_extra_member(ws, snapshot):
     table = read_shard(ws, d)
     row = table.slice(0, 1).to_pylist()[0]
     row["sampleId"] = "forum/never-a-member"
-    grown = pa.concat_tables([table, pa.Table.from_pylist([row], schema=TEXT_FORMAT.arrow_schema)])
+    grown = pa.concat_tables(
+        [table, pa.Table.from_pylist([row], schema=shard_format(ws).arrow_schema)]
+    )
     new = store_shard(ws, grown, d, schema)
     forged = forge(ws, release, lambda body: body["shards"].__setitem__(0, new))
     report = verify(ws, forged)
@@ -209,7 +212,7 @@ def test_stale_listing_is_never_consulted(ws, snapshot):
     release = write(ws, snapshot.digest)
     # An extra, perfectly valid shard object appears under the prefix...
     extra = read_shard(ws, release.shards[0])
-    rogue = serialize_shard(extra.slice(0, 3), ParquetParams())
+    rogue = serialize_shard(extra.slice(0, 3), ParquetParams(), shard_format(ws))
     ws.store.create(shard_key(sha256_digest(rogue), encrypted=False), rogue)
     # ...and a newer version of a pinned shard key holds other bytes.
     d = release.shards[1]
@@ -261,7 +264,7 @@ def test_mixed_record_schemas(ws, snapshot):
     other = pa.schema(
         [
             f if f.name != "tokens" else pa.field("tokens", pa.int32(), False)
-            for f in TEXT_FORMAT.arrow_schema
+            for f in shard_format(ws).arrow_schema
         ]
     )
     other = other.with_metadata({rr.SCHEMA_METADATA_KEY: b"sha256:" + b"9" * 64})
@@ -310,7 +313,7 @@ def test_wrong_aad_on_an_encrypted_shard(ws, snapshot):
     release = _encrypted(ws, snapshot)
     d0, d1 = release.shards[0], release.shards[1]
     # Shard 0's records encrypted with the right key but bound to shard 1's identity.
-    plain = serialize_shard(read_plain(ws, release, d0), ParquetParams())
+    plain = serialize_shard(read_plain(ws, release, d0), ParquetParams(), shard_format(ws))
     digest, size, version = encrypt_for(
         ws,
         plain,

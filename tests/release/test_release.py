@@ -6,7 +6,7 @@ import sys
 
 import polars as pl
 import pytest
-from support.releases import TEXT_FORMAT, read_shard, shard_path, state, write
+from support.releases import read_shard, shard_format, shard_path, state, write
 from support.snapshots import build
 
 from relgate.catalog.snapshot_table import insert_snapshot
@@ -32,8 +32,8 @@ def test_write_then_verify_in_worker_processes(ws, snapshot):
     assert body["totals"]["records"] == snapshot.manifest.member_count
     assert body["totals"]["shards"] == len(body["shards"]) > 1
     assert body["tombstoneWatermark"] == snapshot.manifest.body["tombstoneWatermark"]
-    assert body["recordSchema"] == TEXT_FORMAT.digest
-    assert body["recordSchemaDocument"] == TEXT_FORMAT.document.to_json()
+    assert body["recordSchema"] == shard_format(ws).digest
+    assert body["recordSchemaDocument"] == shard_format(ws).document.to_json()
     for d in body["shards"]:
         assert set(rm.DESCRIPTOR_FIELDS) <= set(d)
         assert shard_key(d["digest"], encrypted=False) == (

@@ -13,16 +13,21 @@ import pyarrow.parquet as pq
 from relgate.catalog.release_table import get_release, insert_release
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.integrity.digests import sha256_digest
-from relgate.records.record_schema import TEXT_SCHEMA
 from relgate.release import crypto
 from relgate.release import root as rm
 from relgate.release import stream as rr
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key, write_release
 from relgate.snapshot import manifest as sm
+from relgate.snapshot import tokenizer
+from relgate.snapshot.build import BuildSpec
 
 RECORDS_PER_SHARD = 40
-#: The shard format of the demo corpus's text records (what the test workspaces build).
-TEXT_FORMAT = rr.ShardFormat(TEXT_SCHEMA)
+
+
+def shard_format(ws) -> rr.ShardFormat:
+    """The shard format of the records the workspace builds (the demo's text records, with
+    the tokenizer trained on its corpus)."""
+    return rr.ShardFormat(BuildSpec.from_config(ws.config).records)
 
 
 def write(ws, snapshot_digest, **kw):
@@ -56,7 +61,8 @@ def overwrite_in_place(path, data: bytes):
 def store_shard(ws, table: pa.Table, descriptor, member_schema, *, raw: bytes | None = None):
     """Serialize (unless ``raw``), store under the new digest, return a consistent descriptor
     whose per-shard digests are recomputed, so per-shard checks pass on the new bytes."""
-    data = raw if raw is not None else serialize_shard(table, ParquetParams(), TEXT_FORMAT)
+    fmt = shard_format(ws)
+    data = raw if raw is not None else serialize_shard(table, ParquetParams(), fmt)
     digest = sha256_digest(data)
     version = ws.store.create(shard_key(digest, encrypted=False), data).version_id
     return {
@@ -64,11 +70,19 @@ def store_shard(ws, table: pa.Table, descriptor, member_schema, *, raw: bytes | 
         "digest": digest,
         "size": len(data),
         "objectVersion": version,
-        "logicalDigest": TEXT_FORMAT.logical_digest(table),
+        "logicalDigest": fmt.logical_digest(table),
         "records": table.num_rows,
         "tokens": int(pc.sum(table.column("tokens")).as_py() or 0),
         "memberSetDigest": rr.member_set_digest(table, member_schema),
     }
+
+
+def tokens_of(ws, release, text: str) -> int:
+    """What the snapshot's token rule (the trained tokenizer) counts for ``text``."""
+    row = get_snapshot(ws.db, release.snapshot)
+    snap = sm.load(ws.store, ws.trusted_keys, release.snapshot, row["envelope_version"])
+    counts = shard_format(ws).token_counts(pa.table({"text": [text]}), tokenizer.fetcher(ws, snap))
+    return int(counts[0].as_py())
 
 
 def member_schema(ws, release):
@@ -110,7 +124,7 @@ def forge(ws, release, mutate, *, key=None, renumber=False):
 def rewrite_record(table: pa.Table, index: int, **changes) -> pa.Table:
     rows = table.to_pylist()
     rows[index] = {**rows[index], **changes}
-    return pa.Table.from_pylist(rows, schema=TEXT_FORMAT.arrow_schema)
+    return pa.Table.from_pylist(rows, schema=table.schema)
 
 
 def encrypt_for(ws, plain: bytes, key: bytes, *, snapshot, shard, logical, key_version):
@@ -118,7 +132,7 @@ def encrypt_for(ws, plain: bytes, key: bytes, *, snapshot, shard, logical, key_v
         snapshot=snapshot,
         shard=shard,
         logical_digest=logical,
-        record_schema=TEXT_FORMAT.digest,
+        record_schema=shard_format(ws).digest,
         key_version=key_version,
     )
     data = crypto.encrypt_shard(plain, key, aad, key_version=key_version)
