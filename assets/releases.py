@@ -10,6 +10,7 @@ from typing import Any
 import dagster as dg
 
 from relgate.release.admission import create_run
+from relgate.release.attest import verify_provenance
 from relgate.release.checks import ZERO_CHECKS, Check
 from relgate.release.evolution import load_stored
 from relgate.release.publication import approve_release, publish
@@ -94,6 +95,7 @@ def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Out
     report = verify_release(ws, shard_release, workers=2, actor=relgate.actor)
     body = report.to_json()
     counts = body.get("counts", {})
+    provenance = verify_provenance(ws, shard_release) if report.provenance_digest else None
     return dg.Output(
         body,
         data_version=dg.DataVersion(str(body.get("reportDigest") or shard_release)),
@@ -102,6 +104,8 @@ def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Out
             "outcome": str(body.get("outcome")),
             **{f"count.{k}": int(v) for k, v in counts.items()},
             **_evolution_metadata(ws, shard_release),
+            "provenanceDigest": provenance.statement_digest if provenance else "",
+            "provenanceMaterials": provenance.materials if provenance else 0,
         },
     )
 

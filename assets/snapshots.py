@@ -16,6 +16,7 @@ from relgate.snapshot.build import BuildSpec, Frozen, build_for_alias, freeze
 from relgate.snapshot.comparator import EXACT, Comparator
 from relgate.snapshot.compare import CountRow, Distributions, HistogramDiff, shadow_diff
 from relgate.snapshot.coverage import PPM
+from relgate.snapshot.provenance import verify_provenance
 from relgate.snapshot.replay import replay
 from relgate.snapshot.validate import ValidationReport, validate_snapshot
 from relgate.transforms.child import ROWS_IN, ROWS_OUT
@@ -178,6 +179,7 @@ def dataset_snapshot(
     manifest = result.manifest
     context.log.info(f"snapshot {result.digest} members={manifest.member_count}")
     by_source = manifest.member_counts_by_source or {}
+    provenance = verify_provenance(ws, result.digest)
     return dg.Output(
         result.digest,
         data_version=dg.DataVersion(result.digest),
@@ -201,6 +203,8 @@ def dataset_snapshot(
             ),
             "transformLaunches": runner.launches,
             "transformReported": dg.MetadataValue.json(runner.reported),
+            "provenanceDigest": provenance.statement_digest,
+            "provenanceMaterials": provenance.materials,
         },
     )
 

@@ -57,8 +57,9 @@ DATA_MAPS = frozenset(
 )
 
 #: Object keys whose value is a stored document shown byte-for-byte as the store holds it
-#: (a signed manifest body, a saved reader position that ``pin add`` reads back).
-VERBATIM = frozenset({"manifest", "position"})
+#: (a signed manifest body, a saved reader position that ``pin add`` reads back, a signed
+#: in-toto statement, whose ``_type`` is the spec's spelling).
+VERBATIM = frozenset({"manifest", "position", "statement"})
 
 
 def camel(key: str) -> str:

@@ -281,6 +281,20 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
     return out
 
 
+@command(release, "provenance")
+@click.argument("root")
+@pass_ctx
+def release_provenance(ctx: Ctx, root: str) -> CommandOutput:
+    """Print the release's in-toto/SLSA statement after verifying it: the verifier key's
+    signature, subjects equal to the root and every shard, every material with a digest
+    and equal to the root's snapshot (exit 3 otherwise)."""
+    from relgate.catalog.release_table import resolve_release
+    from relgate.release.attest import verify_provenance
+
+    ws = ctx.ws()
+    return verify_provenance(ws, resolve_release(ws.db, root))
+
+
 @command(release, "list")
 @pass_ctx
 def release_list(ctx: Ctx) -> CommandOutput:

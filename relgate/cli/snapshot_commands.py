@@ -334,5 +334,19 @@ def snapshot_replay(
     )
 
 
+@command(snapshot, "provenance")
+@click.argument("digest")
+@pass_ctx
+def snapshot_provenance(ctx: Ctx, digest: str) -> CommandOutput:
+    """Print the snapshot's in-toto/SLSA statement after verifying it: the builder key's
+    signature, subjects equal to the manifest and its membership table, every material
+    with a digest and equal to the manifest's pins (exit 3 otherwise)."""
+    from relgate.catalog.snapshot_table import resolve
+    from relgate.snapshot.provenance import verify_provenance
+
+    ws = ctx.ws()
+    return verify_provenance(ws, resolve(ws.db, digest))
+
+
 def register(main: click.Group) -> None:
     main.add_command(snapshot)

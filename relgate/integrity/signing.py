@@ -54,7 +54,9 @@ PAYLOAD_ROLES: dict[str, frozenset[Role]] = {
     "application/vnd.relgate.replay-report.v1+json": frozenset({Role.VERIFIER}),
     "application/vnd.relgate.release-verification.v1+json": frozenset({Role.VERIFIER}),
     "application/vnd.relgate.schema-evolution.v1+json": frozenset({Role.VERIFIER}),
-    "application/vnd.in-toto+json": frozenset({Role.VERIFIER}),
+    # in-toto statements: the builder's for snapshots, the verifier's for verified roots
+    # (each opener names the one role it accepts, relgate.integrity.statement).
+    "application/vnd.in-toto+json": frozenset({Role.BUILDER, Role.VERIFIER}),
     "application/vnd.relgate.approval.v1+json": frozenset({Role.APPROVER}),
     "application/vnd.relgate.gate-record.v1+json": frozenset({Role.GATE}),
 }

@@ -87,12 +87,11 @@ def store_report(ws: Workspace, report: VerificationReport, key: SigningKey) -> 
 def store_provenance(
     ws: Workspace, root: JsonObject, report: VerificationReport, key: SigningKey
 ) -> ContentRef:
-    """The signed in-toto/SLSA statement that this verifier passed this root."""
+    """The signed in-toto/SLSA statement (:mod:`relgate.release.attest`) that this verifier
+    passed this root: subjects the root and every shard by digest."""
     assert report.report_digest is not None  # noqa: S101 - stored before the provenance
-    statement = attest.release_statement(
-        report.root, root, report_digest=report.report_digest, verifier_id=attest.VERIFIER_ID
-    )
-    return ws.cas.put(json.dumps(attest.sign_statement(statement, key), sort_keys=True).encode())
+    data = attest.signed_statement(report.root, root, report_digest=report.report_digest, key=key)
+    return ws.cas.put(data)
 
 
 def load_report(ws: Workspace, digest: str, version_id: str) -> JsonObject:

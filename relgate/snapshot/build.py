@@ -22,7 +22,7 @@ from relgate.catalog.snapshot_table import insert_snapshot, record_build_failure
 from relgate.errors import RejectedError, RelgateError
 from relgate.gate.fences import Fences, fenced_entries, read_fences
 from relgate.integrity.contract import Contract
-from relgate.integrity.digests import sha256_digest
+from relgate.integrity.digests import require_digest, sha256_digest
 from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_keys
 from relgate.objects.layout import membership_key, statistics_key
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
@@ -35,6 +35,7 @@ from relgate.snapshot.policy import (
     SplitPolicy,
     selection_from_json,
 )
+from relgate.snapshot.provenance import record_statement, store_statement
 from relgate.snapshot.runs import SortedRuns
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
 from relgate.snapshot.transforms import (
@@ -296,8 +297,14 @@ def build_for_alias(
 
 
 def _provenance(ws: Workspace, spec: BuildSpec, frozen: Frozen, *, actor: str) -> mf.Provenance:
-    derived = [mf.Derivation(entity=e.id, kind=e.kind) for e in frozen.sources]
-    derived += [mf.Derivation(entity=p, kind="snapshot") for p in spec.parents]
+    """PROV lineage whose edges are digests: each source by its canonical entry's digest
+    (which covers its snapshot id, pin list or metadata-file digest), parents by snapshotId.
+    The SLSA statement (:mod:`relgate.snapshot.provenance`) lists the materials themselves."""
+    derived = [mf.Derivation(entity=e.digest(), kind=e.kind) for e in frozen.sources]
+    derived += [
+        mf.Derivation(entity=require_digest(p, what="parent snapshot"), kind="snapshot")
+        for p in spec.parents
+    ]
     return mf.Provenance(
         was_derived_from=tuple(derived),
         was_generated_by=mf.Generation(
@@ -363,8 +370,10 @@ def _write_snapshot(
     envelope = mf.sign(sealed, ws.signing_key)
     lease.cover(mf.envelope_key(sealed.digest))
     version = mf.store_envelope(ws.store, sealed, envelope)
+    statement = store_statement(ws, sealed, lease)
     with ws.db.tx() as conn:
         insert_snapshot(conn, sealed, version, actor=actor)
+        record_statement(conn, sealed, statement)
     return BuildResult(manifest=sealed, counts=staged.counts)
 
 

@@ -2,9 +2,10 @@
 
 The manifest enumerates facts: pinned source versions, both fence watermarks, record
 schema, policies by digest (and their full text, so replay needs nothing else), the
-transform by its pinned artifact's digest (and its typed pin), the membership table by content address and tuple root, and
-PROV-style lineage.  Its digest (the ``snapshotId``) is SHA-256 over the RFC 8785 form
-without ``snapshotId``, ``signatures`` or transport fields.
+transform by its pinned artifact's digest (and its typed pin), the membership table by
+content address and tuple root, and PROV-style lineage whose edges are digests.  Its
+digest (the ``snapshotId``) is SHA-256 over the RFC 8785 form without ``snapshotId``,
+``signatures`` or transport fields.
 
 :class:`SnapshotBody` is the manifest before sealing and :class:`SnapshotManifest` the
 sealed one; both are :class:`~relgate.integrity.contract.Contract` models whose JSON is
@@ -24,6 +25,7 @@ from relgate.errors import RejectedError
 from relgate.integrity.contract import Contract, JsonObject, JsonValue
 from relgate.integrity.documents import DocumentKind
 from relgate.integrity.signing import SigningKey, TrustedKeys
+from relgate.integrity.statement import SpelledDigest
 from relgate.objects.cas import ContentRef, digest_of_uri
 from relgate.objects.layout import SNAPSHOT_MANIFEST_PREFIX, snapshot_envelope_key
 from relgate.objects.versioned import ObjectStore
@@ -115,9 +117,12 @@ class EmbeddedPolicies(Contract):
 
 
 class Derivation(Contract):
-    """``prov:wasDerivedFrom``: a pinned source or a parent snapshot."""
+    """``prov:wasDerivedFrom``: a pinned source (the digest of its canonical manifest
+    entry, which carries its snapshot id, pin list or metadata-file digest) or a parent
+    snapshot (its snapshotId)."""
 
-    entity: StrictStr
+    #: an immutable digest, never a source id, table name or tag
+    entity: SpelledDigest
     kind: StrictStr
 
 

@@ -15,12 +15,20 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from relgate.errors import NotFoundError, RejectedError
+from relgate.integrity.digests import sha256_digest
 from relgate.integrity.identifiers import MAX_ID_BYTES, problem
 from relgate.records.record_schema import ID_COLUMN as RECORD_ID
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.records.rows import row_error
 from relgate.records.values import constant_column
-from relgate.sources.source import IcebergPin, Source, SourceEntry, SourcePin, expect_pin
+from relgate.sources.source import (
+    IcebergPin,
+    MetadataFile,
+    Source,
+    SourceEntry,
+    SourcePin,
+    expect_pin,
+)
 
 #: The table column that holds the sample id unless the config names another.
 ID_COLUMN = "sample_id"
@@ -113,9 +121,27 @@ class IcebergSource(Source):
                 check="table-snapshot",
             )
         entry = IcebergPin(
-            id=self.id, table=self.table, table_snapshot=f"iceberg:{snapshot.snapshot_id}"
+            id=self.id,
+            table=self.table,
+            table_snapshot=f"iceberg:{snapshot.snapshot_id}",
+            metadata_file=self._metadata_file(table),
         )
         return SourcePin(entry=entry)
+
+    def _metadata_file(self, table: Any) -> MetadataFile:
+        """The current metadata file's location and byte digest (read once, through the
+        table's own FileIO, so S3 and local warehouses alike)."""
+        location = str(table.metadata_location)
+        try:
+            with table.io.new_input(location).open() as stream:
+                data = stream.read()
+        except (OSError, ValueError) as exc:
+            raise NotFoundError(
+                f"iceberg metadata file is not readable: {exc}",
+                object=f"{self.id}:{location}",
+                check="source-readable",
+            ) from None
+        return MetadataFile(location=location, digest=sha256_digest(data), size=len(data))
 
     def read(self, entry: SourceEntry) -> pa.Table:
         tables = list(self.read_batches(entry))

@@ -74,13 +74,25 @@ class ObjectList(PinList):
     size_bytes: StrictInt = Field(alias="bytes")
 
 
+class MetadataFile(Contract):
+    """The Iceberg table-metadata file current at pin time: its location and the SHA-256
+    and size of its bytes (metadata files are never rewritten; a commit writes a new one)."""
+
+    location: StrictStr
+    #: ``digest`` on the wire (the name ``digest`` is the contract's own digest method).
+    file_digest: StrictStr = Field(alias="digest")
+    size: StrictInt
+
+
 class IcebergPin(Contract):
-    """An Iceberg table pinned by snapshot id, spelled ``iceberg:<id>`` (64-bit ids)."""
+    """An Iceberg table pinned by snapshot id, spelled ``iceberg:<id>`` (64-bit ids), and by
+    the digest of its metadata file (absent only in manifests written before it was)."""
 
     id: StrictStr
     kind: Literal["iceberg"] = "iceberg"
     table: StrictStr
     table_snapshot: StrictStr
+    metadata_file: MetadataFile | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @property
     def snapshot_id(self) -> int:

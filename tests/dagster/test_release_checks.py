@@ -88,6 +88,10 @@ def test_a_verified_release_passes_every_check_and_is_published(home):
         report = result.output_for_node("release_verification")
         assert report["outcome"] == "VERIFIED" and report["root"] == root
         assert result.output_for_node("release_alias")["activeDigest"] == root
+        mat = instance.get_latest_materialization_event(dg.AssetKey("release_verification"))
+        meta = mat.asset_materialization.metadata
+        assert meta["provenanceDigest"].value == report["provenanceDigest"]
+        assert meta["provenanceMaterials"].value == 1  # the snapshot manifest
     ws = RelgateResource(home=home).workspace()
     assert get_release(ws.db, root)["state"] == "PUBLISHED"
 

@@ -13,6 +13,7 @@ from pipelines.jobs import recheck_job
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.compare import load_manifest
+from relgate.snapshot.provenance import verify_provenance
 from relgate.sources.cdc import append_segment
 from resources.relgate import RelgateResource
 from sensors.fence_sensors import benchmark_fence_sensor, tombstone_fence_sensor
@@ -55,6 +56,10 @@ def test_materialize_snapshot_to_alias(home):
         mat = instance.get_latest_materialization_event(dg.AssetKey("dataset_snapshot"))
         assert mat.asset_materialization.tags["dagster/data_version"] == digest
         ws = RelgateResource(home=home).workspace()
+        meta = mat.asset_materialization.metadata
+        provenance = verify_provenance(ws, digest)
+        assert meta["provenanceDigest"].value == provenance.statement_digest
+        assert meta["provenanceMaterials"].value == provenance.materials > 0
         assert get_snapshot(ws.db, digest)["state"] == "ACTIVE"
         # A second run diffs against the active version and activates generation 2.
         again = _materialize(home, instance)

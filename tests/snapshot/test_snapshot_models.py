@@ -22,6 +22,7 @@ from relgate.snapshot.validate import ValidationFacts, ValidationReport
 from relgate.sources.source import (
     CdcPin,
     IcebergPin,
+    MetadataFile,
     ObjectList,
     ObjectPrefixPin,
     PinList,
@@ -71,7 +72,16 @@ def splits(draw):
 
 
 iceberg = st.builds(
-    lambda i, t, s: IcebergPin(id=i, table=t, table_snapshot=f"iceberg:{s}"), names, names, counts
+    lambda i, t, s, m: IcebergPin(
+        id=i,
+        table=t,
+        table_snapshot=f"iceberg:{s}",
+        metadata_file=None if m is None else MetadataFile(location=t, digest=m, size=s),
+    ),
+    names,
+    names,
+    counts,
+    st.none() | digests,
 )
 prefix = st.builds(
     lambda i, p, v, c, b, d: ObjectPrefixPin(
@@ -108,12 +118,20 @@ entries = st.one_of(iceberg, prefix, cdc)
 def _old_entry(pin):
     """The dict each source kind's pin() built by hand before the models."""
     if isinstance(pin, IcebergPin):
-        return {
+        old = {
             "id": pin.id,
             "kind": "iceberg",
             "table": pin.table,
             "tableSnapshot": pin.table_snapshot,
         }
+        if pin.metadata_file is not None:  # the metadata file's digest (issue 14)
+            meta = pin.metadata_file
+            old["metadataFile"] = {
+                "location": meta.location,
+                "digest": meta.file_digest,
+                "size": meta.size,
+            }
+        return old
     if isinstance(pin, ObjectPrefixPin):
         o = pin.objects
         return {
@@ -215,7 +233,7 @@ def bodies(draw):
         member_counts_by_source=by_source,
         policies=mf.EmbeddedPolicies(selection=selection, split=split),
         provenance=mf.Provenance(
-            was_derived_from=tuple(mf.Derivation(entity=p.id, kind=p.kind) for p in pins),
+            was_derived_from=tuple(mf.Derivation(entity=p.digest(), kind=p.kind) for p in pins),
             was_generated_by=mf.Generation(
                 activity="relgate.snapshot.build",
                 build_id=draw(names),
