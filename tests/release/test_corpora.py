@@ -170,7 +170,28 @@ def test_record_schema_refuses_what_it_cannot_encode():
         {**doc, "tokens": {"kind": "token-ids", "column": "domain"}},
         {**doc, "fields": [*doc["fields"], {"name": "split", "type": "string"}]},
         {**doc, "label": "nope"},
+        {**doc, "content": []},
+        {**doc, "content": ["ids", "ids"]},
+        {**doc, "name": ""},
+        {**doc, "name": "n" * 129},
+        {**doc, "fields": [{**doc["fields"][0], "name": "s" * 129}, *doc["fields"]]},
+        {**doc, "fields": [*doc["fields"], {"name": "", "type": "string"}]},
+        {**doc, "tokens": {"kind": "none", "column": "ids"}},
+        {
+            **doc,
+            "tokens": {"kind": "token-ids", "column": "ids", "tokenizer": "sha256:" + "0" * 64},
+        },
+        {
+            **doc,
+            "fields": [
+                *doc["fields"][:1],
+                {"name": "ids", "type": "list<uint32>", "nullable": True},
+                *doc["fields"][2:],
+            ],
+        },
     ):
         with pytest.raises(RejectedError) as err:
             RecordSchema.parse(broken)
         assert err.value.check == "schema"
+    # The bounds themselves are accepted.
+    assert RecordSchema.parse({**doc, "name": "n" * 128}).name == "n" * 128
