@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from support import corpora
 from support.releases import overwrite_in_place
 from support.snapshots import build_validated
+from tokenizers import Tokenizer
 
 from relgate.lifecycle.refs import version_refs
 from relgate.snapshot import statistics
@@ -32,12 +33,14 @@ _RUN = re.compile(rb"[\x21-\xff]+")
 def reference(ws, digest):
     """Histograms, counts and labels from the members' content, by hand (no relgate code
     beyond re-running selection to get the content)."""
-    members = recompute(ws, load_manifest(ws, digest), keep_content=True)
+    manifest = load_manifest(ws, digest)
+    members = recompute(ws, manifest, keep_content=True)
+    count = _token_counter(ws, manifest)
     overall = [0] * (statistics.MAX_BUCKET + 1)
     per_split: dict[str, list[int]] = {}
     splits, sources, labels = Counter(), Counter(), Counter()
     for row in members.iter_rows(named=True):
-        tokens = len(_RUN.findall(row["text"].encode()))
+        tokens = count(row["text"])
         bucket = min(tokens.bit_length(), statistics.MAX_BUCKET)
         overall[bucket] += 1
         per_split.setdefault(row["split"], [0] * (statistics.MAX_BUCKET + 1))[bucket] += 1
@@ -45,6 +48,18 @@ def reference(ws, digest):
         sources[row["sourceId"]] += 1
         labels[row["lang"]] += 1
     return overall, per_split, splits, sources, labels
+
+
+def _token_counter(ws, manifest):
+    """The manifest's token rule applied with the ``tokenizers`` package directly (the
+    demo text corpus pins a trained tokenizer), or whitespace runs by regex."""
+    rule = manifest.record_schema_document.tokens
+    if rule.kind == "whitespace-runs":
+        return lambda text: len(_RUN.findall(text.encode()))
+    ref = manifest.artifact("tokenizer", rule.tokenizer)
+    data = ws.store.get(ref.content_ref.key, ref.object_version)
+    tokenizer = Tokenizer.from_str(data.decode())
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 def _tvd_ppm(a, b):
