@@ -142,8 +142,11 @@ def _add_versions(
 ) -> None:
     from relgate.catalog.release_table import insert_release
     from relgate.catalog.states import transition
+    from relgate.records.record_schema import TEXT_SCHEMA
     from relgate.release import root as rm
+    from relgate.release.stream import ShardFormat
 
+    fmt = ShardFormat(TEXT_SCHEMA)
     step = max(1, SHARDS_PER_VERSION // 2)
     with ws.db.tx() as conn:
         for v in range(start, stop):
@@ -167,7 +170,8 @@ def _add_versions(
                 "datasetSnapshot": facts["snapshot"],
                 "tombstoneWatermark": 0,
                 "benchmarkFence": 0,
-                "recordSchema": "sha256:" + "0" * 64,
+                "recordSchema": fmt.digest,
+                "recordSchemaDocument": fmt.document.to_json(),
                 "shards": shards,
                 "totals": {"shards": len(shards), "records": 1000 * len(shards), "version": v},
                 "orderedMemberTupleRoot": "sha256:" + "0" * 64,

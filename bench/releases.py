@@ -206,7 +206,7 @@ def _tasks(ws: Workspace, snap: BuildResult, release: rm.ReleaseManifest) -> lis
             ws.config["objectStore"],
             d,
             snap.digest,
-            release.body["recordSchema"],
+            snap.manifest.record_schema_document,
             snap_schema,
             None,
         )
