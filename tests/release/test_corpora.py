@@ -8,13 +8,14 @@ import json
 import pyarrow as pa
 import pytest
 from support import record_reference as ref
-from support.releases import read_shard, write
+from support.releases import forge, read_shard, write
 from support.snapshots import build, build_approved
 from support.workspaces import make_workspace
 
 from relgate.demo.image_corpus import IMAGE_RECORDS, PREFIX, seed_images
 from relgate.demo.token_corpus import TOKEN_RECORDS, seed_tokens
 from relgate.errors import IntegrityError, RejectedError
+from relgate.lifecycle.refs import version_refs
 from relgate.records.record_schema import RecordSchema
 from relgate.release import stream as rr
 from relgate.release.verifier import verify_release
@@ -195,3 +196,34 @@ def test_record_schema_refuses_what_it_cannot_encode():
         assert err.value.check == "schema"
     # The bounds themselves are accepted.
     assert RecordSchema.parse({**doc, "name": "n" * 128}).name == "n" * 128
+
+
+def test_a_retained_snapshot_holds_its_tokenizer_for_garbage_collection(ws):
+    snap = build_approved(ws)
+    manifest = snap.manifest
+    digest = manifest.record_schema_document.tokens.tokenizer
+    ref = manifest.artifact("tokenizer", digest)
+    with ws.db.tx() as conn:
+        refs = version_refs(ws, conn, "snapshot", snap.digest)
+    held = {(r.key, r.version_id) for r in refs if r.role == "tokenizer"}
+    assert held == {(ref.content_ref.key, ref.object_version)}
+
+
+@pytest.mark.parametrize(
+    "forgery",
+    [
+        lambda body: body["recordSchemaDocument"]["records"].__setitem__("label", None),
+        lambda body: body.__setitem__("memberSchema", "sha256:" + "1" * 64),
+        lambda body: body.__setitem__("recordSchema", "sha256:" + "2" * 64),
+    ],
+    ids=["document", "member-schema", "digest"],
+)
+def test_a_root_whose_record_schema_is_not_its_snapshots_is_mixed(ws, forgery):
+    """Signed with the trusted key, so only the verifier's own derivation (from the
+    snapshot's record schema) can catch it."""
+    snap = build_approved(ws)
+    release = write(ws, snap.digest)
+    forged = forge(ws, release, forgery)
+    report = verify_release(ws, forged.digest, actor="test", workers=0)
+    assert report.outcome == "INVALID"
+    assert report.counts["mixedRecordSchemas"] >= 1
