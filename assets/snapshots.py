@@ -19,7 +19,6 @@ from relgate.snapshot.coverage import PPM
 from relgate.snapshot.provenance import verify_provenance
 from relgate.snapshot.replay import replay
 from relgate.snapshot.validate import ValidationReport, validate_snapshot
-from relgate.transforms.child import ROWS_IN, ROWS_OUT
 from relgate.transforms.launcher import Launch
 from resources.relgate import RelgateResource
 
@@ -106,30 +105,23 @@ def _table(rows: Sequence[Mapping[str, object]]) -> dg.MetadataValue:
 
 class PipesTransformRunner:
     """Runs a build's transform process once through ``PipesSubprocessClient``: the child
-    (the core's watchdog around the pinned transform) reaches this run's Dagster Pipes
-    session; what it reports is kept for the asset's metadata (display only: the core
-    re-checks the output itself)."""
+    (the core's watchdog around the pinned transform) runs in this run's Dagster Pipes
+    session, so a wheel that speaks Pipes reports into the run; the rows shown in the
+    metadata are the ones the core verified, not the child's word."""
 
     def __init__(self, context: dg.AssetExecutionContext, client: dg.PipesSubprocessClient) -> None:
         self.context = context
         self.client = client
-        self.reported: dict[str, int] = {}
         self.launches = 0
 
     def run(self, launch: Launch) -> None:
         self.launches += 1
-        invocation = self.client.run(
+        self.client.run(
             context=self.context,
             command=launch.command(),
             cwd=launch.work,
             extras={"transform": launch.transform},
         )
-        for message in invocation.get_custom_messages():
-            if isinstance(message, dict):
-                for key in (ROWS_IN, ROWS_OUT):
-                    value = message.get(key)
-                    if isinstance(value, int) and not isinstance(value, bool):
-                        self.reported[key] = value
 
 
 @dg.asset(
@@ -177,6 +169,13 @@ def dataset_snapshot(
         runner=runner,
     )
     manifest = result.manifest
+    rows = {
+        "rowsIn": result.counts.get("sourceRows", 0),
+        "rowsOut": result.counts.get("transformOutputRows", 0),
+    }
+    context.log.info(
+        f"transform {manifest.transform_image}: {rows['rowsIn']} rows in, {rows['rowsOut']} out"
+    )
     context.log.info(f"snapshot {result.digest} members={manifest.member_count}")
     by_source = manifest.member_counts_by_source or {}
     provenance = verify_provenance(ws, result.digest)
@@ -202,7 +201,7 @@ def dataset_snapshot(
                 manifest.transform.to_json() if manifest.transform else {}
             ),
             "transformLaunches": runner.launches,
-            "transformReported": dg.MetadataValue.json(runner.reported),
+            "transformRows": dg.MetadataValue.json(rows),
             "provenanceDigest": provenance.statement_digest,
             "provenanceMaterials": provenance.materials,
         },

@@ -38,7 +38,7 @@ def test_snapshot_asset_launches_the_pinned_wheel_once_through_pipes(home):
         assert metadata["transformLaunches"].value == 1
         assert metadata["transformImage"].value == f"registry.local/normalize@{spec.pin}"
         assert metadata["transform"].data["kind"] == "python-wheel"
-        reported = metadata["transformReported"].data
+        reported = metadata["transformRows"].data
         selection = {
             r.split("|")[1].strip(): r for r in metadata["selection"].value.splitlines()[2:]
         }
@@ -47,8 +47,8 @@ def test_snapshot_asset_launches_the_pinned_wheel_once_through_pipes(home):
         logs = [
             e.message
             for e in instance.all_logs(result.run_id)
-            if e.message and "transform t_shout:transform" in e.message
+            if e.message and f"transform registry.local/normalize@{spec.pin}" in e.message
         ]
-        assert logs, "the child's Pipes log line reached the run"
+        assert logs, "the verified transform rows are logged in the run"
     ws = RelgateResource(home=path).workspace()
     assert load_manifest(ws, digest).transform == spec
