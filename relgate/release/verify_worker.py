@@ -223,14 +223,14 @@ def _decoded_table(task: ShardTask, result: ShardResult, data: bytes) -> pa.Tabl
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data))
         kv = parquet.metadata.metadata or {}
-    except Exception as exc:
+    except (OSError, ValueError, pa.ArrowException) as exc:  # hostile bytes: a finding
         result.fail(Check.FOOTER_UNREADABLE, f"parquet footer does not parse: {type(exc).__name__}")
         return None
     declared = kv.get(rr.SCHEMA_METADATA_KEY, b"").decode("utf-8", "replace")
     result.schema_seen = declared or None
     try:
         table = parquet.read()
-    except Exception as exc:
+    except (OSError, ValueError, pa.ArrowException) as exc:  # hostile bytes: a finding
         result.fail(Check.DECODE_FAILURES, f"records do not decode: {type(exc).__name__}")
         return None
     schema = table.schema.remove_metadata()

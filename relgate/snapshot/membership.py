@@ -217,15 +217,19 @@ class MembershipCache:
                 frame = pl.from_arrow(batch)
                 if isinstance(frame, pl.DataFrame):
                     yield frame
-        except (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError) as exc:
+        except _DECODE_ERRORS as exc:
             raise _undecodable(ref, exc) from None
 
     def read(self, ref: ContentRef) -> pl.DataFrame:
         path = self.path(ref.digest, ref.version_id)
         try:
             return pl.read_parquet(path)
-        except Exception as exc:  # a parquet that hashes right but does not decode
+        except _DECODE_ERRORS as exc:  # a parquet that hashes right but does not decode
             raise _undecodable(ref, exc) from None
+
+
+#: What reading hostile parquet bytes raises (pyarrow's and polars' own errors, I/O).
+_DECODE_ERRORS = (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError)
 
 
 def _undecodable(ref: ContentRef, exc: Exception) -> IntegrityError:

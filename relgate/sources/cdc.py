@@ -190,7 +190,10 @@ class CdcSource(Source):
             try:
                 self.store.head(key, version_id)
             except Exception as exc:
-                problems.append(f"{self.id}: segment {key}@{version_id} unreadable: {exc}")
+                problems.append(
+                    f"{self.id}: segment {key}@{version_id} unreadable"
+                    f" ({type(exc).__name__}): {exc}"
+                )
         return problems
 
     def late_events(self, entry: SourceEntry) -> int:
