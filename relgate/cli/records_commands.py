@@ -31,13 +31,13 @@ def records_show(ctx: Ctx) -> CommandOutput:
 
 def _read_schema(schema_file: Path) -> RecordSchema:
     from relgate.errors import UsageError
-    from relgate.records.record_schema import RecordSchema
+    from relgate.records.record_schema import CHECK, RecordSchema
 
     try:
         document = json.loads(schema_file.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise UsageError(
-            f"not a JSON document: {exc}", object=str(schema_file), check="record-schema"
+            f"not a JSON document: {exc}", object=str(schema_file), check=CHECK
         ) from None
     return RecordSchema.from_config(document)
 

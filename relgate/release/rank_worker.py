@@ -31,9 +31,7 @@ def shard_checker(
 ) -> Callable[[JsonObject], None]:
     """Per-shard verification for a rank: the independent verifier's checks on one descriptor."""
     snap = load_manifest(ws, manifest.snapshot)
-    fetch = tokenizer.fetcher(ws, snap)
-    digest = snap.record_schema_document.tokens.tokenizer
-    tokenizer_data = fetch(digest) if fetch is not None and digest is not None else None
+    tokenizer_data = tokenizer.pinned_bytes(ws, snap)
     key_version = manifest.key_version
     key = (keys or {}).get(key_version) if key_version else None
 

@@ -26,6 +26,7 @@ from relgate.integrity.documents import DocumentKind
 from relgate.integrity.signing import SigningKey, TrustedKeys
 from relgate.objects.layout import RELEASE_MANIFEST_PREFIX, release_manifest_key
 from relgate.objects.versioned import ObjectStore
+from relgate.records.record_schema import CHECK as RECORD_SCHEMA_CHECK
 from relgate.release.descriptor import (
     DESCRIPTOR_FIELDS,
     ENCRYPTED_SHARD_MEDIA_TYPE,
@@ -200,7 +201,7 @@ class ReleaseManifest:
             raise RejectedError(
                 "recordSchema is not the digest of the shard schema the root carries",
                 object=f"release {self.digest}",
-                check="record-schema",
+                check=RECORD_SCHEMA_CHECK,
                 digest=root.record_schema,
                 details={"actual": fmt.digest},
             )

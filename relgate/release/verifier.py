@@ -120,7 +120,7 @@ def _open(ws: Workspace, root: str, envelope_version: str, attempt: _Attempt) ->
     listed = descriptor_problems(body["shards"], _totals(body).get("shards"))
     attempt.counts[Check.DESCRIPTOR_INCOMPLETE] = len(listed)
     attempt.problems.extend(listed)
-    return _Opened(body, snap, fmt, snap.record_schema, _tokenizer_bytes(ws, snap))
+    return _Opened(body, snap, fmt, snap.record_schema, tokenizer.pinned_bytes(ws, snap))
 
 
 def _check_schemas(
@@ -139,13 +139,6 @@ def _check_schemas(
         attempt.problems.append(
             "root's record schema is not the shard format of its snapshot's record schema"
         )
-
-
-def _tokenizer_bytes(ws: Workspace, snap: sm.SnapshotManifest) -> bytes | None:
-    """The pinned tokenizer's bytes (digest-checked by the store read), if one is used."""
-    digest = snap.record_schema_document.tokens.tokenizer
-    fetch = tokenizer.fetcher(ws, snap)
-    return None if digest is None or fetch is None else fetch(digest)
 
 
 def _int(value: object) -> int:

@@ -29,6 +29,7 @@ from relgate.integrity.statement import SpelledDigest
 from relgate.objects.cas import ContentRef, digest_of_uri
 from relgate.objects.layout import SNAPSHOT_MANIFEST_PREFIX, snapshot_envelope_key
 from relgate.objects.versioned import ObjectStore
+from relgate.records.record_schema import CHECK as RECORD_SCHEMA_CHECK
 from relgate.records.record_schema import RecordSchema
 from relgate.snapshot.policy import Selection, SplitPolicy
 from relgate.sources.source import SourceEntry
@@ -187,7 +188,7 @@ class SnapshotBody(Contract):
             raise RejectedError(
                 "recordSchema is not the digest of the record schema the manifest carries",
                 object="recordSchema",
-                check="record-schema",
+                check=RECORD_SCHEMA_CHECK,
                 digest=self.record_schema,
                 details={"actual": actual},
             )

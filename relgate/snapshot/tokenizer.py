@@ -83,3 +83,11 @@ def fetcher(ws: Workspace, manifest: mf.SnapshotManifest) -> TokenizerBytes | No
         return ws.cas.get(digest, ref.object_version)
 
     return fetch
+
+
+def pinned_bytes(ws: Workspace, manifest: mf.SnapshotManifest) -> bytes | None:
+    """The pinned tokenizer's bytes (digest-checked by the store read), if one is used:
+    what a verifier hands its workers, so they need no store access of their own for it."""
+    digest = manifest.record_schema_document.tokens.tokenizer
+    fetch = fetcher(ws, manifest)
+    return None if digest is None or fetch is None else fetch(digest)

@@ -149,15 +149,19 @@ def _scan(path: Path, schema: pa.Schema, what: str, digest: str) -> tuple[int, p
             rows += batch.num_rows
             parts.append(batch.select(keys))
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _refuse(
-            what,
-            digest,
-            refusals.OUTPUT,
-            "transform output is not readable Arrow IPC",
-            cause=str(exc)[:200],
-        ) from None
+        raise _unreadable(what, digest, exc) from None
     key_schema = pa.schema([schema.field(k) for k in keys])
     return rows, pa.Table.from_batches(parts, key_schema)
+
+
+def _unreadable(what: str, digest: str, exc: Exception) -> RejectedError:
+    return _refuse(
+        what,
+        digest,
+        refusals.OUTPUT,
+        "transform output is not readable Arrow IPC",
+        cause=str(exc)[:200],
+    )
 
 
 def _schema_of(path: Path, what: str, digest: str) -> pa.Schema:
@@ -169,13 +173,7 @@ def _schema_of(path: Path, what: str, digest: str) -> pa.Schema:
             source.seek(0)
             return pa.ipc.open_stream(source).schema
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _refuse(
-            what,
-            digest,
-            refusals.OUTPUT,
-            "transform output is not readable Arrow IPC",
-            cause=str(exc)[:200],
-        ) from None
+        raise _unreadable(what, digest, exc) from None
 
 
 def check_output(

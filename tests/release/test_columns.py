@@ -128,8 +128,7 @@ def test_shards_verified_in_threads_processes_and_inline_agree(ws, snapshot):
     release = write(ws, snapshot.digest)
     row = get_snapshot(ws.db, snapshot.digest)
     snap = sm.load(ws.store, ws.trusted_keys, snapshot.digest, row["envelope_version"])
-    digest = snap.record_schema_document.tokens.tokenizer
-    tokenizer_bytes = tokenizer.fetcher(ws, snap)(digest)
+    tokenizer_bytes = tokenizer.pinned_bytes(ws, snap)
     tasks = [
         ShardTask(
             ws.config["objectStore"],
