@@ -30,7 +30,6 @@ from relgate.integrity.contract import Contract, JsonObject
 from relgate.integrity.signing import Role, SigningKey, TrustedKey, TrustedKeys, load_trusted
 from relgate.objects.cas import ContentStore
 from relgate.objects.local import LocalObjectStore
-from relgate.objects.s3 import S3ObjectStore
 from relgate.objects.versioned import ObjectStore
 from relgate.release.readers import ReaderSpec
 from relgate.snapshot.membership import MembershipCache
@@ -140,6 +139,9 @@ def build_object_store(config: ObjectStoreConfig | Mapping[str, object]) -> Obje
     if cfg.kind == "local" and cfg.root is not None:
         return LocalObjectStore(cfg.root)
     if cfg.kind == "s3" and cfg.bucket is not None:
+        # boto3 costs ~0.1 s of import; a workspace on the embedded store never pays it
+        from relgate.objects.s3 import S3ObjectStore  # noqa: PLC0415 - see above
+
         return S3ObjectStore(
             bucket=cfg.bucket,
             prefix=cfg.prefix,
