@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -488,6 +489,9 @@ def main() -> dict[str, Any]:
             "naive_http_pull": naive,
             "bittorrent_aria2": bt,
             "calibration": calibration(relgate.get("p50_s")),
+            "baseline": "S/B, the physical bound of one host's NIC (naive pull and BitTorrent beside)",
+            "ratio": relgate.get("p50_over_S_B"),
+            "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "target": "relgate p50 <= 1.10 x S/B, max <= 1.20 x S/B, origin NIC <= 1.02 x S",
             "speedup_max": round(naive["max_s"] / relgate["max_s"], 2)
             if relgate.get("max_s")
