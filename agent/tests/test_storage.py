@@ -4,6 +4,8 @@ import os
 import time
 from pathlib import Path
 
+from relgate_agent.agent.stripes import ChunkHashes
+from relgate_agent.manifest import chunk_digest
 from relgate_agent.storage import (
     Journal,
     JournalState,
@@ -75,3 +77,63 @@ def test_retention_keeps_current_and_previous(tmp_path: Path) -> None:
     # a protected (in-use) version survives even when it is old
     os.utime(base / "v4", (0, 0))
     assert gc_versions(tmp_path / "models", "claude-x", keep=1, protect={"v4"}) == []
+
+
+def _chunk_data(checkpoint) -> tuple[object, bytes]:
+    m = checkpoint["manifest"]
+    src = checkpoint["origin"]
+    return m, b"".join((src / f.path).read_bytes() for f in m.files)
+
+
+def test_incremental_chunk_hash_equals_reread_hash(tmp_path: Path, checkpoint) -> None:
+    m, data = _chunk_data(checkpoint)
+    hashes = ChunkHashes(m)
+    store = VersionStore(tmp_path / "models", m)
+    store.open()
+    for c in range(m.num_chunks):
+        for b in m.chunk_blocks(c):
+            off, n = m.block_range(b)
+            store.pwrite(off, data[off : off + n])
+            hashes.feed(c, b, data[off : off + n])
+        got = hashes.digest(c)
+        assert got == m.chunks[c].digest
+        c0 = m.chunks[c]
+        assert got == chunk_digest(store.pread(c0.offset, c0.size)) and store.chunk_matches(c)
+    assert hashes.rereads == 0
+    store.close()
+
+
+def test_resumed_or_out_of_order_chunk_falls_back_to_reread(checkpoint) -> None:
+    m, data = _chunk_data(checkpoint)
+    blocks = list(m.chunk_blocks(0))
+    assert len(blocks) >= 3
+    hashes = ChunkHashes(m)
+    for b in blocks[1:]:  # resumed mid-chunk: the first block came before a restart
+        off, n = m.block_range(b)
+        hashes.feed(0, b, data[off : off + n])
+    assert hashes.digest(0) is None
+    order = [blocks[0], blocks[2], blocks[1], *blocks[3:]]  # out of order
+    for b in order:
+        off, n = m.block_range(b)
+        hashes.feed(0, b, data[off : off + n])
+    assert hashes.digest(0) is None
+    assert hashes.rereads == 2
+    # a restart from the chunk's first block hashes it afresh
+    for b in [blocks[0], blocks[1], blocks[0], *blocks[1:]]:
+        off, n = m.block_range(b)
+        hashes.feed(0, b, data[off : off + n])
+    assert hashes.digest(0) == m.chunks[0].digest
+
+
+def test_incremental_hash_catches_a_corrupted_block(checkpoint) -> None:
+    m, data = _chunk_data(checkpoint)
+    hashes = ChunkHashes(m)
+    blocks = list(m.chunk_blocks(1))
+    for b in blocks:
+        off, n = m.block_range(b)
+        chunk = bytearray(data[off : off + n])
+        if b == blocks[-1]:
+            chunk[7] ^= 0x01
+        hashes.feed(1, b, bytes(chunk))
+    got = hashes.digest(1)
+    assert got is not None and got != m.chunks[1].digest

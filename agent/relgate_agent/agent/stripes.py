@@ -4,20 +4,26 @@ Per stripe a worker pulls blocks from its assigned upstream (a peer's StreamStri
 origin for stripe roots), checks each block's CRC32C against the signed manifest *before*
 making it available to its own downstreams (cut-through forwarding happens by downstreams
 pulling from this host's data-plane server as soon as a block is available), writes it
-with pwrite at its manifest offset, and hashes each completed chunk (read back from disk)
-against the manifest before counting it.
+with pwrite at its manifest offset, and checks each completed chunk's SHA-256 against the
+manifest before counting it. The SHA-256 is computed incrementally as the chunk's blocks are
+accepted in order (``ChunkHashes``), so the staged chunk is not read back; a chunk whose
+blocks did not all pass through in order (a resumed stream, a repair, a job hook that touches
+the staged bytes) is hashed from disk instead.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
+import threading
 
 from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.job import ORIGIN, JobFiles, JobState
 from relgate_agent.agent.repair import ChunkRepair
 from relgate_agent.errors import AgentError, OriginError, StorageError
-from relgate_agent.manifest import crc32c
+from relgate_agent.hooks import JobHooks
+from relgate_agent.manifest import CheckpointManifest, crc32c
 from relgate_agent.origin import ManifestReader, open_origin
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retry import Backoff
@@ -37,6 +43,53 @@ class CrcMismatch(AgentError):
         self.source = source
 
 
+class ChunkHashes:
+    """Running SHA-256 per chunk, fed by blocks accepted in order.
+
+    ``feed`` returns True when the block was hashed in sequence; ``digest`` returns the
+    chunk's ``sha256:<hex>`` once every block was fed in order, else None (the caller then
+    hashes the staged chunk from disk). An entry is popped while it is being updated, so two
+    threads feeding one chunk never share a hasher: the loser's chunk is re-read instead.
+    """
+
+    def __init__(self, manifest: CheckpointManifest) -> None:
+        self.manifest = manifest
+        self._lock = threading.Lock()
+        self._running: dict[int, tuple[hashlib._Hash, int]] = {}  # chunk -> (hasher, next)
+        self.rereads = 0  # chunks that fell back to a re-read (resumed, out of order, hooked)
+
+    def feed(self, chunk: int, block: int, data: bytes) -> None:
+        first = self.manifest.chunk_blocks(chunk)[0]
+        with self._lock:
+            entry = self._running.pop(chunk, None)
+        if block == first:
+            entry = (hashlib.sha256(), first)
+        if entry is None or entry[1] != block:
+            return  # resumed mid-chunk or out of order: this chunk will be re-read
+        entry[0].update(data)
+        with self._lock:
+            self._running[chunk] = (entry[0], block + 1)
+
+    def digest(self, chunk: int) -> str | None:
+        end = self.manifest.chunk_blocks(chunk)[-1] + 1
+        with self._lock:
+            entry = self._running.pop(chunk, None)
+        if entry is None or entry[1] != end:
+            with self._lock:
+                self.rereads += 1
+            return None
+        return "sha256:" + entry[0].hexdigest()
+
+    def forget(self, chunk: int) -> None:
+        with self._lock:
+            self._running.pop(chunk, None)
+
+
+def _hook_touches_staging(hooks: JobHooks) -> bool:
+    """A job hook that may rewrite staged bytes (the lab's disk-fault hook) forces re-reads."""
+    return type(hooks).chunk_written is not JobHooks.chunk_written
+
+
 class StripeWorkers:
     """The stripe workers of one job (after registration: the files are known)."""
 
@@ -48,6 +101,8 @@ class StripeWorkers:
         self.control = control
         self.repair = repair
         self.reader: ManifestReader | None = None
+        self.hashes = ChunkHashes(files.manifest)
+        self.reread_always = _hook_touches_staging(job.hooks)
 
     def start(self) -> None:
         for s in range(self.files.stripes):
@@ -183,6 +238,7 @@ class StripeWorkers:
             return
         off, _ = m.block_range(block)
         self.files.store.pwrite(off, data)
+        self.hashes.feed(chunk, block, data)
         last = m.chunk_blocks(chunk)[-1]
         if block == last:
             job.hooks.chunk_written(chunk, m.chunks[chunk].offset, self.files.store)
@@ -192,7 +248,12 @@ class StripeWorkers:
 
     def _verify_chunk(self, chunk: int, source: str) -> None:
         job = self.job
-        if self.files.store.chunk_matches(chunk):
+        digest = self.hashes.digest(chunk)
+        if digest is None or self.reread_always:
+            ok = self.files.store.chunk_matches(chunk)
+        else:
+            ok = digest == self.files.manifest.chunks[chunk].digest
+        if ok:
             self.files.tracker.mark_verified(chunk)
             job.journal_dirty.set()
             return
@@ -209,4 +270,4 @@ class _JobOver(Exception):
     """The job ended on this host (chunk failure): the stripe worker returns."""
 
 
-__all__ = ["CrcMismatch", "StripeWorkers"]
+__all__ = ["ChunkHashes", "CrcMismatch", "StripeWorkers"]
