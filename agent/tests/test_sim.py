@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -111,13 +112,16 @@ def test_chain_pipelining_bound_with_a_slow_host() -> None:
     names = [f"h{i}" for i in range(sc.hosts)]
     topo = build_topology({h: "r0" for h in names}, 1)
     run = ChainRun(
-        sc, fabric, np.array([float(sc.checkpoint_bytes)]), _Checked(sc, topo, names),
+        sc,
+        fabric,
+        np.array([float(sc.checkpoint_bytes)]),
+        _Checked(sc, topo, names),
         plan_incidents(sc),
     ).run()
     assert not np.isnan(run.done_at).any()
     order = [names.index(h) for h in topo.stripes[0].order]
     # nobody finishes before its upstream
-    assert all(run.done_at[a] <= run.done_at[b] + 1e-9 for a, b in zip(order, order[1:]))
+    assert all(run.done_at[a] <= run.done_at[b] + 1e-9 for a, b in itertools.pairwise(order))
 
 
 def test_failing_host_is_spliced_and_everyone_else_completes() -> None:

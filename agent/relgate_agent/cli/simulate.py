@@ -12,7 +12,9 @@ from relgate_agent.cli.params import common, output
 @click.command("simulate", help="simulate a fleet scenario (TOML); compare relgate with baselines")
 @common
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option(
+    "--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), default=None
+)
 @click.option(
     "--design",
     "designs",

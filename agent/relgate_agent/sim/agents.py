@@ -42,7 +42,7 @@ class SimManifest(CheckpointManifest):
     """A synthetic manifest of the scenario's geometry (digest computed once)."""
 
     @cached_property
-    def digest(self) -> str:  # type: ignore[override]  # cached: the geometry never changes
+    def digest(self) -> str:  # cached: the geometry never changes
         return super().digest
 
 
@@ -51,7 +51,9 @@ def sim_manifest(sc: Scenario) -> CheckpointManifest:
     for i in range(sc.num_chunks):
         off = i * sc.chunk_bytes
         size = min(sc.chunk_bytes, sc.checkpoint_bytes - off)
-        chunks.append(ChunkEntry(i, off, size, "sha256:" + "0" * 64, (0,) * -(-size // sc.block_bytes)))
+        chunks.append(
+            ChunkEntry(i, off, size, "sha256:" + "0" * 64, (0,) * -(-size // sc.block_bytes))
+        )
     return SimManifest(
         SIM_MODEL,
         SIM_VERSION,
@@ -66,7 +68,9 @@ def sim_manifest(sc: Scenario) -> CheckpointManifest:
 class SimCoordinator(Coordinator):
     """The real coordinator; only the manifest signature check is replaced."""
 
-    def __init__(self, config: CoordinatorConfig, manifest: CheckpointManifest, clock: SimClock) -> None:
+    def __init__(
+        self, config: CoordinatorConfig, manifest: CheckpointManifest, clock: SimClock
+    ) -> None:
         self.sim_manifest = manifest  # before super(): a rebuild loads the job at once
         super().__init__(config, post=lambda _url, _body: None, clock=clock)
 
@@ -163,7 +167,7 @@ class CoordinatorController:
         origin_rate = np.full((k, n), np.inf)
         roots = {r for r in (c.root() for c in topo.stripes) if r is not None}
         for h in sorted(roots | (set(changed) & set(topo.racks))):
-            plan = self.coord._assignment(job, h)  # noqa: SLF001 - the plan an agent receives
+            plan = self.coord._assignment(job, h)
             for sp in plan.stripes:
                 up = sp.upstream.host_id
                 parent[sp.stripe, self.index[h]] = self.index.get(up, ORIGIN_SRC)
@@ -217,12 +221,12 @@ class CoordinatorController:
         rx_bps = (run.rx_bytes - self.last_rx) / interval
         self.last_rx = run.rx_bytes.copy()
         for i in np.flatnonzero(run.alive).tolist():
-            if i in self.reported_ready:
-                continue
+            # a READY host keeps serving and reporting; its full bitmap goes once
             ready = not np.isnan(run.done_at[i])
+            first = ready and i not in self.reported_ready
             report = ProgressReport(
                 topology_version=self.version,
-                have=self.full_have if ready else b"",
+                have=self.full_have if first else b"",
                 rx=int(run.rx_bytes[i]),
                 tx=int(run.tx_bytes[i]),
                 origin=int(run.origin_by_host[i]),

@@ -61,7 +61,9 @@ class StaticController:
 
     def on_incident(self, run: ChainRun, inc: Incident) -> None:
         dead = np.flatnonzero(~run.alive).tolist()
-        self.due += [(run.t + self.sc.dead_after_s, h) for h in dead if h not in {x for _, x in self.due}]
+        self.due += [
+            (run.t + self.sc.dead_after_s, h) for h in dead if h not in {x for _, x in self.due}
+        ]
 
     def on_time(self, run: ChainRun) -> Forest | None:
         ripe = [h for d, h in self.due if d <= run.t + 1e-9]
@@ -84,7 +86,9 @@ def fanout_tree(names: list[str], racks: list[str], fanout: int) -> Topology:
     return Topology(1, [chain], dict(zip(names, racks, strict=True)))
 
 
-def _chain_run(sc: Scenario, name: str, k: int, ctl: CoordinatorController | StaticController) -> DesignRun:
+def _chain_run(
+    sc: Scenario, name: str, k: int, ctl: CoordinatorController | StaticController
+) -> DesignRun:
     fabric = build_fabric(sc)
     incidents = plan_incidents(sc)
     sb = np.full(k, 0.0)

@@ -6,7 +6,7 @@ a downstream within one block of its upstream is capped at the upstream's rate (
 only forward what arrived), and after the step its bytes are clamped to its upstream's,
 so a downstream never holds more of a stripe than its upstream. Steps are ``step_s``
 long, cut at fault and controller events; with no controller event pending and only
-unpipelined flows, a step jumps to the next flow completion (naive pull runs in a few
+nobody fed by a peer (naive pull), a step jumps to the next flow completion (naive pull runs in a few
 steps however long it takes).
 """
 
@@ -25,6 +25,7 @@ from relgate_agent.sim.scenario import Scenario
 ABSENT = -2  # not in this stripe's chain (spliced out)
 EPS = 1e-6
 MAX_SIM_S = 1e7
+IDLE_STEPS = 2  # steps with nothing moving and nothing pending before a run gives up
 
 
 @dataclass
@@ -92,13 +93,24 @@ class ChainRun:
     # ------------------------------------------------------------------ flows
     def _flows(self) -> tuple[Ints, Ints, Ints, Floats]:
         par = self.forest.parent
-        s, h = np.nonzero((par != ABSENT) & self.alive[None, :] & (self.got < self.sb[:, None] - EPS))
+        s, h = np.nonzero(
+            (par != ABSENT) & self.alive[None, :] & (self.got < self.sb[:, None] - EPS)
+        )
         p = par[s, h]
         origin = p == ORIGIN_SRC
         pp = np.where(origin, 0, p)
         src_got = np.where(origin, self.sb[s], self.got[s, pp])
-        live = (origin | self.alive[pp]) & (src_got - self.got[s, h] > EPS)
-        s, h, p, pp, origin, src_got = s[live], h[live], p[live], pp[live], origin[live], src_got[live]
+        # a caught-up downstream keeps streaming while its upstream still receives
+        feeding = (src_got - self.got[s, h] > EPS) | (~origin & (self.rate[s, pp] > 0))
+        live = (origin | self.alive[pp]) & feeding
+        s, h, p, pp, origin, src_got = (
+            s[live],
+            h[live],
+            p[live],
+            pp[live],
+            origin[live],
+            src_got[live],
+        )
         cap = np.where(origin, self.forest.origin_rate[s, h], np.inf)
         caught = ~origin & (src_got - self.got[s, h] < self.sc.block_bytes) & (src_got < self.sb[s])
         cap = np.where(caught, np.minimum(cap, self.rate[s, pp]), cap)
@@ -107,7 +119,7 @@ class ChainRun:
     def _dt(self, p: Ints, rates: Floats, s: Ints, h: Ints) -> float:
         step = self.sc.step_s
         nxt = min([i.at_s for i in self.incidents] + [self.controller.next_event(self.t)])
-        if len(p) and not (p != ORIGIN_SRC).any() and nxt == np.inf:
+        if len(p) and not (self.forest.parent >= 0).any() and nxt == np.inf:
             moving = rates > 0
             if moving.any():  # only independent origin flows: jump to the next completion
                 left = (self.sb[s] - self.got[s, h])[moving] / rates[moving]
@@ -185,16 +197,18 @@ class ChainRun:
             dt = self._dt(p, rates, s, h)
             self._advance(s, h, p, rates, dt)
             ready = int((~np.isnan(self.done_at)).sum())
-            record(self.trace, self.fabric, (self.t, ready, self.origin_bytes), paths, self.rate[s, h])
+            record(
+                self.trace, self.fabric, (self.t, ready, self.origin_bytes), paths, self.rate[s, h]
+            )
             self.t += dt
             new = self.controller.on_time(self)
             if new is not None:
                 self.forest = new
             pending = self.incidents or self.controller.next_event(self.t) < np.inf
             idle = idle + 1 if not len(s) and not pending else 0
-            if idle > 2:  # nothing can move any more (e.g. every source of someone died)
+            if idle > IDLE_STEPS:  # nothing can move any more (e.g. every source of someone died)
                 break
         return self
 
 
-__all__ = ["ABSENT", "record", "ChainRun", "Controller", "Forest", "Trace"]
+__all__ = ["ABSENT", "ChainRun", "Controller", "Forest", "Trace", "record"]

@@ -8,22 +8,25 @@ from pathlib import Path
 import matplotlib as mpl
 
 mpl.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - after selecting the headless backend
-import numpy as np  # noqa: E402 - grouped with the imports above
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
 
-from relgate_agent.sim.designs import DesignRun  # noqa: E402 - as above
-from relgate_agent.sim.scenario import Scenario  # noqa: E402 - as above
+from relgate_agent.sim.designs import DesignRun
+from relgate_agent.sim.scenario import Scenario
 
 PLOT_NAMES = ("completion-cdf.png", "hosts-ready.png", "origin-bytes.png", "link-utilization.png")
 
 
-def _save(fig: plt.Figure, path: Path) -> None:
+def _save(fig: Figure, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def write_plots(sc: Scenario, runs: dict[str, DesignRun], out: Path, horizon_s: float) -> list[Path]:
+def write_plots(
+    sc: Scenario, runs: dict[str, DesignRun], out: Path, horizon_s: float
+) -> list[Path]:
     """Write the four PNGs into ``out``; time axes stop at ``horizon_s``."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / n for n in PLOT_NAMES]
@@ -51,7 +54,11 @@ def write_plots(sc: Scenario, runs: dict[str, DesignRun], out: Path, horizon_s: 
     ours = runs.get("relgate") or next(iter(runs.values()))
     for tier, ys in ours.trace.tiers.items():
         ax.plot(ours.trace.times, ys, label=tier)
-    ax.set(xlabel="seconds", ylabel="utilisation (load / capacity)", title=f"{sc.name}: {ours.name} links")
+    ax.set(
+        xlabel="seconds",
+        ylabel="utilisation (load / capacity)",
+        title=f"{sc.name}: {ours.name} links",
+    )
     ax.set_xlim(0, horizon_s)
     ax.legend()
     _save(fig, paths[3])

@@ -49,6 +49,7 @@ class Figures:
 def figures(sc: Scenario, run: DesignRun) -> Figures:
     live = ~run.failed
     t = np.where(np.isnan(run.done_at), np.inf, run.done_at)[live]
+
     def pct(q: float) -> float:
         return float(np.percentile(t, q, method="higher")) if len(t) else math.inf
 

@@ -103,14 +103,11 @@ class Swarm:
         self.pending[a, pc] = True
 
     def _drop_dead(self) -> None:
-        n = self.fabric.hosts
         alive = np.append(self.alive, True)
         keep = alive[self.src] & self.alive[self.dst]
         self.pending[self.dst[~keep], self.piece[~keep]] = False
-        self.src, self.dst, self.piece, self.left = (
-            x[keep] for x in (self.src, self.dst, self.piece, self.left)
-        )
-        del n
+        self.src, self.dst, self.piece = self.src[keep], self.dst[keep], self.piece[keep]
+        self.left = self.left[keep]
 
     def _fire(self) -> None:
         while self.incidents and self.incidents[0].at_s <= self.t + EPS:
@@ -143,9 +140,8 @@ class Swarm:
         done = self.left <= EPS
         self.have[self.dst[done], self.piece[done]] = True
         self.pending[self.dst[done], self.piece[done]] = False
-        self.src, self.dst, self.piece, self.left = (
-            x[~done] for x in (self.src, self.dst, self.piece, self.left)
-        )
+        self.src, self.dst, self.piece = self.src[~done], self.dst[~done], self.piece[~done]
+        self.left = self.left[~done]
         self.t += dt
         full = self.have[:n].all(axis=1) & np.isnan(self.done_at) & self.alive
         self.done_at[full] = self.t
