@@ -132,10 +132,11 @@ class CoordinatorController:
 
     # ------------------------------------------------------------------ setup
     def start(self, run: ChainRun) -> Forest:
-        store = self.coord.store
         for h, r in zip(self.names, self.racks, strict=True):
             self.coord.enroll(h, r, {})
-            store.upsert_host(h, r, {}, f"{h}:7070", [])
+            # the heartbeat as WatchJobs records it (its enrolled() read is O(fleet) per call)
+            self.coord.store.upsert_host(h, r, {}, f"{h}:7070", [])
+            self.coord.addresses[h] = f"{h}:7070"
         uri = Path(self.tmp.name) / "manifest.json"
         uri.write_bytes(b"{}")  # read by the coordinator; _verify yields the synthetic manifest
         job = self.coord.create_job(
@@ -151,7 +152,7 @@ class CoordinatorController:
         for h, r in zip(self.names, self.racks, strict=True):
             self.coord.register(self.job_id, h, r, b"", 1 << 40, f"{h}:7070")
         self.next_report = self.sc.report_interval_s
-        return self._forest(job, self.names)
+        return self._forest(job, [])  # initial chains: as published; plans for the roots
 
     def _job(self) -> JobState | None:
         return self.coord.jobs.get(self.job_id)
