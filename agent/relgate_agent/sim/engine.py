@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from relgate_agent.sim.faults import Incident, apply_capacity
 from relgate_agent.sim.flows import Floats, Ints, link_load, max_min_rates
@@ -100,9 +101,7 @@ class ChainRun:
         origin = p == ORIGIN_SRC
         pp = np.where(origin, 0, p)
         src_got = np.where(origin, self.sb[s], self.got[s, pp])
-        # a caught-up downstream keeps streaming while its upstream still receives
-        feeding = (src_got - self.got[s, h] > EPS) | (~origin & (self.rate[s, pp] > 0))
-        live = (origin | self.alive[pp]) & feeding
+        live = self._feeding(s, h, pp, origin, src_got)
         s, h, p, pp, origin, src_got = (
             s[live],
             h[live],
@@ -113,8 +112,29 @@ class ChainRun:
         )
         cap = np.where(origin, self.forest.origin_rate[s, h], np.inf)
         caught = ~origin & (src_got - self.got[s, h] < self.sc.block_bytes) & (src_got < self.sb[s])
-        cap = np.where(caught, np.minimum(cap, self.rate[s, pp]), cap)
+        # no faster than the upstream's last rate (once known; the clamp bounds the bytes)
+        up_rate = self.rate[s, pp]
+        cap = np.where(caught & (up_rate > 0), np.minimum(cap, up_rate), cap)
         return s, h, p, cap
+
+    def _feeding(
+        self, s: Ints, h: Ints, pp: Ints, origin: NDArray[np.bool_], src_got: Floats
+    ) -> NDArray[np.bool_]:
+        """Flows that move this step: the upstream has more, or (pipelined) it receives now.
+
+        Transitive, so a caught-up chain streams within one step as it does on the wire
+        (a hop costs one block, not one step)."""
+        base = origin | self.alive[pp]
+        flowing = base & (origin | (src_got - self.got[s, h] > EPS))
+        mark = np.zeros(self.got.shape, dtype=bool)
+        for _ in range(self.got.shape[1] + 1):
+            mark[:] = False
+            mark[s[flowing], h[flowing]] = True
+            more = base & ~flowing & ~origin & mark[s, pp]
+            if not more.any():
+                break
+            flowing |= more
+        return flowing
 
     def _dt(self, p: Ints, rates: Floats, s: Ints, h: Ints) -> float:
         step = self.sc.step_s

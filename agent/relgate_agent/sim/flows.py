@@ -52,7 +52,9 @@ def max_min_rates(paths: Ints, caps: Floats, flow_caps: Floats) -> Floats:
 def link_load(paths: Ints, rates: Floats, links: int) -> Floats:
     """Bytes/s carried by each link."""
     w = np.repeat(rates, paths.shape[1]) if paths.size else np.zeros(0)
-    out: Floats = np.bincount(paths.ravel(), weights=w, minlength=links + 1)[:links].astype(np.float64)
+    out: Floats = np.bincount(paths.ravel(), weights=w, minlength=links + 1)[:links].astype(
+        np.float64
+    )
     return out
 
 
