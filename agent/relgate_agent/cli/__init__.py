@@ -19,6 +19,7 @@ from relgate_agent.cli.jobctl import job
 from relgate_agent.cli.manifests import keygen, manifest
 from relgate_agent.cli.params import Output, common, expand_greedy_args
 from relgate_agent.cli.scrub import verify
+from relgate_agent.cli.simulate import simulate
 from relgate_agent.client import CoordinatorRefusal
 from relgate_agent.errors import AgentError, ManifestError, VerificationError
 
@@ -40,7 +41,7 @@ def cli() -> None:
     pass
 
 
-for _command in (ca, hosts, keygen, manifest, verify, coordinator, agent, job, pipes):
+for _command in (ca, hosts, keygen, manifest, verify, coordinator, agent, job, pipes, simulate):
     cli.add_command(_command)
 
 

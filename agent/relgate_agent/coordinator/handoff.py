@@ -44,7 +44,7 @@ class HandoffService(ProgressService):
         with self.lock:
             if not self.leader:
                 return
-            now = time.monotonic()
+            now = self.clock()
             for job in list(self.jobs.values()):
                 if job.state in TERMINAL_STATES:
                     continue  # a FAILED job stays in memory so GetJob shows its errors

@@ -38,8 +38,11 @@ Post = Callable[[str, bytes], None]
 
 
 class CoordinatorCore:
-    def __init__(self, config: CoordinatorConfig, post: Post) -> None:
+    def __init__(
+        self, config: CoordinatorConfig, post: Post, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = config
+        self.clock = clock  # injectable: the fleet simulator runs the coordinator on simulated time
         self.store = JobStore(config.db)
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
@@ -94,7 +97,7 @@ class CoordinatorCore:
         """Called from the sweeper: take/renew the lease (HA mode), step down when lost."""
         if not self.config.ha:
             return
-        now = time.monotonic()
+        now = self.clock()
         if self.leader and now - self._lease_renewed < self.config.lease_ttl_s / 3:
             return
         try:

@@ -8,7 +8,6 @@ dead or twice-reported host out of the chains, and answers FindPeers for chunk r
 from __future__ import annotations
 
 import logging
-import time
 
 from relgate_agent.authz import ready_refusal
 from relgate_agent.contracts import (
@@ -68,7 +67,7 @@ class ProgressService(CoordinatorCore):
         labels = dict(enrolled[1])  # the enrollment's labels, not what the host claims
         self.health[host_id] = (health[:500], int(data_refusals))
         self.store.upsert_host(host_id, rack, labels, address, held)
-        deadline = time.monotonic() + min(wait_s, self.config.long_poll_max_s)
+        deadline = self.clock() + min(wait_s, self.config.long_poll_max_s)
         with self.lock:
             self.addresses[host_id] = address
             self._late_join(host_id, rack, labels, held)
@@ -79,7 +78,7 @@ class ProgressService(CoordinatorCore):
                     for j in self.jobs.values()
                     if host_id in j.targets and j.state in ACTIVE_STATES
                 ]
-                remaining = deadline - time.monotonic()
+                remaining = deadline - self.clock()
                 if {j.job_id for j in jobs} != known or remaining <= 0 or self.closing:
                     return jobs
                 self.changed.wait(remaining)
@@ -119,7 +118,7 @@ class ProgressService(CoordinatorCore):
             moved = bool(address) and address != hp.address
             hp.rack, hp.address, hp.have = rack or hp.rack, address or hp.address, bytes(have)
             hp.verified = sum(bits_from_bitmap(hp.have, job.manifest.num_chunks))
-            hp.last_seen = time.monotonic()
+            hp.last_seen = self.clock()
             self.addresses[host_id] = hp.address
             if hp.state in ("DEAD", "PENDING") and not hp.ready:
                 hp.state = "TRANSFERRING"
@@ -143,7 +142,7 @@ class ProgressService(CoordinatorCore):
         self, job_id: str, host_id: str, known_version: int, wait_s: float
     ) -> AssignmentPlan:
         self.require_leader()
-        deadline = time.monotonic() + min(wait_s, self.config.long_poll_max_s)
+        deadline = self.clock() + min(wait_s, self.config.long_poll_max_s)
         with self.lock:
             while True:
                 self.require_leader()
@@ -154,7 +153,7 @@ class ProgressService(CoordinatorCore):
                     return AssignmentPlan(job_id, 0, (), state, cancelled=True)
                 if host_id not in job.targets:
                     raise NotFound(f"host {host_id} is not a target of job {job_id}")
-                remaining = deadline - time.monotonic()
+                remaining = deadline - self.clock()
                 if job.topology.version > known_version or remaining <= 0 or self.closing:
                     return self._assignment(job, host_id)
                 self.changed.wait(remaining)
@@ -228,7 +227,7 @@ class ProgressService(CoordinatorCore):
 
     def _record(self, job: JobState, hp: HostProgress, report: ProgressReport) -> None:
         """Counters, have-bitmap and errors of one report into the progress cache."""
-        hp.last_seen = time.monotonic()
+        hp.last_seen = self.clock()
         hp.have = bytes(report.have)
         hp.verified = sum(bits_from_bitmap(hp.have, job.manifest.num_chunks))
         hp.rx, hp.tx, hp.origin = report.rx, report.tx, report.origin
@@ -298,7 +297,7 @@ class ProgressService(CoordinatorCore):
                 self._set_topology(job, splice(job.topology, suspect))
         elif (
             self.config.splice_on_suspect
-            and time.monotonic() - hp.last_seen > 2 * self.config.report_interval_s
+            and self.clock() - hp.last_seen > 2 * self.config.report_interval_s
         ):
             # the suspect also stopped reporting to us: treat as dead, splice now
             self._mark_dead(job, suspect, f"{reason} from {reporter}")

@@ -14,6 +14,7 @@ import logging
 import secrets
 import statistics
 import time
+from collections.abc import Callable
 
 from relgate_agent.authz import live_targets
 from relgate_agent.contracts import (
@@ -52,8 +53,13 @@ STRAGGLER_FRACTION = 0.5  # of the median progress
 
 
 class Coordinator(HandoffService):
-    def __init__(self, config: CoordinatorConfig, post: Post | None = None) -> None:
-        super().__init__(config, post or http_post)
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        post: Post | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(config, post or http_post, clock)
 
     # ------------------------------------------------------------------ create
     def _resolve(self, spec: JobSpec, manifest: CheckpointManifest) -> JobSpec:
@@ -229,7 +235,7 @@ class Coordinator(HandoffService):
             and (job.hosts[h].state in GONE_STATES or f < STRAGGLER_FRACTION * median)
         )
         mean = sum(alive) / len(alive) if alive else 0.0
-        elapsed = time.monotonic() - job.started
+        elapsed = self.clock() - job.started
         return JobReport(
             job_id=job.job_id,
             state=job.state,

@@ -1,0 +1,93 @@
+"""Report: a run's figures per design, the seed's back-of-envelope, and the JSON object.
+
+Percentiles are over the hosts that did not fail (a dead host never becomes READY and is
+reported in ``hostsFailed``); a host that never finished counts as +inf, so a design
+that leaves a live host behind shows it in ``p995Seconds``/``maxSeconds``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from relgate_agent.sim.designs import DesignRun
+from relgate_agent.sim.scenario import Scenario
+
+SEED_FLOOR_S = 80.0  # the seed's envelope: S / NIC for 800 GB at 100 Gbps (plus slack)
+SEED_GOOD_S = 120.0  # "~2 min for a good design"
+
+
+@dataclass(frozen=True)
+class Figures:
+    hosts: int
+    hosts_ready: int
+    hosts_failed: int
+    p50_s: float
+    p995_s: float
+    max_s: float
+    origin_bytes_over_s: float
+    splices: int
+
+    def to_json(self) -> dict[str, object]:
+        def num(x: float) -> float | None:
+            return None if not math.isfinite(x) else round(x, 3)
+
+        return {
+            "hosts": self.hosts,
+            "hostsReady": self.hosts_ready,
+            "hostsFailed": self.hosts_failed,
+            "p50Seconds": num(self.p50_s),
+            "p995Seconds": num(self.p995_s),
+            "maxSeconds": num(self.max_s),
+            "originBytesOverS": round(self.origin_bytes_over_s, 4),
+            "splices": self.splices,
+        }
+
+
+def figures(sc: Scenario, run: DesignRun) -> Figures:
+    live = ~run.failed
+    t = np.where(np.isnan(run.done_at), np.inf, run.done_at)[live]
+
+    def pct(q: float) -> float:
+        return float(np.percentile(t, q, method="higher")) if len(t) else math.inf
+
+    return Figures(
+        hosts=sc.hosts,
+        hosts_ready=int((~np.isnan(run.done_at)).sum()),
+        hosts_failed=int(run.failed.sum()),
+        p50_s=pct(50),
+        p995_s=pct(99.5),
+        max_s=float(t.max()) if len(t) else math.inf,
+        origin_bytes_over_s=run.origin_bytes / sc.checkpoint_bytes,
+        splices=run.splices,
+    )
+
+
+def envelope(sc: Scenario) -> dict[str, float]:
+    """S/B (one NIC's worth), the seed's 80 s floor and ~2 min good design, for comparison."""
+    return {
+        "sOverBSeconds": round(sc.checkpoint_bytes / sc.nic, 3),
+        "seedFloorSeconds": SEED_FLOOR_S,
+        "seedGoodDesignSeconds": SEED_GOOD_S,
+    }
+
+
+def summary(sc: Scenario, runs: dict[str, DesignRun], elapsed_s: float) -> dict[str, object]:
+    """The one JSON object: ours at the top level, every design under ``designs``."""
+    ours = figures(sc, runs["relgate"]).to_json() if "relgate" in runs else {}
+    return {
+        "scenario": sc.name,
+        "checkpointBytes": sc.checkpoint_bytes,
+        "stripes": sc.stripes,
+        "efficiency": sc.efficiency,
+        **ours,
+        "hosts": sc.hosts,
+        "designs": {name: figures(sc, r).to_json() for name, r in runs.items()},
+        "envelope": envelope(sc),
+        "simSeconds": round(elapsed_s, 2),
+    }
+
+
+__all__ = ["Figures", "envelope", "figures", "summary"]

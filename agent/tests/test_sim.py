@@ -1,0 +1,184 @@
+"""Fleet simulator: max-min fairness, chain pipelining, splices, the scenario parser, the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relgate_agent.cli import main
+from relgate_agent.coordinator.topology import build_topology
+from relgate_agent.sim.designs import StaticController, run_design
+from relgate_agent.sim.engine import ChainRun, Forest
+from relgate_agent.sim.faults import plan_incidents
+from relgate_agent.sim.flows import link_load, max_min_rates
+from relgate_agent.sim.network import build_fabric
+from relgate_agent.sim.report import figures
+from relgate_agent.sim.scenario import CHECK_SCENARIO, ScenarioError, parse_scenario
+
+TINY = """
+name = "tiny"
+seed = 3
+[fleet]
+hosts = 8
+racks = 2
+[checkpoint]
+size = "16MiB"
+chunk = "1MiB"
+block = "256KiB"
+[network]
+nic = "1Gbit"
+origin_cap = "2Gbit"
+[distribution]
+stripes = 4
+report_interval_s = 0.5
+step_s = 0.02
+dead_after_s = 1.0
+[baselines]
+swarm_pieces = 16
+"""
+FAIL = '\n[[faults]]\nkind = "fail"\nat_s = 0.05\ncount = 1\n'
+
+
+def _paths(rows: list[list[int]], links: int) -> np.ndarray:
+    out = np.full((len(rows), 3), links, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def test_max_min_by_hand() -> None:
+    caps = np.array([10.0, 2.0])
+    # A on link 0; B on links 0 and 1 (cap 2): B = 2, A takes the rest of link 0
+    rates = max_min_rates(_paths([[0], [0, 1]], 2), caps, np.array([np.inf, np.inf]))
+    assert rates.tolist() == pytest.approx([8.0, 2.0])
+    # three equal flows on link 0; one capped at 1 by itself: the others split the rest
+    rates = max_min_rates(_paths([[0], [0], [0]], 2), caps, np.array([1.0, np.inf, np.inf]))
+    assert rates.tolist() == pytest.approx([1.0, 4.5, 4.5])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0.5, 100.0), min_size=1, max_size=5),
+    st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=3), min_size=1, max_size=12),
+    st.data(),
+)
+def test_max_min_never_exceeds_and_bottlenecks(
+    caps_list: list[float], rows: list[list[int]], data: st.DataObject
+) -> None:
+    caps = np.array(caps_list)
+    rows = [sorted({x % len(caps) for x in r}) for r in rows]
+    fcaps = np.array(
+        [data.draw(st.sampled_from([np.inf, 0.3, 7.0, 50.0])) for _ in rows], dtype=np.float64
+    )
+    paths = _paths(rows, len(caps))
+    rates = max_min_rates(paths, caps, fcaps)
+    load = link_load(paths, rates, len(caps))
+    assert (load <= caps * (1 + 1e-6)).all()
+    assert (rates <= fcaps * (1 + 1e-9)).all()
+    full = load >= caps * (1 - 1e-6)
+    for i, r in enumerate(rows):
+        at_cap = rates[i] >= fcaps[i] * (1 - 1e-6)
+        # bottlenecked: at its own cap, or on a full link where nobody gets more than it
+        on_full = [
+            link
+            for link in r
+            if full[link]
+            and rates[i] >= max(rates[j] for j, rr in enumerate(rows) if link in rr) * (1 - 1e-6)
+        ]
+        assert at_cap or on_full
+
+
+class _Checked(StaticController):
+    """Asserts the pipelining bound after every step."""
+
+    def on_time(self, run: ChainRun) -> Forest | None:
+        par = run.forest.parent[0]
+        kids = np.flatnonzero(par >= 0)
+        assert (run.got[0, kids] <= run.got[0, par[kids]] + 1e-6).all()
+        return super().on_time(run)
+
+
+def test_chain_pipelining_bound_with_a_slow_host() -> None:
+    sc = parse_scenario(
+        TINY + '\n[[faults]]\nkind = "slow"\nat_s = 0.0\ncount = 2\ndirection = "rx"\n'
+    )
+    fabric = build_fabric(sc)
+    names = [f"h{i}" for i in range(sc.hosts)]
+    topo = build_topology({h: "r0" for h in names}, 1)
+    run = ChainRun(
+        sc,
+        fabric,
+        np.array([float(sc.checkpoint_bytes)]),
+        _Checked(sc, topo, names),
+        plan_incidents(sc),
+    ).run()
+    assert not np.isnan(run.done_at).any()
+    order = [names.index(h) for h in topo.stripes[0].order]
+    # nobody finishes before its upstream
+    assert all(run.done_at[a] <= run.done_at[b] + 1e-9 for a, b in itertools.pairwise(order))
+
+
+def test_failing_host_is_spliced_and_everyone_else_completes() -> None:
+    sc = parse_scenario(TINY + FAIL)
+    run = run_design(sc, "relgate")
+    fig = figures(sc, run)
+    assert fig.hosts_failed == 1
+    assert fig.hosts_ready == sc.hosts - 1
+    assert fig.splices >= 1
+    assert np.isnan(run.done_at[run.failed]).all()
+
+
+def test_naive_reads_n_times_s_chains_read_once() -> None:
+    sc = parse_scenario(TINY)
+    naive = figures(sc, run_design(sc, "naive"))
+    ours = figures(sc, run_design(sc, "relgate"))
+    assert naive.origin_bytes_over_s == pytest.approx(sc.hosts)
+    assert ours.origin_bytes_over_s == pytest.approx(1.0)
+    assert ours.hosts_ready == naive.hosts_ready == sc.hosts
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("not toml [", "is not TOML"),
+        (TINY + "\n[extra]\nx = 1\n", "unknown key"),
+        (TINY.replace('size = "16MiB"', 'size = "16 parsecs"'), "not a size"),
+        (TINY.replace('nic = "1Gbit"', "nic = -5"), "not a rate"),
+        (TINY.replace("racks = 2", "racks = 20"), "20 racks for 8 hosts"),
+        (TINY.replace("stripes = 4", "stripes = 0"), "not an integer"),
+        (TINY.replace("hosts = 8", "hosts = true"), "not an integer"),
+        (TINY + '\n[[faults]]\nkind = "meteor"\nat_s = 1.0\n', "is not one of"),
+        (TINY + '\n[[faults]]\nkind = "fail"\nat_s = 1.0\ncount = 9\n', "fail of 9 hosts"),
+        (TINY + '\n[[faults]]\nkind = "root_fail"\nat_s = 1.0\nstripe = 4\n', "stripe 4"),
+        (TINY.replace('block = "256KiB"', 'block = "300KiB"'), "must divide"),
+        (TINY.replace("[fleet]\nhosts = 8", "[fleet]\nhosts = 8\nhsots = 3"), "unknown key"),
+    ],
+)
+def test_scenario_refusals(text: str, needle: str) -> None:
+    with pytest.raises(ScenarioError, match=needle) as exc:
+        parse_scenario(text, "t.toml")
+    assert exc.value.check == CHECK_SCENARIO
+
+
+def test_cli_json_keys_and_refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "tiny.toml"
+    good.write_text(TINY + FAIL)
+    assert main(["simulate", str(good), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    keys = {"hosts", "checkpointBytes", "p50Seconds", "p995Seconds", "maxSeconds"}
+    keys |= {"originBytesOverS", "hostsReady"}
+    assert keys <= set(doc)
+    assert set(doc["designs"]) == {"relgate", "naive", "tree", "swarm"}
+    for d in doc["designs"].values():
+        assert keys - {"checkpointBytes"} <= set(d)
+    assert doc["hosts"] == 8 and doc["hostsReady"] == 7
+    bad = tmp_path / "bad.toml"
+    bad.write_text(TINY.replace("hosts = 8", "hosts = 8\nwho = 1"))
+    assert main(["simulate", str(bad), "--json"]) == 3
+    assert json.loads(capsys.readouterr().out)["check"] == CHECK_SCENARIO
