@@ -25,6 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from relgate_agent.errors import StorageError
 from relgate_agent.fstree import (
     CHECK_NOT_REGULAR,
@@ -67,19 +70,32 @@ def fsync_dir(path: Path) -> None:
 
 def bitmap_from_bits(bits: bytearray | list[int] | bytes) -> bytes:
     """Pack a 0/1 sequence into a bitmap, bit i = LSB-first bit (i % 8) of byte i // 8."""
-    out = bytearray((len(bits) + 7) // 8)
-    for i, v in enumerate(bits):
-        if v:
-            out[i >> 3] |= 1 << (i & 7)
-    return bytes(out)
+    if isinstance(bits, list):
+        arr = np.asarray(bits, dtype=np.uint8)
+    else:
+        arr = np.frombuffer(bytes(bits), dtype=np.uint8)
+    return np.packbits(arr != 0, bitorder="little").tobytes()
+
+
+def _bit_array(bitmap: bytes, n: int) -> npt.NDArray[np.uint8]:
+    """The first ``n`` bits of ``bitmap`` (missing trailing bytes read as 0, extra ones ignored)."""
+    if n <= 0:
+        return np.zeros(0, dtype=np.uint8)
+    raw = np.frombuffer(bitmap[: (n + 7) // 8], dtype=np.uint8)
+    bits = np.unpackbits(raw, count=min(n, raw.size * 8), bitorder="little")
+    if bits.size < n:
+        bits = np.concatenate([bits, np.zeros(n - bits.size, dtype=np.uint8)])
+    return bits
 
 
 def bits_from_bitmap(bitmap: bytes, n: int) -> bytearray:
-    out = bytearray(n)
-    for i in range(min(n, len(bitmap) * 8)):
-        if bitmap[i >> 3] >> (i & 7) & 1:
-            out[i] = 1
-    return out
+    """The first ``n`` bits of a peer's bitmap; a short or long bitmap is bounded, never trusted."""
+    return bytearray(_bit_array(bitmap, n).tobytes())
+
+
+def count_bits(bitmap: bytes, n: int) -> int:
+    """How many of the first ``n`` chunks ``bitmap`` marks verified (numpy, no per-bit Python)."""
+    return int(np.count_nonzero(_bit_array(bitmap, n)))
 
 
 @dataclass

@@ -37,7 +37,7 @@ from relgate_agent.coordinator.jobstate import (
 from relgate_agent.coordinator.leader import CoordinatorCore
 from relgate_agent.coordinator.topology import append_host, splice
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED
-from relgate_agent.storage import bits_from_bitmap
+from relgate_agent.storage import bits_from_bitmap, count_bits
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class ProgressService(CoordinatorCore):
             hp = job.hosts[host_id]
             moved = bool(address) and address != hp.address
             hp.rack, hp.address, hp.have = rack or hp.rack, address or hp.address, bytes(have)
-            hp.verified = sum(bits_from_bitmap(hp.have, job.manifest.num_chunks))
+            hp.verified = count_bits(hp.have, job.manifest.num_chunks)
             hp.last_seen = time.monotonic()
             self.addresses[host_id] = hp.address
             if hp.state in ("DEAD", "PENDING") and not hp.ready:
@@ -230,7 +230,7 @@ class ProgressService(CoordinatorCore):
         """Counters, have-bitmap and errors of one report into the progress cache."""
         hp.last_seen = time.monotonic()
         hp.have = bytes(report.have)
-        hp.verified = sum(bits_from_bitmap(hp.have, job.manifest.num_chunks))
+        hp.verified = count_bits(hp.have, job.manifest.num_chunks)
         hp.rx, hp.tx, hp.origin = report.rx, report.tx, report.origin
         hp.rx_bps, hp.tx_bps = report.rx_bps, report.tx_bps
         if report.data_address:
