@@ -93,6 +93,37 @@ def bits_from_bitmap(bitmap: bytes, n: int) -> bytearray:
     return bytearray(_bit_array(bitmap, n).tobytes())
 
 
+DELTA_INDEX = np.dtype("<u4")  # a progress delta: packed little-endian uint32 chunk indexes
+
+
+def pack_indexes(indexes: npt.ArrayLike) -> bytes:
+    """Chunk indexes as a progress delta (the wire layout of ``verified_delta``)."""
+    return np.asarray(indexes, dtype=DELTA_INDEX).tobytes()
+
+
+def apply_delta(bitmap: bytes, delta: bytes, n: int) -> bytes | None:
+    """``bitmap`` (n chunks) with the delta's chunks set; None if the delta is malformed.
+
+    Hostile input: a length that is not whole indexes, more than ``n`` indexes or an index
+    at or past ``n`` refuses the whole delta (nothing of it is applied).
+    """
+    size = DELTA_INDEX.itemsize
+    if n <= 0 or len(delta) % size or len(delta) // size > n:
+        return None
+    idx = np.frombuffer(delta, dtype=DELTA_INDEX)
+    if idx.size and int(idx.max()) >= n:
+        return None
+    bits = _bit_array(bitmap, n).copy()
+    bits[idx] = 1
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
+def delta_indexes(old: bytes, new: bytes, n: int) -> bytes:
+    """The progress delta from ``old`` to ``new`` (chunks set in new, not in old)."""
+    fresh = np.flatnonzero(_bit_array(new, n) & ~_bit_array(old, n))
+    return pack_indexes(fresh)
+
+
 def count_bits(bitmap: bytes, n: int) -> int:
     """How many of the first ``n`` chunks ``bitmap`` marks verified (numpy, no per-bit Python)."""
     return int(np.count_nonzero(_bit_array(bitmap, n)))
