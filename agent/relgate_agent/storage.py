@@ -113,9 +113,13 @@ def apply_delta(bitmap: bytes, delta: bytes, n: int) -> bytes | None:
     idx = np.frombuffer(delta, dtype=DELTA_INDEX)
     if idx.size and int(idx.max()) >= n:
         return None
-    bits = _bit_array(bitmap, n).copy()
-    bits[idx] = 1
-    return np.packbits(bits, bitorder="little").tobytes()
+    out = np.zeros((n + 7) // 8, dtype=np.uint8)
+    head = np.frombuffer(bitmap[: out.size], dtype=np.uint8)
+    out[: head.size] = head
+    if n % 8:
+        out[-1] &= (1 << (n % 8)) - 1  # bits past n are not chunks
+    np.bitwise_or.at(out, idx >> 3, np.left_shift(1, idx & 7).astype(np.uint8))
+    return out.tobytes()
 
 
 def delta_indexes(old: bytes, new: bytes, n: int) -> bytes:
