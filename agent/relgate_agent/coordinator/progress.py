@@ -117,7 +117,8 @@ class ProgressService(CoordinatorCore):
                 raise NotFound(f"host {host_id} is not a target of job {job_id}")
             hp = job.hosts[host_id]
             moved = bool(address) and address != hp.address
-            hp.rack, hp.address, hp.have = rack or hp.rack, address or hp.address, bytes(have)
+            hp.rack, hp.address = rack or hp.rack, address or hp.address
+            hp.have = bytes(have[: (job.manifest.num_chunks + 7) // 8])  # bounded: hostile length
             hp.verified = count_bits(hp.have, job.manifest.num_chunks)
             hp.last_seen = time.monotonic()
             self.addresses[host_id] = hp.address
@@ -257,7 +258,7 @@ class ProgressService(CoordinatorCore):
     def _merge_have(job: JobState, hp: HostProgress, report: ProgressReport) -> bool:
         n = job.manifest.num_chunks
         if report.have or report.verified_count <= 0:  # a whole bitmap
-            hp.have = bytes(report.have)
+            hp.have = bytes(report.have[: (n + 7) // 8])  # a longer one is not kept
             hp.verified = count_bits(hp.have, n)
             return True
         merged = apply_delta(hp.have, report.verified_delta, n)
