@@ -195,7 +195,8 @@ class ControlPlane:
         have, n = files.tracker.bitmap(), files.manifest.num_chunks
         self._sent_have = have
         count = count_bits(have, n)
-        if self._acked_have is None or count == 0:
+        # READY is judged on the whole bitmap (a restarted coordinator holds no base)
+        if self._acked_have is None or count == 0 or self.job.ready:
             return have, b"", 0
         return b"", delta_indexes(self._acked_have, have, n), count
 
