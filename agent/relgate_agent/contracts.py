@@ -108,6 +108,8 @@ class ProgressReport:
     health: str = ""
     data_refusals: int = 0
     errors: tuple[str, ...] = ()
+    verified_delta: bytes = b""  # with have empty: storage.pack_indexes of newly verified chunks
+    verified_count: int = 0
 
 
 @dataclass(frozen=True)

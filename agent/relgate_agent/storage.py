@@ -25,6 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from relgate_agent.errors import StorageError
 from relgate_agent.fstree import (
     CHECK_NOT_REGULAR,
@@ -67,19 +70,67 @@ def fsync_dir(path: Path) -> None:
 
 def bitmap_from_bits(bits: bytearray | list[int] | bytes) -> bytes:
     """Pack a 0/1 sequence into a bitmap, bit i = LSB-first bit (i % 8) of byte i // 8."""
-    out = bytearray((len(bits) + 7) // 8)
-    for i, v in enumerate(bits):
-        if v:
-            out[i >> 3] |= 1 << (i & 7)
-    return bytes(out)
+    if isinstance(bits, list):
+        arr = np.asarray(bits, dtype=np.uint8)
+    else:
+        arr = np.frombuffer(bytes(bits), dtype=np.uint8)
+    return np.packbits(arr != 0, bitorder="little").tobytes()
+
+
+def _bit_array(bitmap: bytes, n: int) -> npt.NDArray[np.uint8]:
+    """The first ``n`` bits of ``bitmap`` (missing trailing bytes read as 0, extra ones ignored)."""
+    if n <= 0:
+        return np.zeros(0, dtype=np.uint8)
+    raw = np.frombuffer(bitmap[: (n + 7) // 8], dtype=np.uint8)
+    bits = np.unpackbits(raw, count=min(n, raw.size * 8), bitorder="little")
+    if bits.size < n:
+        bits = np.concatenate([bits, np.zeros(n - bits.size, dtype=np.uint8)])
+    return bits
 
 
 def bits_from_bitmap(bitmap: bytes, n: int) -> bytearray:
-    out = bytearray(n)
-    for i in range(min(n, len(bitmap) * 8)):
-        if bitmap[i >> 3] >> (i & 7) & 1:
-            out[i] = 1
-    return out
+    """The first ``n`` bits of a peer's bitmap; a short or long bitmap is bounded, never trusted."""
+    return bytearray(_bit_array(bitmap, n).tobytes())
+
+
+DELTA_INDEX = np.dtype("<u4")  # a progress delta: packed little-endian uint32 chunk indexes
+
+
+def pack_indexes(indexes: npt.ArrayLike) -> bytes:
+    """Chunk indexes as a progress delta (the wire layout of ``verified_delta``)."""
+    return np.asarray(indexes, dtype=DELTA_INDEX).tobytes()
+
+
+def apply_delta(bitmap: bytes, delta: bytes, n: int) -> bytes | None:
+    """``bitmap`` (n chunks) with the delta's chunks set; None if the delta is malformed.
+
+    Hostile input: a length that is not whole indexes, more than ``n`` indexes or an index
+    at or past ``n`` refuses the whole delta (nothing of it is applied).
+    """
+    size = DELTA_INDEX.itemsize
+    if n <= 0 or len(delta) % size or len(delta) // size > n:
+        return None
+    idx = np.frombuffer(delta, dtype=DELTA_INDEX)
+    if idx.size and int(idx.max()) >= n:
+        return None
+    out = np.zeros((n + 7) // 8, dtype=np.uint8)
+    head = np.frombuffer(bitmap[: out.size], dtype=np.uint8)
+    out[: head.size] = head
+    if n % 8:
+        out[-1] &= (1 << (n % 8)) - 1  # bits past n are not chunks
+    np.bitwise_or.at(out, idx >> 3, np.left_shift(1, idx & 7).astype(np.uint8))
+    return out.tobytes()
+
+
+def delta_indexes(old: bytes, new: bytes, n: int) -> bytes:
+    """The progress delta from ``old`` to ``new`` (chunks set in new, not in old)."""
+    fresh = np.flatnonzero(_bit_array(new, n) & ~_bit_array(old, n))
+    return pack_indexes(fresh)
+
+
+def count_bits(bitmap: bytes, n: int) -> int:
+    """How many of the first ``n`` chunks ``bitmap`` marks verified (numpy, no per-bit Python)."""
+    return int(np.count_nonzero(_bit_array(bitmap, n)))
 
 
 @dataclass

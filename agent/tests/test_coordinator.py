@@ -14,7 +14,7 @@ from relgate_agent.coordinator.service import (
     Rejected,
 )
 from relgate_agent.manifest import TrustedKeys
-from relgate_agent.storage import bitmap_from_bits
+from relgate_agent.storage import bitmap_from_bits, pack_indexes
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}
 
@@ -161,3 +161,26 @@ def test_deadline_handoff_below_threshold(coord: Coordinator, checkpoint) -> Non
         assert job.state == "COMPLETE"
     finally:
         hook.close()
+
+
+def test_progress_delta_merged_and_full_bitmap_asked_for(coord: Coordinator, checkpoint) -> None:
+    job = coord.create_job(_spec(checkpoint))
+    n = checkpoint["manifest"].num_chunks
+    h = next(iter(job.topology.racks))
+    full = bitmap_from_bits(bytearray([1]) + bytearray(n - 1))
+    assert (
+        "FULL_PROGRESS"
+        not in coord.report_progress(job.job_id, h, ProgressReport(have=full)).actions
+    )
+    # a delta on top of the cached bitmap: merged, counts agree
+    ok = ProgressReport(verified_delta=pack_indexes([n - 1]), verified_count=2)
+    assert "FULL_PROGRESS" not in coord.report_progress(job.job_id, h, ok).actions
+    assert job.hosts[h].verified == 2 and job.hosts[h].holds(n - 1)
+    # the agent counts more than the cache holds (a lost delta, a new leader): ask for all
+    gap = ProgressReport(verified_delta=pack_indexes([1]), verified_count=5)
+    assert "FULL_PROGRESS" in coord.report_progress(job.job_id, h, gap).actions
+    # hostile: an index past the manifest's chunks refuses the whole delta, cache unchanged
+    before = job.hosts[h].have
+    bad = ProgressReport(verified_delta=pack_indexes([2, n]), verified_count=4)
+    assert "FULL_PROGRESS" in coord.report_progress(job.job_id, h, bad).actions
+    assert job.hosts[h].have == before

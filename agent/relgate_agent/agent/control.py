@@ -21,7 +21,7 @@ from relgate_agent.agent.job import ORIGIN, JobState
 from relgate_agent.errors import StorageError
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retry import Backoff, retry_call
-from relgate_agent.storage import JournalState, VersionStore
+from relgate_agent.storage import JournalState, VersionStore, count_bits, delta_indexes
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,9 @@ class ControlPlane:
         self._rate_mark = (time.monotonic(), 0, 0)
         self.rx_bps = 0
         self.tx_bps = 0
+        # the bitmap the coordinator last took whole (None: send the whole bitmap next)
+        self._acked_have: bytes | None = None
+        self._sent_have = b""  # the bitmap the report in flight describes
 
     # ------------------------------------------------------------------ register
     def _journal_bits(self) -> bytes:
@@ -161,11 +164,14 @@ class ControlPlane:
             self.rx_bps = int((c.rx_bytes + c.origin_bytes - rx0) / (now - t0))
             self.tx_bps = int((c.tx_bytes - tx0) / (now - t0))
             self._rate_mark = (now, c.rx_bytes + c.origin_bytes, c.tx_bytes)
+        have, delta, count = self._have_fields()
         return pb.ReportProgressRequest(
             job_id=job.job_id,
             host_id=job.cfg.host_id,
             topology_version=job.assignments.topology_version,
-            have=files.tracker.bitmap() if files else b"",
+            have=have,
+            verified_delta=delta,
+            verified_count=count,
             rx_bytes=c.rx_bytes,
             tx_bytes=c.tx_bytes,
             origin_bytes=c.origin_bytes,
@@ -181,11 +187,30 @@ class ControlPlane:
             data_refusals=job.host.data_refusals(),
         )
 
+    def _have_fields(self) -> tuple[bytes, bytes, int]:
+        """The whole bitmap, or only the chunks verified since the last acknowledged one."""
+        files = self.job.files
+        if files is None:
+            return b"", b"", 0
+        have, n = files.tracker.bitmap(), files.manifest.num_chunks
+        self._sent_have = have
+        count = count_bits(have, n)
+        # READY is judged on the whole bitmap (a restarted coordinator holds no base)
+        if self._acked_have is None or count == 0 or self.job.ready:
+            return have, b"", 0
+        return b"", delta_indexes(self._acked_have, have, n), count
+
     def report_once(self) -> list[str]:
         job = self.job
         with job.lock:
             req = self._progress_request()
         resp = job.host.stub.ReportProgress(req, timeout=10)
+        # a delta is a set of chunks (re-applying one is harmless); on FULL_PROGRESS, or a
+        # new coordinator that lacks our base, the next report carries the whole bitmap
+        if "FULL_PROGRESS" in resp.actions:
+            self._acked_have = None
+        elif job.files is not None:
+            self._acked_have = self._sent_have
         for _ in req.errors:  # delivered; anything appended meanwhile stays buffered
             with contextlib.suppress(IndexError):
                 job.errors.popleft()

@@ -36,7 +36,7 @@ from relgate_agent.coordinator.jobstate import (
 from relgate_agent.coordinator.leader import CoordinatorCore
 from relgate_agent.coordinator.topology import append_host, splice
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED
-from relgate_agent.storage import bits_from_bitmap
+from relgate_agent.storage import apply_delta, bits_from_bitmap, count_bits
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,9 @@ class ProgressService(CoordinatorCore):
                 raise NotFound(f"host {host_id} is not a target of job {job_id}")
             hp = job.hosts[host_id]
             moved = bool(address) and address != hp.address
-            hp.rack, hp.address, hp.have = rack or hp.rack, address or hp.address, bytes(have)
-            hp.verified = sum(bits_from_bitmap(hp.have, job.manifest.num_chunks))
+            hp.rack, hp.address = rack or hp.rack, address or hp.address
+            hp.have = bytes(have[: (job.manifest.num_chunks + 7) // 8])  # bounded: hostile length
+            hp.verified = count_bits(hp.have, job.manifest.num_chunks)
             hp.last_seen = self.clock()
             self.addresses[host_id] = hp.address
             if hp.state in ("DEAD", "PENDING") and not hp.ready:
@@ -209,11 +210,11 @@ class ProgressService(CoordinatorCore):
             hp = job.hosts.get(host_id)
             if hp is None:
                 return ProgressReply(job.topology.version, ("REREGISTER",))
-            self._record(job, hp, report)
+            whole = self._record(job, hp, report)
             self.health[host_id] = (report.health[:500], int(report.data_refusals))
             if job.state == "FAILED":
                 return ProgressReply(job.topology.version, ("STOP",))
-            actions: list[str] = []
+            actions: list[str] = [] if whole else ["FULL_PROGRESS"]
             if report.ready and not hp.ready:
                 self._accept_ready(job, hp, report)
             elif not hp.ready:
@@ -225,11 +226,15 @@ class ProgressService(CoordinatorCore):
                 actions.append("REFETCH_ASSIGNMENT")
             return ProgressReply(job.topology.version, tuple(actions))
 
-    def _record(self, job: JobState, hp: HostProgress, report: ProgressReport) -> None:
-        """Counters, have-bitmap and errors of one report into the progress cache."""
+    def _record(self, job: JobState, hp: HostProgress, report: ProgressReport) -> bool:
+        """Counters, have-bitmap and errors of one report into the progress cache.
+
+        False when a delta did not bring the cached bitmap to the agent's count (a delta that
+        is malformed, or on top of a bitmap this coordinator does not hold, e.g. after a
+        takeover): the agent is asked for its whole bitmap.
+        """
         hp.last_seen = self.clock()
-        hp.have = bytes(report.have)
-        hp.verified = sum(bits_from_bitmap(hp.have, job.manifest.num_chunks))
+        whole = self._merge_have(job, hp, report)
         hp.rx, hp.tx, hp.origin = report.rx, report.tx, report.origin
         hp.rx_bps, hp.tx_bps = report.rx_bps, report.tx_bps
         if report.data_address:
@@ -246,6 +251,20 @@ class ProgressService(CoordinatorCore):
                 if hp.host_id in job.topology.racks:  # its downstreams must not wait for it
                     self._mark_dead(job, hp.host_id, "the host gave up (HOST_FAILED)")
                 hp.state = "FAILED"
+        return whole
+
+    @staticmethod
+    def _merge_have(job: JobState, hp: HostProgress, report: ProgressReport) -> bool:
+        n = job.manifest.num_chunks
+        if report.have or report.verified_count <= 0:  # a whole bitmap
+            hp.have = bytes(report.have[: (n + 7) // 8])  # a longer one is not kept
+            hp.verified = count_bits(hp.have, n)
+            return True
+        merged = apply_delta(hp.have, report.verified_delta, n)
+        if merged is None:
+            return False
+        hp.have, hp.verified = merged, count_bits(merged, n)
+        return hp.verified == report.verified_count
 
     def _accept_ready(self, job: JobState, hp: HostProgress, report: ProgressReport) -> None:
         why = ready_refusal(

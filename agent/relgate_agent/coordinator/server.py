@@ -134,6 +134,8 @@ def report_from_pb(request: pb.ReportProgressRequest) -> ProgressReport:
         placed_manifest_digest=request.placed_manifest_digest,
         health=request.health,
         data_refusals=request.data_refusals,
+        verified_delta=bytes(request.verified_delta),
+        verified_count=request.verified_count,
         errors=tuple(
             f"{e.kind} chunk={e.chunk} from={e.from_host} {e.detail}".strip()
             for e in request.errors

@@ -563,6 +563,8 @@ class ReportProgressRequest(_message.Message):
         "topology_version",
         "tx_bytes",
         "tx_bytes_per_s",
+        "verified_count",
+        "verified_delta",
     )
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -581,6 +583,8 @@ class ReportProgressRequest(_message.Message):
     PLACED_MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     DATA_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_DELTA_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_COUNT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     host_id: str
     topology_version: int
@@ -598,6 +602,8 @@ class ReportProgressRequest(_message.Message):
     placed_manifest_digest: str
     health: str
     data_refusals: int
+    verified_delta: bytes
+    verified_count: int
     def __init__(
         self,
         job_id: str | None = ...,
@@ -617,6 +623,8 @@ class ReportProgressRequest(_message.Message):
         placed_manifest_digest: str | None = ...,
         health: str | None = ...,
         data_refusals: int | None = ...,
+        verified_delta: bytes | None = ...,
+        verified_count: int | None = ...,
     ) -> None: ...
 
 class ReportProgressResponse(_message.Message):
