@@ -1,4 +1,4 @@
-"""Runner: one scenario through every design (the ``simulate`` command's body)."""
+"""Comparison: one scenario through every design (the ``simulate`` command's body)."""
 
 from __future__ import annotations
 
