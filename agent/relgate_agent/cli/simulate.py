@@ -24,9 +24,9 @@ from relgate_agent.cli.params import common, output
 )
 def simulate(scenario: Path, plots_dir: Path | None, designs: tuple[str, ...]) -> int:
     """Flow-level simulation of one distribution; prints one JSON object with --json."""
-    from relgate_agent.sim.designs import DESIGNS
     from relgate_agent.sim.comparison import plot
     from relgate_agent.sim.comparison import simulate as run
+    from relgate_agent.sim.designs import DESIGNS
     from relgate_agent.sim.scenario import load_scenario
 
     sim = run(load_scenario(scenario), designs or DESIGNS)
