@@ -184,3 +184,13 @@ def test_progress_delta_merged_and_full_bitmap_asked_for(coord: Coordinator, che
     bad = ProgressReport(verified_delta=pack_indexes([2, n]), verified_count=4)
     assert "FULL_PROGRESS" in coord.report_progress(job.job_id, h, bad).actions
     assert job.hosts[h].have == before
+    # the cache holds more than the agent counts (it lost chunks): its bitmap, not the merge
+    lost = ProgressReport(verified_delta=pack_indexes([3]), verified_count=1)
+    assert "FULL_PROGRESS" in coord.report_progress(job.job_id, h, lost).actions
+    # a whole bitmap replaces the cache, cut to the manifest's chunks (a hostile long one)
+    longer = bitmap_from_bits(bytearray([1]) + bytearray(n - 1)) + b"\xff" * 4096
+    coord.report_progress(job.job_id, h, ProgressReport(have=longer))
+    assert len(job.hosts[h].have) == (n + 7) // 8 and job.hosts[h].verified == 1
+    # an empty report from an agent that lost its staging: nothing verified any more
+    assert "FULL_PROGRESS" not in coord.report_progress(job.job_id, h, ProgressReport()).actions
+    assert job.hosts[h].verified == 0

@@ -137,3 +137,15 @@ def test_incremental_hash_catches_a_corrupted_block(checkpoint) -> None:
         hashes.feed(1, b, bytes(chunk))
     got = hashes.digest(1)
     assert got is not None and got != m.chunks[1].digest
+
+
+def test_a_chunk_asked_for_before_its_last_block_is_reread_not_failed(checkpoint) -> None:
+    """An in-order prefix is not the chunk: digest() says "re-read" (None), never a digest
+    of the blocks so far (which would fail a good chunk as corrupt)."""
+    m, data = _chunk_data(checkpoint)
+    blocks = list(m.chunk_blocks(0))
+    hashes = ChunkHashes(m)
+    for b in blocks[:-1]:
+        off, n = m.block_range(b)
+        hashes.feed(0, b, data[off : off + n])
+    assert hashes.digest(0) is None and hashes.rereads == 1
