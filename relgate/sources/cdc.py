@@ -189,7 +189,9 @@ class CdcSource(Source):
         for key, version_id, _count in self._segments(entry):
             try:
                 self.store.head(key, version_id)
-            except Exception as exc:
+            except RejectedError:
+                raise  # the store refused what it holds: a refusal, not an unreadable segment
+            except Exception as exc:  # unreadable: missing, permissions, network, throttling
                 problems.append(
                     f"{self.id}: segment {key}@{version_id} unreadable"
                     f" ({type(exc).__name__}): {exc}"

@@ -102,8 +102,13 @@ class CoordinatorCore:
             return
         try:
             epoch = self.store.acquire_lease(self.replica_id, self.config.lease_ttl_s)
-        except Exception as exc:  # store unreachable: we cannot prove we still lead
-            log.warning("lease renewal failed: %s", exc)
+        except Exception as exc:  # any failure: we cannot prove we still lead, so step down
+            log.warning(
+                "replica %s: lease renewal failed (%s: %s); stepping down",
+                self.replica_id,
+                type(exc).__name__,
+                exc,
+            )
             epoch = None
         if epoch is None:
             self._step_down()
