@@ -9,7 +9,7 @@ these to and from the protobuf messages; the coordinator logic only sees these m
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 ORIGIN = "ORIGIN"  # the upstream of a stripe root: the checkpoint's origin store
@@ -132,6 +132,36 @@ class JobRef:
     state: str
 
 
+@dataclass
+class WatchCursor:
+    """What one agent's watch stream has been told: its job set and, per job, the topology
+    version of the last assignment pushed (the agent's own applied versions to begin with).
+    Mutated only under the coordinator's lock."""
+
+    host_id: str
+    jobs: frozenset[str] | None = None  # None: the job list was never sent on this stream
+    versions: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WatchUpdate:
+    """One push on a watch stream: the host's whole active job list and the assignments
+    newer than its cursor (an ended job's is ``cancelled`` with its final state)."""
+
+    jobs: tuple[JobRef, ...]
+    assignments: tuple[AssignmentPlan, ...] = ()
+
+    def merged(self, newer: WatchUpdate) -> WatchUpdate:
+        """This unsent update overtaken by ``newer``: the newer job list, and per job the
+        newest assignment of either."""
+        by_job = {a.job_id: a for a in self.assignments}
+        for a in newer.assignments:
+            old = by_job.get(a.job_id)
+            if old is None or a.cancelled or a.topology_version >= old.topology_version:
+                by_job[a.job_id] = a
+        return WatchUpdate(newer.jobs, tuple(by_job.values()))
+
+
 __all__ = [
     "ORIGIN",
     "ORIGIN_PEER",
@@ -147,6 +177,8 @@ __all__ = [
     "Registration",
     "StripePlan",
     "SuspectReply",
+    "WatchCursor",
+    "WatchUpdate",
 ]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -16,6 +16,23 @@ GRPC_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.so_reuseport", 0),
+]
+# A watch stream is quiet for long stretches: the agent pings, so a coordinator that vanished
+# without a FIN (a partition, a power cut) is noticed in ~15 s, and the server accepts pings
+# that often (its default answers frequent pings with GOAWAY).
+KEEPALIVE_TIME_MS = 10_000
+GRPC_CLIENT_OPTIONS = [
+    *GRPC_OPTIONS,
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+GRPC_SERVER_OPTIONS = [
+    *GRPC_OPTIONS,
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
 ]
 
 
@@ -34,7 +51,7 @@ class FailoverStub:
             raise ValueError("no coordinator address given")
         creds = grpc_channel_credentials(tls)
         self.channels = [
-            grpc.secure_channel(a, creds, options=GRPC_OPTIONS + GRPC_TLS_OPTIONS)
+            grpc.secure_channel(a, creds, options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS)
             for a in self.addresses
         ]
         self.stubs = [stub_class(c) for c in self.channels]
@@ -57,6 +74,22 @@ class FailoverStub:
             raise AssertionError("unreachable")
 
         return call
+
+    def stream(self, name: str, request: Any, timeout: float | None = None) -> Iterator[Any]:
+        """A server-streaming call on the current replica. UNAVAILABLE (down, or not the
+        leader) is raised to the caller, and the next call goes to the next replica."""
+        i = self.current
+        call = getattr(self.stubs[i], name)(request, timeout=timeout)
+        try:
+            yield from call
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                with self._lock:
+                    if self.current == i:
+                        self.current = (i + 1) % len(self.stubs)
+            raise
+        finally:
+            call.cancel()  # a stream the caller stopped reading ends here (no-op when done)
 
     def close(self) -> None:
         for c in self.channels:

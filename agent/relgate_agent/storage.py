@@ -93,6 +93,25 @@ def bits_from_bitmap(bitmap: bytes, n: int) -> bytearray:
     return bytearray(_bit_array(bitmap, n).tobytes())
 
 
+def stripe_resume_blocks(
+    bitmap: bytes, n: int, stripes: int, blocks_per_chunk: int, last_chunk_blocks: int
+) -> list[int]:
+    """Per stripe, the stream position (in blocks) of a host's first missing chunk: stripe
+    ``s`` streams chunks ``s, s + k, ...``; every chunk has ``blocks_per_chunk`` blocks but
+    the last one of the checkpoint (``last_chunk_blocks``)."""
+    bits = _bit_array(bitmap, n)
+    out: list[int] = []
+    for s in range(stripes):
+        seq = bits[s::stripes]
+        missing = np.flatnonzero(seq == 0)
+        if missing.size:
+            out.append(int(missing[0]) * blocks_per_chunk)
+        else:  # the whole stripe is held
+            short = blocks_per_chunk - last_chunk_blocks if n and (n - 1) % stripes == s else 0
+            out.append(int(seq.size) * blocks_per_chunk - short)
+    return out
+
+
 DELTA_INDEX = np.dtype("<u4")  # a progress delta: packed little-endian uint32 chunk indexes
 
 

@@ -35,9 +35,8 @@ ODD = (Identity("aaa", "x"), Identity("zzz", "x"))
 def test_method_tables() -> None:
     assert {"CreateJob", "GetJob", "CancelJob", "EnrollHost", "ListHosts"} == OPERATOR_METHODS
     assert {
-        "WatchJobs",
+        "Watch",
         "Register",
-        "GetAssignment",
         "ReportProgress",
         "ReportSuspect",
         "FindPeers",

@@ -5,8 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from relgate_agent.contracts import JobSpec, ProgressReport
+from relgate_agent.contracts import (
+    AssignmentPlan,
+    JobRef,
+    JobSpec,
+    ProgressReport,
+    WatchCursor,
+    WatchUpdate,
+)
 from relgate_agent.coordinator.service import (
     Coordinator,
     CoordinatorConfig,
@@ -14,7 +23,7 @@ from relgate_agent.coordinator.service import (
     Rejected,
 )
 from relgate_agent.manifest import TrustedKeys
-from relgate_agent.storage import bitmap_from_bits, pack_indexes
+from relgate_agent.storage import bitmap_from_bits, pack_indexes, stripe_resume_blocks
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}
 
@@ -31,15 +40,7 @@ def coord(tmp_path: Path, checkpoint):
     )
     for h, r in HOSTS.items():
         c.enroll(h, r, {"cluster": "inf-a", "pool": "x" if h != "h5" else "y"})
-        c.watch_jobs(
-            h,
-            r,
-            {"cluster": "inf-a", "pool": "x" if h != "h5" else "y"},
-            f"10.0.0.{h[1:]}:1",
-            set(),
-            [],
-            0,
-        )
+        c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
     yield c
     c.store.close()
 
@@ -61,24 +62,8 @@ def test_selector_skip_holders_and_late_join(coord: Coordinator, checkpoint) -> 
     # h4 proved the version in an earlier job (a verified READY the coordinator accepted) and
     # still holds it; h3 merely claims to hold it: a claim alone never counts as ready
     coord.store.mark_host_version("h4", "claude-x", "2026-10-12.3")
-    coord.watch_jobs(
-        "h3",
-        "r1",
-        {"cluster": "inf-a", "pool": "x"},
-        "10.0.0.3:1",
-        set(),
-        ["claude-x/2026-10-12.3"],
-        0,
-    )
-    coord.watch_jobs(
-        "h4",
-        "r0",
-        {"cluster": "inf-a", "pool": "x"},
-        "10.0.0.4:1",
-        set(),
-        ["claude-x/2026-10-12.3"],
-        0,
-    )
+    coord.heartbeat("h3", "r1", "10.0.0.3:1", ["claude-x/2026-10-12.3"])
+    coord.heartbeat("h4", "r0", "10.0.0.4:1", ["claude-x/2026-10-12.3"])
     job = coord.create_job(_spec(checkpoint))
     assert set(job.targets) == {"h0", "h1", "h2", "h3", "h4"}  # h5 is pool=y
     assert "h4" not in job.topology.racks and "h4" in job.ready  # already holds the version
@@ -87,10 +72,10 @@ def test_selector_skip_holders_and_late_join(coord: Coordinator, checkpoint) -> 
     assert job.spec.origin_uri == str(Path(checkpoint["envelope"]).parent)
     v = job.topology.version
     with pytest.raises(NotEnrolled, match="host h9 is not enrolled"):
-        coord.watch_jobs("h9", "r1", {"cluster": "inf-a", "pool": "x"}, "10.0.0.9:1", set(), [], 0)
+        coord.heartbeat("h9", "r1", "10.0.0.9:1", [])
     assert "h9" not in job.targets and job.topology.version == v
     coord.enroll("h9", "r1", {"cluster": "inf-a", "pool": "x"})
-    coord.watch_jobs("h9", "r1", {"cluster": "inf-a", "pool": "x"}, "10.0.0.9:1", set(), [], 0)
+    coord.heartbeat("h9", "r1", "10.0.0.9:1", [])
     assert "h9" in job.targets and "h9" in job.topology.racks and job.topology.version > v
     assert all(not c.children("h9") for c in job.topology.stripes)
 
@@ -194,3 +179,92 @@ def test_progress_delta_merged_and_full_bitmap_asked_for(coord: Coordinator, che
     # an empty report from an agent that lost its staging: nothing verified any more
     assert "FULL_PROGRESS" not in coord.report_progress(job.job_id, h, ProgressReport()).actions
     assert job.hosts[h].verified == 0
+
+
+# ---------------------------------------------------------------------------- watch
+
+
+def test_watch_updates_push_each_version_once_and_the_end(coord: Coordinator, checkpoint) -> None:
+    # before any job: the first update is the (empty) job list, then nothing
+    cur = WatchCursor("h0")
+    (u,) = coord.watch_updates([cur])
+    assert u is not None and u.jobs == () and u.assignments == ()
+    assert coord.watch_updates([cur]) == [None]
+    job = coord.create_job(_spec(checkpoint))
+    # the new job and h0's assignment at its topology version; h5 (pool=y) hears nothing
+    other = WatchCursor("h5")
+    coord.watch_updates([other])
+    u, o = coord.watch_updates([cur, other])
+    assert o is None
+    assert u is not None and [j.job_id for j in u.jobs] == [job.job_id]
+    (a,) = u.assignments
+    assert (a.job_id, a.topology_version, a.cancelled) == (job.job_id, job.topology.version, False)
+    assert len(a.stripes) == 4 and set(a.members) == set(job.topology.racks)
+    assert cur.versions == {job.job_id: job.topology.version}
+    assert coord.watch_updates([cur]) == [None]  # told already
+    # a splice: one new version, pushed once, to every member
+    chain = job.topology.stripes[0]
+    victim = next(h for h in chain.order if chain.children(h))
+    kid = chain.children(victim)[0]
+    other = next(h for h in job.topology.racks if h not in (victim, kid))
+    v = job.topology.version
+    coord.report_suspect(job.job_id, kid, victim, "BAD_DATA", 0)
+    coord.report_suspect(job.job_id, other, victim, "BAD_DATA", 1)
+    assert job.topology.version > v
+    (u,) = coord.watch_updates([cur])
+    assert u is not None and [a.topology_version for a in u.assignments] == [job.topology.version]
+    assert victim not in u.assignments[0].members
+    assert coord.watch_updates([cur]) == [None]
+    # an agent reconnecting with the version it applied is not re-sent it
+    again = WatchCursor("h0", versions={job.job_id: job.topology.version})
+    (u,) = coord.watch_updates([again])
+    assert u is not None and u.assignments == () and [j.job_id for j in u.jobs] == [job.job_id]
+    # cancelled: the end is pushed once (cancelled, its state), then the job is forgotten
+    coord.cancel_job(job.job_id)
+    (u,) = coord.watch_updates([cur])
+    assert u is not None and u.jobs == ()
+    (end,) = u.assignments
+    assert (end.job_id, end.cancelled, end.job_state) == (job.job_id, True, "CANCELLED")
+    assert cur.versions == {} and coord.watch_updates([cur]) == [None]
+
+
+def test_watch_update_merge_keeps_the_newest(checkpoint) -> None:
+    def plan(v: int, cancelled: bool = False) -> AssignmentPlan:
+        return AssignmentPlan("j", v, (), "CANCELLED" if cancelled else "DISTRIBUTING", cancelled)
+
+    ref = JobRef("j", "m", "v", "DISTRIBUTING")
+    old = WatchUpdate((ref,), (plan(3), AssignmentPlan("k", 1, (), "DISTRIBUTING", False)))
+    new = WatchUpdate((), (plan(2),))
+    merged = old.merged(new)
+    assert merged.jobs == ()  # the newer job list
+    assert {a.job_id: a.topology_version for a in merged.assignments} == {"j": 3, "k": 1}
+    assert old.merged(WatchUpdate((), (plan(4),))).assignments[0].topology_version == 4
+    ended = old.merged(WatchUpdate((), (plan(0, cancelled=True),))).assignments[0]
+    assert ended.cancelled and ended.job_state == "CANCELLED"  # the end overrides any version
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    bits=st.lists(st.booleans(), min_size=0, max_size=90),
+    stripes=st.integers(1, 9),
+    bpc=st.integers(1, 5),
+    last=st.integers(1, 5),
+)
+def test_stripe_resume_blocks_match_a_chunk_walk(
+    bits: list[bool], stripes: int, bpc: int, last: int
+) -> None:
+    last = min(last, bpc)
+    n = len(bits)
+    blocks = [bpc] * n
+    if n:
+        blocks[-1] = last
+    expected = []
+    for s in range(stripes):
+        pos = 0
+        for c in range(s, n, stripes):
+            if not bits[c]:
+                break
+            pos += blocks[c]
+        expected.append(pos)
+    bitmap = bitmap_from_bits(bytearray(bits))
+    assert stripe_resume_blocks(bitmap, n, stripes, bpc, last) == expected

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from relgate_agent.client import job_from_pb
 from relgate_agent.contracts import HostRow, JobReport
-from relgate_agent.coordinator.server import status_to_pb
+from relgate_agent.coordinator.wire import status_to_pb
 
 
 def test_report_round_trips_through_the_message() -> None:

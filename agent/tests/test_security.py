@@ -34,7 +34,7 @@ from relgate_agent.pki import (
 )
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.storage import bitmap_from_bits
+from relgate_agent.storage import bitmap_from_bits, held_versions
 from relgate_agent.transport import (
     CREDIT,
     FRAME,
@@ -75,11 +75,18 @@ def code_and_details(fn: Any) -> tuple[grpc.StatusCode, str]:
     return exc.value.code(), exc.value.details()
 
 
-def watch(stub: pbg.AgentServiceStub, host: str, rack: str, **kw: Any) -> pb.WatchJobsResponse:
-    return stub.WatchJobs(
-        pb.WatchJobsRequest(host_id=host, rack=rack, data_address="127.0.0.1:9", wait_ms=0, **kw),
-        timeout=10,
-    )
+def first_event(stub: pbg.AgentServiceStub, request: pb.WatchRequest) -> pb.WatchEvent:
+    """The first event of a watch stream (the host's jobs, newer assignments); then cancelled."""
+    call = stub.Watch(request, timeout=10)
+    try:
+        return next(call)
+    finally:
+        call.cancel()
+
+
+def watch(stub: pbg.AgentServiceStub, host: str, rack: str, **kw: Any) -> pb.WatchEvent:
+    request = pb.WatchRequest(host_id=host, rack=rack, data_address="127.0.0.1:9", **kw)
+    return first_event(stub, request)
 
 
 def agent_stub(cluster: Cluster, host: str) -> tuple[grpc.Channel, pbg.AgentServiceStub]:
@@ -166,13 +173,8 @@ def refusals(cluster: Cluster) -> int:
 # ---------------------------------------------------------------------------- control plane
 
 AGENT_CALLS = {
-    "WatchJobs": lambda s, h: s.WatchJobs(
-        pb.WatchJobsRequest(host_id=h, rack="r1", wait_ms=0), timeout=10
-    ),
+    "Watch": lambda s, h: first_event(s, pb.WatchRequest(host_id=h, rack="r1")),
     "Register": lambda s, h: s.Register(pb.RegisterRequest(job_id="dj_x", host_id=h), timeout=10),
-    "GetAssignment": lambda s, h: s.GetAssignment(
-        pb.GetAssignmentRequest(job_id="dj_x", host_id=h), timeout=10
-    ),
     "ReportProgress": lambda s, h: s.ReportProgress(
         pb.ReportProgressRequest(job_id="dj_x", host_id=h, ready=True), timeout=10
     ),
@@ -267,7 +269,7 @@ def test_roles_and_host_identity_enforced(control: Cluster) -> None:
     # the right host id in the wrong rack
     assert code_and_details(lambda: watch(h00, "h00", "r1")) == (
         grpc.StatusCode.PERMISSION_DENIED,
-        "WatchJobs refused: certificate is for rack r0, request names rack 'r1'",
+        "Watch refused: certificate is for rack r0, request names rack 'r1'",
     )
     n += 1
     # a coordinator certificate is no operator either
@@ -308,9 +310,6 @@ def test_targets_are_enrolled_live_hosts_never_an_unenrolled_caller(
     j = job.job_id
     evil_calls = {
         "Register": lambda: evil.Register(pb.RegisterRequest(job_id=j, host_id="evil"), timeout=5),
-        "GetAssignment": lambda: evil.GetAssignment(
-            pb.GetAssignmentRequest(job_id=j, host_id="evil"), timeout=5
-        ),
         "ReportSuspect": lambda: evil.ReportSuspect(
             pb.ReportSuspectRequest(
                 job_id=j, reporter="evil", suspect_host="h00", reason="BAD_DATA"
@@ -329,10 +328,10 @@ def test_targets_are_enrolled_live_hosts_never_an_unenrolled_caller(
     st = control.status(job.job_id)
     assert st["hosts_total"] == 2 and st["topology_version"] == v
     assert "evil" not in {h["host_id"] for h in st["hosts"]}
-    for h in ("h00", "h01"):
-        a = chans[h][1].GetAssignment(
-            pb.GetAssignmentRequest(job_id=job.job_id, host_id=h), timeout=10
-        )
+    for h, rack in (("h00", "r0"), ("h01", "r1")):
+        event = watch(chans[h][1], h, rack)
+        assert [j.job_id for j in event.jobs] == [job.job_id]
+        (a,) = [a for a in event.assignments if a.job_id == job.job_id]
         assert sorted(a.members) == ["h00", "h01"]
         peers = {s.upstream.host_id for s in a.stripes} | {
             d.host_id for s in a.stripes for d in s.downstreams
@@ -519,12 +518,19 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 def assignment(plane: dict[str, Any], host: str) -> pb.Assignment:
+    """The host's current assignment, read on a watch of its own (with the running agent's
+    data address and held versions: opening a watch is that host's heartbeat)."""
     c: Cluster = plane["cluster"]
     ch, stub = agent_stub(c, host)
+    request = pb.WatchRequest(
+        host_id=host,
+        rack=c.tls(host).identity().rack,
+        data_address=data_address(plane, host),
+        held_versions=held_versions(c.models_root(host)),
+    )
     try:
-        return stub.GetAssignment(
-            pb.GetAssignmentRequest(job_id=plane["job"], host_id=host), timeout=10
-        )
+        (a,) = [a for a in first_event(stub, request).assignments if a.job_id == plane["job"]]
+        return a
     finally:
         ch.close()
 

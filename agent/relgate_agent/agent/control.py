@@ -1,7 +1,8 @@
 """Control: one job's conversation with the coordinator, and its journal.
 
-Register (have-bitmap, free disk, data address), the assignment long-poll (the chains keep
-streaming on the last assignment while the coordinator is away), progress reports every
+Register (have-bitmap, free disk, data address), assignments pushed on the host's watch
+stream (the chains keep streaming on the last one while the coordinator is away), progress
+reports every
 ``report_interval_s`` (errors stay buffered until one is delivered), suspect reports, and
 the journal of verified chunks, fsynced after the staged data every ``journal_interval_s``.
 """
@@ -26,7 +27,6 @@ from relgate_agent.storage import JournalState, VersionStore, count_bits, delta_
 log = logging.getLogger(__name__)
 
 REGISTER_RETRY = Backoff(1.0, multiplier=1.0)  # until registered, or the job is not ours
-POLL_RETRY = Backoff(0.2, 2.0)  # coordinator unreachable: back off to 2 s
 FINAL_REPORT_RETRY = Backoff(0.5, multiplier=1.0)
 FINAL_REPORT_ATTEMPTS = 20  # ~10 s of retries after giving up
 
@@ -98,43 +98,15 @@ class ControlPlane:
             return None
 
     # ------------------------------------------------------------------ assignment
-    def _reregister_if_unknown(self, exc: BaseException, _failures: int) -> None:
-        if _not_found(exc):
-            with contextlib.suppress(grpc.RpcError):
-                self.register()
-
-    def _get_assignment(self) -> pb.Assignment:
+    def deliver(self, a: pb.Assignment) -> None:
+        """An assignment pushed on the host's watch stream (the watch thread calls this).
+        A stale one (not newer than the applied version) is dropped by ``Assignments``."""
         job = self.job
-        a: pb.Assignment = job.host.stub.GetAssignment(
-            pb.GetAssignmentRequest(
-                job_id=job.job_id,
-                host_id=job.cfg.host_id,
-                known_topology_version=job.assignments.topology_version,
-                wait_ms=int(job.cfg.long_poll_s * 1000),
-            ),
-            timeout=job.cfg.long_poll_s + 10,
-        )
-        return a
-
-    def assignment_loop(self) -> None:
-        job = self.job
-        while not job.stop_event.is_set():
-            try:
-                # coordinator down: chains keep streaming on the last assignment
-                a = retry_call(
-                    self._get_assignment,
-                    retry_on=grpc.RpcError,
-                    backoff=POLL_RETRY,
-                    stop_event=job.stop_event,
-                    on_retry=self._reregister_if_unknown,
-                )
-            except grpc.RpcError:
-                return  # stopping
-            if a.cancelled:
-                job.cancelled = a.job_state == "CANCELLED"
-                job.stop()
-                return
-            job.assignments.apply(a)
+        if a.cancelled:
+            job.cancelled = a.job_state == "CANCELLED"
+            job.stop()
+            return
+        job.assignments.apply(a)
 
     def suspect(self, stripe: int, suspect: str, reason: str) -> None:
         if suspect in (ORIGIN, ""):

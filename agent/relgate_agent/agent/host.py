@@ -1,4 +1,5 @@
-"""The per-host daemon: data-plane server plus a long-poll for jobs targeting this host."""
+"""The per-host daemon: data-plane server plus one watch stream for this host's jobs and
+their stripe assignments (pushed by the coordinator)."""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ class HostAgent:
         if advertise in ("", "0.0.0.0", "::"):  # noqa: S104 - recognising a wildcard, not binding one
             advertise = socket.getfqdn()  # a wildcard bind is not an address peers can dial
         self.data_address = f"{advertise}:{port}"
-        self._watch = threading.Thread(target=self._watch_loop, name="watch-jobs", daemon=True)
+        self.watch_events = 0  # events received on watch streams
+        self._watch = threading.Thread(target=self._watch_loop, name="watch", daemon=True)
         self._stats = threading.Thread(target=self._stats_loop, name="data-stats", daemon=True)
 
     def rx_limit(self, n: int) -> None:
@@ -150,32 +152,50 @@ class HostAgent:
     def wait(self) -> None:
         self.stop_event.wait()
 
-    def _watch_request(self) -> pb.WatchJobsRequest:
+    def _watch_request(self) -> pb.WatchRequest:
         with self.lock:
-            known = [j for j, r in self.runners.items() if not r.closed]
-        return pb.WatchJobsRequest(
+            known = {
+                j: r.job.assignments.topology_version
+                for j, r in self.runners.items()
+                if not r.closed
+            }
+        return pb.WatchRequest(
             host_id=self.config.host_id,
             rack=self.config.rack,
             labels=self.config.labels,
             data_address=self.data_address,
-            known_job_ids=known,
             held_versions=held_versions(self.config.models_root),
-            wait_ms=int(self.config.long_poll_s * 1000),
             health=self.health(),
             data_refusals=self.data_refusals(),
+            known_topology_versions=known,
         )
 
-    def _watch_once(self) -> pb.WatchJobsResponse:
-        resp: pb.WatchJobsResponse = self.stub.WatchJobs(
-            self._watch_request(), timeout=self.config.long_poll_s + 10
-        )
-        return resp
+    def _watch_once(self) -> None:
+        """One watch stream, until the coordinator ends it (its lifetime) or it breaks."""
+        events = self.stub.stream("Watch", self._watch_request(), self.config.watch_timeout_s)
+        try:
+            for event in events:
+                self.watch_events += 1
+                started = self._reconcile({j.job_id: j for j in event.jobs})
+                for a in event.assignments:
+                    with self.lock:
+                        r = self.runners.get(a.job_id)
+                    if r is not None:
+                        r.control.deliver(a)
+                if self.stop_event.is_set():
+                    return
+                if started - {a.job_id for a in event.assignments}:
+                    # a runner restarted on a job this stream already pushed: reopen the
+                    # watch with its version (0), so its assignment comes at once
+                    return
+        finally:
+            events.close()
 
     def _watch_loop(self) -> None:
         while not self.stop_event.is_set():
             try:
                 # coordinator unreachable: running jobs keep streaming on their last assignment
-                resp = retry_call(
+                retry_call(
                     self._watch_once,
                     retry_on=grpc.RpcError,
                     backoff=WATCH_RETRY,
@@ -183,10 +203,11 @@ class HostAgent:
                 )
             except grpc.RpcError:
                 return  # stopping
-            self._reconcile({j.job_id: j for j in resp.jobs})
 
-    def _reconcile(self, listed: dict[str, pb.JobRef]) -> None:
-        """Start a runner for every listed job; forget ended runners of unlisted ones."""
+    def _reconcile(self, listed: dict[str, pb.JobRef]) -> set[str]:
+        """Start a runner for every listed job; forget ended runners of unlisted ones.
+        Returns the jobs a runner was started for."""
+        started: set[str] = set()
         with self.lock:
             for job_id, ref in listed.items():
                 r = self.runners.get(job_id)
@@ -194,10 +215,12 @@ class HostAgent:
                     r = JobRunner(self, job_id, ref.model, ref.version)
                     self.runners[job_id] = r
                     r.start()
+                    started.add(job_id)
             for job_id, r in list(self.runners.items()):
                 # An unlisted job finished (DONE) or was cancelled. The runner learns which
-                # from its own assignment long-poll (and discards staging if cancelled);
-                # here we only forget runners that have ended.
+                # from the ended job's assignment on the watch (and discards staging if
+                # cancelled); here we only forget runners that have ended.
                 if job_id not in listed and (r.closed or not r.alive):
                     r.stop()
                     del self.runners[job_id]
+        return started

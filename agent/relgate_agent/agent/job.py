@@ -45,7 +45,9 @@ class AgentConfig:
     advertise_host: str = ""
     journal_interval_s: float = 2.0
     report_interval_s: float = 1.0
-    long_poll_s: float = 10.0
+    # a watch stream that outlives this is cut (the coordinator ends each one well before;
+    # keepalive pings catch a vanished coordinator much sooner)
+    watch_timeout_s: float = 300.0
     credits: int = DEFAULT_CREDITS
     stall_s: float = 5.0
     retain_versions: int = 2  # current + N-1

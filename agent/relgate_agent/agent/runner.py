@@ -104,7 +104,6 @@ class JobRunner:
                 return
             job.files = files
             repair = ChunkRepair(job, files)
-            job.spawn(self.control.assignment_loop, "assign")
             job.spawn(self.control.report_loop, "report")
             if not job.ready:
                 job.spawn(self.control.journal_loop, "journal")

@@ -57,7 +57,8 @@ class CoordinatorConfig:
     default_stripes: int = 8
     dead_after_s: float = 6.0
     report_interval_s: float = 1.0
-    long_poll_max_s: float = 10.0
+    # an agent's watch stream lives this long (+-20%); opening one is its heartbeat
+    watch_max_s: float = 20.0
     webhook_url: str = ""
     # a host whose rx rate stays under slow_fraction x the median for slow_after_s is moved
     # to the tail of its rack chain (a leaf), so it no longer throttles anyone behind it

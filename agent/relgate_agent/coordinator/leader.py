@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from relgate_agent.contracts import JobSpec, PeerRef
+from relgate_agent.coordinator.changefeed import ChangeFeed
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
     CoordinatorConfig,
@@ -45,9 +46,9 @@ class CoordinatorCore:
         self.clock = clock  # injectable: the fleet simulator runs the coordinator on simulated time
         self.store = JobStore(config.db)
         self.lock = threading.RLock()
-        self.changed = threading.Condition(self.lock)
+        self.changed = ChangeFeed(self.lock)
         self.jobs: dict[str, JobState] = {}
-        self.closing = False  # set on shutdown: long-polls return at once
+        self.closing = False  # set on shutdown: watches end at once
         self.addresses: dict[str, str] = {}
         # host -> (health text, data-plane refusals) from its last heartbeat or report
         self.health: dict[str, tuple[str, int]] = {}

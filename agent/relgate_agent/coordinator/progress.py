@@ -1,6 +1,6 @@
 """Progress: the agent side of the coordinator (watch, register, assignment, reports).
 
-Agents long-poll for their jobs and their stripe assignment, register (have-bitmap, data
+Agents watch for their jobs and stripe assignments (one stream each, pushed in batches), register (have-bitmap, data
 address) and report progress; the coordinator keeps the per-host progress cache, splices a
 dead or twice-reported host out of the chains, and answers FindPeers for chunk repair.
 """
@@ -20,6 +20,8 @@ from relgate_agent.contracts import (
     Registration,
     StripePlan,
     SuspectReply,
+    WatchCursor,
+    WatchUpdate,
 )
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
@@ -36,7 +38,7 @@ from relgate_agent.coordinator.jobstate import (
 from relgate_agent.coordinator.leader import CoordinatorCore
 from relgate_agent.coordinator.topology import append_host, splice
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED
-from relgate_agent.storage import apply_delta, bits_from_bitmap, count_bits
+from relgate_agent.storage import apply_delta, count_bits, stripe_resume_blocks
 
 log = logging.getLogger(__name__)
 
@@ -45,43 +47,90 @@ QUARANTINE_REPORTERS = 2  # independent receivers of bad data before a host is q
 
 class ProgressService(CoordinatorCore):
     # ------------------------------------------------------------------ watch
-    def watch_jobs(  # noqa: PLR0913 - the WatchJobs request, field by field
+    def heartbeat(
         self,
         host_id: str,
         rack: str,
-        labels: dict[str, str],
         address: str,
-        known: set[str],
         held: list[str],
-        wait_s: float,
         *,
         health: str = "",
         data_refusals: int = 0,
     ) -> list[JobRef]:
+        """An agent opened its watch: record it as live (address, held versions, health),
+        let it join matching active jobs, and answer its active jobs."""
         self.require_leader()
-        enrolled = self.store.enrolled().get(host_id)
+        enrolled = self.store.enrollment(host_id)
         if enrolled is None:
             raise NotEnrolled(f"host {host_id} is not enrolled")
         if enrolled[0] != rack:
             raise NotEnrolled(f"host {host_id} is enrolled in rack {enrolled[0]}, not {rack!r}")
-        labels = dict(enrolled[1])  # the enrollment's labels, not what the host claims
+        labels = dict(enrolled[1])  # the enrollment's labels, never what the host claims
         self.health[host_id] = (health[:500], int(data_refusals))
         self.store.upsert_host(host_id, rack, labels, address, held)
-        deadline = self.clock() + min(wait_s, self.config.long_poll_max_s)
         with self.lock:
+            self.require_leader()
             self.addresses[host_id] = address
             self._late_join(host_id, rack, labels, held)
-            while True:
-                self.require_leader()
-                jobs = [
-                    JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state)
-                    for j in self.jobs.values()
-                    if host_id in j.targets and j.state in ACTIVE_STATES
+            return self._jobs_of(host_id)
+
+    def _jobs_of(self, host_id: str) -> list[JobRef]:
+        return [
+            JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state)
+            for j in self.jobs.values()
+            if host_id in j.targets and j.state in ACTIVE_STATES
+        ]
+
+    def watch_updates(self, cursors: list[WatchCursor]) -> list[WatchUpdate | None]:
+        """For each watch cursor, what its stream has not been told yet (None: nothing), and
+        the cursor advanced past it: one pass under the lock for every open watch, so a burst
+        of topology changes costs one computation per host, not one per change."""
+        self.require_leader()
+        out: list[WatchUpdate | None] = []
+        with self.lock:
+            self.require_leader()
+            by_host: dict[str, list[JobState]] = {}
+            for job in self.jobs.values():
+                if job.state in ACTIVE_STATES:
+                    for h in job.targets:
+                        by_host.setdefault(h, []).append(job)
+            ended: dict[str, AssignmentPlan] = {}
+            for cur in cursors:
+                jobs = by_host.get(cur.host_id, [])
+                refs = tuple(
+                    JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state) for j in jobs
+                )
+                plans = [
+                    self._assignment(j, cur.host_id)
+                    for j in jobs
+                    if j.topology.version > cur.versions.get(j.job_id, 0)
                 ]
-                remaining = deadline - self.clock()
-                if {j.job_id for j in jobs} != known or remaining <= 0 or self.closing:
-                    return jobs
-                self.changed.wait(remaining)
+                live = {j.job_id for j in jobs}
+                for job_id in [j for j in cur.versions if j not in live]:
+                    # told about before, active no more: say how it ended, once
+                    if job_id not in ended:
+                        ended[job_id] = self._ended(job_id)
+                    if ended[job_id].job_state not in ACTIVE_STATES:
+                        plans.append(ended[job_id])
+                        del cur.versions[job_id]
+                if cur.jobs == frozenset(live) and not plans:
+                    out.append(None)
+                    continue
+                cur.jobs = frozenset(live)
+                for p in plans:
+                    if not p.cancelled:
+                        cur.versions[p.job_id] = p.topology_version
+                out.append(WatchUpdate(refs, tuple(plans)))
+        return out
+
+    def _ended(self, job_id: str) -> AssignmentPlan:
+        """The assignment of a job this coordinator no longer runs: finished or cancelled
+        (the agent keeps or discards its staging by the state), or still active elsewhere."""
+        job = self.jobs.get(job_id)
+        if job is not None:
+            return self._assignment(job, "")
+        state = self.store.job_state(job_id) or "GONE"
+        return AssignmentPlan(job_id, 0, (), state, cancelled=True)
 
     def _late_join(self, host_id: str, rack: str, labels: dict[str, str], held: list[str]) -> None:
         for job in self.jobs.values():
@@ -139,31 +188,23 @@ class ProgressService(CoordinatorCore):
             )
 
     # ------------------------------------------------------------------ assignment
-    def assignment(
-        self, job_id: str, host_id: str, known_version: int, wait_s: float
-    ) -> AssignmentPlan:
+    def assignment(self, job_id: str, host_id: str) -> AssignmentPlan:
+        """A host's current assignment in a job (the watch pushes it; this reads it once)."""
         self.require_leader()
-        deadline = self.clock() + min(wait_s, self.config.long_poll_max_s)
         with self.lock:
-            while True:
-                self.require_leader()
-                job = self.jobs.get(job_id)
-                if job is None:
-                    # finished or cancelled: tell the agent which, so it keeps or discards staging
-                    state = self.store.job_state(job_id) or "GONE"
-                    return AssignmentPlan(job_id, 0, (), state, cancelled=True)
-                if host_id not in job.targets:
-                    raise NotFound(f"host {host_id} is not a target of job {job_id}")
-                remaining = deadline - self.clock()
-                if job.topology.version > known_version or remaining <= 0 or self.closing:
-                    return self._assignment(job, host_id)
-                self.changed.wait(remaining)
+            job = self.jobs.get(job_id)
+            if job is None:
+                return self._ended(job_id)
+            if host_id not in job.targets:
+                raise NotFound(f"host {host_id} is not a target of job {job_id}")
+            return self._assignment(job, host_id)
 
     def _assignment(self, job: JobState, host_id: str) -> AssignmentPlan:
         topo = job.topology
         cap = job.spec.origin_cap_bytes_per_s
         stripes: list[StripePlan] = []
         if host_id in topo.racks:
+            resume = self._resume_blocks(job, host_id)
             for s, chain in enumerate(topo.stripes):
                 up = chain.parent.get(host_id)
                 stripes.append(
@@ -171,7 +212,7 @@ class ProgressService(CoordinatorCore):
                         stripe=s,
                         upstream=self._peer(job, up) if up else ORIGIN_PEER,
                         downstreams=tuple(self._peer(job, d) for d in chain.children(host_id)),
-                        resume_block=self._resume_pos(job, host_id, s),
+                        resume_block=resume[s],
                         # each stripe root gets an equal share of the job's origin cap
                         origin_rate_bytes_per_s=(cap // len(topo.stripes))
                         if (up is None and cap)
@@ -188,15 +229,13 @@ class ProgressService(CoordinatorCore):
             members=tuple(sorted(topo.racks)),
         )
 
-    def _resume_pos(self, job: JobState, host: str, stripe: int) -> int:
-        hp = job.hosts.get(host)
-        bits = bits_from_bitmap(hp.have if hp else b"", job.manifest.num_chunks)
-        pos = 0
-        for c in range(stripe, job.manifest.num_chunks, job.stripes):
-            if not bits[c]:
-                return pos
-            pos += len(job.manifest.chunks[c].block_crc32c)
-        return pos
+    @staticmethod
+    def _resume_blocks(job: JobState, host: str) -> list[int]:
+        hp, m = job.hosts.get(host), job.manifest
+        last = len(m.chunks[-1].block_crc32c) if m.chunks else 0
+        return stripe_resume_blocks(
+            hp.have if hp else b"", m.num_chunks, job.stripes, m.blocks_per_chunk, last
+        )
 
     # ------------------------------------------------------------------ progress
     def report_progress(self, job_id: str, host_id: str, report: ProgressReport) -> ProgressReply:
@@ -222,8 +261,6 @@ class ProgressService(CoordinatorCore):
                     actions.append("REREGISTER")  # it was spliced out; rejoin at a rack tail
                 elif hp.state == "PENDING":
                     hp.state = "TRANSFERRING"
-            if report.topology_version < job.topology.version:
-                actions.append("REFETCH_ASSIGNMENT")
             return ProgressReply(job.topology.version, tuple(actions))
 
     def _record(self, job: JobState, hp: HostProgress, report: ProgressReport) -> bool:

@@ -1,18 +1,30 @@
-"""gRPC front end of the coordinator (JobService + AgentService) and its background sweeper."""
+"""gRPC front end of the coordinator (JobService + AgentService) and its background sweeper.
+
+The server is grpc.aio on its own event loop thread: a handler never holds a thread while it
+waits, so thousands of open watch streams cost no threads. The coordinator logic stays
+synchronous (one lock, the store); unary handlers run it on a small thread pool, and the
+watch hub (:mod:`.watchhub`) pushes job and assignment changes to every stream in batches.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 import threading
-from collections.abc import Callable
-from concurrent import futures
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import TypeVar
+from functools import lru_cache
+from typing import NoReturn, TypeVar
 
 import grpc
 
 from relgate_agent.authz import rpc_refusal
-from relgate_agent.contracts import AssignmentPlan, JobReport, JobSpec, PeerRef, ProgressReport
+from relgate_agent.contracts import (
+    JobSpec,
+    WatchCursor,
+)
 from relgate_agent.coordinator.jobstate import (
     CoordinatorConfig,
     NotEnrolled,
@@ -22,157 +34,128 @@ from relgate_agent.coordinator.jobstate import (
     Rejected,
 )
 from relgate_agent.coordinator.service import Coordinator
+from relgate_agent.coordinator.watchhub import WatchClosed, WatchHub
+from relgate_agent.coordinator.wire import (
+    peer_to_pb,
+    report_from_pb,
+    status_to_pb,
+    watch_event_to_pb,
+)
 from relgate_agent.errors import CHECK_METADATA_KEY, AgentError
 from relgate_agent.pki import Identity, TlsFiles, grpc_server_credentials, identity_from_pem
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.rpc import GRPC_OPTIONS
+from relgate_agent.rpc import GRPC_SERVER_OPTIONS
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+RPC_THREADS = 8  # the logic holds one lock: more threads only queue on it
+WATCH_JITTER = 0.2  # a watch lives watch_max_s +- 20%: reconnects spread, never in step
+
+# (exception type, status): the first match maps a refusal of the logic to its status
+_STATUS: tuple[tuple[type[AgentError], grpc.StatusCode], ...] = (
+    (NotLeader, grpc.StatusCode.UNAVAILABLE),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (NotEnrolled, grpc.StatusCode.PERMISSION_DENIED),
+    (ReadyRefused, grpc.StatusCode.FAILED_PRECONDITION),
+    (Rejected, grpc.StatusCode.INVALID_ARGUMENT),
+    (AgentError, grpc.StatusCode.FAILED_PRECONDITION),
+)
 
 
-def _abort_with_check(
-    context: grpc.ServicerContext, code: grpc.StatusCode, exc: AgentError
-) -> None:
+def status_of(exc: AgentError) -> grpc.StatusCode:
+    return next(code for kind, code in _STATUS if isinstance(exc, kind))
+
+
+@lru_cache(maxsize=65536)
+def _identity(pem: bytes) -> Identity | None:
+    return identity_from_pem(pem)  # one parse per certificate, not per call
+
+
+def caller_identity(context: grpc.aio.ServicerContext) -> Identity | None:
+    """The identity in the client certificate gRPC verified against the fleet CA."""
+    certs = (context.auth_context() or {}).get("x509_pem_cert") or []
+    return _identity(bytes(certs[0])) if len(certs) == 1 else None
+
+
+class Calls:
+    """Authorization and the thread hop every handler shares."""
+
+    def __init__(self, coord: Coordinator, executor: ThreadPoolExecutor) -> None:
+        self.coord = coord
+        self.executor = executor
+
+    async def authorize(
+        self, context: grpc.aio.ServicerContext, method: str, host_id: str = "", rack: str = ""
+    ) -> Identity:
+        """Abort with PERMISSION_DENIED unless the caller's certificate allows this call."""
+        ident = caller_identity(context)
+        why = rpc_refusal(method, ident, host_id, rack)
+        if why is None and ident is not None:
+            return ident
+        why = why or "no client identity"
+        self.coord.control_refusals += 1  # a counter read by ListHosts; the loop thread only
+        log.warning("%s (peer %s)", why, context.peer())
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+        raise AssertionError("unreachable")  # abort raises
+
+    async def run(self, context: grpc.aio.ServicerContext, fn: Callable[[], T]) -> T:
+        """``fn()`` on the RPC pool; a refusal of the logic aborts with its status."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
+        except AgentError as exc:
+            await abort_with(context, exc)
+
+    async def call(
+        self,
+        context: grpc.aio.ServicerContext,
+        method: str,
+        fn: Callable[[], T],
+        host_id: str = "",
+        rack: str = "",
+    ) -> T:
+        await self.authorize(context, method, host_id, rack)
+        return await self.run(context, fn)
+
+
+async def abort_with(context: grpc.aio.ServicerContext, exc: AgentError) -> NoReturn:
     check = str(getattr(exc, "check", "") or "")
     if check:
         context.set_trailing_metadata(((CHECK_METADATA_KEY, check),))
-    context.abort(code, str(exc))
-
-
-def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
-    try:
-        return fn()
-    except NotLeader as exc:
-        context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-    except NotFound as exc:
-        context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
-    except NotEnrolled as exc:
-        context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
-    except ReadyRefused as exc:
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-    except Rejected as exc:
-        _abort_with_check(context, grpc.StatusCode.INVALID_ARGUMENT, exc)
-    except AgentError as exc:
-        _abort_with_check(context, grpc.StatusCode.FAILED_PRECONDITION, exc)
-    raise AssertionError("unreachable")
-
-
-def caller_identity(context: grpc.ServicerContext) -> Identity | None:
-    """The identity in the client certificate gRPC verified against the fleet CA."""
-    certs = (context.auth_context() or {}).get("x509_pem_cert") or []
-    return identity_from_pem(bytes(certs[0])) if len(certs) == 1 else None
-
-
-def authorize(
-    coord: Coordinator,
-    context: grpc.ServicerContext,
-    method: str,
-    host_id: str = "",
-    rack: str = "",
-) -> Identity:
-    """Abort with PERMISSION_DENIED unless the caller's certificate allows this call."""
-    ident = caller_identity(context)
-    why = rpc_refusal(method, ident, host_id, rack)
-    if why is not None:
-        with coord.lock:
-            coord.control_refusals += 1
-        log.warning("%s (peer %s)", why, context.peer())
-        context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
-    if ident is None:  # rpc_refusal refuses a caller without an identity
-        context.abort(grpc.StatusCode.PERMISSION_DENIED, "no client identity")
-        raise AssertionError("unreachable")  # abort raises
-    return ident
-
-
-def _peer(p: PeerRef) -> pb.Peer:
-    return pb.Peer(host_id=p.host_id, address=p.address, rack=p.rack)
-
-
-def status_to_pb(s: JobReport) -> pb.GetJobResponse:
-    """The report as GetJob's answer (fields named alike; ``error`` is the client's)."""
-    values = s.to_dict()
-    hosts = values.pop("hosts")
-    del values["error"]
-    values["duration_s"] = float(values["duration_s"])
-    return pb.GetJobResponse(**values, hosts=[pb.HostStatus(**h) for h in hosts])
-
-
-def assignment_to_pb(a: AssignmentPlan) -> pb.Assignment:
-    return pb.Assignment(
-        job_id=a.job_id,
-        topology_version=a.topology_version,
-        job_state=a.job_state,
-        cancelled=a.cancelled,
-        members=list(a.members),
-        stripes=[
-            pb.StripeAssignment(
-                stripe=s.stripe,
-                upstream=_peer(s.upstream),
-                downstreams=[_peer(d) for d in s.downstreams],
-                resume_block=s.resume_block,
-                origin_rate_bytes_per_s=s.origin_rate_bytes_per_s,
-            )
-            for s in a.stripes
-        ],
-    )
-
-
-def report_from_pb(request: pb.ReportProgressRequest) -> ProgressReport:
-    return ProgressReport(
-        topology_version=request.topology_version,
-        have=bytes(request.have),
-        rx=request.rx_bytes,
-        tx=request.tx_bytes,
-        origin=request.origin_bytes,
-        rx_bps=request.rx_bytes_per_s,
-        tx_bps=request.tx_bytes_per_s,
-        ready=request.ready,
-        data_address=request.data_address,
-        placed_manifest_digest=request.placed_manifest_digest,
-        health=request.health,
-        data_refusals=request.data_refusals,
-        verified_delta=bytes(request.verified_delta),
-        verified_count=request.verified_count,
-        errors=tuple(
-            f"{e.kind} chunk={e.chunk} from={e.from_host} {e.detail}".strip()
-            for e in request.errors
-        ),
-    )
+    await context.abort(status_of(exc), str(exc))
+    raise AssertionError("unreachable")  # abort raises
 
 
 class JobServicer(pbg.JobServiceServicer):
-    def __init__(self, coord: Coordinator) -> None:
-        self.coord = coord
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+        self.coord = calls.coord
 
-    def EnrollHost(
-        self, request: pb.EnrollHostRequest, context: grpc.ServicerContext
+    async def EnrollHost(
+        self, request: pb.EnrollHostRequest, context: grpc.aio.ServicerContext
     ) -> pb.EnrollHostResponse:
-        authorize(self.coord, context, "EnrollHost")
-        enrolled = _call(
+        enrolled = await self.calls.call(
             context,
+            "EnrollHost",
             lambda: self.coord.enroll(
                 request.host_id, request.rack, dict(request.labels), request.remove
             ),
         )
         return pb.EnrollHostResponse(host_id=request.host_id, enrolled=enrolled)
 
-    def ListHosts(
-        self, request: pb.ListHostsRequest, context: grpc.ServicerContext
+    async def ListHosts(
+        self, request: pb.ListHostsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListHostsResponse:
-        authorize(self.coord, context, "ListHosts")
-        hosts = _call(context, self.coord.inventory)
+        hosts = await self.calls.call(context, "ListHosts", self.coord.inventory)
         return pb.ListHostsResponse(
             hosts=[pb.InventoryHost(**asdict(h)) for h in hosts],
             control_refusals=self.coord.control_refusals,
         )
 
-    def CreateJob(
-        self, request: pb.CreateJobRequest, context: grpc.ServicerContext
+    async def CreateJob(
+        self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateJobResponse:
-        authorize(self.coord, context, "CreateJob")
         spec = JobSpec(
             model=request.model,
             version=request.version,
@@ -187,7 +170,7 @@ class JobServicer(pbg.JobServiceServicer):
             webhook_url=request.webhook_url,
             job_id=request.job_id,
         )
-        job = _call(context, lambda: self.coord.create_job(spec))
+        job = await self.calls.call(context, "CreateJob", lambda: self.coord.create_job(spec))
         return pb.CreateJobResponse(
             job_id=job.job_id,
             state=job.state,
@@ -195,47 +178,68 @@ class JobServicer(pbg.JobServiceServicer):
             hosts_total=len(job.targets),
         )
 
-    def GetJob(self, request: pb.GetJobRequest, context: grpc.ServicerContext) -> pb.GetJobResponse:
-        authorize(self.coord, context, "GetJob")
-        return status_to_pb(_call(context, lambda: self.coord.job_status(request.job_id)))
+    async def GetJob(
+        self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetJobResponse:
+        report = await self.calls.call(
+            context, "GetJob", lambda: self.coord.job_status(request.job_id)
+        )
+        return status_to_pb(report)
 
-    def CancelJob(
-        self, request: pb.CancelJobRequest, context: grpc.ServicerContext
+    async def CancelJob(
+        self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext
     ) -> pb.CancelJobResponse:
-        authorize(self.coord, context, "CancelJob")
-        _call(context, lambda: self.coord.cancel_job(request.job_id))
+        await self.calls.call(context, "CancelJob", lambda: self.coord.cancel_job(request.job_id))
         return pb.CancelJobResponse()
 
 
 class AgentServicer(pbg.AgentServiceServicer):
-    def __init__(self, coord: Coordinator) -> None:
-        self.coord = coord
+    def __init__(self, calls: Calls, hub: WatchHub) -> None:
+        self.calls = calls
+        self.coord = calls.coord
+        self.hub = hub
 
-    def WatchJobs(
-        self, request: pb.WatchJobsRequest, context: grpc.ServicerContext
-    ) -> pb.WatchJobsResponse:
-        ident = authorize(self.coord, context, "WatchJobs", request.host_id, request.rack)
-        jobs = _call(
+    async def Watch(
+        self, request: pb.WatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchEvent]:
+        ident = await self.calls.authorize(context, "Watch", request.host_id, request.rack)
+        await self.calls.run(
             context,
-            lambda: self.coord.watch_jobs(
+            lambda: self.coord.heartbeat(
                 request.host_id,
                 ident.rack,  # the certificate's rack, not a claim
-                dict(request.labels),
                 request.data_address,
-                set(request.known_job_ids),
                 list(request.held_versions),
-                request.wait_ms / 1000.0,
                 health=request.health,
                 data_refusals=request.data_refusals,
             ),
         )
-        return pb.WatchJobsResponse(jobs=[pb.JobRef(**asdict(j)) for j in jobs])
+        loop = asyncio.get_running_loop()
+        lifetime = self.coord.config.watch_max_s * random.uniform(1 - WATCH_JITTER, 1)  # noqa: S311 - spreading reconnects, not a secret
+        deadline = loop.time() + lifetime
+        watcher = self.hub.add(
+            WatchCursor(request.host_id, versions=dict(request.known_topology_versions))
+        )
+        sequence = 0
+        try:
+            while True:
+                try:
+                    update = await watcher.next(deadline - loop.time())
+                except WatchClosed as exc:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+                    return
+                if update is None:
+                    return  # lifetime over: the agent opens its next watch (its heartbeat)
+                sequence += 1
+                yield watch_event_to_pb(update, sequence)
+        finally:
+            self.hub.remove(watcher)
 
-    def Register(
-        self, request: pb.RegisterRequest, context: grpc.ServicerContext
+    async def Register(
+        self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> pb.RegisterResponse:
-        ident = authorize(self.coord, context, "Register", request.host_id, request.rack)
-        r = _call(
+        ident = await self.calls.authorize(context, "Register", request.host_id, request.rack)
+        r = await self.calls.run(
             context,
             lambda: self.coord.register(
                 request.job_id,
@@ -248,37 +252,25 @@ class AgentServicer(pbg.AgentServiceServicer):
         )
         return pb.RegisterResponse(**asdict(r))
 
-    def GetAssignment(
-        self, request: pb.GetAssignmentRequest, context: grpc.ServicerContext
-    ) -> pb.Assignment:
-        authorize(self.coord, context, "GetAssignment", request.host_id)
-        a = _call(
-            context,
-            lambda: self.coord.assignment(
-                request.job_id,
-                request.host_id,
-                request.known_topology_version,
-                request.wait_ms / 1000.0,
-            ),
-        )
-        return assignment_to_pb(a)
-
-    def ReportProgress(
-        self, request: pb.ReportProgressRequest, context: grpc.ServicerContext
+    async def ReportProgress(
+        self, request: pb.ReportProgressRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReportProgressResponse:
-        authorize(self.coord, context, "ReportProgress", request.host_id, request.rack)
         report = report_from_pb(request)
-        r = _call(
-            context, lambda: self.coord.report_progress(request.job_id, request.host_id, report)
+        r = await self.calls.call(
+            context,
+            "ReportProgress",
+            lambda: self.coord.report_progress(request.job_id, request.host_id, report),
+            request.host_id,
+            request.rack,
         )
         return pb.ReportProgressResponse(topology_version=r.topology_version, actions=r.actions)
 
-    def ReportSuspect(
-        self, request: pb.ReportSuspectRequest, context: grpc.ServicerContext
+    async def ReportSuspect(
+        self, request: pb.ReportSuspectRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReportSuspectResponse:
-        authorize(self.coord, context, "ReportSuspect", request.reporter)
-        r = _call(
+        r = await self.calls.call(
             context,
+            "ReportSuspect",
             lambda: self.coord.report_suspect(
                 request.job_id,
                 request.reporter,
@@ -286,17 +278,18 @@ class AgentServicer(pbg.AgentServiceServicer):
                 request.reason,
                 request.stripe,
             ),
+            request.reporter,
         )
         return pb.ReportSuspectResponse(
-            topology_version=r.topology_version, new_upstream=_peer(r.new_upstream)
+            topology_version=r.topology_version, new_upstream=peer_to_pb(r.new_upstream)
         )
 
-    def FindPeers(
-        self, request: pb.FindPeersRequest, context: grpc.ServicerContext
+    async def FindPeers(
+        self, request: pb.FindPeersRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindPeersResponse:
-        authorize(self.coord, context, "FindPeers", request.host_id)
-        peers = _call(
+        peers = await self.calls.call(
             context,
+            "FindPeers",
             lambda: self.coord.find_peers(
                 request.job_id,
                 request.host_id,
@@ -304,12 +297,14 @@ class AgentServicer(pbg.AgentServiceServicer):
                 set(request.exclude),
                 request.limit or 3,
             ),
+            request.host_id,
         )
-        return pb.FindPeersResponse(peers=[_peer(p) for p in peers])
+        return pb.FindPeersResponse(peers=[peer_to_pb(p) for p in peers])
 
 
 class CoordinatorServer:
-    """Runs the coordinator: gRPC server plus a sweeper thread (dead hosts, handoff)."""
+    """Runs the coordinator: the grpc.aio server on its own event-loop thread, the RPC
+    thread pool, the watch hub, and a sweeper thread (lease, dead hosts, handoff)."""
 
     def __init__(
         self,
@@ -320,35 +315,62 @@ class CoordinatorServer:
         tls: TlsFiles,
     ) -> None:
         self.coordinator = Coordinator(config)
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=256), options=GRPC_OPTIONS)
-        pbg.add_JobServiceServicer_to_server(JobServicer(self.coordinator), self.server)  # type: ignore[no-untyped-call]
-        pbg.add_AgentServiceServicer_to_server(AgentServicer(self.coordinator), self.server)  # type: ignore[no-untyped-call]
-        self.addresses: list[str] = []
-        # mutual TLS on every listener (unix sockets too): no certificate, no RPC
-        creds = grpc_server_credentials(tls)
         self.identity = tls.identity()
         if self.identity.role != "coordinator":
             raise AgentError(
                 f"{tls.cert} is a {self.identity.role} certificate, not a coordinator's"
             )
-        for addr in [listen] if isinstance(listen, str) else listen:
-            port = self.server.add_secure_port(addr, creds)
-            if port == 0:
-                raise AgentError(f"coordinator cannot listen on {addr}")
-            self.addresses.append(
-                addr if addr.startswith("unix:") else f"{addr.rpartition(':')[0]}:{port}"
-            )
-        # the first listen address is the one agents are told about
-        self.address = self.addresses[0]
+        self.executor = ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="coord-rpc")
+        self.hub = WatchHub(self.coordinator.watch_updates, self.executor)
+        self.listen = [listen] if isinstance(listen, str) else list(listen)
+        self.tls = tls
+        self.addresses: list[str] = []
         self.tick_s = tick_s
         self._stop = threading.Event()
         self._sweeper = threading.Thread(
             target=self._sweep, name="coordinator-sweeper", daemon=True
         )
+        self.loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(
+            target=self.loop.run_forever, name="coordinator-aio", daemon=True
+        )
+        self.server: grpc.aio.Server | None = None
+        self._loop_thread.start()
+        try:
+            # binding happens here, so a port in use is the constructor's error, as before
+            asyncio.run_coroutine_threadsafe(self._bind(), self.loop).result(timeout=30)
+        except BaseException:
+            self._close_loop()
+            raise
+        # the first listen address is the one agents are told about
+        self.address = self.addresses[0]
+
+    async def _bind(self) -> None:
+        server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
+        calls = Calls(self.coordinator, self.executor)
+        pbg.add_JobServiceServicer_to_server(JobServicer(calls), server)  # type: ignore[no-untyped-call]
+        pbg.add_AgentServiceServicer_to_server(AgentServicer(calls, self.hub), server)  # type: ignore[no-untyped-call]
+        # mutual TLS on every listener (unix sockets too): no certificate, no RPC
+        creds = grpc_server_credentials(self.tls)
+        for addr in self.listen:
+            port = server.add_secure_port(addr, creds)
+            if port == 0:
+                raise AgentError(f"coordinator cannot listen on {addr}")
+            self.addresses.append(
+                addr if addr.startswith("unix:") else f"{addr.rpartition(':')[0]}:{port}"
+            )
+        self.server = server
+
+    async def _start(self) -> None:
+        if self.server is None:
+            raise AgentError("coordinator server was never bound")
+        self.hub.start()
+        self.coordinator.changed.subscribe(self.hub.poke_threadsafe)
+        await self.server.start()
 
     def start(self) -> CoordinatorServer:
         self.coordinator.maintain_lease()  # an HA replica may lead from its first moment
-        self.server.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=30)
         self._sweeper.start()
         log.info("coordinator listening on %s", self.address)
         return self
@@ -358,18 +380,38 @@ class CoordinatorServer:
             try:
                 self.coordinator.maintain_lease()
                 self.coordinator.tick()
-            except Exception:
+            except Exception:  # the sweeper must survive one bad tick; the next one retries
                 log.exception("coordinator tick failed")
+
+    async def _shutdown(self, grace: float) -> None:
+        await self.hub.stop("coordinator shutting down")
+        if self.server is not None:
+            await self.server.stop(grace)
 
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
         with self.coordinator.lock:
             self.coordinator.closing = True
             self.coordinator.changed.notify_all()
-        self.server.stop(grace).wait()
-        self._sweeper.join(timeout=5)
+        self.coordinator.changed.unsubscribe(self.hub.poke_threadsafe)
+        if self.loop.is_running():
+            asyncio.run_coroutine_threadsafe(self._shutdown(grace), self.loop).result(
+                timeout=grace + 30
+            )
+        if self._sweeper.is_alive():
+            self._sweeper.join(timeout=5)
+        self._close_loop()
+        self.executor.shutdown(wait=True, cancel_futures=True)
         self.coordinator.release()
         self.coordinator.store.close()
 
+    def _close_loop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._loop_thread.join(timeout=10)
+        if not self.loop.is_running() and not self.loop.is_closed():
+            self.loop.close()
+
     def wait(self) -> None:
-        self.server.wait_for_termination()
+        """Until ``stop`` (from another thread or a signal handler) ends the server."""
+        self._loop_thread.join()

@@ -254,8 +254,16 @@ class JobStore:
             rows = c.execute(text("SELECT host_id, rack, labels FROM dist_enrolled")).all()
         return {r[0]: (r[1], json.loads(r[2])) for r in rows}
 
+    def enrollment(self, host_id: str) -> tuple[str, dict[str, str]] | None:
+        """One host's enrolled rack and labels (a heartbeat reads one row, not the fleet)."""
+        with self.tx() as c:
+            row = c.execute(
+                text("SELECT rack, labels FROM dist_enrolled WHERE host_id = :h"), {"h": host_id}
+            ).first()
+        return None if row is None else (row[0], json.loads(row[1]))
+
     def last_seen(self) -> dict[str, float]:
-        """Wall-clock time of each host's last heartbeat (WatchJobs)."""
+        """Wall-clock time of each host's last heartbeat (the opening of its watch)."""
         with self.tx() as c:
             rows = c.execute(text("SELECT host_id, last_seen FROM dist_hosts")).all()
         return {r[0]: float(r[1]) for r in rows}

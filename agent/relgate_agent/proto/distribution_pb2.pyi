@@ -325,17 +325,16 @@ class ListHostsResponse(_message.Message):
         control_refusals: int | None = ...,
     ) -> None: ...
 
-class WatchJobsRequest(_message.Message):
+class WatchRequest(_message.Message):
     __slots__ = (
         "data_address",
         "data_refusals",
         "health",
         "held_versions",
         "host_id",
-        "known_job_ids",
+        "known_topology_versions",
         "labels",
         "rack",
-        "wait_ms",
     )
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
@@ -345,35 +344,40 @@ class WatchJobsRequest(_message.Message):
         value: str
         def __init__(self, key: str | None = ..., value: str | None = ...) -> None: ...
 
+    class KnownTopologyVersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: str | None = ..., value: int | None = ...) -> None: ...
+
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
-    KNOWN_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     HELD_VERSIONS_FIELD_NUMBER: _ClassVar[int]
-    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     DATA_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_TOPOLOGY_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     host_id: str
     rack: str
     labels: _containers.ScalarMap[str, str]
     data_address: str
-    known_job_ids: _containers.RepeatedScalarFieldContainer[str]
     held_versions: _containers.RepeatedScalarFieldContainer[str]
-    wait_ms: int
     health: str
     data_refusals: int
+    known_topology_versions: _containers.ScalarMap[str, int]
     def __init__(
         self,
         host_id: str | None = ...,
         rack: str | None = ...,
         labels: _Mapping[str, str] | None = ...,
         data_address: str | None = ...,
-        known_job_ids: _Iterable[str] | None = ...,
         held_versions: _Iterable[str] | None = ...,
-        wait_ms: int | None = ...,
         health: str | None = ...,
         data_refusals: int | None = ...,
+        known_topology_versions: _Mapping[str, int] | None = ...,
     ) -> None: ...
 
 class JobRef(_message.Message):
@@ -394,11 +398,20 @@ class JobRef(_message.Message):
         state: str | None = ...,
     ) -> None: ...
 
-class WatchJobsResponse(_message.Message):
-    __slots__ = ("jobs",)
+class WatchEvent(_message.Message):
+    __slots__ = ("assignments", "jobs", "sequence")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[JobRef]
-    def __init__(self, jobs: _Iterable[JobRef | _Mapping] | None = ...) -> None: ...
+    assignments: _containers.RepeatedCompositeFieldContainer[Assignment]
+    sequence: int
+    def __init__(
+        self,
+        jobs: _Iterable[JobRef | _Mapping] | None = ...,
+        assignments: _Iterable[Assignment | _Mapping] | None = ...,
+        sequence: int | None = ...,
+    ) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("data_address", "free_disk_bytes", "have", "host_id", "job_id", "rack")
@@ -449,24 +462,6 @@ class RegisterResponse(_message.Message):
         origin_uri: str | None = ...,
         topology_version: int | None = ...,
         stripes: int | None = ...,
-    ) -> None: ...
-
-class GetAssignmentRequest(_message.Message):
-    __slots__ = ("host_id", "job_id", "known_topology_version", "wait_ms")
-    JOB_ID_FIELD_NUMBER: _ClassVar[int]
-    HOST_ID_FIELD_NUMBER: _ClassVar[int]
-    KNOWN_TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
-    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
-    job_id: str
-    host_id: str
-    known_topology_version: int
-    wait_ms: int
-    def __init__(
-        self,
-        job_id: str | None = ...,
-        host_id: str | None = ...,
-        known_topology_version: int | None = ...,
-        wait_ms: int | None = ...,
     ) -> None: ...
 
 class Peer(_message.Message):

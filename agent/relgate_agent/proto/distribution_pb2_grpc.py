@@ -279,20 +279,15 @@ class AgentServiceStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.WatchJobs = channel.unary_unary(
-                '/relgate.distribution.v1.AgentService/WatchJobs',
-                request_serializer=distribution__pb2.WatchJobsRequest.SerializeToString,
-                response_deserializer=distribution__pb2.WatchJobsResponse.FromString,
+        self.Watch = channel.unary_stream(
+                '/relgate.distribution.v1.AgentService/Watch',
+                request_serializer=distribution__pb2.WatchRequest.SerializeToString,
+                response_deserializer=distribution__pb2.WatchEvent.FromString,
                 _registered_method=True)
         self.Register = channel.unary_unary(
                 '/relgate.distribution.v1.AgentService/Register',
                 request_serializer=distribution__pb2.RegisterRequest.SerializeToString,
                 response_deserializer=distribution__pb2.RegisterResponse.FromString,
-                _registered_method=True)
-        self.GetAssignment = channel.unary_unary(
-                '/relgate.distribution.v1.AgentService/GetAssignment',
-                request_serializer=distribution__pb2.GetAssignmentRequest.SerializeToString,
-                response_deserializer=distribution__pb2.Assignment.FromString,
                 _registered_method=True)
         self.ReportProgress = channel.unary_unary(
                 '/relgate.distribution.v1.AgentService/ReportProgress',
@@ -314,19 +309,13 @@ class AgentServiceStub:
 class AgentServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
-    def WatchJobs(self, request, context):
+    def Watch(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Register(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetAssignment(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -353,20 +342,15 @@ class AgentServiceServicer:
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'WatchJobs': grpc.unary_unary_rpc_method_handler(
-                    servicer.WatchJobs,
-                    request_deserializer=distribution__pb2.WatchJobsRequest.FromString,
-                    response_serializer=distribution__pb2.WatchJobsResponse.SerializeToString,
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=distribution__pb2.WatchRequest.FromString,
+                    response_serializer=distribution__pb2.WatchEvent.SerializeToString,
             ),
             'Register': grpc.unary_unary_rpc_method_handler(
                     servicer.Register,
                     request_deserializer=distribution__pb2.RegisterRequest.FromString,
                     response_serializer=distribution__pb2.RegisterResponse.SerializeToString,
-            ),
-            'GetAssignment': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetAssignment,
-                    request_deserializer=distribution__pb2.GetAssignmentRequest.FromString,
-                    response_serializer=distribution__pb2.Assignment.SerializeToString,
             ),
             'ReportProgress': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportProgress,
@@ -395,7 +379,7 @@ class AgentService:
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
-    def WatchJobs(request,
+    def Watch(request,
             target,
             options=(),
             channel_credentials=None,
@@ -405,12 +389,12 @@ class AgentService:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
-            '/relgate.distribution.v1.AgentService/WatchJobs',
-            distribution__pb2.WatchJobsRequest.SerializeToString,
-            distribution__pb2.WatchJobsResponse.FromString,
+            '/relgate.distribution.v1.AgentService/Watch',
+            distribution__pb2.WatchRequest.SerializeToString,
+            distribution__pb2.WatchEvent.FromString,
             options,
             channel_credentials,
             insecure,
@@ -438,33 +422,6 @@ class AgentService:
             '/relgate.distribution.v1.AgentService/Register',
             distribution__pb2.RegisterRequest.SerializeToString,
             distribution__pb2.RegisterResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def GetAssignment(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/relgate.distribution.v1.AgentService/GetAssignment',
-            distribution__pb2.GetAssignmentRequest.SerializeToString,
-            distribution__pb2.Assignment.FromString,
             options,
             channel_credentials,
             insecure,

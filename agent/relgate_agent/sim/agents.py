@@ -113,7 +113,6 @@ class CoordinatorController:
             default_stripes=sc.stripes,
             dead_after_s=sc.dead_after_s,
             report_interval_s=sc.report_interval_s,
-            long_poll_max_s=0.0,
             slow_fraction=sc.slow_fraction,
             slow_after_s=sc.slow_after_s,
             host_ttl_s=1e9,

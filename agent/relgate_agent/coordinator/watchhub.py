@@ -1,0 +1,150 @@
+"""Watch hub: the coordinator's open watch streams, fed in coalesced batches.
+
+Every agent holds one server-streaming ``Watch``. The coordinator logic stays synchronous
+(one lock, durable state in the store); its change feed pokes the hub from whichever thread
+changed something. The hub's single flusher task waits ``coalesce_s`` after a poke, so a
+burst of topology changes (a splice, a late join, a demotion) becomes one push per host, then
+computes what every open stream has not been told in one pass under the lock (on the RPC
+thread pool, never on the event loop) and hands each stream its update. A stream whose agent
+reads slowly never holds anything up: its unsent update is merged with the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+from relgate_agent.contracts import WatchCursor, WatchUpdate
+from relgate_agent.coordinator.jobstate import NotLeader
+
+log = logging.getLogger(__name__)
+
+COALESCE_S = 0.05  # changes within this window share one push
+
+
+class WatchClosed(Exception):
+    """The hub ended this stream (leadership lost, shutting down): the agent reconnects."""
+
+
+class Watcher:
+    """One open watch stream: its cursor and the update waiting to be sent."""
+
+    def __init__(self, cursor: WatchCursor) -> None:
+        self.cursor = cursor
+        self.pending: WatchUpdate | None = None
+        self.closed = ""
+        self._ready = asyncio.Event()
+
+    def push(self, update: WatchUpdate) -> None:
+        self.pending = update if self.pending is None else self.pending.merged(update)
+        self._ready.set()
+
+    def close(self, reason: str) -> None:
+        self.closed = reason
+        self._ready.set()
+
+    async def next(self, timeout: float) -> WatchUpdate | None:
+        """The next update, or None when ``timeout`` passes first; WatchClosed when ended."""
+        try:
+            await asyncio.wait_for(self._ready.wait(), max(timeout, 0.0))
+        except TimeoutError:
+            return None
+        self._ready.clear()
+        if self.closed:
+            raise WatchClosed(self.closed)
+        update, self.pending = self.pending, None
+        return update
+
+
+class WatchHub:
+    def __init__(
+        self,
+        compute: Callable[[list[WatchCursor]], list[WatchUpdate | None]],
+        executor: Executor,
+        coalesce_s: float = COALESCE_S,
+    ) -> None:
+        self._compute = compute
+        self._executor = executor
+        self.coalesce_s = coalesce_s
+        self.watchers: set[Watcher] = set()
+        self.flushes = 0  # batches computed (figures for the load test)
+        self.pushes = 0  # updates handed to streams
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle (loop thread)
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._task = self._loop.create_task(self._flusher(), name="watch-hub")
+
+    async def stop(self, reason: str) -> None:
+        for w in list(self.watchers):
+            w.close(reason)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    # ------------------------------------------------------------------ any thread
+    def poke_threadsafe(self) -> None:
+        """The change feed's subscriber: never blocks, may run on any thread."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            # RuntimeError: the loop closed meanwhile, nobody is watching
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.poke)
+
+    # ------------------------------------------------------------------ loop thread
+    def poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def add(self, cursor: WatchCursor) -> Watcher:
+        w = Watcher(cursor)
+        self.watchers.add(w)
+        self.poke()  # its first update (the job list) comes from the flusher like every other
+        return w
+
+    def remove(self, w: Watcher) -> None:
+        self.watchers.discard(w)
+
+    def close_all(self, reason: str) -> None:
+        for w in list(self.watchers):
+            w.close(reason)
+
+    async def _flusher(self) -> None:
+        wake, loop = self._wake, self._loop
+        if wake is None or loop is None:
+            return
+        while True:
+            await wake.wait()
+            await asyncio.sleep(self.coalesce_s)
+            wake.clear()  # a change from here on is seen by this pass or pokes the next
+            watchers = [w for w in self.watchers if not w.closed]
+            if not watchers:
+                continue
+            cursors = [w.cursor for w in watchers]
+            try:
+                updates = await loop.run_in_executor(self._executor, self._compute, cursors)
+            except NotLeader as exc:
+                for w in watchers:
+                    w.close(str(exc))
+                continue
+            except Exception:  # a bug must not end every watch for good: log, retry later
+                log.exception("watch hub: computing %d updates failed", len(cursors))
+                await asyncio.sleep(1.0)
+                wake.set()
+                continue
+            self.flushes += 1
+            for w, u in zip(watchers, updates, strict=True):
+                if u is not None:
+                    self.pushes += 1
+                    w.push(u)
+
+
+__all__ = ["COALESCE_S", "WatchClosed", "WatchHub", "Watcher"]

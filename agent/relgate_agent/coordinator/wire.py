@@ -1,0 +1,82 @@
+"""Wire: the coordinator's typed contracts to and from their protobuf messages (one place)."""
+
+from __future__ import annotations
+
+from relgate_agent.contracts import (
+    AssignmentPlan,
+    JobReport,
+    PeerRef,
+    ProgressReport,
+    WatchUpdate,
+)
+from relgate_agent.proto import distribution_pb2 as pb
+
+
+def peer_to_pb(p: PeerRef) -> pb.Peer:
+    return pb.Peer(host_id=p.host_id, address=p.address, rack=p.rack)
+
+
+def status_to_pb(s: JobReport) -> pb.GetJobResponse:
+    """The report as GetJob's answer (fields named alike; ``error`` is the client's)."""
+    values = s.to_dict()
+    hosts = values.pop("hosts")
+    del values["error"]
+    values["duration_s"] = float(values["duration_s"])
+    return pb.GetJobResponse(**values, hosts=[pb.HostStatus(**h) for h in hosts])
+
+
+def assignment_to_pb(a: AssignmentPlan) -> pb.Assignment:
+    return pb.Assignment(
+        job_id=a.job_id,
+        topology_version=a.topology_version,
+        job_state=a.job_state,
+        cancelled=a.cancelled,
+        members=list(a.members),
+        stripes=[
+            pb.StripeAssignment(
+                stripe=s.stripe,
+                upstream=peer_to_pb(s.upstream),
+                downstreams=[peer_to_pb(d) for d in s.downstreams],
+                resume_block=s.resume_block,
+                origin_rate_bytes_per_s=s.origin_rate_bytes_per_s,
+            )
+            for s in a.stripes
+        ],
+    )
+
+
+def report_from_pb(request: pb.ReportProgressRequest) -> ProgressReport:
+    return ProgressReport(
+        topology_version=request.topology_version,
+        have=bytes(request.have),
+        rx=request.rx_bytes,
+        tx=request.tx_bytes,
+        origin=request.origin_bytes,
+        rx_bps=request.rx_bytes_per_s,
+        tx_bps=request.tx_bytes_per_s,
+        ready=request.ready,
+        data_address=request.data_address,
+        placed_manifest_digest=request.placed_manifest_digest,
+        health=request.health,
+        data_refusals=request.data_refusals,
+        verified_delta=bytes(request.verified_delta),
+        verified_count=request.verified_count,
+        errors=tuple(
+            f"{e.kind} chunk={e.chunk} from={e.from_host} {e.detail}".strip()
+            for e in request.errors
+        ),
+    )
+
+
+def watch_event_to_pb(update: WatchUpdate, sequence: int) -> pb.WatchEvent:
+    return pb.WatchEvent(
+        jobs=[
+            pb.JobRef(job_id=j.job_id, model=j.model, version=j.version, state=j.state)
+            for j in update.jobs
+        ],
+        assignments=[assignment_to_pb(a) for a in update.assignments],
+        sequence=sequence,
+    )
+
+
+__all__ = ["assignment_to_pb", "report_from_pb", "status_to_pb", "watch_event_to_pb"]
