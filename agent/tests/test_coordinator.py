@@ -268,3 +268,35 @@ def test_stripe_resume_blocks_match_a_chunk_walk(
         expected.append(pos)
     bitmap = bitmap_from_bits(bytearray(bits))
     assert stripe_resume_blocks(bitmap, n, stripes, bpc, last) == expected
+
+
+def test_a_pending_host_holding_its_watch_is_booting_not_dead(tmp_path: Path, checkpoint) -> None:
+    now = [1000.0]
+    c = Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / "c.sqlite"),
+            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
+            dead_after_s=6.0,
+        ),
+        clock=lambda: now[0],
+    )
+    try:
+        for h, r in HOSTS.items():
+            c.enroll(h, r, {"cluster": "inf-a", "pool": "x"})
+            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+        job = c.create_job(_spec(checkpoint))
+        hosts = sorted(job.topology.racks)
+        booting, registered, silent = hosts[0], hosts[1], hosts[2]
+        c.watching[booting] = 1  # its watch is open: still fetching the manifest, say
+        c.register(job.job_id, registered, job.targets[registered], b"", 1 << 40, "10.0.0.1:2")
+        c.watching[registered] = 1  # registered hosts are judged by their reports alone
+        now[0] += 6.5
+        c.tick()
+        assert job.hosts[booting].state == "PENDING" and booting in job.topology.racks
+        assert job.hosts[registered].state == "DEAD" and registered not in job.topology.racks
+        assert job.hosts[silent].state == "DEAD"  # no watch, no report: spliced out
+        del c.watching[booting]  # its watch closed: the same rule as everyone's
+        c.tick()
+        assert job.hosts[booting].state == "DEAD"
+    finally:
+        c.store.close()

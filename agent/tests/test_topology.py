@@ -3,12 +3,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import (
     Topology,
     append_host,
     build_topology,
+    index_topology,
     roots,
     splice,
     upload_counts,
@@ -103,3 +106,22 @@ def test_store_topology_versions_are_monotonic(tmp_path: Path) -> None:
     assert store.acquire_lease("b", 60) == 2
     assert store.acquire_lease("a", 60) is None
     store.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    racks=st.integers(1, 6),
+    per_rack=st.integers(1, 6),
+    stripes=st.integers(1, 5),
+    data=st.data(),
+)
+def test_index_matches_the_chains(racks: int, per_rack: int, stripes: int, data) -> None:
+    topo = build_topology(fleet(racks, per_rack), stripes)
+    for _ in range(data.draw(st.integers(0, 3))):
+        if len(topo.racks) > 1:
+            topo = splice(topo, data.draw(st.sampled_from(sorted(topo.racks))))
+    idx = index_topology(topo)
+    assert idx.version == topo.version and idx.members == tuple(sorted(topo.racks))
+    for s, chain in enumerate(topo.stripes):
+        for h in chain.order:
+            assert list(idx.downstreams(s, h)) == chain.children(h)

@@ -176,7 +176,13 @@ class ControlPlane:
         job = self.job
         with job.lock:
             req = self._progress_request()
-        resp = job.host.stub.ReportProgress(req, timeout=10)
+        try:
+            resp = job.host.stub.ReportProgress(req, timeout=10)
+        except grpc.RpcError:
+            # the coordinator may be a new leader by the next report: send the whole bitmap,
+            # so its cache is whole from that report on (no FULL_PROGRESS round trip)
+            self._acked_have = None
+            raise
         # a delta is a set of chunks (re-applying one is harmless); on FULL_PROGRESS, or a
         # new coordinator that lacks our base, the next report carries the whole bitmap
         if "FULL_PROGRESS" in resp.actions:
@@ -190,11 +196,18 @@ class ControlPlane:
 
     def report_loop(self) -> None:
         job = self.job
-        while not job.stop_event.wait(job.cfg.report_interval_s):
+        wait = job.cfg.report_interval_s
+        while not job.stop_event.wait(wait):
+            again = wait == 0
+            wait = job.cfg.report_interval_s
             try:
                 actions = self.report_once()
             except grpc.RpcError:
                 continue  # buffered; retried next interval
+            if "FULL_PROGRESS" in actions and not again:
+                # a new leader lacks our base: send the whole bitmap now, so its cache is
+                # whole within one interval of the takeover (once; then the usual pace)
+                wait = 0
             if "REREGISTER" in actions:
                 with contextlib.suppress(grpc.RpcError):
                     self.register()

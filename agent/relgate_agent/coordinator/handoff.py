@@ -52,7 +52,11 @@ class HandoffService(ProgressService):
                     continue
                 for h in list(job.topology.racks):
                     hp = job.hosts.get(h)
-                    if hp and now - hp.last_seen > self.config.dead_after_s:
+                    if (
+                        hp
+                        and now - hp.last_seen > self.config.dead_after_s
+                        and not (hp.state == "PENDING" and self.watching.get(h))
+                    ):
                         self._mark_dead(job, h, f"no report for {now - hp.last_seen:.1f}s")
                 self._demote_slow(job, now)
                 completion = self._completion(job)

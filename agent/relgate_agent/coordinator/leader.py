@@ -28,7 +28,7 @@ from relgate_agent.coordinator.jobstate import (
     Rejected,
 )
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
-from relgate_agent.coordinator.topology import Topology, splice
+from relgate_agent.coordinator.topology import Topology, TopologyIndex, splice
 from relgate_agent.errors import AgentError, ManifestError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
 from relgate_agent.origin import read_uri
@@ -50,6 +50,10 @@ class CoordinatorCore:
         self.jobs: dict[str, JobState] = {}
         self.closing = False  # set on shutdown: watches end at once
         self.addresses: dict[str, str] = {}
+        # host -> open watch streams on this replica (written by the server's event loop
+        # only): a host that holds its watch but has not registered yet is booting, not dead
+        self.watching: dict[str, int] = {}
+        self._indexes: dict[str, TopologyIndex] = {}  # job -> lookups of its topology
         # host -> (health text, data-plane refusals) from its last heartbeat or report
         self.health: dict[str, tuple[str, int]] = {}
         self.control_refusals = 0
@@ -162,7 +166,7 @@ class CoordinatorCore:
         )
         # Rebuilt cache: everyone gets a grace period of one dead interval to report again.
         for h, rack in row.targets.items():
-            job.hosts[h] = HostProgress(h, rack, self.addresses.get(h, ""))
+            job.hosts[h] = HostProgress(h, rack, self.addresses.get(h, ""), last_seen=self.clock())
             if h in job.ready:
                 job.hosts[h].ready = True
                 job.hosts[h].state = "READY"

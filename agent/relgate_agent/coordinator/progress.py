@@ -36,7 +36,12 @@ from relgate_agent.coordinator.jobstate import (
     selector_matches,
 )
 from relgate_agent.coordinator.leader import CoordinatorCore
-from relgate_agent.coordinator.topology import append_host, splice
+from relgate_agent.coordinator.topology import (
+    TopologyIndex,
+    append_host,
+    index_topology,
+    splice,
+)
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED
 from relgate_agent.storage import apply_delta, count_bits, stripe_resume_blocks
 
@@ -139,7 +144,9 @@ class ProgressService(CoordinatorCore):
             if not selector_matches(parse_selector(job.spec.target_selector), rack, labels):
                 continue
             job.targets[host_id] = rack
-            hp = HostProgress(host_id, rack, self.addresses.get(host_id, ""))
+            hp = HostProgress(
+                host_id, rack, self.addresses.get(host_id, ""), last_seen=self.clock()
+            )
             job.hosts[host_id] = hp
             if f"{job.manifest.model}/{job.manifest.version}" in held and host_id in (
                 self.store.hosts_holding(job.manifest.model, job.manifest.version)
@@ -199,8 +206,15 @@ class ProgressService(CoordinatorCore):
                 raise NotFound(f"host {host_id} is not a target of job {job_id}")
             return self._assignment(job, host_id)
 
+    def _index(self, job: JobState) -> TopologyIndex:
+        idx = self._indexes.get(job.job_id)
+        if idx is None or idx.version != job.topology.version:
+            idx = self._indexes[job.job_id] = index_topology(job.topology)
+        return idx
+
     def _assignment(self, job: JobState, host_id: str) -> AssignmentPlan:
         topo = job.topology
+        idx = self._index(job)
         cap = job.spec.origin_cap_bytes_per_s
         stripes: list[StripePlan] = []
         if host_id in topo.racks:
@@ -211,7 +225,7 @@ class ProgressService(CoordinatorCore):
                     StripePlan(
                         stripe=s,
                         upstream=self._peer(job, up) if up else ORIGIN_PEER,
-                        downstreams=tuple(self._peer(job, d) for d in chain.children(host_id)),
+                        downstreams=tuple(self._peer(job, d) for d in idx.downstreams(s, host_id)),
                         resume_block=resume[s],
                         # each stripe root gets an equal share of the job's origin cap
                         origin_rate_bytes_per_s=(cap // len(topo.stripes))
@@ -226,7 +240,7 @@ class ProgressService(CoordinatorCore):
             job_state=job.state,
             # FAILED stops the agents too (they keep staging and journal for a retry)
             cancelled=job.state in ("CANCELLED", "FAILED"),
-            members=tuple(sorted(topo.racks)),
+            members=idx.members,
         )
 
     @staticmethod

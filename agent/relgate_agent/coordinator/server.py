@@ -220,6 +220,8 @@ class AgentServicer(pbg.AgentServiceServicer):
         watcher = self.hub.add(
             WatchCursor(request.host_id, versions=dict(request.known_topology_versions))
         )
+        watching = self.coord.watching
+        watching[request.host_id] = watching.get(request.host_id, 0) + 1
         sequence = 0
         try:
             while True:
@@ -234,6 +236,10 @@ class AgentServicer(pbg.AgentServiceServicer):
                 yield watch_event_to_pb(update, sequence)
         finally:
             self.hub.remove(watcher)
+            if watching.get(request.host_id, 0) <= 1:
+                watching.pop(request.host_id, None)
+            else:
+                watching[request.host_id] -= 1
 
     async def Register(
         self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext

@@ -139,7 +139,7 @@ class Coordinator(HandoffService):
                 time.time(),
             )
             for h, rack in targets.items():
-                hp = HostProgress(h, rack, self.addresses.get(h, ""))
+                hp = HostProgress(h, rack, self.addresses.get(h, ""), last_seen=self.clock())
                 if h in holding:
                     hp.ready, hp.state = True, "READY"
                 job.hosts[h] = hp

@@ -72,6 +72,32 @@ class Topology:
         return Topology.from_json({**self.to_json(), "version": version})
 
 
+@dataclass(frozen=True)
+class TopologyIndex:
+    """Lookups over one published topology, built once per version: each stripe's
+    children (in chain order) and the sorted members. A push to every host of a 4,096-host
+    job reads them 4,096 times; scanning the chains each time would be quadratic."""
+
+    version: int
+    children: tuple[dict[str, tuple[str, ...]], ...]
+    members: tuple[str, ...]
+
+    def downstreams(self, stripe: int, host: str) -> tuple[str, ...]:
+        return self.children[stripe].get(host, ())
+
+
+def index_topology(topo: Topology) -> TopologyIndex:
+    kids: list[dict[str, tuple[str, ...]]] = []
+    for chain in topo.stripes:
+        out: dict[str, list[str]] = {}
+        for h in chain.order:
+            up = chain.parent.get(h)
+            if up is not None:
+                out.setdefault(up, []).append(h)
+        kids.append({k: tuple(v) for k, v in out.items()})
+    return TopologyIndex(topo.version, tuple(kids), tuple(sorted(topo.racks)))
+
+
 def build_topology(hosts: Mapping[str, str], stripes: int, version: int = 1) -> Topology:
     """Build k striped chains over ``hosts`` (host -> rack)."""
     by_rack: dict[str, list[str]] = {}

@@ -19,7 +19,6 @@ is the coordinator's cost the control-plane bench measures, not a distribution f
 from __future__ import annotations
 
 import tempfile
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -38,14 +37,6 @@ from relgate_agent.sim.scenario import Scenario
 SIM_MODEL, SIM_VERSION = "sim-model", "v1"
 
 
-class SimManifest(CheckpointManifest):
-    """A synthetic manifest of the scenario's geometry (digest computed once)."""
-
-    @cached_property
-    def digest(self) -> str:  # cached: the geometry never changes
-        return super().digest
-
-
 def sim_manifest(sc: Scenario) -> CheckpointManifest:
     chunks = []
     for i in range(sc.num_chunks):
@@ -54,7 +45,7 @@ def sim_manifest(sc: Scenario) -> CheckpointManifest:
         chunks.append(
             ChunkEntry(i, off, size, "sha256:" + "0" * 64, (0,) * -(-size // sc.block_bytes))
         )
-    return SimManifest(
+    return CheckpointManifest(
         SIM_MODEL,
         SIM_VERSION,
         sc.checkpoint_bytes,

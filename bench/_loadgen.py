@@ -1,0 +1,285 @@
+"""Load generator for bench/coordinator.py: simulated agents on grpc.aio, no data plane.
+
+One process runs a slice of the fleet on one event loop. Each simulated host has its own
+mTLS identity (its certificate from the bench PKI), opens its watch (its heartbeat), waits
+for the job on it, registers with a have-bitmap, applies pushed assignments through the
+agent's own fence (``relgate_agent.agent.job.Assignments``), and reports progress every
+interval (deltas of newly verified chunks; the whole bitmap first and when the coordinator
+asks, at once). A host marked to die closes its channels at its death time, as a killed
+process would; deaths and the end come from the bench's PLAN.json, written once every host
+registered (the registration storm is not the steady state). On UNAVAILABLE a host moves to the next coordinator address (the replica).
+
+    python -m bench._loadgen SPEC.json OUT.json
+
+Every RPC's latency is recorded with its send time (ReportProgress separately, Register
+in "other"); the samples go to OUT.npz as (wall time, seconds) rows beside the JSON summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+
+from relgate_agent.agent.job import Assignments
+from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles
+from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.rpc import GRPC_CLIENT_OPTIONS
+from relgate_agent.storage import bitmap_from_bits, delta_indexes
+
+RPC_TIMEOUT_S = 10.0
+
+
+@dataclass
+class HostFigures:
+    reports: int = 0
+    report_errors: int = 0
+    registers: int = 0
+    watch_events: int = 0
+    watch_opens: int = 0
+    applied: int = 0
+    stale_dropped: int = 0  # pushed assignments the fence refused (not newer than applied)
+    stale_applied: int = 0  # applied although older than one applied before (must stay 0)
+    full_asked: int = 0
+    full_accepted_at: list[float] = field(default_factory=list)  # after a FULL_PROGRESS
+    final_version: int = 0
+
+
+class SimHost:
+    def __init__(self, spec: dict[str, Any], host: str, rack: str) -> None:
+        self.spec, self.host, self.rack = spec, host, rack
+        self.registered = False
+        self.died = False
+        self.n = int(spec["chunks"])
+        rng = random.Random(host)
+        self.rng = rng
+        self.bits = bytearray(1 if rng.random() < 0.1 else 0 for _ in range(self.n))
+        self.acked: bytes | None = None
+        self.assignments = Assignments()
+        self.max_applied = 0
+        self.fig = HostFigures()
+        self.latency: list[tuple[float, float]] = []  # (wall time sent, seconds)
+        self.other_latency: list[tuple[float, float]] = []
+        self.job_id = ""
+        self.job_seen = asyncio.Event()
+        self.current = 0
+        tls = TlsFiles.from_pki(spec["pki"], host)
+        ca, cert, key = tls.read()
+        creds = grpc.ssl_channel_credentials(ca, key, cert)
+        self.channels = [
+            grpc.aio.secure_channel(a, creds, options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS)
+            for a in spec["addresses"]
+        ]
+        self.stubs = [pbg.AgentServiceStub(c) for c in self.channels]  # type: ignore[no-untyped-call]
+
+    def _next_replica(self, i: int) -> None:
+        if self.current == i:
+            self.current = (i + 1) % len(self.stubs)
+
+    # ------------------------------------------------------------------ watch
+    def _apply(self, a: pb.Assignment) -> None:
+        before = self.assignments.topology_version
+        self.assignments.apply(a)
+        if self.assignments.topology_version == before:
+            self.fig.stale_dropped += 1
+            return
+        if a.topology_version < self.max_applied:
+            self.fig.stale_applied += 1
+        self.max_applied = max(self.max_applied, a.topology_version)
+        self.fig.applied += 1
+
+    async def watch(self) -> None:
+        while True:
+            i = self.current
+            known = {self.job_id: self.assignments.topology_version} if self.job_id else {}
+            req = pb.WatchRequest(
+                host_id=self.host,
+                rack=self.rack,
+                data_address=f"{self.host}.sim:7070",
+                known_topology_versions=known,
+            )
+            self.fig.watch_opens += 1
+            try:
+                async for ev in self.stubs[i].Watch(req, timeout=300):
+                    self.fig.watch_events += 1
+                    for j in ev.jobs:
+                        if not self.job_id:
+                            self.job_id = j.job_id
+                            self.job_seen.set()
+                    for a in ev.assignments:
+                        self._apply(a)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    self._next_replica(i)
+                await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+
+    # ------------------------------------------------------------------ register / report
+    async def _timed(self, call: Any, request: Any, samples: list[tuple[float, float]]) -> Any:
+        i = self.current
+        sent = time.time()
+        t0 = time.monotonic()
+        try:
+            resp = await call(self.stubs[i])(request, timeout=RPC_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                self._next_replica(i)
+            raise
+        samples.append((sent, time.monotonic() - t0))
+        return resp
+
+    async def register(self) -> None:
+        while True:
+            req = pb.RegisterRequest(
+                job_id=self.job_id,
+                host_id=self.host,
+                rack=self.rack,
+                have=bitmap_from_bits(self.bits),
+                free_disk_bytes=1 << 44,
+                data_address=f"{self.host}.sim:7070",
+            )
+            try:
+                await self._timed(lambda s: s.Register, req, self.other_latency)
+                self.fig.registers += 1
+                return
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(self.rng.uniform(0.5, 1.5))
+
+    def _progress(self) -> tuple[pb.ReportProgressRequest, bytes]:
+        for _ in range(int(self.spec["chunks_per_report"])):
+            self.bits[self.rng.randrange(self.n)] = 1
+        have = bitmap_from_bits(self.bits)
+        req = pb.ReportProgressRequest(
+            job_id=self.job_id,
+            host_id=self.host,
+            rack=self.rack,
+            topology_version=self.assignments.topology_version,
+            rx_bytes=self.fig.reports * 1 << 30,
+            rx_bytes_per_s=10_000_000_000,
+            tx_bytes_per_s=10_000_000_000,
+            data_address=f"{self.host}.sim:7070",
+        )
+        if self.acked is None:
+            req.have = have
+        else:
+            req.verified_delta = delta_indexes(self.acked, have, self.n)
+            req.verified_count = sum(self.bits)
+        return req, have
+
+    async def report_loop(self, plan: Plan) -> None:
+        interval = float(self.spec["interval_s"])
+        await asyncio.sleep(self.rng.uniform(0, interval))  # agents are not in step
+        asked = False
+        while time.time() < min(plan.end, plan.death(self.host)):
+            req, have = self._progress()
+            try:
+                resp = await self._timed(lambda s: s.ReportProgress, req, self.latency)
+            except grpc.aio.AioRpcError:
+                self.fig.report_errors += 1
+                self.acked = None  # as the agent does: the whole bitmap to a new leader
+                asked = True
+                await asyncio.sleep(interval)
+                continue
+            self.fig.reports += 1
+            if "FULL_PROGRESS" in resp.actions:
+                self.fig.full_asked += 1
+                self.acked = None
+                asked = True
+                continue  # at once, as the agent does: the new leader rebuilds now
+            if asked and req.have:
+                self.fig.full_accepted_at.append(time.time())
+                asked = False
+            self.acked = have
+            if "REREGISTER" in resp.actions:
+                await self.register()
+            await asyncio.sleep(interval)
+
+    async def run(self, plan: Plan) -> None:
+        watch = asyncio.create_task(self.watch())
+        try:
+            await self.job_seen.wait()
+            await self.register()
+            self.registered = True
+            await self.report_loop(plan)
+        finally:
+            # at its death a host vanishes like a killed process (no goodbye); at the end
+            # every survivor tells the version it applied last
+            self.died = time.time() < plan.end
+            self.fig.final_version = self.assignments.topology_version
+            watch.cancel()
+            for c in self.channels:
+                await c.close(grace=None)
+
+
+class Plan:
+    """When the steady state ends and who dies when: unknown until the bench writes
+    PLAN.json (after the registration storm); until then nobody dies or stops."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.end = float("inf")
+        self.deaths: dict[str, float] = {}
+
+    def death(self, host: str) -> float:
+        return self.deaths.get(host, float("inf"))
+
+    async def poll(self) -> None:
+        while not self.path.exists():
+            await asyncio.sleep(0.5)
+        doc = json.loads(self.path.read_text())
+        self.deaths = {h: float(t) for h, t in doc["deaths"].items()}
+        self.end = float(doc["end"])
+
+
+async def main_async(spec: dict[str, Any]) -> dict[str, Any]:
+    plan = Plan(Path(spec["plan"]))
+    poller = asyncio.create_task(plan.poll())
+    hosts = [SimHost(spec, h, r) for h, r in spec["hosts"]]
+    # boot in waves so the TLS handshakes do not all land in the same second
+    tasks = []
+    for i, h in enumerate(hosts):
+        tasks.append(asyncio.create_task(h.run(plan)))
+        if i % 64 == 63:
+            await asyncio.sleep(0.05)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    poller.cancel()
+    crashed = [repr(r) for r in results if isinstance(r, BaseException)]
+    figs = [h.fig for h in hosts]
+    return {
+        "hosts": len(hosts),
+        "crashed": crashed[:5],
+        "died": sum(1 for h in hosts if h.died),
+        "reports": sum(f.reports for f in figs),
+        "reportErrors": sum(f.report_errors for f in figs),
+        "registers": sum(f.registers for f in figs),
+        "watchOpens": sum(f.watch_opens for f in figs),
+        "watchEvents": sum(f.watch_events for f in figs),
+        "applied": sum(f.applied for f in figs),
+        "staleDropped": sum(f.stale_dropped for f in figs),
+        "staleApplied": sum(f.stale_applied for f in figs),
+        "fullAsked": sum(f.full_asked for f in figs),
+        "fullAcceptedAt": sorted(t for f in figs for t in f.full_accepted_at),
+        "finalVersions": {h.host: h.fig.final_version for h in hosts if not h.died},
+        "_latency": np.array([x for h in hosts for x in h.latency], dtype=np.float64),
+        "_other": np.array([x for h in hosts for x in h.other_latency], dtype=np.float64),
+    }
+
+
+def main() -> None:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    out = Path(sys.argv[2])
+    result = asyncio.run(main_async(spec))
+    np.savez(out.with_suffix(".npz"), report=result.pop("_latency"), other=result.pop("_other"))
+    out.write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
