@@ -339,6 +339,10 @@ def main(  # noqa: PLR0913, PLR0915 - the load test's sizes; one linear script
         lat = np.concatenate([np.load(base / f"load{i}.out.npz")["report"] for i in range(procs)])
         other = np.concatenate([np.load(base / f"load{i}.out.npz")["other"] for i in range(procs)])
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        logs = PKI_CACHE / "last-run-logs"  # kept for a look after the temporary dir is gone
+        logs.mkdir(exist_ok=True)
+        for f in base.glob("*.log"):
+            (logs / f.name).write_bytes(f.read_bytes()[-2_000_000:])
     dead = {h.host_id for h in status.hosts if h.state == "DEAD"}
     full_after = sorted(t for o in outs for t in o["fullAcceptedAt"] if t >= killed)
     finals: dict[str, int] = {k: v for o in outs for k, v in o["finalVersions"].items()}

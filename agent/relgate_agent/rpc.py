@@ -30,6 +30,10 @@ GRPC_CLIENT_OPTIONS = [
 ]
 GRPC_SERVER_OPTIONS = [
     *GRPC_OPTIONS,
+    # the coordinator pings too: a frozen agent (SIGSTOP, a hung kernel) cannot answer, its
+    # watch ends and the dead-host sweep may judge it by its reports again
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
     ("grpc.http2.max_ping_strikes", 0),
     ("grpc.keepalive_permit_without_calls", 1),

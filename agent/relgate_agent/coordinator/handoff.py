@@ -52,10 +52,14 @@ class HandoffService(ProgressService):
                     continue
                 for h in list(job.topology.racks):
                     hp = job.hosts.get(h)
+                    # a host holding its watch stream open is alive (its process and its
+                    # connection are; a killed agent's stream ends at once): a late report
+                    # from a busy coordinator's queue never splices it. A hung host is
+                    # caught by its downstreams (ReportSuspect) instead.
                     if (
                         hp
                         and now - hp.last_seen > self.config.dead_after_s
-                        and not (hp.state == "PENDING" and self.watching.get(h))
+                        and not self.watching.get(h)
                     ):
                         self._mark_dead(job, h, f"no report for {now - hp.last_seen:.1f}s")
                 self._demote_slow(job, now)

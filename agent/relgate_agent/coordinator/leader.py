@@ -51,7 +51,7 @@ class CoordinatorCore:
         self.closing = False  # set on shutdown: watches end at once
         self.addresses: dict[str, str] = {}
         # host -> open watch streams on this replica (written by the server's event loop
-        # only): a host that holds its watch but has not registered yet is booting, not dead
+        # only): a host that holds its watch open is alive, whatever its reports' delay
         self.watching: dict[str, int] = {}
         self._indexes: dict[str, TopologyIndex] = {}  # job -> lookups of its topology
         # host -> (health text, data-plane refusals) from its last heartbeat or report

@@ -336,6 +336,8 @@ class CoordinatorServer:
         self._sweeper = threading.Thread(
             target=self._sweep, name="coordinator-sweeper", daemon=True
         )
+        # the lease on its own thread: a long sweep under load must not let it lapse
+        self._leaser = threading.Thread(target=self._lease, name="coordinator-lease", daemon=True)
         self.loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(
             target=self.loop.run_forever, name="coordinator-aio", daemon=True
@@ -378,13 +380,17 @@ class CoordinatorServer:
         self.coordinator.maintain_lease()  # an HA replica may lead from its first moment
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=30)
         self._sweeper.start()
+        self._leaser.start()
         log.info("coordinator listening on %s", self.address)
         return self
+
+    def _lease(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            self.coordinator.maintain_lease()  # steps down itself when it cannot renew
 
     def _sweep(self) -> None:
         while not self._stop.wait(self.tick_s):
             try:
-                self.coordinator.maintain_lease()
                 self.coordinator.tick()
             except Exception:  # the sweeper must survive one bad tick; the next one retries
                 log.exception("coordinator tick failed")
@@ -404,8 +410,9 @@ class CoordinatorServer:
             asyncio.run_coroutine_threadsafe(self._shutdown(grace), self.loop).result(
                 timeout=grace + 30
             )
-        if self._sweeper.is_alive():
-            self._sweeper.join(timeout=5)
+        for t in (self._sweeper, self._leaser):
+            if t.is_alive():
+                t.join(timeout=5)
         self._close_loop()
         self.executor.shutdown(wait=True, cancel_futures=True)
         self.coordinator.release()
