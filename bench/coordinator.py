@@ -196,6 +196,24 @@ def _wait_live(client: CoordinatorClient, hosts: int, timeout: float) -> float:
     raise RuntimeError(f"only {live}/{hosts} hosts heartbeated within {timeout:.0f} s")
 
 
+def _stop_all(
+    loaders: list[subprocess.Popen[bytes]], coords: list[subprocess.Popen[bytes]]
+) -> None:
+    """Every process this bench started, by its handle: loaders killed, coordinators TERMed."""
+    for p in loaders:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    for p in coords:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+
+
 def _wait_registered(client: CoordinatorClient, job_id: str, hosts: int, timeout: float) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
@@ -322,18 +340,7 @@ def main(  # noqa: PLR0913, PLR0915 - the load test's sizes; one linear script
                 p.wait(120)
             status = client.get_job(job.job_id, timeout=60)
         finally:
-            for p in loaders:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait(10)
-            for p in coords.values():
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-                    try:
-                        p.wait(20)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait(10)
+            _stop_all(loaders, list(coords.values()))
             client.close()
         outs = [json.loads((base / f"load{i}.out.json").read_text()) for i in range(procs)]
         lat = np.concatenate([np.load(base / f"load{i}.out.npz")["report"] for i in range(procs)])
