@@ -62,7 +62,7 @@ def _refusal_exit(out: Output, exc: AgentError) -> int:
     elif isinstance(exc, CoordinatorRefusal):
         out.emit(exc.to_json())
     else:
-        out.emit({"error": "rejected", "message": str(exc)})
+        out.emit({"error": "rejected", "message": str(exc), "check": getattr(exc, "check", "")})
     return EXIT_REJECTED
 
 
