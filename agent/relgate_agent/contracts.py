@@ -224,6 +224,7 @@ class JobReport:
     duration_s: float
     control_refusals: int
     hosts: tuple[HostRow, ...]
+    pending_events: int = 0  # deployer events in the outbox, not yet acknowledged (2xx)
     error: str = ""
 
     def to_dict(self) -> dict[str, Any]:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
-from relgate_agent.contracts import JobSpec
+from relgate_agent.contracts import JobSpec, camel
+from relgate_agent.coordinator.outbox import EVENT_COMPLETE, EVENT_HOSTS_READY
 from relgate_agent.coordinator.topology import Topology
 from relgate_agent.errors import AgentError
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys
@@ -73,6 +75,9 @@ class CoordinatorConfig:
     replica_id: str = ""
     # an enrolled host counts as a target only if it sent a heartbeat within this many seconds
     host_ttl_s: float = 60.0
+    # deployer events are retried until a 2xx: first after this, doubling, at most the max
+    webhook_backoff_s: float = 0.5
+    webhook_backoff_max_s: float = 60.0
 
 
 @dataclass
@@ -103,28 +108,39 @@ class HostProgress:
 
 
 @dataclass(frozen=True)
-class Completion:
-    """The DistributionComplete event (webhook body, camelCase as sent)."""
+class DeployerEvent:
+    """A webhook body: its type, then the fields in camelCase (tuples as lists)."""
 
+    kind: ClassVar[str] = ""
     job: str
     model: str
     version: str
     manifest_digest: str
     ready_hosts: tuple[str, ...]
     hosts_total: int
-    reason: str  # "threshold" | "deadline"
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "type": "DistributionComplete",
-            "job": self.job,
-            "model": self.model,
-            "version": self.version,
-            "manifestDigest": self.manifest_digest,
-            "readyHosts": list(self.ready_hosts),
-            "hostsTotal": self.hosts_total,
-            "reason": self.reason,
-        }
+        out: dict[str, object] = {"type": self.kind}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[camel(f.name)] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+@dataclass(frozen=True)
+class Completion(DeployerEvent):
+    """The DistributionComplete event: the threshold was reached or the deadline passed."""
+
+    kind: ClassVar[str] = EVENT_COMPLETE
+    reason: str  # "threshold" | "deadline"
+
+
+@dataclass(frozen=True)
+class HostsReady(DeployerEvent):
+    """Hosts that became READY after the DistributionComplete (``ready_hosts``: these)."""
+
+    kind: ClassVar[str] = EVENT_HOSTS_READY
+    hosts_ready: int  # READY so far, all announced
 
 
 @dataclass
@@ -142,6 +158,9 @@ class JobState:
     hosts: dict[str, HostProgress] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     completion: Completion | None = None
+    # the DistributionComplete is in the outbox; hosts named by an event in the outbox
+    completion_enqueued: bool = False
+    announced: set[str] = field(default_factory=set)
     ready_refusals: int = 0
     error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
 
@@ -184,6 +203,7 @@ __all__ = [
     "Completion",
     "CoordinatorConfig",
     "HostProgress",
+    "HostsReady",
     "JobState",
     "NotEnrolled",
     "NotFound",

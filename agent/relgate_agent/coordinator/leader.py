@@ -26,6 +26,7 @@ from relgate_agent.coordinator.jobstate import (
     NotLeader,
     Rejected,
 )
+from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import Topology, splice
 from relgate_agent.errors import AgentError, ManifestError
@@ -33,8 +34,6 @@ from relgate_agent.manifest import CheckpointManifest, verify_envelope
 from relgate_agent.origin import read_uri
 
 log = logging.getLogger(__name__)
-
-Post = Callable[[str, bytes], None]
 
 
 class CoordinatorCore:
@@ -159,6 +158,9 @@ class CoordinatorCore:
             row.completion_emitted,
             float(row.created_at),
         )
+        for event in self.store.job_events(row.job_id):  # what the deployer was (or will be) told
+            job.completion_enqueued |= event.kind == EVENT_COMPLETE
+            job.announced.update(event.hosts)
         # Rebuilt cache: everyone gets a grace period of one dead interval to report again.
         for h, rack in row.targets.items():
             job.hosts[h] = HostProgress(h, rack, self.addresses.get(h, ""))

@@ -24,7 +24,7 @@ from relgate_agent.contracts import (
     JobReport,
     JobSpec,
 )
-from relgate_agent.coordinator.handoff import HandoffService, http_post
+from relgate_agent.coordinator.handoff import HandoffService
 from relgate_agent.coordinator.jobstate import (
     GONE_STATES,
     CoordinatorConfig,
@@ -39,7 +39,7 @@ from relgate_agent.coordinator.jobstate import (
     parse_selector,
     selector_matches,
 )
-from relgate_agent.coordinator.leader import Post
+from relgate_agent.coordinator.outbox import Post, http_post
 from relgate_agent.coordinator.store import JobRow, StaleTopology
 from relgate_agent.coordinator.topology import build_topology
 from relgate_agent.errors import ManifestError, OriginError
@@ -221,6 +221,7 @@ class Coordinator(HandoffService):
             stragglers=tuple(fig.get("stragglers", [])),
             eta_s=0 if r.state == "DONE" else -1,
             hosts=tuple(HostRow.from_stored(h) for h in fig.get("hosts", [])),
+            pending_events=self.store.count_pending_events(job_id),
         )
 
     def _live_status(self, job: JobState) -> JobReport:
@@ -255,6 +256,7 @@ class Coordinator(HandoffService):
             duration_s=time.time() - job.created_at,
             control_refusals=self.control_refusals,
             hosts=self._host_rows(job),
+            pending_events=self.store.count_pending_events(job.job_id),
         )
 
     # ------------------------------------------------------------------ inventory
