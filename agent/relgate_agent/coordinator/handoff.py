@@ -105,8 +105,8 @@ class HandoffService(ProgressService):
     @staticmethod
     def _finished(job: JobState) -> bool:
         """Every target READY and named in an event in the outbox (delivery goes on after)."""
-        targets = set(job.targets)
-        return bool(targets) and job.ready_count == len(targets) and targets <= job.announced
+        wanted = job.eligible  # a quarantined host is reported, never waited for
+        return bool(wanted) and wanted <= job.ready and wanted <= job.announced
 
     # ------------------------------------------------------------------ deployer events
     def _announce(self, job: JobState) -> None:
@@ -116,7 +116,7 @@ class HandoffService(ProgressService):
             self._enqueue(job, EVENT_COMPLETE, completion.ready_hosts, completion.to_json())
             job.completion_enqueued = True
             return
-        late = sorted((job.ready & set(job.targets)) - job.announced)
+        late = sorted((job.ready & job.eligible) - job.announced)
         if not job.completion_enqueued or not late:
             return
         event = HostsReady(
@@ -209,13 +209,14 @@ class HandoffService(ProgressService):
             "checkpoint_bytes": job.manifest.total_size,
             "hosts_ready": job.ready_count,
             "duration_s": round(time.time() - job.created_at, 3),
-            "stragglers": sorted(h for h in job.targets if h not in job.ready),
+            "stragglers": sorted(h for h in job.eligible if h not in job.ready),
+            "quarantined": sorted(job.quarantined),
             "hosts": [row.to_stored() for row in self._host_rows(job)],
         }
 
     def _all_pending_failed(self, job: JobState) -> bool:
         """Every host still pending gave up (HOST_FAILED): the job FAILED, naming each."""
-        pending = [h for h in job.targets if h not in job.ready and h in job.hosts]
+        pending = [h for h in job.eligible if h not in job.ready and h in job.hosts]
         if not pending or not all(job.hosts[h].state == "FAILED" for h in pending):
             return False
         last = {h: _last_host_failed(job.hosts[h]) for h in pending}
@@ -224,7 +225,8 @@ class HandoffService(ProgressService):
 
     def _completion(self, job: JobState) -> Completion | None:
         """The DistributionComplete event, once (threshold reached or deadline passed)."""
-        ready, total = job.ready_count, len(job.targets)
+        eligible = job.eligible
+        ready, total = len(job.ready & eligible), len(eligible)
         threshold = job.spec.ready_threshold_ppm
         deadline = job.spec.deadline_s
         reached = total > 0 and ready * PPM >= threshold * total
@@ -237,8 +239,9 @@ class HandoffService(ProgressService):
             version=job.manifest.version,
             manifest_digest=job.manifest.digest,
             ready_hosts=tuple(sorted(job.ready)),
-            hosts_total=total,
+            hosts_total=len(job.targets),
             reason="threshold" if reached else "deadline",
+            quarantined_hosts=tuple(sorted(job.quarantined)),
         )
         if job.state == "DISTRIBUTING":
             job.state = "COMPLETE"

@@ -22,7 +22,8 @@ from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 
 ACTIVE_STATES = ("PLANNING", "DISTRIBUTING", "COMPLETE")
 TERMINAL_STATES = ("DONE", "CANCELLED", "FAILED")
-GONE_STATES = ("DEAD", "QUARANTINED")  # spliced out: neither a source nor a straggler target
+QUARANTINED = "QUARANTINED"
+GONE_STATES = ("DEAD", QUARANTINED)  # spliced out: neither a source nor a straggler target
 
 
 class NotFound(AgentError):
@@ -133,6 +134,7 @@ class Completion(DeployerEvent):
 
     kind: ClassVar[str] = EVENT_COMPLETE
     reason: str  # "threshold" | "deadline"
+    quarantined_hosts: tuple[str, ...]  # targets excluded (bad data), never waited for
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,15 @@ class JobState:
     def ready_count(self) -> int:
         return len(self.ready & set(self.targets))
 
+    @property
+    def quarantined(self) -> set[str]:
+        return {h for h, hp in self.hosts.items() if hp.state == QUARANTINED and h in self.targets}
+
+    @property
+    def eligible(self) -> set[str]:
+        """The targets the job waits for: all but the quarantined."""
+        return set(self.targets) - self.quarantined
+
 
 def parse_selector(selector: str) -> dict[str, str]:
     out: dict[str, str] = {}
@@ -199,6 +210,7 @@ def default_db_path(home: str | None = None) -> str:
 __all__ = [
     "ACTIVE_STATES",
     "GONE_STATES",
+    "QUARANTINED",
     "TERMINAL_STATES",
     "Completion",
     "CoordinatorConfig",

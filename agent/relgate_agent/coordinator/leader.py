@@ -19,6 +19,7 @@ from collections.abc import Callable
 from relgate_agent.contracts import JobSpec, PeerRef
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
+    QUARANTINED,
     CoordinatorConfig,
     HostProgress,
     JobState,
@@ -167,6 +168,8 @@ class CoordinatorCore:
             if h in job.ready:
                 job.hosts[h].ready = True
                 job.hosts[h].state = "READY"
+        for h in self.store.quarantined(row.job_id) & set(job.hosts):
+            job.hosts[h].state = QUARANTINED
         return job
 
     def _job(self, job_id: str) -> JobState:

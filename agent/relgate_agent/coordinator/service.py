@@ -27,6 +27,7 @@ from relgate_agent.contracts import (
 from relgate_agent.coordinator.handoff import HandoffService
 from relgate_agent.coordinator.jobstate import (
     GONE_STATES,
+    QUARANTINED,
     CoordinatorConfig,
     HostProgress,
     JobState,
@@ -222,6 +223,7 @@ class Coordinator(HandoffService):
             eta_s=0 if r.state == "DONE" else -1,
             hosts=tuple(HostRow.from_stored(h) for h in fig.get("hosts", [])),
             pending_events=self.store.count_pending_events(job_id),
+            quarantined_hosts=tuple(sorted(self.store.quarantined(job_id))),
         )
 
     def _live_status(self, job: JobState) -> JobReport:
@@ -233,6 +235,7 @@ class Coordinator(HandoffService):
             h
             for h, f in fractions.items()
             if not job.hosts[h].ready
+            and job.hosts[h].state != QUARANTINED
             and (job.hosts[h].state in GONE_STATES or f < STRAGGLER_FRACTION * median)
         )
         mean = sum(alive) / len(alive) if alive else 0.0
@@ -257,6 +260,7 @@ class Coordinator(HandoffService):
             control_refusals=self.control_refusals,
             hosts=self._host_rows(job),
             pending_events=self.store.count_pending_events(job.job_id),
+            quarantined_hosts=tuple(sorted(job.quarantined)),
         )
 
     # ------------------------------------------------------------------ inventory

@@ -86,6 +86,14 @@ SCHEMA = [
         delivered_at_ms BIGINT NOT NULL,
         last_error TEXT NOT NULL
     )""",
+    # hosts quarantined in a job (BAD_DATA from distinct downstreams): excluded for good
+    """CREATE TABLE IF NOT EXISTS dist_quarantine (
+        job_id TEXT NOT NULL,
+        host_id TEXT NOT NULL,
+        reporters TEXT NOT NULL,
+        quarantined_at BIGINT NOT NULL,
+        PRIMARY KEY (job_id, host_id)
+    )""",
     "CREATE INDEX IF NOT EXISTS dist_outbox_pending ON dist_outbox (delivered_at_ms, job_id, seq)",
 ]
 OUTBOX_BATCH = 1000  # pending events one delivery pass looks at (bounded)
@@ -181,6 +189,11 @@ class JobStore:
     def tx(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:
             yield conn
+
+    def _execute(self, sql: str, params: dict[str, Any]) -> None:
+        """One statement in its own transaction."""
+        with self.tx() as c:
+            c.execute(text(sql), params)
 
     # -- leader lease ---------------------------------------------------------
     def acquire_lease(self, holder: str, ttl_s: float, name: str = "coordinator") -> int | None:
@@ -283,6 +296,28 @@ class JobStore:
                     ),
                     {"h": host_id, "m": model, "v": version},
                 )
+
+    def forget_host_version(self, host_id: str, model: str, version: str) -> None:
+        """The coordinator no longer vouches for the host's copy (it was quarantined)."""
+        self._execute(
+            "DELETE FROM dist_host_verified WHERE host_id = :h AND model = :m AND version = :v",
+            {"h": host_id, "m": model, "v": version},
+        )
+
+    # -- quarantine ---------------------------------------------------------
+    def quarantine_host(self, job_id: str, host_id: str, reporters: list[str]) -> None:
+        self._execute(
+            "INSERT INTO dist_quarantine (job_id, host_id, reporters, quarantined_at) "
+            "VALUES (:j, :h, :r, :t) ON CONFLICT (job_id, host_id) DO NOTHING",
+            {"j": job_id, "h": host_id, "r": json.dumps(sorted(reporters)), "t": int(time.time())},
+        )
+
+    def quarantined(self, job_id: str) -> set[str]:
+        with self.tx() as c:
+            rows = c.execute(
+                text("SELECT host_id FROM dist_quarantine WHERE job_id = :j"), {"j": job_id}
+            ).all()
+        return {str(r[0]) for r in rows}
 
     # -- enrollment ---------------------------------------------------------
     def enroll(self, host_id: str, rack: str, labels: dict[str, str]) -> None:
@@ -506,21 +541,15 @@ class JobStore:
         return int(row[0]) if row else 0
 
     def mark_event_delivered(self, event_id: str, now_ms: int) -> None:
-        with self.tx() as c:
-            c.execute(
-                text(
-                    "UPDATE dist_outbox SET delivered_at_ms = :now, attempts = attempts + 1 "
-                    "WHERE event_id = :id AND delivered_at_ms = 0"
-                ),
-                {"id": event_id, "now": max(now_ms, 1)},
-            )
+        self._execute(
+            "UPDATE dist_outbox SET delivered_at_ms = :now, attempts = attempts + 1 "
+            "WHERE event_id = :id AND delivered_at_ms = 0",
+            {"id": event_id, "now": max(now_ms, 1)},
+        )
 
     def mark_event_failed(self, event_id: str, next_attempt_at_ms: int, error: str) -> None:
-        with self.tx() as c:
-            c.execute(
-                text(
-                    "UPDATE dist_outbox SET attempts = attempts + 1, next_attempt_at_ms = :next, "
-                    "last_error = :e WHERE event_id = :id AND delivered_at_ms = 0"
-                ),
-                {"id": event_id, "next": next_attempt_at_ms, "e": error[:_ERROR_TEXT_MAX]},
-            )
+        self._execute(
+            "UPDATE dist_outbox SET attempts = attempts + 1, next_attempt_at_ms = :next, "
+            "last_error = :e WHERE event_id = :id AND delivered_at_ms = 0",
+            {"id": event_id, "next": next_attempt_at_ms, "e": error[:_ERROR_TEXT_MAX]},
+        )

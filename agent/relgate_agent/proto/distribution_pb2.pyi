@@ -155,6 +155,7 @@ class GetJobResponse(_message.Message):
         "model",
         "origin_bytes",
         "pending_events",
+        "quarantined_hosts",
         "ready_hosts",
         "state",
         "stragglers",
@@ -180,6 +181,7 @@ class GetJobResponse(_message.Message):
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     CONTROL_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     PENDING_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_HOSTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: str
     model: str
@@ -199,6 +201,7 @@ class GetJobResponse(_message.Message):
     duration_s: float
     control_refusals: int
     pending_events: int
+    quarantined_hosts: _containers.RepeatedScalarFieldContainer[str]
     def __init__(
         self,
         job_id: str | None = ...,
@@ -220,6 +223,7 @@ class GetJobResponse(_message.Message):
         duration_s: float | None = ...,
         control_refusals: int | None = ...,
         pending_events: int | None = ...,
+        quarantined_hosts: _Iterable[str] | None = ...,
     ) -> None: ...
 
 class CancelJobRequest(_message.Message):
