@@ -29,8 +29,9 @@ from relgate_agent.errors import (
 from relgate_agent.fstree import UnsafePathError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
 from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.retention import retire_versions
 from relgate_agent.reverify import reverify_all
-from relgate_agent.storage import StagedMismatch, VersionStore, gc_versions, scrub_placed
+from relgate_agent.storage import StagedMismatch, VersionStore, scrub_placed
 
 log = logging.getLogger(__name__)
 
@@ -298,11 +299,12 @@ class JobRunner:
         log.info("%s job %s: placed %s", self.cfg.host_id, job.job_id, final)
         self.control.report_once()
         try:
-            removed = gc_versions(
+            # deployer-aware: nothing older than what serves goes until a newer one serves
+            removed = retire_versions(
                 self.cfg.models_root,
                 files.manifest.model,
                 self.cfg.retain_versions,
-                {files.manifest.version},
+                frozenset({files.manifest.version}),
             )
             if removed:
                 log.info("retention GC removed %s/%s", files.manifest.model, removed)
