@@ -41,7 +41,8 @@ def write_checkpoint(root: Path, sizes: dict[str, int], seed: int = 7) -> Path:
 
 class Webhook:
     """A deployer's webhook on loopback: answers ``fail_status`` to the first ``fail_first``
-    POSTs, then 204. ``requests`` holds every POST (headers, body), ``events`` the accepted."""
+    POSTs, then 204. ``requests`` holds every POST (headers by lower-case name, body),
+    ``events`` the accepted."""
 
     def __init__(self, fail_first: int = 0, fail_status: int = 503) -> None:
         self.events: list[dict[str, Any]] = []
@@ -55,7 +56,7 @@ class Webhook:
                 n = int(self.headers["Content-Length"])
                 body = json.loads(self.rfile.read(n))
                 with outer.lock:
-                    outer.requests.append((dict(self.headers.items()), body))
+                    outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
                     failing = outer.fail_first > 0
                     if failing:
                         outer.fail_first -= 1

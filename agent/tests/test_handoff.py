@@ -18,6 +18,7 @@ from relgate_agent.manifest import TrustedKeys
 from relgate_agent.storage import bitmap_from_bits
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(5)}
+KEY = IDEMPOTENCY_HEADER.lower()
 
 
 def _coordinator(db: str, checkpoint: dict[str, Any]) -> Coordinator:
@@ -81,7 +82,7 @@ def test_events_retried_until_acknowledged_once_with_stable_ids(
         assert complete["readyHosts"] == ["h0", "h1", "h2"] and complete["hostsTotal"] == 5
         # three 503s, then the 2xx: four POSTs of one event, one id in header and body
         assert len(hook.requests) == 4
-        assert {r[0][IDEMPOTENCY_HEADER] for r in hook.requests} == {complete["eventId"]}
+        assert {r[0][KEY] for r in hook.requests} == {complete["eventId"]}
         assert all(r[1] == complete for r in hook.requests)
         report = c.job_status(job)
         assert report.completion_emitted and report.pending_events == 0
@@ -94,7 +95,7 @@ def test_events_retried_until_acknowledged_once_with_stable_ids(
         assert late["type"] == "HostsReady" and late["readyHosts"] == ["h3", "h4"]
         assert (late["hostsReady"], late["hostsTotal"]) == (5, 5)
         assert late["eventId"] != complete["eventId"]
-        assert hook.requests[-1][0][IDEMPOTENCY_HEADER] == late["eventId"]
+        assert hook.requests[-1][0][KEY] == late["eventId"]
         for _ in range(5):
             c.tick()
         assert len(hook.requests) == 5 and len(hook.events) == 2
@@ -117,7 +118,7 @@ def restart_resumes_delivery(db: str, checkpoint: dict[str, Any], job_id: str) -
         report = first.job_status(job)
         assert not report.completion_emitted and report.pending_events == 1
         first.close()
-        tried = {r[0][IDEMPOTENCY_HEADER] for r in hook.requests}
+        tried = {r[0][KEY] for r in hook.requests}
         hook.fail_first = 0  # the deployer is back
         second = _coordinator(db, checkpoint)
         try:
