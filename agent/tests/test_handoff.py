@@ -3,13 +3,16 @@ SQLite (and PostgreSQL), the coordinator restarted on the same store."""
 
 from __future__ import annotations
 
+import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import Webhook
+from agent_harness import HOSTS as CLUSTER_HOSTS
+from agent_harness import Cluster, Webhook
 
 from relgate_agent.contracts import JobSpec, ProgressReport
 from relgate_agent.coordinator.outbox import IDEMPOTENCY_HEADER
@@ -160,3 +163,58 @@ def test_no_webhook_is_delivered_at_once(tmp_path: Path, checkpoint: dict[str, A
         assert report.state == "DONE" and report.completion_emitted and report.pending_events == 0
     finally:
         c.close()
+
+
+def test_a_killed_coordinator_process_delivers_after_restart(
+    tmp_path: Path, checkpoint: dict[str, Any]
+) -> None:
+    """Real processes: the job ends while the deployer answers 503; the coordinator is killed
+    (SIGKILL) and restarted on the same SQLite; it delivers each event once, same ids."""
+    hook = Webhook(fail_first=10**9)
+    cluster = Cluster(tmp_path / "cluster", checkpoint["trusted"], ["--report-interval", "0.5"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    try:
+        cluster.start_coordinator(f"127.0.0.1:{port}")
+        for h, r in CLUSTER_HOSTS[:3]:
+            cluster.start_agent(h, r)
+        cluster.wait_started()
+        cluster.wait_registered(3)
+        c = cluster.client()
+        try:
+            job = c.create_job(
+                model="claude-x",
+                version="2026-10-12.3",
+                manifest_uri=str(checkpoint["envelope"]),
+                origin_uri=str(checkpoint["origin"]),
+                target_selector="cluster=inf-a",
+                ready_threshold_ppm=1_000_000,
+                stripes=2,
+                webhook_url=hook.url,
+            ).job_id
+        finally:
+            c.close()
+        st = cluster.wait_for(
+            lambda: (r := cluster.status(job))["state"] == "DONE" and len(hook.requests) >= 2 and r,
+            120,
+            "DONE with the deployer refusing",
+        )
+        assert not st["completion_emitted"] and st["pending_events"] >= 1
+        cluster.kill("coordinator", signal.SIGKILL)
+        tried = {r[0][KEY] for r in hook.requests}
+        hook.fail_first = 0  # the deployer is back
+        cluster.start_coordinator(f"127.0.0.1:{port}")
+        st = cluster.wait_for(
+            lambda: (r := cluster.status(job))["pending_events"] == 0 and r, 90, "delivery"
+        )
+        assert st["completion_emitted"] and st["state"] == "DONE"
+        (complete,) = [e for e in hook.events if e["type"] == "DistributionComplete"]
+        assert complete["eventId"] in tried and sorted(complete["readyHosts"]) == sorted(
+            h for h, _ in CLUSTER_HOSTS[:3]
+        )
+        ids = [e["eventId"] for e in hook.events]
+        assert len(ids) == len(set(ids))  # each event acknowledged once
+    finally:
+        cluster.stop_all()
+        hook.close()
