@@ -78,6 +78,20 @@ class Webhook:
         self.server.server_close()
 
 
+def job_spec(checkpoint: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """CreateJob's fields for the test checkpoint to every ``cluster=inf-a`` host."""
+    return {
+        "model": "claude-x",
+        "version": "2026-10-12.3",
+        "manifest_uri": str(checkpoint["envelope"]),
+        "origin_uri": str(checkpoint["origin"]),
+        "target_selector": "cluster=inf-a",
+        "ready_threshold_ppm": 1_000_000,
+        "stripes": 4,
+        **overrides,
+    }
+
+
 def assert_placed(cluster: Any, checkpoint: dict[str, Any], host: str) -> None:
     m = checkpoint["manifest"]
     final = cluster.models_root(host) / m.model / m.version

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from agent_harness import HOSTS as CLUSTER_HOSTS
-from agent_harness import Cluster, Webhook
+from agent_harness import Cluster, Webhook, job_spec
 
 from relgate_agent.contracts import JobSpec, ProgressReport
 from relgate_agent.coordinator.outbox import IDEMPOTENCY_HEADER
@@ -183,16 +183,7 @@ def test_a_killed_coordinator_process_delivers_after_restart(
         cluster.wait_registered(3)
         c = cluster.client()
         try:
-            job = c.create_job(
-                model="claude-x",
-                version="2026-10-12.3",
-                manifest_uri=str(checkpoint["envelope"]),
-                origin_uri=str(checkpoint["origin"]),
-                target_selector="cluster=inf-a",
-                ready_threshold_ppm=1_000_000,
-                stripes=2,
-                webhook_url=hook.url,
-            ).job_id
+            job = c.create_job(**job_spec(checkpoint, stripes=2, webhook_url=hook.url)).job_id
         finally:
             c.close()
         st = cluster.wait_for(
