@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from relgate_agent.manifest import (
     write_keypair,
 )
 from relgate_agent.pki import TlsFiles, ensure_dev_pki
+from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.storage import apply_delta, bitmap_from_bits, count_bits, pack_indexes
 
 QUICK: dict[str, Any] = {
@@ -248,7 +250,154 @@ def _between(rows: np.ndarray, lo: float, hi: float) -> np.ndarray:
 # ---------------------------------------------------------------------------- run
 
 
-def main(  # noqa: PLR0913, PLR0915 - the load test's sizes; one linear script
+@dataclass(frozen=True)
+class Sizes:
+    hosts: int
+    duration_s: float
+    interval_s: float
+    procs: int
+    chunks: int
+    dying: float
+    failover_at: float
+    chunks_per_report: int
+
+
+@dataclass
+class Timeline:
+    """What happened when (wall clock), and the coordinators' CPU over the two windows."""
+
+    boot: float = 0.0
+    heartbeat_s: float = 0.0
+    created: float = 0.0
+    registered_s: float = 0.0
+    start: float = 0.0
+    end: float = 0.0
+    killed: float = 0.0
+    cores_a: float = 0.0
+    cores_b: float = 0.0
+    deaths: dict[str, float] = field(default_factory=dict)
+
+
+def _start_loaders(
+    base: Path, pki: Path, addresses: list[str], names: list[tuple[str, str]], z: Sizes
+) -> list[subprocess.Popen[bytes]]:
+    loaders = []
+    for i in range(z.procs):
+        spec = {
+            "pki": str(pki),
+            "addresses": addresses,
+            "chunks": z.chunks,
+            "interval_s": z.interval_s,
+            "chunks_per_report": z.chunks_per_report,
+            "plan": str(base / "plan.json"),
+            "hosts": names[i :: z.procs],
+        }
+        (base / f"load{i}.spec.json").write_text(json.dumps(spec))
+        cmd = [sys.executable, "-m", "bench._loadgen"]
+        cmd += [str(base / f"load{i}.spec.json"), str(base / f"load{i}.out.json")]
+        loaders.append(subprocess.Popen(cmd, stderr=(base / f"load{i}.log").open("wb")))
+    return loaders
+
+
+def _cores(pid: int, until: float) -> float:
+    """CPU cores process ``pid`` used from now until the wall-clock time ``until``."""
+    cpu0, t0 = _cpu_seconds([pid]), time.monotonic()
+    while time.time() < until:
+        time.sleep(0.2)
+    return (_cpu_seconds([pid]) - cpu0) / max(time.monotonic() - t0, 1e-9)
+
+
+def _drive(
+    base: Path,
+    client: CoordinatorClient,
+    env: Path,
+    coords: dict[str, subprocess.Popen[bytes]],
+    victims: set[str],
+    z: Sizes,
+    rng: random.Random,
+) -> tuple[Timeline, pb.GetJobResponse]:
+    """Heartbeats, the job, the registration storm, the steady state, the kill, the end."""
+    t = Timeline(boot=time.time())
+    t.heartbeat_s = _wait_live(client, z.hosts, 300)
+    job = client.create_job(
+        model="fleet-bench",
+        version="v1",
+        manifest_uri=str(env),
+        target_selector="pool=bench",
+        stripes=8,
+    )
+    t.created = time.time()
+    # the registration storm: every agent fetches the signed manifest
+    t.registered_s = _wait_registered(client, job.job_id, z.hosts, 600)
+    t.start = time.time() + 1.0
+    t.end = t.start + z.duration_s
+    t.deaths = {h: t.start + rng.uniform(0.1, 0.9) * z.duration_s for h in victims}
+    (base / "plan.json").write_text(json.dumps({"end": t.end, "deaths": t.deaths}))
+    while time.time() < t.start:
+        time.sleep(0.1)
+    t.cores_a = _cores(coords["a"].pid, t.start + z.failover_at * z.duration_s)
+    coords["a"].send_signal(signal.SIGKILL)
+    coords["a"].wait(10)
+    t.killed = time.time()
+    t.cores_b = _cores(coords["b"].pid, t.end)
+    return t, client.get_job(job.job_id, timeout=60)
+
+
+def _figures(
+    t: Timeline,
+    status: pb.GetJobResponse,
+    outs: list[dict[str, Any]],
+    lat: np.ndarray,
+    other: np.ndarray,
+    victims: set[str],
+    z: Sizes,
+) -> dict[str, Any]:
+    dead = {h.host_id for h in status.hosts if h.state == "DEAD"}
+    full_after = sorted(x for o in outs for x in o["fullAcceptedAt"] if x >= t.killed)
+    finals: dict[str, int] = {k: v for o in outs for k, v in o["finalVersions"].items()}
+    # steady state: after the registration storm, outside the takeover (lease TTL, then
+    # two report intervals for the agents to find the new leader)
+    takeover_end = t.killed + LEASE_TTL_S + 2 * z.interval_s
+    steady = np.concatenate([_between(lat, t.start, t.killed), _between(lat, takeover_end, t.end)])
+    detectable = {h for h, d in t.deaths.items() if d < t.end - DEAD_AFTER_S - 2 * z.interval_s}
+    return {
+        "reportLatency": {
+            "steady": _percentiles(steady),
+            "takeover": _percentiles(_between(lat, t.killed, takeover_end)),
+            "wholeRun": _percentiles(lat),
+        },
+        "registerLatency": _percentiles(other),
+        "coordinatorCores": {
+            "leaderBeforeKill": round(t.cores_a, 3),
+            "newLeaderAfterKill": round(t.cores_b, 3),
+        },
+        "falseSplices": len(dead - victims),
+        "splicedDead": len(dead & victims),
+        "deadNotSpliced": len(detectable - dead),  # died early enough to be caught
+        "staleAssignmentsApplied": sum(o["staleApplied"] for o in outs),
+        "staleAssignmentsDropped": sum(o["staleDropped"] for o in outs),
+        "hostsBehindFinalTopology": sum(1 for v in finals.values() if v != status.topology_version),
+        "finalTopologyVersion": status.topology_version,
+        "rebuild": {
+            "killToFirstWholeBitmapS": round(full_after[0] - t.killed, 2) if full_after else None,
+            "firstToLastWholeBitmapS": round(full_after[-1] - full_after[0], 2)
+            if full_after
+            else None,
+            "wholeBitmapsAfterKill": len(full_after),
+        },
+        "reports": sum(o["reports"] for o in outs),
+        "reportErrors": sum(o["reportErrors"] for o in outs),
+        "watchOpens": sum(o["watchOpens"] for o in outs),
+        "watchEvents": sum(o["watchEvents"] for o in outs),
+        "setup": {
+            "heartbeatAllSeconds": round(t.heartbeat_s, 1),
+            "registrationStormS": round(t.registered_s, 1),
+            "bootS": round(t.created - t.boot, 1),
+        },
+    }
+
+
+def main(  # noqa: PLR0913 - the load test's sizes
     *,
     hosts: int = 4096,
     duration_s: float = 300.0,
@@ -261,6 +410,7 @@ def main(  # noqa: PLR0913, PLR0915 - the load test's sizes; one linear script
     reports: int = 4096,
     delta: int = 200,
 ) -> dict[str, Any]:
+    z = Sizes(hosts, duration_s, interval_s, procs, chunks, dying, failover_at, chunks_per_report)
     baseline = decode_figures(reports, chunks, hosts, delta, interval_s)
     PKI_CACHE.mkdir(parents=True, exist_ok=True)
     names = _racks(hosts)
@@ -268,6 +418,7 @@ def main(  # noqa: PLR0913, PLR0915 - the load test's sizes; one linear script
     pki = ensure_dev_pki(PKI_CACHE, names)
     pki_s = time.monotonic() - t0
     rng = random.Random(7)
+    victims = set(rng.sample([h for h, _ in names], round(dying * hosts)))
     with tempfile.TemporaryDirectory(prefix="relgate-bench-coord-") as tmp:
         base = Path(tmp)
         env, pub = _manifest(base, chunks)
@@ -280,84 +431,23 @@ def main(  # noqa: PLR0913, PLR0915 - the load test's sizes; one linear script
         try:
             for h, r in names:
                 client.enroll_host(h, r, {"pool": "bench"})
-            boot = time.time()
-            plan = base / "plan.json"
-            victims = set(rng.sample([h for h, _ in names], round(dying * hosts)))
-            slices = [names[i::procs] for i in range(procs)]
-            for i, part in enumerate(slices):
-                spec = {
-                    "pki": str(pki),
-                    "addresses": addresses,
-                    "chunks": chunks,
-                    "interval_s": interval_s,
-                    "chunks_per_report": chunks_per_report,
-                    "plan": str(plan),
-                    "hosts": part,
-                }
-                (base / f"load{i}.spec.json").write_text(json.dumps(spec))
-                loaders.append(
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "bench._loadgen",
-                            str(base / f"load{i}.spec.json"),
-                            str(base / f"load{i}.out.json"),
-                        ],
-                        stderr=(base / f"load{i}.log").open("wb"),
-                    )
-                )
-            heartbeat_s = _wait_live(client, hosts, 300)
-            job = client.create_job(
-                model="fleet-bench",
-                version="v1",
-                manifest_uri=str(env),
-                target_selector="pool=bench",
-                stripes=8,
-            )
-            created = time.time()
-            # the registration storm: every agent fetches the signed manifest
-            registered_s = _wait_registered(client, job.job_id, hosts, 600)
-            start = time.time() + 1.0
-            end = start + duration_s
-            kill_at = start + failover_at * duration_s
-            deaths = {h: start + rng.uniform(0.1, 0.9) * duration_s for h in victims}
-            plan.write_text(json.dumps({"end": end, "deaths": deaths}))
-            while time.time() < start:
-                time.sleep(0.1)
-            cpu_a0, wall0 = _cpu_seconds([coords["a"].pid]), time.monotonic()
-            while time.time() < kill_at:
-                time.sleep(0.2)
-            cpu_a1, wall1 = _cpu_seconds([coords["a"].pid]), time.monotonic()
-            coords["a"].send_signal(signal.SIGKILL)
-            coords["a"].wait(10)
-            killed = time.time()
-            cpu_b0, wall2 = _cpu_seconds([coords["b"].pid]), time.monotonic()
-            while time.time() < end:
-                time.sleep(0.5)
-            cpu_b1, wall3 = _cpu_seconds([coords["b"].pid]), time.monotonic()
+            loaders = _start_loaders(base, pki, addresses, names, z)
+            timeline, status = _drive(base, client, env, coords, victims, z, rng)
             for p in loaders:
                 p.wait(120)
-            status = client.get_job(job.job_id, timeout=60)
         finally:
             _stop_all(loaders, list(coords.values()))
             client.close()
         outs = [json.loads((base / f"load{i}.out.json").read_text()) for i in range(procs)]
-        lat = np.concatenate([np.load(base / f"load{i}.out.npz")["report"] for i in range(procs)])
-        other = np.concatenate([np.load(base / f"load{i}.out.npz")["other"] for i in range(procs)])
-        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        npz = [np.load(base / f"load{i}.out.npz") for i in range(procs)]
+        lat = np.concatenate([n["report"] for n in npz])
+        other = np.concatenate([n["other"] for n in npz])
         logs = PKI_CACHE / "last-run-logs"  # kept for a look after the temporary dir is gone
         logs.mkdir(exist_ok=True)
         for f in base.glob("*.log"):
             (logs / f.name).write_bytes(f.read_bytes()[-2_000_000:])
-    dead = {h.host_id for h in status.hosts if h.state == "DEAD"}
-    full_after = sorted(t for o in outs for t in o["fullAcceptedAt"] if t >= killed)
-    finals: dict[str, int] = {k: v for o in outs for k, v in o["finalVersions"].items()}
-    # steady state: after the registration storm, outside the takeover (lease TTL, then
-    # two report intervals for the agents to find the new leader)
-    takeover_end = killed + LEASE_TTL_S + 2 * interval_s
-    steady = np.concatenate([_between(lat, start, killed), _between(lat, takeover_end, end)])
-    detectable = {h for h, t in deaths.items() if t < end - DEAD_AFTER_S - 2 * interval_s}
+    figures = _figures(timeline, status, outs, lat, other, victims, z)
+    figures["setup"]["pkiSeconds"] = round(pki_s, 1)
     return {
         "workload": (
             f"{hosts} simulated agents ({procs} processes, grpc.aio, mTLS each) reporting every "
@@ -365,41 +455,8 @@ def main(  # noqa: PLR0913, PLR0915 - the load test's sizes; one linear script
             f"mid-run; leader SIGKILLed at {failover_at:.0%} (replica, lease TTL {LEASE_TTL_S:g} s)"
         ),
         "baseline": baseline,
-        "reportLatency": {
-            "steady": _percentiles(steady),
-            "takeover": _percentiles(_between(lat, killed, takeover_end)),
-            "wholeRun": _percentiles(lat),
-        },
-        "registerLatency": _percentiles(other),
-        "coordinatorCores": {
-            "leaderBeforeKill": round((cpu_a1 - cpu_a0) / max(wall1 - wall0, 1e-9), 3),
-            "newLeaderAfterKill": round((cpu_b1 - cpu_b0) / max(wall3 - wall2, 1e-9), 3),
-        },
-        "falseSplices": len(dead - victims),
-        "splicedDead": len(dead & victims),
-        "deadNotSpliced": len(detectable - dead),  # died early enough to be caught
-        "staleAssignmentsApplied": sum(o["staleApplied"] for o in outs),
-        "staleAssignmentsDropped": sum(o["staleDropped"] for o in outs),
-        "hostsBehindFinalTopology": sum(1 for v in finals.values() if v != status.topology_version),
-        "finalTopologyVersion": status.topology_version,
-        "rebuild": {
-            "killToFirstWholeBitmapS": round(full_after[0] - killed, 2) if full_after else None,
-            "firstToLastWholeBitmapS": round(full_after[-1] - full_after[0], 2)
-            if full_after
-            else None,
-            "wholeBitmapsAfterKill": len(full_after),
-        },
-        "reports": sum(o["reports"] for o in outs),
-        "reportErrors": sum(o["reportErrors"] for o in outs),
-        "watchOpens": sum(o["watchOpens"] for o in outs),
-        "watchEvents": sum(o["watchEvents"] for o in outs),
-        "setup": {
-            "pkiSeconds": round(pki_s, 1),
-            "heartbeatAllSeconds": round(heartbeat_s, 1),
-            "registrationStormS": round(registered_s, 1),
-            "bootS": round(created - boot, 1),
-        },
+        **figures,
         "targets": "p99 <= 50 ms, 0 false splices, <= 1 core, rebuild <= 1 interval, 0 stale",
         "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "peakChildRssMiB": round(rss, 1),
+        "peakChildRssMiB": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
     }

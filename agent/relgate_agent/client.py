@@ -175,7 +175,8 @@ def job_from_pb(resp: pb.GetJobResponse) -> JobReport:
         for h in resp.hosts
     )
     return JobReport(
-        **values | {k: tuple(values[k]) for k in ("ready_hosts", "stragglers")},
+        **values
+        | {k: tuple(values[k]) for k in ("ready_hosts", "stragglers", "quarantined_hosts")},
         hosts=hosts,
         error=job_error(resp),
     )

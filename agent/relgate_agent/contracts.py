@@ -112,6 +112,11 @@ class ProgressReport:
     verified_count: int = 0
 
 
+#: ReportProgress action: this host is quarantined in the job (two downstreams received bad
+#: data from it); it stops, scrubs its staging and re-verifies every version it holds.
+ACTION_QUARANTINE = "QUARANTINE"
+
+
 @dataclass(frozen=True)
 class ProgressReply:
     topology_version: int
@@ -256,6 +261,8 @@ class JobReport:
     duration_s: float
     control_refusals: int
     hosts: tuple[HostRow, ...]
+    pending_events: int = 0  # deployer events in the outbox, not yet acknowledged (2xx)
+    quarantined_hosts: tuple[str, ...] = ()  # excluded after BAD_DATA from two downstreams
     error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -263,6 +270,7 @@ class JobReport:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["ready_hosts"] = list(self.ready_hosts)
         d["stragglers"] = list(self.stragglers)
+        d["quarantined_hosts"] = list(self.quarantined_hosts)
         d["hosts"] = [h.to_stored() for h in self.hosts]
         return d
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 # times from the origin or from two peers) or its own part in one (HOST_FAILED)
 KIND_CHUNK_FAILED = "CHUNK_FAILED"
 KIND_HOST_FAILED = "HOST_FAILED"
+# what a quarantined host reports after it scrubbed its staging and re-verified its versions
+KIND_QUARANTINED = "QUARANTINED"
 #: gRPC trailing-metadata key under which the coordinator names the check a refusal failed;
 #: clients read the check from here, never from the message text.
 CHECK_METADATA_KEY = "relgate-check"

@@ -13,6 +13,10 @@ refuses, naming the path and the check,
   a name for a file that lives outside the tree;
 * ``unsafe-name``        -- a path component that is not a safe name (see manifest).
 
+``write_file_atomic`` is how every small file the agent owns (keys, certificates) is
+written: a temporary file in the same directory, fsynced, renamed over the target, and the
+directory fsynced, so a crash leaves either the old file or the new one, never a torn one.
+
 ``open_beneath`` / ``mkdirs_beneath`` walk a relative path one component at a time with
 ``O_NOFOLLOW`` from a directory descriptor, so a symlink planted anywhere below the base
 is refused instead of followed.
@@ -24,6 +28,7 @@ import contextlib
 import errno
 import os
 import stat
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,3 +223,25 @@ def lstat_kind(path: Path) -> str:
     if stat.S_ISLNK(st.st_mode):
         return "symlink"
     return "dir" if stat.S_ISDIR(st.st_mode) else "other"
+
+
+def write_file_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Replace ``path`` with ``data`` (mode ``mode``) atomically, creating its parent dirs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from relgate_agent import dsse, jcs, names
 from relgate_agent.errors import ManifestError, VerificationError
-from relgate_agent.fstree import walk_checkpoint_tree
+from relgate_agent.fstree import walk_checkpoint_tree, write_file_atomic
 
 validate_name = names.validate_name
 validate_relative_path = names.validate_relative_path
@@ -408,19 +408,21 @@ def generate_private_key() -> Ed25519PrivateKey:
     return Ed25519PrivateKey.generate()
 
 
+def public_key_pem(public_key: Ed25519PublicKey) -> bytes:
+    """PEM SubjectPublicKeyInfo, the form trusted-key directories hold."""
+    return public_key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
 def write_keypair(private_key: Ed25519PrivateKey, private_path: Path, public_path: Path) -> None:
-    """PEM PKCS8 private key (mode 0600) and PEM SubjectPublicKeyInfo public key."""
+    """PEM SubjectPublicKeyInfo public key, then PEM PKCS8 private key (mode 0600), each
+    written atomically (parent directories created); the private key is the commit point."""
     pem = private_key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pem)
-    public_path.write_bytes(
-        private_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
+    write_file_atomic(Path(public_path), public_key_pem(private_key.public_key()), 0o644)
+    write_file_atomic(Path(private_path), pem, 0o600)
 
 
 def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:

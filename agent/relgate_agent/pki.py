@@ -22,7 +22,6 @@ import ipaddress
 import os
 import re
 import ssl
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -38,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from relgate_agent.errors import AgentError
+from relgate_agent.fstree import write_file_atomic
 
 ROLES = ("operator", "coordinator", "host")
 ROLE_OPERATOR, ROLE_COORDINATOR, ROLE_HOST = ROLES
@@ -137,27 +137,6 @@ def identity_from_peercert(peercert: Mapping[str, Any] | None) -> Identity | Non
 # ---------------------------------------------------------------------------- files
 
 
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
@@ -204,8 +183,8 @@ def ca_init(directory: Path, common_name: str = "relgate fleet CA", force: bool 
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    _write_atomic(directory / CA_KEY, _key_pem(key), 0o600)
-    _write_atomic(directory / CA_CERT, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    write_file_atomic(directory / CA_KEY, _key_pem(key), 0o600)
+    write_file_atomic(directory / CA_CERT, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     return directory / CA_CERT
 
 
@@ -300,10 +279,10 @@ def issue(
     )
     out = Path(out_dir or directory)
     key_path, cert_path = out / f"{ident}.key", out / f"{ident}.pem"
-    _write_atomic(key_path, _key_pem(key), 0o600)
-    _write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    write_file_atomic(key_path, _key_pem(key), 0o600)
+    write_file_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     if out != directory and not (out / CA_CERT).exists():
-        _write_atomic(out / CA_CERT, (directory / CA_CERT).read_bytes(), 0o644)
+        write_file_atomic(out / CA_CERT, (directory / CA_CERT).read_bytes(), 0o644)
     return cert_path, key_path
 
 

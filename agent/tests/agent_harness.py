@@ -40,15 +40,29 @@ def write_checkpoint(root: Path, sizes: dict[str, int], seed: int = 7) -> Path:
 
 
 class Webhook:
-    def __init__(self) -> None:
+    """A deployer's webhook on loopback: answers ``fail_status`` to the first ``fail_first``
+    POSTs, then 204. ``requests`` holds every POST (headers by lower-case name, body),
+    ``events`` the accepted."""
+
+    def __init__(self, fail_first: int = 0, fail_status: int = 503) -> None:
         self.events: list[dict[str, Any]] = []
+        self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.fail_first, self.fail_status = fail_first, fail_status
+        self.lock = threading.Lock()
         outer = self
 
         class H(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 n = int(self.headers["Content-Length"])
-                outer.events.append(json.loads(self.rfile.read(n)))
-                self.send_response(204)
+                body = json.loads(self.rfile.read(n))
+                with outer.lock:
+                    outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                    failing = outer.fail_first > 0
+                    if failing:
+                        outer.fail_first -= 1
+                    else:
+                        outer.events.append(body)
+                self.send_response(outer.fail_status if failing else 204)
                 self.end_headers()
 
             def log_message(self, *a: Any) -> None:
@@ -62,6 +76,20 @@ class Webhook:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def job_spec(checkpoint: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """CreateJob's fields for the test checkpoint to every ``cluster=inf-a`` host."""
+    return {
+        "model": "claude-x",
+        "version": "2026-10-12.3",
+        "manifest_uri": str(checkpoint["envelope"]),
+        "origin_uri": str(checkpoint["origin"]),
+        "target_selector": "cluster=inf-a",
+        "ready_threshold_ppm": 1_000_000,
+        "stripes": 4,
+        **overrides,
+    }
 
 
 def assert_placed(cluster: Any, checkpoint: dict[str, Any], host: str) -> None:

@@ -50,7 +50,7 @@ def test_keygen_build_verify_json_is_camel_case(
 ) -> None:
     priv, pub = tmp_path / "k.key", tmp_path / "k.pem"
     rc, out = _run(capsys, "--json", "keygen", "--private", str(priv), "--public", str(pub))
-    assert rc == EXIT_OK and set(out) == {"keyid", "private", "public"}
+    assert rc == EXIT_OK and set(out) == {"keyid", "private", "public", "created"}
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "a.bin").write_bytes(b"x" * 5000)

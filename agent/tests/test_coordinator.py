@@ -302,3 +302,42 @@ def test_a_host_holding_its_watch_is_alive_whatever_its_reports(tmp_path: Path, 
         assert job.hosts[booting].state == "DEAD" and job.hosts[registered].state == "DEAD"
     finally:
         c.store.close()
+
+
+def test_quarantine_is_durable_tells_the_host_and_the_job_ends_without_it(
+    coord: Coordinator, checkpoint, tmp_path: Path
+) -> None:
+    from relgate_agent.contracts import ACTION_QUARANTINE
+    from relgate_agent.coordinator.service import NotFound
+
+    m = checkpoint["manifest"]
+    job = coord.create_job(_spec(checkpoint))
+    chain = job.topology.stripes[0]
+    bad = next(h for h in chain.order if chain.children(h))
+    kid = chain.children(bad)[0]
+    other = next(h for h in job.topology.racks if h not in (bad, kid))
+    coord.report_suspect(job.job_id, kid, bad, "BAD_DATA", 0)
+    coord.report_suspect(job.job_id, other, bad, "BAD_DATA", 1)
+    full = bitmap_from_bits(bytearray([1]) * m.num_chunks)
+    ready = ProgressReport(have=full, ready=True, placed_manifest_digest=m.digest)
+    # the quarantined host is told, never accepted READY, and cannot rejoin
+    assert coord.report_progress(job.job_id, bad, ready).actions == (ACTION_QUARANTINE,)
+    assert bad not in job.ready
+    with pytest.raises(NotFound, match="quarantined"):
+        coord.register(job.job_id, bad, HOSTS[bad], b"", 1 << 30, "10.0.0.99:1")
+    # a restarted coordinator on the same store still knows
+    coord.store.close()
+    again = Coordinator(coord.config)
+    try:
+        live = again.jobs[job.job_id]
+        assert live.hosts[bad].state == "QUARANTINED" and bad not in live.topology.racks
+        for h in sorted(live.targets):
+            if h != bad:
+                again.report_progress(job.job_id, h, ready)
+        again.tick()
+        report = again.job_status(job.job_id)
+        assert report.state == "DONE" and report.quarantined_hosts == (bad,)
+        assert report.hosts_ready == len(live.targets) - 1 and bad not in report.stragglers
+        assert bad not in again.store.hosts_holding(m.model, m.version)
+    finally:
+        again.close()

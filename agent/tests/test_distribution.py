@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import HOSTS, Cluster, Webhook, assert_placed
+from agent_harness import HOSTS, Cluster, Webhook, assert_placed, job_spec
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -48,17 +48,7 @@ def start_hosts(
 def create_job(cluster: Cluster, checkpoint: dict[str, Any], **kw: Any) -> str:
     c = cluster.client()
     try:
-        spec = {
-            "model": "claude-x",
-            "version": "2026-10-12.3",
-            "manifest_uri": str(checkpoint["envelope"]),
-            "origin_uri": str(checkpoint["origin"]),
-            "target_selector": "cluster=inf-a",
-            "ready_threshold_ppm": 1_000_000,
-            "stripes": 4,
-        }
-        spec.update(kw)
-        return c.create_job(**spec).job_id
+        return c.create_job(**job_spec(checkpoint, **kw)).job_id
     finally:
         c.close()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import HOSTS, Cluster, assert_placed
+from agent_harness import HOSTS, Cluster, assert_placed, job_spec
 
 from relgate_agent.storage import Journal, JournalState
 
@@ -53,17 +53,7 @@ def start(cluster: Cluster, hosts=HOSTS4, env_for: dict[str, dict[str, str]] | N
 def create_job(cluster: Cluster, checkpoint: dict[str, Any], **kw: Any) -> str:
     c = cluster.client()
     try:
-        spec = {
-            "model": "claude-x",
-            "version": "2026-10-12.3",
-            "manifest_uri": str(checkpoint["envelope"]),
-            "origin_uri": str(checkpoint["origin"]),
-            "target_selector": "cluster=inf-a",
-            "ready_threshold_ppm": 1_000_000,
-            "stripes": 4,
-        }
-        spec.update(kw)
-        return c.create_job(**spec).job_id
+        return c.create_job(**job_spec(checkpoint, **kw)).job_id
     finally:
         c.close()
 
@@ -368,3 +358,39 @@ def test_one_peer_sending_bad_data_forever_is_bypassed_not_fatal(
         assert_placed(cluster, checkpoint, h)
     ys = json.loads(next((cluster.models_root(y) / ".agent-stats").glob(f"{job}.*")).read_text())
     assert ys["crc_errors"] >= 3 and ys["swarm_chunks"] >= 1 and ys["failed"] == ""
+
+
+def test_host_corrupting_every_block_is_quarantined_scrubbed_and_left_out(
+    cluster: Cluster, checkpoint
+) -> None:
+    """Two downstreams get bad data from one host: it is quarantined, told so, scrubs its
+    staging and re-verifies what it holds; the job is DONE over the others and names it."""
+    from relgate_agent.coordinator.topology import build_topology
+
+    m = checkpoint["manifest"]
+    topo = build_topology(dict(HOSTS4), 4)
+    kids = {h: {c for chain in topo.stripes for c in chain.children(h)} for h, _ in HOSTS4}
+    x = max(sorted(kids), key=lambda h: len(kids[h]))
+    assert len(kids[x]) >= 2  # two distinct receivers of its bad data
+    start(cluster, env_for={x: {"RELGATE_AGENT_FAULT": "corrupt_send=all"}})
+    job = create_job(cluster, checkpoint, origin_cap_bytes_per_s=4 * 1024 * 1024)
+    st = cluster.wait_for(
+        lambda: (r := cluster.status(job))["state"] == "DONE" and r, 120, "job DONE"
+    )
+    others = sorted(h for h, _ in HOSTS4 if h != x)
+    assert st["quarantined_hosts"] == [x] and st["error"] == ""
+    assert st["hosts_ready"] == len(others) and st["ready_hosts"] == others
+    assert x not in st["stragglers"]
+    for h in others:
+        assert_placed(cluster, checkpoint, h)
+    row = next(h for h in st["hosts"] if h["host_id"] == x)
+    assert row["state"] == "QUARANTINED"
+    assert any(e.startswith("QUARANTINED: BAD_DATA from") for e in row["errors"])
+
+    def scrubbed() -> str:
+        files = list((cluster.models_root(x) / ".agent-stats").glob(f"{job}.*.json"))
+        return str(json.loads(files[0].read_text()).get("scrubbed", "")) if files else ""
+
+    record = cluster.wait_for(scrubbed, 60, "the quarantined host's scrub")
+    assert record.startswith(f"staging of {m.model}/{m.version} removed; re-verified: ")
+    assert not (cluster.models_root(x) / ".staging" / m.model / m.version).exists()

@@ -427,3 +427,30 @@ def test_place_never_replaces_an_existing_final_directory(tmp_path: Path) -> Non
         store.place()
     assert info.value.check == "unexpected-entry" and "already exists" in str(info.value)
     assert store.tree.is_dir() and list(store.final.iterdir()) == []
+
+
+def test_a_quarantined_host_re_verifies_every_held_version(tmp_path: Path, keypair) -> None:
+    """What a quarantined host runs (the ``verify`` command's procedure, over all it holds):
+    an intact version stays placed, a rotten one is un-placed naming chunk and file."""
+    from relgate_agent.manifest import TrustedKeys, envelope_bytes, sign_manifest
+    from relgate_agent.reverify import reverify_all
+
+    key, _, trusted = keypair
+    src = _src(tmp_path / "src")
+    root = tmp_path / "models"
+    for version in ("v1", "v2"):
+        m = build_manifest(src, "m", version, chunk_size=64 * KiB, block_size=16 * KiB)
+        store = VersionStore(root, m)
+        store.open()
+        store.pwrite(0, b"".join((src / f.path).read_bytes() for f in m.files))
+        store.place(envelope_bytes(sign_manifest(m, key)))
+        store.close()
+    rel, off = _where(m, 3 * 64 * KiB + 5)  # chunk 3 of v2
+    _flip(root / "m" / "v2" / rel, off)
+    intact, rotten = reverify_all(root, TrustedKeys.load(trusted))
+    assert (intact.obj, intact.intact) == ("m/v1", True)
+    assert (rotten.obj, rotten.intact, rotten.check) == ("m/v2", False, "chunk-digest")
+    assert rotten.details["chunk"] == 3 and rotten.details["file"] == rel
+    assert rotten.details["unplaced"] is True and rotten.summary() == "m/v2 chunk-digest (unplaced)"
+    assert (root / "m" / "v1").is_dir() and not (root / "m" / "v2").exists()
+    assert read_placed_marker(root, "m", "v2") is None

@@ -3,7 +3,8 @@
 ``RELGATE_AGENT_FAULT=name=value,...`` with
 
 - ``corrupt_send=<block>[:<times>]`` (read by the *sending* agent): flip a byte of that block
-  on the wire, after it was read from disk, so receivers must catch it;
+  on the wire, after it was read from disk, so receivers must catch it; ``corrupt_send=all``
+  flips a byte of every block it sends, for good (a host with bad memory);
 - ``corrupt_disk_chunk=<c>`` (the *receiving* agent): flip a byte of chunk ``c`` on disk
   right after its last block is written (once per job), like a bad disk would;
 - ``pause_before_place=<gate>[:<times>]``: stop before each of the first ``<times>``
@@ -72,11 +73,14 @@ class LabHooks(Hooks):
     def __init__(self, faults: Mapping[str, str]) -> None:
         self.faults = dict(faults)
         block, _, times = self.faults.get("corrupt_send", "").partition(":")
-        self.corrupt_block = int(block) if block else -1
+        self.corrupt_all = block == "all"
+        self.corrupt_block = int(block) if block and not self.corrupt_all else -1
         self.corrupt_remaining = int(times or 1) if block else 0
         self.lock = threading.Lock()
 
     def wire_block(self, block: int, data: bytes) -> bytes:
+        if self.corrupt_all:
+            return _flipped(data)
         if block != self.corrupt_block:
             return data
         with self.lock:
@@ -84,9 +88,7 @@ class LabHooks(Hooks):
                 return data
             self.corrupt_remaining -= 1
         log.warning("fault hook: corrupting block %d on the wire", block)
-        b = bytearray(data)
-        b[len(b) // 2] ^= 0xFF
-        return bytes(b)
+        return _flipped(data)
 
     def job(self, job_id: str) -> JobHooks:
         gate, _, times = self.faults.get("pause_before_place", "").partition(":")
@@ -95,6 +97,12 @@ class LabHooks(Hooks):
             gate,
             int(times or 1) if gate else 0,
         )
+
+
+def _flipped(data: bytes) -> bytes:
+    b = bytearray(data)
+    b[len(b) // 2] ^= 0xFF
+    return bytes(b)
 
 
 def hooks_from_env(env: Mapping[str, str] | None = None) -> LabHooks:

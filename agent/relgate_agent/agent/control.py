@@ -19,6 +19,7 @@ import time
 import grpc
 
 from relgate_agent.agent.job import ORIGIN, JobState
+from relgate_agent.contracts import ACTION_QUARANTINE
 from relgate_agent.errors import StorageError
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retry import Backoff, retry_call
@@ -211,7 +212,10 @@ class ControlPlane:
             if "REREGISTER" in actions:
                 with contextlib.suppress(grpc.RpcError):
                     self.register()
-            if "CANCEL" in actions:
+            if ACTION_QUARANTINE in actions:
+                job.quarantined = True  # the runner scrubs once its workers stopped
+                job.stop()
+            elif "CANCEL" in actions:
                 job.cancelled = True
                 job.stop()
             elif "STOP" in actions:

@@ -187,6 +187,7 @@ class JobStats:
     staged_mismatches: int
     placement_rounds: int
     failed: str
+    scrubbed: str = ""  # quarantined: staging removed, each held version re-verified
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -260,6 +261,8 @@ class JobState:
         self.ready = False
         self.cancelled = False
         self.failed = ""  # why this host gave up (CHUNK_FAILED / HOST_FAILED detail)
+        self.quarantined = False  # the coordinator said QUARANTINE: stop, scrub, re-verify
+        self.scrubbed = ""  # what the quarantine scrub found (placed versions re-verified)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -361,6 +364,7 @@ class JobState:
                 staged_mismatches=c.staged_mismatches,
                 placement_rounds=c.placement_rounds,
                 failed=self.failed,
+                scrubbed=self.scrubbed,
             )
 
 

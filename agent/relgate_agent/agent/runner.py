@@ -19,11 +19,19 @@ from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.job import ChunkTracker, HostServices, JobFiles, JobState, JobStats
 from relgate_agent.agent.repair import ChunkRepair
 from relgate_agent.agent.stripes import StripeWorkers
-from relgate_agent.errors import KIND_HOST_FAILED, AgentError, ManifestError, StorageError
+from relgate_agent.errors import (
+    KIND_HOST_FAILED,
+    KIND_QUARANTINED,
+    AgentError,
+    ManifestError,
+    StorageError,
+)
 from relgate_agent.fstree import UnsafePathError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
 from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.storage import StagedMismatch, VersionStore, gc_versions, scrub_placed
+from relgate_agent.retention import retire_versions
+from relgate_agent.reverify import reverify_all
+from relgate_agent.storage import StagedMismatch, VersionStore, scrub_placed
 
 log = logging.getLogger(__name__)
 
@@ -113,16 +121,33 @@ class JobRunner:
                     self.control.flush_journal()
                     if job.cancelled:
                         files.store.discard()
-                    if job.failed:
+                    if job.quarantined:
+                        self._scrub_quarantined(files)
+                    if job.failed or job.quarantined:
                         self.control.report_final()
                     return
             self._write_stats()
             job.stop_event.wait()
+            if job.quarantined:
+                self._scrub_quarantined(files)
+                self.control.report_final()
         except Exception:
             log.exception("job %s failed on %s", job.job_id, self.cfg.host_id)
             job.error("INTERNAL", detail="agent job runner crashed; see agent log")
         finally:
             self._write_stats()
+
+    def _scrub_quarantined(self, files: JobFiles) -> None:
+        """Quarantined (two downstreams got bad data from us): staging for this job goes and
+        every version this host holds is re-verified, a mismatching one un-placed."""
+        job = self.job
+        with files.store.lock:  # placement renames staging under the same lock
+            files.store.discard()
+        checks = reverify_all(self.cfg.models_root, self.cfg.trusted_keys)
+        held = "; ".join(c.summary() for c in checks) or "none held"
+        job.scrubbed = f"staging of {job.model}/{job.version} removed; re-verified: {held}"
+        log.warning("%s job %s quarantined: %s", self.cfg.host_id, job.job_id, job.scrubbed)
+        job.error(KIND_QUARANTINED, detail=job.scrubbed)
 
     def _until_placed(self, files: JobFiles, repair: ChunkRepair) -> None:
         job, tracker = self.job, files.tracker
@@ -273,11 +298,12 @@ class JobRunner:
         log.info("%s job %s: placed %s", self.cfg.host_id, job.job_id, final)
         self.control.report_once()
         try:
-            removed = gc_versions(
+            # deployer-aware: nothing older than what serves goes until a newer one serves
+            removed = retire_versions(
                 self.cfg.models_root,
                 files.manifest.model,
                 self.cfg.retain_versions,
-                {files.manifest.version},
+                frozenset({files.manifest.version}),
             )
             if removed:
                 log.info("retention GC removed %s/%s", files.manifest.model, removed)
@@ -316,11 +342,14 @@ class JobRunner:
 
     def _write_stats(self) -> None:
         d = self.cfg.models_root / ".agent-stats"
+        final = d / f"{self.job.job_id}.{os.getpid()}.json"
+        if self.job.files is None and final.exists():
+            return  # a rerun that never got its files (e.g. refused): keep what the last recorded
         with contextlib.suppress(OSError):
             d.mkdir(parents=True, exist_ok=True)
             tmp = d / f"{self.job.job_id}.{os.getpid()}.tmp"
             tmp.write_text(json.dumps(self.stats().to_json(), sort_keys=True))
-            os.replace(tmp, d / f"{self.job.job_id}.{os.getpid()}.json")
+            os.replace(tmp, final)
 
 
 __all__ = ["JobRunner"]

@@ -19,6 +19,7 @@ from relgate_agent.cli.jobctl import job
 from relgate_agent.cli.manifests import keygen, manifest
 from relgate_agent.cli.params import Output, common, expand_greedy_args
 from relgate_agent.cli.scrub import verify
+from relgate_agent.cli.serving import ack_serving
 from relgate_agent.cli.simulate import simulate
 from relgate_agent.client import CoordinatorRefusal
 from relgate_agent.errors import AgentError, ManifestError, VerificationError
@@ -41,7 +42,8 @@ def cli() -> None:
     pass
 
 
-for _command in (ca, hosts, keygen, manifest, verify, coordinator, agent, job, pipes, simulate):
+_COMMANDS = (ca, hosts, keygen, manifest, verify, ack_serving, coordinator, agent, job, pipes)
+for _command in (*_COMMANDS, simulate):
     cli.add_command(_command)
 
 
@@ -62,7 +64,7 @@ def _refusal_exit(out: Output, exc: AgentError) -> int:
     elif isinstance(exc, CoordinatorRefusal):
         out.emit(exc.to_json())
     else:
-        out.emit({"error": "rejected", "message": str(exc)})
+        out.emit({"error": "rejected", "message": str(exc), "check": getattr(exc, "check", "")})
     return EXIT_REJECTED
 
 

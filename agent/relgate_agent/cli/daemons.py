@@ -122,7 +122,12 @@ def agent() -> None:
 @click.option("--advertise", default="")
 @click.option("--journal-interval", type=float, default=2.0)
 @click.option("--report-interval", type=float, default=1.0)
-@click.option("--retain", type=int, default=2, help="placed versions kept per model (2 = N-1)")
+@click.option(
+    "--retain",
+    type=int,
+    default=2,
+    help="versions kept up to the one the deployer acked as serving (2 = N-1)",
+)
 @click.option(
     "--max-rate",
     type=RATE,

@@ -11,18 +11,20 @@ from relgate_agent.cli.params import SIZE, common, output
 MiB = 1024 * 1024
 
 
-@click.command("keygen", help="generate an Ed25519 key pair (PEM PKCS8 / SPKI)")
+@click.command(
+    "keygen",
+    help="generate an Ed25519 key pair (PEM PKCS8 / SPKI), atomically; a complete pair is "
+    "refused (exit 3) unless --force, a half-written one is completed or replaced",
+)
 @common
 @click.option("--private", "private_path", required=True)
 @click.option("--public", "public_path", required=True)
-def keygen(private_path: str, public_path: str) -> None:
-    from relgate_agent.manifest import generate_private_key, keyid_for, write_keypair
+@click.option("--force", is_flag=True, help="replace an existing pair (a key rotation)")
+def keygen(private_path: str, public_path: str, force: bool) -> None:
+    from relgate_agent.keypair import create_keypair
 
-    key = generate_private_key()
-    write_keypair(key, Path(private_path), Path(public_path))
-    output().emit(
-        {"keyid": keyid_for(key.public_key()), "private": private_path, "public": public_path}
-    )
+    outcome = create_keypair(Path(private_path), Path(public_path), force=force)
+    output().emit(outcome.to_json())
 
 
 @click.group("manifest", help="build/sign or verify a checkpoint manifest")

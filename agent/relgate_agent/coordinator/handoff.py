@@ -1,46 +1,84 @@
-"""Handoff: the sweeper's rules and the DistributionComplete event.
+"""Handoff: the sweeper's rules and the deployer's events.
 
 Every tick: fail a job whose every pending host gave up, splice out hosts that stopped
 reporting, demote persistently slow hosts to leaves, and once enough hosts are READY (the
-job's threshold) or the deadline passed, tell the deployer (webhook, retried) and mark the
-job COMPLETE; DONE once every target is READY and the event was delivered.
+job's threshold) or the deadline passed, put a DistributionComplete in the outbox and mark
+the job COMPLETE; hosts READY after that go out as HostsReady events. DONE once every target
+is READY and announced. A delivery thread POSTs the outbox (:mod:`.outbox`) until each event
+is acknowledged; ``completion_emitted`` says the DistributionComplete was (2xx).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-import urllib.request
+from collections.abc import Callable
 
 from relgate_agent.contracts import HostRow
-from relgate_agent.coordinator.jobstate import TERMINAL_STATES, Completion, HostProgress, JobState
+from relgate_agent.coordinator.jobstate import (
+    TERMINAL_STATES,
+    Completion,
+    CoordinatorConfig,
+    HostProgress,
+    HostsReady,
+    JobState,
+)
+from relgate_agent.coordinator.outbox import (
+    EVENT_COMPLETE,
+    EVENT_HOSTS_READY,
+    POST_TIMEOUT_S,
+    OutboxSender,
+    Post,
+    outbox_row,
+)
 from relgate_agent.coordinator.progress import ProgressService
+from relgate_agent.coordinator.store import OutboxRow
 from relgate_agent.coordinator.topology import append_host, splice
 from relgate_agent.errors import KIND_HOST_FAILED
-from relgate_agent.retry import Backoff, retry_call
+from relgate_agent.retry import Backoff
 
 log = logging.getLogger(__name__)
 
-WEBHOOK_RETRY = Backoff(0.5)  # 0.5 s, 1 s, 2 s, 4 s between the five attempts
-WEBHOOK_ATTEMPTS = 5
 MIN_RATES_FOR_SLOWNESS = 3  # moving hosts needed before "slow vs the median" means anything
 PPM = 1_000_000
-
-
-def http_post(url: str, body: bytes) -> None:
-    req = urllib.request.Request(  # noqa: S310 - the operator's webhook URL (http/https)
-        url, data=body, method="POST", headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - as above
-        resp.read()
+OUTBOX_POLL_S = 1.0  # the delivery thread looks at leadership / shutdown at least this often
 
 
 class HandoffService(ProgressService):
+    def __init__(self, config: CoordinatorConfig, post: Post, clock: Callable[[], float]) -> None:
+        self._outbox_wake = threading.Event()
+        self._outbox_hint = True  # there may be pending events (set on enqueue, on leading)
+        self._outbox_thread: threading.Thread | None = None
+        super().__init__(config, post, clock)
+        self.outbox = OutboxSender(
+            self.store,
+            post,
+            Backoff(config.webhook_backoff_s, max_s=config.webhook_backoff_max_s),
+            self._delivered,
+        )
+
+    def _become_leader(self, epoch: int) -> None:
+        super()._become_leader(epoch)
+        self._outbox_hint = True  # resume what the last leader (or run) left undelivered
+
+    def release(self) -> None:
+        """Shutting down (``closing`` set): let the delivery thread finish its POST, then go."""
+        self._outbox_wake.set()
+        if self._outbox_thread is not None:
+            self._outbox_thread.join(timeout=POST_TIMEOUT_S + OUTBOX_POLL_S)
+        super().release()
+
+    def close(self) -> None:
+        """Stop as the server does: no more delivery, lease released, store closed."""
+        with self.lock:
+            self.closing = True
+            self.changed.notify_all()
+        self.release()
+        self.store.close()
+
     def tick(self) -> None:
         """Dead-host detection, ready-threshold / deadline handoff, DONE transition."""
-        emit: list[tuple[str, Completion]] = []
         with self.lock:
             if not self.leader:
                 return
@@ -63,17 +101,94 @@ class HandoffService(ProgressService):
                     ):
                         self._mark_dead(job, h, f"no report for {now - hp.last_seen:.1f}s")
                 self._demote_slow(job, now)
-                completion = self._completion(job)
-                if completion is not None:
-                    emit.append((job.spec.webhook_url, completion))
-                if job.targets and job.ready_count == len(job.targets) and job.completion_emitted:
+                self._announce(job)
+                if self._finished(job):
                     job.state = "DONE"
                     self.store.save_figures(job.job_id, self._figures(job))
                     self.store.update_job(job.job_id, state="DONE")
                     del self.jobs[job.job_id]
                     self.changed.notify_all()
-        for url, payload in emit:
-            threading.Thread(target=self._emit, args=(url, payload), daemon=True).start()
+        self._kick_outbox()
+
+    @staticmethod
+    def _finished(job: JobState) -> bool:
+        """Every target READY and named in an event in the outbox (delivery goes on after)."""
+        wanted = job.eligible  # a quarantined host is reported, never waited for
+        return bool(wanted) and wanted <= job.ready and wanted <= job.announced
+
+    # ------------------------------------------------------------------ deployer events
+    def _announce(self, job: JobState) -> None:
+        """The DistributionComplete once, then HostsReady for the hosts READY since."""
+        completion = self._completion(job)
+        if completion is not None:
+            self._enqueue(job, EVENT_COMPLETE, completion.ready_hosts, completion.to_json())
+            job.completion_enqueued = True
+            return
+        late = sorted((job.ready & job.eligible) - job.announced)
+        if not job.completion_enqueued or not late:
+            return
+        event = HostsReady(
+            job=job.job_id,
+            model=job.manifest.model,
+            version=job.manifest.version,
+            manifest_digest=job.manifest.digest,
+            ready_hosts=tuple(late),
+            hosts_ready=job.ready_count,
+            hosts_total=len(job.targets),
+        )
+        self._enqueue(job, EVENT_HOSTS_READY, event.ready_hosts, event.to_json())
+
+    def _enqueue(
+        self, job: JobState, kind: str, hosts: tuple[str, ...], payload: dict[str, object]
+    ) -> None:
+        row = outbox_row(job.job_id, kind, job.spec.webhook_url, hosts, payload)
+        self.store.enqueue_event(row, int(time.time() * 1000))
+        job.announced.update(hosts)
+        log.info("job %s: %s %s enqueued (%d hosts)", job.job_id, kind, row.event_id, len(hosts))
+        if row.delivered_at_ms:  # no webhook: nobody to tell
+            self._delivered(row)
+        else:
+            self._outbox_hint = True
+            self._outbox_wake.set()
+
+    def _delivered(self, row: OutboxRow) -> None:
+        if row.kind != EVENT_COMPLETE:
+            return
+        with self.lock:
+            job = self.jobs.get(row.job_id)
+            if job is not None:
+                job.completion_emitted = True
+            self.store.update_job(row.job_id, completion_emitted=True)
+
+    def _kick_outbox(self) -> None:
+        """Start the delivery thread when events may be pending and none runs."""
+        running = self._outbox_thread is not None and self._outbox_thread.is_alive()
+        if running or not self._outbox_hint or not self.leader or self.closing:
+            return
+        self._outbox_thread = threading.Thread(
+            target=self._deliver_outbox, name="coordinator-outbox", daemon=True
+        )
+        self._outbox_thread.start()
+
+    def _deliver_outbox(self) -> None:
+        """Deliver until nothing is pending, waiting out each retry's backoff; stops when
+        this replica no longer leads or shuts down (the next leader resumes)."""
+
+        def keep_going() -> bool:
+            return self.leader and not self.closing
+
+        while keep_going():
+            self._outbox_hint = False
+            self._outbox_wake.clear()
+            try:
+                wait_s = self.outbox.deliver_due(keep_going)
+            except Exception:
+                log.exception("outbox delivery failed")
+                self._outbox_hint = True
+                return
+            if wait_s is None and not self._outbox_wake.is_set():
+                return
+            self._outbox_wake.wait(min(wait_s or 0.0, OUTBOX_POLL_S))
 
     def _host_rows(self, job: JobState) -> tuple[HostRow, ...]:
         n = job.manifest.num_chunks
@@ -102,13 +217,14 @@ class HandoffService(ProgressService):
             "checkpoint_bytes": job.manifest.total_size,
             "hosts_ready": job.ready_count,
             "duration_s": round(time.time() - job.created_at, 3),
-            "stragglers": sorted(h for h in job.targets if h not in job.ready),
+            "stragglers": sorted(h for h in job.eligible if h not in job.ready),
+            "quarantined": sorted(job.quarantined),
             "hosts": [row.to_stored() for row in self._host_rows(job)],
         }
 
     def _all_pending_failed(self, job: JobState) -> bool:
         """Every host still pending gave up (HOST_FAILED): the job FAILED, naming each."""
-        pending = [h for h in job.targets if h not in job.ready and h in job.hosts]
+        pending = [h for h in job.eligible if h not in job.ready and h in job.hosts]
         if not pending or not all(job.hosts[h].state == "FAILED" for h in pending):
             return False
         last = {h: _last_host_failed(job.hosts[h]) for h in pending}
@@ -117,12 +233,13 @@ class HandoffService(ProgressService):
 
     def _completion(self, job: JobState) -> Completion | None:
         """The DistributionComplete event, once (threshold reached or deadline passed)."""
-        ready, total = job.ready_count, len(job.targets)
+        eligible = job.eligible
+        ready, total = len(job.ready & eligible), len(eligible)
         threshold = job.spec.ready_threshold_ppm
         deadline = job.spec.deadline_s
         reached = total > 0 and ready * PPM >= threshold * total
         late = deadline > 0 and time.time() - job.created_at >= deadline
-        if not (reached or late) or job.completion_emitted or job.completion is not None:
+        if not (reached or late) or job.completion_enqueued or job.completion is not None:
             return None
         job.completion = Completion(
             job=job.job_id,
@@ -130,8 +247,9 @@ class HandoffService(ProgressService):
             version=job.manifest.version,
             manifest_digest=job.manifest.digest,
             ready_hosts=tuple(sorted(job.ready)),
-            hosts_total=total,
+            hosts_total=len(job.targets),
             reason="threshold" if reached else "deadline",
+            quarantined_hosts=tuple(sorted(job.quarantined)),
         )
         if job.state == "DISTRIBUTING":
             job.state = "COMPLETE"
@@ -178,33 +296,9 @@ class HandoffService(ProgressService):
                 job, append_host(splice(job.topology, hp.host_id), hp.host_id, hp.rack)
             )
 
-    def _emit(self, url: str, completion: Completion) -> None:
-        body = json.dumps(completion.to_json(), sort_keys=True).encode()
-        if url:
-
-            def failed(exc: BaseException, attempt: int) -> None:
-                log.warning("DistributionComplete to %s failed (attempt %d): %s", url, attempt, exc)
-
-            try:
-                retry_call(
-                    lambda: self._post(url, body),
-                    retry_on=OSError,
-                    backoff=WEBHOOK_RETRY,
-                    attempts=WEBHOOK_ATTEMPTS,
-                    on_retry=failed,
-                )
-            except OSError as exc:
-                failed(exc, WEBHOOK_ATTEMPTS)
-        with self.lock:
-            job = self.jobs.get(completion.job)
-            if job is not None:
-                job.completion_emitted = True
-            self.store.update_job(completion.job, completion_emitted=True)
-        log.info("DistributionComplete %s", body.decode())
-
 
 def _last_host_failed(hp: HostProgress) -> str:
     return next((e for e in reversed(hp.errors) if e.startswith(KIND_HOST_FAILED)), "")
 
 
-__all__ = ["HandoffService", "http_post"]
+__all__ = ["HandoffService"]

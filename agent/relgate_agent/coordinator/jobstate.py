@@ -11,16 +11,19 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
-from relgate_agent.contracts import JobSpec
+from relgate_agent.contracts import JobSpec, camel
+from relgate_agent.coordinator.outbox import EVENT_COMPLETE, EVENT_HOSTS_READY
 from relgate_agent.coordinator.topology import Topology
 from relgate_agent.errors import AgentError
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 
 ACTIVE_STATES = ("PLANNING", "DISTRIBUTING", "COMPLETE")
 TERMINAL_STATES = ("DONE", "CANCELLED", "FAILED")
-GONE_STATES = ("DEAD", "QUARANTINED")  # spliced out: neither a source nor a straggler target
+QUARANTINED = "QUARANTINED"
+GONE_STATES = ("DEAD", QUARANTINED)  # spliced out: neither a source nor a straggler target
 
 
 class NotFound(AgentError):
@@ -74,6 +77,9 @@ class CoordinatorConfig:
     replica_id: str = ""
     # an enrolled host counts as a target only if it sent a heartbeat within this many seconds
     host_ttl_s: float = 60.0
+    # deployer events are retried until a 2xx: first after this, doubling, at most the max
+    webhook_backoff_s: float = 0.5
+    webhook_backoff_max_s: float = 60.0
 
 
 @dataclass
@@ -104,28 +110,40 @@ class HostProgress:
 
 
 @dataclass(frozen=True)
-class Completion:
-    """The DistributionComplete event (webhook body, camelCase as sent)."""
+class DeployerEvent:
+    """A webhook body: its type, then the fields in camelCase (tuples as lists)."""
 
+    kind: ClassVar[str] = ""
     job: str
     model: str
     version: str
     manifest_digest: str
     ready_hosts: tuple[str, ...]
     hosts_total: int
-    reason: str  # "threshold" | "deadline"
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "type": "DistributionComplete",
-            "job": self.job,
-            "model": self.model,
-            "version": self.version,
-            "manifestDigest": self.manifest_digest,
-            "readyHosts": list(self.ready_hosts),
-            "hostsTotal": self.hosts_total,
-            "reason": self.reason,
-        }
+        out: dict[str, object] = {"type": self.kind}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[camel(f.name)] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+@dataclass(frozen=True)
+class Completion(DeployerEvent):
+    """The DistributionComplete event: the threshold was reached or the deadline passed."""
+
+    kind: ClassVar[str] = EVENT_COMPLETE
+    reason: str  # "threshold" | "deadline"
+    quarantined_hosts: tuple[str, ...]  # targets excluded (bad data), never waited for
+
+
+@dataclass(frozen=True)
+class HostsReady(DeployerEvent):
+    """Hosts that became READY after the DistributionComplete (``ready_hosts``: these)."""
+
+    kind: ClassVar[str] = EVENT_HOSTS_READY
+    hosts_ready: int  # READY so far, all announced
 
 
 @dataclass
@@ -143,6 +161,9 @@ class JobState:
     hosts: dict[str, HostProgress] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     completion: Completion | None = None
+    # the DistributionComplete is in the outbox; hosts named by an event in the outbox
+    completion_enqueued: bool = False
+    announced: set[str] = field(default_factory=set)
     ready_refusals: int = 0
     error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
 
@@ -153,6 +174,15 @@ class JobState:
     @property
     def ready_count(self) -> int:
         return len(self.ready & set(self.targets))
+
+    @property
+    def quarantined(self) -> set[str]:
+        return {h for h, hp in self.hosts.items() if hp.state == QUARANTINED and h in self.targets}
+
+    @property
+    def eligible(self) -> set[str]:
+        """The targets the job waits for: all but the quarantined."""
+        return set(self.targets) - self.quarantined
 
 
 def parse_selector(selector: str) -> dict[str, str]:
@@ -181,10 +211,12 @@ def default_db_path(home: str | None = None) -> str:
 __all__ = [
     "ACTIVE_STATES",
     "GONE_STATES",
+    "QUARANTINED",
     "TERMINAL_STATES",
     "Completion",
     "CoordinatorConfig",
     "HostProgress",
+    "HostsReady",
     "JobState",
     "NotEnrolled",
     "NotFound",

@@ -20,6 +20,7 @@ from relgate_agent.contracts import JobSpec, PeerRef
 from relgate_agent.coordinator.changefeed import ChangeFeed
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
+    QUARANTINED,
     CoordinatorConfig,
     HostProgress,
     JobState,
@@ -27,6 +28,7 @@ from relgate_agent.coordinator.jobstate import (
     NotLeader,
     Rejected,
 )
+from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import Topology, TopologyIndex, splice
 from relgate_agent.errors import AgentError, ManifestError
@@ -34,8 +36,6 @@ from relgate_agent.manifest import CheckpointManifest, verify_envelope
 from relgate_agent.origin import read_uri
 
 log = logging.getLogger(__name__)
-
-Post = Callable[[str, bytes], None]
 
 
 class CoordinatorCore:
@@ -164,12 +164,17 @@ class CoordinatorCore:
             row.completion_emitted,
             float(row.created_at),
         )
+        for event in self.store.job_events(row.job_id):  # what the deployer was (or will be) told
+            job.completion_enqueued |= event.kind == EVENT_COMPLETE
+            job.announced.update(event.hosts)
         # Rebuilt cache: everyone gets a grace period of one dead interval to report again.
         for h, rack in row.targets.items():
             job.hosts[h] = HostProgress(h, rack, self.addresses.get(h, ""), last_seen=self.clock())
             if h in job.ready:
                 job.hosts[h].ready = True
                 job.hosts[h].state = "READY"
+        for h in self.store.quarantined(row.job_id) & set(job.hosts):
+            job.hosts[h].state = QUARANTINED
         return job
 
     def _job(self, job_id: str) -> JobState:

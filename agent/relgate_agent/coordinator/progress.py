@@ -11,6 +11,7 @@ import logging
 
 from relgate_agent.authz import ready_refusal
 from relgate_agent.contracts import (
+    ACTION_QUARANTINE,
     ORIGIN_PEER,
     AssignmentPlan,
     JobRef,
@@ -26,6 +27,7 @@ from relgate_agent.contracts import (
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
     GONE_STATES,
+    QUARANTINED,
     TERMINAL_STATES,
     HostProgress,
     JobState,
@@ -171,6 +173,8 @@ class ProgressService(CoordinatorCore):
             if host_id not in job.targets:
                 raise NotFound(f"host {host_id} is not a target of job {job_id}")
             hp = job.hosts[host_id]
+            if hp.state == QUARANTINED:
+                raise NotFound(f"host {host_id} is quarantined in job {job_id}")
             moved = bool(address) and address != hp.address
             hp.rack, hp.address = rack or hp.rack, address or hp.address
             hp.have = bytes(have[: (job.manifest.num_chunks + 7) // 8])  # bounded: hostile length
@@ -179,7 +183,7 @@ class ProgressService(CoordinatorCore):
             self.addresses[host_id] = hp.address
             if hp.state in ("DEAD", "PENDING") and not hp.ready:
                 hp.state = "TRANSFERRING"
-            if not hp.ready and hp.state != "QUARANTINED" and host_id not in job.topology.racks:
+            if not hp.ready and hp.state != QUARANTINED and host_id not in job.topology.racks:
                 # a rejoining host goes to the tail of its rack chain: it never blocks anyone ahead
                 self._set_topology(job, append_host(job.topology, host_id, hp.rack))
             elif moved and host_id in job.topology.racks:
@@ -267,6 +271,8 @@ class ProgressService(CoordinatorCore):
             self.health[host_id] = (report.health[:500], int(report.data_refusals))
             if job.state == "FAILED":
                 return ProgressReply(job.topology.version, ("STOP",))
+            if hp.state == QUARANTINED:  # never READY again in this job
+                return ProgressReply(job.topology.version, (ACTION_QUARANTINE,))
             actions: list[str] = [] if whole else ["FULL_PROGRESS"]
             if report.ready and not hp.ready:
                 self._accept_ready(job, hp, report)
@@ -361,16 +367,29 @@ class ProgressService(CoordinatorCore):
             hp.bad_data_reporters.add(reporter)
             hp.errors.append(f"BAD_DATA reported by {reporter}")
             if len(hp.bad_data_reporters) >= QUARANTINE_REPORTERS:
-                # two independent receivers saw bad data: likely bad disk or memory
-                log.warning("job %s: quarantining %s", job.job_id, suspect)
-                hp.state = "QUARANTINED"
-                self._set_topology(job, splice(job.topology, suspect))
+                self._quarantine(job, hp)
         elif (
             self.config.splice_on_suspect
             and self.clock() - hp.last_seen > 2 * self.config.report_interval_s
         ):
             # the suspect also stopped reporting to us: treat as dead, splice now
             self._mark_dead(job, suspect, f"{reason} from {reporter}")
+
+    def _quarantine(self, job: JobState, hp: HostProgress) -> None:
+        """Two independent receivers saw bad data from ``hp`` (likely bad disk or memory):
+        spliced out for good, no longer READY nor trusted to hold the version; its next
+        report is answered QUARANTINE (scrub staging, re-verify what it holds)."""
+        host, reporters = hp.host_id, sorted(hp.bad_data_reporters)
+        log.warning("job %s: quarantining %s (BAD_DATA from %s)", job.job_id, host, reporters)
+        hp.errors.append(f"{QUARANTINED}: BAD_DATA from {', '.join(reporters)}")
+        hp.state = QUARANTINED
+        self.store.quarantine_host(job.job_id, host, reporters)
+        if hp.ready:
+            hp.ready = False
+            job.ready.discard(host)
+            self.store.update_job(job.job_id, ready_hosts=sorted(job.ready))
+            self.store.forget_host_version(host, job.manifest.model, job.manifest.version)
+        self._set_topology(job, splice(job.topology, host))
 
     def find_peers(
         self, job_id: str, host_id: str, chunk: int, exclude: set[str], limit: int

@@ -24,9 +24,10 @@ from relgate_agent.contracts import (
     JobReport,
     JobSpec,
 )
-from relgate_agent.coordinator.handoff import HandoffService, http_post
+from relgate_agent.coordinator.handoff import HandoffService
 from relgate_agent.coordinator.jobstate import (
     GONE_STATES,
+    QUARANTINED,
     CoordinatorConfig,
     HostProgress,
     JobState,
@@ -39,7 +40,7 @@ from relgate_agent.coordinator.jobstate import (
     parse_selector,
     selector_matches,
 )
-from relgate_agent.coordinator.leader import Post
+from relgate_agent.coordinator.outbox import Post, http_post
 from relgate_agent.coordinator.store import JobRow, StaleTopology
 from relgate_agent.coordinator.topology import build_topology
 from relgate_agent.errors import ManifestError, OriginError
@@ -221,6 +222,8 @@ class Coordinator(HandoffService):
             stragglers=tuple(fig.get("stragglers", [])),
             eta_s=0 if r.state == "DONE" else -1,
             hosts=tuple(HostRow.from_stored(h) for h in fig.get("hosts", [])),
+            pending_events=self.store.count_pending_events(job_id),
+            quarantined_hosts=tuple(sorted(self.store.quarantined(job_id))),
         )
 
     def _live_status(self, job: JobState) -> JobReport:
@@ -232,6 +235,7 @@ class Coordinator(HandoffService):
             h
             for h, f in fractions.items()
             if not job.hosts[h].ready
+            and job.hosts[h].state != QUARANTINED
             and (job.hosts[h].state in GONE_STATES or f < STRAGGLER_FRACTION * median)
         )
         mean = sum(alive) / len(alive) if alive else 0.0
@@ -255,6 +259,8 @@ class Coordinator(HandoffService):
             duration_s=time.time() - job.created_at,
             control_refusals=self.control_refusals,
             hosts=self._host_rows(job),
+            pending_events=self.store.count_pending_events(job.job_id),
+            quarantined_hosts=tuple(sorted(job.quarantined)),
         )
 
     # ------------------------------------------------------------------ inventory

@@ -70,7 +70,34 @@ SCHEMA = [
         created_at BIGINT NOT NULL,
         updated_at BIGINT NOT NULL
     )""",
+    # the deployer handoff: events (DistributionComplete, HostsReady) kept until the webhook
+    # answered 2xx; seq orders a job's events, delivered_at_ms = 0 while pending
+    """CREATE TABLE IF NOT EXISTS dist_outbox (
+        event_id TEXT PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        kind TEXT NOT NULL,
+        url TEXT NOT NULL,
+        hosts TEXT NOT NULL,
+        body TEXT NOT NULL,
+        created_at_ms BIGINT NOT NULL,
+        attempts INTEGER NOT NULL,
+        next_attempt_at_ms BIGINT NOT NULL,
+        delivered_at_ms BIGINT NOT NULL,
+        last_error TEXT NOT NULL
+    )""",
+    # hosts quarantined in a job (BAD_DATA from distinct downstreams): excluded for good
+    """CREATE TABLE IF NOT EXISTS dist_quarantine (
+        job_id TEXT NOT NULL,
+        host_id TEXT NOT NULL,
+        reporters TEXT NOT NULL,
+        quarantined_at BIGINT NOT NULL,
+        PRIMARY KEY (job_id, host_id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS dist_outbox_pending ON dist_outbox (delivered_at_ms, job_id, seq)",
 ]
+OUTBOX_BATCH = 1000  # pending events one delivery pass looks at (bounded)
+_ERROR_TEXT_MAX = 500
 
 
 class StaleTopology(Exception):
@@ -88,6 +115,44 @@ class JobRow:
     ready_hosts: list[str]
     completion_emitted: bool
     created_at: int
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """One deployer event as the outbox holds it (``body`` is the JSON as sent)."""
+
+    event_id: str
+    job_id: str
+    kind: str
+    url: str
+    hosts: tuple[str, ...]
+    body: bytes
+    attempts: int = 0
+    next_attempt_at_ms: int = 0
+    delivered_at_ms: int = 0
+    last_error: str = ""
+
+
+_OUTBOX_COLUMNS = (
+    "event_id, job_id, kind, url, hosts, body, attempts, next_attempt_at_ms, delivered_at_ms, "
+    "last_error"
+)
+
+
+def _outbox_row(r: Any) -> OutboxRow:
+    hosts = json.loads(r[4])
+    return OutboxRow(
+        str(r[0]),
+        str(r[1]),
+        str(r[2]),
+        str(r[3]),
+        tuple(str(h) for h in hosts) if isinstance(hosts, list) else (),
+        str(r[5]).encode(),
+        int(r[6]),
+        int(r[7]),
+        int(r[8]),
+        str(r[9]),
+    )
 
 
 def _dsn(dsn_or_path: str) -> str:
@@ -124,6 +189,11 @@ class JobStore:
     def tx(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:
             yield conn
+
+    def _execute(self, sql: str, params: dict[str, Any]) -> None:
+        """One statement in its own transaction."""
+        with self.tx() as c:
+            c.execute(text(sql), params)
 
     # -- leader lease ---------------------------------------------------------
     def acquire_lease(self, holder: str, ttl_s: float, name: str = "coordinator") -> int | None:
@@ -226,6 +296,28 @@ class JobStore:
                     ),
                     {"h": host_id, "m": model, "v": version},
                 )
+
+    def forget_host_version(self, host_id: str, model: str, version: str) -> None:
+        """The coordinator no longer vouches for the host's copy (it was quarantined)."""
+        self._execute(
+            "DELETE FROM dist_host_verified WHERE host_id = :h AND model = :m AND version = :v",
+            {"h": host_id, "m": model, "v": version},
+        )
+
+    # -- quarantine ---------------------------------------------------------
+    def quarantine_host(self, job_id: str, host_id: str, reporters: list[str]) -> None:
+        self._execute(
+            "INSERT INTO dist_quarantine (job_id, host_id, reporters, quarantined_at) "
+            "VALUES (:j, :h, :r, :t) ON CONFLICT (job_id, host_id) DO NOTHING",
+            {"j": job_id, "h": host_id, "r": json.dumps(sorted(reporters)), "t": int(time.time())},
+        )
+
+    def quarantined(self, job_id: str) -> set[str]:
+        with self.tx() as c:
+            rows = c.execute(
+                text("SELECT host_id FROM dist_quarantine WHERE job_id = :j"), {"j": job_id}
+            ).all()
+        return {str(r[0]) for r in rows}
 
     # -- enrollment ---------------------------------------------------------
     def enroll(self, host_id: str, rack: str, labels: dict[str, str]) -> None:
@@ -400,3 +492,72 @@ class JobStore:
                 )
             )
         return out
+
+    # -- outbox (deployer events) -------------------------------------------
+    def enqueue_event(self, row: OutboxRow, now_ms: int) -> bool:
+        """Add an event after the job's others; False if its id is already there (idempotent:
+        the same event enqueued twice, e.g. by a new leader, is one event)."""
+        with self.tx() as c:
+            res = c.execute(
+                text(
+                    f"INSERT INTO dist_outbox ({_OUTBOX_COLUMNS}, seq, created_at_ms) "  # noqa: S608 - constant column list
+                    "SELECT :id, :j, :k, :u, :h, :b, 0, :now, :d, '', "
+                    "COALESCE(MAX(seq), 0) + 1, :now FROM dist_outbox WHERE job_id = :j "
+                    "ON CONFLICT (event_id) DO NOTHING"
+                ),
+                {
+                    "id": row.event_id,
+                    "j": row.job_id,
+                    "k": row.kind,
+                    "u": row.url,
+                    "h": json.dumps(list(row.hosts)),
+                    "b": row.body.decode(),
+                    "now": now_ms,
+                    "d": row.delivered_at_ms,
+                },
+            )
+        return bool(res.rowcount == 1)
+
+    def pending_events(self, limit: int = OUTBOX_BATCH) -> list[OutboxRow]:
+        """Undelivered events, each job's in order (at most ``limit``)."""
+        with self.tx() as c:
+            rows = c.execute(
+                text(
+                    f"SELECT {_OUTBOX_COLUMNS} FROM dist_outbox WHERE delivered_at_ms = 0 "  # noqa: S608 - constant column list
+                    "ORDER BY job_id, seq LIMIT :n"
+                ),
+                {"n": max(1, limit)},
+            ).all()
+        return [_outbox_row(r) for r in rows]
+
+    def job_events(self, job_id: str) -> list[OutboxRow]:
+        with self.tx() as c:
+            rows = c.execute(
+                text(
+                    f"SELECT {_OUTBOX_COLUMNS} FROM dist_outbox WHERE job_id = :j ORDER BY seq"  # noqa: S608 - constant column list
+                ),
+                {"j": job_id},
+            ).all()
+        return [_outbox_row(r) for r in rows]
+
+    def count_pending_events(self, job_id: str) -> int:
+        with self.tx() as c:
+            row = c.execute(
+                text("SELECT COUNT(*) FROM dist_outbox WHERE job_id = :j AND delivered_at_ms = 0"),
+                {"j": job_id},
+            ).first()
+        return int(row[0]) if row else 0
+
+    def mark_event_delivered(self, event_id: str, now_ms: int) -> None:
+        self._execute(
+            "UPDATE dist_outbox SET delivered_at_ms = :now, attempts = attempts + 1 "
+            "WHERE event_id = :id AND delivered_at_ms = 0",
+            {"id": event_id, "now": max(now_ms, 1)},
+        )
+
+    def mark_event_failed(self, event_id: str, next_attempt_at_ms: int, error: str) -> None:
+        self._execute(
+            "UPDATE dist_outbox SET attempts = attempts + 1, next_attempt_at_ms = :next, "
+            "last_error = :e WHERE event_id = :id AND delivered_at_ms = 0",
+            {"id": event_id, "next": next_attempt_at_ms, "e": error[:_ERROR_TEXT_MAX]},
+        )

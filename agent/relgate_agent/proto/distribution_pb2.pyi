@@ -154,6 +154,8 @@ class GetJobResponse(_message.Message):
         "manifest_digest",
         "model",
         "origin_bytes",
+        "pending_events",
+        "quarantined_hosts",
         "ready_hosts",
         "state",
         "stragglers",
@@ -178,6 +180,8 @@ class GetJobResponse(_message.Message):
     COMPLETION_EMITTED_FIELD_NUMBER: _ClassVar[int]
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     CONTROL_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_HOSTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: str
     model: str
@@ -196,6 +200,8 @@ class GetJobResponse(_message.Message):
     completion_emitted: bool
     duration_s: float
     control_refusals: int
+    pending_events: int
+    quarantined_hosts: _containers.RepeatedScalarFieldContainer[str]
     def __init__(
         self,
         job_id: str | None = ...,
@@ -216,6 +222,8 @@ class GetJobResponse(_message.Message):
         completion_emitted: bool | None = ...,
         duration_s: float | None = ...,
         control_refusals: int | None = ...,
+        pending_events: int | None = ...,
+        quarantined_hosts: _Iterable[str] | None = ...,
     ) -> None: ...
 
 class CancelJobRequest(_message.Message):

@@ -63,7 +63,7 @@ class SimCoordinator(Coordinator):
         self, config: CoordinatorConfig, manifest: CheckpointManifest, clock: SimClock
     ) -> None:
         self.sim_manifest = manifest  # before super(): a rebuild loads the job at once
-        super().__init__(config, post=lambda _url, _body: None, clock=clock)
+        super().__init__(config, post=lambda _url, _body, _headers: None, clock=clock)
 
     def _verify(self, envelope: bytes) -> CheckpointManifest:
         return self.sim_manifest
