@@ -62,7 +62,9 @@ class SimHost:
         self.n = int(spec["chunks"])
         rng = random.Random(host)
         self.rng = rng
-        self.bits = bytearray(1 if rng.random() < 0.1 else 0 for _ in range(self.n))
+        gen = np.random.default_rng(rng.getrandbits(32))
+        self.bits = (gen.random(self.n) < 0.1).astype(np.uint8)  # ~10% held already
+        self.count = int(self.bits.sum())
         self.acked: bytes | None = None
         self.assignments = Assignments()
         self.max_applied = 0
@@ -142,7 +144,7 @@ class SimHost:
                 job_id=self.job_id,
                 host_id=self.host,
                 rack=self.rack,
-                have=bitmap_from_bits(self.bits),
+                have=self._bitmap(),
                 free_disk_bytes=1 << 44,
                 data_address=f"{self.host}.sim:7070",
             )
@@ -153,10 +155,15 @@ class SimHost:
             except grpc.aio.AioRpcError:
                 await asyncio.sleep(self.rng.uniform(0.5, 1.5))
 
+    def _bitmap(self) -> bytes:
+        return bitmap_from_bits(self.bits.tobytes())  # the agent's wire layout
+
     def _progress(self) -> tuple[pb.ReportProgressRequest, bytes]:
         for _ in range(int(self.spec["chunks_per_report"])):
-            self.bits[self.rng.randrange(self.n)] = 1
-        have = bitmap_from_bits(self.bits)
+            c = self.rng.randrange(self.n)
+            self.count += 1 - int(self.bits[c])
+            self.bits[c] = 1
+        have = self._bitmap()
         req = pb.ReportProgressRequest(
             job_id=self.job_id,
             host_id=self.host,
@@ -171,7 +178,7 @@ class SimHost:
             req.have = have
         else:
             req.verified_delta = delta_indexes(self.acked, have, self.n)
-            req.verified_count = sum(self.bits)
+            req.verified_count = self.count
         return req, have
 
     async def report_loop(self, plan: Plan) -> None:

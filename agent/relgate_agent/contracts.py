@@ -14,6 +14,7 @@ from typing import Any
 
 ORIGIN = "ORIGIN"  # the upstream of a stripe root: the checkpoint's origin store
 DEFAULT_READY_PPM = 995_000
+STRIPE_DONE = -1  # a per-stripe receive rate for a stripe held whole (nothing to receive)
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class ProgressReport:
     errors: tuple[str, ...] = ()
     verified_delta: bytes = b""  # with have empty: storage.pack_indexes of newly verified chunks
     verified_count: int = 0
+    stripe_rx_bps: tuple[int, ...] = ()  # per stripe; STRIPE_DONE for a stripe held whole
 
 
 #: ReportProgress action: this host is quarantined in the job (two downstreams received bad
@@ -170,6 +172,7 @@ class WatchUpdate:
 __all__ = [
     "ORIGIN",
     "ORIGIN_PEER",
+    "STRIPE_DONE",
     "AssignmentPlan",
     "HostRow",
     "InventoryHost",

@@ -19,7 +19,7 @@ import time
 import grpc
 
 from relgate_agent.agent.job import ORIGIN, JobState
-from relgate_agent.contracts import ACTION_QUARANTINE
+from relgate_agent.contracts import ACTION_QUARANTINE, STRIPE_DONE
 from relgate_agent.errors import StorageError
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retry import Backoff, retry_call
@@ -42,6 +42,8 @@ class ControlPlane:
         self._rate_mark = (time.monotonic(), 0, 0)
         self.rx_bps = 0
         self.tx_bps = 0
+        self.stripe_rx_bps: list[int] = []  # per stripe; STRIPE_DONE for a whole one
+        self._stripe_mark: dict[int, int] = {}
         # the bitmap the coordinator last took whole (None: send the whole bitmap next)
         self._acked_have: bytes | None = None
         self._sent_have = b""  # the bitmap the report in flight describes
@@ -137,6 +139,7 @@ class ControlPlane:
             self.rx_bps = int((c.rx_bytes + c.origin_bytes - rx0) / (now - t0))
             self.tx_bps = int((c.tx_bytes - tx0) / (now - t0))
             self._rate_mark = (now, c.rx_bytes + c.origin_bytes, c.tx_bytes)
+            self.stripe_rx_bps = self._stripe_rates(now - t0)
         have, delta, count = self._have_fields()
         return pb.ReportProgressRequest(
             job_id=job.job_id,
@@ -150,6 +153,7 @@ class ControlPlane:
             origin_bytes=c.origin_bytes,
             rx_bytes_per_s=self.rx_bps,
             tx_bytes_per_s=self.tx_bps,
+            stripe_rx_bytes_per_s=self.stripe_rx_bps,
             errors=list(job.errors),
             ready=job.ready,
             data_address=job.host.data_address,
@@ -159,6 +163,21 @@ class ControlPlane:
             health=job.host.health(),
             data_refusals=job.host.data_refusals(),
         )
+
+    def _stripe_rates(self, dt: float) -> list[int]:
+        """Receive rate per stripe over the last ``dt`` s (caller holds the job lock); a
+        stripe held whole says so, so the coordinator never reads its quiet as slowness."""
+        job, files = self.job, self.job.files
+        if files is None:
+            return []
+        rx, out = job.counters.stripe_rx, []
+        for s in range(files.stripes):
+            if job.first_missing(s) >= len(files.stripe_blocks[s]):
+                out.append(STRIPE_DONE)
+            else:
+                out.append(int((rx.get(s, 0) - self._stripe_mark.get(s, 0)) / dt))
+        self._stripe_mark = dict(rx)
+        return out
 
     def _have_fields(self) -> tuple[bytes, bytes, int]:
         """The whole bitmap, or only the chunks verified since the last acknowledged one."""

@@ -166,6 +166,7 @@ class JobCounters:
     staged_mismatches: int = 0
     swarm_chunks: int = 0  # chunks pulled peer-to-peer while a chain was broken
     placement_rounds: int = 0
+    stripe_rx: dict[int, int] = field(default_factory=dict)  # bytes received per stripe
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,14 @@ class StripeWorkers:
             data = self.reader.read(off, n)
             with job.lock:
                 job.counters.origin_bytes += n
+                self._count_stripe(b, n)
             self.accept(b, data, ORIGIN)
+
+    def _count_stripe(self, block: int, n: int) -> None:
+        """Bytes received on the block's stripe (caller holds the job lock)."""
+        s = self.files.manifest.block_chunk(block) % self.files.stripes
+        rx = self.job.counters.stripe_rx
+        rx[s] = rx.get(s, 0) + n
 
     # ------------------------------------------------------------------ verification
     def accept(self, block: int, data: bytes, source: str) -> None:
@@ -233,6 +240,7 @@ class StripeWorkers:
             job.host.rx_limit(len(data))
             with job.lock:
                 job.counters.rx_bytes += len(data)
+                self._count_stripe(block, len(data))
         chunk = m.block_chunk(block)
         if tracker.verified[chunk] or chunk in job.repairing:
             return

@@ -33,6 +33,7 @@ from relgate_agent.coordinator.outbox import (
     outbox_row,
 )
 from relgate_agent.coordinator.progress import ProgressService
+from relgate_agent.coordinator.slowness import judge
 from relgate_agent.coordinator.store import OutboxRow
 from relgate_agent.coordinator.topology import append_host, splice
 from relgate_agent.errors import KIND_HOST_FAILED
@@ -256,21 +257,50 @@ class HandoffService(ProgressService):
             self.store.update_job(job.job_id, state="COMPLETE")
         return job.completion
 
-    def _demote_slow(self, job: JobState, now: float) -> None:
-        """Slowness counts as failure: a persistently slow host becomes a leaf at its rack tail."""
-        moving = [
-            hp
+    def _slow_hosts(self, job: JobState) -> dict[str, str]:
+        """Host -> why it is slow (per stripe when the agents report per-stripe rates)."""
+        cfg = self.config
+        moving = {
+            h: hp
             for h, hp in job.hosts.items()
             if h in job.topology.racks and not hp.ready and hp.state == "TRANSFERRING"
-        ]
-        rates = sorted(hp.rx_bps for hp in moving if hp.rx_bps > 0)
+        }
+        per_stripe = {h: hp.stripe_rx_bps for h, hp in moving.items() if hp.stripe_rx_bps}
+        if per_stripe:
+            v = judge(
+                per_stripe,
+                [c.parent for c in job.topology.stripes],
+                cfg.slow_fraction,
+                cfg.slow_min_median_bps,
+            )
+            out = {
+                h: f"rx < {cfg.slow_fraction} x {v.median} B/s in most stripes" for h in v.rx_slow
+            }
+            for h in v.tx_slow:
+                out[h] = (
+                    f"its downstreams receive < {cfg.slow_fraction} x {v.median} B/s per stripe"
+                )
+            return out
+        # agents that report only their total receive rate: compare it with the fleet median
+        rates = sorted(hp.rx_bps for hp in moving.values() if hp.rx_bps > 0)
         if len(rates) < MIN_RATES_FOR_SLOWNESS:
-            return
+            return {}
         median = rates[len(rates) // 2]
-        if median < self.config.slow_min_median_bps:
-            return
-        for hp in moving:
-            if hp.rx_bps >= self.config.slow_fraction * median or hp.demoted:
+        if median < cfg.slow_min_median_bps:
+            return {}
+        return {
+            h: f"rx {hp.rx_bps} B/s < {cfg.slow_fraction} x median {median} B/s"
+            for h, hp in moving.items()
+            if hp.rx_bps < cfg.slow_fraction * median
+        }
+
+    def _demote_slow(self, job: JobState, now: float) -> None:
+        """Slowness counts as failure, in both directions: a host slow for ``slow_after_s``
+        (receiving, or feeding its downstreams) becomes a leaf at its rack tail."""
+        slow = self._slow_hosts(job)
+        for h, hp in job.hosts.items():
+            why = slow.get(h)
+            if why is None or hp.demoted or h not in job.topology.racks:
                 hp.slow_since = None
                 continue
             if hp.slow_since is None:
@@ -278,23 +308,14 @@ class HandoffService(ProgressService):
                 continue
             if now - hp.slow_since < self.config.slow_after_s:
                 continue
-            if not any(chain.children(hp.host_id) for chain in job.topology.stripes):
+            idx = self._index(job)
+            if not any(idx.downstreams(s, h) for s in range(job.stripes)):
                 hp.demoted = True  # already a leaf everywhere: nobody waits behind it
                 continue
-            log.warning(
-                "job %s: demoting slow host %s (%d B/s vs median %d B/s)",
-                job.job_id,
-                hp.host_id,
-                hp.rx_bps,
-                median,
-            )
-            hp.errors.append(
-                f"DEMOTED rx {hp.rx_bps} B/s < {self.config.slow_fraction} x median {median} B/s"
-            )
+            log.warning("job %s: demoting slow host %s (%s)", job.job_id, h, why)
+            hp.errors.append(f"DEMOTED {why}")
             hp.demoted = True
-            self._set_topology(
-                job, append_host(splice(job.topology, hp.host_id), hp.host_id, hp.rack)
-            )
+            self._set_topology(job, append_host(splice(job.topology, h), h, hp.rack))
 
 
 def _last_host_failed(hp: HostProgress) -> str:

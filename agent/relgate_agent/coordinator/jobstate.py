@@ -99,6 +99,7 @@ class HostProgress:
     tx_bps: int = 0
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=32))
     bad_data_reporters: set[str] = field(default_factory=set)
+    stripe_rx_bps: tuple[int, ...] = ()  # per stripe, as last reported (bounded to k)
     slow_since: float | None = None
     demoted: bool = False
 

@@ -294,6 +294,8 @@ class ProgressService(CoordinatorCore):
         whole = self._merge_have(job, hp, report)
         hp.rx, hp.tx, hp.origin = report.rx, report.tx, report.origin
         hp.rx_bps, hp.tx_bps = report.rx_bps, report.tx_bps
+        # hostile length: one rate per stripe at most; a short list judges fewer stripes
+        hp.stripe_rx_bps = tuple(int(r) for r in report.stripe_rx_bps[: job.stripes])
         if report.data_address:
             hp.address = report.data_address
             self.addresses[hp.host_id] = hp.address

@@ -563,6 +563,7 @@ class ReportProgressRequest(_message.Message):
         "rx_bytes",
         "rx_bytes_per_s",
         "stripe_offsets",
+        "stripe_rx_bytes_per_s",
         "topology_version",
         "tx_bytes",
         "tx_bytes_per_s",
@@ -588,6 +589,7 @@ class ReportProgressRequest(_message.Message):
     DATA_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     VERIFIED_DELTA_FIELD_NUMBER: _ClassVar[int]
     VERIFIED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    STRIPE_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     host_id: str
     topology_version: int
@@ -607,6 +609,7 @@ class ReportProgressRequest(_message.Message):
     data_refusals: int
     verified_delta: bytes
     verified_count: int
+    stripe_rx_bytes_per_s: _containers.RepeatedScalarFieldContainer[int]
     def __init__(
         self,
         job_id: str | None = ...,
@@ -628,6 +631,7 @@ class ReportProgressRequest(_message.Message):
         data_refusals: int | None = ...,
         verified_delta: bytes | None = ...,
         verified_count: int | None = ...,
+        stripe_rx_bytes_per_s: _Iterable[int] | None = ...,
     ) -> None: ...
 
 class ReportProgressResponse(_message.Message):

@@ -124,7 +124,7 @@ class CoordinatorController:
     def start(self, run: ChainRun) -> Forest:
         for h, r in zip(self.names, self.racks, strict=True):
             self.coord.enroll(h, r, {})
-            # the heartbeat as WatchJobs records it (its enrolled() read is O(fleet) per call)
+            # the heartbeat as opening a watch records it
             self.coord.store.upsert_host(h, r, {}, f"{h}:7070", [])
             self.coord.addresses[h] = f"{h}:7070"
         uri = Path(self.tmp.name) / "manifest.json"

@@ -1,0 +1,97 @@
+"""Per-stripe slowness: who is slow, in which direction (pure rules over real topologies)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relgate_agent.contracts import STRIPE_DONE
+from relgate_agent.coordinator.slowness import judge, stripe_median
+from relgate_agent.coordinator.topology import Topology, build_topology
+
+FAST, SLOW = 12_000_000, 4_000_000  # B/s: 100 Mbit vs the 40 Mbit serving host's share
+FLOOR = 1_000_000
+
+
+def fleet(racks: int = 2, per_rack: int = 4) -> dict[str, str]:
+    return {f"r{r}-h{i}": f"r{r}" for r in range(racks) for i in range(per_rack)}
+
+
+def parents(topo: Topology) -> list[dict[str, str | None]]:
+    return [c.parent for c in topo.stripes]
+
+
+def behind(topo: Topology, s: int, host: str) -> set[str]:
+    """Every host downstream of ``host`` in stripe ``s`` (children, grandchildren...)."""
+    par = topo.stripes[s].parent
+    out: set[str] = set()
+    for h in topo.stripes[s].order:
+        up = par[h]
+        while up is not None:
+            if up == host:
+                out.add(h)
+                break
+            up = par[up]
+    return out
+
+
+def rates_with(topo: Topology, slow_edges: dict[int, set[str]]) -> dict[str, list[int]]:
+    k = len(topo.stripes)
+    return {
+        h: [SLOW if h in slow_edges.get(s, set()) else FAST for s in range(k)] for h in topo.racks
+    }
+
+
+def test_a_slow_uploader_is_blamed_not_the_chain_behind_it() -> None:
+    topo = build_topology(fleet(), 4)
+    # the serving host: receives at speed, but everyone behind it gets its 40 Mbit
+    up = next(h for h in sorted(topo.racks) if any(c.children(h) for c in topo.stripes))
+    slow = {s: behind(topo, s, up) for s in range(4)}
+    v = judge(rates_with(topo, slow), parents(topo), 0.5, FLOOR)
+    assert v.tx_slow == {up} and v.rx_slow == frozenset()
+    assert v.median == FAST
+
+
+def test_a_slow_receiver_is_blamed_itself_not_its_upstreams() -> None:
+    topo = build_topology(fleet(), 4)
+    host = sorted(topo.racks)[3]
+    # slow in every stripe (its own NIC), and so is everyone behind it
+    slow = {s: {host} | behind(topo, s, host) for s in range(4)}
+    v = judge(rates_with(topo, slow), parents(topo), 0.5, FLOOR)
+    assert host in v.rx_slow
+    assert v.tx_slow == frozenset()  # its upstreams fed it at speed; it passes on its pace
+
+
+def test_whole_stripes_and_thin_stripes_are_not_judged() -> None:
+    topo = build_topology(fleet(1, 3), 2)
+    rates = {h: [STRIPE_DONE, FAST] for h in topo.racks}
+    quiet = sorted(topo.racks)[0]
+    rates[quiet] = [STRIPE_DONE, STRIPE_DONE]  # holds both stripes: never slow
+    assert stripe_median(rates, FLOOR) == 0  # two receivers are too few to judge
+    rates[quiet] = [STRIPE_DONE, FAST]
+    assert stripe_median(rates, FLOOR) == FAST
+    v = judge(rates, parents(topo), 0.5, FLOOR)
+    assert v.rx_slow == frozenset() and v.tx_slow == frozenset()
+    # fewer than three receivers: no median, nobody judged
+    few = {h: [FAST, SLOW] for h in sorted(topo.racks)[:2]}
+    assert judge(few, parents(topo), 0.5, FLOOR).median == 0
+    # a fleet this slow everywhere is under the floor: not judged either
+    crawl = {h: [100, 100] for h in topo.racks}
+    assert judge(crawl, parents(topo), 0.5, FLOOR) == judge({}, parents(topo), 0.5, FLOOR)
+
+
+def test_a_ready_upstream_that_serves_slowly_is_blamed() -> None:
+    topo = build_topology(fleet(), 4)
+    up = next(h for h in sorted(topo.racks) if all(c.children(h) for c in topo.stripes[:1]))
+    rates = rates_with(topo, {s: behind(topo, s, up) for s in range(4)})
+    del rates[up]  # READY: it no longer receives, it only serves
+    assert up in judge(rates, parents(topo), 0.5, FLOOR).tx_slow
+
+
+@settings(max_examples=80, deadline=None)
+@given(racks=st.integers(1, 4), per_rack=st.integers(2, 6), k=st.integers(1, 6), data=st.data())
+def test_a_fleet_at_one_speed_has_nobody_slow(racks: int, per_rack: int, k: int, data) -> None:
+    topo = build_topology(fleet(racks, per_rack), k)
+    rate = data.draw(st.integers(FLOOR, 10**10))
+    v = judge({h: [rate] * k for h in topo.racks}, parents(topo), 0.5, FLOOR)
+    assert v.rx_slow == frozenset() and v.tx_slow == frozenset()
