@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from relgate_agent.contracts import STRIPE_DONE
 
 MIN_RATES = 3  # receiving hosts a stripe needs before "slow vs the median" means anything
+WITNESSES = 2  # distinct peers a host must be slow with before it alone is blamed
 
 
 @dataclass(frozen=True)
@@ -77,14 +78,14 @@ def judge(
     tx_slow = {
         up
         for up, kids in kids_slow.items()
-        if not kids_fast.get(up) and (len(kids) >= 2 or any(ups_fast.get(c) for c in kids))
+        if not kids_fast.get(up) and (len(kids) >= WITNESSES or any(ups_fast.get(c) for c in kids))
     }
     rx_slow = {
         child
         for child, ups in ups_slow.items()
         if not ups_fast.get(child)
         and not ups <= tx_slow
-        and (len(ups) >= 2 or any(kids_fast.get(u) for u in ups))
+        and (len(ups) >= WITNESSES or any(kids_fast.get(u) for u in ups))
     }
     return Verdicts(frozenset(rx_slow), frozenset(tx_slow), median)
 
