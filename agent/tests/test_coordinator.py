@@ -341,3 +341,53 @@ def test_quarantine_is_durable_tells_the_host_and_the_job_ends_without_it(
         assert bad not in again.store.hosts_holding(m.model, m.version)
     finally:
         again.close()
+
+
+def test_a_declared_serving_host_is_a_leaf_from_the_start(coord: Coordinator, checkpoint) -> None:
+    job = coord.create_job(_spec(checkpoint))
+    idx = coord._index(job)
+    server = next(h for h in job.topology.racks if any(idx.downstreams(s, h) for s in range(4)))
+    v = job.topology.version
+    coord.register(
+        job.job_id, server, job.targets[server], b"", 1 << 40, "10.0.0.9:1", serving_rate=5_000_000
+    )
+    assert job.topology.version > v and server in job.topology.racks
+    v = job.topology.version
+    assert all(not c.children(server) for c in job.topology.stripes)
+    assert any(e.startswith("LEAF declared serving rate 5000000") for e in job.hosts[server].errors)
+    # registering again (a restart) moves nothing more
+    coord.register(
+        job.job_id, server, job.targets[server], b"", 1 << 40, "10.0.0.9:1", serving_rate=5_000_000
+    )
+    assert job.topology.version == v
+
+
+def test_a_slow_uploader_is_demoted_by_its_downstreams_per_stripe_rates(
+    coord: Coordinator, checkpoint
+) -> None:
+    job = coord.create_job(_spec(checkpoint))
+    for h in job.topology.racks:
+        coord.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
+    idx = coord._index(job)
+    up = max(
+        job.topology.racks,
+        key=lambda h: len({c for s in range(4) for c in idx.downstreams(s, h)}),
+    )
+    slow_kids = {s: set(idx.downstreams(s, up)) for s in range(4)}
+    fast, slow = 12_000_000, 2_000_000
+
+    def report_all() -> None:
+        for h in job.topology.racks:
+            rates = tuple(slow if h in slow_kids[s] else fast for s in range(4))
+            coord.report_progress(job.job_id, h, ProgressReport(stripe_rx_bps=rates))
+
+    report_all()
+    coord.tick()  # first sight of the slowness: the clock starts (slow_after_s = 0 here)
+    assert up not in {h for h, hp in job.hosts.items() if hp.demoted}
+    report_all()
+    coord.tick()
+    assert job.hosts[up].demoted and up in job.topology.racks
+    assert all(not c.children(up) for c in job.topology.stripes)  # a leaf everywhere
+    assert any("its downstreams receive" in e for e in job.hosts[up].errors)
+    # nobody else was blamed: its children were slow only behind it
+    assert [h for h, hp in job.hosts.items() if hp.demoted] == [up]

@@ -78,6 +78,7 @@ class ControlPlane:
                 have=have,
                 free_disk_bytes=free,
                 data_address=job.host.data_address,
+                serving_rate_bytes_per_s=job.cfg.max_rate_bytes_per_s,
             ),
             timeout=30,
         )

@@ -165,7 +165,15 @@ class ProgressService(CoordinatorCore):
 
     # ------------------------------------------------------------------ register
     def register(
-        self, job_id: str, host_id: str, rack: str, have: bytes, free_disk: int, address: str
+        self,
+        job_id: str,
+        host_id: str,
+        rack: str,
+        have: bytes,
+        free_disk: int,
+        address: str,
+        *,
+        serving_rate: int = 0,
     ) -> Registration:
         self.require_leader()
         with self.lock:
@@ -190,6 +198,16 @@ class ProgressService(CoordinatorCore):
                 # a restarted agent listens on a new address: bump the version so its
                 # downstreams refetch their assignment and reconnect
                 self._set_topology(job, job.topology.copy(job.topology.version + 1))
+            if serving_rate > 0 and not hp.demoted and host_id in job.topology.racks:
+                # a host that caps its upload (it serves inference, say) would throttle
+                # everyone behind it: a leaf at its rack tail in every stripe from the start
+                hp.demoted = True
+                hp.errors.append(f"LEAF declared serving rate {serving_rate} B/s")
+                idx = self._index(job)
+                if any(idx.downstreams(s, host_id) for s in range(job.stripes)):
+                    self._set_topology(
+                        job, append_host(splice(job.topology, host_id), host_id, hp.rack)
+                    )
             return Registration(
                 manifest_envelope=job.envelope,
                 manifest_digest=job.manifest.digest,

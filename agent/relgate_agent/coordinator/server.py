@@ -254,6 +254,7 @@ class AgentServicer(pbg.AgentServiceServicer):
                 request.have,
                 request.free_disk_bytes,
                 request.data_address,
+                serving_rate=request.serving_rate_bytes_per_s,
             ),
         )
         return pb.RegisterResponse(**asdict(r))

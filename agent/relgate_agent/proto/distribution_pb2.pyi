@@ -422,19 +422,29 @@ class WatchEvent(_message.Message):
     ) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("data_address", "free_disk_bytes", "have", "host_id", "job_id", "rack")
+    __slots__ = (
+        "data_address",
+        "free_disk_bytes",
+        "have",
+        "host_id",
+        "job_id",
+        "rack",
+        "serving_rate_bytes_per_s",
+    )
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     HAVE_FIELD_NUMBER: _ClassVar[int]
     FREE_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SERVING_RATE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     host_id: str
     rack: str
     have: bytes
     free_disk_bytes: int
     data_address: str
+    serving_rate_bytes_per_s: int
     def __init__(
         self,
         job_id: str | None = ...,
@@ -443,6 +453,7 @@ class RegisterRequest(_message.Message):
         have: bytes | None = ...,
         free_disk_bytes: int | None = ...,
         data_address: str | None = ...,
+        serving_rate_bytes_per_s: int | None = ...,
     ) -> None: ...
 
 class RegisterResponse(_message.Message):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from relgate_agent.contracts import JobSpec, ProgressReport
+from relgate_agent.contracts import STRIPE_DONE, JobSpec, ProgressReport
 from relgate_agent.coordinator.jobstate import CoordinatorConfig, JobState
 from relgate_agent.coordinator.service import Coordinator
 from relgate_agent.coordinator.topology import Topology
@@ -116,6 +116,7 @@ class CoordinatorController:
         self.reported_ready: set[int] = set()
         self.suspected: set[tuple[int, int]] = set()
         self.last_rx = np.zeros(sc.hosts)
+        self.last_got: np.ndarray | None = None  # per stripe and host, at the last report
         self.version = 0
         self.splices = 0
         self.failovers = 0
@@ -211,6 +212,13 @@ class CoordinatorController:
         interval = self.sc.report_interval_s
         rx_bps = (run.rx_bytes - self.last_rx) / interval
         self.last_rx = run.rx_bytes.copy()
+        # per stripe, as the agent reports it: the rate, or STRIPE_DONE for a whole stripe
+        stripe_bps = np.where(
+            run.got >= run.sb[:, None] - 1.0,
+            STRIPE_DONE,
+            (run.got - (self.last_got if self.last_got is not None else 0.0)) / interval,
+        ).astype(np.int64)
+        self.last_got = run.got.copy()
         for i in np.flatnonzero(run.alive).tolist():
             # a READY host keeps serving and reporting; its full bitmap goes once
             ready = not np.isnan(run.done_at[i])
@@ -222,6 +230,7 @@ class CoordinatorController:
                 tx=int(run.tx_bytes[i]),
                 origin=int(run.origin_by_host[i]),
                 rx_bps=int(rx_bps[i]),
+                stripe_rx_bps=tuple(stripe_bps[:, i].tolist()),
                 ready=ready,
                 placed_manifest_digest=self.manifest.digest if ready else "",
             )
