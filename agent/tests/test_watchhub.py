@@ -59,7 +59,9 @@ def test_a_burst_of_changes_is_one_pass_and_one_push_per_stream(
 
     async def scenario() -> None:
         with ThreadPoolExecutor(2) as pool:
-            hub = WatchHub(compute, pool, coalesce_s=0.05)
+            hub = WatchHub(
+                compute, pool, coalesce_s=0.05, generation=lambda: coord.changed.generation
+            )
             hub.start()
             coord.changed.subscribe(hub.poke_threadsafe)
             try:
@@ -79,10 +81,16 @@ def test_a_burst_of_changes_is_one_pass_and_one_push_per_stream(
                     assert u is not None and [j.job_id for j in u.jobs] == [job.job_id]
                     assert [a.topology_version for a in u.assignments] == [job.topology.version]
                 assert hub.pushes == 8
-                # nothing changed: a poke computes but pushes nothing, a reader times out
+                # nothing changed: a poke computes nothing and pushes nothing
                 hub.poke()
                 assert await ws[0].next(0.5) is None
-                assert hub.pushes == 8
+                assert hub.pushes == 8 and compute.calls == [4, 4]
+                # a stream that opens with nothing changed: only it is computed
+                late = hub.add(WatchCursor("h0"))
+                first = await late.next(30)
+                assert first is not None and [j.job_id for j in first.jobs] == [job.job_id]
+                assert compute.calls == [4, 4, 1] and hub.pushes == 9
+                hub.remove(late)
                 # a slow reader: two updates queue up and arrive merged, the newer job list
                 slow = ws[1]
                 slow.push(WatchUpdate(()))

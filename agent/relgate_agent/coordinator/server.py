@@ -328,7 +328,11 @@ class CoordinatorServer:
                 f"{tls.cert} is a {self.identity.role} certificate, not a coordinator's"
             )
         self.executor = ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="coord-rpc")
-        self.hub = WatchHub(self.coordinator.watch_updates, self.executor)
+        self.hub = WatchHub(
+            self.coordinator.watch_updates,
+            self.executor,
+            generation=lambda: self.coordinator.changed.generation,
+        )
         self.listen = [listen] if isinstance(listen, str) else list(listen)
         self.tls = tls
         self.addresses: list[str] = []

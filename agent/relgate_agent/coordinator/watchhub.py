@@ -34,6 +34,7 @@ class Watcher:
 
     def __init__(self, cursor: WatchCursor) -> None:
         self.cursor = cursor
+        self.fresh = True  # not computed yet: its first update (the job list) is owed
         self.pending: WatchUpdate | None = None
         self.closed = ""
         self._ready = asyncio.Event()
@@ -65,8 +66,13 @@ class WatchHub:
         compute: Callable[[list[WatchCursor]], list[WatchUpdate | None]],
         executor: Executor,
         coalesce_s: float = COALESCE_S,
+        generation: Callable[[], int] | None = None,
     ) -> None:
         self._compute = compute
+        # the change feed's counter: a pass with no change since the last one computes only
+        # the streams that just opened (a reconnect storm is not 4,096 x 4,096 work)
+        self._generation = generation
+        self._seen: int | None = None
         self._executor = executor
         self.coalesce_s = coalesce_s
         self.watchers: set[Watcher] = set()
@@ -125,7 +131,10 @@ class WatchHub:
             await wake.wait()
             await asyncio.sleep(self.coalesce_s)
             wake.clear()  # a change from here on is seen by this pass or pokes the next
+            gen = self._generation() if self._generation is not None else None
             watchers = [w for w in self.watchers if not w.closed]
+            if gen is not None and gen == self._seen:
+                watchers = [w for w in watchers if w.fresh]
             if not watchers:
                 continue
             cursors = [w.cursor for w in watchers]
@@ -141,7 +150,9 @@ class WatchHub:
                 wake.set()
                 continue
             self.flushes += 1
+            self._seen = gen  # read before computing: a change meanwhile makes the next pass whole
             for w, u in zip(watchers, updates, strict=True):
+                w.fresh = False
                 if u is not None:
                     self.pushes += 1
                     w.push(u)
