@@ -18,7 +18,7 @@ from relgate_agent.sim.engine import ChainRun, Forest
 from relgate_agent.sim.faults import plan_incidents
 from relgate_agent.sim.flows import link_load, max_min_rates
 from relgate_agent.sim.network import build_fabric
-from relgate_agent.sim.report import figures
+from relgate_agent.sim.report import figures, rx_floor_s, rx_impaired
 from relgate_agent.sim.scenario import CHECK_SCENARIO, ScenarioError, parse_scenario
 
 TINY = """
@@ -182,3 +182,22 @@ def test_cli_json_keys_and_refusal(tmp_path: Path, capsys: pytest.CaptureFixture
     bad.write_text(TINY.replace("hosts = 8", "hosts = 8\nwho = 1"))
     assert main(["simulate", str(bad), "--json"]) == 3
     assert json.loads(capsys.readouterr().out)["check"] == CHECK_SCENARIO
+
+
+def test_rx_slowed_hosts_are_left_out_of_the_unimpaired_tail() -> None:
+    sc = parse_scenario(
+        TINY.replace("dead_after_s = 1.0", "dead_after_s = 1.0\nslow_after_s = 0.1").replace(
+            '"16MiB"', '"256MiB"'
+        )
+        + '\n[[faults]]\nkind = "slow"\nat_s = 0.0\ncount = 1\ndirection = "rx"\nfactor = 0.25\n'
+    )
+    run = run_design(sc, "relgate")
+    fig = figures(sc, run)
+    (slow,) = rx_impaired(sc)
+    assert fig.p995_s == fig.max_s == run.done_at[slow]  # the slowed host is the tail
+    others = np.delete(run.done_at, slow)
+    assert fig.p995_unimpaired_s == others.max() < fig.p995_s
+    # nobody beats physics: S / (0.25 x NIC)
+    assert rx_floor_s(sc) == round(sc.checkpoint_bytes / (0.25 * sc.nic * sc.efficiency), 1)
+    assert run.done_at[slow] >= rx_floor_s(sc) - 0.05
+    assert rx_floor_s(parse_scenario(TINY)) is None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relgate_agent.sim.designs import DesignRun
+from relgate_agent.sim.faults import plan_incidents
 from relgate_agent.sim.scenario import Scenario
 
 SEED_FLOOR_S = 80.0  # the seed's envelope: S / NIC for 800 GB at 100 Gbps (plus slack)
@@ -26,6 +27,9 @@ class Figures:
     hosts_failed: int
     p50_s: float
     p995_s: float
+    # over the hosts whose own receive side is not capped by a fault: a host at 30% of its
+    # NIC in rx cannot finish before S / (0.3 x B) whatever the design (``rxFloorSeconds``)
+    p995_unimpaired_s: float
     max_s: float
     origin_bytes_over_s: float
     splices: int
@@ -40,18 +44,37 @@ class Figures:
             "hostsFailed": self.hosts_failed,
             "p50Seconds": num(self.p50_s),
             "p995Seconds": num(self.p995_s),
+            "p995UnimpairedSeconds": num(self.p995_unimpaired_s),
             "maxSeconds": num(self.max_s),
             "originBytesOverS": round(self.origin_bytes_over_s, 4),
             "splices": self.splices,
         }
 
 
+def rx_impaired(sc: Scenario) -> list[int]:
+    """Hosts whose own receive side a fault caps (slow in rx)."""
+    return sorted(
+        h for i in plan_incidents(sc) if i.kind == "slow" and i.direction == "rx" for h in i.hosts
+    )
+
+
+def rx_floor_s(sc: Scenario) -> float | None:
+    """The soonest an rx-slowed host can finish: S / (factor x NIC x efficiency)."""
+    factors = [f.factor for f in sc.faults if f.kind == "slow" and f.direction == "rx"]
+    return (
+        round(sc.checkpoint_bytes / (min(factors) * sc.nic * sc.efficiency), 1) if factors else None
+    )
+
+
 def figures(sc: Scenario, run: DesignRun) -> Figures:
     live = ~run.failed
-    t = np.where(np.isnan(run.done_at), np.inf, run.done_at)[live]
+    done = np.where(np.isnan(run.done_at), np.inf, run.done_at)
+    t = done[live]
+    unimpaired = live.copy()
+    unimpaired[rx_impaired(sc)] = False
 
-    def pct(q: float) -> float:
-        return float(np.percentile(t, q, method="higher")) if len(t) else math.inf
+    def pct(q: float, x: np.ndarray = t) -> float:
+        return float(np.percentile(x, q, method="higher")) if len(x) else math.inf
 
     return Figures(
         hosts=sc.hosts,
@@ -59,18 +82,21 @@ def figures(sc: Scenario, run: DesignRun) -> Figures:
         hosts_failed=int(run.failed.sum()),
         p50_s=pct(50),
         p995_s=pct(99.5),
+        p995_unimpaired_s=pct(99.5, done[unimpaired]),
         max_s=float(t.max()) if len(t) else math.inf,
         origin_bytes_over_s=run.origin_bytes / sc.checkpoint_bytes,
         splices=run.splices,
     )
 
 
-def envelope(sc: Scenario) -> dict[str, float]:
-    """S/B (one NIC's worth), the seed's 80 s floor and ~2 min good design, for comparison."""
+def envelope(sc: Scenario) -> dict[str, float | None]:
+    """S/B (one NIC's worth), the seed's 80 s floor and ~2 min good design, for comparison,
+    and the floor of a host slowed in rx (none without such a fault)."""
     return {
         "sOverBSeconds": round(sc.checkpoint_bytes / sc.nic, 3),
         "seedFloorSeconds": SEED_FLOOR_S,
         "seedGoodDesignSeconds": SEED_GOOD_S,
+        "rxFloorSeconds": rx_floor_s(sc),
     }
 
 
