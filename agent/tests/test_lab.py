@@ -39,6 +39,8 @@ def lab(tmp_path: Path, checkpoint):
         trusted_keys=[str(checkpoint["trusted"])],
         journal_interval_s=0.5,
         report_interval_s=0.5,
+        # h03 serves inference: it declares an upload cap and must become a leaf
+        agent_args={"h03": ["--max-rate", str(20 * MiB)]},
     )
     state = lab_up(spec)
     try:
@@ -92,3 +94,5 @@ def test_lab_fanout_in_namespaces(lab, checkpoint) -> None:
     for h in lab["hosts"]:
         assert_placed(_LabCluster(lab), checkpoint, h)  # type: ignore[arg-type]
     assert st["origin_bytes"] <= 1.05 * checkpoint["manifest"].total_size
+    serving = next(h for h in st["hosts"] if h["host_id"] == "h03")
+    assert any(e.startswith(f"LEAF declared serving rate {20 * MiB}") for e in serving["errors"])

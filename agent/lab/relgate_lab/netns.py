@@ -60,6 +60,7 @@ class LabSpec:
     force_loopback: bool = False
     labels: str = "cluster=lab"
     agent_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    agent_args: dict[str, list[str]] = field(default_factory=dict)  # host -> extra serve flags
     extra_hosts_env: dict[str, str] = field(default_factory=dict)
     origin_dir: Path | None = None  # served over HTTP from its own namespace on the spine
     origin_nic_bytes_per_s: int = 0  # tbf on the origin NIC (the origin bandwidth cap)
@@ -313,6 +314,7 @@ def _start_agent(lab: _Lab, h: str, hinfo: dict[str, Any], pki: Path) -> None:
             str(spec.report_interval_s),
             "--pki",
             str(pki),
+            *spec.agent_args.get(h, []),
         ],
         lab.logs / f"{h}.log",
         {**spec.extra_hosts_env, **spec.agent_env.get(h, {})},
