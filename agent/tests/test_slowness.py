@@ -35,6 +35,11 @@ def behind(topo: Topology, s: int, host: str) -> set[str]:
     return out
 
 
+def totals(rates: dict[str, list[int]]) -> dict[str, int]:
+    """Each host's total receive rate, as its report carries it (whole stripes add 0)."""
+    return {h: sum(max(r, 0) for r in rs) for h, rs in rates.items()}
+
+
 def rates_with(topo: Topology, slow_edges: dict[int, set[str]]) -> dict[str, list[int]]:
     k = len(topo.stripes)
     return {
@@ -47,7 +52,7 @@ def test_a_slow_uploader_is_blamed_not_the_chain_behind_it() -> None:
     # the serving host: receives at speed, but everyone behind it gets its 40 Mbit
     up = next(h for h in sorted(topo.racks) if any(c.children(h) for c in topo.stripes))
     slow = {s: behind(topo, s, up) for s in range(4)}
-    v = judge(rates_with(topo, slow), parents(topo), 0.5, FLOOR)
+    v = judge(rates_with(topo, slow), totals(rates_with(topo, slow)), parents(topo), 0.5, FLOOR)
     assert v.tx_slow == {up} and v.rx_slow == frozenset()
     assert v.median == FAST
 
@@ -57,7 +62,7 @@ def test_a_slow_receiver_is_blamed_itself_not_its_upstreams() -> None:
     host = sorted(topo.racks)[3]
     # slow in every stripe (its own NIC), and so is everyone behind it
     slow = {s: {host} | behind(topo, s, host) for s in range(4)}
-    v = judge(rates_with(topo, slow), parents(topo), 0.5, FLOOR)
+    v = judge(rates_with(topo, slow), totals(rates_with(topo, slow)), parents(topo), 0.5, FLOOR)
     assert host in v.rx_slow
     assert v.tx_slow == frozenset()  # its upstreams fed it at speed; it passes on its pace
 
@@ -70,14 +75,16 @@ def test_whole_stripes_and_thin_stripes_are_not_judged() -> None:
     assert stripe_median(rates, FLOOR) == 0  # two receivers are too few to judge
     rates[quiet] = [STRIPE_DONE, FAST]
     assert stripe_median(rates, FLOOR) == FAST
-    v = judge(rates, parents(topo), 0.5, FLOOR)
+    v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR)
     assert v.rx_slow == frozenset() and v.tx_slow == frozenset()
     # fewer than three receivers: no median, nobody judged
     few = {h: [FAST, SLOW] for h in sorted(topo.racks)[:2]}
-    assert judge(few, parents(topo), 0.5, FLOOR).median == 0
+    assert judge(few, totals(few), parents(topo), 0.5, FLOOR).median == 0
     # a fleet this slow everywhere is under the floor: not judged either
     crawl = {h: [100, 100] for h in topo.racks}
-    assert judge(crawl, parents(topo), 0.5, FLOOR) == judge({}, parents(topo), 0.5, FLOOR)
+    assert judge(crawl, totals(crawl), parents(topo), 0.5, FLOOR) == judge(
+        {}, {}, parents(topo), 0.5, FLOOR
+    )
 
 
 def test_a_ready_upstream_that_serves_slowly_is_blamed() -> None:
@@ -85,7 +92,7 @@ def test_a_ready_upstream_that_serves_slowly_is_blamed() -> None:
     up = next(h for h in sorted(topo.racks) if all(c.children(h) for c in topo.stripes[:1]))
     rates = rates_with(topo, {s: behind(topo, s, up) for s in range(4)})
     del rates[up]  # READY: it no longer receives, it only serves
-    assert up in judge(rates, parents(topo), 0.5, FLOOR).tx_slow
+    assert up in judge(rates, totals(rates), parents(topo), 0.5, FLOOR).tx_slow
 
 
 @settings(max_examples=80, deadline=None)
@@ -93,5 +100,19 @@ def test_a_ready_upstream_that_serves_slowly_is_blamed() -> None:
 def test_a_fleet_at_one_speed_has_nobody_slow(racks: int, per_rack: int, k: int, data) -> None:
     topo = build_topology(fleet(racks, per_rack), k)
     rate = data.draw(st.integers(FLOOR, 10**10))
-    v = judge({h: [rate] * k for h in topo.racks}, parents(topo), 0.5, FLOOR)
+    same = {h: [rate] * k for h in topo.racks}
+    v = judge(same, totals(same), parents(topo), 0.5, FLOOR)
     assert v.rx_slow == frozenset() and v.tx_slow == frozenset()
+
+
+def test_an_rx_capped_host_fast_in_one_stripe_is_still_rx_slow() -> None:
+    topo = build_topology(fleet(), 4)
+    host = sorted(topo.racks)[5]
+    # max-min sharing gave its cap to one stripe; the other three crawl (and so does
+    # everyone behind it there)
+    slow = {s: {host} | behind(topo, s, host) for s in (1, 2, 3)}
+    rates = rates_with(topo, slow)
+    rates[host] = [FAST // 2, 300_000, 300_000, 300_000]
+    v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR)
+    assert v.rx_slow == {host}  # its total is the test, and it is itself a first slow hop
+    assert v.tx_slow == frozenset()  # the upstreams that fed it are not to blame

@@ -269,6 +269,7 @@ class HandoffService(ProgressService):
         if per_stripe:
             v = judge(
                 per_stripe,
+                {h: hp.rx_bps for h, hp in moving.items()},
                 [c.parent for c in job.topology.stripes],
                 cfg.slow_fraction,
                 cfg.slow_min_median_bps,

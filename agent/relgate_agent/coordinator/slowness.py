@@ -46,12 +46,14 @@ def stripe_median(rates: Mapping[str, Sequence[int]], floor: int) -> int:
 
 def judge(
     rates: Mapping[str, Sequence[int]],
+    totals: Mapping[str, int],
     parents: Sequence[Mapping[str, str | None]],
     fraction: float,
     floor: int,
 ) -> Verdicts:
     """``rates``: host -> receive rate per stripe (``STRIPE_DONE`` for a whole stripe);
-    ``parents``: per stripe, host -> upstream (None: the stripe root, fed by the origin)."""
+    ``totals``: host -> total receive rate; ``parents``: per stripe, host -> upstream (None:
+    the stripe root, fed by the origin)."""
     median = stripe_median(rates, floor)
 
     def slow(host: str, s: int) -> bool | None:
@@ -62,8 +64,8 @@ def judge(
 
     # first slow hops only: an edge whose upstream receives the stripe at speed (or holds
     # it whole, or is READY); behind a slow hop everyone is slow and proves nothing
-    ups_fast: dict[str, set[str]] = {}
-    ups_slow: dict[str, set[str]] = {}
+    first_slow: dict[str, set[str]] = {}  # child -> upstreams it is slow with
+    first_fast: dict[str, set[str]] = {}  # child -> upstreams it is fast with
     kids_fast: dict[str, set[str]] = {}
     kids_slow: dict[str, set[str]] = {}
     for s, parent in enumerate(parents):
@@ -71,22 +73,27 @@ def judge(
             v = slow(child, s)
             if up is None or v is None or slow(up, s):
                 continue
-            (ups_slow if v else ups_fast).setdefault(child, set()).add(up)
+            (first_slow if v else first_fast).setdefault(child, set()).add(up)
             (kids_slow if v else kids_fast).setdefault(up, set()).add(child)
-    # a slow edge is the upstream's upload or the child's download: the one that is slow
-    # with every peer it has (and with two of them, or one the other side is fast with)
-    tx_slow = {
-        up
-        for up, kids in kids_slow.items()
-        if not kids_fast.get(up) and (len(kids) >= WITNESSES or any(ups_fast.get(c) for c in kids))
-    }
+    # rx: the host's whole receive rate is low (max-min sharing can leave an rx-capped host
+    # fast in a few stripes, so its total is the test) and it is itself a first slow hop
+    # (the hosts behind it are slow only where their upstream is: victims, not culprits)
+    live = sorted(t for h, t in totals.items() if t > 0 and h in rates)
+    total_median = live[len(live) // 2] if len(live) >= MIN_RATES else 0
     rx_slow = {
-        child
-        for child, ups in ups_slow.items()
-        if not ups_fast.get(child)
-        and not ups <= tx_slow
-        and (len(ups) >= WITNESSES or any(kids_fast.get(u) for u in ups))
+        h
+        for h in first_slow
+        if total_median >= floor and 0 <= totals.get(h, 0) < fraction * total_median
     }
+    # tx: every child it feeds at a first hop is slow (two of them, or one that is fast
+    # with another upstream), and those children are not slow at receiving themselves
+    tx_slow = set()
+    for up, kids in kids_slow.items():
+        culprits = kids - rx_slow
+        if up in rx_slow or kids_fast.get(up) or not culprits:
+            continue
+        if len(culprits) >= WITNESSES or any(first_fast.get(c) for c in culprits):
+            tx_slow.add(up)
     return Verdicts(frozenset(rx_slow), frozenset(tx_slow), median)
 
 
