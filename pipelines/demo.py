@@ -15,6 +15,7 @@ import sys
 import dagster as dg
 
 from pipelines.definitions import defs
+from pipelines.pg_instance import use_pg_url
 from relgate.demo.corpus import seed_demo, tag_demo_transforms
 from relgate.workspace import Workspace
 
@@ -121,6 +122,7 @@ def main() -> int:
     if not ws.config.get("sources"):
         print("seeding demo corpus:", json.dumps(seed_demo(ws).to_json()), flush=True)
     purpose = str(ws.config["snapshot"]["purpose"])
+    use_pg_url()  # dagster.postgres.yaml reads DAGSTER_PG_URL: the psycopg2 driver
     instance = dg.DagsterInstance.get()
     ok = snapshots(instance) and releases(instance, purpose) and distribution(instance)
     if ok:
