@@ -20,15 +20,18 @@ endif
 
 venv: $(STAMP)
 
+# -qq: errors only (pip's warnings about unreachable extra indexes and setuptools' editable
+# install notices are not news; a failed install still prints pip's error).
 $(STAMP): pyproject.toml setup.py relgate/integrity/kernel_build.py agent/pyproject.toml requirements.lock
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]' -e ./agent
-	touch $(STAMP)
+	@echo "creating $(VENV) (pinned by requirements.lock; takes a few minutes)"
+	@$(PY) -m venv $(VENV)
+	@$(BIN)/pip install -qq --upgrade pip
+	@$(BIN)/pip install -qq -c requirements.lock -e '.[dev]' -e ./agent
+	@touch $(STAMP)
 
 $(DAGSTER_HOME)/dagster.yaml: $(INSTANCE_YAML)
-	mkdir -p $(DAGSTER_HOME)
-	cp $(INSTANCE_YAML) $(DAGSTER_HOME)/dagster.yaml
+	@mkdir -p $(DAGSTER_HOME)
+	@cp $(INSTANCE_YAML) $(DAGSTER_HOME)/dagster.yaml
 
 lint: venv
 	$(BIN)/ruff check .
@@ -42,7 +45,7 @@ test: lint
 	$(BIN)/pytest -q -n 2 --dist worksteal
 
 demo: venv $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/python -m pipelines.demo
+	@$(BIN)/python -m pipelines.demo
 
 bench: venv
 	$(BIN)/python -m bench

@@ -102,7 +102,11 @@ class PlanReport(Contract):
     at: str
     grace_seconds: int
     retained: list[RetainedVersion]
+    #: stored object versions under the managed prefixes that retained versions reference
+    #: (never more than ``stored_objects``)
     required_objects: int
+    #: referenced objects outside the managed prefixes (raw sources): kept, never listed
+    raw_source_objects: int
     stored_objects: int
     stored_bytes: int
     candidate_count: int
@@ -145,6 +149,17 @@ class Plan:
     def candidate_count(self) -> int:
         return int(self.candidate_table.num_rows)
 
+    @cached_property
+    def required_managed(self) -> int:
+        """Required (key, version) pairs under the managed prefixes: every one is a stored
+        object (the mark fails closed otherwise), so this never exceeds :attr:`stored`."""
+        keys = self.required_table["canonical"]
+        under = [pc.starts_with(keys, prefix) for prefix in MANAGED_PREFIXES]
+        mask = under[0]
+        for other in under[1:]:
+            mask = pc.or_(mask, other)
+        return int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
+
     def candidate_rows(self, start: int = 0, stop: int | None = None) -> list[Candidate]:
         """Candidates ``start`` to ``stop`` (listing order) as typed rows."""
         length = None if stop is None else max(0, stop - start)
@@ -159,7 +174,8 @@ class Plan:
             at=self.now,
             grace_seconds=self.grace_seconds,
             retained=holders_of(self.retained),
-            required_objects=self.required_table.num_rows,
+            required_objects=self.required_managed,
+            raw_source_objects=self.required_table.num_rows - self.required_managed,
             stored_objects=self.stored,
             stored_bytes=self.stored_bytes,
             candidate_count=self.candidate_count,
