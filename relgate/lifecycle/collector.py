@@ -76,6 +76,7 @@ from relgate.lifecycle.retention import (
     retained_versions,
 )
 from relgate.objects.layout import canonical_key, digest_named_by, envelope_subject
+from relgate.progress import task, track
 from relgate.release import root as rm
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
@@ -240,7 +241,7 @@ class RetainedCheck(Contract):
 def list_stored(ws: Workspace) -> pa.Table:
     """Every stored version under the managed prefixes, streamed into Arrow batches."""
     listed = (v for prefix in MANAGED_PREFIXES for v in ws.store.list_versions(prefix))
-    return stored_table(listing_batches(listed))
+    return stored_table(listing_batches(track(listed, "list stored objects")))
 
 
 def _row_batches(
@@ -273,9 +274,12 @@ def mark_each(
 ) -> Iterator[Ref]:
     """Like :func:`mark`, the catalog rows read in short transactions of many versions,
     none held while the caller consumes."""
-    for chunk in _row_batches(ws, retained):
-        for kind, digest, row in chunk:
-            yield from refs_of(ws, kind, digest, row, raw_sources=raw_sources)
+    versions = list(retained)
+    with task("mark retained versions", total=len(versions)) as marking:
+        for chunk in _row_batches(ws, versions):
+            for kind, digest, row in chunk:
+                yield from refs_of(ws, kind, digest, row, raw_sources=raw_sources)
+                marking.advance()
 
 
 def _missing(ref: Ref) -> RejectedError:
@@ -580,7 +584,8 @@ def sweep(
             plan = plan_gc(ws, grace_seconds=grace_seconds)
         required = _Required(plan.required, plan.required_keys)
         state = _Sweep(ws, run_id, grace_seconds, set(plan.retained), required)
-        for start in range(0, plan.candidate_count, batch_size):
+        starts = range(0, plan.candidate_count, batch_size)
+        for start in track(starts, "sweep batches", total=len(starts)):
             state.batch(plan.candidate_rows(start, start + batch_size))
     except RelgateError as exc:
         done = len(state.deleted) if state else 0

@@ -25,6 +25,7 @@ from relgate.integrity.contract import Contract
 from relgate.integrity.digests import require_digest, sha256_digest
 from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_keys
 from relgate.objects.layout import membership_key, statistics_key
+from relgate.progress import track
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.snapshot import manifest as mf
 from relgate.snapshot import statistics, tokenizer
@@ -266,7 +267,7 @@ def _stage_members(
             split=spec.split,
             fenced=fenced_at(ws, frozen.fences),
         )
-        for batch in selector.batches(staged.sources, frozen.sources):
+        for batch in track(selector.batches(staged.sources, frozen.sources), "select members"):
             runs.add(batch)
         writer = MembershipWriter(path)
         for chunk in runs.merged():
