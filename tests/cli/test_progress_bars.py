@@ -70,7 +70,7 @@ def _on_a_pipe(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_snapshot_build_validate_and_gc_plan_draw_bars_on_a_terminal(home):
+def test_snapshot_build_validate_and_gc_plan_and_sweep_draw_bars_on_a_terminal(home):
     code, out, terminal = _on_a_terminal(home, "snapshot", "build", "--alias", "bars")
     assert code == 0, terminal
     assert "select members" in terminal
@@ -81,6 +81,9 @@ def test_snapshot_build_validate_and_gc_plan_draw_bars_on_a_terminal(home):
     code, _out, terminal = _on_a_terminal(home, "gc", "plan")
     assert code == 0, terminal
     assert "list stored objects" in terminal and "mark retained versions" in terminal
+    code, _out, terminal = _on_a_terminal(home, "gc", "sweep", "--yes", "--grace", "0s")
+    assert code == 0, terminal
+    assert "mark retained versions" in terminal and "sweep batches" in terminal
 
 
 def test_no_bars_under_json_even_on_a_terminal(home):
