@@ -27,21 +27,51 @@ def wanted(as_json: bool, stream: IO[str] | None = None) -> bool:
 
 
 class RichReporter:
-    """A :class:`relgate.progress.Reporter` drawing one rich bar per task."""
+    """A :class:`relgate.progress.Reporter` drawing one rich bar per task.  The display
+    (and rich itself) starts with the first task: a command without a long loop draws
+    nothing."""
 
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+
+    def _display(self) -> Progress:
+        if self.progress is None:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+            )
+            self.progress.start()
+        return self.progress
 
     def begin(self, description: str, total: int | None) -> int:
-        return int(self.progress.add_task(description, total=total))
+        return int(self._display().add_task(description, total=total))
 
     def advance(self, handle: int, steps: int) -> None:
-        self.progress.advance(handle, steps)  # type: ignore[arg-type]  # rich's TaskID is an int
+        self._display().advance(handle, steps)  # type: ignore[arg-type]  # rich's TaskID is an int
 
     def end(self, handle: int) -> None:
-        task = next(t for t in self.progress.tasks if t.id == handle)
-        if task.total is None:
-            self.progress.update(handle, total=task.completed)  # type: ignore[arg-type]
+        progress = self._display()
+        task = next(t for t in progress.tasks if t.id == handle)
+        if task.total is None:  # an open-ended task ends full
+            progress.update(handle, total=task.completed)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
 
 
 @contextlib.contextmanager
@@ -51,25 +81,9 @@ def progress_bars(as_json: bool) -> Iterator[None]:
         with reporting(None):
             yield
         return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    with (
-        Progress(*columns, console=Console(stderr=True), transient=False) as progress,
-        reporting(RichReporter(progress)),
-    ):
-        yield
+    reporter = RichReporter()
+    try:
+        with reporting(reporter):
+            yield
+    finally:
+        reporter.close()

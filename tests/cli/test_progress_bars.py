@@ -86,6 +86,12 @@ def test_snapshot_build_validate_and_gc_plan_and_sweep_draw_bars_on_a_terminal(h
     assert "mark retained versions" in terminal and "sweep batches" in terminal
 
 
+def test_a_command_without_a_long_loop_draws_nothing_on_a_terminal(home):
+    code, out, terminal = _on_a_terminal(home, "fence", "show")
+    assert code == 0 and terminal == ""
+    assert "tombstoneWatermark: 0" in out
+
+
 def test_no_bars_under_json_even_on_a_terminal(home):
     code, out, terminal = _on_a_terminal(home, "snapshot", "build", "--alias", "quiet", "--json")
     assert code == 0, terminal
