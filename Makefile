@@ -3,22 +3,35 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# With DAGSTER_PG_URL set, the Dagster instance is dagster.postgres.yaml and the demo's
+# homes are separate from the SQLite ones (docs/dagster.md); RELGATE_CATALOG_URL puts the
+# catalog in PostgreSQL too.
+ifdef DAGSTER_PG_URL
+INSTANCE_YAML := dagster.postgres.yaml
+export RELGATE_HOME ?= $(CURDIR)/var/relgate-pg
+export DAGSTER_HOME ?= $(CURDIR)/var/dagster-pg
+else
+INSTANCE_YAML := dagster.yaml
 export RELGATE_HOME ?= $(CURDIR)/var/relgate
 export DAGSTER_HOME ?= $(CURDIR)/var/dagster
+endif
 
 .PHONY: venv demo test lint bench bench-quick ui clean
 
 venv: $(STAMP)
 
+# -qq: errors only (pip's warnings about unreachable extra indexes and setuptools' editable
+# install notices are not news; a failed install still prints pip's error).
 $(STAMP): pyproject.toml setup.py relgate/integrity/kernel_build.py agent/pyproject.toml requirements.lock
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]' -e ./agent
-	touch $(STAMP)
+	@echo "creating $(VENV) (pinned by requirements.lock; takes a few minutes)"
+	@$(PY) -m venv $(VENV)
+	@$(BIN)/pip install -qq --upgrade pip
+	@$(BIN)/pip install -qq -c requirements.lock -e '.[dev]' -e ./agent
+	@touch $(STAMP)
 
-$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
-	mkdir -p $(DAGSTER_HOME)
-	cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+$(DAGSTER_HOME)/dagster.yaml: $(INSTANCE_YAML)
+	@mkdir -p $(DAGSTER_HOME)
+	@cp $(INSTANCE_YAML) $(DAGSTER_HOME)/dagster.yaml
 
 lint: venv
 	$(BIN)/ruff check .
@@ -32,7 +45,7 @@ test: lint
 	$(BIN)/pytest -q -n 2 --dist worksteal
 
 demo: venv $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/python -m pipelines.demo
+	@$(BIN)/python -m pipelines.demo
 
 bench: venv
 	$(BIN)/python -m bench
@@ -41,7 +54,11 @@ bench-quick: venv
 	$(BIN)/python -m bench --quick
 
 ui: venv $(DAGSTER_HOME)/dagster.yaml
+ifdef DAGSTER_PG_URL
+	url="$$($(BIN)/python -m pipelines.pg_instance)" && DAGSTER_PG_URL="$$url" $(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
+else
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
+endif
 
 clean:
 	rm -rf var

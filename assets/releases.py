@@ -38,6 +38,9 @@ class ReleaseConfig(dg.Config):
 class PublishConfig(dg.Config):
     alias: str = "default-release"
     approver: str  # a person's name, bound to the root digest
+    #: -1: publish over whatever generation the alias is at; N: only from generation N (a
+    #: re-run of that publication with the same root is a no-op, with another a conflict)
+    expect_generation: int = -1
 
 
 class PermitConfig(dg.Config):
@@ -183,14 +186,24 @@ def release_verification_checks(
     description="The release alias, switched by CAS through the gate after a named approval of the root.",
 )
 def release_alias(
+    context: dg.AssetExecutionContext,
     config: PublishConfig,
     relgate: RelgateResource,
     shard_release: str,
     release_verification: dict[str, Any],
 ) -> dg.Output[dict[str, Any]]:
     ws = relgate.workspace()
-    approve_release(ws, shard_release, approver=config.approver, comment="dagster")
-    result = publish(ws, shard_release, alias=config.alias, actor=config.approver).to_json()
+    approval = approve_release(ws, shard_release, approver=config.approver, comment="dagster")
+    change = publish(
+        ws,
+        shard_release,
+        alias=config.alias,
+        actor=config.approver,
+        expected_generation=None if config.expect_generation < 0 else config.expect_generation,
+    )
+    result = change.to_json()
+    if change.idempotent_retry:
+        context.log.info(f"alias {config.alias} already publishes {shard_release}: unchanged")
     return dg.Output(
         result,
         data_version=dg.DataVersion(f"{config.alias}@{result['generation']}"),
@@ -198,7 +211,8 @@ def release_alias(
             "alias": config.alias,
             "generation": result["generation"],
             "root": shard_release,
-            "approver": config.approver,
+            "approver": approval["approver"],
+            "existing": change.idempotent_retry,
         },
     )
 

@@ -40,6 +40,7 @@ class AliasConfig(dg.Config):
     alias: str = "default"
     approver: str  # required: approval is a person's name bound to this exact digest
     comment: str = ""
+    expect_generation: int = -1  # -1: over the current generation; N: only from N
 
 
 def _rows_table(rows: Sequence[Mapping[str, object]]) -> dg.MetadataValue:
@@ -169,6 +170,8 @@ def dataset_snapshot(
         runner=runner,
     )
     manifest = result.manifest
+    if result.existing:
+        context.log.info(f"unchanged input: snapshot {result.digest} is already built")
     rows = {
         "rowsIn": result.counts.get("sourceRows", 0),
         "rowsOut": result.counts.get("transformOutputRows", 0),
@@ -184,6 +187,7 @@ def dataset_snapshot(
         data_version=dg.DataVersion(result.digest),
         metadata={
             "digest": result.digest,
+            "existing": result.existing,
             "members": manifest.member_count,
             "tupleRoot": manifest.tuple_root,
             "membersUri": manifest.members.uri,
@@ -348,9 +352,13 @@ def snapshot_alias(
         alias=config.alias,
         approver=config.approver,
         comment=config.comment,
+        expected_generation=None if config.expect_generation < 0 else config.expect_generation,
     )
     generation = result.generation
-    context.log.info(f"alias {config.alias} generation {generation} -> {dataset_snapshot}")
+    unchanged = " (unchanged)" if result.idempotent_retry else ""
+    context.log.info(
+        f"alias {config.alias} generation {generation} -> {dataset_snapshot}{unchanged}"
+    )
     return dg.Output(
         result.to_json(),
         data_version=dg.DataVersion(f"{config.alias}@{generation}"),
@@ -358,6 +366,7 @@ def snapshot_alias(
             "alias": config.alias,
             "generation": generation,
             "activeDigest": dataset_snapshot,
+            "existing": result.idempotent_retry,
             "approver": config.approver,
             "tombstoneWatermark": result.tombstone_watermark,
             "benchmarkFence": result.benchmark_fence,

@@ -8,18 +8,27 @@ then checkpoint -> distribution, and a GC dry run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
 from pipelines.definitions import defs
+from pipelines.pg_instance import use_pg_url
 from relgate.demo.corpus import seed_demo, tag_demo_transforms
 from relgate.workspace import Workspace
 
-QUIET: dict[str, object] = {"console": {"config": {"log_level": "INFO"}}}
+#: The demo prints what happened itself; Dagster's console shows errors only (every event
+#: is in the run log, `make ui`).
+QUIET: dict[str, object] = {"console": {"config": {"log_level": "ERROR"}}}
 WORLD_SIZE = 4
+MIB = 1 << 20
 
 
 def _execute(
@@ -30,9 +39,31 @@ def _execute(
         instance=instance, run_config={"ops": ops, "loggers": QUIET}, raise_on_error=False
     )
     if not result.success:
+        for event in result.all_events:
+            if event.is_step_failure and event.step_failure_data is not None:
+                error = event.step_failure_data.error
+                cause = error.cause if error is not None and error.cause is not None else error
+                message = cause.message.strip() if cause is not None else "failed"
+                print(f"{job}: step {event.step_key} failed: {message}", file=sys.stderr)
         print(f"{job} failed (see the run log)", file=sys.stderr)
         return None
     return result
+
+
+def _metadata(result: dg.ExecuteInProcessResult, node: str) -> dict[str, Any]:
+    """The values of the last materialization ``node`` reported in this run."""
+    events = result.asset_materializations_for_node(node)
+    return {k: v.value for k, v in events[-1].metadata.items()} if events else {}
+
+
+def _checks(result: dg.ExecuteInProcessResult) -> str:
+    evaluations = result.get_asset_check_evaluations()
+    passed = sum(1 for e in evaluations if e.passed)
+    return f"{passed}/{len(evaluations)} checks passed"
+
+
+def _unchanged(existing: object) -> str:
+    return " (unchanged input: the existing digest)" if existing else ""
 
 
 def _config(**values: object) -> dict[str, object]:
@@ -47,6 +78,11 @@ def snapshots(instance: dg.DagsterInstance) -> bool:
     )
     if snap is None:
         return False
+    built = _metadata(snap, "dataset_snapshot")
+    print(
+        f"snapshot {built['digest']}: {built['members']} members{_unchanged(built['existing'])},"
+        f" validation {_checks(snap)}"
+    )
     alias = snap.output_for_node("snapshot_alias")
     print(
         f"active snapshot for alias 'default' (generation {alias['generation']}): {alias['activeDigest']}"
@@ -68,8 +104,14 @@ def releases(instance: dg.DagsterInstance, purpose: str) -> bool:
     )
     if release is None:
         return False
+    shards = _metadata(release, "shard_release")
+    report = release.output_for_node("release_verification")
     published = release.output_for_node("release_alias")
     run = release.output_for_node("pinned_run")
+    print(
+        f"release {shards['root']}: {shards['shards']} shards, {shards['records']} records;"
+        f" verification {report['outcome']}, {_checks(release)}{_unchanged(published['idempotentRetry'])}"
+    )
     print(
         f"published release for alias 'default-release' (generation {published['generation']}): {published['activeDigest']}"
     )
@@ -79,19 +121,45 @@ def releases(instance: dg.DagsterInstance, purpose: str) -> bool:
     return True
 
 
-def distribution(instance: dg.DagsterInstance) -> bool:
-    dist = _execute(
-        instance,
-        "distribution_job",
-        {
-            "checkpoint_manifest": _config(model="demo-lm", version="v1", demo_megabytes=192),
-            "checkpoint_distribution": _config(hosts=4, racks=2),
-        },
-    )
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Send this process's stderr (fd 2, which subprocesses inherit) to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with path.open("ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def distribution(instance: dg.DagsterInstance, home: Path) -> bool:
+    # The coordinator (the Pipes process) logs every step to stderr, as the agents log to
+    # fleet/host-*/agent.log: its log goes beside theirs.
+    log = home / "fleet" / "coordinator.log"
+    with _stderr_to(log):
+        dist = _execute(
+            instance,
+            "distribution_job",
+            {
+                "checkpoint_manifest": _config(model="demo-lm", version="v1", demo_megabytes=192),
+                "checkpoint_distribution": _config(hosts=4, racks=2),
+            },
+        )
     if dist is None:
+        print(f"distribution_job failed: coordinator log {log}", file=sys.stderr)
         return False
-    event = dist.get_asset_materialization_events()[-1].materialization.metadata
-    print(f"DistributionComplete: demo-lm/v1 ready on {event['ready_hosts'].value}")
+    done = _metadata(dist, "checkpoint_distribution")
+    print(
+        f"DistributionComplete: demo-lm/v1 ready on {done['hosts_ready']}/{done['hosts_total']}"
+        f" hosts {done['ready_hosts']}; {done['bytes_moved'] / MIB:.0f} MiB moved,"
+        f" {done['origin_bytes'] / MIB:.0f} MiB from the origin"
+        f" ({done['checkpoint_bytes'] / MIB:.0f} MiB checkpoint)"
+    )
     return True
 
 
@@ -102,7 +170,10 @@ def gc_plan(instance: dg.DagsterInstance) -> bool:
         return False
     plan = gc.output_for_node("retention_plan")
     print(
-        f"GC plan (dry run, grace 0s): {plan['storedObjects']} stored objects, {plan['requiredObjects']} required"
+        f"GC plan (dry run, grace 0s): {plan['storedObjects']} stored objects,"
+        f" {plan['requiredObjects']} of them required, deletion candidates:"
+        f" {plan['candidateCount']}; {plan['rawSourceObjects']} raw-source objects kept outside"
+        " the managed store"
     )
     for held in plan["retained"]:
         print(f"  keep {held['kind']} {held['digest']}: held by {', '.join(held['heldBy'])}")
@@ -116,13 +187,21 @@ def gc_plan(instance: dg.DagsterInstance) -> bool:
 
 
 def main() -> int:
+    # Dagster's preview/beta notices (Pipes internals, data versions) are not the demo's news.
+    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+    warnings.filterwarnings("ignore", category=dg.BetaWarning)
     ws = Workspace.init(os.environ.get("RELGATE_HOME", "var/relgate"))
     tag_demo_transforms(ws)
     if not ws.config.get("sources"):
         print("seeding demo corpus:", json.dumps(seed_demo(ws).to_json()), flush=True)
     purpose = str(ws.config["snapshot"]["purpose"])
+    use_pg_url()  # dagster.postgres.yaml reads DAGSTER_PG_URL: the psycopg2 driver
     instance = dg.DagsterInstance.get()
-    ok = snapshots(instance) and releases(instance, purpose) and distribution(instance)
+    ok = (
+        snapshots(instance)
+        and releases(instance, purpose)
+        and distribution(instance, Path(ws.home))
+    )
     if ok:
         print(
             f"dagster runs recorded in {os.environ.get('DAGSTER_HOME')}; `make ui` shows the lineage"

@@ -32,6 +32,12 @@ RELEASE_TRANSITIONS: dict[str, frozenset[str]] = {
     "INVALID": frozenset(),
 }
 
+#: The states a subject reaches only through an approval: approving it again is a no-op.
+APPROVED_STATES: dict[str, frozenset[str]] = {
+    "snapshot": frozenset({"APPROVED", "ACTIVE"}),
+    "release": frozenset({"APPROVED", "PUBLISHED"}),
+}
+
 #: Run states.  ``CREATED`` is the admitted state rows written before migration 4 carry;
 #: it is read as ADMITTED everywhere.
 RUN_ADMITTED_STATES = ("ADMITTED", "CREATED")

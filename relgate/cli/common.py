@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import click
 
 from relgate.cli.output import Payload, print_human, print_json, to_wire
+from relgate.cli.progress_bars import progress_bars
 from relgate.errors import RelgateError, UsageError
 
 if TYPE_CHECKING:
@@ -109,7 +110,8 @@ def command(
         @functools.wraps(fn)
         def run(*args: object, as_json: bool, **kw: object) -> None:
             try:
-                output = fn(*args, **kw)
+                with progress_bars(as_json):
+                    output = fn(*args, **kw)
             except RelgateError as exc:
                 _fail(as_json, exc.to_json(), str(exc), exc.exit_code)
                 return

@@ -17,8 +17,9 @@ from typing import Any, Final, Literal, Protocol
 
 from pydantic import Field
 
-from relgate.catalog.audit import latest_report, record_report
-from relgate.catalog.db import Database, utcnow
+from relgate.catalog.audit import approve, latest_report, newest_report, record_report
+from relgate.catalog.db import Database, one, utcnow
+from relgate.catalog.states import APPROVED_STATES, current_state
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.contract import Contract
 from relgate.integrity.signing import Role, SigningKey, TrustedKeys, open_verified, sign_envelope
@@ -87,6 +88,45 @@ def sign_approval(ws: ApprovalSigner, result: Mapping[str, str]) -> dict[str, st
     with ws.db.tx() as conn:
         record_report(conn, approval_kind(kind), approval.subject, ref.digest, ref.version_id, True)
     return {**result, "approval": ref.digest}
+
+
+def approve_signed(
+    ws: ApprovalSigner, kind: str, digest: str, *, approver: str, comment: str = ""
+) -> dict[str, str]:
+    """Approve ``digest`` and sign the approval; an already approved (or active, or
+    published) digest with a signed approval is not approved again: its existing approval
+    is returned with ``existing: "true"``."""
+    found = existing_approval(ws.db, kind, digest)
+    if found is not None:
+        return found
+    result = approve(ws.db, kind, digest, approver=approver, comment=comment)
+    return {**sign_approval(ws, result), "existing": "false"}
+
+
+def existing_approval(db: Database, kind: str, digest: str) -> dict[str, str] | None:
+    """The recorded, signed approval of a digest in an approved state; None otherwise."""
+    with db.tx() as conn:
+        state = current_state(conn, kind, digest)
+        if state not in APPROVED_STATES[kind]:
+            return None
+        signed = newest_report(conn, digest, approval_kind(kind))
+        passed = newest_report(conn, digest, kind)
+        named = one(
+            conn,
+            "SELECT approver FROM approvals WHERE subject_kind = :k AND digest = :d"
+            " ORDER BY id DESC LIMIT 1",
+            {"k": kind, "d": digest},
+        )
+    if signed is None or passed is None or named is None:
+        return None
+    return {
+        kind: digest,
+        "state": state,
+        "approver": str(named["approver"]),
+        "report": str(passed["report_digest"]),
+        "approval": str(signed["report_digest"]),
+        "existing": "true",
+    }
 
 
 def approval_kind(kind: str) -> str:

@@ -137,7 +137,9 @@ class Gate:
 
         Succeeds only if both fences still equal the version's recorded watermarks, the
         alias generation is unchanged and the version is approved.  A retry of a CAS that
-        already committed with the same digest returns the committed result.
+        already committed with the same digest returns the committed result; so does an
+        activation of the digest the alias already holds at ``expected_generation`` (a
+        re-run on unchanged input), after the same fence, hit and envelope checks.
         """
         need_state, new_state = ACTIVATION[kind]
         with self.db.gate_tx() as conn:
@@ -150,6 +152,7 @@ class Gate:
             if generation != expected:
                 details: dict[str, object] = {"generation": generation, "activeDigest": active}
                 raise stale_generation(alias, generation, expected, digest, details)
+            held = active == digest  # already active here: nothing to move
             marks = _marks(subject)
             if marks != fences.pair():
                 raise ConflictError(
@@ -159,9 +162,10 @@ class Gate:
                     digest=digest,
                     details=_watermark_details(marks, fences, "manifest"),
                 )
-            if subject["state"] != need_state:
+            if subject["state"] != (new_state if held else need_state):
                 raise RejectedError(
-                    f"{kind} is {subject['state']}, activation needs {need_state}",
+                    f"{kind} is {subject['state']}, activation needs {need_state}"
+                    f" (alias {alias!r} holds {active})",
                     object=kind,
                     check="state",
                     digest=digest,
@@ -169,6 +173,8 @@ class Gate:
             check_no_hits(conn, kind, digest)
             verify_envelope(conn, self.envelopes, kind, digest)
             verify_signed_approval(conn, self.envelopes, kind, digest)
+            if held:
+                return alias_change(alias, kind, generation, digest, fences, idempotent=True)
             move = AliasMove(
                 alias=alias,
                 kind=kind,

@@ -76,6 +76,7 @@ from relgate.lifecycle.retention import (
     retained_versions,
 )
 from relgate.objects.layout import canonical_key, digest_named_by, envelope_subject
+from relgate.progress import task, track
 from relgate.release import root as rm
 from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
@@ -102,7 +103,11 @@ class PlanReport(Contract):
     at: str
     grace_seconds: int
     retained: list[RetainedVersion]
+    #: stored object versions under the managed prefixes that retained versions reference
+    #: (never more than ``stored_objects``)
     required_objects: int
+    #: referenced objects outside the managed prefixes (raw sources): kept, never listed
+    raw_source_objects: int
     stored_objects: int
     stored_bytes: int
     candidate_count: int
@@ -145,6 +150,17 @@ class Plan:
     def candidate_count(self) -> int:
         return int(self.candidate_table.num_rows)
 
+    @cached_property
+    def required_managed(self) -> int:
+        """Required (key, version) pairs under the managed prefixes: every one is a stored
+        object (the mark fails closed otherwise), so this never exceeds :attr:`stored`."""
+        keys = self.required_table["canonical"]
+        under = [pc.starts_with(keys, prefix) for prefix in MANAGED_PREFIXES]
+        mask = under[0]
+        for other in under[1:]:
+            mask = pc.or_(mask, other)
+        return int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
+
     def candidate_rows(self, start: int = 0, stop: int | None = None) -> list[Candidate]:
         """Candidates ``start`` to ``stop`` (listing order) as typed rows."""
         length = None if stop is None else max(0, stop - start)
@@ -159,7 +175,8 @@ class Plan:
             at=self.now,
             grace_seconds=self.grace_seconds,
             retained=holders_of(self.retained),
-            required_objects=self.required_table.num_rows,
+            required_objects=self.required_managed,
+            raw_source_objects=self.required_table.num_rows - self.required_managed,
             stored_objects=self.stored,
             stored_bytes=self.stored_bytes,
             candidate_count=self.candidate_count,
@@ -224,7 +241,7 @@ class RetainedCheck(Contract):
 def list_stored(ws: Workspace) -> pa.Table:
     """Every stored version under the managed prefixes, streamed into Arrow batches."""
     listed = (v for prefix in MANAGED_PREFIXES for v in ws.store.list_versions(prefix))
-    return stored_table(listing_batches(listed))
+    return stored_table(listing_batches(track(listed, "list stored objects")))
 
 
 def _row_batches(
@@ -257,9 +274,12 @@ def mark_each(
 ) -> Iterator[Ref]:
     """Like :func:`mark`, the catalog rows read in short transactions of many versions,
     none held while the caller consumes."""
-    for chunk in _row_batches(ws, retained):
-        for kind, digest, row in chunk:
-            yield from refs_of(ws, kind, digest, row, raw_sources=raw_sources)
+    versions = list(retained)
+    with task("mark retained versions", total=len(versions)) as marking:
+        for chunk in _row_batches(ws, versions):
+            for kind, digest, row in chunk:
+                yield from refs_of(ws, kind, digest, row, raw_sources=raw_sources)
+                marking.advance()
 
 
 def _missing(ref: Ref) -> RejectedError:
@@ -564,7 +584,8 @@ def sweep(
             plan = plan_gc(ws, grace_seconds=grace_seconds)
         required = _Required(plan.required, plan.required_keys)
         state = _Sweep(ws, run_id, grace_seconds, set(plan.retained), required)
-        for start in range(0, plan.candidate_count, batch_size):
+        starts = range(0, plan.candidate_count, batch_size)
+        for start in track(starts, "sweep batches", total=len(starts)):
             state.batch(plan.candidate_rows(start, start + batch_size))
     except RelgateError as exc:
         done = len(state.deleted) if state else 0

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from relgate.catalog import audit
 from relgate.gate.aliases import AliasChange
+from relgate.gate.approvals import approve_signed
 from relgate.release.evolution import require_readable
 from relgate.workspace import Workspace
 
@@ -13,11 +13,10 @@ def approve_release(
 ) -> dict[str, str]:
     """VERIFIED -> APPROVED, bound to the root digest (never a directory) and a name.
 
-    Refused (check ``schema-compatibility``) when a declared reader cannot read the root."""
+    Refused (check ``schema-compatibility``) when a declared reader cannot read the root.
+    An already approved or published root returns its existing approval (``existing``)."""
     require_readable(ws, root)
-    return ws.sign_approval(
-        audit.approve(ws.db, "release", root, approver=approver, comment=comment)
-    )
+    return approve_signed(ws, "release", root, approver=approver, comment=comment)
 
 
 def publish(

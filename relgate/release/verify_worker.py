@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from relgate.errors import NotFoundError, RejectedError, RelgateError
 from relgate.integrity.contract import JsonObject, JsonValue
 from relgate.objects.versioned import ObjectStore
+from relgate.progress import track
 from relgate.records.record_schema import RecordSchema
 from relgate.release import crypto
 from relgate.release import stream as rr
@@ -312,12 +313,13 @@ PROCESS, THREAD = "process", "thread"
 
 def run_shards(tasks: list[ShardTask], workers: int, *, mode: str = PROCESS) -> list[ShardResult]:
     """Verify shards in ``workers`` workers, results in task order (0: in this thread)."""
+    what, total = "verify shards", len(tasks)
     if workers <= 0 or not tasks:
-        return [verify_shard(t) for t in tasks]
+        return list(track(map(verify_shard, tasks), what, total))
     count = min(workers, len(tasks))
     if mode == THREAD:
         with ThreadPoolExecutor(max_workers=count) as threads:
-            return list(threads.map(verify_shard, tasks))
+            return list(track(threads.map(verify_shard, tasks), what, total))
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(max_workers=count, mp_context=ctx, initializer=_worker_init) as pool:
-        return list(pool.map(verify_shard, tasks))
+        return list(track(pool.map(verify_shard, tasks), what, total))

@@ -42,6 +42,7 @@ from relgate.integrity.tuples import encode_fields
 from relgate.lifecycle.pins import publisher_lease, renew_lease
 from relgate.objects.layout import RELEASE_SHARD_PREFIX, release_shard_key
 from relgate.objects.versioned import ObjectStore
+from relgate.progress import track
 from relgate.records.record_schema import ID_COLUMN
 from relgate.records.tokens import TokenizerBytes
 from relgate.records.values import canonical_column
@@ -368,7 +369,8 @@ def _write(
     records = ordered(member_records(ws, snap), seed, fmt, tokenizer.fetcher(ws, snap))
     pieces = list(cut(records, function, fmt))
     staged = _Staged([], [])
-    for encoded in _encoded(snap, fmt, options, pieces):
+    encoded_shards = _encoded(snap, fmt, options, pieces)
+    for encoded in track(encoded_shards, "write shards", total=len(pieces)):
         _stage_shard(ws, lease, staged, encoded)
     root = _reproduced_tuple_root(staged, snap)
     body = rm.ReleaseRoot(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from relgate.catalog import audit
 from relgate.catalog.snapshot_table import get_snapshot, resolve
 from relgate.gate.aliases import AliasChange
+from relgate.gate.approvals import approve_signed
 from relgate.gate.fences import FenceAdvance
 from relgate.integrity.contract import JsonObject
 from relgate.integrity.digests import require_digest
@@ -23,11 +23,9 @@ SNAPSHOT = "snapshot"
 
 
 def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> dict[str, str]:
-    """VALIDATED -> APPROVED, bound to this digest and the approver's name, then signed."""
-    recorded = audit.approve(
-        ws.db, SNAPSHOT, resolve(ws.db, digest), approver=approver, comment=comment
-    )
-    return ws.sign_approval(recorded)
+    """VALIDATED -> APPROVED, bound to this digest and the approver's name, then signed
+    (an already approved or active snapshot: its existing approval, ``existing: "true"``)."""
+    return approve_signed(ws, SNAPSHOT, resolve(ws.db, digest), approver=approver, comment=comment)
 
 
 def activate(
@@ -57,11 +55,19 @@ def rollback(
 
 
 def approve_and_activate(
-    ws: Workspace, digest: str, *, alias: str, approver: str, comment: str = ""
+    ws: Workspace,
+    digest: str,
+    *,
+    alias: str,
+    approver: str,
+    comment: str = "",
+    expected_generation: int | None = None,
 ) -> AliasChange:
     """A named approval of exactly this snapshot, then the alias CAS by the same person."""
     approve(ws, digest, approver=approver, comment=comment)
-    return activate(ws, digest, alias=alias, actor=approver)
+    return activate(
+        ws, digest, alias=alias, actor=approver, expected_generation=expected_generation
+    )
 
 
 def add_tombstones(

@@ -25,6 +25,7 @@ from relgate.integrity.contract import Contract
 from relgate.integrity.digests import require_digest, sha256_digest
 from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_keys
 from relgate.objects.layout import membership_key, statistics_key
+from relgate.progress import track
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.snapshot import manifest as mf
 from relgate.snapshot import statistics, tokenizer
@@ -36,6 +37,7 @@ from relgate.snapshot.policy import (
     selection_from_json,
 )
 from relgate.snapshot.provenance import record_statement, store_statement
+from relgate.snapshot.reuse import BuildInputs, built_from
 from relgate.snapshot.runs import SortedRuns
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
 from relgate.snapshot.transforms import (
@@ -89,10 +91,12 @@ class BuildSpec:
 
 
 class BuildResult(Contract):
-    """A built snapshot: its sealed manifest and the selection counters."""
+    """A built snapshot: its sealed manifest and the selection counters.  ``existing``: a
+    re-run on unchanged input that reports the snapshot already built (no counters)."""
 
     manifest: mf.SnapshotManifest
     counts: dict[StrictStr, StrictInt]
+    existing: bool = False
 
     @property
     def digest(self) -> str:  # type: ignore[override]  # a build's digest is its snapshotId
@@ -263,7 +267,7 @@ def _stage_members(
             split=spec.split,
             fenced=fenced_at(ws, frozen.fences),
         )
-        for batch in selector.batches(staged.sources, frozen.sources):
+        for batch in track(selector.batches(staged.sources, frozen.sources), "select members"):
             runs.add(batch)
         writer = MembershipWriter(path)
         for chunk in runs.merged():
@@ -289,11 +293,30 @@ def build_for_alias(
     purpose: str = "",
     runner: TransformRunner | None = None,
 ) -> BuildResult:
-    """Build from the workspace's spec with the alias's active snapshot as parent."""
+    """Build from the workspace's spec with the alias's active snapshot as parent; when
+    that snapshot was built from exactly this input, report it instead (``existing``)."""
     spec = BuildSpec.from_config(ws.config)
     active = ws.gate().alias(alias, "snapshot").active_digest
     spec = replace(spec, purpose=purpose or spec.purpose, parents=[active] if active else [])
+    if active is not None:
+        built = built_from(ws, active, _inputs(spec, frozen))
+        if built is not None:
+            return BuildResult(manifest=built, counts={}, existing=True)
     return build_snapshot(ws, spec, actor=actor, frozen=frozen, runner=runner)
+
+
+def _inputs(spec: BuildSpec, frozen: Frozen) -> BuildInputs:
+    return BuildInputs(
+        sources=tuple(frozen.sources),
+        tombstone_watermark=frozen.tombstone_watermark,
+        benchmark_fence=frozen.benchmark_fence,
+        transform_image=frozen.transform_image,
+        transform=frozen.transform_pin,
+        record_schema_document=spec.records,
+        selection_policy=spec.selection.digest(),
+        split_policy=spec.split.digest(),
+        purpose=spec.purpose,
+    )
 
 
 def _provenance(ws: Workspace, spec: BuildSpec, frozen: Frozen, *, actor: str) -> mf.Provenance:
@@ -340,15 +363,9 @@ def _write_snapshot(
         lease.cover(statistics_key(staged.stats.digest()))
         stats_ref = statistics.store(ws, staged.stats)
     body = mf.SnapshotBody(
+        **_inputs(spec, frozen).body_fields(),
         parents=tuple(spec.parents),
-        sources=frozen.sources,
-        tombstone_watermark=frozen.tombstone_watermark,
-        benchmark_fence=frozen.benchmark_fence,
         record_schema=tally.schema_digest,
-        record_schema_document=spec.records,
-        selection_policy=spec.selection.digest(),
-        transform_image=frozen.transform_image,
-        transform=frozen.transform_pin,
         members=mf.MembersRef(
             uri=members_ref.uri,
             object_version=members_ref.version_id,
@@ -357,8 +374,6 @@ def _write_snapshot(
             tuple_root=tally.tuple_root,
             media_type=mf.MEMBERS_MEDIA_TYPE,
         ),
-        split_policy=spec.split.digest(),
-        purpose=spec.purpose,
         splits=tally.splits,
         member_counts_by_source=tally.by_source,
         policies=mf.EmbeddedPolicies(selection=spec.selection, split=spec.split),

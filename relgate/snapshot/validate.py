@@ -25,6 +25,7 @@ from relgate.catalog.states import transition
 from relgate.errors import IntegrityError, RelgateError
 from relgate.gate.fences import Fences
 from relgate.integrity.contract import Contract
+from relgate.progress import track
 from relgate.snapshot import manifest as mf
 from relgate.snapshot import reports
 from relgate.snapshot.build import fenced_at, pinned_sources, source_configs
@@ -409,7 +410,7 @@ def _select_per_source(
 ) -> list[SourceRows]:
     """Selection source by source into ``runs``, with each source's row accounting."""
     accounting = []
-    for entry in entries:
+    for entry in track(entries, "recompute sources", total=len(entries)):
         before = dict(selector.counts)
         for batch in selector.batches(sources, [entry]):
             runs.add(batch)

@@ -30,7 +30,7 @@ def home(tmp_path):
     return str(tmp_path / "home")
 
 
-def _write(home, instance):
+def _write(home, instance, per_shard=40):
     """Snapshot -> alias -> shard release (40 records per shard); returns the root digest."""
     result = dg.materialize(
         [*snapshot_assets, *snapshot_checks, *release_assets],
@@ -39,7 +39,7 @@ def _write(home, instance):
         run_config={
             "ops": {
                 "snapshot_alias": {"config": {"alias": "default", "approver": "carol"}},
-                "shard_release": {"config": {"records_per_shard": 40}},
+                "shard_release": {"config": {"records_per_shard": per_shard}},
             }
         },
         selection=dg.AssetSelection.assets(*(a.key for a in snapshot_assets), "shard_release"),
@@ -48,15 +48,14 @@ def _write(home, instance):
     return result.output_for_node("shard_release")
 
 
-def _verify_and_publish(home, instance):
+def _verify_and_publish(home, instance, expect_generation=-1):
     """The verification, its blocking checks and the alias behind them."""
+    publish = {"alias": "train", "approver": "dana", "expect_generation": expect_generation}
     return dg.materialize(
         [*snapshot_assets, *release_assets, *release_checks],
         instance=instance,
         resources={"relgate": RelgateResource(home=home)},
-        run_config={
-            "ops": {"release_alias": {"config": {"alias": "train", "approver": "dana"}}},
-        },
+        run_config={"ops": {"release_alias": {"config": publish}}},
         selection=dg.AssetSelection.assets("release_verification", "release_alias"),
         raise_on_error=False,
     )
@@ -151,3 +150,38 @@ def test_an_invalid_release_fails_its_checks_and_blocks_the_alias(home, tamper, 
         }
     assert get_release(ws.db, root)["state"] == "INVALID"
     assert ws.gate().alias("train").generation == 0
+
+
+def test_rematerializing_the_release_chain_reports_the_published_root(home):
+    """Twice on unchanged input: the second run succeeds and reports the same root at the
+    same generation (it used to fail: PUBLISHED -> APPROVED is not a forward transition);
+    a different root in the same publication (from generation 0) is refused."""
+    with dagster_instance() as instance:
+        root = _write(home, instance)
+        assert _verify_and_publish(home, instance, expect_generation=0).success
+        assert _write(home, instance) == root
+        again = _verify_and_publish(home, instance, expect_generation=0)
+        assert again.success
+        alias = again.output_for_node("release_alias")
+        assert (alias["generation"], alias["activeDigest"], alias["idempotentRetry"]) == (
+            1,
+            root,
+            True,
+        )
+        mat = instance.get_latest_materialization_event(dg.AssetKey("release_alias"))
+        assert mat.run_id == again.run_id
+        assert mat.asset_materialization.metadata["existing"].value is True
+        assert mat.asset_materialization.metadata["approver"].value == "dana"
+
+        other = _write(home, instance, per_shard=30)
+        assert other != root
+        refused = _verify_and_publish(home, instance, expect_generation=0)
+        assert not refused.success
+        (failure,) = [e for e in refused.all_events if e.is_step_failure]
+        assert failure.step_key == "release_alias"
+        cause = failure.step_failure_data.error.cause
+        assert cause.cls_name == "ConflictError"
+        assert f"object=train check=alias-generation digest={other}" in cause.message
+    ws = RelgateResource(home=home).workspace()
+    alias_state = ws.gate().alias("train", "release")
+    assert (alias_state.generation, alias_state.active_digest) == (1, root)

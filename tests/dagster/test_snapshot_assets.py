@@ -61,10 +61,25 @@ def test_materialize_snapshot_to_alias(home):
         assert meta["provenanceDigest"].value == provenance.statement_digest
         assert meta["provenanceMaterials"].value == provenance.materials > 0
         assert get_snapshot(ws.db, digest)["state"] == "ACTIVE"
-        # A second run diffs against the active version and activates generation 2.
+        # A second run on unchanged input is a no-op that reports the existing digest.
         again = _materialize(home, instance)
-        assert again.output_for_node("snapshot_alias")["generation"] == 2
-        assert again.output_for_node("snapshot_diff")["old"] == digest
+        assert again.success and again.output_for_node("dataset_snapshot") == digest
+        same = again.output_for_node("snapshot_alias")
+        assert (same["generation"], same["activeDigest"], same["idempotentRetry"]) == (
+            1,
+            digest,
+            True,
+        )
+        mat = instance.get_latest_materialization_event(dg.AssetKey("dataset_snapshot"))
+        assert mat.asset_materialization.metadata["existing"].value is True
+        assert mat.asset_materialization.tags["dagster/data_version"] == digest
+        assert [h.generation for h in ws.gate().alias_history("default")] == [1]
+        # Changed input (a fence advanced): a new snapshot, diffed against the active one.
+        lifecycle.add_tombstones(ws, ["not-a-member"], reason="test", actor="dpo")
+        changed = _materialize(home, instance)
+        assert changed.output_for_node("dataset_snapshot") != digest
+        assert changed.output_for_node("snapshot_alias")["generation"] == 2
+        assert changed.output_for_node("snapshot_diff")["old"] == digest
 
 
 def test_failed_validation_blocks_the_alias(home):

@@ -28,7 +28,7 @@ from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.objects.cas import ContentRef
 from relgate.release import root as rm
 from relgate.release.admission import create_run
-from relgate.release.publication import publish, rollback_release
+from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.run_rows import get_run
 from relgate.snapshot import manifest as sm
 
@@ -439,3 +439,46 @@ def test_a_signed_release_payload_missing_a_bound_field_is_refused_not_an_intern
     cause = "KeyError" if fault == "missing" else "ValueError"
     assert err.value.check == "envelope-binding" and err.value.details["cause"] == cause
     assert err.value.exit_code == 3
+
+
+# -- re-publication ---------------------------------------------------------------------------
+
+
+def _approvals(g, digest):
+    with g.ws.db.tx() as conn:
+        return rows(conn, "SELECT approver FROM approvals WHERE digest = :d", {"d": digest})
+
+
+def test_republishing_the_published_root_is_a_no_op_that_reports_it(g):
+    """Approve and publish R2 (PUBLISHED, the alias's root) again: nothing moves, and the
+    existing approval and generation are reported."""
+    history = g.ws.gate().alias_history("train")
+    again = approve_release(g.ws, g.r2, approver="bob")
+    assert (again["existing"], again["state"], again["approver"]) == ("true", "PUBLISHED", "alice")
+    assert again["release"] == g.r2 and again["approval"].startswith("sha256:")
+    assert _approvals(g, g.r2) == [{"approver": "alice"}]
+    out = publish(g.ws, g.r2, alias="train", actor="bob")
+    assert (out.generation, out.active_digest, out.idempotent_retry) == (2, g.r2, True)
+    pinned = publish(g.ws, g.r2, alias="train", actor="bob", expected_generation=2)
+    assert (pinned.generation, pinned.idempotent_retry) == (2, True)
+    assert g.ws.gate().alias_history("train") == history
+    assert get_release(g.ws.db, g.r2)["state"] == "PUBLISHED"
+
+
+def test_republishing_with_another_digest_is_still_refused(g):
+    """R1 was published before R2 took the alias: publishing it again is not a no-op (a
+    rollback moves an alias back), and a re-run of the generation-1 publication with R3
+    conflicts.  Each refusal names the object, the check and the digest."""
+    with pytest.raises(RejectedError) as older:
+        publish(g.ws, g.r1, alias="train", actor="bob")
+    assert (older.value.object, older.value.check, older.value.digest) == ("release", "state", g.r1)
+    assert older.value.exit_code == 3 and g.r2 in str(older.value)
+    with pytest.raises(ConflictError) as stale:
+        publish(g.ws, g.r3, alias="train", actor="bob", expected_generation=1)
+    assert (stale.value.object, stale.value.check, stale.value.digest) == (
+        "train",
+        "alias-generation",
+        g.r3,
+    )
+    alias = g.ws.gate().alias("train", "release")
+    assert (alias.generation, alias.active_digest) == (2, g.r2)

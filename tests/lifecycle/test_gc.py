@@ -20,7 +20,7 @@ from support.releases import overwrite_in_place
 from relgate.catalog.release_table import get_release
 from relgate.errors import RejectedError
 from relgate.integrity.digests import sha256_digest
-from relgate.lifecycle.collector import deletions, plan_gc, sweep, verify_retained
+from relgate.lifecycle.collector import deletions, list_stored, plan_gc, sweep, verify_retained
 from relgate.lifecycle.pins import acquire_lease, add_pin, get_lease, release_lease, remove_pin
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.objects.layout import canonical_key
@@ -292,3 +292,26 @@ def test_writer_under_a_publisher_lease_is_never_swept(ws, snapshot):
 
 def get_lease_keys(ws, lease_id):
     return get_lease(ws, lease_id).keys
+
+
+def test_plan_never_counts_more_required_than_stored_objects(ws, release):
+    """The demo's plan once said "23 stored objects, 34 required": the required count took
+    in the raw-source objects the snapshot pins, which live outside the managed prefixes
+    the stored count lists.  Required now counts stored managed objects only; the raw
+    sources are counted apart."""
+    publish(ws, release.digest, "train")
+    plan = plan_gc(ws, grace_seconds=0)
+    report = plan.report(limit=0)
+    listed = list_stored(ws)
+    stored = set(
+        zip(listed["canonical"].to_pylist(), listed["version_id"].to_pylist(), strict=True)
+    )
+    required = plan.required
+    assert report.stored_objects == len(stored)
+    assert report.required_objects == len(required & stored) > 0
+    assert report.raw_source_objects == len(required - stored) > 0
+    assert report.required_objects <= report.stored_objects
+    assert report.required_objects + report.candidate_count <= report.stored_objects
+    doc = report.to_json()
+    assert doc["requiredObjects"] == report.required_objects
+    assert doc["rawSourceObjects"] == report.raw_source_objects
