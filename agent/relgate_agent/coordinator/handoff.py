@@ -274,9 +274,8 @@ class HandoffService(ProgressService):
                 cfg.slow_fraction,
                 cfg.slow_min_median_bps,
             )
-            out = {
-                h: f"rx < {cfg.slow_fraction} x {v.median} B/s in most stripes" for h in v.rx_slow
-            }
+            rx_why = f"rx < {cfg.slow_fraction} x the median total, a first slow hop"
+            out = dict.fromkeys(v.rx_slow, rx_why)
             for h in v.tx_slow:
                 out[h] = (
                     f"its downstreams receive < {cfg.slow_fraction} x {v.median} B/s per stripe"
