@@ -33,7 +33,7 @@ from relgate_agent.coordinator.outbox import (
     outbox_row,
 )
 from relgate_agent.coordinator.progress import ProgressService
-from relgate_agent.coordinator.slowness import judge
+from relgate_agent.coordinator.slowness import judge, stripe_median, total_rate_median
 from relgate_agent.coordinator.store import OutboxRow
 from relgate_agent.coordinator.topology import append_host, splice
 from relgate_agent.errors import KIND_HOST_FAILED
@@ -267,13 +267,27 @@ class HandoffService(ProgressService):
         }
         per_stripe = {h: hp.stripe_rx_bps for h, hp in moving.items() if hp.stripe_rx_bps}
         if per_stripe:
+            totals = {h: hp.rx_bps for h, hp in moving.items()}
+            # the reference rates: this round's medians while at least half the targets
+            # still receive, else the last such (the few left are the slow and their victims)
+            if 2 * len(per_stripe) >= len(job.targets) or job.rate_reference is None:
+                ref = (
+                    stripe_median(per_stripe, cfg.slow_min_median_bps),
+                    total_rate_median(per_stripe, totals),
+                )
+                if ref[0] and ref[1]:
+                    job.rate_reference = ref
             v = judge(
                 per_stripe,
-                {h: hp.rx_bps for h, hp in moving.items()},
+                totals,
                 [c.parent for c in job.topology.stripes],
                 cfg.slow_fraction,
                 cfg.slow_min_median_bps,
+                {h: hp.slow_with for h, hp in moving.items()},
+                job.rate_reference,
             )
+            for h, hp in moving.items():  # evidence lasts while the host stays slow
+                hp.slow_with = v.slow_with.get(h, frozenset())
             rx_why = f"rx < {cfg.slow_fraction} x the median total, a first slow hop"
             out = dict.fromkeys(v.rx_slow, rx_why)
             for h in v.tx_slow:

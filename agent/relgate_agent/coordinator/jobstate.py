@@ -100,6 +100,7 @@ class HostProgress:
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=32))
     bad_data_reporters: set[str] = field(default_factory=set)
     stripe_rx_bps: tuple[int, ...] = ()  # per stripe, as last reported (bounded to k)
+    slow_with: frozenset[str] = frozenset()  # upstreams it was a slow first hop with, lately
     slow_since: float | None = None
     demoted: bool = False
 
@@ -166,6 +167,9 @@ class JobState:
     completion_enqueued: bool = False
     announced: set[str] = field(default_factory=set)
     ready_refusals: int = 0
+    # (per-stripe, total) receive rates slowness is judged against, from the last round in
+    # which at least half the targets were still receiving
+    rate_reference: tuple[int, int] | None = None
     error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
 
     @property

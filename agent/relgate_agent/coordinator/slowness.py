@@ -9,16 +9,18 @@ stripe's own median would hide a slow stripe root, with everyone behind it as sl
 A chain passes slowness on: everyone behind a slow hop is slow too. So blame goes to the
 first slow hop: an edge whose upstream receives the stripe at speed (or holds it whole, or
 is READY) and whose child does not. Such an edge is either the upstream's upload or the
-child's download; stripes rotate who feeds whom, so each host meets several peers. A host
-slow with every upstream it has is **rx-slow** (its own NIC or disk); a host whose every
-child is slow, where those children are fast with someone else, is **tx-slow**: its upload
-holds the chain (the seed's serving host, a 40 Mbit uploader). One slow edge alone blames
-nobody. Both become leaves at their rack tails; nobody waits behind them.
+child's download. A first slow hop whose total receive rate is low, slow with two upstreams
+(now or in an earlier topology) or with one that feeds others at speed, is **rx-slow** (its
+own NIC or disk); a host whose every first-hop child is slow, those children not rx-slow,
+is **tx-slow**: its upload holds the chain (the seed's serving host, a 40 Mbit uploader).
+A lone upstream with a lone child is a tie, and a tie blames the upstream: once it is a
+leaf, a child that stays slow has its second witness. Both become leaves at their rack
+tails; nobody waits behind them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from relgate_agent.contracts import STRIPE_DONE
@@ -32,6 +34,9 @@ class Verdicts:
     rx_slow: frozenset[str]
     tx_slow: frozenset[str]
     median: int  # the per-stripe receive rate slowness is judged against (0: not judged)
+    # child -> the upstreams it was a first slow hop with, this round and before (the
+    # caller keeps it while the child stays slow: evidence across topology versions)
+    slow_with: Mapping[str, frozenset[str]]
 
 
 def stripe_median(rates: Mapping[str, Sequence[int]], floor: int) -> int:
@@ -44,17 +49,28 @@ def stripe_median(rates: Mapping[str, Sequence[int]], floor: int) -> int:
     return median if median >= floor else 0
 
 
+def total_rate_median(rates: Mapping[str, Sequence[int]], totals: Mapping[str, int]) -> int:
+    live = sorted(t for h, t in totals.items() if t > 0 and h in rates)
+    return live[len(live) // 2] if len(live) >= MIN_RATES else 0
+
+
 def judge(
     rates: Mapping[str, Sequence[int]],
     totals: Mapping[str, int],
     parents: Sequence[Mapping[str, str | None]],
     fraction: float,
     floor: int,
+    history: Mapping[str, Collection[str]] | None = None,
+    reference: tuple[int, int] | None = None,
 ) -> Verdicts:
     """``rates``: host -> receive rate per stripe (``STRIPE_DONE`` for a whole stripe);
     ``totals``: host -> total receive rate; ``parents``: per stripe, host -> upstream (None:
-    the stripe root, fed by the origin)."""
-    median = stripe_median(rates, floor)
+    the stripe root, fed by the origin); ``history``: ``slow_with`` of the last round;
+    ``reference``: (per-stripe, total) rates to judge against instead of this round's
+    medians (late in a job the hosts still receiving are mostly the slow ones and their
+    victims: their median is no reference)."""
+    history = history or {}
+    median = reference[0] if reference else stripe_median(rates, floor)
 
     def slow(host: str, s: int) -> bool | None:
         r = rates.get(host)
@@ -65,7 +81,6 @@ def judge(
     # first slow hops only: an edge whose upstream receives the stripe at speed (or holds
     # it whole, or is READY); behind a slow hop everyone is slow and proves nothing
     first_slow: dict[str, set[str]] = {}  # child -> upstreams it is slow with
-    first_fast: dict[str, set[str]] = {}  # child -> upstreams it is fast with
     kids_fast: dict[str, set[str]] = {}
     kids_slow: dict[str, set[str]] = {}
     for s, parent in enumerate(parents):
@@ -73,28 +88,32 @@ def judge(
             v = slow(child, s)
             if up is None or v is None or slow(up, s):
                 continue
-            (first_slow if v else first_fast).setdefault(child, set()).add(up)
+            if v:
+                first_slow.setdefault(child, set()).add(up)
             (kids_slow if v else kids_fast).setdefault(up, set()).add(child)
     # rx: the host's whole receive rate is low (max-min sharing can leave an rx-capped host
-    # fast in a few stripes, so its total is the test) and it is itself a first slow hop
-    # (the hosts behind it are slow only where their upstream is: victims, not culprits)
-    live = sorted(t for h, t in totals.items() if t > 0 and h in rates)
-    total_median = live[len(live) // 2] if len(live) >= MIN_RATES else 0
+    # fast in a few stripes, so its total is the test), it is itself a first slow hop (the
+    # hosts behind it are slow only where their upstream is: victims, not culprits), and
+    # the evidence points at it: it was slow with two upstreams (now or before), or its
+    # upstream feeds someone else at speed. A single upstream and a single child is a tie,
+    # and a tie blames the upstream: once that one is a leaf, a child that stays slow has a
+    # second witness, while blaming the child first would walk the slowness down the rack.
+    total_median = reference[1] if reference else total_rate_median(rates, totals)
+    slow_with = {h: frozenset(ups | set(history.get(h, ()))) for h, ups in first_slow.items()}
     rx_slow = {
         h
-        for h in first_slow
-        if total_median >= floor and 0 <= totals.get(h, 0) < fraction * total_median
+        for h, ups in first_slow.items()
+        if total_median >= floor
+        and 0 <= totals.get(h, 0) < fraction * total_median
+        and (len(slow_with[h]) >= WITNESSES or any(kids_fast.get(u) for u in ups))
     }
-    # tx: every child it feeds at a first hop is slow (two of them, or one that is fast
-    # with another upstream), and those children are not slow at receiving themselves
-    tx_slow = set()
-    for up, kids in kids_slow.items():
-        culprits = kids - rx_slow
-        if up in rx_slow or kids_fast.get(up) or not culprits:
-            continue
-        if len(culprits) >= WITNESSES or any(first_fast.get(c) for c in culprits):
-            tx_slow.add(up)
-    return Verdicts(frozenset(rx_slow), frozenset(tx_slow), median)
+    # tx: every child it feeds at a first hop is slow, and those are not rx-slow themselves
+    tx_slow = {
+        up
+        for up, kids in kids_slow.items()
+        if up not in rx_slow and not kids_fast.get(up) and kids - rx_slow
+    }
+    return Verdicts(frozenset(rx_slow), frozenset(tx_slow), median, slow_with)
 
 
-__all__ = ["MIN_RATES", "Verdicts", "judge", "stripe_median"]
+__all__ = ["MIN_RATES", "Verdicts", "judge", "stripe_median", "total_rate_median"]

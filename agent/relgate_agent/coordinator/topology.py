@@ -128,10 +128,11 @@ def build_topology(hosts: Mapping[str, str], stripes: int, version: int = 1) -> 
 
 
 def splice(topo: Topology, host: str) -> Topology:
-    """Remove a dead host from every chain: its upstream now feeds its downstreams directly.
+    """Remove a dead host from every chain: one of its downstreams (same rack first) takes
+    its place under its upstream and feeds the others, so no host's fan-out grows.
 
-    If the host was a stripe root, its first downstream becomes the root (and resumes the
-    origin reads from its own offset); other downstreams hang off the new root.
+    If the host was a stripe root, that successor becomes the root (and resumes the origin
+    reads from its own offset).
     """
     if host not in topo.racks:
         return topo
@@ -142,17 +143,16 @@ def splice(topo: Topology, host: str) -> Topology:
         up = chain.parent.pop(host)
         kids = [h for h in chain.order if chain.parent.get(h) == host]
         chain.order.remove(host)
-        if up is None and kids:
-            # prefer a successor in the same rack as the old root, keeping the leader chain rack-local
+        if kids:
+            # one successor takes the host's place (same rack first: a rack leader's rack
+            # member becomes the leader, keeping the leader chain rack-local) and feeds the
+            # others; hanging every child off the upstream would split its upload k ways
             same = [k for k in kids if new.racks.get(k) == topo.racks[host]]
             successor = (same or kids)[0]
-            chain.parent[successor] = None
+            chain.parent[successor] = up
             for k in kids:
                 if k != successor:
                     chain.parent[k] = successor
-        else:
-            for k in kids:
-                chain.parent[k] = up
     del new.racks[host]
     return new
 

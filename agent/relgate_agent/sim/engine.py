@@ -92,7 +92,7 @@ class ChainRun:
         self.forest = controller.start(self)
 
     # ------------------------------------------------------------------ flows
-    def _flows(self) -> tuple[Ints, Ints, Ints, Floats]:
+    def _flows(self) -> tuple[Ints, Ints, Ints, Floats, NDArray[np.bool_]]:
         par = self.forest.parent
         s, h = np.nonzero(
             (par != ABSENT) & self.alive[None, :] & (self.got < self.sb[:, None] - EPS)
@@ -111,11 +111,30 @@ class ChainRun:
             src_got[live],
         )
         cap = np.where(origin, self.forest.origin_rate[s, h], np.inf)
+        # caught up with its upstream (less than a block behind): it moves at the upstream's
+        # pace this step, not faster (see _pipelined)
         caught = ~origin & (src_got - self.got[s, h] < self.sc.block_bytes) & (src_got < self.sb[s])
-        # no faster than the upstream's last rate (once known; the clamp bounds the bytes)
-        up_rate = self.rate[s, pp]
-        cap = np.where(caught & (up_rate > 0), np.minimum(cap, up_rate), cap)
-        return s, h, p, cap
+        return s, h, p, cap, caught
+
+    def _pipelined(
+        self, s: Ints, h: Ints, p: Ints, rates: Floats, caught: NDArray[np.bool_]
+    ) -> Floats:
+        """Per flow, the cap its pipeline sets this step: a caught-up flow moves no faster
+        than the flow feeding its upstream, all the way up the chain, so a chain that speeds
+        up does so within the step (on the wire a hop costs a block, not a step); clamping
+        to the upstream's *last* rate instead let speed climb one hop per step. Others: inf."""
+        k, n = self.got.shape
+        flow_of = np.full((k, n), -1, dtype=np.int64)
+        flow_of[s, h] = np.arange(len(h))
+        up = np.where(caught & (p >= 0), flow_of[s, np.maximum(p, 0)], -1)
+        linked = up >= 0
+        eff = rates.copy()
+        for _ in range(n + 1):  # one level per pass; chains are at most n deep
+            new = np.where(linked, np.minimum(rates, eff[np.maximum(up, 0)]), rates)
+            if np.array_equal(new, eff):
+                break
+            eff = new
+        return np.where(caught, eff, np.inf)
 
     def _feeding(
         self, s: Ints, h: Ints, pp: Ints, origin: NDArray[np.bool_], src_got: Floats
@@ -210,10 +229,16 @@ class ChainRun:
         idle = 0
         while not self.finished() and self.t < MAX_SIM_S:
             self._fire_incidents()
-            s, h, p, cap = self._flows()
+            s, h, p, cap, caught = self._flows()
             src = np.where(p == ORIGIN_SRC, ORIGIN_SRC, p)
             paths = self.fabric.paths(src, h)
             rates = max_min_rates(paths, self.fabric.caps, cap)
+            if caught.any():  # again, with caught-up flows held to their pipeline's pace
+                rates = max_min_rates(
+                    paths,
+                    self.fabric.caps,
+                    np.minimum(cap, self._pipelined(s, h, p, rates, caught)),
+                )
             dt = self._dt(p, rates, s, h)
             self._advance(s, h, p, rates, dt)
             ready = int((~np.isnan(self.done_at)).sum())
