@@ -128,15 +128,21 @@ def test_extra_replaced_and_truncated_files_are_refused(tmp_path: Path) -> None:
 def test_file_swapped_in_from_an_older_inode_is_refused(tmp_path: Path) -> None:
     src = _src(tmp_path / "src")
     m = _manifest(src)
-    # allocated before the staged file, in the same directory (so, a lower inode number)
-    older = tmp_path / "models" / ".staging" / "m" / "v1" / "tree" / ".older"
-    older.parent.mkdir(parents=True)
-    older.write_bytes((src / "a.json").read_bytes())
+    # allocated before the staged file, in the same directory: inode numbers are mostly
+    # handed out in order, but a file system may recycle one (tmpfs under parallel tests),
+    # so several candidates, and the lowest is the one swapped in
+    tree = tmp_path / "models" / ".staging" / "m" / "v1" / "tree"
+    tree.mkdir(parents=True)
+    for i in range(16):
+        (tree / f".older{i}").write_bytes((src / "a.json").read_bytes())
     store = VersionStore(tmp_path / "models", m)
     store.open()
     store.pwrite(0, b"".join((src / f.path).read_bytes() for f in m.files))
+    older = min(tree.glob(".older*"), key=lambda q: os.stat(q).st_ino)
     assert os.stat(older).st_ino < os.stat(store.tree / "a.json").st_ino
     os.replace(older, store.tree / "a.json")
+    for extra in tree.glob(".older*"):
+        extra.unlink()
     with pytest.raises(UnsafePathError) as info:
         store.place()
     assert info.value.check == "replaced-file" and not store.final.exists()
