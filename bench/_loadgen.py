@@ -172,6 +172,7 @@ class SimHost:
             rx_bytes=self.fig.reports * 1 << 30,
             rx_bytes_per_s=10_000_000_000,
             tx_bytes_per_s=10_000_000_000,
+            stripe_rx_bytes_per_s=[1_250_000_000] * 8,  # the sweeper judges slowness on these
             data_address=f"{self.host}.sim:7070",
         )
         if self.acked is None:
