@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relgate_agent.contracts import (
+    ORIGIN,
     AssignmentPlan,
     JobRef,
     JobSpec,
@@ -20,8 +21,10 @@ from relgate_agent.coordinator.service import (
     Coordinator,
     CoordinatorConfig,
     NotEnrolled,
+    NotFound,
     Rejected,
 )
+from relgate_agent.errors import KIND_CHUNK_FAILED
 from relgate_agent.manifest import TrustedKeys
 from relgate_agent.storage import bitmap_from_bits, pack_indexes, stripe_resume_blocks
 
@@ -219,6 +222,10 @@ def test_watch_updates_push_each_version_once_and_the_end(coord: Coordinator, ch
     again = WatchCursor("h0", versions={job.job_id: job.topology.version})
     (u,) = coord.watch_updates([again])
     assert u is not None and u.assignments == () and [j.job_id for j in u.jobs] == [job.job_id]
+    # nor an older one than it applied (it heard from a replica further on): never downgraded
+    ahead = WatchCursor("h0", versions={job.job_id: job.topology.version + 5})
+    (u,) = coord.watch_updates([ahead])
+    assert u is not None and u.assignments == ()
     # cancelled: the end is pushed once (cancelled, its state), then the job is forgotten
     coord.cancel_job(job.job_id)
     (u,) = coord.watch_updates([cur])
@@ -241,6 +248,81 @@ def test_watch_update_merge_keeps_the_newest(checkpoint) -> None:
     assert old.merged(WatchUpdate((), (plan(4),))).assignments[0].topology_version == 4
     ended = old.merged(WatchUpdate((), (plan(0, cancelled=True),))).assignments[0]
     assert ended.cancelled and ended.job_state == "CANCELLED"  # the end overrides any version
+    # a job the unsent update did not carry is taken as it comes
+    fresh = AssignmentPlan("n", 1, (), "DISTRIBUTING", False)
+    assert old.merged(WatchUpdate((), (fresh,))).assignments[-1] == fresh
+    # the same version twice (recomputed later, e.g. a new job state): the newer one wins
+    tie = AssignmentPlan("j", 3, (), "COMPLETE", False)
+    assert old.merged(WatchUpdate((), (tie,))).assignments[0] == tie
+
+
+def test_heartbeat_checks_the_enrolled_rack_and_answers_the_active_jobs(
+    coord: Coordinator, checkpoint
+) -> None:
+    # the rack is the enrollment's: a claim on either side of it is refused, naming both
+    for claim in ("r1", "q9"):
+        with pytest.raises(NotEnrolled, match=f"host h0 is enrolled in rack r0, not '{claim}'"):
+            coord.heartbeat("h0", claim, "10.0.0.0:1", [])
+    assert coord.heartbeat("h0", "r0", "10.0.0.0:1", []) == []
+    assert coord.health["h0"] == ("", 0)
+    job = coord.create_job(_spec(checkpoint))
+    ref = JobRef(job.job_id, "claude-x", "2026-10-12.3", job.state)
+    got = coord.heartbeat("h0", "r0", "10.0.0.0:1", [], health="x" * 600, data_refusals=3)
+    assert got == [ref]
+    assert coord.health["h0"] == ("x" * 500, 3)  # a peer's text, bounded
+    assert coord.heartbeat("h5", "r1", "10.0.0.5:1", []) == []  # pool=y: not a target
+    coord.cancel_job(job.job_id)
+    assert coord.heartbeat("h0", "r0", "10.0.0.0:1", []) == []  # ended: not its job any more
+
+
+def test_assignment_reads_what_the_watch_pushes(coord: Coordinator, checkpoint) -> None:
+    job = coord.create_job(_spec(checkpoint, origin_cap_bytes_per_s=4_000_000))
+    (u,) = coord.watch_updates([WatchCursor("h0")])
+    assert u is not None
+    assert u.assignments == (coord.assignment(job.job_id, "h0"),)
+    with pytest.raises(NotFound, match=f"host h5 is not a target of job {job.job_id}"):
+        coord.assignment(job.job_id, "h5")
+    for h in job.topology.racks:
+        a = coord.assignment(job.job_id, h)
+        assert len(a.stripes) == len(job.topology.stripes) == 4
+        for s, (plan, chain) in enumerate(zip(a.stripes, job.topology.stripes, strict=True)):
+            assert plan.stripe == s
+            assert plan.upstream.host_id == (chain.parent[h] or ORIGIN)
+            # the children in chain order (the index built once per version)
+            assert [d.host_id for d in plan.downstreams] == chain.children(h)
+            # each stripe root gets an equal share of the origin cap, nobody else any
+            assert plan.origin_rate_bytes_per_s == (1_000_000 if chain.parent[h] is None else 0)
+    coord.cancel_job(job.job_id)
+    end = coord.assignment(job.job_id, "h0")
+    assert (end.job_id, end.cancelled, end.job_state, end.stripes) == (
+        job.job_id,
+        True,
+        "CANCELLED",
+        (),
+    )
+    gone = coord.assignment("dj_never", "h0")
+    assert (gone.cancelled, gone.job_state) == (True, "GONE")
+
+
+def test_a_failed_job_ends_on_the_watch_once(coord: Coordinator, checkpoint) -> None:
+    job = coord.create_job(_spec(checkpoint))
+    cur = WatchCursor("h0")
+    coord.watch_updates([cur])
+    assert cur.versions == {job.job_id: job.topology.version}
+    h = sorted(job.topology.racks)[1]
+    failed = ProgressReport(errors=(f"{KIND_CHUNK_FAILED}: chunk 3 failed 5 times",))
+    coord.report_progress(job.job_id, h, failed)
+    assert job.state == "FAILED"
+    (u,) = coord.watch_updates([cur])
+    assert u is not None and u.jobs == ()
+    (end,) = u.assignments
+    assert (end.job_id, end.cancelled, end.job_state, end.stripes) == (
+        job.job_id,
+        True,
+        "FAILED",
+        (),
+    )
+    assert cur.versions == {} and coord.watch_updates([cur]) == [None]
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,8 @@ def test_index_matches_the_chains(racks: int, per_rack: int, stripes: int, data)
             topo = splice(topo, data.draw(st.sampled_from(sorted(topo.racks))))
     idx = index_topology(topo)
     assert idx.version == topo.version and idx.members == tuple(sorted(topo.racks))
+    with pytest.raises(dataclasses.FrozenInstanceError):  # shared by every push of a version
+        idx.version = topo.version + 1  # type: ignore[misc]
     for s, chain in enumerate(topo.stripes):
         for h in chain.order:
             assert list(idx.downstreams(s, h)) == chain.children(h)

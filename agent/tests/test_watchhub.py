@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from relgate_agent.contracts import JobSpec, WatchCursor, WatchUpdate
+from relgate_agent.coordinator.changefeed import ChangeFeed
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.coordinator.watchhub import WatchClosed, WatchHub
 from relgate_agent.manifest import TrustedKeys
@@ -46,8 +47,12 @@ class Counting:
     def __init__(self, coord: Coordinator) -> None:
         self.coord = coord
         self.calls: list[int] = []
+        self.fail = 0
 
     def __call__(self, cursors: list[WatchCursor]) -> list[WatchUpdate | None]:
+        if self.fail:  # an injected bug in the computation: it raises, once per count
+            self.fail -= 1
+            raise RuntimeError("injected: the batch computation failed")
         self.calls.append(len(cursors))
         return self.coord.watch_updates(cursors)
 
@@ -102,6 +107,114 @@ def test_a_burst_of_changes_is_one_pass_and_one_push_per_stream(
                 for w in ws:
                     with pytest.raises(WatchClosed, match="is not the leader"):
                         await w.next(30)
+            finally:
+                coord.changed.unsubscribe(hub.poke_threadsafe)
+                await hub.stop("test over")
+
+    asyncio.run(scenario())
+
+
+def test_the_change_feed_alone_wakes_the_hub(coord: Coordinator, checkpoint) -> None:
+    """No hand-made poke: a job created on another thread reaches every open stream through
+    the change feed's subscriber; poking a hub not started, or whose loop closed, is a no-op."""
+    compute = Counting(coord)
+    hub_ref: list[WatchHub] = []
+
+    async def scenario() -> None:
+        with ThreadPoolExecutor(2) as pool:
+            hub = WatchHub(compute, pool, coalesce_s=0.01)
+            hub_ref.append(hub)
+            hub.poke_threadsafe()  # not started: nobody to tell
+            hub.start()
+            coord.changed.subscribe(hub.poke_threadsafe)
+            try:
+                ws = [hub.add(WatchCursor(h)) for h in HOSTS]
+                assert all([await w.next(10) is not None for w in ws])
+                job = await asyncio.get_running_loop().run_in_executor(
+                    pool, coord.create_job, _spec(checkpoint)
+                )
+                for w in ws:
+                    u = await w.next(10)
+                    assert u is not None and [j.job_id for j in u.jobs] == [job.job_id]
+            finally:
+                coord.changed.unsubscribe(hub.poke_threadsafe)
+                await hub.stop("test over")
+
+    asyncio.run(scenario())
+    hub_ref[0].poke_threadsafe()  # its loop is closed: dropped, no error
+
+
+def test_an_unsubscribed_callback_is_called_no_more() -> None:
+    import threading
+
+    feed = ChangeFeed(threading.RLock())
+    calls: list[str] = []
+
+    def a() -> None:
+        calls.append("a")
+
+    def b() -> None:
+        calls.append("b")
+
+    feed.subscribe(a)
+    feed.subscribe(b)
+    with feed:
+        feed.notify_all()
+    feed.unsubscribe(a)
+    feed.unsubscribe(a)  # twice: harmless
+    with feed:
+        feed.notify_all()
+    assert calls == ["a", "b", "b"]
+
+
+def test_the_flusher_outlives_an_empty_pass_a_failed_pass_and_lost_leadership(
+    coord: Coordinator, checkpoint
+) -> None:
+    compute = Counting(coord)
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(2) as pool:
+            hub = WatchHub(compute, pool, coalesce_s=0.01)
+            hub.start()
+            coord.changed.subscribe(hub.poke_threadsafe)
+            try:
+                # a change while no agent watches: a pass over no stream, the flusher goes on
+                hub.poke()
+                assert hub._wake is not None
+                while hub._wake.is_set():  # cleared by the flusher as its pass begins
+                    await asyncio.sleep(0.01)
+                w = hub.add(WatchCursor("h0"))
+                assert await w.next(10) is not None
+                # a bug in the computation is logged and the pass retried: the job arrives
+                compute.fail = 1
+                job = await loop.run_in_executor(pool, coord.create_job, _spec(checkpoint))
+                u = await w.next(10)
+                assert u is not None and [j.job_id for j in u.jobs] == [job.job_id]
+                assert compute.fail == 0 and hub.flushes == len(compute.calls) == 2
+                # leadership lost: the stream is closed; led again, the same hub serves anew
+                coord._step_down("test: lease lost")
+                with pytest.raises(WatchClosed, match="is not the leader"):
+                    await w.next(10)
+                hub.remove(w)
+                await loop.run_in_executor(pool, coord._become_leader, coord.epoch + 1)
+                again = hub.add(WatchCursor("h0"))
+                u = await again.next(10)
+                assert u is not None and [j.job_id for j in u.jobs] == [job.job_id]
+                # close_all ends every open stream with its reason
+                other = hub.add(WatchCursor("h1"))
+                assert await other.next(10) is not None
+                hub.close_all("test: draining")
+                for x in (again, other):
+                    with pytest.raises(WatchClosed, match="test: draining"):
+                        await x.next(10)
+                    hub.remove(x)
+                # stop closes the streams still open and ends the flusher
+                last = hub.add(WatchCursor("h2"))
+                await hub.stop("coordinator shutting down")
+                with pytest.raises(WatchClosed, match="shutting down"):
+                    await last.next(10)
+                assert hub._task is not None and hub._task.done()
             finally:
                 coord.changed.unsubscribe(hub.poke_threadsafe)
                 await hub.stop("test over")
