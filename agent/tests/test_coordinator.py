@@ -473,3 +473,38 @@ def test_a_slow_uploader_is_demoted_by_its_downstreams_per_stripe_rates(
     assert any("its downstreams receive" in e for e in job.hosts[up].errors)
     # nobody else was blamed: its children were slow only behind it
     assert [h for h, hp in job.hosts.items() if hp.demoted] == [up]
+
+
+def test_heartbeats_rewrite_the_inventory_only_when_it_changes_or_ages(
+    tmp_path: Path, checkpoint
+) -> None:
+    now = [1000.0]
+    c = Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / "c.sqlite"),
+            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
+            host_ttl_s=60.0,
+        ),
+        clock=lambda: now[0],
+    )
+    writes: list[str] = []
+    upsert = c.store.upsert_host
+    c.store.upsert_host = lambda h, *a: (writes.append(h), upsert(h, *a))[1]  # type: ignore[method-assign]
+    try:
+        c.enroll("h0", "r0", {"pool": "x"})
+        c.heartbeat("h0", "r0", "10.0.0.1:1", [])
+        now[0] += 5
+        c.heartbeat("h0", "r0", "10.0.0.1:1", [])  # unchanged and fresh: no write
+        assert writes == ["h0"]
+        c.heartbeat("h0", "r0", "10.0.0.1:2", [])  # a new data address: written
+        c.heartbeat("h0", "r0", "10.0.0.1:2", ["m/v1"])  # a placed version: written
+        assert writes == ["h0"] * 3
+        now[0] += 20.0  # a third of the TTL: written again, so it never looks dead
+        c.heartbeat("h0", "r0", "10.0.0.1:2", ["m/v1"])
+        assert writes == ["h0"] * 4
+        c.enroll("h0", "r0", {"pool": "y"})  # re-enrolled: the next heartbeat writes
+        c.heartbeat("h0", "r0", "10.0.0.1:2", ["m/v1"])
+        assert len(writes) == 5
+        assert c.store.enrolled()["h0"][1] == {"pool": "y"}
+    finally:
+        c.store.close()

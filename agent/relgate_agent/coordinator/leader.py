@@ -54,6 +54,8 @@ class CoordinatorCore:
         # only): a host that holds its watch open is alive, whatever its reports' delay
         self.watching: dict[str, int] = {}
         self._indexes: dict[str, TopologyIndex] = {}  # job -> lookups of its topology
+        # host -> (inventory row as last written, when): heartbeats skip unchanged rows
+        self._inventory_written: dict[str, tuple[tuple[object, ...], float]] = {}
         # host -> (health text, data-plane refusals) from its last heartbeat or report
         self.health: dict[str, tuple[str, int]] = {}
         self.control_refusals = 0

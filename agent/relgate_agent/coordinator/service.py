@@ -273,6 +273,8 @@ class Coordinator(HandoffService):
                 check_name("rack", rack)
         except PkiError as exc:
             raise Rejected(str(exc), check="host-name") from exc
+        # the enrollment is the inventory's authority: the next heartbeat rewrites its row
+        self._inventory_written.pop(host_id, None)
         if remove:
             self.store.unenroll(host_id)
             return False
