@@ -98,17 +98,22 @@ def stripe_resume_blocks(
 ) -> list[int]:
     """Per stripe, the stream position (in blocks) of a host's first missing chunk: stripe
     ``s`` streams chunks ``s, s + k, ...``; every chunk has ``blocks_per_chunk`` blocks but
-    the last one of the checkpoint (``last_chunk_blocks``)."""
-    bits = _bit_array(bitmap, n)
-    out: list[int] = []
-    for s in range(stripes):
-        seq = bits[s::stripes]
-        missing = np.flatnonzero(seq == 0)
-        if missing.size:
-            out.append(int(missing[0]) * blocks_per_chunk)
-        else:  # the whole stripe is held
-            short = blocks_per_chunk - last_chunk_blocks if n and (n - 1) % stripes == s else 0
-            out.append(int(seq.size) * blocks_per_chunk - short)
+    the last one of the checkpoint (``last_chunk_blocks``). One numpy pass for all stripes
+    (a push to every host of a job computes this per host)."""
+    if stripes <= 0:
+        return []
+    if n <= 0:
+        return [0] * stripes
+    rows = -(-n // stripes)
+    grid = np.ones(rows * stripes, dtype=np.uint8)  # padding past the last chunk: "held"
+    grid[:n] = _bit_array(bitmap, n)
+    grid2 = grid.reshape(rows, stripes)  # row r, column s: chunk r * k + s
+    missing = grid2 == 0
+    first = np.where(missing.any(axis=0), missing.argmax(axis=0), -1)
+    counts = np.array([len(range(s, n, stripes)) for s in range(stripes)])
+    whole = counts * blocks_per_chunk
+    whole[(n - 1) % stripes] -= blocks_per_chunk - last_chunk_blocks
+    out: list[int] = np.where(first >= 0, first * blocks_per_chunk, whole).astype(int).tolist()
     return out
 
 

@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import NoReturn, TypeVar
 
 import grpc
+from google.protobuf import message_factory
 
 from relgate_agent.authz import rpc_refusal
 from relgate_agent.contracts import (
@@ -36,10 +37,10 @@ from relgate_agent.coordinator.jobstate import (
 from relgate_agent.coordinator.service import Coordinator
 from relgate_agent.coordinator.watchhub import WatchClosed, WatchHub
 from relgate_agent.coordinator.wire import (
+    WatchEncoder,
     peer_to_pb,
     report_from_pb,
     status_to_pb,
-    watch_event_to_pb,
 )
 from relgate_agent.errors import CHECK_METADATA_KEY, AgentError
 from relgate_agent.pki import Identity, TlsFiles, grpc_server_credentials, identity_from_pem
@@ -216,10 +217,11 @@ class AgentServicer(pbg.AgentServiceServicer):
         self.calls = calls
         self.coord = calls.coord
         self.hub = hub
+        self.encoder = WatchEncoder()  # the event loop's alone
 
     async def Watch(
         self, request: pb.WatchRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.WatchEvent]:
+    ) -> AsyncIterator[bytes]:
         ident = await self.calls.authorize(context, "Watch", request.host_id, request.rack)
         await self.calls.run(
             context,
@@ -251,7 +253,7 @@ class AgentServicer(pbg.AgentServiceServicer):
                 if update is None:
                     return  # lifetime over: the agent opens its next watch (its heartbeat)
                 sequence += 1
-                yield watch_event_to_pb(update, sequence)
+                yield self.encoder.event(update, sequence)
         finally:
             self.hub.remove(watcher)
             if watching.get(request.host_id, 0) <= 1:
@@ -324,6 +326,28 @@ class AgentServicer(pbg.AgentServiceServicer):
         return pb.FindPeersResponse(peers=[peer_to_pb(p) for p in peers])
 
 
+def agent_service_handlers(servicer: AgentServicer, raw: set[str]) -> grpc.GenericRpcHandler:
+    """AgentService's handlers, from the proto's descriptor (as the generated registration
+    would build them), except that the methods in ``raw`` send responses their handler
+    already encoded (Watch: see ``wire.WatchEncoder``)."""
+    service = pb.DESCRIPTOR.services_by_name["AgentService"]
+    handlers = {}
+    for m in service.methods:
+        request = message_factory.GetMessageClass(m.input_type)
+        response = message_factory.GetMessageClass(m.output_type)
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if m.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[m.name] = make(
+            getattr(servicer, m.name),
+            request_deserializer=request.FromString,
+            response_serializer=None if m.name in raw else response.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+
 class CoordinatorServer:
     """Runs the coordinator: the grpc.aio server on its own event-loop thread, the RPC
     thread pool, the watch hub, and a sweeper thread (lease, dead hosts, handoff)."""
@@ -377,7 +401,9 @@ class CoordinatorServer:
         server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
         calls = Calls(self.coordinator, self.executor)
         pbg.add_JobServiceServicer_to_server(JobServicer(calls), server)  # type: ignore[no-untyped-call]
-        pbg.add_AgentServiceServicer_to_server(AgentServicer(calls, self.hub), server)  # type: ignore[no-untyped-call]
+        server.add_generic_rpc_handlers(
+            (agent_service_handlers(AgentServicer(calls, self.hub), raw={"Watch"}),)
+        )
         # mutual TLS on every listener (unix sockets too): no certificate, no RPC
         creds = grpc_server_credentials(self.tls)
         for addr in self.listen:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from relgate_agent.contracts import (
     AssignmentPlan,
     JobReport,
@@ -80,4 +82,57 @@ def watch_event_to_pb(update: WatchUpdate, sequence: int) -> pb.WatchEvent:
     )
 
 
-__all__ = ["assignment_to_pb", "report_from_pb", "status_to_pb", "watch_event_to_pb"]
+_ASSIGNMENTS = pb.WatchEvent.DESCRIPTOR.fields_by_name["assignments"].number
+_LEN = 2  # protobuf wire type: length-delimited
+MEMBER_LISTS_KEPT = 256
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+class WatchEncoder:
+    """Watch events straight to wire bytes. A push to every host of a 4,096-host job sends
+    4,096 assignments that share one member list (~33 KB): it is serialized once per
+    topology version and appended to each assignment's own fields (protobuf merges a
+    message's fields in any order), instead of built 4,096 times from Python strings
+    (~140 us each). Parsed by the generated ``WatchEvent`` like any other event."""
+
+    def __init__(self) -> None:
+        self._members: dict[tuple[str, int], tuple[tuple[str, ...], bytes]] = {}
+
+    def _members_bytes(self, a: AssignmentPlan) -> bytes:
+        key = (a.job_id, a.topology_version)
+        hit = self._members.get(key)
+        if hit is not None and (hit[0] is a.members or hit[0] == a.members):
+            return hit[1]
+        if len(self._members) > MEMBER_LISTS_KEPT:  # old versions: nobody asks again
+            self._members.clear()
+        raw: bytes = pb.Assignment(members=list(a.members)).SerializeToString()
+        self._members[key] = (a.members, raw)
+        return raw
+
+    def event(self, update: WatchUpdate, sequence: int) -> bytes:
+        head = watch_event_to_pb(WatchUpdate(update.jobs), sequence).SerializeToString()
+        parts = [head]
+        for a in update.assignments:
+            body = assignment_to_pb(replace(a, members=())).SerializeToString()
+            body += self._members_bytes(a)
+            parts += [_varint(_ASSIGNMENTS << 3 | _LEN), _varint(len(body)), body]
+        return b"".join(parts)
+
+
+__all__ = [
+    "WatchEncoder",
+    "assignment_to_pb",
+    "report_from_pb",
+    "status_to_pb",
+    "watch_event_to_pb",
+]
