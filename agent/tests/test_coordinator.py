@@ -379,7 +379,13 @@ def test_a_host_holding_its_watch_is_alive_whatever_its_reports(tmp_path: Path, 
         assert registered in job.topology.racks
         assert job.hosts[silent].state == "DEAD"  # no watch, no report: spliced out
         assert silent not in job.topology.racks
-        del c.watching[booting], c.watching[registered]  # their streams ended: killed
+        # between two streams (one ended, the next not yet open): still alive for a while
+        del c.watching[booting], c.watching[registered]
+        c.watch_ended[booting] = c.watch_ended[registered] = now[0]
+        c.tick()
+        assert job.hosts[booting].state == "PENDING"
+        assert job.hosts[registered].state == "TRANSFERRING"
+        now[0] += 6.5  # no stream, no report since: killed
         c.tick()
         assert job.hosts[booting].state == "DEAD" and job.hosts[registered].state == "DEAD"
     finally:

@@ -95,11 +95,10 @@ class HandoffService(ProgressService):
                     # connection are; a killed agent's stream ends at once): a late report
                     # from a busy coordinator's queue never splices it. A hung host is
                     # caught by its downstreams (ReportSuspect) instead.
-                    if (
-                        hp
-                        and now - hp.last_seen > self.config.dead_after_s
-                        and not self.watching.get(h)
-                    ):
+                    if not hp or self.watching.get(h):
+                        continue
+                    heard = max(hp.last_seen, self.watch_ended.get(h, hp.last_seen))
+                    if now - heard > self.config.dead_after_s:
                         self._mark_dead(job, h, f"no report for {now - hp.last_seen:.1f}s")
                 self._demote_slow(job, now)
                 self._announce(job)

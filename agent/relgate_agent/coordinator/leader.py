@@ -53,6 +53,8 @@ class CoordinatorCore:
         # host -> open watch streams on this replica (written by the server's event loop
         # only): a host that holds its watch open is alive, whatever its reports' delay
         self.watching: dict[str, int] = {}
+        # host -> when its last watch ended (a reopening agent is between two streams)
+        self.watch_ended: dict[str, float] = {}
         self._indexes: dict[str, TopologyIndex] = {}  # job -> lookups of its topology
         # host -> (inventory row as last written, when): heartbeats skip unchanged rows
         self._inventory_written: dict[str, tuple[tuple[object, ...], float]] = {}

@@ -223,6 +223,23 @@ class AgentServicer(pbg.AgentServiceServicer):
         self, request: pb.WatchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         ident = await self.calls.authorize(context, "Watch", request.host_id, request.rack)
+        # counted from the moment the host is authenticated: a heartbeat that waits behind
+        # a busy coordinator must not leave a gap in which the host looks gone
+        watching = self.coord.watching
+        watching[request.host_id] = watching.get(request.host_id, 0) + 1
+        try:
+            async for event in self._watch(request, context, ident):
+                yield event
+        finally:
+            if watching.get(request.host_id, 0) <= 1:
+                watching.pop(request.host_id, None)
+                self.coord.watch_ended[request.host_id] = self.coord.clock()
+            else:
+                watching[request.host_id] -= 1
+
+    async def _watch(
+        self, request: pb.WatchRequest, context: grpc.aio.ServicerContext, ident: Identity
+    ) -> AsyncIterator[bytes]:
         await self.calls.run(
             context,
             lambda: self.coord.heartbeat(
@@ -240,8 +257,6 @@ class AgentServicer(pbg.AgentServiceServicer):
         watcher = self.hub.add(
             WatchCursor(request.host_id, versions=dict(request.known_topology_versions))
         )
-        watching = self.coord.watching
-        watching[request.host_id] = watching.get(request.host_id, 0) + 1
         sequence = 0
         try:
             while True:
@@ -256,10 +271,6 @@ class AgentServicer(pbg.AgentServiceServicer):
                 yield self.encoder.event(update, sequence)
         finally:
             self.hub.remove(watcher)
-            if watching.get(request.host_id, 0) <= 1:
-                watching.pop(request.host_id, None)
-            else:
-                watching[request.host_id] -= 1
 
     async def Register(
         self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext
