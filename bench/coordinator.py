@@ -17,10 +17,13 @@ the last whole bitmap it accepted after the takeover), and hosts whose final ass
 not the last topology. Targets: p99 <= 50 ms, 0 false splices, <= 1 core, rebuild within one
 report interval, 0 stale assignments applied. Baseline (same run): the per-bit Python decode
 of a have-bitmap against the numpy one the coordinator uses (cost at the fleet's report rate).
+Physical bound (``rpcCost``, same run, first): server CPU per ReportProgress RPC against one
+coordinator with nothing else running, and what 4,096 hosts every 2 s would cost at that rate.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import resource
@@ -47,8 +50,10 @@ from relgate_agent.manifest import (
     sign_manifest,
     write_keypair,
 )
-from relgate_agent.pki import TlsFiles, ensure_dev_pki
+from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles, ensure_dev_pki
 from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.rpc import GRPC_CLIENT_OPTIONS
 from relgate_agent.storage import apply_delta, bitmap_from_bits, count_bits, pack_indexes
 
 QUICK: dict[str, Any] = {
@@ -397,6 +402,88 @@ def _figures(
     }
 
 
+def rpc_cost(rpcs: int = 3000, hosts: int = 64, concurrency: int = 16) -> dict[str, Any]:
+    """The physical bound of the report path: server CPU per ReportProgress RPC (grpc.aio,
+    mTLS, a delta report) against one coordinator process with ``hosts`` watching agents,
+    ``concurrency`` calls in flight from one client process; nothing else runs."""
+    names = _racks(hosts)
+    pki = ensure_dev_pki(PKI_CACHE, names)
+    with tempfile.TemporaryDirectory(prefix="relgate-bench-rpc-") as tmp:
+        base = Path(tmp)
+        env, pub = _manifest(base, 12_500)
+        coord = _coordinator(base, "a", pki, pub, 2.0)
+        addr = (base / "a.addr").read_text()
+        client = CoordinatorClient(addr, TlsFiles.from_pki(pki, "operator"))
+        try:
+            for h, r in names:
+                client.enroll_host(h, r, {"pool": "bench"})
+            return asyncio.run(
+                _rpc_cost(client, coord.pid, addr, pki, env, names, rpcs, concurrency)
+            )
+        finally:
+            client.close()
+            _stop_all([], [coord])
+
+
+async def _rpc_cost(
+    client: CoordinatorClient,
+    pid: int,
+    addr: str,
+    pki: Path,
+    env: Path,
+    names: list[tuple[str, str]],
+    rpcs: int,
+    concurrency: int,
+) -> dict[str, Any]:
+    stubs = {}
+    for h, _ in names:
+        ca, cert, key = TlsFiles.from_pki(pki, h).read()
+        creds = grpc.ssl_channel_credentials(ca, key, cert)
+        ch = grpc.aio.secure_channel(addr, creds, options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS)
+        stubs[h] = pbg.AgentServiceStub(ch)  # type: ignore[no-untyped-call]
+
+    async def watch(h: str, r: str) -> None:
+        async for _ in stubs[h].Watch(pb.WatchRequest(host_id=h, rack=r, data_address=f"{h}:1")):
+            pass
+
+    watches = [asyncio.create_task(watch(h, r)) for h, r in names]
+    await asyncio.sleep(2.0)
+    job = client.create_job(
+        model="fleet-bench", version="v1", manifest_uri=str(env), target_selector="pool=bench"
+    )
+    for h, r in names:
+        await stubs[h].Register(pb.RegisterRequest(job_id=job.job_id, host_id=h, rack=r))
+        full = pb.ReportProgressRequest(job_id=job.job_id, host_id=h, rack=r, have=bytes(1563))
+        await stubs[h].ReportProgress(full)
+
+    async def one(i: int) -> None:
+        h, r = names[i % len(names)]
+        req = pb.ReportProgressRequest(
+            job_id=job.job_id,
+            host_id=h,
+            rack=r,
+            verified_delta=pack_indexes([i % 12_500]),
+            verified_count=1,
+            rx_bytes_per_s=10**10,
+            stripe_rx_bytes_per_s=[10**9] * 8,
+        )
+        await stubs[h].ReportProgress(req)
+
+    cpu0, t0 = _cpu_seconds([pid]), time.monotonic()
+    for k in range(0, rpcs, concurrency):
+        await asyncio.gather(*(one(i) for i in range(k, min(k + concurrency, rpcs))))
+    wall, cpu = time.monotonic() - t0, _cpu_seconds([pid]) - cpu0
+    for t in watches:
+        t.cancel()
+    return {
+        "rpcs": rpcs,
+        "rpcPerSecond": round(rpcs / wall),
+        "serverCpuMicrosPerRpc": round(cpu / rpcs * 1e6),
+        "serverCores": round(cpu / wall, 3),
+        "coresFor4096HostsEvery2s": round(cpu / rpcs * 2048, 2),
+    }
+
+
 def main(  # noqa: PLR0913 - the load test's sizes
     *,
     hosts: int = 4096,
@@ -412,6 +499,7 @@ def main(  # noqa: PLR0913 - the load test's sizes
 ) -> dict[str, Any]:
     z = Sizes(hosts, duration_s, interval_s, procs, chunks, dying, failover_at, chunks_per_report)
     baseline = decode_figures(reports, chunks, hosts, delta, interval_s)
+    floor = rpc_cost()
     PKI_CACHE.mkdir(parents=True, exist_ok=True)
     names = _racks(hosts)
     t0 = time.monotonic()
@@ -455,6 +543,7 @@ def main(  # noqa: PLR0913 - the load test's sizes
             f"mid-run; leader SIGKILLed at {failover_at:.0%} (replica, lease TTL {LEASE_TTL_S:g} s)"
         ),
         "baseline": baseline,
+        "rpcCost": floor,
         **figures,
         "targets": "p99 <= 50 ms, 0 false splices, <= 1 core, rebuild <= 1 interval, 0 stale",
         "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
