@@ -48,6 +48,18 @@ def coord(tmp_path: Path, checkpoint):
     c.store.close()
 
 
+def _clocked(tmp_path: Path, checkpoint, now: list[float], **cfg) -> Coordinator:
+    """A coordinator on a clock the test turns (``now[0]``)."""
+    return Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / "c.sqlite"),
+            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
+            **cfg,
+        ),
+        clock=lambda: now[0],
+    )
+
+
 def _spec(checkpoint, **kw) -> JobSpec:
     return JobSpec(
         **{
@@ -275,15 +287,20 @@ def test_heartbeat_checks_the_enrolled_rack_and_answers_the_active_jobs(
     assert coord.heartbeat("h0", "r0", "10.0.0.0:1", []) == []  # ended: not its job any more
 
 
-def test_assignment_reads_what_the_watch_pushes(coord: Coordinator, checkpoint) -> None:
-    job = coord.create_job(_spec(checkpoint, origin_cap_bytes_per_s=4_000_000))
-    (u,) = coord.watch_updates([WatchCursor("h0")])
+def _pushed(coord: Coordinator, host: str, job_id: str, known: int = 0) -> AssignmentPlan:
+    """The assignment a fresh watch of ``host`` is pushed for ``job_id`` (having ``known``)."""
+    (u,) = coord.watch_updates([WatchCursor(host, versions={job_id: known} if known else {})])
     assert u is not None
-    assert u.assignments == (coord.assignment(job.job_id, "h0"),)
-    with pytest.raises(NotFound, match=f"host h5 is not a target of job {job.job_id}"):
-        coord.assignment(job.job_id, "h5")
+    (a,) = [a for a in u.assignments if a.job_id == job_id]
+    return a
+
+
+def test_pushed_assignments_follow_the_chains(coord: Coordinator, checkpoint) -> None:
+    job = coord.create_job(_spec(checkpoint, origin_cap_bytes_per_s=4_000_000))
+    (u,) = coord.watch_updates([WatchCursor("h5")])  # pool=y: not a target, nothing pushed
+    assert u is not None and u.assignments == () and u.jobs == ()
     for h in job.topology.racks:
-        a = coord.assignment(job.job_id, h)
+        a = _pushed(coord, h, job.job_id)
         assert len(a.stripes) == len(job.topology.stripes) == 4
         for s, (plan, chain) in enumerate(zip(a.stripes, job.topology.stripes, strict=True)):
             assert plan.stripe == s
@@ -293,14 +310,14 @@ def test_assignment_reads_what_the_watch_pushes(coord: Coordinator, checkpoint) 
             # each stripe root gets an equal share of the origin cap, nobody else any
             assert plan.origin_rate_bytes_per_s == (1_000_000 if chain.parent[h] is None else 0)
     coord.cancel_job(job.job_id)
-    end = coord.assignment(job.job_id, "h0")
+    end = _pushed(coord, "h0", job.job_id, known=job.topology.version)
     assert (end.job_id, end.cancelled, end.job_state, end.stripes) == (
         job.job_id,
         True,
         "CANCELLED",
         (),
     )
-    gone = coord.assignment("dj_never", "h0")
+    gone = _pushed(coord, "h0", "dj_never", known=1)
     assert (gone.cancelled, gone.job_state) == (True, "GONE")
 
 
@@ -354,14 +371,7 @@ def test_stripe_resume_blocks_match_a_chunk_walk(
 
 def test_a_host_holding_its_watch_is_alive_whatever_its_reports(tmp_path: Path, checkpoint) -> None:
     now = [1000.0]
-    c = Coordinator(
-        CoordinatorConfig(
-            db=str(tmp_path / "c.sqlite"),
-            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
-            dead_after_s=6.0,
-        ),
-        clock=lambda: now[0],
-    )
+    c = _clocked(tmp_path, checkpoint, now, dead_after_s=6.0)
     try:
         for h, r in HOSTS.items():
             c.enroll(h, r, {"cluster": "inf-a", "pool": "x"})
@@ -396,7 +406,6 @@ def test_quarantine_is_durable_tells_the_host_and_the_job_ends_without_it(
     coord: Coordinator, checkpoint, tmp_path: Path
 ) -> None:
     from relgate_agent.contracts import ACTION_QUARANTINE
-    from relgate_agent.coordinator.service import NotFound
 
     m = checkpoint["manifest"]
     job = coord.create_job(_spec(checkpoint))
@@ -485,14 +494,7 @@ def test_heartbeats_rewrite_the_inventory_only_when_it_changes_or_ages(
     tmp_path: Path, checkpoint
 ) -> None:
     now = [1000.0]
-    c = Coordinator(
-        CoordinatorConfig(
-            db=str(tmp_path / "c.sqlite"),
-            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
-            host_ttl_s=60.0,
-        ),
-        clock=lambda: now[0],
-    )
+    c = _clocked(tmp_path, checkpoint, now, host_ttl_s=60.0)
     writes: list[str] = []
     upsert = c.store.upsert_host
     c.store.upsert_host = lambda h, *a: (writes.append(h), upsert(h, *a))[1]  # type: ignore[method-assign]

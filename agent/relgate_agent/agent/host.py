@@ -71,7 +71,6 @@ class HostAgent:
         if advertise in ("", "0.0.0.0", "::"):  # noqa: S104 - recognising a wildcard, not binding one
             advertise = socket.getfqdn()  # a wildcard bind is not an address peers can dial
         self.data_address = f"{advertise}:{port}"
-        self.watch_events = 0  # events received on watch streams
         self._watch = threading.Thread(target=self._watch_loop, name="watch", daemon=True)
         self._stats = threading.Thread(target=self._stats_loop, name="data-stats", daemon=True)
 
@@ -175,7 +174,6 @@ class HostAgent:
         events = self.stub.stream("Watch", self._watch_request(), self.config.watch_timeout_s)
         try:
             for event in events:
-                self.watch_events += 1
                 started = self._reconcile({j.job_id: j for j in event.jobs})
                 for a in event.assignments:
                     with self.lock:

@@ -23,6 +23,7 @@ from relgate_agent.coordinator.jobstate import (
     HostProgress,
     HostsReady,
     JobState,
+    NotLeader,
 )
 from relgate_agent.coordinator.outbox import (
     EVENT_COMPLETE,
@@ -182,8 +183,11 @@ class HandoffService(ProgressService):
             self._outbox_wake.clear()
             try:
                 wait_s = self.outbox.deliver_due(keep_going)
-            except Exception:
-                log.exception("outbox delivery failed")
+            except NotLeader as exc:  # a refusal: the next leader resumes from the rows
+                log.warning("outbox delivery stopped: %s", exc)
+                return
+            except Exception as exc:  # the store or a bug: log, and let the next tick retry
+                log.exception("outbox delivery failed (%s)", type(exc).__name__)
                 self._outbox_hint = True
                 return
             if wait_s is None and not self._outbox_wake.is_set():

@@ -225,17 +225,6 @@ class ProgressService(CoordinatorCore):
             )
 
     # ------------------------------------------------------------------ assignment
-    def assignment(self, job_id: str, host_id: str) -> AssignmentPlan:
-        """A host's current assignment in a job (the watch pushes it; this reads it once)."""
-        self.require_leader()
-        with self.lock:
-            job = self.jobs.get(job_id)
-            if job is None:
-                return self._ended(job_id)
-            if host_id not in job.targets:
-                raise NotFound(f"host {host_id} is not a target of job {job_id}")
-            return self._assignment(job, host_id)
-
     def _index(self, job: JobState) -> TopologyIndex:
         idx = self._indexes.get(job.job_id)
         if idx is None or idx.version != job.topology.version:

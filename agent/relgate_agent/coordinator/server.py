@@ -449,8 +449,10 @@ class CoordinatorServer:
         while not self._stop.wait(self.tick_s):
             try:
                 self.coordinator.tick()
-            except Exception:  # the sweeper must survive one bad tick; the next one retries
-                log.exception("coordinator tick failed")
+            except NotLeader as exc:  # a refusal, not a bug: another replica moved on
+                log.warning("coordinator tick stopped: %s", exc)
+            except Exception as exc:  # the sweeper must survive one bad tick; the next retries
+                log.exception("coordinator tick failed (%s)", type(exc).__name__)
 
     async def _shutdown(self, grace: float) -> None:
         await self.hub.stop("coordinator shutting down")

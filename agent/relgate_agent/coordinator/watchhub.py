@@ -144,8 +144,10 @@ class WatchHub:
                 for w in watchers:
                     w.close(str(exc))
                 continue
-            except Exception:  # a bug must not end every watch for good: log, retry later
-                log.exception("watch hub: computing %d updates failed", len(cursors))
+            except Exception as exc:  # a bug must not end every watch for good: log, retry
+                log.exception(
+                    "watch hub: computing %d updates failed (%s)", len(cursors), type(exc).__name__
+                )
                 await asyncio.sleep(1.0)
                 wake.set()
                 continue
