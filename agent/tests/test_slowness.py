@@ -116,3 +116,28 @@ def test_an_rx_capped_host_fast_in_one_stripe_is_still_rx_slow() -> None:
     v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR)
     assert v.rx_slow == {host}  # its total is the test, and it is itself a first slow hop
     assert v.tx_slow == frozenset()  # the upstreams that fed it are not to blame
+
+
+def test_a_tie_blames_the_upstream_until_the_child_has_a_second_witness() -> None:
+    topo = build_topology(fleet(1, 5), 1)
+    order = topo.stripes[0].order  # one chain, root first
+    up, child = order[1], order[2]
+    rates = {h: [FAST] for h in order}
+    for h in order[2:]:  # the child and everyone behind it crawl
+        rates[h] = [SLOW]
+    ref = (FAST, FAST)  # the medians of a round when most hosts still received
+    v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
+    assert v.tx_slow == {up} and v.rx_slow == frozenset()  # one upstream, one child: a tie
+    assert v.slow_with == {child: frozenset({up})}  # only the first slow hop is evidence
+    # the upstream became a leaf; the child stayed slow with its next upstream as well
+    v2 = judge(
+        rates,
+        totals(rates),
+        parents(topo),
+        0.5,
+        FLOOR,
+        history={child: {"h-before"}},
+        reference=ref,
+    )
+    assert v2.rx_slow == {child} and v2.tx_slow == frozenset()
+    assert v2.slow_with[child] == {up, "h-before"}
