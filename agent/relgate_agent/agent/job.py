@@ -200,13 +200,14 @@ class Assignments:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.topology_version = 0
+        self.floor = 0  # versions below this are stale (see require)
         self.by_stripe: dict[int, pb.StripeAssignment] = {}
         self.members: set[str] = set()  # hosts of the current topology (may FetchChunk from us)
         self.buckets: dict[int, TokenBucket] = {}  # origin rate per stripe root
 
     def apply(self, a: pb.Assignment) -> None:
         with self.cond:
-            if a.topology_version <= self.topology_version:
+            if a.topology_version <= self.topology_version or a.topology_version < self.floor:
                 return  # stale (e.g. from a deposed coordinator): never rewire backwards
             self.topology_version = a.topology_version
             self.by_stripe = {s.stripe: s for s in a.stripes}
@@ -217,6 +218,14 @@ class Assignments:
                         s.stripe, TokenBucket(s.origin_rate_bytes_per_s)
                     ).set_rate(s.origin_rate_bytes_per_s)
             self.cond.notify_all()
+
+    def require(self, version: int) -> None:
+        """Act on nothing older than ``version`` (the topology Register answered with: a
+        registration may have moved this host, e.g. a declared serving host to a leaf)."""
+        with self.cond:
+            self.floor = max(self.floor, version)
+            if self.topology_version < version:
+                self.by_stripe = {}
 
     def wait(self, stripe: int, stop: threading.Event) -> pb.StripeAssignment | None:
         with self.cond:

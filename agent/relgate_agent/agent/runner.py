@@ -170,6 +170,7 @@ class JobRunner:
         reg = self.control.register_until_ok()
         if reg is None:
             return None
+        job.assignments.require(reg.topology_version)
         manifest = self._verified_manifest(reg)
         if manifest is None:
             return None
