@@ -231,6 +231,10 @@ def _decoded_table(task: ShardTask, result: ShardResult, data: bytes) -> pa.Tabl
     result.schema_seen = declared or None
     try:
         table = parquet.read()
+        # Parquet decoding checks structure, not values: a string column may carry bytes
+        # that are not UTF-8, which every later step would trip over.  Full validation
+        # proves every value well formed before anything reads one.
+        table.validate(full=True)
     except (OSError, ValueError, pa.ArrowException) as exc:  # hostile bytes: a finding
         result.fail(Check.DECODE_FAILURES, f"records do not decode: {type(exc).__name__}")
         return None

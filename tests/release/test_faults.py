@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections import Counter
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,6 +33,7 @@ from support.snapshots import build_approved, build_validated
 
 from relgate.catalog.audit import latest_report
 from relgate.catalog.release_table import get_release, verification_attempts
+from relgate.catalog.snapshot_table import get_snapshot
 from relgate.catalog.states import history
 from relgate.demo.corpus import seed_demo
 from relgate.errors import RejectedError
@@ -47,8 +49,11 @@ from relgate.release.checks import SHARD_CHECKS
 from relgate.release.publication import approve_release
 from relgate.release.shard_fetch import fetch_shard
 from relgate.release.verifier import verify_release
+from relgate.release.verify_worker import ShardTask, verify_shard
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key
 from relgate.snapshot import activation as lifecycle
+from relgate.snapshot import manifest as sm
+from relgate.snapshot import tokenizer
 from relgate.snapshot.transforms import tag_transform
 from relgate.workspace import Workspace, build_object_store, default_config
 
@@ -255,6 +260,68 @@ def test_old_cache_entry_is_detected_and_never_used(ws, snapshot, tmp_path):
 
 def read_shard_bytes_of(ws, descriptor):
     return shard_path(ws, descriptor).read_bytes()
+
+
+def _with_invalid_utf8(table: pa.Table) -> pa.Table:
+    """``table`` with one byte of its ``text`` values replaced by 0xFF (not UTF-8), built
+    from buffers so Arrow does not refuse it before it reaches the file."""
+    text = table.column("text").combine_chunks()
+    validity, offsets, values = text.buffers()
+    data = bytearray(values.to_pybytes())
+    data[3] = 0xFF
+    bad = pa.Array.from_buffers(pa.string(), len(text), [validity, offsets, pa.py_buffer(data)])
+    return table.set_column(table.schema.get_field_index("text"), table.schema.field("text"), bad)
+
+
+def test_a_signed_shard_whose_text_is_not_utf8_is_a_decode_failure(ws, snapshot):
+    """Parquet decoding does not check UTF-8: a shard whose stored bytes match its signed
+    descriptor but carry invalid UTF-8 is a decode finding, never a crash of the verifier
+    that would report a malformed root (the flaky ``fatal:root-shape``)."""
+    release = write(ws, snapshot.digest)
+    d = release.shards[1]
+    table = read_shard(ws, d)
+    sink = io.BytesIO()
+    pq.write_table(_with_invalid_utf8(table), sink, compression="zstd")
+    new = store_shard(ws, table, d, member_schema(ws, release), raw=sink.getvalue())
+    forged = forge(ws, release, lambda body: body["shards"].__setitem__(1, new))
+    report = verify(ws, forged)
+    extra = assert_invalid(ws, forged, report, decodeFailures=1, missingMembers=d["records"])
+    assert not any(k.startswith("fatal:") for k in report.counts), report.counts
+    assert extra.keys() <= {"tupleRootMismatch", "totalsMismatch"}
+    bad = [s for s in report.shards if not s["ok"]]
+    assert [f["check"] for f in bad[0]["failures"]] == ["decodeFailures"]
+    assert "UnicodeDecodeError" not in json.dumps(bad[0]) and "Invalid" in json.dumps(bad[0])
+
+
+def test_every_flipped_byte_of_a_shard_is_a_storage_mismatch_and_nothing_else(ws, snapshot):
+    """One byte flipped anywhere in a stored shard (every 3rd offset, so data pages,
+    page headers and the footer are all hit) is exactly ``storageDigestMismatch`` for that
+    shard; whatever the damaged bytes decode to never escapes as an error."""
+    release = write(ws, snapshot.digest)
+    d = release.shards[1]
+    row = get_snapshot(ws.db, snapshot.digest)
+    snap = sm.load(ws.store, ws.trusted_keys, snapshot.digest, row["envelope_version"])
+    task = ShardTask(
+        ws.config["objectStore"],
+        d,
+        snapshot.digest,
+        snap.record_schema_document,
+        snap.record_schema,
+        None,
+        tokenizer=tokenizer.pinned_bytes(ws, snap),
+    )
+    path = shard_path(ws, d)
+    original = path.read_bytes()
+    outcomes = Counter()
+    for offset in range(0, len(original), 3):
+        flipped = bytearray(original)
+        flipped[offset] ^= 0xFF
+        overwrite_in_place(path, bytes(flipped))
+        result = verify_shard(task)
+        outcomes[tuple(f["check"] for f in result.failures)] += 1
+    overwrite_in_place(path, original)
+    assert outcomes == {("storageDigestMismatch",): len(range(0, len(original), 3))}
+    assert verify_shard(task).ok
 
 
 def test_mixed_record_schemas(ws, snapshot):
