@@ -39,6 +39,10 @@ from relgate_agent.storage import bitmap_from_bits, delta_indexes
 RPC_TIMEOUT_S = 10.0
 
 
+class ReportFailed(Exception):
+    """A report got no reply (stream error, timeout or end); the host resends it whole."""
+
+
 @dataclass
 class HostFigures:
     reports: int = 0
@@ -82,6 +86,7 @@ class SimHost:
             for a in spec["addresses"]
         ]
         self.stubs = [pbg.AgentServiceStub(c) for c in self.channels]  # type: ignore[no-untyped-call]
+        self.report_call: Any = None  # the open ReportStream, if any
 
     def _next_replica(self, i: int) -> None:
         if self.current == i:
@@ -182,6 +187,30 @@ class SimHost:
             req.verified_count = self.count
         return req, have
 
+    async def _report(self, req: pb.ReportProgressRequest) -> pb.ReportProgressResponse:
+        """One report: on the host's report stream (as the agent sends them), or as a call
+        of its own when the spec says ``report_stream: false`` (the baseline)."""
+        if not self.spec.get("report_stream", True):
+            return await self._timed(lambda s: s.ReportProgress, req, self.latency)
+        i = self.current
+        sent, t0 = time.time(), time.monotonic()
+        try:
+            if self.report_call is None:
+                self.report_call = self.stubs[i].ReportStream()
+            await self.report_call.write(req)
+            resp = await asyncio.wait_for(self.report_call.read(), RPC_TIMEOUT_S)
+            if resp is grpc.aio.EOF:
+                raise EOFError("report stream ended")
+        except (TimeoutError, grpc.aio.AioRpcError, EOFError) as exc:
+            if self.report_call is not None:
+                self.report_call.cancel()
+                self.report_call = None
+            if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE:
+                self._next_replica(i)
+            raise ReportFailed from exc
+        self.latency.append((sent, time.monotonic() - t0))
+        return resp
+
     async def report_loop(self, plan: Plan) -> None:
         interval = float(self.spec["interval_s"])
         await asyncio.sleep(self.rng.uniform(0, interval))  # agents are not in step
@@ -189,8 +218,8 @@ class SimHost:
         while time.time() < min(plan.end, plan.death(self.host)):
             req, have = self._progress()
             try:
-                resp = await self._timed(lambda s: s.ReportProgress, req, self.latency)
-            except grpc.aio.AioRpcError:
+                resp = await self._report(req)
+            except (grpc.aio.AioRpcError, ReportFailed):
                 self.fig.report_errors += 1
                 self.acked = None  # as the agent does: the whole bitmap to a new leader
                 asked = True
@@ -223,6 +252,8 @@ class SimHost:
             self.died = time.time() < plan.end
             self.fig.final_version = self.assignments.topology_version
             watch.cancel()
+            if self.report_call is not None:
+                self.report_call.cancel()
             for c in self.channels:
                 await c.close(grace=None)
 

@@ -198,7 +198,7 @@ class ControlPlane:
         with job.lock:
             req = self._progress_request()
         try:
-            resp = job.host.stub.ReportProgress(req, timeout=10)
+            resp = job.host.reports.exchange(req, timeout=10)
         except grpc.RpcError:
             # the coordinator may be a new leader by the next report: send the whole bitmap,
             # so its cache is whole from that report on (no FULL_PROGRESS round trip)

@@ -29,7 +29,7 @@ from relgate_agent.pki import (
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.retry import Backoff, retry_call
-from relgate_agent.rpc import FailoverStub
+from relgate_agent.rpc import Duplex, FailoverStub
 from relgate_agent.storage import held_versions
 from relgate_agent.transport import OP_STREAM_STRIPE, BlockSource, DataPlaneLimits, DataServer
 
@@ -50,6 +50,7 @@ class HostAgent:
             )
         # one or more coordinator replicas ("a:7470,b:7470"); calls follow the lease holder
         self.stub: Any = FailoverStub(config.coordinator, pbg.AgentServiceStub, tls)
+        self.reports = Duplex(self.stub, "ReportStream")  # every job's reports, one stream
         # data plane: TLS 1.3 both ways; peers are checked against the current assignment
         self.data_client = data_client_context(tls)
         self.runners: dict[str, JobRunner] = {}
@@ -146,6 +147,7 @@ class HostAgent:
         for r in runners:
             r.join(5)
         self.data.stop()
+        self.reports.close()
         self.stub.close()
 
     def wait(self) -> None:

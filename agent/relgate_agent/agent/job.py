@@ -24,6 +24,7 @@ from relgate_agent.errors import KIND_CHUNK_FAILED
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 from relgate_agent.origin import TokenBucket, object_uri
 from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.rpc import Duplex
 from relgate_agent.storage import VersionStore, bitmap_from_bits
 from relgate_agent.transport import DEFAULT_CREDITS
 
@@ -70,6 +71,9 @@ class HostServices(Protocol):
 
     @property
     def stub(self) -> Any: ...  # FailoverStub over AgentServiceStub (dynamic gRPC methods)
+
+    @property
+    def reports(self) -> Duplex: ...  # the host's report stream to the coordinator
 
     @property
     def data_client(self) -> Any: ...  # ssl.SSLContext for dialing peers

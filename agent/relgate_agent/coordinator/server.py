@@ -91,7 +91,18 @@ class Calls:
         self, context: grpc.aio.ServicerContext, method: str, host_id: str = "", rack: str = ""
     ) -> Identity:
         """Abort with PERMISSION_DENIED unless the caller's certificate allows this call."""
-        ident = caller_identity(context)
+        return await self.authorize_as(context, method, caller_identity(context), host_id, rack)
+
+    async def authorize_as(
+        self,
+        context: grpc.aio.ServicerContext,
+        method: str,
+        ident: Identity | None,
+        host_id: str = "",
+        rack: str = "",
+    ) -> Identity:
+        """:meth:`authorize` for an identity already read off this call's certificate (a
+        stream's later messages)."""
         why = rpc_refusal(method, ident, host_id, rack)
         if why is None and ident is not None:
             return ident
@@ -293,8 +304,27 @@ class AgentServicer(pbg.AgentServiceServicer):
     async def ReportProgress(
         self, request: pb.ReportProgressRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReportProgressResponse:
-        report = report_from_pb(request)
         await self.calls.authorize(context, "ReportProgress", request.host_id, request.rack)
+        return await self._report(request, context)
+
+    async def ReportStream(
+        self,
+        requests: AsyncIterator[pb.ReportProgressRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.ReportProgressResponse]:
+        """Reports on one stream, one response each, in order: the certificate is read once;
+        every message must still name the host (and rack) it names."""
+        ident = caller_identity(context)
+        async for request in requests:
+            await self.calls.authorize_as(
+                context, "ReportStream", ident, request.host_id, request.rack
+            )
+            yield await self._report(request, context)
+
+    async def _report(
+        self, request: pb.ReportProgressRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReportProgressResponse:
+        report = report_from_pb(request)
         r = await self.calls.run_inline_if_free(
             context, lambda: self.coord.report_progress(request.job_id, request.host_id, report)
         )
@@ -337,6 +367,15 @@ class AgentServicer(pbg.AgentServiceServicer):
         return pb.FindPeersResponse(peers=[peer_to_pb(p) for p in peers])
 
 
+# (client streaming, server streaming) -> how gRPC wraps such a handler
+_HANDLER_KINDS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
 def agent_service_handlers(servicer: AgentServicer, raw: set[str]) -> grpc.GenericRpcHandler:
     """AgentService's handlers, from the proto's descriptor (as the generated registration
     would build them), except that the methods in ``raw`` send responses their handler
@@ -346,11 +385,7 @@ def agent_service_handlers(servicer: AgentServicer, raw: set[str]) -> grpc.Gener
     for m in service.methods:
         request = message_factory.GetMessageClass(m.input_type)
         response = message_factory.GetMessageClass(m.output_type)
-        make = (
-            grpc.unary_stream_rpc_method_handler
-            if m.server_streaming
-            else grpc.unary_unary_rpc_method_handler
-        )
+        make = _HANDLER_KINDS[(m.client_streaming, m.server_streaming)]
         handlers[m.name] = make(
             getattr(servicer, m.name),
             request_deserializer=request.FromString,
