@@ -573,6 +573,8 @@ def main(  # noqa: PLR0913 - the load test's sizes
         logs.mkdir(exist_ok=True)
         for f in base.glob("*.log"):
             (logs / f.name).write_bytes(f.read_bytes()[-2_000_000:])
+        for f in base.glob("load*.out.npz"):  # the latency samples, for a closer look
+            (logs / f.name).write_bytes(f.read_bytes())
     figures = _figures(timeline, status, outs, lat, other, victims, z)
     figures["setup"]["pkiSeconds"] = round(pki_s, 1)
     return {

@@ -111,9 +111,10 @@ class Duplex:
     costs the coordinator ~3x the CPU of a message on an open stream).
 
     ``exchange`` writes one request and waits at most ``timeout`` for its response; the
-    server answers each request once, in order. Any failure closes the stream and raises
-    (the next exchange opens a new one, on the next replica after UNAVAILABLE); a stream the
-    server ended between two exchanges is reopened once for the same request.
+    server answers each request once, in order. Any failure closes the stream (the next
+    exchange opens a new one). UNAVAILABLE (down, not the leader) sends the same request to
+    the next replica at once, each replica once, then raises; a stream the server ended
+    between two exchanges is reopened once for the same request.
     """
 
     def __init__(self, stub: FailoverStub, method: str) -> None:
@@ -141,7 +142,8 @@ class Duplex:
 
     def exchange(self, request: Any, timeout: float) -> Any:
         with self._lock:
-            for attempt in (0, 1):
+            reopened, moved = False, 0
+            while True:
                 call = self._call if self._call is not None else self._open()
                 self._requests.put(request)
                 timer = threading.Timer(timeout, call.cancel)  # bounds the wait for a reply
@@ -150,16 +152,21 @@ class Duplex:
                     return next(call)
                 except StopIteration:
                     self._close()  # ended by the server before this request: resend once
-                    if attempt:
+                    if reopened:
                         raise
+                    reopened = True
                 except grpc.RpcError as exc:
                     self._close()
-                    if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                        self.stub.moved_on(self._replica)
-                    raise
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                        raise
+                    # down or not the leader: the next replica at once (each one once), so
+                    # a report reaches a replica that just took over on this very try
+                    self.stub.moved_on(self._replica)
+                    moved += 1
+                    if moved >= len(self.stub.stubs):
+                        raise
                 finally:
                     timer.cancel()
-            raise AssertionError("unreachable")
 
     def close(self) -> None:
         with self._lock:

@@ -139,14 +139,21 @@ def test_a_reply_that_never_comes_is_waited_for_at_most_the_timeout(replicas: An
         RELEASE.set()
 
 
-def test_unavailable_moves_the_next_exchange_to_the_next_replica(replicas: Any) -> None:
+def test_unavailable_sends_the_same_request_to_the_next_replica_at_once(replicas: Any) -> None:
     duplex, (follower, leader) = replicas(not_leader, echo)
-    with pytest.raises(grpc.RpcError) as exc:
-        duplex.exchange(req(1), timeout=5)
-    assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert duplex.exchange(req(1), timeout=5).topology_version == 1
     assert duplex.exchange(req(2), timeout=5).topology_version == 2
     assert (follower.streams, leader.streams) == (1, 1)
     assert duplex.stub.current == 1
+
+
+def test_every_replica_unavailable_is_raised_after_one_try_each(replicas: Any) -> None:
+    duplex, rs = replicas(not_leader, not_leader, not_leader)
+    with pytest.raises(grpc.RpcError) as exc:
+        duplex.exchange(req(1), timeout=5)
+    assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert [r.streams for r in rs] == [1, 1, 1]
+    assert duplex.stub.current == 0  # moved round to the first again for the next report
 
 
 def test_exchanges_from_several_threads_are_never_interleaved(replicas: Any) -> None:
