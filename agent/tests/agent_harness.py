@@ -197,6 +197,7 @@ class Cluster:
         )
         self.procs[name] = proc
         self.coordinator = info["listening"]
+        self.coordinator_info = info  # what serve printed: addresses, metrics, pid
         if self.enroll and "--ha" not in (extra or []):
             for h, (r, labels) in self.enrolled.items():
                 self.enroll_host(h, r, labels)

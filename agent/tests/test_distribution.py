@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import signal
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_harness import HOSTS, Cluster, Webhook, assert_placed, job_spec
+from prometheus_client.parser import text_string_to_metric_families
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -179,7 +181,7 @@ def test_dead_host_spliced_out_and_others_finish(cluster: Cluster, checkpoint) -
         (h for h, _ in HOSTS), key=lambda h: (sum(len(c.children(h)) for c in topo.stripes), h)
     )
     assert any(c.children(dead) and c.parent[dead] is not None for c in topo.stripes)
-    cluster.start_coordinator()
+    cluster.start_coordinator(extra=["--metrics-listen", "127.0.0.1:0"])
     start_hosts(cluster)
     job = create_job(
         cluster, checkpoint, origin_cap_bytes_per_s=4 * MiB, ready_threshold_ppm=875_000
@@ -200,6 +202,37 @@ def test_dead_host_spliced_out_and_others_finish(cluster: Cluster, checkpoint) -
     assert st["topology_version"] > 1
     assert dead in st["stragglers"]
     cluster.wait_for(lambda: cluster.status(job)["completion_emitted"], 30, "handoff at 7/8 ready")
+    # the coordinator's Prometheus figures say the same as GetJob
+    scraped = scrape(cluster.coordinator_info["metrics"])
+    st = cluster.status(job)
+    assert scraped[("relgate_coordinator_job_hosts_ready", (("job", job),))] == 7
+    assert scraped[("relgate_coordinator_job_hosts", (("job", job), ("state", "DEAD")))] == 1
+    assert scraped[("relgate_coordinator_splices_total", (("reason", "dead"),))] == 1
+    assert scraped[("relgate_coordinator_leader", ())] == 1
+    assert (
+        scraped[("relgate_coordinator_job_topology_version", (("job", job),))]
+        == (st["topology_version"])
+    )
+    origin = scraped[("relgate_coordinator_job_origin_bytes", (("job", job),))]
+    assert origin == sum(h["origin_bytes"] for h in st["hosts"]) > 0
+    received = scraped[("relgate_coordinator_job_received_bytes", (("job", job),))]
+    assert received == sum(h["rx_bytes"] for h in st["hosts"]) > 0
+    reports = scraped[
+        ("relgate_coordinator_rpc_duration_seconds_count", (("method", "ReportStream"),))
+    ]
+    assert reports >= 7  # every host reported on its stream, each report timed
+    assert scraped[("relgate_coordinator_rpc_duration_seconds_count", (("method", "Register"),))]
+
+
+def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``/metrics`` parsed: (sample name, sorted labels) -> value."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def test_coordinator_stopped_mid_transfer_chains_finish(cluster: Cluster, checkpoint) -> None:

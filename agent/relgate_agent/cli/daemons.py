@@ -53,9 +53,15 @@ def coordinator() -> None:
     default=60.0,
     help="enrolled hosts without a heartbeat for this long are not targets",
 )
+@click.option(
+    "--metrics-listen",
+    default="",
+    help="host:port for Prometheus /metrics (e.g. 127.0.0.1:9470; default: not served)",
+)
 @tls_options
 def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
+    metrics_listen: str,
     listen: tuple[str, ...],
     db: str,
     trusted_keys: tuple[str, ...],
@@ -94,10 +100,19 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
         host_ttl_s=host_ttl,
     )
     tls = TlsArgs(pki, ca, cert, key).files("coordinator")
-    server = CoordinatorServer(cfg, list(listen) or ["127.0.0.1:7470"], tls=tls).start()
+    server = CoordinatorServer(
+        cfg, list(listen) or ["127.0.0.1:7470"], tls=tls, metrics_listen=metrics_listen
+    ).start()
     if address_file:
         Path(address_file).write_text(server.address)
-    out.emit({"listening": server.address, "addresses": server.addresses, "pid": os.getpid()})
+    out.emit(
+        {
+            "listening": server.address,
+            "addresses": server.addresses,
+            "metrics": server.metrics_address,
+            "pid": os.getpid(),
+        }
+    )
     sys.stdout.flush()
     try:
         wait_for_signal()
