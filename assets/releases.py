@@ -321,8 +321,9 @@ def pinned_run(
         for rank, future in futures.items():
             try:
                 invocations[rank] = future.result(timeout=config.barrier_timeout + 120)
-            except (dg.DagsterPipesExecutionError, TimeoutError) as exc:
-                failed.append(f"rank {rank}: {exc}")
+            # Pipes raises a bare Exception subclass (DagsterPipesExecutionError) on a non-zero exit.
+            except Exception as exc:
+                failed.append(f"rank {rank}: {type(exc).__name__}: {exc}")
     if failed:
         raise dg.Failure(f"ranks failed before step 0: {'; '.join(failed)}")
     status = run_status(ws.db, run_id)
