@@ -267,7 +267,10 @@ def snapshot_diff(
             "additions": result.additions,
             "deletions": result.deletions,
             "contentChanges": result.content_changes,
-            "splitMigrations": dg.MetadataValue.json(result.split_migrations),
+            "splitMigrations": typed_table(
+                [{"migration": k, "members": v} for k, v in result.split_migrations.items()],
+                [("migration", "string"), ("members", "int")],
+            ),
             "bySource": typed_table(
                 [{"source": k, **v.to_json()} for k, v in result.by_source.items()]
             ),
