@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import signal
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import HOSTS, Cluster, Webhook, assert_placed, job_spec
-from prometheus_client.parser import text_string_to_metric_families
+from agent_harness import HOSTS, Cluster, Webhook, assert_placed, job_spec, scrape
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -39,10 +37,13 @@ def webhook():
 
 
 def start_hosts(
-    cluster: Cluster, hosts=HOSTS, env_for: dict[str, dict[str, str]] | None = None
+    cluster: Cluster,
+    hosts=HOSTS,
+    env_for: dict[str, dict[str, str]] | None = None,
+    args_for: dict[str, list[str]] | None = None,
 ) -> None:
     for h, r in hosts:
-        cluster.start_agent(h, r, env=(env_for or {}).get(h))
+        cluster.start_agent(h, r, env=(env_for or {}).get(h), extra_args=(args_for or {}).get(h))
     cluster.wait_started()
     cluster.wait_registered(len(hosts))
 
@@ -155,6 +156,7 @@ def test_corruption_caught_by_crc_in_flight_and_sha_on_disk(cluster: Cluster, ch
             x: {"RELGATE_AGENT_FAULT": f"corrupt_send={block}:1"},
             disk_victim: {"RELGATE_AGENT_FAULT": f"corrupt_disk_chunk={disk_chunk}"},
         },
+        args_for={h: ["--metrics-listen", "127.0.0.1:0"] for h in (y, z, disk_victim)},
     )
     job = create_job(cluster, checkpoint)
     st = cluster.wait_for(
@@ -171,6 +173,22 @@ def test_corruption_caught_by_crc_in_flight_and_sha_on_disk(cluster: Cluster, ch
     (ds,) = stats(cluster, disk_victim, job)
     assert ds["hash_mismatches"] >= 1 and ds["refetched_chunks"] >= 1
     assert any(e.startswith(f"HASH_MISMATCH chunk={disk_chunk}") for e in host_errors[disk_victim])
+
+    # each agent's Prometheus figures say what its stats file says
+    def figure(host: str, name: str, **labels: str) -> float:
+        key = (name, tuple(sorted({"job": job, **labels}.items())))
+        return scrape(cluster.agents[host]["metrics"])[key]
+
+    assert figure(y, "relgate_agent_crc_errors_total") == ys["crc_errors"] >= 1
+    assert figure(z, "relgate_agent_crc_errors_total") == 0
+    assert figure(disk_victim, "relgate_agent_hash_mismatches_total") == ds["hash_mismatches"]
+    for h, st_ in ((y, ys), (z, zs)):
+        assert figure(h, "relgate_agent_job_ready") == 1
+        assert figure(h, "relgate_agent_chunks_verified") == m.num_chunks
+        assert figure(h, "relgate_agent_received_bytes_total", source="peer") == st_["rx_bytes"]
+        assert (
+            figure(h, "relgate_agent_received_bytes_total", source="origin") == st_["origin_bytes"]
+        )
 
 
 def test_dead_host_spliced_out_and_others_finish(cluster: Cluster, checkpoint) -> None:
@@ -222,17 +240,6 @@ def test_dead_host_spliced_out_and_others_finish(cluster: Cluster, checkpoint) -
     ]
     assert reports >= 7  # every host reported on its stream, each report timed
     assert scraped[("relgate_coordinator_rpc_duration_seconds_count", (("method", "Register"),))]
-
-
-def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """``/metrics`` parsed: (sample name, sorted labels) -> value."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def test_coordinator_stopped_mid_transfer_chains_finish(cluster: Cluster, checkpoint) -> None:

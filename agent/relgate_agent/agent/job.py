@@ -53,6 +53,7 @@ class AgentConfig:
     stall_s: float = 5.0
     retain_versions: int = 2  # current + N-1
     max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
+    metrics_listen: str = ""  # "host:port" for Prometheus /metrics ("": not served)
     # a chunk that fails verification this many times from the origin (or from each of two
     # or more peers) fails the job, naming the chunk, file and origin object; a peer that
     # fails it this many times is bypassed (FetchChunk from another holder)

@@ -155,9 +155,15 @@ def agent() -> None:
 @click.option("--max-conns", type=int, default=512)
 @click.option("--max-conns-per-peer", type=int, default=32)
 @click.option("--max-handshaking-per-address", type=int, default=64)
+@click.option(
+    "--metrics-listen",
+    default="",
+    help="host:port for Prometheus /metrics (e.g. 127.0.0.1:9471; default: not served)",
+)
 @tls_options
 def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
+    metrics_listen: str,
     host_id: str,
     rack: str,
     labels: dict[str, str],
@@ -203,6 +209,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         report_interval_s=report_interval,
         retain_versions=retain,
         max_rate_bytes_per_s=max_rate,
+        metrics_listen=metrics_listen,
     )
     limits = DataPlaneLimits(
         handshake_timeout_s=handshake_timeout,
@@ -214,7 +221,14 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     )
     tls = TlsArgs(pki, ca, cert, key).files(host_id)
     running = HostAgent(cfg, tls=tls, limits=limits).start()
-    out.emit({"hostId": cfg.host_id, "dataAddress": running.data_address, "pid": os.getpid()})
+    out.emit(
+        {
+            "hostId": cfg.host_id,
+            "dataAddress": running.data_address,
+            "metrics": running.metrics_address,
+            "pid": os.getpid(),
+        }
+    )
     sys.stdout.flush()
     try:
         wait_for_signal()

@@ -27,18 +27,17 @@ relgate_coordinator_job_topology_version{job}          the job's current topolog
 
 from __future__ import annotations
 
-import threading
 from collections import Counter as Tally
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
+from relgate_agent.metrics_http import MetricsEndpoint
 
+if TYPE_CHECKING:
     from relgate_agent.coordinator.leader import CoordinatorCore
 
 # why a host left its place in the chains (the ``reason`` label of splices_total)
@@ -74,26 +73,11 @@ class CoordinatorMetrics:
             ["reason"],
             registry=self.registry,
         )
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self.endpoint = MetricsEndpoint(self.registry)
 
     def watch(self, coord: CoordinatorCore) -> None:
         """Read ``coord``'s state at every scrape."""
         self.registry.register(_StateCollector(coord))
-
-    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
-        """Serve ``/metrics`` on ``addr:port`` (0: any free port); returns the port."""
-        self._server, self._thread = start_http_server(port, addr, registry=self.registry)
-        return int(self._server.server_port)
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
 
 
 class _StateCollector(Collector):

@@ -509,15 +509,11 @@ class CoordinatorServer:
         self._sweeper.start()
         self._leaser.start()
         if self.metrics_listen:
-            host, _, port = self.metrics_listen.rpartition(":")
             try:
-                bound = self.coordinator.metrics.serve(int(port), host or "127.0.0.1")
-            except (OSError, ValueError) as exc:
+                self.metrics_address = self.coordinator.metrics.endpoint.serve(self.metrics_listen)
+            except AgentError:
                 self.stop()
-                raise AgentError(
-                    f"coordinator cannot serve metrics on {self.metrics_listen}: {exc}"
-                ) from exc
-            self.metrics_address = f"{host or '127.0.0.1'}:{bound}"
+                raise
         log.info("coordinator listening on %s", self.address)
         return self
 
@@ -554,7 +550,7 @@ class CoordinatorServer:
                 t.join(timeout=5)
         self._close_loop()
         self.executor.shutdown(wait=True, cancel_futures=True)
-        self.coordinator.metrics.stop()
+        self.coordinator.metrics.endpoint.stop()
         self.coordinator.release()
         self.coordinator.store.close()
 
