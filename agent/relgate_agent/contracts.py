@@ -85,11 +85,12 @@ class AssignmentPlan:
 
 @dataclass(frozen=True)
 class Registration:
-    manifest_envelope: bytes
+    manifest_envelope: bytes  # b"" when manifest_sources name hosts that hold it
     manifest_digest: str
     origin_uri: str
     topology_version: int
     stripes: int
+    manifest_sources: tuple[PeerRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class ProgressReport:
     verified_delta: bytes = b""  # with have empty: storage.pack_indexes of newly verified chunks
     verified_count: int = 0
     stripe_rx_bps: tuple[int, ...] = ()  # per stripe; STRIPE_DONE for a stripe held whole
+    manifest_digest: str = ""  # the verified manifest the host holds (serves to peers)
 
 
 #: ReportProgress action: this host is quarantined in the job (two downstreams received bad

@@ -5,6 +5,9 @@ Requests (downstream -> upstream), one per connection:
     b"RGD1" | u8 op | u32 len | JSON header
       op 1 STREAM_STRIPE {"job", "stripe", "fromPos", "credits"}   blocks of one stripe, in order
       op 2 FETCH_CHUNK   {"job", "chunk"}                          all blocks of one verified chunk
+      op 3 FETCH_MANIFEST {"job", "digest"}                        the job's signed manifest
+                                                                   envelope (one frame), if it
+                                                                   is the one named
 
 After STREAM_STRIPE the downstream sends credit grants (u32 count) as it consumes blocks;
 the upstream never has more than the granted number of blocks outstanding.
@@ -49,6 +52,8 @@ log = logging.getLogger(__name__)
 MAGIC = b"RGD1"
 OP_STREAM_STRIPE = 1
 OP_FETCH_CHUNK = 2
+OP_FETCH_MANIFEST = 3
+OPS = (OP_STREAM_STRIPE, OP_FETCH_CHUNK, OP_FETCH_MANIFEST)
 KIND_BLOCK = 1
 KIND_END = 2
 KIND_ERROR = 3
@@ -58,6 +63,7 @@ CREDIT = struct.Struct("!I")
 REQ = struct.Struct("!4sBI")
 DEFAULT_CREDITS = 16
 MAX_JOB_ID_LEN = 128
+MAX_DIGEST_LEN = 128
 HEARTBEAT_S = 1.0
 
 
@@ -108,6 +114,10 @@ class BlockSource(Protocol):
     def chunk_blocks(self, chunk: int) -> range: ...
 
     def count_tx(self, n: int) -> None: ...
+
+    def envelope(self) -> tuple[str, bytes] | None:
+        """(manifest digest, signed envelope) of the job, once this host verified it."""
+        ...
 
     @property
     def closed(self) -> bool: ...
@@ -184,7 +194,7 @@ def parse_request(
     magic, op, n = REQ.unpack(head)
     if magic != MAGIC:
         raise RequestError("bad magic")
-    if op not in (OP_STREAM_STRIPE, OP_FETCH_CHUNK):
+    if op not in OPS:
         raise RequestError(f"unknown op {op}")
     if n > max_header:
         raise RequestError(f"request header too large ({n} > {max_header} bytes)")
@@ -426,12 +436,20 @@ class DataServer:
             if why is not None:
                 raise RequestError(why, "unauthorized")
             self._stream(conn, src, blocks, pos, credits)
-        else:
+        elif op == OP_FETCH_CHUNK:
             chunk = _int_field(req, "chunk", 0, 1 << 40)
             why = self.authorize(req["job"], peer, op, -1, topo)
             if why is not None:
                 raise RequestError(why, "unauthorized")
             self._fetch_chunk(conn, src, chunk)
+        else:
+            digest = req.get("digest")
+            if not isinstance(digest, str) or not 0 < len(digest) <= MAX_DIGEST_LEN:
+                raise RequestError("digest must be a non-empty string")
+            why = self.authorize(req["job"], peer, op, -1, topo)
+            if why is not None:
+                raise RequestError(why, "unauthorized")
+            self._fetch_manifest(conn, src, digest)
 
     def _stream(
         self, conn: socket.socket, src: BlockSource, blocks: list[int], pos: int, credits: int
@@ -469,6 +487,17 @@ class DataServer:
             src.count_tx(len(payload))
             credits -= 1
             pos += 1
+        _send_frame(conn, KIND_END)
+
+    def _fetch_manifest(self, conn: socket.socket, src: BlockSource, digest: str) -> None:
+        held = src.envelope()
+        if held is None or held[0] != digest:
+            raise RequestError(f"manifest {digest} not held", "not_held")
+        envelope = held[1]
+        if self.tx_limit is not None:
+            self.tx_limit(len(envelope))
+        _send_frame(conn, KIND_BLOCK, payload=envelope)
+        src.count_tx(len(envelope))
         _send_frame(conn, KIND_END)
 
     def _fetch_chunk(self, conn: socket.socket, src: BlockSource, chunk: int) -> None:
@@ -514,8 +543,9 @@ def _request(sock: socket.socket, op: int, header: dict[str, object]) -> None:
     sock.sendall(REQ.pack(MAGIC, op, len(body)) + body)
 
 
-def _read_frames(sock: socket.socket) -> Iterator[Block | None]:
-    """Yields blocks; None for a heartbeat; returns at END; raises on ERROR."""
+def _read_frames(sock: socket.socket, max_payload: int | None = None) -> Iterator[Block | None]:
+    """Yields blocks; None for a heartbeat; returns at END; raises on ERROR (and on a frame
+    longer than ``max_payload``, before reading it)."""
     # A buffered reader reads large payloads straight into the result object (one copy
     # from the kernel), which is measurably faster than recv_into + bytes().
     rfile = sock.makefile("rb", buffering=256 * 1024)
@@ -525,6 +555,8 @@ def _read_frames(sock: socket.socket) -> Iterator[Block | None]:
             if len(head) != FRAME.size:
                 raise TransportError("connection closed by peer")
             kind, block, offset, length, crc = FRAME.unpack(head)
+            if max_payload is not None and length > max_payload:
+                raise TransportError(f"frame of {length} bytes exceeds {max_payload}")
             payload = rfile.read(length) if length else b""
             if len(payload) != length:
                 raise TransportError("connection closed by peer mid-frame")
@@ -599,6 +631,30 @@ class StripeStream:
             self.sock.close()
 
 
+def _fetch(
+    address: str,
+    timeout: float,
+    tls: ssl.SSLContext,
+    peer: str,
+    op: int,
+    header: dict[str, object],
+    what: str,
+    max_payload: int | None = None,
+) -> list[Block]:
+    """One request on its own connection; every block frame up to END."""
+    try:
+        sock = _connect(address, timeout, tls, peer)
+    except (OSError, ValueError) as exc:
+        raise TransportError(f"connection to {address} failed: {exc}") from exc
+    try:
+        _request(sock, op, header)
+        return [b for b in _read_frames(sock, max_payload) if b is not None]
+    except OSError as exc:
+        raise TransportError(f"fetch of {what} from {address} failed: {exc}") from exc
+    finally:
+        sock.close()
+
+
 def fetch_chunk(
     address: str,
     job: str,
@@ -610,14 +666,25 @@ def fetch_chunk(
     topo: int = 0,
 ) -> list[Block]:
     """Client side of FetchChunk (repair path)."""
-    try:
-        sock = _connect(address, timeout, tls, peer)
-    except (OSError, ValueError) as exc:
-        raise TransportError(f"connection to {address} failed: {exc}") from exc
-    try:
-        _request(sock, OP_FETCH_CHUNK, {"job": job, "chunk": chunk, "topo": topo})
-        return [b for b in _read_frames(sock) if b is not None]
-    except OSError as exc:
-        raise TransportError(f"fetch of chunk {chunk} from {address} failed: {exc}") from exc
-    finally:
-        sock.close()
+    header = {"job": job, "chunk": chunk, "topo": topo}
+    return _fetch(address, timeout, tls, peer, OP_FETCH_CHUNK, header, f"chunk {chunk}")
+
+
+def fetch_manifest(
+    address: str,
+    job: str,
+    digest: str,
+    timeout: float = 30.0,
+    *,
+    tls: ssl.SSLContext,
+    peer: str,
+    topo: int = 0,
+    max_bytes: int,
+) -> bytes:
+    """Client side of FetchManifest: the envelope bytes ``peer`` holds for ``digest``
+    (unverified: the caller verifies them with its own trusted keys)."""
+    header = {"job": job, "digest": digest, "topo": topo}
+    frames = _fetch(address, timeout, tls, peer, OP_FETCH_MANIFEST, header, "manifest", max_bytes)
+    if len(frames) != 1:
+        raise TransportError(f"{address} sent {len(frames)} frames for a manifest, not 1")
+    return frames[0].data

@@ -17,7 +17,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 
 import pytest
-from agent_harness import write_checkpoint
+from agent_harness import Cluster, write_checkpoint
 
 from relgate_agent.manifest import (
     build_manifest,
@@ -148,3 +148,18 @@ def pg_dsn(pg_server: str) -> Iterator[str]:
         yield pg_server.rsplit("/", 1)[0] + "/" + name
     finally:
         _admin(pg_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, checkpoint: dict[str, Any]) -> Iterator[Cluster]:
+    """A fleet in processes on loopback (coordinator and agents started by the test), with
+    a 3 s dead-after and 0.5 s reports; stopped by PID at the end."""
+    c = Cluster(
+        tmp_path / "cluster",
+        checkpoint["trusted"],
+        ["--dead-after", "3", "--report-interval", "0.5"],
+    )
+    try:
+        yield c
+    finally:
+        c.stop_all()

@@ -15,19 +15,6 @@ MiB = 1024 * KiB
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, checkpoint):
-    c = Cluster(
-        tmp_path / "cluster",
-        checkpoint["trusted"],
-        ["--dead-after", "3", "--report-interval", "0.5"],
-    )
-    try:
-        yield c
-    finally:
-        c.stop_all()
-
-
-@pytest.fixture
 def webhook():
     w = Webhook()
     try:

@@ -29,19 +29,6 @@ from relgate_agent.storage import Journal, JournalState
 HOSTS4 = HOSTS[:4]
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, checkpoint):
-    c = Cluster(
-        tmp_path / "cluster",
-        checkpoint["trusted"],
-        ["--dead-after", "3", "--report-interval", "0.5"],
-    )
-    try:
-        yield c
-    finally:
-        c.stop_all()
-
-
 def start(cluster: Cluster, hosts=HOSTS4, env_for: dict[str, dict[str, str]] | None = None) -> None:
     cluster.start_coordinator()
     for h, r in hosts:

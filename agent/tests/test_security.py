@@ -42,11 +42,13 @@ from relgate_agent.transport import (
     KIND_ERROR,
     MAGIC,
     OP_FETCH_CHUNK,
+    OP_FETCH_MANIFEST,
     OP_STREAM_STRIPE,
     REQ,
     StripeStream,
     TransportError,
     fetch_chunk,
+    fetch_manifest,
 )
 
 MODEL, VERSION = "claude-x", "2026-10-12.3"
@@ -693,11 +695,28 @@ def test_data_served_only_to_assigned_peers(plane: dict[str, Any]) -> None:
             f"upstream error: refused: {outsider} is not a peer of job {job} "
             f"(topology v{a.topology_version})"
         )
-    # a job peer may repair from h00
+        with pytest.raises(TransportError) as exc:  # nor the manifest envelope
+            fetch_manifest(
+                data_address(plane, "h00"), job, m.digest, tls=ctx, peer="h00", max_bytes=1 << 26
+            )
+        assert str(exc.value) == (
+            f"upstream error: refused: {outsider} is not a peer of job {job} "
+            f"(topology v{a.topology_version})"
+        )
+    # a job peer may repair from h00, and fetch the envelope it holds, byte for byte
     blocks = fetch_chunk(data_address(plane, "h00"), job, 1, tls=tls01, peer="h00")
     assert [b.block for b in blocks] == list(m.chunk_blocks(1))
-    d = wait_counter(plane, "h00", "unauthorized", before + 5)
-    assert d["refusals"]["unauthorized"] == before + 5
+    envelope = fetch_manifest(
+        data_address(plane, "h00"), job, m.digest, tls=tls01, peer="h00", max_bytes=1 << 26
+    )
+    assert envelope == (plane["base"] / "origin" / "manifest.dsse.json").read_bytes()
+    # a bound below the envelope's size is enforced before a byte of it is read
+    with pytest.raises(TransportError, match=r"frame of \d+ bytes exceeds 1000"):
+        fetch_manifest(
+            data_address(plane, "h00"), job, m.digest, tls=tls01, peer="h00", max_bytes=1000
+        )
+    d = wait_counter(plane, "h00", "unauthorized", before + 7)
+    assert d["refusals"]["unauthorized"] == before + 7
     # the refusals reach the coordinator (ReportProgress) and GetJob shows them per host
     c.wait_for(
         lambda: (
@@ -818,6 +837,22 @@ MALFORMED = {
     "chunk not held": (
         lambda j: _frame(OP_FETCH_CHUNK, {"job": j, "chunk": 10**6}),
         "chunk not held",
+    ),
+    "manifest without a digest": (
+        lambda j: _frame(OP_FETCH_MANIFEST, {"job": j}),
+        "digest must be a non-empty string",
+    ),
+    "manifest digest as a number": (
+        lambda j: _frame(OP_FETCH_MANIFEST, {"job": j, "digest": 7}),
+        "digest must be a non-empty string",
+    ),
+    "manifest digest too long": (
+        lambda j: _frame(OP_FETCH_MANIFEST, {"job": j, "digest": "s" * 129}),
+        "digest must be a non-empty string",
+    ),
+    "manifest not the one held": (
+        lambda j: _frame(OP_FETCH_MANIFEST, {"job": j, "digest": "sha256:" + "0" * 64}),
+        f"manifest sha256:{'0' * 64} not held",
     ),
 }
 

@@ -15,6 +15,7 @@ from relgate_agent.coordinator.topology import (
     index_topology,
     roots,
     splice,
+    splice_all,
     upload_counts,
 )
 
@@ -128,3 +129,56 @@ def test_index_matches_the_chains(racks: int, per_rack: int, stripes: int, data)
     for s, chain in enumerate(topo.stripes):
         for h in chain.order:
             assert list(idx.downstreams(s, h)) == chain.children(h)
+
+
+def _splice_one_reference(topo: Topology, host: str) -> Topology:
+    """The one-host splice as first written (scan each chain for the host's children):
+    the reference :func:`splice_all` must agree with, host after host."""
+    if host not in topo.racks:
+        return topo
+    new = topo.copy(topo.version + 1)
+    for chain in new.stripes:
+        if host not in chain.parent:
+            continue
+        up = chain.parent.pop(host)
+        kids = [h for h in chain.order if chain.parent.get(h) == host]
+        chain.order.remove(host)
+        if kids:
+            same = [k for k in kids if new.racks.get(k) == topo.racks[host]]
+            successor = (same or kids)[0]
+            chain.parent[successor] = up
+            for k in kids:
+                if k != successor:
+                    chain.parent[k] = successor
+    del new.racks[host]
+    return new
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    racks=st.integers(1, 6),
+    per_rack=st.integers(1, 7),
+    stripes=st.integers(1, 5),
+    data=st.data(),
+)
+def test_splicing_many_at_once_is_splicing_them_one_by_one(
+    racks: int, per_rack: int, stripes: int, data
+) -> None:
+    topo = build_topology(fleet(racks, per_rack), stripes)
+    if data.draw(st.booleans()):  # a late host at a rack tail, as in a running job
+        topo = append_host(
+            topo, "late", data.draw(st.sampled_from(sorted(set(topo.racks.values()))))
+        )
+    hosts = data.draw(st.lists(st.sampled_from([*sorted(topo.racks), "never-there"]), max_size=12))
+    expected = topo
+    for h in hosts:
+        expected = _splice_one_reference(expected, h)
+    got = splice_all(topo, hosts)
+    assert got.racks == expected.racks
+    assert [(c.parent, c.order) for c in got.stripes] == [
+        (c.parent, c.order) for c in expected.stripes
+    ]
+    assert got.version == (topo.version + 1 if got.racks != topo.racks else topo.version)
+    for chain in got.stripes:  # still one tree per stripe over every host left
+        assert sorted(chain.order) == sorted(got.racks)
+        assert sum(chain.parent[h] is None for h in chain.order) == (1 if got.racks else 0)

@@ -61,7 +61,9 @@ class ControlPlane:
         except (OSError, ValueError):
             return b""
 
-    def register(self) -> pb.RegisterResponse:
+    def register(self, envelope_from_peers: bool = True) -> pb.RegisterResponse:
+        """Register; with ``envelope_from_peers`` the coordinator may name hosts to fetch
+        the manifest envelope from instead of sending it (it sends it when none holds it)."""
         job = self.job
         tracker = job.files.tracker if job.files is not None else None
         if VersionStore.is_placed(job.cfg.models_root, job.model, job.version):
@@ -81,18 +83,19 @@ class ControlPlane:
                 free_disk_bytes=free,
                 data_address=job.host.data_address,
                 serving_rate_bytes_per_s=job.cfg.max_rate_bytes_per_s,
+                envelope_from_peers=envelope_from_peers,
             ),
             timeout=30,
         )
         return resp
 
-    def register_until_ok(self) -> pb.RegisterResponse | None:
+    def register_until_ok(self, envelope_from_peers: bool = True) -> pb.RegisterResponse | None:
         """Register, retried each second; None if the job is not ours any more or we stop."""
         if self.job.stop_event.is_set():
             return None
         try:
             return retry_call(
-                self.register,
+                lambda: self.register(envelope_from_peers),
                 retry_on=grpc.RpcError,
                 backoff=REGISTER_RETRY,
                 stop_event=self.job.stop_event,
@@ -163,6 +166,8 @@ class ControlPlane:
             rack=job.cfg.rack,
             # READY must name the manifest the placed tree was verified against
             placed_manifest_digest=files.manifest.digest if job.ready and files else "",
+            # held and verified: the coordinator may name this host as a manifest source
+            manifest_digest=files.manifest.digest if files else "",
             health=job.host.health(),
             data_refusals=job.host.data_refusals(),
         )

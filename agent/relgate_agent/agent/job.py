@@ -170,6 +170,7 @@ class JobCounters:
     resumed_chunks: int = 0
     staged_mismatches: int = 0
     swarm_chunks: int = 0  # chunks pulled peer-to-peer while a chain was broken
+    manifest_from: str = ""  # where the verified envelope came from: a host id, "coordinator"
     placement_rounds: int = 0
     stripe_rx: dict[int, int] = field(default_factory=dict)  # bytes received per stripe
 
@@ -194,6 +195,7 @@ class JobStats:
     placement_rounds: int
     failed: str
     scrubbed: str = ""  # quarantined: staging removed, each held version re-verified
+    manifest_from: str = ""  # the host the envelope came from, or "coordinator"
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -380,6 +382,7 @@ class JobState:
                 placement_rounds=c.placement_rounds,
                 failed=self.failed,
                 scrubbed=self.scrubbed,
+                manifest_from=c.manifest_from,
             )
 
 

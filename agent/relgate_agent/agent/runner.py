@@ -19,6 +19,7 @@ from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.job import ChunkTracker, HostServices, JobFiles, JobState, JobStats
 from relgate_agent.agent.repair import ChunkRepair
 from relgate_agent.agent.stripes import StripeWorkers
+from relgate_agent.dsse import MAX_ENVELOPE_BYTES
 from relgate_agent.errors import (
     KIND_HOST_FAILED,
     KIND_QUARANTINED,
@@ -32,8 +33,11 @@ from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retention import retire_versions
 from relgate_agent.reverify import reverify_all
 from relgate_agent.storage import StagedMismatch, VersionStore, scrub_placed
+from relgate_agent.transport import TransportError, fetch_manifest
 
 log = logging.getLogger(__name__)
+COORDINATOR = "coordinator"  # manifest_from: the envelope came with the Register reply
+MANIFEST_FETCH_TIMEOUT_S = 10.0  # one source: connect, authorize, read the envelope
 
 
 class JobRunner:
@@ -171,13 +175,14 @@ class JobRunner:
         if reg is None:
             return None
         job.assignments.require(reg.topology_version)
-        manifest = self._verified_manifest(reg)
-        if manifest is None:
+        verified = self._envelope(reg)
+        if verified is None:
             return None
+        manifest, envelope = verified
         stripes = max(1, reg.stripes)
         files = JobFiles(
             manifest=manifest,
-            envelope=bytes(reg.manifest_envelope),
+            envelope=envelope,
             store=VersionStore(self.cfg.models_root, manifest),
             tracker=ChunkTracker(manifest),
             origin_uri=reg.origin_uri,
@@ -194,20 +199,69 @@ class JobRunner:
             return files if self._open_placed(files) else None
         return files if self._open_staging(files) else None
 
-    def _verified_manifest(self, reg: pb.RegisterResponse) -> CheckpointManifest | None:
+    def _envelope(self, reg: pb.RegisterResponse) -> tuple[CheckpointManifest, bytes] | None:
+        """The job's manifest, verified, and its envelope: from the Register reply, else from
+        the hosts it names (each envelope verified here; a bad or unreachable source is
+        skipped and logged), else from the coordinator after all (a second Register)."""
         job = self.job
+        if not reg.manifest_envelope:
+            for src in reg.manifest_sources:
+                got = self._envelope_from(src, reg)
+                if got is not None:
+                    return got
+            again = self.control.register_until_ok(envelope_from_peers=False)
+            if again is None:
+                return None
+            reg = again
+        envelope = bytes(reg.manifest_envelope)
         try:
-            # Verified with this host's own trusted keys before any byte is placed.
-            manifest = verify_envelope(reg.manifest_envelope, self.cfg.trusted_keys)
+            verified = self._verified_manifest(envelope, reg.manifest_digest), envelope
+            job.counters.manifest_from = COORDINATOR
+            return verified
         except ManifestError as exc:
             job.error("MANIFEST_REJECTED", detail=str(exc))
             log.error("job %s: manifest refused: %s", job.job_id, exc)
             return None
-        subject = (manifest.model, manifest.version)
-        if subject != (job.model, job.version) or manifest.digest != reg.manifest_digest:
-            job.error("MANIFEST_REJECTED", detail="manifest does not match the job")
+
+    def _envelope_from(
+        self, src: pb.Peer, reg: pb.RegisterResponse
+    ) -> tuple[CheckpointManifest, bytes] | None:
+        job = self.job
+        try:
+            envelope = fetch_manifest(
+                src.address,
+                job.job_id,
+                reg.manifest_digest,
+                MANIFEST_FETCH_TIMEOUT_S,
+                tls=job.host.data_client,
+                peer=src.host_id,
+                topo=reg.topology_version,
+                max_bytes=MAX_ENVELOPE_BYTES,
+            )
+            verified = self._verified_manifest(envelope, reg.manifest_digest), envelope
+        except (TransportError, ManifestError) as exc:
+            job.error("MANIFEST_SOURCE", -1, src.host_id, str(exc)[:300])
+            log.warning("job %s: manifest from %s refused: %s", job.job_id, src.host_id, exc)
             return None
+        job.counters.manifest_from = src.host_id
+        return verified
+
+    def _verified_manifest(self, envelope: bytes, digest: str) -> CheckpointManifest:
+        """Verified with this host's own trusted keys before any byte is placed, and the
+        job's: its subject and the digest the coordinator named."""
+        job = self.job
+        manifest = verify_envelope(envelope, self.cfg.trusted_keys)
+        subject = (manifest.model, manifest.version)
+        if subject != (job.model, job.version) or manifest.digest != digest:
+            raise ManifestError(
+                f"manifest {manifest.digest} for {subject[0]}/{subject[1]} does not match the "
+                f"job ({job.model}/{job.version}, {digest})"
+            )
         return manifest
+
+    def envelope(self) -> tuple[str, bytes] | None:
+        files = self.job.files
+        return (files.manifest.digest, files.envelope) if files is not None else None
 
     def _open_placed(self, files: JobFiles) -> bool:
         """Serve a copy placed earlier: only if it is (or hashes to) this manifest."""

@@ -91,6 +91,7 @@ class HandoffService(ProgressService):
                     continue  # a FAILED job stays in memory so GetJob shows its errors
                 if self._all_pending_failed(job):
                     continue
+                dead: dict[str, str] = {}
                 for h in list(job.topology.racks):
                     hp = job.hosts.get(h)
                     # a host holding its watch stream open is alive (its process and its
@@ -101,7 +102,8 @@ class HandoffService(ProgressService):
                         continue
                     heard = max(hp.last_seen, self.watch_ended.get(h, hp.last_seen))
                     if now - heard > self.config.dead_after_s:
-                        self._mark_dead(job, h, f"no report for {now - hp.last_seen:.1f}s")
+                        dead[h] = f"no report for {now - hp.last_seen:.1f}s"
+                self._mark_dead_all(job, dead)  # one topology version for the whole sweep
                 self._demote_slow(job, now)
                 self._announce(job)
                 if self._finished(job):

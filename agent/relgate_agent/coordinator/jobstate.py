@@ -103,6 +103,9 @@ class HostProgress:
     slow_with: frozenset[str] = frozenset()  # upstreams it was a slow first hop with, lately
     slow_since: float | None = None
     demoted: bool = False
+    holds_envelope: bool = False  # reported holding the job's verified manifest (a source)
+    # downstream -> (first, last) time it reported this live host as not serving it
+    unserved: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def holds(self, chunk: int) -> bool:
         """READY, or ``chunk`` is set in the last reported have-bitmap."""
@@ -170,6 +173,8 @@ class JobState:
     # (per-stripe, total) receive rates slowness is judged against, from the last round in
     # which at least half the targets were still receiving
     rate_reference: tuple[int, int] | None = None
+    # rack -> hosts that reported holding the verified manifest (Register's sources)
+    envelope_holders: dict[str, list[str]] = field(default_factory=dict)
     error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
 
     @property

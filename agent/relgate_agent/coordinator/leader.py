@@ -31,7 +31,7 @@ from relgate_agent.coordinator.jobstate import (
 from relgate_agent.coordinator.metrics import SPLICE_DEAD, CoordinatorMetrics
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
-from relgate_agent.coordinator.topology import Topology, TopologyIndex, splice
+from relgate_agent.coordinator.topology import Topology, TopologyIndex, splice_all
 from relgate_agent.errors import AgentError, ManifestError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
 from relgate_agent.origin import read_uri
@@ -203,14 +203,22 @@ class CoordinatorCore:
         self.changed.notify_all()
 
     def _mark_dead(self, job: JobState, host: str, why: str) -> None:
-        hp = job.hosts[host]
-        if hp.state == "DEAD":
-            return
-        hp.state = "DEAD"
-        hp.errors.append(f"spliced out: {why}")
-        log.warning("job %s: splicing %s out (%s)", job.job_id, host, why)
-        self._set_topology(job, splice(job.topology, host))
-        self.metrics.splices.labels(SPLICE_DEAD).inc()
+        self._mark_dead_all(job, {host: why})
+
+    def _mark_dead_all(self, job: JobState, dead: dict[str, str]) -> None:
+        """Splice every host of ``dead`` (host -> why) out, as one new topology version."""
+        gone = []
+        for host, why in dead.items():
+            hp = job.hosts[host]
+            if hp.state == "DEAD":
+                continue
+            hp.state = "DEAD"
+            hp.errors.append(f"spliced out: {why}")
+            log.warning("job %s: splicing %s out (%s)", job.job_id, host, why)
+            gone.append(host)
+        if gone:
+            self._set_topology(job, splice_all(job.topology, gone))
+            self.metrics.splices.labels(SPLICE_DEAD).inc(len(gone))
 
     def _fail_job(self, job: JobState, error: str) -> None:
         """Mark a job FAILED with the error that ended it (caller holds the lock)."""

@@ -8,6 +8,7 @@ dead or twice-reported host out of the chains, and answers FindPeers for chunk r
 from __future__ import annotations
 
 import logging
+import random
 
 from relgate_agent.authz import ready_refusal
 from relgate_agent.contracts import (
@@ -39,7 +40,7 @@ from relgate_agent.coordinator.jobstate import (
     selector_matches,
 )
 from relgate_agent.coordinator.leader import CoordinatorCore
-from relgate_agent.coordinator.metrics import SPLICE_QUARANTINED, SPLICE_SERVING
+from relgate_agent.coordinator.metrics import SPLICE_DEMOTED, SPLICE_QUARANTINED, SPLICE_SERVING
 from relgate_agent.coordinator.topology import (
     TopologyIndex,
     append_host,
@@ -51,6 +52,8 @@ from relgate_agent.storage import apply_delta, count_bits, stripe_resume_blocks
 
 log = logging.getLogger(__name__)
 
+ENVELOPE_SOURCES = 3  # hosts a registering agent may fetch the envelope from
+UNSERVED_WINDOW_S = 3.0  # a live upstream reported as not serving for this long: a leaf
 QUARANTINE_REPORTERS = 2  # independent receivers of bad data before a host is quarantined
 
 
@@ -184,6 +187,7 @@ class ProgressService(CoordinatorCore):
         address: str,
         *,
         serving_rate: int = 0,
+        envelope_from_peers: bool = False,
     ) -> Registration:
         self.require_leader()
         with self.lock:
@@ -219,13 +223,39 @@ class ProgressService(CoordinatorCore):
                         job, append_host(splice(job.topology, host_id), host_id, hp.rack)
                     )
                     self.metrics.splices.labels(SPLICE_SERVING).inc()
+            sources = self._envelope_sources(job, hp) if envelope_from_peers else ()
             return Registration(
-                manifest_envelope=job.envelope,
+                # 2.5 MB for a 12,500-chunk manifest: sent only when no host can serve it
+                manifest_envelope=b"" if sources else job.envelope,
                 manifest_digest=job.manifest.digest,
                 origin_uri=job.spec.origin_uri,
                 topology_version=job.topology.version,
                 stripes=job.stripes,
+                manifest_sources=sources,
             )
+
+    def _envelope_sources(self, job: JobState, hp: HostProgress) -> tuple[PeerRef, ...]:
+        """Up to ENVELOPE_SOURCES hosts that reported holding the job's verified manifest:
+        same rack first, then any rack, each drawn at random so a registration storm
+        spreads over every holder (a bounded sample: constant work per Register)."""
+        same = job.envelope_holders.get(hp.rack, [])
+        others = [h for r, hs in job.envelope_holders.items() if r != hp.rack for h in hs[:8]]
+        picked: list[PeerRef] = []
+        for pool in (same, others):
+            for h in random.sample(pool, min(len(pool), 4 * ENVELOPE_SOURCES)):
+                p = job.hosts.get(h)
+                if (
+                    p is not None
+                    and h != hp.host_id
+                    and p.holds_envelope
+                    and p.address
+                    and p.state not in GONE_STATES
+                    and all(q.host_id != h for q in picked)
+                ):
+                    picked.append(self._peer(job, h))
+                if len(picked) == ENVELOPE_SOURCES:
+                    return tuple(picked)
+        return tuple(picked)
 
     # ------------------------------------------------------------------ assignment
     def _index(self, job: JobState) -> TopologyIndex:
@@ -309,6 +339,10 @@ class ProgressService(CoordinatorCore):
         takeover): the agent is asked for its whole bitmap.
         """
         hp.last_seen = self.clock()
+        holds = report.manifest_digest == job.manifest.digest
+        if holds and not hp.holds_envelope:
+            job.envelope_holders.setdefault(hp.rack, []).append(hp.host_id)
+        hp.holds_envelope = holds
         whole = self._merge_have(job, hp, report)
         hp.rx, hp.tx, hp.origin = report.rx, report.tx, report.origin
         hp.rx_bps, hp.tx_bps = report.rx_bps, report.tx_bps
@@ -389,12 +423,45 @@ class ProgressService(CoordinatorCore):
             hp.errors.append(f"BAD_DATA reported by {reporter}")
             if len(hp.bad_data_reporters) >= QUARANTINE_REPORTERS:
                 self._quarantine(job, hp)
-        elif (
-            self.config.splice_on_suspect
-            and self.clock() - hp.last_seen > 2 * self.config.report_interval_s
-        ):
+        elif not self.config.splice_on_suspect:
+            return
+        elif self.clock() - hp.last_seen > 2 * self.config.report_interval_s:
             # the suspect also stopped reporting to us: treat as dead, splice now
             self._mark_dead(job, suspect, f"{reason} from {reporter}")
+        elif upstream_of_reporter:
+            self._judge_unserving(job, hp, reporter, reason)
+
+    def _judge_unserving(self, job: JobState, hp: HostProgress, reporter: str, reason: str) -> None:
+        """A host that reports to us but does not serve its downstreams (stalled, refusing,
+        resetting) blocks them as surely as a dead one: once its downstreams have kept
+        reporting it for ``unserved_window`` it becomes a leaf at its rack tail (nobody
+        waits behind it; it still receives). A complaint not repeated within two windows
+        expires, so a transient one (a reconnect across a topology change) never adds up."""
+        now, window = self.clock(), self._unserved_window()
+        first, _ = hp.unserved.get(reporter, (now, now))
+        hp.unserved[reporter] = (first, now)
+        hp.unserved = {
+            r: (f, last) for r, (f, last) in hp.unserved.items() if now - last <= 2 * window
+        }
+        if hp.demoted or not any(now - f >= window for f, _ in hp.unserved.values()):
+            return
+        reporters = ", ".join(sorted(hp.unserved))
+        log.warning(
+            "job %s: %s does not serve (%s from %s): a leaf now",
+            job.job_id,
+            hp.host_id,
+            reason,
+            reporters,
+        )
+        hp.errors.append(f"DEMOTED not serving: {reason} from {reporters}")
+        hp.demoted = True
+        hp.unserved.clear()
+        self._set_topology(job, append_host(splice(job.topology, hp.host_id), hp.host_id, hp.rack))
+        self.metrics.splices.labels(SPLICE_DEMOTED).inc()
+
+    def _unserved_window(self) -> float:
+        """How long downstreams must keep reporting a live host before it is a leaf."""
+        return max(UNSERVED_WINDOW_S, 3 * self.config.report_interval_s)
 
     def _quarantine(self, job: JobState, hp: HostProgress) -> None:
         """Two independent receivers saw bad data from ``hp`` (likely bad disk or memory):

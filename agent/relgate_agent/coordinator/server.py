@@ -299,9 +299,17 @@ class AgentServicer(pbg.AgentServiceServicer):
                 request.free_disk_bytes,
                 request.data_address,
                 serving_rate=request.serving_rate_bytes_per_s,
+                envelope_from_peers=request.envelope_from_peers,
             ),
         )
-        return pb.RegisterResponse(**asdict(r))
+        return pb.RegisterResponse(
+            manifest_envelope=r.manifest_envelope,
+            manifest_digest=r.manifest_digest,
+            origin_uri=r.origin_uri,
+            topology_version=r.topology_version,
+            stripes=r.stripes,
+            manifest_sources=[peer_to_pb(p) for p in r.manifest_sources],
+        )
 
     async def ReportProgress(
         self, request: pb.ReportProgressRequest, context: grpc.aio.ServicerContext

@@ -64,6 +64,7 @@ def report_from_pb(request: pb.ReportProgressRequest) -> ProgressReport:
         verified_delta=bytes(request.verified_delta),
         verified_count=request.verified_count,
         stripe_rx_bps=tuple(request.stripe_rx_bytes_per_s),
+        manifest_digest=request.manifest_digest,
         errors=tuple(
             f"{e.kind} chunk={e.chunk} from={e.from_host} {e.detail}".strip()
             for e in request.errors

@@ -424,6 +424,7 @@ class WatchEvent(_message.Message):
 class RegisterRequest(_message.Message):
     __slots__ = (
         "data_address",
+        "envelope_from_peers",
         "free_disk_bytes",
         "have",
         "host_id",
@@ -438,6 +439,7 @@ class RegisterRequest(_message.Message):
     FREE_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SERVING_RATE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    ENVELOPE_FROM_PEERS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     host_id: str
     rack: str
@@ -445,6 +447,7 @@ class RegisterRequest(_message.Message):
     free_disk_bytes: int
     data_address: str
     serving_rate_bytes_per_s: int
+    envelope_from_peers: bool
     def __init__(
         self,
         job_id: str | None = ...,
@@ -454,12 +457,14 @@ class RegisterRequest(_message.Message):
         free_disk_bytes: int | None = ...,
         data_address: str | None = ...,
         serving_rate_bytes_per_s: int | None = ...,
+        envelope_from_peers: bool | None = ...,
     ) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = (
         "manifest_digest",
         "manifest_envelope",
+        "manifest_sources",
         "origin_uri",
         "stripes",
         "topology_version",
@@ -469,11 +474,13 @@ class RegisterResponse(_message.Message):
     ORIGIN_URI_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
     STRIPES_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_SOURCES_FIELD_NUMBER: _ClassVar[int]
     manifest_envelope: bytes
     manifest_digest: str
     origin_uri: str
     topology_version: int
     stripes: int
+    manifest_sources: _containers.RepeatedCompositeFieldContainer[Peer]
     def __init__(
         self,
         manifest_envelope: bytes | None = ...,
@@ -481,6 +488,7 @@ class RegisterResponse(_message.Message):
         origin_uri: str | None = ...,
         topology_version: int | None = ...,
         stripes: int | None = ...,
+        manifest_sources: _Iterable[Peer | _Mapping] | None = ...,
     ) -> None: ...
 
 class Peer(_message.Message):
@@ -567,6 +575,7 @@ class ReportProgressRequest(_message.Message):
         "health",
         "host_id",
         "job_id",
+        "manifest_digest",
         "origin_bytes",
         "placed_manifest_digest",
         "rack",
@@ -601,6 +610,7 @@ class ReportProgressRequest(_message.Message):
     VERIFIED_DELTA_FIELD_NUMBER: _ClassVar[int]
     VERIFIED_COUNT_FIELD_NUMBER: _ClassVar[int]
     STRIPE_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     host_id: str
     topology_version: int
@@ -621,6 +631,7 @@ class ReportProgressRequest(_message.Message):
     verified_delta: bytes
     verified_count: int
     stripe_rx_bytes_per_s: _containers.RepeatedScalarFieldContainer[int]
+    manifest_digest: str
     def __init__(
         self,
         job_id: str | None = ...,
@@ -643,6 +654,7 @@ class ReportProgressRequest(_message.Message):
         verified_delta: bytes | None = ...,
         verified_count: int | None = ...,
         stripe_rx_bytes_per_s: _Iterable[int] | None = ...,
+        manifest_digest: str | None = ...,
     ) -> None: ...
 
 class ReportProgressResponse(_message.Message):
