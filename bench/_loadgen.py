@@ -61,6 +61,8 @@ class HostFigures:
     full_asked: int = 0
     full_accepted_at: list[float] = field(default_factory=list)  # after a FULL_PROGRESS
     final_version: int = 0
+    envelopes_shipped: int = 0  # Register replies that carried the manifest envelope
+    envelope_bytes: int = 0
 
 
 class SimHost:
@@ -81,6 +83,7 @@ class SimHost:
         self.latency: list[tuple[float, float]] = []  # (wall time sent, seconds)
         self.other_latency: list[tuple[float, float]] = []
         self.job_id = ""
+        self.manifest_digest = ""  # reported once registered: the host is a manifest source
         self.job_seen = asyncio.Event()
         self.current = 0
         tls = TlsFiles.from_pki(spec["pki"], host)
@@ -157,10 +160,16 @@ class SimHost:
                 have=self._bitmap(),
                 free_disk_bytes=1 << 44,
                 data_address=f"{self.host}.sim:7070",
+                envelope_from_peers=True,  # as the agent registers
             )
             try:
-                await self._timed(lambda s: s.Register, req, self.other_latency)
+                resp = await self._timed(lambda s: s.Register, req, self.other_latency)
                 self.fig.registers += 1
+                # no data plane here: a host named sources takes the envelope as fetched
+                # and verified (what the coordinator did not send is the figure)
+                self.fig.envelopes_shipped += bool(resp.manifest_envelope)
+                self.fig.envelope_bytes += len(resp.manifest_envelope)
+                self.manifest_digest = resp.manifest_digest
                 return
             except grpc.aio.AioRpcError:
                 await asyncio.sleep(self.rng.uniform(0.5, 1.5))
@@ -184,6 +193,7 @@ class SimHost:
             tx_bytes_per_s=10_000_000_000,
             stripe_rx_bytes_per_s=[1_250_000_000] * 8,  # the sweeper judges slowness on these
             data_address=f"{self.host}.sim:7070",
+            manifest_digest=self.manifest_digest,
         )
         if self.acked is None:
             req.have = have
@@ -330,6 +340,8 @@ async def main_async(spec: dict[str, Any]) -> dict[str, Any]:
         "staleDropped": sum(f.stale_dropped for f in figs),
         "staleApplied": sum(f.stale_applied for f in figs),
         "fullAsked": sum(f.full_asked for f in figs),
+        "envelopesShipped": sum(f.envelopes_shipped for f in figs),
+        "envelopeBytes": sum(f.envelope_bytes for f in figs),
         "fullAcceptedAt": sorted(t for f in figs for t in f.full_accepted_at),
         "finalVersions": {h.host: h.fig.final_version for h in hosts if not h.died},
         "_latency": np.array([x for h in hosts for x in h.latency], dtype=np.float64),

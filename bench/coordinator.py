@@ -54,6 +54,7 @@ from relgate_agent.manifest import (
 from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles, ensure_dev_pki
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import GRPC_CLIENT_OPTIONS
 from relgate_agent.storage import apply_delta, bitmap_from_bits, count_bits, pack_indexes
 
@@ -355,8 +356,18 @@ def _drive(
     t.cores_b = _cores(coords["b"].pid, t.end)
     # the topology as the agents stop (a death caught after the end bumps it once more,
     # and nobody is listening for that push any more)
-    t.final_version = client.get_job(job.job_id, timeout=60).topology_version
-    return t, client.get_job(job.job_id, timeout=60)
+    t.final_version = _job(client, job.job_id).topology_version
+    return t, _job(client, job.job_id)
+
+
+def _job(client: CoordinatorClient, job_id: str) -> pb.GetJobResponse:
+    """GetJob from a coordinator that may still be digesting the end of the run."""
+    return retry_call(
+        lambda: client.get_job(job_id, timeout=120),
+        retry_on=grpc.RpcError,
+        backoff=Backoff(2.0),
+        attempts=5,
+    )
 
 
 def _figures(
@@ -402,6 +413,9 @@ def _figures(
             "wholeBitmapsAfterKill": len(full_after),
         },
         "reports": sum(o["reports"] for o in outs),
+        # Register replies that carried the 2.5 MB manifest (the rest named sources)
+        "envelopesShipped": sum(o["envelopesShipped"] for o in outs),
+        "envelopeMiB": round(sum(o["envelopeBytes"] for o in outs) / 2**20, 1),
         "reportErrors": sum(o["reportErrors"] for o in outs),
         "watchOpens": sum(o["watchOpens"] for o in outs),
         "watchEvents": sum(o["watchEvents"] for o in outs),

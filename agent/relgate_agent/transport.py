@@ -64,11 +64,16 @@ REQ = struct.Struct("!4sBI")
 DEFAULT_CREDITS = 16
 MAX_JOB_ID_LEN = 128
 MAX_DIGEST_LEN = 128
+NOT_HELD = "not held"  # how a FETCH_MANIFEST refusal for a manifest not held ends
 HEARTBEAT_S = 1.0
 
 
 class TransportError(Exception):
     """Connection-level failure (reset, refused, protocol error, upstream error frame)."""
+
+
+class ManifestNotHeld(TransportError):
+    """The peer does not hold the manifest named (yet: it may be verifying it now)."""
 
 
 class RequestError(Exception):
@@ -492,7 +497,7 @@ class DataServer:
     def _fetch_manifest(self, conn: socket.socket, src: BlockSource, digest: str) -> None:
         held = src.envelope()
         if held is None or held[0] != digest:
-            raise RequestError(f"manifest {digest} not held", "not_held")
+            raise RequestError(f"manifest {digest} {NOT_HELD}", "not_held")
         envelope = held[1]
         if self.tx_limit is not None:
             self.tx_limit(len(envelope))
@@ -684,7 +689,14 @@ def fetch_manifest(
     """Client side of FetchManifest: the envelope bytes ``peer`` holds for ``digest``
     (unverified: the caller verifies them with its own trusted keys)."""
     header = {"job": job, "digest": digest, "topo": topo}
-    frames = _fetch(address, timeout, tls, peer, OP_FETCH_MANIFEST, header, "manifest", max_bytes)
+    try:
+        frames = _fetch(
+            address, timeout, tls, peer, OP_FETCH_MANIFEST, header, "manifest", max_bytes
+        )
+    except TransportError as exc:
+        if str(exc).endswith(NOT_HELD):  # not yet verified there: worth asking again
+            raise ManifestNotHeld(str(exc)) from exc
+        raise
     if len(frames) != 1:
         raise TransportError(f"{address} sent {len(frames)} frames for a manifest, not 1")
     return frames[0].data

@@ -31,13 +31,17 @@ from relgate_agent.fstree import UnsafePathError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retention import retire_versions
+from relgate_agent.retry import Backoff
 from relgate_agent.reverify import reverify_all
 from relgate_agent.storage import StagedMismatch, VersionStore, scrub_placed
-from relgate_agent.transport import TransportError, fetch_manifest
+from relgate_agent.transport import ManifestNotHeld, TransportError, fetch_manifest
 
 log = logging.getLogger(__name__)
 COORDINATOR = "coordinator"  # manifest_from: the envelope came with the Register reply
-MANIFEST_FETCH_TIMEOUT_S = 10.0  # one source: connect, authorize, read the envelope
+MANIFEST_FETCH_TIMEOUT_S = 10.0
+MANIFEST_ROUNDS = 6  # asks of a source that does not hold the manifest yet
+MANIFEST_RETRY = Backoff(0.25, max_s=2.0)
+NOT_YET = object()  # _envelope_from: the source does not hold it yet  # one source: connect, authorize, read the envelope
 
 
 class JobRunner:
@@ -205,10 +209,20 @@ class JobRunner:
         skipped and logged), else from the coordinator after all (a second Register)."""
         job = self.job
         if not reg.manifest_envelope:
-            for src in reg.manifest_sources:
-                got = self._envelope_from(src, reg)
-                if got is not None:
-                    return got
+            # a source that does not hold it yet (sent it a moment ago, verifying) is asked
+            # again after 0.25 s, 0.5 s, ... (about 7 s in all); any other failure drops it
+            pending = list(reg.manifest_sources)
+            for attempt in range(1, MANIFEST_ROUNDS + 1):
+                waiting = []
+                for src in pending:
+                    got = self._envelope_from(src, reg)
+                    if isinstance(got, tuple):
+                        return got
+                    if got is NOT_YET:
+                        waiting.append(src)
+                pending = waiting
+                if not pending or job.stop_event.wait(MANIFEST_RETRY.delay(attempt)):
+                    break
             again = self.control.register_until_ok(envelope_from_peers=False)
             if again is None:
                 return None
@@ -225,7 +239,9 @@ class JobRunner:
 
     def _envelope_from(
         self, src: pb.Peer, reg: pb.RegisterResponse
-    ) -> tuple[CheckpointManifest, bytes] | None:
+    ) -> tuple[CheckpointManifest, bytes] | object:
+        """The verified manifest and envelope from ``src``; NOT_YET when it does not hold
+        it yet; None when it failed (unreachable, refused, bytes that do not verify)."""
         job = self.job
         try:
             envelope = fetch_manifest(
@@ -239,6 +255,8 @@ class JobRunner:
                 max_bytes=MAX_ENVELOPE_BYTES,
             )
             verified = self._verified_manifest(envelope, reg.manifest_digest), envelope
+        except ManifestNotHeld:
+            return NOT_YET
         except (TransportError, ManifestError) as exc:
             job.error("MANIFEST_SOURCE", -1, src.host_id, str(exc)[:300])
             log.warning("job %s: manifest from %s refused: %s", job.job_id, src.host_id, exc)

@@ -173,8 +173,8 @@ class JobState:
     # (per-stripe, total) receive rates slowness is judged against, from the last round in
     # which at least half the targets were still receiving
     rate_reference: tuple[int, int] | None = None
-    # rack -> hosts that reported holding the verified manifest (Register's sources)
-    envelope_holders: dict[str, list[str]] = field(default_factory=dict)
+    # rack -> hosts sent the envelope or that reported holding it (Register's sources)
+    envelope_sources: dict[str, list[str]] = field(default_factory=dict)
     error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
 
     @property

@@ -224,8 +224,12 @@ class ProgressService(CoordinatorCore):
                     )
                     self.metrics.splices.labels(SPLICE_SERVING).inc()
             sources = self._envelope_sources(job, hp) if envelope_from_peers else ()
+            if not any(s.rack == hp.rack for s in sources):
+                # 2.5 MB for a 12,500-chunk manifest: sent once per rack, the rack's first
+                # registrant; the others fetch it from it (or any source named)
+                sources = ()
+                self._add_envelope_source(job, hp)
             return Registration(
-                # 2.5 MB for a 12,500-chunk manifest: sent only when no host can serve it
                 manifest_envelope=b"" if sources else job.envelope,
                 manifest_digest=job.manifest.digest,
                 origin_uri=job.spec.origin_uri,
@@ -235,19 +239,20 @@ class ProgressService(CoordinatorCore):
             )
 
     def _envelope_sources(self, job: JobState, hp: HostProgress) -> tuple[PeerRef, ...]:
-        """Up to ENVELOPE_SOURCES hosts that reported holding the job's verified manifest:
-        same rack first, then any rack, each drawn at random so a registration storm
-        spreads over every holder (a bounded sample: constant work per Register)."""
-        same = job.envelope_holders.get(hp.rack, [])
-        others = [h for r, hs in job.envelope_holders.items() if r != hp.rack for h in hs[:8]]
+        """Up to ENVELOPE_SOURCES hosts that hold the job's manifest or were sent it (they
+        hold it verified within moments; an agent retries one that does not yet): same
+        rack first, then any rack, reporters of it first, each tier drawn at random so a
+        registration storm spreads (a bounded sample: constant work per Register)."""
+        same = job.envelope_sources.get(hp.rack, [])
+        others = [h for r, hs in job.envelope_sources.items() if r != hp.rack for h in hs[:8]]
         picked: list[PeerRef] = []
         for pool in (same, others):
-            for h in random.sample(pool, min(len(pool), 4 * ENVELOPE_SOURCES)):
-                p = job.hosts.get(h)
+            drawn = random.sample(pool, min(len(pool), 4 * ENVELOPE_SOURCES))
+            drawn.sort(key=lambda h: not job.hosts[h].holds_envelope)  # stable: random within
+            for h in drawn:
+                p = job.hosts[h]
                 if (
-                    p is not None
-                    and h != hp.host_id
-                    and p.holds_envelope
+                    h != hp.host_id
                     and p.address
                     and p.state not in GONE_STATES
                     and all(q.host_id != h for q in picked)
@@ -256,6 +261,12 @@ class ProgressService(CoordinatorCore):
                 if len(picked) == ENVELOPE_SOURCES:
                     return tuple(picked)
         return tuple(picked)
+
+    @staticmethod
+    def _add_envelope_source(job: JobState, hp: HostProgress) -> None:
+        rack = job.envelope_sources.setdefault(hp.rack, [])
+        if hp.host_id not in rack:
+            rack.append(hp.host_id)
 
     # ------------------------------------------------------------------ assignment
     def _index(self, job: JobState) -> TopologyIndex:
@@ -341,7 +352,7 @@ class ProgressService(CoordinatorCore):
         hp.last_seen = self.clock()
         holds = report.manifest_digest == job.manifest.digest
         if holds and not hp.holds_envelope:
-            job.envelope_holders.setdefault(hp.rack, []).append(hp.host_id)
+            self._add_envelope_source(job, hp)
         hp.holds_envelope = holds
         whole = self._merge_have(job, hp, report)
         hp.rx, hp.tx, hp.origin = report.rx, report.tx, report.origin
