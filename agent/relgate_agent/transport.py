@@ -3,7 +3,9 @@
 Requests (downstream -> upstream), one per connection:
 
     b"RGD1" | u8 op | u32 len | JSON header
-      op 1 STREAM_STRIPE {"job", "stripe", "fromPos", "credits"}   blocks of one stripe, in order
+      op 1 STREAM_STRIPE {"job", "stripe", "fromPos", "credits"[, "toPos"]}
+                                                       blocks of one stripe, in order (from
+                                                       fromPos up to toPos, else the end)
       op 2 FETCH_CHUNK   {"job", "chunk"}                          all blocks of one verified chunk
 
 After STREAM_STRIPE the downstream sends credit grants (u32 count) as it consumes blocks;
@@ -421,11 +423,13 @@ class DataServer:
             if not blocks:
                 raise RequestError(f"stripe {stripe} out of range")
             pos = _int_field(req, "fromPos", 0, len(blocks))
+            # a downstream that holds the blocks past a gap (delta) asks for the gap only
+            end = _int_field(req, "toPos", pos, len(blocks), len(blocks))
             credits = _int_field(req, "credits", 1, lim.max_credits, DEFAULT_CREDITS)
             why = self.authorize(req["job"], peer, op, stripe, topo)
             if why is not None:
                 raise RequestError(why, "unauthorized")
-            self._stream(conn, src, blocks, pos, credits)
+            self._stream(conn, src, blocks[:end], pos, credits)
         else:
             chunk = _int_field(req, "chunk", 0, 1 << 40)
             why = self.authorize(req["job"], peer, op, -1, topo)
@@ -557,6 +561,7 @@ class StripeStream:
         tls: ssl.SSLContext,
         peer: str,
         topo: int = 0,
+        to_pos: int | None = None,
     ) -> None:
         self.address = address
         try:
@@ -564,18 +569,17 @@ class StripeStream:
         except (OSError, ValueError) as exc:
             raise TransportError(f"connection to {address} failed: {exc}") from exc
         self.sock.settimeout(stall_s)  # no frame (not even a heartbeat) for stall_s -> stalled
+        header: dict[str, object] = {
+            "job": job,
+            "stripe": stripe,
+            "fromPos": from_pos,
+            "credits": credits,
+            "topo": topo,
+        }
+        if to_pos is not None:
+            header["toPos"] = to_pos
         try:
-            _request(
-                self.sock,
-                OP_STREAM_STRIPE,
-                {
-                    "job": job,
-                    "stripe": stripe,
-                    "fromPos": from_pos,
-                    "credits": credits,
-                    "topo": topo,
-                },
-            )
+            _request(self.sock, OP_STREAM_STRIPE, header)
         except OSError as exc:
             self.close()
             raise TransportError(f"connection to {address} failed: {exc}") from exc

@@ -86,15 +86,7 @@ def test_fanout_all_hosts_byte_exact(cluster: Cluster, checkpoint, webhook) -> N
 
 
 def journal_chunks(cluster: Cluster, host: str, checkpoint: dict[str, Any]) -> int:
-    import base64
-
-    m = checkpoint["manifest"]
-    p = cluster.models_root(host) / ".staging" / m.model / m.version / "journal"
-    try:
-        doc = json.loads(p.read_bytes())
-    except (OSError, ValueError):
-        return 0
-    return sum(bin(b).count("1") for b in base64.b64decode(doc["verified"]))
+    return cluster.journaled(host, checkpoint["manifest"])
 
 
 def topology_for(hosts=HOSTS, stripes: int = 4):

@@ -17,6 +17,7 @@ import grpc
 from relgate_agent.agent.job import AgentConfig
 from relgate_agent.agent.runner import JobRunner
 from relgate_agent.authz import chunk_refusal, stripe_refusal
+from relgate_agent.contracts import priority_rank
 from relgate_agent.errors import AgentError
 from relgate_agent.origin import TokenBucket
 from relgate_agent.pki import (
@@ -102,6 +103,19 @@ class HostAgent:
                 if why is None or topo <= a.topology_version or remaining <= 0 or r.closed:
                     return why
                 a.cond.wait(remaining)
+
+    def outranked(self, job_id: str) -> bool:
+        """Another job of higher priority still transfers on this host: ``job_id`` waits
+        (its stripe workers pause; serving what it holds goes on)."""
+        with self.lock:
+            me = self.runners.get(job_id)
+            if me is None:
+                return False
+            return any(
+                r.job.rank > me.job.rank and r.transferring
+                for j, r in self.runners.items()
+                if j != job_id
+            )
 
     def health(self) -> str:
         return self.data.health()
@@ -210,7 +224,8 @@ class HostAgent:
             for job_id, ref in listed.items():
                 r = self.runners.get(job_id)
                 if r is None or r.closed:
-                    r = JobRunner(self, job_id, ref.model, ref.version)
+                    rank = priority_rank(ref.priority or "normal")
+                    r = JobRunner(self, job_id, ref.model, ref.version, rank)
                     self.runners[job_id] = r
                     r.start()
                     started.add(job_id)

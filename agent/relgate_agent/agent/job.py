@@ -83,6 +83,8 @@ class HostServices(Protocol):
 
     def data_refusals(self) -> int: ...
 
+    def outranked(self, job_id: str) -> bool: ...  # a higher-priority job still transfers here
+
 
 class ChunkTracker:
     """Which blocks are on disk (servable) and which chunks verified; wakes waiting servers."""
@@ -166,6 +168,11 @@ class JobCounters:
     staged_mismatches: int = 0
     swarm_chunks: int = 0  # chunks pulled peer-to-peer while a chain was broken
     placement_rounds: int = 0
+    # delta: chunks (and their bytes) copied from other local versions, not transferred;
+    # held copies refused because they no longer hash to the signed digest
+    local_chunks: int = 0
+    local_bytes: int = 0
+    local_rejected: int = 0
     stripe_rx: dict[int, int] = field(default_factory=dict)  # bytes received per stripe
 
 
@@ -189,6 +196,9 @@ class JobStats:
     placement_rounds: int
     failed: str
     scrubbed: str = ""  # quarantined: staging removed, each held version re-verified
+    local_chunks: int = 0  # delta: copied from another local version, not transferred
+    local_bytes: int = 0
+    local_rejected: int = 0  # held copies that no longer matched the signed digest
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -251,12 +261,15 @@ class Assignments:
 class JobState:
     """One job on this host: identity, stop event, files, assignment, errors, counters."""
 
-    def __init__(self, host: HostServices, job_id: str, model: str, version: str) -> None:
+    def __init__(
+        self, host: HostServices, job_id: str, model: str, version: str, rank: int = 1
+    ) -> None:
         self.host = host
         self.cfg = host.config
         self.job_id = job_id
         self.model = model
         self.version = version
+        self.rank = rank  # contracts.priority_rank of the job's priority
         self.stop_event = threading.Event()
         self.files: JobFiles | None = None
         self.assignments = Assignments()
@@ -355,6 +368,18 @@ class JobState:
                 return pos
         return len(blocks)
 
+    def gap_end(self, stripe: int, pos: int) -> int:
+        """End (exclusive) of the run of missing blocks of ``stripe`` starting at ``pos``: a
+        stream asks for this run only, never for blocks held already (delta, repairs)."""
+        files = self.files
+        if files is None:
+            return pos
+        blocks, avail = files.stripe_blocks[stripe], files.tracker.available
+        for p in range(pos, len(blocks)):
+            if avail[blocks[p]]:
+                return p
+        return len(blocks)
+
     def stats(self, pid: int) -> JobStats:
         with self.lock:
             c = self.counters
@@ -375,6 +400,9 @@ class JobState:
                 placement_rounds=c.placement_rounds,
                 failed=self.failed,
                 scrubbed=self.scrubbed,
+                local_chunks=c.local_chunks,
+                local_bytes=c.local_bytes,
+                local_rejected=c.local_rejected,
             )
 
 
