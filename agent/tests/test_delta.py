@@ -18,7 +18,18 @@ from typing import Any
 import pytest
 from agent_harness import Cluster, assert_placed, job_spec, write_checkpoint
 
-from relgate_agent.manifest import CheckpointManifest, build_manifest, sign_manifest, write_envelope
+from relgate_agent.agent.delta import copy_held_chunks
+from relgate_agent.manifest import (
+    CheckpointManifest,
+    TrustedKeys,
+    build_manifest,
+    envelope_bytes,
+    generate_private_key,
+    sign_manifest,
+    write_envelope,
+    write_keypair,
+)
+from relgate_agent.storage import JournalState, VersionStore
 
 KiB = 1024
 HOSTS = [(f"h{i:02d}", f"r{i % 2}") for i in range(4)]
@@ -167,3 +178,50 @@ def test_higher_priority_job_is_fetched_first(cluster: Cluster, tmp_path: Path, 
         assert t_high < t_low, f"{h}: the low-priority job was placed first"
         assert_placed(cluster, low, h)
         assert_placed(cluster, high, h)
+
+
+def test_staged_journal_chunks_are_reused_and_rot_refused(tmp_path: Path, keypair) -> None:
+    """A version still staging (interrupted, or another job) lends its journaled chunks;
+    chunks it never journaled are not trusted, and a journaled one that rotted is refused."""
+    key, _, trusted = keypair
+    v1_dir = write_checkpoint(tmp_path / "v1", SIZES, seed=11)
+    v2_dir = tmp_path / "v2"
+    shutil.copytree(v1_dir, v2_dir)
+    (v2_dir / CHANGED).write_bytes(random.Random(99).randbytes(SIZES[CHANGED]))
+    m1 = build_manifest(v1_dir, "claude-x", "v1", chunk_size=CHUNK, block_size=BLOCK)
+    m2 = build_manifest(v2_dir, "claude-x", "v2", chunk_size=CHUNK, block_size=BLOCK)
+    root = tmp_path / "models"
+    staged = VersionStore(root, m1)
+    staged.open()
+    whole = b"".join((v1_dir / f.path).read_bytes() for f in m1.files)
+    journaled = set(range(0, m1.num_chunks, 2))  # every other chunk verified and journaled
+    for c in range(m1.num_chunks):
+        e = m1.chunks[c]
+        staged.pwrite(e.offset, whole[e.offset : e.offset + e.size])
+    staged.fsync()
+    staged.journal.save(JournalState(m1.digest, journaled), m1.num_chunks)
+    staged.write_staged_envelope(envelope_bytes(sign_manifest(m1, key)))
+    rot = 4  # journaled, unchanged in v2: its staged bytes rot
+    staged.pwrite(m1.chunks[rot].offset + 5, b"\x00\x01\x02")
+    staged.close()
+
+    written: dict[int, bytes] = {}
+    got = copy_held_chunks(
+        root,
+        TrustedKeys.load([trusted]),
+        m2,
+        list(range(m2.num_chunks)),
+        written.__setitem__,
+    )
+    changed = _overlapping(m2, CHANGED)
+    assert set(got.copied) == journaled - changed - {rot}
+    assert got.rejected == [(rot, "claude-x/v1 (staged)")]
+    for c in got.copied:
+        e = m2.chunks[c]
+        assert written[c] == whole[e.offset : e.offset + e.size]
+    # an envelope signed by an unknown key: nothing of that staged version is used
+    other = tmp_path / "other-trusted"
+    other.mkdir()
+    write_keypair(generate_private_key(), tmp_path / "o.key", other / "o.pem")
+    none = copy_held_chunks(root, TrustedKeys.load([other]), m2, [0, 1], lambda c, d: None)
+    assert none.copied == [] and none.rejected == []
