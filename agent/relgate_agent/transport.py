@@ -603,25 +603,63 @@ class StripeStream:
             self.sock.close()
 
 
-def fetch_chunk(
-    address: str,
-    job: str,
-    chunk: int,
-    timeout: float = 30.0,
-    *,
-    tls: ssl.SSLContext,
-    peer: str,
-    topo: int = 0,
-) -> list[Block]:
-    """Client side of FetchChunk (repair path)."""
-    try:
-        sock = _connect(address, timeout, tls, peer)
-    except (OSError, ValueError) as exc:
-        raise TransportError(f"connection to {address} failed: {exc}") from exc
-    try:
-        _request(sock, OP_FETCH_CHUNK, {"job": job, "chunk": chunk, "topo": topo})
-        return [b for b in _read_frames(sock) if b is not None]
-    except OSError as exc:
-        raise TransportError(f"fetch of chunk {chunk} from {address} failed: {exc}") from exc
-    finally:
-        sock.close()
+class ChunkFetch:
+    """Client side of FetchChunk that another thread may cancel (an end-game duplicate whose
+    chunk verified from another peer first): ``cancel`` shuts the socket down under it."""
+
+    def __init__(
+        self,
+        address: str,
+        job: str,
+        chunk: int,
+        timeout: float = 30.0,
+        *,
+        tls: ssl.SSLContext,
+        peer: str,
+        topo: int = 0,
+    ) -> None:
+        self.address, self.job, self.chunk, self.timeout = address, job, chunk, timeout
+        self.tls, self.peer, self.topo = tls, peer, topo
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.cancelled = False
+
+    def run(self) -> list[Block]:
+        try:
+            sock = _connect(self.address, self.timeout, self.tls, self.peer)
+        except (OSError, ValueError) as exc:
+            raise TransportError(f"connection to {self.address} failed: {exc}") from exc
+        with self._lock:
+            self._sock = sock
+            cancelled = self.cancelled
+        try:
+            if cancelled:
+                raise TransportError(f"fetch of chunk {self.chunk} cancelled")
+            _request(
+                sock, OP_FETCH_CHUNK, {"job": self.job, "chunk": self.chunk, "topo": self.topo}
+            )
+            return [b for b in _read_frames(sock) if b is not None]
+        except (OSError, ValueError) as exc:
+            what = "cancelled" if self.cancelled else f"from {self.address} failed: {exc}"
+            raise TransportError(f"fetch of chunk {self.chunk} {what}") from exc
+        except TransportError:
+            if self.cancelled:
+                raise TransportError(f"fetch of chunk {self.chunk} cancelled") from None
+            raise
+        finally:
+            sock.close()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                # the kernel socket, not SSLSocket.shutdown (which tears the TLS object down
+                # under a reader in another thread): the reader sees EOF and returns
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def fetch_chunk(address: str, job: str, chunk: int, **kw: Any) -> list[Block]:
+    """Client side of FetchChunk (repair path): ``ChunkFetch(...).run()``."""
+    return ChunkFetch(address, job, chunk, **kw).run()

@@ -173,6 +173,11 @@ class JobCounters:
     local_chunks: int = 0
     local_bytes: int = 0
     local_rejected: int = 0
+    # end-game: chunks won from a race of holders, losing fetches cancelled, and bytes of
+    # losing copies that arrived whole before the cancel
+    endgame_chunks: int = 0
+    endgame_cancelled: int = 0
+    endgame_duplicate_bytes: int = 0
     stripe_rx: dict[int, int] = field(default_factory=dict)  # bytes received per stripe
 
 
@@ -199,6 +204,9 @@ class JobStats:
     local_chunks: int = 0  # delta: copied from another local version, not transferred
     local_bytes: int = 0
     local_rejected: int = 0  # held copies that no longer matched the signed digest
+    endgame_chunks: int = 0  # won by the end-game race of holders
+    endgame_cancelled: int = 0  # duplicate fetches cancelled once a copy verified
+    endgame_duplicate_bytes: int = 0
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -280,6 +288,7 @@ class JobState:
         self.lock = threading.Lock()  # counters, repairing, chunk_failures
         self.counters = JobCounters()
         self.repairing: set[int] = set()  # chunks being re-fetched by FetchChunk
+        self.stripe_seen: dict[int, float] = {}  # stripe -> monotonic time of its last block
         self.chunk_failures: dict[int, dict[str, int]] = {}
         self.ready = False
         self.cancelled = False
@@ -403,6 +412,9 @@ class JobState:
                 local_chunks=c.local_chunks,
                 local_bytes=c.local_bytes,
                 local_rejected=c.local_rejected,
+                endgame_chunks=c.endgame_chunks,
+                endgame_cancelled=c.endgame_cancelled,
+                endgame_duplicate_bytes=c.endgame_duplicate_bytes,
             )
 
 

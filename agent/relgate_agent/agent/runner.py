@@ -19,6 +19,7 @@ import grpc
 
 from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.delta import copy_held_chunks
+from relgate_agent.agent.endgame import EndGame
 from relgate_agent.agent.job import ChunkTracker, HostServices, JobFiles, JobState, JobStats
 from relgate_agent.agent.repair import ChunkRepair
 from relgate_agent.agent.stripes import StripeWorkers
@@ -129,6 +130,7 @@ class JobRunner:
             if not job.ready:
                 job.spawn(self.control.journal_loop, "journal")
                 StripeWorkers(job, files, self.control, repair).start()
+                job.spawn(EndGame(job, files, repair).loop, "endgame")
                 self._until_placed(files, repair)
                 if not job.ready:
                     self.control.flush_journal()

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import logging
 import threading
+import time
 
 from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.job import ORIGIN, JobFiles, JobState
@@ -243,6 +244,7 @@ class StripeWorkers:
         s = self.files.manifest.block_chunk(block) % self.files.stripes
         rx = self.job.counters.stripe_rx
         rx[s] = rx.get(s, 0) + n
+        self.job.stripe_seen[s] = time.monotonic()
 
     # ------------------------------------------------------------------ verification
     def accept(self, block: int, data: bytes, source: str) -> None:
