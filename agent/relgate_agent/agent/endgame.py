@@ -34,6 +34,7 @@ ENDGAME_PEERS = 3  # holders asked for (and pulled from at once) per chunk
 ENDGAME_PARALLEL = 4  # chunks pulled at once
 ENDGAME_QUERY = 16  # chunks looked up per round
 ENDGAME_ROUND_S = 0.5
+ENDGAME_FETCH_S = 10.0  # a holder silent this long loses its place in the race
 
 
 def rarest_first(holders: Mapping[int, Sequence[object]]) -> list[int]:
@@ -103,7 +104,7 @@ class EndGame:
         """Fetch ``chunk`` from every peer at once; the first verified copy wins, the other
         fetches are cancelled."""
         job = self.job
-        fetches = [(p.host_id, self.repair.fetch(p, chunk)) for p in peers]
+        fetches = [(p.host_id, self.repair.fetch(p, chunk, ENDGAME_FETCH_S)) for p in peers]
         won = threading.Lock()
         winner: list[str] = []
 
@@ -143,7 +144,7 @@ class EndGame:
         for t in threads:
             t.start()
         for t in threads:
-            t.join(60)
+            t.join(2 * ENDGAME_FETCH_S)
         if winner:
             with job.lock:
                 job.counters.endgame_chunks += 1

@@ -102,13 +102,14 @@ class ChunkRepair:
         except grpc.RpcError:
             return []
 
-    def fetch(self, peer: pb.Peer, chunk: int) -> ChunkFetch:
+    def fetch(self, peer: pb.Peer, chunk: int, timeout: float = 30.0) -> ChunkFetch:
         """A FetchChunk of ``chunk`` from ``peer`` for this job (run it; cancellable)."""
         job = self.job
         return ChunkFetch(
             peer.address,
             job.job_id,
             chunk,
+            timeout,
             tls=job.host.data_client,
             peer=peer.host_id,
             topo=job.assignments.topology_version,
