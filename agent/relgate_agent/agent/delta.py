@@ -161,6 +161,7 @@ def copy_held_chunks(
     manifest: CheckpointManifest,
     missing: list[int],
     write: Callable[[int, bytes], None],
+    stopped: Callable[[], bool] = lambda: False,
 ) -> DeltaResult:
     """Copy every chunk in ``missing`` that a local version holds with the same signed
     digest, each re-verified against ``manifest`` before ``write`` is called."""
@@ -172,6 +173,8 @@ def copy_held_chunks(
     fds: dict[tuple[str, str], int] = {}
     try:
         for c in missing:
+            if stopped():  # cancelled or stopping: what is copied so far stays
+                break
             e = manifest.chunks[c]
             for cand in index.get((e.digest, e.size), []):
                 try:

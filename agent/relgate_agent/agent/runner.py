@@ -123,12 +123,12 @@ class JobRunner:
                 self.control.report_once()
                 return
             job.files = files
-            if not job.ready:
-                self._copy_held(files)
             repair = ChunkRepair(job, files)
+            # reports and the journal first: a long local copy must not look like a dead host
             job.spawn(self.control.report_loop, "report")
             if not job.ready:
                 job.spawn(self.control.journal_loop, "journal")
+                self._copy_held(files)
                 StripeWorkers(job, files, self.control, repair).start()
                 job.spawn(EndGame(job, files, repair).loop, "endgame")
                 self._until_placed(files, repair)
@@ -167,7 +167,12 @@ class JobRunner:
 
         try:
             got = copy_held_chunks(
-                self.cfg.models_root, self.cfg.trusted_keys, files.manifest, missing, write
+                self.cfg.models_root,
+                self.cfg.trusted_keys,
+                files.manifest,
+                missing,
+                write,
+                job.stop_event.is_set,
             )
         except (OSError, StorageError, ManifestError) as exc:
             log.warning(
