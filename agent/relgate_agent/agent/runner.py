@@ -368,7 +368,10 @@ class JobRunner:
             return False
         job.ready = True
         log.info("%s job %s: placed %s", self.cfg.host_id, job.job_id, final)
-        self.control.report_once()
+        with contextlib.suppress(grpc.RpcError):
+            # READY now if the coordinator is there; else the report loop delivers it (a
+            # coordinator away must not crash the runner past retention and stats)
+            self.control.report_once()
         try:
             # deployer-aware: nothing older than what serves goes until a newer one serves
             removed = retire_versions(
