@@ -10,6 +10,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets.table_metadata import typed_table
 from relgate.lifecycle.collector import parse_duration, plan_gc, sweep
 from resources.relgate import RelgateResource
 
@@ -36,8 +37,15 @@ def retention_plan(
             "requiredObjects": plan.required_objects,
             "candidates": plan.candidate_count,
             "candidateBytes": plan.candidate_bytes,
-            "excluded": dg.MetadataValue.json(plan.excluded),
-            "unknownOutcome": dg.MetadataValue.json(plan.unknown_outcome),
+            "excluded": typed_table(
+                [{"reason": k, "objects": v} for k, v in plan.excluded.items()],
+                [("reason", "string"), ("objects", "int")],
+            ),
+            "excludedObjects": sum(plan.excluded.values()),
+            "unknownOutcome": len(plan.unknown_outcome),
+            "unknownOutcomeKeys": typed_table(
+                [{"key": k} for k in plan.unknown_outcome], [("key", "string")]
+            ),
         },
     )
 

@@ -1,14 +1,15 @@
 """Release assets: snapshot -> shard release -> verification report -> alias -> permit -> run."""
 
-import os
-import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
+from assets.table_metadata import ROW_COUNT, typed_table
 from relgate.release.admission import create_run
 from relgate.release.attest import verify_provenance
 from relgate.release.checks import ZERO_CHECKS, Check
@@ -83,6 +84,8 @@ def shard_release(
             "shards": root.totals.shards,
             "records": root.totals.records,
             "tokens": root.totals.tokens,
+            "bytes": root.totals.bytes,
+            ROW_COUNT: root.totals.records,
             "orderedMemberTupleRoot": root.ordered_member_tuple_root,
             "writer": dg.MetadataValue.json(root.writer.to_json()),
         },
@@ -98,6 +101,8 @@ def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Out
     report = verify_release(ws, shard_release, workers=2, actor=relgate.actor)
     body = report.to_json()
     counts = body.get("counts", {})
+    summary = report.summary()
+    shards, verified = int(str(summary["shards"])), int(str(summary["shardsVerified"]))
     provenance = verify_provenance(ws, shard_release) if report.provenance_digest else None
     return dg.Output(
         body,
@@ -105,6 +110,11 @@ def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Out
         metadata={
             "root": shard_release,
             "outcome": str(body.get("outcome")),
+            "shards": shards,
+            "shardsVerified": verified,
+            "verifiedRatio": dg.MetadataValue.float(verified / shards if shards else 0.0),
+            "bytes": int(str(summary["bytes"])),
+            ROW_COUNT: int(str(summary["records"])),
             **{f"count.{k}": int(v) for k, v in counts.items()},
             **_evolution_metadata(ws, shard_release),
             "provenanceDigest": provenance.statement_digest if provenance else "",
@@ -244,9 +254,47 @@ def gate_permit(
     )
 
 
+#: One rank as a Pipes child (``pipelines/rank_pipes.py``), run from the project directory
+#: (the code location's working directory) so ``pipelines`` imports as Dagster loads it.
+RANK_COMMAND = [sys.executable, "-m", "pipelines.rank_pipes"]
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def _rank_rows(invocations: dict[int, dg.PipesClientCompletedInvocation]) -> list[dict[str, Any]]:
+    """One row per rank from its ``RankResult`` custom message (rank, exit, shards, wait)."""
+    rows = []
+    for rank, invocation in sorted(invocations.items()):
+        for message in invocation.get_custom_messages():
+            if not isinstance(message, dict):
+                continue
+            reported = message.get("result")
+            result: dict[str, Any] = reported if isinstance(reported, dict) else {}
+            shards = result.get("shardDigests")
+            rows.append(
+                {
+                    "rank": rank,
+                    "exitCode": int(message.get("exitCode", -1)),
+                    "shards": len(shards) if isinstance(shards, list) else 0,
+                    "barrierWaitSeconds": float(result.get("barrierWaitSeconds", 0.0)),
+                    "state": str(result.get("state", "")),
+                }
+            )
+    return rows
+
+
+RANK_COLUMNS = [
+    ("rank", "int"),
+    ("exitCode", "int"),
+    ("shards", "int"),
+    ("barrierWaitSeconds", "float"),
+    ("state", "string"),
+]
+
+
 @dg.asset(
     group_name=GROUP,
-    description="One worker process per rank verifies its shards; step 0 only when every rank agrees on the root.",
+    description="One worker process per rank (Dagster Pipes) verifies its shards; step 0 only"
+    " when every rank agrees on the root.",
 )
 def pinned_run(
     context: dg.AssetExecutionContext,
@@ -256,48 +304,40 @@ def pinned_run(
 ) -> dg.Output[dict[str, Any]]:
     ws = relgate.workspace()
     run_id = gate_permit["runId"]
-    env = {**os.environ, "RELGATE_HOME": str(ws.home)}
-    procs = [
-        subprocess.Popen(  # noqa: S603 - an argv list we built: this interpreter, our CLI
-            [
-                sys.executable,
-                "-m",
-                "relgate.cli.main",
-                "run",
-                "worker",
-                "--run",
-                run_id,
-                "--rank",
-                str(rank),
-                "--barrier-timeout",
-                str(config.barrier_timeout),
-                "--json",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for rank in range(gate_permit["worldSize"])
-    ]
-    outputs = []
-    for rank, proc in enumerate(procs):
-        out, err = proc.communicate(timeout=config.barrier_timeout + 120)
-        context.log.info(f"rank {rank} exit {proc.returncode}: {out.strip()}")
-        if proc.returncode != 0:
-            raise dg.Failure(f"rank {rank} failed before step 0: {err.strip()[-500:]}")
-        outputs.append(out)
+    world = int(gate_permit["worldSize"])
+    client = dg.PipesSubprocessClient(cwd=str(PROJECT_DIR), env={"RELGATE_HOME": str(ws.home)})
+    # Every rank waits at the barrier for the others: they run at once, one Pipes session each.
+    with ThreadPoolExecutor(max_workers=world, thread_name_prefix="rank") as pool:
+        futures = {
+            rank: pool.submit(
+                client.run,
+                context=context,
+                command=RANK_COMMAND,
+                extras={"run": run_id, "rank": rank, "barrier_timeout": config.barrier_timeout},
+            )
+            for rank in range(world)
+        }
+        invocations, failed = {}, []
+        for rank, future in futures.items():
+            try:
+                invocations[rank] = future.result(timeout=config.barrier_timeout + 120)
+            # Pipes raises a bare Exception subclass (DagsterPipesExecutionError) on a non-zero exit.
+            except Exception as exc:
+                failed.append(f"rank {rank}: {type(exc).__name__}: {exc}")
+    if failed:
+        raise dg.Failure(f"ranks failed before step 0: {'; '.join(failed)}")
     status = run_status(ws.db, run_id)
+    reports = [{k: str(v) for k, v in r.items()} for r in status["reports"]]
     return dg.Output(
         {"runId": run_id, "state": status["state"], "root": status["root_digest"]},
         metadata={
             "runId": run_id,
             "state": status["state"],
             "root": status["root_digest"],
-            "ranks": len(procs),
-            "reports": dg.MetadataValue.json(
-                [{k: str(v) for k, v in r.items()} for r in status["reports"]]
-            ),
+            "ranks": len(invocations),
+            "ranksReported": len(reports),
+            "rankResults": typed_table(_rank_rows(invocations), RANK_COLUMNS),
+            "reports": typed_table(reports),
         },
     )
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import dagster as dg
 
+from assets.source_specs import source_assets, source_key
+from assets.table_metadata import ROW_COUNT, typed_table
 from relgate.records.record_schema import ID_COLUMN, RecordSchema
 from relgate.snapshot import activation
 from relgate.snapshot.build import BuildSpec, Frozen, build_for_alias, freeze
@@ -43,34 +45,20 @@ class AliasConfig(dg.Config):
     expect_generation: int = -1  # -1: over the current generation; N: only from N
 
 
-def _rows_table(rows: Sequence[Mapping[str, object]]) -> dg.MetadataValue:
-    """``MetadataValue.table`` over JSON rows (every row gets every column; an absent
-    value is the empty string)."""
-    if not rows:
-        return dg.MetadataValue.md("_none_")
-    columns = list(dict.fromkeys(k for r in rows for k in r))
-
-    def cell(value: object) -> bool | int | float | str:
-        return value if isinstance(value, bool | int | float | str) else str(value)
-
-    records = [dg.TableRecord({c: cell(r.get(c, "")) for c in columns}) for r in rows]
-    return dg.MetadataValue.table(records)
-
-
 def validation_metadata(report: ValidationReport) -> dict[str, Any]:
     """The validation report as Dagster metadata: numbers that plot, tables where tabular."""
     meta: dict[str, Any] = {
         "outcome": report.outcome,
         "report": report.report_digest or "",
-        "checks": _table([{"check": k, "count": v} for k, v in report.checks.items()]),
+        "checks": typed_table([{"check": k, "count": v} for k, v in report.checks.items()]),
         "problems": dg.MetadataValue.json(list(report.problems)),
         "orphanIds": report.checks.get("orphanIds", 0),
         "unexplainedRows": report.checks.get("unexplainedRows", 0),
-        "coverage": _rows_table([c.to_json() for c in report.coverage]),
+        "coverage": typed_table([c.to_json() for c in report.coverage]),
         "uncoveredSources": sum(1 for c in report.coverage if not c.covered),
         "unversionedObjects": sum(c.unversioned_objects or 0 for c in report.coverage),
         "eventsAfterPin": sum(c.events_after_pin or 0 for c in report.coverage),
-        "rowAccounting": _rows_table([r.to_json() for r in report.row_accounting]),
+        "rowAccounting": typed_table([r.to_json() for r in report.row_accounting]),
     }
     if report.lineage is not None:
         meta["lineageCompleteness"] = dg.MetadataValue.float(report.lineage.completeness_ppm / PPM)
@@ -93,15 +81,6 @@ def validation_metadata(report: ValidationReport) -> dict[str, Any]:
         meta["tombstoneMatches"] = report.tombstones.matches_in_members
         meta["tombstonesExcluded"] = report.tombstones.excluded_at_selection
     return meta
-
-
-def _table(rows: Sequence[Mapping[str, object]]) -> dg.MetadataValue:
-    if not rows:
-        return dg.MetadataValue.md("_none_")
-    columns = list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
-    return dg.MetadataValue.md("\n".join(lines))
 
 
 class PipesTransformRunner:
@@ -128,12 +107,22 @@ class PipesTransformRunner:
 @dg.asset(
     group_name=GROUP,
     kinds={"iceberg", "s3"},
+    deps=[spec.key for spec in source_assets],
     description="Fence watermarks, then every source pinned to an exact version.",
 )
-def frozen_sources(relgate: RelgateResource) -> dg.Output[Json]:
+def frozen_sources(context: dg.AssetExecutionContext, relgate: RelgateResource) -> dg.Output[Json]:
     ws = relgate.workspace()
     frozen = freeze(ws, BuildSpec.from_config(ws.config))
     pins = [{"id": e.id, "kind": e.kind, "pin": e.label} for e in frozen.sources]
+    for entry in frozen.sources:
+        # The pin as the external source's observed version (its own history in the UI).
+        context.log_event(
+            dg.AssetObservation(
+                asset_key=source_key(entry.id),
+                metadata={"pin": entry.label, "kind": entry.kind},
+                tags={"dagster/data_version": entry.label},
+            )
+        )
     return dg.Output(
         frozen.to_json(),
         metadata={
@@ -143,7 +132,8 @@ def frozen_sources(relgate: RelgateResource) -> dg.Output[Json]:
             "transform": dg.MetadataValue.json(
                 frozen.transform_pin.to_json() if frozen.transform_pin else {}
             ),
-            "pins": _table(pins),
+            "pins": typed_table(pins),
+            "sources": len(pins),
         },
     )
 
@@ -189,13 +179,17 @@ def dataset_snapshot(
             "digest": result.digest,
             "existing": result.existing,
             "members": manifest.member_count,
+            ROW_COUNT: manifest.member_count,
             "tupleRoot": manifest.tuple_root,
             "membersUri": manifest.members.uri,
-            "splits": _table(
+            "splits": typed_table(
                 [{"split": k, "members": v} for k, v in sorted(manifest.splits.items())]
             ),
-            "bySource": _table([{"source": k, "members": v} for k, v in sorted(by_source.items())]),
-            "selection": _table([{"stage": k, "rows": v} for k, v in result.counts.items()]),
+            "bySource": typed_table(
+                [{"source": k, "members": v} for k, v in sorted(by_source.items())],
+                [("source", "string"), ("members", "int")],
+            ),
+            "selection": typed_table([{"stage": k, "rows": v} for k, v in result.counts.items()]),
             "parents": dg.MetadataValue.json(list(manifest.parents)),
             "recordSchema": manifest.record_schema,
             "recordColumns": _record_columns(manifest.record_schema_document),
@@ -205,7 +199,8 @@ def dataset_snapshot(
                 manifest.transform.to_json() if manifest.transform else {}
             ),
             "transformLaunches": runner.launches,
-            "transformRows": dg.MetadataValue.json(rows),
+            "transformRowsIn": rows["rowsIn"],
+            "transformRowsOut": rows["rowsOut"],
             "provenanceDigest": provenance.statement_digest,
             "provenanceMaterials": provenance.materials,
         },
@@ -272,9 +267,16 @@ def snapshot_diff(
             "additions": result.additions,
             "deletions": result.deletions,
             "contentChanges": result.content_changes,
-            "splitMigrations": dg.MetadataValue.json(result.split_migrations),
-            "bySource": _table([{"source": k, **v.to_json()} for k, v in result.by_source.items()]),
-            "bySplit": _table([{"split": k, **v.to_json()} for k, v in result.by_split.items()]),
+            "splitMigrations": typed_table(
+                [{"migration": k, "members": v} for k, v in result.split_migrations.items()],
+                [("migration", "string"), ("members", "int")],
+            ),
+            "bySource": typed_table(
+                [{"source": k, **v.to_json()} for k, v in result.by_source.items()]
+            ),
+            "bySplit": typed_table(
+                [{"split": k, **v.to_json()} for k, v in result.by_split.items()]
+            ),
             **_distribution_metadata(result.distributions),
         },
     )

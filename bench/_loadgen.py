@@ -29,6 +29,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from relgate_agent.agent.control import REPORT_RETRY
 from relgate_agent.agent.job import Assignments
 from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
@@ -37,6 +38,14 @@ from relgate_agent.rpc import GRPC_CLIENT_OPTIONS
 from relgate_agent.storage import bitmap_from_bits, delta_indexes
 
 RPC_TIMEOUT_S = 10.0
+
+
+class ReportFailed(Exception):
+    """A report got no reply (stream error, timeout or end); the host resends it whole."""
+
+    def __init__(self, code: grpc.StatusCode | None) -> None:
+        super().__init__(f"report failed: {code}")
+        self.code = code
 
 
 @dataclass
@@ -82,6 +91,7 @@ class SimHost:
             for a in spec["addresses"]
         ]
         self.stubs = [pbg.AgentServiceStub(c) for c in self.channels]  # type: ignore[no-untyped-call]
+        self.report_call: Any = None  # the open ReportStream, if any
 
     def _next_replica(self, i: int) -> None:
         if self.current == i:
@@ -182,20 +192,64 @@ class SimHost:
             req.verified_count = self.count
         return req, have
 
+    async def _report(self, req: pb.ReportProgressRequest) -> pb.ReportProgressResponse:
+        """One report: on the host's report stream (as the agent sends them: rpc.Duplex,
+        the same request to the next replica at once on UNAVAILABLE, each replica once), or
+        as a call of its own when the spec says ``report_stream: false`` (the baseline)."""
+        if not self.spec.get("report_stream", True):
+            return await self._timed(lambda s: s.ReportProgress, req, self.latency)
+        sent, t0 = time.time(), time.monotonic()
+        for _ in self.stubs:
+            i = self.current
+            try:
+                resp = await self._exchange(i, req)
+            except ReportFailed as exc:
+                if exc.code != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                self._next_replica(i)
+                continue
+            self.latency.append((sent, time.monotonic() - t0))
+            return resp
+        raise ReportFailed(grpc.StatusCode.UNAVAILABLE)
+
+    async def _exchange(self, i: int, req: pb.ReportProgressRequest) -> pb.ReportProgressResponse:
+        call = self.report_call
+        if call is not None and call.done():  # ended between reports (a dead leader, say)
+            self.report_call = call = None
+        try:
+            if call is None:
+                call = self.report_call = self.stubs[i].ReportStream()
+            await call.write(req)
+            resp = await asyncio.wait_for(call.read(), RPC_TIMEOUT_S)
+            if resp is grpc.aio.EOF:
+                raise EOFError("report stream ended")
+            return resp
+        except (TimeoutError, grpc.aio.AioRpcError, EOFError, asyncio.InvalidStateError) as exc:
+            code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
+            if call is not None:
+                if code is None and call.done():
+                    code = await call.code()
+                call.cancel()
+            self.report_call = None
+            raise ReportFailed(code) from exc
+
     async def report_loop(self, plan: Plan) -> None:
         interval = float(self.spec["interval_s"])
         await asyncio.sleep(self.rng.uniform(0, interval))  # agents are not in step
-        asked = False
+        asked, failures = False, 0
         while time.time() < min(plan.end, plan.death(self.host)):
             req, have = self._progress()
             try:
-                resp = await self._timed(lambda s: s.ReportProgress, req, self.latency)
-            except grpc.aio.AioRpcError:
+                resp = await self._report(req)
+            except (grpc.aio.AioRpcError, ReportFailed):
                 self.fig.report_errors += 1
                 self.acked = None  # as the agent does: the whole bitmap to a new leader
                 asked = True
-                await asyncio.sleep(interval)
+                failures += 1  # and again soon, as the agent does (ControlPlane.report_loop)
+                delay = min(interval, REPORT_RETRY.delay(failures))
+                await asyncio.sleep(delay * self.rng.uniform(0.5, 1.0))
                 continue
+            failures = 0
             self.fig.reports += 1
             if "FULL_PROGRESS" in resp.actions:
                 self.fig.full_asked += 1
@@ -223,6 +277,8 @@ class SimHost:
             self.died = time.time() < plan.end
             self.fig.final_version = self.assignments.topology_version
             watch.cancel()
+            if self.report_call is not None:
+                self.report_call.cancel()
             for c in self.channels:
                 await c.close(grace=None)
 

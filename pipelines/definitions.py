@@ -6,11 +6,16 @@ import dagster as dg
 
 from assets.checkpoints import checkpoint_assets
 from assets.lifecycle import gc_job, gc_schedule, lifecycle_assets
+from assets.nightly import (
+    nightly_assets,
+    nightly_snapshot_job,
+    nightly_snapshot_schedule,
+)
 from assets.releases import release_assets, release_checks
 from assets.snapshots import replay_checks, snapshot_assets, snapshot_checks
+from assets.source_specs import source_assets
 from pipelines.jobs import (
     distribution_job,
-    nightly_snapshot_schedule,
     recheck_job,
     release_job,
     retention_plan_job,
@@ -22,10 +27,18 @@ from resources.relgate import RelgateResource
 from sensors.fence_sensors import benchmark_fence_sensor, tombstone_fence_sensor
 
 defs = dg.Definitions(
-    assets=[*snapshot_assets, *release_assets, *checkpoint_assets, *lifecycle_assets],
+    assets=[
+        *source_assets,
+        *snapshot_assets,
+        *nightly_assets,
+        *release_assets,
+        *checkpoint_assets,
+        *lifecycle_assets,
+    ],
     asset_checks=[*snapshot_checks, *replay_checks, *release_checks],
     jobs=[
         snapshot_build_job,
+        nightly_snapshot_job,
         snapshot_release_job,
         release_job,
         distribution_job,

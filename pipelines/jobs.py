@@ -37,15 +37,6 @@ snapshot_release_job = dg.define_asset_job(
     description="Build, validate, diff, approve and activate a snapshot.",
 )
 
-nightly_snapshot_schedule = dg.ScheduleDefinition(
-    name="nightly_snapshot",
-    job=snapshot_build_job,
-    cron_schedule="0 2 * * *",
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.STOPPED,
-    description="Builds and validates a snapshot every night at 02:00 UTC.",
-)
-
 
 class RecheckConfig(dg.Config):
     subjects: list[str]  # kind:digest

@@ -13,7 +13,9 @@ from relgate_agent.pki import ROLE_HOST, ROLE_OPERATOR, Identity
 
 # control plane: which role may call what
 OPERATOR_METHODS = frozenset({"CreateJob", "GetJob", "CancelJob", "EnrollHost", "ListHosts"})
-AGENT_METHODS = frozenset({"Watch", "Register", "ReportProgress", "ReportSuspect", "FindPeers"})
+AGENT_METHODS = frozenset(
+    {"Watch", "Register", "ReportProgress", "ReportStream", "ReportSuspect", "FindPeers"}
+)
 
 
 def rpc_refusal(  # noqa: PLR0911 - one return per refusal rule, in order

@@ -127,6 +127,8 @@ class ProgressReport:
 #: ReportProgress action: this host is quarantined in the job (two downstreams received bad
 #: data from it); it stops, scrubs its staging and re-verifies every version it holds.
 ACTION_QUARANTINE = "QUARANTINE"
+#: ReportSuspect reasons an agent sends (a label of the coordinator's suspect count)
+SUSPECT_REASONS = frozenset({"BAD_DATA", "STALLED", "CONN_RESET"})
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
 from relgate_lab import lab_env
 from relgate_lab.faults import FAULT_ENV
 
@@ -197,6 +199,7 @@ class Cluster:
         )
         self.procs[name] = proc
         self.coordinator = info["listening"]
+        self.coordinator_info = info  # what serve printed: addresses, metrics, pid
         if self.enroll and "--ha" not in (extra or []):
             for h, (r, labels) in self.enrolled.items():
                 self.enroll_host(h, r, labels)
@@ -329,3 +332,14 @@ class Cluster:
                 con.close()
 
         self.wait_for(count, timeout, f"{n} agents to register")
+
+
+def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``/metrics`` parsed: (sample name, sorted labels) -> value."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }

@@ -38,6 +38,7 @@ def test_method_tables() -> None:
         "Watch",
         "Register",
         "ReportProgress",
+        "ReportStream",
         "ReportSuspect",
         "FindPeers",
     } == AGENT_METHODS

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import HOSTS, Cluster, Webhook, assert_placed, job_spec
+from agent_harness import HOSTS, Cluster, Webhook, assert_placed, job_spec, scrape
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -37,10 +37,13 @@ def webhook():
 
 
 def start_hosts(
-    cluster: Cluster, hosts=HOSTS, env_for: dict[str, dict[str, str]] | None = None
+    cluster: Cluster,
+    hosts=HOSTS,
+    env_for: dict[str, dict[str, str]] | None = None,
+    args_for: dict[str, list[str]] | None = None,
 ) -> None:
     for h, r in hosts:
-        cluster.start_agent(h, r, env=(env_for or {}).get(h))
+        cluster.start_agent(h, r, env=(env_for or {}).get(h), extra_args=(args_for or {}).get(h))
     cluster.wait_started()
     cluster.wait_registered(len(hosts))
 
@@ -145,6 +148,7 @@ def test_corruption_caught_by_crc_in_flight_and_sha_on_disk(cluster: Cluster, ch
             x: {"RELGATE_AGENT_FAULT": f"corrupt_send={block}:1"},
             disk_victim: {"RELGATE_AGENT_FAULT": f"corrupt_disk_chunk={disk_chunk}"},
         },
+        args_for={h: ["--metrics-listen", "127.0.0.1:0"] for h in (y, z, disk_victim)},
     )
     job = create_job(cluster, checkpoint)
     st = cluster.wait_for(
@@ -162,6 +166,22 @@ def test_corruption_caught_by_crc_in_flight_and_sha_on_disk(cluster: Cluster, ch
     assert ds["hash_mismatches"] >= 1 and ds["refetched_chunks"] >= 1
     assert any(e.startswith(f"HASH_MISMATCH chunk={disk_chunk}") for e in host_errors[disk_victim])
 
+    # each agent's Prometheus figures say what its stats file says
+    def figure(host: str, name: str, **labels: str) -> float:
+        key = (name, tuple(sorted({"job": job, **labels}.items())))
+        return scrape(cluster.agents[host]["metrics"])[key]
+
+    assert figure(y, "relgate_agent_crc_errors_total") == ys["crc_errors"] >= 1
+    assert figure(z, "relgate_agent_crc_errors_total") == 0
+    assert figure(disk_victim, "relgate_agent_hash_mismatches_total") == ds["hash_mismatches"]
+    for h, st_ in ((y, ys), (z, zs)):
+        assert figure(h, "relgate_agent_job_ready") == 1
+        assert figure(h, "relgate_agent_chunks_verified") == m.num_chunks
+        assert figure(h, "relgate_agent_received_bytes_total", source="peer") == st_["rx_bytes"]
+        assert (
+            figure(h, "relgate_agent_received_bytes_total", source="origin") == st_["origin_bytes"]
+        )
+
 
 def test_dead_host_spliced_out_and_others_finish(cluster: Cluster, checkpoint) -> None:
     m = checkpoint["manifest"]
@@ -171,7 +191,7 @@ def test_dead_host_spliced_out_and_others_finish(cluster: Cluster, checkpoint) -
         (h for h, _ in HOSTS), key=lambda h: (sum(len(c.children(h)) for c in topo.stripes), h)
     )
     assert any(c.children(dead) and c.parent[dead] is not None for c in topo.stripes)
-    cluster.start_coordinator()
+    cluster.start_coordinator(extra=["--metrics-listen", "127.0.0.1:0"])
     start_hosts(cluster)
     job = create_job(
         cluster, checkpoint, origin_cap_bytes_per_s=4 * MiB, ready_threshold_ppm=875_000
@@ -192,6 +212,26 @@ def test_dead_host_spliced_out_and_others_finish(cluster: Cluster, checkpoint) -
     assert st["topology_version"] > 1
     assert dead in st["stragglers"]
     cluster.wait_for(lambda: cluster.status(job)["completion_emitted"], 30, "handoff at 7/8 ready")
+    # the coordinator's Prometheus figures say the same as GetJob
+    scraped = scrape(cluster.coordinator_info["metrics"])
+    st = cluster.status(job)
+    assert scraped[("relgate_coordinator_job_hosts_ready", (("job", job),))] == 7
+    assert scraped[("relgate_coordinator_job_hosts", (("job", job), ("state", "DEAD")))] == 1
+    assert scraped[("relgate_coordinator_splices_total", (("reason", "dead"),))] == 1
+    assert scraped[("relgate_coordinator_leader", ())] == 1
+    assert (
+        scraped[("relgate_coordinator_job_topology_version", (("job", job),))]
+        == (st["topology_version"])
+    )
+    origin = scraped[("relgate_coordinator_job_origin_bytes", (("job", job),))]
+    assert origin == sum(h["origin_bytes"] for h in st["hosts"]) > 0
+    received = scraped[("relgate_coordinator_job_received_bytes", (("job", job),))]
+    assert received == sum(h["rx_bytes"] for h in st["hosts"]) > 0
+    reports = scraped[
+        ("relgate_coordinator_rpc_duration_seconds_count", (("method", "ReportStream"),))
+    ]
+    assert reports >= 7  # every host reported on its stream, each report timed
+    assert scraped[("relgate_coordinator_rpc_duration_seconds_count", (("method", "Register"),))]
 
 
 def test_coordinator_stopped_mid_transfer_chains_finish(cluster: Cluster, checkpoint) -> None:

@@ -89,6 +89,17 @@ def watch(stub: pbg.AgentServiceStub, host: str, rack: str, **kw: Any) -> pb.Wat
     return first_event(stub, request)
 
 
+def first_reply(
+    stub: pbg.AgentServiceStub, requests: list[pb.ReportProgressRequest]
+) -> list[pb.ReportProgressResponse]:
+    """The replies to ``requests`` sent on one ReportStream (raises the stream's error)."""
+    call = stub.ReportStream(iter(requests), timeout=10)
+    try:
+        return list(call)
+    finally:
+        call.cancel()
+
+
 def agent_stub(cluster: Cluster, host: str) -> tuple[grpc.Channel, pbg.AgentServiceStub]:
     ch = channel(cluster, cluster.tls(host))
     return ch, pbg.AgentServiceStub(ch)
@@ -177,6 +188,9 @@ AGENT_CALLS = {
     "Register": lambda s, h: s.Register(pb.RegisterRequest(job_id="dj_x", host_id=h), timeout=10),
     "ReportProgress": lambda s, h: s.ReportProgress(
         pb.ReportProgressRequest(job_id="dj_x", host_id=h, ready=True), timeout=10
+    ),
+    "ReportStream": lambda s, h: first_reply(
+        s, [pb.ReportProgressRequest(job_id="dj_x", host_id=h, ready=True)]
     ),
     "ReportSuspect": lambda s, h: s.ReportSuspect(
         pb.ReportSuspectRequest(job_id="dj_x", reporter=h, suspect_host="h00", reason="BAD_DATA"),
@@ -422,6 +436,52 @@ def test_forged_ready_refused_and_never_done(control: Cluster, checkpoint: dict[
     ready(full, m.digest)
     st = control.status(job)
     assert st["hosts_ready"] == 1 and st["ready_hosts"] == ["h00"] and st["state"] == "DISTRIBUTING"
+    h0_ch.close()
+    h1_ch.close()
+
+
+def test_a_report_stream_cannot_switch_hosts_midway(
+    control: Cluster, checkpoint: dict[str, Any]
+) -> None:
+    """The certificate is read once per stream, and every message must still name its host:
+    h00's stream that sends one honest report and then READY for h01 is cut at the second,
+    and nothing of it reaches h01's record."""
+    m = checkpoint["manifest"]
+    h0_ch, h00 = agent_stub(control, "h00")
+    h1_ch, h01 = agent_stub(control, "h01")
+    watch(h00, "h00", "r0")
+    watch(h01, "h01", "r1")
+    job = create(control, checkpoint).job_id
+    for stub, host, rack in ((h00, "h00", "r0"), (h01, "h01", "r1")):
+        stub.Register(pb.RegisterRequest(job_id=job, host_id=host, rack=rack), timeout=10)
+    before = refusals(control)
+    full = bitmap_from_bits(bytearray([1]) * m.num_chunks)
+    call = h00.ReportStream(
+        iter(
+            [
+                pb.ReportProgressRequest(job_id=job, host_id="h00", rack="r0", have=full[:1]),
+                pb.ReportProgressRequest(
+                    job_id=job,
+                    host_id="h01",
+                    have=full,
+                    ready=True,
+                    placed_manifest_digest=m.digest,
+                ),
+            ]
+        ),
+        timeout=10,
+    )
+    first = next(call)
+    assert first.topology_version >= 1
+    assert code_and_details(lambda: next(call)) == (
+        grpc.StatusCode.PERMISSION_DENIED,
+        "ReportStream refused: certificate is for host h00, request names host 'h01'",
+    )
+    assert refusals(control) == before + 1
+    st = control.status(job)
+    hosts = {h["host_id"]: h for h in st["hosts"]}
+    assert st["hosts_ready"] == 0 and hosts["h01"]["chunks_verified"] == 0
+    assert hosts["h00"]["chunks_verified"] == min(8, m.num_chunks)  # the honest report landed
     h0_ch.close()
     h1_ch.close()
 

@@ -112,6 +112,14 @@ class Texts:
         return text
 
 
+#: The demo's three sources as its config declares them (``seed_corpus`` adds the Iceberg
+#: catalog's machine paths); the Dagster layer declares one external asset per entry.
+TICKETS_SOURCE: JsonObject = {"id": "tickets-eu", "kind": "iceberg", "table": "corpus.tickets"}
+FORUM_SOURCE: JsonObject = {"id": "forum", "kind": "object-prefix", "prefix": "raw/forum/"}
+CHAT_SOURCE: JsonObject = {"id": "chat-cdc", "kind": "cdc", "prefix": "cdc/chat/"}
+DEMO_SOURCES: tuple[JsonObject, ...] = (TICKETS_SOURCE, FORUM_SOURCE, CHAT_SOURCE)
+
+
 def _seed_tickets(home: Path, rng: random.Random, tickets: int, say: Texts) -> JsonObject:
     """The Iceberg table, appended in two commits; returns its source config."""
     catalog_uri = f"sqlite:///{home / 'iceberg' / 'catalog.db'}"
@@ -121,9 +129,10 @@ def _seed_tickets(home: Path, rng: random.Random, tickets: int, say: Texts) -> J
     if ("corpus",) not in catalog.list_namespaces():
         catalog.create_namespace("corpus")
     schema = pa.schema([("sample_id", pa.string()), ("lang", pa.string()), ("text", pa.string())])
-    if catalog.table_exists("corpus.tickets"):
-        catalog.drop_table("corpus.tickets")
-    table = catalog.create_table("corpus.tickets", schema=schema)
+    name = str(TICKETS_SOURCE["table"])
+    if catalog.table_exists(name):
+        catalog.drop_table(name)
+    table = catalog.create_table(name, schema=schema)
     half = tickets // 2
     for lo, hi in ((0, half), (half, tickets)):
         langs = [rng.choice(LANGS) for _ in range(lo, hi)]
@@ -137,13 +146,7 @@ def _seed_tickets(home: Path, rng: random.Random, tickets: int, say: Texts) -> J
                 schema=schema,
             )
         )
-    return {
-        "id": "tickets-eu",
-        "kind": "iceberg",
-        "catalogUri": catalog_uri,
-        "warehouse": warehouse,
-        "table": "corpus.tickets",
-    }
+    return {**TICKETS_SOURCE, "catalogUri": catalog_uri, "warehouse": warehouse}
 
 
 def _seed_forum(
@@ -157,10 +160,12 @@ def _seed_forum(
             lang = rng.choice(LANGS)
             lines.append(json.dumps({"id": f"forum/{n:07d}", "lang": lang, "text": say(lang)}))
             n += 1
-        store.put(f"raw/forum/thread-{obj:04d}.jsonl", ("\n".join(lines) + "\n").encode())
+        store.put(
+            f"{FORUM_SOURCE['prefix']}thread-{obj:04d}.jsonl", ("\n".join(lines) + "\n").encode()
+        )
     # An edit after upload: the same name now has a second version.
     edited = json.dumps({"id": f"forum/{n:07d}", "lang": "en", "text": say("en")})
-    first = "raw/forum/thread-0000.jsonl"
+    first = f"{FORUM_SOURCE['prefix']}thread-0000.jsonl"
     before = store.get(first, store.head(first).version_id).decode()
     store.put(first, (before + edited + "\n").encode())
     return n + 1
@@ -199,12 +204,8 @@ def seed_corpus(ws: Workspace, options: SeedOptions) -> SeededCorpus:
     forum_records = _seed_forum(ws.store, rng, options.forum_objects, options.per_object, say)
     events = _chat_events(rng, options.chat_events, say)
     for start in range(0, len(events), 100):
-        append_segment(ws.store, "cdc/chat/", events[start : start + 100])
-    sources: list[JsonValue] = [
-        tickets,
-        {"id": "forum", "kind": "object-prefix", "prefix": "raw/forum/"},
-        {"id": "chat-cdc", "kind": "cdc", "prefix": "cdc/chat/"},
-    ]
+        append_segment(ws.store, str(CHAT_SOURCE["prefix"]), events[start : start + 100])
+    sources: list[JsonValue] = [tickets, dict(FORUM_SOURCE), dict(CHAT_SOURCE)]
     ws.config["sources"] = sources
     records = text_records(ws, say.written)
     ws.config.setdefault("snapshot", {})["recordSchema"] = records.to_json()
@@ -213,7 +214,7 @@ def seed_corpus(ws: Workspace, options: SeedOptions) -> SeededCorpus:
         tickets=options.tickets,
         forum_records=forum_records,
         chat_events=options.chat_events,
-        sources=["tickets-eu", "forum", "chat-cdc"],
+        sources=[str(s["id"]) for s in DEMO_SOURCES],
     )
 
 

@@ -38,12 +38,10 @@ def test_snapshot_asset_launches_the_pinned_wheel_once_through_pipes(home):
         assert metadata["transformLaunches"].value == 1
         assert metadata["transformImage"].value == f"registry.local/normalize@{spec.pin}"
         assert metadata["transform"].data["kind"] == "python-wheel"
-        reported = metadata["transformRows"].data
-        selection = {
-            r.split("|")[1].strip(): r for r in metadata["selection"].value.splitlines()[2:]
-        }
-        assert reported["rowsIn"] > 0 and reported["rowsIn"] == reported["rowsOut"]
-        assert str(reported["rowsIn"]) in selection["sourceRows"]
+        rows_in, rows_out = (metadata[k].value for k in ("transformRowsIn", "transformRowsOut"))
+        selection = {r.data["stage"]: r.data["rows"] for r in metadata["selection"].records}
+        assert rows_in > 0 and rows_in == rows_out == selection["sourceRows"]
+        assert metadata["dagster/row_count"].value == metadata["members"].value > 0
         logs = [
             e.message
             for e in instance.all_logs(result.run_id)

@@ -28,6 +28,11 @@ def test_plan_asset_and_gc_job_dry_run_then_sweep(tmp_path):
         assert result.success
         plan = result.output_for_node("retention_plan")
         assert plan["candidateCount"] >= len(release.shards)
+        (mat,) = result.asset_materializations_for_node("retention_plan")
+        excluded = {r.data["reason"]: r.data["objects"] for r in mat.metadata["excluded"].records}
+        assert excluded == plan["excluded"]
+        assert mat.metadata["excludedObjects"].value == sum(plan["excluded"].values())
+        assert mat.metadata["unknownOutcome"].value == len(plan["unknownOutcome"])
         before = stored_set(ws)
         dry = gc_job.execute_in_process(
             instance=instance,

@@ -13,6 +13,7 @@ import base64
 import contextlib
 import json
 import logging
+import random
 import shutil
 import time
 
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 REGISTER_RETRY = Backoff(1.0, multiplier=1.0)  # until registered, or the job is not ours
 FINAL_REPORT_RETRY = Backoff(0.5, multiplier=1.0)
 FINAL_REPORT_ATTEMPTS = 20  # ~10 s of retries after giving up
+REPORT_RETRY = Backoff(0.25)  # a failed report: again after 0.25 s, 0.5 s, ... (<= interval)
 
 
 def _not_found(exc: BaseException) -> bool:
@@ -201,7 +203,7 @@ class ControlPlane:
         with job.lock:
             req = self._progress_request()
         try:
-            resp = job.host.stub.ReportProgress(req, timeout=10)
+            resp = job.host.reports.exchange(req, timeout=10)
         except grpc.RpcError:
             # the coordinator may be a new leader by the next report: send the whole bitmap,
             # so its cache is whole from that report on (no FULL_PROGRESS round trip)
@@ -220,14 +222,21 @@ class ControlPlane:
 
     def report_loop(self) -> None:
         job = self.job
-        wait = job.cfg.report_interval_s
+        interval = job.cfg.report_interval_s
+        wait, failures = interval, 0
         while not job.stop_event.wait(wait):
             again = wait == 0
-            wait = job.cfg.report_interval_s
+            wait = interval
             try:
                 actions = self.report_once()
             except grpc.RpcError:
-                continue  # buffered; retried next interval
+                # buffered; retried soon (jittered, growing to one interval): after a leader
+                # dies the replica that takes over gets every whole bitmap within about one
+                # interval of the takeover, not two
+                failures += 1
+                wait = min(interval, REPORT_RETRY.delay(failures)) * random.uniform(0.5, 1.0)  # noqa: S311 - spreading retries, not a secret
+                continue
+            failures = 0
             if "FULL_PROGRESS" in actions and not again:
                 # a new leader lacks our base: send the whole bitmap now, so its cache is
                 # whole within one interval of the takeover (once; then the usual pace)

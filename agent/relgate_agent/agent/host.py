@@ -14,7 +14,8 @@ from typing import Any
 
 import grpc
 
-from relgate_agent.agent.job import AgentConfig
+from relgate_agent.agent.exporter import AgentExporter
+from relgate_agent.agent.job import AgentConfig, JobState
 from relgate_agent.agent.runner import JobRunner
 from relgate_agent.authz import chunk_refusal, stripe_refusal
 from relgate_agent.contracts import priority_rank
@@ -30,7 +31,7 @@ from relgate_agent.pki import (
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.retry import Backoff, retry_call
-from relgate_agent.rpc import FailoverStub
+from relgate_agent.rpc import Duplex, FailoverStub
 from relgate_agent.storage import held_versions
 from relgate_agent.transport import OP_STREAM_STRIPE, BlockSource, DataPlaneLimits, DataServer
 
@@ -51,6 +52,7 @@ class HostAgent:
             )
         # one or more coordinator replicas ("a:7470,b:7470"); calls follow the lease holder
         self.stub: Any = FailoverStub(config.coordinator, pbg.AgentServiceStub, tls)
+        self.reports = Duplex(self.stub, "ReportStream")  # every job's reports, one stream
         # data plane: TLS 1.3 both ways; peers are checked against the current assignment
         self.data_client = data_client_context(tls)
         self.runners: dict[str, JobRunner] = {}
@@ -72,6 +74,8 @@ class HostAgent:
         if advertise in ("", "0.0.0.0", "::"):  # noqa: S104 - recognising a wildcard, not binding one
             advertise = socket.getfqdn()  # a wildcard bind is not an address peers can dial
         self.data_address = f"{advertise}:{port}"
+        self.exporter = AgentExporter(self._jobs, self.data)
+        self.metrics_address = ""
         self._watch = threading.Thread(target=self._watch_loop, name="watch", daemon=True)
         self._stats = threading.Thread(target=self._stats_loop, name="data-stats", daemon=True)
 
@@ -138,8 +142,14 @@ class HostAgent:
             r = self.runners.get(job_id)
         return r if r is not None and r.serving else None
 
+    def _jobs(self) -> list[JobState]:
+        with self.lock:
+            return [r.job for r in self.runners.values()]
+
     def start(self) -> HostAgent:
         self.config.models_root.mkdir(parents=True, exist_ok=True)
+        if self.config.metrics_listen:
+            self.metrics_address = self.exporter.endpoint.serve(self.config.metrics_listen)
         self.data.start()
         self._watch.start()
         self._stats.start()
@@ -160,6 +170,8 @@ class HostAgent:
         for r in runners:
             r.join(5)
         self.data.stop()
+        self.exporter.endpoint.stop()
+        self.reports.close()
         self.stub.close()
 
     def wait(self) -> None:

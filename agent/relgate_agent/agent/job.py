@@ -24,6 +24,7 @@ from relgate_agent.errors import KIND_CHUNK_FAILED
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 from relgate_agent.origin import TokenBucket, object_uri
 from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.rpc import Duplex
 from relgate_agent.storage import VersionStore, bitmap_from_bits
 from relgate_agent.transport import DEFAULT_CREDITS
 
@@ -52,6 +53,7 @@ class AgentConfig:
     stall_s: float = 5.0
     retain_versions: int = 2  # current + N-1
     max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
+    metrics_listen: str = ""  # "host:port" for Prometheus /metrics ("": not served)
     # a chunk that fails verification this many times from the origin (or from each of two
     # or more peers) fails the job, naming the chunk, file and origin object; a peer that
     # fails it this many times is bypassed (FetchChunk from another holder)
@@ -70,6 +72,9 @@ class HostServices(Protocol):
 
     @property
     def stub(self) -> Any: ...  # FailoverStub over AgentServiceStub (dynamic gRPC methods)
+
+    @property
+    def reports(self) -> Duplex: ...  # the host's report stream to the coordinator
 
     @property
     def data_client(self) -> Any: ...  # ssl.SSLContext for dialing peers

@@ -53,9 +53,15 @@ def coordinator() -> None:
     default=60.0,
     help="enrolled hosts without a heartbeat for this long are not targets",
 )
+@click.option(
+    "--metrics-listen",
+    default="",
+    help="host:port for Prometheus /metrics (e.g. 127.0.0.1:9470; default: not served)",
+)
 @tls_options
 def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
+    metrics_listen: str,
     listen: tuple[str, ...],
     db: str,
     trusted_keys: tuple[str, ...],
@@ -94,10 +100,19 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
         host_ttl_s=host_ttl,
     )
     tls = TlsArgs(pki, ca, cert, key).files("coordinator")
-    server = CoordinatorServer(cfg, list(listen) or ["127.0.0.1:7470"], tls=tls).start()
+    server = CoordinatorServer(
+        cfg, list(listen) or ["127.0.0.1:7470"], tls=tls, metrics_listen=metrics_listen
+    ).start()
     if address_file:
         Path(address_file).write_text(server.address)
-    out.emit({"listening": server.address, "addresses": server.addresses, "pid": os.getpid()})
+    out.emit(
+        {
+            "listening": server.address,
+            "addresses": server.addresses,
+            "metrics": server.metrics_address,
+            "pid": os.getpid(),
+        }
+    )
     sys.stdout.flush()
     try:
         wait_for_signal()
@@ -140,9 +155,15 @@ def agent() -> None:
 @click.option("--max-conns", type=int, default=512)
 @click.option("--max-conns-per-peer", type=int, default=32)
 @click.option("--max-handshaking-per-address", type=int, default=64)
+@click.option(
+    "--metrics-listen",
+    default="",
+    help="host:port for Prometheus /metrics (e.g. 127.0.0.1:9471; default: not served)",
+)
 @tls_options
 def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
+    metrics_listen: str,
     host_id: str,
     rack: str,
     labels: dict[str, str],
@@ -188,6 +209,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         report_interval_s=report_interval,
         retain_versions=retain,
         max_rate_bytes_per_s=max_rate,
+        metrics_listen=metrics_listen,
     )
     limits = DataPlaneLimits(
         handshake_timeout_s=handshake_timeout,
@@ -199,7 +221,14 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     )
     tls = TlsArgs(pki, ca, cert, key).files(host_id)
     running = HostAgent(cfg, tls=tls, limits=limits).start()
-    out.emit({"hostId": cfg.host_id, "dataAddress": running.data_address, "pid": os.getpid()})
+    out.emit(
+        {
+            "hostId": cfg.host_id,
+            "dataAddress": running.data_address,
+            "metrics": running.metrics_address,
+            "pid": os.getpid(),
+        }
+    )
     sys.stdout.flush()
     try:
         wait_for_signal()

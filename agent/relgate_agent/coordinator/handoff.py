@@ -25,6 +25,7 @@ from relgate_agent.coordinator.jobstate import (
     JobState,
     NotLeader,
 )
+from relgate_agent.coordinator.metrics import SPLICE_DEMOTED
 from relgate_agent.coordinator.outbox import (
     EVENT_COMPLETE,
     EVENT_HOSTS_READY,
@@ -333,6 +334,7 @@ class HandoffService(ProgressService):
             hp.errors.append(f"DEMOTED {why}")
             hp.demoted = True
             self._set_topology(job, append_host(splice(job.topology, h), h, hp.rack))
+            self.metrics.splices.labels(SPLICE_DEMOTED).inc()
 
 
 def _last_host_failed(hp: HostProgress) -> str:

@@ -28,6 +28,7 @@ from relgate_agent.coordinator.jobstate import (
     NotLeader,
     Rejected,
 )
+from relgate_agent.coordinator.metrics import SPLICE_DEAD, CoordinatorMetrics
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import Topology, TopologyIndex, splice
@@ -61,6 +62,8 @@ class CoordinatorCore:
         # host -> (health text, data-plane refusals) from its last heartbeat or report
         self.health: dict[str, tuple[str, int]] = {}
         self.control_refusals = 0
+        self.metrics = CoordinatorMetrics()
+        self.metrics.watch(self)
         self._post = post
         self.replica_id = (
             config.replica_id or f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -207,6 +210,7 @@ class CoordinatorCore:
         hp.errors.append(f"spliced out: {why}")
         log.warning("job %s: splicing %s out (%s)", job.job_id, host, why)
         self._set_topology(job, splice(job.topology, host))
+        self.metrics.splices.labels(SPLICE_DEAD).inc()
 
     def _fail_job(self, job: JobState, error: str) -> None:
         """Mark a job FAILED with the error that ended it (caller holds the lock)."""

@@ -13,6 +13,7 @@ from relgate_agent.authz import ready_refusal
 from relgate_agent.contracts import (
     ACTION_QUARANTINE,
     ORIGIN_PEER,
+    SUSPECT_REASONS,
     AssignmentPlan,
     JobRef,
     PeerRef,
@@ -38,6 +39,7 @@ from relgate_agent.coordinator.jobstate import (
     selector_matches,
 )
 from relgate_agent.coordinator.leader import CoordinatorCore
+from relgate_agent.coordinator.metrics import SPLICE_QUARANTINED, SPLICE_SERVING
 from relgate_agent.coordinator.topology import (
     TopologyIndex,
     append_host,
@@ -217,6 +219,7 @@ class ProgressService(CoordinatorCore):
                     self._set_topology(
                         job, append_host(splice(job.topology, host_id), host_id, hp.rack)
                     )
+                    self.metrics.splices.labels(SPLICE_SERVING).inc()
             return Registration(
                 manifest_envelope=job.envelope,
                 manifest_digest=job.manifest.digest,
@@ -368,6 +371,7 @@ class ProgressService(CoordinatorCore):
             job = self._job(job_id)
             if reporter not in job.targets:
                 raise NotFound(f"host {reporter} is not a target of job {job_id}")
+            self.metrics.suspects.labels(reason if reason in SUSPECT_REASONS else "other").inc()
             hp = job.hosts.get(suspect)
             if hp is not None and suspect in job.topology.racks:
                 self._judge_suspect(job, hp, reporter, reason)
@@ -408,6 +412,7 @@ class ProgressService(CoordinatorCore):
             self.store.update_job(job.job_id, ready_hosts=sorted(job.ready))
             self.store.forget_host_version(host, job.manifest.model, job.manifest.version)
         self._set_topology(job, splice(job.topology, host))
+        self.metrics.splices.labels(SPLICE_QUARANTINED).inc()
 
     def find_peers(
         self, job_id: str, host_id: str, chunk: int, exclude: set[str], limit: int

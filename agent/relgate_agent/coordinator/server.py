@@ -12,14 +12,16 @@ import asyncio
 import logging
 import random
 import threading
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from functools import lru_cache
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf import message_factory
+from prometheus_client import Histogram
 
 from relgate_agent.authz import rpc_refusal
 from relgate_agent.contracts import (
@@ -91,7 +93,18 @@ class Calls:
         self, context: grpc.aio.ServicerContext, method: str, host_id: str = "", rack: str = ""
     ) -> Identity:
         """Abort with PERMISSION_DENIED unless the caller's certificate allows this call."""
-        ident = caller_identity(context)
+        return await self.authorize_as(context, method, caller_identity(context), host_id, rack)
+
+    async def authorize_as(
+        self,
+        context: grpc.aio.ServicerContext,
+        method: str,
+        ident: Identity | None,
+        host_id: str = "",
+        rack: str = "",
+    ) -> Identity:
+        """:meth:`authorize` for an identity already read off this call's certificate (a
+        stream's later messages)."""
         why = rpc_refusal(method, ident, host_id, rack)
         if why is None and ident is not None:
             return ident
@@ -293,8 +306,31 @@ class AgentServicer(pbg.AgentServiceServicer):
     async def ReportProgress(
         self, request: pb.ReportProgressRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReportProgressResponse:
-        report = report_from_pb(request)
         await self.calls.authorize(context, "ReportProgress", request.host_id, request.rack)
+        return await self._report(request, context)
+
+    async def ReportStream(
+        self,
+        requests: AsyncIterator[pb.ReportProgressRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.ReportProgressResponse]:
+        """Reports on one stream, one response each, in order: the certificate is read once;
+        every message must still name the host (and rack) it names."""
+        ident = caller_identity(context)
+        timer = self.coord.metrics.rpc_seconds.labels("ReportStream")
+        async for request in requests:
+            started = time.perf_counter()
+            await self.calls.authorize_as(
+                context, "ReportStream", ident, request.host_id, request.rack
+            )
+            reply = await self._report(request, context)
+            timer.observe(time.perf_counter() - started)
+            yield reply
+
+    async def _report(
+        self, request: pb.ReportProgressRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReportProgressResponse:
+        report = report_from_pb(request)
         r = await self.calls.run_inline_if_free(
             context, lambda: self.coord.report_progress(request.job_id, request.host_id, report)
         )
@@ -337,26 +373,49 @@ class AgentServicer(pbg.AgentServiceServicer):
         return pb.FindPeersResponse(peers=[peer_to_pb(p) for p in peers])
 
 
-def agent_service_handlers(servicer: AgentServicer, raw: set[str]) -> grpc.GenericRpcHandler:
-    """AgentService's handlers, from the proto's descriptor (as the generated registration
-    would build them), except that the methods in ``raw`` send responses their handler
-    already encoded (Watch: see ``wire.WatchEncoder``)."""
-    service = pb.DESCRIPTOR.services_by_name["AgentService"]
+# (client streaming, server streaming) -> how gRPC wraps such a handler
+_HANDLER_KINDS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def service_handlers(
+    name: str, servicer: object, histogram: Histogram, raw: frozenset[str] = frozenset()
+) -> grpc.GenericRpcHandler:
+    """Service ``name``'s handlers, from the proto's descriptor (as the generated
+    registration would build them), each unary call timed into ``histogram`` (reports on a
+    stream are timed one by one where they are answered); the methods in ``raw`` send
+    responses their handler already encoded (Watch: see ``wire.WatchEncoder``)."""
+    service = pb.DESCRIPTOR.services_by_name[name]
     handlers = {}
     for m in service.methods:
         request = message_factory.GetMessageClass(m.input_type)
         response = message_factory.GetMessageClass(m.output_type)
-        make = (
-            grpc.unary_stream_rpc_method_handler
-            if m.server_streaming
-            else grpc.unary_unary_rpc_method_handler
-        )
-        handlers[m.name] = make(
-            getattr(servicer, m.name),
+        fn = getattr(servicer, m.name)
+        if not (m.client_streaming or m.server_streaming):
+            fn = _timed(fn, histogram.labels(m.name))
+        handlers[m.name] = _HANDLER_KINDS[(m.client_streaming, m.server_streaming)](
+            fn,
             request_deserializer=request.FromString,
             response_serializer=None if m.name in raw else response.SerializeToString,
         )
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+
+def _timed(
+    fn: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]], child: Any
+) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    async def timed(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.perf_counter()
+        try:
+            return await fn(request, context)
+        finally:
+            child.observe(time.perf_counter() - started)
+
+    return timed
 
 
 class CoordinatorServer:
@@ -370,8 +429,11 @@ class CoordinatorServer:
         tick_s: float = 0.5,
         *,
         tls: TlsFiles,
+        metrics_listen: str = "",
     ) -> None:
         self.coordinator = Coordinator(config)
+        self.metrics_listen = metrics_listen  # "host:port" for /metrics ("": not served)
+        self.metrics_address = ""
         self.identity = tls.identity()
         if self.identity.role != "coordinator":
             raise AgentError(
@@ -411,9 +473,17 @@ class CoordinatorServer:
     async def _bind(self) -> None:
         server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
         calls = Calls(self.coordinator, self.executor)
-        pbg.add_JobServiceServicer_to_server(JobServicer(calls), server)  # type: ignore[no-untyped-call]
+        rpc_seconds = self.coordinator.metrics.rpc_seconds
         server.add_generic_rpc_handlers(
-            (agent_service_handlers(AgentServicer(calls, self.hub), raw={"Watch"}),)
+            (
+                service_handlers("JobService", JobServicer(calls), rpc_seconds),
+                service_handlers(
+                    "AgentService",
+                    AgentServicer(calls, self.hub),
+                    rpc_seconds,
+                    raw=frozenset({"Watch"}),
+                ),
+            )
         )
         # mutual TLS on every listener (unix sockets too): no certificate, no RPC
         creds = grpc_server_credentials(self.tls)
@@ -438,6 +508,12 @@ class CoordinatorServer:
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=30)
         self._sweeper.start()
         self._leaser.start()
+        if self.metrics_listen:
+            try:
+                self.metrics_address = self.coordinator.metrics.endpoint.serve(self.metrics_listen)
+            except AgentError:
+                self.stop()
+                raise
         log.info("coordinator listening on %s", self.address)
         return self
 
@@ -474,6 +550,7 @@ class CoordinatorServer:
                 t.join(timeout=5)
         self._close_loop()
         self.executor.shutdown(wait=True, cancel_futures=True)
+        self.coordinator.metrics.endpoint.stop()
         self.coordinator.release()
         self.coordinator.store.close()
 

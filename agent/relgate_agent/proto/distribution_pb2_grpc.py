@@ -294,6 +294,11 @@ class AgentServiceStub:
                 request_serializer=distribution__pb2.ReportProgressRequest.SerializeToString,
                 response_deserializer=distribution__pb2.ReportProgressResponse.FromString,
                 _registered_method=True)
+        self.ReportStream = channel.stream_stream(
+                '/relgate.distribution.v1.AgentService/ReportStream',
+                request_serializer=distribution__pb2.ReportProgressRequest.SerializeToString,
+                response_deserializer=distribution__pb2.ReportProgressResponse.FromString,
+                _registered_method=True)
         self.ReportSuspect = channel.unary_unary(
                 '/relgate.distribution.v1.AgentService/ReportSuspect',
                 request_serializer=distribution__pb2.ReportSuspectRequest.SerializeToString,
@@ -327,6 +332,15 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportStream(self, request_iterator, context):
+        """The agent's reports on one long-lived stream: one response per request, in order.
+        Authorized once when the stream opens and per message by host; the coordinator ends it
+        after its stream lifetime (the agent opens the next). Cheaper than a call per report.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportSuspect(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -354,6 +368,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
             ),
             'ReportProgress': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportProgress,
+                    request_deserializer=distribution__pb2.ReportProgressRequest.FromString,
+                    response_serializer=distribution__pb2.ReportProgressResponse.SerializeToString,
+            ),
+            'ReportStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReportStream,
                     request_deserializer=distribution__pb2.ReportProgressRequest.FromString,
                     response_serializer=distribution__pb2.ReportProgressResponse.SerializeToString,
             ),
@@ -447,6 +466,33 @@ class AgentService:
             request,
             target,
             '/relgate.distribution.v1.AgentService/ReportProgress',
+            distribution__pb2.ReportProgressRequest.SerializeToString,
+            distribution__pb2.ReportProgressResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/relgate.distribution.v1.AgentService/ReportStream',
             distribution__pb2.ReportProgressRequest.SerializeToString,
             distribution__pb2.ReportProgressResponse.FromString,
             options,

@@ -1,0 +1,83 @@
+"""Exporter: the host agent's Prometheus figures, read at scrape time.
+
+Per job this process runs (label ``job``; a job's series end when its runner is
+forgotten): bytes received from peers and from the origin, bytes sent, CRC32C and SHA-256
+failures, chunks resumed from the journal, chunks pulled by swarm repair, chunks verified
+and whether the job is placed READY. Per host: data-plane refusals by kind, open
+connections. Everything comes from the counters the agent already keeps
+(:class:`~relgate_agent.agent.job.JobCounters`, the data server's), read under their
+locks, so the figures cannot drift from ``.agent-stats`` or the reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from relgate_agent.metrics_http import MetricsEndpoint
+
+if TYPE_CHECKING:
+    from relgate_agent.agent.job import JobState
+    from relgate_agent.transport import DataServer
+
+# (metric, help, JobCounters field, extra labels)
+_JOB_COUNTERS: tuple[tuple[str, str, str, tuple[tuple[str, str], ...]], ...] = (
+    ("relgate_agent_received_bytes", "Bytes received", "rx_bytes", (("source", "peer"),)),
+    ("relgate_agent_received_bytes", "Bytes received", "origin_bytes", (("source", "origin"),)),
+    ("relgate_agent_sent_bytes", "Bytes sent to downstream peers", "tx_bytes", ()),
+    ("relgate_agent_crc_errors", "Blocks that failed CRC32C", "crc_errors", ()),
+    ("relgate_agent_hash_mismatches", "Chunks that failed SHA-256", "hash_mismatches", ()),
+    ("relgate_agent_resumed_chunks", "Chunks resumed from the journal", "resumed_chunks", ()),
+    ("relgate_agent_swarm_chunks", "Chunks pulled by swarm repair", "swarm_chunks", ()),
+)
+
+
+class AgentExporter:
+    def __init__(self, jobs: Callable[[], list[JobState]], data: DataServer) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_Collector(jobs, data))
+        self.endpoint = MetricsEndpoint(self.registry)
+
+
+class _Collector(Collector):
+    def __init__(self, jobs: Callable[[], list[JobState]], data: DataServer) -> None:
+        self.jobs, self.data = jobs, data
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        families: dict[str, CounterMetricFamily] = {}
+        verified = GaugeMetricFamily(
+            "relgate_agent_chunks_verified", "Chunks verified on this host", labels=["job"]
+        )
+        ready = GaugeMetricFamily(
+            "relgate_agent_job_ready", "1 once the version is placed READY", labels=["job"]
+        )
+        for job in self.jobs():
+            with job.lock:
+                c, files, is_ready = job.counters, job.files, job.ready
+                values = [(spec, int(getattr(c, spec[2]))) for spec in _JOB_COUNTERS]
+            for (name, text, _field, extra), value in values:
+                family = families.get(name)
+                if family is None:
+                    labels = ["job", *(k for k, _ in extra)]
+                    family = families[name] = CounterMetricFamily(name, text, labels=labels)
+                family.add_metric([job.job_id, *(v for _, v in extra)], float(value))
+            count = files.tracker.n_verified if files is not None else 0
+            verified.add_metric([job.job_id], float(count))
+            ready.add_metric([job.job_id], 1.0 if is_ready else 0.0)
+        yield from families.values()
+        yield verified
+        yield ready
+        counters = self.data.counters()
+        refusals = CounterMetricFamily(
+            "relgate_agent_data_refusals", "Data-plane requests refused, by kind", labels=["kind"]
+        )
+        for kind, n in sorted(counters["refusals"].items()):
+            refusals.add_metric([kind], float(n))
+        yield refusals
+        conns = GaugeMetricFamily("relgate_agent_data_connections", "Open data-plane connections")
+        conns.add_metric([], float(counters["connections"]))
+        yield conns

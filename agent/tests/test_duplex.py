@@ -1,0 +1,172 @@
+"""The agent's report stream (rpc.Duplex) against a real mutual-TLS gRPC server whose
+ReportStream handler answers, ends the stream, stays silent or refuses, as each test needs.
+
+What must hold: one stream carries many exchanges; a reply that never comes is waited for
+at most the timeout (and the stream is dropped, so the next exchange starts clean); a stream
+the server ended between exchanges is reopened once for the same request; UNAVAILABLE moves
+the next exchange to the next replica.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from relgate_agent.pki import TlsFiles, ensure_dev_pki, grpc_server_credentials
+from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.rpc import Duplex, FailoverStub
+
+SERVICE = pb.DESCRIPTOR.services_by_name["AgentService"].full_name
+Handler = Callable[[Iterator[pb.ReportProgressRequest], Any], Iterator[pb.ReportProgressResponse]]
+
+
+class Replica:
+    """A gRPC server with only ReportStream, run by ``handler``; counts streams opened."""
+
+    def __init__(self, pki: Path, handler: Handler) -> None:
+        self.streams = 0
+
+        def counted(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
+            self.streams += 1
+            yield from handler(requests, context)
+
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=4))
+        method = grpc.stream_stream_rpc_method_handler(
+            counted,
+            request_deserializer=pb.ReportProgressRequest.FromString,
+            response_serializer=pb.ReportProgressResponse.SerializeToString,
+        )
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"ReportStream": method}),)
+        )
+        creds = grpc_server_credentials(TlsFiles.from_pki(pki, "coordinator"))
+        self.address = f"127.0.0.1:{self.server.add_secure_port('127.0.0.1:0', creds)}"
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop(0).wait(5)
+
+
+def echo(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
+    for r in requests:
+        yield pb.ReportProgressResponse(topology_version=r.topology_version)
+
+
+def one_then_end(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
+    for r in requests:
+        yield pb.ReportProgressResponse(topology_version=r.topology_version)
+        return
+
+
+RELEASE = threading.Event()  # the silent server answers nothing until the test is over
+
+
+def silent(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
+    for _ in requests:
+        RELEASE.wait(60)
+    yield from ()
+
+
+def not_leader(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
+    for _ in requests:
+        context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
+    yield from ()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return ensure_dev_pki(tmp_path_factory.mktemp("duplex"), [("h00", "r0")])
+
+
+@pytest.fixture
+def replicas(pki: Path) -> Iterator[Callable[..., tuple[Duplex, list[Replica]]]]:
+    made: list[Replica] = []
+    stubs: list[FailoverStub] = []
+
+    def make(*handlers: Handler) -> tuple[Duplex, list[Replica]]:
+        rs = [Replica(pki, h) for h in handlers]
+        made.extend(rs)
+        stub = FailoverStub(
+            ",".join(r.address for r in rs), pbg.AgentServiceStub, TlsFiles.from_pki(pki, "h00")
+        )
+        stubs.append(stub)
+        return Duplex(stub, "ReportStream"), rs
+
+    yield make
+    for s in stubs:
+        s.close()
+    for r in made:
+        r.stop()
+
+
+def req(n: int) -> pb.ReportProgressRequest:
+    return pb.ReportProgressRequest(job_id="j", host_id="h00", topology_version=n)
+
+
+def test_many_exchanges_share_one_stream(replicas: Any) -> None:
+    duplex, (replica,) = replicas(echo)
+    assert [duplex.exchange(req(n), timeout=5).topology_version for n in range(1, 51)] == list(
+        range(1, 51)
+    )
+    assert duplex.opened == 1 and replica.streams == 1
+
+
+def test_a_stream_ended_between_exchanges_is_reopened_for_the_same_request(
+    replicas: Any,
+) -> None:
+    duplex, (replica,) = replicas(one_then_end)
+    assert [duplex.exchange(req(n), timeout=5).topology_version for n in (1, 2, 3)] == [1, 2, 3]
+    assert duplex.opened == replica.streams == 3
+
+
+def test_a_reply_that_never_comes_is_waited_for_at_most_the_timeout(replicas: Any) -> None:
+    duplex, _ = replicas(silent)
+    try:
+        with pytest.raises(grpc.RpcError) as exc:
+            duplex.exchange(req(1), timeout=0.5)
+        # returned while the server still holds the request: bounded by the timeout
+        assert not RELEASE.is_set()
+        assert exc.value.code() == grpc.StatusCode.CANCELLED
+        assert duplex._call is None  # dropped: the next exchange opens a new stream
+    finally:
+        RELEASE.set()
+
+
+def test_unavailable_sends_the_same_request_to_the_next_replica_at_once(replicas: Any) -> None:
+    duplex, (follower, leader) = replicas(not_leader, echo)
+    assert duplex.exchange(req(1), timeout=5).topology_version == 1
+    assert duplex.exchange(req(2), timeout=5).topology_version == 2
+    assert (follower.streams, leader.streams) == (1, 1)
+    assert duplex.stub.current == 1
+
+
+def test_every_replica_unavailable_is_raised_after_one_try_each(replicas: Any) -> None:
+    duplex, rs = replicas(not_leader, not_leader, not_leader)
+    with pytest.raises(grpc.RpcError) as exc:
+        duplex.exchange(req(1), timeout=5)
+    assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert [r.streams for r in rs] == [1, 1, 1]
+    assert duplex.stub.current == 0  # moved round to the first again for the next report
+
+
+def test_exchanges_from_several_threads_are_never_interleaved(replicas: Any) -> None:
+    duplex, (replica,) = replicas(echo)
+    got: dict[int, list[int]] = {}
+
+    def worker(base: int) -> None:
+        got[base] = [duplex.exchange(req(base + i), timeout=5).topology_version for i in range(20)]
+
+    threads = [threading.Thread(target=worker, args=(b,)) for b in (100, 200, 300)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {b: list(range(b, b + 20)) for b in (100, 200, 300)}
+    assert replica.streams == 1

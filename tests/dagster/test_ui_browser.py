@@ -1,0 +1,244 @@
+"""The Dagster UI on a demo instance, in headless Chromium, and its GraphQL API.
+
+Builds a demo instance in a temporary directory (the demo's snapshot and release runs and
+an INVALID release), starts ``dagster-webserver`` on a free port against it, loads the
+asset graph and the INVALID release's checks page in Debian's headless Chromium (saving
+docs/img/asset-graph.png and docs/img/release-checks.png), and asserts through GraphQL that
+the lineage runs sources -> snapshot -> release -> verification report -> permit -> run
+and that the INVALID release's checks failed.  The webserver (with its code server) and
+Chromium run in sessions of their own and are stopped by PID.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from assets.releases import OUTCOME_CHECK
+from assets.source_specs import source_key
+from relgate.demo.corpus import DEMO_SOURCES
+from relgate.release.checks import ZERO_CHECKS, Check
+from tests.dagster import ui_instance
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+IMG = ROOT / "docs" / "img"
+CHROMIUM = Path("/usr/bin/chromium")
+#: Debian's Chromium with nothing fetched, synced or updated behind the test's back.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--window-size=1600,1000",
+]
+STARTUP_S = 60.0
+PAGE_BUDGET_MS = 15000
+#: The chain the UI must show, upstream first (after one edge from each source).
+CHAIN = [
+    "frozen_sources",
+    "dataset_snapshot",
+    "snapshot_alias",
+    "shard_release",
+    "release_verification",
+    "release_alias",
+    "gate_permit",
+    "pinned_run",
+]
+#: What one flipped byte in a shard fails (tests/dagster/test_release_checks.py).
+FLIPPED_BYTE_FAILS = {
+    Check.STORAGE_DIGEST_MISMATCH,
+    Check.MISSING_MEMBERS,
+    Check.TUPLE_ROOT_MISMATCH,
+    Check.TOTALS_MISMATCH,
+}
+
+LINEAGE_QUERY = "{ assetNodes { assetKey { path } dependencyKeys { path } } }"
+CHECKS_QUERY = """
+query($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    ... on AssetNode {
+      assetChecksOrError {
+        ... on AssetChecks {
+          checks { name executionForLatestMaterialization { status evaluation { success } } }
+        }
+      }
+    }
+  }
+  assetOrError(assetKey: {path: $path}) {
+    ... on Asset {
+      assetMaterializations(limit: 1) {
+        metadataEntries { label ... on TextMetadataEntry { text } }
+      }
+    }
+  }
+}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process's session (it leads one), then SIGKILL after 10 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+class Ui:
+    def __init__(self, port: int, proc: subprocess.Popen[bytes]) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = proc
+
+    def graphql(self, query: str, variables: dict[str, object] | None = None) -> dict:
+        body = json.dumps({"query": query, "variables": variables or {}}).encode()
+        request = urllib.request.Request(  # noqa: S310 - http://127.0.0.1:<our port>
+            f"{self.url}/graphql", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            answer = json.loads(response.read(8 << 20))
+        assert "errors" not in answer, answer["errors"]
+        return answer["data"]
+
+    def wait_loaded(self) -> None:
+        """Until the code location has loaded (its assets are served), bounded."""
+        deadline = time.monotonic() + STARTUP_S
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "dagster-webserver exited"
+            try:
+                if self.graphql(LINEAGE_QUERY)["assetNodes"]:
+                    return
+            except (urllib.error.URLError, ConnectionError, AssertionError):
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"the UI did not load the code location in {STARTUP_S} s")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ui")
+    relgate_home, dagster_home = tmp / "relgate", tmp / "dagster"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RELGATE_HOME", str(relgate_home))
+    try:
+        built = ui_instance.build(relgate_home, dagster_home)
+    finally:
+        mp.undo()
+    port = _free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "RELGATE_HOME": str(relgate_home)}
+    webserver = Path(sys.executable).with_name("dagster-webserver")
+    with (tmp / "webserver.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [str(webserver), "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    ui = Ui(port, proc)
+    try:
+        ui.wait_loaded()
+        yield ui, built, tmp
+    finally:
+        _stop(proc)
+
+
+def _screenshot(url: str, out: Path, profile: Path) -> None:
+    """One page in headless Chromium, after its GraphQL requests settled, to ``out``."""
+    assert CHROMIUM.exists(), "install Debian's chromium (apt-get install chromium; .ci/run does)"
+    out.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [
+            str(CHROMIUM),
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            f"--virtual-time-budget={PAGE_BUDGET_MS}",
+            f"--screenshot={out}",
+            url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        proc.wait(timeout=60)
+    finally:
+        _stop(proc)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_lineage_runs_from_the_sources_to_the_run(demo):
+    ui, _built, tmp = demo
+    _screenshot(
+        f"{ui.url}/assets/pinned_run?view=lineage&lineageScope=upstream&lineageDepth=12",
+        IMG / "asset-graph.png",
+        tmp / "chrome-graph",
+    )
+    edges = {
+        (tuple(parent["path"]), tuple(node["assetKey"]["path"]))
+        for node in ui.graphql(LINEAGE_QUERY)["assetNodes"]
+        for parent in node["dependencyKeys"]
+    }
+    for source in DEMO_SOURCES:
+        assert (tuple(source_key(str(source["id"])).path), ("frozen_sources",)) in edges
+    for upstream, downstream in itertools.pairwise(CHAIN):
+        assert ((upstream,), (downstream,)) in edges
+
+
+def _checks(ui: Ui, asset: str) -> tuple[dict[str, tuple[str, bool]], dict[str, str]]:
+    data = ui.graphql(CHECKS_QUERY, {"path": [asset]})
+    checks = {
+        c["name"]: (
+            c["executionForLatestMaterialization"]["status"],
+            c["executionForLatestMaterialization"]["evaluation"]["success"],
+        )
+        for c in data["assetNodeOrError"]["assetChecksOrError"]["checks"]
+    }
+    (latest,) = data["assetOrError"]["assetMaterializations"]
+    metadata = {e["label"]: e.get("text") for e in latest["metadataEntries"]}
+    return checks, metadata
+
+
+def test_an_invalid_releases_checks_are_failed(demo):
+    ui, built, tmp = demo
+    _screenshot(
+        f"{ui.url}/assets/release_verification?view=checks",
+        IMG / "release-checks.png",
+        tmp / "chrome-checks",
+    )
+    checks, metadata = _checks(ui, "release_verification")
+    # The latest verification report is the INVALID release's.
+    assert (metadata["root"], metadata["outcome"]) == (built.invalid_root, "INVALID")
+    failing = {c.asset_check_name for c in FLIPPED_BYTE_FAILS} | {OUTCOME_CHECK}
+    assert set(checks) == {c.asset_check_name for c in ZERO_CHECKS} | {OUTCOME_CHECK}
+    assert {name for name, (status, _) in checks.items() if status == "FAILED"} == failing
+    assert all(ok is (name not in failing) for name, (_, ok) in checks.items())
+    # The run downstream was admitted on the published (verified) root, not the INVALID one.
+    _, run = _checks(ui, "pinned_run")
+    assert (run["root"], run["runId"]) == (built.published_root, built.run_id)
