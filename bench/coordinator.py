@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -451,6 +452,23 @@ def rpc_cost(rpcs: int = 3000, hosts: int = 64, concurrency: int = 16) -> dict[s
             _stop_all([], [coord])
 
 
+async def _measure(
+    one: Callable[[int], Awaitable[None]], pid: int, rpcs: int, concurrency: int
+) -> dict[str, Any]:
+    """Coordinator CPU per report while ``one(i)`` runs ``rpcs`` times, ``concurrency`` at once."""
+    cpu0, t0 = _cpu_seconds([pid]), time.monotonic()
+    for k in range(0, rpcs, concurrency):
+        await asyncio.gather(*(one(i) for i in range(k, min(k + concurrency, rpcs))))
+    wall, cpu = time.monotonic() - t0, _cpu_seconds([pid]) - cpu0
+    return {
+        "reports": rpcs,
+        "reportsPerSecond": round(rpcs / wall),
+        "serverCpuMicrosPerReport": round(cpu / rpcs * 1e6),
+        "serverCores": round(cpu / wall, 3),
+        "coresFor4096HostsEvery2s": round(cpu / rpcs * 2048, 2),
+    }
+
+
 async def _rpc_cost(
     client: CoordinatorClient,
     pid: int,
@@ -505,23 +523,10 @@ async def _rpc_cost(
         await call.write(report(i))
         await call.read()
 
-    async def measure(one: Any) -> dict[str, Any]:
-        cpu0, t0 = _cpu_seconds([pid]), time.monotonic()
-        for k in range(0, rpcs, concurrency):
-            await asyncio.gather(*(one(i) for i in range(k, min(k + concurrency, rpcs))))
-        wall, cpu = time.monotonic() - t0, _cpu_seconds([pid]) - cpu0
-        return {
-            "reports": rpcs,
-            "reportsPerSecond": round(rpcs / wall),
-            "serverCpuMicrosPerReport": round(cpu / rpcs * 1e6),
-            "serverCores": round(cpu / wall, 3),
-            "coresFor4096HostsEvery2s": round(cpu / rpcs * 2048, 2),
-        }
-
     # every stream open before the clock starts
     await asyncio.gather(*(streamed(i) for i in range(len(names))))
-    stream_figures = await measure(streamed)
-    unary_figures = await measure(unary)
+    stream_figures = await _measure(streamed, pid, rpcs, concurrency)
+    unary_figures = await _measure(unary, pid, rpcs, concurrency)
     for call in streams.values():
         call.cancel()
     for t in watches:

@@ -17,6 +17,16 @@ DEFAULT_READY_PPM = 995_000
 STRIPE_DONE = -1  # a per-stripe receive rate for a stripe held whole (nothing to receive)
 
 
+# CreateJob's priorities, lowest first: on a host shared by several jobs, the stripe workers
+# of a job pause while a job of higher priority still transfers there
+PRIORITIES = ("low", "normal", "high")
+
+
+def priority_rank(priority: str) -> int:
+    """The rank of a priority name (an unknown one ranks as normal)."""
+    return PRIORITIES.index(priority) if priority in PRIORITIES else PRIORITIES.index("normal")
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """What an operator asks for (CreateJob); stored with the job, defaults resolved."""
@@ -141,6 +151,7 @@ class JobRef:
     model: str
     version: str
     state: str
+    priority: str = "normal"
 
 
 @dataclass
@@ -176,6 +187,7 @@ class WatchUpdate:
 __all__ = [
     "ORIGIN",
     "ORIGIN_PEER",
+    "PRIORITIES",
     "STRIPE_DONE",
     "AssignmentPlan",
     "HostRow",
@@ -191,6 +203,7 @@ __all__ = [
     "SuspectReply",
     "WatchCursor",
     "WatchUpdate",
+    "priority_rank",
 ]
 
 

@@ -8,6 +8,9 @@ KIND_CHUNK_FAILED = "CHUNK_FAILED"
 KIND_HOST_FAILED = "HOST_FAILED"
 # what a quarantined host reports after it scrubbed its staging and re-verified its versions
 KIND_QUARANTINED = "QUARANTINED"
+# a chunk held by another local version whose bytes no longer match the signed digest: not
+# copied (the chunk comes over the network); reported, never fatal
+KIND_LOCAL_REJECTED = "LOCAL_COPY_REJECTED"
 #: gRPC trailing-metadata key under which the coordinator names the check a refusal failed;
 #: clients read the check from here, never from the message text.
 CHECK_METADATA_KEY = "relgate-check"

@@ -4,6 +4,7 @@ Layout under the models root (default /models):
 
     <root>/.staging/<model>/<version>/tree/...   files being written (pwrite at manifest offsets)
     <root>/.staging/<model>/<version>/journal    verified chunks + stripe offsets (fsynced)
+    <root>/.staging/<model>/<version>/manifest.dsse.json   the signed manifest being staged
     <root>/<model>/<version>/...                 placed copy (rename of tree/, never written in place)
 
 A chunk is journaled only after its SHA-256 matched the manifest *and* the staging files
@@ -49,6 +50,7 @@ from relgate_agent.manifest import (
 )
 
 JOURNAL_FORMAT = 1
+STAGED_ENVELOPE = "manifest.dsse.json"  # beside the journal of a staged version
 # checks named in placement / scrub refusals (besides those of fstree)
 CHECK_UNEXPECTED = "unexpected-entry"
 CHECK_REPLACED = "replaced-file"
@@ -340,6 +342,12 @@ class VersionStore:
             self._write_beneath(parts, self.placed_envelope.name, envelope)
         self._write_beneath(parts, self.placed_marker.name, (self.manifest.digest + "\n").encode())
 
+    def write_staged_envelope(self, envelope: bytes) -> None:
+        """Keep the signed manifest beside the journal: another job on this host may reuse
+        this version's journaled chunks (``agent.delta``) once it verifies the envelope."""
+        parts = [".staging", self.manifest.model, self.manifest.version]
+        self._write_beneath(parts, STAGED_ENVELOPE, envelope)
+
     def placed_marker_matches(self) -> bool:
         return read_placed_marker(self.models_root, self.manifest.model, self.manifest.version) == (
             self.manifest.digest
@@ -523,6 +531,12 @@ def _read_beneath(models_root: Path, parts: list[str], limit: int) -> bytes | No
     finally:
         os.close(fd)
     return data if len(data) <= limit else None
+
+
+def read_staged_envelope(models_root: Path, model: str, version: str) -> bytes | None:
+    return _read_beneath(
+        models_root, [".staging", model, version, STAGED_ENVELOPE], MAX_ENVELOPE_BYTES
+    )
 
 
 def read_placed_marker(models_root: Path, model: str, version: str) -> str | None:

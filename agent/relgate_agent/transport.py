@@ -3,7 +3,9 @@
 Requests (downstream -> upstream), one per connection:
 
     b"RGD1" | u8 op | u32 len | JSON header
-      op 1 STREAM_STRIPE {"job", "stripe", "fromPos", "credits"}   blocks of one stripe, in order
+      op 1 STREAM_STRIPE {"job", "stripe", "fromPos", "credits"[, "toPos"]}
+                                                       blocks of one stripe, in order (from
+                                                       fromPos up to toPos, else the end)
       op 2 FETCH_CHUNK   {"job", "chunk"}                          all blocks of one verified chunk
       op 3 FETCH_MANIFEST {"job", "digest"}                        the job's signed manifest
                                                                    envelope (one frame), if it
@@ -436,11 +438,13 @@ class DataServer:
             if not blocks:
                 raise RequestError(f"stripe {stripe} out of range")
             pos = _int_field(req, "fromPos", 0, len(blocks))
+            # a downstream that holds the blocks past a gap (delta) asks for the gap only
+            end = _int_field(req, "toPos", pos, len(blocks), len(blocks))
             credits = _int_field(req, "credits", 1, lim.max_credits, DEFAULT_CREDITS)
             why = self.authorize(req["job"], peer, op, stripe, topo)
             if why is not None:
                 raise RequestError(why, "unauthorized")
-            self._stream(conn, src, blocks, pos, credits)
+            self._stream(conn, src, blocks[:end], pos, credits)
         elif op == OP_FETCH_CHUNK:
             chunk = _int_field(req, "chunk", 0, 1 << 40)
             why = self.authorize(req["job"], peer, op, -1, topo)
@@ -594,6 +598,7 @@ class StripeStream:
         tls: ssl.SSLContext,
         peer: str,
         topo: int = 0,
+        to_pos: int | None = None,
     ) -> None:
         self.address = address
         try:
@@ -601,18 +606,17 @@ class StripeStream:
         except (OSError, ValueError) as exc:
             raise TransportError(f"connection to {address} failed: {exc}") from exc
         self.sock.settimeout(stall_s)  # no frame (not even a heartbeat) for stall_s -> stalled
+        header: dict[str, object] = {
+            "job": job,
+            "stripe": stripe,
+            "fromPos": from_pos,
+            "credits": credits,
+            "topo": topo,
+        }
+        if to_pos is not None:
+            header["toPos"] = to_pos
         try:
-            _request(
-                self.sock,
-                OP_STREAM_STRIPE,
-                {
-                    "job": job,
-                    "stripe": stripe,
-                    "fromPos": from_pos,
-                    "credits": credits,
-                    "topo": topo,
-                },
-            )
+            _request(self.sock, OP_STREAM_STRIPE, header)
         except OSError as exc:
             self.close()
             raise TransportError(f"connection to {address} failed: {exc}") from exc
@@ -634,6 +638,68 @@ class StripeStream:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+class ChunkFetch:
+    """Client side of FetchChunk that another thread may cancel (an end-game duplicate whose
+    chunk verified from another peer first): ``cancel`` shuts the socket down under it."""
+
+    def __init__(
+        self,
+        address: str,
+        job: str,
+        chunk: int,
+        timeout: float = 30.0,
+        *,
+        tls: ssl.SSLContext,
+        peer: str,
+        topo: int = 0,
+    ) -> None:
+        self.address, self.job, self.chunk, self.timeout = address, job, chunk, timeout
+        self.tls, self.peer, self.topo = tls, peer, topo
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.cancelled = False
+
+    def run(self) -> list[Block]:
+        try:
+            sock = _connect(self.address, self.timeout, self.tls, self.peer)
+        except (OSError, ValueError) as exc:
+            raise TransportError(f"connection to {self.address} failed: {exc}") from exc
+        with self._lock:
+            self._sock = sock
+            cancelled = self.cancelled
+        try:
+            if cancelled:
+                raise TransportError(f"fetch of chunk {self.chunk} cancelled")
+            _request(
+                sock, OP_FETCH_CHUNK, {"job": self.job, "chunk": self.chunk, "topo": self.topo}
+            )
+            return [b for b in _read_frames(sock) if b is not None]
+        except (OSError, ValueError) as exc:
+            what = "cancelled" if self.cancelled else f"from {self.address} failed: {exc}"
+            raise TransportError(f"fetch of chunk {self.chunk} {what}") from exc
+        except TransportError:
+            if self.cancelled:
+                raise TransportError(f"fetch of chunk {self.chunk} cancelled") from None
+            raise
+        finally:
+            sock.close()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                # the kernel socket, not SSLSocket.shutdown (which tears the TLS object down
+                # under a reader in another thread): the reader sees EOF and returns
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def fetch_chunk(address: str, job: str, chunk: int, **kw: Any) -> list[Block]:
+    """Client side of FetchChunk (repair path): ``ChunkFetch(...).run()``."""
+    return ChunkFetch(address, job, chunk, **kw).run()
 
 
 def _fetch(
@@ -658,21 +724,6 @@ def _fetch(
         raise TransportError(f"fetch of {what} from {address} failed: {exc}") from exc
     finally:
         sock.close()
-
-
-def fetch_chunk(
-    address: str,
-    job: str,
-    chunk: int,
-    timeout: float = 30.0,
-    *,
-    tls: ssl.SSLContext,
-    peer: str,
-    topo: int = 0,
-) -> list[Block]:
-    """Client side of FetchChunk (repair path)."""
-    header = {"job": job, "chunk": chunk, "topo": topo}
-    return _fetch(address, timeout, tls, peer, OP_FETCH_CHUNK, header, f"chunk {chunk}")
 
 
 def fetch_manifest(

@@ -208,6 +208,18 @@ class Cluster:
     def models_root(self, host: str) -> Path:
         return self.base / "hosts" / host / "models"
 
+    def journaled(self, host: str, manifest: Any) -> int:
+        """How many chunks ``host``'s journal for ``manifest``'s version records verified."""
+        import base64
+
+        m = manifest
+        p = self.models_root(host) / ".staging" / m.model / m.version / "journal"
+        try:
+            doc = json.loads(p.read_bytes())
+        except (OSError, ValueError):
+            return 0
+        return sum(bin(b).count("1") for b in base64.b64decode(doc["verified"]))
+
     def start_agent(
         self,
         host: str,

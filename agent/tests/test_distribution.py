@@ -76,15 +76,7 @@ def test_fanout_all_hosts_byte_exact(cluster: Cluster, checkpoint, webhook) -> N
 
 
 def journal_chunks(cluster: Cluster, host: str, checkpoint: dict[str, Any]) -> int:
-    import base64
-
-    m = checkpoint["manifest"]
-    p = cluster.models_root(host) / ".staging" / m.model / m.version / "journal"
-    try:
-        doc = json.loads(p.read_bytes())
-    except (OSError, ValueError):
-        return 0
-    return sum(bin(b).count("1") for b in base64.b64decode(doc["verified"]))
+    return cluster.journaled(host, checkpoint["manifest"])
 
 
 def topology_for(hosts=HOSTS, stripes: int = 4):
@@ -244,11 +236,16 @@ def test_coordinator_stopped_mid_transfer_chains_finish(cluster: Cluster, checkp
     )
     cluster.kill("coordinator", signal.SIGKILL)
     assert not all((cluster.models_root(h) / m.model / m.version).exists() for h, _ in HOSTS)
+
     # with no coordinator at all, the chains stream to completion and every host places its copy
+    def placed(h: str) -> bool:  # renamed into place, and the staging leftovers removed
+        root = cluster.models_root(h)
+        return (root / m.model / m.version).is_dir() and not (
+            root / ".staging" / m.model / m.version
+        ).exists()
+
     cluster.wait_for(
-        lambda: all((cluster.models_root(h) / m.model / m.version).is_dir() for h, _ in HOSTS),
-        120,
-        "all hosts placed without a coordinator",
+        lambda: all(placed(h) for h, _ in HOSTS), 120, "all hosts placed without a coordinator"
     )
     for h, _ in HOSTS:
         assert_placed(cluster, checkpoint, h)

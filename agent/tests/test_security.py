@@ -822,6 +822,18 @@ MALFORMED = {
         lambda j: _frame(OP_STREAM_STRIPE, {"job": j, "stripe": 0, "fromPos": 21}),
         "fromPos 21 out of range [0, 20]",
     ),
+    "toPos before fromPos": (
+        lambda j: _frame(OP_STREAM_STRIPE, {"job": j, "stripe": 0, "fromPos": 5, "toPos": 4}),
+        "toPos 4 out of range [5, 20]",
+    ),
+    "toPos past the end": (
+        lambda j: _frame(OP_STREAM_STRIPE, {"job": j, "stripe": 0, "fromPos": 0, "toPos": 21}),
+        "toPos 21 out of range [0, 20]",
+    ),
+    "toPos not an integer": (
+        lambda j: _frame(OP_STREAM_STRIPE, {"job": j, "stripe": 0, "fromPos": 0, "toPos": "9"}),
+        "toPos must be an integer",
+    ),
     "zero credits": (
         lambda j: _frame(OP_STREAM_STRIPE, {"job": j, "stripe": 0, "fromPos": 0, "credits": 0}),
         "credits 0 out of range [1, 1024]",

@@ -10,7 +10,10 @@
 - ``pause_before_place=<gate>[:<times>]``: stop before each of the first ``<times>``
   placements of a job, write ``<gate>.waiting`` (the staging tree) and wait until ``<gate>``
   exists (the test changes staging meanwhile), so a flip between verification and rename
-  is real.
+  is real;
+- ``stall_send=<block>:<seconds>`` (the *sending* agent): every send of that block (stripe
+  stream or FetchChunk) waits that long first, frames and heartbeats included: an upstream
+  that holds the block and stalls on it (a hung disk read, a wedged sender thread).
 """
 
 from __future__ import annotations
@@ -77,8 +80,14 @@ class LabHooks(Hooks):
         self.corrupt_block = int(block) if block and not self.corrupt_all else -1
         self.corrupt_remaining = int(times or 1) if block else 0
         self.lock = threading.Lock()
+        stall, _, secs = self.faults.get("stall_send", "").partition(":")
+        self.stall_block = int(stall) if stall else -1
+        self.stall_s = min(float(secs or 0), PAUSE_LIMIT_S)
 
     def wire_block(self, block: int, data: bytes) -> bytes:
+        if block == self.stall_block:
+            log.warning("fault hook: stalling %.1f s before sending block %d", self.stall_s, block)
+            time.sleep(self.stall_s)
         if self.corrupt_all:
             return _flipped(data)
         if block != self.corrupt_block:

@@ -49,6 +49,7 @@ class ControlPlane:
         # the bitmap the coordinator last took whole (None: send the whole bitmap next)
         self._acked_have: bytes | None = None
         self._sent_have = b""  # the bitmap the report in flight describes
+        self._paused = False  # outranked by a higher-priority job on this host
 
     # ------------------------------------------------------------------ register
     def _journal_bits(self) -> bytes:
@@ -180,7 +181,8 @@ class ControlPlane:
             return []
         rx, out = job.counters.stripe_rx, []
         for s in range(files.stripes):
-            if job.first_missing(s) >= len(files.stripe_blocks[s]):
+            # a stripe held whole, or paused for a higher-priority job: quiet, not slow
+            if self._paused or job.first_missing(s) >= len(files.stripe_blocks[s]):
                 out.append(STRIPE_DONE)
             else:
                 out.append(int((rx.get(s, 0) - self._stripe_mark.get(s, 0)) / dt))
@@ -202,6 +204,7 @@ class ControlPlane:
 
     def report_once(self) -> list[str]:
         job = self.job
+        self._paused = job.host.outranked(job.job_id)  # before the job lock (host lock first)
         with job.lock:
             req = self._progress_request()
         try:

@@ -18,6 +18,7 @@ from relgate_agent.agent.exporter import AgentExporter
 from relgate_agent.agent.job import AgentConfig, JobState
 from relgate_agent.agent.runner import JobRunner
 from relgate_agent.authz import chunk_refusal, stripe_refusal
+from relgate_agent.contracts import priority_rank
 from relgate_agent.errors import AgentError
 from relgate_agent.origin import TokenBucket
 from relgate_agent.pki import (
@@ -35,6 +36,7 @@ from relgate_agent.storage import held_versions
 from relgate_agent.transport import OP_STREAM_STRIPE, BlockSource, DataPlaneLimits, DataServer
 
 log = logging.getLogger(__name__)
+ENDED_JOBS_KEPT = 32  # ended jobs whose figures the exporter still serves
 
 WATCH_RETRY = Backoff(0.2, 2.0)  # coordinator unreachable: back off to 2 s
 
@@ -55,6 +57,7 @@ class HostAgent:
         # data plane: TLS 1.3 both ways; peers are checked against the current assignment
         self.data_client = data_client_context(tls)
         self.runners: dict[str, JobRunner] = {}
+        self.ended: dict[str, JobState] = {}  # forgotten runners' jobs, oldest first
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.rx_bucket = TokenBucket(config.max_rate_bytes_per_s)
@@ -107,6 +110,19 @@ class HostAgent:
                     return why
                 a.cond.wait(remaining)
 
+    def outranked(self, job_id: str) -> bool:
+        """Another job of higher priority still transfers on this host: ``job_id`` waits
+        (its stripe workers pause; serving what it holds goes on)."""
+        with self.lock:
+            me = self.runners.get(job_id)
+            if me is None:
+                return False
+            return any(
+                r.job.rank > me.job.rank and r.transferring
+                for j, r in self.runners.items()
+                if j != job_id
+            )
+
     def health(self) -> str:
         return self.data.health()
 
@@ -129,8 +145,10 @@ class HostAgent:
         return r if r is not None and r.serving else None
 
     def _jobs(self) -> list[JobState]:
+        """Every job this process runs or ran lately (the exporter's view)."""
         with self.lock:
-            return [r.job for r in self.runners.values()]
+            running = {job_id: r.job for job_id, r in self.runners.items()}
+            return [*running.values(), *(j for k, j in self.ended.items() if k not in running)]
 
     def start(self) -> HostAgent:
         self.config.models_root.mkdir(parents=True, exist_ok=True)
@@ -222,7 +240,8 @@ class HostAgent:
             for job_id, ref in listed.items():
                 r = self.runners.get(job_id)
                 if r is None or r.closed:
-                    r = JobRunner(self, job_id, ref.model, ref.version)
+                    rank = priority_rank(ref.priority or "normal")
+                    r = JobRunner(self, job_id, ref.model, ref.version, rank)
                     self.runners[job_id] = r
                     r.start()
                     started.add(job_id)
@@ -233,4 +252,9 @@ class HostAgent:
                 if job_id not in listed and (r.closed or not r.alive):
                     r.stop()
                     del self.runners[job_id]
+                    # its counters stay on /metrics (a counter that vanishes reads as a
+                    # reset); the last ENDED_JOBS_KEPT ended jobs
+                    self.ended[job_id] = r.job
+                    while len(self.ended) > ENDED_JOBS_KEPT:
+                        self.ended.pop(next(iter(self.ended)))
         return started

@@ -88,6 +88,8 @@ class HostServices(Protocol):
 
     def data_refusals(self) -> int: ...
 
+    def outranked(self, job_id: str) -> bool: ...  # a higher-priority job still transfers here
+
 
 class ChunkTracker:
     """Which blocks are on disk (servable) and which chunks verified; wakes waiting servers."""
@@ -172,6 +174,16 @@ class JobCounters:
     swarm_chunks: int = 0  # chunks pulled peer-to-peer while a chain was broken
     manifest_from: str = ""  # where the verified envelope came from: a host id, "coordinator"
     placement_rounds: int = 0
+    # delta: chunks (and their bytes) copied from other local versions, not transferred;
+    # held copies refused because they no longer hash to the signed digest
+    local_chunks: int = 0
+    local_bytes: int = 0
+    local_rejected: int = 0
+    # end-game: chunks won from a race of holders, losing fetches cancelled, and bytes of
+    # losing copies that arrived whole before the cancel
+    endgame_chunks: int = 0
+    endgame_cancelled: int = 0
+    endgame_duplicate_bytes: int = 0
     stripe_rx: dict[int, int] = field(default_factory=dict)  # bytes received per stripe
 
 
@@ -196,6 +208,12 @@ class JobStats:
     failed: str
     scrubbed: str = ""  # quarantined: staging removed, each held version re-verified
     manifest_from: str = ""  # the host the envelope came from, or "coordinator"
+    local_chunks: int = 0  # delta: copied from another local version, not transferred
+    local_bytes: int = 0
+    local_rejected: int = 0  # held copies that no longer matched the signed digest
+    endgame_chunks: int = 0  # won by the end-game race of holders
+    endgame_cancelled: int = 0  # duplicate fetches cancelled once a copy verified
+    endgame_duplicate_bytes: int = 0
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -258,12 +276,15 @@ class Assignments:
 class JobState:
     """One job on this host: identity, stop event, files, assignment, errors, counters."""
 
-    def __init__(self, host: HostServices, job_id: str, model: str, version: str) -> None:
+    def __init__(
+        self, host: HostServices, job_id: str, model: str, version: str, rank: int = 1
+    ) -> None:
         self.host = host
         self.cfg = host.config
         self.job_id = job_id
         self.model = model
         self.version = version
+        self.rank = rank  # contracts.priority_rank of the job's priority
         self.stop_event = threading.Event()
         self.files: JobFiles | None = None
         self.assignments = Assignments()
@@ -274,6 +295,7 @@ class JobState:
         self.lock = threading.Lock()  # counters, repairing, chunk_failures
         self.counters = JobCounters()
         self.repairing: set[int] = set()  # chunks being re-fetched by FetchChunk
+        self.stripe_seen: dict[int, float] = {}  # stripe -> monotonic time of its last block
         self.chunk_failures: dict[int, dict[str, int]] = {}
         self.ready = False
         self.cancelled = False
@@ -362,6 +384,18 @@ class JobState:
                 return pos
         return len(blocks)
 
+    def gap_end(self, stripe: int, pos: int) -> int:
+        """End (exclusive) of the run of missing blocks of ``stripe`` starting at ``pos``: a
+        stream asks for this run only, never for blocks held already (delta, repairs)."""
+        files = self.files
+        if files is None:
+            return pos
+        blocks, avail = files.stripe_blocks[stripe], files.tracker.available
+        for p in range(pos, len(blocks)):
+            if avail[blocks[p]]:
+                return p
+        return len(blocks)
+
     def stats(self, pid: int) -> JobStats:
         with self.lock:
             c = self.counters
@@ -383,6 +417,12 @@ class JobState:
                 failed=self.failed,
                 scrubbed=self.scrubbed,
                 manifest_from=c.manifest_from,
+                local_chunks=c.local_chunks,
+                local_bytes=c.local_bytes,
+                local_rejected=c.local_rejected,
+                endgame_chunks=c.endgame_chunks,
+                endgame_cancelled=c.endgame_cancelled,
+                endgame_duplicate_bytes=c.endgame_duplicate_bytes,
             )
 
 

@@ -13,13 +13,20 @@ import logging
 import grpc
 
 from relgate_agent.agent.job import JobFiles, JobState
-from relgate_agent.manifest import crc32c
+from relgate_agent.manifest import CheckpointManifest, crc32c
 from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.transport import Block, TransportError, fetch_chunk
+from relgate_agent.transport import Block, ChunkFetch, TransportError
 
 log = logging.getLogger(__name__)
 
 REPAIR_WAIT_S = 0.25  # between FetchChunk rounds
+
+
+def blocks_intact(m: CheckpointManifest, chunk: int, got: list[Block]) -> bool:
+    """A fetched chunk is exactly its blocks, in order, each passing its signed CRC32C."""
+    return [g.block for g in got] == list(m.chunk_blocks(chunk)) and all(
+        crc32c(g.data) == m.block_crc(g.block) for g in got
+    )
 
 
 class ChunkRepair:
@@ -78,7 +85,7 @@ class ChunkRepair:
                 job.repairing.discard(chunk)
             self.files.tracker.notify()
 
-    def _holders(self, chunk: int, exclude: set[str]) -> list[pb.Peer]:
+    def holders(self, chunk: int, exclude: set[str]) -> list[pb.Peer]:
         job = self.job
         try:
             resp = job.host.stub.FindPeers(
@@ -95,26 +102,29 @@ class ChunkRepair:
         except grpc.RpcError:
             return []
 
+    def fetch(self, peer: pb.Peer, chunk: int, timeout: float = 30.0) -> ChunkFetch:
+        """A FetchChunk of ``chunk`` from ``peer`` for this job (run it; cancellable)."""
+        job = self.job
+        return ChunkFetch(
+            peer.address,
+            job.job_id,
+            chunk,
+            timeout,
+            tls=job.host.data_client,
+            peer=peer.host_id,
+            topo=job.assignments.topology_version,
+        )
+
     def repair_chunk(self, chunk: int, exclude: set[str]) -> bool:
         """FetchChunk from peers that hold it (same rack first), never from ``exclude``."""
         job, m = self.job, self.files.manifest
-        want = list(m.chunk_blocks(chunk))
-        for peer in self._holders(chunk, exclude):
+        for peer in self.holders(chunk, exclude):
             try:
-                got = fetch_chunk(
-                    peer.address,
-                    job.job_id,
-                    chunk,
-                    tls=job.host.data_client,
-                    peer=peer.host_id,
-                    topo=job.assignments.topology_version,
-                )
+                got = self.fetch(peer, chunk).run()
             except TransportError as exc:
                 log.info("repair of chunk %d from %s failed: %s", chunk, peer.host_id, exc)
                 continue
-            if [g.block for g in got] != want or any(
-                crc32c(g.data) != m.block_crc(g.block) for g in got
-            ):
+            if not blocks_intact(m, chunk, got):
                 job.error("CRC_MISMATCH", chunk, peer.host_id, "repair data failed CRC32C")
                 if job.chunk_failure(chunk, peer.host_id, "CRC_MISMATCH"):
                     return False
@@ -142,4 +152,4 @@ class ChunkRepair:
         return True
 
 
-__all__ = ["ChunkRepair"]
+__all__ = ["ChunkRepair", "blocks_intact"]

@@ -15,13 +15,18 @@ import logging
 import os
 import threading
 
+import grpc
+
 from relgate_agent.agent.control import ControlPlane
+from relgate_agent.agent.delta import copy_held_chunks
+from relgate_agent.agent.endgame import EndGame
 from relgate_agent.agent.job import ChunkTracker, HostServices, JobFiles, JobState, JobStats
 from relgate_agent.agent.repair import ChunkRepair
 from relgate_agent.agent.stripes import StripeWorkers
 from relgate_agent.dsse import MAX_ENVELOPE_BYTES
 from relgate_agent.errors import (
     KIND_HOST_FAILED,
+    KIND_LOCAL_REJECTED,
     KIND_QUARANTINED,
     AgentError,
     ManifestError,
@@ -47,8 +52,10 @@ NOT_YET = object()  # _envelope_from: the source does not hold it yet  # one sou
 class JobRunner:
     """Runs one job on this host and serves its blocks to downstream peers."""
 
-    def __init__(self, host: HostServices, job_id: str, model: str, version: str) -> None:
-        self.job = JobState(host, job_id, model, version)
+    def __init__(
+        self, host: HostServices, job_id: str, model: str, version: str, rank: int = 1
+    ) -> None:
+        self.job = JobState(host, job_id, model, version, rank)
         self.cfg = host.config
         self.control = ControlPlane(self.job)
 
@@ -99,6 +106,11 @@ class JobRunner:
         t.start()
 
     @property
+    def transferring(self) -> bool:
+        """Still receiving (or about to): holds back this host's lower-priority jobs."""
+        return self.alive and not self.closed and not self.job.ready
+
+    @property
     def alive(self) -> bool:
         return bool(self.job.threads) and self.job.threads[0].is_alive()
 
@@ -120,10 +132,13 @@ class JobRunner:
                 return
             job.files = files
             repair = ChunkRepair(job, files)
+            # reports and the journal first: a long local copy must not look like a dead host
             job.spawn(self.control.report_loop, "report")
             if not job.ready:
                 job.spawn(self.control.journal_loop, "journal")
+                self._copy_held(files)
                 StripeWorkers(job, files, self.control, repair).start()
+                job.spawn(EndGame(job, files, repair).loop, "endgame")
                 self._until_placed(files, repair)
                 if not job.ready:
                     self.control.flush_journal()
@@ -144,6 +159,58 @@ class JobRunner:
             job.error("INTERNAL", detail="agent job runner crashed; see agent log")
         finally:
             self._write_stats()
+
+    def _copy_held(self, files: JobFiles) -> None:
+        """Delta: take the chunks other local versions hold (same signed SHA-256, re-hashed
+        now) instead of transferring them, then register again so the coordinator plans
+        from the bitmap this host really has."""
+        job, tracker = self.job, files.tracker
+        missing = [c for c in range(files.manifest.num_chunks) if not tracker.verified[c]]
+        if not missing:
+            return
+
+        def write(chunk: int, data: bytes) -> None:
+            files.store.pwrite(files.manifest.chunks[chunk].offset, data)
+            tracker.mark_verified(chunk)
+
+        try:
+            got = copy_held_chunks(
+                self.cfg.models_root,
+                self.cfg.trusted_keys,
+                files.manifest,
+                missing,
+                write,
+                job.stop_event.is_set,
+            )
+        except (OSError, StorageError, ManifestError) as exc:
+            log.warning(
+                "%s job %s: local chunk reuse failed: %s", self.cfg.host_id, job.job_id, exc
+            )
+            return
+        for chunk, held in got.rejected:
+            job.error(
+                KIND_LOCAL_REJECTED,
+                chunk,
+                "",
+                f"{held} holds chunk {chunk} under {files.manifest.chunks[chunk].digest} but "
+                "its bytes no longer hash to it; not copied",
+            )
+        with job.lock:
+            job.counters.local_chunks += len(got.copied)
+            job.counters.local_bytes += got.bytes
+            job.counters.local_rejected += len(got.rejected)
+        if not got.copied:
+            return
+        job.journal_dirty.set()
+        log.info(
+            "%s job %s: %d/%d chunks copied from local versions",
+            self.cfg.host_id,
+            job.job_id,
+            len(got.copied),
+            files.manifest.num_chunks,
+        )
+        with contextlib.suppress(grpc.RpcError):
+            job.assignments.require(self.control.register().topology_version)
 
     def _scrub_quarantined(self, files: JobFiles) -> None:
         """Quarantined (two downstreams got bad data from us): staging for this job goes and
@@ -338,6 +405,10 @@ class JobRunner:
             job.give_up(KIND_HOST_FAILED, -1, f"UNSAFE_PATH {exc}")
             store.close()
             return False
+        try:
+            store.write_staged_envelope(files.envelope)  # other jobs may reuse its chunks
+        except (UnsafePathError, OSError) as exc:
+            log.warning("%s: staged envelope not kept: %s", store.staging_dir, exc)
         if state is not None:
             for c in state.verified:
                 files.tracker.mark_verified(c)
@@ -369,7 +440,10 @@ class JobRunner:
             return False
         job.ready = True
         log.info("%s job %s: placed %s", self.cfg.host_id, job.job_id, final)
-        self.control.report_once()
+        with contextlib.suppress(grpc.RpcError):
+            # READY now if the coordinator is there; else the report loop delivers it (a
+            # coordinator away must not crash the runner past retention and stats)
+            self.control.report_once()
         try:
             # deployer-aware: nothing older than what serves goes until a newer one serves
             removed = retire_versions(

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import logging
 import threading
+import time
 
 from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.job import ORIGIN, JobFiles, JobState
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 WORKER_RETRY = Backoff(0.2, 2.0)  # after a failed pull: 0.2 s doubling to 2 s
 SUSPECT_AFTER = 2  # transport failures in a row before the upstream is reported
 SWARM_AFTER = 3  # transport failures in a row before swarm mode
+PRIORITY_WAIT_S = 0.2  # a job outranked on this host looks again after this
 
 
 class CrcMismatch(AgentError):
@@ -118,6 +120,9 @@ class StripeWorkers:
                 with self.files.tracker.cond:
                     self.files.tracker.cond.wait(1.0)
                 continue
+            if job.host.outranked(job.job_id):
+                job.stop_event.wait(PRIORITY_WAIT_S)  # a higher-priority job goes first
+                continue
             a = job.assignments.wait(stripe, job.stop_event)
             if a is None:
                 continue
@@ -176,6 +181,7 @@ class StripeWorkers:
     # ------------------------------------------------------------------ pulls
     def _pull_peer(self, stripe: int, pos: int, a: pb.StripeAssignment) -> None:
         job, blocks = self.job, self.files.stripe_blocks[stripe]
+        end = job.gap_end(stripe, pos)
         stream = StripeStream(
             a.upstream.address,
             job.job_id,
@@ -186,10 +192,15 @@ class StripeWorkers:
             tls=job.host.data_client,
             peer=a.upstream.host_id,
             topo=job.assignments.topology_version,
+            to_pos=end if end < len(blocks) else None,
         )
         try:
             for item in stream:
-                if job.stop_event.is_set() or job.assignments.changed(stripe, a):
+                if (
+                    job.stop_event.is_set()
+                    or job.assignments.changed(stripe, a)
+                    or job.host.outranked(job.job_id)
+                ):
                     return
                 if item is None:
                     continue  # heartbeat: upstream alive, waiting on its own upstream
@@ -199,7 +210,7 @@ class StripeWorkers:
                     )
                 self.accept(item.block, item.data, a.upstream.host_id)
                 pos += 1
-                if pos < len(blocks):
+                if pos < end:
                     stream.grant(1)
         finally:
             stream.close()
@@ -211,7 +222,11 @@ class StripeWorkers:
         bucket = job.assignments.bucket(stripe)
         blocks = files.stripe_blocks[stripe]
         for p in range(pos, len(blocks)):
-            if job.stop_event.is_set() or job.assignments.changed(stripe, a):
+            if (
+                job.stop_event.is_set()
+                or job.assignments.changed(stripe, a)
+                or job.host.outranked(job.job_id)
+            ):
                 return
             b = blocks[p]
             if files.tracker.available[b]:
@@ -229,6 +244,7 @@ class StripeWorkers:
         s = self.files.manifest.block_chunk(block) % self.files.stripes
         rx = self.job.counters.stripe_rx
         rx[s] = rx.get(s, 0) + n
+        self.job.stripe_seen[s] = time.monotonic()
 
     # ------------------------------------------------------------------ verification
     def accept(self, block: int, data: bytes, source: str) -> None:

@@ -96,7 +96,7 @@ class ProgressService(CoordinatorCore):
 
     def _jobs_of(self, host_id: str) -> list[JobRef]:
         return [
-            JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state)
+            JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state, j.spec.priority)
             for j in self.jobs.values()
             if host_id in j.targets and j.state in ACTIVE_STATES
         ]
@@ -118,7 +118,8 @@ class ProgressService(CoordinatorCore):
             for cur in cursors:
                 jobs = by_host.get(cur.host_id, [])
                 refs = tuple(
-                    JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state) for j in jobs
+                    JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state, j.spec.priority)
+                    for j in jobs
                 )
                 plans = [
                     self._assignment(j, cur.host_id)

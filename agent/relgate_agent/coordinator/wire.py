@@ -75,7 +75,13 @@ def report_from_pb(request: pb.ReportProgressRequest) -> ProgressReport:
 def watch_event_to_pb(update: WatchUpdate, sequence: int) -> pb.WatchEvent:
     return pb.WatchEvent(
         jobs=[
-            pb.JobRef(job_id=j.job_id, model=j.model, version=j.version, state=j.state)
+            pb.JobRef(
+                job_id=j.job_id,
+                model=j.model,
+                version=j.version,
+                state=j.state,
+                priority=j.priority,
+            )
             for j in update.jobs
         ],
         assignments=[assignment_to_pb(a) for a in update.assignments],

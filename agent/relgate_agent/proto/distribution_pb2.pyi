@@ -389,21 +389,24 @@ class WatchRequest(_message.Message):
     ) -> None: ...
 
 class JobRef(_message.Message):
-    __slots__ = ("job_id", "model", "state", "version")
+    __slots__ = ("job_id", "model", "priority", "state", "version")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model: str
     version: str
     state: str
+    priority: str
     def __init__(
         self,
         job_id: str | None = ...,
         model: str | None = ...,
         version: str | None = ...,
         state: str | None = ...,
+        priority: str | None = ...,
     ) -> None: ...
 
 class WatchEvent(_message.Message):
