@@ -106,6 +106,21 @@ class FailoverStub:
 _END = object()  # closes a duplex stream's request iterator
 
 
+class StreamEnded(grpc.RpcError):
+    """The server ended a duplex stream without answering, twice in a row (callers handle
+    it as any failed RPC: UNAVAILABLE)."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__(f"{method}: stream ended without a reply")
+        self._details = f"{method}: stream ended without a reply"
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return self._details
+
+
 class Duplex:
     """Request/response pairs over one long-lived bidirectional stream (a report per call
     costs the coordinator ~3x the CPU of a message on an open stream).
@@ -153,7 +168,7 @@ class Duplex:
                 except StopIteration:
                     self._close()  # ended by the server before this request: resend once
                     if reopened:
-                        raise
+                        raise StreamEnded(self.method) from None
                     reopened = True
                 except grpc.RpcError as exc:
                     self._close()

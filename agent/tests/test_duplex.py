@@ -21,7 +21,7 @@ import pytest
 from relgate_agent.pki import TlsFiles, ensure_dev_pki, grpc_server_credentials
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.rpc import Duplex, FailoverStub
+from relgate_agent.rpc import Duplex, FailoverStub, StreamEnded
 
 SERVICE = pb.DESCRIPTOR.services_by_name["AgentService"].full_name
 Handler = Callable[[Iterator[pb.ReportProgressRequest], Any], Iterator[pb.ReportProgressResponse]]
@@ -72,6 +72,10 @@ def silent(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
     for _ in requests:
         RELEASE.wait(60)
     yield from ()
+
+
+def ends_at_once(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
+    yield from ()  # a server that closes every stream without answering
 
 
 def not_leader(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
@@ -170,3 +174,42 @@ def test_exchanges_from_several_threads_are_never_interleaved(replicas: Any) -> 
         t.join()
     assert got == {b: list(range(b, b + 20)) for b in (100, 200, 300)}
     assert replica.streams == 1
+
+
+def test_a_server_that_never_answers_ends_in_an_rpc_error_after_one_reopen(
+    replicas: Any,
+) -> None:
+    """Reopened once, then raised as a failed RPC (UNAVAILABLE): the report loop catches
+    RpcError; a bare StopIteration would end its thread."""
+    duplex, (replica,) = replicas(ends_at_once)
+    with pytest.raises(grpc.RpcError) as exc:
+        duplex.exchange(req(1), timeout=5)
+    assert isinstance(exc.value, StreamEnded)
+    assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert duplex.opened == replica.streams == 2
+
+
+def test_unavailable_walks_the_replicas_in_order(replicas: Any) -> None:
+    duplex, (first, leader, last) = replicas(not_leader, echo, not_leader)
+    assert duplex.exchange(req(1), timeout=5).topology_version == 1
+    assert (first.streams, leader.streams, last.streams) == (1, 1, 0)
+
+
+def test_a_replica_another_caller_moved_past_is_not_moved_again(replicas: Any) -> None:
+    duplex, _ = replicas(echo, echo, echo)
+    stub = duplex.stub
+    stub.current = 2  # another thread found replicas 0 and 1 down meanwhile
+    stub.moved_on(0)  # a late failure on replica 0 must not undo that
+    assert stub.current == 2
+    stub.moved_on(2)
+    assert stub.current == 0
+    stub.moved_on(1)  # nor a failure on a replica it has not reached
+    assert stub.current == 0
+
+
+def test_closing_the_stub_closes_every_channel(replicas: Any) -> None:
+    duplex, _ = replicas(echo, echo)
+    duplex.stub.close()
+    for stub in duplex.stub.stubs:
+        with pytest.raises(ValueError, match="closed channel"):
+            stub.ReportProgress(req(1), timeout=1)
