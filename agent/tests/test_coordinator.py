@@ -17,6 +17,7 @@ from relgate_agent.contracts import (
     WatchCursor,
     WatchUpdate,
 )
+from relgate_agent.coordinator.jobstate import JobState
 from relgate_agent.coordinator.service import (
     Coordinator,
     CoordinatorConfig,
@@ -514,5 +515,134 @@ def test_heartbeats_rewrite_the_inventory_only_when_it_changes_or_ages(
         c.heartbeat("h0", "r0", "10.0.0.1:2", ["m/v1"])
         assert len(writes) == 5
         assert c.store.enrolled()["h0"][1] == {"pool": "y"}
+    finally:
+        c.store.close()
+
+
+def _a_chain_job(c: Coordinator, checkpoint) -> tuple[JobState, str, str]:
+    """A job on HOSTS with every host registered; (job, an upstream, one of its children)."""
+    for h, r in HOSTS.items():
+        c.enroll(h, r, {"cluster": "inf-a", "pool": "x"})
+        c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+    job = c.create_job(_spec(checkpoint))
+    for h in job.targets:
+        c.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
+    chain = job.topology.stripes[0]
+    up = next(h for h in chain.order if chain.children(h))
+    return job, up, chain.children(up)[0]
+
+
+def test_a_live_host_that_serves_nobody_is_a_leaf_once_complaints_last(
+    tmp_path: Path, checkpoint
+) -> None:
+    now = [1000.0]
+    c = _clocked(tmp_path, checkpoint, now, report_interval_s=0.5)
+    try:
+        job, up, child = _a_chain_job(c, checkpoint)
+        stranger = next(
+            h
+            for h in job.targets
+            if h not in (up, child)
+            and not any(ch.parent.get(h) == up for ch in job.topology.stripes)
+        )
+        v = job.topology.version
+
+        def complain(who: str, dt: float, reason: str = "CONN_RESET") -> None:
+            now[0] += dt
+            job.hosts[up].last_seen = now[0]  # it keeps reporting: alive to the sweep
+            c.report_suspect(job.job_id, who, up, reason, 0)
+
+        complain(child, 0.0)
+        assert not job.hosts[up].demoted, job.hosts[up].errors
+        complain(stranger, 5.0)  # not its downstream: never counts
+        assert not job.hosts[up].demoted, job.hosts[up].errors
+        complain(child, 2.9)  # 7.9 s after the first, but that one expired (> 2 windows)
+        complain(child, 2.9)  # 2.9 s of complaints: under the 3 s window
+        assert not job.hosts[up].demoted and job.topology.version == v
+        complain(child, 0.1, "STALLED")  # 3.0 s
+        assert job.hosts[up].demoted
+        assert job.hosts[up].state != "DEAD"  # a leaf, not spliced out: it still receives
+        assert all(not ch.children(up) for ch in job.topology.stripes)
+        assert job.topology.version > v  # one change (splice + append: two numbers)
+        assert any(e == f"DEMOTED not serving: STALLED from {child}" for e in job.hosts[up].errors)
+        assert c.metrics.splices.labels("demoted")._value.get() == 1
+    finally:
+        c.store.close()
+
+
+def test_the_unserved_window_follows_the_report_interval(tmp_path: Path, checkpoint) -> None:
+    now = [1000.0]
+    c = _clocked(tmp_path, checkpoint, now, report_interval_s=2.0)  # window 6 s
+    try:
+        job, up, child = _a_chain_job(c, checkpoint)
+        for dt in (0.0, 4.0, 1.9):
+            now[0] += dt
+            job.hosts[up].last_seen = now[0]
+            c.report_suspect(job.job_id, child, up, "CONN_RESET", 0)
+        assert not job.hosts[up].demoted  # 5.9 s
+        now[0] += 0.1
+        job.hosts[up].last_seen = now[0]
+        c.report_suspect(job.job_id, child, up, "CONN_RESET", 0)
+        assert job.hosts[up].demoted
+    finally:
+        c.store.close()
+
+
+def test_no_splice_on_suspect_means_no_demotion_either(tmp_path: Path, checkpoint) -> None:
+    now = [1000.0]
+    c = _clocked(tmp_path, checkpoint, now, report_interval_s=0.5, splice_on_suspect=False)
+    try:
+        job, up, child = _a_chain_job(c, checkpoint)
+        for _ in range(10):
+            now[0] += 1.0
+            job.hosts[up].last_seen = now[0]
+            c.report_suspect(job.job_id, child, up, "CONN_RESET", 0)
+        assert not job.hosts[up].demoted
+    finally:
+        c.store.close()
+
+
+def test_envelope_sent_once_per_rack_then_named(tmp_path: Path, checkpoint) -> None:
+    now = [1000.0]
+    c = _clocked(tmp_path, checkpoint, now)
+    try:
+        for h, r in HOSTS.items():
+            c.enroll(h, r, {"cluster": "inf-a", "pool": "x"})
+            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+        job = c.create_job(_spec(checkpoint))
+        regs = {
+            h: c.register(
+                job.job_id,
+                h,
+                job.targets[h],
+                b"",
+                1 << 40,
+                f"10.0.0.{h[1:]}:1",
+                envelope_from_peers=True,
+            )
+            for h in sorted(job.targets)
+        }
+        shipped = {h for h, r in regs.items() if r.manifest_envelope}
+        # h0..h4 in racks r0 (h0 h2 h4) and r1 (h1 h3): the first of each rack gets it
+        assert shipped == {"h0", "h1"}
+        for h, r in regs.items():
+            if h in shipped:
+                assert r.manifest_envelope == job.envelope and not r.manifest_sources
+                continue
+            assert r.manifest_envelope == b"" and r.manifest_digest == job.manifest.digest
+            names = [p.host_id for p in r.manifest_sources]
+            assert h not in names and len(names) == len(set(names)) <= 3
+            assert names[0] == ("h0" if HOSTS[h] == "r0" else "h1")  # same rack first
+            assert all(p.address for p in r.manifest_sources)
+        # an agent that cannot take it from peers always gets it
+        again = c.register(job.job_id, "h2", "r0", b"", 1 << 40, "10.0.0.2:1")
+        assert again.manifest_envelope == job.envelope
+        # a source spliced out is never named again
+        with c.lock:
+            c._mark_dead(job, "h0", "test")
+        later = c.register(
+            job.job_id, "h4", "r0", b"", 1 << 40, "10.0.0.4:1", envelope_from_peers=True
+        )
+        assert "h0" not in [p.host_id for p in later.manifest_sources]
     finally:
         c.store.close()

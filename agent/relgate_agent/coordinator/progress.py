@@ -450,11 +450,11 @@ class ProgressService(CoordinatorCore):
         waits behind it; it still receives). A complaint not repeated within two windows
         expires, so a transient one (a reconnect across a topology change) never adds up."""
         now, window = self.clock(), self._unserved_window()
-        first, _ = hp.unserved.get(reporter, (now, now))
-        hp.unserved[reporter] = (first, now)
-        hp.unserved = {
+        hp.unserved = {  # expired complaints first: an old one must not date this one
             r: (f, last) for r, (f, last) in hp.unserved.items() if now - last <= 2 * window
         }
+        first, _ = hp.unserved.get(reporter, (now, now))
+        hp.unserved[reporter] = (first, now)
         if hp.demoted or not any(now - f >= window for f, _ in hp.unserved.values()):
             return
         reporters = ", ".join(sorted(hp.unserved))
