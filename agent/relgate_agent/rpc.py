@@ -106,7 +106,7 @@ class FailoverStub:
 _END = object()  # closes a duplex stream's request iterator
 
 
-class StreamEnded(grpc.RpcError):
+class StreamEnded(grpc.RpcError):  # type: ignore[misc]  # grpc ships RpcError untyped
     """The server ended a duplex stream without answering, twice in a row (callers handle
     it as any failed RPC: UNAVAILABLE)."""
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from relgate_agent.dsse import MAX_ENVELOPE_BYTES  # the one bound on a signed envelope
 from relgate_agent.errors import StorageError
 from relgate_agent.fstree import (
     CHECK_NOT_REGULAR,
@@ -548,9 +549,6 @@ def read_placed_envelope(models_root: Path, model: str, version: str) -> bytes |
     return _read_beneath(
         models_root, [".placed", model, f"{version}.manifest.dsse.json"], MAX_ENVELOPE_BYTES
     )
-
-
-MAX_ENVELOPE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
