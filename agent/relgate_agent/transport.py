@@ -599,8 +599,10 @@ class StripeStream:
         peer: str,
         topo: int = 0,
         to_pos: int | None = None,
+        max_block: int | None = None,
     ) -> None:
         self.address = address
+        self.max_block = max_block  # a longer frame is refused before a byte of it is read
         try:
             self.sock = _connect(address, stall_s, tls, peer)
         except (OSError, ValueError) as exc:
@@ -623,7 +625,7 @@ class StripeStream:
 
     def __iter__(self) -> Iterator[Block | None]:
         try:
-            yield from _read_frames(self.sock)
+            yield from _read_frames(self.sock, self.max_block)
         except TimeoutError as exc:
             raise TransportError(f"stalled: no frame from {self.address}") from exc
         except OSError as exc:
@@ -644,7 +646,7 @@ class ChunkFetch:
     """Client side of FetchChunk that another thread may cancel (an end-game duplicate whose
     chunk verified from another peer first): ``cancel`` shuts the socket down under it."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the FetchChunk request header and its read bounds
         self,
         address: str,
         job: str,
@@ -654,9 +656,13 @@ class ChunkFetch:
         tls: ssl.SSLContext,
         peer: str,
         topo: int = 0,
+        max_block: int | None = None,
+        max_blocks: int | None = None,
     ) -> None:
         self.address, self.job, self.chunk, self.timeout = address, job, chunk, timeout
         self.tls, self.peer, self.topo = tls, peer, topo
+        # bounds on what a peer may send for one chunk: frame length, frame count
+        self.max_block, self.max_blocks = max_block, max_blocks
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self.cancelled = False
@@ -675,7 +681,17 @@ class ChunkFetch:
             _request(
                 sock, OP_FETCH_CHUNK, {"job": self.job, "chunk": self.chunk, "topo": self.topo}
             )
-            return [b for b in _read_frames(sock) if b is not None]
+            blocks: list[Block] = []
+            for b in _read_frames(sock, self.max_block):
+                if b is None:
+                    continue
+                blocks.append(b)
+                if self.max_blocks is not None and len(blocks) > self.max_blocks:
+                    raise TransportError(
+                        f"{self.address} sent more than {self.max_blocks} blocks for chunk "
+                        f"{self.chunk}"
+                    )
+            return blocks
         except (OSError, ValueError) as exc:
             what = "cancelled" if self.cancelled else f"from {self.address} failed: {exc}"
             raise TransportError(f"fetch of chunk {self.chunk} {what}") from exc

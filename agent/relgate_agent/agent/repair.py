@@ -113,6 +113,8 @@ class ChunkRepair:
             tls=job.host.data_client,
             peer=peer.host_id,
             topo=job.assignments.topology_version,
+            max_block=self.files.manifest.block_size,
+            max_blocks=len(self.files.manifest.chunk_blocks(chunk)),
         )
 
     def repair_chunk(self, chunk: int, exclude: set[str]) -> bool:

@@ -193,6 +193,7 @@ class StripeWorkers:
             peer=a.upstream.host_id,
             topo=job.assignments.topology_version,
             to_pos=end if end < len(blocks) else None,
+            max_block=self.files.manifest.block_size,
         )
         try:
             for item in stream:
