@@ -16,8 +16,10 @@ def alias() -> None:
 @click.argument("name")
 @pass_ctx
 def alias_show(ctx: Ctx, name: str) -> CommandOutput:
+    """The alias as it stands (a snapshot or a release alias) and its history."""
     gate = ctx.ws().gate()
-    return {**as_object(gate.alias(name)), "history": gate.alias_history(name)}
+    state = gate.alias(name, gate.alias_kind(name) or "snapshot")
+    return {**as_object(state), "history": gate.alias_history(name)}
 
 
 @command(alias, "rollback")

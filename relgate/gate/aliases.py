@@ -81,6 +81,12 @@ def read_alias(conn: Connection, alias: str, kind: str) -> tuple[int, str | None
     return alias_of(row, alias, kind)
 
 
+def alias_kind(conn: Connection, alias: str) -> str | None:
+    """What ``alias`` points at ("snapshot" or "release"); None if it was never set."""
+    row = one(conn, "SELECT kind FROM aliases WHERE name = :n", {"n": alias})
+    return None if row is None or row["kind"] is None else str(row["kind"])
+
+
 def alias_of(row: Mapping[str, Any] | None, alias: str, kind: str) -> tuple[int, str | None]:
     """:func:`read_alias` of an already-read ``aliases`` row (None: never set)."""
     if row is None or row["kind"] is None:

@@ -24,6 +24,7 @@ from relgate.gate.aliases import (
     AliasState,
     alias_change,
     alias_history,
+    alias_kind,
     committed_retry,
     read_alias,
     set_alias,
@@ -108,6 +109,10 @@ class Gate:
             tombstone_watermark=fences.tombstone_watermark,
             benchmark_fence=fences.benchmark_fence,
         )
+
+    def alias_kind(self, alias: str) -> str | None:
+        with self.db.tx() as conn:
+            return alias_kind(conn, alias)
 
     def alias_history(self, alias: str) -> list[AliasHistoryEntry]:
         with self.db.tx() as conn:

@@ -262,6 +262,10 @@ def test_a_compatible_change_publishes_and_a_strict_reader_is_refused(ews):
     approve_release(ews, root3, approver="alice")
     change = publish(ews, root3, alias="train", actor="alice")
     assert change.generation == 2
+    # `alias show` shows a release alias as it stands (it refused with exit 2 before)
+    shown = run_cli(ews.home, "alias", "show", "train", expect=0)
+    assert (shown["kind"], shown["activeDigest"], shown["generation"]) == ("release", root3, 2)
+    assert [h["digest"] for h in shown["history"]][-1] == root3
 
     # a reader declared after verification is not covered: fail closed until re-verified
     declare(ews, TRAINER, COUNTER, STRICT_COUNTER)
