@@ -9,6 +9,9 @@ from typing import Any
 
 import dagster as dg
 
+# Pipes' error for a child that exited non-zero; dg does not export it (dagster pinned 1.13.27)
+from dagster._core.errors import DagsterPipesExecutionError
+
 from assets.table_metadata import ROW_COUNT, typed_table
 from relgate.release.admission import create_run
 from relgate.release.attest import verify_provenance
@@ -321,8 +324,9 @@ def pinned_run(
         for rank, future in futures.items():
             try:
                 invocations[rank] = future.result(timeout=config.barrier_timeout + 120)
-            # Pipes raises a bare Exception subclass (DagsterPipesExecutionError) on a non-zero exit.
-            except Exception as exc:
+            # a rank that exits non-zero (3: a refusal, named in its message) or never ends;
+            # anything else is a bug here and fails the step as itself
+            except (DagsterPipesExecutionError, TimeoutError) as exc:
                 failed.append(f"rank {rank}: {type(exc).__name__}: {exc}")
     if failed:
         raise dg.Failure(f"ranks failed before step 0: {'; '.join(failed)}")
