@@ -374,6 +374,13 @@ def test_targets_are_enrolled_live_hosts_never_an_unenrolled_caller(
         ch.close()
 
 
+def forged_ready(job: str, host: str, have: bytes, digest: str) -> pb.ReportProgressRequest:
+    """READY for ``host`` with every chunk and the right digest: what a forger sends."""
+    return pb.ReportProgressRequest(
+        job_id=job, host_id=host, have=have, ready=True, placed_manifest_digest=digest
+    )
+
+
 def test_forged_ready_refused_and_never_done(control: Cluster, checkpoint: dict[str, Any]) -> None:
     m = checkpoint["manifest"]
     h0_ch, h00 = agent_stub(control, "h00")
@@ -418,16 +425,7 @@ def test_forged_ready_refused_and_never_done(control: Cluster, checkpoint: dict[
     # h01 forges READY for h00 with its own certificate: refused before any logic runs
     assert (
         code_and_details(
-            lambda: h01.ReportProgress(
-                pb.ReportProgressRequest(
-                    job_id=job,
-                    host_id="h00",
-                    have=full,
-                    ready=True,
-                    placed_manifest_digest=m.digest,
-                ),
-                timeout=10,
-            )
+            lambda: h01.ReportProgress(forged_ready(job, "h00", full, m.digest), timeout=10)
         )[0]
         == grpc.StatusCode.PERMISSION_DENIED
     )
@@ -462,13 +460,7 @@ def test_a_report_stream_cannot_switch_hosts_midway(
         iter(
             [
                 pb.ReportProgressRequest(job_id=job, host_id="h00", rack="r0", have=full[:1]),
-                pb.ReportProgressRequest(
-                    job_id=job,
-                    host_id="h01",
-                    have=full,
-                    ready=True,
-                    placed_manifest_digest=m.digest,
-                ),
+                forged_ready(job, "h01", full, m.digest),
             ]
         ),
         timeout=10,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,3 +54,33 @@ def test_member_lists_are_per_job_and_version_and_checked() -> None:
     for plan in (a, b, c, a):
         got = pb.WatchEvent.FromString(enc.event(WatchUpdate((), (plan,)), 1)).assignments[0]
         assert tuple(got.members) == plan.members and got.job_id == plan.job_id
+
+
+def test_a_registration_maps_every_field_to_its_response() -> None:
+    from relgate_agent.contracts import PeerRef, Registration
+    from relgate_agent.coordinator.wire import registration_to_pb
+
+    r = Registration(
+        manifest_envelope=b"",
+        manifest_digest="sha256:" + "a" * 64,
+        origin_uri="s3://bucket/ckpt",
+        topology_version=7,
+        stripes=8,
+        manifest_sources=(
+            PeerRef("h1", "10.0.0.1:7070", "r0"),
+            PeerRef("h9", "10.0.9.9:7070", "r3"),
+        ),
+    )
+    got = registration_to_pb(r)
+    assert set(got.DESCRIPTOR.fields_by_name) == {f.name for f in dataclasses.fields(r)}
+    assert (got.manifest_digest, got.origin_uri, got.topology_version, got.stripes) == (
+        r.manifest_digest,
+        r.origin_uri,
+        7,
+        8,
+    )
+    assert [(p.host_id, p.address, p.rack) for p in got.manifest_sources] == [
+        ("h1", "10.0.0.1:7070", "r0"),
+        ("h9", "10.0.9.9:7070", "r3"),
+    ]
+    assert got.manifest_envelope == b""

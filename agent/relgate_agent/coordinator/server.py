@@ -41,6 +41,7 @@ from relgate_agent.coordinator.watchhub import WatchClosed, WatchHub
 from relgate_agent.coordinator.wire import (
     WatchEncoder,
     peer_to_pb,
+    registration_to_pb,
     report_from_pb,
     status_to_pb,
 )
@@ -302,14 +303,7 @@ class AgentServicer(pbg.AgentServiceServicer):
                 envelope_from_peers=request.envelope_from_peers,
             ),
         )
-        return pb.RegisterResponse(
-            manifest_envelope=r.manifest_envelope,
-            manifest_digest=r.manifest_digest,
-            origin_uri=r.origin_uri,
-            topology_version=r.topology_version,
-            stripes=r.stripes,
-            manifest_sources=[peer_to_pb(p) for p in r.manifest_sources],
-        )
+        return registration_to_pb(r)
 
     async def ReportProgress(
         self, request: pb.ReportProgressRequest, context: grpc.aio.ServicerContext

@@ -9,6 +9,7 @@ from relgate_agent.contracts import (
     JobReport,
     PeerRef,
     ProgressReport,
+    Registration,
     WatchUpdate,
 )
 from relgate_agent.proto import distribution_pb2 as pb
@@ -16,6 +17,17 @@ from relgate_agent.proto import distribution_pb2 as pb
 
 def peer_to_pb(p: PeerRef) -> pb.Peer:
     return pb.Peer(host_id=p.host_id, address=p.address, rack=p.rack)
+
+
+def registration_to_pb(r: Registration) -> pb.RegisterResponse:
+    return pb.RegisterResponse(
+        manifest_envelope=r.manifest_envelope,
+        manifest_digest=r.manifest_digest,
+        origin_uri=r.origin_uri,
+        topology_version=r.topology_version,
+        stripes=r.stripes,
+        manifest_sources=[peer_to_pb(p) for p in r.manifest_sources],
+    )
 
 
 def status_to_pb(s: JobReport) -> pb.GetJobResponse:
