@@ -642,26 +642,26 @@ class StripeStream:
             self.sock.close()
 
 
-class ChunkFetch:
-    """Client side of FetchChunk that another thread may cancel (an end-game duplicate whose
-    chunk verified from another peer first): ``cancel`` shuts the socket down under it."""
+class FrameFetch:
+    """One request on its own connection and every block frame up to END, bounded (frame
+    length, frame count); another thread may ``cancel`` it (an end-game duplicate whose
+    chunk verified from another peer first): the socket is shut down under the reader."""
 
-    def __init__(  # noqa: PLR0913 - the FetchChunk request header and its read bounds
+    def __init__(  # noqa: PLR0913 - a request, its peer and its read bounds
         self,
         address: str,
-        job: str,
-        chunk: int,
+        op: int,
+        header: dict[str, object],
+        what: str,
         timeout: float = 30.0,
         *,
         tls: ssl.SSLContext,
         peer: str,
-        topo: int = 0,
         max_block: int | None = None,
         max_blocks: int | None = None,
     ) -> None:
-        self.address, self.job, self.chunk, self.timeout = address, job, chunk, timeout
-        self.tls, self.peer, self.topo = tls, peer, topo
-        # bounds on what a peer may send for one chunk: frame length, frame count
+        self.address, self.op, self.header, self.what = address, op, header, what
+        self.timeout, self.tls, self.peer = timeout, tls, peer
         self.max_block, self.max_blocks = max_block, max_blocks
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -677,10 +677,8 @@ class ChunkFetch:
             cancelled = self.cancelled
         try:
             if cancelled:
-                raise TransportError(f"fetch of chunk {self.chunk} cancelled")
-            _request(
-                sock, OP_FETCH_CHUNK, {"job": self.job, "chunk": self.chunk, "topo": self.topo}
-            )
+                raise TransportError(f"fetch of {self.what} cancelled")
+            _request(sock, self.op, self.header)
             blocks: list[Block] = []
             for b in _read_frames(sock, self.max_block):
                 if b is None:
@@ -688,16 +686,15 @@ class ChunkFetch:
                 blocks.append(b)
                 if self.max_blocks is not None and len(blocks) > self.max_blocks:
                     raise TransportError(
-                        f"{self.address} sent more than {self.max_blocks} blocks for chunk "
-                        f"{self.chunk}"
+                        f"{self.address} sent more than {self.max_blocks} blocks for {self.what}"
                     )
             return blocks
         except (OSError, ValueError) as exc:
-            what = "cancelled" if self.cancelled else f"from {self.address} failed: {exc}"
-            raise TransportError(f"fetch of chunk {self.chunk} {what}") from exc
+            why = "cancelled" if self.cancelled else f"from {self.address} failed: {exc}"
+            raise TransportError(f"fetch of {self.what} {why}") from exc
         except TransportError:
             if self.cancelled:
-                raise TransportError(f"fetch of chunk {self.chunk} cancelled") from None
+                raise TransportError(f"fetch of {self.what} cancelled") from None
             raise
         finally:
             sock.close()
@@ -713,33 +710,39 @@ class ChunkFetch:
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
+class ChunkFetch(FrameFetch):
+    """Client side of FetchChunk (repair and end-game paths)."""
+
+    def __init__(  # noqa: PLR0913 - the FetchChunk request header and its read bounds
+        self,
+        address: str,
+        job: str,
+        chunk: int,
+        timeout: float = 30.0,
+        *,
+        tls: ssl.SSLContext,
+        peer: str,
+        topo: int = 0,
+        max_block: int | None = None,
+        max_blocks: int | None = None,
+    ) -> None:
+        header: dict[str, object] = {"job": job, "chunk": chunk, "topo": topo}
+        super().__init__(
+            address,
+            OP_FETCH_CHUNK,
+            header,
+            f"chunk {chunk}",
+            timeout,
+            tls=tls,
+            peer=peer,
+            max_block=max_block,
+            max_blocks=max_blocks,
+        )
+
+
 def fetch_chunk(address: str, job: str, chunk: int, **kw: Any) -> list[Block]:
     """Client side of FetchChunk (repair path): ``ChunkFetch(...).run()``."""
     return ChunkFetch(address, job, chunk, **kw).run()
-
-
-def _fetch(
-    address: str,
-    timeout: float,
-    tls: ssl.SSLContext,
-    peer: str,
-    op: int,
-    header: dict[str, object],
-    what: str,
-    max_payload: int | None = None,
-) -> list[Block]:
-    """One request on its own connection; every block frame up to END."""
-    try:
-        sock = _connect(address, timeout, tls, peer)
-    except (OSError, ValueError) as exc:
-        raise TransportError(f"connection to {address} failed: {exc}") from exc
-    try:
-        _request(sock, op, header)
-        return [b for b in _read_frames(sock, max_payload) if b is not None]
-    except OSError as exc:
-        raise TransportError(f"fetch of {what} from {address} failed: {exc}") from exc
-    finally:
-        sock.close()
 
 
 def fetch_manifest(
@@ -755,15 +758,24 @@ def fetch_manifest(
 ) -> bytes:
     """Client side of FetchManifest: the envelope bytes ``peer`` holds for ``digest``
     (unverified: the caller verifies them with its own trusted keys)."""
-    header = {"job": job, "digest": digest, "topo": topo}
+    header: dict[str, object] = {"job": job, "digest": digest, "topo": topo}
+    fetch = FrameFetch(
+        address,
+        OP_FETCH_MANIFEST,
+        header,
+        "manifest",
+        timeout,
+        tls=tls,
+        peer=peer,
+        max_block=max_bytes,
+        max_blocks=1,
+    )
     try:
-        frames = _fetch(
-            address, timeout, tls, peer, OP_FETCH_MANIFEST, header, "manifest", max_bytes
-        )
+        frames = fetch.run()
     except TransportError as exc:
         if str(exc).endswith(NOT_HELD):  # not yet verified there: worth asking again
             raise ManifestNotHeld(str(exc)) from exc
         raise
-    if len(frames) != 1:
-        raise TransportError(f"{address} sent {len(frames)} frames for a manifest, not 1")
+    if not frames:
+        raise TransportError(f"{address} sent no manifest")
     return frames[0].data
