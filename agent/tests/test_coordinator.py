@@ -580,9 +580,23 @@ def test_the_unserved_window_follows_the_report_interval(tmp_path: Path, checkpo
             job.hosts[up].last_seen = now[0]
             c.report_suspect(job.job_id, child, up, "CONN_RESET", 0)
         assert not job.hosts[up].demoted  # 5.9 s
-        now[0] += 0.1
+        now[0] += 0.5
         job.hosts[up].last_seen = now[0]
         c.report_suspect(job.job_id, child, up, "CONN_RESET", 0)
+        assert job.hosts[up].demoted
+    finally:
+        c.store.close()
+
+
+def test_a_complaint_repeated_within_two_windows_still_counts(tmp_path: Path, checkpoint) -> None:
+    now = [1000.0]
+    c = _clocked(tmp_path, checkpoint, now, report_interval_s=0.5)  # window 3 s, expiry 6 s
+    try:
+        job, up, child = _a_chain_job(c, checkpoint)
+        for dt in (0.0, 5.5):  # not expired: the complaint has lasted 5.5 s
+            now[0] += dt
+            job.hosts[up].last_seen = now[0]
+            c.report_suspect(job.job_id, child, up, "STALLED", 0)
         assert job.hosts[up].demoted
     finally:
         c.store.close()
@@ -634,6 +648,18 @@ def test_envelope_sent_once_per_rack_then_named(tmp_path: Path, checkpoint) -> N
             assert h not in names and len(names) == len(set(names)) <= 3
             assert names[0] == ("h0" if HOSTS[h] == "r0" else "h1")  # same rack first
             assert all(p.address for p in r.manifest_sources)
+        # a source from the other rack fills the list behind the same-rack one
+        assert [p.host_id for p in regs["h2"].manifest_sources] == ["h0", "h1"]
+        # hosts that report holding it become sources too, ahead of hosts merely sent it,
+        # whatever their ids; never more than three
+        for h in ("h2", "h3", "h4"):
+            c.report_progress(job.job_id, h, ProgressReport(manifest_digest=job.manifest.digest))
+        h0 = c.register(
+            job.job_id, "h0", "r0", b"", 1 << 40, "10.0.0.0:1", envelope_from_peers=True
+        )
+        names = [p.host_id for p in h0.manifest_sources]
+        assert names[:2] in (["h2", "h4"], ["h4", "h2"]) and len(names) == 3
+        assert names[2] == "h3"  # the other rack's holder before h1, which was only sent it
         # an agent that cannot take it from peers always gets it
         again = c.register(job.job_id, "h2", "r0", b"", 1 << 40, "10.0.0.2:1")
         assert again.manifest_envelope == job.envelope

@@ -252,12 +252,8 @@ class ProgressService(CoordinatorCore):
             drawn.sort(key=lambda h: not job.hosts[h].holds_envelope)  # stable: random within
             for h in drawn:
                 p = job.hosts[h]
-                if (
-                    h != hp.host_id
-                    and p.address
-                    and p.state not in GONE_STATES
-                    and all(q.host_id != h for q in picked)
-                ):
+                # the two pools are different racks: nobody is drawn twice
+                if h != hp.host_id and p.address and p.state not in GONE_STATES:
                     picked.append(self._peer(job, h))
                 if len(picked) == ENVELOPE_SOURCES:
                     return tuple(picked)
