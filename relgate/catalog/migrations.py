@@ -366,4 +366,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX schema_evolution_reports_root ON schema_evolution_reports (root_digest)",
         ),
     ),
+    Migration(
+        9,
+        "gate events: the outcome of every gate operation",
+        (
+            # One row per activation, rollback, admission and fence advance: ok, refused
+            # (exit 3) or conflict (exit 4), the check that refused it and what it named
+            # (relgate.gate.events).  Appended, never updated; the gate's metrics count it.
+            """CREATE TABLE gate_events (
+                {id},
+                operation TEXT NOT NULL,
+                outcome TEXT NOT NULL,
+                check_name TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                digest TEXT NOT NULL,
+                at TEXT NOT NULL)""",
+            "CREATE INDEX gate_events_operation ON gate_events (operation, outcome)",
+        ),
+    ),
 )

@@ -17,6 +17,7 @@ from relgate.cli import (
     demo_commands,
     envelope_commands,
     fence_commands,
+    gate_commands,
     key_commands,
     lifecycle_commands,
     proof_commands,
@@ -37,6 +38,7 @@ GROUPS = (
     snapshot_commands,
     alias_commands,
     fence_commands,
+    gate_commands,  # gate metrics
     proof_commands,  # prove, check-proof
     envelope_commands,  # verify-manifest
     key_commands,

@@ -38,6 +38,7 @@ from relgate.gate.envelopes import (
     verify_envelope,
     verify_signed_approval,
 )
+from relgate.gate.events import GateOperation, Outcome, record, refusals_recorded
 from relgate.gate.fences import (
     BenchmarkEntry,
     FenceAdvance,
@@ -146,79 +147,121 @@ class Gate:
         activation of the digest the alias already holds at ``expected_generation`` (a
         re-run on unchanged input), after the same fence, hit and envelope checks.
         """
+        move = self._activate
+        return self._move(
+            GateOperation.ACTIVATE, move, kind, alias, digest, expected_generation, actor
+        )
+
+    def _move(
+        self,
+        operation: GateOperation,
+        move: Callable[[Connection, str, str, str, int | None, str], AliasChange],
+        kind: str,
+        alias: str,
+        digest: str,
+        expected_generation: int | None,
+        actor: str,
+    ) -> AliasChange:
+        """One alias move in one gate transaction, its outcome recorded (ok or refused)."""
+        with refusals_recorded(self.db, operation, alias), self.db.gate_tx() as conn:
+            change = move(conn, kind, alias, digest, expected_generation, actor)
+            record(conn, operation, Outcome.OK, subject=alias, digest=digest)
+            return change
+
+    def _activate(
+        self,
+        conn: Connection,
+        kind: str,
+        alias: str,
+        digest: str,
+        expected_generation: int | None,
+        actor: str,
+    ) -> AliasChange:
         need_state, new_state = ACTIVATION[kind]
-        with self.db.gate_tx() as conn:
-            fences = read_fences(conn)
-            generation, active = read_alias(conn, alias, kind)
-            expected = generation if expected_generation is None else expected_generation
-            subject = catalog_row(conn, kind, digest)
-            if committed_retry(conn, alias, (generation, active), expected, digest, "activate"):
-                return alias_change(alias, kind, generation, digest, fences, idempotent=True)
-            if generation != expected:
-                details: dict[str, object] = {"generation": generation, "activeDigest": active}
-                raise stale_generation(alias, generation, expected, digest, details)
-            held = active == digest  # already active here: nothing to move
-            marks = _marks(subject)
-            if marks != fences.pair():
-                raise ConflictError(
-                    "a fence advanced since this version was built; build a new one",
-                    object=alias,
-                    check="fence-watermarks",
-                    digest=digest,
-                    details=_watermark_details(marks, fences, "manifest"),
-                )
-            if subject["state"] != (new_state if held else need_state):
-                raise RejectedError(
-                    f"{kind} is {subject['state']}, activation needs {need_state}"
-                    f" (alias {alias!r} holds {active})",
-                    object=kind,
-                    check="state",
-                    digest=digest,
-                )
-            check_no_hits(conn, kind, digest)
-            verify_envelope(conn, self.envelopes, kind, digest)
-            verify_signed_approval(conn, self.envelopes, kind, digest)
-            if held:
-                return alias_change(alias, kind, generation, digest, fences, idempotent=True)
-            move = AliasMove(
-                alias=alias,
-                kind=kind,
-                generation=generation + 1,
-                subject=digest,
-                action="activate",
-                actor=actor,
-                fences=fences,
+        fences = read_fences(conn)
+        generation, active = read_alias(conn, alias, kind)
+        expected = generation if expected_generation is None else expected_generation
+        subject = catalog_row(conn, kind, digest)
+        if committed_retry(conn, alias, (generation, active), expected, digest, "activate"):
+            return alias_change(alias, kind, generation, digest, fences, idempotent=True)
+        if generation != expected:
+            details: dict[str, object] = {"generation": generation, "activeDigest": active}
+            raise stale_generation(alias, generation, expected, digest, details)
+        held = active == digest  # already active here: nothing to move
+        marks = _marks(subject)
+        if marks != fences.pair():
+            raise ConflictError(
+                "a fence advanced since this version was built; build a new one",
+                object=alias,
+                check="fence-watermarks",
+                digest=digest,
+                details=_watermark_details(marks, fences, "manifest"),
             )
-            set_alias(conn, move)
-            reason = f"alias {alias} generation {generation + 1}"
-            transition(conn, kind, digest, new_state, actor=actor, reason=reason)
-            return alias_change(alias, kind, generation + 1, digest, fences, idempotent=False)
+        if subject["state"] != (new_state if held else need_state):
+            raise RejectedError(
+                f"{kind} is {subject['state']}, activation needs {need_state}"
+                f" (alias {alias!r} holds {active})",
+                object=kind,
+                check="state",
+                digest=digest,
+            )
+        check_no_hits(conn, kind, digest)
+        verify_envelope(conn, self.envelopes, kind, digest)
+        verify_signed_approval(conn, self.envelopes, kind, digest)
+        if held:
+            return alias_change(alias, kind, generation, digest, fences, idempotent=True)
+        move = AliasMove(
+            alias=alias,
+            kind=kind,
+            generation=generation + 1,
+            subject=digest,
+            action="activate",
+            actor=actor,
+            fences=fences,
+        )
+        set_alias(conn, move)
+        reason = f"alias {alias} generation {generation + 1}"
+        transition(conn, kind, digest, new_state, actor=actor, reason=reason)
+        return alias_change(alias, kind, generation + 1, digest, fences, idempotent=False)
 
     def rollback(
         self, kind: str, alias: str, digest: str, *, expected_generation: int | None, actor: str
     ) -> AliasChange:
         """Append a higher generation pointing at a digest the alias held before."""
-        with self.db.gate_tx() as conn:
-            fences = read_fences(conn)
-            generation, active = read_alias(conn, alias, kind)
-            expected = generation if expected_generation is None else expected_generation
-            if committed_retry(conn, alias, (generation, active), expected, digest, "rollback"):
-                return alias_change(alias, kind, generation, digest, fences, idempotent=True)
-            if generation != expected:
-                raise stale_generation(alias, generation, expected, digest, None)
-            self._check_rollback_target(conn, kind, alias, digest, active)
-            verify_envelope(conn, self.envelopes, kind, digest)
-            move = AliasMove(
-                alias=alias,
-                kind=kind,
-                generation=generation + 1,
-                subject=digest,
-                action="rollback",
-                actor=actor,
-                fences=fences,
-            )
-            set_alias(conn, move)
-            return alias_change(alias, kind, generation + 1, digest, fences, idempotent=False)
+        move = self._rollback
+        return self._move(
+            GateOperation.ROLLBACK, move, kind, alias, digest, expected_generation, actor
+        )
+
+    def _rollback(
+        self,
+        conn: Connection,
+        kind: str,
+        alias: str,
+        digest: str,
+        expected_generation: int | None,
+        actor: str,
+    ) -> AliasChange:
+        fences = read_fences(conn)
+        generation, active = read_alias(conn, alias, kind)
+        expected = generation if expected_generation is None else expected_generation
+        if committed_retry(conn, alias, (generation, active), expected, digest, "rollback"):
+            return alias_change(alias, kind, generation, digest, fences, idempotent=True)
+        if generation != expected:
+            raise stale_generation(alias, generation, expected, digest, None)
+        self._check_rollback_target(conn, kind, alias, digest, active)
+        verify_envelope(conn, self.envelopes, kind, digest)
+        move = AliasMove(
+            alias=alias,
+            kind=kind,
+            generation=generation + 1,
+            subject=digest,
+            action="rollback",
+            actor=actor,
+            fences=fences,
+        )
+        set_alias(conn, move)
+        return alias_change(alias, kind, generation + 1, digest, fences, idempotent=False)
 
     def _check_rollback_target(
         self, conn: Connection, kind: str, alias: str, digest: str, active: str | None
@@ -281,7 +324,8 @@ class Gate:
         self, fence_kind: str, values: list[str], *, note: str, actor: str
     ) -> FenceAdvance:
         """Append fence entries, move the watermark, record hits, close hit permits: one txn."""
-        with self.db.gate_tx() as conn:
+        operation = GateOperation(fence_kind)
+        with refusals_recorded(self.db, operation, fence_kind), self.db.gate_tx() as conn:
             now = utcnow()
             first, watermark = append_entries(
                 conn, fence_kind, values, note=note, actor=actor, now=now
@@ -289,6 +333,7 @@ class Gate:
             seq_of = {value: first + i for i, value in enumerate(values)}
             hits = record_hits(conn, self.members, fence_kind, set(values), seq_of, now)
             closed = [p for listener in self.listeners for p in listener(conn, fence_kind, hits)]
+            record(conn, operation, Outcome.OK, subject=fence_kind)
             return FenceAdvance(
                 kind=fence_kind,  # type: ignore[arg-type]  # validated by the model
                 first_seq=first,

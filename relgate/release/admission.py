@@ -7,6 +7,7 @@ import uuid
 
 from relgate.catalog.db import execute, one, utcnow
 from relgate.errors import NotFoundError, UsageError
+from relgate.gate.events import GateOperation, Outcome, record, refusals_recorded
 from relgate.gate.permits import NO_GENERATION, acquire
 from relgate.integrity.contract import JsonObject
 from relgate.release import root as rm
@@ -34,7 +35,11 @@ def admit_run(
         raise UsageError("world size must be at least 1", object="run", check="world-size")
     run_id = "run-" + uuid.uuid4().hex[:12]
     gate = ws.gate()
-    with ws.db.admission_tx() as conn:
+    subject = alias or root or "run"
+    with (
+        refusals_recorded(ws.db, GateOperation.ADMIT, subject),
+        ws.db.admission_tx() as conn,
+    ):
         permit = acquire(
             conn,
             gate,
@@ -65,6 +70,7 @@ def admit_run(
                 "now": now,
             },
         )
+        record(conn, GateOperation.ADMIT, Outcome.OK, subject=subject, digest=admitted)
     manifest = rm.load(ws.store, ws.trusted_keys, admitted, release["envelope_version"])
     with ws.db.tx() as conn:
         write_assignment(conn, run_id, 0, [str(s["id"]) for s in manifest.shards], world_size)
