@@ -175,7 +175,8 @@ def _until_handed_off(
         status = job_from_pb(client.get_job(job_id))
         line = (
             f"job {job_id} {status.state}: {status.hosts_ready}/{status.hosts_total} ready, "
-            f"{status.bytes_moved} bytes moved, {status.origin_bytes} origin bytes, eta {status.eta_s}s"
+            f"{status.bytes_moved} bytes moved, {status.origin_bytes} origin bytes"
+            + (f", eta {status.eta_s}s" if status.eta_s >= 0 else "")
         )
         if line != last:
             log(line)
