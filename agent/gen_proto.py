@@ -1,4 +1,7 @@
-"""Regenerate relgate_agent/proto/*_pb2*.py from the .proto files (needs grpcio-tools).
+"""Regenerate relgate_agent/proto/*_pb2*.py from the .proto files.
+
+Needs grpcio-tools 1.81.0 (in a tool venv): its protoc writes the protobuf 6.33 gencode the
+pinned runtime reads; a newer one writes gencode the runtime refuses.
 
     python agent/gen_proto.py
 

@@ -93,6 +93,7 @@ class CoordinatorClient:
             stripes=spec.stripes,
             webhook_url=spec.webhook_url,
             job_id=spec.job_id,
+            origin_dc=spec.origin_dc,
         )
         resp: pb.CreateJobResponse = typed_call(
             "CreateJob", lambda: self.jobs.CreateJob(request, timeout=timeout)

@@ -43,6 +43,7 @@ class JobSpec:
     stripes: int = 0  # 0 = the coordinator's default
     webhook_url: str = ""
     job_id: str = ""
+    origin_dc: str = ""  # the origin's data center ("" = the DC with the most target hosts)
 
     @classmethod
     def from_stored(cls, doc: Mapping[str, Any]) -> JobSpec:
@@ -81,6 +82,7 @@ class StripePlan:
     downstreams: tuple[PeerRef, ...]
     resume_block: int
     origin_rate_bytes_per_s: int = 0
+    compress: bool = False  # the upstream is in another data center: zstd frames on the WAN
 
 
 @dataclass(frozen=True)

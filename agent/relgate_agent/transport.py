@@ -3,9 +3,11 @@
 Requests (downstream -> upstream), one per connection:
 
     b"RGD1" | u8 op | u32 len | JSON header
-      op 1 STREAM_STRIPE {"job", "stripe", "fromPos", "credits"[, "toPos"]}
+      op 1 STREAM_STRIPE {"job", "stripe", "fromPos", "credits"[, "toPos"][, "compress"]}
                                                        blocks of one stripe, in order (from
-                                                       fromPos up to toPos, else the end)
+                                                       fromPos up to toPos, else the end);
+                                                       "compress": "zstd-split2" on a WAN
+                                                       link asks for ZBLOCK frames
       op 2 FETCH_CHUNK   {"job", "chunk"}                          all blocks of one verified chunk
       op 3 FETCH_MANIFEST {"job", "digest"}                        the job's signed manifest
                                                                    envelope (one frame), if it
@@ -16,7 +18,9 @@ the upstream never has more than the granted number of blocks outstanding.
 
 Frames (upstream -> downstream): ``!BQQII`` kind, block, offset, length, crc32c + payload.
 kind 1 BLOCK, 2 END, 3 ERROR (payload: UTF-8 message), 4 HEARTBEAT (upstream is alive but
-waiting for its own upstream; lets a downstream tell "slow chain" from "dead peer").
+waiting for its own upstream; lets a downstream tell "slow chain" from "dead peer"), 5 ZBLOCK
+(a block compressed by ``relgate_agent.wan``; only on a stream that asked for it, and only
+when it is smaller than the block, so a frame is never longer than a block).
 
 The CRC sent is the manifest's CRC for the block; receivers check it against the manifest
 themselves, so the frame CRC is informational. Blocks are served from disk (the staging or
@@ -46,7 +50,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from relgate_agent import hooks
+from relgate_agent import hooks, wan
 from relgate_agent.pki import Identity, identity_from_peercert
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,7 @@ KIND_BLOCK = 1
 KIND_END = 2
 KIND_ERROR = 3
 KIND_HEARTBEAT = 4
+KIND_ZBLOCK = 5
 FRAME = struct.Struct("!BQQII")
 CREDIT = struct.Struct("!I")
 REQ = struct.Struct("!4sBI")
@@ -441,10 +446,13 @@ class DataServer:
             # a downstream that holds the blocks past a gap (delta) asks for the gap only
             end = _int_field(req, "toPos", pos, len(blocks), len(blocks))
             credits = _int_field(req, "credits", 1, lim.max_credits, DEFAULT_CREDITS)
+            codec = req.get("compress")
+            if codec is not None and codec != wan.CODEC:
+                raise RequestError(f"unknown codec {str(codec)[:40]!r} (speaks {wan.CODEC})")
             why = self.authorize(req["job"], peer, op, stripe, topo)
             if why is not None:
                 raise RequestError(why, "unauthorized")
-            self._stream(conn, src, blocks[:end], pos, credits)
+            self._stream(conn, src, blocks[:end], pos, credits, compress=codec is not None)
         elif op == OP_FETCH_CHUNK:
             chunk = _int_field(req, "chunk", 0, 1 << 40)
             why = self.authorize(req["job"], peer, op, -1, topo)
@@ -461,7 +469,14 @@ class DataServer:
             self._fetch_manifest(conn, src, digest)
 
     def _stream(
-        self, conn: socket.socket, src: BlockSource, blocks: list[int], pos: int, credits: int
+        self,
+        conn: socket.socket,
+        src: BlockSource,
+        blocks: list[int],
+        pos: int,
+        credits: int,
+        *,
+        compress: bool = False,
     ) -> None:
         pending = b""
         max_credits = self.limits.max_credits
@@ -490,10 +505,13 @@ class DataServer:
                     raise RequestError(f"credit overflow ({credits} > {max_credits})")
             offset, payload, crc = src.read_block(block)
             payload = self.hooks.wire_block(block, payload)
+            packed = wan.encode(payload) if compress else None
+            kind = KIND_BLOCK if packed is None else KIND_ZBLOCK
+            wire = payload if packed is None else packed
             if self.tx_limit is not None:
-                self.tx_limit(len(payload))
-            _send_frame(conn, KIND_BLOCK, block, offset, crc, payload)
-            src.count_tx(len(payload))
+                self.tx_limit(len(wire))
+            _send_frame(conn, kind, block, offset, crc, wire)
+            src.count_tx(len(wire))
             credits -= 1
             pos += 1
         _send_frame(conn, KIND_END)
@@ -530,6 +548,18 @@ class Block:
     data: bytes
 
 
+@dataclass
+class WireCount:
+    """Bytes of block frames on one stream: as sent on the wire, and as decoded."""
+
+    wire: int = 0
+    raw: int = 0
+
+    def add(self, wire: int, raw: int) -> None:
+        self.wire += wire
+        self.raw += raw
+
+
 def _connect(address: str, timeout: float, tls: ssl.SSLContext, peer: str) -> socket.socket:
     """TCP + TLS 1.3 with our certificate; the server must present host ``peer``'s certificate."""
     host, _, port = address.rpartition(":")
@@ -552,12 +582,19 @@ def _request(sock: socket.socket, op: int, header: dict[str, object]) -> None:
     sock.sendall(REQ.pack(MAGIC, op, len(body)) + body)
 
 
-def _read_frames(sock: socket.socket, max_payload: int | None = None) -> Iterator[Block | None]:
+def _read_frames(
+    sock: socket.socket,
+    max_payload: int | None = None,
+    block_length: Callable[[int], int] | None = None,
+    wire: WireCount | None = None,
+) -> Iterator[Block | None]:
     """Yields blocks; None for a heartbeat; returns at END; raises on ERROR (and on a frame
-    longer than ``max_payload``, before reading it)."""
+    longer than ``max_payload``, before reading it). ZBLOCK frames are decoded to exactly
+    ``block_length(block)`` bytes; without ``block_length`` (not asked for) one is refused."""
     # A buffered reader reads large payloads straight into the result object (one copy
     # from the kernel), which is measurably faster than recv_into + bytes().
     rfile = sock.makefile("rb", buffering=256 * 1024)
+    count = wire if wire is not None else WireCount()
     try:
         while True:
             head = rfile.read(FRAME.size)
@@ -570,7 +607,12 @@ def _read_frames(sock: socket.socket, max_payload: int | None = None) -> Iterato
             if len(payload) != length:
                 raise TransportError("connection closed by peer mid-frame")
             if kind == KIND_BLOCK:
+                count.add(length, length)
                 yield Block(block, offset, crc, payload)
+            elif kind == KIND_ZBLOCK and block_length is not None:
+                data = _decoded(block, payload, block_length)
+                count.add(length, len(data))
+                yield Block(block, offset, crc, data)
             elif kind == KIND_HEARTBEAT:
                 yield None
             elif kind == KIND_END:
@@ -581,6 +623,13 @@ def _read_frames(sock: socket.socket, max_payload: int | None = None) -> Iterato
                 raise TransportError(f"unknown frame kind {kind}")
     finally:
         rfile.close()
+
+
+def _decoded(block: int, payload: bytes, block_length: Callable[[int], int]) -> bytes:
+    try:
+        return wan.decode(payload, block_length(block))
+    except wan.WanFrameError as exc:
+        raise TransportError(f"bad compressed frame for block {block}: {exc}") from None
 
 
 class StripeStream:
@@ -600,9 +649,13 @@ class StripeStream:
         topo: int = 0,
         to_pos: int | None = None,
         max_block: int | None = None,
+        block_length: Callable[[int], int] | None = None,
     ) -> None:
         self.address = address
         self.max_block = max_block  # a longer frame is refused before a byte of it is read
+        # set on a WAN link: ask for compressed frames, decoded to the manifest's lengths
+        self.block_length = block_length
+        self.wire = WireCount()
         try:
             self.sock = _connect(address, stall_s, tls, peer)
         except (OSError, ValueError) as exc:
@@ -617,6 +670,8 @@ class StripeStream:
         }
         if to_pos is not None:
             header["toPos"] = to_pos
+        if block_length is not None:
+            header["compress"] = wan.CODEC
         try:
             _request(self.sock, OP_STREAM_STRIPE, header)
         except OSError as exc:
@@ -625,7 +680,7 @@ class StripeStream:
 
     def __iter__(self) -> Iterator[Block | None]:
         try:
-            yield from _read_frames(self.sock, self.max_block)
+            yield from _read_frames(self.sock, self.max_block, self.block_length, self.wire)
         except TimeoutError as exc:
             raise TransportError(f"stalled: no frame from {self.address}") from exc
         except OSError as exc:

@@ -826,6 +826,12 @@ MALFORMED = {
         lambda j: _frame(OP_STREAM_STRIPE, {"job": j, "stripe": 0, "fromPos": 0, "toPos": "9"}),
         "toPos must be an integer",
     ),
+    "unknown codec": (
+        lambda j: _frame(
+            OP_STREAM_STRIPE, {"job": j, "stripe": 0, "fromPos": 0, "compress": "lz4"}
+        ),
+        "unknown codec 'lz4' (speaks zstd-split2)",
+    ),
     "zero credits": (
         lambda j: _frame(OP_STREAM_STRIPE, {"job": j, "stripe": 0, "fromPos": 0, "credits": 0}),
         "credits 0 out of range [1, 1024]",

@@ -182,3 +182,105 @@ def test_splicing_many_at_once_is_splicing_them_one_by_one(
     for chain in got.stripes:  # still one tree per stripe over every host left
         assert sorted(chain.order) == sorted(got.racks)
         assert sum(chain.parent[h] is None for h in chain.order) == (1 if got.racks else 0)
+
+
+# -- data centers ------------------------------------------------------------------------------
+
+
+def dc_fleet(dcs: int, racks: int, per_rack: int) -> tuple[dict[str, str], dict[str, str]]:
+    hosts, dc_of = {}, {}
+    for d in range(dcs):
+        for r in range(racks):
+            for i in range(per_rack):
+                h = f"d{d}r{r}-h{i}"
+                hosts[h], dc_of[h] = f"d{d}r{r}", f"dc{d}"
+    return hosts, dc_of
+
+
+def cross_dc_edges(topo: Topology, s: int) -> list[tuple[str, str]]:
+    chain = topo.stripes[s]
+    return [(p, h) for h, p in chain.parent.items() if p is not None and topo.dc(p) != topo.dc(h)]
+
+
+def test_each_remote_dc_hangs_one_chain_per_stripe_under_the_home_tail() -> None:
+    hosts, dc_of = dc_fleet(2, 2, 3)
+    topo = build_topology(hosts, 4, dcs=dc_of, home_dc="dc1")
+    reaches_everyone(topo)
+    assert topo.dcs == dc_of
+    for s, chain in enumerate(topo.stripes):
+        root = chain.root()
+        assert root is not None and topo.dc(root) == "dc1"  # the origin's DC reads the origin
+        [(up, down)] = cross_dc_edges(topo, s)
+        assert (topo.dc(up), topo.dc(down)) == ("dc1", "dc0")
+        # the home DC's tail of this stripe: it had no downstream before the WAN edge
+        home = [h for h in chain.order if topo.dc(h) == "dc1"]
+        assert up == home[-1] and chain.children(up) == [down]
+        assert topo.crosses_dc(up, down) and not topo.crosses_dc(None, down)
+        # the remote DC is its own striped chain: its hosts feed only each other
+        remote = [h for h in chain.order if topo.dc(h) == "dc0"]
+        assert remote[0] == down and all(topo.dc(chain.parent[h]) == "dc0" for h in remote[1:])
+    # stripe roots differ per stripe in each DC, as in one DC
+    assert len({c.root() for c in topo.stripes}) == 4
+    assert len({cross_dc_edges(topo, s)[0][1] for s in range(4)}) == 4
+    # the DCs round-trip through the stored form
+    assert Topology.from_json(topo.to_json()) == topo
+
+
+def test_home_dc_defaults_to_the_biggest_and_one_dc_is_the_old_shape() -> None:
+    hosts, dc_of = dc_fleet(2, 2, 2)
+    hosts["d1r0-extra"], dc_of["d1r0-extra"] = "d1r0", "dc1"
+    topo = build_topology(hosts, 2, dcs=dc_of)
+    assert {topo.dc(c.root() or "") for c in topo.stripes} == {"dc1"}
+    plain = build_topology(fleet(2, 3), 3)
+    assert plain.dcs == {} and build_topology(fleet(2, 3), 3, dcs={}) == plain
+    assert (
+        "dcs" in plain.to_json()
+        and Topology.from_json({k: v for k, v in plain.to_json().items() if k != "dcs"}) == plain
+    )  # topologies stored before DCs existed still load
+
+
+def test_splicing_keeps_one_wan_edge_per_stripe() -> None:
+    hosts, dc_of = dc_fleet(2, 2, 2)
+    topo = build_topology(hosts, 2, dcs=dc_of, home_dc="dc0")
+    up, down = cross_dc_edges(topo, 0)[0]
+    # the home tail dies: the remote root moves up under the home host before it
+    t = splice(topo, up)
+    assert cross_dc_edges(t, 0) == [(topo.stripes[0].parent[up], down)]
+    # the remote root dies: a remote host takes its place under the same home host
+    t2 = splice(topo, down)
+    [(up2, down2)] = cross_dc_edges(t2, 0)
+    assert up2 == up and t2.dc(down2) == "dc1"
+    assert "d0r0-h0" not in splice(topo, "d0r0-h0").dcs
+
+
+def test_a_late_host_joins_its_own_dc_never_the_other() -> None:
+    hosts, dc_of = dc_fleet(2, 1, 2)
+    topo = build_topology(hosts, 2, dcs=dc_of, home_dc="dc0")
+    t = append_host(topo, "late", "d1r9", "dc1")  # a rack of dc1 with no hosts yet
+    for s, chain in enumerate(t.stripes):
+        assert t.dc(chain.parent["late"] or "") == "dc1"
+        assert len(cross_dc_edges(t, s)) == 1
+    assert t.dcs["late"] == "dc1"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=23), max_size=10),
+    st.lists(st.integers(min_value=0, max_value=1), max_size=4),
+)
+def test_any_splices_and_joins_keep_one_wan_edge_per_remote_dc(dead, joins) -> None:
+    hosts, dc_of = dc_fleet(2, 3, 4)
+    names = sorted(hosts)
+    topo = build_topology(hosts, 3, dcs=dc_of, home_dc="dc0")
+    for i, d in enumerate(joins):
+        topo = append_host(topo, f"late{i}", f"d{d}r0", f"dc{d}")
+    topo = splice_all(topo, [names[i] for i in dead])
+    reaches_everyone(topo)
+    present = set(topo.dcs.values())
+    for s, chain in enumerate(topo.stripes):
+        edges = cross_dc_edges(topo, s)
+        root = chain.root()
+        if root is not None and topo.dc(root) == "dc0" and "dc1" in present:
+            assert len(edges) == 1 and topo.dc(edges[0][0]) == "dc0"
+        else:
+            assert len(edges) == 0

@@ -185,6 +185,9 @@ class JobCounters:
     endgame_cancelled: int = 0
     endgame_duplicate_bytes: int = 0
     stripe_rx: dict[int, int] = field(default_factory=dict)  # bytes received per stripe
+    # blocks from an upstream in another DC: bytes on the WAN and the blocks they decoded to
+    wan_wire_bytes: int = 0
+    wan_raw_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,8 @@ class JobStats:
     endgame_chunks: int = 0  # won by the end-game race of holders
     endgame_cancelled: int = 0  # duplicate fetches cancelled once a copy verified
     endgame_duplicate_bytes: int = 0
+    wan_wire_bytes: int = 0  # received from another DC, as sent (compressed)
+    wan_raw_bytes: int = 0  # ... and as the blocks it decoded to
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -423,6 +428,8 @@ class JobState:
                 endgame_chunks=c.endgame_chunks,
                 endgame_cancelled=c.endgame_cancelled,
                 endgame_duplicate_bytes=c.endgame_duplicate_bytes,
+                wan_wire_bytes=c.wan_wire_bytes,
+                wan_raw_bytes=c.wan_raw_bytes,
             )
 
 

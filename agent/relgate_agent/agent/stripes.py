@@ -194,6 +194,8 @@ class StripeWorkers:
             topo=job.assignments.topology_version,
             to_pos=end if end < len(blocks) else None,
             max_block=self.files.manifest.block_size,
+            # the upstream is in another data center: zstd frames on the WAN link
+            block_length=self._block_length if a.compress else None,
         )
         try:
             for item in stream:
@@ -215,6 +217,13 @@ class StripeWorkers:
                     stream.grant(1)
         finally:
             stream.close()
+            if a.compress:
+                with job.lock:
+                    job.counters.wan_wire_bytes += stream.wire.wire
+                    job.counters.wan_raw_bytes += stream.wire.raw
+
+    def _block_length(self, block: int) -> int:
+        return self.files.manifest.block_range(block)[1]
 
     def _pull_origin(self, stripe: int, pos: int, a: pb.StripeAssignment) -> None:
         job, files = self.job, self.files

@@ -27,6 +27,12 @@ def job() -> None:
 @click.option("--stripes", type=int, default=0)
 @click.option("--webhook", default="")
 @click.option("--job-id", default="")
+@click.option(
+    "--origin-dc",
+    default="",
+    help="The origin's data center (host label dc=...): its hosts read the origin, other"
+    " DCs' stripe roots read over the WAN from it (default: the DC with the most hosts).",
+)
 @tls_options
 def job_create(  # noqa: PLR0913 - one parameter per command-line option
     *,
@@ -43,6 +49,7 @@ def job_create(  # noqa: PLR0913 - one parameter per command-line option
     stripes: int,
     webhook: str,
     job_id: str,
+    origin_dc: str,
     pki: str,
     ca: str,
     cert: str,
@@ -64,6 +71,7 @@ def job_create(  # noqa: PLR0913 - one parameter per command-line option
         stripes=stripes,
         webhook_url=webhook,
         job_id=job_id,
+        origin_dc=origin_dc,
     )
     c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
     try:

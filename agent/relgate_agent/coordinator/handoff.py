@@ -335,7 +335,7 @@ class HandoffService(ProgressService):
             log.warning("job %s: demoting slow host %s (%s)", job.job_id, h, why)
             hp.errors.append(f"DEMOTED {why}")
             hp.demoted = True
-            self._set_topology(job, append_host(splice(job.topology, h), h, hp.rack))
+            self._set_topology(job, append_host(splice(job.topology, h), h, hp.rack, hp.dc))
             self.metrics.splices.labels(SPLICE_DEMOTED).inc()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
@@ -87,6 +88,7 @@ class HostProgress:
     host_id: str
     rack: str
     address: str = ""
+    dc: str = ""  # its enrollment's data center label (DC_LABEL), "" with one DC
     have: bytes = b""
     verified: int = 0
     ready: bool = False
@@ -205,6 +207,15 @@ def parse_selector(selector: str) -> dict[str, str]:
             )
         out[k.strip()] = v.strip()
     return out
+
+
+#: The enrollment label that names a host's data center.
+DC_LABEL = "dc"
+
+
+def host_dc(labels: Mapping[str, str]) -> str:
+    """A host's data center from its enrollment labels ("" when it has none)."""
+    return labels.get(DC_LABEL, "")
 
 
 def selector_matches(sel: dict[str, str], rack: str, labels: dict[str, str]) -> bool:

@@ -27,6 +27,7 @@ from relgate_agent.coordinator.jobstate import (
     NotFound,
     NotLeader,
     Rejected,
+    host_dc,
 )
 from relgate_agent.coordinator.metrics import SPLICE_DEAD, CoordinatorMetrics
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
@@ -175,8 +176,12 @@ class CoordinatorCore:
             job.completion_enqueued |= event.kind == EVENT_COMPLETE
             job.announced.update(event.hosts)
         # Rebuilt cache: everyone gets a grace period of one dead interval to report again.
+        enrolled = self.store.enrolled()
         for h, rack in row.targets.items():
-            job.hosts[h] = HostProgress(h, rack, self.addresses.get(h, ""), last_seen=self.clock())
+            dc = host_dc(enrolled[h][1]) if h in enrolled else row.topology.dc(h)
+            job.hosts[h] = HostProgress(
+                h, rack, self.addresses.get(h, ""), dc=dc, last_seen=self.clock()
+            )
             if h in job.ready:
                 job.hosts[h].ready = True
                 job.hosts[h].state = "READY"

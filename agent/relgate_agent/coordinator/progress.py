@@ -36,6 +36,7 @@ from relgate_agent.coordinator.jobstate import (
     NotEnrolled,
     NotFound,
     ReadyRefused,
+    host_dc,
     parse_selector,
     selector_matches,
 )
@@ -161,7 +162,11 @@ class ProgressService(CoordinatorCore):
                 continue
             job.targets[host_id] = rack
             hp = HostProgress(
-                host_id, rack, self.addresses.get(host_id, ""), last_seen=self.clock()
+                host_id,
+                rack,
+                self.addresses.get(host_id, ""),
+                dc=host_dc(labels),
+                last_seen=self.clock(),
             )
             job.hosts[host_id] = hp
             if f"{job.manifest.model}/{job.manifest.version}" in held and host_id in (
@@ -173,7 +178,7 @@ class ProgressService(CoordinatorCore):
                 # persist the new target set (stored with the topology) under a new version
                 self._set_topology(job, job.topology.copy(job.topology.version + 1))
             else:
-                self._set_topology(job, append_host(job.topology, host_id, rack))
+                self._set_topology(job, append_host(job.topology, host_id, rack, hp.dc))
             log.info("job %s: late host %s joined", job.job_id, host_id)
             self.changed.notify_all()
 
@@ -208,7 +213,7 @@ class ProgressService(CoordinatorCore):
                 hp.state = "TRANSFERRING"
             if not hp.ready and hp.state != QUARANTINED and host_id not in job.topology.racks:
                 # a rejoining host goes to the tail of its rack chain: it never blocks anyone ahead
-                self._set_topology(job, append_host(job.topology, host_id, hp.rack))
+                self._set_topology(job, append_host(job.topology, host_id, hp.rack, hp.dc))
             elif moved and host_id in job.topology.racks:
                 # a restarted agent listens on a new address: bump the version so its
                 # downstreams refetch their assignment and reconnect
@@ -221,7 +226,7 @@ class ProgressService(CoordinatorCore):
                 idx = self._index(job)
                 if any(idx.downstreams(s, host_id) for s in range(job.stripes)):
                     self._set_topology(
-                        job, append_host(splice(job.topology, host_id), host_id, hp.rack)
+                        job, append_host(splice(job.topology, host_id), host_id, hp.rack, hp.dc)
                     )
                     self.metrics.splices.labels(SPLICE_SERVING).inc()
             sources = self._envelope_sources(job, hp) if envelope_from_peers else ()
@@ -291,6 +296,7 @@ class ProgressService(CoordinatorCore):
                         origin_rate_bytes_per_s=(cap // len(topo.stripes))
                         if (up is None and cap)
                         else 0,
+                        compress=topo.crosses_dc(up, host_id),
                     )
                 )
         return AssignmentPlan(
@@ -464,7 +470,8 @@ class ProgressService(CoordinatorCore):
         hp.errors.append(f"DEMOTED not serving: {reason} from {reporters}")
         hp.demoted = True
         hp.unserved.clear()
-        self._set_topology(job, append_host(splice(job.topology, hp.host_id), hp.host_id, hp.rack))
+        moved = append_host(splice(job.topology, hp.host_id), hp.host_id, hp.rack, hp.dc)
+        self._set_topology(job, moved)
         self.metrics.splices.labels(SPLICE_DEMOTED).inc()
 
     def _unserved_window(self) -> float:

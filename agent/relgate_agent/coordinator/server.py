@@ -202,6 +202,7 @@ class JobServicer(pbg.JobServiceServicer):
             stripes=request.stripes,
             webhook_url=request.webhook_url,
             job_id=request.job_id,
+            origin_dc=request.origin_dc,
         )
         job = await self.calls.call(context, "CreateJob", lambda: self.coord.create_job(spec))
         return pb.CreateJobResponse(

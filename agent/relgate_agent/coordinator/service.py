@@ -37,6 +37,7 @@ from relgate_agent.coordinator.jobstate import (
     ReadyRefused,
     Rejected,
     default_db_path,
+    host_dc,
     parse_selector,
     selector_matches,
 )
@@ -116,16 +117,21 @@ class Coordinator(HandoffService):
                     )
                 return existing
             # enrolled hosts with a recent heartbeat only; never whoever happened to call
+            enrolled = self.store.enrolled()
             targets = live_targets(
-                self.store.enrolled(),
+                enrolled,
                 self.store.last_seen(),
                 time.time(),
                 self.config.host_ttl_s,
                 sel,
             )
             holding = self.store.hosts_holding(manifest.model, manifest.version) & set(targets)
+            dcs = {h: host_dc(enrolled[h][1]) for h in targets}
             topo = build_topology(
-                {h: r for h, r in targets.items() if h not in holding}, spec.stripes
+                {h: r for h, r in targets.items() if h not in holding},
+                spec.stripes,
+                dcs=dcs,
+                home_dc=spec.origin_dc,
             )
             job = JobState(
                 spec.job_id,
@@ -140,7 +146,9 @@ class Coordinator(HandoffService):
                 time.time(),
             )
             for h, rack in targets.items():
-                hp = HostProgress(h, rack, self.addresses.get(h, ""), last_seen=self.clock())
+                hp = HostProgress(
+                    h, rack, self.addresses.get(h, ""), dc=dcs[h], last_seen=self.clock()
+                )
                 if h in holding:
                     hp.ready, hp.state = True, "READY"
                 job.hosts[h] = hp

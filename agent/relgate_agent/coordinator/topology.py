@@ -6,6 +6,13 @@ through the other hosts of its rack. The leader of stripe s in a rack is the rac
 s mod n, and the rack order is rotated per stripe, so stripe roots and leaders differ per
 stripe and each host uploads roughly what it downloads.
 
+With hosts in more than one data center (the enrollment label ``dc``), each DC gets its
+own striped chains over its own racks: the origin's DC (the home DC) reads the origin, and
+in every other DC each stripe's root hangs under the home DC's tail of that stripe (a host
+with no downstream in it, so the cross-DC edge costs nobody upload). Each stripe therefore
+crosses the WAN once per remote DC: that DC's stripe roots are its regional replica, filled
+by a single cross-DC copy (compressed on the wire, see ``StripeAssignment.compress``).
+
 Each stripe is stored as a parent map (host -> upstream host, None = the origin) plus an
 ``order`` list (chain order, root first) used to find tails. Every change returns a new
 topology with ``version + 1``; versions are monotonic and agents ignore stale ones.
@@ -48,6 +55,14 @@ class Topology:
     version: int
     stripes: list[StripeChain]
     racks: dict[str, str]  # host -> rack
+    dcs: dict[str, str] = field(default_factory=dict)  # host -> data center ("" = the one DC)
+
+    def dc(self, host: str) -> str:
+        return self.dcs.get(host, "")
+
+    def crosses_dc(self, upstream: str | None, host: str) -> bool:
+        """Whether the edge upstream -> host crosses data centers (a WAN link)."""
+        return upstream is not None and self.dc(upstream) != self.dc(host)
 
     @property
     def hosts(self) -> list[str]:
@@ -57,6 +72,7 @@ class Topology:
         return {
             "version": self.version,
             "racks": dict(self.racks),
+            "dcs": dict(self.dcs),
             "stripes": [{"parent": dict(s.parent), "order": list(s.order)} for s in self.stripes],
         }
 
@@ -66,6 +82,7 @@ class Topology:
             int(doc["version"]),
             [StripeChain(dict(s["parent"]), list(s["order"])) for s in doc["stripes"]],
             dict(doc["racks"]),
+            dict(doc.get("dcs") or {}),
         )
 
     def copy(self, version: int) -> Topology:
@@ -98,33 +115,65 @@ def index_topology(topo: Topology) -> TopologyIndex:
     return TopologyIndex(topo.version, tuple(kids), tuple(sorted(topo.racks)))
 
 
-def build_topology(hosts: Mapping[str, str], stripes: int, version: int = 1) -> Topology:
-    """Build k striped chains over ``hosts`` (host -> rack)."""
+def build_topology(
+    hosts: Mapping[str, str],
+    stripes: int,
+    version: int = 1,
+    dcs: Mapping[str, str] | None = None,
+    home_dc: str = "",
+) -> Topology:
+    """Build k striped chains over ``hosts`` (host -> rack), one set per data center when
+    ``dcs`` (host -> DC) names more than one; ``home_dc`` is the origin's DC (default: the
+    DC with the most hosts, ties by name)."""
+    dc_of = {h: (dcs or {}).get(h, "") for h in hosts}
+    groups: dict[str, dict[str, str]] = {}
+    for h, r in sorted(hosts.items()):
+        groups.setdefault(dc_of[h], {})[h] = r
+    if home_dc not in groups:
+        home_dc = min(groups, key=lambda d: (-len(groups[d]), d)) if groups else ""
+    ordered = [home_dc, *sorted(d for d in groups if d != home_dc)]
+    out: list[StripeChain] = []
+    for s in range(max(stripes, 1)):
+        chain = StripeChain()
+        home_tail: str | None = None
+        for d in ordered:
+            if d not in groups:
+                continue
+            parent, order = _dc_chain(groups[d], s)
+            parent[order[0]] = home_tail  # None (the origin) for the home DC
+            chain.parent.update(parent)
+            chain.order.extend(order)
+            if home_tail is None:
+                home_tail = order[-1]
+        out.append(chain)
+    return Topology(version, out, dict(hosts), {h: d for h, d in dc_of.items() if d})
+
+
+def _dc_chain(hosts: Mapping[str, str], s: int) -> tuple[dict[str, str | None], list[str]]:
+    """Stripe ``s`` over one DC's hosts: the rack-leader chain (racks rotated by s) with
+    each rack's chain under its leader; the first host of ``order`` is the root."""
     by_rack: dict[str, list[str]] = {}
     for h, r in sorted(hosts.items()):
         by_rack.setdefault(r, []).append(h)
     racks = sorted(by_rack)
-    out: list[StripeChain] = []
-    for s in range(max(stripes, 1)):
-        chain = StripeChain()
-        if racks:
-            rot = racks[s % len(racks) :] + racks[: s % len(racks)]
-            prev_leader: str | None = None
-            for r in rot:
-                members = by_rack[r]
-                i = s % len(members)
-                leader = members[i]
-                rest = members[i + 1 :] + members[:i]
-                chain.parent[leader] = prev_leader
-                chain.order.append(leader)
-                prev = leader
-                for h in rest:
-                    chain.parent[h] = prev
-                    chain.order.append(h)
-                    prev = h
-                prev_leader = leader
-        out.append(chain)
-    return Topology(version, out, dict(hosts))
+    parent: dict[str, str | None] = {}
+    order: list[str] = []
+    rot = racks[s % len(racks) :] + racks[: s % len(racks)]
+    prev_leader: str | None = None
+    for r in rot:
+        members = by_rack[r]
+        i = s % len(members)
+        leader = members[i]
+        rest = members[i + 1 :] + members[:i]
+        parent[leader] = prev_leader
+        order.append(leader)
+        prev = leader
+        for h in rest:
+            parent[h] = prev
+            order.append(h)
+            prev = h
+        prev_leader = leader
+    return parent, order
 
 
 def splice(topo: Topology, host: str) -> Topology:
@@ -167,7 +216,8 @@ def splice_all(topo: Topology, hosts: Iterable[str]) -> Topology:
             # member becomes the leader, keeping the leader chain rack-local) and feeds the
             # others; hanging every child off the upstream would split its upload k ways
             same = [k for k in kids if new.racks.get(k) == topo.racks[host]]
-            successor = (same or kids)[0]
+            same_dc = [k for k in kids if new.dc(k) == topo.dc(host)]
+            successor = (same or same_dc or kids)[0]
             chain.parent[successor] = up
             if up is not None:
                 kids_of[up] = sorted([*siblings, successor], key=pos.__getitem__)
@@ -181,11 +231,13 @@ def splice_all(topo: Topology, hosts: Iterable[str]) -> Topology:
         chain.order[:] = [h for h in chain.order if h not in dead]
     for host in gone:
         del new.racks[host]
+        new.dcs.pop(host, None)
     return new
 
 
-def append_host(topo: Topology, host: str, rack: str) -> Topology:
-    """Add a late or rejoining host at the tail of its rack's chain in every stripe.
+def append_host(topo: Topology, host: str, rack: str, dc: str = "") -> Topology:
+    """Add a late or rejoining host at the tail of its rack's chain in every stripe (else
+    after the last host of its DC, else at the end).
 
     A tail host has no downstreams, so a rejoining (possibly slow) host never blocks anyone.
     """
@@ -193,15 +245,13 @@ def append_host(topo: Topology, host: str, rack: str) -> Topology:
         return topo
     new = topo.copy(topo.version + 1)
     new.racks[host] = rack
+    if dc:
+        new.dcs[host] = dc
     for chain in new.stripes:
-        tail: str | None = None
-        for h in reversed(chain.order):
-            if new.racks.get(h) == rack:
-                tail = h
-                break
-        if tail is None and chain.order:
-            tail = chain.order[-1]
-        chain.parent[host] = tail
+        in_rack = [h for h in chain.order if new.racks.get(h) == rack and new.dc(h) == dc]
+        in_dc = [h for h in chain.order if new.dc(h) == dc]
+        behind = in_rack or in_dc or chain.order
+        chain.parent[host] = behind[-1] if behind else None
         chain.order.append(host)
     return new
 

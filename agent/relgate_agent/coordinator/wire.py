@@ -53,6 +53,7 @@ def assignment_to_pb(a: AssignmentPlan) -> pb.Assignment:
                 downstreams=[peer_to_pb(d) for d in s.downstreams],
                 resume_block=s.resume_block,
                 origin_rate_bytes_per_s=s.origin_rate_bytes_per_s,
+                compress=s.compress,
             )
             for s in a.stripes
         ],

@@ -16,6 +16,7 @@ class CreateJobRequest(_message.Message):
         "manifest_uri",
         "model",
         "origin_cap_bytes_per_s",
+        "origin_dc",
         "origin_uri",
         "priority",
         "ready_threshold_ppm",
@@ -36,6 +37,7 @@ class CreateJobRequest(_message.Message):
     STRIPES_FIELD_NUMBER: _ClassVar[int]
     WEBHOOK_URL_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_DC_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: str
     manifest_uri: str
@@ -48,6 +50,7 @@ class CreateJobRequest(_message.Message):
     stripes: int
     webhook_url: str
     job_id: str
+    origin_dc: str
     def __init__(
         self,
         model: str | None = ...,
@@ -62,6 +65,7 @@ class CreateJobRequest(_message.Message):
         stripes: int | None = ...,
         webhook_url: str | None = ...,
         job_id: str | None = ...,
+        origin_dc: str | None = ...,
     ) -> None: ...
 
 class CreateJobResponse(_message.Message):
@@ -507,17 +511,26 @@ class Peer(_message.Message):
     ) -> None: ...
 
 class StripeAssignment(_message.Message):
-    __slots__ = ("downstreams", "origin_rate_bytes_per_s", "resume_block", "stripe", "upstream")
+    __slots__ = (
+        "compress",
+        "downstreams",
+        "origin_rate_bytes_per_s",
+        "resume_block",
+        "stripe",
+        "upstream",
+    )
     STRIPE_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_FIELD_NUMBER: _ClassVar[int]
     DOWNSTREAMS_FIELD_NUMBER: _ClassVar[int]
     RESUME_BLOCK_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_RATE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    COMPRESS_FIELD_NUMBER: _ClassVar[int]
     stripe: int
     upstream: Peer
     downstreams: _containers.RepeatedCompositeFieldContainer[Peer]
     resume_block: int
     origin_rate_bytes_per_s: int
+    compress: bool
     def __init__(
         self,
         stripe: int | None = ...,
@@ -525,6 +538,7 @@ class StripeAssignment(_message.Message):
         downstreams: _Iterable[Peer | _Mapping] | None = ...,
         resume_block: int | None = ...,
         origin_rate_bytes_per_s: int | None = ...,
+        compress: bool | None = ...,
     ) -> None: ...
 
 class Assignment(_message.Message):

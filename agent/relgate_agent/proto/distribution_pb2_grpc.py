@@ -6,7 +6,7 @@ import warnings
 
 from . import distribution_pb2 as distribution__pb2
 
-GRPC_GENERATED_VERSION = '1.81.1'
+GRPC_GENERATED_VERSION = '1.81.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
