@@ -16,6 +16,7 @@ from typing import Any
 # The lab and fault injection live outside the installed package (agent/lab/relgate_lab).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 
+import numpy as np
 import pytest
 from agent_harness import Cluster, write_checkpoint
 
@@ -74,6 +75,28 @@ def checkpoint(tmp_path: Path, keypair, checkpoint_files: Path) -> dict[str, Any
         "trusted": trusted,
         "digests": digests,
     }
+
+
+def write_bf16(path: Path, size: int, seed: int) -> None:
+    """bf16 weights (the high halves of normal float32s): compressible once byte-split."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal(size // 2).astype(np.float32) * 0.02).view(np.uint32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes((w >> 16).astype(np.uint16).tobytes())
+
+
+@pytest.fixture
+def bf16_checkpoint(tmp_path: Path, keypair) -> dict[str, Any]:
+    """8 MiB of bf16 weights in three files (1 MiB chunks, 64 KiB blocks), signed."""
+    key, _, trusted = keypair
+    src = tmp_path / "origin" / "ckpt"
+    for i, size in enumerate((3 * MiB, 3 * MiB, 2 * MiB)):
+        write_bf16(src / f"model-{i:05d}.safetensors", size, seed=i)
+    m = build_manifest(src, "claude-x", "2026-10-12.3", chunk_size=1 * MiB, block_size=64 * KiB)
+    env = tmp_path / "origin" / "manifest.dsse.json"
+    write_envelope(sign_manifest(m, key), env)
+    digests = {f.path: hashlib.sha256((src / f.path).read_bytes()).hexdigest() for f in m.files}
+    return {"manifest": m, "envelope": env, "origin": src, "trusted": trusted, "digests": digests}
 
 
 # ------------------------------------------------------------------------------ PostgreSQL

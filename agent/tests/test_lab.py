@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_harness import assert_placed
-from relgate_lab.netns import LabSpec, lab_down, lab_up, netns_available
+from relgate_lab.netns import LabSpec, lab_down, lab_up, netns_available, wan_bytes
 
 from relgate_agent.client import CoordinatorClient, job_to_dict
 
@@ -51,18 +53,11 @@ def lab(tmp_path: Path, checkpoint):
         assert f"rgl{state['id']}" not in leftover
 
 
-def test_lab_fanout_in_namespaces(lab, checkpoint) -> None:
-    assert lab["mode"] == "netns"
-    # the caps are really installed on every host NIC
-    h0 = lab["hosts"]["h00"]
-    qdisc = subprocess.run(
-        ["ip", "netns", "exec", h0["ns"], "tc", "qdisc", "show", "dev", "eth0"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    assert "tbf" in qdisc
+def _distribute(lab: dict, checkpoint: dict, **spec: Any) -> dict:
+    """Create the job once every lab host registered; its status once all are READY."""
     from relgate_agent.pki import TlsFiles
 
+    hosts = len(lab["hosts"])
     client = CoordinatorClient(lab["coordinator_unix"], TlsFiles.from_pki(lab["pki"], "operator"))
     try:
         deadline = time.monotonic() + 60
@@ -76,8 +71,9 @@ def test_lab_fanout_in_namespaces(lab, checkpoint) -> None:
                     target_selector="cluster=lab",
                     ready_threshold_ppm=1_000_000,
                     stripes=4,
+                    **spec,
                 )
-                if job.hosts_total == 8:
+                if job.hosts_total == hosts:
                     break
                 client.cancel_job(job.job_id)
             except Exception:
@@ -86,13 +82,85 @@ def test_lab_fanout_in_namespaces(lab, checkpoint) -> None:
             assert time.monotonic() < deadline, "agents did not register in the lab"
             time.sleep(0.5)
         deadline = time.monotonic() + 120
-        while (st := job_to_dict(client.get_job(job.job_id)))["hosts_ready"] < 8:
+        while (st := job_to_dict(client.get_job(job.job_id)))["hosts_ready"] < hosts:
             assert time.monotonic() < deadline, st
             time.sleep(0.5)
     finally:
         client.close()
+    return st
+
+
+def test_lab_fanout_in_namespaces(lab, checkpoint) -> None:
+    assert lab["mode"] == "netns"
+    # the caps are really installed on every host NIC
+    h0 = lab["hosts"]["h00"]
+    qdisc = subprocess.run(
+        ["ip", "netns", "exec", h0["ns"], "tc", "qdisc", "show", "dev", "eth0"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "tbf" in qdisc
+
+    st = _distribute(lab, checkpoint)
     for h in lab["hosts"]:
         assert_placed(_LabCluster(lab), checkpoint, h)  # type: ignore[arg-type]
     assert st["origin_bytes"] <= 1.05 * checkpoint["manifest"].total_size
     serving = next(h for h in st["hosts"] if h["host_id"] == "h03")
     assert any(e.startswith(f"LEAF declared serving rate {20 * MiB}") for e in serving["errors"])
+
+
+@pytest.fixture
+def dc_lab(tmp_path: Path, bf16_checkpoint):
+    """Two DCs of two racks of two hosts; the WAN link between them at 1/6 of a host NIC."""
+    if not netns_available():
+        pytest.skip("network-namespace lab needs root and `ip netns`")
+    spec = LabSpec(
+        hosts=8,
+        racks=4,
+        dcs=2,
+        nic_bytes_per_s=25 * MiB,
+        wan_bytes_per_s=4 * MiB,
+        state_dir=tmp_path / "lab",
+        trusted_keys=[str(bf16_checkpoint["trusted"])],
+        journal_interval_s=0.5,
+        report_interval_s=0.5,
+    )
+    state = lab_up(spec)
+    try:
+        yield state
+    finally:
+        lab_down(spec.state_dir)
+        leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert f"rgl{state['id']}" not in leftover
+
+
+def _agent_stats(lab: dict, host: str) -> dict[str, int]:
+    d = Path(lab["hosts"][host]["models_root"]) / ".agent-stats"
+    docs = [json.loads(p.read_text()) for p in d.glob("*.json")]
+    keys = ("origin_bytes", "wan_wire_bytes", "wan_raw_bytes")
+    return {k: sum(int(doc.get(k, 0)) for doc in docs) for k in keys}
+
+
+def test_two_dcs_over_a_slow_wan_read_the_origin_once_and_cross_it_once(
+    dc_lab, bf16_checkpoint
+) -> None:
+    by_dc: dict[str, list[str]] = {}
+    for h, info in dc_lab["hosts"].items():
+        by_dc.setdefault(info["labels"].rsplit("dc=", 1)[1], []).append(h)
+    assert sorted(by_dc) == ["dc0", "dc1"] and all(len(v) == 4 for v in by_dc.values())
+    before = wan_bytes(dc_lab)["dc1"]["in"]
+    _distribute(dc_lab, bf16_checkpoint, origin_dc="dc0")
+    crossed = wan_bytes(dc_lab)["dc1"]["in"] - before
+    for h in dc_lab["hosts"]:
+        assert_placed(_LabCluster(dc_lab), bf16_checkpoint, h)  # type: ignore[arg-type]
+    size = bf16_checkpoint["manifest"].total_size
+    stats = {h: _agent_stats(dc_lab, h) for h in dc_lab["hosts"]}
+    origin = {dc: sum(stats[h]["origin_bytes"] for h in hosts) for dc, hosts in by_dc.items()}
+    assert size <= origin["dc0"] <= 1.05 * size  # the origin's DC reads it about once
+    assert origin["dc1"] == 0  # the other DC reads it from its own stripe roots
+    wire = sum(stats[h]["wan_wire_bytes"] for h in by_dc["dc1"])
+    raw = sum(stats[h]["wan_raw_bytes"] for h in by_dc["dc1"])
+    assert size <= raw <= 1.05 * size  # one copy of every stripe went into dc1
+    # what really crossed the WAN link (frames, TLS, TCP, control plane) is less than one
+    # raw copy: the blocks crossed compressed, once
+    assert wire <= crossed < size, (wire, crossed, size)

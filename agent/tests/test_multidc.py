@@ -6,41 +6,15 @@ Real coordinator and agent processes, mutual TLS; the DC is the enrollment label
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from agent_harness import Cluster, assert_placed, job_spec
 
-from relgate_agent.manifest import build_manifest, sign_manifest, write_envelope
-
-KiB, MiB = 1024, 1024 * 1024
 EAST = [("e0a", "e0"), ("e0b", "e0"), ("e1a", "e1"), ("e1b", "e1")]
 WEST = [("w0a", "w0"), ("w0b", "w0"), ("w1a", "w1")]
-
-
-def write_bf16(path: Path, size: int, seed: int) -> None:
-    """bf16 weights (the high halves of normal float32s): compressible once byte-split."""
-    rng = np.random.default_rng(seed)
-    w = (rng.standard_normal(size // 2).astype(np.float32) * 0.02).view(np.uint32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes((w >> 16).astype(np.uint16).tobytes())
-
-
-@pytest.fixture
-def bf16_checkpoint(tmp_path: Path, keypair) -> dict[str, Any]:
-    key, _, trusted = keypair
-    src = tmp_path / "origin" / "ckpt"
-    for i, size in enumerate((3 * MiB, 3 * MiB, 2 * MiB)):
-        write_bf16(src / f"model-{i:05d}.safetensors", size, seed=i)
-    m = build_manifest(src, "claude-x", "2026-10-12.3", chunk_size=1 * MiB, block_size=64 * KiB)
-    env = tmp_path / "origin" / "manifest.dsse.json"
-    write_envelope(sign_manifest(m, key), env)
-    digests = {f.path: hashlib.sha256((src / f.path).read_bytes()).hexdigest() for f in m.files}
-    return {"manifest": m, "envelope": env, "origin": src, "trusted": trusted, "digests": digests}
 
 
 @pytest.fixture

@@ -1,5 +1,11 @@
 """Network lab: one network namespace per host, a bridge per rack joined by a spine, tbf caps.
 
+With ``dcs`` > 1 the racks are split into data centers (contiguous: rack r is in DC
+``r * dcs // racks``), each with its own spine bridge; DC d's spine joins DC 0's through a
+veth pair (``wan<d>a`` on DC 0's spine, ``wan<d>b`` on DC d's) capped by tbf at
+``wan_bytes_per_s`` both ways, and each host is enrolled with the label ``dc=dc<d>``. The
+coordinator and the origin sit in DC 0. :func:`wan_bytes` reads what crossed each WAN link.
+
 Everything lives in namespaces the lab creates (names ``rgl<id>-...``); nothing is added to
 the root namespace. A "fabric" namespace holds the rack bridges and the spine bridge; each
 host namespace has one veth (``eth0``) into its rack bridge with address 10.77.<rack>.<n>/16;
@@ -65,6 +71,8 @@ class LabSpec:
     origin_dir: Path | None = None  # served over HTTP from its own namespace on the spine
     origin_nic_bytes_per_s: int = 0  # tbf on the origin NIC (the origin bandwidth cap)
     start_agents: bool = True
+    dcs: int = 1  # data centers (racks split among them); DC 0 holds the origin
+    wan_bytes_per_s: int = 0  # tbf on each DC's WAN link to DC 0 (0 = uncapped)
 
 
 def netns_available() -> bool:
@@ -112,6 +120,22 @@ def _tbf(ns: str, dev: str, rate_bytes: int) -> None:
 def host_names(spec: LabSpec) -> list[tuple[str, str]]:
     """(host_id, rack) for every lab host, racks filled round-robin."""
     return [(f"h{i:02d}", f"r{i % spec.racks}") for i in range(spec.hosts)]
+
+
+def rack_dc(spec: LabSpec, rack: int) -> int:
+    """The data center of rack number ``rack`` (contiguous blocks of racks)."""
+    return rack * max(spec.dcs, 1) // spec.racks
+
+
+def host_labels(spec: LabSpec, rack: str) -> str:
+    """A host's enrollment labels: the lab's, plus ``dc=dc<d>`` with more than one DC."""
+    if spec.dcs <= 1:
+        return spec.labels
+    return f"{spec.labels},dc=dc{rack_dc(spec, int(rack[1:]))}"
+
+
+def _spine(dc: int) -> str:
+    return "spine" if dc == 0 else f"spine{dc}"
 
 
 def _save(state_dir: Path, state: dict[str, Any]) -> None:
@@ -185,20 +209,52 @@ def _build_fabric(lab: _Lab) -> tuple[str, str]:
     fabric, coord_ns = f"{lab.prefix}-fab", f"{lab.prefix}-co"
     for ns in (fabric, coord_ns):
         lab.add_ns(ns)
-    _ip("-n", fabric, "link", "add", "spine", "type", "bridge")
-    _ip("-n", fabric, "link", "set", "spine", "up")
+    for d in range(max(lab.spec.dcs, 1)):
+        _ip("-n", fabric, "link", "add", _spine(d), "type", "bridge")
+        _ip("-n", fabric, "link", "set", _spine(d), "up")
+        if d > 0:
+            _wan_link(lab, fabric, d)
     for r in range(lab.spec.racks):
         br = f"rack{r}"
         _ip("-n", fabric, "link", "add", br, "type", "bridge")
         _ip("-n", fabric, "link", "set", br, "up")
         _ip("-n", fabric, "link", "add", f"up{r}", "type", "veth", "peer", "name", f"dn{r}")
-        _ip("-n", fabric, "link", "set", f"up{r}", "master", "spine", "up")
+        _ip("-n", fabric, "link", "set", f"up{r}", "master", _spine(rack_dc(lab.spec, r)), "up")
         _ip("-n", fabric, "link", "set", f"dn{r}", "master", br, "up")
     # the coordinator sits on the spine
     _veth_into(fabric, "vco", coord_ns, "spine")
     _ip("-n", coord_ns, "addr", "add", f"{SUBNET_PREFIX}.255.1/16", "dev", "eth0")
     _ip("-n", coord_ns, "link", "set", "eth0", "up")
     return fabric, coord_ns
+
+
+def _wan_link(lab: _Lab, fabric: str, dc: int) -> None:
+    """DC ``dc``'s spine joined to DC 0's by a veth pair, tbf-capped both ways."""
+    near, far = f"wan{dc}a", f"wan{dc}b"
+    _ip("-n", fabric, "link", "add", near, "type", "veth", "peer", "name", far)
+    _ip("-n", fabric, "link", "set", near, "master", "spine", "up")
+    _ip("-n", fabric, "link", "set", far, "master", _spine(dc), "up")
+    for dev in (near, far):
+        _ip("-n", fabric, "link", "set", "dev", dev, "gso_max_size", "60000")
+        if lab.spec.wan_bytes_per_s:
+            _tbf(fabric, dev, lab.spec.wan_bytes_per_s)
+    lab.state.setdefault("wan", {})[f"dc{dc}"] = {"near": near, "far": far}
+
+
+def wan_bytes(state: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Bytes that crossed each DC's WAN link so far: ``{"dc1": {"in": n, "out": n}}``
+    ("in": from DC 0 into the DC, "out": back), read from the fabric's veth counters."""
+    fabric = f"rgl{state['id']}-fab"
+    return {
+        dc: {"in": _tx_bytes(fabric, devs["near"]), "out": _tx_bytes(fabric, devs["far"])}
+        for dc, devs in state.get("wan", {}).items()
+    }
+
+
+def _tx_bytes(ns: str, dev: str) -> int:
+    cmd = ["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{dev}/statistics/tx_bytes"]
+    res = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)  # noqa: S603 - an argv list we built
+    return int(res.stdout)
 
 
 def _build_origin_ns(lab: _Lab, fabric: str) -> None:
@@ -227,7 +283,12 @@ def _build_hosts(lab: _Lab, fabric: str) -> None:
         # host NIC cap both ways: upload on the host side, download on the fabric side
         _tbf(ns, "eth0", lab.spec.nic_bytes_per_s)
         _tbf(fabric, peer, lab.spec.nic_bytes_per_s)
-        lab.state["hosts"][h] = {"rack": rack, "ns": ns, "address": addr}
+        lab.state["hosts"][h] = {
+            "rack": rack,
+            "ns": ns,
+            "address": addr,
+            "labels": host_labels(lab.spec, rack),
+        }
     lab.save()
 
 
@@ -299,7 +360,7 @@ def _start_agent(lab: _Lab, h: str, hinfo: dict[str, Any], pki: Path) -> None:
             "--rack",
             hinfo["rack"],
             "--labels",
-            spec.labels,
+            hinfo.get("labels", spec.labels),
             "--coordinator",
             lab.state["coordinator"],
             "--models-root",
@@ -365,7 +426,12 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
             _build_hosts(lab, fabric)
         else:
             for h, rack in host_names(spec):
-                lab.state["hosts"][h] = {"rack": rack, "ns": "", "address": "127.0.0.1"}
+                lab.state["hosts"][h] = {
+                    "rack": rack,
+                    "ns": "",
+                    "address": "127.0.0.1",
+                    "labels": host_labels(spec, rack),
+                }
         # a dev fleet CA + coordinator/operator/host certificates: no set-up, mutual TLS anyway
         pki = ensure_dev_pki(lab.state_dir, {h: i["rack"] for h, i in lab.state["hosts"].items()})
         lab.state["pki"] = str(pki)
@@ -373,7 +439,7 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
         enroll_hosts(
             f"unix:{lab.sock}",
             pki,
-            {h: (i["rack"], spec.labels) for h, i in lab.state["hosts"].items()},
+            {h: (i["rack"], i["labels"]) for h, i in lab.state["hosts"].items()},
         )
         if spec.origin_dir is not None:
             _start_origin(lab, spec.origin_dir)
