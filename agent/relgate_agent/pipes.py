@@ -44,6 +44,8 @@ CHECK_NAME = "ready_threshold"
 DONE_STATES = ("DONE", "CANCELLED", "FAILED")
 
 Log = Callable[[str], None]
+#: Sees every job status polled while waiting (e.g. progress bars).
+Watch = Callable[[JobReport], None]
 
 
 @dataclass(frozen=True)
@@ -166,13 +168,20 @@ def _wait_for_fleet(
 
 
 def _until_handed_off(
-    client: CoordinatorClient, job_id: str, request: DistributionRequest, log: Log
+    client: CoordinatorClient,
+    job_id: str,
+    request: DistributionRequest,
+    log: Log,
+    watch: Watch | None = None,
 ) -> JobReport:
-    """Poll GetJob until the job ends or (unless ``wait_for_all``) the handoff happened."""
+    """Poll GetJob until the job ends or (unless ``wait_for_all``) the handoff happened;
+    ``watch`` sees every status polled (a progress display)."""
     deadline = time.monotonic() + request.timeout_s
     last = ""
     while True:
         status = job_from_pb(client.get_job(job_id))
+        if watch is not None:
+            watch(status)
         line = (
             f"job {job_id} {status.state}: {status.hosts_ready}/{status.hosts_total} ready, "
             f"{status.bytes_moved} bytes moved, {status.origin_bytes} origin bytes"
@@ -193,7 +202,9 @@ def _until_handed_off(
         time.sleep(request.poll_interval_s)
 
 
-def distribute(request: DistributionRequest, log: Log = print) -> JobReport:
+def distribute(
+    request: DistributionRequest, log: Log = print, watch: Watch | None = None
+) -> JobReport:
     """Create the job (on an in-process coordinator if asked), wait for the handoff."""
     server = _serve(request, request.serve) if request.serve is not None else None
     if server is not None:
@@ -208,7 +219,7 @@ def distribute(request: DistributionRequest, log: Log = print) -> JobReport:
             f"job {resp.job_id}: {request.job.model}/{request.job.version} "
             f"to {resp.hosts_total} hosts"
         )
-        return _until_handed_off(client, resp.job_id, request, log)
+        return _until_handed_off(client, resp.job_id, request, log, watch)
     finally:
         client.close()
         if server is not None:
@@ -219,11 +230,13 @@ def threshold_met(status: JobReport, threshold: float) -> bool:
     return status.hosts_total > 0 and status.hosts_ready >= threshold * status.hosts_total
 
 
-def run_distribution_job(extras: Mapping[str, Any], log: Log = print) -> dict[str, Any]:
+def run_distribution_job(
+    extras: Mapping[str, Any], log: Log = print, watch: Watch | None = None
+) -> dict[str, Any]:
     """The Pipes extras in, GetJob's snake_case status out (plus ``ready_threshold`` and
     ``threshold_met``): the untyped JSON boundary the core's ``distribute`` reads."""
     request = DistributionRequest.from_extras(extras)
-    status = distribute(request, log)
+    status = distribute(request, log, watch)
     out = status.to_dict()
     out["ready_threshold"] = request.ready_threshold
     out["threshold_met"] = threshold_met(status, request.ready_threshold)

@@ -9,7 +9,7 @@ Dagster asset hands the same extras to ``relgate-agent pipes`` through Dagster P
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from pydantic import JsonValue
@@ -18,8 +18,10 @@ from relgate.checkpoint.location import ENVELOPE_NAME, ORIGIN_NAME, validate_nam
 from relgate.demo.fleet import FleetMember, WebhookSink, free_port, local_fleet, new_fleet_label
 from relgate.errors import RejectedError, RelgateError
 from relgate.integrity.contract import Contract, JsonObject
+from relgate.progress import Task, task
 from relgate.workspace import Workspace
 from relgate_agent.client import CoordinatorRefusal
+from relgate_agent.contracts import JobReport
 from relgate_agent.errors import KIND_CHUNK_FAILED, AgentError
 from relgate_agent.pipes import run_distribution_job
 
@@ -146,7 +148,9 @@ def _run_job(session: DistributionSession, log: Callable[[str], None]) -> dict[s
     """Run the job in this process; refusals and failures become relgate errors."""
     subject = session.request.subject
     try:
-        status: dict[str, JsonValue] = run_distribution_job(session.extras, log)
+        with ExitStack() as bars:
+            watch = DistributionBars(bars)
+            status: dict[str, JsonValue] = run_distribution_job(session.extras, log, watch)
     except CoordinatorRefusal as exc:
         raise RejectedError(exc.details, object=subject, check=exc.check) from None
     except AgentError as exc:
@@ -162,6 +166,41 @@ def _run_job(session: DistributionSession, log: Callable[[str], None]) -> dict[s
             details={"job": status["job_id"]},
         )
     return status
+
+
+class DistributionBars:
+    """A running job as three :mod:`relgate.progress` tasks: hosts READY, bytes moved over
+    every host's copy, origin bytes over one copy (the ~1x the design promises). They begin
+    with the first status that names the fleet and the checkpoint (the totals) and advance by
+    what each later poll added, capped at the total."""
+
+    FIELDS = (
+        ("hosts ready", "hosts_ready"),
+        ("bytes moved", "bytes_moved"),
+        ("origin bytes (1x = one copy)", "origin_bytes"),
+    )
+
+    def __init__(self, stack: ExitStack) -> None:
+        self.stack = stack
+        self.tasks: list[tuple[Task, str, int]] = []
+        self.seen: dict[str, int] = {}
+
+    def __call__(self, status: JobReport) -> None:
+        if not self.tasks:
+            if status.hosts_total <= 0 or status.checkpoint_bytes <= 0:
+                return
+            totals = (
+                status.hosts_total,
+                status.hosts_total * status.checkpoint_bytes,
+                status.checkpoint_bytes,
+            )
+            for (label, field), total in zip(self.FIELDS, totals, strict=True):
+                self.tasks.append((self.stack.enter_context(task(label, total)), field, total))
+        for bar, field, total in self.tasks:
+            value = min(int(getattr(status, field)), total)
+            if value > self.seen.get(field, 0):
+                bar.advance(value - self.seen.get(field, 0))
+                self.seen[field] = value
 
 
 def distribute(

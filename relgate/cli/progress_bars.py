@@ -1,7 +1,8 @@
 """The CLI's progress policy: rich progress bars on stderr, or nothing.
 
 Every command runs inside :func:`progress_bars` (see :func:`relgate.cli.common.command`):
-the long ones (snapshot build and validate, release build and verify, gc plan and sweep)
+the long ones (snapshot build and validate, release build and verify, gc plan and sweep,
+distribute)
 report their tasks through :mod:`relgate.progress`, and this module draws them.  Bars are
 shown only when stderr is a terminal and the command was not given ``--json``, so a
 script, a pipe, a CI log or a JSON consumer never sees them; rich is imported only then.

@@ -22,6 +22,7 @@ from relgate.demo.checkpoint import (
     write_demo_checkpoint,
 )
 from relgate.errors import ObjectExistsError, RejectedError, UsageError
+from relgate.progress import reporting
 from relgate.workspace import Workspace
 from resources.relgate import RelgateResource
 
@@ -94,6 +95,27 @@ def test_distribute_refuses_an_unpublished_version_before_starting_a_fleet(ws):
     assert not (ws.home / "fleet").exists()
 
 
+class _Bars:
+    """A real progress reporter that keeps each task's total, progress and end."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.totals: dict[str, int | None] = {}
+        self.done: dict[str, int] = {}
+        self.ended: set[str] = set()
+
+    def begin(self, description: str, total: int | None) -> int:
+        self.names.append(description)
+        self.totals[description], self.done[description] = total, 0
+        return len(self.names) - 1
+
+    def advance(self, handle: int, steps: int) -> None:
+        self.done[self.names[handle]] += steps
+
+    def end(self, handle: int) -> None:
+        self.ended.add(self.names[handle])
+
+
 def test_distribute_lands_every_host_byte_exact(ws, tmp_path):
     src = tmp_path / "ckpt"
     write_demo_checkpoint(src, megabytes=8)
@@ -101,7 +123,20 @@ def test_distribute_lands_every_host_byte_exact(ws, tmp_path):
         ws, src, model="demo-lm", version="v1", chunk_size=1 << 20, block_size=1 << 18
     )
     request = DistributionRequest(model="demo-lm", version="v1", hosts=4, racks=2, timeout_s=180)
-    out = distribute(ws, request, log=lambda _line: None)
+    bars = _Bars()
+    with reporting(bars):
+        out = distribute(ws, request, log=lambda _line: None)
+    # the progress display: hosts ready, bytes over every copy, origin bytes over one copy
+    size = int(out.status["checkpoint_bytes"])
+    assert bars.totals == {
+        "hosts ready": 4,
+        "bytes moved": 4 * size,
+        "origin bytes (1x = one copy)": size,
+    }
+    assert bars.done["hosts ready"] == 4  # every host READY was shown
+    assert 0 < bars.done["bytes moved"] <= 4 * size
+    assert 0 < bars.done["origin bytes (1x = one copy)"] <= size
+    assert bars.ended == set(bars.totals)
     event = out.distribution_complete
     assert event is not None
     assert event["type"] == "DistributionComplete" and sorted(event["readyHosts"]) == [
