@@ -50,7 +50,9 @@ class AgentConfig:
     # keepalive pings catch a vanished coordinator much sooner)
     watch_timeout_s: float = 300.0
     credits: int = DEFAULT_CREDITS
-    stall_s: float = 5.0
+    # no frame at all from an upstream for this long = stalled (the seed's 2 s): an upstream
+    # that is itself waiting sends a heartbeat every transport.HEARTBEAT_S (1 s)
+    stall_s: float = 2.0
     retain_versions: int = 2  # current + N-1
     max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
     metrics_listen: str = ""  # "host:port" for Prometheus /metrics ("": not served)
