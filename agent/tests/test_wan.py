@@ -24,8 +24,14 @@ def bf16_block(n: int = 64 * 1024, seed: int = 3) -> bytes:
     return (w >> 16).astype(np.uint16).tobytes()
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.binary(max_size=4096))
+# noise (rarely compressible) and repeated patterns (always compressible), odd and even sizes
+BLOCKS = st.binary(max_size=4096) | st.builds(
+    lambda unit, n: unit * n, st.binary(min_size=1, max_size=17), st.integers(8, 400)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(BLOCKS)
 def test_planes_and_frames_round_trip_any_bytes(data: bytes) -> None:
     assert wan.join_planes(wan.split_planes(data)) == data
     packed = wan.encode(data)
@@ -38,6 +44,7 @@ def test_bf16_weights_shrink_and_noise_is_sent_raw() -> None:
     block = bf16_block()
     packed = wan.encode(block)
     assert packed is not None and len(packed) < 0.8 * len(block)
+    assert wan.decode(packed, len(block)) == block
     # the planes are what makes it pay: zstd over the raw bytes saves less
     assert len(packed) < len(zstandard.ZstdCompressor(level=wan.LEVEL).compress(block))
     assert wan.encode(os.urandom(64 * 1024)) is None
