@@ -32,6 +32,7 @@ class CheckpointConfig(dg.Config):
 class DistributionConfig(dg.Config):
     hosts: int = 4
     racks: int = 2
+    dcs: int = 1  # data centers the racks are split into (DC 0 holds the origin)
     ready_threshold: float = 1.0
     origin_cap_bytes_per_s: int = 0
     timeout_s: float = 600
@@ -88,6 +89,7 @@ def checkpoint_distribution(
         version=checkpoint_manifest.version,
         hosts=config.hosts,
         racks=config.racks,
+        dcs=config.dcs,
         ready_threshold=config.ready_threshold,
         origin_cap_bytes_per_s=config.origin_cap_bytes_per_s,
         timeout_s=config.timeout_s,

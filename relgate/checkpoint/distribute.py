@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from pydantic import JsonValue
+from pydantic import Field, JsonValue, model_validator
 
 from relgate.checkpoint.location import ENVELOPE_NAME, ORIGIN_NAME, validate_names, version_dir
 from relgate.demo.fleet import FleetMember, WebhookSink, free_port, local_fleet, new_fleet_label
@@ -22,6 +22,7 @@ from relgate.progress import Task, task
 from relgate.workspace import Workspace
 from relgate_agent.client import CoordinatorRefusal
 from relgate_agent.contracts import JobReport
+from relgate_agent.datacenter import rack_dc
 from relgate_agent.errors import KIND_CHUNK_FAILED, AgentError
 from relgate_agent.pipes import run_distribution_job
 
@@ -37,9 +38,18 @@ class DistributionRequest(Contract):
     version: str
     hosts: int
     racks: int
+    #: data centers the racks are split into; DC 0 holds the origin, the others are fed
+    #: over one compressed WAN edge per stripe (docs/distribution.md, Topology)
+    dcs: int = Field(default=1, ge=1)
     ready_threshold: float = 1.0
     origin_cap_bytes_per_s: int = 0
     timeout_s: float = 600.0
+
+    @model_validator(mode="after")
+    def _a_rack_per_dc(self) -> DistributionRequest:
+        if self.dcs > self.racks:
+            raise ValueError(f"{self.dcs} data centers need at least as many racks ({self.racks})")
+        return self
 
     @property
     def subject(self) -> str:
@@ -97,6 +107,7 @@ def _job_extras(
             "origin_cap_bytes_per_s": request.origin_cap_bytes_per_s,
             "ready_threshold": request.ready_threshold,
             "webhook_url": webhook_url,
+            "origin_dc": rack_dc(0, request.racks, request.dcs),
         },
         "serve": {
             "listen": address,
@@ -134,7 +145,12 @@ def distribution_session(
     sink = WebhookSink()
     try:
         with local_fleet(
-            ws, hosts=request.hosts, racks=request.racks, coordinator=address, labels=label
+            ws,
+            hosts=request.hosts,
+            racks=request.racks,
+            coordinator=address,
+            labels=label,
+            dcs=request.dcs,
         ) as fleet:
             extras = _job_extras(
                 ws, request, address=address, label=label, fleet=fleet, webhook_url=sink.url

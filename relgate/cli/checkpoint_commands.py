@@ -67,6 +67,12 @@ def checkpoint_demo(directory: str, megabytes: int) -> CommandOutput:
 @click.option("--version", "version", required=True)
 @click.option("--hosts", default=4, show_default=True)
 @click.option("--racks", default=2, show_default=True)
+@click.option(
+    "--dcs",
+    default=1,
+    show_default=True,
+    help="Data centers the racks are split into (DC 0 holds the origin; WAN edges compressed).",
+)
 @click.option("--ready-threshold", default=1.0, show_default=True)
 @click.option(
     "--origin-cap", default=0, show_default=True, help="Origin read cap in bytes/s (0: none)."
@@ -78,6 +84,7 @@ def distribute_cmd(
     version: str,
     hosts: int,
     racks: int,
+    dcs: int,
     ready_threshold: float,
     origin_cap: int,
 ) -> CommandOutput:
@@ -89,6 +96,7 @@ def distribute_cmd(
         version=version,
         hosts=hosts,
         racks=racks,
+        dcs=dcs,
         ready_threshold=ready_threshold,
         origin_cap_bytes_per_s=origin_cap,
     )

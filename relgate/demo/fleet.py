@@ -21,6 +21,7 @@ from pathlib import Path
 
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.workspace import Workspace
+from relgate_agent.datacenter import rack_dc, with_dc
 from relgate_agent.pki import ensure_dev_pki
 
 _STOP_GRACE_S = 10.0
@@ -97,10 +98,16 @@ class FleetSpec(Contract):
     racks: int
     coordinator: str
     labels: str = "cluster=demo"
+    #: data centers the racks are split into (contiguous; each host labelled dc=dc<d>)
+    dcs: int = 1
+
+    def host_labels(self, rack: int) -> str:
+        labels: str = with_dc(self.labels, rack_dc(rack, self.racks, self.dcs))
+        return labels
 
 
 def _agent_argv(
-    ws: Workspace, spec: FleetSpec, host: str, rack: str, root: Path, pki: Path
+    ws: Workspace, spec: FleetSpec, host: str, rack: str, labels: str, root: Path, pki: Path
 ) -> list[str]:
     return [
         sys.executable,
@@ -113,7 +120,7 @@ def _agent_argv(
         "--rack",
         rack,
         "--labels",
-        spec.labels,
+        labels,
         "--coordinator",
         spec.coordinator,
         "--models-root",
@@ -141,10 +148,16 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 @contextmanager
 def local_fleet(
-    ws: Workspace, *, hosts: int, racks: int, coordinator: str, labels: str = "cluster=demo"
+    ws: Workspace,
+    *,
+    hosts: int,
+    racks: int,
+    coordinator: str,
+    labels: str = "cluster=demo",
+    dcs: int = 1,
 ) -> Iterator[list[FleetMember]]:
     """Start ``hosts`` agent processes on loopback; stop each by PID on exit."""
-    spec = FleetSpec(hosts=hosts, racks=racks, coordinator=coordinator, labels=labels)
+    spec = FleetSpec(hosts=hosts, racks=racks, coordinator=coordinator, labels=labels, dcs=dcs)
     fleet_dir = ws.home / "fleet"
     procs: list[subprocess.Popen[bytes]] = []
     members: list[FleetMember] = []
@@ -153,10 +166,11 @@ def local_fleet(
     try:
         for i in range(hosts):
             host, rack = f"host-{i:02d}", f"rack-{i % racks}"
+            host_labels = spec.host_labels(i % racks)
             root = fleet_dir / host
             (root / "models").mkdir(parents=True, exist_ok=True)
             with open(root / "agent.log", "ab") as log:  # the child keeps its own descriptor
-                cmd = _agent_argv(ws, spec, host, rack, root, Path(pki))
+                cmd = _agent_argv(ws, spec, host, rack, host_labels, root, Path(pki))
                 procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))  # noqa: S603 - argv we built
             members.append(
                 FleetMember(
@@ -165,7 +179,7 @@ def local_fleet(
                     pid=procs[-1].pid,
                     host_id=host,
                     rack=rack,
-                    labels=labels,
+                    labels=host_labels,
                 )
             )
         yield members

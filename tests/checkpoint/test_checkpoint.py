@@ -196,7 +196,10 @@ def test_cli_publish_and_distribute(tmp_path):
         json.loads(listed.stdout)["checkpoints"][0]["manifestDigest"]
         == (json.loads(pub.stdout)["manifestDigest"])
     )
-    dist = run("distribute", "--model", "cli-lm", "--version", "v1", "--hosts", "3", "--racks", "2")
+    dist = run(
+        "distribute", "--model", "cli-lm", "--version", "v1", "--hosts", "3", "--racks", "2",
+        "--dcs", "2",
+    )  # fmt: skip
     assert dist.returncode == 0, dist.stderr
     doc = json.loads(dist.stdout)
     assert doc["distributionComplete"]["type"] == "DistributionComplete"
@@ -204,6 +207,21 @@ def test_cli_publish_and_distribute(tmp_path):
     assert doc["status"]["hostsTotal"] == 3 and "bytesMoved" in doc["status"]
     assert not [k for k in doc["status"] if "_" in k]
     assert {m["hostId"] for m in doc["fleet"]} == {"host-00", "host-01", "host-02"}
+    # two DCs: rack-0 (host-00, host-02) holds the origin, rack-1 (host-01) is fed over the
+    # WAN edge, compressed, and never reads the origin
+    dcs = {m["hostId"]: m["labels"].rsplit("dc=", 1)[1] for m in doc["fleet"]}
+    assert dcs == {"host-00": "dc0", "host-01": "dc1", "host-02": "dc0"}
+    stats = {}
+    for m in doc["fleet"]:
+        d = Path(m["modelsRoot"], ".agent-stats")
+        docs = [json.loads(p.read_text()) for p in d.glob("*.json")]
+        docs = [x for x in docs if "origin_bytes" in x]  # one stats file per job and process
+        keys = ("origin_bytes", "wan_raw_bytes", "wan_wire_bytes")
+        stats[m["hostId"]] = {k: sum(x[k] for x in docs) for k in keys}
+    size = doc["status"]["checkpointBytes"]
+    assert stats["host-01"]["origin_bytes"] == 0 and stats["host-01"]["wan_raw_bytes"] >= size
+    assert 0 < stats["host-01"]["wan_wire_bytes"] < stats["host-01"]["wan_raw_bytes"]
+    assert stats["host-00"]["origin_bytes"] + stats["host-02"]["origin_bytes"] >= size
 
 
 def test_distribution_asset_through_dagster_pipes(tmp_path):

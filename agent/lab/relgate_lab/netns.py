@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from relgate_agent.client import CoordinatorClient
+from relgate_agent.datacenter import rack_dc, with_dc
 from relgate_agent.errors import AgentError
 from relgate_agent.pki import TlsFiles, ensure_dev_pki
 from relgate_lab import lab_env
@@ -122,16 +123,14 @@ def host_names(spec: LabSpec) -> list[tuple[str, str]]:
     return [(f"h{i:02d}", f"r{i % spec.racks}") for i in range(spec.hosts)]
 
 
-def rack_dc(spec: LabSpec, rack: int) -> int:
-    """The data center of rack number ``rack`` (contiguous blocks of racks)."""
-    return rack * max(spec.dcs, 1) // spec.racks
-
-
 def host_labels(spec: LabSpec, rack: str) -> str:
     """A host's enrollment labels: the lab's, plus ``dc=dc<d>`` with more than one DC."""
-    if spec.dcs <= 1:
-        return spec.labels
-    return f"{spec.labels},dc=dc{rack_dc(spec, int(rack[1:]))}"
+    return with_dc(spec.labels, rack_dc(int(rack[1:]), spec.racks, spec.dcs))
+
+
+def _spine_of_rack(spec: LabSpec, rack: int) -> str:
+    dc = rack_dc(rack, spec.racks, spec.dcs)
+    return "spine" if dc in ("", "dc0") else f"spine{dc[2:]}"
 
 
 def _spine(dc: int) -> str:
@@ -219,7 +218,7 @@ def _build_fabric(lab: _Lab) -> tuple[str, str]:
         _ip("-n", fabric, "link", "add", br, "type", "bridge")
         _ip("-n", fabric, "link", "set", br, "up")
         _ip("-n", fabric, "link", "add", f"up{r}", "type", "veth", "peer", "name", f"dn{r}")
-        _ip("-n", fabric, "link", "set", f"up{r}", "master", _spine(rack_dc(lab.spec, r)), "up")
+        _ip("-n", fabric, "link", "set", f"up{r}", "master", _spine_of_rack(lab.spec, r), "up")
         _ip("-n", fabric, "link", "set", f"dn{r}", "master", br, "up")
     # the coordinator sits on the spine
     _veth_into(fabric, "vco", coord_ns, "spine")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
@@ -207,15 +206,6 @@ def parse_selector(selector: str) -> dict[str, str]:
             )
         out[k.strip()] = v.strip()
     return out
-
-
-#: The enrollment label that names a host's data center.
-DC_LABEL = "dc"
-
-
-def host_dc(labels: Mapping[str, str]) -> str:
-    """A host's data center from its enrollment labels ("" when it has none)."""
-    return labels.get(DC_LABEL, "")
 
 
 def selector_matches(sel: dict[str, str], rack: str, labels: dict[str, str]) -> bool:

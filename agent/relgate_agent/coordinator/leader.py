@@ -27,12 +27,12 @@ from relgate_agent.coordinator.jobstate import (
     NotFound,
     NotLeader,
     Rejected,
-    host_dc,
 )
 from relgate_agent.coordinator.metrics import SPLICE_DEAD, CoordinatorMetrics
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import Topology, TopologyIndex, splice_all
+from relgate_agent.datacenter import host_dc
 from relgate_agent.errors import AgentError, ManifestError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
 from relgate_agent.origin import read_uri

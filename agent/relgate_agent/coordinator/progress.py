@@ -36,7 +36,6 @@ from relgate_agent.coordinator.jobstate import (
     NotEnrolled,
     NotFound,
     ReadyRefused,
-    host_dc,
     parse_selector,
     selector_matches,
 )
@@ -48,6 +47,7 @@ from relgate_agent.coordinator.topology import (
     index_topology,
     splice,
 )
+from relgate_agent.datacenter import host_dc
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED
 from relgate_agent.storage import apply_delta, count_bits, stripe_resume_blocks
 

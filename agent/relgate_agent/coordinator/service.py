@@ -37,13 +37,13 @@ from relgate_agent.coordinator.jobstate import (
     ReadyRefused,
     Rejected,
     default_db_path,
-    host_dc,
     parse_selector,
     selector_matches,
 )
 from relgate_agent.coordinator.outbox import Post, http_post
 from relgate_agent.coordinator.store import JobRow, StaleTopology
 from relgate_agent.coordinator.topology import build_topology
+from relgate_agent.datacenter import host_dc
 from relgate_agent.errors import ManifestError, OriginError
 from relgate_agent.manifest import CheckpointManifest, validate_name
 from relgate_agent.origin import read_uri
