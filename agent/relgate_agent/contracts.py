@@ -74,6 +74,15 @@ ORIGIN_PEER = PeerRef(ORIGIN)
 
 
 @dataclass(frozen=True)
+class PeerSet:
+    """The holders of one chunk FindPeers names (at most the limit asked, best first) and
+    how many live hosts hold it in all: the end-game's rarity, which a capped list hides."""
+
+    peers: tuple[PeerRef, ...]
+    holders: int
+
+
+@dataclass(frozen=True)
 class StripePlan:
     """One stripe of a host's assignment: where to pull from, who pulls from us."""
 

@@ -672,3 +672,55 @@ def test_envelope_sent_once_per_rack_then_named(tmp_path: Path, checkpoint) -> N
         assert "h0" not in [p.host_id for p in later.manifest_sources]
     finally:
         c.store.close()
+
+
+def test_data_centers_come_from_enrollment_and_only_wan_edges_compress(
+    tmp_path: Path, checkpoint
+) -> None:
+    c = Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / "c.sqlite"), trusted_keys=TrustedKeys.load(checkpoint["trusted"])
+        )
+    )
+    try:
+        for h, r in HOSTS.items():  # h0-h2 east, h3-h5 west; whatever the host claims
+            c.enroll(h, r, {"cluster": "inf-a", "pool": "x", "dc": "east" if h < "h3" else "west"})
+            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+        job = c.create_job(_spec(checkpoint, origin_dc="west"))
+        topo = job.topology
+        assert {h: topo.dc(h) for h in topo.racks} == {
+            h: "east" if h < "h3" else "west" for h in HOSTS
+        }
+        assert {topo.dc(ch.root() or "") for ch in topo.stripes} == {"west"}  # the origin's DC
+        assert {job.hosts[h].dc for h in ("h0", "h4")} == {"east", "west"}
+        wan_edges = 0
+        for h in topo.racks:
+            for plan, chain in zip(_pushed(c, h, job.job_id).stripes, topo.stripes, strict=True):
+                up = chain.parent[h]
+                assert plan.compress == (up is not None and topo.dc(up) != topo.dc(h))
+                wan_edges += plan.compress
+        assert wan_edges == len(topo.stripes)  # one per stripe into the one remote DC
+        # a late host of the east DC joins behind east hosts, never under a west one
+        c.enroll("h9", "r1", {"cluster": "inf-a", "pool": "x", "dc": "east"})
+        c.heartbeat("h9", "r1", "10.0.0.9:1", [])
+        assert all(topo.dc(ch.parent["h9"] or "") == "east" for ch in job.topology.stripes)
+        assert job.topology.dc("h9") == "east"
+    finally:
+        c.store.close()
+
+
+def test_find_peers_names_at_most_the_limit_and_counts_every_holder(
+    coord: Coordinator, checkpoint
+) -> None:
+    job = coord.create_job(_spec(checkpoint))
+    n = job.manifest.num_chunks
+    full = bitmap_from_bits([1] * n)
+    for h in sorted(job.targets):
+        coord.register(
+            job.job_id, h, job.targets[h], full if h != "h0" else b"", 1 << 40, f"10.0.0.{h[1:]}:1"
+        )
+    found = coord.find_peers(job.job_id, "h0", 0, set(), 1)
+    assert len(found.peers) == 1 and found.holders == 4  # h1-h4 hold it; h0 asks
+    assert found.peers[0].host_id == "h2"  # same rack (r0) first
+    fewer = coord.find_peers(job.job_id, "h0", 0, {"h2", "h4"}, 3)
+    assert [p.host_id for p in fewer.peers] == ["h1", "h3"] and fewer.holders == 2

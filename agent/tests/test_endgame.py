@@ -23,8 +23,9 @@ STRIPES = 4
 
 
 def test_rarest_first_orders_by_holders_then_index() -> None:
-    holders = {7: ["a", "b", "c"], 2: ["a"], 5: [], 3: ["a", "b"], 1: ["b"]}
-    assert rarest_first(holders) == [1, 2, 3, 7]  # 5 has no holder: the chain or origin only
+    # holder counts as FindPeers reports them: uncapped, so 9 and 40 holders still differ
+    holders = {7: 40, 2: 1, 5: 0, 3: 9, 1: 1, 4: 2}
+    assert rarest_first(holders) == [1, 2, 4, 3, 7]  # 5 has no holder: the chain or origin only
 
 
 @pytest.fixture

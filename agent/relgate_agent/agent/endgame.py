@@ -4,7 +4,8 @@ Near the end of a job (at most ``max(ENDGAME_MIN_CHUNKS, chunks / ENDGAME_FRACTI
 missing), a chunk whose stripe has received no block for ``ENDGAME_IDLE_S`` (a stalled or
 slow chain, or a splice that left the stream behind) is not waited for: the agent asks the
 coordinator for up to ``ENDGAME_PEERS`` holders of each such chunk (FindPeers: same rack
-first), takes the chunks rarest first (fewest holders, then index), and pulls up to
+first; it also reports how many live hosts hold the chunk in all), takes the chunks rarest
+first (fewest holders by that uncapped count, then index), and pulls up to
 ``ENDGAME_PARALLEL`` chunks at once, each from all of its holders at once. The first copy
 whose blocks pass CRC32C and whose SHA-256 equals the signed digest is written and counted;
 the other fetches of that chunk are cancelled (their sockets shut down). A chunk being
@@ -37,9 +38,10 @@ ENDGAME_ROUND_S = 0.5
 ENDGAME_FETCH_S = 10.0  # a holder silent this long loses its place in the race
 
 
-def rarest_first(holders: Mapping[int, Sequence[object]]) -> list[int]:
-    """Chunks ordered by how few holders they have, then by index; unheld ones left out."""
-    return sorted((c for c, h in holders.items() if h), key=lambda c: (len(holders[c]), c))
+def rarest_first(holders: Mapping[int, int]) -> list[int]:
+    """Chunks ordered by how few hosts hold them (FindPeers' uncapped count), then by
+    index; unheld ones left out."""
+    return sorted((c for c, n in holders.items() if n > 0), key=lambda c: (holders[c], c))
 
 
 class EndGame:
@@ -80,12 +82,11 @@ class EndGame:
                     return
                 if not self.near_end() or job.host.outranked(job.job_id):
                     continue
-                holders = {
-                    c: self.repair.holders(c, set())[:ENDGAME_PEERS] for c in self.idle_chunks()
-                }
-                order = rarest_first(holders)
+                found = {c: self.repair.find(c, set()) for c in self.idle_chunks()}
+                order = rarest_first({c: n for c, (peers, n) in found.items() if peers})
                 if order:
-                    list(pool.map(self._pull, order, [holders[c] for c in order]))
+                    peers = [found[c][0][:ENDGAME_PEERS] for c in order]
+                    list(pool.map(self._pull, order, peers))
 
     def _pull(self, chunk: int, peers: Sequence[pb.Peer]) -> None:
         job = self.job

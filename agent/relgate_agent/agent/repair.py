@@ -86,6 +86,10 @@ class ChunkRepair:
             self.files.tracker.notify()
 
     def holders(self, chunk: int, exclude: set[str]) -> list[pb.Peer]:
+        return self.find(chunk, exclude)[0]
+
+    def find(self, chunk: int, exclude: set[str]) -> tuple[list[pb.Peer], int]:
+        """Up to 3 holders of ``chunk`` (same rack first) and how many hold it in all."""
         job = self.job
         try:
             resp = job.host.stub.FindPeers(
@@ -98,9 +102,9 @@ class ChunkRepair:
                 ),
                 timeout=5,
             )
-            return list(resp.peers)
+            return list(resp.peers), max(resp.holders, len(resp.peers))
         except grpc.RpcError:
-            return []
+            return [], 0
 
     def fetch(self, peer: pb.Peer, chunk: int, timeout: float = 30.0) -> ChunkFetch:
         """A FetchChunk of ``chunk`` from ``peer`` for this job (run it; cancellable)."""

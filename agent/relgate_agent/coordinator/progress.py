@@ -18,6 +18,7 @@ from relgate_agent.contracts import (
     AssignmentPlan,
     JobRef,
     PeerRef,
+    PeerSet,
     ProgressReply,
     ProgressReport,
     Registration,
@@ -497,7 +498,7 @@ class ProgressService(CoordinatorCore):
 
     def find_peers(
         self, job_id: str, host_id: str, chunk: int, exclude: set[str], limit: int
-    ) -> list[PeerRef]:
+    ) -> PeerSet:
         self.require_leader()
         with self.lock:
             job = self._job(job_id)
@@ -515,7 +516,8 @@ class ProgressService(CoordinatorCore):
             ]
             # same rack first, then the most complete (least likely to be busy repairing)
             out.sort(key=lambda hp: (hp.rack != (me.rack if me else ""), -hp.verified, hp.host_id))
-            return [self._peer(job, hp.host_id) for hp in out[: max(limit, 1)]]
+            named = tuple(self._peer(job, hp.host_id) for hp in out[: max(limit, 1)])
+            return PeerSet(named, len(out))
 
 
 __all__ = ["ProgressService"]

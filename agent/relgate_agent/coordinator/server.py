@@ -361,7 +361,7 @@ class AgentServicer(pbg.AgentServiceServicer):
     async def FindPeers(
         self, request: pb.FindPeersRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindPeersResponse:
-        peers = await self.calls.call(
+        found = await self.calls.call(
             context,
             "FindPeers",
             lambda: self.coord.find_peers(
@@ -373,7 +373,9 @@ class AgentServicer(pbg.AgentServiceServicer):
             ),
             request.host_id,
         )
-        return pb.FindPeersResponse(peers=[peer_to_pb(p) for p in peers])
+        return pb.FindPeersResponse(
+            peers=[peer_to_pb(p) for p in found.peers], holders=found.holders
+        )
 
 
 # (client streaming, server streaming) -> how gRPC wraps such a handler

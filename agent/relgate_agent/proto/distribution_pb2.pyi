@@ -737,7 +737,11 @@ class FindPeersRequest(_message.Message):
     ) -> None: ...
 
 class FindPeersResponse(_message.Message):
-    __slots__ = ("peers",)
+    __slots__ = ("holders", "peers")
     PEERS_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_FIELD_NUMBER: _ClassVar[int]
     peers: _containers.RepeatedCompositeFieldContainer[Peer]
-    def __init__(self, peers: _Iterable[Peer | _Mapping] | None = ...) -> None: ...
+    holders: int
+    def __init__(
+        self, peers: _Iterable[Peer | _Mapping] | None = ..., holders: int | None = ...
+    ) -> None: ...
