@@ -686,6 +686,9 @@ def test_data_centers_come_from_enrollment_and_only_wan_edges_compress(
         for h, r in HOSTS.items():  # h0-h2 east, h3-h5 west; whatever the host claims
             c.enroll(h, r, {"cluster": "inf-a", "pool": "x", "dc": "east" if h < "h3" else "west"})
             c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+        with pytest.raises(Rejected, match="origin data center 'north' has no target host") as r:
+            c.create_job(_spec(checkpoint, origin_dc="north"))
+        assert r.value.check == "origin-dc"
         job = c.create_job(_spec(checkpoint, origin_dc="west"))
         topo = job.topology
         assert {h: topo.dc(h) for h in topo.racks} == {

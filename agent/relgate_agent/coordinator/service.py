@@ -127,6 +127,12 @@ class Coordinator(HandoffService):
             )
             holding = self.store.hosts_holding(manifest.model, manifest.version) & set(targets)
             dcs = {h: host_dc(enrolled[h][1]) for h in targets}
+            if spec.origin_dc and spec.origin_dc not in dcs.values():
+                raise Rejected(
+                    f"origin data center {spec.origin_dc!r} has no target host "
+                    f"(targets are in {sorted(set(dcs.values()))})",
+                    check="origin-dc",
+                )
             topo = build_topology(
                 {h: r for h, r in targets.items() if h not in holding},
                 spec.stripes,
