@@ -35,7 +35,7 @@ def gate_metrics(ctx: Ctx, listen: str | None) -> CommandOutput:
     totals: they are counted from the catalog at each scrape)."""
     from prometheus_client import generate_latest
 
-    from relgate.gate.metrics import gate_registry
+    from relgate.gate.telemetry import gate_registry
 
     registry = gate_registry(ctx.ws().db)
     if listen is not None:

@@ -4,7 +4,7 @@ A success is recorded inside the operation's own transaction, so it commits exac
 the operation does.  A refusal (exit 3) or a lost compare-and-swap (exit 4) rolls its
 transaction back, so it is recorded afterwards in a transaction of its own; if even that
 fails (the catalog is gone) the refusal is logged and still raised as itself.  The rows
-are what the gate's Prometheus metrics count (:mod:`relgate.gate.metrics`): admissions,
+are what the gate's Prometheus metrics count (:mod:`relgate.gate.telemetry`): admissions,
 activations, CAS conflicts and fence advances survive the process that made them.
 """
 

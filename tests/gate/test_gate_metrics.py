@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from relgate.catalog.db import rows
 from relgate.errors import ConflictError, RejectedError, UsageError
-from relgate.gate.metrics import gate_registry
+from relgate.gate.telemetry import gate_registry
 from relgate.release.admission import create_run
 from relgate.release.publication import publish
 
