@@ -273,7 +273,7 @@ def test_any_splices_and_joins_keep_one_wan_edge_per_remote_dc(dead, joins) -> N
     names = sorted(hosts)
     topo = build_topology(hosts, 3, dcs=dc_of, home_dc="dc0")
     for i, d in enumerate(joins):
-        topo = append_host(topo, f"late{i}", f"d{d}r0", f"dc{d}")
+        topo = append_host(topo, f"late{i}", f"d{d}r{i % 2 * 9}", f"dc{d}")  # new racks too
     topo = splice_all(topo, [names[i] for i in dead])
     reaches_everyone(topo)
     present = set(topo.dcs.values())
@@ -284,3 +284,37 @@ def test_any_splices_and_joins_keep_one_wan_edge_per_remote_dc(dead, joins) -> N
             assert len(edges) == 1 and topo.dc(edges[0][0]) == "dc0"
         else:
             assert len(edges) == 0
+
+
+def test_a_late_home_host_in_a_new_rack_goes_behind_the_last_home_host() -> None:
+    hosts, dc_of = dc_fleet(2, 2, 2)  # dc0 (home) first in every chain, then dc1
+    topo = build_topology(hosts, 2, dcs=dc_of, home_dc="dc0")
+    t = append_host(topo, "late", "d0r9", "dc0")
+    for chain, before in zip(t.stripes, topo.stripes, strict=True):
+        home = [h for h in before.order if topo.dc(h) == "dc0"]
+        assert chain.parent["late"] == home[-1]  # the home tail, not the end of the chain
+    # the home tail now feeds the remote root and the late host: when it dies the late
+    # host (its own DC) takes its place and the WAN edge stays single
+    tail = [h for h in topo.stripes[0].order if topo.dc(h) == "dc0"][-1]
+    after = splice(t, tail)
+    assert len(cross_dc_edges(after, 0)) == 1
+    assert after.stripes[0].parent["late"] == topo.stripes[0].parent[tail]
+    assert after.dc(cross_dc_edges(after, 0)[0][0]) == "dc0"
+    # a late host in a rack of its own DC goes behind that rack's last host exactly
+    t2 = append_host(topo, "late2", "d1r1", "dc1")
+    for chain in t2.stripes:
+        rack = [h for h in chain.order if t2.racks[h] == "d1r1" and h != "late2"]
+        assert chain.parent["late2"] == rack[-1]
+
+
+def test_rack_names_may_repeat_across_dcs_and_a_late_host_stays_in_its_own() -> None:
+    hosts = {"a1": "r0", "a2": "r0", "b1": "r0", "b2": "r0"}
+    dc_of = {"a1": "a", "a2": "a", "b1": "b", "b2": "b"}
+    topo = build_topology(hosts, 2, dcs=dc_of, home_dc="a")
+    assert all(len(cross_dc_edges(topo, s)) == 1 for s in range(2))
+    t = append_host(topo, "late", "r0", "a")  # rack r0 of DC a, not r0 of DC b
+    for chain in t.stripes:
+        assert t.dc(chain.parent["late"] or "") == "a"
+    # crosses_dc is inequality of DCs, whichever name sorts first
+    assert topo.crosses_dc("a1", "b1") and topo.crosses_dc("b1", "a1")
+    assert not topo.crosses_dc("a1", "a2") and not topo.crosses_dc(None, "a1")
