@@ -1,5 +1,6 @@
 """Release assets: snapshot -> shard release -> verification report -> alias -> permit -> run."""
 
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ from relgate.release.checks import ZERO_CHECKS, Check
 from relgate.release.evolution import load_stored
 from relgate.release.publication import approve_release, publish
 from relgate.release.run_rows import run_status
-from relgate.release.verifier import verify_release
+from relgate.release.verifier import shard_ids, verify_one_shard, verify_release
+from relgate.release.verify_worker import ShardResult
 from relgate.release.writer import write_release
 from relgate.workspace import Workspace
 from resources.relgate import RelgateResource
@@ -95,13 +97,41 @@ def shard_release(
     )
 
 
-@dg.asset(
-    group_name=GROUP,
-    description="Independent verification report, signed and bound to the root digest.",
+#: A Dagster mapping key is [A-Za-z0-9_]+; a shard id may hold other characters.
+_NOT_KEY = re.compile(r"[^A-Za-z0-9_]")
+
+
+@dg.op(
+    out=dg.DynamicOut(str),
+    description="The ids of the root's well-formed shard descriptors: one verify step each.",
 )
-def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Output[dict[str, Any]]:
+def plan_shard_verification(
+    relgate: RelgateResource, shard_release: str
+) -> Iterator[dg.DynamicOutput[str]]:
     ws = relgate.workspace()
-    report = verify_release(ws, shard_release, workers=2, actor=relgate.actor)
+    for index, shard_id in enumerate(shard_ids(ws, shard_release)):
+        key = f"s{index:05d}_{_NOT_KEY.sub('_', shard_id)}"[:100]
+        yield dg.DynamicOutput(shard_id, mapping_key=key)
+
+
+@dg.op(description="Every per-shard check of one shard, from its exact object version.")
+def verify_release_shard(
+    relgate: RelgateResource, shard_release: str, shard_id: str
+) -> ShardResult:
+    return verify_one_shard(relgate.workspace(), shard_release, shard_id)
+
+
+@dg.op(
+    description="The reduce: multiset diff against the snapshot, tuple root and totals over"
+    " every shard result; the signed report is recorded and the release state moves."
+)
+def reduce_shard_verification(
+    relgate: RelgateResource, shard_release: str, results: list[ShardResult]
+) -> dg.Output[dict[str, Any]]:
+    ws = relgate.workspace()
+    report = verify_release(
+        ws, shard_release, workers=len(results), actor=relgate.actor, results=results
+    )
     body = report.to_json()
     counts = body.get("counts", {})
     summary = report.summary()
@@ -124,6 +154,18 @@ def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Out
             "provenanceMaterials": provenance.materials if provenance else 0,
         },
     )
+
+
+@dg.graph_asset(
+    group_name=GROUP,
+    description="Independent verification report, signed and bound to the root digest: one"
+    " step per shard (on any executor's workers), reduced by the verifier's multiset diff.",
+)
+def release_verification(shard_release: str) -> Any:
+    results = plan_shard_verification(shard_release).map(
+        lambda shard_id: verify_release_shard(shard_release, shard_id)
+    )
+    return reduce_shard_verification(shard_release, results.collect())
 
 
 def _evolution_metadata(ws: Workspace, root: str) -> dict[str, Any]:
