@@ -74,6 +74,14 @@ __all__ = ["ShardSubsetReport", "shard_ids", "verify_one_shard", "verify_release
 #: A fatal error of one of these types is an unreadable object (missing, or the store not
 #: reachable), not a wrong one.
 _UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (NotFoundError, OSError, BotoCoreError)
+#: What :func:`_attempt` turns into a finding: an unreadable object, a refusal, a malformed root.
+_FINDING_ERRORS: tuple[type[BaseException], ...] = (
+    *_UNAVAILABLE_ERRORS,
+    RelgateError,
+    KeyError,
+    TypeError,
+    ValueError,
+)
 
 
 @dataclass
@@ -456,7 +464,7 @@ def shard_ids(ws: Workspace, root_digest: str) -> list[str]:
     row = get_release(ws.db, root_digest)
     try:
         opened = _open(ws, root_digest, row["envelope_version"], _Attempt(0))
-    except (*_UNAVAILABLE_ERRORS, RelgateError, KeyError, TypeError, ValueError):
+    except _FINDING_ERRORS:
         return []
     return [task.descriptor.id for task in _tasks(ws, opened, {})]
 
