@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+import yaml
 from support.celery_workers import CeleryWorker, write_celery_config
 from support.instances import NO_COMPUTE_LOGS
 from support.moto_s3 import DUMMY_AWS_ENV
@@ -40,8 +40,7 @@ from relgate.workspace import Workspace, default_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.s3, pytest.mark.celery]
 
-QUIET = {"console": {"config": {"log_level": "ERROR"}}}
-PERMIT = {"alias": "default-release", "purpose": "demo-model-training", "world_size": 2}
+SHIPPED_CONFIG = Path(__file__).resolve().parents[2] / "pipelines" / "release_job_celery.yaml"
 SHARD_STEP = "release_verification.verify_release_shard["
 
 
@@ -66,19 +65,6 @@ def _s3_workspace(home: Path, catalog: str, endpoint: str) -> Workspace:
         tag_transform(ws.db, tag)
     seed_demo(ws, tickets=120, forum_objects=3, per_object=20, chat_events=60)
     return ws
-
-
-def _release_config(io: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "ops": {
-            "shard_release": {"config": {"records_per_shard": 60}},
-            "release_alias": {"config": {"alias": "default-release", "approver": "dana"}},
-            "gate_permit": {"config": PERMIT},
-            "pinned_run": {"config": PERMIT},
-        },
-        "resources": io,
-        "loggers": QUIET,
-    }
 
 
 def _comparable(report: dict[str, Any]) -> dict[str, Any]:
@@ -127,6 +113,39 @@ def _celery_steps(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
     return steps
 
 
+def _shipped_config() -> dict[str, Any]:
+    """The shipped run config, as docs/deploy.md runs it (smaller shards, so four of them)."""
+    config: dict[str, Any] = yaml.safe_load(SHIPPED_CONFIG.read_text())
+    config["ops"]["shard_release"]["config"]["records_per_shard"] = 60
+    return config
+
+
+def _stored(endpoint: str, bucket: str, key: str) -> Any:
+    """An output the S3 I/O manager pickled (our own bucket, written by the run's step)."""
+    body = S3ObjectStore(bucket, endpoint_url=endpoint).client.get_object(Bucket=bucket, Key=key)
+    return pickle.loads(body["Body"].read())  # noqa: S301 - see above
+
+
+def _run_on_workers(
+    instance: dg.DagsterInstance, tmp_path: Path, env: dict[str, str], config: dict[str, Any]
+) -> str:
+    """Start two celery workers, run ``release_job_celery`` through them, stop them."""
+    config_dir = write_celery_config(tmp_path / "celery", env["RELGATE_CELERY_BROKER"])
+    workers = [
+        CeleryWorker(f"relgate-w{i}", config_dir, env, tmp_path / f"worker{i}.log") for i in (1, 2)
+    ]
+    try:
+        for worker in workers:
+            worker.start()
+        job = dg.reconstructable(release_job_celery_def)
+        with dg.execute_job(job, instance, run_config=config) as remote:
+            assert remote.success, "\n".join(w.log() for w in workers)
+            return remote.run_id
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
 def test_release_job_on_two_celery_workers_matches_the_in_process_run(
     pg_dsn: str,
     moto_s3_endpoint: str,
@@ -140,59 +159,37 @@ def test_release_job_on_two_celery_workers_matches_the_in_process_run(
     (dagster_home / "dagster.yaml").write_text(json.dumps(instance_yaml))  # JSON is YAML
     io_bucket = f"relgate-io-{uuid.uuid4().hex[:20]}"
     S3ObjectStore(io_bucket, endpoint_url=moto_s3_endpoint).ensure_bucket()
-    io = {"io_manager": {"config": {"s3_bucket": io_bucket, "s3_endpoint_url": moto_s3_endpoint}}}
-    env = {"DAGSTER_HOME": str(dagster_home), "RELGATE_HOME": str(home), **DUMMY_AWS_ENV}
+    env = {
+        "DAGSTER_HOME": str(dagster_home),
+        "RELGATE_HOME": str(home),
+        # what the shipped run config reads, in the test's and each worker's environment
+        "RELGATE_CELERY_BROKER": redis_url,
+        "RELGATE_IO_BUCKET": io_bucket,
+        "RELGATE_S3_ENDPOINT": moto_s3_endpoint,
+        **DUMMY_AWS_ENV,
+    }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    t0 = time.monotonic()
+    config = _shipped_config()
+    in_process = {k: v for k, v in config.items() if k != "execution"}
+    snapshot_ops = {"snapshot_alias": {"config": {"alias": "default", "approver": "carol"}}}
     with fresh_database(pg_dsn) as catalog:
         _s3_workspace(home, catalog, moto_s3_endpoint).close()
         with dg.DagsterInstance.get() as instance:
             snap = defs.resolve_job_def("snapshot_release_job").execute_in_process(
-                instance=instance,
-                run_config={
-                    "ops": {"snapshot_alias": {"config": {"alias": "default", "approver": "carol"}}},
-                    "resources": io,
-                    "loggers": QUIET,
-                },
+                instance=instance, run_config={**in_process, "ops": snapshot_ops}
             )
             assert snap.success
-            print(f"phase snapshot {time.monotonic() - t0:.1f}s")
             local = defs.resolve_job_def("release_job").execute_in_process(
-                instance=instance, run_config=_release_config(io)
+                instance=instance, run_config=in_process
             )
             assert local.success
             local_root = local.output_for_node("shard_release")
             local_report = local.output_for_node("release_verification")
-            print(f"phase local {time.monotonic() - t0:.1f}s")
-            workers = [
-                CeleryWorker(f"relgate-w{i}", write_celery_config(tmp_path / "celery", redis_url),
-                             env, tmp_path / f"worker{i}.log")
-                for i in (1, 2)
-            ]  # fmt: skip
-            try:
-                for worker in workers:
-                    worker.start()
-                print(f"phase workers {time.monotonic() - t0:.1f}s")
-                config = _release_config(io)
-                config["execution"] = {"config": {"broker": redis_url, "backend": redis_url}}
-                with dg.execute_job(
-                    dg.reconstructable(release_job_celery_def), instance, run_config=config
-                ) as remote:
-                    logs = "\n".join(w.log() for w in workers)
-                    assert remote.success, logs
-                    run_id = remote.run_id
-                print(f"phase celery {time.monotonic() - t0:.1f}s")
-            finally:
-                for worker in workers:
-                    worker.stop()
+            run_id = _run_on_workers(instance, tmp_path, env, config)
             # what the workers wrote: the root the run materialized, the report in the bucket
             remote_root = _materialized(instance, run_id, "shard_release")["root"].value
-            remote_report = pickle.loads(
-                S3ObjectStore(io_bucket, endpoint_url=moto_s3_endpoint)
-                .client.get_object(Bucket=io_bucket, Key="dagster-io/release_verification")["Body"]
-                .read()
-            )  # noqa: S301 - our own bucket, written by this run's reduce step
+            remote_report = _stored(moto_s3_endpoint, io_bucket, "dagster-io/release_verification")
             assert remote_root == local_root
             assert remote_report["outcome"] == local_report["outcome"] == "VERIFIED"
             assert _comparable(remote_report) == _comparable(local_report)
@@ -202,5 +199,5 @@ def test_release_job_on_two_celery_workers_matches_the_in_process_run(
             shard_steps = {k: v for k, v in steps.items() if k.startswith(SHARD_STEP)}
             assert len(shard_steps) == len(remote_report["shards"]) == 4
             assert {v.split("@")[0] for v in shard_steps.values()} == {"relgate-w1", "relgate-w2"}
-            assert {"shard_release", "release_verification.reduce_shard_verification",
-                    "pinned_run"} <= set(steps)  # fmt: skip
+            reduce_step = "release_verification.reduce_shard_verification"
+            assert {"shard_release", reduce_step, "pinned_run"} <= set(steps)
