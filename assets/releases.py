@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import dagster as dg
 
@@ -97,28 +97,36 @@ def shard_release(
     )
 
 
+class ShardRef(NamedTuple):
+    """One fan-out step's shard: its position among the root's well-formed descriptors."""
+
+    position: int
+    shard_id: str
+
+
 #: A Dagster mapping key is [A-Za-z0-9_]+; a shard id may hold other characters.
 _NOT_KEY = re.compile(r"[^A-Za-z0-9_]")
 
 
 @dg.op(
-    out=dg.DynamicOut(str),
-    description="The ids of the root's well-formed shard descriptors: one verify step each.",
+    out=dg.DynamicOut(ShardRef),
+    description="The root's well-formed shard descriptors, in root order: one verify step each.",
 )
 def plan_shard_verification(
     relgate: RelgateResource, shard_release: str
-) -> Iterator[dg.DynamicOutput[str]]:
+) -> Iterator[dg.DynamicOutput[ShardRef]]:
     ws = relgate.workspace()
     for index, shard_id in enumerate(shard_ids(ws, shard_release)):
+        # zero-padded: mapping keys sort, and collect, in root order
         key = f"s{index:05d}_{_NOT_KEY.sub('_', shard_id)}"[:100]
-        yield dg.DynamicOutput(shard_id, mapping_key=key)
+        yield dg.DynamicOutput(ShardRef(position=index, shard_id=shard_id), mapping_key=key)
 
 
 @dg.op(description="Every per-shard check of one shard, from its exact object version.")
 def verify_release_shard(
-    relgate: RelgateResource, shard_release: str, shard_id: str
+    relgate: RelgateResource, shard_release: str, shard: ShardRef
 ) -> ShardResult:
-    return verify_one_shard(relgate.workspace(), shard_release, shard_id)
+    return verify_one_shard(relgate.workspace(), shard_release, shard.position, shard.shard_id)
 
 
 @dg.op(
@@ -163,7 +171,7 @@ def reduce_shard_verification(
 )
 def release_verification(shard_release: str) -> Any:
     results = plan_shard_verification(shard_release).map(
-        lambda shard_id: verify_release_shard(shard_release, shard_id)
+        lambda shard: verify_release_shard(shard_release, shard)
     )
     return reduce_shard_verification(shard_release, results.collect())
 

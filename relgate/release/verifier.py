@@ -269,14 +269,19 @@ def _check_release(
 
 
 def _in_root_order(opened: _Opened, results: Sequence[ShardResult]) -> list[ShardResult]:
-    """Results verified elsewhere, in the root's descriptor order (what ``run_shards`` gives)."""
+    """Results verified elsewhere, in the root's descriptor order (what ``run_shards`` gives):
+    each well-formed descriptor takes the next result of its id (a forged root may list an
+    id twice); results no descriptor names stay, at the end."""
+    pending: dict[str, list[ShardResult]] = {}
+    for result in results:
+        pending.setdefault(result.id, []).append(result)
     shards = opened.body["shards"]
-    order = {
-        str(d["id"]): i
-        for i, d in enumerate(shards if isinstance(shards, list) else [])
-        if well_formed(d) and isinstance(d, dict)
-    }
-    return sorted(results, key=lambda r: order.get(r.id, len(order)))
+    ordered = [
+        pending[str(d["id"])].pop(0)
+        for d in (shards if isinstance(shards, list) else [])
+        if well_formed(d) and isinstance(d, dict) and pending.get(str(d["id"]))
+    ]
+    return ordered + [r for left in pending.values() for r in left]
 
 
 def _reduce(ws: Workspace, opened: _Opened, attempt: _Attempt) -> None:
@@ -457,7 +462,8 @@ def verify_shards(
 
 
 def shard_ids(ws: Workspace, root_digest: str) -> list[str]:
-    """The ids of the root's well-formed shard descriptors, in root order: what to fan out.
+    """The ids of the root's well-formed shard descriptors, in root order: what to fan out
+    (position ``i`` is :func:`verify_one_shard`'s ``index``; a forged root may repeat an id).
 
     A root that does not open yields none; :func:`verify_release` then records why.
     """
@@ -470,20 +476,26 @@ def shard_ids(ws: Workspace, root_digest: str) -> list[str]:
 
 
 def verify_one_shard(
-    ws: Workspace, root_digest: str, shard_id: str, *, keys: Mapping[str, bytes] | None = None
+    ws: Workspace,
+    root_digest: str,
+    index: int,
+    shard_id: str,
+    *,
+    keys: Mapping[str, bytes] | None = None,
 ) -> ShardResult:
-    """Every per-shard check of one shard of a release (nothing recorded): one fan-out step."""
+    """Every per-shard check of the ``index``-th well-formed shard (``shard_id``) of a
+    release, nothing recorded: one fan-out step."""
     row = get_release(ws.db, root_digest)
     opened = _open(ws, root_digest, row["envelope_version"], _Attempt(0))
-    tasks = _tasks(ws, opened, keys or {}, {shard_id})
-    if len(tasks) != 1:
+    tasks = _tasks(ws, opened, keys or {})
+    if not 0 <= index < len(tasks) or tasks[index].descriptor.id != shard_id:
         raise NotFoundError(
-            f"release has no well-formed shard {shard_id!r}",
+            f"release has no well-formed shard {shard_id!r} at position {index}",
             object=shard_id,
             check="shard-id",
             digest=root_digest,
         )
-    return verify_shard(tasks[0])
+    return verify_shard(tasks[index])
 
 
 if __name__ == "__main__":  # the old entry point; the command lives in the cli package

@@ -5,7 +5,7 @@ run, for a good release and for one with a truncated shard."""
 from __future__ import annotations
 
 import pytest
-from support.releases import overwrite_in_place, shard_path, state, write
+from support.releases import forge, overwrite_in_place, shard_path, state, write
 
 from relgate.errors import NotFoundError
 from relgate.release.verifier import shard_ids, verify_one_shard, verify_release
@@ -21,7 +21,8 @@ def _comparable(report) -> dict:
 
 def _fanned_out(ws, root: str):
     # reversed: the reduce puts results back in the root's order, whatever order they came in
-    results = [verify_one_shard(ws, root, sid) for sid in reversed(shard_ids(ws, root))]
+    ids = list(enumerate(shard_ids(ws, root)))
+    results = [verify_one_shard(ws, root, i, sid) for i, sid in reversed(ids)]
     return verify_release(ws, root, workers=len(results), actor="test", results=results)
 
 
@@ -48,8 +49,19 @@ def test_fanned_out_verification_of_a_truncated_shard_is_invalid_the_same_way(ws
     assert _comparable(fanned) == _comparable(whole)
 
 
+def test_a_root_listing_one_shard_twice_fans_out_both_and_reduces_the_same_way(ws, snapshot):
+    release = write(ws, snapshot.digest)
+    forged = forge(ws, release, lambda body: body["shards"].append(dict(body["shards"][0])))
+    ids = shard_ids(ws, forged.digest)
+    assert ids.count(release.shards[0]["id"]) == 2
+    fanned = _fanned_out(ws, forged.digest)
+    assert fanned.outcome == "INVALID" and fanned.counts["duplicateMembers"] > 0
+    whole = verify_release(ws, forged.digest, workers=0, actor="test")
+    assert _comparable(fanned) == _comparable(whole)
+
+
 def test_an_unknown_shard_id_is_refused_by_name(ws, snapshot):
     release = write(ws, snapshot.digest)
     with pytest.raises(NotFoundError) as refused:
-        verify_one_shard(ws, release.digest, "no-such-shard")
+        verify_one_shard(ws, release.digest, 0, "no-such-shard")
     assert refused.value.object == "no-such-shard" and refused.value.digest == release.digest
