@@ -1,11 +1,12 @@
 """Release assets: snapshot -> shard release -> verification report -> alias -> permit -> run."""
 
+import re
 import sys
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import dagster as dg
 
@@ -19,7 +20,8 @@ from relgate.release.checks import ZERO_CHECKS, Check
 from relgate.release.evolution import load_stored
 from relgate.release.publication import approve_release, publish
 from relgate.release.run_rows import run_status
-from relgate.release.verifier import verify_release
+from relgate.release.verifier import shard_ids, verify_one_shard, verify_release
+from relgate.release.verify_worker import ShardResult
 from relgate.release.writer import write_release
 from relgate.workspace import Workspace
 from resources.relgate import RelgateResource
@@ -95,13 +97,49 @@ def shard_release(
     )
 
 
-@dg.asset(
-    group_name=GROUP,
-    description="Independent verification report, signed and bound to the root digest.",
+class ShardRef(NamedTuple):
+    """One fan-out step's shard: its position among the root's well-formed descriptors."""
+
+    position: int
+    shard_id: str
+
+
+#: A Dagster mapping key is [A-Za-z0-9_]+; a shard id may hold other characters.
+_NOT_KEY = re.compile(r"[^A-Za-z0-9_]")
+
+
+@dg.op(
+    out=dg.DynamicOut(ShardRef),
+    description="The root's well-formed shard descriptors, in root order: one verify step each.",
 )
-def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Output[dict[str, Any]]:
+def plan_shard_verification(
+    relgate: RelgateResource, shard_release: str
+) -> Iterator[dg.DynamicOutput[ShardRef]]:
     ws = relgate.workspace()
-    report = verify_release(ws, shard_release, workers=2, actor=relgate.actor)
+    for index, shard_id in enumerate(shard_ids(ws, shard_release)):
+        # zero-padded: mapping keys sort, and collect, in root order
+        key = f"s{index:05d}_{_NOT_KEY.sub('_', shard_id)}"[:100]
+        yield dg.DynamicOutput(ShardRef(position=index, shard_id=shard_id), mapping_key=key)
+
+
+@dg.op(description="Every per-shard check of one shard, from its exact object version.")
+def verify_release_shard(
+    relgate: RelgateResource, shard_release: str, shard: ShardRef
+) -> ShardResult:
+    return verify_one_shard(relgate.workspace(), shard_release, shard.position, shard.shard_id)
+
+
+@dg.op(
+    description="The reduce: multiset diff against the snapshot, tuple root and totals over"
+    " every shard result; the signed report is recorded and the release state moves."
+)
+def reduce_shard_verification(
+    relgate: RelgateResource, shard_release: str, results: list[ShardResult]
+) -> dg.Output[dict[str, Any]]:
+    ws = relgate.workspace()
+    report = verify_release(
+        ws, shard_release, workers=len(results), actor=relgate.actor, results=results
+    )
     body = report.to_json()
     counts = body.get("counts", {})
     summary = report.summary()
@@ -124,6 +162,18 @@ def release_verification(relgate: RelgateResource, shard_release: str) -> dg.Out
             "provenanceMaterials": provenance.materials if provenance else 0,
         },
     )
+
+
+@dg.graph_asset(
+    group_name=GROUP,
+    description="Independent verification report, signed and bound to the root digest: one"
+    " step per shard (on any executor's workers), reduced by the verifier's multiset diff.",
+)
+def release_verification(shard_release: str) -> Any:
+    results = plan_shard_verification(shard_release).map(
+        lambda shard: verify_release_shard(shard_release, shard)
+    )
+    return reduce_shard_verification(shard_release, results.collect())
 
 
 def _evolution_metadata(ws: Workspace, root: str) -> dict[str, Any]:

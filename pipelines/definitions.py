@@ -18,11 +18,13 @@ from pipelines.jobs import (
     distribution_job,
     recheck_job,
     release_job,
+    release_job_celery,
     retention_plan_job,
     snapshot_build_job,
     snapshot_release_job,
 )
 from pipelines.run_jobs import run_jobs
+from resources.io_managers import RelgateIOManager
 from resources.relgate import RelgateResource
 from sensors.fence_sensors import benchmark_fence_sensor, tombstone_fence_sensor
 
@@ -41,6 +43,7 @@ defs = dg.Definitions(
         nightly_snapshot_job,
         snapshot_release_job,
         release_job,
+        release_job_celery,
         distribution_job,
         recheck_job,
         gc_job,
@@ -49,5 +52,16 @@ defs = dg.Definitions(
     ],
     schedules=[nightly_snapshot_schedule, gc_schedule],
     sensors=[tombstone_fence_sensor, benchmark_fence_sensor],
-    resources={"relgate": RelgateResource(), "pipes_subprocess_client": dg.PipesSubprocessClient()},
+    resources={
+        "relgate": RelgateResource(),
+        "pipes_subprocess_client": dg.PipesSubprocessClient(),
+        # local pickles unless configured with a bucket (release_job_celery: docs/deploy.md)
+        "io_manager": RelgateIOManager(),
+    },
 )
+
+
+def release_job_celery_def() -> dg.JobDefinition:
+    """``release_job_celery`` resolved: wrap with ``dagster.reconstructable`` to execute it
+    from Python (every celery worker re-imports it by this module and name)."""
+    return defs.resolve_job_def("release_job_celery")

@@ -1,6 +1,7 @@
 """Jobs and schedules."""
 
 import dagster as dg
+from dagster_celery import celery_executor
 
 from relgate.gate.recheck import recheck
 from resources.relgate import RelgateResource
@@ -16,6 +17,17 @@ release_job = dg.define_asset_job(
     "release_job",
     selection=dg.AssetSelection.groups("releases"),
     description="Write shards, verify them independently, publish, issue a permit and start a pinned run.",
+)
+
+#: The same assets on celery workers (a Redis broker, the S3 I/O manager, a workspace every
+#: worker reaches): each step, one per shard included, is a task on the ``dagster`` queue.
+#: Its run config is in docs/deploy.md; ``reconstructable_release_job_celery`` is the handle
+#: ``dagster.execute_job`` needs from Python.
+release_job_celery = dg.define_asset_job(
+    "release_job_celery",
+    selection=dg.AssetSelection.groups("releases"),
+    executor_def=celery_executor,
+    description="release_job on dagster-celery workers: shard verification fanned out per shard.",
 )
 
 distribution_job = dg.define_asset_job(

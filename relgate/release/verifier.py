@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -57,17 +57,31 @@ from relgate.release.report import (
     store_provenance,
     store_report,
 )
-from relgate.release.verify_worker import THREAD, ShardResult, ShardTask, run_shards
+from relgate.release.verify_worker import (
+    THREAD,
+    ShardResult,
+    ShardTask,
+    run_shards,
+    verify_shard,
+)
 from relgate.snapshot import manifest as sm
 from relgate.snapshot import tokenizer
 from relgate.snapshot.membership import tuple_root
 from relgate.workspace import Workspace
 
-__all__ = ["ShardSubsetReport", "verify_release", "verify_shards"]
+__all__ = ["ShardSubsetReport", "shard_ids", "verify_one_shard", "verify_release", "verify_shards"]
 
 #: A fatal error of one of these types is an unreadable object (missing, or the store not
 #: reachable), not a wrong one.
 _UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (NotFoundError, OSError, BotoCoreError)
+#: What :func:`_attempt` turns into a finding: an unreadable object, a refusal, a malformed root.
+_FINDING_ERRORS: tuple[type[BaseException], ...] = (
+    *_UNAVAILABLE_ERRORS,
+    RelgateError,
+    KeyError,
+    TypeError,
+    ValueError,
+)
 
 
 @dataclass
@@ -243,9 +257,35 @@ def _check_release(
     envelope_version: str,
     attempt: _Attempt,
     keys: Mapping[str, bytes],
+    results: Sequence[ShardResult] | None = None,
 ) -> None:
+    """Open the root, verify every shard (or take ``results``), then reduce over them."""
     opened = _open(ws, root, envelope_version, attempt)
-    attempt.results = run_shards(_tasks(ws, opened, keys), attempt.workers, mode=THREAD)
+    if results is None:
+        attempt.results = run_shards(_tasks(ws, opened, keys), attempt.workers, mode=THREAD)
+    else:
+        attempt.results = _in_root_order(opened, results)
+    _reduce(ws, opened, attempt)
+
+
+def _in_root_order(opened: _Opened, results: Sequence[ShardResult]) -> list[ShardResult]:
+    """Results verified elsewhere, in the root's descriptor order (what ``run_shards`` gives):
+    each well-formed descriptor takes the next result of its id (a forged root may list an
+    id twice); results no descriptor names stay, at the end."""
+    pending: dict[str, list[ShardResult]] = {}
+    for result in results:
+        pending.setdefault(result.id, []).append(result)
+    shards = opened.body["shards"]
+    ordered = [
+        pending[str(d["id"])].pop(0)
+        for d in (shards if isinstance(shards, list) else [])
+        if well_formed(d) and isinstance(d, dict) and pending.get(str(d["id"]))
+    ]
+    return ordered + [r for left in pending.values() for r in left]
+
+
+def _reduce(ws: Workspace, opened: _Opened, attempt: _Attempt) -> None:
+    """Over all shard results: per-shard counts, the multiset diff, the totals."""
     _count_shards(attempt, _key_version(opened.body))
     _diff_members(ws, opened, attempt)
     _check_totals(opened, attempt)
@@ -276,11 +316,16 @@ def _wrong_key_is_unavailable(results: list[ShardResult], key_version: str | Non
 
 
 def _attempt(
-    ws: Workspace, root: str, envelope_version: str, attempt: _Attempt, keys: Mapping[str, bytes]
+    ws: Workspace,
+    root: str,
+    envelope_version: str,
+    attempt: _Attempt,
+    keys: Mapping[str, bytes],
+    results: Sequence[ShardResult] | None = None,
 ) -> None:
     """Run every check; a refusal on the way is a finding (``fatal:``/``unavailable:``)."""
     try:
-        _check_release(ws, root, envelope_version, attempt, keys)
+        _check_release(ws, root, envelope_version, attempt, keys, results)
     except _UNAVAILABLE_ERRORS as exc:  # root, snapshot or membership object not readable
         attempt.problems.append(str(exc))
         attempt.counts["unavailable:object-unavailable"] = 1
@@ -299,17 +344,21 @@ def verify_release(
     workers: int | None = None,
     keys: Mapping[str, bytes] | None = None,
     actor: str,
+    results: Sequence[ShardResult] | None = None,
 ) -> VerificationReport:
     """Verify a release from its signed root and exact object versions; record the result.
 
     ``keys`` is the reader's key ring ``{keyVersion: 32-byte key}`` for encrypted shards.
-    ``workers`` separate processes verify shards (default: one per CPU; 0 = in-process).
-    The signed report and provenance statement are stored content-addressed; the release
-    moves STAGED -> VERIFIED, or to INVALID on any failure (forward only).
+    ``workers`` threads verify shards (default: one per CPU; 0 = in this thread).
+    ``results``: the shards were verified elsewhere (:func:`verify_one_shard` per id of
+    :func:`shard_ids`, e.g. one Dagster step each); only the reduce runs here, the same
+    multiset diff, tuple root and totals over them.  The signed report and provenance
+    statement are stored content-addressed; the release moves STAGED -> VERIFIED, or to
+    INVALID on any failure (forward only).
     """
     row = get_release(ws.db, root_digest)
     attempt = _Attempt(workers if workers is not None else max(1, os.cpu_count() or 1))
-    _attempt(ws, root_digest, row["envelope_version"], attempt, keys or {})
+    _attempt(ws, root_digest, row["envelope_version"], attempt, keys or {}, results)
     outcome, unavailable = outcome_of(attempt.counts)
     shards = [r.to_json() for r in attempt.results]
     shard_total = attempt.facts.get("shards", len(attempt.results))
@@ -410,6 +459,43 @@ def verify_shards(
         shards=tuple(r.to_json() for r in results),
         unknown_shards=tuple(sorted(wanted - {r.id for r in results})),
     )
+
+
+def shard_ids(ws: Workspace, root_digest: str) -> list[str]:
+    """The ids of the root's well-formed shard descriptors, in root order: what to fan out
+    (position ``i`` is :func:`verify_one_shard`'s ``index``; a forged root may repeat an id).
+
+    A root that does not open yields none; :func:`verify_release` then records why.
+    """
+    row = get_release(ws.db, root_digest)
+    try:
+        opened = _open(ws, root_digest, row["envelope_version"], _Attempt(0))
+    except _FINDING_ERRORS:
+        return []
+    return [task.descriptor.id for task in _tasks(ws, opened, {})]
+
+
+def verify_one_shard(
+    ws: Workspace,
+    root_digest: str,
+    index: int,
+    shard_id: str,
+    *,
+    keys: Mapping[str, bytes] | None = None,
+) -> ShardResult:
+    """Every per-shard check of the ``index``-th well-formed shard (``shard_id``) of a
+    release, nothing recorded: one fan-out step."""
+    row = get_release(ws.db, root_digest)
+    opened = _open(ws, root_digest, row["envelope_version"], _Attempt(0))
+    tasks = _tasks(ws, opened, keys or {})
+    if not 0 <= index < len(tasks) or tasks[index].descriptor.id != shard_id:
+        raise NotFoundError(
+            f"release has no well-formed shard {shard_id!r} at position {index}",
+            object=shard_id,
+            check="shard-id",
+            digest=root_digest,
+        )
+    return verify_shard(tasks[index])
 
 
 if __name__ == "__main__":  # the old entry point; the command lives in the cli package
