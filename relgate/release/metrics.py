@@ -33,10 +33,11 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 #: Verification counts -> ``member_diff`` classes (the rule, written once).
 MEMBER_CLASSES = {
@@ -192,36 +193,42 @@ def current() -> ReleaseMetrics:
     return _current
 
 
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log on stderr (a scrape every few seconds is not news)."""
+
+
 class Probe:
-    """``/ready`` and ``/metrics`` on a loopback port, served from a daemon thread."""
+    """``/ready`` and ``/metrics`` on a loopback port, served from a daemon thread.
+
+    ``/metrics`` is prometheus_client's own WSGI exposition app (content negotiation,
+    ``?name[]=`` filters, gzip); ``/ready`` is the one route added in front of it. The
+    server is prometheus_client's threading WSGI server, as ``start_wsgi_server`` builds it."""
 
     def __init__(self, metrics: ReleaseMetrics, host: str = "127.0.0.1", port: int = 0) -> None:
         self.metrics = metrics
         self.is_ready = False
-        probe = self
+        exposition = make_wsgi_app(metrics.registry)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path == "/ready":
-                    status, body = (
-                        (200, b"ready\n")
-                        if probe.is_ready
-                        else (503, b"not ready: root not pinned and verified\n")
-                    )
-                elif self.path == "/metrics":
-                    status, body = 200, probe.metrics.text()
-                else:
-                    status, body = 404, b"not found\n"
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path == "/metrics":
+                return exposition(environ, start_response)  # type: ignore[no-any-return]
+            if path == "/ready":
+                status, body = (
+                    ("200 OK", b"ready\n")
+                    if self.is_ready
+                    else ("503 Service Unavailable", b"not ready: root not pinned and verified\n")
+                )
+            else:
+                status, body = "404 Not Found", b"not found\n"
+            start_response(status, [("Content-Length", str(len(body)))])
+            return [body]
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.port = self.server.server_address[1]
+        self.server = make_server(
+            host, port, app, ThreadingWSGIServer, handler_class=_QuietHandler
+        )
+        self.port = self.server.server_port
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
