@@ -225,9 +225,7 @@ class Probe:
             start_response(status, [("Content-Length", str(len(body)))])
             return [body]
 
-        self.server = make_server(
-            host, port, app, ThreadingWSGIServer, handler_class=_QuietHandler
-        )
+        self.server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
         self.port = self.server.server_port
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
