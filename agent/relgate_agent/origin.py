@@ -8,8 +8,6 @@ version when the manifest records one.
 from __future__ import annotations
 
 import os
-import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -177,38 +175,6 @@ def read_uri(uri: str) -> bytes:
         return Path(path).read_bytes()
     except OSError as exc:
         raise OriginError(f"{uri} cannot be read: {exc}") from exc
-
-
-class TokenBucket:
-    """Byte-rate limiter; ``rate <= 0`` means unlimited. Thread-safe."""
-
-    def __init__(self, rate_bytes_per_s: float, burst: float | None = None) -> None:
-        self.rate = float(rate_bytes_per_s)
-        self.burst = float(burst if burst is not None else max(self.rate * 0.25, 1.0))
-        self.tokens = self.burst
-        self.stamp = time.monotonic()
-        self.lock = threading.Lock()
-
-    def set_rate(self, rate_bytes_per_s: float) -> None:
-        with self.lock:
-            self.rate = float(rate_bytes_per_s)
-            self.burst = max(self.rate * 0.25, 1.0)
-
-    def take(self, n: int) -> None:
-        if self.rate <= 0:
-            return
-        while True:
-            with self.lock:
-                now = time.monotonic()
-                self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-                self.stamp = now
-                # A request larger than the burst is let through once the bucket is full;
-                # the debt it leaves (negative tokens) keeps the long-run rate at `rate`.
-                if self.tokens >= min(n, self.burst):
-                    self.tokens -= n
-                    return
-                wait = (min(n, self.burst) - self.tokens) / self.rate
-            time.sleep(min(wait, 0.5))
 
 
 class ManifestReader:
