@@ -59,7 +59,8 @@ def origin_shares(cap: int, remaining: Sequence[int], floor: float = FLOOR) -> t
     """Each stripe's share of ``cap`` bytes/s, given the bytes its root still has to read
     from the origin (``remaining[s]``). Shares grow with the bytes left, each stripe with
     bytes left gets at least ``floor`` x ``cap / active``, a stripe with none gets ``IDLE``,
-    and ``sum(shares) <= cap``. ``cap <= 0`` (unlimited): every share is 0 (no bucket)."""
+    and ``sum(shares) <= cap``; with ``cap >= 4 x len(remaining)`` no share is 0 (a zero-rate
+    bucket is unlimited). ``cap <= 0`` (unlimited): every share is 0 (no bucket)."""
     active = [s for s, r in enumerate(remaining) if r > 0]
     if cap <= 0:
         return (0,) * len(remaining)
