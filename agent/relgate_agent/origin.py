@@ -17,6 +17,8 @@ from urllib.parse import urlparse
 from relgate_agent.errors import OriginError
 from relgate_agent.manifest import CheckpointManifest, FileEntry, validate_relative_path
 
+S3_POOL = 64  # connections one S3 client keeps (every stripe root of a host shares it)
+
 
 class Origin(Protocol):
     """Ranged reads of one file under the origin root."""
@@ -67,9 +69,13 @@ class S3Origin:
         self.prefix = prefix.strip("/")
         if client is None:
             import boto3  # noqa: PLC0415 - lazy: only stripe roots reading from S3 need it
+            from botocore.config import Config  # noqa: PLC0415 - as boto3
 
             client = boto3.client(
-                "s3", endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+                "s3",
+                endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None,
+                # a connection per range GET in flight (rangefetch: 16 per stripe root)
+                config=Config(max_pool_connections=S3_POOL),
             )
         self.client = client
 

@@ -7,6 +7,7 @@ and the shares never add up to more than the job's origin cap.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ def test_shares_never_exceed_the_cap_and_follow_the_bytes_left(cap: int, left: l
             assert b == IDLE
     # more bytes left, never a smaller share
     order = sorted(range(len(left)), key=lambda s: left[s])
-    assert all(shares[i] <= shares[j] + 1 for i, j in zip(order, order[1:], strict=False))
+    assert all(shares[i] <= shares[j] + 1 for i, j in itertools.pairwise(order))
 
 
 def test_equal_progress_equal_shares_and_unlimited_stays_unlimited() -> None:
