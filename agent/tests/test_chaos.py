@@ -129,9 +129,7 @@ def chaos_lab(tmp_path: Path, checkpoint):
         assert f"rgl{state['id']}" not in leftover
 
 
-def test_chaos_kills_corruption_slow_nic_and_a_coordinator_failover(
-    chaos_lab, checkpoint
-) -> None:
+def test_chaos_kills_corruption_slow_nic_and_a_coordinator_failover(chaos_lab, checkpoint) -> None:
     state = chaos_lab
     size = checkpoint["manifest"].total_size
     client = CoordinatorClient(
