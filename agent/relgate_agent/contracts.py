@@ -148,6 +148,8 @@ SUSPECT_REASONS = frozenset({"BAD_DATA", "STALLED", "CONN_RESET"})
 class ProgressReply:
     topology_version: int
     actions: tuple[str, ...] = ()
+    # (stripe, bytes/s): the host's share of the origin budget per stripe it roots
+    origin_shares: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

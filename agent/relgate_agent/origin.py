@@ -8,8 +8,6 @@ version when the manifest records one.
 from __future__ import annotations
 
 import os
-import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,6 +16,8 @@ from urllib.parse import urlparse
 
 from relgate_agent.errors import OriginError
 from relgate_agent.manifest import CheckpointManifest, FileEntry, validate_relative_path
+
+S3_POOL = 64  # connections one S3 client keeps (every stripe root of a host shares it)
 
 
 class Origin(Protocol):
@@ -69,9 +69,13 @@ class S3Origin:
         self.prefix = prefix.strip("/")
         if client is None:
             import boto3  # noqa: PLC0415 - lazy: only stripe roots reading from S3 need it
+            from botocore.config import Config  # noqa: PLC0415 - as boto3
 
             client = boto3.client(
-                "s3", endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+                "s3",
+                endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None,
+                # a connection per range GET in flight (rangefetch: 16 per stripe root)
+                config=Config(max_pool_connections=S3_POOL),
             )
         self.client = client
 
@@ -177,38 +181,6 @@ def read_uri(uri: str) -> bytes:
         return Path(path).read_bytes()
     except OSError as exc:
         raise OriginError(f"{uri} cannot be read: {exc}") from exc
-
-
-class TokenBucket:
-    """Byte-rate limiter; ``rate <= 0`` means unlimited. Thread-safe."""
-
-    def __init__(self, rate_bytes_per_s: float, burst: float | None = None) -> None:
-        self.rate = float(rate_bytes_per_s)
-        self.burst = float(burst if burst is not None else max(self.rate * 0.25, 1.0))
-        self.tokens = self.burst
-        self.stamp = time.monotonic()
-        self.lock = threading.Lock()
-
-    def set_rate(self, rate_bytes_per_s: float) -> None:
-        with self.lock:
-            self.rate = float(rate_bytes_per_s)
-            self.burst = max(self.rate * 0.25, 1.0)
-
-    def take(self, n: int) -> None:
-        if self.rate <= 0:
-            return
-        while True:
-            with self.lock:
-                now = time.monotonic()
-                self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-                self.stamp = now
-                # A request larger than the burst is let through once the bucket is full;
-                # the debt it leaves (negative tokens) keeps the long-run rate at `rate`.
-                if self.tokens >= min(n, self.burst):
-                    self.tokens -= n
-                    return
-                wait = (min(n, self.burst) - self.tokens) / self.rate
-            time.sleep(min(wait, 0.5))
 
 
 class ManifestReader:

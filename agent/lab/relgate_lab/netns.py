@@ -46,6 +46,7 @@ from relgate_lab import lab_env
 
 SUBNET_PREFIX = "10.77"
 COORD_PORT = 7470
+LEASE_TTL_S = 5.0
 AGENT_PORT = 7480
 AGENT_CLI = [sys.executable, "-m", "relgate_agent", "--json"]
 # agents run through the lab entry point: faults from agent_env are installed as hooks
@@ -74,6 +75,9 @@ class LabSpec:
     start_agents: bool = True
     dcs: int = 1  # data centers (racks split among them); DC 0 holds the origin
     wan_bytes_per_s: int = 0  # tbf on each DC's WAN link to DC 0 (0 = uncapped)
+    # coordinator replicas sharing the store (> 1: `--ha`, a leader lease of LEASE_TTL_S)
+    coordinator_replicas: int = 1
+    nic_overrides: dict[str, int] = field(default_factory=dict)  # host -> its NIC bytes/s
 
 
 def netns_available() -> bool:
@@ -188,7 +192,10 @@ class _Lab:
 
     @property
     def sock(self) -> Path:
-        return self.state_dir / "coordinator.sock"
+        return self.replica_sock(0)
+
+    def replica_sock(self, i: int) -> Path:
+        return self.state_dir / ("coordinator.sock" if i == 0 else f"coordinator-{i}.sock")
 
     def save(self) -> None:
         _save(self.state_dir, self.state)
@@ -280,8 +287,9 @@ def _build_hosts(lab: _Lab, fabric: str) -> None:
         for n, dev in ((ns, "eth0"), (fabric, peer)):
             _ip("-n", n, "link", "set", "dev", dev, "gso_max_size", "60000")
         # host NIC cap both ways: upload on the host side, download on the fabric side
-        _tbf(ns, "eth0", lab.spec.nic_bytes_per_s)
-        _tbf(fabric, peer, lab.spec.nic_bytes_per_s)
+        nic = lab.spec.nic_overrides.get(h, lab.spec.nic_bytes_per_s)
+        _tbf(ns, "eth0", nic)
+        _tbf(fabric, peer, nic)
         lab.state["hosts"][h] = {
             "rack": rack,
             "ns": ns,
@@ -292,36 +300,43 @@ def _build_hosts(lab: _Lab, fabric: str) -> None:
 
 
 def _start_coordinator(lab: _Lab, coord_ns: str, pki: Path) -> None:
-    spec = lab.spec
-    listen = spec.coordinator_listen or (
-        f"{SUBNET_PREFIX}.255.1:{COORD_PORT}" if lab.use_netns else "127.0.0.1:0"
-    )
-    pid, info = _spawn(
-        [
-            *lab.wrap(coord_ns),
-            *AGENT_CLI,
-            "coordinator",
-            "serve",
-            "--listen",
-            listen,
-            "--listen",
-            f"unix:{lab.sock}",
-            "--db",
-            str(lab.state_dir / "coordinator.sqlite"),
-            "--trusted-keys",
-            *spec.trusted_keys,
-            "--dead-after",
-            str(spec.dead_after_s),
-            "--report-interval",
-            str(spec.report_interval_s),
-            "--pki",
-            str(pki),
-        ],
-        lab.logs / "coordinator.log",
-    )
-    lab.state["pids"]["coordinator"] = pid
-    lab.state["coordinator"] = info["listening"]
-    lab.state["coordinator_unix"] = f"unix:{lab.sock}"
+    """Every replica (pids ``coordinator``, ``coordinator-1``, ...): one store, one lease."""
+    spec, listening, unix = lab.spec, [], []
+    ha = ["--ha", "--lease-ttl", str(LEASE_TTL_S)] if spec.coordinator_replicas > 1 else []
+    for i in range(spec.coordinator_replicas):
+        listen = spec.coordinator_listen or (
+            f"{SUBNET_PREFIX}.255.1:{COORD_PORT + i}" if lab.use_netns else "127.0.0.1:0"
+        )
+        name = "coordinator" if i == 0 else f"coordinator-{i}"
+        pid, info = _spawn(
+            [
+                *lab.wrap(coord_ns),
+                *AGENT_CLI,
+                "coordinator",
+                "serve",
+                "--listen",
+                listen,
+                "--listen",
+                f"unix:{lab.replica_sock(i)}",
+                "--db",
+                str(lab.state_dir / "coordinator.sqlite"),
+                "--trusted-keys",
+                *spec.trusted_keys,
+                "--dead-after",
+                str(spec.dead_after_s),
+                "--report-interval",
+                str(spec.report_interval_s),
+                "--pki",
+                str(pki),
+                *ha,
+            ],
+            lab.logs / f"{name}.log",
+        )
+        lab.state["pids"][name] = pid
+        listening.append(info["listening"])
+        unix.append(f"unix:{lab.replica_sock(i)}")
+    lab.state["coordinator"] = ",".join(listening)
+    lab.state["coordinator_unix"] = ",".join(unix)
     lab.save()
 
 
@@ -436,7 +451,7 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
         lab.state["pki"] = str(pki)
         _start_coordinator(lab, coord_ns, pki)
         enroll_hosts(
-            f"unix:{lab.sock}",
+            lab.state["coordinator_unix"],
             pki,
             {h: (i["rack"], i["labels"]) for h, i in lab.state["hosts"].items()},
         )
@@ -507,7 +522,7 @@ def lab_down(state_dir: Path) -> dict[str, Any]:
     stopped = []
     pids = state.get("pids", {})
     # agents first, coordinator last
-    for name in sorted(pids, key=lambda n: n == "coordinator"):
+    for name in sorted(pids, key=lambda n: n.startswith("coordinator")):
         stop_pid(int(pids[name]))
         stopped.append(name)
     deleted = []
@@ -516,8 +531,9 @@ def lab_down(state_dir: Path) -> dict[str, Any]:
         res = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=30)  # noqa: S603 - iproute2 with an argv list we built
         if res.returncode == 0:
             deleted.append(ns)
-    with contextlib.suppress(FileNotFoundError):
-        (state_dir / "coordinator.sock").unlink()
+    for sock in state_dir.glob("coordinator*.sock"):
+        with contextlib.suppress(FileNotFoundError):
+            sock.unlink()
     path.unlink()
     return {"stopped": stopped, "namespaces_deleted": deleted}
 

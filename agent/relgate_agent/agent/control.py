@@ -220,6 +220,9 @@ class ControlPlane:
             self._acked_have = None
         elif job.files is not None:
             self._acked_have = self._sent_have
+        job.assignments.set_origin_shares(
+            (o.stripe, o.rate_bytes_per_s) for o in resp.origin_shares
+        )
         for _ in req.errors:  # delivered; anything appended meanwhile stays buffered
             with contextlib.suppress(IndexError):
                 job.errors.popleft()

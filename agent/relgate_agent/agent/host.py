@@ -20,7 +20,7 @@ from relgate_agent.agent.runner import JobRunner
 from relgate_agent.authz import chunk_refusal, stripe_refusal
 from relgate_agent.contracts import priority_rank
 from relgate_agent.errors import AgentError
-from relgate_agent.origin import TokenBucket
+from relgate_agent.pacing import TokenBucket
 from relgate_agent.pki import (
     ROLE_HOST,
     Identity,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,7 +22,8 @@ from relgate_agent import hooks
 from relgate_agent.contracts import ORIGIN
 from relgate_agent.errors import KIND_CHUNK_FAILED
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys
-from relgate_agent.origin import TokenBucket, object_uri
+from relgate_agent.origin import object_uri
+from relgate_agent.pacing import TokenBucket
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.rpc import Duplex
 from relgate_agent.storage import VersionStore, bitmap_from_bits
@@ -53,6 +54,10 @@ class AgentConfig:
     # no frame at all from an upstream for this long = stalled (the seed's 2 s): an upstream
     # that is itself waiting sends a heartbeat every transport.HEARTBEAT_S (1 s)
     stall_s: float = 2.0
+    # origin range GETs per stripe root in flight, and their size (0: the origin kind's
+    # default, rangefetch.RangePlan.for_origin: S3 16 x 64 MiB)
+    origin_parallel: int = 0
+    origin_range_bytes: int = 0
     retain_versions: int = 2  # current + N-1
     max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
     metrics_listen: str = ""  # "host:port" for Prometheus /metrics ("": not served)
@@ -271,6 +276,14 @@ class Assignments:
             or cur.upstream.host_id != a.upstream.host_id
             or cur.upstream.address != a.upstream.address
         )
+
+    def set_origin_shares(self, shares: Iterable[tuple[int, int]]) -> None:
+        """The coordinator's rebalanced origin share per stripe this host roots (from a
+        report reply): the stripe's bucket runs at it from now on."""
+        with self.cond:
+            for stripe, rate in shares:
+                if rate > 0:
+                    self.buckets.setdefault(stripe, TokenBucket(rate)).set_rate(rate)
 
     def bucket(self, stripe: int) -> TokenBucket:
         return self.buckets.get(stripe) or TokenBucket(0)

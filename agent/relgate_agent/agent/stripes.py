@@ -27,6 +27,7 @@ from relgate_agent.hooks import JobHooks
 from relgate_agent.manifest import CheckpointManifest, crc32c
 from relgate_agent.origin import ManifestReader, open_origin
 from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.rangefetch import ParallelRanges, RangePlan, plan_ranges
 from relgate_agent.retry import Backoff
 from relgate_agent.transport import StripeStream, TransportError
 
@@ -103,6 +104,7 @@ class StripeWorkers:
         self.control = control
         self.repair = repair
         self.reader: ManifestReader | None = None
+        self.ranges: ParallelRanges  # set with the reader
         self.hashes = ChunkHashes(files.manifest)
         self.reread_always = _hook_touches_staging(job.hooks)
 
@@ -226,28 +228,40 @@ class StripeWorkers:
         return self.files.manifest.block_range(block)[1]
 
     def _pull_origin(self, stripe: int, pos: int, a: pb.StripeAssignment) -> None:
+        """The stripe from the origin: ranges of contiguous blocks, ``plan.parallel`` in
+        flight (rangefetch.py), consumed in order; the stripe's bucket paces each range."""
         job, files = self.job, self.files
         if self.reader is None:
             self.reader = ManifestReader(open_origin(files.origin_uri), files.manifest)
+            self.ranges = ParallelRanges(
+                self.reader.read,
+                RangePlan.for_origin(
+                    files.origin_uri, job.cfg.origin_parallel, job.cfg.origin_range_bytes
+                ),
+                job.stop_event,
+            )
         bucket = job.assignments.bucket(stripe)
-        blocks = files.stripe_blocks[stripe]
-        for p in range(pos, len(blocks)):
-            if (
-                job.stop_event.is_set()
-                or job.assignments.changed(stripe, a)
-                or job.host.outranked(job.job_id)
-            ):
-                return
-            b = blocks[p]
-            if files.tracker.available[b]:
-                continue
-            off, n = files.manifest.block_range(b)
-            bucket.take(n)
-            data = self.reader.read(off, n)
-            with job.lock:
-                job.counters.origin_bytes += n
-                self._count_stripe(b, n)
-            self.accept(b, data, ORIGIN)
+        wanted = (b for b in files.stripe_blocks[stripe][pos:] if not files.tracker.available[b])
+        plan = plan_ranges(wanted, files.manifest.block_range, self.ranges.plan.range_bytes)
+        results = self.ranges.fetch(plan, bucket.take)
+        try:
+            for blocks, data in results:
+                at = 0
+                for b in blocks:
+                    if (
+                        job.stop_event.is_set()
+                        or job.assignments.changed(stripe, a)
+                        or job.host.outranked(job.job_id)
+                    ):
+                        return
+                    n = files.manifest.block_range(b)[1]
+                    with job.lock:
+                        job.counters.origin_bytes += n
+                        self._count_stripe(b, n)
+                    self.accept(b, data[at : at + n], ORIGIN)
+                    at += n
+        finally:
+            results.close()  # cancels the ranges not started
 
     def _count_stripe(self, block: int, n: int) -> None:
         """Bytes received on the block's stripe (caller holds the job lock)."""

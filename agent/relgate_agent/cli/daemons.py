@@ -149,6 +149,18 @@ def agent() -> None:
     default=0,
     help="cap distribution rx and tx on this host (e.g. 20Gbit) so serving traffic keeps its share",
 )
+@click.option(
+    "--origin-parallel",
+    type=click.IntRange(0, 256),
+    default=0,
+    help="origin range GETs in flight per stripe root (0: the origin's default, S3 16)",
+)
+@click.option(
+    "--origin-range-mib",
+    type=click.IntRange(0, 4096),
+    default=0,
+    help="size of one origin range GET in MiB (0: the origin's default, S3 64)",
+)
 @click.option("--handshake-timeout", type=float, default=5.0)
 @click.option("--request-timeout", type=float, default=5.0)
 @click.option("--idle-timeout", type=float, default=30.0)
@@ -176,6 +188,8 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     report_interval: float,
     retain: int,
     max_rate: int,
+    origin_parallel: int,
+    origin_range_mib: int,
     handshake_timeout: float,
     request_timeout: float,
     idle_timeout: float,
@@ -209,6 +223,8 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         report_interval_s=report_interval,
         retain_versions=retain,
         max_rate_bytes_per_s=max_rate,
+        origin_parallel=origin_parallel,
+        origin_range_bytes=origin_range_mib << 20,
         metrics_listen=metrics_listen,
     )
     limits = DataPlaneLimits(

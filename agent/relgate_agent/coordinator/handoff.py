@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from relgate_agent.contracts import HostRow
+from relgate_agent.coordinator.budget import rebalance_origin
 from relgate_agent.coordinator.jobstate import (
     TERMINAL_STATES,
     Completion,
@@ -105,6 +106,7 @@ class HandoffService(ProgressService):
                         dead[h] = f"no report for {now - hp.last_seen:.1f}s"
                 self._mark_dead_all(job, dead)  # one topology version for the whole sweep
                 self._demote_slow(job, now)
+                rebalance_origin(job)  # the roots' shares, sent in their report replies
                 self._announce(job)
                 if self._finished(job):
                     job.state = "DONE"

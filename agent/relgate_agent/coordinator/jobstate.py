@@ -176,6 +176,10 @@ class JobState:
     rate_reference: tuple[int, int] | None = None
     # rack -> hosts sent the envelope or that reported holding it (Register's sources)
     envelope_sources: dict[str, list[str]] = field(default_factory=dict)
+    # per stripe, the root's share of the origin cap this sweep (coordinator/budget.py),
+    # and per root host its (stripe, share) pairs for the reply to its next report
+    origin_shares: tuple[int, ...] = ()
+    origin_by_root: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
 
     @property

@@ -27,6 +27,7 @@ from relgate_agent.contracts import (
     WatchCursor,
     WatchUpdate,
 )
+from relgate_agent.coordinator.budget import origin_rate
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
     GONE_STATES,
@@ -281,7 +282,6 @@ class ProgressService(CoordinatorCore):
     def _assignment(self, job: JobState, host_id: str) -> AssignmentPlan:
         topo = job.topology
         idx = self._index(job)
-        cap = job.spec.origin_cap_bytes_per_s
         stripes: list[StripePlan] = []
         if host_id in topo.racks:
             resume = self._resume_blocks(job, host_id)
@@ -293,10 +293,8 @@ class ProgressService(CoordinatorCore):
                         upstream=self._peer(job, up) if up else ORIGIN_PEER,
                         downstreams=tuple(self._peer(job, d) for d in idx.downstreams(s, host_id)),
                         resume_block=resume[s],
-                        # each stripe root gets an equal share of the job's origin cap
-                        origin_rate_bytes_per_s=(cap // len(topo.stripes))
-                        if (up is None and cap)
-                        else 0,
+                        # the root's share of the job's origin budget (budget.py)
+                        origin_rate_bytes_per_s=origin_rate(job, s) if up is None else 0,
                         compress=topo.crosses_dc(up, host_id),
                     )
                 )
@@ -344,7 +342,9 @@ class ProgressService(CoordinatorCore):
                     actions.append("REREGISTER")  # it was spliced out; rejoin at a rack tail
                 elif hp.state == "PENDING":
                     hp.state = "TRANSFERRING"
-            return ProgressReply(job.topology.version, tuple(actions))
+            return ProgressReply(
+                job.topology.version, tuple(actions), job.origin_by_root.get(host_id, ())
+            )
 
     def _record(self, job: JobState, hp: HostProgress, report: ProgressReport) -> bool:
         """Counters, have-bitmap and errors of one report into the progress cache.

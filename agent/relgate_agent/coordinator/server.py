@@ -337,7 +337,13 @@ class AgentServicer(pbg.AgentServiceServicer):
         r = await self.calls.run_inline_if_free(
             context, lambda: self.coord.report_progress(request.job_id, request.host_id, report)
         )
-        return pb.ReportProgressResponse(topology_version=r.topology_version, actions=r.actions)
+        return pb.ReportProgressResponse(
+            topology_version=r.topology_version,
+            actions=r.actions,
+            origin_shares=[
+                pb.OriginShare(stripe=s, rate_bytes_per_s=rate) for s, rate in r.origin_shares
+            ],
+        )
 
     async def ReportSuspect(
         self, request: pb.ReportSuspectRequest, context: grpc.aio.ServicerContext

@@ -675,14 +675,27 @@ class ReportProgressRequest(_message.Message):
     ) -> None: ...
 
 class ReportProgressResponse(_message.Message):
-    __slots__ = ("actions", "topology_version")
+    __slots__ = ("actions", "origin_shares", "topology_version")
     TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_SHARES_FIELD_NUMBER: _ClassVar[int]
     topology_version: int
     actions: _containers.RepeatedScalarFieldContainer[str]
+    origin_shares: _containers.RepeatedCompositeFieldContainer[OriginShare]
     def __init__(
-        self, topology_version: int | None = ..., actions: _Iterable[str] | None = ...
+        self,
+        topology_version: int | None = ...,
+        actions: _Iterable[str] | None = ...,
+        origin_shares: _Iterable[OriginShare | _Mapping] | None = ...,
     ) -> None: ...
+
+class OriginShare(_message.Message):
+    __slots__ = ("rate_bytes_per_s", "stripe")
+    STRIPE_FIELD_NUMBER: _ClassVar[int]
+    RATE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    stripe: int
+    rate_bytes_per_s: int
+    def __init__(self, stripe: int | None = ..., rate_bytes_per_s: int | None = ...) -> None: ...
 
 class ReportSuspectRequest(_message.Message):
     __slots__ = ("job_id", "reason", "reporter", "stripe", "suspect_host")

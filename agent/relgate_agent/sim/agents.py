@@ -28,7 +28,7 @@ from relgate_agent.coordinator.jobstate import CoordinatorConfig, JobState
 from relgate_agent.coordinator.service import Coordinator
 from relgate_agent.coordinator.topology import Topology
 from relgate_agent.manifest import CheckpointManifest, ChunkEntry, FileEntry
-from relgate_agent.origin import TokenBucket
+from relgate_agent.pacing import TokenBucket
 from relgate_agent.sim.engine import ABSENT, ChainRun, Forest
 from relgate_agent.sim.faults import Incident
 from relgate_agent.sim.network import ORIGIN_SRC
@@ -118,6 +118,7 @@ class CoordinatorController:
         self.last_rx = np.zeros(sc.hosts)
         self.last_got: np.ndarray | None = None  # per stripe and host, at the last report
         self.version = 0
+        self.shares: tuple[int, ...] = ()  # the origin shares the last forest carries
         self.splices = 0
         self.failovers = 0
 
@@ -166,7 +167,7 @@ class CoordinatorController:
                 if sp.origin_rate_bytes_per_s:
                     bucket = TokenBucket(sp.origin_rate_bytes_per_s)
                     origin_rate[sp.stripe, self.index[h]] = bucket.rate  # its long-run rate
-        self.version = topo.version
+        self.version, self.shares = topo.version, job.origin_shares
         return Forest(parent, origin_rate)
 
     # ------------------------------------------------------------------ time
@@ -197,8 +198,12 @@ class CoordinatorController:
         self._suspects(run)
         self.coord.tick()
         job = self._job()
-        if job is None or job.topology.version == self.version:
+        if job is None:
             return None
+        if job.topology.version == self.version:
+            if job.origin_shares == self.shares:
+                return None
+            return self._forest(job, [])  # the roots' origin shares were rebalanced
         self.splices += 1
         changed = [
             h

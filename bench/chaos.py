@@ -1,0 +1,139 @@
+"""Chaos row of the lab bench: the distribution bench's fleet (16 hosts, 4 racks, 100 Mbit
+tbf NICs, 256 MiB) run fault-free and then under chaos in the same run: 2 hosts SIGKILLed
+mid-transfer, 1 corrupting every block it sends, 1 at 30 % of its NIC, the leading
+coordinator SIGKILLed once (two replicas share the store; the other takes the lease).
+Reported: each run's p50 (and max) time to READY over the surviving hosts and their ratio
+(target <= 1.3), READY hosts, the killed hosts' states. Needs root (network namespaces).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.distribution import (
+    HOSTS,
+    NIC,
+    ORIGIN_CAP,
+    RACKS,
+    SIZE,
+    STRIPES,
+    _make_checkpoint,
+    _summary,
+)
+
+KILLED, CORRUPTER, SLOW = ("h02", "h09"), "h05", "h06"
+TARGET = 1.3
+
+
+def _spec(base: Path, src: Path, pem: Path, chaos: bool) -> Any:
+    from relgate_lab.netns import LabSpec
+
+    return LabSpec(
+        hosts=HOSTS,
+        racks=RACKS,
+        nic_bytes_per_s=NIC,
+        state_dir=base / ("lab-chaos" if chaos else "lab-fault-free"),
+        trusted_keys=[str(pem)],
+        origin_dir=src,
+        origin_nic_bytes_per_s=ORIGIN_CAP,
+        report_interval_s=0.5,
+        dead_after_s=4.0,
+        coordinator_replicas=2,  # both runs: the same control plane, faults aside
+        nic_overrides={SLOW: int(0.3 * NIC)} if chaos else {},
+        agent_env={CORRUPTER: {"RELGATE_AGENT_FAULT": "corrupt_send=all"}} if chaos else {},
+    )
+
+
+def _create(client: Any, state: dict[str, Any], env: Path) -> str:
+    deadline = time.monotonic() + 90
+    while True:  # wait until every agent has checked in, then plan
+        job = client.create_job(
+            model="bench-model",
+            version="v1",
+            manifest_uri=str(env),
+            origin_uri=state["origin_url"],
+            target_selector="cluster=lab",
+            origin_cap_bytes_per_s=ORIGIN_CAP,
+            ready_threshold_ppm=1_000_000,
+            stripes=STRIPES,
+        )
+        if job.hosts_total == HOSTS:
+            return str(job.job_id)
+        client.cancel_job(job.job_id)
+        if time.monotonic() > deadline:
+            raise RuntimeError("agents did not register")
+        time.sleep(0.5)
+
+
+def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool) -> dict[str, Any]:
+    from relgate_lab.netns import lab_down, lab_up
+
+    from relgate_agent.client import CoordinatorClient, job_to_dict
+    from relgate_agent.pki import TlsFiles
+
+    spec = _spec(base, src, pem, chaos)
+    state = lab_up(spec)
+    try:
+        client = CoordinatorClient(
+            state["coordinator_unix"], TlsFiles.from_pki(state["pki"], "operator")
+        )
+        job, injected = _create(client, state, env), not chaos
+        t0, ready_at, st = time.monotonic(), {}, {}
+        wanted = HOSTS - (len(KILLED) + 1 if chaos else 0)  # the corrupter may be quarantined
+        while len(ready_at) < wanted and time.monotonic() - t0 < 600:
+            try:
+                st = job_to_dict(client.get_job(job))
+            except Exception:  # the replica taking the lease answers UNAVAILABLE meanwhile
+                time.sleep(0.25)
+                continue
+            for h in st["hosts"]:
+                if h["state"] == "READY" and h["host_id"] not in ready_at:
+                    ready_at[h["host_id"]] = time.monotonic() - t0
+            if not injected and st["bytes_moved"] >= 2 * SIZE:
+                for name in (*KILLED, "coordinator"):
+                    os.kill(int(state["pids"][name]), signal.SIGKILL)
+                injected = True
+            time.sleep(0.25)
+        states = {h["host_id"]: h["state"] for h in st.get("hosts", [])}
+        client.close()
+        survivors = [t for h, t in ready_at.items() if h not in KILLED and h != CORRUPTER]
+        return {
+            **_summary(survivors, SIZE / NIC),
+            "hosts_ready": sum(1 for s in states.values() if s == "READY"),
+            "states_of_faulty": {h: states.get(h) for h in (*KILLED, CORRUPTER, SLOW)},
+        }
+    finally:
+        lab_down(spec.state_dir)
+
+
+def main() -> dict[str, Any]:
+    from relgate_lab.netns import netns_available
+
+    if not netns_available():
+        return {"skipped": "needs root, ip netns and tc (network-namespace lab)"}
+    base = Path(tempfile.mkdtemp(prefix="relgate-bench-chaos-"))
+    try:
+        src, pem, env, _ = _make_checkpoint(base)
+        clean = run(base, src, pem, env, chaos=False)
+        chaos = run(base, src, pem, env, chaos=True)
+        ratio = round(chaos["p50_s"] / clean["p50_s"], 3) if clean.get("p50_s") else None
+        return {
+            "workload": f"{HOSTS} hosts / {RACKS} racks, S={SIZE >> 20} MiB, k={STRIPES}",
+            "faultFree": clean,
+            "chaos": {
+                "faults": f"{'+'.join(KILLED)} SIGKILLed, {CORRUPTER} corrupt_send=all, "
+                f"{SLOW} at 30% NIC, leading coordinator SIGKILLed",
+                **chaos,
+            },
+            "ratio": ratio,
+            "baseline": "the fault-free run of the same fleet, measured in the same run",
+            "target": f"chaos p50 <= {TARGET} x fault-free p50 (survivors)",
+        }
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
