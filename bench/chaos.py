@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from bench.distribution import (
     HOSTS,
     NIC,
@@ -89,7 +91,9 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool) -> dict[str
         while len(ready_at) < wanted and time.monotonic() - t0 < 600:
             try:
                 st = job_to_dict(client.get_job(job))
-            except Exception:  # the replica taking the lease answers UNAVAILABLE meanwhile
+            except grpc.RpcError as exc:  # the replica taking the lease answers UNAVAILABLE
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise  # a refusal or a bug: the bench reports it, never waits it out
                 time.sleep(0.25)
                 continue
             for h in st["hosts"]:

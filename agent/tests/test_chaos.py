@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from agent_harness import assert_placed
 from relgate_lab.netns import LabSpec, lab_down, lab_up, netns_available
@@ -54,15 +55,19 @@ def chaos_spec(state_dir: Path, trusted: str, hosts: int = 8) -> LabSpec:
 
 
 def _wait(what: str, timeout: float, fn: Any) -> Any:
-    deadline = time.monotonic() + timeout
+    """``fn()`` until truthy; a replica taking over answers UNAVAILABLE for a moment (retried,
+    and named if the wait runs out); any other error, a refusal included, fails at once."""
+    deadline, last = time.monotonic() + timeout, None
     while True:
         try:
             got = fn()
-        except Exception:  # a replica taking over answers UNAVAILABLE for a moment
-            got = None
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            got, last = None, exc
         if got:
             return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what} (last: {last})"
         time.sleep(0.5)
 
 
