@@ -12,11 +12,13 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from relgate_lab import lab_env
 from relgate_lab.faults import FAULT_ENV
@@ -343,3 +345,20 @@ def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+@contextlib.contextmanager
+def running_lab(spec: Any) -> Iterator[dict[str, Any]]:
+    """A network-namespace lab for one test (skipped without root and ``ip netns``): up,
+    yielded, then down, with every namespace it made gone."""
+    from relgate_lab.netns import lab_down, lab_up, netns_available
+
+    if not netns_available():
+        pytest.skip("network-namespace lab needs root and `ip netns`")
+    state = lab_up(spec)
+    try:
+        yield state
+    finally:
+        lab_down(spec.state_dir)
+        leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert f"rgl{state['id']}" not in leftover

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from agent_harness import assert_placed
-from relgate_lab.netns import LabSpec, lab_down, lab_up, netns_available
+from agent_harness import assert_placed, running_lab
+from relgate_lab.netns import LabSpec
 
 from relgate_agent.client import CoordinatorClient, job_to_dict
 from relgate_agent.pki import TlsFiles
@@ -122,17 +121,10 @@ def check_copies(state: dict[str, Any], checkpoint: dict[str, Any], st: dict[str
 
 @pytest.fixture
 def chaos_lab(tmp_path: Path, checkpoint):
-    if not netns_available():
-        pytest.skip("network-namespace lab needs root and `ip netns`")
     # 8 hosts in make test (4 of them faulty); bench chaos runs the 16-host fleet
     spec = chaos_spec(tmp_path / "lab", str(checkpoint["trusted"]), 8)
-    state = lab_up(spec)
-    try:
+    with running_lab(spec) as state:
         yield state
-    finally:
-        lab_down(spec.state_dir)
-        leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert f"rgl{state['id']}" not in leftover
 
 
 def test_chaos_kills_corruption_slow_nic_and_a_coordinator_failover(chaos_lab, checkpoint) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import assert_placed
-from relgate_lab.netns import LabSpec, lab_down, lab_up, netns_available, wan_bytes
+from agent_harness import assert_placed, running_lab
+from relgate_lab.netns import LabSpec, wan_bytes
 
 from relgate_agent.client import CoordinatorClient, job_to_dict
 
@@ -31,8 +31,6 @@ class _LabCluster:
 
 @pytest.fixture
 def lab(tmp_path: Path, checkpoint):
-    if not netns_available():
-        pytest.skip("network-namespace lab needs root and `ip netns`")
     spec = LabSpec(
         hosts=8,
         racks=2,
@@ -44,13 +42,8 @@ def lab(tmp_path: Path, checkpoint):
         # h03 serves inference: it declares an upload cap and must become a leaf
         agent_args={"h03": ["--max-rate", str(20 * MiB)]},
     )
-    state = lab_up(spec)
-    try:
+    with running_lab(spec) as state:
         yield state
-    finally:
-        lab_down(spec.state_dir)
-        leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert f"rgl{state['id']}" not in leftover
 
 
 def _distribute(lab: dict, checkpoint: dict, **spec: Any) -> dict:
@@ -112,8 +105,6 @@ def test_lab_fanout_in_namespaces(lab, checkpoint) -> None:
 @pytest.fixture
 def dc_lab(tmp_path: Path, bf16_checkpoint):
     """Two DCs of two racks of two hosts; the WAN link between them at 1/6 of a host NIC."""
-    if not netns_available():
-        pytest.skip("network-namespace lab needs root and `ip netns`")
     spec = LabSpec(
         hosts=8,
         racks=4,
@@ -125,13 +116,8 @@ def dc_lab(tmp_path: Path, bf16_checkpoint):
         journal_interval_s=0.5,
         report_interval_s=0.5,
     )
-    state = lab_up(spec)
-    try:
+    with running_lab(spec) as state:
         yield state
-    finally:
-        lab_down(spec.state_dir)
-        leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert f"rgl{state['id']}" not in leftover
 
 
 def _agent_stats(lab: dict, host: str) -> dict[str, int]:
