@@ -69,6 +69,11 @@ def _until(c: Coordinator, cond: Callable[[], bool], what: str) -> None:
         time.sleep(0.02)
 
 
+def _acknowledged(c: Coordinator, job_id: str, hook: Webhook, events: int) -> bool:
+    """``events`` accepted by the webhook and none left pending in the coordinator's store."""
+    return len(hook.events) == events and c.job_status(job_id).pending_events == 0
+
+
 def test_events_retried_until_acknowledged_once_with_stable_ids(
     tmp_path: Path, checkpoint: dict[str, Any]
 ) -> None:
@@ -79,7 +84,9 @@ def test_events_retried_until_acknowledged_once_with_stable_ids(
         _ready(c, job, ["h0", "h1", "h2"], checkpoint)
         c.tick()
         assert c.job_status(job).state == "COMPLETE"
-        _until(c, lambda: bool(hook.events), "the DistributionComplete")
+        # the webhook records a POST before its answer reaches the sender, which marks the
+        # event delivered after: wait for the store, not for the webhook alone
+        _until(c, lambda: _acknowledged(c, job, hook, 1), "the DistributionComplete acknowledged")
         (complete,) = hook.events
         assert complete["type"] == "DistributionComplete"
         assert complete["readyHosts"] == ["h0", "h1", "h2"] and complete["hostsTotal"] == 5
@@ -93,7 +100,7 @@ def test_events_retried_until_acknowledged_once_with_stable_ids(
             c.tick()
         # the hosts READY after the handoff are announced, once
         _ready(c, job, ["h3", "h4"], checkpoint)
-        _until(c, lambda: len(hook.events) == 2, "the HostsReady")
+        _until(c, lambda: _acknowledged(c, job, hook, 2), "the HostsReady acknowledged")
         late = hook.events[1]
         assert late["type"] == "HostsReady" and late["readyHosts"] == ["h3", "h4"]
         assert (late["hostsReady"], late["hostsTotal"]) == (5, 5)
@@ -127,7 +134,13 @@ def restart_resumes_delivery(db: str, checkpoint: dict[str, Any], job_id: str) -
         try:
             _until(second, lambda: bool(hook.events), "delivery by the restarted coordinator")
             _ready(second, job, ["h3", "h4"], checkpoint)
-            _until(second, lambda: second.job_status(job).state == "DONE", "DONE")
+            _until(
+                second,
+                lambda: (
+                    second.job_status(job).state == "DONE" and _acknowledged(second, job, hook, 2)
+                ),
+                "DONE and both events acknowledged",
+            )
             assert [e["type"] for e in hook.events] == ["DistributionComplete", "HostsReady"]
             assert {hook.events[0]["eventId"]} == tried
             assert hook.events[0]["readyHosts"] == ["h0", "h1", "h2"]
