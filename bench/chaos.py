@@ -19,40 +19,75 @@ from typing import Any
 import grpc
 
 from bench.distribution import (
+    CHUNK,
     HOSTS,
-    NIC,
-    ORIGIN_CAP,
     RACKS,
     SIZE,
     STRIPES,
+    _busy_fraction,
+    _machine_busy,
     _make_checkpoint,
     _summary,
 )
 
 KILLED, CORRUPTER, SLOW = ("h02", "h09"), "h05", "h06"
 TARGET = 1.3
+NIC_MBIT = 100
 
 
-def _spec(base: Path, src: Path, pem: Path, chaos: bool) -> Any:
+def _spec(base: Path, src: Path, pem: Path, chaos: bool, nic: int) -> Any:
     from relgate_lab.netns import LabSpec
 
     return LabSpec(
         hosts=HOSTS,
         racks=RACKS,
-        nic_bytes_per_s=NIC,
+        nic_bytes_per_s=nic,
         state_dir=base / ("lab-chaos" if chaos else "lab-fault-free"),
         trusted_keys=[str(pem)],
         origin_dir=src,
-        origin_nic_bytes_per_s=ORIGIN_CAP,
+        origin_nic_bytes_per_s=2 * nic,
         report_interval_s=0.5,
         dead_after_s=4.0,
         coordinator_replicas=2,  # both runs: the same control plane, faults aside
-        nic_overrides={SLOW: int(0.3 * NIC)} if chaos else {},
+        nic_overrides={SLOW: int(0.3 * nic)} if chaos else {},
         agent_env={CORRUPTER: {"RELGATE_AGENT_FAULT": "corrupt_send=all"}} if chaos else {},
     )
 
 
-def _create(client: Any, state: dict[str, Any], env: Path) -> str:
+class Trace:
+    """What the run went through, from GetJob polls: when the topology changed (and which
+    hosts changed state then), when faults were injected, and the fleet's verified chunks
+    at 10 % steps, so a slow run shows where its time went."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.version, self.states = 0, {}  # type: ignore[var-annotated]
+        self.steps: dict[int, float] = {}
+
+    def mark(self, t: float, what: str) -> None:
+        self.events.append(f"{t:6.1f}s {what}")
+
+    def see(self, t: float, st: dict[str, Any]) -> None:
+        states = {h["host_id"]: h["state"] for h in st["hosts"]}
+        moved = [
+            f"{h} {self.states.get(h, '-')}->{s}"
+            for h, s in states.items()
+            if self.states.get(h) != s and s != "READY"
+        ]
+        if st["topology_version"] != self.version or moved:
+            self.mark(t, f"topology v{st['topology_version']} " + ", ".join(moved))
+        self.version, self.states = st["topology_version"], states
+        chunks = -(-(st["checkpoint_bytes"] or 1) // CHUNK) * max(1, len(st["hosts"]))
+        have = sum(h["chunks_verified"] for h in st["hosts"]) / chunks
+        for step in range(10, 101, 10):
+            if have * 100 >= step and step not in self.steps:
+                self.steps[step] = round(t, 1)
+
+    def summary(self) -> dict[str, Any]:
+        return {"events": self.events, "fleet_verified_percent_at_s": self.steps}
+
+
+def _create(client: Any, state: dict[str, Any], env: Path, nic: int) -> str:
     deadline = time.monotonic() + 90
     while True:  # wait until every agent has checked in, then plan
         job = client.create_job(
@@ -61,7 +96,7 @@ def _create(client: Any, state: dict[str, Any], env: Path) -> str:
             manifest_uri=str(env),
             origin_uri=state["origin_url"],
             target_selector="cluster=lab",
-            origin_cap_bytes_per_s=ORIGIN_CAP,
+            origin_cap_bytes_per_s=2 * nic,
             ready_threshold_ppm=1_000_000,
             stripes=STRIPES,
         )
@@ -73,20 +108,21 @@ def _create(client: Any, state: dict[str, Any], env: Path) -> str:
         time.sleep(0.5)
 
 
-def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool) -> dict[str, Any]:
+def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -> dict[str, Any]:
     from relgate_lab.netns import lab_down, lab_up
 
     from relgate_agent.client import CoordinatorClient, job_to_dict
     from relgate_agent.pki import TlsFiles
 
-    spec = _spec(base, src, pem, chaos)
+    spec = _spec(base, src, pem, chaos, nic)
     state = lab_up(spec)
     try:
         client = CoordinatorClient(
             state["coordinator_unix"], TlsFiles.from_pki(state["pki"], "operator")
         )
-        job, injected = _create(client, state, env), not chaos
+        job, injected = _create(client, state, env, nic), not chaos
         t0, ready_at, st = time.monotonic(), {}, {}
+        busy0, trace = _machine_busy(), Trace()
         wanted = HOSTS - (len(KILLED) + 1 if chaos else 0)  # the corrupter may be quarantined
         while len(ready_at) < wanted and time.monotonic() - t0 < 600:
             try:
@@ -96,6 +132,7 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool) -> dict[str
                     raise  # a refusal or a bug: the bench reports it, never waits it out
                 time.sleep(0.25)
                 continue
+            trace.see(time.monotonic() - t0, st)
             for h in st["hosts"]:
                 if h["state"] == "READY" and h["host_id"] not in ready_at:
                     ready_at[h["host_id"]] = time.monotonic() - t0
@@ -103,20 +140,24 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool) -> dict[str
                 for name in (*KILLED, "coordinator"):
                     os.kill(int(state["pids"][name]), signal.SIGKILL)
                 injected = True
+                trace.mark(time.monotonic() - t0, "killed " + "+".join((*KILLED, "coordinator")))
             time.sleep(0.25)
         states = {h["host_id"]: h["state"] for h in st.get("hosts", [])}
         client.close()
         survivors = [t for h, t in ready_at.items() if h not in KILLED and h != CORRUPTER]
         return {
-            **_summary(survivors, SIZE / NIC),
+            **_summary(survivors, SIZE / nic),
             "hosts_ready": sum(1 for s in states.values() if s == "READY"),
             "states_of_faulty": {h: states.get(h) for h in (*KILLED, CORRUPTER, SLOW)},
+            "machine_busy_fraction": _busy_fraction(busy0, _machine_busy()),
+            "ready_at_s": {h: round(t, 1) for h, t in sorted(ready_at.items())},
+            "timeline": trace.summary(),
         }
     finally:
         lab_down(spec.state_dir)
 
 
-def main() -> dict[str, Any]:
+def main(nic_mbit: int = NIC_MBIT) -> dict[str, Any]:
     from relgate_lab.netns import netns_available
 
     if not netns_available():
@@ -124,11 +165,13 @@ def main() -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="relgate-bench-chaos-"))
     try:
         src, pem, env, _ = _make_checkpoint(base)
-        clean = run(base, src, pem, env, chaos=False)
-        chaos = run(base, src, pem, env, chaos=True)
+        nic = nic_mbit * 1_000_000 // 8
+        clean = run(base, src, pem, env, chaos=False, nic=nic)
+        chaos = run(base, src, pem, env, chaos=True, nic=nic)
         ratio = round(chaos["p50_s"] / clean["p50_s"], 3) if clean.get("p50_s") else None
         return {
-            "workload": f"{HOSTS} hosts / {RACKS} racks, S={SIZE >> 20} MiB, k={STRIPES}",
+            "workload": f"{HOSTS} hosts / {RACKS} racks, {nic_mbit} Mbit/s tbf NICs, "
+            f"origin cap 2B, S={SIZE >> 20} MiB, k={STRIPES}",
             "faultFree": clean,
             "chaos": {
                 "faults": f"{'+'.join(KILLED)} SIGKILLed, {CORRUPTER} corrupt_send=all, "

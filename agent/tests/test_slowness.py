@@ -141,3 +141,21 @@ def test_a_tie_blames_the_upstream_until_the_child_has_a_second_witness() -> Non
     )
     assert v2.rx_slow == {child} and v2.tx_slow == frozenset()
     assert v2.slow_with[child] == {up, "h-before"}
+
+
+def test_the_floor_is_per_host_so_eight_thin_stripes_are_still_judged() -> None:
+    """8 stripes on 50 Mbit NICs: every stripe moves ~780 KB/s, under the 1 MB/s per-host
+    floor; a floor applied per stripe would judge nobody, and a host at 30 % of its NIC
+    (behind which the whole chain crawls) would never be caught."""
+    topo = build_topology(fleet(4, 4), 8)
+    per_stripe = 50_000_000 // 8 // 8
+    host = sorted(topo.racks)[5]
+    rates = {h: [per_stripe] * 8 for h in topo.racks}
+    for s in range(8):
+        for h in {host} | behind(topo, s, host):
+            rates[h][s] = int(0.3 * per_stripe)
+    v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR)
+    assert v.median == per_stripe and host in v.rx_slow
+    # a fleet whose hosts all move under the per-host floor is still not judged
+    crawl = {h: [FLOOR // 8 - 1] * 8 for h in topo.racks}
+    assert judge(crawl, totals(crawl), parents(topo), 0.5, FLOOR).median == 0

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import (
+    StripeChain,
     Topology,
     append_host,
     build_topology,
@@ -318,3 +319,50 @@ def test_rack_names_may_repeat_across_dcs_and_a_late_host_stays_in_its_own() -> 
     # crosses_dc is inequality of DCs, whichever name sorts first
     assert topo.crosses_dc("a1", "b1") and topo.crosses_dc("b1", "a1")
     assert not topo.crosses_dc("a1", "a2") and not topo.crosses_dc(None, "a1")
+
+
+def _chaos_fleet() -> Topology:
+    """The chaos bench's fleet (16 hosts, rack = index mod 4, 8 stripes) after its
+    corrupter h05 and one killed host h09 were spliced out."""
+    hosts = {f"h{i:02d}": f"r{i % 4}" for i in range(16)}
+    return splice_all(build_topology(hosts, 8), ["h05", "h09"])
+
+
+def test_a_slow_downstream_is_not_promoted_into_a_dead_hosts_place() -> None:
+    topo = _chaos_fleet()
+    chain = topo.stripes[0]
+    up, kids = chain.parent["h02"], chain.children("h02")
+    assert sorted(kids) == ["h03", "h06"] and topo.racks["h06"] == topo.racks["h02"]
+    # without evidence, the same-rack downstream takes the place (the leader chain stays
+    # rack-local) and feeds the other
+    plain = splice(topo, "h02").stripes[0]
+    assert (plain.parent["h06"], plain.parent["h03"]) == (up, "h06")
+    # h06 slow: the other rack's downstream takes the place, and h06 hangs below it
+    steered = splice(topo, "h02", slow={"h06"})
+    s0 = steered.stripes[0]
+    assert (s0.parent["h03"], s0.parent["h06"]) == (up, "h03")
+    reaches_everyone(steered)
+    # every stripe: h06 succeeds h02 nowhere a faster downstream was there to take it
+    for before, after in zip(topo.stripes, steered.stripes, strict=True):
+        if "h02" in before.parent and len(before.children("h02")) > 1:
+            assert after.parent.get("h06") != before.parent["h02"]
+    # every downstream slow: the rule without evidence (nobody is left unfed)
+    assert splice(topo, "h02", slow={"h03", "h06"}).to_json() == splice(topo, "h02").to_json()
+
+
+def test_a_slow_home_downstream_still_beats_a_remote_one() -> None:
+    """Promoting a remote-DC host into a home host's place would add a WAN crossing: DC
+    first, then speed, then rack."""
+    chain = StripeChain(
+        parent={"a": None, "b": "a", "c": "b", "x": "b"}, order=["a", "b", "c", "x"]
+    )
+    topo = Topology(1, [chain], {"a": "r0", "b": "r0", "c": "r1", "x": "r0"}, {"x": "dc1"})
+    s0 = splice(topo, "b", slow={"c"}).stripes[0]
+    assert (s0.parent["c"], s0.parent["x"]) == ("a", "c")
+    # a fast home host in another rack beats a slow one in the rack
+    chain2 = StripeChain(
+        parent={"a": None, "b": "a", "c": "b", "d": "b"}, order=["a", "b", "d", "c"]
+    )
+    topo2 = Topology(1, [chain2], {"a": "r0", "b": "r0", "c": "r1", "d": "r0"})
+    assert splice(topo2, "b", slow={"d"}).stripes[0].parent["c"] == "a"
+    assert splice(topo2, "b").stripes[0].parent["d"] == "a"

@@ -36,9 +36,14 @@ from relgate_agent.coordinator.outbox import (
     outbox_row,
 )
 from relgate_agent.coordinator.progress import ProgressService
-from relgate_agent.coordinator.slowness import judge, stripe_median, total_rate_median
+from relgate_agent.coordinator.slowness import (
+    judge,
+    stripe_floor,
+    stripe_median,
+    total_rate_median,
+)
 from relgate_agent.coordinator.store import OutboxRow
-from relgate_agent.coordinator.topology import append_host, splice
+from relgate_agent.coordinator.topology import append_host
 from relgate_agent.errors import KIND_HOST_FAILED
 from relgate_agent.retry import Backoff
 
@@ -280,7 +285,9 @@ class HandoffService(ProgressService):
             # still receive, else the last such (the few left are the slow and their victims)
             if 2 * len(per_stripe) >= len(job.targets) or job.rate_reference is None:
                 ref = (
-                    stripe_median(per_stripe, cfg.slow_min_median_bps),
+                    stripe_median(
+                        per_stripe, stripe_floor(cfg.slow_min_median_bps, job.topology.stripes)
+                    ),
                     total_rate_median(per_stripe, totals),
                 )
                 if ref[0] and ref[1]:
@@ -337,7 +344,7 @@ class HandoffService(ProgressService):
             log.warning("job %s: demoting slow host %s (%s)", job.job_id, h, why)
             hp.errors.append(f"DEMOTED {why}")
             hp.demoted = True
-            self._set_topology(job, append_host(splice(job.topology, h), h, hp.rack, hp.dc))
+            self._set_topology(job, append_host(self._splice(job, h), h, hp.rack, hp.dc))
             self.metrics.splices.labels(SPLICE_DEMOTED).inc()
 
 

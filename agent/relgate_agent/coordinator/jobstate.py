@@ -199,6 +199,20 @@ class JobState:
         """The targets the job waits for: all but the quarantined."""
         return set(self.targets) - self.quarantined
 
+    def slow_hosts(self, fraction: float) -> frozenset[str]:
+        """Hosts a splice must not promote into a dead host's place (a slow host there
+        throttles everyone it comes to feed): leaves by decision (demoted, or a declared
+        serving rate), hosts judged slow in the last sweep, and hosts not READY receiving
+        under ``fraction`` x the reference total rate (evidence short of a demotion's)."""
+        total = self.rate_reference[1] if self.rate_reference else 0
+        return frozenset(
+            h
+            for h, hp in self.hosts.items()
+            if hp.demoted
+            or hp.slow_since is not None
+            or (not hp.ready and total > 0 and 0 < hp.rx_bps < fraction * total)
+        )
+
 
 def parse_selector(selector: str) -> dict[str, str]:
     out: dict[str, str] = {}

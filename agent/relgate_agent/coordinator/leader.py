@@ -207,6 +207,10 @@ class CoordinatorCore:
         job.topology = topo
         self.changed.notify_all()
 
+    def _splice(self, job: JobState, *hosts: str) -> Topology:
+        """``job``'s topology without ``hosts``, no slow host promoted into their places."""
+        return splice_all(job.topology, hosts, job.slow_hosts(self.config.slow_fraction))
+
     def _mark_dead(self, job: JobState, host: str, why: str) -> None:
         self._mark_dead_all(job, {host: why})
 
@@ -222,7 +226,7 @@ class CoordinatorCore:
             log.warning("job %s: splicing %s out (%s)", job.job_id, host, why)
             gone.append(host)
         if gone:
-            self._set_topology(job, splice_all(job.topology, gone))
+            self._set_topology(job, self._splice(job, *gone))
             self.metrics.splices.labels(SPLICE_DEAD).inc(len(gone))
 
     def _fail_job(self, job: JobState, error: str) -> None:

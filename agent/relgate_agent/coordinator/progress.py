@@ -47,7 +47,6 @@ from relgate_agent.coordinator.topology import (
     TopologyIndex,
     append_host,
     index_topology,
-    splice,
 )
 from relgate_agent.datacenter import host_dc
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED
@@ -228,7 +227,7 @@ class ProgressService(CoordinatorCore):
                 idx = self._index(job)
                 if any(idx.downstreams(s, host_id) for s in range(job.stripes)):
                     self._set_topology(
-                        job, append_host(splice(job.topology, host_id), host_id, hp.rack, hp.dc)
+                        job, append_host(self._splice(job, host_id), host_id, hp.rack, hp.dc)
                     )
                     self.metrics.splices.labels(SPLICE_SERVING).inc()
             sources = self._envelope_sources(job, hp) if envelope_from_peers else ()
@@ -471,7 +470,7 @@ class ProgressService(CoordinatorCore):
         hp.errors.append(f"DEMOTED not serving: {reason} from {reporters}")
         hp.demoted = True
         hp.unserved.clear()
-        moved = append_host(splice(job.topology, hp.host_id), hp.host_id, hp.rack, hp.dc)
+        moved = append_host(self._splice(job, hp.host_id), hp.host_id, hp.rack, hp.dc)
         self._set_topology(job, moved)
         self.metrics.splices.labels(SPLICE_DEMOTED).inc()
 
@@ -493,7 +492,7 @@ class ProgressService(CoordinatorCore):
             job.ready.discard(host)
             self.store.update_job(job.job_id, ready_hosts=sorted(job.ready))
             self.store.forget_host_version(host, job.manifest.model, job.manifest.version)
-        self._set_topology(job, splice(job.topology, host))
+        self._set_topology(job, self._splice(job, host))
         self.metrics.splices.labels(SPLICE_QUARANTINED).inc()
 
     def find_peers(

@@ -49,6 +49,13 @@ def stripe_median(rates: Mapping[str, Sequence[int]], floor: int) -> int:
     return median if median >= floor else 0
 
 
+def stripe_floor(floor: int, parents: Sequence[object]) -> int:
+    """The per-stripe share of the per-host ``floor``: a stripe carries 1/k of a host's
+    traffic, so comparing a stripe's rate with the whole floor would stop judging at k x
+    the rate meant (8 stripes on 50 Mbit NICs: every stripe under 1 MB/s, nobody judged)."""
+    return floor // max(1, len(parents))
+
+
 def total_rate_median(rates: Mapping[str, Sequence[int]], totals: Mapping[str, int]) -> int:
     live = sorted(t for h, t in totals.items() if t > 0 and h in rates)
     return live[len(live) // 2] if len(live) >= MIN_RATES else 0
@@ -68,9 +75,10 @@ def judge(
     the stripe root, fed by the origin); ``history``: ``slow_with`` of the last round;
     ``reference``: (per-stripe, total) rates to judge against instead of this round's
     medians (late in a job the hosts still receiving are mostly the slow ones and their
-    victims: their median is no reference)."""
+    victims: their median is no reference); ``floor``: the per-host receive rate under
+    which nothing is judged (a stripe's is ``floor`` / k: see :func:`stripe_floor`)."""
     history = history or {}
-    median = reference[0] if reference else stripe_median(rates, floor)
+    median = reference[0] if reference else stripe_median(rates, stripe_floor(floor, parents))
 
     def slow(host: str, s: int) -> bool | None:
         r = rates.get(host)
@@ -116,4 +124,11 @@ def judge(
     return Verdicts(frozenset(rx_slow), frozenset(tx_slow), median, slow_with)
 
 
-__all__ = ["MIN_RATES", "Verdicts", "judge", "stripe_median", "total_rate_median"]
+__all__ = [
+    "MIN_RATES",
+    "Verdicts",
+    "judge",
+    "stripe_floor",
+    "stripe_median",
+    "total_rate_median",
+]

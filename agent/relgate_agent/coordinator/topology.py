@@ -20,7 +20,7 @@ topology with ``version + 1``; versions are monotonic and agents ignore stale on
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,17 +176,30 @@ def _dc_chain(hosts: Mapping[str, str], s: int) -> tuple[dict[str, str | None], 
     return parent, order
 
 
-def splice(topo: Topology, host: str) -> Topology:
-    """Remove a dead host from every chain: one of its downstreams (same rack first) takes
-    its place under its upstream and feeds the others, so no host's fan-out grows.
+def splice(topo: Topology, host: str, slow: Collection[str] = ()) -> Topology:
+    """Remove a dead host from every chain: one of its downstreams takes its place under its
+    upstream and feeds the others, so no host's fan-out grows. The successor is in the
+    host's DC, is not in ``slow`` (hosts that would throttle everyone put behind them), and
+    is in the host's rack, in that order of weight, first in chain order among equals.
 
     If the host was a stripe root, that successor becomes the root (and resumes the origin
     reads from its own offset).
     """
-    return splice_all(topo, [host])
+    return splice_all(topo, [host], slow)
 
 
-def splice_all(topo: Topology, hosts: Iterable[str]) -> Topology:
+def successor(topo: Topology, host: str, kids: Sequence[str], slow: Collection[str]) -> str:
+    """Which of ``host``'s downstreams (in chain order) takes its place: see :func:`splice`.
+    A cross-DC successor would add a WAN crossing; a slow one throttles its new subtree;
+    a same-rack one keeps the leader chain rack-local."""
+
+    def weight(k: str) -> tuple[bool, bool, bool]:
+        return (topo.dc(k) != topo.dc(host), k in slow, topo.racks.get(k) != topo.racks[host])
+
+    return min(kids, key=weight)  # min is stable: the first in chain order among equals
+
+
+def splice_all(topo: Topology, hosts: Iterable[str], slow: Collection[str] = ()) -> Topology:
     """:func:`splice` of each of ``hosts`` in turn, as one new version: one copy of the
     topology and one children index per chain, however many hosts a sweep found dead (a
     host at a time cost a copy and a chain scan each: seconds under the coordinator lock
@@ -212,21 +225,18 @@ def splice_all(topo: Topology, hosts: Iterable[str]) -> Topology:
                 siblings.remove(host)
             if not kids:
                 continue
-            # one successor takes the host's place (same rack first: a rack leader's rack
-            # member becomes the leader, keeping the leader chain rack-local) and feeds the
-            # others; hanging every child off the upstream would split its upload k ways
-            same = [k for k in kids if new.racks.get(k) == topo.racks[host]]
-            same_dc = [k for k in kids if new.dc(k) == topo.dc(host)]
-            successor = (same or same_dc or kids)[0]
-            chain.parent[successor] = up
+            # one successor takes the host's place and feeds the others; hanging every
+            # child off the upstream would split its upload k ways
+            heir = successor(topo, host, kids, slow)
+            chain.parent[heir] = up
             if up is not None:
-                kids_of[up] = sorted([*siblings, successor], key=pos.__getitem__)
-            others = [k for k in kids if k != successor]
+                kids_of[up] = sorted([*siblings, heir], key=pos.__getitem__)
+            others = [k for k in kids if k != heir]
             for k in others:
-                chain.parent[k] = successor
+                chain.parent[k] = heir
             if others:
-                merged = kids_of.get(successor, []) + others
-                kids_of[successor] = sorted(merged, key=pos.__getitem__)
+                merged = kids_of.get(heir, []) + others
+                kids_of[heir] = sorted(merged, key=pos.__getitem__)
         dead = set(gone)
         chain.order[:] = [h for h in chain.order if h not in dead]
     for host in gone:
