@@ -727,3 +727,31 @@ def test_find_peers_names_at_most_the_limit_and_counts_every_holder(
     assert found.peers[0].host_id == "h2"  # same rack (r0) first
     fewer = coord.find_peers(job.job_id, "h0", 0, {"h2", "h4"}, 3)
     assert [p.host_id for p in fewer.peers] == ["h1", "h3"] and fewer.holders == 2
+
+
+def test_a_quarantine_splice_promotes_the_fast_downstream_not_the_slow(
+    coord: Coordinator, checkpoint
+) -> None:
+    job = coord.create_job(_spec(checkpoint))
+    racks = job.topology.racks
+    s, bad, kids = next(
+        (s, h, c.children(h))
+        for s, c in enumerate(job.topology.stripes)
+        for h in c.order
+        if len(c.children(h)) > 1 and any(racks[k] == racks[h] for k in c.children(h))
+    )
+    up = job.topology.stripes[s].parent[bad]
+    unsteered = next(k for k in kids if racks[k] == racks[bad])  # the rule without evidence
+    fast = next(k for k in kids if k != unsteered)
+    # the same-rack downstream receives at a fifth of the reference rate: it is not promoted
+    job.rate_reference = (1_000_000, 5_000_000)
+    job.hosts[unsteered].rx_bps = 1_000_000
+    job.hosts[fast].rx_bps = 5_000_000
+    for n, w in enumerate((unsteered, fast)):  # two downstreams saw bad data from it
+        coord.report_suspect(job.job_id, w, bad, "BAD_DATA", n)
+    assert job.hosts[bad].state == "QUARANTINED"
+    chain = job.topology.stripes[s]
+    assert chain.parent[fast] == up and chain.parent[unsteered] == fast
+    assert job.slow_hosts(0.5) == {unsteered}
+    job.hosts[unsteered].ready = True  # READY: nothing left to receive, a fine upstream
+    assert job.slow_hosts(0.5) == frozenset()
