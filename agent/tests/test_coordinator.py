@@ -755,3 +755,49 @@ def test_a_quarantine_splice_promotes_the_fast_downstream_not_the_slow(
     assert job.slow_hosts(0.5) == {unsteered}
     job.hosts[unsteered].ready = True  # READY: nothing left to receive, a fine upstream
     assert job.slow_hosts(0.5) == frozenset()
+
+
+def test_slowness_survives_a_noisy_round_and_victims_that_drag_the_median(
+    tmp_path: Path, checkpoint
+) -> None:
+    """The seed's "under 50 % for 10 s" on 1 s rates: one fast round inside the window does
+    not restart the clock, and once the slow host's victims are most of the fleet their
+    median is no reference (the held peak is)."""
+    now = [1000.0]
+    c = _clocked(tmp_path, checkpoint, now, slow_after_s=10.0, slow_min_median_bps=1)
+    try:
+        for h, r in HOSTS.items():
+            c.enroll(h, r, {"cluster": "inf-a", "pool": "x"})
+            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+        job = c.create_job(_spec(checkpoint))
+        for h in job.topology.racks:
+            c.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
+        idx = c._index(job)
+        up = max(
+            job.topology.racks,
+            key=lambda h: len({k for s in range(4) for k in idx.downstreams(s, h)}),
+        )
+        kids = {s: set(idx.downstreams(s, up)) for s in range(4)}
+        fast, slow = 12_000_000, 2_000_000
+
+        def round_at(t: float, *, noisy: bool = False, victims: bool = False) -> None:
+            now[0] = 1000.0 + t
+            for h in job.topology.racks:
+                if victims and h != up:  # everyone crawls behind it now
+                    rates = (slow,) * 4
+                else:
+                    rates = tuple(fast if noisy or h not in kids[s] else slow for s in range(4))
+                report = ProgressReport(rx_bps=sum(rates), stripe_rx_bps=rates)
+                c.report_progress(job.job_id, h, report)
+            c.tick()
+
+        for t in (0, 1, 2, 3):
+            round_at(t)
+        round_at(4, noisy=True)  # one round in which its downstreams caught up
+        for t in (5, 6, 7, 8, 9):
+            round_at(t, victims=True)
+        assert not job.hosts[up].demoted  # 9 s of slowness so far
+        round_at(10.5, victims=True)
+        assert job.hosts[up].demoted and all(not ch.children(up) for ch in job.topology.stripes)
+    finally:
+        c.store.close()

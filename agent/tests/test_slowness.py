@@ -6,7 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relgate_agent.contracts import STRIPE_DONE
-from relgate_agent.coordinator.slowness import judge, stripe_median
+from relgate_agent.coordinator.slowness import (
+    REFERENCE_HALF_LIFE_S,
+    held_reference,
+    judge,
+    stripe_median,
+)
 from relgate_agent.coordinator.topology import Topology, build_topology
 
 FAST, SLOW = 12_000_000, 4_000_000  # B/s: 100 Mbit vs the 40 Mbit serving host's share
@@ -159,3 +164,30 @@ def test_the_floor_is_per_host_so_eight_thin_stripes_are_still_judged() -> None:
     # a fleet whose hosts all move under the per-host floor is still not judged
     crawl = {h: [FLOOR // 8 - 1] * 8 for h in topo.racks}
     assert judge(crawl, totals(crawl), parents(topo), 0.5, FLOOR).median == 0
+
+
+def test_the_reference_holds_the_peak_while_victims_drag_the_medians_down() -> None:
+    peak = (1_000_000, 8_000_000)
+    assert held_reference(None, (0, 0), 1.0) is None  # nothing to judge against yet
+    assert held_reference(None, peak, 0.0) == peak
+    # a slow host's victims pull this round's medians to a tenth: the peak holds
+    assert held_reference(peak, (100_000, 800_000), 0.0) == peak
+    # ... decaying by half every half-life, so a fleet that slowed as a whole is its own
+    # reference again within a minute or two
+    assert held_reference(peak, (100_000, 800_000), REFERENCE_HALF_LIFE_S) == (500_000, 4_000_000)
+    assert held_reference(peak, (0, 0), 2 * REFERENCE_HALF_LIFE_S) == (250_000, 2_000_000)
+    assert held_reference(peak, (2_000_000, 9_000_000), 1.0) == (2_000_000, 9_000_000)
+
+
+rates_st = st.tuples(st.integers(1, 10**9), st.integers(1, 10**9))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rates_st, rates_st, st.floats(0, 1e4))
+def test_the_held_reference_is_between_now_and_the_peak(
+    previous: tuple[int, int], current: tuple[int, int], elapsed: float
+) -> None:
+    got = held_reference(previous, current, elapsed)
+    assert got is not None
+    for i in range(2):
+        assert current[i] <= got[i] <= max(previous[i], current[i])

@@ -37,6 +37,7 @@ from relgate_agent.coordinator.outbox import (
 )
 from relgate_agent.coordinator.progress import ProgressService
 from relgate_agent.coordinator.slowness import (
+    held_reference,
     judge,
     stripe_floor,
     stripe_median,
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 MIN_RATES_FOR_SLOWNESS = 3  # moving hosts needed before "slow vs the median" means anything
 PPM = 1_000_000
 OUTBOX_POLL_S = 1.0  # the delivery thread looks at leadership / shutdown at least this often
+SLOW_GRACE_S = 3.0  # not slow this long before a slow host's clock restarts
 
 
 class HandoffService(ProgressService):
@@ -270,7 +272,7 @@ class HandoffService(ProgressService):
             self.store.update_job(job.job_id, state="COMPLETE")
         return job.completion
 
-    def _slow_hosts(self, job: JobState) -> dict[str, str]:
+    def _slow_hosts(self, job: JobState, now: float) -> dict[str, str]:
         """Host -> why it is slow (per stripe when the agents report per-stripe rates)."""
         cfg = self.config
         moving = {
@@ -281,17 +283,17 @@ class HandoffService(ProgressService):
         per_stripe = {h: hp.stripe_rx_bps for h, hp in moving.items() if hp.stripe_rx_bps}
         if per_stripe:
             totals = {h: hp.rx_bps for h, hp in moving.items()}
-            # the reference rates: this round's medians while at least half the targets
-            # still receive, else the last such (the few left are the slow and their victims)
-            if 2 * len(per_stripe) >= len(job.targets) or job.rate_reference is None:
-                ref = (
-                    stripe_median(
-                        per_stripe, stripe_floor(cfg.slow_min_median_bps, job.topology.stripes)
-                    ),
-                    total_rate_median(per_stripe, totals),
-                )
-                if ref[0] and ref[1]:
-                    job.rate_reference = ref
+            # the reference rates: this round's medians, or the peak held so far (decaying)
+            # when they are lower: the victims of a slow host drag the medians down with it
+            current = (
+                stripe_median(
+                    per_stripe, stripe_floor(cfg.slow_min_median_bps, job.topology.stripes)
+                ),
+                total_rate_median(per_stripe, totals),
+            )
+            elapsed = now - job.rate_reference_at if job.rate_reference_at is not None else 0.0
+            job.rate_reference = held_reference(job.rate_reference, current, elapsed)
+            job.rate_reference_at = now
             v = judge(
                 per_stripe,
                 totals,
@@ -326,12 +328,21 @@ class HandoffService(ProgressService):
     def _demote_slow(self, job: JobState, now: float) -> None:
         """Slowness counts as failure, in both directions: a host slow for ``slow_after_s``
         (receiving, or feeding its downstreams) becomes a leaf at its rack tail."""
-        slow = self._slow_hosts(job)
+        slow = self._slow_hosts(job, now)
         for h, hp in job.hosts.items():
             why = slow.get(h)
-            if why is None or hp.demoted or h not in job.topology.racks:
-                hp.slow_since = None
+            if hp.demoted or h not in job.topology.racks:
+                hp.slow_since = hp.fast_since = None
                 continue
+            if why is None:
+                # one fast round is not recovery (1 s rates are noisy): the clock restarts
+                # only after SLOW_GRACE_S without slowness
+                if hp.slow_since is not None and hp.fast_since is None:
+                    hp.fast_since = now
+                if hp.fast_since is None or now - hp.fast_since >= SLOW_GRACE_S:
+                    hp.slow_since = hp.fast_since = None
+                continue
+            hp.fast_since = None
             if hp.slow_since is None:
                 hp.slow_since = now
                 continue

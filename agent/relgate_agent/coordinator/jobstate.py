@@ -103,6 +103,7 @@ class HostProgress:
     stripe_rx_bps: tuple[int, ...] = ()  # per stripe, as last reported (bounded to k)
     slow_with: frozenset[str] = frozenset()  # upstreams it was a slow first hop with, lately
     slow_since: float | None = None
+    fast_since: float | None = None  # when it stopped being slow (the grace's start)
     demoted: bool = False
     holds_envelope: bool = False  # reported holding the job's verified manifest (a source)
     # downstream -> (first, last) time it reported this live host as not serving it
@@ -171,9 +172,10 @@ class JobState:
     completion_enqueued: bool = False
     announced: set[str] = field(default_factory=set)
     ready_refusals: int = 0
-    # (per-stripe, total) receive rates slowness is judged against, from the last round in
-    # which at least half the targets were still receiving
+    # (per-stripe, total) receive rates slowness is judged against: the peak medians held
+    # with a decay (slowness.held_reference)
     rate_reference: tuple[int, int] | None = None
+    rate_reference_at: float | None = None  # the clock when it was last updated
     # rack -> hosts sent the envelope or that reported holding it (Register's sources)
     envelope_sources: dict[str, list[str]] = field(default_factory=dict)
     # per stripe, the root's share of the origin cap this sweep (coordinator/budget.py),

@@ -27,6 +27,7 @@ from relgate_agent.contracts import STRIPE_DONE
 
 MIN_RATES = 3  # receiving hosts a stripe needs before "slow vs the median" means anything
 WITNESSES = 2  # distinct peers a host must be slow with before it alone is blamed
+REFERENCE_HALF_LIFE_S = 30.0  # a held peak rate loses half its weight in this long
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,24 @@ def stripe_floor(floor: int, parents: Sequence[object]) -> int:
     traffic, so comparing a stripe's rate with the whole floor would stop judging at k x
     the rate meant (8 stripes on 50 Mbit NICs: every stripe under 1 MB/s, nobody judged)."""
     return floor // max(1, len(parents))
+
+
+def held_reference(
+    previous: tuple[int, int] | None,
+    current: tuple[int, int],
+    elapsed_s: float,
+    half_life_s: float = REFERENCE_HALF_LIFE_S,
+) -> tuple[int, int] | None:
+    """The (per-stripe, total) rates slowness is judged against: this round's medians, or
+    the peak held so far decayed by half every ``half_life_s``, whichever is higher (a slow
+    host's victims pull the medians down with it, and against them the culprit looks fast;
+    the decay lets a fleet that slowed down as a whole set a new reference within a minute).
+    A zero in ``current`` (too few receivers, under the floor) holds the decayed peak."""
+    decay = 0.5 ** (max(elapsed_s, 0.0) / half_life_s)
+    held = (0, 0) if previous is None else (int(previous[0] * decay), int(previous[1] * decay))
+    if not (current[0] and current[1]):
+        return previous if previous is None else held
+    return (max(held[0], current[0]), max(held[1], current[1]))
 
 
 def total_rate_median(rates: Mapping[str, Sequence[int]], totals: Mapping[str, int]) -> int:
@@ -126,7 +145,9 @@ def judge(
 
 __all__ = [
     "MIN_RATES",
+    "REFERENCE_HALF_LIFE_S",
     "Verdicts",
+    "held_reference",
     "judge",
     "stripe_floor",
     "stripe_median",
