@@ -434,6 +434,10 @@ class DataServer:
         )
         src = self.lookup(req["job"])
         if src is None:
+            if op == OP_FETCH_MANIFEST:
+                # a manifest source is named as soon as the coordinator sends it the envelope,
+                # a moment before it holds the job: "not held (yet)", which is asked again
+                raise RequestError(f"manifest {NOT_HELD}", "not_held")
             raise RequestError("unknown job", "unknown_job")
         topo = _int_field(req, "topo", 0, 2**62, 0)
         conn.settimeout(lim.idle_timeout_s)

@@ -786,6 +786,11 @@ MALFORMED = {
         lambda j: _frame(OP_STREAM_STRIPE, {"job": "dj_nope", "stripe": 0, "fromPos": 0}),
         "unknown job",
     ),
+    # a manifest source is named a moment before it holds the job: "not held", asked again
+    "manifest of an unknown job": (
+        lambda j: _frame(OP_FETCH_MANIFEST, {"job": "dj_nope", "digest": "sha256:" + "0" * 64}),
+        "manifest not held",
+    ),
     "huge stripe": (
         lambda j: _frame(OP_STREAM_STRIPE, {"job": j, "stripe": 10**30, "fromPos": 0}),
         f"stripe {10**30} out of range [0, 1048576]",
