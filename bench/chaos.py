@@ -87,6 +87,17 @@ class Trace:
         return {"events": self.events, "fleet_verified_percent_at_s": self.steps}
 
 
+def _received(st: dict[str, Any]) -> dict[str, Any]:
+    """Bytes each host received (peers and origin) over S, and the fleet's total over one
+    copy per host: above 1.0 is bytes fetched twice (end-game races, re-sent blocks)."""
+    per = {
+        h["host_id"]: round((h["rx_bytes"] + h["origin_bytes"]) / SIZE, 3)
+        for h in st.get("hosts", [])
+    }
+    done = [v for h, v in per.items() if h not in KILLED]
+    return {"per_host": per, "mean_of_survivors": round(sum(done) / max(1, len(done)), 3)}
+
+
 def _create(client: Any, state: dict[str, Any], env: Path, nic: int) -> str:
     deadline = time.monotonic() + 90
     while True:  # wait until every agent has checked in, then plan
@@ -151,6 +162,7 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -
             "states_of_faulty": {h: states.get(h) for h in (*KILLED, CORRUPTER, SLOW)},
             "machine_busy_fraction": _busy_fraction(busy0, _machine_busy()),
             "ready_at_s": {h: round(t, 1) for h, t in sorted(ready_at.items())},
+            "received_over_S": _received(st),
             "timeline": trace.summary(),
         }
     finally:
