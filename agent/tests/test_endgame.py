@@ -13,12 +13,7 @@ import pytest
 from agent_harness import Cluster, assert_placed, job_spec, write_checkpoint
 from relgate_lab.faults import FAULT_ENV
 
-from relgate_agent.agent.endgame import (
-    UNDERFED_WINDOW_S,
-    FeedRate,
-    rarest_first,
-    tail_chunks,
-)
+from relgate_agent.agent.endgame import rarest_first
 from relgate_agent.coordinator.topology import build_topology
 from relgate_agent.manifest import build_manifest, sign_manifest, write_envelope
 
@@ -41,31 +36,6 @@ def ckpt(tmp_path: Path, keypair) -> dict[str, Any]:
     write_envelope(sign_manifest(m, keypair[0]), env)
     digests = {f.path: hashlib.sha256((files / f.path).read_bytes()).hexdigest() for f in m.files}
     return {"manifest": m, "envelope": env, "origin": files, "digests": digests}
-
-
-def test_a_host_fed_under_half_its_peak_is_underfed() -> None:
-    feed, w = FeedRate(), UNDERFED_WINDOW_S
-    feed.add(0.0, 0)
-    assert feed.rate == 0 and not feed.underfed()  # no whole window yet: nothing to compare
-    feed.add(w, int(10e6 * w))  # 10 MB/s over the first window
-    assert feed.peak == feed.rate == 10e6 and not feed.underfed()
-    feed.add(2 * w, int(10e6 * w + 6e6 * w))  # 6 MB/s: slower, not starved
-    assert feed.rate == 6e6 and feed.peak == 10e6 and not feed.underfed()
-    feed.add(3 * w, int(16e6 * w + 4e6 * w))  # 4 MB/s: under half the peak
-    assert feed.rate == 4e6 and feed.underfed()
-    assert len(feed.samples) == 2  # one window's samples are kept, never more
-    # a host that never received has no peak: never underfed (the start, a paused job)
-    idle = FeedRate()
-    for t in range(5):
-        idle.add(float(t), 0)
-    assert not idle.underfed()
-
-
-def test_tail_chunks_take_the_back_of_every_stripe_first() -> None:
-    missing = [[0, 4, 8, 12], [5], [], [3, 7, 11]]
-    assert tail_chunks(missing, 4) == [12, 5, 11, 8]
-    assert tail_chunks(missing, 100) == [12, 5, 11, 8, 7, 4, 3, 0]
-    assert tail_chunks([[], []], 4) == [] and tail_chunks(missing, 0) == []
 
 
 def test_last_chunk_behind_a_stalled_upstream_is_raced_from_holders(

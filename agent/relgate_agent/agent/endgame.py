@@ -10,13 +10,6 @@ first (fewest holders by that uncapped count, then index), and pulls up to
 whose blocks pass CRC32C and whose SHA-256 equals the signed digest is written and counted;
 the other fetches of that chunk are cancelled (their sockets shut down). A chunk being
 pulled here is in ``JobState.repairing``, so the stripe stream does not write it meanwhile.
-
-Holes are not only at the end. A host whose chains **underfeed** it (its receive rate over
-``UNDERFED_WINDOW_S`` under ``UNDERFED_FRACTION`` x the peak it has shown: a splice left it
-behind an upstream that is itself catching up, a slow host was upstream until demoted)
-pulls missing chunks from their holders too, one holder per chunk (no race: this is not
-the tail), taken from the back of each stripe so the stream, which fills a stripe from its
-front, is not duplicated. Its own pulls count in its rate, so it stops once fed.
 """
 
 from __future__ import annotations
@@ -24,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -44,43 +36,6 @@ ENDGAME_PARALLEL = 4  # chunks pulled at once
 ENDGAME_QUERY = 16  # chunks looked up per round
 ENDGAME_ROUND_S = 0.5
 ENDGAME_FETCH_S = 10.0  # a holder silent this long loses its place in the race
-UNDERFED_FRACTION = 0.5  # receiving under this x its own peak rate: the chains underfeed it
-UNDERFED_WINDOW_S = 2.0  # the rate's window
-UNDERFED_QUERY = 8  # chunks looked up per round while underfed
-
-
-class FeedRate:
-    """This host's receive rate (peer and origin bytes) over the last ``UNDERFED_WINDOW_S``
-    and the peak of that rate so far."""
-
-    def __init__(self) -> None:
-        self.samples: deque[tuple[float, int]] = deque()
-        self.rate = self.peak = 0.0
-
-    def add(self, now: float, received: int) -> None:
-        self.samples.append((now, received))
-        while len(self.samples) > 1 and now - self.samples[1][0] >= UNDERFED_WINDOW_S:
-            self.samples.popleft()
-        t0, r0 = self.samples[0]
-        if now - t0 >= UNDERFED_WINDOW_S:  # a whole window: a rate worth comparing
-            self.rate = (received - r0) / (now - t0)
-            self.peak = max(self.peak, self.rate)
-
-    def underfed(self) -> bool:
-        return self.peak > 0 and self.rate < UNDERFED_FRACTION * self.peak
-
-
-def tail_chunks(missing: Sequence[Sequence[int]], limit: int) -> list[int]:
-    """Up to ``limit`` missing chunks, the last of each stripe first, round-robin over the
-    stripes (``missing``: per stripe, its missing chunks in stream order)."""
-    out: list[int] = []
-    depth = 0
-    while len(out) < limit and any(depth < len(m) for m in missing):
-        for m in missing:
-            if depth < len(m) and len(out) < limit:
-                out.append(m[len(m) - 1 - depth])
-        depth += 1
-    return out
 
 
 def rarest_first(holders: Mapping[int, int]) -> list[int]:
@@ -95,7 +50,6 @@ class EndGame:
         self.files = files
         self.repair = repair
         self.started = time.monotonic()
-        self.feed = FeedRate()
 
     def near_end(self) -> bool:
         n = self.files.manifest.num_chunks
@@ -120,42 +74,18 @@ class EndGame:
                     break
         return out
 
-    def underfed_chunks(self) -> list[int]:
-        """Missing chunks (not being fetched already) from the back of each stripe."""
-        files, k = self.files, self.files.stripes
-        verified, n = files.tracker.verified, files.manifest.num_chunks
-        with self.job.lock:
-            busy = set(self.job.repairing)
-        missing = [
-            [c for c in range(s, n, k) if not verified[c] and c not in busy] for s in range(k)
-        ]
-        return tail_chunks(missing, UNDERFED_QUERY)
-
-    def _candidates(self) -> tuple[list[int], int]:
-        """This round's chunks to look up and how many holders to pull each from."""
-        c = self.job.counters
-        with self.job.lock:
-            received = c.rx_bytes + c.origin_bytes
-        self.feed.add(time.monotonic(), received)
-        if self.near_end():
-            return self.idle_chunks(), ENDGAME_PEERS
-        if self.feed.underfed():
-            return self.underfed_chunks(), 1
-        return [], 0
-
     def loop(self) -> None:
         job = self.job
         with ThreadPoolExecutor(ENDGAME_PARALLEL, thread_name_prefix="endgame") as pool:
             while not job.stop_event.wait(ENDGAME_ROUND_S):
                 if self.files.tracker.all_verified():
                     return
-                chunks, per_chunk = self._candidates()
-                if not chunks or job.host.outranked(job.job_id):
+                if not self.near_end() or job.host.outranked(job.job_id):
                     continue
-                found = {c: self.repair.find(c, set()) for c in chunks}
+                found = {c: self.repair.find(c, set()) for c in self.idle_chunks()}
                 order = rarest_first({c: n for c, (peers, n) in found.items() if peers})
                 if order:
-                    peers = [found[c][0][:per_chunk] for c in order]
+                    peers = [found[c][0][:ENDGAME_PEERS] for c in order]
                     list(pool.map(self._pull, order, peers))
 
     def _pull(self, chunk: int, peers: Sequence[pb.Peer]) -> None:
@@ -241,4 +171,4 @@ class EndGame:
         self.job.journal_dirty.set()
 
 
-__all__ = ["EndGame", "FeedRate", "rarest_first", "tail_chunks"]
+__all__ = ["EndGame", "rarest_first"]
