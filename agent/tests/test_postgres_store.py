@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from agent_harness import Cluster, assert_placed
 
-from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
+from relgate_agent.coordinator.store import (
+    JobRow,
+    JobStore,
+    RateReference,
+    SlowRecord,
+    StaleTopology,
+)
 from relgate_agent.coordinator.topology import build_topology, splice
 
 pytestmark = pytest.mark.postgres
@@ -39,6 +45,16 @@ def test_store_on_postgres(pg_dsn: str) -> None:
     assert store.hosts_holding("m", "v2") == set()  # a claim alone never counts
     store.mark_host_version("h1", "m", "v2")  # the coordinator accepted a verified READY
     assert store.hosts_holding("m", "v2") == {"h1"}
+    # slowness evidence (a new leader resumes it): upsert, read back, drop
+    slow = SlowRecord(1_700_000_000_123, False, frozenset({"a", "b"}))
+    store.put_slowness("dj_pg", "c", slow)
+    store.put_slowness("dj_pg", "c", SlowRecord(slow.slow_since_ms, True, slow.slow_with))
+    assert store.slowness("dj_pg") == {"c": SlowRecord(slow.slow_since_ms, True, slow.slow_with)}
+    store.drop_slowness("dj_pg", "c")
+    assert store.slowness("dj_pg") == {}
+    store.put_rate_reference("dj_pg", RateReference(1, 2, 3))
+    store.put_rate_reference("dj_pg", RateReference(4, 5, 6))
+    assert store.rate_reference("dj_pg") == RateReference(4, 5, 6)
     lease = f"test-{os.getpid()}"
     assert store.acquire_lease("a", 60, name=lease) == 1
     assert store.acquire_lease("b", 60, name=lease) is None

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from relgate_agent.contracts import HostRow
+from relgate_agent.coordinator import slowclock
 from relgate_agent.coordinator.budget import rebalance_origin
 from relgate_agent.coordinator.jobstate import (
     TERMINAL_STATES,
@@ -57,11 +58,17 @@ SLOW_GRACE_S = 3.0  # not slow this long before a slow host's clock restarts
 
 
 class HandoffService(ProgressService):
-    def __init__(self, config: CoordinatorConfig, post: Post, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        post: Post,
+        clock: Callable[[], float],
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self._outbox_wake = threading.Event()
         self._outbox_hint = True  # there may be pending events (set on enqueue, on leading)
         self._outbox_thread: threading.Thread | None = None
-        super().__init__(config, post, clock)
+        super().__init__(config, post, clock, wall)
         self.outbox = OutboxSender(
             self.store,
             post,
@@ -357,6 +364,7 @@ class HandoffService(ProgressService):
             hp.demoted = True
             self._set_topology(job, append_host(self._splice(job, h), h, hp.rack, hp.dc))
             self.metrics.splices.labels(SPLICE_DEMOTED).inc()
+        slowclock.save(self.store, job, now, self.wall())
 
 
 def _last_host_failed(hp: HostProgress) -> str:

@@ -104,6 +104,8 @@ class HostProgress:
     slow_with: frozenset[str] = frozenset()  # upstreams it was a slow first hop with, lately
     slow_since: float | None = None
     fast_since: float | None = None  # when it stopped being slow (the grace's start)
+    # what the store holds of its slowness (slowclock.save writes only on change)
+    slow_saved: tuple[bool, bool, frozenset[str]] | None = None
     demoted: bool = False
     holds_envelope: bool = False  # reported holding the job's verified manifest (a source)
     # downstream -> (first, last) time it reported this live host as not serving it
@@ -176,6 +178,7 @@ class JobState:
     # with a decay (slowness.held_reference)
     rate_reference: tuple[int, int] | None = None
     rate_reference_at: float | None = None  # the clock when it was last updated
+    reference_saved_at: float | None = None  # the clock when it was last written
     # rack -> hosts sent the envelope or that reported holding it (Register's sources)
     envelope_sources: dict[str, list[str]] = field(default_factory=dict)
     # per stripe, the root's share of the origin cap this sweep (coordinator/budget.py),

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from relgate_agent.contracts import JobSpec, PeerRef
+from relgate_agent.coordinator import slowclock
 from relgate_agent.coordinator.changefeed import ChangeFeed
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
@@ -42,10 +43,15 @@ log = logging.getLogger(__name__)
 
 class CoordinatorCore:
     def __init__(
-        self, config: CoordinatorConfig, post: Post, clock: Callable[[], float] = time.monotonic
+        self,
+        config: CoordinatorConfig,
+        post: Post,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.clock = clock  # injectable: the fleet simulator runs the coordinator on simulated time
+        self.wall = wall  # instants written for another replica to read (slowclock)
         self.store = JobStore(config.db)
         self.lock = threading.RLock()
         self.changed = ChangeFeed(self.lock)
@@ -187,6 +193,7 @@ class CoordinatorCore:
                 job.hosts[h].state = "READY"
         for h in self.store.quarantined(row.job_id) & set(job.hosts):
             job.hosts[h].state = QUARANTINED
+        slowclock.restore(self.store, job, self.clock(), self.wall(), self.config.slow_after_s)
         return job
 
     def _job(self, job_id: str) -> JobState:

@@ -60,8 +60,9 @@ class Coordinator(HandoffService):
         config: CoordinatorConfig,
         post: Post | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(config, post or http_post, clock)
+        super().__init__(config, post or http_post, clock, wall)
 
     # ------------------------------------------------------------------ create
     def _resolve(self, spec: JobSpec, manifest: CheckpointManifest) -> JobSpec:

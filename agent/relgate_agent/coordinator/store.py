@@ -94,6 +94,23 @@ SCHEMA = [
         quarantined_at BIGINT NOT NULL,
         PRIMARY KEY (job_id, host_id)
     )""",
+    # slowness evidence a new leader resumes (coordinator/slowclock.py): per (job, host)
+    # since when it has been slow (wall ms, 0: not now), whether it was demoted, and the
+    # upstreams it was a slow first hop with; per job the held reference rates
+    """CREATE TABLE IF NOT EXISTS dist_slowness (
+        job_id TEXT NOT NULL,
+        host_id TEXT NOT NULL,
+        slow_since_ms BIGINT NOT NULL,
+        demoted INTEGER NOT NULL,
+        slow_with TEXT NOT NULL,
+        PRIMARY KEY (job_id, host_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS dist_rate_reference (
+        job_id TEXT PRIMARY KEY,
+        stripe_bps BIGINT NOT NULL,
+        total_bps BIGINT NOT NULL,
+        at_ms BIGINT NOT NULL
+    )""",
     "CREATE INDEX IF NOT EXISTS dist_outbox_pending ON dist_outbox (delivered_at_ms, job_id, seq)",
 ]
 OUTBOX_BATCH = 1000  # pending events one delivery pass looks at (bounded)
@@ -131,6 +148,24 @@ class OutboxRow:
     next_attempt_at_ms: int = 0
     delivered_at_ms: int = 0
     last_error: str = ""
+
+
+@dataclass(frozen=True)
+class SlowRecord:
+    """One host's slowness evidence in a job, as the store holds it."""
+
+    slow_since_ms: int  # wall clock, ms; 0: not slow now (a demoted leaf)
+    demoted: bool
+    slow_with: frozenset[str]
+
+
+@dataclass(frozen=True)
+class RateReference:
+    """A job's held (per-stripe, total) reference rates and when they were held."""
+
+    stripe_bps: int
+    total_bps: int
+    at_ms: int  # wall clock
 
 
 _OUTBOX_COLUMNS = (
@@ -318,6 +353,61 @@ class JobStore:
                 text("SELECT host_id FROM dist_quarantine WHERE job_id = :j"), {"j": job_id}
             ).all()
         return {str(r[0]) for r in rows}
+
+    # -- slowness evidence --------------------------------------------------
+    def put_slowness(self, job_id: str, host_id: str, rec: SlowRecord) -> None:
+        self._execute(
+            "INSERT INTO dist_slowness (job_id, host_id, slow_since_ms, demoted, slow_with) "
+            "VALUES (:j, :h, :s, :d, :w) ON CONFLICT (job_id, host_id) DO UPDATE SET "
+            "slow_since_ms = excluded.slow_since_ms, demoted = excluded.demoted, "
+            "slow_with = excluded.slow_with",
+            {
+                "j": job_id,
+                "h": host_id,
+                "s": rec.slow_since_ms,
+                "d": int(rec.demoted),
+                "w": json.dumps(sorted(rec.slow_with)),
+            },
+        )
+
+    def drop_slowness(self, job_id: str, host_id: str) -> None:
+        self._execute(
+            "DELETE FROM dist_slowness WHERE job_id = :j AND host_id = :h",
+            {"j": job_id, "h": host_id},
+        )
+
+    def slowness(self, job_id: str) -> dict[str, SlowRecord]:
+        with self.tx() as c:
+            rows = c.execute(
+                text(
+                    "SELECT host_id, slow_since_ms, demoted, slow_with FROM dist_slowness "
+                    "WHERE job_id = :j"
+                ),
+                {"j": job_id},
+            ).all()
+        return {
+            str(r[0]): SlowRecord(int(r[1]), bool(r[2]), frozenset(map(str, json.loads(r[3]))))
+            for r in rows
+        }
+
+    def put_rate_reference(self, job_id: str, ref: RateReference) -> None:
+        self._execute(
+            "INSERT INTO dist_rate_reference (job_id, stripe_bps, total_bps, at_ms) "
+            "VALUES (:j, :s, :t, :a) ON CONFLICT (job_id) DO UPDATE SET "
+            "stripe_bps = excluded.stripe_bps, total_bps = excluded.total_bps, "
+            "at_ms = excluded.at_ms",
+            {"j": job_id, "s": ref.stripe_bps, "t": ref.total_bps, "a": ref.at_ms},
+        )
+
+    def rate_reference(self, job_id: str) -> RateReference | None:
+        with self.tx() as c:
+            row = c.execute(
+                text(
+                    "SELECT stripe_bps, total_bps, at_ms FROM dist_rate_reference WHERE job_id = :j"
+                ),
+                {"j": job_id},
+            ).first()
+        return RateReference(int(row[0]), int(row[1]), int(row[2])) if row else None
 
     # -- enrollment ---------------------------------------------------------
     def enroll(self, host_id: str, rack: str, labels: dict[str, str]) -> None:

@@ -1,0 +1,144 @@
+"""Slowness evidence across a leader change: a new coordinator on the same store resumes the
+slow clocks, demotions and held reference (real SQLite, real signed manifest)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from relgate_agent.contracts import JobSpec, ProgressReport
+from relgate_agent.coordinator.jobstate import JobState
+from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
+from relgate_agent.manifest import TrustedKeys
+
+HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}
+FAST, SLOW = 12_000_000, 2_000_000
+T0 = 1000.0
+
+
+def _leader(tmp_path: Path, checkpoint, now: list[float]) -> Coordinator:
+    """A coordinator whose clock and wall clock are the test's ``now[0]`` (a takeover a
+    minute later is a turn of the same dial)."""
+    return Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / "c.sqlite"),
+            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
+            slow_after_s=10.0,
+            slow_min_median_bps=1,
+        ),
+        clock=lambda: now[0],
+        wall=lambda: now[0],
+    )
+
+
+def _job(c: Coordinator, checkpoint) -> tuple[JobState, str, dict[int, set[str]]]:
+    """A 4-stripe job over 6 hosts and the host with the most downstreams (the slow one)."""
+    for h, r in HOSTS.items():
+        c.enroll(h, r, {"cluster": "inf-a"})
+        c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+    spec = JobSpec(
+        model="claude-x",
+        version="2026-10-12.3",
+        manifest_uri=str(checkpoint["envelope"]),
+        target_selector="cluster=inf-a",
+        stripes=4,
+    )
+    job = c.create_job(spec)
+    for h in job.topology.racks:
+        c.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
+    idx = c._index(job)
+    up = max(
+        job.topology.racks, key=lambda h: len({k for s in range(4) for k in idx.downstreams(s, h)})
+    )
+    return job, up, {s: set(idx.downstreams(s, up)) for s in range(4)}
+
+
+def _rounds(
+    now: list[float], c: Callable[[], Coordinator], job_id: str, up: str, kids, ts, victims=False
+) -> None:
+    """Report rounds at ``T0 + t``: ``up``'s downstreams slow behind it; with ``victims``
+    everyone but ``up`` crawls (the medians fall to the victims' rate)."""
+    for t in ts:
+        now[0] = T0 + t
+        coord = c()
+        for h in coord.jobs[job_id].topology.racks:
+            if victims and h != up:
+                rates = (SLOW,) * 4
+            else:
+                rates = tuple(SLOW if h in kids[s] else FAST for s in range(4))
+            coord.report_progress(job_id, h, ProgressReport(rx_bps=sum(rates), stripe_rx_bps=rates))
+        coord.tick()
+
+
+def test_a_new_leader_demotes_on_the_old_leaders_clock(tmp_path: Path, checkpoint) -> None:
+    now = [T0]
+    first = _leader(tmp_path, checkpoint, now)
+    job, up, kids = _job(first, checkpoint)
+    _rounds(now, lambda: first, job.job_id, up, kids, (0, 1, 2, 3, 4, 5, 6))
+    assert job.hosts[up].slow_since == T0 and not job.hosts[up].demoted
+    reference = job.rate_reference
+    first.store.close()  # the leader dies 6 s into the host's 10 s
+
+    now[0] = T0 + 8.0  # the lease passes to a second replica 2 s later
+    second = _leader(tmp_path, checkpoint, now)
+    try:
+        resumed = second.jobs[job.job_id]
+        assert resumed.hosts[up].slow_since == T0  # the gap counts: the chains kept crawling
+        assert resumed.rate_reference == reference  # written within the last 2 s
+        # now its victims are most of the fleet: against their median it would look fast
+        _rounds(now, lambda: second, job.job_id, up, kids, (8, 9), victims=True)
+        assert not resumed.hosts[up].demoted  # 9 s of slowness
+        _rounds(now, lambda: second, job.job_id, up, kids, (10.5,), victims=True)
+        assert resumed.hosts[up].demoted
+        assert all(not ch.children(up) for ch in resumed.topology.stripes)
+    finally:
+        second.store.close()
+
+    third = _leader(tmp_path, checkpoint, now)  # and the demotion itself is durable
+    try:
+        assert third.jobs[job.job_id].hosts[up].demoted
+        assert third.jobs[job.job_id].slow_hosts(0.5) >= {up}
+    finally:
+        third.store.close()
+
+
+def test_a_long_gap_credits_at_most_the_demotion_window(tmp_path: Path, checkpoint) -> None:
+    now = [T0]
+    first = _leader(tmp_path, checkpoint, now)
+    job, up, kids = _job(first, checkpoint)
+    _rounds(now, lambda: first, job.job_id, up, kids, (0, 1, 2))
+    first.store.close()
+    now[0] = T0 + 3600.0  # nobody led for an hour
+    second = _leader(tmp_path, checkpoint, now)
+    try:
+        hp = second.jobs[job.job_id].hosts[up]
+        assert hp.slow_since == now[0] - 10.0 and not hp.demoted  # not demoted unseen
+    finally:
+        second.store.close()
+
+
+def test_recovery_clears_the_stored_clock(tmp_path: Path, checkpoint) -> None:
+    now = [T0]
+    first = _leader(tmp_path, checkpoint, now)
+    job, up, kids = _job(first, checkpoint)
+    _rounds(now, lambda: first, job.job_id, up, kids, (0, 1))
+    assert set(first.store.slowness(job.job_id)) == {up}
+    # fast again for longer than the grace: the clock stops, in memory and in the store
+    for t in (2, 3, 4, 5, 6):
+        now[0] = T0 + t
+        for h in job.topology.racks:
+            rates = (FAST,) * 4
+            first.report_progress(
+                job.job_id, h, ProgressReport(rx_bps=4 * FAST, stripe_rx_bps=rates)
+            )
+        first.tick()
+    try:
+        assert job.hosts[up].slow_since is None
+        assert first.store.slowness(job.job_id) == {}
+    finally:
+        first.store.close()
+    second = _leader(tmp_path, checkpoint, now)
+    try:
+        assert second.jobs[job.job_id].hosts[up].slow_since is None
+    finally:
+        second.store.close()
