@@ -88,13 +88,14 @@ class Trace:
 
 
 def _received(st: dict[str, Any]) -> dict[str, Any]:
-    """Bytes each host received (peers and origin) over S, and the fleet's total over one
-    copy per host: above 1.0 is bytes fetched twice (end-game races, re-sent blocks)."""
+    """Bytes each host received (peers and origin) over S, and the survivors' mean (killed
+    and quarantined hosts left out): above 1.0 is bytes fetched twice (end-game races,
+    re-sent blocks)."""
     per = {
         h["host_id"]: round((h["rx_bytes"] + h["origin_bytes"]) / SIZE, 3)
         for h in st.get("hosts", [])
     }
-    done = [v for h, v in per.items() if h not in KILLED]
+    done = [v for h, v in per.items() if h not in (*KILLED, CORRUPTER)]  # quarantined: 0
     return {"per_host": per, "mean_of_survivors": round(sum(done) / max(1, len(done)), 3)}
 
 
