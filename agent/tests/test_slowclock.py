@@ -3,8 +3,9 @@ slow clocks, demotions and held reference (real SQLite, real signed manifest).""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
+
+from agent_harness import job_spec
 
 from relgate_agent.contracts import JobSpec, ProgressReport
 from relgate_agent.coordinator.jobstate import JobState
@@ -36,13 +37,7 @@ def _job(c: Coordinator, checkpoint) -> tuple[JobState, str, dict[int, set[str]]
     for h, r in HOSTS.items():
         c.enroll(h, r, {"cluster": "inf-a"})
         c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
-    spec = JobSpec(
-        model="claude-x",
-        version="2026-10-12.3",
-        manifest_uri=str(checkpoint["envelope"]),
-        target_selector="cluster=inf-a",
-        stripes=4,
-    )
+    spec = JobSpec(**job_spec(checkpoint))
     job = c.create_job(spec)
     for h in job.topology.racks:
         c.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
@@ -54,27 +49,35 @@ def _job(c: Coordinator, checkpoint) -> tuple[JobState, str, dict[int, set[str]]
 
 
 def _rounds(
-    now: list[float], c: Callable[[], Coordinator], job_id: str, up: str, kids, ts, victims=False
+    now: list[float], c: Coordinator, job_id: str, up: str, kids, ts, mode: str = "slow"
 ) -> None:
-    """Report rounds at ``T0 + t``: ``up``'s downstreams slow behind it; with ``victims``
-    everyone but ``up`` crawls (the medians fall to the victims' rate)."""
+    """Report rounds at ``T0 + t``. ``slow``: ``up``'s downstreams slow behind it;
+    ``victims``: everyone but ``up`` crawls (the medians fall to the victims' rate);
+    ``fast``: nobody is slow."""
     for t in ts:
         now[0] = T0 + t
-        coord = c()
-        for h in coord.jobs[job_id].topology.racks:
-            if victims and h != up:
+        for h in c.jobs[job_id].topology.racks:
+            if mode == "victims" and h != up:
                 rates = (SLOW,) * 4
             else:
-                rates = tuple(SLOW if h in kids[s] else FAST for s in range(4))
-            coord.report_progress(job_id, h, ProgressReport(rx_bps=sum(rates), stripe_rx_bps=rates))
-        coord.tick()
+                rates = tuple(SLOW if mode != "fast" and h in kids[s] else FAST for s in range(4))
+            c.report_progress(job_id, h, ProgressReport(rx_bps=sum(rates), stripe_rx_bps=rates))
+        c.tick()
 
 
-def test_a_new_leader_demotes_on_the_old_leaders_clock(tmp_path: Path, checkpoint) -> None:
+def _slow_start(
+    tmp_path: Path, checkpoint, ts
+) -> tuple[list[float], Coordinator, JobState, str, dict]:
+    """A leader that has seen ``up`` slow at the rounds ``ts``."""
     now = [T0]
     first = _leader(tmp_path, checkpoint, now)
     job, up, kids = _job(first, checkpoint)
-    _rounds(now, lambda: first, job.job_id, up, kids, (0, 1, 2, 3, 4, 5, 6))
+    _rounds(now, first, job.job_id, up, kids, ts)
+    return now, first, job, up, kids
+
+
+def test_a_new_leader_demotes_on_the_old_leaders_clock(tmp_path: Path, checkpoint) -> None:
+    now, first, job, up, kids = _slow_start(tmp_path, checkpoint, (0, 1, 2, 3, 4, 5, 6))
     assert job.hosts[up].slow_since == T0 and not job.hosts[up].demoted
     reference = job.rate_reference
     first.store.close()  # the leader dies 6 s into the host's 10 s
@@ -86,9 +89,9 @@ def test_a_new_leader_demotes_on_the_old_leaders_clock(tmp_path: Path, checkpoin
         assert resumed.hosts[up].slow_since == T0  # the gap counts: the chains kept crawling
         assert resumed.rate_reference == reference  # written within the last 2 s
         # now its victims are most of the fleet: against their median it would look fast
-        _rounds(now, lambda: second, job.job_id, up, kids, (8, 9), victims=True)
+        _rounds(now, second, job.job_id, up, kids, (8, 9), mode="victims")
         assert not resumed.hosts[up].demoted  # 9 s of slowness
-        _rounds(now, lambda: second, job.job_id, up, kids, (10.5,), victims=True)
+        _rounds(now, second, job.job_id, up, kids, (10.5,), mode="victims")
         assert resumed.hosts[up].demoted
         assert all(not ch.children(up) for ch in resumed.topology.stripes)
     finally:
@@ -103,10 +106,7 @@ def test_a_new_leader_demotes_on_the_old_leaders_clock(tmp_path: Path, checkpoin
 
 
 def test_a_long_gap_credits_at_most_the_demotion_window(tmp_path: Path, checkpoint) -> None:
-    now = [T0]
-    first = _leader(tmp_path, checkpoint, now)
-    job, up, kids = _job(first, checkpoint)
-    _rounds(now, lambda: first, job.job_id, up, kids, (0, 1, 2))
+    now, first, job, up, _ = _slow_start(tmp_path, checkpoint, (0, 1, 2))
     first.store.close()
     now[0] = T0 + 3600.0  # nobody led for an hour
     second = _leader(tmp_path, checkpoint, now)
@@ -118,20 +118,10 @@ def test_a_long_gap_credits_at_most_the_demotion_window(tmp_path: Path, checkpoi
 
 
 def test_recovery_clears_the_stored_clock(tmp_path: Path, checkpoint) -> None:
-    now = [T0]
-    first = _leader(tmp_path, checkpoint, now)
-    job, up, kids = _job(first, checkpoint)
-    _rounds(now, lambda: first, job.job_id, up, kids, (0, 1))
+    now, first, job, up, kids = _slow_start(tmp_path, checkpoint, (0, 1))
     assert set(first.store.slowness(job.job_id)) == {up}
     # fast again for longer than the grace: the clock stops, in memory and in the store
-    for t in (2, 3, 4, 5, 6):
-        now[0] = T0 + t
-        for h in job.topology.racks:
-            rates = (FAST,) * 4
-            first.report_progress(
-                job.job_id, h, ProgressReport(rx_bps=4 * FAST, stripe_rx_bps=rates)
-            )
-        first.tick()
+    _rounds(now, first, job.job_id, up, kids, (2, 3, 4, 5, 6), mode="fast")
     try:
         assert job.hosts[up].slow_since is None
         assert first.store.slowness(job.job_id) == {}
