@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from agent_harness import job_spec
 
 from relgate_agent.contracts import JobSpec, ProgressReport
+from relgate_agent.coordinator import slowclock
 from relgate_agent.coordinator.jobstate import JobState
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.manifest import TrustedKeys
@@ -17,9 +19,12 @@ FAST, SLOW = 12_000_000, 2_000_000
 T0 = 1000.0
 
 
-def _leader(tmp_path: Path, checkpoint, now: list[float]) -> Coordinator:
-    """A coordinator whose clock and wall clock are the test's ``now[0]`` (a takeover a
-    minute later is a turn of the same dial)."""
+WALL = 1_764_000_000.25  # the wall clock at the dial's zero (a fraction of a second in it)
+
+
+def _leader(tmp_path: Path, checkpoint, now: list[float], origin: float = 0.0) -> Coordinator:
+    """A coordinator on the test's dial ``now[0]``: its own clock reads ``now[0] + origin``
+    (each replica's monotonic clock starts elsewhere), the wall clock ``now[0] + WALL``."""
     return Coordinator(
         CoordinatorConfig(
             db=str(tmp_path / "c.sqlite"),
@@ -27,8 +32,8 @@ def _leader(tmp_path: Path, checkpoint, now: list[float]) -> Coordinator:
             slow_after_s=10.0,
             slow_min_median_bps=1,
         ),
-        clock=lambda: now[0],
-        wall=lambda: now[0],
+        clock=lambda: now[0] + origin,
+        wall=lambda: now[0] + WALL,
     )
 
 
@@ -41,6 +46,8 @@ def _job(c: Coordinator, checkpoint) -> tuple[JobState, str, dict[int, set[str]]
     job = c.create_job(spec)
     for h in job.topology.racks:
         c.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
+    c.tick()  # a sweep before any rate: nothing to judge, no reference to write
+    assert c.store.rate_reference(job.job_id) is None
     idx = c._index(job)
     up = max(
         job.topology.racks, key=lambda h: len({k for s in range(4) for k in idx.downstreams(s, h)})
@@ -80,14 +87,18 @@ def test_a_new_leader_demotes_on_the_old_leaders_clock(tmp_path: Path, checkpoin
     now, first, job, up, kids = _slow_start(tmp_path, checkpoint, (0, 1, 2, 3, 4, 5, 6))
     assert job.hosts[up].slow_since == T0 and not job.hosts[up].demoted
     reference = job.rate_reference
+    # written every 2 s: at 0, 2, 4 and 6
+    assert first.store.rate_reference(job.job_id).at_ms == int((T0 + 6 + WALL) * 1000)
     first.store.close()  # the leader dies 6 s into the host's 10 s
 
     now[0] = T0 + 8.0  # the lease passes to a second replica 2 s later
-    second = _leader(tmp_path, checkpoint, now)
+    second = _leader(tmp_path, checkpoint, now, origin=-500.0)
     try:
         resumed = second.jobs[job.job_id]
-        assert resumed.hosts[up].slow_since == T0  # the gap counts: the chains kept crawling
-        assert resumed.rate_reference == reference  # written within the last 2 s
+        # on its own clock; the gap counts: the chains kept crawling
+        assert resumed.hosts[up].slow_since == pytest.approx(T0 - 500.0, abs=1e-3)
+        assert resumed.rate_reference == reference
+        assert resumed.rate_reference_at == pytest.approx(T0 + 6 - 500.0, abs=1e-3)
         # now its victims are most of the fleet: against their median it would look fast
         _rounds(now, second, job.job_id, up, kids, (8, 9), mode="victims")
         assert not resumed.hosts[up].demoted  # 9 s of slowness
@@ -100,6 +111,7 @@ def test_a_new_leader_demotes_on_the_old_leaders_clock(tmp_path: Path, checkpoin
     third = _leader(tmp_path, checkpoint, now)  # and the demotion itself is durable
     try:
         assert third.jobs[job.job_id].hosts[up].demoted
+        assert third.jobs[job.job_id].hosts[up].slow_since is None  # a leaf has no clock
         assert third.jobs[job.job_id].slow_hosts(0.5) >= {up}
     finally:
         third.store.close()
@@ -112,9 +124,37 @@ def test_a_long_gap_credits_at_most_the_demotion_window(tmp_path: Path, checkpoi
     second = _leader(tmp_path, checkpoint, now)
     try:
         hp = second.jobs[job.job_id].hosts[up]
-        assert hp.slow_since == now[0] - 10.0 and not hp.demoted  # not demoted unseen
+        assert hp.slow_since == pytest.approx(now[0] - 10.0, abs=1e-3) and not hp.demoted
     finally:
         second.store.close()
+
+
+def test_a_wall_clock_behind_the_writers_credits_nothing(tmp_path: Path, checkpoint) -> None:
+    now, first, job, up, _ = _slow_start(tmp_path, checkpoint, (0, 1, 2))
+    first.store.close()
+    now[0] = T0 - 30.0  # the new replica's wall clock is 32 s behind the old one's
+    second = _leader(tmp_path, checkpoint, now)
+    try:
+        resumed = second.jobs[job.job_id]
+        assert resumed.hosts[up].slow_since == pytest.approx(now[0], abs=1e-3)
+        assert resumed.rate_reference_at == pytest.approx(now[0], abs=1e-3)
+    finally:
+        second.store.close()
+
+
+def test_every_changed_host_is_written(tmp_path: Path, checkpoint) -> None:
+    now, first, job, up, _ = _slow_start(tmp_path, checkpoint, (0,))
+    try:
+        others = [h for h in job.hosts if h != up]
+        for h in others:  # demoted by an operator's hand, all at once
+            job.hosts[h].demoted = True
+        slowclock.save(first.store, job, now[0], now[0] + WALL)
+        stored = first.store.slowness(job.job_id)
+        assert set(stored) == {up, *others}
+        assert all(stored[h].demoted and stored[h].slow_since_ms == 0 for h in others)
+        assert stored[up].slow_since_ms == int((T0 + WALL) * 1000)
+    finally:
+        first.store.close()
 
 
 def test_recovery_clears_the_stored_clock(tmp_path: Path, checkpoint) -> None:

@@ -105,7 +105,7 @@ class HostProgress:
     slow_since: float | None = None
     fast_since: float | None = None  # when it stopped being slow (the grace's start)
     # what the store holds of its slowness (slowclock.save writes only on change)
-    slow_saved: tuple[bool, bool, frozenset[str]] | None = None
+    slow_saved: tuple[bool, frozenset[str]] | None = None
     demoted: bool = False
     holds_envelope: bool = False  # reported holding the job's verified manifest (a source)
     # downstream -> (first, last) time it reported this live host as not serving it

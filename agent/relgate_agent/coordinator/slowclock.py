@@ -27,14 +27,18 @@ def slow_record(hp: HostProgress, now: float, wall: float) -> SlowRecord | None:
     demoted); ``now`` on the coordinator's clock, ``wall`` the wall clock at that moment."""
     if hp.slow_since is None and not hp.demoted:
         return None
-    since = 0 if hp.slow_since is None else max(1, int((wall - (now - hp.slow_since)) * 1000))
+    if hp.demoted or hp.slow_since is None:  # a leaf has no clock (the sweep that demotes
+        since = 0  # a host still holds its clock until the next one clears it)
+    else:
+        since = max(1, int((wall - (now - hp.slow_since)) * 1000))
     return SlowRecord(since, hp.demoted, hp.slow_with)
 
 
-def _key(rec: SlowRecord | None) -> tuple[bool, bool, frozenset[str]] | None:
-    """What a change is: the clock started or stopped, a demotion, new witnesses (the
-    instant itself moves with every clock conversion and is not one)."""
-    return None if rec is None else (rec.slow_since_ms > 0, rec.demoted, rec.slow_with)
+def _key(rec: SlowRecord | None) -> tuple[bool, frozenset[str]] | None:
+    """What a change is: the clock started or stopped (a record or none), a demotion (a
+    demoted host has no clock), new witnesses; the instant itself moves with every clock
+    conversion and is not one."""
+    return None if rec is None else (rec.demoted, rec.slow_with)
 
 
 def save(store: JobStore, job: JobState, now: float, wall: float) -> None:
@@ -62,7 +66,7 @@ def restore(store: JobStore, job: JobState, now: float, wall: float, slow_after_
         if hp is None:
             continue
         hp.demoted, hp.slow_with = rec.demoted, rec.slow_with
-        if rec.slow_since_ms > 0 and not rec.demoted:
+        if rec.slow_since_ms > 0:  # 0: a demoted leaf, no clock
             slow_for = min(max(wall - rec.slow_since_ms / 1000, 0.0), slow_after_s)
             hp.slow_since = now - slow_for
         hp.slow_saved = _key(slow_record(hp, now, wall))
