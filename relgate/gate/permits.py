@@ -140,13 +140,15 @@ def acquire(
     ``expected_generation`` when one is given; with ``root`` the digest is admitted as
     given (a root that was superseded on its alias but is still PUBLISHED is admissible).
     Either way the root must be PUBLISHED, admitted for this purpose, free of fence hits
-    against the current fences, and its stored envelope must re-verify.
+    against the current fences, its stored envelope must re-verify, and the release and its
+    snapshot must each carry a signed approval (:meth:`Gate.require_approved`).
     """
     fences, alias_row = _gate_state(conn, alias)
     root, generation = _admitted_root(alias_row, alias, root, expected_generation)
     row = _admissible_row(conn, alias or root, root, purpose)
     gate.check_watermarks(conn, "release", root, row, fences)
     gate.verify_row("release", row)
+    gate.require_approved(conn, "release", root)
     permit = Permit(
         permit_id="permit-" + uuid.uuid4().hex[:16],
         root_digest=root,

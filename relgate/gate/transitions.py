@@ -207,7 +207,7 @@ class Gate:
             )
         check_no_hits(conn, kind, digest)
         verify_envelope(conn, self.envelopes, kind, digest)
-        verify_signed_approval(conn, self.envelopes, kind, digest)
+        self.require_approved(conn, kind, digest)
         if held:
             return alias_change(alias, kind, generation, digest, fences, idempotent=True)
         move = AliasMove(
@@ -251,6 +251,7 @@ class Gate:
             raise stale_generation(alias, generation, expected, digest, None)
         self._check_rollback_target(conn, kind, alias, digest, active)
         verify_envelope(conn, self.envelopes, kind, digest)
+        self.require_approved(conn, kind, digest)
         move = AliasMove(
             alias=alias,
             kind=kind,
@@ -351,9 +352,22 @@ class Gate:
         """Re-open the signed approval that ``digest``'s APPROVED state claims."""
         verify_signed_approval(conn, self.envelopes, kind, digest)
 
+    def require_approved(self, conn: Connection, kind: str, digest: str) -> None:
+        """The one approval rule, called inside the gate transaction of every path that
+        relies on an approval (release build and approval, publication, rollback,
+        admission by alias or by root, the barrier, the reader): a signed approval by a
+        trusted approver key naming ``digest``; for a release, its snapshot's too.  A
+        catalog state of APPROVED (or ACTIVE, PUBLISHED) alone proves nothing: refused
+        with check ``approval``."""
+        if kind == "release":
+            snapshot = str(catalog_row(conn, "release", digest)["snapshot_digest"])
+            verify_signed_approval(conn, self.envelopes, "snapshot", snapshot)
+        verify_signed_approval(conn, self.envelopes, kind, digest)
+
     def check_root(self, conn: Connection, kind: str, digest: str) -> CatalogRow:
         """Admission of an exact root (runs, the barrier): zero hits against the current
-        fences, and the stored envelope re-verified.  Returns the catalog row.
+        fences, the stored envelope re-verified and the signed approvals re-opened
+        (:meth:`require_approved`).  Returns the catalog row.
 
         Recorded hits cover every root held when a fence advanced; a root nothing held
         then (retired, not retained) is checked against every fence entry recorded since
@@ -363,7 +377,9 @@ class Gate:
         row = catalog_row(conn, kind, digest)
         check_no_hits(conn, kind, digest)
         self.check_watermarks(conn, kind, digest, row, fences)
-        return self.verify_envelope(conn, kind, digest)
+        row = self.verify_envelope(conn, kind, digest)
+        self.require_approved(conn, kind, digest)
+        return row
 
     def check_watermarks(
         self, conn: Connection, kind: str, digest: str, row: CatalogRow, fences: Fences

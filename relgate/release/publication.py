@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from relgate.gate.aliases import AliasChange
 from relgate.gate.approvals import approve_signed
+from relgate.gate.envelopes import catalog_row
 from relgate.release.evolution import require_readable
 from relgate.workspace import Workspace
 
@@ -13,9 +14,13 @@ def approve_release(
 ) -> dict[str, str]:
     """VERIFIED -> APPROVED, bound to the root digest (never a directory) and a name.
 
-    Refused (check ``schema-compatibility``) when a declared reader cannot read the root.
+    Refused (check ``schema-compatibility``) when a declared reader cannot read the root,
+    and (check ``approval``) unless its snapshot carries a signed approval.
     An already approved or published root returns its existing approval (``existing``)."""
     require_readable(ws, root)
+    with ws.db.gate_tx() as conn:  # its snapshot's approval is re-opened, not its row read
+        snapshot = str(catalog_row(conn, "release", root)["snapshot_digest"])
+        ws.gate().require_approved(conn, "snapshot", snapshot)
     return approve_signed(ws, "release", root, approver=approver, comment=comment)
 
 

@@ -2,7 +2,8 @@
 
 Order of work (seed 000, "write to staging, then switch only the pointer"):
 
-1. the snapshot must be APPROVED or ACTIVE (approval gates releases); its signed manifest is opened;
+1. the snapshot must be APPROVED or ACTIVE and carry a signed approval (the gate's one approval
+   rule, re-opened in a gate transaction); its signed manifest is opened;
 2. every member's record is re-read from the pinned sources (selection re-run with
    content kept) and checked against the stored membership table: a member whose
    recomputed content digest, source version, source or split differs is refused, named
@@ -361,6 +362,8 @@ def _write(
     options.validate()
     row = get_snapshot(ws.db, snapshot_digest)
     _require_writable(str(row["state"]), snapshot_digest)
+    with ws.db.gate_tx() as conn:  # the state says approved; the signed approval must too
+        ws.gate().require_approved(conn, "snapshot", snapshot_digest)
     snap = sm.load(ws.store, ws.trusted_keys, snapshot_digest, row["envelope_version"])
     seed = options.sort_seed if options.sort_seed is not None else snapshot_digest
     function = sharding_function(options.shard_mb, options.records_per_shard)
