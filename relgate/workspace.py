@@ -10,6 +10,7 @@ PostgreSQL in production).  Nothing here is global: every command opens its own
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,12 +24,13 @@ from relgate.catalog.db import Database
 from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate.approvals import sign_approval
 from relgate.gate.envelopes import StoredEnvelopes
+from relgate.gate.events import GateOperation, Outcome, record
 from relgate.gate.members import CatalogMemberIndex
 from relgate.gate.permits import close_hit_permits
 from relgate.gate.transitions import Gate
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.integrity.signing import Role, SigningKey, TrustedKey, TrustedKeys, load_trusted
-from relgate.objects.cas import ContentStore
+from relgate.objects.cas import ContentStore, StorageFault
 from relgate.objects.local import LocalObjectStore
 from relgate.objects.versioned import ObjectStore
 from relgate.release.readers import ReaderSpec
@@ -36,6 +38,7 @@ from relgate.snapshot.membership import MembershipCache
 from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 CONFIG_NAME = "relgate.json"
+_log = logging.getLogger(__name__)
 #: ``sha256:`` plus at least 8 hex digits names a key by prefix.
 _MIN_KEYID_PREFIX = 15
 
@@ -344,7 +347,30 @@ class Workspace:
 
     @cached_property
     def cas(self) -> ContentStore:
-        return ContentStore(self.store)
+        return ContentStore(self.store, on_fault=self._record_storage_fault)
+
+    def _record_storage_fault(self, fault: StorageFault) -> None:
+        """A stored CAS version failed its digest and the builder wrote a new version of the
+        same content: recorded as a ``storage-repair`` gate event (and logged)."""
+        _log.warning(
+            "stored object %s@%s failed %s (expected %s, actual %s); repaired as version %s",
+            fault.key,
+            fault.version,
+            fault.check,
+            fault.expected,
+            fault.actual,
+            fault.repaired_version,
+        )
+        with self.db.tx() as conn:
+            record(
+                conn,
+                GateOperation.STORAGE_REPAIR,
+                Outcome.OK,
+                subject=f"{fault.key}@{fault.version} actual={fault.actual}"
+                f" repaired={fault.repaired_version}",
+                digest=fault.expected,
+                check=fault.check,
+            )
 
     @cached_property
     def signing_key(self) -> SigningKey:

@@ -30,6 +30,10 @@ class GateOperation(StrEnum):
     ADMIT = "admit"
     TOMBSTONE = "tombstone"
     BENCHMARK = "benchmark"
+    #: a stored CAS version failed its digest; a new version of the same content was written
+    STORAGE_REPAIR = "storage-repair"
+    #: a root was audited (read without a run; nothing reaches a training process)
+    AUDIT_READ = "audit-read"
 
 
 class Outcome(StrEnum):

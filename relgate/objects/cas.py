@@ -1,20 +1,73 @@
 """Content-addressed storage on top of a versioned object store.
 
 Keys are spelled by :func:`relgate.objects.layout.cas_key`; writes are conditional creates, so an existing key is
-never overwritten: a second writer of the same bytes gets the first writer's version,
-and a key whose stored bytes do not hash to its name is reported, never replaced.
+never overwritten: a second writer of the same bytes gets the first writer's version
+once its stored bytes hash to the key.  A stored version that does not (truncated,
+damaged, or larger than the content) is a *storage fault*: it is named (key, version,
+expected, actual) and repaired by writing a **new version** of the same content (the
+faulty version stays, for the record); the fault is handed to ``on_fault`` (the
+workspace records it as a ``storage-repair`` gate event) and the writer gets the new
+version, so a damaged object never blocks a later build of the same content.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from relgate.errors import IntegrityError, ObjectExistsError, UsageError
 from relgate.integrity.digests import require_digest, sha256_digest
 from relgate.objects.layout import CAS_PREFIX, CAS_URI_PREFIX, cas_key, cas_uri
-from relgate.objects.versioned import ObjectStore, ObjectVersion
+from relgate.objects.versioned import SIZE_MISMATCH, ObjectStore, ObjectVersion
 
-__all__ = ["CAS_PREFIX", "ContentRef", "ContentStore", "digest_of_uri", "key_for"]
+__all__ = [
+    "CAS_PREFIX",
+    "STORAGE_DIGEST",
+    "ContentRef",
+    "ContentStore",
+    "StorageFault",
+    "digest_fault",
+    "digest_of_uri",
+    "key_for",
+]
+
+#: The check a stored version whose bytes do not hash to its content address fails.
+STORAGE_DIGEST = "storage-digest"
+
+
+@dataclass(frozen=True)
+class StorageFault:
+    """A stored CAS version that failed its digest (or its size), and its repair."""
+
+    key: str
+    version: str
+    expected: str
+    actual: str
+    check: str
+    repaired_version: str
+
+
+def digest_fault(
+    key: str, version_id: str, expected: str, actual: str, size: int
+) -> IntegrityError:
+    """A stored version whose bytes do not hash to the digest that names it."""
+    return IntegrityError(
+        "stored bytes do not match their content address",
+        object=f"{key}@{version_id}",
+        check=STORAGE_DIGEST,
+        digest=expected,
+        details={
+            "key": key,
+            "version": version_id,
+            "expected": expected,
+            "actual": actual,
+            "size": size,
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -46,8 +99,11 @@ def digest_of_uri(uri: str) -> str:
 
 
 class ContentStore:
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(
+        self, store: ObjectStore, *, on_fault: Callable[[StorageFault], None] | None = None
+    ) -> None:
         self.store = store
+        self.on_fault = on_fault
 
     def put(self, data: bytes) -> ContentRef:
         digest = sha256_digest(data)
@@ -57,22 +113,76 @@ class ContentStore:
         except ObjectExistsError:
             current = self.store.head(key)
             # Same name means same bytes only if they hash the same: check, never trust.
-            self.get(digest, current.version_id)
-            version = current
+            try:
+                self.get(digest, current.version_id, size=len(data))
+                version = current
+            except IntegrityError as exc:
+                if exc.check not in (STORAGE_DIGEST, SIZE_MISMATCH):
+                    raise
+                version = self._repair(key, data, current.version_id, exc)
         return ContentRef(digest=digest, version_id=version.version_id, size=len(data))
 
-    def get(self, digest: str, version_id: str) -> bytes:
-        data = self.store.get(key_for(digest), version_id)
+    def _repair(self, key: str, data: bytes, faulty: str, exc: IntegrityError) -> ObjectVersion:
+        """A new version of the same content over a stored version that failed its digest;
+        the fault is recorded, the faulty version is left as it is."""
+        version = self.store.put(key, data)
+        actual = exc.details.get("actual")
+        fault = StorageFault(
+            key=key,
+            version=faulty,
+            expected=sha256_digest(data),
+            actual=str(actual) if exc.check == STORAGE_DIGEST else f"size:{actual}",
+            check=str(exc.check),
+            repaired_version=version.version_id,
+        )
+        if self.on_fault is not None:
+            self.on_fault(fault)
+        return version
+
+    def get(self, digest: str, version_id: str, *, size: int | None = None) -> bytes:
+        """The exact stored version, hashed; with ``size`` (what a signed document
+        records) a larger object is refused (``size-mismatch``) before it is read."""
+        key = key_for(digest)
+        data = self.store.get(key, version_id, max_size=size)
         actual = sha256_digest(data)
         if actual != digest:
-            raise IntegrityError(
-                "stored bytes do not match their content address",
-                object=f"{key_for(digest)}@{version_id}",
-                check="storage-digest",
-                digest=digest,
-                details={"actual": actual, "size": len(data)},
-            )
+            raise digest_fault(key, version_id, digest, actual, len(data))
         return data
+
+    def fetch_to(
+        self, digest: str, version_id: str, target: Path, *, size: int | None = None
+    ) -> None:
+        """Copy the exact stored version to ``target`` (atomically), hashing it on the way:
+        a version that does not hash to ``digest`` is refused (nothing is left at
+        ``target``); with ``size`` a larger one is refused before it is read."""
+        key = key_for(digest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                hashed = _HashingWriter(fh)
+                self.store.read_into(key, version_id, hashed, max_size=size)
+            actual = "sha256:" + hashed.sha.hexdigest()
+            if actual != digest:
+                raise digest_fault(key, version_id, digest, actual, hashed.size)
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
     def head(self, digest: str, version_id: str) -> ObjectVersion:
         return self.store.head(key_for(digest), version_id)
+
+
+class _HashingWriter:
+    """A file-like sink that hashes what passes through it."""
+
+    def __init__(self, fh: object) -> None:
+        self._fh = fh
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, chunk: bytes) -> int:
+        self.sha.update(chunk)
+        self.size += len(chunk)
+        return self._fh.write(chunk)  # type: ignore[attr-defined,no-any-return]

@@ -30,7 +30,7 @@ from relgate.errors import (
     RelgateError,
     UsageError,
 )
-from relgate.objects.versioned import ObjectStore, ObjectVersion
+from relgate.objects.versioned import ObjectStore, ObjectVersion, size_refusal
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
@@ -263,11 +263,22 @@ class S3ObjectStore(ObjectStore):
             self.client.delete_object(Bucket=self.bucket, Key=s3_key, VersionId=version_id)
 
     # -- reads ---------------------------------------------------------------------------
-    def get(self, key: str, version_id: str) -> bytes:
+    def get(self, key: str, version_id: str, *, max_size: int | None = None) -> bytes:
         s3_key = self._s3_key(key)
         with self._s3_errors(key, version_id):
             response = self.client.get_object(Bucket=self.bucket, Key=s3_key, VersionId=version_id)
-            return response["Body"].read()
+            body = response["Body"]
+            if max_size is None:
+                return body.read()
+            length = int(response.get("ContentLength", 0))
+            if length > max_size:  # refused from the response headers, body left unread
+                body.close()
+                raise size_refusal(key, version_id, max_size, length)
+            data = body.read(max_size + 1)
+            body.close()
+        if len(data) > max_size:
+            raise size_refusal(key, version_id, max_size, len(data))
+        return data
 
     def get_range(self, key: str, version_id: str, start: int, length: int) -> bytes:
         if start < 0 or length < 0:

@@ -10,6 +10,29 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
+
+from relgate.errors import IntegrityError
+
+#: The check a read refuses under when the stored version is larger than the size its
+#: signed document records (never read past that size + 1 byte, never parsed).
+SIZE_MISMATCH = "size-mismatch"
+
+
+def size_refusal(key: str, version_id: str, expected: int, actual: int) -> IntegrityError:
+    """A stored version larger than the size its signed document records."""
+    return IntegrityError(
+        "stored object is larger than the size its signed document records; not read",
+        object=f"{key}@{version_id}",
+        check=SIZE_MISMATCH,
+        details={"key": key, "version": version_id, "expected": expected, "actual": actual},
+    )
+
+
+class Writable(Protocol):
+    """Where :meth:`ObjectStore.read_into` streams bytes."""
+
+    def write(self, chunk: bytes, /) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -35,8 +58,20 @@ class ObjectStore(abc.ABC):
         """Conditional create: raise ObjectExistsError if ``key`` has a live current version."""
 
     @abc.abstractmethod
-    def get(self, key: str, version_id: str) -> bytes:
-        """Read an exact version; NotFoundError if that version does not exist."""
+    def get(self, key: str, version_id: str, *, max_size: int | None = None) -> bytes:
+        """Read an exact version; NotFoundError if that version does not exist.
+
+        With ``max_size`` (the size a signed document records) a larger version is refused
+        (:func:`size_refusal`, check ``size-mismatch``) and no more than ``max_size + 1``
+        bytes are ever read."""
+
+    def read_into(
+        self, key: str, version_id: str, sink: Writable, *, max_size: int | None = None
+    ) -> int:
+        """Stream an exact version into ``sink`` (bounded like :meth:`get`); its size."""
+        data = self.get(key, version_id, max_size=max_size)
+        sink.write(data)
+        return len(data)
 
     @abc.abstractmethod
     def get_range(self, key: str, version_id: str, start: int, length: int) -> bytes:

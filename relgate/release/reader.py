@@ -320,7 +320,7 @@ class ShardReader:
         """Exact version -> storage digest -> decrypt (if encrypted) -> decode -> logical digest."""
         d = self._by_id[shard_id]
         digest = d.storage_digest
-        data = self.ws.store.get(d.object_key, d.object_version)
+        data = self.ws.store.get(d.object_key, d.object_version, max_size=d.size)
         if len(data) != d.size or sha256_digest(data) != digest:
             raise IntegrityError(
                 "shard bytes do not match their descriptor",

@@ -64,14 +64,14 @@ def fetch_shard(
         cached = Path(cache_dir) / (want.removeprefix("sha256:") + ".shard")
         status = "miss"
         if cached.exists():
-            data = cached.read_bytes()
+            data = cached.read_bytes() if cached.stat().st_size == d.size else b""
             if len(data) == d.size and sha256_of(data) == want:
                 return data, "hit"
             status = "rejected"
             cached.unlink(missing_ok=True)
             current().cache_corrupted(root)
     key = d.object_key
-    data = store.get(key, d.object_version)
+    data = store.get(key, d.object_version, max_size=d.size)  # size-mismatch past d.size
     actual = sha256_of(data)
     if actual != want or len(data) != d.size:
         raise IntegrityError(

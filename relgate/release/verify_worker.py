@@ -18,15 +18,14 @@ from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from relgate.errors import NotFoundError, RejectedError, RelgateError
+from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError
 from relgate.integrity.contract import JsonObject, JsonValue
-from relgate.objects.versioned import ObjectStore
+from relgate.objects.versioned import SIZE_MISMATCH, ObjectStore
 from relgate.progress import track
 from relgate.records.record_schema import RecordSchema
 from relgate.release import crypto
@@ -133,10 +132,19 @@ def _read_exact(task: ShardTask, result: ShardResult) -> bytes | None:
     key = d.object_key
     store: ObjectStore = build_object_store(task.store_config)
     try:
-        local = getattr(store, "local_path", None)
-        if local is not None:
-            return Path(local(key, d.object_version)).read_bytes()
-        return store.get(key, d.object_version)
+        # Bounded by the size the signed descriptor records: a larger object is refused
+        # from its stat (or response headers) before a byte of it is read or parsed.
+        return store.get(key, d.object_version, max_size=d.size)
+    except IntegrityError as exc:
+        if exc.check != SIZE_MISMATCH:
+            raise  # the store saw bytes that do not match what it stored: not an outage
+        result.fail(
+            Check.SIZE_MISMATCH,
+            "stored object is larger than the descriptor's size; not read",
+            actual=int(exc.details.get("actual", 0)),
+            key=key,
+        )
+        return None
     except NotFoundError:
         result.fail(Check.OBJECT_UNAVAILABLE, "pinned object version is not in the store", key=key)
         return None

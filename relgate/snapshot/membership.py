@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import shutil
-import tempfile
+import stat
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -25,7 +26,6 @@ from relgate.integrity.digests import hex_of
 from relgate.integrity.hashing import length_prefixed, sha256_fields
 from relgate.integrity.merkle import MerkleAccumulator, root_from_packed_leaves
 from relgate.objects.cas import ContentRef, ContentStore
-from relgate.objects.layout import membership_key
 from relgate.records.values import constant_column
 
 MEMBERSHIP_SCHEMA = pa.schema(
@@ -38,6 +38,7 @@ MEMBERSHIP_SCHEMA = pa.schema(
     ]
 )
 COLUMNS = MEMBERSHIP_SCHEMA.names
+_log = logging.getLogger(__name__)
 
 
 #: Rows per parquet row group of a membership table (part of its byte format).
@@ -172,46 +173,62 @@ class Tally:
 
 @dataclass
 class MembershipCache:
-    """Local, digest-verified copies of membership tables for polars to scan."""
+    """Local copies of membership tables for polars to scan: only a cache.
+
+    A cached copy is re-hashed against its digest whenever it is read (a copy already
+    verified in this process is recognised by its inode, size and times); one that does
+    not match is discarded and rebuilt from the exact stored version, and that is never
+    a finding against the snapshot.  ``path(ref, from_store=True)`` (what validation and
+    reuse call) always re-reads and hashes the stored version itself: a stored object
+    that fails its digest is refused (``storage-digest``, naming key, version, expected
+    and actual), whatever the cache holds.
+    """
 
     cas: ContentStore
     cache_dir: Path
+    _verified: dict[Path, tuple[int, int, int, int]] = field(default_factory=dict, repr=False)
 
-    def path(self, digest: str, version_id: str) -> Path:
-        target = self.cache_dir / hex_of(digest)
-        if target.exists():
+    def path(self, ref: ContentRef, *, from_store: bool = False) -> Path:
+        target = self.cache_dir / hex_of(ref.digest)
+        if not from_store and self._cached(target, ref.digest):
             return target
-        store = self.cas.store
-        local = getattr(store, "local_path", None)
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".part-")
-        os.close(fd)
-        try:
-            if local is not None:
-                shutil.copyfile(local(membership_key(digest), version_id), tmp)
-            else:
-                Path(tmp).write_bytes(store.get(membership_key(digest), version_id))
-            actual = _file_digest(Path(tmp))
-            if actual != digest:
-                raise IntegrityError(
-                    "membership table bytes do not match their digest",
-                    object=f"{membership_key(digest)}@{version_id}",
-                    check="storage-digest",
-                    digest=digest,
-                    details={"actual": actual},
-                )
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        self._verified.pop(target, None)
+        # Bounded by the size the signed manifest records (0: a catalog row's ref, unsized).
+        self.cas.fetch_to(ref.digest, ref.version_id, target, size=ref.size or None)
+        self._remember(target)
         return target
 
+    def _remember(self, target: Path) -> None:
+        st = os.stat(target, follow_symlinks=False)
+        self._verified[target] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def _cached(self, target: Path, digest: str) -> bool:
+        """Whether the cached copy is there and hashes to ``digest`` (a cache fault is
+        discarded here, to be rebuilt: never reported against the snapshot)."""
+        try:
+            st = os.stat(target, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if self._verified.get(target) == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+            return True
+        if stat.S_ISREG(st.st_mode) and _file_digest(target) == digest:
+            self._remember(target)
+            return True
+        _log.warning(
+            "membership cache %s does not hash to %s; rebuilt from the store", target, digest
+        )
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+        return False
+
     def scan(self, ref: ContentRef) -> pl.LazyFrame:
-        return pl.scan_parquet(self.path(ref.digest, ref.version_id))
+        return pl.scan_parquet(self.path(ref))
 
     def frames(self, ref: ContentRef, rows: int = 65_536) -> Iterator[pl.DataFrame]:
         """The table's membership columns in chunks of ``rows``, in stored order."""
-        path = self.path(ref.digest, ref.version_id)
+        path = self.path(ref)
         try:
             for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=COLUMNS):
                 frame = pl.from_arrow(batch)
@@ -221,7 +238,7 @@ class MembershipCache:
             raise _undecodable(ref, exc) from None
 
     def read(self, ref: ContentRef) -> pl.DataFrame:
-        path = self.path(ref.digest, ref.version_id)
+        path = self.path(ref)
         try:
             return pl.read_parquet(path)
         except _DECODE_ERRORS as exc:  # a parquet that hashes right but does not decode

@@ -10,15 +10,19 @@ no-op that reports that digest; any difference builds a new snapshot.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, fields
 from typing import Any
 
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.errors import IntegrityError
 from relgate.records.record_schema import RecordSchema
 from relgate.snapshot import manifest as mf
 from relgate.sources.source import SourceEntry
 from relgate.transforms.spec import TransformSpec
 from relgate.workspace import Workspace
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,9 +52,17 @@ class BuildInputs:
 
 def built_from(ws: Workspace, digest: str, inputs: BuildInputs) -> mf.SnapshotManifest | None:
     """The manifest of snapshot ``digest`` (opened and verified) if it was built from
-    exactly ``inputs`` and is ACTIVE; None otherwise."""
+    exactly ``inputs``, is ACTIVE and its stored membership table still hashes to its
+    digest; None otherwise."""
     row = get_snapshot(ws.db, digest)
     if row["state"] != "ACTIVE":
         return None
     manifest = mf.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
-    return manifest if BuildInputs.of_manifest(manifest) == inputs else None
+    if BuildInputs.of_manifest(manifest) != inputs:
+        return None
+    try:  # reused content is re-hashed from the exact stored version it names
+        ws.membership.path(manifest.members_ref, from_store=True)
+    except IntegrityError as exc:
+        _log.warning("not reusing snapshot %s: %s", digest, exc)
+        return None  # rebuilt; the builder writes a new version of the same content
+    return manifest

@@ -1,7 +1,8 @@
 """Validate a snapshot by recomputing everything from its pinned sources.
 
 Nothing the builder computed is trusted: the envelope's signature and digest are checked,
-the membership table is re-read from its content address, selection is re-run from the
+the membership table is re-read from the exact stored version and re-hashed (the local
+cache is never trusted: a damaged copy is rebuilt and is no finding), selection is re-run from the
 pinned source versions, and the two multisets are diffed in full.  The report counts each
 check; the snapshot moves to VALIDATED only when every count that must be zero is zero
 (among them :data:`ORPHAN_IDS` and :data:`UNEXPLAINED_ROWS`).  A late CDC event sends it
@@ -503,6 +504,9 @@ def _check_stored(ws: Workspace, manifest: mf.SnapshotManifest, found: _Findings
     every pass streams (the stored table is sorted out of core if it is not sorted)."""
     checks = found.checks
     ref = manifest.members_ref
+    # The exact stored version, re-read and hashed now (never the local cache's word): a
+    # stored object that fails its digest is a finding; a damaged cache is only rebuilt.
+    ws.membership.path(ref, from_store=True)
     found.sections["buildLatency"] = build_latency(manifest)
     index = LineageIndex(ws.cas, manifest.sources)
     scan = _StoredScan(manifest, _fenced(ws, manifest), index)
@@ -577,7 +581,9 @@ def validate_snapshot(ws: Workspace, digest: str, *, actor: str) -> ValidationRe
         manifest = mf.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
         _check_stored(ws, manifest, found)
     except RelgateError as exc:
-        found.problems.append(str(exc))
+        # a stored object failing its digest is named with what was expected and found
+        named = [f"{k}={exc.details[k]}" for k in ("expected", "actual") if k in exc.details]
+        found.problems.append(" ".join([str(exc), *named]))
         found.checks[f"fatal:{exc.check or exc.code}"] = 1
     failing = {k: v for k, v in found.checks.items() if v}
     report = ValidationReport.model_validate(

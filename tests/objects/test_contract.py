@@ -12,7 +12,7 @@ from support.stores import race_creates, spec_of
 
 from relgate.errors import IntegrityError, NotFoundError, ObjectExistsError
 from relgate.integrity.digests import sha256_digest
-from relgate.objects.cas import ContentStore, key_for
+from relgate.objects.cas import ContentStore, StorageFault, key_for
 from relgate.objects.local import LocalObjectStore
 from relgate.objects.versioned import ObjectStore
 
@@ -273,27 +273,76 @@ def test_content_store_put_is_idempotent(object_store: ObjectStore) -> None:
     assert _versions(object_store, first.key) == [first.version_id]
 
 
-def test_content_store_detects_bytes_that_do_not_match_their_address(
+def test_content_store_repairs_bytes_that_do_not_match_their_address(
     object_store: ObjectStore,
 ) -> None:
+    """A stored version failing its digest is named and repaired by a new version of the
+    same content (the fault recorded, the faulty version left), never blocking the put."""
     wanted = b"the real content"
     digest = sha256_digest(wanted)
     # Someone wrote other bytes under the content address with a raw put.
     planted = object_store.put(key_for(digest), b"impostor")
 
-    cas = ContentStore(object_store)
+    faults: list[StorageFault] = []
+    cas = ContentStore(object_store, on_fault=faults.append)
     with pytest.raises(IntegrityError) as info:
-        cas.put(wanted)
+        cas.get(digest, planted.version_id)
     err = info.value
     assert err.object == f"{key_for(digest)}@{planted.version_id}"
-    assert err.check == "storage-digest"
-    assert err.digest == digest
-    assert err.details["actual"] == sha256_digest(b"impostor")
-    assert err.exit_code == 3
-    # Reported, never replaced.
-    assert _versions(object_store, key_for(digest)) == [planted.version_id]
-    with pytest.raises(IntegrityError):
-        cas.get(digest, planted.version_id)
+    assert (err.check, err.digest, err.exit_code) == ("storage-digest", digest, 3)
+    assert err.details == {
+        "key": key_for(digest),
+        "version": planted.version_id,
+        "expected": digest,
+        "actual": sha256_digest(b"impostor"),
+        "size": len(b"impostor"),
+    }
+    ref = cas.put(wanted)
+    assert ref.version_id != planted.version_id
+    assert cas.get(digest, ref.version_id) == wanted
+    assert faults == [
+        StorageFault(
+            key=key_for(digest),
+            version=planted.version_id,
+            expected=digest,
+            actual=sha256_digest(b"impostor"),
+            check="storage-digest",
+            repaired_version=ref.version_id,
+        )
+    ]
+    assert _versions(object_store, key_for(digest)) == [planted.version_id, ref.version_id]
+    assert cas.put(wanted) == ref  # the repaired version is reused from then on
+    assert len(faults) == 1
+
+
+def test_content_store_repairs_a_stored_version_larger_than_its_content(
+    object_store: ObjectStore,
+) -> None:
+    wanted = b"short"
+    digest = sha256_digest(wanted)
+    planted = object_store.put(key_for(digest), wanted + b"x" * 1000)
+    faults: list[StorageFault] = []
+    ref = ContentStore(object_store, on_fault=faults.append).put(wanted)
+    assert [(f.version, f.check, f.actual) for f in faults] == [
+        (planted.version_id, "size-mismatch", f"size:{len(wanted) + 1000}")
+    ]
+    assert object_store.get(key_for(digest), ref.version_id) == wanted
+
+
+def test_a_bounded_read_refuses_a_larger_object_before_reading_it(
+    object_store: ObjectStore,
+) -> None:
+    version = object_store.put("big", b"y" * 100)
+    assert object_store.get("big", version.version_id, max_size=100) == b"y" * 100
+    with pytest.raises(IntegrityError) as info:
+        object_store.get("big", version.version_id, max_size=99)
+    err = info.value
+    assert (err.check, err.object, err.exit_code) == (
+        "size-mismatch",
+        f"big@{version.version_id}",
+        3,
+    )
+    assert (err.details["expected"], err.details["actual"]) == (99, 100)
 
 
 # -- property: odd keys on the local store -------------------------------------------------
