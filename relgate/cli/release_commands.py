@@ -281,6 +281,45 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
     return out
 
 
+@command(release, "audit")
+@click.argument("root")
+@click.option("--reason", required=True, help="Why this root is looked at (recorded).")
+@click.option("--shard", "shards", multiple=True, help="Audit only this shard id (repeatable).")
+@click.option("--key", "keys", multiple=True, help="Decryption key ring entry VERSION=PATH.")
+@pass_ctx
+def release_audit(
+    ctx: Ctx, root: str, reason: str, shards: tuple[str, ...], keys: tuple[str, ...]
+) -> CommandOutput:
+    """Audit a root without a run (any state, INVALID or revoked included): each shard is
+    checked from its exact version as the reader checks it and counted; no record is
+    printed or handed to training. Recorded as an audit-read gate event; a failing shard
+    exits 3 naming its check."""
+    from relgate.catalog.release_table import resolve_release
+    from relgate.release.crypto import key_ring
+    from relgate.release.reader import audit_root
+
+    ws = ctx.ws()
+    digest = resolve_release(ws.db, root)
+    found = audit_root(
+        ws,
+        digest,
+        actor=actor(),
+        reason=reason,
+        shards=list(shards) or None,
+        keys=key_ring(keys),
+    )
+    failing = [s for s in found.shards if not s.ok]
+    if not failing:
+        return found
+    return CommandResult.rejected(
+        found,
+        check=str(failing[0].check),
+        message=f"{len(failing)} of {len(found.shards)} shards failed the audit",
+        subject=failing[0].id,
+        digest=digest,
+    )
+
+
 @command(release, "provenance")
 @click.argument("root")
 @pass_ctx

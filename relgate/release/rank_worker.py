@@ -17,7 +17,7 @@ from relgate.release import metrics as release_metrics
 from relgate.release import root as rm
 from relgate.release.assignment import assignment
 from relgate.release.barrier import barrier_state, start_step0
-from relgate.release.reader import ReaderLease
+from relgate.release.reader import ReaderLease, admit_read
 from relgate.release.run_end import fail_run
 from relgate.release.run_rows import get_run, refuse_ended
 from relgate.release.verify_worker import ShardTask, verify_shard
@@ -158,12 +158,15 @@ def run_worker(  # noqa: PLR0913 - the public keyword API (CLI and tests call it
 ) -> WorkerResult:
     """Verify this rank's shards, report, and wait for every rank to agree on the root.
 
-    The rank holds a reader lease on the root from before it reads a byte until it
-    returns (or, with ``lease``, for as long as the caller keeps that lease open).
+    The rank reads only under its run's admission (:func:`admit_read`: the run live, its
+    permit open on the root, the root PUBLISHED, approved and unrevoked) and holds a
+    reader lease on the root from before it reads a byte until it returns (or, with
+    ``lease``, for as long as the caller keeps that lease open).
     """
     run = get_run(ws.db, run_id)
     refuse_ended(run)
     root = str(run["root_digest"])
+    admit_read(ws, root, run=run_id)  # the run's permit open on its root, nothing less
     own = lease is None
     held = lease or ReaderLease(ws, root, holder=f"{run_id}/rank-{rank}", ttl_seconds=lease_ttl)
     me = _Rank(ws, run_id, root, int(run["assignment_epoch"]), rank, held)

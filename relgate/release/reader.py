@@ -1,6 +1,16 @@
 """The reader training code uses: verified records of an assignment, in a deterministic
 order for a seed, with an input position that resumes exactly.
 
+Reading needs admission (:func:`admit_read`, check ``reader-admission``): a root is opened
+only for an admitted run whose permit is open on that root (``run=``), or for a
+checkpoint pin holding a saved input position of that root (``pin=``, resume).  Either
+way the root must be PUBLISHED, free of fence hits, its envelope must re-verify and the
+release and its snapshot must carry signed approvals (the gate's one approval rule), all
+decided in one admission transaction; before every record the reader checks again that
+the permit (or pin) is still open on the root.  Looking at a root without a run is
+:func:`audit_root`: a separate, recorded entry point that verifies shards and returns
+counts, never records.
+
 Shards are read from their exact object versions and checked against the root manifest's
 descriptor (size and storage digest) before a single record is decoded.  The order is a
 pure function of (seed, pass, shard id, sampleId), so the same position always names the
@@ -19,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import threading
 import time
 import weakref
@@ -29,16 +40,21 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from sqlalchemy import Connection
 
 from relgate.catalog.db import one
 from relgate.catalog.release_table import get_release
-from relgate.errors import IntegrityError, RejectedError, RelgateError, UsageError
+from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
+from relgate.gate.envelopes import catalog_row
+from relgate.gate.events import GateOperation, Outcome, record
+from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.pins import acquire_lease, release_lease, renew_lease
 from relgate.lifecycle.retention import format_time, now_utc
 from relgate.objects.cas import ContentRef
 from relgate.release import crypto
 from relgate.release import root as rm
+from relgate.release.run_rows import refuse_ended
 from relgate.workspace import Workspace
 from relgate_agent.retry import Backoff, retry_call
 
@@ -210,6 +226,152 @@ def _key(*parts: object) -> bytes:
     return hashlib.sha256("\x00".join(str(p) for p in parts).encode()).digest()
 
 
+def load_verified_shard(
+    ws: Workspace, manifest: rm.ReleaseManifest, d: rm.ShardDescriptor, keys: Mapping[str, bytes]
+) -> pa.Table:
+    """One shard from its exact version, bounded by its recorded size (``size-mismatch``
+    past it, before a byte is parsed), its storage digest, decrypted when encrypted,
+    decoded and checked against its logical digest."""
+    shard_id, digest = d.id, d.storage_digest
+    data = ws.store.get(d.object_key, d.object_version, max_size=d.size)
+    if len(data) != d.size or sha256_digest(data) != digest:
+        raise IntegrityError(
+            "shard bytes do not match their descriptor",
+            object=shard_id,
+            check="storage-digest",
+            digest=digest,
+        )
+    if d.encrypted:
+        key_version = str(manifest.key_version)
+        key = keys.get(key_version)
+        if key is None:
+            raise RejectedError(
+                "no key for this shard's key version",
+                object=shard_id,
+                check="key-version",
+                digest=digest,
+                details={"keyVersion": key_version},
+            )
+        aad = crypto.shard_aad(
+            snapshot=manifest.snapshot,
+            shard=shard_id,
+            logical_digest=d.logical_digest,
+            record_schema=str(manifest.body["recordSchema"]),
+            key_version=key_version,
+        )
+        data = crypto.decrypt_shard(
+            data, key, aad, key_version=key_version, shard=shard_id, digest=digest
+        )
+    table = pq.read_table(pa.BufferReader(data))
+    if manifest.shard_format().logical_digest(table) != d.logical_digest:
+        raise IntegrityError(
+            "decoded records differ from the descriptor's logical digest",
+            object=shard_id,
+            check="logical-digest",
+            digest=d.logical_digest,
+        )
+    return table
+
+
+#: The check a read for training without (or past) its admission is refused under.
+READ_ADMISSION = "reader-admission"
+#: The one state a root is read for training in.
+READABLE_STATE = "PUBLISHED"
+
+
+@dataclass(frozen=True)
+class ReadAdmission:
+    """What :func:`admit_read` decided: the root, and the open permit (of a run) or the
+    held checkpoint pin (with its saved position) that the reader re-checks per record."""
+
+    root: str
+    run_id: str | None = None
+    permit_id: str | None = None
+    pin_id: str | None = None
+    position: InputPosition | None = None
+
+
+def _refused(message: str, root: str, *, obj: str, **details: object) -> RejectedError:
+    return RejectedError(
+        message, object=obj, check=READ_ADMISSION, digest=root, details=dict(details) or None
+    )
+
+
+def _run_permit(conn: Connection, run_id: str, root: str) -> str:
+    """The open permit of a live run admitted on exactly ``root``."""
+    run = one(conn, "SELECT * FROM runs WHERE run_id = :r", {"r": run_id})
+    if run is None:
+        raise NotFoundError("unknown run", object=run_id, check="exists", digest=root)
+    if run["root_digest"] != root:
+        raise _refused(
+            "the run was admitted on another root", root, obj=run_id, runRoot=run["root_digest"]
+        )
+    refuse_ended(run)
+    permit = one(
+        conn,
+        "SELECT state, root_digest, closed_reason FROM permits WHERE permit_id = :p",
+        {"p": run["permit_id"]},
+    )
+    if permit is None or permit["state"] != "OPEN" or permit["root_digest"] != root:
+        raise RejectedError(
+            f"permit closed: {permit['closed_reason'] if permit else 'missing'}",
+            object=run_id,
+            check="permit-closed",
+            digest=root,
+        )
+    return str(run["permit_id"])
+
+
+def _pin_position(conn: Connection, pin_id: str, root: str) -> InputPosition:
+    """The saved input position of a held, unexpired checkpoint pin on exactly ``root``."""
+    pin = one(conn, "SELECT * FROM pins WHERE pin_id = :p", {"p": pin_id})
+    if pin is None:
+        raise NotFoundError("unknown pin", object=pin_id, check="exists", digest=root)
+    expired = pin["expires_at"] is not None and str(pin["expires_at"]) <= format_time(now_utc())
+    if pin["kind"] != "checkpoint" or not pin["position"]:
+        raise _refused(
+            "only a checkpoint pin with a saved input position resumes", root, obj=pin_id
+        )
+    if pin["digest"] != root or pin["state"] != "HELD" or expired:
+        raise _refused(
+            "the pin does not hold this root", root, obj=pin_id, state=pin["state"], expired=expired
+        )
+    return InputPosition.from_json(json.loads(pin["position"]))
+
+
+def admit_read(
+    ws: Workspace, root: str, *, run: str | None = None, pin: str | None = None
+) -> ReadAdmission:
+    """Decide, in one admission transaction, whether ``root`` may be read for training.
+
+    Exactly one of ``run`` (an admitted, live run whose permit is open on ``root``) or
+    ``pin`` (a held checkpoint pin with a saved input position of ``root``).  The root
+    must be PUBLISHED and pass :meth:`Gate.check_root` (no fence hit, watermarks, stored
+    envelope, signed approvals of the release and its snapshot).  INVALID, unapproved,
+    unpublished or revoked roots are refused; so is a read with neither (or both)."""
+    if (run is None) == (pin is None):
+        raise _refused(
+            "reading a root for training needs an admitted run (run=) or a checkpoint pin"
+            " holding a saved input position (pin=); audit_root looks at a root without one",
+            root,
+            obj=root,
+        )
+    gate = ws.gate()
+    with ws.db.admission_tx() as conn:
+        permit = _run_permit(conn, run, root) if run is not None else None
+        position = _pin_position(conn, pin, root) if pin is not None else None
+        state = str(catalog_row(conn, "release", root)["state"])
+        if state != READABLE_STATE:
+            raise RejectedError(
+                f"release is {state}; roots are read for training when PUBLISHED only",
+                object=run or pin or root,
+                check="release-state",
+                digest=root,
+            )
+        gate.check_root(conn, "release", root)
+    return ReadAdmission(root=root, run_id=run, permit_id=permit, pin_id=pin, position=position)
+
+
 class ShardReader:
     def __init__(
         self,
@@ -217,6 +379,7 @@ class ShardReader:
         manifest: rm.ReleaseManifest,
         position: InputPosition,
         *,
+        admission: ReadAdmission,
         keys: Mapping[str, bytes] | None = None,
         passes: int = 1,
         lease: ReaderLease | None = None,
@@ -226,6 +389,10 @@ class ShardReader:
             raise UsageError(
                 "revocation_check_every must be at least 1", object="reader", check="revocation"
             )
+        if admission.root != manifest.digest or (
+            admission.permit_id is None and admission.pin_id is None
+        ):
+            raise _refused("no admission for this root", manifest.digest, obj="reader")
         if position.root != manifest.digest:
             raise RejectedError(
                 "input position belongs to another root",
@@ -249,6 +416,7 @@ class ShardReader:
                 details={"missing": missing},
             )
         self._pos = position
+        self.admission = admission
         self.bytes_read = 0
         self.records_read = 0
         self.lease = lease
@@ -270,13 +438,23 @@ class ShardReader:
             return
         self._unchecked = 0
         root = self.manifest.digest
+        admitted = self.admission
         with self.ws.db.tx() as conn:
             row = one(
                 conn,
                 "SELECT (SELECT fence_seq FROM fence_hits WHERE subject_digest = :d LIMIT 1) AS hit,"
                 " (SELECT state FROM leases WHERE lease_id = :l) AS lease_state,"
-                " (SELECT expires_at FROM leases WHERE lease_id = :l) AS expires_at",
-                {"d": root, "l": self.lease.lease_id if self.lease else ""},
+                " (SELECT expires_at FROM leases WHERE lease_id = :l) AS expires_at,"
+                " (SELECT state FROM permits WHERE permit_id = :p AND root_digest = :d)"
+                " AS permit_state,"
+                " (SELECT state FROM pins WHERE pin_id = :pin AND digest = :d) AS pin_state,"
+                " (SELECT state FROM releases WHERE digest = :d) AS root_state",
+                {
+                    "d": root,
+                    "l": self.lease.lease_id if self.lease else "",
+                    "p": admitted.permit_id or "",
+                    "pin": admitted.pin_id or "",
+                },
             )
         if row is None:  # a SELECT without FROM always returns its one row
             raise RelgateError("the catalog returned no row", object=root, check="catalog")
@@ -285,6 +463,24 @@ class ShardReader:
             self.close()
             if refusal is not None:
                 raise refusal
+        if row["root_state"] != READABLE_STATE:  # found INVALID (or moved) since admission
+            self.close()
+            raise RejectedError(
+                f"release is {row['root_state']}; roots are read for training when PUBLISHED only",
+                object=root,
+                check="release-state",
+                digest=root,
+            )
+        held = row["permit_state"] == "OPEN" if admitted.permit_id else row["pin_state"] == "HELD"
+        if not held:  # the run ended, its permit closed, or the pin was released
+            self.close()
+            raise RejectedError(
+                "the admission this reader was opened on has ended; reopen with an admitted run",
+                object=admitted.run_id or admitted.pin_id or root,
+                check="permit-closed",
+                digest=root,
+                details={"permit": row["permit_state"], "pin": row["pin_state"]},
+            )
         if self.lease is not None and (
             row["lease_state"] != "ACTIVE" or str(row["expires_at"]) <= format_time(now_utc())
         ):
@@ -319,45 +515,8 @@ class ShardReader:
     def load_shard(self, shard_id: str) -> pa.Table:
         """Exact version -> storage digest -> decrypt (if encrypted) -> decode -> logical digest."""
         d = self._by_id[shard_id]
-        digest = d.storage_digest
-        data = self.ws.store.get(d.object_key, d.object_version, max_size=d.size)
-        if len(data) != d.size or sha256_digest(data) != digest:
-            raise IntegrityError(
-                "shard bytes do not match their descriptor",
-                object=shard_id,
-                check="storage-digest",
-                digest=digest,
-            )
-        self.bytes_read += len(data)
-        if d.encrypted:
-            key_version = str(self.manifest.key_version)
-            key = self.keys.get(key_version)
-            if key is None:
-                raise RejectedError(
-                    "no key for this shard's key version",
-                    object=shard_id,
-                    check="key-version",
-                    digest=digest,
-                    details={"keyVersion": key_version},
-                )
-            aad = crypto.shard_aad(
-                snapshot=self.manifest.snapshot,
-                shard=shard_id,
-                logical_digest=d.logical_digest,
-                record_schema=str(self.manifest.body["recordSchema"]),
-                key_version=key_version,
-            )
-            data = crypto.decrypt_shard(
-                data, key, aad, key_version=key_version, shard=shard_id, digest=digest
-            )
-        table = pq.read_table(pa.BufferReader(data))
-        if self.manifest.shard_format().logical_digest(table) != d.logical_digest:
-            raise IntegrityError(
-                "decoded records differ from the descriptor's logical digest",
-                object=shard_id,
-                check="logical-digest",
-                digest=d.logical_digest,
-            )
+        table = load_verified_shard(self.ws, self.manifest, d, self.keys)
+        self.bytes_read += d.size
         return table
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -401,6 +560,8 @@ def open_reader(  # noqa: PLR0913 - the public keyword API training code calls
     shards: list[str],
     *,
     seed: int,
+    run: str | None = None,
+    pin: str | None = None,
     position: dict[str, Any] | None = None,
     keys: Mapping[str, bytes] | None = None,
     passes: int = 1,
@@ -409,25 +570,34 @@ def open_reader(  # noqa: PLR0913 - the public keyword API training code calls
     holder: str = "reader",
     revocation_check_every: int = 1,
 ) -> ShardReader:
-    """A verified reader over ``shards`` of ``root``, holding a reader lease by default.
+    """A verified reader over ``shards`` of ``root`` for an admitted ``run`` (its permit
+    open on ``root``) or, to resume, a checkpoint ``pin`` (its saved position is where
+    reading resumes unless ``position`` is given); holds a reader lease by default.
 
-    Refuses at once if a fence already hit the root.
+    Refuses at once if a fence already hit the root (``root-revoked``), and without an
+    admission (``reader-admission``), on a root that is not PUBLISHED (``release-state``),
+    unapproved (``approval``) or whose permit is closed (``permit-closed``).
     """
-    manifest = rm.load(
-        ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]
-    )
-    pos = (
-        InputPosition.from_json(position) if position else InputPosition(root, seed, tuple(shards))
-    )
     refusal = revocation(ws, root)
     if refusal is not None:
         raise refusal
+    admission = admit_read(ws, root, run=run, pin=pin)
+    manifest = rm.load(
+        ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]
+    )
+    if position:
+        pos = InputPosition.from_json(position)
+    elif admission.position is not None:
+        pos = admission.position
+    else:
+        pos = InputPosition(root, seed, tuple(shards))
     held = ReaderLease(ws, root, holder=holder, ttl_seconds=lease_ttl) if lease else None
     try:
         return ShardReader(
             ws,
             manifest,
             pos,
+            admission=admission,
             keys=keys,
             passes=passes,
             lease=held,
@@ -437,6 +607,79 @@ def open_reader(  # noqa: PLR0913 - the public keyword API training code calls
         if held is not None:
             held.close()
         raise
+
+
+class ShardAudit(Contract):
+    """One shard of an audited root: verified from its exact version, never yielded."""
+
+    id: str
+    ok: bool
+    records: int = 0
+    check: str | None = None
+    message: str | None = None
+
+
+class RootAudit(Contract):
+    """What :func:`audit_root` found: counts per shard, no records."""
+
+    root: str
+    state: str
+    actor: str
+    reason: str
+    shards: tuple[ShardAudit, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.shards)
+
+
+def audit_root(
+    ws: Workspace,
+    root: str,
+    *,
+    actor: str,
+    reason: str,
+    shards: list[str] | None = None,
+    keys: Mapping[str, bytes] | None = None,
+) -> RootAudit:
+    """Audit a root without a run: the explicit, recorded entry point for looking at any
+    root (INVALID, unapproved or revoked included).
+
+    Each shard is checked as the training reader checks it (exact version, size, storage
+    digest, decryption, logical digest) and counted; no record is returned, so nothing
+    reaches a training process.  The audit is recorded first, as an ``audit-read`` gate
+    event naming the actor and the reason."""
+    if not actor.strip() or not reason.strip():
+        raise UsageError("an audit needs an actor and a reason", object=root, check="audit-reason")
+    release = get_release(ws.db, root)
+    with ws.db.tx() as conn:
+        record(
+            conn,
+            GateOperation.AUDIT_READ,
+            Outcome.OK,
+            subject=f"{actor}: {reason}",
+            digest=root,
+            check="audit",
+        )
+    manifest = rm.load(ws.store, ws.trusted_keys, root, release["envelope_version"])
+    wanted = shards if shards is not None else [d.id for d in manifest.descriptors]
+    by_id = {d.id: d for d in manifest.descriptors}
+    found = []
+    for shard_id in wanted:
+        d = by_id.get(shard_id)
+        if d is None:
+            raise UsageError(
+                "no such shard in this root", object=shard_id, check="shards", digest=root
+            )
+        try:
+            table = load_verified_shard(ws, manifest, d, keys or {})
+        except RelgateError as exc:
+            found.append(ShardAudit(id=shard_id, ok=False, check=exc.check, message=exc.message))
+            continue
+        found.append(ShardAudit(id=shard_id, ok=True, records=table.num_rows))
+    return RootAudit(
+        root=root, state=str(release["state"]), actor=actor, reason=reason, shards=tuple(found)
+    )
 
 
 try:  # torch stays optional: the adapter exists only where torch is installed

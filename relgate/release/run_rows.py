@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relgate.catalog.db import Database, one, rows
 from relgate.catalog.states import RUN_ADMITTED_STATES, RUN_LIVE_STATES, RUN_TERMINAL_STATES
 from relgate.errors import NotFoundError, RejectedError
-from relgate.release.reader import ReaderLease
 from relgate.workspace import Workspace
+
+if TYPE_CHECKING:  # the reader imports this module (admission reads run rows)
+    from relgate.release.reader import ReaderLease
 
 LIVE_SQL = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
 

@@ -220,7 +220,8 @@ def _diff_members(ws: Workspace, opened: _Opened, attempt: _Attempt) -> None:
     )
     assert isinstance(decoded, pl.DataFrame)  # noqa: S101 - a table converts to a frame
     members_ref = opened.snapshot.members_ref
-    raw = ws.cas.get(members_ref.digest, members_ref.version_id)  # digest-checked read
+    # digest-checked, and bounded by the size the signed snapshot manifest records
+    raw = ws.cas.get(members_ref.digest, members_ref.version_id, size=members_ref.size)
     expected = pl.read_parquet(io.BytesIO(raw)).select(list(TUPLE_SCHEMA))
     attempt.counts.update({c.value: n for c, n in set_diff(decoded, expected).items()})
     recomputed = tuple_root(decoded.sort("sampleId"), opened.member_schema)

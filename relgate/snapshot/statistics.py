@@ -218,7 +218,7 @@ def artifact_fetch(ws: Workspace, artifacts: Iterable[mf.ArtifactRef]) -> Tokeni
                 check="tokenizer-digest",
                 digest=digest,
             )
-        return ws.cas.get(digest, ref.object_version)
+        return ws.cas.get(digest, ref.object_version, size=ref.size)  # bounded by the manifest
 
     return fetch
 
@@ -234,5 +234,5 @@ def load(ws: Workspace, manifest: mf.SnapshotManifest) -> SnapshotStatistics | N
     ref = manifest.statistics
     if ref is None:
         return None
-    data = ws.cas.get(ref.content_ref.digest, ref.object_version)
+    data = ws.cas.get(ref.content_ref.digest, ref.object_version, size=ref.size)
     return SnapshotStatistics.parse(json.loads(data), what=f"statistics {ref.uri}")

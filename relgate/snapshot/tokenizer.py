@@ -80,7 +80,7 @@ def fetcher(ws: Workspace, manifest: mf.SnapshotManifest) -> TokenizerBytes | No
 
     def fetch(digest: str) -> bytes:
         ref = manifest.artifact(ROLE, digest)
-        return ws.cas.get(digest, ref.object_version)
+        return ws.cas.get(digest, ref.object_version, size=ref.size)  # bounded by the manifest
 
     return fetch
 

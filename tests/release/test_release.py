@@ -112,6 +112,10 @@ def test_writer_refuses_a_member_whose_content_differs(ws, snapshot):
         insert_snapshot(conn, sealed, version, actor="forger")
         transition(conn, "snapshot", sealed.digest, "VALIDATED", actor="forger", reason="forged")
         transition(conn, "snapshot", sealed.digest, "APPROVED", actor="forger", reason="forged")
+    # a forger holding the approver key too: only the writer's own recompute can catch it
+    ws.sign_approval(
+        {"snapshot": sealed.digest, "approver": "forger", "report": "sha256:" + "0" * 64}
+    )
     with pytest.raises(IntegrityError) as err:
         write(ws, sealed.digest)
     assert err.value.check == "member-content"

@@ -62,7 +62,7 @@ def test_tombstone_revokes_a_superseded_root_its_run_workers_and_readers(ws, sna
     r1 = _published(ws, snapshot)
     run = create_run(ws, alias="train", purpose=PURPOSE, world_size=2, actor="sched")
     shards = [s["id"] for s in r1.shards]
-    reader = open_reader(ws, r1.digest, shards, seed=3)
+    reader = open_reader(ws, r1.digest, shards, seed=3, run=run["runId"])
     it = iter(reader)
     seen = [next(it)["sampleId"] for _ in range(5)]
     rank0 = _worker(ws.home, run["runId"], 0, timeout=300)
@@ -104,7 +104,7 @@ def test_tombstone_revokes_a_superseded_root_its_run_workers_and_readers(ws, sna
     assert refused.value.details["fenceSeq"] == 1
     assert get_lease(ws, reader.lease.lease_id).state == "RELEASED"
     with pytest.raises(RejectedError) as again:
-        open_reader(ws, r1.digest, shards, seed=3)
+        open_reader(ws, r1.digest, shards, seed=3, run=run["runId"])
     assert again.value.check == "root-revoked"
 
 
@@ -332,7 +332,8 @@ def test_probe_serves_for_the_run_life_and_turns_not_ready_on_revocation(ws, sna
 def test_reader_holds_a_renewed_lease_and_stops_when_it_is_lost(ws, snapshot):
     release = _published(ws, snapshot, records_per_shard=30)
     shards = [s["id"] for s in release.shards]
-    reader = open_reader(ws, release.digest, shards, seed=1, lease_ttl=1)
+    run = create_run(ws, root=release.digest, purpose=PURPOSE, world_size=1, actor="t")["runId"]
+    reader = open_reader(ws, release.digest, shards, seed=1, lease_ttl=1, run=run)
     lease_id = reader.lease.lease_id
     assert get_lease(ws, lease_id).state == "ACTIVE"
     assert ("release", release.digest) in {
@@ -349,7 +350,7 @@ def test_reader_holds_a_renewed_lease_and_stops_when_it_is_lost(ws, snapshot):
         for _ in it:
             pass
     assert lost.value.check == "reader-lease"
-    full = open_reader(ws, release.digest, shards, seed=1)
+    full = open_reader(ws, release.digest, shards, seed=1, run=run)
     records = list(full)
     assert len(records) == sum(s["records"] for s in release.shards)
     assert get_lease(ws, full.lease.lease_id).state == "RELEASED"  # released at the end

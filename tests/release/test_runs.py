@@ -15,13 +15,14 @@ from relgate.catalog.release_table import get_release
 from relgate.errors import ConflictError, RejectedError
 from relgate.gate.permits import get_permit
 from relgate.gate.recheck import recheck
+from relgate.lifecycle.pins import add_pin
 from relgate.release.admission import create_run
 from relgate.release.assignment import assignment, rescale
 from relgate.release.metrics import Probe, ReleaseMetrics
 from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.rank_worker import report
 from relgate.release.reader import open_reader
-from relgate.release.run_end import finish_run
+from relgate.release.run_end import cancel_run, finish_run
 from relgate.release.run_rows import get_run, run_status
 from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release
@@ -212,15 +213,33 @@ def test_recovery_and_scale_out_never_read_the_new_alias(ws, snapshot):
 def test_reader_resumes_exactly_from_a_saved_position(ws, snapshot):
     release = _published(ws, snapshot, records_per_shard=30)
     shards = [s["id"] for s in release.shards][::2]
-    full = [r["sampleId"] for r in open_reader(ws, release.digest, shards, seed=7)]
+    run = create_run(ws, root=release.digest, purpose=PURPOSE, world_size=1, actor="t")["runId"]
+    full = [r["sampleId"] for r in open_reader(ws, release.digest, shards, seed=7, run=run)]
     assert len(full) == len(set(full)) == sum(s["records"] for s in release.shards[::2])
-    reader = open_reader(ws, release.digest, shards, seed=7)
+    reader = open_reader(ws, release.digest, shards, seed=7, run=run)
     it = iter(reader)
     head = [next(it)["sampleId"] for _ in range(37)]
     saved = json.loads(json.dumps(reader.position.to_json()))  # beside a checkpoint
-    tail = [r["sampleId"] for r in open_reader(ws, release.digest, shards, seed=7, position=saved)]
+    reader.close()
+    tail = [
+        r["sampleId"]
+        for r in open_reader(ws, release.digest, shards, seed=7, position=saved, run=run)
+    ]
     assert head + tail == full
-    other = [r["sampleId"] for r in open_reader(ws, release.digest, shards, seed=8)]
+    # the run ends; a checkpoint pin holding the saved position resumes it exactly
+    pin = add_pin(ws, release.digest, owner="o", reason="ckpt", kind="checkpoint", position=saved)
+    cancel_run(ws, run, actor="t")
+    with pytest.raises(RejectedError) as ended:
+        open_reader(ws, release.digest, shards, seed=7, run=run)
+    assert ended.value.check == "run-state"
+    resumed = open_reader(ws, release.digest, [], seed=0, pin=pin.pin_id)
+    assert resumed.position.to_json() == saved
+    assert [r["sampleId"] for r in resumed] == full[37:]
+    other_run = create_run(ws, root=release.digest, purpose=PURPOSE, world_size=1, actor="t")
+    other = [
+        r["sampleId"]
+        for r in open_reader(ws, release.digest, shards, seed=8, run=other_run["runId"])
+    ]
     assert other != full and sorted(other) == sorted(full)
 
 

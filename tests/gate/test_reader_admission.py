@@ -1,0 +1,150 @@
+"""Reading needs admission (issue 28, item 3).
+
+The template: R1 and R2 published in turn on ``train`` (R2 active), R3 approved and never
+published.  The reader opens a root only for a live run whose permit is open on it (or a
+held checkpoint pin with a saved position); an INVALID, unapproved, unpublished or
+revoked root is refused, at open and mid-read; auditing is a separate, recorded entry
+point that returns counts, never records.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from relgate.catalog.db import execute, rows
+from relgate.catalog.release_table import get_release
+from relgate.errors import NotFoundError, RejectedError
+from relgate.gate.approvals import approval_kind
+from relgate.lifecycle.pins import add_pin
+from relgate.release import root as rm
+from relgate.release.admission import create_run
+from relgate.release.reader import (
+    READ_ADMISSION,
+    InputPosition,
+    ReadAdmission,
+    ShardReader,
+    audit_root,
+    open_reader,
+)
+from relgate.release.run_end import cancel_run
+from tests.gate.conftest import PURPOSE
+
+
+def _shards(ws, root):
+    manifest = rm.load(
+        ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]
+    )
+    return manifest, [d.id for d in manifest.descriptors]
+
+
+def _run(ws, root):
+    return create_run(ws, root=root, purpose=PURPOSE, world_size=1, actor="t")["runId"]
+
+
+def _refused(call, check):
+    with pytest.raises(RejectedError) as info:
+        call()
+    assert (info.value.check, info.value.exit_code) == (check, 3), info.value
+    return info.value
+
+
+def _set_state(ws, root, state):
+    with ws.db.tx() as conn:
+        execute(conn, "UPDATE releases SET state = :s WHERE digest = :d", {"s": state, "d": root})
+
+
+def test_no_read_without_an_admitted_run_on_that_root(g):
+    ws = g.ws
+    _, shards = _shards(ws, g.r2)
+    refused = _refused(lambda: open_reader(ws, g.r2, shards, seed=1), READ_ADMISSION)
+    assert refused.digest == g.r2
+    run = _run(ws, g.r2)
+    _refused(lambda: open_reader(ws, g.r2, shards, seed=1, run=run, pin="pin-x"), READ_ADMISSION)
+    _, r3_shards = _shards(ws, g.r3)  # APPROVED, never published: no run, no pin opens it
+    _refused(lambda: open_reader(ws, g.r3, r3_shards, seed=1, run=run), READ_ADMISSION)
+    with pytest.raises(NotFoundError):
+        open_reader(ws, g.r2, shards, seed=1, run="run-nope")
+    reader = open_reader(ws, g.r2, shards, seed=1, run=run, lease=False)
+    assert reader.admission.permit_id and next(iter(reader))["sampleId"]
+
+
+def test_the_public_shard_reader_needs_an_admission_too(g):
+    ws = g.ws
+    manifest, shards = _shards(ws, g.r2)
+    pos = InputPosition(g.r2, 1, tuple(shards))
+    _refused(lambda: ShardReader(ws, manifest, pos, admission=ReadAdmission(g.r2)), READ_ADMISSION)
+    forged = ShardReader(
+        ws, manifest, pos, admission=ReadAdmission(g.r2, permit_id="permit-forged")
+    )
+    _refused(lambda: next(iter(forged)), "permit-closed")  # no such open permit on the root
+
+
+@pytest.mark.parametrize("how", ["invalid", "unapproved", "unpublished"])
+def test_a_bad_root_is_refused_at_open_and_mid_read(g, how):
+    ws = g.ws
+    _, shards = _shards(ws, g.r2)
+    run = _run(ws, g.r2)
+    reader = open_reader(ws, g.r2, shards, seed=1, run=run, lease=False)
+    it = iter(reader)
+    next(it)
+    if how == "invalid":
+        _set_state(ws, g.r2, "INVALID")
+        check = "release-state"
+        _refused(lambda: next(it), check)
+    elif how == "unpublished":
+        _set_state(ws, g.r2, "APPROVED")
+        check = "release-state"
+        _refused(lambda: next(it), check)
+    else:
+        with ws.db.tx() as conn:
+            execute(
+                conn,
+                "DELETE FROM reports WHERE subject_kind = :k AND subject_digest = :d",
+                {"k": approval_kind("release"), "d": g.r2},
+            )
+        check = "approval"
+    _refused(lambda: open_reader(ws, g.r2, shards, seed=1, run=run), check)
+
+
+def test_a_reader_stops_when_its_run_ends_and_a_pin_resumes(g):
+    ws = g.ws
+    _, shards = _shards(ws, g.r2)
+    run = _run(ws, g.r2)
+    reader = open_reader(ws, g.r2, shards, seed=4, run=run, lease=False)
+    it = iter(reader)
+    head = [next(it)["sampleId"] for _ in range(3)]
+    saved = reader.position.to_json()
+    cancel_run(ws, run, actor="t")
+    _refused(lambda: next(it), "permit-closed")
+    _refused(lambda: open_reader(ws, g.r2, shards, seed=4, run=run), "run-state")
+    explicit = add_pin(ws, g.r2, owner="o", reason="keep")
+    _refused(lambda: open_reader(ws, g.r2, [], seed=0, pin=explicit.pin_id), READ_ADMISSION)
+    pin = add_pin(ws, g.r2, owner="o", reason="ckpt", kind="checkpoint", position=saved)
+    resumed = open_reader(ws, g.r2, [], seed=0, pin=pin.pin_id, lease=False)
+    assert resumed.position.to_json() == saved
+    first = next(iter(resumed))["sampleId"]
+    assert first not in head
+    _set_state(ws, g.r2, "INVALID")  # an INVALID root is not resumed either
+    _refused(lambda: open_reader(ws, g.r2, [], seed=0, pin=pin.pin_id), "release-state")
+
+
+def test_audit_reads_any_root_is_recorded_and_returns_no_records(g):
+    ws = g.ws
+    _set_state(ws, g.r3, "INVALID")
+    audit = audit_root(ws, g.r3, actor="auditor", reason="incident 7")
+    assert audit.ok and audit.state == "INVALID"
+    assert sum(s.records for s in audit.shards) > 0
+    assert "sampleId" not in json.dumps(audit.to_json())  # counts, never records
+    with ws.db.tx() as conn:
+        events = rows(conn, "SELECT * FROM gate_events WHERE operation = 'audit-read'")
+    assert [(e["subject"], e["digest"]) for e in events] == [("auditor: incident 7", g.r3)]
+    cli = [sys.executable, "-m", "relgate.cli", "--home", str(ws.home), "release", "audit", g.r3]
+    proc = subprocess.run([*cli, "--json"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2, proc.stderr  # --reason is required
+    proc = subprocess.run(
+        [*cli, "--reason", "review", "--json"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert json.loads(proc.stdout)["state"] == "INVALID"
