@@ -17,7 +17,7 @@ from relgate.catalog.db import execute, rows
 from relgate.catalog.release_table import get_release
 from relgate.errors import NotFoundError, RejectedError
 from relgate.gate.approvals import approval_kind
-from relgate.lifecycle.pins import add_pin
+from relgate.lifecycle.pins import add_pin, remove_pin
 from relgate.release import root as rm
 from relgate.release.admission import create_run
 from relgate.release.reader import (
@@ -148,3 +148,68 @@ def test_audit_reads_any_root_is_recorded_and_returns_no_records(g):
     )
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert json.loads(proc.stdout)["state"] == "INVALID"
+
+
+def test_the_admission_names_what_it_refuses(g):
+    """Killed mutants: each clause of the run/permit/pin checks decides on its own."""
+    ws = g.ws
+    _, shards = _shards(ws, g.r2)
+    run = _run(ws, g.r2)
+    other = _refused(lambda: open_reader(ws, g.r1, [], seed=1, run=run), READ_ADMISSION)
+    assert (other.object, other.details) == (run, {"runRoot": g.r2})
+    for column, value in (("state", "CLOSED"), ("root_digest", g.r1)):  # run still ADMITTED
+        with ws.db.tx() as conn:
+            execute(conn, f"UPDATE permits SET {column} = :v", {"v": value})
+        closed = _refused(lambda: open_reader(ws, g.r2, shards, seed=1, run=run), "permit-closed")
+        assert closed.object == run
+        with ws.db.tx() as conn:
+            execute(conn, "UPDATE permits SET state = 'OPEN', root_digest = :r", {"r": g.r2})
+    with ws.db.tx() as conn:
+        execute(conn, "UPDATE permits SET state = 'CLOSED', closed_reason = 'by hand'")
+    closed = _refused(lambda: open_reader(ws, g.r2, shards, seed=1, run=run), "permit-closed")
+    assert "by hand" in closed.message
+    with ws.db.tx() as conn:
+        execute(conn, "UPDATE permits SET state = 'OPEN'")
+    reader = open_reader(ws, g.r2, shards, seed=1, run=run, lease=False)
+    it = iter(reader)
+    next(it)
+    with ws.db.tx() as conn:
+        execute(conn, "UPDATE permits SET state = 'CLOSED'")
+    assert _refused(lambda: next(it), "permit-closed").object == run
+    with ws.db.tx() as conn:
+        execute(conn, "UPDATE permits SET state = 'OPEN'")
+    _set_state(ws, g.r2, "INVALID")
+    assert (
+        _refused(lambda: open_reader(ws, g.r2, [], seed=1, run=run), "release-state").object == run
+    )
+
+
+def test_only_a_held_unexpired_checkpoint_pin_of_this_root_resumes(g):
+    ws = g.ws
+    _, shards = _shards(ws, g.r2)
+    saved = InputPosition(g.r2, 1, tuple(shards)).to_json()
+
+    def pin(**kw):
+        return add_pin(ws, g.r2, owner="o", reason="r", **kw).pin_id
+
+    explicit = pin(position=saved)  # an explicit pin that carries a position is no checkpoint
+    _refused(lambda: open_reader(ws, g.r2, [], seed=0, pin=explicit), READ_ADMISSION)
+    later = pin(kind="checkpoint", position=saved, expires_at="2999-01-01T00:00:00Z")
+    assert open_reader(ws, g.r2, [], seed=0, pin=later, lease=False).admission.pin_id == later
+    expired = pin(kind="checkpoint", position=saved, expires_at="2000-01-01T00:00:00Z")
+    refusal = _refused(lambda: open_reader(ws, g.r2, [], seed=0, pin=expired), READ_ADMISSION)
+    assert refusal.details == {"state": "HELD", "expired": True}
+    remove_pin(ws, later, actor="t")
+    _refused(lambda: open_reader(ws, g.r2, [], seed=0, pin=later), READ_ADMISSION)
+    on_r1 = add_pin(
+        ws, g.r1, owner="o", reason="r", kind="checkpoint", position={**saved, "root": g.r1}
+    )
+    _refused(lambda: open_reader(ws, g.r2, [], seed=0, pin=on_r1.pin_id), READ_ADMISSION)
+    pinned = open_reader(
+        ws, g.r2, [], seed=0, pin=pin(kind="checkpoint", position=saved), lease=False
+    )
+    it = iter(pinned)
+    next(it)
+    with ws.db.tx() as conn:
+        execute(conn, "UPDATE pins SET state = 'RELEASED'")
+    assert _refused(lambda: next(it), "permit-closed").object == pinned.admission.pin_id
