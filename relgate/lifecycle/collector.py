@@ -8,7 +8,8 @@ Mark
 
 Candidates
     Stored object versions under the managed prefixes, minus the required set (compared
-    by canonical key, so two spellings of one key are one object), minus versions the
+    by canonical key, so two spellings of one key are one object), minus every key a name
+    points at (:mod:`relgate.lifecycle.names`), minus versions the
     collector first saw less than the grace period ago, minus keys leased by in-progress
     publishers, minus versions held by reader leases (those are retained versions), minus
     everything a manifest without a catalog row references (its publication outcome is
@@ -16,7 +17,8 @@ Candidates
 
 Sweep
     Plans, then takes each batch of candidates through :meth:`Database.gate_tx`: inside
-    the gate it re-reads the retained set (new versions, pins, leases), re-marks anything
+    the gate it re-reads the retained set (new versions, pins, leases) and the names
+    (a tag or registration since the plan), re-marks anything
     newly retained, re-checks the grace period and the leases, records the deletion and
     its reason in ``gc_deletions`` and deletes that exact object version.  A pin that
     commits before the batch is honoured; one that commits after sees the record.
@@ -54,6 +56,7 @@ from relgate.lifecycle.inventory import (
     stored_table,
     unseen,
 )
+from relgate.lifecycle.names import NamedObject, Names, name_roots, named_objects
 from relgate.lifecycle.pins import leased_keys
 from relgate.lifecycle.refs import (
     MANAGED_PREFIXES,
@@ -116,6 +119,9 @@ class PlanReport(Contract):
     excluded: dict[str, int]
     unknown_outcome: list[str]
     raw_source_gaps: list[str]
+    #: keys names point at (registered transforms and tokenizers, tags, the workspace
+    #: config): kept whole whatever references them
+    named: list[NamedObject] = []
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,7 @@ class Plan:
     excluded: dict[str, int] = field(default_factory=dict)
     unknown_outcome: list[str] = field(default_factory=list)
     raw_source_gaps: list[str] = field(default_factory=list)
+    names: Names = field(default_factory=dict)
 
     @property
     def required(self) -> set[tuple[str, str]]:
@@ -185,6 +192,7 @@ class Plan:
             excluded=dict(sorted(self.excluded.items())),
             unknown_outcome=self.unknown_outcome,
             raw_source_gaps=self.raw_source_gaps,
+            named=named_objects(self.names),
         )
 
     def to_json(self, *, limit: int | None = None) -> dict[str, Any]:
@@ -455,13 +463,14 @@ def plan_gc(
         raw = raw_sources_kept(conn)
         leased = leased_keys(conn, moment)
         known = known_digests(conn)
+        names = name_roots(ws, conn)
     required, gaps = _mark_required(ws, retained, stored, raw_sources=raw)
     protected, protected_keys, unknown = _unknown_outcome(ws, known, stored)
     with ws.db.tx() as conn:
         seen = _seen(conn, stored, stamp, record=record)
     cutoff = format_time(moment - dt.timedelta(seconds=grace_seconds))
     exclusions = Exclusions(
-        required, pairs_table(protected), sorted(protected_keys), sorted(leased)
+        required, pairs_table(protected), sorted(protected_keys), sorted(leased), sorted(names)
     )
     classified = classify(stored, exclusions, seen, stamp, cutoff)
     owners = owners_table(former_owners(ws, retained))
@@ -476,6 +485,7 @@ def plan_gc(
         excluded=excluded_counts(classified),
         unknown_outcome=unknown,
         raw_source_gaps=sorted(gaps),
+        names=names,
     )
 
 
@@ -525,12 +535,15 @@ class _Sweep:
         with self.ws.db.gate_tx() as conn:
             moment = now_utc()
             self.remark(conn, moment)
+            named = name_roots(self.ws, conn)
             leased = leased_keys(conn, moment)
             cutoff = format_time(moment - dt.timedelta(seconds=self.grace_seconds))
             seen = _seen_in(conn, batch)
             for cand in batch:
                 if self.required.holds(cand.key, cand.version_id):
                     self.skipped["re-referenced"] += 1
+                elif canonical_key(cand.key) in named:
+                    self.skipped["named"] += 1
                 elif canonical_key(cand.key) in leased:
                     self.skipped["publisher-lease"] += 1
                 elif (first := seen.get((cand.key, cand.version_id))) is None or first > cutoff:
