@@ -400,6 +400,13 @@ MIGRATIONS: tuple[Migration, ...] = (
                 name TEXT PRIMARY KEY,
                 keep_days INTEGER,
                 updated_at TEXT NOT NULL)""",
+            # A version whose bytes (shards, source pins, artifacts) a sweep deleted while
+            # keeping its audit trail: rollback to it is refused (rollback-purged).
+            """CREATE TABLE gc_collected (
+                digest TEXT PRIMARY KEY,
+                kind TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                at TEXT NOT NULL)""",
         ),
     ),
 )

@@ -17,7 +17,7 @@ in forked workers (the pin/sweep race test, Dagster's multiprocess executor).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -193,7 +193,7 @@ class Exclusions:
     #: keys a name points at (:mod:`relgate.lifecycle.names`): kept whole
     named: Sequence[str] = ()
     #: (canonical, version_id) of collected versions' audit documents still kept
-    audit: pa.Table | None = None
+    audit: pa.Table = field(default_factory=lambda: pairs_table(()))
 
 
 def _flag(stored: pa.Table, pairs: pa.Table) -> pa.ChunkedArray:
@@ -221,10 +221,7 @@ def classify(
         (pc.and_(respelled, pc.is_in(canon, value_set=required_keys)), "other-spelling-of-required-key"),
         (_flag(stored, exclusions.required), "required"),
         (_is_in(canon, exclusions.named), "named"),
-        (
-            _flag(stored, exclusions.audit) if exclusions.audit is not None else pc.is_in(canon, value_set=pa.array([], pa.large_string())),
-            "audit-trail",
-        ),
+        (_flag(stored, exclusions.audit), "audit-trail"),
         (
             pc.or_(_flag(stored, exclusions.protected), pc.and_(_is_in(canon, exclusions.protected_keys), respelled)),
             "unknown-publication-outcome",

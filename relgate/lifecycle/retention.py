@@ -11,6 +11,11 @@ A version (snapshot or release) is retained while anything holds it:
 * its own progress: snapshots BUILDING/VALIDATED/APPROVED and releases
   STAGED/VERIFIED/APPROVED are still on their way to an alias.
 
+A version a tombstone hit (a ``fence_hits`` row of the tombstone fence) is refused for
+activation, rollback and admission, so no alias generation and no progress holds it: only
+a run, a permit, a pin or a reader lease does, and once they end its shards (the erased
+sample's bytes) are collected.
+
 A retained release retains its snapshot.  Everything here is read on the connection the
 caller gives, so inside :meth:`Database.gate_tx` the answer is ordered against every pin,
 lease and sweep batch.
@@ -197,9 +202,14 @@ def retained_versions(conn: Connection, now: dt.datetime) -> Holders:
     """
     held: Holders = defaultdict(list)
     _alias_holders(conn, now, held)
+    _progress_holders(conn, held)
+    # A version a tombstone hit can never be activated, rolled back to or admitted again:
+    # its alias generations and its progress hold nothing; only runs, pins and leases do.
+    erased = erased_versions(conn)
+    for key in [k for k in held if k[1] in erased]:
+        del held[key]
     _run_holders(conn, held)
     _pin_holders(conn, format_time(now), held)
-    _progress_holders(conn, held)
     # A retained release needs its snapshot (membership, provenance, re-verification).
     for kind, digest in list(held):
         if kind == "release":
@@ -211,6 +221,14 @@ def retained_versions(conn: Connection, now: dt.datetime) -> Holders:
                     f"snapshot of release {digest}"
                 )
     return dict(held)
+
+
+def erased_versions(conn: Connection) -> set[str]:
+    """Digests of the versions a tombstone hit (recorded by the fence advance)."""
+    found = rows(
+        conn, "SELECT DISTINCT subject_digest FROM fence_hits WHERE fence_kind = 'tombstone'"
+    )
+    return {str(r["subject_digest"]) for r in found}
 
 
 def _alias_holders(conn: Connection, now: dt.datetime, held: Holders) -> None:
