@@ -72,6 +72,7 @@ from relgate.lifecycle.refs import (
 from relgate.lifecycle.retention import (
     Holders,
     RetainedVersion,
+    erased_versions,
     format_time,
     holders_of,
     now_utc,
@@ -130,6 +131,9 @@ class PlanReport(Contract):
     #: versions no longer retained whose audit trail is kept (up to the listing limit)
     audit_versions: int = 0
     audit_kept: list[AuditKept] = []
+    #: retained versions a tombstone hit: only these holders keep the erased bytes
+    #: (``relgate fence show TOMBSTONE --propagation`` for one sample)
+    erasure_held: list[RetainedVersion] = []
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,7 @@ class Plan:
     audit_kept: list[AuditKept] = field(default_factory=list)
     #: canonical key -> versions no longer retained whose bytes it is
     users: Users = field(default_factory=dict)
+    erased: set[str] = field(default_factory=set)
 
     @property
     def required(self) -> set[tuple[str, str]]:
@@ -209,6 +214,7 @@ class Plan:
             audit_objects=self.excluded.get("audit-trail", 0),
             audit_versions=len(self.audit_kept),
             audit_kept=self.audit_kept[:limit],
+            erasure_held=[v for v in holders_of(self.retained) if v.subject in self.erased],
         )
 
     def to_json(self, *, limit: int | None = None) -> dict[str, Any]:
@@ -492,6 +498,7 @@ def plan_gc(
         leased = leased_keys(conn, moment)
         known = known_digests(conn)
         names = name_roots(ws, conn)
+        erased = erased_versions(conn)
         audit_policy = get_audit_policy(conn)
         trail, audit_kept = audit_refs(conn, retained, moment, audit_policy)
     required, gaps = _mark_required(ws, retained, stored, raw_sources=raw)
@@ -525,6 +532,7 @@ def plan_gc(
         audit_policy=audit_policy,
         audit_kept=audit_kept,
         users=users,
+        erased=erased,
     )
 
 

@@ -252,6 +252,31 @@ def _run_holders(conn: Connection, held: Holders) -> None:
         held[("release", permit["root_digest"])].append(f"permit {permit['permit_id']}")
 
 
+def pin_label(kind: str, pin_id: str, owner: str) -> str:
+    return f"{kind} pin {pin_id} ({owner})"
+
+
+def lease_label(lease_id: str, holder: str) -> str:
+    return f"reader lease {lease_id} ({holder})"
+
+
+def holder_expiries(conn: Connection) -> dict[str, str]:
+    """Holder label -> when it lapses by itself (pins and reader leases with an expiry);
+    runs, permits, aliases and unexpiring pins are absent: something must end them."""
+    out: dict[str, str] = {}
+    for pin in rows(
+        conn,
+        "SELECT pin_id, kind, owner, expires_at FROM pins"
+        " WHERE state = 'HELD' AND expires_at IS NOT NULL",
+    ):
+        out[pin_label(pin["kind"], pin["pin_id"], pin["owner"])] = str(pin["expires_at"])
+    for lease in rows(
+        conn, "SELECT lease_id, holder, expires_at FROM leases WHERE state = 'ACTIVE'"
+    ):
+        out[lease_label(lease["lease_id"], lease["holder"])] = str(lease["expires_at"])
+    return out
+
+
 def _pin_holders(conn: Connection, stamp: str, held: Holders) -> None:
     for pin in rows(
         conn,
@@ -260,7 +285,7 @@ def _pin_holders(conn: Connection, stamp: str, held: Holders) -> None:
         {"now": stamp},
     ):
         held[(pin["subject_kind"], pin["digest"])].append(
-            f"{pin['kind']} pin {pin['pin_id']} ({pin['owner']})"
+            pin_label(pin["kind"], pin["pin_id"], pin["owner"])
         )
     for lease in rows(
         conn,
@@ -270,9 +295,7 @@ def _pin_holders(conn: Connection, stamp: str, held: Holders) -> None:
     ):
         kind = _kind_of(conn, lease["digest"])
         if kind:
-            held[(kind, lease["digest"])].append(
-                f"reader lease {lease['lease_id']} ({lease['holder']})"
-            )
+            held[(kind, lease["digest"])].append(lease_label(lease["lease_id"], lease["holder"]))
 
 
 def _progress_holders(conn: Connection, held: Holders) -> None:
