@@ -13,7 +13,7 @@ from relgate.objects.layout import cas_key
 from relgate.snapshot import tokenizer
 from relgate.snapshot.transforms import resolve_transform, tag_transform
 from relgate.transforms import refusals
-from relgate.transforms.registry import pin_of, register_wheel
+from relgate.transforms.registry import pin_of, register_image, register_wheel
 
 
 def test_a_fresh_demo_loses_nothing_to_a_sweep(tmp_path):
@@ -87,6 +87,28 @@ def test_reregistering_a_collected_wheel_restores_it(blank, tmp_path):
     with pytest.raises(ConflictError) as err:
         register_wheel(ws.db, ws.cas, path, entry_point="t_gone:other")
     assert err.value.check == refusals.PIN and err.value.digest == spec.pin
+
+
+def test_a_collected_wheel_is_not_restored_under_another_entry_point(blank, tmp_path):
+    """A missing blob lets only the same content (name, version, entry point) re-point."""
+    ws = blank
+    path = art.write_wheel(tmp_path, "t-other", "1.0", art.IDENTITY)
+    spec = register_wheel(ws.db, ws.cas, path)
+    ws.store.delete_version(cas_key(spec.pin), spec.wheel.object_version)
+    with pytest.raises(ConflictError) as err:
+        register_wheel(ws.db, ws.cas, path, entry_point="t_other:other")
+    assert err.value.check == refusals.PIN
+    assert pin_of(ws.db, spec.pin) == spec
+
+
+def test_reregistering_a_collected_image_restores_it(blank, tmp_path):
+    ws = blank
+    art.image_layout(tmp_path / "layout", art.IDENTITY)
+    spec = register_image(ws.db, ws.cas, tmp_path / "layout")
+    ws.store.delete_version(cas_key(spec.config.sha256), spec.config.object_version)
+    restored = register_image(ws.db, ws.cas, tmp_path / "layout")
+    assert restored.config.object_version != spec.config.object_version
+    assert pin_of(ws.db, spec.pin) == restored
 
 
 def test_the_same_content_with_its_blob_present_is_not_repinned(blank, tmp_path):
