@@ -1,7 +1,9 @@
 """Lifecycle assets: the retention plan (a dry run) and the GC job that can sweep.
 
 The plan is an asset so the UI shows, per materialization, what is retained and by whom,
-what a sweep would delete and why, and fails (closed) when a retained version is
+what names keep (registered transforms and tokenizers, tags, the workspace config), what
+is kept as collected versions' audit trail, which tombstoned versions are still held
+(their erased bytes wait for those holders), what a sweep would delete and why, and fails (closed) when a retained version is
 incomplete.  Deleting is a separate job whose run config must say ``sweep: true``; the
 schedule launches it as a dry run unless an operator changes that.
 """
@@ -42,6 +44,33 @@ def retention_plan(
                 [("reason", "string"), ("objects", "int")],
             ),
             "excludedObjects": sum(plan.excluded.values()),
+            "named": typed_table(
+                [{"key": n.key, "heldBy": ", ".join(n.held_by)} for n in plan.named],
+                [("key", "string"), ("heldBy", "string")],
+            ),
+            "auditPolicyDays": plan.audit_policy.keep_days
+            if plan.audit_policy.keep_days is not None
+            else "forever",
+            "auditObjects": plan.audit_objects,
+            "auditKept": typed_table(
+                [
+                    {
+                        "kind": a.kind,
+                        "digest": a.subject,
+                        "state": a.state,
+                        "objects": len(a.objects),
+                    }
+                    for a in plan.audit_kept
+                ],
+                [("kind", "string"), ("digest", "string"), ("state", "string"), ("objects", "int")],
+            ),
+            "erasureHeld": typed_table(
+                [
+                    {"kind": v.kind, "digest": v.subject, "heldBy": ", ".join(v.held_by)}
+                    for v in plan.erasure_held
+                ],
+                [("kind", "string"), ("digest", "string"), ("heldBy", "string")],
+            ),
             "unknownOutcome": len(plan.unknown_outcome),
             "unknownOutcomeKeys": typed_table(
                 [{"key": k} for k in plan.unknown_outcome], [("key", "string")]

@@ -384,4 +384,29 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX gate_events_operation ON gate_events (operation, outcome)",
         ),
     ),
+    Migration(
+        10,
+        "lifecycle names and audit retention",
+        (
+            # One row per registered tokenizer (relgate records tokenizer-add/-train): a
+            # name garbage collection keeps, like a registered transform pin.
+            """CREATE TABLE tokenizers (
+                digest TEXT PRIMARY KEY,
+                created_at TEXT NOT NULL)""",
+            # The workspace's audit retention: how long the signed manifests, membership
+            # tables and reports of a collected version are kept (one row; none or a NULL
+            # keep_days: forever).
+            """CREATE TABLE audit_retention (
+                name TEXT PRIMARY KEY,
+                keep_days INTEGER,
+                updated_at TEXT NOT NULL)""",
+            # A version whose bytes (shards, source pins, artifacts) a sweep deleted while
+            # keeping its audit trail: rollback to it is refused (rollback-purged).
+            """CREATE TABLE gc_collected (
+                digest TEXT PRIMARY KEY,
+                kind TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                at TEXT NOT NULL)""",
+        ),
+    ),
 )

@@ -45,16 +45,43 @@ def benchmark_add(ctx: Ctx, content_digests: tuple[str, ...], benchmark: str) ->
 
 
 @command(fence, "show")
+@click.argument("tombstone", required=False)
+@click.option(
+    "--propagation",
+    is_flag=True,
+    help="With TOMBSTONE: every stored object that still holds the erased sample, who holds"
+    " it and when it becomes deletable.",
+)
+@click.option("--grace", default="6h", show_default=True, help="The sweep's grace period.")
 @pass_ctx
-def fence_show(ctx: Ctx) -> CommandOutput:
-    gate = ctx.ws().gate()
-    fences = gate.fences()
-    return {
-        "tombstoneWatermark": fences.tombstone_watermark,
-        "benchmarkFence": fences.benchmark_fence,
-        "tombstones": len(gate.tombstones()),
-        "benchmarkItems": len(gate.benchmark_items()),
-    }
+def fence_show(ctx: Ctx, tombstone: str | None, propagation: bool, grace: str) -> CommandOutput:
+    """The fences; with TOMBSTONE (a sequence number or a sample id) and --propagation,
+    where the erased sample's bytes still are."""
+    from relgate.errors import UsageError
+
+    if tombstone is None:
+        if propagation:
+            raise UsageError(
+                "--propagation needs a TOMBSTONE (its sequence number or sample id)",
+                object="fence show",
+                check="tombstone",
+            )
+        gate = ctx.ws().gate()
+        fences = gate.fences()
+        return {
+            "tombstoneWatermark": fences.tombstone_watermark,
+            "benchmarkFence": fences.benchmark_fence,
+            "tombstones": len(gate.tombstones()),
+            "benchmarkItems": len(gate.benchmark_items()),
+        }
+    from relgate.lifecycle.collector import parse_duration
+    from relgate.lifecycle.propagation import propagation as watch
+    from relgate.lifecycle.propagation import tombstoned_sample
+
+    if propagation:
+        return watch(ctx.ws(), tombstone, grace_seconds=parse_duration(grace)).to_json()
+    sample, seqs = tombstoned_sample(ctx.ws(), tombstone)
+    return {"sampleId": sample, "tombstones": seqs}
 
 
 def register(main: click.Group) -> None:

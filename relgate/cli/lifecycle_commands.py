@@ -91,7 +91,7 @@ def pin_list(ctx: Ctx, include_released: bool) -> CommandOutput:
 
 @click.group()
 def retention() -> None:
-    """Retention policies per alias."""
+    """Retention policies per alias, and the audit trail's."""
 
 
 @command(retention, "set")
@@ -114,6 +114,28 @@ def retention_set(
 
     policy = RetentionPolicy(alias, keep_last, keep_days, rollback_window, keep_raw_sources)
     return set_policy(ctx.ws().db, policy).to_json()
+
+
+@command(retention, "audit")
+@click.option("--keep-days", default=None, type=click.IntRange(min=0), help="Days from creation.")
+@click.option("--forever", is_flag=True, help="Keep the audit trail forever (the default).")
+@pass_ctx
+def retention_audit(ctx: Ctx, keep_days: int | None, forever: bool) -> CommandOutput:
+    """Show or set how long a collected version's audit trail is kept: its signed
+    manifest, membership table, reports and approvals (default: forever)."""
+    from relgate.lifecycle.audit_trail import AuditPolicy, get_audit_policy, set_audit_policy
+
+    ws = ctx.ws()
+    if forever and keep_days is not None:
+        raise UsageError(
+            "give --keep-days or --forever, not both",
+            object="retention audit",
+            check="audit-policy",
+        )
+    if forever or keep_days is not None:
+        return set_audit_policy(ws.db, AuditPolicy(keep_days=keep_days)).to_json()
+    with ws.db.tx() as conn:
+        return get_audit_policy(conn).to_json()
 
 
 @command(retention, "show")

@@ -285,9 +285,12 @@ class Gate:
             raise RejectedError(
                 "digest is already active", object=alias, check="rollback-target", digest=digest
             )
-        # Garbage collection purged this version once nothing retained it.
+        # Garbage collection purged this version once nothing retained it (its bytes; the
+        # audit trail, envelope included, is kept: relgate.lifecycle.audit_trail).
         envelope = envelope_key(kind, digest)
-        if one(conn, "SELECT run_id FROM gc_deletions WHERE object_key = :k", {"k": envelope}):
+        if one(
+            conn, "SELECT run_id FROM gc_deletions WHERE object_key = :k", {"k": envelope}
+        ) or one(conn, "SELECT run_id FROM gc_collected WHERE digest = :d", {"d": digest}):
             raise RejectedError(
                 "garbage collection purged this version (outside the rollback window)",
                 object=envelope,

@@ -8,7 +8,8 @@ Mark
 
 Candidates
     Stored object versions under the managed prefixes, minus the required set (compared
-    by canonical key, so two spellings of one key are one object), minus versions the
+    by canonical key, so two spellings of one key are one object), minus every key a name
+    points at (:mod:`relgate.lifecycle.names`), minus versions the
     collector first saw less than the grace period ago, minus keys leased by in-progress
     publishers, minus versions held by reader leases (those are retained versions), minus
     everything a manifest without a catalog row references (its publication outcome is
@@ -16,7 +17,8 @@ Candidates
 
 Sweep
     Plans, then takes each batch of candidates through :meth:`Database.gate_tx`: inside
-    the gate it re-reads the retained set (new versions, pins, leases), re-marks anything
+    the gate it re-reads the retained set (new versions, pins, leases), the names
+    (a tag or registration since the plan) and the audit policy, re-marks anything
     newly retained, re-checks the grace period and the leases, records the deletion and
     its reason in ``gc_deletions`` and deletes that exact object version.  A pin that
     commits before the batch is honoured; one that commits after sees the record.
@@ -41,6 +43,7 @@ from relgate.catalog.db import execute, rows, utcnow
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
+from relgate.lifecycle.audit_trail import AuditKept, AuditPolicy, audit_refs, get_audit_policy
 from relgate.lifecycle.inventory import (
     Exclusions,
     candidate_table,
@@ -54,6 +57,7 @@ from relgate.lifecycle.inventory import (
     stored_table,
     unseen,
 )
+from relgate.lifecycle.names import NamedObject, Names, name_roots, named_objects
 from relgate.lifecycle.pins import leased_keys
 from relgate.lifecycle.refs import (
     MANAGED_PREFIXES,
@@ -68,6 +72,7 @@ from relgate.lifecycle.refs import (
 from relgate.lifecycle.retention import (
     Holders,
     RetainedVersion,
+    erased_versions,
     format_time,
     holders_of,
     now_utc,
@@ -116,6 +121,19 @@ class PlanReport(Contract):
     excluded: dict[str, int]
     unknown_outcome: list[str]
     raw_source_gaps: list[str]
+    #: keys names point at (registered transforms and tokenizers, tags, the workspace
+    #: config): kept whole whatever references them
+    named: list[NamedObject] = []
+    #: the audit retention policy (``keepDays`` null: forever)
+    audit_policy: AuditPolicy = AuditPolicy()
+    #: stored object versions kept only as a collected version's audit trail
+    audit_objects: int = 0
+    #: versions no longer retained whose audit trail is kept (up to the listing limit)
+    audit_versions: int = 0
+    audit_kept: list[AuditKept] = []
+    #: retained versions a tombstone hit: only these holders keep the erased bytes
+    #: (``relgate fence show TOMBSTONE --propagation`` for one sample)
+    erasure_held: list[RetainedVersion] = []
 
 
 @dataclass(frozen=True)
@@ -134,6 +152,12 @@ class Plan:
     excluded: dict[str, int] = field(default_factory=dict)
     unknown_outcome: list[str] = field(default_factory=list)
     raw_source_gaps: list[str] = field(default_factory=list)
+    names: Names = field(default_factory=dict)
+    audit_policy: AuditPolicy = field(default_factory=AuditPolicy)
+    audit_kept: list[AuditKept] = field(default_factory=list)
+    #: canonical key -> versions no longer retained whose bytes it is
+    users: Users = field(default_factory=dict)
+    erased: set[str] = field(default_factory=set)
 
     @property
     def required(self) -> set[tuple[str, str]]:
@@ -185,6 +209,12 @@ class Plan:
             excluded=dict(sorted(self.excluded.items())),
             unknown_outcome=self.unknown_outcome,
             raw_source_gaps=self.raw_source_gaps,
+            named=named_objects(self.names),
+            audit_policy=self.audit_policy,
+            audit_objects=self.excluded.get("audit-trail", 0),
+            audit_versions=len(self.audit_kept),
+            audit_kept=self.audit_kept[:limit],
+            erasure_held=[v for v in holders_of(self.retained) if v.subject in self.erased],
         )
 
     def to_json(self, *, limit: int | None = None) -> dict[str, Any]:
@@ -357,11 +387,21 @@ def _seen(conn: Connection, stored: pa.Table, now: str, *, record: bool) -> pa.T
     return seen
 
 
-def former_owners(ws: Workspace, retained: Holders) -> dict[str, str]:
-    """Canonical key -> one version no longer retained that referenced it (best effort: a
-    retired version whose manifest is already gone attributes nothing).  One entry per
-    key, so memory follows the object count, not the version count."""
+#: Roles that belong to a version's audit trail, not to its bytes (kept under the audit
+#: retention policy; deleting one does not make the version collected).
+AUDIT_ROLES = frozenset({"manifest", "members", "report", "provenance", "approval"})
+#: canonical key -> the versions (no longer retained) whose bytes it is
+Users = dict[str, set[tuple[str, str]]]
+
+
+def former_owners(ws: Workspace, retained: Holders) -> tuple[dict[str, str], Users]:
+    """(canonical key -> one version no longer retained that referenced it, canonical key
+    -> every such version it holds bytes of).  Best effort: a retired version whose
+    manifest is already gone attributes nothing.  The first map has one entry per key;
+    the second one per (byte object, version) pair, so a sweep can record which versions
+    it collected."""
     owners: dict[str, str] = {}
+    users: Users = defaultdict(set)
     with ws.db.tx() as conn:
         versions = [
             (kind, row["digest"], row["state"])
@@ -379,7 +419,9 @@ def former_owners(ws: Workspace, retained: Holders) -> dict[str, str]:
             label = f"{kind} {digest} ({states[(kind, digest)]}, not retained)"
             for ref in refs:
                 owners.setdefault(ref.key, label)
-    return owners
+                if ref.role not in AUDIT_ROLES:
+                    users[ref.key].add((kind, digest))
+    return owners, dict(users)
 
 
 @dataclass
@@ -455,16 +497,26 @@ def plan_gc(
         raw = raw_sources_kept(conn)
         leased = leased_keys(conn, moment)
         known = known_digests(conn)
+        names = name_roots(ws, conn)
+        erased = erased_versions(conn)
+        audit_policy = get_audit_policy(conn)
+        trail, audit_kept = audit_refs(conn, retained, moment, audit_policy)
     required, gaps = _mark_required(ws, retained, stored, raw_sources=raw)
     protected, protected_keys, unknown = _unknown_outcome(ws, known, stored)
     with ws.db.tx() as conn:
         seen = _seen(conn, stored, stamp, record=record)
     cutoff = format_time(moment - dt.timedelta(seconds=grace_seconds))
     exclusions = Exclusions(
-        required, pairs_table(protected), sorted(protected_keys), sorted(leased)
+        required,
+        pairs_table(protected),
+        sorted(protected_keys),
+        sorted(leased),
+        sorted(names),
+        pairs_table((r.key, r.version_id) for r in trail),
     )
     classified = classify(stored, exclusions, seen, stamp, cutoff)
-    owners = owners_table(former_owners(ws, retained))
+    former, users = former_owners(ws, retained)
+    owners = owners_table(former)
     return Plan(
         now=stamp,
         grace_seconds=grace_seconds,
@@ -476,6 +528,11 @@ def plan_gc(
         excluded=excluded_counts(classified),
         unknown_outcome=unknown,
         raw_source_gaps=sorted(gaps),
+        names=names,
+        audit_policy=audit_policy,
+        audit_kept=audit_kept,
+        users=users,
+        erased=erased,
     )
 
 
@@ -509,6 +566,9 @@ class _Sweep:
     grace_seconds: int
     marked: set[tuple[str, str]]
     required: _Required
+    audit_policy: AuditPolicy = field(default_factory=AuditPolicy)
+    audit: set[tuple[str, str]] = field(default_factory=set)
+    users: Users = field(default_factory=dict)
     deleted: list[Deletion] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
@@ -520,17 +580,31 @@ class _Sweep:
             self.required.add(list(mark(self.ws, conn, fresh, raw_sources=False)))
             self.marked |= fresh
 
+    def reaudit(self, conn: Connection, moment: dt.datetime) -> None:
+        """The audit policy changed since the plan: what it keeps now, read in the gate."""
+        policy = get_audit_policy(conn)
+        if policy != self.audit_policy:
+            refs, _ = audit_refs(conn, retained_versions(conn, moment), moment, policy)
+            self.audit = {(r.key, r.version_id) for r in refs}
+            self.audit_policy = policy
+
     def batch(self, batch: list[Candidate]) -> None:
         """One batch, inside the gate: re-mark, re-check leases and grace, delete."""
         with self.ws.db.gate_tx() as conn:
             moment = now_utc()
             self.remark(conn, moment)
+            named = name_roots(self.ws, conn)
+            self.reaudit(conn, moment)
             leased = leased_keys(conn, moment)
             cutoff = format_time(moment - dt.timedelta(seconds=self.grace_seconds))
             seen = _seen_in(conn, batch)
             for cand in batch:
                 if self.required.holds(cand.key, cand.version_id):
                     self.skipped["re-referenced"] += 1
+                elif canonical_key(cand.key) in named:
+                    self.skipped["named"] += 1
+                elif (canonical_key(cand.key), cand.version_id) in self.audit:
+                    self.skipped["audit-trail"] += 1
                 elif canonical_key(cand.key) in leased:
                     self.skipped["publisher-lease"] += 1
                 elif (first := seen.get((cand.key, cand.version_id))) is None or first > cutoff:
@@ -561,6 +635,13 @@ class _Sweep:
         self.deleted.append(
             Deletion(key=cand.key, version_id=cand.version_id, size=cand.size, reason=cand.reason)
         )
+        for kind, digest in sorted(self.users.get(canonical_key(cand.key), ())):
+            execute(
+                conn,
+                "INSERT INTO gc_collected (kind, digest, run_id, at) VALUES (:k, :d, :r, :t)"
+                " ON CONFLICT (digest) DO NOTHING",
+                {"k": kind, "d": digest, "r": self.run_id, "t": at},
+            )
 
 
 def sweep(
@@ -583,7 +664,15 @@ def sweep(
         if plan is None:
             plan = plan_gc(ws, grace_seconds=grace_seconds)
         required = _Required(plan.required, plan.required_keys)
-        state = _Sweep(ws, run_id, grace_seconds, set(plan.retained), required)
+        state = _Sweep(
+            ws,
+            run_id,
+            grace_seconds,
+            set(plan.retained),
+            required,
+            plan.audit_policy,
+            users=plan.users,
+        )
         starts = range(0, plan.candidate_count, batch_size)
         for start in track(starts, "sweep batches", total=len(starts)):
             state.batch(plan.candidate_rows(start, start + batch_size))

@@ -5,8 +5,10 @@ The listing is streamed from the store into Arrow record batches (one Python tup
 stored version only while its batch fills), canonical keys are computed column-wise (the
 rare key that is not already canonical goes through :func:`canonical_key`), and the
 reasons a stored version is not a candidate are evaluated in the order the collector
-documents: another spelling of a required key, required, unknown publication outcome,
-publisher lease, younger than the grace period.
+documents: another spelling of a required key, required, named (a registered transform
+or tokenizer, a tag, the workspace config), kept for audit (a collected version's signed
+manifest, membership table and reports), unknown publication outcome, publisher lease,
+younger than the grace period.
 
 Arrow compute (not polars) on purpose: its thread pool survives ``fork``, and sweeps run
 in forked workers (the pin/sweep race test, Dagster's multiprocess executor).
@@ -15,7 +17,7 @@ in forked workers (the pin/sweep race test, Dagster's multiprocess executor).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -188,6 +190,10 @@ class Exclusions:
     protected: pa.Table  # canonical, version_id
     protected_keys: Sequence[str]
     leased: Sequence[str]
+    #: keys a name points at (:mod:`relgate.lifecycle.names`): kept whole
+    named: Sequence[str] = ()
+    #: (canonical, version_id) of collected versions' audit documents still kept
+    audit: pa.Table = field(default_factory=lambda: pairs_table(()))
 
 
 def _flag(stored: pa.Table, pairs: pa.Table) -> pa.ChunkedArray:
@@ -214,6 +220,8 @@ def classify(
     reasons = [
         (pc.and_(respelled, pc.is_in(canon, value_set=required_keys)), "other-spelling-of-required-key"),
         (_flag(stored, exclusions.required), "required"),
+        (_is_in(canon, exclusions.named), "named"),
+        (_flag(stored, exclusions.audit), "audit-trail"),
         (
             pc.or_(_flag(stored, exclusions.protected), pc.and_(_is_in(canon, exclusions.protected_keys), respelled)),
             "unknown-publication-outcome",

@@ -11,6 +11,11 @@ A version (snapshot or release) is retained while anything holds it:
 * its own progress: snapshots BUILDING/VALIDATED/APPROVED and releases
   STAGED/VERIFIED/APPROVED are still on their way to an alias.
 
+A version a tombstone hit (a ``fence_hits`` row of the tombstone fence) is refused for
+activation, rollback and admission, so no alias generation and no progress holds it: only
+a run, a permit, a pin or a reader lease does, and once they end its shards (the erased
+sample's bytes) are collected.
+
 A retained release retains its snapshot.  Everything here is read on the connection the
 caller gives, so inside :meth:`Database.gate_tx` the answer is ordered against every pin,
 lease and sweep batch.
@@ -197,9 +202,14 @@ def retained_versions(conn: Connection, now: dt.datetime) -> Holders:
     """
     held: Holders = defaultdict(list)
     _alias_holders(conn, now, held)
+    _progress_holders(conn, held)
+    # A version a tombstone hit can never be activated, rolled back to or admitted again:
+    # its alias generations and its progress hold nothing; only runs, pins and leases do.
+    erased = erased_versions(conn)
+    for key in [k for k in held if k[1] in erased]:
+        del held[key]
     _run_holders(conn, held)
     _pin_holders(conn, format_time(now), held)
-    _progress_holders(conn, held)
     # A retained release needs its snapshot (membership, provenance, re-verification).
     for kind, digest in list(held):
         if kind == "release":
@@ -211,6 +221,14 @@ def retained_versions(conn: Connection, now: dt.datetime) -> Holders:
                     f"snapshot of release {digest}"
                 )
     return dict(held)
+
+
+def erased_versions(conn: Connection) -> set[str]:
+    """Digests of the versions a tombstone hit (recorded by the fence advance)."""
+    found = rows(
+        conn, "SELECT DISTINCT subject_digest FROM fence_hits WHERE fence_kind = 'tombstone'"
+    )
+    return {str(r["subject_digest"]) for r in found}
 
 
 def _alias_holders(conn: Connection, now: dt.datetime, held: Holders) -> None:
@@ -234,6 +252,31 @@ def _run_holders(conn: Connection, held: Holders) -> None:
         held[("release", permit["root_digest"])].append(f"permit {permit['permit_id']}")
 
 
+def pin_label(kind: str, pin_id: str, owner: str) -> str:
+    return f"{kind} pin {pin_id} ({owner})"
+
+
+def lease_label(lease_id: str, holder: str) -> str:
+    return f"reader lease {lease_id} ({holder})"
+
+
+def holder_expiries(conn: Connection) -> dict[str, str]:
+    """Holder label -> when it lapses by itself (pins and reader leases with an expiry);
+    runs, permits, aliases and unexpiring pins are absent: something must end them."""
+    out: dict[str, str] = {}
+    for pin in rows(
+        conn,
+        "SELECT pin_id, kind, owner, expires_at FROM pins"
+        " WHERE state = 'HELD' AND expires_at IS NOT NULL",
+    ):
+        out[pin_label(pin["kind"], pin["pin_id"], pin["owner"])] = str(pin["expires_at"])
+    for lease in rows(
+        conn, "SELECT lease_id, holder, expires_at FROM leases WHERE state = 'ACTIVE'"
+    ):
+        out[lease_label(lease["lease_id"], lease["holder"])] = str(lease["expires_at"])
+    return out
+
+
 def _pin_holders(conn: Connection, stamp: str, held: Holders) -> None:
     for pin in rows(
         conn,
@@ -242,7 +285,7 @@ def _pin_holders(conn: Connection, stamp: str, held: Holders) -> None:
         {"now": stamp},
     ):
         held[(pin["subject_kind"], pin["digest"])].append(
-            f"{pin['kind']} pin {pin['pin_id']} ({pin['owner']})"
+            pin_label(pin["kind"], pin["pin_id"], pin["owner"])
         )
     for lease in rows(
         conn,
@@ -252,9 +295,7 @@ def _pin_holders(conn: Connection, stamp: str, held: Holders) -> None:
     ):
         kind = _kind_of(conn, lease["digest"])
         if kind:
-            held[(kind, lease["digest"])].append(
-                f"reader lease {lease['lease_id']} ({lease['holder']})"
-            )
+            held[(kind, lease["digest"])].append(lease_label(lease["lease_id"], lease["holder"]))
 
 
 def _progress_holders(conn: Connection, held: Holders) -> None:

@@ -3,7 +3,8 @@
 A record schema that counts tokens with a tokenizer names the tokenizer's SHA-256; the
 ``tokenizers`` JSON file is stored content-addressed in the workspace store and every
 snapshot that uses it lists it among its ``artifacts`` (so garbage collection keeps it
-as long as the snapshot).  Readers of the snapshot (the release writer, the independent
+as long as the snapshot); registering it records its name (``tokenizers``), a root of the
+sweep of its own.  Readers of the snapshot (the release writer, the independent
 verifier) fetch it by the exact version the manifest names and check its digest before
 counting with it (:func:`relgate.records.tokens.load_tokenizer`).  Nothing is
 downloaded: the demo trains a small BPE tokenizer on its own corpus.
@@ -17,6 +18,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from relgate.errors import NotFoundError, RejectedError
 from relgate.integrity.digests import sha256_digest
+from relgate.lifecycle.names import record_tokenizer
 from relgate.objects.cas import key_for
 from relgate.objects.layout import cas_uri
 from relgate.records.record_schema import RecordSchema
@@ -45,6 +47,10 @@ def register(ws: Workspace, data: bytes) -> str:
     """Store a tokenizer JSON content-addressed (it must load); its digest."""
     digest = sha256_digest(data)
     load_tokenizer(digest, lambda _digest: data)  # refuses what does not load
+    # The name first, inside the gate (ordered against sweep batches), then the bytes:
+    # garbage collection keeps a registered tokenizer whether or not a snapshot uses it.
+    with ws.db.gate_tx() as conn:
+        record_tokenizer(conn, digest)
     ws.cas.put(data)
     return digest
 

@@ -5,7 +5,8 @@ stores its bytes in the workspace CAS and records a :class:`WheelTransform` unde
 wheel's SHA-256; ``register_image`` does the same for an OCI image layout (every blob
 stored by its own digest, the pin is the image manifest digest).  A digest's pin is
 written once: registering the same bytes again is idempotent, registering them with a
-different entry point is refused.  ``verify_stored`` re-reads every stored blob of a pin
+different entry point is refused, and registering the same bytes after garbage
+collection deleted their stored version restores the pin.  ``verify_stored`` re-reads every stored blob of a pin
 and refuses bytes that no longer hash to it.
 """
 
@@ -16,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from relgate.catalog.db import Database, execute, one, utcnow
-from relgate.errors import ConflictError, RejectedError
+from relgate.errors import ConflictError, NotFoundError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.objects.cas import ContentStore
 from relgate.transforms import refusals
@@ -60,7 +61,7 @@ def register_wheel(
             uri=ref.uri, object_version=ref.version_id, size=ref.size, media_type=WHEEL_MEDIA_TYPE
         ),
     )
-    record_pin(db, spec)
+    record_pin(db, spec, cas)
     return spec
 
 
@@ -72,12 +73,48 @@ def register_image(
     with tempfile.TemporaryDirectory(prefix="relgate-image-check-") as root:
         trial_unpack(image, Path(root))
     spec = store_image(cas, image)
-    record_pin(db, spec)
+    record_pin(db, spec, cas)
     return spec
 
 
-def record_pin(db: Database, spec: Pin) -> None:
-    """Write a digest's pin once (the same pin again is a no-op; another is a conflict)."""
+def _blobs(spec: Pin) -> tuple[StoredBlob, ...]:
+    if isinstance(spec, WheelTransform):
+        return (spec.wheel,)
+    if isinstance(spec, ImageTransform):
+        return (spec.manifest, spec.config, *spec.layers)
+    return ()
+
+
+def _unversioned(node: object) -> object:
+    """A pin's JSON without its blobs' object versions (the content it names)."""
+    if isinstance(node, dict):
+        return {k: _unversioned(v) for k, v in node.items() if k != "objectVersion"}
+    if isinstance(node, list):
+        return [_unversioned(v) for v in node]
+    return node
+
+
+def _restorable(cas: ContentStore | None, stored: Pin, spec: Pin) -> bool:
+    """The stored pin names the same content, and a blob it names is no longer stored
+    (collected): the new registration's stored versions restore it."""
+    if cas is None or _unversioned(stored.to_json()) != _unversioned(spec.to_json()):
+        return False
+    for blob in _blobs(stored):
+        try:
+            cas.head(blob.sha256, blob.object_version)
+        except NotFoundError:
+            return True
+    return False
+
+
+def record_pin(db: Database, spec: Pin, cas: ContentStore | None = None) -> None:
+    """Write a digest's pin once (the same pin again is a no-op; another is a conflict).
+
+    The one update: a pin whose stored blob version is gone (garbage collected before
+    this change made a registered pin a root of the sweep, or deleted by hand) is
+    re-pointed at the versions the same content was just stored as, when ``cas`` shows
+    the stored one is missing; the content and entry point must be the same.
+    """
     body = canonical_bytes(spec.to_json()).decode()
     with db.tx() as conn:
         # First writer wins on both SQLite and PostgreSQL; what is stored is then compared.
@@ -88,7 +125,17 @@ def record_pin(db: Database, spec: Pin) -> None:
             {"d": spec.pin, "k": spec.kind, "s": body, "t": utcnow()},
         )
         row = one(conn, "SELECT spec FROM transform_pins WHERE digest = :d", {"d": spec.pin})
-    if row is not None and _loads(str(row["spec"]), spec.pin) != spec:
+    stored = None if row is None else _loads(str(row["spec"]), spec.pin)
+    if stored is not None and stored != spec and _restorable(cas, stored, spec):
+        with db.tx() as conn:
+            execute(
+                conn,
+                "UPDATE transform_pins SET spec = :s WHERE digest = :d AND spec = :old",
+                {"s": body, "d": spec.pin, "old": str(row["spec"]) if row else ""},
+            )
+            row = one(conn, "SELECT spec FROM transform_pins WHERE digest = :d", {"d": spec.pin})
+        stored = None if row is None else _loads(str(row["spec"]), spec.pin)
+    if stored is not None and stored != spec:
         raise ConflictError(
             "this digest is already pinned differently (another entry point or version)",
             object=spec.display_name,

@@ -33,6 +33,13 @@ def test_plan_asset_and_gc_job_dry_run_then_sweep(tmp_path):
         assert excluded == plan["excluded"]
         assert mat.metadata["excludedObjects"].value == sum(plan["excluded"].values())
         assert mat.metadata["unknownOutcome"].value == len(plan["unknownOutcome"])
+        # Issue 28: what names keep, the audit trail kept, tombstoned versions still held.
+        assert mat.metadata["auditObjects"].value == plan["auditObjects"] > 0
+        assert mat.metadata["auditPolicyDays"].value == "forever"
+        kept = {r.data["digest"] for r in mat.metadata["auditKept"].records}
+        assert release.digest in kept
+        assert len(mat.metadata["named"].records) == len(plan["named"])
+        assert mat.metadata["erasureHeld"].records == []
         before = stored_set(ws)
         dry = gc_job.execute_in_process(
             instance=instance,

@@ -211,7 +211,8 @@ def test_published_release_still_verifies_after_sweep(ws, release):
     set_state(ws, "release", other.digest, "INVALID")
     publish(ws, release.digest, "prod")
     result = sweep(ws, actor="gc", grace_seconds=0)
-    assert any(rm.envelope_key(other.digest) == x["key"] for x in result.to_json()["deleted"])
+    # The INVALID release's root is its audit trail: kept (item 5 of issue 28).
+    assert not any(rm.envelope_key(other.digest) == x["key"] for x in result.to_json()["deleted"])
     report = verify_release(ws, release.digest, workers=0, actor="test")
     assert report.ok, report.problems
     verify_retained(ws)
