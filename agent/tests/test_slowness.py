@@ -123,7 +123,9 @@ def test_an_rx_capped_host_fast_in_one_stripe_is_still_rx_slow() -> None:
     assert v.tx_slow == frozenset()  # the upstreams that fed it are not to blame
 
 
-def test_a_tie_blames_the_upstream_until_the_child_has_a_second_witness() -> None:
+def test_a_tie_blames_nobody_until_the_child_has_a_second_witness() -> None:
+    """One upstream, one child that receives nowhere else: no evidence from either end
+    (the child's rx or the upstream's tx), so nobody is demoted on it."""
     topo = build_topology(fleet(1, 5), 1)
     order = topo.stripes[0].order  # one chain, root first
     up, child = order[1], order[2]
@@ -132,9 +134,9 @@ def test_a_tie_blames_the_upstream_until_the_child_has_a_second_witness() -> Non
         rates[h] = [SLOW]
     ref = (FAST, FAST)  # the medians of a round when most hosts still received
     v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
-    assert v.tx_slow == {up} and v.rx_slow == frozenset()  # one upstream, one child: a tie
-    assert v.slow_with == {child: frozenset({up})}  # only the first slow hop is evidence
-    # the upstream became a leaf; the child stayed slow with its next upstream as well
+    assert v.tx_slow == frozenset() and v.rx_slow == frozenset()
+    assert v.slow_with == {child: frozenset({up})}  # only the hop it fell behind is evidence
+    # the child stayed slow with an upstream of an earlier topology as well: its own rx
     v2 = judge(
         rates,
         totals(rates),
@@ -146,6 +148,53 @@ def test_a_tie_blames_the_upstream_until_the_child_has_a_second_witness() -> Non
     )
     assert v2.rx_slow == {child} and v2.tx_slow == frozenset()
     assert v2.slow_with[child] == {up, "h-before"}
+
+
+def test_a_tx_capped_host_is_blamed_and_its_victims_never_are() -> None:
+    """The issue's lab: one host's upload capped. Its children fall behind it where it
+    feeds them and receive at speed from everyone else; against the held reference (the
+    victims drag this round's medians down) it alone is tx-slow."""
+    topo = build_topology(fleet(2, 3), 4)
+    up = max(topo.racks, key=lambda h: sum(len(c.children(h)) for c in topo.stripes))
+    rates = rates_with(topo, {s: behind(topo, s, up) for s in range(4)})
+    for ref in (None, (FAST, 4 * FAST)):
+        v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
+        assert v.tx_slow == {up} and v.rx_slow == frozenset()
+    # the same victims, with history naming the slow host twice over: still not blamed
+    kids = {k for c in topo.stripes for k in c.children(up)}
+    v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, {k: {up, up} for k in kids})
+    assert v.rx_slow == frozenset()
+
+
+def test_a_pipeline_at_its_roots_pace_is_not_slow() -> None:
+    """The origin budget sets each root's rate; everyone behind it follows at that pace
+    (a pipeline filling, a budget cut): nobody falls behind an upstream, nobody is slow,
+    even against a reference held from a faster moment."""
+    topo = build_topology(fleet(2, 4), 4)
+    budget = [FAST, FAST // 10, FAST // 3, FAST]
+    rates = {h: list(budget) for h in topo.racks}
+    for ref in (None, (FAST, 4 * FAST)):
+        v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
+        assert v.tx_slow == frozenset() and v.rx_slow == frozenset()
+
+
+@settings(max_examples=120, deadline=None)
+@given(racks=st.integers(1, 4), per_rack=st.integers(2, 6), k=st.integers(1, 6), data=st.data())
+def test_hosts_at_their_upstreams_pace_are_never_judged(
+    racks: int, per_rack: int, k: int, data
+) -> None:
+    """Fault-free: any origin shares per stripe, and every hop at 60-100 % of its
+    upstream's rate (a pipeline filling, a noisy 1 s rate): 0 verdicts, any reference."""
+    topo = build_topology(fleet(racks, per_rack), k)
+    rates: dict[str, list[int]] = {h: [0] * k for h in topo.racks}
+    for s, chain in enumerate(topo.stripes):
+        for h in chain.order:  # upstreams first
+            up = chain.parent[h]
+            top = data.draw(st.integers(FLOOR, 10**9)) if up is None else rates[up][s]
+            rates[h][s] = int(top * data.draw(st.floats(0.6, 1.0)))
+    ref = data.draw(st.none() | st.tuples(st.integers(1, 10**9), st.integers(1, 10**10)))
+    v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
+    assert v.rx_slow == frozenset() and v.tx_slow == frozenset()
 
 
 def test_the_floor_is_per_host_so_eight_thin_stripes_are_still_judged() -> None:

@@ -82,6 +82,10 @@ class CoordinatorConfig:
     webhook_backoff_max_s: float = 60.0
 
 
+# a host's stored slowness as last written: (demoted, witnesses, clock start or None)
+SlowKey = tuple[bool, frozenset[str], float | None]
+
+
 @dataclass
 class HostProgress:
     host_id: str
@@ -105,7 +109,11 @@ class HostProgress:
     slow_since: float | None = None
     fast_since: float | None = None  # when it stopped being slow (the grace's start)
     # what the store holds of its slowness (slowclock.save writes only on change)
-    slow_saved: tuple[bool, frozenset[str]] | None = None
+    slow_saved: SlowKey | None = None
+    # slowness a previous leader watched (slowclock.restore): its clock starts this much
+    # in the past when this leader first judges it slow
+    slow_credit: float = 0.0
+    reported: bool = False  # registered or reported to this leader (failover.py)
     demoted: bool = False
     holds_envelope: bool = False  # reported holding the job's verified manifest (a source)
     # downstream -> (first, last) time it reported this live host as not serving it
@@ -185,6 +193,9 @@ class JobState:
     # and per root host its (stripe, share) pairs for the reply to its next report
     origin_shares: tuple[int, ...] = ()
     origin_by_root: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # the clock when this leader loaded the job from the store (None: it created it):
+    # nobody is judged dead or slow on the takeover's silence (failover.py)
+    resumed_at: float | None = None
     error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
 
     @property
@@ -257,6 +268,7 @@ __all__ = [
     "NotLeader",
     "ReadyRefused",
     "Rejected",
+    "SlowKey",
     "default_db_path",
     "parse_selector",
     "selector_matches",

@@ -93,6 +93,9 @@ class ProgressService(CoordinatorCore):
         with self.lock:
             self.require_leader()
             self.addresses[host_id] = address
+            for job in self.jobs.values():  # heard from by this leader (failover.py)
+                if (hp := job.hosts.get(host_id)) is not None:
+                    hp.reported = True
             self._late_join(host_id, rack, labels, held)
             return self._jobs_of(host_id)
 
@@ -208,7 +211,7 @@ class ProgressService(CoordinatorCore):
             hp.rack, hp.address = rack or hp.rack, address or hp.address
             hp.have = bytes(have[: (job.manifest.num_chunks + 7) // 8])  # bounded: hostile length
             hp.verified = count_bits(hp.have, job.manifest.num_chunks)
-            hp.last_seen = self.clock()
+            hp.last_seen, hp.reported = self.clock(), True
             self.addresses[host_id] = hp.address
             if hp.state in ("DEAD", "PENDING") and not hp.ready:
                 hp.state = "TRANSFERRING"
@@ -352,7 +355,7 @@ class ProgressService(CoordinatorCore):
         is malformed, or on top of a bitmap this coordinator does not hold, e.g. after a
         takeover): the agent is asked for its whole bitmap.
         """
-        hp.last_seen = self.clock()
+        hp.last_seen, hp.reported = self.clock(), True
         holds = report.manifest_digest == job.manifest.digest
         if holds and not hp.holds_envelope:
             self._add_envelope_source(job, hp)
