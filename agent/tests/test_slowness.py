@@ -123,9 +123,10 @@ def test_an_rx_capped_host_fast_in_one_stripe_is_still_rx_slow() -> None:
     assert v.tx_slow == frozenset()  # the upstreams that fed it are not to blame
 
 
-def test_a_tie_blames_nobody_until_the_child_has_a_second_witness() -> None:
-    """One upstream, one child that receives nowhere else: no evidence from either end
-    (the child's rx or the upstream's tx), so nobody is demoted on it."""
+def test_a_tie_blames_the_upstream_until_the_child_has_a_second_witness() -> None:
+    """One upstream, one child that receives nowhere else (a host feeds its successor in
+    every rotated rack chain): no rate breaks the tie; the upstream is blamed (a leaf loses
+    nothing of its own speed) and the child, its victim, is not."""
     topo = build_topology(fleet(1, 5), 1)
     order = topo.stripes[0].order  # one chain, root first
     up, child = order[1], order[2]
@@ -134,9 +135,9 @@ def test_a_tie_blames_nobody_until_the_child_has_a_second_witness() -> None:
         rates[h] = [SLOW]
     ref = (FAST, FAST)  # the medians of a round when most hosts still received
     v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
-    assert v.tx_slow == frozenset() and v.rx_slow == frozenset()
+    assert v.tx_slow == v.tied == {up} and v.rx_slow == frozenset()
     assert v.slow_with == {child: frozenset({up})}  # only the hop it fell behind is evidence
-    # the child stayed slow with an upstream of an earlier topology as well: its own rx
+    # the upstream became a leaf; the child stayed slow behind its next upstream: its rx
     v2 = judge(
         rates,
         totals(rates),
@@ -159,7 +160,7 @@ def test_a_tx_capped_host_is_blamed_and_its_victims_never_are() -> None:
     rates = rates_with(topo, {s: behind(topo, s, up) for s in range(4)})
     for ref in (None, (FAST, 4 * FAST)):
         v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
-        assert v.tx_slow == {up} and v.rx_slow == frozenset()
+        assert v.tx_slow == {up} and v.rx_slow == v.tied == frozenset()
     # the same victims, with history naming the slow host twice over: still not blamed
     kids = {k for c in topo.stripes for k in c.children(up)}
     v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, {k: {up, up} for k in kids})

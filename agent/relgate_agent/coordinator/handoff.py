@@ -332,7 +332,11 @@ class HandoffService(ProgressService):
                 out[h] = (
                     f"tx: {', '.join(sorted(v.behind.get(h, ())))} fall behind it "
                     f"(< {cfg.slow_fraction} x its rate, median {v.median} B/s per stripe) "
-                    "and receive well from other upstreams"
+                    + (
+                        "and no other upstream feeds them (a tie blames the upstream)"
+                        if h in v.tied
+                        else "and receive well from other upstreams"
+                    )
                 )
             return out
         # agents that report only their total receive rate: compare it with the fleet median

@@ -20,8 +20,11 @@ upstream does not send (the seed's serving host, a 40 Mbit uploader). Its victim
 never blamed for it. A host is **rx-slow** when its total receive rate is low (max-min
 sharing can leave an rx-capped host fast in a few stripes) and it falls behind upstreams
 that are not tx-slow, one of which sends well on some hop, or two of them (now or in an
-earlier topology: ``slow_with``). A lone upstream with a lone child that cannot receive
-anywhere else is no evidence either way: nobody is blamed until a second witness comes.
+earlier topology: ``slow_with``). A child fed by one upstream alone, behind it in every
+stripe it receives (the common case in rotated rack chains: a host feeds its successor), is
+a tie no rate can break; a tie blames the upstream, whose demotion costs it nothing of its
+own speed: if the child stays slow behind its next upstream, that second witness makes it
+rx-slow.
 Both verdicts become leaves at their rack tails; nobody waits behind them.
 """
 
@@ -48,6 +51,7 @@ class Verdicts:
     slow_with: Mapping[str, frozenset[str]]
     # upstream -> the children that fall behind it this round (a tx verdict's evidence)
     behind: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    tied: frozenset[str] = frozenset()  # tx-slow on a tie only (see the module's doc)
 
 
 def stripe_median(rates: Mapping[str, Sequence[int]], floor: int) -> int:
@@ -175,20 +179,34 @@ def judge(
     def low_total(h: str) -> bool:
         return total_median >= floor and 0 <= totals.get(h, 0) < fraction * total_median
 
+    slow_with = {h: frozenset(ups | set(history.get(h, ()))) for h, ups in slow_ups.items()}
+
+    def tie(k: str, up: str) -> bool:
+        """``up`` is the only upstream ``k`` ever fell behind and none feeds it well."""
+        return slow_with[k] == {up} and not fed_well.get(k, set()) - {up}
+
     # tx: every child it feeds falls behind it, and one of them at least receives well
     # from another upstream with a total at speed: the evidence from both ends (the child
-    # can receive; this upstream does not send). Its victims are never blamed for it.
-    tx_slow = {
+    # can receive; this upstream does not send). A child fed by it alone is a tie, and a
+    # tie blames the upstream: a leaf loses nothing of its own speed, and a child that
+    # stays slow behind its next upstream has its second witness. Its victims are never
+    # blamed for it.
+    evident = {
         up
         for up, kids in slow_kids.items()
         if not fast_kids.get(up)
         and any(fed_well.get(k, set()) - {up} and not low_total(k) for k in kids)
     }
+    tied = {
+        up
+        for up, kids in slow_kids.items()
+        if up not in evident and not fast_kids.get(up) and any(tie(k, up) for k in kids)
+    }
+    tx_slow = evident | tied
     # rx: its total is low (max-min sharing can leave an rx-capped host fast in a few
     # stripes), and it falls behind upstreams that are not tx-slow, at least one of which
     # sends well on some hop (to anyone, this host included: its upload can), or two of
     # them (now or in an earlier topology)
-    slow_with = {h: frozenset(ups | set(history.get(h, ()))) for h, ups in slow_ups.items()}
     rx_slow = set()
     for h, ups in slow_ups.items():
         blamable = ups - tx_slow
@@ -198,7 +216,14 @@ def judge(
         if len(witnesses) >= WITNESSES or any(fast_kids.get(u) for u in blamable):
             rx_slow.add(h)
     behind = {up: frozenset(kids) for up, kids in slow_kids.items()}
-    return Verdicts(frozenset(rx_slow), frozenset(tx_slow - rx_slow), median, slow_with, behind)
+    return Verdicts(
+        frozenset(rx_slow),
+        frozenset(tx_slow - rx_slow),
+        median,
+        slow_with,
+        behind,
+        frozenset(tied - rx_slow),
+    )
 
 
 __all__ = [

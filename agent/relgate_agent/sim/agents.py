@@ -121,6 +121,9 @@ class CoordinatorController:
         self.shares: tuple[int, ...] = ()  # the origin shares the last forest carries
         self.splices = 0
         self.failovers = 0
+        # host index -> the coordinator's reason, for every host it demoted to a leaf
+        # (the report counts those no fault slowed: false demotions)
+        self.demoted: dict[int, str] = {}
 
     # ------------------------------------------------------------------ setup
     def start(self, run: ChainRun) -> Forest:
@@ -200,6 +203,7 @@ class CoordinatorController:
         job = self._job()
         if job is None:
             return None
+        self._note_demotions(job)
         if job.topology.version == self.version:
             if job.origin_shares == self.shares:
                 return None
@@ -212,6 +216,13 @@ class CoordinatorController:
             if s not in before or before[s].get(h, "") != p
         ]
         return self._forest(job, changed)
+
+    def _note_demotions(self, job: JobState) -> None:
+        for h, hp in job.hosts.items():
+            i = self.index[h]
+            if hp.demoted and i not in self.demoted:
+                why = next((e for e in hp.errors if e.startswith("DEMOTED")), "DEMOTED")
+                self.demoted[i] = why
 
     def _report_round(self, run: ChainRun) -> None:
         interval = self.sc.report_interval_s
