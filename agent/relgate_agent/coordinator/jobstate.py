@@ -23,7 +23,8 @@ from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 ACTIVE_STATES = ("PLANNING", "DISTRIBUTING", "COMPLETE")
 TERMINAL_STATES = ("DONE", "CANCELLED", "FAILED")
 QUARANTINED = "QUARANTINED"
-GONE_STATES = ("DEAD", QUARANTINED)  # spliced out: neither a source nor a straggler target
+REMOVED = "REMOVED"  # removed from the job with its reason (complaints.py: the suspect)
+GONE_STATES = ("DEAD", QUARANTINED, REMOVED)  # spliced out: neither a source nor a target
 
 
 class NotFound(AgentError):
@@ -118,6 +119,7 @@ class HostProgress:
     holds_envelope: bool = False  # reported holding the job's verified manifest (a source)
     # downstream -> (first, last) time it reported this live host as not serving it
     unserved: dict[str, tuple[float, float]] = field(default_factory=dict)
+    unserved_reason: dict[str, str] = field(default_factory=dict)  # downstream -> its last reason
 
     def holds(self, chunk: int) -> bool:
         """READY, or ``chunk`` is set in the last reported have-bitmap."""
@@ -211,9 +213,13 @@ class JobState:
         return {h for h, hp in self.hosts.items() if hp.state == QUARANTINED and h in self.targets}
 
     @property
+    def removed(self) -> set[str]:
+        return {h for h, hp in self.hosts.items() if hp.state == REMOVED and h in self.targets}
+
+    @property
     def eligible(self) -> set[str]:
-        """The targets the job waits for: all but the quarantined."""
-        return set(self.targets) - self.quarantined
+        """The targets the job waits for: all but the quarantined and the removed."""
+        return set(self.targets) - self.quarantined - self.removed
 
     def slow_hosts(self, fraction: float) -> frozenset[str]:
         """Hosts a splice must not promote into a dead host's place (a slow host there
@@ -257,6 +263,7 @@ __all__ = [
     "ACTIVE_STATES",
     "GONE_STATES",
     "QUARANTINED",
+    "REMOVED",
     "TERMINAL_STATES",
     "Completion",
     "CoordinatorConfig",
