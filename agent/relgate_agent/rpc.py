@@ -77,6 +77,11 @@ class FailoverStub:
                 try:
                     return getattr(self.stubs[i], name)(request, timeout=timeout)
                 except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        # no answer in time: a frozen or cut-off replica holds its socket
+                        # open and never says UNAVAILABLE; the next call tries the next one
+                        self.moved_on(i)
+                        raise
                     if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == n - 1:
                         raise
                     self.moved_on(i)
@@ -167,7 +172,13 @@ class Duplex:
             while True:
                 call = self._call if self._call is not None else self._open()
                 self._requests.put(request)
-                timer = threading.Timer(timeout, call.cancel)  # bounds the wait for a reply
+                late = threading.Event()
+
+                def give_up(call: Any = call, late: threading.Event = late) -> None:
+                    late.set()
+                    call.cancel()
+
+                timer = threading.Timer(timeout, give_up)  # bounds the wait for a reply
                 timer.start()
                 try:
                     return next(call)
@@ -178,6 +189,13 @@ class Duplex:
                     reopened = True
                 except grpc.RpcError as exc:
                     self._close()
+                    if late.is_set():
+                        # no reply within the timeout: a frozen (SIGSTOP) or cut-off leader
+                        # keeps its socket open and never says UNAVAILABLE; the next
+                        # exchange goes to the next replica (the new leader's grace is
+                        # this timeout plus the keepalive's: coordinator/failover.py)
+                        self.stub.moved_on(self._replica)
+                        raise
                     if exc.code() != grpc.StatusCode.UNAVAILABLE:
                         raise
                     # down or not the leader: the next replica at once (each one once), so

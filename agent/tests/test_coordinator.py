@@ -573,8 +573,7 @@ def test_a_live_host_that_serves_nobody_is_a_leaf_once_complaints_last(
         assert all(not ch.children(up) for ch in job.topology.stripes)
         assert job.topology.version > v  # one change (splice + append: two numbers)
         assert any(
-            e
-            == f"DEMOTED not serving: STALLED from {child} (it sends 0 B/s while {child} "
+            e == f"DEMOTED not serving: STALLED from {child} (it sends 0 B/s while {child} "
             "receives 5000000 B/s from others)"
             for e in job.hosts[up].errors
         )

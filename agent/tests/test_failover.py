@@ -9,10 +9,13 @@ from pathlib import Path
 
 from agent_harness import job_spec
 
+from relgate_agent.agent.job import Assignments
 from relgate_agent.contracts import JobSpec, ProgressReport
 from relgate_agent.coordinator.failover import takeover_grace_s
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
+from relgate_agent.coordinator.wire import assignment_to_pb
 from relgate_agent.manifest import TrustedKeys
+from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.rpc import RECONNECT_S, REPORT_REPLY_TIMEOUT_S
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}
@@ -87,3 +90,46 @@ def test_a_new_leader_splices_only_hosts_it_had_a_chance_to_hear(
         assert not any("spliced out" in e for h in streaming for e in resumed.hosts[h].errors)
     finally:
         second.store.close()
+
+
+def _plan(epoch: int, version: int) -> pb.Assignment:
+    return pb.Assignment(
+        job_id="j",
+        topology_version=version,
+        leader_epoch=epoch,
+        job_state="DISTRIBUTING",
+        stripes=[pb.StripeAssignment(stripe=0, upstream=pb.Peer(host_id=f"e{epoch}v{version}"))],
+    )
+
+
+def test_agents_refuse_an_assignment_from_an_older_lease_epoch() -> None:
+    """A deposed (frozen, then thawed) leader pushes what it holds: refused by its epoch,
+    whatever its topology version; a new leader's plan is applied even at the version the
+    agent already holds (it loaded that version from the store)."""
+    a = Assignments()
+    a.apply(_plan(3, 10))
+    a.apply(_plan(4, 10))  # the new leader, same stored version
+    assert (a.epoch, a.topology_version) == (4, 10)
+    a.apply(_plan(3, 12))  # the deposed leader, a higher version
+    assert (a.epoch, a.topology_version) == (4, 10)
+    assert a.by_stripe[0].upstream.host_id == "e4v10"
+    a.apply(_plan(4, 9))  # the same leader never rewires backwards
+    a.apply(_plan(5, 9))  # nor does a later epoch behind the stored version
+    assert (a.epoch, a.topology_version) == (4, 10)
+    a.apply(_plan(4, 11))
+    assert a.by_stripe[0].upstream.host_id == "e4v11"
+
+
+def test_the_leader_stamps_its_epoch_on_every_assignment(tmp_path: Path, checkpoint) -> None:
+    c = _leader(tmp_path, checkpoint, [T0])
+    try:
+        for h, r in HOSTS.items():
+            c.enroll(h, r, {"cluster": "inf-a"})
+            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+        job = c.create_job(JobSpec(**job_spec(checkpoint)))
+        c.epoch = 7  # as maintain_lease sets it on taking the lease
+        plan = c._assignment(job, "h0")
+        assert plan.leader_epoch == 7
+        assert assignment_to_pb(plan).leader_epoch == 7
+    finally:
+        c.store.close()

@@ -113,6 +113,13 @@ class ControlPlane:
         """An assignment pushed on the host's watch stream (the watch thread calls this).
         A stale one (not newer than the applied version) is dropped by ``Assignments``."""
         job = self.job
+        if a.leader_epoch < job.assignments.epoch:
+            log.info(
+                "job %s: assignment from deposed leader epoch %d dropped",
+                job.job_id,
+                a.leader_epoch,
+            )
+            return
         if a.cancelled:
             job.cancelled = a.job_state == "CANCELLED"
             job.stop()

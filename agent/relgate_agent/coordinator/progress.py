@@ -163,7 +163,7 @@ class ProgressService(CoordinatorCore):
         if job is not None:
             return self._assignment(job, "")
         state = self.store.job_state(job_id) or "GONE"
-        return AssignmentPlan(job_id, 0, (), state, cancelled=True)
+        return AssignmentPlan(job_id, 0, (), state, cancelled=True, leader_epoch=self.epoch)
 
     def _late_join(self, host_id: str, rack: str, labels: dict[str, str], held: list[str]) -> None:
         for job in self.jobs.values():
@@ -315,6 +315,7 @@ class ProgressService(CoordinatorCore):
             # FAILED stops the agents too (they keep staging and journal for a retry)
             cancelled=job.state in ("CANCELLED", "FAILED"),
             members=idx.members,
+            leader_epoch=self.epoch,
         )
 
     @staticmethod
