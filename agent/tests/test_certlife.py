@@ -15,6 +15,7 @@ import pytest
 from agent_harness import Cluster
 from test_security import agent_stub, channel, control, create, watch  # noqa: F401
 
+from relgate_agent import certlife
 from relgate_agent.certlife import (
     CHECK_CERT_EXPIRED,
     CHECK_CERT_REVOKED,
@@ -174,3 +175,66 @@ def test_the_data_plane_refuses_revoked_and_expired_peers(tmp_path: Path) -> Non
             _connect(server.address, 5, data_client_context(cluster.tls("h01")), "h00")
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------------- pure rules
+
+
+def test_refusal_names_expiry_first_then_revocation(tmp_path: Path) -> None:
+    life = certlife.CertLife(0xABC, 1000.0, "CN=h00")
+    revoked = certlife.RevokedCerts(tmp_path / REVOKED_CERTS_FILE)
+    assert certlife.refusal(life, revoked, 999.9) is None  # valid, nothing revoked
+    assert certlife.refusal(life, None, 999.9) is None
+    check, why = certlife.refusal(life, revoked, 1000.0) or ("", "")
+    assert (
+        check == CHECK_CERT_EXPIRED and why == "certificate CN=h00 expired at 1970-01-01T00:16:40Z"
+    )
+    certlife.revoke(tmp_path, 0xABC)
+    assert certlife.refusal(life, certlife.RevokedCerts(revoked.path), 999.9) == (
+        CHECK_CERT_REVOKED,
+        "certificate CN=h00 (serial abc) is revoked",
+    )
+    # expired and revoked: expiry is named
+    assert certlife.refusal(life, revoked, 2000.0)[0] == CHECK_CERT_EXPIRED  # type: ignore[index]
+    assert certlife.refusal(certlife.CertLife(0xABD, 1000.0, "x"), revoked, 1.0) is None
+
+
+def test_the_revocation_list_is_reread_on_change_and_a_bad_one_keeps_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(certlife.time, "monotonic", lambda: clock[0])
+    path = tmp_path / REVOKED_CERTS_FILE
+    revoked = certlife.RevokedCerts(path)
+    assert revoked.serials() == frozenset()  # no file: nothing revoked
+    certlife.revoke(tmp_path, 1)
+    assert revoked.serials() == frozenset()  # looked at less than RELOAD_S ago
+    clock[0] += certlife.RELOAD_S
+    assert revoked.serials() == {1}
+    certlife.revoke(tmp_path, 0x2F)
+    clock[0] += certlife.RELOAD_S
+    assert revoked.serials() == {1, 0x2F}
+    assert json.loads(path.read_text())["serials"] == ["1", "2f"]
+    path.write_text('{"schema": "other", "serials": []}')
+    clock[0] += certlife.RELOAD_S
+    assert revoked.serials() == {1, 0x2F}  # refused: the last good list holds
+    path.unlink()
+    clock[0] += certlife.RELOAD_S
+    assert revoked.serials() == frozenset()
+    assert certlife.RevokedCerts(None).serials() == frozenset()
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "[]",
+        '{"schema": "relgate.revoked-certs.v1"}',
+        '{"schema": "relgate.revoked-certs.v1", "serials": [12]}',
+        '{"schema": "relgate.revoked-certs.v1", "serials": ["zz"]}',
+        "not json",
+    ],
+)
+def test_a_malformed_revocation_list_is_refused(tmp_path: Path, doc: str) -> None:
+    (tmp_path / REVOKED_CERTS_FILE).write_text(doc)
+    with pytest.raises(ValueError):
+        certlife.load_revoked_serials(tmp_path / REVOKED_CERTS_FILE)
