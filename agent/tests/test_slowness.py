@@ -241,3 +241,24 @@ def test_the_held_reference_is_between_now_and_the_peak(
     assert got is not None
     for i in range(2):
         assert current[i] <= got[i] <= max(previous[i], current[i])
+
+
+def test_an_upload_that_sends_under_half_its_hops_is_tx_slow_by_its_own_rates() -> None:
+    """A tbf-capped upload is not shared fairly: one of its children still receives well
+    (so it "sends well"), the other crawls and, fed by it alone, looks rx-slow. Its own
+    report (it sends under half what its hops carry) names it; the crawling child is its
+    victim. The same child slow behind a second upstream is its own problem again."""
+    topo = build_topology(fleet(1, 5), 2)
+    a, b = topo.stripes[0].order[1], topo.stripes[0].order[2]  # a feeds b in stripe 0
+    # b crawls in both stripes, and everyone behind it where it is behind
+    rates = rates_with(topo, {s: {b} | behind(topo, s, b) for s in range(2)})
+    ref = (FAST, 2 * FAST)
+    sent = {h: 2 * FAST for h in topo.racks}
+    plain = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref, tx=sent)
+    sent[a] = FAST // 2  # what it reports sending: under half its hops' FAST each
+    v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref, tx=sent)
+    assert a in v.tx_slow and a in v.saturated and b not in v.rx_slow
+    assert v.saturated <= v.tx_slow and not plain.saturated
+    # b was slow behind another upstream before: its own rx follows it, a is not blamed
+    v2 = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, {b: {"h-before"}}, ref, tx=sent)
+    assert a not in v2.saturated and b in v2.rx_slow

@@ -317,6 +317,8 @@ class HandoffService(ProgressService):
                 cfg.slow_min_median_bps,
                 {h: hp.slow_with for h, hp in moving.items()},
                 job.rate_reference,
+                # every host that reports (READY ones serve too): the accused's own rates
+                {h: hp.tx_bps for h, hp in job.hosts.items() if hp.reported},
             )
             for h, hp in moving.items():  # evidence lasts while the host stays slow
                 hp.slow_with = v.slow_with.get(h, frozenset())
@@ -335,6 +337,8 @@ class HandoffService(ProgressService):
                     + (
                         "and no other upstream feeds them (a tie blames the upstream)"
                         if h in v.tied
+                        else f"and it sends only {job.hosts[h].tx_bps} B/s itself"
+                        if h in v.saturated
                         else "and receive well from other upstreams"
                     )
                 )

@@ -24,7 +24,12 @@ earlier topology: ``slow_with``). A child fed by one upstream alone, behind it i
 stripe it receives (the common case in rotated rack chains: a host feeds its successor), is
 a tie no rate can break; a tie blames the upstream, whose demotion costs it nothing of its
 own speed: if the child stays slow behind its next upstream, that second witness makes it
-rx-slow.
+rx-slow. An upstream is also tx-slow by **its own rates** (``saturated``): it reports
+sending under ``slow_fraction`` x what its judged hops should carry, and a child falls
+behind it. A tbf-capped upload is not shared fairly among its flows: one child may still
+receive well while another crawls, and that one would look rx-slow behind an upstream that
+"sends well" (the issue's lab: 1.5 MiB/s NICs, one upload at 0.5 MiB/s; its victim h05 was
+demoted, the healthy hosts finished at 36-56 s vs 15-19 s).
 Both verdicts become leaves at their rack tails; nobody waits behind them.
 """
 
@@ -52,6 +57,8 @@ class Verdicts:
     # upstream -> the children that fall behind it this round (a tx verdict's evidence)
     behind: Mapping[str, frozenset[str]] = field(default_factory=dict)
     tied: frozenset[str] = frozenset()  # tx-slow on a tie only (see the module's doc)
+    # tx-slow by its own rates: it sends under fraction x what its hops should carry
+    saturated: frozenset[str] = frozenset()
 
 
 def stripe_median(rates: Mapping[str, Sequence[int]], floor: int) -> int:
@@ -104,6 +111,8 @@ class _Hops:
     slow_kids: dict[str, set[str]] = field(default_factory=dict)
     fast_kids: dict[str, set[str]] = field(default_factory=dict)
     fed_well: dict[str, set[str]] = field(default_factory=dict)
+    # upstream -> what its judged hops should carry (each at its bound: see bound)
+    expected_tx: dict[str, int] = field(default_factory=dict)
 
 
 def _hops(
@@ -120,13 +129,13 @@ def _hops(
             return None  # not judged: no rate, a whole stripe, or nothing to compare with
         return r[s]
 
-    def hop_slow(rc: int, up: str, s: int) -> bool:
-        """The child falls behind what its upstream can pass on: under ``fraction`` x the
-        upstream's own rate in the stripe (a chain runs at its slowest hop: a child at its
-        upstream's pace is filling a pipeline, not slow), or x the median when the upstream
-        holds the stripe whole (READY, or done with it)."""
+    def bound(up: str, s: int) -> int:
+        """What the upstream can pass on in the stripe: its own rate there (a chain runs at
+        its slowest hop: a child at its upstream's pace is filling a pipeline, not slow),
+        capped at the median, or the median when it holds the stripe whole (READY, or done
+        with it). A child under ``fraction`` x this falls behind it."""
         ru = rate(up, s)
-        return rc < fraction * (median if ru is None else min(ru, median))
+        return median if ru is None else min(ru, median)
 
     out = _Hops()
     for s, parent in enumerate(parents):
@@ -139,7 +148,9 @@ def _hops(
                 if well:
                     out.fed_well.setdefault(child, set()).add(ORIGIN_FED)
                 continue
-            if hop_slow(rc, up, s):
+            expect = bound(up, s)
+            out.expected_tx[up] = out.expected_tx.get(up, 0) + expect
+            if rc < fraction * expect:
                 out.slow_ups.setdefault(child, set()).add(up)
                 out.slow_kids.setdefault(up, set()).add(child)
             elif well:
@@ -156,6 +167,7 @@ def judge(
     floor: int,
     history: Mapping[str, Collection[str]] | None = None,
     reference: tuple[int, int] | None = None,
+    tx: Mapping[str, int] | None = None,
 ) -> Verdicts:
     """``rates``: host -> receive rate per stripe (``STRIPE_DONE`` for a whole stripe);
     ``totals``: host -> total receive rate; ``parents``: per stripe, host -> upstream (None:
@@ -163,8 +175,10 @@ def judge(
     ``reference``: (per-stripe, total) rates to judge against instead of this round's
     medians (late in a job the hosts still receiving are mostly the slow ones and their
     victims: their median is no reference); ``floor``: the per-host receive rate under
-    which nothing is judged (a stripe's is ``floor`` / k: see :func:`stripe_floor`)."""
+    which nothing is judged (a stripe's is ``floor`` / k: see :func:`stripe_floor`);
+    ``tx``: host -> its own reported send rate (the accused's own rates: ``saturated``)."""
     history = history or {}
+    tx = tx or {}
     median = reference[0] if reference else stripe_median(rates, stripe_floor(floor, parents))
     total_median = reference[1] if reference else total_rate_median(rates, totals)
 
@@ -202,7 +216,24 @@ def judge(
         for up, kids in slow_kids.items()
         if up not in evident and not fast_kids.get(up) and any(tie(k, up) for k in kids)
     }
-    tx_slow = evident | tied
+
+    # saturated: its own report says it sends under ``fraction`` x what its hops should
+    # carry, and a child falls behind it that was never slow behind anyone else: its
+    # upload is the limit, whatever its other children show (a tbf-capped upload is not
+    # shared fairly: one flow may still run well while another crawls, and that child would
+    # look rx-slow behind an upload that "sends well"). A child slow behind this one and
+    # another upstream, now or before, is that child's own problem following it (rx)
+    def fresh(k: str, up: str) -> bool:
+        return slow_with[k] == {up} or bool(fed_well.get(k, set()) - {up} and not low_total(k))
+
+    saturated = {
+        up
+        for up, kids in slow_kids.items()
+        if up in tx
+        and tx[up] < fraction * hops.expected_tx.get(up, 0)
+        and any(fresh(k, up) for k in kids)
+    }
+    tx_slow = evident | tied | saturated
     # rx: its total is low (max-min sharing can leave an rx-capped host fast in a few
     # stripes), and it falls behind upstreams that are not tx-slow, at least one of which
     # sends well on some hop (to anyone, this host included: its upload can), or two of
@@ -222,7 +253,8 @@ def judge(
         median,
         slow_with,
         behind,
-        frozenset(tied - rx_slow),
+        frozenset(tied - rx_slow - saturated),
+        frozenset(saturated - rx_slow),
     )
 
 

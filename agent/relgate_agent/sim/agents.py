@@ -116,6 +116,7 @@ class CoordinatorController:
         self.reported_ready: set[int] = set()
         self.suspected: set[tuple[int, int]] = set()
         self.last_rx = np.zeros(sc.hosts)
+        self.last_tx = np.zeros(sc.hosts)
         self.last_got: np.ndarray | None = None  # per stripe and host, at the last report
         self.version = 0
         self.shares: tuple[int, ...] = ()  # the origin shares the last forest carries
@@ -227,7 +228,8 @@ class CoordinatorController:
     def _report_round(self, run: ChainRun) -> None:
         interval = self.sc.report_interval_s
         rx_bps = (run.rx_bytes - self.last_rx) / interval
-        self.last_rx = run.rx_bytes.copy()
+        tx_bps = (run.tx_bytes - self.last_tx) / interval  # the sweeper reads both ends
+        self.last_rx, self.last_tx = run.rx_bytes.copy(), run.tx_bytes.copy()
         # per stripe, as the agent reports it: the rate, or STRIPE_DONE for a whole stripe
         stripe_bps = np.where(
             run.got >= run.sb[:, None] - 1.0,
@@ -246,6 +248,7 @@ class CoordinatorController:
                 tx=int(run.tx_bytes[i]),
                 origin=int(run.origin_by_host[i]),
                 rx_bps=int(rx_bps[i]),
+                tx_bps=int(tx_bps[i]),
                 stripe_rx_bps=tuple(stripe_bps[:, i].tolist()),
                 ready=ready,
                 placed_manifest_digest=self.manifest.digest if ready else "",
