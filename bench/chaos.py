@@ -1,7 +1,9 @@
 """Chaos row of the lab bench: the distribution bench's fleet (16 hosts, 4 racks, 100 Mbit
 tbf NICs, 256 MiB) run fault-free and then under chaos in the same run: 2 hosts SIGKILLed
-mid-transfer, 1 corrupting every block it sends, 1 at 30 % of its NIC, the leading
-coordinator SIGKILLed once (two replicas share the store; the other takes the lease).
+mid-transfer, 1 corrupting every block it sends, 1 at 30 % of its NIC, 1 at 30 % of its
+upload only (tx-slow: its victims must not be blamed), the leading coordinator SIGKILLed
+once and, later, the next leader frozen (SIGSTOP: no FIN, its sockets stay open; three
+replicas share the store).
 Reported: each run's p50 (and max) time to READY over the surviving hosts and their ratio
 (target <= 1.3), READY hosts, the killed hosts' states. Needs root (network namespaces).
 """
@@ -30,7 +32,8 @@ from bench.distribution import (
     _summary,
 )
 
-KILLED, CORRUPTER, SLOW = ("h02", "h09"), "h05", "h06"
+KILLED, CORRUPTER, SLOW, TX_SLOW = ("h02", "h09"), "h05", "h06", "h10"
+REPLICAS = 3  # one SIGKILLed, the next frozen, the third leads to the end
 TARGET = 1.3
 NIC_MBIT = 100
 
@@ -48,8 +51,9 @@ def _spec(base: Path, src: Path, pem: Path, chaos: bool, nic: int) -> Any:
         origin_nic_bytes_per_s=2 * nic,
         report_interval_s=0.5,
         dead_after_s=4.0,
-        coordinator_replicas=2,  # both runs: the same control plane, faults aside
+        coordinator_replicas=REPLICAS,  # both runs: the same control plane, faults aside
         nic_overrides={SLOW: int(0.3 * nic)} if chaos else {},
+        tx_overrides={TX_SLOW: int(0.3 * nic)} if chaos else {},
         agent_env={CORRUPTER: {"RELGATE_AGENT_FAULT": "corrupt_send=all"}} if chaos else {},
     )
 
@@ -120,6 +124,25 @@ def _create(client: Any, state: dict[str, Any], env: Path, nic: int) -> str:
         time.sleep(0.5)
 
 
+def _freeze_leader(state: dict[str, Any], tls: Any) -> str:
+    """SIGSTOP the replica that answers as the leader now (the one that took over); its
+    name, or "" when none answered."""
+    from relgate_agent.client import CoordinatorClient
+
+    for i, address in enumerate(state["coordinator_unix"].split(",")):
+        name = "coordinator" if i == 0 else f"coordinator-{i}"
+        c = CoordinatorClient(address, tls)
+        try:
+            c.list_hosts(timeout=2)
+        except grpc.RpcError:
+            continue  # dead, frozen or not the leader
+        finally:
+            c.close()
+        os.kill(int(state["pids"][name]), signal.SIGSTOP)
+        return name
+    return ""
+
+
 def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -> dict[str, Any]:
     from relgate_lab.netns import lab_down, lab_up
 
@@ -132,7 +155,7 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -
         client = CoordinatorClient(
             state["coordinator_unix"], TlsFiles.from_pki(state["pki"], "operator")
         )
-        job, injected = _create(client, state, env, nic), not chaos
+        job, injected, frozen = _create(client, state, env, nic), not chaos, not chaos
         t0, ready_at, st = time.monotonic(), {}, {}
         busy0, trace = _machine_busy(), Trace()
         wanted = HOSTS - (len(KILLED) + 1 if chaos else 0)  # the corrupter may be quarantined
@@ -140,7 +163,8 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -
             try:
                 st = job_to_dict(client.get_job(job))
             except grpc.RpcError as exc:  # the replica taking the lease answers UNAVAILABLE
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                waiting = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+                if exc.code() not in waiting:  # (a frozen leader never answers)
                     raise  # a refusal or a bug: the bench reports it, never waits it out
                 time.sleep(0.25)
                 continue
@@ -153,6 +177,11 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -
                     os.kill(int(state["pids"][name]), signal.SIGKILL)
                 injected = True
                 trace.mark(time.monotonic() - t0, "killed " + "+".join((*KILLED, "coordinator")))
+            elif injected and not frozen and st["bytes_moved"] >= 5 * SIZE:
+                name = _freeze_leader(state, TlsFiles.from_pki(state["pki"], "operator"))
+                frozen = bool(name)
+                if frozen:
+                    trace.mark(time.monotonic() - t0, f"froze {name} (SIGSTOP, the leader)")
             time.sleep(0.25)
         states = {h["host_id"]: h["state"] for h in st.get("hosts", [])}
         client.close()
@@ -160,7 +189,13 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -
         return {
             **_summary(survivors, SIZE / nic),
             "hosts_ready": sum(1 for s in states.values() if s == "READY"),
-            "states_of_faulty": {h: states.get(h) for h in (*KILLED, CORRUPTER, SLOW)},
+            "states_of_faulty": {h: states.get(h) for h in (*KILLED, CORRUPTER, SLOW, TX_SLOW)},
+            # hosts demoted to leaves, with the reason: victims of the tx-slow host must not be
+            "demoted": {
+                h["host_id"]: next(e for e in h["errors"] if e.startswith("DEMOTED"))
+                for h in st.get("hosts", [])
+                if any(e.startswith("DEMOTED") for e in h["errors"])
+            },
             "machine_busy_fraction": _busy_fraction(busy0, _machine_busy()),
             "ready_at_s": {h: round(t, 1) for h, t in sorted(ready_at.items())},
             "received_over_S": _received(st),
@@ -188,7 +223,8 @@ def main(nic_mbit: int = NIC_MBIT) -> dict[str, Any]:
             "faultFree": clean,
             "chaos": {
                 "faults": f"{'+'.join(KILLED)} SIGKILLed, {CORRUPTER} corrupt_send=all, "
-                f"{SLOW} at 30% NIC, leading coordinator SIGKILLed",
+                f"{SLOW} at 30% NIC, {TX_SLOW} at 30% upload only, leading coordinator "
+                "SIGKILLed, then the next leader frozen (SIGSTOP)",
                 **chaos,
             },
             "ratio": ratio,

@@ -102,6 +102,7 @@ class AssignmentPlan:
     job_state: str
     cancelled: bool
     members: tuple[str, ...] = ()
+    leader_epoch: int = 0  # the sending leader's lease epoch: agents refuse an older one
 
 
 @dataclass(frozen=True)

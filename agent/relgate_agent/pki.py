@@ -22,6 +22,7 @@ import ipaddress
 import os
 import re
 import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -36,6 +37,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from relgate_agent import certlife
+from relgate_agent.certlife import RevokedCerts
 from relgate_agent.errors import AgentError
 from relgate_agent.fstree import write_file_atomic
 
@@ -414,8 +417,26 @@ def grpc_channel_credentials(tls: TlsFiles) -> object:
 GRPC_TLS_OPTIONS = [("grpc.ssl_target_name_override", COORDINATOR_DNS)]
 
 
+class FleetContext(ssl.SSLContext):
+    """A data-plane TLS context that also knows the fleet's revoked certificates (the list
+    next to its CA bundle: certlife.py), checked at every handshake and while streaming."""
+
+    revoked: RevokedCerts | None = None
+
+
+def peer_cert_refusal(conn: ssl.SSLSocket) -> tuple[str, str] | None:
+    """(check, why) when the peer's certificate on ``conn`` expired or is revoked now."""
+    der = conn.getpeercert(binary_form=True)
+    if not der:
+        return None
+    ctx = conn.context
+    revoked = ctx.revoked if isinstance(ctx, FleetContext) else None
+    return certlife.refusal(certlife.life_of_der(der), revoked, time.time())
+
+
 def _base_context(server: bool, tls: TlsFiles) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+    ctx = FleetContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+    ctx.revoked = RevokedCerts.beside(tls.ca)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     ctx.verify_mode = ssl.CERT_REQUIRED
     try:

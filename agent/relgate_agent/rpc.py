@@ -22,10 +22,16 @@ GRPC_OPTIONS = [
 # without a FIN (a partition, a power cut) is noticed in ~15 s, and the server accepts pings
 # that often (its default answers frequent pings with GOAWAY).
 KEEPALIVE_TIME_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+# how long an agent waits for a coordinator's reply to a report, and how long it takes
+# to notice a coordinator gone silent (a frozen or partitioned leader) and move on: a new
+# leader's grace before it judges anyone dead is built from these (coordinator/failover.py)
+REPORT_REPLY_TIMEOUT_S = 10.0
+RECONNECT_S = (KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS) / 1000
 GRPC_CLIENT_OPTIONS = [
     *GRPC_OPTIONS,
     ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 ]
@@ -34,7 +40,7 @@ GRPC_SERVER_OPTIONS = [
     # the coordinator pings too: a frozen agent (SIGSTOP, a hung kernel) cannot answer, its
     # watch ends and the dead-host sweep may judge it by its reports again
     ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
     ("grpc.http2.max_ping_strikes", 0),
     ("grpc.keepalive_permit_without_calls", 1),
@@ -71,6 +77,11 @@ class FailoverStub:
                 try:
                     return getattr(self.stubs[i], name)(request, timeout=timeout)
                 except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        # no answer in time: a frozen or cut-off replica holds its socket
+                        # open and never says UNAVAILABLE; the next call tries the next one
+                        self.moved_on(i)
+                        raise
                     if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == n - 1:
                         raise
                     self.moved_on(i)
@@ -161,7 +172,13 @@ class Duplex:
             while True:
                 call = self._call if self._call is not None else self._open()
                 self._requests.put(request)
-                timer = threading.Timer(timeout, call.cancel)  # bounds the wait for a reply
+                late = threading.Event()
+
+                def give_up(call: Any = call, late: threading.Event = late) -> None:
+                    late.set()
+                    call.cancel()
+
+                timer = threading.Timer(timeout, give_up)  # bounds the wait for a reply
                 timer.start()
                 try:
                     return next(call)
@@ -172,6 +189,13 @@ class Duplex:
                     reopened = True
                 except grpc.RpcError as exc:
                     self._close()
+                    if late.is_set():
+                        # no reply within the timeout: a frozen (SIGSTOP) or cut-off leader
+                        # keeps its socket open and never says UNAVAILABLE; the next
+                        # exchange goes to the next replica (the new leader's grace is
+                        # this timeout plus the keepalive's: coordinator/failover.py)
+                        self.stub.moved_on(self._replica)
+                        raise
                     if exc.code() != grpc.StatusCode.UNAVAILABLE:
                         raise
                     # down or not the leader: the next replica at once (each one once), so

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from relgate_agent import hooks, wan
-from relgate_agent.pki import Identity, identity_from_peercert
+from relgate_agent.pki import Identity, identity_from_peercert, peer_cert_refusal
 
 log = logging.getLogger(__name__)
 
@@ -380,6 +380,13 @@ class DataServer:
                 self._refuse("handshake", f"TLS handshake failed: {exc}", addr)
                 return
             peer = identity_from_peercert(conn.getpeercert())
+            refused = peer_cert_refusal(conn)
+            if refused is not None:  # expired since the CA signed it, or revoked
+                self._refuse("certificate", f"{refused[0]}: {refused[1]}", addr)
+                with contextlib.suppress(OSError, ValueError):
+                    conn.settimeout(2.0)
+                    _send_frame(conn, KIND_ERROR, payload=f"{refused[0]}: {refused[1]}".encode())
+                return
             name, over = self._admit(raw, conn, addr, peer)
             counted_addr = ""
             if not over:
@@ -488,6 +495,9 @@ class DataServer:
             if self._stop.is_set() or src.closed:
                 _send_frame(conn, KIND_ERROR, payload=b"job closed on upstream")
                 return
+            refused = peer_cert_refusal(conn)  # type: ignore[arg-type]  # an SSLSocket
+            if refused is not None:  # it expired or was revoked while we stream to it
+                raise RequestError(f"{refused[0]}: {refused[1]}", "certificate")
             block = blocks[pos]
             if not src.wait_block(block, HEARTBEAT_S):
                 _send_frame(conn, KIND_HEARTBEAT, block=block)
@@ -578,6 +588,10 @@ def _connect(address: str, timeout: float, tls: ssl.SSLContext, peer: str) -> so
     if ident is None or ident.role != "host" or ident.name != peer:
         sock.close()
         raise TransportError(f"{address} presented {ident}, expected host {peer}")
+    refused = peer_cert_refusal(sock)
+    if refused is not None:
+        sock.close()
+        raise TransportError(f"{address}: {refused[0]}: {refused[1]}")
     return sock
 
 

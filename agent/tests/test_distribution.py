@@ -349,8 +349,13 @@ def test_cancel_mid_transfer_discards_staging(cluster: Cluster, checkpoint) -> N
 
 
 def test_coordinator_failover_to_replica(cluster: Cluster, checkpoint) -> None:
-    """Two replicas share the store; the lease holder dies mid-job; the other takes over,
-    splices a host that dies after the failover, and sees every survivor READY."""
+    """Two replicas share the store; the lease holder freezes mid-job (SIGSTOP: no FIN, its
+    connections hang; the chaos lab SIGKILLs one); the other takes over, splices no host
+    that is streaming while the agents find it (their reply timeout + keepalive), splices
+    a host that dies after the failover (DEAD, never PENDING), and sees every survivor
+    READY."""
+    import os
+
     import grpc
 
     from relgate_agent.client import CoordinatorClient
@@ -374,18 +379,32 @@ def test_coordinator_failover_to_replica(cluster: Cluster, checkpoint) -> None:
     cluster.wait_for(
         lambda: journal_chunks(cluster, "h06", checkpoint) >= 2, 60, "transfer under way"
     )
-    cluster.kill("coordinator-a", signal.SIGKILL)
-    # the replica takes the lease after the TTL and reloads the job from the store
-    cluster.wait_for(lambda: cluster.status(job)["job_id"] == job, 60, "replica serving the job")
-    victim = "h07"
-    cluster.kill(victim, signal.SIGKILL)
-    st = cluster.wait_for(
-        lambda: (r := cluster.status(job))["hosts_ready"] == 7 and r, 120, "survivors READY"
-    )
+    frozen = cluster.procs.pop("coordinator-a")
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        cluster.coordinator = b  # the operator asks the replica (the frozen one never answers)
+        # the replica takes the lease after the TTL and reloads the job from the store
+        cluster.wait_for(lambda: cluster.status(job)["job_id"] == job, 60, "replica serving")
+        victim = "h07"
+        cluster.kill(victim, signal.SIGKILL)
+        st = cluster.wait_for(
+            lambda: (
+                (r := cluster.status(job))["hosts_ready"] == 7
+                and {h["host_id"]: h["state"] for h in r["hosts"]}[victim] == "DEAD"
+                and r
+            ),
+            120,
+            "survivors READY, the victim DEAD",
+        )
+    finally:
+        frozen.kill()
+        frozen.wait(20)
     for h, _ in HOSTS:
         if h != victim:
             assert_placed(cluster, checkpoint, h)
-    assert {h["host_id"]: h["state"] for h in st["hosts"]}[victim] == "DEAD"
+    errors = {h["host_id"]: h["errors"] for h in st["hosts"]}
+    # nobody streaming was spliced while the agents found the new leader
+    assert not [h for h, e in errors.items() if h != victim and any("spliced out" in x for x in e)]
     assert st["topology_version"] > before
 
 

@@ -18,7 +18,7 @@ from relgate_agent.sim.engine import ChainRun, Forest
 from relgate_agent.sim.faults import plan_incidents
 from relgate_agent.sim.flows import link_load, max_min_rates
 from relgate_agent.sim.network import build_fabric
-from relgate_agent.sim.report import figures, rx_floor_s, rx_impaired
+from relgate_agent.sim.report import figures, rx_floor_s, rx_impaired, slowed
 from relgate_agent.sim.scenario import CHECK_SCENARIO, ScenarioError, parse_scenario
 
 TINY = """
@@ -201,3 +201,54 @@ def test_rx_slowed_hosts_are_left_out_of_the_unimpaired_tail() -> None:
     assert rx_floor_s(sc) == round(sc.checkpoint_bytes / (0.25 * sc.nic * sc.efficiency), 1)
     assert run.done_at[slow] >= rx_floor_s(sc) - 0.05
     assert rx_floor_s(parse_scenario(TINY)) is None
+
+
+JUDGED = TINY.replace("dead_after_s = 1.0", "dead_after_s = 1.0\nslow_after_s = 1.0").replace(
+    '"16MiB"', '"1GiB"'
+)
+
+
+def test_a_fault_free_fleet_has_no_false_demotions() -> None:
+    """The issue's fault-free runs demoted healthy hosts; with slowness judged from both
+    ends of a hop, a fleet at its fabric's pace (origin-capped roots, pipelines filling)
+    demotes nobody."""
+    sc = parse_scenario(JUDGED.replace('origin_cap = "2Gbit"', 'origin_cap = "400Mbit"'))
+    fig = figures(sc, run_design(sc, "relgate"))
+    assert fig.hosts_ready == sc.hosts
+    assert fig.demotions == fig.false_demotions == 0
+    assert fig.to_json()["falseDemotions"] == 0
+
+
+def test_a_tx_only_slow_host_is_demoted_and_its_victims_are_not() -> None:
+    """One host's upload at 20 % of its NIC (its download at speed): its downstreams fall
+    behind it while receiving well from everyone else; it alone is demoted."""
+    sc = parse_scenario(
+        JUDGED + '\n[[faults]]\nkind = "slow"\nat_s = 0.0\ncount = 1\ndirection = "tx"\n'
+        "factor = 0.2\n"
+    )
+    run = run_design(sc, "relgate")
+    fig = figures(sc, run)
+    assert fig.hosts_ready == sc.hosts
+    assert fig.false_demotions == 0
+    assert run.demoted == tuple(sorted(slowed(sc)))
+
+
+def test_the_seeds_faults_at_256_hosts_demote_the_slowed_hosts_and_no_victim() -> None:
+    """The seed's scenario cut to 256 hosts (2 rx-slow, 2 tx-slow, 3 dead, a root dead, a
+    failover): every slowed host is demoted; a healthy host is demoted only as the tied
+    upstream of an rx-slow host it alone feeds (at most one per rx-slow host)."""
+    text = (Path(__file__).parents[1] / "scenarios" / "seed-800g-4096.toml").read_text()
+    for old, new in (
+        ("hosts = 4096", "hosts = 256"),
+        ("racks = 128", "racks = 8"),
+        ("count = 41", "count = 3"),
+        ("count = 21", "count = 2"),
+        ("count = 20", "count = 2"),
+    ):
+        text = text.replace(old, new)
+    sc = parse_scenario(text)
+    run = run_design(sc, "relgate")
+    fig = figures(sc, run)
+    assert slowed(sc) <= set(run.demoted)
+    assert fig.false_demotions <= len(rx_impaired(sc))
+    assert fig.hosts_ready == sc.hosts - fig.hosts_failed

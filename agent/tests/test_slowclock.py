@@ -10,6 +10,7 @@ from agent_harness import job_spec
 
 from relgate_agent.contracts import JobSpec, ProgressReport
 from relgate_agent.coordinator import slowclock
+from relgate_agent.coordinator.failover import takeover_grace_s
 from relgate_agent.coordinator.jobstate import JobState
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.manifest import TrustedKeys
@@ -58,18 +59,19 @@ def _job(c: Coordinator, checkpoint) -> tuple[JobState, str, dict[int, set[str]]
 def _rounds(
     now: list[float], c: Coordinator, job_id: str, up: str, kids, ts, mode: str = "slow"
 ) -> None:
-    """Report rounds at ``T0 + t``. ``slow``: ``up``'s downstreams slow behind it;
-    ``victims``: everyone but ``up`` crawls (the medians fall to the victims' rate);
-    ``fast``: nobody is slow."""
+    """Report rounds at ``T0 + t``. ``slow``: ``up``'s downstreams fall behind it where it
+    feeds them (and receive at speed elsewhere); ``fast``: nobody is slow."""
     for t in ts:
         now[0] = T0 + t
         for h in c.jobs[job_id].topology.racks:
-            if mode == "victims" and h != up:
-                rates = (SLOW,) * 4
-            else:
-                rates = tuple(SLOW if mode != "fast" and h in kids[s] else FAST for s in range(4))
+            rates = tuple(SLOW if mode != "fast" and h in kids[s] else FAST for s in range(4))
             c.report_progress(job_id, h, ProgressReport(rx_bps=sum(rates), stripe_rx_bps=rates))
         c.tick()
+
+
+def every(a: float, b: float) -> list[float]:
+    """A report round every second from ``a`` up to ``b``."""
+    return [a + i for i in range(int(b - a) + 1)]
 
 
 def _slow_start(
@@ -83,7 +85,9 @@ def _slow_start(
     return now, first, job, up, kids
 
 
-def test_a_new_leader_demotes_on_the_old_leaders_clock(tmp_path: Path, checkpoint) -> None:
+def test_a_new_leader_credits_only_the_slowness_the_old_one_watched(
+    tmp_path: Path, checkpoint
+) -> None:
     now, first, job, up, kids = _slow_start(tmp_path, checkpoint, (0, 1, 2, 3, 4, 5, 6))
     assert job.hosts[up].slow_since == T0 and not job.hosts[up].demoted
     reference = job.rate_reference
@@ -95,16 +99,24 @@ def test_a_new_leader_demotes_on_the_old_leaders_clock(tmp_path: Path, checkpoin
     second = _leader(tmp_path, checkpoint, now, origin=-500.0)
     try:
         resumed = second.jobs[job.job_id]
-        # on its own clock; the gap counts: the chains kept crawling
-        assert resumed.hosts[up].slow_since == pytest.approx(T0 - 500.0, abs=1e-3)
+        hp = resumed.hosts[up]
+        # the 6 s the old leader watched are credited; the 2 s nobody watched are not
+        assert hp.slow_since is None and hp.slow_credit == pytest.approx(6.0, abs=1e-3)
         assert resumed.rate_reference == reference
         assert resumed.rate_reference_at == pytest.approx(T0 + 6 - 500.0, abs=1e-3)
-        # now its victims are most of the fleet: against their median it would look fast
-        _rounds(now, second, job.job_id, up, kids, (8, 9), mode="victims")
-        assert not resumed.hosts[up].demoted  # 9 s of slowness
-        _rounds(now, second, job.job_id, up, kids, (10.5,), mode="victims")
-        assert resumed.hosts[up].demoted
+        grace = takeover_grace_s(second.config)
+        # the takeover's grace: rates are the takeover's, nobody is judged slow
+        _rounds(now, second, job.job_id, up, kids, every(8, 8 + grace - 0.5))
+        assert hp.slow_since is None and not hp.demoted
+        start = 8 + grace
+        _rounds(now, second, job.job_id, up, kids, every(start, start + 3.5))
+        assert hp.slow_since == pytest.approx(T0 + start - 6.0 - 500.0, abs=1e-3)
+        assert not hp.demoted  # 6 s watched before + 3 s under this leader
+        _rounds(now, second, job.job_id, up, kids, (start + 4.5,))
+        assert hp.demoted
+        assert any(e.startswith("DEMOTED tx:") for e in hp.errors)
         assert all(not ch.children(up) for ch in resumed.topology.stripes)
+        assert not any(resumed.hosts[k].demoted for k in set().union(*kids.values()))
     finally:
         second.store.close()
 
@@ -117,27 +129,44 @@ def test_a_new_leader_demotes_on_the_old_leaders_clock(tmp_path: Path, checkpoin
         third.store.close()
 
 
-def test_a_long_gap_credits_at_most_the_demotion_window(tmp_path: Path, checkpoint) -> None:
+def test_a_long_gap_credits_only_what_was_watched(tmp_path: Path, checkpoint) -> None:
     now, first, job, up, _ = _slow_start(tmp_path, checkpoint, (0, 1, 2))
     first.store.close()
     now[0] = T0 + 3600.0  # nobody led for an hour
     second = _leader(tmp_path, checkpoint, now)
     try:
         hp = second.jobs[job.job_id].hosts[up]
-        assert hp.slow_since == pytest.approx(now[0] - 10.0, abs=1e-3) and not hp.demoted
+        assert hp.slow_credit == pytest.approx(2.0, abs=1e-3) and not hp.demoted
     finally:
         second.store.close()
 
 
-def test_a_wall_clock_behind_the_writers_credits_nothing(tmp_path: Path, checkpoint) -> None:
+def test_the_credit_is_measured_on_the_old_leaders_clock(tmp_path: Path, checkpoint) -> None:
     now, first, job, up, _ = _slow_start(tmp_path, checkpoint, (0, 1, 2))
     first.store.close()
     now[0] = T0 - 30.0  # the new replica's wall clock is 32 s behind the old one's
     second = _leader(tmp_path, checkpoint, now)
     try:
         resumed = second.jobs[job.job_id]
-        assert resumed.hosts[up].slow_since == pytest.approx(now[0], abs=1e-3)
+        assert resumed.hosts[up].slow_credit == pytest.approx(2.0, abs=1e-3)
         assert resumed.rate_reference_at == pytest.approx(now[0], abs=1e-3)
+    finally:
+        second.store.close()
+
+
+def test_a_host_the_new_leader_sees_fast_loses_its_old_clock(tmp_path: Path, checkpoint) -> None:
+    now, first, job, up, kids = _slow_start(tmp_path, checkpoint, (0, 1, 2, 3, 4))
+    first.store.close()
+    now[0] = T0 + 5.0
+    second = _leader(tmp_path, checkpoint, now)
+    try:
+        start = 5 + takeover_grace_s(second.config)
+        _rounds(now, second, job.job_id, up, kids, (start,), mode="fast")
+        assert second.jobs[job.job_id].hosts[up].slow_credit == 0.0
+        assert second.store.slowness(job.job_id) == {}  # a third leader restores nothing
+        # slow again: a clock of this leader's own, no credit
+        _rounds(now, second, job.job_id, up, kids, (start + 1,))
+        assert second.jobs[job.job_id].hosts[up].slow_since == pytest.approx(T0 + start + 1)
     finally:
         second.store.close()
 

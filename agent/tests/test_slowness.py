@@ -124,6 +124,9 @@ def test_an_rx_capped_host_fast_in_one_stripe_is_still_rx_slow() -> None:
 
 
 def test_a_tie_blames_the_upstream_until_the_child_has_a_second_witness() -> None:
+    """One upstream, one child that receives nowhere else (a host feeds its successor in
+    every rotated rack chain): no rate breaks the tie; the upstream is blamed (a leaf loses
+    nothing of its own speed) and the child, its victim, is not."""
     topo = build_topology(fleet(1, 5), 1)
     order = topo.stripes[0].order  # one chain, root first
     up, child = order[1], order[2]
@@ -132,9 +135,9 @@ def test_a_tie_blames_the_upstream_until_the_child_has_a_second_witness() -> Non
         rates[h] = [SLOW]
     ref = (FAST, FAST)  # the medians of a round when most hosts still received
     v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
-    assert v.tx_slow == {up} and v.rx_slow == frozenset()  # one upstream, one child: a tie
-    assert v.slow_with == {child: frozenset({up})}  # only the first slow hop is evidence
-    # the upstream became a leaf; the child stayed slow with its next upstream as well
+    assert v.tx_slow == v.tied == {up} and v.rx_slow == frozenset()
+    assert v.slow_with == {child: frozenset({up})}  # only the hop it fell behind is evidence
+    # the upstream became a leaf; the child stayed slow behind its next upstream: its rx
     v2 = judge(
         rates,
         totals(rates),
@@ -146,6 +149,53 @@ def test_a_tie_blames_the_upstream_until_the_child_has_a_second_witness() -> Non
     )
     assert v2.rx_slow == {child} and v2.tx_slow == frozenset()
     assert v2.slow_with[child] == {up, "h-before"}
+
+
+def test_a_tx_capped_host_is_blamed_and_its_victims_never_are() -> None:
+    """The issue's lab: one host's upload capped. Its children fall behind it where it
+    feeds them and receive at speed from everyone else; against the held reference (the
+    victims drag this round's medians down) it alone is tx-slow."""
+    topo = build_topology(fleet(2, 3), 4)
+    up = max(topo.racks, key=lambda h: sum(len(c.children(h)) for c in topo.stripes))
+    rates = rates_with(topo, {s: behind(topo, s, up) for s in range(4)})
+    for ref in (None, (FAST, 4 * FAST)):
+        v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
+        assert v.tx_slow == {up} and v.rx_slow == v.tied == frozenset()
+    # the same victims, with history naming the slow host twice over: still not blamed
+    kids = {k for c in topo.stripes for k in c.children(up)}
+    v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, {k: {up, up} for k in kids})
+    assert v.rx_slow == frozenset()
+
+
+def test_a_pipeline_at_its_roots_pace_is_not_slow() -> None:
+    """The origin budget sets each root's rate; everyone behind it follows at that pace
+    (a pipeline filling, a budget cut): nobody falls behind an upstream, nobody is slow,
+    even against a reference held from a faster moment."""
+    topo = build_topology(fleet(2, 4), 4)
+    budget = [FAST, FAST // 10, FAST // 3, FAST]
+    rates = {h: list(budget) for h in topo.racks}
+    for ref in (None, (FAST, 4 * FAST)):
+        v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
+        assert v.tx_slow == frozenset() and v.rx_slow == frozenset()
+
+
+@settings(max_examples=120, deadline=None)
+@given(racks=st.integers(1, 4), per_rack=st.integers(2, 6), k=st.integers(1, 6), data=st.data())
+def test_hosts_at_their_upstreams_pace_are_never_judged(
+    racks: int, per_rack: int, k: int, data
+) -> None:
+    """Fault-free: any origin shares per stripe, and every hop at 60-100 % of its
+    upstream's rate (a pipeline filling, a noisy 1 s rate): 0 verdicts, any reference."""
+    topo = build_topology(fleet(racks, per_rack), k)
+    rates: dict[str, list[int]] = {h: [0] * k for h in topo.racks}
+    for s, chain in enumerate(topo.stripes):
+        for h in chain.order:  # upstreams first
+            up = chain.parent[h]
+            top = data.draw(st.integers(FLOOR, 10**9)) if up is None else rates[up][s]
+            rates[h][s] = int(top * data.draw(st.floats(0.6, 1.0)))
+    ref = data.draw(st.none() | st.tuples(st.integers(1, 10**9), st.integers(1, 10**10)))
+    v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
+    assert v.rx_slow == frozenset() and v.tx_slow == frozenset()
 
 
 def test_the_floor_is_per_host_so_eight_thin_stripes_are_still_judged() -> None:
@@ -191,3 +241,24 @@ def test_the_held_reference_is_between_now_and_the_peak(
     assert got is not None
     for i in range(2):
         assert current[i] <= got[i] <= max(previous[i], current[i])
+
+
+def test_an_upload_that_sends_under_half_its_hops_is_tx_slow_by_its_own_rates() -> None:
+    """A tbf-capped upload is not shared fairly: one of its children still receives well
+    (so it "sends well"), the other crawls and, fed by it alone, looks rx-slow. Its own
+    report (it sends under half what its hops carry) names it; the crawling child is its
+    victim. The same child slow behind a second upstream is its own problem again."""
+    topo = build_topology(fleet(1, 5), 2)
+    a, b = topo.stripes[0].order[1], topo.stripes[0].order[2]  # a feeds b in stripe 0
+    # b crawls in both stripes, and everyone behind it where it is behind
+    rates = rates_with(topo, {s: {b} | behind(topo, s, b) for s in range(2)})
+    ref = (FAST, 2 * FAST)
+    sent = {h: 2 * FAST for h in topo.racks}
+    plain = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref, tx=sent)
+    sent[a] = FAST // 2  # what it reports sending: under half its hops' FAST each
+    v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref, tx=sent)
+    assert a in v.tx_slow and a in v.saturated and b not in v.rx_slow
+    assert v.saturated <= v.tx_slow and not plain.saturated
+    # b was slow behind another upstream before: its own rx follows it, a is not blamed
+    v2 = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, {b: {"h-before"}}, ref, tx=sent)
+    assert a not in v2.saturated and b in v2.rx_slow

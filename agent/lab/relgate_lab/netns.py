@@ -78,6 +78,8 @@ class LabSpec:
     # coordinator replicas sharing the store (> 1: `--ha`, a leader lease of LEASE_TTL_S)
     coordinator_replicas: int = 1
     nic_overrides: dict[str, int] = field(default_factory=dict)  # host -> its NIC bytes/s
+    # host -> its upload bytes/s only (egress on the host side; its download keeps its NIC)
+    tx_overrides: dict[str, int] = field(default_factory=dict)
 
 
 def netns_available() -> bool:
@@ -288,7 +290,7 @@ def _build_hosts(lab: _Lab, fabric: str) -> None:
             _ip("-n", n, "link", "set", "dev", dev, "gso_max_size", "60000")
         # host NIC cap both ways: upload on the host side, download on the fabric side
         nic = lab.spec.nic_overrides.get(h, lab.spec.nic_bytes_per_s)
-        _tbf(ns, "eth0", nic)
+        _tbf(ns, "eth0", lab.spec.tx_overrides.get(h, nic))
         _tbf(fabric, peer, nic)
         lab.state["hosts"][h] = {
             "rack": rack,

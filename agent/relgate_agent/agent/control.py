@@ -24,6 +24,7 @@ from relgate_agent.contracts import ACTION_QUARANTINE, STRIPE_DONE
 from relgate_agent.errors import StorageError
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retry import Backoff, retry_call
+from relgate_agent.rpc import REPORT_REPLY_TIMEOUT_S
 from relgate_agent.storage import JournalState, VersionStore, count_bits, delta_indexes
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,13 @@ class ControlPlane:
         """An assignment pushed on the host's watch stream (the watch thread calls this).
         A stale one (not newer than the applied version) is dropped by ``Assignments``."""
         job = self.job
+        if a.leader_epoch < job.assignments.epoch:
+            log.info(
+                "job %s: assignment from deposed leader epoch %d dropped",
+                job.job_id,
+                a.leader_epoch,
+            )
+            return
         if a.cancelled:
             job.cancelled = a.job_state == "CANCELLED"
             job.stop()
@@ -208,7 +216,7 @@ class ControlPlane:
         with job.lock:
             req = self._progress_request()
         try:
-            resp = job.host.reports.exchange(req, timeout=10)
+            resp = job.host.reports.exchange(req, timeout=REPORT_REPLY_TIMEOUT_S)
         except grpc.RpcError:
             # the coordinator may be a new leader by the next report: send the whole bitmap,
             # so its cache is whole from that report on (no FULL_PROGRESS round trip)

@@ -237,6 +237,7 @@ class Assignments:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.topology_version = 0
+        self.epoch = 0  # the lease epoch of the leader whose assignment was applied last
         self.floor = 0  # versions below this are stale (see require)
         self.by_stripe: dict[int, pb.StripeAssignment] = {}
         self.members: set[str] = set()  # hosts of the current topology (may FetchChunk from us)
@@ -244,9 +245,9 @@ class Assignments:
 
     def apply(self, a: pb.Assignment) -> None:
         with self.cond:
-            if a.topology_version <= self.topology_version or a.topology_version < self.floor:
+            if not self.newer(a):
                 return  # stale (e.g. from a deposed coordinator): never rewire backwards
-            self.topology_version = a.topology_version
+            self.topology_version, self.epoch = a.topology_version, a.leader_epoch
             self.by_stripe = {s.stripe: s for s in a.stripes}
             self.members = set(a.members)
             for s in a.stripes:
@@ -255,6 +256,17 @@ class Assignments:
                         s.stripe, TokenBucket(s.origin_rate_bytes_per_s)
                     ).set_rate(s.origin_rate_bytes_per_s)
             self.cond.notify_all()
+
+    def newer(self, a: pb.Assignment) -> bool:
+        """``a`` is newer than the applied one: from a leader of the same lease epoch with a
+        later topology version, or from a later epoch (a new leader's version is loaded
+        from the store, so it is never behind one a deposed leader stored). An assignment
+        from an older epoch is a deposed leader's, whatever its version: refused."""
+        if a.leader_epoch < self.epoch or a.topology_version < self.floor:
+            return False
+        if a.leader_epoch > self.epoch:
+            return a.topology_version >= self.topology_version
+        return a.topology_version > self.topology_version
 
     def require(self, version: int) -> None:
         """Act on nothing older than ``version`` (the topology Register answered with: a

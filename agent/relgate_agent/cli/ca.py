@@ -1,4 +1,4 @@
-"""Fleet CA commands: ``ca init``, ``ca issue``; the host inventory: ``hosts enroll|list``."""
+"""Fleet CA commands: ``ca init``, ``ca issue``, ``ca revoke``; the host inventory: ``hosts enroll|list``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _cert_json(info: dict[str, object]) -> dict[str, object]:
     return {"notAfter" if k == "not_after" else k: v for k, v in info.items()}
 
 
-@click.group("ca", help="fleet CA: init, issue role certificates")
+@click.group("ca", help="fleet CA: init, issue and revoke role certificates")
 def ca() -> None:
     pass
 
@@ -72,6 +72,24 @@ def ca_issue(
         extra_dns=tuple(dns),
     )
     output().emit({**_cert_json(cert_info(cert)), "cert": str(cert), "key": str(key)})
+
+
+@ca.command("revoke", help="revoke a certificate: refused on every call and data handshake")
+@common
+@click.option("--dir", "directory", required=True, help="the CA directory")
+@click.argument("cert")
+def ca_revoke(directory: str, cert: str) -> None:
+    """Adds the certificate's serial to ``revoked-certs.json`` in the CA directory;
+    distribute it with the CA bundle (agents and coordinators re-read it when it changes)."""
+    from relgate_agent.certlife import life_of_pem, revoke, serial_hex
+    from relgate_agent.pki import PkiError
+
+    try:
+        life = life_of_pem(Path(cert).read_bytes())
+        path = revoke(Path(directory), life.serial)
+    except (OSError, ValueError) as exc:  # not a certificate, or a list we cannot read
+        raise PkiError(f"cannot revoke {cert}: {exc}") from exc
+    output().emit({"revoked": serial_hex(life.serial), "subject": life.subject, "list": str(path)})
 
 
 @click.group("hosts", help="enrolled host inventory")

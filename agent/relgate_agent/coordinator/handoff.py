@@ -18,6 +18,7 @@ from collections.abc import Callable
 from relgate_agent.contracts import HostRow
 from relgate_agent.coordinator import slowclock
 from relgate_agent.coordinator.budget import rebalance_origin
+from relgate_agent.coordinator.failover import dead_limit, in_grace
 from relgate_agent.coordinator.jobstate import (
     TERMINAL_STATES,
     Completion,
@@ -115,11 +116,18 @@ class HandoffService(ProgressService):
                     # caught by its downstreams (ReportSuspect) instead.
                     if not hp or self.watching.get(h):
                         continue
+                    # a host this leader never heard from is judged only after the
+                    # takeover's grace (failover.py): its reports may be stuck on the old one
                     heard = max(hp.last_seen, self.watch_ended.get(h, hp.last_seen))
-                    if now - heard > self.config.dead_after_s:
-                        dead[h] = f"no report for {now - hp.last_seen:.1f}s"
+                    if now - heard > dead_limit(hp, job, self.config):
+                        dead[h] = (
+                            f"no report for {now - heard:.1f}s"
+                            if hp.reported or job.resumed_at is None
+                            else f"no report since the takeover {now - heard:.1f}s ago"
+                        )
                 self._mark_dead_all(job, dead)  # one topology version for the whole sweep
-                self._demote_slow(job, now)
+                if not in_grace(job, now, self.config):  # rates across a takeover are its own
+                    self._demote_slow(job, now)
                 rebalance_origin(job)  # the roots' shares, sent in their report replies
                 self._announce(job)
                 if self._finished(job):
@@ -309,14 +317,30 @@ class HandoffService(ProgressService):
                 cfg.slow_min_median_bps,
                 {h: hp.slow_with for h, hp in moving.items()},
                 job.rate_reference,
+                # every host that reports (READY ones serve too): the accused's own rates
+                {h: hp.tx_bps for h, hp in job.hosts.items() if hp.reported},
             )
             for h, hp in moving.items():  # evidence lasts while the host stays slow
                 hp.slow_with = v.slow_with.get(h, frozenset())
-            rx_why = f"rx < {cfg.slow_fraction} x the median total, a first slow hop"
-            out = dict.fromkeys(v.rx_slow, rx_why)
+            ref_total = job.rate_reference[1] if job.rate_reference else 0
+            out = {
+                h: (
+                    f"rx {totals.get(h, 0)} B/s < {cfg.slow_fraction} x {ref_total} B/s, "
+                    f"behind {', '.join(sorted(v.slow_with.get(h, ())))} that send well"
+                )
+                for h in v.rx_slow
+            }
             for h in v.tx_slow:
                 out[h] = (
-                    f"its downstreams receive < {cfg.slow_fraction} x {v.median} B/s per stripe"
+                    f"tx: {', '.join(sorted(v.behind.get(h, ())))} fall behind it "
+                    f"(< {cfg.slow_fraction} x its rate, median {v.median} B/s per stripe) "
+                    + (
+                        "and no other upstream feeds them (a tie blames the upstream)"
+                        if h in v.tied
+                        else f"and it sends only {job.hosts[h].tx_bps} B/s itself"
+                        if h in v.saturated
+                        else "and receive well from other upstreams"
+                    )
                 )
             return out
         # agents that report only their total receive rate: compare it with the fleet median
@@ -342,6 +366,7 @@ class HandoffService(ProgressService):
                 hp.slow_since = hp.fast_since = None
                 continue
             if why is None:
+                hp.slow_credit = 0.0  # seen fast by this leader: an old clock is void
                 # one fast round is not recovery (1 s rates are noisy): the clock restarts
                 # only after SLOW_GRACE_S without slowness
                 if hp.slow_since is not None and hp.fast_since is None:
@@ -351,7 +376,8 @@ class HandoffService(ProgressService):
                 continue
             hp.fast_since = None
             if hp.slow_since is None:
-                hp.slow_since = now
+                # a previous leader's watched slowness counts (slowclock.restore)
+                hp.slow_since, hp.slow_credit = now - hp.slow_credit, 0.0
                 continue
             if now - hp.slow_since < self.config.slow_after_s:
                 continue

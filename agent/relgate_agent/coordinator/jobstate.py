@@ -23,7 +23,8 @@ from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 ACTIVE_STATES = ("PLANNING", "DISTRIBUTING", "COMPLETE")
 TERMINAL_STATES = ("DONE", "CANCELLED", "FAILED")
 QUARANTINED = "QUARANTINED"
-GONE_STATES = ("DEAD", QUARANTINED)  # spliced out: neither a source nor a straggler target
+REMOVED = "REMOVED"  # removed from the job with its reason (complaints.py: the suspect)
+GONE_STATES = ("DEAD", QUARANTINED, REMOVED)  # spliced out: neither a source nor a target
 
 
 class NotFound(AgentError):
@@ -82,6 +83,10 @@ class CoordinatorConfig:
     webhook_backoff_max_s: float = 60.0
 
 
+# a host's stored slowness as last written: (demoted, witnesses, clock start or None)
+SlowKey = tuple[bool, frozenset[str], float | None]
+
+
 @dataclass
 class HostProgress:
     host_id: str
@@ -105,11 +110,16 @@ class HostProgress:
     slow_since: float | None = None
     fast_since: float | None = None  # when it stopped being slow (the grace's start)
     # what the store holds of its slowness (slowclock.save writes only on change)
-    slow_saved: tuple[bool, frozenset[str]] | None = None
+    slow_saved: SlowKey | None = None
+    # slowness a previous leader watched (slowclock.restore): its clock starts this much
+    # in the past when this leader first judges it slow
+    slow_credit: float = 0.0
+    reported: bool = False  # registered or reported to this leader (failover.py)
     demoted: bool = False
     holds_envelope: bool = False  # reported holding the job's verified manifest (a source)
     # downstream -> (first, last) time it reported this live host as not serving it
     unserved: dict[str, tuple[float, float]] = field(default_factory=dict)
+    unserved_reason: dict[str, str] = field(default_factory=dict)  # downstream -> its last reason
 
     def holds(self, chunk: int) -> bool:
         """READY, or ``chunk`` is set in the last reported have-bitmap."""
@@ -185,6 +195,9 @@ class JobState:
     # and per root host its (stripe, share) pairs for the reply to its next report
     origin_shares: tuple[int, ...] = ()
     origin_by_root: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # the clock when this leader loaded the job from the store (None: it created it):
+    # nobody is judged dead or slow on the takeover's silence (failover.py)
+    resumed_at: float | None = None
     error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
 
     @property
@@ -200,9 +213,13 @@ class JobState:
         return {h for h, hp in self.hosts.items() if hp.state == QUARANTINED and h in self.targets}
 
     @property
+    def removed(self) -> set[str]:
+        return {h for h, hp in self.hosts.items() if hp.state == REMOVED and h in self.targets}
+
+    @property
     def eligible(self) -> set[str]:
-        """The targets the job waits for: all but the quarantined."""
-        return set(self.targets) - self.quarantined
+        """The targets the job waits for: all but the quarantined and the removed."""
+        return set(self.targets) - self.quarantined - self.removed
 
     def slow_hosts(self, fraction: float) -> frozenset[str]:
         """Hosts a splice must not promote into a dead host's place (a slow host there
@@ -246,6 +263,7 @@ __all__ = [
     "ACTIVE_STATES",
     "GONE_STATES",
     "QUARANTINED",
+    "REMOVED",
     "TERMINAL_STATES",
     "Completion",
     "CoordinatorConfig",
@@ -257,6 +275,7 @@ __all__ = [
     "NotLeader",
     "ReadyRefused",
     "Rejected",
+    "SlowKey",
     "default_db_path",
     "parse_selector",
     "selector_matches",

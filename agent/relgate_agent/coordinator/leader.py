@@ -194,6 +194,7 @@ class CoordinatorCore:
         for h in self.store.quarantined(row.job_id) & set(job.hosts):
             job.hosts[h].state = QUARANTINED
         slowclock.restore(self.store, job, self.clock(), self.wall(), self.config.slow_after_s)
+        job.resumed_at = self.clock()  # no host judged on the takeover's silence (failover.py)
         return job
 
     def _job(self, job_id: str) -> JobState:

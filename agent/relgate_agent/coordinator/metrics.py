@@ -13,7 +13,8 @@ metric                                                 meaning
 =====================================================  ==================================
 relgate_coordinator_rpc_duration_seconds{method}       handler time (lock wait + logic)
 relgate_coordinator_splices_total{reason}              hosts moved out of a chain:
-                                                       dead, quarantined, demoted, serving
+                                                       dead, quarantined, demoted, serving,
+                                                       removed
 relgate_coordinator_suspect_reports_total{reason}      ReportSuspect calls, by reason
 relgate_coordinator_leader                             1 while this replica leads
 relgate_coordinator_watch_streams                      open watch streams on this replica
@@ -47,6 +48,7 @@ SPLICE_DEAD, SPLICE_QUARANTINED, SPLICE_DEMOTED, SPLICE_SERVING = (
     "demoted",
     "serving",
 )
+SPLICE_REMOVED = "removed"  # the suspect of its own complaints (complaints.py)
 # handler times of a few hundred microseconds up to the RPC timeouts
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -133,6 +135,7 @@ __all__ = [
     "SPLICE_DEAD",
     "SPLICE_DEMOTED",
     "SPLICE_QUARANTINED",
+    "SPLICE_REMOVED",
     "SPLICE_SERVING",
     "CoordinatorMetrics",
 ]

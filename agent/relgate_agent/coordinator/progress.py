@@ -28,10 +28,12 @@ from relgate_agent.contracts import (
     WatchUpdate,
 )
 from relgate_agent.coordinator.budget import origin_rate
+from relgate_agent.coordinator.complaints import corroboration, suspect_reporter, withdraw
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
     GONE_STATES,
     QUARANTINED,
+    REMOVED,
     TERMINAL_STATES,
     HostProgress,
     JobState,
@@ -42,7 +44,12 @@ from relgate_agent.coordinator.jobstate import (
     selector_matches,
 )
 from relgate_agent.coordinator.leader import CoordinatorCore
-from relgate_agent.coordinator.metrics import SPLICE_DEMOTED, SPLICE_QUARANTINED, SPLICE_SERVING
+from relgate_agent.coordinator.metrics import (
+    SPLICE_DEMOTED,
+    SPLICE_QUARANTINED,
+    SPLICE_REMOVED,
+    SPLICE_SERVING,
+)
 from relgate_agent.coordinator.topology import (
     TopologyIndex,
     append_host,
@@ -93,6 +100,9 @@ class ProgressService(CoordinatorCore):
         with self.lock:
             self.require_leader()
             self.addresses[host_id] = address
+            for job in self.jobs.values():  # heard from by this leader (failover.py)
+                if (hp := job.hosts.get(host_id)) is not None:
+                    hp.reported = True
             self._late_join(host_id, rack, labels, held)
             return self._jobs_of(host_id)
 
@@ -153,7 +163,7 @@ class ProgressService(CoordinatorCore):
         if job is not None:
             return self._assignment(job, "")
         state = self.store.job_state(job_id) or "GONE"
-        return AssignmentPlan(job_id, 0, (), state, cancelled=True)
+        return AssignmentPlan(job_id, 0, (), state, cancelled=True, leader_epoch=self.epoch)
 
     def _late_join(self, host_id: str, rack: str, labels: dict[str, str], held: list[str]) -> None:
         for job in self.jobs.values():
@@ -202,13 +212,13 @@ class ProgressService(CoordinatorCore):
             if host_id not in job.targets:
                 raise NotFound(f"host {host_id} is not a target of job {job_id}")
             hp = job.hosts[host_id]
-            if hp.state == QUARANTINED:
-                raise NotFound(f"host {host_id} is quarantined in job {job_id}")
+            if hp.state in (QUARANTINED, REMOVED):
+                raise NotFound(f"host {host_id} is {hp.state.lower()} in job {job_id}")
             moved = bool(address) and address != hp.address
             hp.rack, hp.address = rack or hp.rack, address or hp.address
             hp.have = bytes(have[: (job.manifest.num_chunks + 7) // 8])  # bounded: hostile length
             hp.verified = count_bits(hp.have, job.manifest.num_chunks)
-            hp.last_seen = self.clock()
+            hp.last_seen, hp.reported = self.clock(), True
             self.addresses[host_id] = hp.address
             if hp.state in ("DEAD", "PENDING") and not hp.ready:
                 hp.state = "TRANSFERRING"
@@ -305,6 +315,7 @@ class ProgressService(CoordinatorCore):
             # FAILED stops the agents too (they keep staging and journal for a retry)
             cancelled=job.state in ("CANCELLED", "FAILED"),
             members=idx.members,
+            leader_epoch=self.epoch,
         )
 
     @staticmethod
@@ -333,6 +344,8 @@ class ProgressService(CoordinatorCore):
                 return ProgressReply(job.topology.version, ("STOP",))
             if hp.state == QUARANTINED:  # never READY again in this job
                 return ProgressReply(job.topology.version, (ACTION_QUARANTINE,))
+            if hp.state == REMOVED:  # out of this job with its reason; keeps its staging
+                return ProgressReply(job.topology.version, ("STOP",))
             actions: list[str] = [] if whole else ["FULL_PROGRESS"]
             if report.ready and not hp.ready:
                 self._accept_ready(job, hp, report)
@@ -352,7 +365,7 @@ class ProgressService(CoordinatorCore):
         is malformed, or on top of a bitmap this coordinator does not hold, e.g. after a
         takeover): the agent is asked for its whole bitmap.
         """
-        hp.last_seen = self.clock()
+        hp.last_seen, hp.reported = self.clock(), True
         holds = report.manifest_digest == job.manifest.digest
         if holds and not hp.holds_envelope:
             self._add_envelope_source(job, hp)
@@ -435,6 +448,8 @@ class ProgressService(CoordinatorCore):
         elif reason == "BAD_DATA":
             hp.bad_data_reporters.add(reporter)
             hp.errors.append(f"BAD_DATA reported by {reporter}")
+            if self._judge_parties(job, reporter, suspect):
+                return  # the reporter was the suspect: its complaints are withdrawn
             if len(hp.bad_data_reporters) >= QUARANTINE_REPORTERS:
                 self._quarantine(job, hp)
         elif not self.config.splice_on_suspect:
@@ -445,29 +460,60 @@ class ProgressService(CoordinatorCore):
         elif upstream_of_reporter:
             self._judge_unserving(job, hp, reporter, reason)
 
+    def _judge_parties(self, job: JobState, reporter: str, accused: str) -> bool:
+        """Remove whichever of the two is the suspect of its complaints (complaints.py);
+        True when the reporter was (its complaint then counts for nothing)."""
+        for host in (reporter, accused):
+            why = suspect_reporter(job, host)
+            if why is None:
+                continue
+            hp = job.hosts[host]
+            log.warning("job %s: removing %s: %s", job.job_id, host, why)
+            hp.errors.append(f"{REMOVED} {why}")
+            hp.state = REMOVED
+            hp.unserved.clear()
+            withdraw(job, host)
+            if host in job.topology.racks:
+                self._set_topology(job, self._splice(job, host))
+                self.metrics.splices.labels(SPLICE_REMOVED).inc()
+            self.changed.notify_all()
+            return host == reporter
+        return False
+
     def _judge_unserving(self, job: JobState, hp: HostProgress, reporter: str, reason: str) -> None:
         """A host that reports to us but does not serve its downstreams (stalled, refusing,
-        resetting) blocks them as surely as a dead one: once its downstreams have kept
-        reporting it for ``unserved_window`` it becomes a leaf at its rack tail (nobody
-        waits behind it; it still receives). A complaint not repeated within two windows
-        expires, so a transient one (a reconnect across a topology change) never adds up."""
+        resetting) blocks them as surely as a dead one: once a downstream has kept
+        reporting it for ``unserved_window``, and the complaint is corroborated (a second
+        reporter, or its own rates: complaints.py), it becomes a leaf at its rack tail
+        (nobody waits behind it; it still receives). A complaint not repeated within two
+        windows expires, so a transient one (a reconnect across a topology change) never
+        adds up."""
         now, window = self.clock(), self._unserved_window()
         hp.unserved = {  # expired complaints first: an old one must not date this one
             r: (f, last) for r, (f, last) in hp.unserved.items() if now - last <= 2 * window
         }
+        hp.unserved_reason = {r: w for r, w in hp.unserved_reason.items() if r in hp.unserved}
         first, _ = hp.unserved.get(reporter, (now, now))
         hp.unserved[reporter] = (first, now)
-        if hp.demoted or not any(now - f >= window for f, _ in hp.unserved.values()):
+        hp.unserved_reason[reporter] = reason
+        if self._judge_parties(job, reporter, hp.host_id) or hp.state == REMOVED:
             return
+        if hp.demoted:
+            return
+        lasting = sorted(r for r, (f, _) in hp.unserved.items() if now - f >= window)
+        evidence = next((e for r in lasting if (e := corroboration(job, hp, r))), None)
+        if evidence is None:
+            return  # one host's word: a dispute, not evidence against this one
         reporters = ", ".join(sorted(hp.unserved))
         log.warning(
-            "job %s: %s does not serve (%s from %s): a leaf now",
+            "job %s: %s does not serve (%s from %s; %s): a leaf now",
             job.job_id,
             hp.host_id,
             reason,
             reporters,
+            evidence,
         )
-        hp.errors.append(f"DEMOTED not serving: {reason} from {reporters}")
+        hp.errors.append(f"DEMOTED not serving: {reason} from {reporters} ({evidence})")
         hp.demoted = True
         hp.unserved.clear()
         moved = append_host(self._splice(job, hp.host_id), hp.host_id, hp.rack, hp.dc)

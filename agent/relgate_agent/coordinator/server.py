@@ -23,11 +23,14 @@ import grpc
 from google.protobuf import message_factory
 from prometheus_client import Histogram
 
+from relgate_agent import certlife
 from relgate_agent.authz import rpc_refusal
+from relgate_agent.certlife import RevokedCerts
 from relgate_agent.contracts import (
     JobSpec,
     WatchCursor,
 )
+from relgate_agent.coordinator.certs import cut_off
 from relgate_agent.coordinator.jobstate import (
     CoordinatorConfig,
     NotEnrolled,
@@ -56,6 +59,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 RPC_THREADS = 8  # the logic holds one lock: more threads only queue on it
 WATCH_JITTER = 0.2  # a watch lives watch_max_s +- 20%: reconnects spread, never in step
+CERT_RECHECK_S = 2.0  # an open watch re-checks its caller's certificate this often
 
 # (exception type, status): the first match maps a refusal of the logic to its status
 _STATUS: tuple[tuple[type[AgentError], grpc.StatusCode], ...] = (
@@ -83,12 +87,42 @@ def caller_identity(context: grpc.aio.ServicerContext) -> Identity | None:
     return _identity(bytes(certs[0])) if len(certs) == 1 else None
 
 
+def caller_cert_refusal(
+    context: grpc.aio.ServicerContext, revoked: RevokedCerts | None
+) -> tuple[str, str] | None:
+    """(check, why) when the caller's certificate expired or is revoked now (certlife.py):
+    TLS checked it when the connection opened, which may be hours ago."""
+    certs = (context.auth_context() or {}).get("x509_pem_cert") or []
+    if len(certs) != 1:
+        return None  # no identity: rpc_refusal says so
+    return certlife.refusal(certlife.life_of_pem(bytes(certs[0])), revoked, time.time())
+
+
 class Calls:
     """Authorization and the thread hop every handler shares."""
 
-    def __init__(self, coord: Coordinator, executor: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, coord: Coordinator, executor: ThreadPoolExecutor, revoked: RevokedCerts | None = None
+    ) -> None:
         self.coord = coord
         self.executor = executor
+        self.revoked = revoked  # the fleet's revoked certificates (next to the CA bundle)
+
+    async def check_cert(self, context: grpc.aio.ServicerContext, ident: Identity | None) -> None:
+        """Abort with UNAUTHENTICATED (naming the check) when the caller's certificate
+        expired or was revoked since its connection opened; a host's is also cut off from
+        its jobs (coordinator/certs.py)."""
+        refused = caller_cert_refusal(context, self.revoked)
+        if refused is None:
+            return
+        check, why = refused
+        self.coord.control_refusals += 1
+        log.warning("%s: %s (peer %s)", check, why, context.peer())
+        if ident is not None and ident.role == "host":
+            name = ident.name
+            await self.run(context, lambda: cut_off(self.coord, name, check, why))
+        context.set_trailing_metadata(((CHECK_METADATA_KEY, check),))
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
 
     async def authorize(
         self, context: grpc.aio.ServicerContext, method: str, host_id: str = "", rack: str = ""
@@ -106,6 +140,7 @@ class Calls:
     ) -> Identity:
         """:meth:`authorize` for an identity already read off this call's certificate (a
         stream's later messages)."""
+        await self.check_cert(context, ident)  # every call: a certificate's whole life
         why = rpc_refusal(method, ident, host_id, rack)
         if why is None and ident is not None:
             return ident
@@ -276,10 +311,15 @@ class AgentServicer(pbg.AgentServiceServicer):
         try:
             while True:
                 try:
-                    update = await watcher.next(deadline - loop.time())
+                    # woken every CERT_RECHECK_S at least: a host whose certificate expires
+                    # or is revoked loses its open watch within that, not at its lifetime
+                    update = await watcher.next(min(deadline - loop.time(), CERT_RECHECK_S))
                 except WatchClosed as exc:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
                     return
+                if update is None and loop.time() < deadline:
+                    await self.calls.check_cert(context, ident)
+                    continue
                 if update is None:
                     return  # lifetime over: the agent opens its next watch (its heartbeat)
                 sequence += 1
@@ -483,7 +523,7 @@ class CoordinatorServer:
 
     async def _bind(self) -> None:
         server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
-        calls = Calls(self.coordinator, self.executor)
+        calls = Calls(self.coordinator, self.executor, RevokedCerts.beside(self.tls.ca))
         rpc_seconds = self.coordinator.metrics.rpc_seconds
         server.add_generic_rpc_handlers(
             (

@@ -8,18 +8,22 @@ for ~10 s more. The leader therefore writes, on change only, each host's slow cl
 when, on the wall clock), its demotion and its first-slow-hop witnesses, and every
 ``REFERENCE_SAVE_S`` the held reference rates; a new leader resumes from them.
 
-Only durations cross the handover (the store holds wall-clock instants; the coordinator's
-own clock may be monotonic or simulated). The takeover gap counts as slowness (the old
-leader's chains kept streaming behind the same host), but a host is credited with at most
-``slow_after_s`` of it: one slow round under the new leader is still needed to demote it.
+Only evidence somebody gathered counts: a restored clock is credited with the slowness
+the old leader watched (from its start to the old leader's last judging round, the
+reference's instant: written while it judged, every ``REFERENCE_SAVE_S`` at most, so the
+credit errs short), never with the takeover gap nobody watched, nor with the new leader's
+grace (:mod:`.failover`) during which rates are the takeover's, not the hosts'. The credit
+is applied when the new leader first sees the host slow again; a host it first sees fast
+has no clock and its stored one is dropped.
 """
 
 from __future__ import annotations
 
-from relgate_agent.coordinator.jobstate import HostProgress, JobState
+from relgate_agent.coordinator.jobstate import HostProgress, JobState, SlowKey
 from relgate_agent.coordinator.store import JobStore, RateReference, SlowRecord
 
 REFERENCE_SAVE_S = 2.0  # the held reference is written at most this often
+RESTORED: SlowKey = (False, frozenset(), -1.0)  # a restored clock: the next save rewrites it
 
 
 def slow_record(hp: HostProgress, now: float, wall: float) -> SlowRecord | None:
@@ -34,18 +38,20 @@ def slow_record(hp: HostProgress, now: float, wall: float) -> SlowRecord | None:
     return SlowRecord(since, hp.demoted, hp.slow_with)
 
 
-def _key(rec: SlowRecord | None) -> tuple[bool, frozenset[str]] | None:
-    """What a change is: the clock started or stopped (a record or none), a demotion (a
-    demoted host has no clock), new witnesses; the instant itself moves with every clock
-    conversion and is not one."""
-    return None if rec is None else (rec.demoted, rec.slow_with)
+def _key(hp: HostProgress, rec: SlowRecord | None) -> SlowKey | None:
+    """What a change is: the clock started, restarted or stopped (its start on the
+    coordinator's own clock, which a wall-clock conversion does not move), a demotion (a
+    demoted host has no clock), new witnesses."""
+    if rec is None:
+        return None
+    return (rec.demoted, rec.slow_with, None if rec.demoted else hp.slow_since)
 
 
 def save(store: JobStore, job: JobState, now: float, wall: float) -> None:
     """Write what changed since the last save (the caller holds the coordinator's lock)."""
     for h, hp in job.hosts.items():
         rec = slow_record(hp, now, wall)
-        key = _key(rec)
+        key = _key(hp, rec)
         if key == hp.slow_saved:
             continue
         if rec is None:
@@ -60,21 +66,27 @@ def save(store: JobStore, job: JobState, now: float, wall: float) -> None:
 
 
 def restore(store: JobStore, job: JobState, now: float, wall: float, slow_after_s: float) -> None:
-    """Resume a loaded job's slow clocks, demotions, witnesses and held reference."""
+    """Resume a loaded job's demotions, witnesses and held reference; each running slow
+    clock becomes a credit of the slowness the old leader watched (at most
+    ``slow_after_s``), applied when this leader first judges the host slow."""
+    ref = store.rate_reference(job.job_id)
+    watched_until_ms = ref.at_ms if ref is not None else 0
     for h, rec in store.slowness(job.job_id).items():
         hp = job.hosts.get(h)
         if hp is None:
             continue
         hp.demoted, hp.slow_with = rec.demoted, rec.slow_with
-        if rec.slow_since_ms > 0:  # 0: a demoted leaf, no clock
-            slow_for = min(max(wall - rec.slow_since_ms / 1000, 0.0), slow_after_s)
-            hp.slow_since = now - slow_for
-        hp.slow_saved = _key(slow_record(hp, now, wall))
-    ref = store.rate_reference(job.job_id)
+        hp.slow_since = None
+        if rec.slow_since_ms > 0 and not rec.demoted:  # 0: a demoted leaf, no clock
+            watched = max(watched_until_ms - rec.slow_since_ms, 0) / 1000
+            hp.slow_credit = min(watched, slow_after_s)
+            hp.slow_saved = RESTORED
+        else:
+            hp.slow_saved = _key(hp, slow_record(hp, now, wall))
     if ref is not None:
         job.rate_reference = (ref.stripe_bps, ref.total_bps)
         job.rate_reference_at = now - max(wall - ref.at_ms / 1000, 0.0)
         job.reference_saved_at = now
 
 
-__all__ = ["REFERENCE_SAVE_S", "restore", "save", "slow_record"]
+__all__ = ["REFERENCE_SAVE_S", "RESTORED", "restore", "save", "slow_record"]

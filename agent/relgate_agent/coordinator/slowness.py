@@ -6,27 +6,43 @@ when it receives that stripe under ``fraction`` x the median per-stripe rate of 
 (every stripe carries about 1/k of a host's traffic, so one reference serves them all; a
 stripe's own median would hide a slow stripe root, with everyone behind it as slow).
 
-A chain passes slowness on: everyone behind a slow hop is slow too. So blame goes to the
-first slow hop: an edge whose upstream receives the stripe at speed (or holds it whole, or
-is READY) and whose child does not. Such an edge is either the upstream's upload or the
-child's download. A first slow hop whose total receive rate is low, slow with two upstreams
-(now or in an earlier topology) or with one that feeds others at speed, is **rx-slow** (its
-own NIC or disk); a host whose every first-hop child is slow, those children not rx-slow,
-is **tx-slow**: its upload holds the chain (the seed's serving host, a 40 Mbit uploader).
-A lone upstream with a lone child is a tie, and a tie blames the upstream: once it is a
-leaf, a child that stays slow has its second witness. Both become leaves at their rack
-tails; nobody waits behind them.
+A chain passes slowness on: everyone behind a slow hop receives at its pace. So a hop is
+judged against what its upstream can pass on: a child is *behind* its upstream in a stripe
+when it receives under ``fraction`` x the upstream's own rate there (or x the median when
+the upstream holds the stripe whole). A child at its upstream's pace is filling a
+pipeline, or held by the origin budget further up: neither is slowness. Origin-fed stripes
+(a root's) run at the budget's rate and never count against anyone.
+
+Blame needs evidence from both ends of a hop. An upstream is **tx-slow** when every child
+it feeds falls behind it and at least one of those children receives well (at speed,
+from another upstream or the origin, with a total at speed): the child can receive, this
+upstream does not send (the seed's serving host, a 40 Mbit uploader). Its victims are
+never blamed for it. A host is **rx-slow** when its total receive rate is low (max-min
+sharing can leave an rx-capped host fast in a few stripes) and it falls behind upstreams
+that are not tx-slow, one of which sends well on some hop, or two of them (now or in an
+earlier topology: ``slow_with``). A child fed by one upstream alone, behind it in every
+stripe it receives (the common case in rotated rack chains: a host feeds its successor), is
+a tie no rate can break; a tie blames the upstream, whose demotion costs it nothing of its
+own speed: if the child stays slow behind its next upstream, that second witness makes it
+rx-slow. An upstream is also tx-slow by **its own rates** (``saturated``): it reports
+sending under ``slow_fraction`` x what its judged hops should carry, and a child falls
+behind it. A tbf-capped upload is not shared fairly among its flows: one child may still
+receive well while another crawls, and that one would look rx-slow behind an upstream that
+"sends well" (the issue's lab: 1.5 MiB/s NICs, one upload at 0.5 MiB/s; its victim h05 was
+demoted, the healthy hosts finished at 36-56 s vs 15-19 s).
+Both verdicts become leaves at their rack tails; nobody waits behind them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from relgate_agent.contracts import STRIPE_DONE
 
 MIN_RATES = 3  # receiving hosts a stripe needs before "slow vs the median" means anything
 WITNESSES = 2  # distinct peers a host must be slow with before it alone is blamed
+ORIGIN_FED = ""  # the origin, as an upstream a host receives well from
 REFERENCE_HALF_LIFE_S = 30.0  # a held peak rate loses half its weight in this long
 
 
@@ -38,6 +54,11 @@ class Verdicts:
     # child -> the upstreams it was a first slow hop with, this round and before (the
     # caller keeps it while the child stays slow: evidence across topology versions)
     slow_with: Mapping[str, frozenset[str]]
+    # upstream -> the children that fall behind it this round (a tx verdict's evidence)
+    behind: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    tied: frozenset[str] = frozenset()  # tx-slow on a tie only (see the module's doc)
+    # tx-slow by its own rates: it sends under fraction x what its hops should carry
+    saturated: frozenset[str] = frozenset()
 
 
 def stripe_median(rates: Mapping[str, Sequence[int]], floor: int) -> int:
@@ -80,6 +101,64 @@ def total_rate_median(rates: Mapping[str, Sequence[int]], totals: Mapping[str, i
     return live[len(live) // 2] if len(live) >= MIN_RATES else 0
 
 
+@dataclass
+class _Hops:
+    """The judged hops of a topology: child -> upstreams it falls behind (``slow_ups``),
+    upstream -> children behind it (``slow_kids``) or fed well (``fast_kids``), child ->
+    upstreams (``ORIGIN_FED`` too) it receives well from (``fed_well``)."""
+
+    slow_ups: dict[str, set[str]] = field(default_factory=dict)
+    slow_kids: dict[str, set[str]] = field(default_factory=dict)
+    fast_kids: dict[str, set[str]] = field(default_factory=dict)
+    fed_well: dict[str, set[str]] = field(default_factory=dict)
+    # upstream -> what its judged hops should carry (each at its bound: see bound)
+    expected_tx: dict[str, int] = field(default_factory=dict)
+
+
+def _hops(
+    rates: Mapping[str, Sequence[int]],
+    parents: Sequence[Mapping[str, str | None]],
+    fraction: float,
+    median: int,
+) -> _Hops:
+    """Every judged hop of the topology, sorted by what it shows."""
+
+    def rate(host: str, s: int) -> int | None:
+        r = rates.get(host)
+        if r is None or len(r) <= s or r[s] == STRIPE_DONE or not median:
+            return None  # not judged: no rate, a whole stripe, or nothing to compare with
+        return r[s]
+
+    def bound(up: str, s: int) -> int:
+        """What the upstream can pass on in the stripe: its own rate there (a chain runs at
+        its slowest hop: a child at its upstream's pace is filling a pipeline, not slow),
+        capped at the median, or the median when it holds the stripe whole (READY, or done
+        with it). A child under ``fraction`` x this falls behind it."""
+        ru = rate(up, s)
+        return median if ru is None else min(ru, median)
+
+    out = _Hops()
+    for s, parent in enumerate(parents):
+        for child, up in parent.items():
+            rc = rate(child, s)
+            if rc is None:
+                continue
+            well = rc >= fraction * median
+            if up is None:  # the origin's rate is its budget's: evidence of health only
+                if well:
+                    out.fed_well.setdefault(child, set()).add(ORIGIN_FED)
+                continue
+            expect = bound(up, s)
+            out.expected_tx[up] = out.expected_tx.get(up, 0) + expect
+            if rc < fraction * expect:
+                out.slow_ups.setdefault(child, set()).add(up)
+                out.slow_kids.setdefault(up, set()).add(child)
+            elif well:
+                out.fast_kids.setdefault(up, set()).add(child)
+                out.fed_well.setdefault(child, set()).add(up)
+    return out
+
+
 def judge(
     rates: Mapping[str, Sequence[int]],
     totals: Mapping[str, int],
@@ -88,6 +167,7 @@ def judge(
     floor: int,
     history: Mapping[str, Collection[str]] | None = None,
     reference: tuple[int, int] | None = None,
+    tx: Mapping[str, int] | None = None,
 ) -> Verdicts:
     """``rates``: host -> receive rate per stripe (``STRIPE_DONE`` for a whole stripe);
     ``totals``: host -> total receive rate; ``parents``: per stripe, host -> upstream (None:
@@ -95,56 +175,92 @@ def judge(
     ``reference``: (per-stripe, total) rates to judge against instead of this round's
     medians (late in a job the hosts still receiving are mostly the slow ones and their
     victims: their median is no reference); ``floor``: the per-host receive rate under
-    which nothing is judged (a stripe's is ``floor`` / k: see :func:`stripe_floor`)."""
+    which nothing is judged (a stripe's is ``floor`` / k: see :func:`stripe_floor`);
+    ``tx``: host -> its own reported send rate (the accused's own rates: ``saturated``)."""
     history = history or {}
+    tx = tx or {}
     median = reference[0] if reference else stripe_median(rates, stripe_floor(floor, parents))
-
-    def slow(host: str, s: int) -> bool | None:
-        r = rates.get(host)
-        if r is None or len(r) <= s or r[s] == STRIPE_DONE or not median:
-            return None  # not judged: no rate, a whole stripe, or nothing to compare with
-        return r[s] < fraction * median
-
-    # first slow hops only: an edge whose upstream receives the stripe at speed (or holds
-    # it whole, or is READY); behind a slow hop everyone is slow and proves nothing
-    first_slow: dict[str, set[str]] = {}  # child -> upstreams it is slow with
-    kids_fast: dict[str, set[str]] = {}
-    kids_slow: dict[str, set[str]] = {}
-    for s, parent in enumerate(parents):
-        for child, up in parent.items():
-            v = slow(child, s)
-            if up is None or v is None or slow(up, s):
-                continue
-            if v:
-                first_slow.setdefault(child, set()).add(up)
-            (kids_slow if v else kids_fast).setdefault(up, set()).add(child)
-    # rx: the host's whole receive rate is low (max-min sharing can leave an rx-capped host
-    # fast in a few stripes, so its total is the test), it is itself a first slow hop (the
-    # hosts behind it are slow only where their upstream is: victims, not culprits), and
-    # the evidence points at it: it was slow with two upstreams (now or before), or its
-    # upstream feeds someone else at speed. A single upstream and a single child is a tie,
-    # and a tie blames the upstream: once that one is a leaf, a child that stays slow has a
-    # second witness, while blaming the child first would walk the slowness down the rack.
     total_median = reference[1] if reference else total_rate_median(rates, totals)
-    slow_with = {h: frozenset(ups | set(history.get(h, ()))) for h, ups in first_slow.items()}
-    rx_slow = {
-        h
-        for h, ups in first_slow.items()
-        if total_median >= floor
-        and 0 <= totals.get(h, 0) < fraction * total_median
-        and (len(slow_with[h]) >= WITNESSES or any(kids_fast.get(u) for u in ups))
-    }
-    # tx: every child it feeds at a first hop is slow, and those are not rx-slow themselves
-    tx_slow = {
+
+    hops = _hops(rates, parents, fraction, median)
+    slow_ups, slow_kids, fast_kids, fed_well = (
+        hops.slow_ups,
+        hops.slow_kids,
+        hops.fast_kids,
+        hops.fed_well,
+    )
+
+    def low_total(h: str) -> bool:
+        return total_median >= floor and 0 <= totals.get(h, 0) < fraction * total_median
+
+    slow_with = {h: frozenset(ups | set(history.get(h, ()))) for h, ups in slow_ups.items()}
+
+    def tie(k: str, up: str) -> bool:
+        """``up`` is the only upstream ``k`` ever fell behind and none feeds it well."""
+        return slow_with[k] == {up} and not fed_well.get(k, set()) - {up}
+
+    # tx: every child it feeds falls behind it, and one of them at least receives well
+    # from another upstream with a total at speed: the evidence from both ends (the child
+    # can receive; this upstream does not send). A child fed by it alone is a tie, and a
+    # tie blames the upstream: a leaf loses nothing of its own speed, and a child that
+    # stays slow behind its next upstream has its second witness. Its victims are never
+    # blamed for it.
+    evident = {
         up
-        for up, kids in kids_slow.items()
-        if up not in rx_slow and not kids_fast.get(up) and kids - rx_slow
+        for up, kids in slow_kids.items()
+        if not fast_kids.get(up)
+        and any(fed_well.get(k, set()) - {up} and not low_total(k) for k in kids)
     }
-    return Verdicts(frozenset(rx_slow), frozenset(tx_slow), median, slow_with)
+    tied = {
+        up
+        for up, kids in slow_kids.items()
+        if up not in evident and not fast_kids.get(up) and any(tie(k, up) for k in kids)
+    }
+
+    # saturated: its own report says it sends under ``fraction`` x what its hops should
+    # carry, and a child falls behind it that was never slow behind anyone else: its
+    # upload is the limit, whatever its other children show (a tbf-capped upload is not
+    # shared fairly: one flow may still run well while another crawls, and that child would
+    # look rx-slow behind an upload that "sends well"). A child slow behind this one and
+    # another upstream, now or before, is that child's own problem following it (rx)
+    def fresh(k: str, up: str) -> bool:
+        return slow_with[k] == {up} or bool(fed_well.get(k, set()) - {up} and not low_total(k))
+
+    saturated = {
+        up
+        for up, kids in slow_kids.items()
+        if up in tx
+        and tx[up] < fraction * hops.expected_tx.get(up, 0)
+        and any(fresh(k, up) for k in kids)
+    }
+    tx_slow = evident | tied | saturated
+    # rx: its total is low (max-min sharing can leave an rx-capped host fast in a few
+    # stripes), and it falls behind upstreams that are not tx-slow, at least one of which
+    # sends well on some hop (to anyone, this host included: its upload can), or two of
+    # them (now or in an earlier topology)
+    rx_slow = set()
+    for h, ups in slow_ups.items():
+        blamable = ups - tx_slow
+        witnesses = slow_with[h] - tx_slow
+        if not blamable or not low_total(h):
+            continue  # a victim of a slow upstream, or receiving at speed overall
+        if len(witnesses) >= WITNESSES or any(fast_kids.get(u) for u in blamable):
+            rx_slow.add(h)
+    behind = {up: frozenset(kids) for up, kids in slow_kids.items()}
+    return Verdicts(
+        frozenset(rx_slow),
+        frozenset(tx_slow - rx_slow),
+        median,
+        slow_with,
+        behind,
+        frozenset(tied - rx_slow - saturated),
+        frozenset(saturated - rx_slow),
+    )
 
 
 __all__ = [
     "MIN_RATES",
+    "ORIGIN_FED",
     "REFERENCE_HALF_LIFE_S",
     "Verdicts",
     "held_reference",

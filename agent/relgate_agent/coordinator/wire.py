@@ -46,6 +46,7 @@ def assignment_to_pb(a: AssignmentPlan) -> pb.Assignment:
         job_state=a.job_state,
         cancelled=a.cancelled,
         members=list(a.members),
+        leader_epoch=a.leader_epoch,
         stripes=[
             pb.StripeAssignment(
                 stripe=s.stripe,

@@ -542,19 +542,29 @@ class StripeAssignment(_message.Message):
     ) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("cancelled", "job_id", "job_state", "members", "stripes", "topology_version")
+    __slots__ = (
+        "cancelled",
+        "job_id",
+        "job_state",
+        "leader_epoch",
+        "members",
+        "stripes",
+        "topology_version",
+    )
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
     STRIPES_FIELD_NUMBER: _ClassVar[int]
     JOB_STATE_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     topology_version: int
     stripes: _containers.RepeatedCompositeFieldContainer[StripeAssignment]
     job_state: str
     cancelled: bool
     members: _containers.RepeatedScalarFieldContainer[str]
+    leader_epoch: int
     def __init__(
         self,
         job_id: str | None = ...,
@@ -563,6 +573,7 @@ class Assignment(_message.Message):
         job_state: str | None = ...,
         cancelled: bool | None = ...,
         members: _Iterable[str] | None = ...,
+        leader_epoch: int | None = ...,
     ) -> None: ...
 
 class ReportError(_message.Message):

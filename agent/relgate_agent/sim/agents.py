@@ -116,11 +116,15 @@ class CoordinatorController:
         self.reported_ready: set[int] = set()
         self.suspected: set[tuple[int, int]] = set()
         self.last_rx = np.zeros(sc.hosts)
+        self.last_tx = np.zeros(sc.hosts)
         self.last_got: np.ndarray | None = None  # per stripe and host, at the last report
         self.version = 0
         self.shares: tuple[int, ...] = ()  # the origin shares the last forest carries
         self.splices = 0
         self.failovers = 0
+        # host index -> the coordinator's reason, for every host it demoted to a leaf
+        # (the report counts those no fault slowed: false demotions)
+        self.demoted: dict[int, str] = {}
 
     # ------------------------------------------------------------------ setup
     def start(self, run: ChainRun) -> Forest:
@@ -200,6 +204,7 @@ class CoordinatorController:
         job = self._job()
         if job is None:
             return None
+        self._note_demotions(job)
         if job.topology.version == self.version:
             if job.origin_shares == self.shares:
                 return None
@@ -213,10 +218,18 @@ class CoordinatorController:
         ]
         return self._forest(job, changed)
 
+    def _note_demotions(self, job: JobState) -> None:
+        for h, hp in job.hosts.items():
+            i = self.index[h]
+            if hp.demoted and i not in self.demoted:
+                why = next((e for e in hp.errors if e.startswith("DEMOTED")), "DEMOTED")
+                self.demoted[i] = why
+
     def _report_round(self, run: ChainRun) -> None:
         interval = self.sc.report_interval_s
         rx_bps = (run.rx_bytes - self.last_rx) / interval
-        self.last_rx = run.rx_bytes.copy()
+        tx_bps = (run.tx_bytes - self.last_tx) / interval  # the sweeper reads both ends
+        self.last_rx, self.last_tx = run.rx_bytes.copy(), run.tx_bytes.copy()
         # per stripe, as the agent reports it: the rate, or STRIPE_DONE for a whole stripe
         stripe_bps = np.where(
             run.got >= run.sb[:, None] - 1.0,
@@ -235,6 +248,7 @@ class CoordinatorController:
                 tx=int(run.tx_bytes[i]),
                 origin=int(run.origin_by_host[i]),
                 rx_bps=int(rx_bps[i]),
+                tx_bps=int(tx_bps[i]),
                 stripe_rx_bps=tuple(stripe_bps[:, i].tolist()),
                 ready=ready,
                 placed_manifest_digest=self.manifest.digest if ready else "",

@@ -33,6 +33,7 @@ class DesignRun:
     origin_bytes: float
     trace: Trace
     splices: int = 0
+    demoted: tuple[int, ...] = ()  # hosts the coordinator demoted to leaves (relgate only)
 
 
 class StaticController:
@@ -96,7 +97,10 @@ def _chain_run(
     sb[:] = per * sc.chunk_bytes
     sb[(sc.num_chunks - 1) % k] -= sc.num_chunks * sc.chunk_bytes - sc.checkpoint_bytes
     run = ChainRun(sc, fabric, sb, ctl, incidents).run()
-    return DesignRun(name, run.done_at, ~run.alive, run.origin_bytes, run.trace, ctl.splices)
+    demoted = tuple(sorted(ctl.demoted)) if isinstance(ctl, CoordinatorController) else ()
+    return DesignRun(
+        name, run.done_at, ~run.alive, run.origin_bytes, run.trace, ctl.splices, demoted
+    )
 
 
 def run_design(sc: Scenario, name: str) -> DesignRun:

@@ -33,6 +33,9 @@ class Figures:
     max_s: float
     origin_bytes_over_s: float
     splices: int
+    demotions: int = 0  # hosts the coordinator demoted to leaves
+    # ... of which no fault slowed (not slow in rx or tx, not rate-limited): misjudged
+    false_demotions: int = 0
 
     def to_json(self) -> dict[str, object]:
         def num(x: float) -> float | None:
@@ -48,6 +51,8 @@ class Figures:
             "maxSeconds": num(self.max_s),
             "originBytesOverS": round(self.origin_bytes_over_s, 4),
             "splices": self.splices,
+            "demotions": self.demotions,
+            "falseDemotions": self.false_demotions,
         }
 
 
@@ -56,6 +61,12 @@ def rx_impaired(sc: Scenario) -> list[int]:
     return sorted(
         h for i in plan_incidents(sc) if i.kind == "slow" and i.direction == "rx" for h in i.hosts
     )
+
+
+def slowed(sc: Scenario) -> set[int]:
+    """Hosts a fault slows, in either direction (slow rx or tx, a rate-limited uploader):
+    the only hosts a demotion may rightly name."""
+    return {h for i in plan_incidents(sc) if i.kind in ("slow", "rate_limit") for h in i.hosts}
 
 
 def rx_floor_s(sc: Scenario) -> float | None:
@@ -86,6 +97,8 @@ def figures(sc: Scenario, run: DesignRun) -> Figures:
         max_s=float(t.max()) if len(t) else math.inf,
         origin_bytes_over_s=run.origin_bytes / sc.checkpoint_bytes,
         splices=run.splices,
+        demotions=len(run.demoted),
+        false_demotions=len(set(run.demoted) - slowed(sc)),
     )
 
 
@@ -116,4 +129,4 @@ def summary(sc: Scenario, runs: dict[str, DesignRun], elapsed_s: float) -> dict[
     }
 
 
-__all__ = ["Figures", "envelope", "figures", "summary"]
+__all__ = ["Figures", "envelope", "figures", "slowed", "summary"]

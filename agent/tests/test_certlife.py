@@ -1,0 +1,240 @@
+"""Certificates checked for their whole life (certlife.py): a real certificate that expires
+while its connections are open, and a revoked one, on the control plane (a coordinator
+process) and the data plane (a DataServer and a client on real TLS sockets)."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from agent_harness import Cluster
+from test_security import agent_stub, channel, control, create, watch  # noqa: F401
+
+from relgate_agent import certlife
+from relgate_agent.certlife import (
+    CHECK_CERT_EXPIRED,
+    CHECK_CERT_REVOKED,
+    REVOKED_CERTS_FILE,
+    life_of_pem,
+    serial_hex,
+)
+from relgate_agent.cli import main
+from relgate_agent.errors import CHECK_METADATA_KEY
+from relgate_agent.pki import TlsFiles, data_client_context, data_server_context, issue
+from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.transport import DataServer, TransportError, _connect
+
+LIFE_S = 4.0  # the short-lived certificate's validity
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    """SQLite only (test_security's own tests cover the stores): the refusals are the
+    server's, before any store."""
+    return str(tmp_path / "coordinator.sqlite")
+
+
+def _short_lived(cluster: Cluster, host: str, rack: str, out: Path) -> TlsFiles:
+    """A real host certificate of the fleet CA that expires LIFE_S from now."""
+    cert, key = issue(
+        cluster.base / "pki", "host", host_id=host, rack=rack, validity_h=LIFE_S / 3600, out_dir=out
+    )
+    return TlsFiles(cluster.base / "pki" / "ca.pem", cert, key)
+
+
+def _check(exc: grpc.RpcError) -> str:
+    return dict(exc.trailing_metadata() or ()).get(CHECK_METADATA_KEY, "")
+
+
+def _host_row(cluster: Cluster, job: str, host: str) -> dict[str, Any]:
+    return next(h for h in cluster.status(job)["hosts"] if h["host_id"] == host)
+
+
+def test_an_expired_certificate_is_refused_on_its_open_connection_and_cut_off(
+    control: Cluster,  # noqa: F811 - test_security's fixture
+    checkpoint: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    tls = _short_lived(control, "h00", "r0", tmp_path / "short")
+    expires = life_of_pem(tls.cert.read_bytes()).not_after
+    ch = channel(control, tls)
+    stub = pbg.AgentServiceStub(ch)
+    try:
+        watch(stub, "h00", "r0")  # live: a target of the next job
+        job = create(control, checkpoint).job_id
+        stub.Register(pb.RegisterRequest(job_id=job, host_id="h00", rack="r0"), timeout=10)
+        stream = stub.Watch(
+            pb.WatchRequest(host_id="h00", rack="r0", data_address="127.0.0.1:9"), timeout=60
+        )
+        next(stream)  # open across the expiry
+        time.sleep(max(0.0, expires - time.time()) + 0.2)
+        with pytest.raises(grpc.RpcError) as exc:  # the open watch is closed
+            for _ in stream:
+                pass
+        assert exc.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert _check(exc.value) == CHECK_CERT_EXPIRED
+        with pytest.raises(grpc.RpcError) as exc:  # every call on the same channel
+            stub.ReportProgress(pb.ReportProgressRequest(job_id=job, host_id="h00"), timeout=10)
+        assert exc.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "expired" in exc.value.details() and _check(exc.value) == CHECK_CERT_EXPIRED
+        row = _host_row(control, job, "h00")  # no longer a target the job waits for
+        assert row["state"] == "REMOVED"
+        assert any(e.startswith(f"REMOVED {CHECK_CERT_EXPIRED}") for e in row["errors"])
+    finally:
+        ch.close()
+
+
+def test_a_revoked_certificate_is_refused_on_its_open_connection(
+    control: Cluster,  # noqa: F811 - test_security's fixture
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ch, stub = agent_stub(control, "h01")
+    try:
+        watch(stub, "h01", "r1")  # the connection is open and honoured
+        cert = control.tls("h01").cert
+        assert main(["ca", "revoke", "--json", "--dir", str(control.base / "pki"), str(cert)]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["revoked"] == serial_hex(life_of_pem(cert.read_bytes()).serial)
+
+        def refused() -> grpc.RpcError | None:  # the list is re-read within a second
+            try:
+                watch(stub, "h01", "r1")
+            except grpc.RpcError as exc:
+                return exc
+            return None
+
+        exc = control.wait_for(refused, 10, "the revocation honoured")
+        assert exc.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert _check(exc) == CHECK_CERT_REVOKED and "revoked" in exc.details()
+    finally:
+        ch.close()
+    assert main(["ca", "revoke", "--dir", str(control.base / "pki"), "/dev/null"]) == 3
+
+
+def test_the_data_plane_refuses_revoked_and_expired_peers(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path / "c", tmp_path / "trusted", [])
+    cluster.enrolled.update({"h00": ("r0", "x=y"), "h01": ("r1", "x=y")})
+    pki = cluster.pki
+    server = DataServer(
+        "127.0.0.1",
+        0,
+        lambda job: None,
+        tls=data_server_context(cluster.tls("h00")),
+        authorize=lambda *a: "no",
+    )
+    server.start()
+    try:
+        client = data_client_context(cluster.tls("h01"))
+        _connect(server.address, 5, client, "h00").close()  # both valid: it passes
+        short = _short_lived(cluster, "h01", "r1", tmp_path / "short")
+        expiring = data_client_context(short)
+        time.sleep(LIFE_S + 0.2)
+        with pytest.raises((ssl.SSLError, OSError, TransportError)):
+            # OpenSSL itself refuses it at the handshake now
+            _connect(server.address, 5, expiring, "h00").recv(1)
+        (pki / REVOKED_CERTS_FILE).write_text(
+            json.dumps(
+                {
+                    "schema": "relgate.revoked-certs.v1",
+                    "serials": [
+                        serial_hex(life_of_pem(cluster.tls("h01").cert.read_bytes()).serial)
+                    ],
+                }
+            )
+        )
+        time.sleep(1.1)  # re-read within a second of the change
+        sock = _connect(server.address, 5, client, "h00")
+        try:
+            sock.settimeout(5)
+            data = b""
+            while chunk := sock.recv(4096):  # one error frame naming the check, then closed
+                data += chunk
+            assert CHECK_CERT_REVOKED.encode() in data
+        finally:
+            sock.close()
+        assert server.counters()["refusals"].get("certificate", 0) >= 1
+        # and a client refuses a server whose certificate is revoked
+        (pki / REVOKED_CERTS_FILE).write_text(
+            json.dumps(
+                {
+                    "schema": "relgate.revoked-certs.v1",
+                    "serials": [
+                        serial_hex(life_of_pem(cluster.tls("h00").cert.read_bytes()).serial)
+                    ],
+                }
+            )
+        )
+        time.sleep(1.1)
+        with pytest.raises(TransportError, match=CHECK_CERT_REVOKED):
+            _connect(server.address, 5, data_client_context(cluster.tls("h01")), "h00")
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------------------- pure rules
+
+
+def test_refusal_names_expiry_first_then_revocation(tmp_path: Path) -> None:
+    life = certlife.CertLife(0xABC, 1000.0, "CN=h00")
+    revoked = certlife.RevokedCerts(tmp_path / REVOKED_CERTS_FILE)
+    assert certlife.refusal(life, revoked, 999.9) is None  # valid, nothing revoked
+    assert certlife.refusal(life, None, 999.9) is None
+    check, why = certlife.refusal(life, revoked, 1000.0) or ("", "")
+    assert (
+        check == CHECK_CERT_EXPIRED and why == "certificate CN=h00 expired at 1970-01-01T00:16:40Z"
+    )
+    certlife.revoke(tmp_path, 0xABC)
+    assert certlife.refusal(life, certlife.RevokedCerts(revoked.path), 999.9) == (
+        CHECK_CERT_REVOKED,
+        "certificate CN=h00 (serial abc) is revoked",
+    )
+    # expired and revoked: expiry is named
+    assert certlife.refusal(life, revoked, 2000.0)[0] == CHECK_CERT_EXPIRED  # type: ignore[index]
+    assert certlife.refusal(certlife.CertLife(0xABD, 1000.0, "x"), revoked, 1.0) is None
+
+
+def test_the_revocation_list_is_reread_on_change_and_a_bad_one_keeps_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(certlife.time, "monotonic", lambda: clock[0])
+    path = tmp_path / REVOKED_CERTS_FILE
+    revoked = certlife.RevokedCerts(path)
+    assert revoked.serials() == frozenset()  # no file: nothing revoked
+    certlife.revoke(tmp_path, 1)
+    assert revoked.serials() == frozenset()  # looked at less than RELOAD_S ago
+    clock[0] += certlife.RELOAD_S
+    assert revoked.serials() == {1}
+    certlife.revoke(tmp_path, 0x2F)
+    clock[0] += certlife.RELOAD_S
+    assert revoked.serials() == {1, 0x2F}
+    assert json.loads(path.read_text())["serials"] == ["1", "2f"]
+    path.write_text('{"schema": "other", "serials": []}')
+    clock[0] += certlife.RELOAD_S
+    assert revoked.serials() == {1, 0x2F}  # refused: the last good list holds
+    path.unlink()
+    clock[0] += certlife.RELOAD_S
+    assert revoked.serials() == frozenset()
+    assert certlife.RevokedCerts(None).serials() == frozenset()
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "[]",
+        '{"schema": "relgate.revoked-certs.v1"}',
+        '{"schema": "relgate.revoked-certs.v1", "serials": [12]}',
+        '{"schema": "relgate.revoked-certs.v1", "serials": ["zz"]}',
+        "not json",
+    ],
+)
+def test_a_malformed_revocation_list_is_refused(tmp_path: Path, doc: str) -> None:
+    (tmp_path / REVOKED_CERTS_FILE).write_text(doc)
+    with pytest.raises(ValueError):
+        certlife.load_revoked_serials(tmp_path / REVOKED_CERTS_FILE)

@@ -1,0 +1,135 @@
+"""A leader that takes over judges nobody on the takeover's silence (real SQLite, a real
+signed manifest, the coordinator on a test clock): hosts it never heard from get the
+agents' reply timeout plus their reconnect time; one that reported and then went silent
+is judged as usual; one killed before it re-reported ends DEAD, never PENDING."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent_harness import job_spec
+
+from relgate_agent.agent.job import Assignments
+from relgate_agent.contracts import JobSpec, ProgressReport
+from relgate_agent.coordinator.failover import takeover_grace_s
+from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
+from relgate_agent.coordinator.wire import assignment_to_pb
+from relgate_agent.manifest import TrustedKeys
+from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.rpc import RECONNECT_S, REPORT_REPLY_TIMEOUT_S
+
+HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}
+T0 = 1000.0
+
+
+def _leader(tmp_path: Path, checkpoint, now: list[float]) -> Coordinator:
+    return Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / "c.sqlite"),
+            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
+            dead_after_s=6.0,
+        ),
+        clock=lambda: now[0],
+        wall=lambda: now[0] + 1_764_000_000,
+    )
+
+
+def _report(c: Coordinator, job_id: str, hosts) -> None:
+    for h in hosts:
+        c.report_progress(job_id, h, ProgressReport(rx_bps=1, stripe_rx_bps=(1,) * 4))
+
+
+def test_the_grace_is_the_agents_reply_timeout_plus_reconnect(tmp_path: Path, checkpoint) -> None:
+    c = _leader(tmp_path, checkpoint, [T0])
+    try:
+        grace = takeover_grace_s(c.config)
+        assert grace >= REPORT_REPLY_TIMEOUT_S + RECONNECT_S > c.config.dead_after_s
+    finally:
+        c.store.close()
+
+
+def test_a_new_leader_splices_only_hosts_it_had_a_chance_to_hear(
+    tmp_path: Path, checkpoint
+) -> None:
+    now = [T0]
+    first = _leader(tmp_path, checkpoint, now)
+    for h, r in HOSTS.items():
+        first.enroll(h, r, {"cluster": "inf-a"})
+        first.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+    job = first.create_job(JobSpec(**job_spec(checkpoint)))
+    for h in job.topology.racks:
+        first.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
+    _report(first, job.job_id, HOSTS)
+    first.tick()
+    first.store.close()  # the leader froze (or died) mid-job
+
+    now[0] = T0 + 5.0  # the lease passes on
+    second = _leader(tmp_path, checkpoint, now)
+    try:
+        grace = takeover_grace_s(second.config)
+        resumed = second.jobs[job.job_id]
+        silent, early_dead = "h5", "h4"  # h4 reports once, then dies; h5 never reports
+        streaming = [h for h in HOSTS if h not in (silent, early_dead)]
+        _report(second, job.job_id, HOSTS.keys() - {silent})
+        t = 0.0
+        while t < grace - 1:  # the others' reports reach the new leader every second
+            t += 1
+            now[0] = T0 + 5 + t
+            _report(second, job.job_id, streaming)
+            second.tick()
+            if t > second.config.dead_after_s + 1:  # it had its chance: judged as usual
+                assert resumed.hosts[early_dead].state == "DEAD"
+            assert resumed.hosts[silent].state == "PENDING"  # never judged on the takeover
+            assert all(resumed.hosts[h].state == "TRANSFERRING" for h in streaming)
+        now[0] = T0 + 5 + grace + 1
+        _report(second, job.job_id, streaming)
+        second.tick()
+        assert resumed.hosts[silent].state == "DEAD"  # killed before it re-reported: DEAD
+        assert any("no report since the takeover" in e for e in resumed.hosts[silent].errors)
+        assert all(resumed.hosts[h].state == "TRANSFERRING" for h in streaming)
+        assert not any("spliced out" in e for h in streaming for e in resumed.hosts[h].errors)
+    finally:
+        second.store.close()
+
+
+def _plan(epoch: int, version: int) -> pb.Assignment:
+    return pb.Assignment(
+        job_id="j",
+        topology_version=version,
+        leader_epoch=epoch,
+        job_state="DISTRIBUTING",
+        stripes=[pb.StripeAssignment(stripe=0, upstream=pb.Peer(host_id=f"e{epoch}v{version}"))],
+    )
+
+
+def test_agents_refuse_an_assignment_from_an_older_lease_epoch() -> None:
+    """A deposed (frozen, then thawed) leader pushes what it holds: refused by its epoch,
+    whatever its topology version; a new leader's plan is applied even at the version the
+    agent already holds (it loaded that version from the store)."""
+    a = Assignments()
+    a.apply(_plan(3, 10))
+    a.apply(_plan(4, 10))  # the new leader, same stored version
+    assert (a.epoch, a.topology_version) == (4, 10)
+    a.apply(_plan(3, 12))  # the deposed leader, a higher version
+    assert (a.epoch, a.topology_version) == (4, 10)
+    assert a.by_stripe[0].upstream.host_id == "e4v10"
+    a.apply(_plan(4, 9))  # the same leader never rewires backwards
+    a.apply(_plan(5, 9))  # nor does a later epoch behind the stored version
+    assert (a.epoch, a.topology_version) == (4, 10)
+    a.apply(_plan(4, 11))
+    assert a.by_stripe[0].upstream.host_id == "e4v11"
+
+
+def test_the_leader_stamps_its_epoch_on_every_assignment(tmp_path: Path, checkpoint) -> None:
+    c = _leader(tmp_path, checkpoint, [T0])
+    try:
+        for h, r in HOSTS.items():
+            c.enroll(h, r, {"cluster": "inf-a"})
+            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+        job = c.create_job(JobSpec(**job_spec(checkpoint)))
+        c.epoch = 7  # as maintain_lease sets it on taking the lease
+        plan = c._assignment(job, "h0")
+        assert plan.leader_epoch == 7
+        assert assignment_to_pb(plan).leader_epoch == 7
+    finally:
+        c.store.close()
