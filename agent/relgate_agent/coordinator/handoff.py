@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 
 from relgate_agent.contracts import HostRow
-from relgate_agent.coordinator import slowclock
-from relgate_agent.coordinator.budget import rebalance_origin
+from relgate_agent.coordinator import removal, slowclock, tally
+from relgate_agent.coordinator.budget import rebalance_origins
 from relgate_agent.coordinator.jobstate import (
     TERMINAL_STATES,
     Completion,
@@ -119,15 +119,23 @@ class HandoffService(ProgressService):
                     if now - heard > self.config.dead_after_s:
                         dead[h] = f"no report for {now - hp.last_seen:.1f}s"
                 self._mark_dead_all(job, dead)  # one topology version for the whole sweep
+                removal.sweep_dead(self, job, now)  # a lost host never holds the job
+                if job.targets and not job.eligible:  # every target removed or quarantined
+                    self._fail_job(job, f"no target left: {_removed_text(job)}")
+                    continue
                 self._demote_slow(job, now)
-                rebalance_origin(job)  # the roots' shares, sent in their report replies
+                tally.save(self.ledger, job, now)
+                tally.stragglers(job, now, self.config.remove_dead_after_s)  # sticky: refresh
                 self._announce(job)
                 if self._finished(job):
                     job.state = "DONE"
+                    tally.save(self.ledger, job, now, hosts=tuple(job.hosts))
                     self.store.save_figures(job.job_id, self._figures(job))
                     self.store.update_job(job.job_id, state="DONE")
                     del self.jobs[job.job_id]
                     self.changed.notify_all()
+            # one budget per origin across its jobs: the roots' shares, in their report replies
+            rebalance_origins(self.jobs.values(), now, self.config.report_interval_s)
         self._kick_outbox()
 
     @staticmethod
@@ -234,13 +242,21 @@ class HandoffService(ProgressService):
 
     def _figures(self, job: JobState) -> dict[str, object]:
         """What GetJob keeps reporting after the job left memory (frozen at completion)."""
+        now = self.clock()
+        reasons = tally.stragglers(job, now, self.config.remove_dead_after_s)
         return {
-            "bytes_moved": sum(hp.rx for hp in job.hosts.values()),
-            "origin_bytes": sum(hp.origin for hp in job.hosts.values()),
+            "bytes_moved": tally.bytes_moved(job),
+            "origin_bytes": tally.origin_bytes(job),
             "checkpoint_bytes": job.manifest.total_size,
             "hosts_ready": job.ready_count,
             "duration_s": round(time.time() - job.created_at, 3),
             "stragglers": sorted(h for h in job.eligible if h not in job.ready),
+            "straggler_reasons": [r.to_stored() for r in reasons],
+            "removed": [
+                {"host_id": h, "reason": why}
+                for h, why in sorted(removal.removed_reasons(job).items())
+            ],
+            "placed_hosts": sorted(job.ready & set(job.targets)),
             "quarantined": sorted(job.quarantined),
             "hosts": [row.to_stored() for row in self._host_rows(job)],
         }
@@ -365,6 +381,10 @@ class HandoffService(ProgressService):
             self._set_topology(job, append_host(self._splice(job, h), h, hp.rack, hp.dc))
             self.metrics.splices.labels(SPLICE_DEMOTED).inc()
         slowclock.save(self.store, job, now, self.wall())
+
+
+def _removed_text(job: JobState) -> str:
+    return "; ".join(f"{h}: {why}" for h, why in sorted(removal.removed_reasons(job).items()))
 
 
 def _last_host_failed(hp: HostProgress) -> str:

@@ -23,7 +23,9 @@ from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 ACTIVE_STATES = ("PLANNING", "DISTRIBUTING", "COMPLETE")
 TERMINAL_STATES = ("DONE", "CANCELLED", "FAILED")
 QUARANTINED = "QUARANTINED"
-GONE_STATES = ("DEAD", QUARANTINED)  # spliced out: neither a source nor a straggler target
+REMOVED = "REMOVED"  # evicted by an operator, or dead past the bound (coordinator/removal.py)
+# spliced out: neither a source nor a straggler target
+GONE_STATES = ("DEAD", QUARANTINED, REMOVED)
 
 
 class NotFound(AgentError):
@@ -59,6 +61,9 @@ class CoordinatorConfig:
     trusted_keys: TrustedKeys | None = None
     default_stripes: int = 8
     dead_after_s: float = 6.0
+    # a DEAD host is removed from its job after this long (it no longer holds the job short
+    # of DONE); an operator removes one at once with `job evict`
+    remove_dead_after_s: float = 300.0
     report_interval_s: float = 1.0
     # an agent's watch stream lives this long (+-20%); opening one is its heartbeat
     watch_max_s: float = 20.0
@@ -110,6 +115,13 @@ class HostProgress:
     holds_envelope: bool = False  # reported holding the job's verified manifest (a source)
     # downstream -> (first, last) time it reported this live host as not serving it
     unserved: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # the job's end (coordinator/removal.py, tally.py): why it was removed ("" a target),
+    # since when it is DEAD (the clock), why it is a straggler ("" not one: kept until READY
+    # or removed), and the byte counters as last written to the ledger
+    removed: str = ""
+    dead_since: float | None = None
+    straggler: str = ""
+    bytes_saved: tuple[int, int, int] = (0, 0, 0)
 
     def holds(self, chunk: int) -> bool:
         """READY, or ``chunk`` is set in the last reported have-bitmap."""
@@ -185,7 +197,10 @@ class JobState:
     # and per root host its (stripe, share) pairs for the reply to its next report
     origin_shares: tuple[int, ...] = ()
     origin_by_root: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # (which rebalance, the clock) when it joined its origin's budget (coordinator/budget.py)
+    origin_joined: tuple[int, float] | None = None
     error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
+    tally_saved_at: float | None = None  # the clock when the byte counters were last written
 
     @property
     def stripes(self) -> int:
@@ -200,9 +215,14 @@ class JobState:
         return {h for h, hp in self.hosts.items() if hp.state == QUARANTINED and h in self.targets}
 
     @property
+    def removed(self) -> dict[str, str]:
+        """Targets removed from the job (evicted, dead past the bound) -> why."""
+        return {h: hp.removed for h, hp in self.hosts.items() if hp.removed and h in self.targets}
+
+    @property
     def eligible(self) -> set[str]:
-        """The targets the job waits for: all but the quarantined."""
-        return set(self.targets) - self.quarantined
+        """The targets the job waits for: all but the quarantined and the removed."""
+        return set(self.targets) - self.quarantined - set(self.removed)
 
     def slow_hosts(self, fraction: float) -> frozenset[str]:
         """Hosts a splice must not promote into a dead host's place (a slow host there
@@ -246,6 +266,7 @@ __all__ = [
     "ACTIVE_STATES",
     "GONE_STATES",
     "QUARANTINED",
+    "REMOVED",
     "TERMINAL_STATES",
     "Completion",
     "CoordinatorConfig",
