@@ -230,6 +230,8 @@ def test_counters_only_grow_and_survive_a_takeover(
     assert (hp.rx, hp.origin, hp.tx) == (1000, 300, 60)
     _ready(c, job.job_id, "h2", rx=5000, origin=2000)  # READY: written at once
     assert c.ledger.bytes(job.job_id)["h2"] == HostBytes(5000, 0, 2000)
+    c.ledger.put_bytes(job.job_id, {"h2": HostBytes(1, 1, 1)})  # a deposed leader's late write
+    assert c.ledger.bytes(job.job_id)["h2"] == HostBytes(5000, 1, 2000)  # lowers nothing
     clock.t += 6  # the sweep writes the others' at its interval
     c.tick()
     c.store.close()

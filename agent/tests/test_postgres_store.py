@@ -70,8 +70,8 @@ def test_ledger_on_postgres(pg_dsn: str) -> None:
     store = JobStore(pg_dsn)
     ledger = Ledger(store)
     ledger.put_bytes("dj_pg", {"c": HostBytes(1, 2, 3)})
-    ledger.put_bytes("dj_pg", {"c": HostBytes(4, 5, 6)})
-    assert ledger.bytes("dj_pg") == {"c": HostBytes(4, 5, 6)}
+    ledger.put_bytes("dj_pg", {"c": HostBytes(4, 1, 6)})  # a late, lower write: kept the max
+    assert ledger.bytes("dj_pg") == {"c": HostBytes(4, 2, 6)}
     ledger.remove("dj_pg", "c", "evicted by operator:ops: rma")
     ledger.remove("dj_pg", "c", "again")  # the first reason stays
     assert ledger.removed("dj_pg") == {"c": "evicted by operator:ops: rma"}

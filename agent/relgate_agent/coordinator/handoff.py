@@ -27,6 +27,7 @@ from relgate_agent.coordinator.jobstate import (
     JobState,
     NotLeader,
 )
+from relgate_agent.coordinator.ledger import HostBytes
 from relgate_agent.coordinator.metrics import SPLICE_DEMOTED
 from relgate_agent.coordinator.outbox import (
     EVENT_COMPLETE,
@@ -97,6 +98,7 @@ class HandoffService(ProgressService):
 
     def tick(self) -> None:
         """Dead-host detection, ready-threshold / deadline handoff, DONE transition."""
+        counters: list[tuple[str, dict[str, HostBytes]]] = []  # written after the lock
         with self.lock:
             if not self.leader:
                 return
@@ -124,7 +126,7 @@ class HandoffService(ProgressService):
                     self._fail_job(job, f"no target left: {_removed_text(job)}")
                     continue
                 self._demote_slow(job, now)
-                tally.save(self.ledger, job, now)
+                counters.append((job.job_id, tally.due(job, now)))
                 tally.stragglers(job, now, self.config.remove_dead_after_s)  # sticky: refresh
                 self._announce(job)
                 if self._finished(job):
@@ -136,6 +138,9 @@ class HandoffService(ProgressService):
                     self.changed.notify_all()
             # one budget per origin across its jobs: the roots' shares, in their report replies
             rebalance_origins(self.jobs.values(), now, self.config.report_interval_s)
+        for job_id, rows in counters:  # thousands of rows: never under the coordinator lock
+            if self.leader:
+                self.ledger.put_bytes(job_id, rows)
         self._kick_outbox()
 
     @staticmethod

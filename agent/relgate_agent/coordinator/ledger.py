@@ -48,6 +48,17 @@ LEDGER_SCHEMA = [
     )""",
 ]
 REASON_MAX = 500  # characters of a reason kept (an operator's --reason is free text)
+# counters only grow: a late write (a deposed leader's) never lowers one; SQL both dialects
+# accept (no GREATEST in SQLite, no two-argument max() in PostgreSQL); constant column names
+_PUT_BYTES = (
+    "INSERT INTO dist_host_bytes (job_id, host_id, rx, tx, origin) "
+    "VALUES (:j, :h, :rx, :tx, :o) ON CONFLICT (job_id, host_id) DO UPDATE SET "
+    + ", ".join(
+        f"{c} = CASE WHEN excluded.{c} > dist_host_bytes.{c} THEN excluded.{c} "
+        f"ELSE dist_host_bytes.{c} END"
+        for c in ("rx", "tx", "origin")
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -88,16 +99,12 @@ class Ledger:
     def put_bytes(self, job_id: str, rows: dict[str, HostBytes]) -> None:
         if not rows:
             return
+        params = [
+            {"j": job_id, "h": host, "rx": b.rx, "tx": b.tx, "o": b.origin}
+            for host, b in sorted(rows.items())
+        ]
         with self.store.tx() as c:
-            for host, b in sorted(rows.items()):
-                c.execute(
-                    text(
-                        "INSERT INTO dist_host_bytes (job_id, host_id, rx, tx, origin) "
-                        "VALUES (:j, :h, :rx, :tx, :o) ON CONFLICT (job_id, host_id) DO UPDATE "
-                        "SET rx = excluded.rx, tx = excluded.tx, origin = excluded.origin"
-                    ),
-                    {"j": job_id, "h": host, "rx": b.rx, "tx": b.tx, "o": b.origin},
-                )
+            c.execute(text(_PUT_BYTES), params)  # one batch (executemany)
 
     def bytes(self, job_id: str) -> dict[str, HostBytes]:
         with self.store.tx() as c:

@@ -45,14 +45,13 @@ def merge_report(hp: HostProgress, report: ProgressReport) -> None:
     hp.rx, hp.tx, hp.origin = b.rx, b.tx, b.origin
 
 
-def save(
-    ledger: Ledger, job: JobState, now: float, *, hosts: tuple[str, ...] | None = None
-) -> None:
-    """Write the counters that changed: of ``hosts`` at once, or of every host once per
-    ``SAVE_INTERVAL_S`` (``hosts=None``; ``now`` is the coordinator's clock)."""
+def due(job: JobState, now: float, *, hosts: tuple[str, ...] | None = None) -> dict[str, HostBytes]:
+    """The counters to write (marked written; caller holds the lock): those of ``hosts``
+    that changed, or of every host that changed once per ``SAVE_INTERVAL_S`` (``hosts=None``;
+    ``now`` is the coordinator's clock)."""
     if hosts is None:
         if job.tally_saved_at is not None and now - job.tally_saved_at < SAVE_INTERVAL_S:
-            return
+            return {}
         job.tally_saved_at = now
         hosts = tuple(job.hosts)
     rows: dict[str, HostBytes] = {}
@@ -60,9 +59,15 @@ def save(
         hp = job.hosts.get(h)
         if hp is not None and (hp.rx, hp.tx, hp.origin) != hp.bytes_saved:
             rows[h] = HostBytes(hp.rx, hp.tx, hp.origin)
-    ledger.put_bytes(job.job_id, rows)
-    for h, b in rows.items():
-        job.hosts[h].bytes_saved = (b.rx, b.tx, b.origin)
+            hp.bytes_saved = (hp.rx, hp.tx, hp.origin)
+    return rows
+
+
+def save(
+    ledger: Ledger, job: JobState, now: float, *, hosts: tuple[str, ...] | None = None
+) -> None:
+    """Write :func:`due`'s counters now."""
+    ledger.put_bytes(job.job_id, due(job, now, hosts=hosts))
 
 
 def restore(ledger: Ledger, job: JobState) -> None:
@@ -168,6 +173,7 @@ __all__ = [
     "SAVE_INTERVAL_S",
     "STRAGGLER_FRACTION",
     "bytes_moved",
+    "due",
     "eta_s",
     "host_eta",
     "merge_report",
