@@ -16,8 +16,9 @@ largest. A DEAD host counts as the time until it is removed; a live host that ha
 yet makes the ETA unknown (-1).
 
 Stragglers. A remaining host is a straggler when it is DEAD, was demoted or is being judged
-slow, gave up, or holds under ``STRAGGLER_FRACTION`` x the median progress; once listed it
-stays listed (its reason refreshed) until it is READY or removed.
+slow, gave up, or holds under ``STRAGGLER_FRACTION`` x the median progress (once the median
+holds ``BEHIND_MIN_CHUNKS``: the first moments of a job are no evidence); once listed it
+stays listed (its figures refreshed) until it is READY or removed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from relgate_agent.coordinator.ledger import HostBytes, Ledger
 
 SAVE_INTERVAL_S = 5.0  # counters of still-reporting hosts: a takeover gets them re-reported
 STRAGGLER_FRACTION = 0.5  # of the median progress
+BEHIND_MIN_CHUNKS = 4  # the median holds at least this many before "behind" means anything
 
 
 def merge_report(hp: HostProgress, report: ProgressReport) -> None:
@@ -137,7 +139,7 @@ def _why(job: JobState, hp: HostProgress, now: float, median: float, eta: float 
     ref = job.rate_reference[1] if job.rate_reference else 0
     if hp.slow_since is not None:
         return f"slow for {now - hp.slow_since:.0f}s: {figures}; reference rx {ref} B/s"
-    if hp.verified < STRAGGLER_FRACTION * median * n:
+    if median * n >= BEHIND_MIN_CHUNKS and hp.verified < STRAGGLER_FRACTION * median * n:
         left = f", eta {eta:.0f}s" if eta is not None else ""
         return f"behind: {figures} vs median {median * n:.0f} chunks{left}"
     return ""
@@ -170,6 +172,7 @@ def stragglers(job: JobState, now: float, remove_after_s: float) -> tuple[HostRe
 
 
 __all__ = [
+    "BEHIND_MIN_CHUNKS",
     "SAVE_INTERVAL_S",
     "STRAGGLER_FRACTION",
     "bytes_moved",
