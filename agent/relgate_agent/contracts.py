@@ -357,7 +357,6 @@ class InventoryHost:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "hold": self.hold,
             "hostId": self.host_id,
             "rack": self.rack,
             "labels": dict(self.labels),
@@ -366,4 +365,5 @@ class InventoryHost:
             "live": self.live,
             "health": self.health,
             "dataRefusals": self.data_refusals,
+            "hold": self.hold,
         }
