@@ -10,6 +10,8 @@ the jobs that read it.
 
 from __future__ import annotations
 
+import calendar
+import time
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +129,11 @@ def test_a_dead_host_is_removed_after_the_bound_and_the_job_is_done(
     (removed,) = status.removed_hosts
     assert removed.host_id == "h3"
     assert removed.reason.startswith("dead since ") and "removed after 30s" in removed.reason
+    # "since" is the wall time it was found DEAD: the bound (30 s) before its removal
+    since = calendar.timegm(
+        time.strptime(removed.reason.split()[2].rstrip(","), "%Y-%m-%dT%H:%M:%SZ")
+    )
+    assert abs(since - (time.time() - 30)) <= 5
 
 
 def test_an_operator_evicts_a_host_and_the_job_reports_why(
