@@ -118,8 +118,10 @@ def test_a_dead_host_is_removed_after_the_bound_and_the_job_is_done(
     assert status.stragglers == ("h2", "h3")
     assert status.straggler_reasons[0].reason.startswith("dead since ")
     # the ETA is the time until the dead hosts are removed (the job cannot end before)
-    assert 0 < status.eta_s <= coord.config.remove_dead_after_s
-    clock.t += coord.config.remove_dead_after_s - 1
+    assert status.eta_s == coord.config.remove_dead_after_s
+    clock.t += 10
+    assert coord.job_status(job.job_id).eta_s == coord.config.remove_dead_after_s - 10
+    clock.t += coord.config.remove_dead_after_s - 11
     coord.tick()
     assert job.job_id in coord.jobs  # one second short of the bound: still waited for
     clock.t += 1.5
@@ -236,6 +238,8 @@ def test_counters_only_grow_and_survive_a_takeover(
     _report(c, job.job_id, "h1", 1, rx=400, origin=100, tx=60)  # lost its journal: no drop
     hp = job.hosts["h1"]
     assert (hp.rx, hp.origin, hp.tx) == (1000, 300, 60)
+    _report(c, job.job_id, "h1", 1, rx=-5, origin=-1, tx=-1)  # hostile: changes nothing
+    assert (hp.rx, hp.origin, hp.tx) == (1000, 300, 60)
     _ready(c, job.job_id, "h2", rx=5000, origin=2000)  # READY: written at once
     assert c.ledger.bytes(job.job_id)["h2"] == HostBytes(5000, 0, 2000)
     c.ledger.put_bytes(job.job_id, {"h2": HostBytes(1, 1, 1)})  # a deposed leader's late write
@@ -278,9 +282,15 @@ def test_eta_is_the_slowest_remaining_hosts_own_and_stragglers_stay_listed(
     assert status.eta_s == 1
     _ready(coord, job.job_id, "h3")
     assert coord.job_status(job.job_id).stragglers == ()
-    # a live host with no rate yet: the ETA is unknown, not a guess
+    # a live host with no rate yet: the ETA is unknown, not a guess; at 1 B/s, long
     _report(coord, job.job_id, "h0", half, rx_bps=0)
     assert coord.job_status(job.job_id).eta_s == -1
+    _report(coord, job.job_id, "h0", half, rx_bps=1)
+    assert coord.job_status(job.job_id).eta_s == left
+    # every chunk verified, READY not yet reported: nothing left, whatever the rate
+    for h in ("h0", "h1", "h2"):
+        _report(coord, job.job_id, h, n, rx_bps=0)
+    assert coord.job_status(job.job_id).eta_s == 0
 
 
 # ---------------------------------------------------------------------- item 7: budget

@@ -40,10 +40,9 @@ BEHIND_MIN_CHUNKS = 4  # the median holds at least this many before "behind" mea
 
 
 def merge_report(hp: HostProgress, report: ProgressReport) -> None:
-    """A report's cumulative counters into the host's (each only grows)."""
-    b = HostBytes(hp.rx, hp.tx, hp.origin).merged(
-        HostBytes(max(report.rx, 0), max(report.tx, 0), max(report.origin, 0))
-    )
+    """A report's cumulative counters into the host's (each only grows: a negative one
+    from a hostile report changes nothing)."""
+    b = HostBytes(hp.rx, hp.tx, hp.origin).merged(HostBytes(report.rx, report.tx, report.origin))
     hp.rx, hp.tx, hp.origin = b.rx, b.tx, b.origin
 
 
