@@ -252,7 +252,8 @@ class Assignments:
             for s in a.stripes:
                 if s.upstream.host_id == ORIGIN and s.origin_rate_bytes_per_s:
                     self.buckets.setdefault(
-                        s.stripe, TokenBucket(s.origin_rate_bytes_per_s, burst_s=ORIGIN_BURST_S)
+                        s.stripe,
+                        TokenBucket(s.origin_rate_bytes_per_s, burst_s=ORIGIN_BURST_S, full=False),
                     ).set_rate(s.origin_rate_bytes_per_s)
             self.cond.notify_all()
 
@@ -284,7 +285,7 @@ class Assignments:
             for stripe, rate in shares:
                 if rate > 0:
                     self.buckets.setdefault(
-                        stripe, TokenBucket(rate, burst_s=ORIGIN_BURST_S)
+                        stripe, TokenBucket(rate, burst_s=ORIGIN_BURST_S, full=False)
                     ).set_rate(rate)
 
     def bucket(self, stripe: int) -> TokenBucket:
