@@ -148,10 +148,11 @@ def stragglers(job: JobState, now: float, remove_after_s: float) -> tuple[HostRe
     """The job's stragglers with their reasons; refreshes the sticky ones (caller holds the
     lock): a host once listed stays until READY or removed."""
     n = job.manifest.num_chunks or 1
+    eligible = job.eligible  # a property that builds a set: once, not once per host
     alive = [
         1.0 if hp.ready else hp.verified / n
         for h, hp in job.hosts.items()
-        if h in job.eligible and hp.state not in GONE_STATES
+        if h in eligible and hp.state not in GONE_STATES
     ]
     median = statistics.median(alive) if alive else 0.0
     out = []
