@@ -12,7 +12,9 @@ from collections.abc import Collection, Mapping
 from relgate_agent.pki import ROLE_HOST, ROLE_OPERATOR, Identity
 
 # control plane: which role may call what
-OPERATOR_METHODS = frozenset({"CreateJob", "GetJob", "CancelJob", "EnrollHost", "ListHosts"})
+OPERATOR_METHODS = frozenset(
+    {"CreateJob", "GetJob", "CancelJob", "EvictHost", "ClearHost", "EnrollHost", "ListHosts"}
+)
 AGENT_METHODS = frozenset(
     {"Watch", "Register", "ReportProgress", "ReportStream", "ReportSuspect", "FindPeers"}
 )

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from relgate_agent.contracts import HostRow, InventoryHost, JobReport, JobSpec
+from relgate_agent.contracts import HostReason, HostRow, InventoryHost, JobReport, JobSpec
 from relgate_agent.errors import (
     CHECK_METADATA_KEY,
     KIND_CHUNK_FAILED,
@@ -108,8 +108,30 @@ class CoordinatorClient:
         resp: pb.GetJobResponse = self.jobs.GetJob(pb.GetJobRequest(job_id=job_id), timeout=timeout)
         return resp
 
-    def cancel_job(self, job_id: str, timeout: float = 10.0) -> None:
-        self.jobs.CancelJob(pb.CancelJobRequest(job_id=job_id), timeout=timeout)
+    def cancel_job(self, job_id: str, timeout: float = 10.0) -> pb.CancelJobResponse:
+        """Cancel; the answer names the hosts that had placed the version by then."""
+        resp: pb.CancelJobResponse = self.jobs.CancelJob(
+            pb.CancelJobRequest(job_id=job_id), timeout=timeout
+        )
+        return resp
+
+    def evict_host(
+        self, job_id: str, host_id: str, reason: str, timeout: float = 10.0
+    ) -> pb.EvictHostResponse:
+        """Remove a target from a job (the job no longer waits for it)."""
+        request = pb.EvictHostRequest(job_id=job_id, host_id=host_id, reason=reason)
+        resp: pb.EvictHostResponse = typed_call(
+            "EvictHost", lambda: self.jobs.EvictHost(request, timeout=timeout)
+        )
+        return resp
+
+    def clear_host(self, host_id: str, note: str, timeout: float = 10.0) -> pb.ClearHostResponse:
+        """Clear a host's health hold (after a scrub): a target of new jobs again."""
+        request = pb.ClearHostRequest(host_id=host_id, note=note)
+        resp: pb.ClearHostResponse = typed_call(
+            "ClearHost", lambda: self.jobs.ClearHost(request, timeout=timeout)
+        )
+        return resp
 
     def enroll_host(
         self,
@@ -149,6 +171,7 @@ class Inventory:
                     h.live,
                     h.health,
                     h.data_refusals,
+                    h.hold,
                 )
                 for h in r.hosts
             ),
@@ -180,11 +203,13 @@ def job_from_pb(resp: pb.GetJobResponse) -> JobReport:
         | {k: tuple(values[k]) for k in ("ready_hosts", "stragglers", "quarantined_hosts")},
         hosts=hosts,
         error=job_error(resp),
+        straggler_reasons=tuple(HostReason(r.host_id, r.reason) for r in resp.straggler_reasons),
+        removed_hosts=tuple(HostReason(r.host_id, r.reason) for r in resp.removed_hosts),
     )
 
 
 #: Report fields that are not copied from GetJob's scalars.
-_DERIVED = frozenset({"hosts", "error"})
+_DERIVED = frozenset({"hosts", "error", "straggler_reasons", "removed_hosts"})
 
 
 def job_to_dict(resp: pb.GetJobResponse) -> dict[str, Any]:

@@ -270,6 +270,25 @@ def camel(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class HostReason:
+    """A host and why it is listed: a straggler (slow rx/tx with figures, dead since) or a
+    target removed from the job (evicted by, dead past the bound, quarantined for)."""
+
+    host_id: str
+    reason: str
+
+    def to_stored(self) -> dict[str, str]:
+        return {"host_id": self.host_id, "reason": self.reason}
+
+    def to_json(self) -> dict[str, str]:
+        return {"hostId": self.host_id, "reason": self.reason}
+
+    @classmethod
+    def from_stored(cls, doc: Mapping[str, Any]) -> HostReason:
+        return cls(str(doc.get("host_id", "")), str(doc.get("reason", "")))
+
+
+@dataclass(frozen=True)
 class JobReport:
     """A job as the coordinator reports it (GetJob), on both sides of the wire.
 
@@ -298,6 +317,9 @@ class JobReport:
     pending_events: int = 0  # deployer events in the outbox, not yet acknowledged (2xx)
     quarantined_hosts: tuple[str, ...] = ()  # excluded after BAD_DATA from two downstreams
     error: str = ""
+    # each straggler with why (kept until READY or removed), and the removed targets with why
+    straggler_reasons: tuple[HostReason, ...] = ()
+    removed_hosts: tuple[HostReason, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """snake_case view (what the Dagster Pipes entry and the harness read)."""
@@ -306,11 +328,15 @@ class JobReport:
         d["stragglers"] = list(self.stragglers)
         d["quarantined_hosts"] = list(self.quarantined_hosts)
         d["hosts"] = [h.to_stored() for h in self.hosts]
+        d["straggler_reasons"] = [r.to_stored() for r in self.straggler_reasons]
+        d["removed_hosts"] = [r.to_stored() for r in self.removed_hosts]
         return d
 
     def to_json(self, *, hosts: bool = True) -> dict[str, object]:
         """camelCase JSON (the CLI's ``job get --json``); ``hosts=False`` leaves them out."""
         out: dict[str, object] = {camel(k): v for k, v in self.to_dict().items() if k != "hosts"}
+        out["stragglerReasons"] = [r.to_json() for r in self.straggler_reasons]
+        out["removedHosts"] = [r.to_json() for r in self.removed_hosts]
         if hosts:
             out["hosts"] = [h.to_json() for h in self.hosts]
         return out
@@ -328,6 +354,7 @@ class InventoryHost:
     live: bool
     health: str
     data_refusals: int
+    hold: str = ""  # why it is kept out of new jobs until an operator clears it ("" none)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -339,4 +366,5 @@ class InventoryHost:
             "live": self.live,
             "health": self.health,
             "dataRefusals": self.data_refusals,
+            "hold": self.hold,
         }

@@ -21,22 +21,38 @@ from collections.abc import Sequence
 
 FLOOR = 0.25  # a stripe with bytes left never gets under this fraction of the equal share
 IDLE = 1  # bytes/s of a stripe with nothing left (never 0: a zero-rate bucket is unlimited)
+# An origin share's burst, in seconds of the share: also the most one origin range may be
+# (stripes.py). An origin bucket starts empty (a new root waits for its share like the
+# others), so the roots together exceed the cap in a window by at most this fraction of it
+# (plus what is still arriving of the ranges started just before), never by one range each
+# of 16-64 MiB at the start or after a splice.
+ORIGIN_BURST_S = 1 / 16
 
 
 class TokenBucket:
     """Byte-rate limiter; ``rate <= 0`` means unlimited. Thread-safe."""
 
-    def __init__(self, rate_bytes_per_s: float, burst: float | None = None) -> None:
+    def __init__(
+        self,
+        rate_bytes_per_s: float,
+        burst: float | None = None,
+        burst_s: float = 0.25,
+        *,
+        full: bool = True,
+    ) -> None:
         self.rate = float(rate_bytes_per_s)
-        self.burst = float(burst if burst is not None else max(self.rate * 0.25, 1.0))
-        self.tokens = self.burst
+        self.burst_s = burst_s  # the burst in seconds of the rate (kept across set_rate)
+        self.burst = float(burst if burst is not None else max(self.rate * burst_s, 1.0))
+        # full=False: the first bytes wait for the rate too (an origin share: a new root,
+        # at the start or after a splice, is no burst on top of the others)
+        self.tokens = self.burst if full else 0.0
         self.stamp = time.monotonic()
         self.lock = threading.Lock()
 
     def set_rate(self, rate_bytes_per_s: float) -> None:
         with self.lock:
             self.rate = float(rate_bytes_per_s)
-            self.burst = max(self.rate * 0.25, 1.0)
+            self.burst = max(self.rate * self.burst_s, 1.0)
 
     def take(self, n: int) -> None:
         if self.rate <= 0:
@@ -76,4 +92,4 @@ def origin_shares(cap: int, remaining: Sequence[int], floor: float = FLOOR) -> t
     return tuple(out)
 
 
-__all__ = ["FLOOR", "IDLE", "TokenBucket", "origin_shares"]
+__all__ = ["FLOOR", "IDLE", "ORIGIN_BURST_S", "TokenBucket", "origin_shares"]

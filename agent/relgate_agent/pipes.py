@@ -197,7 +197,12 @@ def _until_handed_off(
             raise AgentError(
                 f"job {job_id} timed out in state {status.state} with "
                 f"{status.hosts_ready}/{status.hosts_total} hosts ready "
-                f"(stragglers: {', '.join(status.stragglers[:8]) or 'none'})"
+                "(stragglers: "
+                + (
+                    "; ".join(f"{r.host_id}: {r.reason}" for r in status.straggler_reasons[:8])
+                    or "none"
+                )
+                + ")"
             )
         time.sleep(request.poll_interval_s)
 
@@ -257,6 +262,15 @@ def run_pipes() -> int:
             "hosts_ready": status.hosts_ready,
             "ready_hosts": {"raw_value": list(status.ready_hosts), "type": "json"},
             "stragglers": {"raw_value": list(status.stragglers), "type": "json"},
+            # each with why: stragglers (slow, dead since) and targets removed (evicted...)
+            "straggler_reasons": {
+                "raw_value": [r.to_json() for r in status.straggler_reasons],
+                "type": "json",
+            },
+            "removed_hosts": {
+                "raw_value": [r.to_json() for r in status.removed_hosts],
+                "type": "json",
+            },
             "bytes_moved": status.bytes_moved,
             "origin_bytes": status.origin_bytes,
             "checkpoint_bytes": status.checkpoint_bytes,

@@ -56,16 +56,20 @@ class RangePlan:
 
 
 def plan_ranges(
-    blocks: Iterable[int], block_range: Callable[[int], tuple[int, int]], range_bytes: int
+    blocks: Iterable[int],
+    block_range: Callable[[int], tuple[int, int]],
+    range_bytes: int | Callable[[], int],
 ) -> Iterator[tuple[list[int], int, int]]:
     """Group ``blocks`` (in order) into ranges of byte-contiguous blocks of at most
     ``range_bytes`` (a block larger than that is a range of its own):
-    ``(blocks, offset, length)``."""
+    ``(blocks, offset, length)``. A callable ``range_bytes`` is asked for each range (a
+    paced stripe root: at most one second of its origin share, which changes)."""
+    limit = range_bytes if callable(range_bytes) else (lambda: range_bytes)
     cur: list[int] = []
     start = end = 0
     for b in blocks:
         off, n = block_range(b)
-        if cur and (off != end or end + n - start > range_bytes):
+        if cur and (off != end or end + n - start > limit()):
             yield cur, start, end - start
             cur = []
         if not cur:

@@ -33,7 +33,15 @@ ODD = (Identity("aaa", "x"), Identity("zzz", "x"))
 
 
 def test_method_tables() -> None:
-    assert {"CreateJob", "GetJob", "CancelJob", "EnrollHost", "ListHosts"} == OPERATOR_METHODS
+    assert {
+        "CreateJob",
+        "GetJob",
+        "CancelJob",
+        "EvictHost",
+        "ClearHost",
+        "EnrollHost",
+        "ListHosts",
+    } == OPERATOR_METHODS
     assert {
         "Watch",
         "Register",

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 from agent_harness import Cluster, assert_placed
+from sqlalchemy import text
 
+from relgate_agent.coordinator.ledger import HostBytes, Ledger
 from relgate_agent.coordinator.store import (
     JobRow,
     JobStore,
@@ -60,6 +62,28 @@ def test_store_on_postgres(pg_dsn: str) -> None:
     assert store.acquire_lease("b", 60, name=lease) is None
     store.release_lease("a", name=lease)
     assert store.acquire_lease("b", 60, name=lease) == 2
+    store.close()
+
+
+def test_ledger_on_postgres(pg_dsn: str) -> None:
+    """The ledger (second migration step): byte counters, removed targets, host holds."""
+    store = JobStore(pg_dsn)
+    ledger = Ledger(store)
+    ledger.put_bytes("dj_pg", {"c": HostBytes(1, 2, 3)})
+    ledger.put_bytes("dj_pg", {"c": HostBytes(4, 1, 6)})  # a late, lower write: kept the max
+    assert ledger.bytes("dj_pg") == {"c": HostBytes(4, 2, 6)}
+    ledger.remove("dj_pg", "c", "evicted by operator:ops: rma")
+    ledger.remove("dj_pg", "c", "again")  # the first reason stays
+    assert ledger.removed("dj_pg") == {"c": "evicted by operator:ops: rma"}
+    ledger.clear_hold("h-pg")
+    ledger.hold("h-pg", "QUARANTINED", "BAD_DATA from a, b", "dj_pg")
+    ledger.hold("h-pg", "HANDSHAKES", "later", "dj_pg")
+    assert ledger.holds()["h-pg"].reason == "BAD_DATA from a, b"
+    was = ledger.clear_hold("h-pg")
+    assert was is not None and was.kind == "QUARANTINED" and "h-pg" not in ledger.holds()
+    with store.tx() as c:
+        c.execute(text("DELETE FROM dist_host_bytes WHERE job_id = 'dj_pg'"))
+        c.execute(text("DELETE FROM dist_removed WHERE job_id = 'dj_pg'"))
     store.close()
 
 

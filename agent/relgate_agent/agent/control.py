@@ -25,7 +25,13 @@ from relgate_agent.errors import StorageError
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import REPORT_REPLY_TIMEOUT_S
-from relgate_agent.storage import JournalState, VersionStore, count_bits, delta_indexes
+from relgate_agent.storage import (
+    JournaledBytes,
+    JournalState,
+    VersionStore,
+    count_bits,
+    delta_indexes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,22 @@ class ControlPlane:
         self._acked_have: bytes | None = None
         self._sent_have = b""  # the bitmap the report in flight describes
         self._paused = False  # outranked by a higher-priority job on this host
+        self._journaled = JournaledBytes()  # the byte counters the journal holds
+        self._before = JournaledBytes()  # counted by this job's earlier processes (journal)
+
+    def resume_counts(self, counted: JournaledBytes) -> None:
+        """Go on from the journaled byte counters of this job: the reports and the journal
+        carry them plus this process's (the counters, stats and metrics stay this process's)."""
+        if counted.job_id == self.job.job_id:  # another job's staging: its bytes are not ours
+            self._before = counted
+            self._journaled = counted
+
+    def _cumulative(self) -> JournaledBytes:
+        """This job's byte counters on this host across restarts (caller holds the job lock)."""
+        c, b = self.job.counters, self._before
+        return JournaledBytes(
+            self.job.job_id, b.rx + c.rx_bytes, b.tx + c.tx_bytes, b.origin + c.origin_bytes
+        )
 
     # ------------------------------------------------------------------ register
     def _journal_bits(self) -> bytes:
@@ -156,6 +178,7 @@ class ControlPlane:
             self._rate_mark = (now, c.rx_bytes + c.origin_bytes, c.tx_bytes)
             self.stripe_rx_bps = self._stripe_rates(now - t0)
         have, delta, count = self._have_fields()
+        total = self._cumulative()
         return pb.ReportProgressRequest(
             job_id=job.job_id,
             host_id=job.cfg.host_id,
@@ -163,9 +186,10 @@ class ControlPlane:
             have=have,
             verified_delta=delta,
             verified_count=count,
-            rx_bytes=c.rx_bytes,
-            tx_bytes=c.tx_bytes,
-            origin_bytes=c.origin_bytes,
+            # cumulative: this job's bytes on this host across restarts (the journal's too)
+            rx_bytes=total.rx,
+            tx_bytes=total.tx,
+            origin_bytes=total.origin,
             rx_bytes_per_s=self.rx_bps,
             tx_bytes_per_s=self.tx_bps,
             stripe_rx_bytes_per_s=self.stripe_rx_bps,
@@ -289,7 +313,11 @@ class ControlPlane:
 
     def flush_journal(self) -> None:
         job, files = self.job, self.job.files
-        if files is None or files.store.placed or not job.journal_dirty.is_set():
+        if files is None or files.store.placed:
+            return
+        with job.lock:
+            counted = self._cumulative()
+        if not job.journal_dirty.is_set() and counted == self._journaled:
             return
         job.journal_dirty.clear()
         with files.tracker.cond:
@@ -301,9 +329,10 @@ class ControlPlane:
                     return
                 files.store.fsync()  # data first: a journaled chunk must survive a crash
                 files.store.journal.save(
-                    JournalState(files.manifest.digest, verified, offsets),
+                    JournalState(files.manifest.digest, verified, offsets, counted),
                     files.manifest.num_chunks,
                 )
+                self._journaled = counted
         except (OSError, StorageError) as exc:
             job.journal_dirty.set()
             log.warning("journal flush failed: %s", exc)

@@ -23,7 +23,7 @@ from relgate_agent.contracts import ORIGIN
 from relgate_agent.errors import KIND_CHUNK_FAILED
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 from relgate_agent.origin import object_uri
-from relgate_agent.pacing import TokenBucket
+from relgate_agent.pacing import ORIGIN_BURST_S, TokenBucket
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.rpc import Duplex
 from relgate_agent.storage import VersionStore, bitmap_from_bits
@@ -253,7 +253,8 @@ class Assignments:
             for s in a.stripes:
                 if s.upstream.host_id == ORIGIN and s.origin_rate_bytes_per_s:
                     self.buckets.setdefault(
-                        s.stripe, TokenBucket(s.origin_rate_bytes_per_s)
+                        s.stripe,
+                        TokenBucket(s.origin_rate_bytes_per_s, burst_s=ORIGIN_BURST_S, full=False),
                     ).set_rate(s.origin_rate_bytes_per_s)
             self.cond.notify_all()
 
@@ -295,7 +296,9 @@ class Assignments:
         with self.cond:
             for stripe, rate in shares:
                 if rate > 0:
-                    self.buckets.setdefault(stripe, TokenBucket(rate)).set_rate(rate)
+                    self.buckets.setdefault(
+                        stripe, TokenBucket(rate, burst_s=ORIGIN_BURST_S, full=False)
+                    ).set_rate(rate)
 
     def bucket(self, stripe: int) -> TokenBucket:
         return self.buckets.get(stripe) or TokenBucket(0)
@@ -326,6 +329,10 @@ class JobState:
         self.hooks = hooks.current().job(job_id)
         self.lock = threading.Lock()  # counters, repairing, chunk_failures
         self.counters = JobCounters()
+        # origin range reads under way (stripes.py): the last journal flush waits for them,
+        # so what the origin served is counted even when the job stops mid-range
+        self.origin_reads = 0
+        self.origin_reads_done = threading.Condition(self.lock)
         self.repairing: set[int] = set()  # chunks being re-fetched by FetchChunk
         self.stripe_seen: dict[int, float] = {}  # stripe -> monotonic time of its last block
         self.chunk_failures: dict[int, dict[str, int]] = {}

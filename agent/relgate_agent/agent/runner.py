@@ -46,6 +46,7 @@ COORDINATOR = "coordinator"  # manifest_from: the envelope came with the Registe
 MANIFEST_FETCH_TIMEOUT_S = 10.0
 MANIFEST_ROUNDS = 6  # asks of a source that does not hold the manifest yet
 MANIFEST_RETRY = Backoff(0.25, max_s=2.0)
+ORIGIN_READS_WAIT_S = 3.0  # the last journal flush waits this long for origin reads under way
 NOT_YET = object()  # _envelope_from: the source does not hold it yet  # one source: connect, authorize, read the envelope
 
 
@@ -141,6 +142,10 @@ class JobRunner:
                 job.spawn(EndGame(job, files, repair).loop, "endgame")
                 self._until_placed(files, repair)
                 if not job.ready:
+                    with job.lock:  # what the origin is still sending counts too
+                        job.origin_reads_done.wait_for(
+                            lambda: job.origin_reads == 0, ORIGIN_READS_WAIT_S
+                        )
                     self.control.flush_journal()
                     if job.cancelled:
                         files.store.discard()
@@ -413,6 +418,7 @@ class JobRunner:
             for c in state.verified:
                 files.tracker.mark_verified(c)
             job.counters.resumed_chunks = len(state.verified)
+            self.control.resume_counts(state.counted)
             log.info(
                 "%s job %s: resuming with %d/%d chunks from journal",
                 self.cfg.host_id,

@@ -26,6 +26,7 @@ from relgate_agent.errors import AgentError, OriginError, StorageError
 from relgate_agent.hooks import JobHooks
 from relgate_agent.manifest import CheckpointManifest, crc32c
 from relgate_agent.origin import ManifestReader, open_origin
+from relgate_agent.pacing import ORIGIN_BURST_S
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.rangefetch import ParallelRanges, RangePlan, plan_ranges
 from relgate_agent.retry import Backoff
@@ -234,7 +235,7 @@ class StripeWorkers:
         if self.reader is None:
             self.reader = ManifestReader(open_origin(files.origin_uri), files.manifest)
             self.ranges = ParallelRanges(
-                self.reader.read,
+                self._read_origin,
                 RangePlan.for_origin(
                     files.origin_uri, job.cfg.origin_parallel, job.cfg.origin_range_bytes
                 ),
@@ -242,7 +243,17 @@ class StripeWorkers:
             )
         bucket = job.assignments.bucket(stripe)
         wanted = (b for b in files.stripe_blocks[stripe][pos:] if not files.tracker.available[b])
-        plan = plan_ranges(wanted, files.manifest.block_range, self.ranges.plan.range_bytes)
+        most = self.ranges.plan.range_bytes
+
+        def range_bytes() -> int:
+            # paced: a range is at most the share's burst (pacing.ORIGIN_BURST_S), so a range
+            # started at once (at the start, after a splice) is no burst above the cap; at
+            # least one block (plan_ranges)
+            if bucket.rate <= 0:
+                return most
+            return min(most, max(int(bucket.rate * ORIGIN_BURST_S), 1))
+
+        plan = plan_ranges(wanted, files.manifest.block_range, range_bytes)
         results = self.ranges.fetch(plan, bucket.take)
         try:
             for blocks, data in results:
@@ -256,12 +267,31 @@ class StripeWorkers:
                         return
                     n = files.manifest.block_range(b)[1]
                     with job.lock:
-                        job.counters.origin_bytes += n
                         self._count_stripe(b, n)
                     self.accept(b, data[at : at + n], ORIGIN)
                     at += n
         finally:
             results.close()  # cancels the ranges not started
+
+    def _read_origin(self, offset: int, length: int) -> bytes:
+        """One range from the origin, counted as it came off the wire: every range read
+        counts, kept or not (a rewired stripe drops the rest of its range), so the job's
+        origin bytes are what the origin served."""
+        if self.reader is None:  # set before the ranges are
+            raise OriginError("origin reader is not open")
+        job = self.job
+        with job.lock:
+            job.origin_reads += 1
+        data = b""
+        try:
+            data = self.reader.read(offset, length)
+            return data
+        finally:
+            with job.lock:
+                job.counters.origin_bytes += len(data)
+                job.origin_reads -= 1
+                job.origin_reads_done.notify_all()
+            job.journal_dirty.set()
 
     def _count_stripe(self, block: int, n: int) -> None:
         """Bytes received on the block's stripe (caller holds the job lock)."""

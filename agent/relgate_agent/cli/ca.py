@@ -1,4 +1,4 @@
-"""Fleet CA commands: ``ca init``, ``ca issue``, ``ca revoke``; the host inventory: ``hosts enroll|list``."""
+"""Fleet CA commands: ``ca init``, ``ca issue``, ``ca revoke``; the host inventory: ``hosts enroll|list|clear``."""
 
 from __future__ import annotations
 
@@ -140,3 +140,26 @@ def hosts_list(pki: str, ca: str, cert: str, key: str, coordinator: str) -> None
     finally:
         c.close()
     output().emit(inventory.to_json())
+
+
+@hosts.command(
+    "clear",
+    help="clear HOST's health hold (quarantined for bad data, failing handshakes) after a"
+    " scrub: it is a target of new jobs again",
+)
+@common
+@tls_options
+@click.argument("host_id")
+@click.option("--note", required=True, help="what was done (e.g. 'disk replaced, scrubbed')")
+@click.option("--coordinator", default=DEFAULT_COORDINATOR)
+def hosts_clear(
+    host_id: str, note: str, pki: str, ca: str, cert: str, key: str, coordinator: str
+) -> None:
+    from relgate_agent.client import CoordinatorClient
+
+    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
+    try:
+        r = c.clear_host(host_id, note)
+    finally:
+        c.close()
+    output().emit({"hostId": host_id, "cleared": r.cleared, "was": r.was})

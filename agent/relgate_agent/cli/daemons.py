@@ -36,6 +36,12 @@ def coordinator() -> None:
 @click.option("--trusted-keys", required=True, multiple=True)
 @click.option("--stripes", type=int, default=8)
 @click.option("--dead-after", type=float, default=6.0)
+@click.option(
+    "--remove-dead-after",
+    type=float,
+    default=300.0,
+    help="a host DEAD this long is removed from its job (the job stops waiting for it)",
+)
 @click.option("--report-interval", type=float, default=1.0)
 @click.option("--webhook", default="")
 @click.option("--address-file", default="")
@@ -67,6 +73,7 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     trusted_keys: tuple[str, ...],
     stripes: int,
     dead_after: float,
+    remove_dead_after: float,
     report_interval: float,
     webhook: str,
     address_file: str,
@@ -91,6 +98,7 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
         trusted_keys=TrustedKeys.load(list(trusted_keys)),
         default_stripes=stripes,
         dead_after_s=dead_after,
+        remove_dead_after_s=remove_dead_after,
         report_interval_s=report_interval,
         webhook_url=webhook,
         ha=ha,

@@ -1,4 +1,4 @@
-"""Distribution job commands: ``job create``, ``job get``, ``job cancel``."""
+"""Distribution job commands: ``job create``, ``job get``, ``job cancel``, ``job evict``."""
 
 from __future__ import annotations
 
@@ -117,7 +117,39 @@ def job_cancel(job_id: str, coordinator: str, pki: str, ca: str, cert: str, key:
 
     c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
     try:
-        c.cancel_job(job_id)
+        r = c.cancel_job(job_id)
     finally:
         c.close()
-    output().emit({"jobId": job_id, "state": "CANCELLED"})
+    # what was placed stays placed (and recorded): the deployer may still use those hosts
+    output().emit(
+        {
+            "jobId": job_id,
+            "state": r.state or "CANCELLED",
+            "placedHosts": list(r.placed_hosts),
+            "hostsTotal": r.hosts_total,
+        }
+    )
+
+
+@job.command(
+    "evict",
+    help="remove HOST from JOB's targets (a lost host, a host under repair): the job no longer"
+    " waits for it and reports it among its removed hosts with the reason",
+)
+@common
+@click.argument("job_id")
+@click.argument("host_id")
+@click.option("--reason", required=True, help="why (recorded with the operator's name)")
+@click.option("--coordinator", default=DEFAULT_COORDINATOR)
+@tls_options
+def job_evict(
+    job_id: str, host_id: str, reason: str, coordinator: str, pki: str, ca: str, cert: str, key: str
+) -> None:
+    from relgate_agent.client import CoordinatorClient
+
+    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
+    try:
+        r = c.evict_host(job_id, host_id, reason)
+    finally:
+        c.close()
+    output().emit({"jobId": job_id, "hostId": host_id, "state": r.state, "removed": r.removed})

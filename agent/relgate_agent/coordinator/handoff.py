@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 
 from relgate_agent.contracts import HostRow
-from relgate_agent.coordinator import slowclock
-from relgate_agent.coordinator.budget import rebalance_origin
+from relgate_agent.coordinator import removal, slowclock, tally
+from relgate_agent.coordinator.budget import rebalance_origins
 from relgate_agent.coordinator.failover import dead_limit, in_grace
 from relgate_agent.coordinator.jobstate import (
     TERMINAL_STATES,
@@ -28,6 +28,7 @@ from relgate_agent.coordinator.jobstate import (
     JobState,
     NotLeader,
 )
+from relgate_agent.coordinator.ledger import HostBytes
 from relgate_agent.coordinator.metrics import SPLICE_DEMOTED
 from relgate_agent.coordinator.outbox import (
     EVENT_COMPLETE,
@@ -98,6 +99,7 @@ class HandoffService(ProgressService):
 
     def tick(self) -> None:
         """Dead-host detection, ready-threshold / deadline handoff, DONE transition."""
+        counters: list[tuple[str, dict[str, HostBytes]]] = []  # written after the lock
         with self.lock:
             if not self.leader:
                 return
@@ -126,16 +128,29 @@ class HandoffService(ProgressService):
                             else f"no report since the takeover {now - heard:.1f}s ago"
                         )
                 self._mark_dead_all(job, dead)  # one topology version for the whole sweep
+                removal.sweep_dead(self, job, now)  # a lost host never holds the job
+                if job.targets and not job.eligible:  # every target removed or quarantined
+                    self._fail_job(job, f"no target left: {_removed_text(job)}")
+                    continue
                 if not in_grace(job, now, self.config):  # rates across a takeover are its own
                     self._demote_slow(job, now)
-                rebalance_origin(job)  # the roots' shares, sent in their report replies
+                counters.append((job.job_id, tally.due(job, now)))
+                if job.tally_saved_at == now:  # a full pass, every SAVE_INTERVAL_S: the
+                    # sticky straggler list refreshed between GetJobs (30 ms at 4,096 hosts)
+                    tally.stragglers(job, now, self.config.remove_dead_after_s)
                 self._announce(job)
                 if self._finished(job):
                     job.state = "DONE"
+                    tally.save(self.ledger, job, now, hosts=tuple(job.hosts))
                     self.store.save_figures(job.job_id, self._figures(job))
                     self.store.update_job(job.job_id, state="DONE")
                     del self.jobs[job.job_id]
                     self.changed.notify_all()
+            # one budget per origin across its jobs: the roots' shares, in their report replies
+            rebalance_origins(self.jobs.values(), now, self.config.report_interval_s)
+        for job_id, rows in counters:  # thousands of rows: never under the coordinator lock
+            if self.leader:
+                self.ledger.put_bytes(job_id, rows)
         self._kick_outbox()
 
     @staticmethod
@@ -242,13 +257,21 @@ class HandoffService(ProgressService):
 
     def _figures(self, job: JobState) -> dict[str, object]:
         """What GetJob keeps reporting after the job left memory (frozen at completion)."""
+        now = self.clock()
+        reasons = tally.stragglers(job, now, self.config.remove_dead_after_s)
         return {
-            "bytes_moved": sum(hp.rx for hp in job.hosts.values()),
-            "origin_bytes": sum(hp.origin for hp in job.hosts.values()),
+            "bytes_moved": tally.bytes_moved(job),
+            "origin_bytes": tally.origin_bytes(job),
             "checkpoint_bytes": job.manifest.total_size,
             "hosts_ready": job.ready_count,
             "duration_s": round(time.time() - job.created_at, 3),
             "stragglers": sorted(h for h in job.eligible if h not in job.ready),
+            "straggler_reasons": [r.to_stored() for r in reasons],
+            "removed": [
+                {"host_id": h, "reason": why}
+                for h, why in sorted(removal.removed_reasons(job).items())
+            ],
+            "placed_hosts": sorted(job.ready & set(job.targets)),
             "quarantined": sorted(job.quarantined),
             "hosts": [row.to_stored() for row in self._host_rows(job)],
         }
@@ -391,6 +414,10 @@ class HandoffService(ProgressService):
             self._set_topology(job, append_host(self._splice(job, h), h, hp.rack, hp.dc))
             self.metrics.splices.labels(SPLICE_DEMOTED).inc()
         slowclock.save(self.store, job, now, self.wall())
+
+
+def _removed_text(job: JobState) -> str:
+    return "; ".join(f"{h}: {why}" for h, why in sorted(removal.removed_reasons(job).items()))
 
 
 def _last_host_failed(hp: HostProgress) -> str:

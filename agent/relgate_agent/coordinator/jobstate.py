@@ -23,8 +23,10 @@ from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 ACTIVE_STATES = ("PLANNING", "DISTRIBUTING", "COMPLETE")
 TERMINAL_STATES = ("DONE", "CANCELLED", "FAILED")
 QUARANTINED = "QUARANTINED"
-REMOVED = "REMOVED"  # removed from the job with its reason (complaints.py: the suspect)
-GONE_STATES = ("DEAD", QUARANTINED, REMOVED)  # spliced out: neither a source nor a target
+REMOVED = "REMOVED"  # evicted, dead past the bound, the suspect of its own complaints,
+# or an invalid certificate (coordinator/removal.py: remove_host, the one way)
+# spliced out: neither a source nor a straggler target
+GONE_STATES = ("DEAD", QUARANTINED, REMOVED)
 
 
 class NotFound(AgentError):
@@ -60,6 +62,9 @@ class CoordinatorConfig:
     trusted_keys: TrustedKeys | None = None
     default_stripes: int = 8
     dead_after_s: float = 6.0
+    # a DEAD host is removed from its job after this long (it no longer holds the job short
+    # of DONE); an operator removes one at once with `job evict`
+    remove_dead_after_s: float = 300.0
     report_interval_s: float = 1.0
     # an agent's watch stream lives this long (+-20%); opening one is its heartbeat
     watch_max_s: float = 20.0
@@ -120,6 +125,13 @@ class HostProgress:
     # downstream -> (first, last) time it reported this live host as not serving it
     unserved: dict[str, tuple[float, float]] = field(default_factory=dict)
     unserved_reason: dict[str, str] = field(default_factory=dict)  # downstream -> its last reason
+    # the job's end (coordinator/removal.py, tally.py): why it was removed ("" a target),
+    # since when it is DEAD (the clock), why it is a straggler ("" not one: kept until READY
+    # or removed), and the byte counters as last written to the ledger
+    removed: str = ""
+    dead_since: float | None = None
+    straggler: str = ""
+    bytes_saved: tuple[int, int, int] = (0, 0, 0)
 
     def holds(self, chunk: int) -> bool:
         """READY, or ``chunk`` is set in the last reported have-bitmap."""
@@ -198,7 +210,10 @@ class JobState:
     # the clock when this leader loaded the job from the store (None: it created it):
     # nobody is judged dead or slow on the takeover's silence (failover.py)
     resumed_at: float | None = None
+    # (which rebalance, the clock) when it joined its origin's budget (coordinator/budget.py)
+    origin_joined: tuple[int, float] | None = None
     error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
+    tally_saved_at: float | None = None  # the clock when the byte counters were last written
 
     @property
     def stripes(self) -> int:
@@ -213,13 +228,14 @@ class JobState:
         return {h for h, hp in self.hosts.items() if hp.state == QUARANTINED and h in self.targets}
 
     @property
-    def removed(self) -> set[str]:
-        return {h for h, hp in self.hosts.items() if hp.state == REMOVED and h in self.targets}
+    def removed(self) -> dict[str, str]:
+        """Targets removed from the job (evicted, dead past the bound) -> why."""
+        return {h: hp.removed for h, hp in self.hosts.items() if hp.removed and h in self.targets}
 
     @property
     def eligible(self) -> set[str]:
         """The targets the job waits for: all but the quarantined and the removed."""
-        return set(self.targets) - self.quarantined - self.removed
+        return set(self.targets) - self.quarantined - set(self.removed)
 
     def slow_hosts(self, fraction: float) -> frozenset[str]:
         """Hosts a splice must not promote into a dead host's place (a slow host there

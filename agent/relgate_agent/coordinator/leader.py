@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from relgate_agent.contracts import JobSpec, PeerRef
-from relgate_agent.coordinator import slowclock
+from relgate_agent.coordinator import removal, slowclock, tally
 from relgate_agent.coordinator.changefeed import ChangeFeed
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
@@ -29,6 +29,7 @@ from relgate_agent.coordinator.jobstate import (
     NotLeader,
     Rejected,
 )
+from relgate_agent.coordinator.ledger import Ledger
 from relgate_agent.coordinator.metrics import SPLICE_DEAD, CoordinatorMetrics
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
@@ -53,6 +54,7 @@ class CoordinatorCore:
         self.clock = clock  # injectable: the fleet simulator runs the coordinator on simulated time
         self.wall = wall  # instants written for another replica to read (slowclock)
         self.store = JobStore(config.db)
+        self.ledger = Ledger(self.store)  # host byte counters, removed targets, host holds
         self.lock = threading.RLock()
         self.changed = ChangeFeed(self.lock)
         self.jobs: dict[str, JobState] = {}
@@ -193,6 +195,8 @@ class CoordinatorCore:
                 job.hosts[h].state = "READY"
         for h in self.store.quarantined(row.job_id) & set(job.hosts):
             job.hosts[h].state = QUARANTINED
+        removal.restore(self.ledger, job)
+        tally.restore(self.ledger, job)
         slowclock.restore(self.store, job, self.clock(), self.wall(), self.config.slow_after_s)
         job.resumed_at = self.clock()  # no host judged on the takeover's silence (failover.py)
         return job

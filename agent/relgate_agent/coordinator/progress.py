@@ -27,6 +27,7 @@ from relgate_agent.contracts import (
     WatchCursor,
     WatchUpdate,
 )
+from relgate_agent.coordinator import removal, tally
 from relgate_agent.coordinator.budget import origin_rate
 from relgate_agent.coordinator.complaints import corroboration, suspect_reporter, withdraw
 from relgate_agent.coordinator.jobstate import (
@@ -110,7 +111,7 @@ class ProgressService(CoordinatorCore):
         return [
             JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state, j.spec.priority)
             for j in self.jobs.values()
-            if host_id in j.targets and j.state in ACTIVE_STATES
+            if host_id in j.targets and j.state in ACTIVE_STATES and not j.hosts[host_id].removed
         ]
 
     def watch_updates(self, cursors: list[WatchCursor]) -> list[WatchUpdate | None]:
@@ -125,7 +126,8 @@ class ProgressService(CoordinatorCore):
             for job in self.jobs.values():
                 if job.state in ACTIVE_STATES:
                     for h in job.targets:
-                        by_host.setdefault(h, []).append(job)
+                        if not job.hosts[h].removed:  # told the job ended for it (below)
+                            by_host.setdefault(h, []).append(job)
             ended: dict[str, AssignmentPlan] = {}
             for cur in cursors:
                 jobs = by_host.get(cur.host_id, [])
@@ -141,10 +143,13 @@ class ProgressService(CoordinatorCore):
                 live = {j.job_id for j in jobs}
                 for job_id in [j for j in cur.versions if j not in live]:
                     # told about before, active no more: say how it ended, once
-                    if job_id not in ended:
-                        ended[job_id] = self._ended(job_id)
-                    if ended[job_id].job_state not in ACTIVE_STATES:
-                        plans.append(ended[job_id])
+                    plan = self._removed_plan(job_id, cur.host_id)
+                    if plan is None:
+                        if job_id not in ended:
+                            ended[job_id] = self._ended(job_id)
+                        plan = ended[job_id]
+                    if plan.job_state not in ACTIVE_STATES:
+                        plans.append(plan)
                         del cur.versions[job_id]
                 if cur.jobs == frozenset(live) and not plans:
                     out.append(None)
@@ -156,6 +161,14 @@ class ProgressService(CoordinatorCore):
                 out.append(WatchUpdate(refs, tuple(plans)))
         return out
 
+    def _removed_plan(self, job_id: str, host_id: str) -> AssignmentPlan | None:
+        """The end of a job for a host removed from it (it stops; its staging is kept)."""
+        job = self.jobs.get(job_id)
+        hp = job.hosts.get(host_id) if job is not None else None
+        if job is None or hp is None or not hp.removed:
+            return None
+        return AssignmentPlan(job_id, job.topology.version, (), REMOVED, cancelled=True)
+
     def _ended(self, job_id: str) -> AssignmentPlan:
         """The assignment of a job this coordinator no longer runs: finished or cancelled
         (the agent keeps or discards its staging by the state), or still active elsewhere."""
@@ -166,11 +179,16 @@ class ProgressService(CoordinatorCore):
         return AssignmentPlan(job_id, 0, (), state, cancelled=True, leader_epoch=self.epoch)
 
     def _late_join(self, host_id: str, rack: str, labels: dict[str, str], held: list[str]) -> None:
+        holds = None
         for job in self.jobs.values():
             if host_id in job.targets or job.state not in ACTIVE_STATES:
                 continue
             if not selector_matches(parse_selector(job.spec.target_selector), rack, labels):
                 continue
+            if holds is None:  # read once, and only when the host would join a job
+                holds = self.ledger.holds()
+            if host_id in holds:  # kept out of new jobs until an operator clears it
+                return
             job.targets[host_id] = rack
             hp = HostProgress(
                 host_id,
@@ -212,8 +230,10 @@ class ProgressService(CoordinatorCore):
             if host_id not in job.targets:
                 raise NotFound(f"host {host_id} is not a target of job {job_id}")
             hp = job.hosts[host_id]
-            if hp.state in (QUARANTINED, REMOVED):
-                raise NotFound(f"host {host_id} is {hp.state.lower()} in job {job_id}")
+            if hp.state == QUARANTINED:
+                raise NotFound(f"host {host_id} is quarantined in job {job_id}")
+            if hp.removed:
+                raise NotFound(f"host {host_id} was removed from job {job_id}: {hp.removed}")
             moved = bool(address) and address != hp.address
             hp.rack, hp.address = rack or hp.rack, address or hp.address
             hp.have = bytes(have[: (job.manifest.num_chunks + 7) // 8])  # bounded: hostile length
@@ -338,6 +358,9 @@ class ProgressService(CoordinatorCore):
             hp = job.hosts.get(host_id)
             if hp is None:
                 return ProgressReply(job.topology.version, ("REREGISTER",))
+            if hp.removed:  # its last counters still count; the job ended for it
+                tally.merge_report(hp, report)
+                return ProgressReply(job.topology.version, ("STOP",))
             whole = self._record(job, hp, report)
             self.health[host_id] = (report.health[:500], int(report.data_refusals))
             if job.state == "FAILED":
@@ -371,7 +394,7 @@ class ProgressService(CoordinatorCore):
             self._add_envelope_source(job, hp)
         hp.holds_envelope = holds
         whole = self._merge_have(job, hp, report)
-        hp.rx, hp.tx, hp.origin = report.rx, report.tx, report.origin
+        tally.merge_report(hp, report)  # cumulative (journaled by the agent): only grows
         hp.rx_bps, hp.tx_bps = report.rx_bps, report.tx_bps
         # hostile length: one rate per stripe at most; a short list judges fewer stripes
         hp.stripe_rx_bps = tuple(int(r) for r in report.stripe_rx_bps[: job.stripes])
@@ -417,6 +440,7 @@ class ProgressService(CoordinatorCore):
         job.ready.add(hp.host_id)
         self.store.update_job(job.job_id, ready_hosts=sorted(job.ready))
         self.store.mark_host_version(hp.host_id, job.manifest.model, job.manifest.version)
+        tally.save(self.ledger, job, self.clock(), hosts=(hp.host_id,))  # it stops reporting
         log.info(
             "job %s: %s READY (%d/%d)", job.job_id, hp.host_id, len(job.ready), len(job.targets)
         )
@@ -533,6 +557,13 @@ class ProgressService(CoordinatorCore):
         hp.errors.append(f"{QUARANTINED}: BAD_DATA from {', '.join(reporters)}")
         hp.state = QUARANTINED
         self.store.quarantine_host(job.job_id, host, reporters)
+        removal.hold_host(  # no target of a new job until an operator clears it
+            self.ledger,
+            host,
+            removal.HOLD_QUARANTINED,
+            f"BAD_DATA from {', '.join(reporters)}",
+            job.job_id,
+        )
         if hp.ready:
             hp.ready = False
             job.ready.discard(host)

@@ -258,8 +258,30 @@ class JobServicer(pbg.JobServiceServicer):
     async def CancelJob(
         self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext
     ) -> pb.CancelJobResponse:
-        await self.calls.call(context, "CancelJob", lambda: self.coord.cancel_job(request.job_id))
-        return pb.CancelJobResponse()
+        placed, total = await self.calls.call(
+            context, "CancelJob", lambda: self.coord.cancel_job(request.job_id)
+        )
+        return pb.CancelJobResponse(state="CANCELLED", placed_hosts=placed, hosts_total=total)
+
+    async def EvictHost(
+        self, request: pb.EvictHostRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EvictHostResponse:
+        ident = await self.calls.authorize(context, "EvictHost")
+        removed = await self.calls.run(
+            context,
+            lambda: self.coord.evict_host(
+                request.job_id, request.host_id, request.reason, str(ident)
+            ),
+        )
+        return pb.EvictHostResponse(state="REMOVED", removed=removed)
+
+    async def ClearHost(
+        self, request: pb.ClearHostRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ClearHostResponse:
+        was = await self.calls.call(
+            context, "ClearHost", lambda: self.coord.clear_host(request.host_id, request.note)
+        )
+        return pb.ClearHostResponse(cleared=bool(was), was=was)
 
 
 class AgentServicer(pbg.AgentServiceServicer):

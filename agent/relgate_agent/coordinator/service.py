@@ -12,22 +12,22 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-import statistics
 import time
 from collections.abc import Callable
 
 from relgate_agent.authz import live_targets
 from relgate_agent.contracts import (
     DEFAULT_READY_PPM,
+    HostReason,
     HostRow,
     InventoryHost,
     JobReport,
     JobSpec,
 )
+from relgate_agent.coordinator import removal, tally
+from relgate_agent.coordinator.budget import rebalance_origins
 from relgate_agent.coordinator.handoff import HandoffService
 from relgate_agent.coordinator.jobstate import (
-    GONE_STATES,
-    QUARANTINED,
     CoordinatorConfig,
     HostProgress,
     JobState,
@@ -50,8 +50,6 @@ from relgate_agent.origin import read_uri
 from relgate_agent.pki import PkiError, check_name
 
 log = logging.getLogger(__name__)
-
-STRAGGLER_FRACTION = 0.5  # of the median progress
 
 
 class Coordinator(HandoffService):
@@ -126,6 +124,10 @@ class Coordinator(HandoffService):
                 self.config.host_ttl_s,
                 sel,
             )
+            # a host held for its health (quarantined for bad data...) is no target until
+            # an operator clears it (coordinator/removal.py)
+            held = self.ledger.holds()
+            targets = {h: r for h, r in targets.items() if h not in held}
             holding = self.store.hosts_holding(manifest.model, manifest.version) & set(targets)
             dcs = {h: host_dc(enrolled[h][1]) for h in targets}
             if spec.origin_dc and spec.origin_dc not in dcs.values():
@@ -191,17 +193,41 @@ class Coordinator(HandoffService):
                 check="job-exists",
             )
         self.jobs[job.job_id] = job
+        # its roots' shares of its origin's budget before any assignment names them
+        rebalance_origins(self.jobs.values(), self.clock(), self.config.report_interval_s)
         self.changed.notify_all()
 
-    def cancel_job(self, job_id: str) -> None:
+    def cancel_job(self, job_id: str) -> tuple[tuple[str, ...], int]:
+        """Cancel; (the hosts that had placed the version, the targets): a cancel after
+        placement records what was placed (the job row's ready hosts, the figures)."""
         self.require_leader()
         with self.lock:
             job = self._job(job_id)
             job.state = "CANCELLED"
+            tally.save(self.ledger, job, self.clock(), hosts=tuple(job.hosts))
             self.store.save_figures(job_id, self._figures(job))
-            self.store.update_job(job_id, state="CANCELLED")
+            placed = tuple(sorted(job.ready & set(job.targets)))
+            self.store.update_job(job_id, state="CANCELLED", ready_hosts=list(placed))
+            if placed:
+                log.warning(
+                    "job %s cancelled with %d of %d hosts placed: %s",
+                    job_id,
+                    len(placed),
+                    len(job.targets),
+                    ", ".join(placed),
+                )
             del self.jobs[job_id]
             self.changed.notify_all()
+            return placed, len(job.targets)
+
+    def evict_host(self, job_id: str, host_id: str, reason: str, by: str) -> bool:
+        """Operator: remove a target from a job (True: removed now; False: it already was)."""
+        return removal.evict(self, job_id, host_id, reason, by)
+
+    def clear_host(self, host_id: str, note: str) -> str:
+        """Operator: clear a host's health hold after a scrub; the hold it had ("" none)."""
+        was = removal.clear_hold(self, host_id, note)
+        return "" if was is None else was.describe()
 
     # ------------------------------------------------------------------ report
     def job_status(self, job_id: str) -> JobReport:
@@ -239,22 +265,15 @@ class Coordinator(HandoffService):
             hosts=tuple(HostRow.from_stored(h) for h in fig.get("hosts", [])),
             pending_events=self.store.count_pending_events(job_id),
             quarantined_hosts=tuple(sorted(self.store.quarantined(job_id))),
+            straggler_reasons=tuple(
+                HostReason.from_stored(d) for d in fig.get("straggler_reasons", [])
+            ),
+            removed_hosts=tuple(HostReason.from_stored(d) for d in fig.get("removed", [])),
         )
 
     def _live_status(self, job: JobState) -> JobReport:
-        n = job.manifest.num_chunks or 1
-        fractions = {h: (1.0 if hp.ready else hp.verified / n) for h, hp in job.hosts.items()}
-        alive = [f for h, f in fractions.items() if job.hosts[h].state not in GONE_STATES]
-        median = statistics.median(alive) if alive else 0.0
-        stragglers = sorted(
-            h
-            for h, f in fractions.items()
-            if not job.hosts[h].ready
-            and job.hosts[h].state != QUARANTINED
-            and (job.hosts[h].state in GONE_STATES or f < STRAGGLER_FRACTION * median)
-        )
-        mean = sum(alive) / len(alive) if alive else 0.0
-        elapsed = self.clock() - job.started
+        now, remove_after = self.clock(), self.config.remove_dead_after_s
+        reasons = tally.stragglers(job, now, remove_after)
         return JobReport(
             job_id=job.job_id,
             state=job.state,
@@ -264,11 +283,11 @@ class Coordinator(HandoffService):
             hosts_total=len(job.targets),
             hosts_ready=job.ready_count,
             ready_hosts=tuple(sorted(job.ready)),
-            bytes_moved=sum(hp.rx for hp in job.hosts.values()),
-            origin_bytes=sum(hp.origin for hp in job.hosts.values()),
+            bytes_moved=tally.bytes_moved(job),
+            origin_bytes=tally.origin_bytes(job),
             checkpoint_bytes=job.manifest.total_size,
-            stragglers=tuple(stragglers),
-            eta_s=-1 if mean <= 0 else int(elapsed * (1 - mean) / mean),
+            stragglers=tuple(r.host_id for r in reasons),
+            eta_s=tally.eta_s(job, now, remove_after),
             topology_version=job.topology.version,
             completion_emitted=job.completion_emitted,
             duration_s=time.time() - job.created_at,
@@ -276,6 +295,10 @@ class Coordinator(HandoffService):
             hosts=self._host_rows(job),
             pending_events=self.store.count_pending_events(job.job_id),
             quarantined_hosts=tuple(sorted(job.quarantined)),
+            straggler_reasons=reasons,
+            removed_hosts=tuple(
+                HostReason(h, why) for h, why in sorted(removal.removed_reasons(job).items())
+            ),
         )
 
     # ------------------------------------------------------------------ inventory
@@ -300,6 +323,7 @@ class Coordinator(HandoffService):
         self.require_leader()
         enrolled = self.store.enrolled()
         seen = self.store.last_seen()
+        holds = self.ledger.holds()
         now = time.time()
         out = []
         for h in sorted(set(enrolled) | set(seen)):
@@ -316,6 +340,7 @@ class Coordinator(HandoffService):
                     live=h in enrolled and 0 <= age <= self.config.host_ttl_s,
                     health=health,
                     data_refusals=refusals,
+                    hold=holds[h].describe() if h in holds else "",
                 )
             )
         return out

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, create_engine, event, text
 
+from relgate_agent.coordinator.ledger import LEDGER_SCHEMA
 from relgate_agent.coordinator.topology import Topology
 
 SCHEMA = [
@@ -215,6 +216,9 @@ class JobStore:
 
         with self.tx() as c:
             for stmt in SCHEMA:
+                c.execute(text(stmt))
+        with self.tx() as c:  # second step: host byte counters, removed targets, host holds
+            for stmt in LEDGER_SCHEMA:
                 c.execute(text(stmt))
 
     def close(self) -> None:

@@ -161,7 +161,9 @@ class GetJobResponse(_message.Message):
         "pending_events",
         "quarantined_hosts",
         "ready_hosts",
+        "removed_hosts",
         "state",
+        "straggler_reasons",
         "stragglers",
         "topology_version",
         "version",
@@ -186,6 +188,8 @@ class GetJobResponse(_message.Message):
     CONTROL_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     PENDING_EVENTS_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    STRAGGLER_REASONS_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_HOSTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: str
     model: str
@@ -206,6 +210,8 @@ class GetJobResponse(_message.Message):
     control_refusals: int
     pending_events: int
     quarantined_hosts: _containers.RepeatedScalarFieldContainer[str]
+    straggler_reasons: _containers.RepeatedCompositeFieldContainer[HostReason]
+    removed_hosts: _containers.RepeatedCompositeFieldContainer[HostReason]
     def __init__(
         self,
         job_id: str | None = ...,
@@ -228,7 +234,17 @@ class GetJobResponse(_message.Message):
         control_refusals: int | None = ...,
         pending_events: int | None = ...,
         quarantined_hosts: _Iterable[str] | None = ...,
+        straggler_reasons: _Iterable[HostReason | _Mapping] | None = ...,
+        removed_hosts: _Iterable[HostReason | _Mapping] | None = ...,
     ) -> None: ...
+
+class HostReason(_message.Message):
+    __slots__ = ("host_id", "reason")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    reason: str
+    def __init__(self, host_id: str | None = ..., reason: str | None = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -237,8 +253,55 @@ class CancelJobRequest(_message.Message):
     def __init__(self, job_id: str | None = ...) -> None: ...
 
 class CancelJobResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("hosts_total", "placed_hosts", "state")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PLACED_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    placed_hosts: _containers.RepeatedScalarFieldContainer[str]
+    hosts_total: int
+    def __init__(
+        self,
+        state: str | None = ...,
+        placed_hosts: _Iterable[str] | None = ...,
+        hosts_total: int | None = ...,
+    ) -> None: ...
+
+class EvictHostRequest(_message.Message):
+    __slots__ = ("host_id", "job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    host_id: str
+    reason: str
+    def __init__(
+        self, job_id: str | None = ..., host_id: str | None = ..., reason: str | None = ...
+    ) -> None: ...
+
+class EvictHostResponse(_message.Message):
+    __slots__ = ("removed", "state")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    removed: bool
+    def __init__(self, state: str | None = ..., removed: bool | None = ...) -> None: ...
+
+class ClearHostRequest(_message.Message):
+    __slots__ = ("host_id", "note")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    note: str
+    def __init__(self, host_id: str | None = ..., note: str | None = ...) -> None: ...
+
+class ClearHostResponse(_message.Message):
+    __slots__ = ("cleared", "was")
+    CLEARED_FIELD_NUMBER: _ClassVar[int]
+    WAS_FIELD_NUMBER: _ClassVar[int]
+    cleared: bool
+    was: str
+    def __init__(self, cleared: bool | None = ..., was: str | None = ...) -> None: ...
 
 class EnrollHostRequest(_message.Message):
     __slots__ = ("host_id", "labels", "rack", "remove")
@@ -283,6 +346,7 @@ class InventoryHost(_message.Message):
         "data_refusals",
         "enrolled",
         "health",
+        "hold",
         "host_id",
         "labels",
         "last_seen_age_s",
@@ -305,6 +369,7 @@ class InventoryHost(_message.Message):
     LIVE_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     DATA_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
     host_id: str
     rack: str
     labels: _containers.ScalarMap[str, str]
@@ -313,6 +378,7 @@ class InventoryHost(_message.Message):
     live: bool
     health: str
     data_refusals: int
+    hold: str
     def __init__(
         self,
         host_id: str | None = ...,
@@ -323,6 +389,7 @@ class InventoryHost(_message.Message):
         live: bool | None = ...,
         health: str | None = ...,
         data_refusals: int | None = ...,
+        hold: str | None = ...,
     ) -> None: ...
 
 class ListHostsResponse(_message.Message):

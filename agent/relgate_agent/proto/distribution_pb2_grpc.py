@@ -60,6 +60,16 @@ class JobServiceStub:
                 request_serializer=distribution__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=distribution__pb2.CancelJobResponse.FromString,
                 _registered_method=True)
+        self.EvictHost = channel.unary_unary(
+                '/relgate.distribution.v1.JobService/EvictHost',
+                request_serializer=distribution__pb2.EvictHostRequest.SerializeToString,
+                response_deserializer=distribution__pb2.EvictHostResponse.FromString,
+                _registered_method=True)
+        self.ClearHost = channel.unary_unary(
+                '/relgate.distribution.v1.JobService/ClearHost',
+                request_serializer=distribution__pb2.ClearHostRequest.SerializeToString,
+                response_deserializer=distribution__pb2.ClearHostResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -95,6 +105,18 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EvictHost(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClearHost(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -122,6 +144,16 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=distribution__pb2.CancelJobRequest.FromString,
                     response_serializer=distribution__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'EvictHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.EvictHost,
+                    request_deserializer=distribution__pb2.EvictHostRequest.FromString,
+                    response_serializer=distribution__pb2.EvictHostResponse.SerializeToString,
+            ),
+            'ClearHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearHost,
+                    request_deserializer=distribution__pb2.ClearHostRequest.FromString,
+                    response_serializer=distribution__pb2.ClearHostResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -259,6 +291,60 @@ class JobService:
             '/relgate.distribution.v1.JobService/CancelJob',
             distribution__pb2.CancelJobRequest.SerializeToString,
             distribution__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EvictHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.JobService/EvictHost',
+            distribution__pb2.EvictHostRequest.SerializeToString,
+            distribution__pb2.EvictHostResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClearHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.JobService/ClearHost',
+            distribution__pb2.ClearHostRequest.SerializeToString,
+            distribution__pb2.ClearHostResponse.FromString,
             options,
             channel_credentials,
             insecure,
