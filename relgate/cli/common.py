@@ -100,6 +100,16 @@ def _emit(output: CommandOutput, as_json: bool) -> None:
     sys.exit(result.exit_code)
 
 
+def _typed(exc: Exception) -> RelgateError | None:
+    """A database failure outside the catalog's transactions (a lost connection, the wrong
+    database) as the typed error it means; ``None`` for anything else."""
+    if not type(exc).__module__.startswith("sqlalchemy"):
+        return None
+    from relgate.catalog.db import catalog_error
+
+    return catalog_error(exc)
+
+
 def command(
     group: click.Group, name: str, **kwargs: object
 ) -> Callable[[Callable[..., CommandOutput]], click.Command]:
@@ -118,6 +128,10 @@ def command(
             except click.ClickException:
                 raise
             except Exception as exc:
+                typed = _typed(exc)
+                if typed is not None:
+                    _fail(as_json, typed.to_json(), str(typed), typed.exit_code)
+                    return
                 text = f"{type(exc).__name__}: {exc}"
                 _fail(
                     as_json,

@@ -63,3 +63,105 @@ def test_a_workspace_without_sources_builds_nothing(tmp_path: Path) -> None:
     bare = make_workspace(tmp_path / "bare", seed=False)
     body = refused(cli(bare.home, "snapshot", "build"))
     assert (body["check"], body["object"]) == (EMPTY_SELECTION, "sources")
+
+
+# -- item 10: no internal error on bad input -------------------------------------------------
+
+
+def _snapshot(ws: Workspace) -> str:
+    built = cli(ws.home, "snapshot", "build", "--alias", "bad-input")
+    assert built.exit_code == 0, built.output
+    digest: str = json.loads(built.stdout)["snapshot"]
+    return digest
+
+
+def test_pin_expiry_takes_the_documented_duration_and_refuses_a_bad_date(ws: Workspace) -> None:
+    digest = _snapshot(ws)
+    pin = cli(ws.home, "pin", "add", digest, "--owner", "o", "--reason", "r", "--expires", "30d")
+    assert pin.exit_code == 0, pin.output
+    assert json.loads(pin.stdout)["expiresAt"] > "2026"
+    for bad in ("2027-13-45", "tomorrow", "30x", "0d", "9999999d", "\x1b[31m"):
+        result = cli(
+            ws.home, "pin", "add", digest, "--owner", "o", "--reason", "r", "--expires", bad
+        )
+        assert result.exit_code == 2, (bad, result.output)
+        assert "--expires" in result.output
+
+
+def test_a_checkpoint_position_that_is_not_json_names_the_file(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    digest = _snapshot(ws)
+    text = tmp_path / "position.txt"
+    text.write_text("not json {")
+    result = cli(ws.home, "pin", "add", digest, "--owner", "o", "--reason", "r",
+                 "--checkpoint-position", str(text))  # fmt: skip
+    assert result.exit_code == 2 and str(text) in result.output and "not a JSON" in result.output
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    result = cli(ws.home, "pin", "add", digest, "--owner", "o", "--reason", "r",
+                 "--checkpoint-position", str(listed))  # fmt: skip
+    assert refused(result, 2)["check"] == "checkpoint-position"
+
+
+def test_a_corrupt_workspace_config_is_refused_naming_the_file(tmp_path: Path) -> None:
+    home = tmp_path / "corrupt"
+    assert cli(home, "init").exit_code == 0
+    config = home / "relgate.json"
+    for damage in (config.read_bytes()[:40], b"[]", b"\xff\xfe"):
+        config.write_bytes(damage)
+        body = refused(cli(home, "snapshot", "list"))
+        assert (body["check"], body["object"]) == ("workspace-config", str(config))
+
+
+def test_a_workspace_made_for_another_catalog_url_names_the_url(tmp_path: Path) -> None:
+    home = tmp_path / "elsewhere"
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert cli(home, "init", env={"RELGATE_CATALOG_URL": other}).exit_code == 0
+    assert cli(home, "snapshot", "list", env={"RELGATE_CATALOG_URL": other}).exit_code == 0
+    body = refused(cli(home, "snapshot", "list"), 2)  # the config's own catalog.db: absent
+    assert (body["check"], body["object"]) == ("catalog-schema", f"sqlite:///{home / 'catalog.db'}")
+    assert not (home / "catalog.db").exists()  # refusing it did not create it
+    (home / "catalog.db").write_bytes(b"")  # present but empty: no relgate schema
+    assert refused(cli(home, "snapshot", "list"), 2)["check"] == "catalog-schema"
+
+
+@pytest.mark.postgres
+def test_postgres_killed_mid_gate_command_is_retriable(pg_dsn: str, tmp_path: Path) -> None:
+    """The backend serving the gate transaction is terminated (pg_terminate_backend from
+    another session) right after it took the gate lock: exit 4, catalog-unavailable, the
+    alias did not move, and the same command then succeeds."""
+    from sqlalchemy import create_engine, event, text
+    from sqlalchemy.engine import Engine
+    from support.postgres import fresh_database
+
+    with fresh_database(pg_dsn) as url:
+        ws = make_workspace(tmp_path / "pg", url)
+        digest = _snapshot(ws)
+        approved = cli(ws.home, "snapshot", "approve", digest, "--approver", "carol")
+        assert approved.exit_code == 0, approved.output
+        killer = create_engine(url)
+        killed: list[int] = []
+
+        def kill_own_backend(conn, _cursor, statement, *_args) -> None:  # type: ignore[no-untyped-def]
+            if killed or "FROM fences WHERE id = 1 FOR UPDATE" not in statement:
+                return
+            pid = conn.connection.dbapi_connection.info.backend_pid
+            with killer.connect() as other:
+                other.execute(text("SELECT pg_terminate_backend(:p, 10000)"), {"p": pid})
+            killed.append(pid)
+
+        event.listen(Engine, "before_cursor_execute", kill_own_backend)
+        try:
+            result = cli(ws.home, "snapshot", "activate", digest, "--alias", "pg-kill")
+        finally:
+            event.remove(Engine, "before_cursor_execute", kill_own_backend)
+            killer.dispose()
+        assert killed, "the gate transaction never ran"
+        body = refused(result, 4)
+        assert (body["check"], body["error"]) == ("catalog-unavailable", "catalog_unavailable")
+        shown = cli(ws.home, "alias", "show", "pg-kill")
+        assert shown.exit_code == 0 and json.loads(shown.stdout)["generation"] == 0
+        again = cli(ws.home, "snapshot", "activate", digest, "--alias", "pg-kill")
+        assert again.exit_code == 0, again.output
+        ws.close()
