@@ -65,13 +65,17 @@ class JsonFile(click.ParamType[Any, Any]):
         path = Path(str(value))
         try:
             data = path.read_bytes()
-        except OSError as exc:
-            self.fail(f"{str(path)!r} is not readable: {exc.strerror or exc}", param, ctx)
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the name (not from argv)
+            self.fail(f"{str(path)!r} is not readable: {exc}", param, ctx)
         try:
             return json.loads(data)
         except (ValueError, RecursionError) as exc:
             self.fail(f"{str(path)!r} is not a JSON document: {exc}", param, ctx)
 
+
+#: The most ranks a run may have (each rank is a row of every assignment epoch).
+MAX_WORLD_SIZE = 1 << 17
+WORLD_SIZE = click.IntRange(1, MAX_WORLD_SIZE)
 
 EXPIRY = Expiry()
 JSON_FILE = JsonFile()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from relgate.cli.common import CommandOutput, CommandResult, Ctx, actor, command, pass_ctx
+from relgate.cli.params import WORLD_SIZE
 
 if TYPE_CHECKING:
     from relgate.release.evolution import SchemaEvolutionReport
@@ -319,7 +320,7 @@ def run() -> None:
     help="With --alias: refuse (exit 4) unless the alias is still at this generation.",
 )
 @click.option("--purpose", required=True)
-@click.option("--world-size", required=True, type=int)
+@click.option("--world-size", required=True, type=WORLD_SIZE, help="Ranks (1 to 131072).")
 @pass_ctx
 def run_create(
     ctx: Ctx,
@@ -513,7 +514,7 @@ def run_status_cmd(ctx: Ctx, run_id: str) -> CommandOutput:
 
 @command(run, "rescale")
 @click.argument("run_id")
-@click.option("--world-size", required=True, type=int)
+@click.option("--world-size", required=True, type=WORLD_SIZE, help="Ranks (1 to 131072).")
 @pass_ctx
 def run_rescale(ctx: Ctx, run_id: str, world_size: int) -> CommandOutput:
     """New assignment epoch over the run's root (never rereads the alias)."""

@@ -165,3 +165,31 @@ def test_postgres_killed_mid_gate_command_is_retriable(pg_dsn: str, tmp_path: Pa
         again = cli(ws.home, "snapshot", "activate", digest, "--alias", "pg-kill")
         assert again.exit_code == 0, again.output
         ws.close()
+
+
+def test_names_with_terminal_escapes_are_refused_before_they_are_stored(ws: Workspace) -> None:
+    digest = _snapshot(ws)
+    approvals = cli(ws.home, "snapshot", "show", digest).stdout
+    body = refused(cli(ws.home, "snapshot", "approve", digest, "--approver", "\x1b[2Jmallory"))
+    assert (body["check"], body["object"]) == ("identifier", "--approver")
+    assert body["details"]["value"] == "'\\x1b[2Jmallory'"  # type: ignore[index]
+    assert cli(ws.home, "snapshot", "show", digest).stdout == approvals  # nothing stored
+    for args in (
+        ("snapshot", "build", "--alias", "ok\u202egnp.exe"),
+        ("fence", "tombstone", "add", "forum/0000001", "--reason", "gdpr\r\nforged: line"),
+        ("pin", "add", digest, "--owner", "o\x07", "--reason", "r"),
+        ("alias", "show", "\x9bcolour"),
+        ("lineage", "\udcff"),  # argv bytes that are not UTF-8
+    ):
+        assert refused(cli(ws.home, *args))["check"] == "identifier", args
+
+
+def test_integers_beyond_the_catalog_range_are_usage_errors(ws: Workspace) -> None:
+    body = refused(cli(ws.home, "retention", "set", "a", "--keep-last", str(2**63)), 2)
+    assert (body["check"], body["object"]) == ("integer-range", "--keep-last")
+    huge = cli(
+        ws.home, "run", "create", "--alias", "x", "--purpose", "p", "--world-size", str(10**8)
+    )
+    assert huge.exit_code == 2 and "--world-size" in huge.output
+    huge = cli(ws.home, "run", "create", "--alias", "x", "--purpose", "p", "--world-size", "200000")
+    assert huge.exit_code == 2 and "--world-size" in huge.output
