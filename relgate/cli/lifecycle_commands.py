@@ -229,7 +229,12 @@ def register(main: click.Group) -> None:
     @pass_ctx
     def lineage_cmd(ctx: Ctx, sample_id: str) -> CommandOutput:
         """Every version, pin, permit and run that holds SAMPLE_ID (by membership)."""
+        from relgate.catalog.standing import qualify
         from relgate.integrity.identifiers import validate_id
         from relgate.lifecycle.lineage import lineage
 
-        return lineage(ctx.ws(), validate_id(sample_id, where="lineage SAMPLE_ID")).to_json()
+        ws = ctx.ws()
+        out = lineage(ws, validate_id(sample_id, where="lineage SAMPLE_ID")).to_json()
+        with ws.db.tx() as conn:  # ACTIVE / PUBLISHED but superseded or fence-hit says so
+            qualify(conn, out["versions"])
+        return out

@@ -11,6 +11,7 @@ from relgate.cli.common import CommandOutput, CommandResult, Ctx, actor, command
 from relgate.cli.params import WORLD_SIZE
 
 if TYPE_CHECKING:
+    from relgate.release.descriptor import ShardDescriptor
     from relgate.release.evolution import SchemaEvolutionReport
     from relgate.release.reader import ReaderLease
     from relgate.release.report import VerificationReport
@@ -115,16 +116,38 @@ def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> 
         keys=key_ring(keys),
         actor=actor(),
     )
-    return verify_result(report)
+    return verify_result(report, _descriptors(ws, report))
+
+
+def _descriptors(ws: Workspace, report: VerificationReport) -> tuple[ShardDescriptor, ...]:
+    """The signed root's shard descriptors (the expected values of failing shards); none
+    when every shard passed or the root itself cannot be opened (its finding says why)."""
+    from relgate.catalog.release_table import get_release
+    from relgate.errors import RelgateError
+    from relgate.release import root as rm
+
+    if all(shard.get("ok") for shard in report.shards):
+        return ()
+    try:
+        version = str(get_release(ws.db, report.root)["envelope_version"])
+        return rm.load(ws.store, ws.trusted_keys, report.root, version).descriptors
+    except RelgateError:
+        return ()
 
 
 #: Catalog states in which a passing verification leaves the release usable.
 _GOOD_STATES = ("VERIFIED", "APPROVED", "PUBLISHED")
 
 
-def verify_result(report: VerificationReport) -> CommandResult:
-    """Exit code and printed state always agree with the catalog row after the attempt."""
+def verify_result(
+    report: VerificationReport, descriptors: tuple[ShardDescriptor, ...] = ()
+) -> CommandResult:
+    """Exit code and printed state always agree with the catalog row after the attempt;
+    each failing shard is listed with its check and the expected and actual values."""
     out: dict[str, object] = {**report.summary(), "counts": report.counts}
+    findings = report.shard_findings(descriptors)
+    if findings:
+        out["failingShards"] = [f.to_json() for f in findings]
     if report.ok and report.state in _GOOD_STATES:
         return CommandResult(out)
     if report.outcome == "UNAVAILABLE":
@@ -139,9 +162,16 @@ def verify_result(report: VerificationReport) -> CommandResult:
     else:
         check = "release-state"
         message = f"verification passed but the release is {report.state} (final)"
-    return CommandResult.rejected(
+    refused = CommandResult.rejected(
         out, check=check, message=message, subject="release", digest=report.root
     )
+    lines = [
+        f"release {report.root}: {report.outcome.value} (state {report.state})",
+        f"{check}: {message}",
+        *(f"  {name} = {count}" for name, count in sorted(report.failing.items())),
+        *(f"  {finding.line()}" for finding in findings),
+    ]
+    return CommandResult(refused.body, refused.exit_code, text="\n".join(lines))
 
 
 @command(release, "schema-diff")
@@ -259,6 +289,7 @@ def release_rollback(
 def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
     from relgate.catalog.audit import approvals, latest_report
     from relgate.catalog.release_table import get_release, resolve_release
+    from relgate.catalog.standing import standing_of
     from relgate.catalog.states import history
     from relgate.release import root as rm
 
@@ -267,10 +298,12 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
     row = get_release(ws.db, digest)
     with ws.db.tx() as conn:
         events = history(conn, "release", digest)
+        standing = standing_of(conn, digest, str(row["state"]))  # PUBLISHED but superseded...
     from relgate.catalog.release_table import verification_attempts
 
     out: dict[str, object] = {
         **row,
+        **standing.fields(),
         "history": events,
         "verificationAttempts": verification_attempts(ws.db, digest),
         "approvals": approvals(ws.db, digest),

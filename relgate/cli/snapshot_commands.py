@@ -109,12 +109,15 @@ def snapshot_list(ctx: Ctx) -> CommandOutput:
 def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> CommandOutput:
     from relgate.catalog.audit import approvals, latest_report
     from relgate.catalog.snapshot_table import resolve, snapshot_history, snapshot_reports
+    from relgate.catalog.standing import standing_of
     from relgate.snapshot.activation import describe
     from relgate.snapshot.compare import load_manifest
 
     ws = ctx.ws()
     digest = resolve(ws.db, digest)
     out = as_object(describe(ws, digest))
+    with ws.db.tx() as conn:  # ACTIVE but superseded or fence-hit says so
+        out.update(standing_of(conn, digest, str(out["state"])).fields())
     out["history"] = snapshot_history(ws.db, digest)
     out["approvals"] = approvals(ws.db, digest)
     out["latestReport"] = latest_report(ws.db, digest, "snapshot")
