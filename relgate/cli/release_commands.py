@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,10 +12,9 @@ from relgate.cli.common import CommandOutput, CommandResult, Ctx, actor, command
 from relgate.cli.params import WORLD_SIZE
 
 if TYPE_CHECKING:
-    from relgate.release.descriptor import ShardDescriptor
     from relgate.release.evolution import SchemaEvolutionReport
     from relgate.release.reader import ReaderLease
-    from relgate.release.report import VerificationReport
+    from relgate.release.report import ShardFinding, VerificationReport
     from relgate.workspace import Workspace
 
 
@@ -106,6 +106,7 @@ def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> 
     """Independent verification from exact object versions; VERIFIED or INVALID."""
     from relgate.catalog.release_table import resolve_release
     from relgate.release.crypto import key_ring
+    from relgate.release.report import failing_shards
     from relgate.release.verifier import verify_release
 
     ws = ctx.ws()
@@ -116,23 +117,7 @@ def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> 
         keys=key_ring(keys),
         actor=actor(),
     )
-    return verify_result(report, _descriptors(ws, report))
-
-
-def _descriptors(ws: Workspace, report: VerificationReport) -> tuple[ShardDescriptor, ...]:
-    """The signed root's shard descriptors (the expected values of failing shards); none
-    when every shard passed or the root itself cannot be opened (its finding says why)."""
-    from relgate.catalog.release_table import get_release
-    from relgate.errors import RelgateError
-    from relgate.release import root as rm
-
-    if all(shard.get("ok") for shard in report.shards):
-        return ()
-    try:
-        version = str(get_release(ws.db, report.root)["envelope_version"])
-        return rm.load(ws.store, ws.trusted_keys, report.root, version).descriptors
-    except RelgateError:
-        return ()
+    return verify_result(report, failing_shards(ws, report))
 
 
 #: Catalog states in which a passing verification leaves the release usable.
@@ -140,12 +125,11 @@ _GOOD_STATES = ("VERIFIED", "APPROVED", "PUBLISHED")
 
 
 def verify_result(
-    report: VerificationReport, descriptors: tuple[ShardDescriptor, ...] = ()
+    report: VerificationReport, findings: Sequence[ShardFinding] = ()
 ) -> CommandResult:
     """Exit code and printed state always agree with the catalog row after the attempt;
     each failing shard is listed with its check and the expected and actual values."""
     out: dict[str, object] = {**report.summary(), "counts": report.counts}
-    findings = report.shard_findings(descriptors)
     if findings:
         out["failingShards"] = [f.to_json() for f in findings]
     if report.ok and report.state in _GOOD_STATES:

@@ -12,10 +12,13 @@ import json
 from pydantic import Field
 from pydantic import JsonValue as WireValue
 
+from relgate.catalog.release_table import get_release
+from relgate.errors import RelgateError
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.integrity.signing import SigningKey, sign_envelope, verify_envelope
 from relgate.objects.cas import ContentRef
 from relgate.release import attest
+from relgate.release import root as rm
 from relgate.release.checks import Check, Outcome
 from relgate.release.descriptor import ShardDescriptor
 from relgate.workspace import Workspace
@@ -137,6 +140,20 @@ class VerificationReport(VerificationPayload):
             "records": self.facts.get("records", 0),
             "bytes": self.facts.get("bytes", 0),
         }
+
+
+def failing_shards(ws: Workspace, report: VerificationReport) -> list[ShardFinding]:
+    """The report's failed per-shard checks, each with what the signed root expected (its
+    shard descriptors); without expected values when the root itself cannot be opened
+    (the report's own ``fatal:`` finding says why)."""
+    if all(shard.get("ok") for shard in report.shards):
+        return []
+    try:
+        version = str(get_release(ws.db, report.root)["envelope_version"])
+        descriptors = rm.load(ws.store, ws.trusted_keys, report.root, version).descriptors
+    except RelgateError:
+        descriptors = ()
+    return report.shard_findings(descriptors)
 
 
 def store_report(ws: Workspace, report: VerificationReport, key: SigningKey) -> ContentRef:
