@@ -44,6 +44,7 @@ def test_an_unknown_source_is_refused_before_anything_is_pinned(ws: Workspace) -
     body = refused(cli(ws.home, "snapshot", "build", "--source", "forum", "--source", "nope"))
     assert body["check"] == SOURCE_UNKNOWN
     assert body["object"] == "source 'nope'"
+    assert "configured: ['chat-cdc', 'forum', 'nothing', 'tickets-eu']" in str(body["message"])
     # even with --allow-empty: a typo is not an empty selection
     body = refused(cli(ws.home, "snapshot", "build", "--source", "nope", "--allow-empty"))
     assert body["check"] == SOURCE_UNKNOWN
@@ -57,6 +58,8 @@ def test_an_empty_selection_is_refused_unless_allowed(ws: Workspace) -> None:
     built = cli(ws.home, "snapshot", "build", "--source", "nothing", "--allow-empty")
     assert built.exit_code == 0, built.output
     assert json.loads(built.stdout)["members"] == 0
+    some = cli(ws.home, "snapshot", "build", "--source", "nothing", "--source", "forum")
+    assert some.exit_code == 0 and json.loads(some.stdout)["members"] > 0, some.output
 
 
 def test_a_workspace_without_sources_builds_nothing(tmp_path: Path) -> None:
@@ -66,6 +69,19 @@ def test_a_workspace_without_sources_builds_nothing(tmp_path: Path) -> None:
 
 
 # -- item 10: no internal error on bad input -------------------------------------------------
+
+
+def test_a_database_error_outside_a_transaction_is_typed() -> None:
+    """The CLI's last resort: a driver error that escaped the catalog's transactions."""
+    from sqlalchemy.exc import OperationalError
+
+    from relgate.catalog.db import CATALOG_UNAVAILABLE
+    from relgate.cli.common import _typed
+
+    lost = OperationalError("SELECT 1", {}, Exception("server closed the connection"))
+    typed = _typed(lost)
+    assert typed is not None and (typed.check, typed.exit_code) == (CATALOG_UNAVAILABLE, 4)
+    assert _typed(ValueError("not a database error")) is None
 
 
 def _snapshot(ws: Workspace) -> str:
@@ -182,11 +198,16 @@ def test_names_with_terminal_escapes_are_refused_before_they_are_stored(ws: Work
         ("lineage", "\udcff"),  # argv bytes that are not UTF-8
     ):
         assert refused(cli(ws.home, *args))["check"] == "identifier", args
+    assert refused(cli(ws.home, "lineage", "\x1b]8;;x"))["object"] == "SAMPLE_ID"  # an argument
 
 
 def test_integers_beyond_the_catalog_range_are_usage_errors(ws: Workspace) -> None:
     body = refused(cli(ws.home, "retention", "set", "a", "--keep-last", str(2**63)), 2)
     assert (body["check"], body["object"]) == ("integer-range", "--keep-last")
+    assert refused(cli(ws.home, "retention", "set", "a", "--keep-days", str(-(2**53))), 2)
+    for fits in (str(2**53 - 1), "3"):  # the largest magnitude, and defaults for the rest
+        result = cli(ws.home, "retention", "set", "a", "--keep-last", fits)
+        assert result.exit_code == 0, result.output
     huge = cli(
         ws.home, "run", "create", "--alias", "x", "--purpose", "p", "--world-size", str(10**8)
     )

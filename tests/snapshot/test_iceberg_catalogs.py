@@ -130,3 +130,40 @@ def test_a_record_column_missing_from_the_table_is_refused(ws: Workspace, tmp_pa
     body = _refused(ws)
     assert (body["check"], body["object"]) == (COLUMNS_CHECK, "byo:sales.tickets")
     assert body["details"]["missing"] == ["lang"]  # type: ignore[index]
+
+
+def test_a_pinned_snapshot_is_read_with_its_own_schema(ws: Workspace, tmp_path: Path) -> None:
+    """A column dropped and a commit after pinning: the pinned snapshot still validates (it
+    is read with the schema it was written with); the next build is refused source-columns."""
+    acme = _sql(tmp_path, "acme")
+    _table(acme, "sales.tickets")
+    _use(ws, {"table": "sales.tickets", "catalog": acme.to_json()})
+    digest = str(_built(ws)["snapshot"])
+    table = acme.load().load_table("sales.tickets")
+    with table.update_schema() as update:
+        update.delete_column("lang")
+    narrow = pa.schema([("sample_id", pa.string()), ("text", pa.string())])
+    table.append(pa.table({"sample_id": ["byo/new"], "text": ["a later ticket"]}, schema=narrow))
+    validated = cli(ws, "snapshot", "validate", digest)
+    assert validated.exit_code == 0 and json.loads(validated.stdout)["outcome"] == "VALIDATED"
+    assert _refused(ws)["check"] == COLUMNS_CHECK
+
+
+def test_a_table_the_catalog_cannot_load_is_refused(ws: Workspace, tmp_path: Path) -> None:
+    """The catalog opens but loading the table fails: its metadata file is gone."""
+    acme = _sql(tmp_path, "acme")
+    _table(acme, "sales.tickets")
+    location = acme.load().load_table("sales.tickets").metadata_location
+    Path(location.removeprefix("file://")).unlink()
+    _use(ws, {"table": "sales.tickets", "catalog": acme.to_json()})
+    body = _refused(ws)
+    assert (body["check"], body["object"]) == (CATALOG_CHECK, "byo:sales.tickets")
+
+
+def test_a_half_configured_catalog_is_a_usage_error(ws: Workspace, tmp_path: Path) -> None:
+    _use(ws, {"table": "t.x", "catalogUri": f"sqlite:///{tmp_path / 'c.db'}"})  # no warehouse
+    assert _refused(ws, 2)["check"] == CATALOG_CHECK
+    _use(ws, {"table": "t.x", "warehouse": f"file://{tmp_path}"})  # no catalogUri
+    assert _refused(ws, 2)["check"] == CATALOG_CHECK
+    _use(ws, {"table": "t.x", "catalog": {"name": "", "properties": {"type": "sql"}}})
+    assert _refused(ws)["check"] == "schema"  # a catalog has a name
