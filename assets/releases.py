@@ -19,6 +19,7 @@ from relgate.release.attest import verify_provenance
 from relgate.release.checks import ZERO_CHECKS, Check
 from relgate.release.evolution import load_stored
 from relgate.release.publication import approve_release, publish
+from relgate.release.report import failing_shards
 from relgate.release.run_rows import run_status
 from relgate.release.verifier import shard_ids, verify_one_shard, verify_release
 from relgate.release.verify_worker import ShardResult
@@ -160,6 +161,9 @@ def reduce_shard_verification(
             **_evolution_metadata(ws, shard_release),
             "provenanceDigest": provenance.statement_digest if provenance else "",
             "provenanceMaterials": provenance.materials if provenance else 0,
+            "failingShards": dg.MetadataValue.md(
+                "\n".join(f"- {f.line()}" for f in failing_shards(ws, report)) or "none"
+            ),
         },
     )
 

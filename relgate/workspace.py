@@ -39,6 +39,8 @@ from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 CONFIG_NAME = "relgate.json"
 _log = logging.getLogger(__name__)
+#: A ``relgate.json`` that cannot be read or decoded.
+CONFIG_CHECK = "workspace-config"
 #: ``sha256:`` plus at least 8 hex digits names a key by prefix.
 _MIN_KEYID_PREFIX = 15
 
@@ -132,6 +134,24 @@ def parse_config(document: object, *, where: str = CONFIG_NAME) -> WorkspaceConf
     return WorkspaceConfig.parse(document, what=where)
 
 
+def read_config(path: Path) -> dict[str, Any]:
+    """The decoded ``relgate.json`` at ``path``: an unreadable file, or one that is not a JSON
+    object, is refused naming the file (exit 3, ``check=workspace-config``)."""
+    try:
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RejectedError(
+            f"the workspace config is not a readable JSON document: {exc}",
+            object=str(path),
+            check=CONFIG_CHECK,
+        ) from None
+    if not isinstance(document, dict):
+        raise RejectedError(
+            "the workspace config is not a JSON object", object=str(path), check=CONFIG_CHECK
+        )
+    return document
+
+
 def build_object_store(config: ObjectStoreConfig | Mapping[str, object]) -> ObjectStore:
     """The object store a configuration names (a raw ``objectStore`` mapping is validated)."""
     cfg = (
@@ -179,7 +199,7 @@ class Workspace:
                 object=str(path),
                 check="workspace-exists",
             )
-        ws = cls(root, json.loads(path.read_text()))
+        ws = cls(root, read_config(path))
         parse_config(ws.config, where=str(path))
         return ws
 
@@ -194,7 +214,7 @@ class Workspace:
         root.mkdir(parents=True, exist_ok=True)
         path = root / CONFIG_NAME
         if path.exists():
-            ws = cls(root, json.loads(path.read_text()))
+            ws = cls(root, read_config(path))
         else:
             if isinstance(config, WorkspaceConfig):
                 document: dict[str, Any] = _document(config)
@@ -204,7 +224,8 @@ class Workspace:
                 document = default_config(root)
             ws = cls(root, document)
             ws.save()
-        ws.db.migrate()
+        db = ws.__dict__["db"] = Database(ws.catalog_url)  # not yet migrated: unchecked
+        db.migrate()
         ws.ensure_keys()
         return ws
 
@@ -336,10 +357,18 @@ class Workspace:
         return sign_approval(self, result)
 
     # -- components ------------------------------------------------------------------------
+    @property
+    def catalog_url(self) -> str:
+        """``RELGATE_CATALOG_URL`` when set, else the config's catalog URL."""
+        return os.environ.get("RELGATE_CATALOG_URL") or self.settings.catalog.url
+
     @cached_property
     def db(self) -> Database:
-        url = os.environ.get("RELGATE_CATALOG_URL") or self.settings.catalog.url
-        return Database(url)
+        """The catalog, refused (``catalog-schema``) when it holds no relgate schema: a
+        workspace created with ``RELGATE_CATALOG_URL`` set, then used without it."""
+        db = Database(self.catalog_url)
+        db.require_schema()
+        return db
 
     @cached_property
     def store(self) -> ObjectStore:

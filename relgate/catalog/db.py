@@ -17,17 +17,63 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, create_engine, event, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.pool import NullPool
 
 from relgate.catalog.migrations import MIGRATIONS
-from relgate.errors import UsageError
+from relgate.errors import ConflictError, RelgateError, UsageError
 
 #: The PostgreSQL advisory lock every gate transaction takes (shared by admissions).
 GATE_LOCK = 7244
+#: The catalog database could not be reached, or the connection was lost mid-command.
+CATALOG_UNAVAILABLE = "catalog-unavailable"
+#: The catalog database is reachable but holds no relgate schema (the wrong database).
+CATALOG_SCHEMA = "catalog-schema"
+#: What SQLite and PostgreSQL say when a table is missing.
+_MISSING_TABLE = ("no such table", "undefinedtable", "does not exist")
+
+
+class CatalogUnavailableError(ConflictError):
+    """The catalog database was unreachable or dropped the connection (server killed,
+    network lost, database locked past the busy timeout).  A transaction that lost its
+    connection is rolled back by the server and every gate write is CAS-checked, so the
+    command can be retried as it was given (exit 4)."""
+
+    code = "catalog_unavailable"
+
+
+def catalog_error(exc: BaseException, url: str = "catalog") -> RelgateError | None:
+    """The typed error a database failure means, or ``None`` when it is not one of
+    these: a missing table is the wrong database (``catalog-schema``, exit 2), a lost or
+    refused connection is :class:`CatalogUnavailableError` (``catalog-unavailable``)."""
+    if not isinstance(exc, DBAPIError):
+        return None
+    said = f"{type(exc.orig).__name__}: {exc.orig}".lower()
+    if isinstance(exc, OperationalError | ProgrammingError) and any(
+        m in said for m in _MISSING_TABLE
+    ):
+        return UsageError(
+            "the catalog database holds no relgate schema: was the workspace created with"
+            " RELGATE_CATALOG_URL set (set it again), or not initialised (`relgate init`)?",
+            object=url,
+            check=CATALOG_SCHEMA,
+            details={"database": str(exc.orig).splitlines()[0] if str(exc.orig) else ""},
+        )
+    if isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated:
+        first = str(exc.orig).strip().splitlines()
+        return CatalogUnavailableError(
+            "the catalog database is unavailable or dropped the connection; nothing was"
+            " committed by the lost transaction, retry the command",
+            object=url,
+            check=CATALOG_UNAVAILABLE,
+            details={"database": first[0] if first else type(exc.orig).__name__},
+        )
+    return None
 
 
 def utcnow() -> str:
@@ -66,16 +112,46 @@ class Database:
             )
 
     def __repr__(self) -> str:
-        return f"Database({self.engine.url.render_as_string(hide_password=True)})"
+        return f"Database({self.shown_url})"
+
+    @property
+    def shown_url(self) -> str:
+        """The URL without its password (what errors name)."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @contextmanager
+    def _typed_errors(self) -> Iterator[None]:
+        """Lost connections and a missing schema as typed errors (see :func:`catalog_error`)."""
+        try:
+            yield
+        except DBAPIError as exc:
+            mapped = catalog_error(exc, self.shown_url)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    def require_schema(self) -> None:
+        """Refuse a catalog database without relgate's schema (``catalog-schema``, exit 2)
+        before a command reads it; a SQLite file that does not exist is not created."""
+        if self.dialect == "sqlite":
+            path = self.engine.url.database
+            if path and path != ":memory:" and not Path(path).exists():
+                raise UsageError(
+                    "the catalog database does not exist: was the workspace created with"
+                    " RELGATE_CATALOG_URL set (set it again), or not initialised (`relgate init`)?",
+                    object=self.shown_url,
+                    check=CATALOG_SCHEMA,
+                )
+        self.schema_version()
 
     @contextmanager
     def tx(self) -> Iterator[Connection]:
-        with self.engine.begin() as conn:
+        with self._typed_errors(), self.engine.begin() as conn:
             yield conn
 
     @contextmanager
     def gate_tx(self) -> Iterator[Connection]:
-        with self.engine.begin() as conn:
+        with self._typed_errors(), self.engine.begin() as conn:
             if self.dialect == "postgresql":
                 conn.execute(text(f"SELECT pg_advisory_xact_lock({GATE_LOCK})"))
                 conn.execute(text("SELECT id FROM fences WHERE id = 1 FOR UPDATE"))
@@ -89,7 +165,7 @@ class Database:
         the gate lock with each other and exclude every other gate transaction; the
         order is still total up to admissions commuting.  On SQLite it is
         :meth:`gate_tx` (one writer at a time)."""
-        with self.engine.begin() as conn:
+        with self._typed_errors(), self.engine.begin() as conn:
             if self.dialect == "postgresql":
                 conn.execute(text(f"SELECT pg_advisory_xact_lock_shared({GATE_LOCK})"))
             yield conn
@@ -98,7 +174,7 @@ class Database:
     def migrate(self) -> list[int]:
         """Apply pending versioned migrations; returns the versions applied now."""
         applied_now: list[int] = []
-        with self.engine.begin() as conn:
+        with self._typed_errors(), self.engine.begin() as conn:
             if self.dialect == "postgresql":
                 # Serialise concurrent migrators across processes.
                 conn.execute(text("SELECT pg_advisory_xact_lock(7243)"))

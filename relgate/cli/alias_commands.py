@@ -16,10 +16,28 @@ def alias() -> None:
 @click.argument("name")
 @pass_ctx
 def alias_show(ctx: Ctx, name: str) -> CommandOutput:
-    """The alias as it stands (a snapshot or a release alias) and its history."""
-    gate = ctx.ws().gate()
-    state = gate.alias(name, gate.alias_kind(name) or "snapshot")
-    return {**as_object(state), "history": gate.alias_history(name)}
+    """The alias as it stands (a snapshot or a release alias) and its history; every
+    digest with its state now (SUPERSEDED, FENCE-HIT: relgate/catalog/standing.py)."""
+    from relgate.catalog.standing import catalog_states, standings
+
+    ws = ctx.ws()
+    gate = ws.gate()
+    kind = gate.alias_kind(name) or "snapshot"
+    state = as_object(gate.alias(name, kind))
+    history = [as_object(entry) for entry in gate.alias_history(name)]
+    with ws.db.tx() as conn:
+        digests = [str(e["digest"]) for e in history]
+        if state.get("activeDigest"):
+            digests.append(str(state["activeDigest"]))
+        found = standings(conn, catalog_states(conn, kind, digests))
+    for entry in history:
+        if str(entry["digest"]) in found:
+            standing = found[str(entry["digest"])]
+            entry.update(state=standing.state, marks=list(standing.marks))
+    active = found.get(str(state.get("activeDigest")))
+    if active is not None:
+        state.update(activeState=active.state, activeMarks=list(active.marks))
+    return {**state, "history": history}
 
 
 @command(alias, "rollback")

@@ -100,6 +100,45 @@ def _emit(output: CommandOutput, as_json: bool) -> None:
     sys.exit(result.exit_code)
 
 
+#: The largest magnitude an integer option may have: JSON's interoperable range, which
+#: also fits every catalog column (SQLite and PostgreSQL BIGINT).
+MAX_OPTION_INT = 2**53 - 1
+
+
+def _refuse_hostile_values(kw: Mapping[str, object]) -> None:
+    """Every string argument passes the identifier rule's character part (exit 3,
+    ``check=identifier``): a name with a terminal escape or a control character is refused
+    here, before anything stores or prints it.  An integer beyond JSON's interoperable
+    range is a usage error (exit 2, ``check=integer-range``).  Both name the option."""
+    from relgate.integrity.identifiers import validate_text
+
+    params = {p.name: p for p in click.get_current_context().command.params}
+    for name, value in kw.items():
+        param = params.get(name)
+        where = param.opts[0] if isinstance(param, click.Option) else (name or "argument").upper()
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, str):
+                validate_text(item, kind=f"value of {where}", where=where)
+            elif (
+                isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_OPTION_INT
+            ):
+                raise UsageError(
+                    f"{where} is out of range (at most {MAX_OPTION_INT} in magnitude)",
+                    object=where,
+                    check="integer-range",
+                )
+
+
+def _typed(exc: Exception) -> RelgateError | None:
+    """A database failure outside the catalog's transactions (a lost connection, the wrong
+    database) as the typed error it means; ``None`` for anything else."""
+    if not type(exc).__module__.startswith("sqlalchemy"):
+        return None
+    from relgate.catalog.db import catalog_error
+
+    return catalog_error(exc)
+
+
 def command(
     group: click.Group, name: str, **kwargs: object
 ) -> Callable[[Callable[..., CommandOutput]], click.Command]:
@@ -110,6 +149,7 @@ def command(
         @functools.wraps(fn)
         def run(*args: object, as_json: bool, **kw: object) -> None:
             try:
+                _refuse_hostile_values(kw)
                 with progress_bars(as_json):
                     output = fn(*args, **kw)
             except RelgateError as exc:
@@ -118,6 +158,10 @@ def command(
             except click.ClickException:
                 raise
             except Exception as exc:
+                typed = _typed(exc)
+                if typed is not None:
+                    _fail(as_json, typed.to_json(), str(typed), typed.exit_code)
+                    return
                 text = f"{type(exc).__name__}: {exc}"
                 _fail(
                     as_json,

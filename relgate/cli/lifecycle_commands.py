@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from relgate.cli.common import CommandOutput, Ctx, actor, command, pass_ctx
+from relgate.cli.params import EXPIRY, JSON_FILE
 from relgate.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
@@ -37,12 +36,18 @@ def pin() -> None:
 @click.argument("version")
 @click.option("--owner", required=True, help="Who needs the version.")
 @click.option("--reason", required=True, help="Why (ticket, audit, checkpoint).")
-@click.option("--expires", default=None, help="UTC expiry, e.g. 2027-01-31T00:00:00Z.")
+@click.option(
+    "--expires",
+    default=None,
+    type=EXPIRY,
+    help="UTC expiry: 2027-01-31T00:00:00Z, or a duration from now (30d, 12h, 90m, 2w).",
+)
 @click.option(
     "--checkpoint-position",
+    "position",
     default=None,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Saved InputPosition JSON: makes this a checkpoint pin of the release.",
+    type=JSON_FILE,
+    help="Saved InputPosition JSON file: makes this a checkpoint pin of the release.",
 )
 @pass_ctx
 def pin_add(
@@ -51,13 +56,18 @@ def pin_add(
     owner: str,
     reason: str,
     expires: str | None,
-    checkpoint_position: str | None,
+    position: object,
 ) -> CommandOutput:
     """Pin VERSION (snapshot or release digest or prefix) for OWNER."""
     from relgate.lifecycle.pins import add_pin
 
     ws, digest = _resolve_version(ctx, version)
-    position = json.loads(Path(checkpoint_position).read_text()) if checkpoint_position else None
+    if position is not None and not isinstance(position, dict):
+        raise UsageError(
+            "--checkpoint-position must hold a JSON object (a saved InputPosition)",
+            object="--checkpoint-position",
+            check="checkpoint-position",
+        )
     return add_pin(
         ws,
         digest,
@@ -241,7 +251,12 @@ def register(main: click.Group) -> None:
     @pass_ctx
     def lineage_cmd(ctx: Ctx, sample_id: str) -> CommandOutput:
         """Every version, pin, permit and run that holds SAMPLE_ID (by membership)."""
+        from relgate.catalog.standing import qualify
         from relgate.integrity.identifiers import validate_id
         from relgate.lifecycle.lineage import lineage
 
-        return lineage(ctx.ws(), validate_id(sample_id, where="lineage SAMPLE_ID")).to_json()
+        ws = ctx.ws()
+        out = lineage(ws, validate_id(sample_id, where="lineage SAMPLE_ID")).to_json()
+        with ws.db.tx() as conn:  # ACTIVE / PUBLISHED but superseded or fence-hit says so
+            qualify(conn, out["versions"])
+        return out

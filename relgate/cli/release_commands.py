@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from relgate.cli.common import CommandOutput, CommandResult, Ctx, actor, command, pass_ctx
+from relgate.cli.params import WORLD_SIZE
 
 if TYPE_CHECKING:
     from relgate.release.evolution import SchemaEvolutionReport
     from relgate.release.reader import ReaderLease
-    from relgate.release.report import VerificationReport
+    from relgate.release.report import ShardFinding, VerificationReport
     from relgate.workspace import Workspace
 
 
@@ -104,6 +106,7 @@ def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> 
     """Independent verification from exact object versions; VERIFIED or INVALID."""
     from relgate.catalog.release_table import resolve_release
     from relgate.release.crypto import key_ring
+    from relgate.release.report import failing_shards
     from relgate.release.verifier import verify_release
 
     ws = ctx.ws()
@@ -114,16 +117,21 @@ def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> 
         keys=key_ring(keys),
         actor=actor(),
     )
-    return verify_result(report)
+    return verify_result(report, failing_shards(ws, report))
 
 
 #: Catalog states in which a passing verification leaves the release usable.
 _GOOD_STATES = ("VERIFIED", "APPROVED", "PUBLISHED")
 
 
-def verify_result(report: VerificationReport) -> CommandResult:
-    """Exit code and printed state always agree with the catalog row after the attempt."""
+def verify_result(
+    report: VerificationReport, findings: Sequence[ShardFinding] = ()
+) -> CommandResult:
+    """Exit code and printed state always agree with the catalog row after the attempt;
+    each failing shard is listed with its check and the expected and actual values."""
     out: dict[str, object] = {**report.summary(), "counts": report.counts}
+    if findings:
+        out["failingShards"] = [f.to_json() for f in findings]
     if report.ok and report.state in _GOOD_STATES:
         return CommandResult(out)
     if report.outcome == "UNAVAILABLE":
@@ -138,9 +146,16 @@ def verify_result(report: VerificationReport) -> CommandResult:
     else:
         check = "release-state"
         message = f"verification passed but the release is {report.state} (final)"
-    return CommandResult.rejected(
+    refused = CommandResult.rejected(
         out, check=check, message=message, subject="release", digest=report.root
     )
+    lines = [
+        f"release {report.root}: {report.outcome.value} (state {report.state})",
+        f"{check}: {message}",
+        *(f"  {name} = {count}" for name, count in sorted(report.failing.items())),
+        *(f"  {finding.line()}" for finding in findings),
+    ]
+    return CommandResult(refused.body, refused.exit_code, text="\n".join(lines))
 
 
 @command(release, "schema-diff")
@@ -258,6 +273,7 @@ def release_rollback(
 def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
     from relgate.catalog.audit import approvals, latest_report
     from relgate.catalog.release_table import get_release, resolve_release
+    from relgate.catalog.standing import standing_of
     from relgate.catalog.states import history
     from relgate.release import root as rm
 
@@ -266,10 +282,12 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
     row = get_release(ws.db, digest)
     with ws.db.tx() as conn:
         events = history(conn, "release", digest)
+        standing = standing_of(conn, digest, str(row["state"]))  # PUBLISHED but superseded...
     from relgate.catalog.release_table import verification_attempts
 
     out: dict[str, object] = {
         **row,
+        **standing.fields(),
         "history": events,
         "verificationAttempts": verification_attempts(ws.db, digest),
         "approvals": approvals(ws.db, digest),
@@ -358,7 +376,7 @@ def run() -> None:
     help="With --alias: refuse (exit 4) unless the alias is still at this generation.",
 )
 @click.option("--purpose", required=True)
-@click.option("--world-size", required=True, type=int)
+@click.option("--world-size", required=True, type=WORLD_SIZE, help="Ranks (1 to 131072).")
 @pass_ctx
 def run_create(
     ctx: Ctx,
@@ -552,7 +570,7 @@ def run_status_cmd(ctx: Ctx, run_id: str) -> CommandOutput:
 
 @command(run, "rescale")
 @click.argument("run_id")
-@click.option("--world-size", required=True, type=int)
+@click.option("--world-size", required=True, type=WORLD_SIZE, help="Ranks (1 to 131072).")
 @pass_ctx
 def run_rescale(ctx: Ctx, run_id: str, world_size: int) -> CommandOutput:
     """New assignment epoch over the run's root (never rereads the alias)."""

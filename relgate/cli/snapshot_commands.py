@@ -45,6 +45,11 @@ def snapshot() -> None:
 )
 @click.option("--source", "sources", multiple=True, help="Only these source ids (default: all).")
 @click.option("--no-validate", is_flag=True, help="Leave the snapshot BUILDING.")
+@click.option(
+    "--allow-empty",
+    is_flag=True,
+    help="Build a snapshot with no member instead of refusing it (check empty-selection).",
+)
 @pass_ctx
 def snapshot_build(
     ctx: Ctx,
@@ -54,8 +59,11 @@ def snapshot_build(
     alias: str,
     sources: tuple[str, ...],
     no_validate: bool,
+    allow_empty: bool,
 ) -> CommandOutput:
-    """Freeze fences and sources, select members, sign the manifest, then validate."""
+    """Freeze fences and sources, select members, sign the manifest, then validate.
+    An unknown --source (source-unknown) or an empty selection (empty-selection) is
+    refused, exit 3, unless --allow-empty."""
     from relgate.snapshot.build import BuildSpec, build_snapshot
     from relgate.snapshot.validate import validate_snapshot
 
@@ -68,6 +76,7 @@ def snapshot_build(
     active = ws.gate().alias(alias, "snapshot").active_digest
     spec.parents = list(parents) or ([active] if active else [])
     spec.source_ids = list(sources) or None
+    spec.allow_empty = spec.allow_empty or allow_empty
     result = build_snapshot(ws, spec, actor=actor())
     out: dict[str, object] = {
         "snapshot": result.digest,
@@ -100,12 +109,15 @@ def snapshot_list(ctx: Ctx) -> CommandOutput:
 def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> CommandOutput:
     from relgate.catalog.audit import approvals, latest_report
     from relgate.catalog.snapshot_table import resolve, snapshot_history, snapshot_reports
+    from relgate.catalog.standing import standing_of
     from relgate.snapshot.activation import describe
     from relgate.snapshot.compare import load_manifest
 
     ws = ctx.ws()
     digest = resolve(ws.db, digest)
     out = as_object(describe(ws, digest))
+    with ws.db.tx() as conn:  # ACTIVE but superseded or fence-hit says so
+        out.update(standing_of(conn, digest, str(out["state"])).fields())
     out["history"] = snapshot_history(ws.db, digest)
     out["approvals"] = approvals(ws.db, digest)
     out["latestReport"] = latest_report(ws.db, digest, "snapshot")

@@ -18,7 +18,7 @@ from enum import StrEnum
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from relgate.catalog.db import Database, execute, utcnow
+from relgate.catalog.db import CatalogUnavailableError, Database, execute, utcnow
 from relgate.errors import ConflictError, NotFoundError, RejectedError, RelgateError
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,9 @@ class Outcome(StrEnum):
 
 def outcome_of(exc: RelgateError) -> Outcome | None:
     """The outcome a gate error records (None: usage or internal errors are not gate
-    decisions and are not counted)."""
+    decisions and are not counted; neither is a lost catalog connection)."""
+    if isinstance(exc, CatalogUnavailableError):
+        return None
     if isinstance(exc, ConflictError):
         return Outcome.CONFLICT
     if isinstance(exc, RejectedError | NotFoundError):
@@ -96,6 +98,6 @@ def refusals_recorded(db: Database, operation: GateOperation, subject: str) -> I
                         digest=exc.digest,
                         check=exc.check,
                     )
-            except SQLAlchemyError as db_exc:
+            except (SQLAlchemyError, CatalogUnavailableError) as db_exc:
                 log.warning("gate %s %s not recorded: %s", operation, outcome, db_exc)
         raise

@@ -10,6 +10,10 @@ An identifier is hostile input until it passes :func:`validate_id`:
   paragraph separator (``Zl``/``Zp``) and no bidirectional override/isolate (which make
   a log line or a review screen show another id than the one stored).
 
+Every string given on the ``relgate`` command line (names, reasons, paths) passes the
+character part of the same rule (:func:`validate_text`) before a command runs, so nothing
+stored or printed from there holds a control character or a terminal escape.
+
 Identifiers are *values*, never paths: nothing in relgate builds a file name or object
 key from a sample or source id (keys are digests), so ``../../etc/passwd`` is a legal
 sample id that stays a string.  Refusals are :class:`IdentifierError` (exit 3, check
@@ -44,7 +48,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
-def problem(value: Any) -> str | None:  # noqa: PLR0911  # one early return per reason
+def problem(value: Any) -> str | None:
     """Why ``value`` is not a valid identifier, or ``None`` if it is one."""
     if isinstance(value, bytes | bytearray):
         try:
@@ -61,10 +65,31 @@ def problem(value: Any) -> str | None:  # noqa: PLR0911  # one early return per 
         return "not valid UTF-8 (lone surrogate)"
     if size > MAX_ID_BYTES:
         return f"longer than {MAX_ID_BYTES} UTF-8 bytes ({size})"
+    return control_problem(value)
+
+
+def control_problem(value: str) -> str | None:
+    """Why ``value`` may not be shown or stored as a name: the character part of the rule
+    (a control character, which includes a terminal escape's ESC, a line/paragraph
+    separator, a bidi override, a lone surrogate), or ``None``."""
     for ch in value:
         if ch in _BIDI or unicodedata.category(ch) in _REFUSED_CATEGORIES:
             return f"holds control character U+{ord(ch):04X}"
     return None
+
+
+def validate_text(value: str, *, kind: str, where: str) -> str:
+    """Free text (a name, a reason, a path given on the command line) that passes the
+    character part of the rule; :class:`IdentifierError` naming ``where`` otherwise."""
+    why = control_problem(value)
+    if why is not None:
+        raise IdentifierError(
+            f"invalid {kind}: {why}",
+            object=where,
+            check=CHECK,
+            details={"kind": kind, "value": _shown(value), "reason": why},
+        )
+    return value
 
 
 def validate_id(value: Any, *, kind: str = "sample id", where: str | None = None) -> str:
@@ -91,4 +116,13 @@ def validate_ids(
     return out
 
 
-__all__ = ["CHECK", "MAX_ID_BYTES", "IdentifierError", "problem", "validate_id", "validate_ids"]
+__all__ = [
+    "CHECK",
+    "MAX_ID_BYTES",
+    "IdentifierError",
+    "control_problem",
+    "problem",
+    "validate_id",
+    "validate_ids",
+    "validate_text",
+]

@@ -12,11 +12,15 @@ import json
 from pydantic import Field
 from pydantic import JsonValue as WireValue
 
+from relgate.catalog.release_table import get_release
+from relgate.errors import RelgateError
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.integrity.signing import SigningKey, sign_envelope, verify_envelope
 from relgate.objects.cas import ContentRef
 from relgate.release import attest
-from relgate.release.checks import Outcome
+from relgate.release import root as rm
+from relgate.release.checks import Check, Outcome
+from relgate.release.descriptor import ShardDescriptor
 from relgate.workspace import Workspace
 
 REPORT_SCHEMA = "relgate.release.verification.v1"
@@ -48,6 +52,37 @@ class VerificationPayload(Contract):
         return {k: v for k, v in self.counts.items() if v}
 
 
+#: What the signed root says a shard should be, per check: the descriptor field each
+#: per-shard check compares the stored shard against.
+EXPECTED_FIELD: dict[Check, str] = {
+    Check.SIZE_MISMATCH: "size",
+    Check.STORAGE_DIGEST_MISMATCH: "storage_digest",
+    Check.LOGICAL_DIGEST_MISMATCH: "logical_digest",
+    Check.MEMBER_SET_DIGEST_MISMATCH: "member_set_digest",
+    Check.RECORD_COUNT_MISMATCH: "records",
+    Check.TOKEN_COUNT_MISMATCH: "tokens",
+}
+
+
+class ShardFinding(Contract):
+    """One failed per-shard check of a report: the shard, the check, and the value the
+    signed root expected next to the one the verifier found (when the check has one)."""
+
+    shard: str
+    object_version: str
+    check: Check
+    message: str
+    expected: WireValue = None
+    actual: WireValue = None
+
+    def line(self) -> str:
+        """The finding on one line (the command line's listing)."""
+        text = f"shard {self.shard}@{self.object_version}: {self.check.value}: {self.message}"
+        if self.expected is not None or self.actual is not None:
+            text += f" (expected {self.expected}, actual {self.actual})"
+        return text
+
+
 class VerificationReport(VerificationPayload):
     """The payload, where its envelope is stored, the provenance and the resulting state."""
 
@@ -60,6 +95,35 @@ class VerificationReport(VerificationPayload):
     def payload(self) -> VerificationPayload:
         fields = set(VerificationPayload.model_fields)
         return VerificationPayload.model_validate(self.model_dump(include=fields))
+
+    def shard_findings(self, descriptors: tuple[ShardDescriptor, ...] = ()) -> list[ShardFinding]:
+        """Every failed per-shard check, in shard order; ``expected`` from the root's
+        ``descriptors`` (the signed values), ``actual`` from what the verifier found."""
+        by_id = {d.id: d for d in descriptors}
+        found = []
+        for shard in self.shards:
+            failures = shard.get("failures")
+            for failure in failures if isinstance(failures, list) else ():
+                if not isinstance(failure, dict):
+                    continue
+                try:
+                    check = Check(str(failure.get("check")))
+                except ValueError:
+                    continue  # not a per-shard check name: counted in ``counts`` only
+                descriptor = by_id.get(str(shard.get("id")))
+                field = EXPECTED_FIELD.get(check)
+                expected = getattr(descriptor, field) if descriptor and field else None
+                found.append(
+                    ShardFinding(
+                        shard=str(shard.get("id")),
+                        object_version=str(shard.get("objectVersion")),
+                        check=check,
+                        message=str(failure.get("message", "")),
+                        expected=expected,
+                        actual=failure.get("actual"),
+                    )
+                )
+        return found
 
     def summary(self) -> JsonObject:
         """What the CLI and Dagster layers print/attach as metadata."""
@@ -76,6 +140,20 @@ class VerificationReport(VerificationPayload):
             "records": self.facts.get("records", 0),
             "bytes": self.facts.get("bytes", 0),
         }
+
+
+def failing_shards(ws: Workspace, report: VerificationReport) -> list[ShardFinding]:
+    """The report's failed per-shard checks, each with what the signed root expected (its
+    shard descriptors); without expected values when the root itself cannot be opened
+    (the report's own ``fatal:`` finding says why)."""
+    if all(shard.get("ok") for shard in report.shards):
+        return []
+    try:
+        version = str(get_release(ws.db, report.root)["envelope_version"])
+        descriptors = rm.load(ws.store, ws.trusted_keys, report.root, version).descriptors
+    except RelgateError:
+        descriptors = ()
+    return report.shard_findings(descriptors)
 
 
 def store_report(ws: Workspace, report: VerificationReport, key: SigningKey) -> ContentRef:

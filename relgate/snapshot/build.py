@@ -57,6 +57,10 @@ DEFAULT_SELECTION = SelectionPolicy()
 DEFAULT_SPLIT = SplitPolicy()
 #: Build failures that mean "try again later" rather than "this input is wrong".
 _INCOMPLETE_CHECKS = ("cdc-contiguous", "source-consistent")
+#: A build named a source id the workspace config does not declare.
+SOURCE_UNKNOWN = "source-unknown"
+#: A build would select no member (refused unless the spec allows an empty snapshot).
+EMPTY_SELECTION = "empty-selection"
 
 
 @dataclass
@@ -70,6 +74,8 @@ class BuildSpec:
     records: RecordSchema = TEXT_SCHEMA
     parents: list[str] = field(default_factory=list)
     source_ids: list[str] | None = None  # default: every configured source
+    #: build a snapshot with no member instead of refusing it (``empty-selection``)
+    allow_empty: bool = False
 
     @classmethod
     def from_config(cls, config: Mapping[str, object]) -> BuildSpec:
@@ -87,6 +93,7 @@ class BuildSpec:
             records=RecordSchema.from_config(snap["recordSchema"])
             if "recordSchema" in snap
             else TEXT_SCHEMA,
+            allow_empty=snap.get("allowEmpty") is True,
         )
 
 
@@ -155,6 +162,39 @@ def configured_sources(
     }
 
 
+def selected_sources(ws: Workspace, spec: BuildSpec) -> list[str]:
+    """The source ids a build reads: refused when one is not configured (``source-unknown``)
+    or when there is none to read and the spec does not allow an empty snapshot."""
+    known = source_configs(ws)
+    for source_id in spec.source_ids or ():
+        if source_id not in known:
+            raise RejectedError(
+                f"no configured source has this id (configured: {sorted(known) or 'none'})",
+                object=f"source {source_id!r}",
+                check=SOURCE_UNKNOWN,
+                details={"configured": sorted(known)},
+            )
+    chosen = [s for s in known if spec.source_ids is None or s in spec.source_ids]
+    if not chosen and not spec.allow_empty:
+        raise RejectedError(
+            "the build selects no source; configure one or pass --allow-empty",
+            object="sources",
+            check=EMPTY_SELECTION,
+        )
+    return chosen
+
+
+def _refuse_empty(spec: BuildSpec, staged: _Staged) -> None:
+    if staged.tally.rows == 0 and not spec.allow_empty:
+        raise RejectedError(
+            "the selection is empty: no source row became a member; pass --allow-empty"
+            " to build an empty snapshot",
+            object="selection",
+            check=EMPTY_SELECTION,
+            details={"counts": staged.counts},
+        )
+
+
 def pinned_sources(
     ws: Workspace, entries: Sequence[SourceEntry], digest: str, records: RecordSchema
 ) -> dict[str, Source]:
@@ -185,12 +225,13 @@ def _failed(ws: Workspace, build_id: str, exc: RelgateError) -> RelgateError:
 
 def freeze(ws: Workspace, spec: BuildSpec) -> Frozen:
     """Fence watermarks first, then each source's pin, then the transform digest."""
+    chosen = selected_sources(ws, spec)  # a typo or nothing to read: refused, nothing recorded
     build_id = uuid.uuid4().hex
     started = _now()
     try:
         with ws.db.tx() as conn:
             fences = read_fences(conn)
-        sources = configured_sources(ws, spec.source_ids, spec.records)
+        sources = configured_sources(ws, chosen, spec.records)
         entries = tuple(source.pin().entry for source in sources.values())
         transform_ref = resolve_transform(ws.db, spec.transform, ws.cas)
     except RelgateError as exc:
@@ -226,6 +267,7 @@ def build_snapshot(
         path = Path(tmp) / "members.parquet"
         try:
             staged = _stage_members(ws, spec, frozen, path, runner)
+            _refuse_empty(spec, staged)
         except RelgateError as exc:
             raise _failed(ws, frozen.build_id, exc) from None
         return _write_snapshot(ws, spec, frozen, staged, actor=actor, lease=lease)

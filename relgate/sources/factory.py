@@ -14,7 +14,7 @@ from relgate.objects.cas import ContentStore
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.sources.cdc import CdcSource
 from relgate.sources.iceberg import ID_COLUMN as ICEBERG_ID_COLUMN
-from relgate.sources.iceberg import IcebergSource
+from relgate.sources.iceberg import IcebergCatalog, IcebergSource
 from relgate.sources.prefix import ObjectPrefixSource
 from relgate.sources.source import Source
 
@@ -29,8 +29,7 @@ def source_from_config(
     if kind == "iceberg":
         return IcebergSource(
             source_id,
-            catalog_uri=str(config["catalogUri"]),
-            warehouse=str(config["warehouse"]),
+            catalog=IcebergCatalog.from_source_config(config, source_id),
             table=str(config["table"]),
             schema=schema,
             id_column=str(config.get("idColumn", ICEBERG_ID_COLUMN)),

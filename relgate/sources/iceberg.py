@@ -6,13 +6,15 @@ manifest spells them as strings: ``iceberg:<id>``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, StrictStr
 
-from relgate.errors import NotFoundError, RejectedError
+from relgate.errors import NotFoundError, RejectedError, UsageError
+from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.identifiers import MAX_ID_BYTES, problem
 from relgate.records.record_schema import ID_COLUMN as RECORD_ID
@@ -29,6 +31,7 @@ from relgate.sources.source import (
 )
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyiceberg.catalog.sql import SqlCatalog
 
 #: The table column that holds the sample id unless the config names another.
@@ -51,6 +54,11 @@ def suspect_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
         pc.or_(pc.equal(size, 0), pc.greater(size, MAX_ID_BYTES)),
         pc.match_substring_regex(ids, _REFUSED_ID_CHARS),
     )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else ""
 
 
 def _typed(data: pa.Table, schema: RecordSchema, where: str) -> pa.Table:
@@ -77,11 +85,71 @@ def _check_batch(data: pa.Table, schema: RecordSchema, where: str, offset: int) 
             raise row_error(f"{where} row {offset + index + 1}", f"bad id ({why})")
 
 
-def open_catalog(catalog_uri: str, warehouse: str) -> SqlCatalog:
-    # pyiceberg costs ~0.27 s of import; only processes that open a catalog pay it
-    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 - see above
+#: The catalog name a source configured by ``catalogUri`` and ``warehouse`` opens (the
+#: original form of an Iceberg source: a SQL catalog, kept working as it was).
+DEFAULT_CATALOG = "relgate"
+#: The catalog could not be loaded or answered with an error (unreachable file or server,
+#: unknown type, missing properties).
+CATALOG_CHECK = "iceberg-catalog"
+#: A record-schema column is not a column of the pinned table.
+COLUMNS_CHECK = "source-columns"
+#: pyiceberg's catalog type of a process-local catalog, which exists only while the
+#: process holds it (so each configuration is loaded once per process).
+IN_MEMORY = "in-memory"
+_IN_MEMORY_CATALOGS: dict[str, Catalog] = {}
 
-    return SqlCatalog("relgate", uri=catalog_uri, warehouse=warehouse)
+
+class IcebergCatalog(Contract):
+    """Which catalog a source's table is in, as ``pyiceberg.catalog.load_catalog`` takes it:
+    the catalog ``name`` and its ``properties`` (``type``: ``sql``, ``rest``, ``glue``,
+    ``hive``, ``in-memory``, ... as pyiceberg offers them; ``uri``, ``warehouse``,
+    credentials).  Properties not given here come from pyiceberg's own configuration for
+    that name (``~/.pyiceberg.yaml``, ``PYICEBERG_CATALOG__<NAME>__<KEY>``)."""
+
+    name: StrictStr = Field(min_length=1)
+    properties: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+    @classmethod
+    def sql(cls, catalog_uri: str, warehouse: str, name: str = DEFAULT_CATALOG) -> IcebergCatalog:
+        """A SQL catalog (the ``catalogUri`` / ``warehouse`` form of a source config)."""
+        return cls(
+            name=name, properties={"type": "sql", "uri": catalog_uri, "warehouse": warehouse}
+        )
+
+    @classmethod
+    def from_source_config(cls, config: Mapping[str, object], source_id: str) -> IcebergCatalog:
+        """The ``catalog`` of an ``iceberg`` source entry, or its ``catalogUri`` and
+        ``warehouse`` (a SQL catalog named ``relgate``); refused when it has neither."""
+        if "catalog" in config:
+            return cls.parse(config["catalog"], what=f"source {source_id} catalog")
+        uri, warehouse = config.get("catalogUri"), config.get("warehouse")
+        if not isinstance(uri, str) or not isinstance(warehouse, str):
+            raise UsageError(
+                "an iceberg source needs `catalog` {name, properties}, or `catalogUri` and"
+                " `warehouse` (a SQL catalog)",
+                object=f"source {source_id}",
+                check=CATALOG_CHECK,
+            )
+        return cls.sql(uri, warehouse)
+
+    def load(self) -> Catalog:
+        """The catalog (an in-memory one: the same instance for the process's life)."""
+        # pyiceberg costs ~0.27 s of import; only processes that open a catalog pay it
+        from pyiceberg.catalog import load_catalog  # noqa: PLC0415 - see above
+
+        if self.properties.get("type") != IN_MEMORY:
+            return load_catalog(self.name, **self.properties)
+        key = self.digest()
+        if key not in _IN_MEMORY_CATALOGS:
+            _IN_MEMORY_CATALOGS[key] = load_catalog(self.name, **self.properties)
+        return _IN_MEMORY_CATALOGS[key]
+
+
+def open_catalog(catalog_uri: str, warehouse: str) -> SqlCatalog:
+    """The SQL catalog ``relgate`` a ``catalogUri`` / ``warehouse`` source config names."""
+    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415 - lazy, as IcebergCatalog.load
+
+    return SqlCatalog(DEFAULT_CATALOG, uri=catalog_uri, warehouse=warehouse)
 
 
 class IcebergSource(Source):
@@ -91,15 +159,13 @@ class IcebergSource(Source):
         self,
         source_id: str,
         *,
-        catalog_uri: str,
-        warehouse: str,
+        catalog: IcebergCatalog,
         table: str,
         schema: RecordSchema = TEXT_SCHEMA,
         id_column: str = ID_COLUMN,
     ) -> None:
         super().__init__(source_id, schema=schema)
-        self.catalog_uri = catalog_uri
-        self.warehouse = warehouse
+        self.catalog = catalog
         self.table = table
         self.id_column = id_column
         #: table column -> record column
@@ -107,15 +173,53 @@ class IcebergSource(Source):
             (id_column if name == RECORD_ID else name): name for name in schema.column_names
         }
 
-    def _load(self) -> Any:
-        from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415 - lazy, as open_catalog
-
+    def _catalog(self) -> Catalog:
         try:
-            return open_catalog(self.catalog_uri, self.warehouse).load_table(self.table)
-        except NoSuchTableError:
+            return self.catalog.load()
+        except Exception as exc:  # pyiceberg and its drivers raise many kinds: all say "cannot"
             raise NotFoundError(
-                "iceberg table not found", object=f"{self.id}:{self.table}", check="table-exists"
+                f"iceberg catalog {self.catalog.name!r} cannot be opened"
+                f" ({type(exc).__name__}): {_first_line(exc)}",
+                object=f"{self.id}:catalog {self.catalog.name}",
+                check=CATALOG_CHECK,
             ) from None
+
+    def _load(self) -> Any:
+        from pyiceberg.exceptions import (  # noqa: PLC0415 - lazy, as IcebergCatalog.load
+            NoSuchNamespaceError,
+            NoSuchTableError,
+        )
+
+        catalog = self._catalog()
+        try:
+            return catalog.load_table(self.table)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            raise NotFoundError(
+                f"iceberg table not found in catalog {self.catalog.name!r}",
+                object=f"{self.id}:{self.table}",
+                check="table-exists",
+            ) from None
+        except Exception as exc:  # the catalog answered with an error: unreachable, refused
+            raise NotFoundError(
+                f"iceberg catalog {self.catalog.name!r} could not load the table"
+                f" ({type(exc).__name__}): {_first_line(exc)}",
+                object=f"{self.id}:{self.table}",
+                check=CATALOG_CHECK,
+            ) from None
+
+    def _require_columns(self, table: Any, schema_id: int | None, where: str) -> None:
+        """Refuse a record-schema column the table (at that schema) does not have."""
+        schema = table.schemas().get(schema_id) if schema_id is not None else None
+        schema = schema or table.schema()
+        present = {field.name for field in schema.fields}
+        missing = sorted(name for name in self.columns if name not in present)
+        if missing:
+            raise RejectedError(
+                f"the record schema's columns {missing} are not columns of the iceberg table",
+                object=where,
+                check=COLUMNS_CHECK,
+                details={"missing": missing, "tableColumns": sorted(present)},
+            )
 
     def pin(self) -> SourcePin:
         table = self._load()
@@ -126,6 +230,7 @@ class IcebergSource(Source):
                 object=f"{self.id}:{self.table}",
                 check="table-snapshot",
             )
+        self._require_columns(table, snapshot.schema_id, f"{self.id}:{self.table}")
         entry = IcebergPin(
             id=self.id,
             table=self.table,
@@ -160,15 +265,17 @@ class IcebergSource(Source):
         pin = expect_pin(entry, IcebergPin, self.id)
         table = self._load()
         snapshot_id = pin.snapshot_id
-        if table.snapshot_by_id(snapshot_id) is None:
+        snapshot = table.snapshot_by_id(snapshot_id)
+        if snapshot is None:
             raise NotFoundError(
                 "pinned iceberg snapshot is no longer readable",
                 object=f"{self.id}:{self.table}",
                 check="source-readable",
                 details={"tableSnapshot": pin.table_snapshot},
             )
-        scan = table.scan(snapshot_id=snapshot_id, selected_fields=tuple(self.columns))
         where = f"{self.id}:{self.table}@{pin.table_snapshot}"
+        self._require_columns(table, snapshot.schema_id, where)
+        scan = table.scan(snapshot_id=snapshot_id, selected_fields=tuple(self.columns))
         arrow_schema = self.schema.arrow_schema()
         offset = 0
         for batch in scan.to_arrow_batch_reader():
