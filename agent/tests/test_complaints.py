@@ -130,3 +130,52 @@ def test_bad_data_from_the_suspect_does_not_count(chain) -> None:
     assert job.hosts[child].state == REMOVED  # both ways, corroborated by nobody
     assert child not in job.hosts[up].bad_data_reporters
     assert job.hosts[up].state != "QUARANTINED" and not job.hosts[up].demoted
+
+
+def test_a_stall_counts_when_the_accused_receives_and_sends_nothing(chain) -> None:
+    """The accused's own rates: it receives (so it has something to pass on) and sends
+    0 B/s while the reporter receives from others: corroborated, demoted, the evidence
+    named. A second reporter that is itself gone corroborates nothing."""
+    c, now, job, up, child = chain
+    second = next(iter(_kids(job, up) - {child}))
+    job.hosts[second].state = "DEAD"  # spliced out: its word counts for nothing
+    job.hosts[up].tx_bps, job.hosts[up].rx_bps = 9_000_000, 5_000_000
+    for _ in range(4):
+        now[0] += 1.0
+        _complain(c, now, job, second, up, "STALLED")
+        _complain(c, now, job, child, up, "STALLED")
+    assert not job.hosts[up].demoted  # it sends: a dead host's word is no second reporter
+    job.hosts[up].tx_bps, job.hosts[child].rx_bps = 0, 4_000_000
+    now[0] += 1.0
+    _complain(c, now, job, child, up, "STALLED")
+    assert job.hosts[up].demoted
+    assert job.hosts[up].errors[-1] == (
+        f"DEMOTED not serving: STALLED from {', '.join(sorted((child, second)))} (it sends "
+        f"0 B/s while {child} receives 4000000 B/s from others)"
+    )
+
+
+def test_a_handshake_failure_counts_even_against_a_host_that_receives_nothing(chain) -> None:
+    """CONN_RESET is no stall an empty upstream explains: sending 0 B/s while the reporter
+    receives from others corroborates it whatever the accused receives."""
+    c, now, job, up, child = chain
+    job.hosts[up].tx_bps, job.hosts[up].rx_bps = 0, 0
+    job.hosts[child].rx_bps = 4_000_000
+    for _ in range(4):
+        now[0] += 1.0
+        _complain(c, now, job, child, up, "CONN_RESET")
+    assert job.hosts[up].demoted
+
+
+def test_a_removed_host_is_judged_once(chain) -> None:
+    c, now, job, up, child = chain
+    below = job.topology.stripes[0].children(child)[0]
+    _complain(c, now, job, child, up, "CONN_RESET")
+    _complain(c, now, job, below, child, "CONN_RESET")
+    assert job.hosts[child].state == REMOVED
+    version = job.topology.version
+    job.hosts[below].unserved[child] = (now[0], now[0])  # a complaint still in flight
+    job.hosts[below].unserved_reason[child] = "CONN_RESET"
+    _complain(c, now, job, child, below, "CONN_RESET")
+    assert sum(e.startswith(REMOVED) for e in job.hosts[child].errors) == 1
+    assert job.topology.version == version

@@ -100,6 +100,7 @@ def withdraw(job: JobState, reporter: str) -> None:
     """Forget every complaint ``reporter`` made (it was judged the suspect)."""
     for hp in job.hosts.values():
         hp.unserved.pop(reporter, None)
+        hp.unserved_reason.pop(reporter, None)
         hp.bad_data_reporters.discard(reporter)
 
 

@@ -496,6 +496,7 @@ class ProgressService(CoordinatorCore):
             hp.errors.append(f"{REMOVED} {why}")
             hp.state = REMOVED
             hp.unserved.clear()
+            hp.unserved_reason.clear()
             withdraw(job, host)
             if host in job.topology.racks:
                 self._set_topology(job, self._splice(job, host))
@@ -524,7 +525,11 @@ class ProgressService(CoordinatorCore):
             return
         if hp.demoted:
             return
-        lasting = sorted(r for r, (f, _) in hp.unserved.items() if now - f >= window)
+        lasting = sorted(  # a reporter spliced out (dead, removed) has no word left
+            r
+            for r, (f, _) in hp.unserved.items()
+            if now - f >= window and r in job.hosts and job.hosts[r].state not in GONE_STATES
+        )
         evidence = next((e for r in lasting if (e := corroboration(job, hp, r))), None)
         if evidence is None:
             return  # one host's word: a dispute, not evidence against this one
@@ -540,6 +545,7 @@ class ProgressService(CoordinatorCore):
         hp.errors.append(f"DEMOTED not serving: {reason} from {reporters} ({evidence})")
         hp.demoted = True
         hp.unserved.clear()
+        hp.unserved_reason.clear()
         moved = append_host(self._splice(job, hp.host_id), hp.host_id, hp.rack, hp.dc)
         self._set_topology(job, moved)
         self.metrics.splices.labels(SPLICE_DEMOTED).inc()
