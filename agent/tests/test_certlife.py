@@ -85,7 +85,7 @@ def test_an_expired_certificate_is_refused_on_its_open_connection_and_cut_off(
         assert "expired" in exc.value.details() and _check(exc.value) == CHECK_CERT_EXPIRED
         row = _host_row(control, job, "h00")  # no longer a target the job waits for
         assert row["state"] == "REMOVED"
-        assert any(e.startswith(f"REMOVED {CHECK_CERT_EXPIRED}") for e in row["errors"])
+        assert any(e.startswith(f"REMOVED: {CHECK_CERT_EXPIRED}") for e in row["errors"])
     finally:
         ch.close()
 

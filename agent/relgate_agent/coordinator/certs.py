@@ -1,7 +1,8 @@
 """A host whose certificate expired or was revoked stops being a target.
 
 The server refuses such a caller on every call (``certlife.refusal``); this is what the
-coordinator does about it: the host is removed (``REMOVED``, with the check and why) from
+coordinator does about it: the host is removed (``removal.remove_host``: ``REMOVED``, with
+the check and why, kept in the ledger across a takeover) from
 every active job it is a target of and not yet READY in, spliced out of its chains, so
 nobody waits for it, feeds it or is fed by it. A READY host keeps its placement (its bytes
 were verified when they were placed).
@@ -9,13 +10,9 @@ were verified when they were placed).
 
 from __future__ import annotations
 
-import logging
-
-from relgate_agent.coordinator.jobstate import ACTIVE_STATES, GONE_STATES, REMOVED
+from relgate_agent.coordinator import removal
+from relgate_agent.coordinator.jobstate import ACTIVE_STATES, GONE_STATES
 from relgate_agent.coordinator.leader import CoordinatorCore
-from relgate_agent.coordinator.metrics import SPLICE_REMOVED
-
-log = logging.getLogger(__name__)
 
 
 def cut_off(coord: CoordinatorCore, host: str, check: str, why: str) -> list[str]:
@@ -30,15 +27,8 @@ def cut_off(coord: CoordinatorCore, host: str, check: str, why: str) -> list[str
                 continue
             if hp.state in GONE_STATES:
                 continue
-            log.warning("job %s: removing %s: %s (%s)", job.job_id, host, why, check)
-            hp.errors.append(f"{REMOVED} {check}: {why}")
-            hp.state = REMOVED
-            if host in job.topology.racks:
-                coord._set_topology(job, coord._splice(job, host))
-                coord.metrics.splices.labels(SPLICE_REMOVED).inc()
-            left.append(job.job_id)
-        if left:
-            coord.changed.notify_all()
+            if removal.remove_host(coord, job, host, f"{check}: {why}"):
+                left.append(job.job_id)
     return left
 
 

@@ -109,25 +109,8 @@ class HandoffService(ProgressService):
                     continue  # a FAILED job stays in memory so GetJob shows its errors
                 if self._all_pending_failed(job):
                     continue
-                dead: dict[str, str] = {}
-                for h in list(job.topology.racks):
-                    hp = job.hosts.get(h)
-                    # a host holding its watch stream open is alive (its process and its
-                    # connection are; a killed agent's stream ends at once): a late report
-                    # from a busy coordinator's queue never splices it. A hung host is
-                    # caught by its downstreams (ReportSuspect) instead.
-                    if not hp or self.watching.get(h):
-                        continue
-                    # a host this leader never heard from is judged only after the
-                    # takeover's grace (failover.py): its reports may be stuck on the old one
-                    heard = max(hp.last_seen, self.watch_ended.get(h, hp.last_seen))
-                    if now - heard > dead_limit(hp, job, self.config):
-                        dead[h] = (
-                            f"no report for {now - heard:.1f}s"
-                            if hp.reported or job.resumed_at is None
-                            else f"no report since the takeover {now - heard:.1f}s ago"
-                        )
-                self._mark_dead_all(job, dead)  # one topology version for the whole sweep
+                # one topology version for the whole sweep
+                self._mark_dead_all(job, self._silent(job, now))
                 removal.sweep_dead(self, job, now)  # a lost host never holds the job
                 if job.targets and not job.eligible:  # every target removed or quarantined
                     self._fail_job(job, f"no target left: {_removed_text(job)}")
@@ -152,6 +135,28 @@ class HandoffService(ProgressService):
             if self.leader:
                 self.ledger.put_bytes(job_id, rows)
         self._kick_outbox()
+
+    def _silent(self, job: JobState, now: float) -> dict[str, str]:
+        """Hosts of the chains this leader has not heard from for too long -> why."""
+        dead: dict[str, str] = {}
+        for h in list(job.topology.racks):
+            hp = job.hosts.get(h)
+            # a host holding its watch stream open is alive (its process and its
+            # connection are; a killed agent's stream ends at once): a late report
+            # from a busy coordinator's queue never splices it. A hung host is
+            # caught by its downstreams (ReportSuspect) instead.
+            if not hp or self.watching.get(h):
+                continue
+            # a host this leader never heard from is judged only after the
+            # takeover's grace (failover.py): its reports may be stuck on the old one
+            heard = max(hp.last_seen, self.watch_ended.get(h, hp.last_seen))
+            if now - heard > dead_limit(hp, job, self.config):
+                dead[h] = (
+                    f"no report for {now - heard:.1f}s"
+                    if hp.reported or job.resumed_at is None
+                    else f"no report since the takeover {now - heard:.1f}s ago"
+                )
+        return dead
 
     @staticmethod
     def _finished(job: JobState) -> bool:

@@ -48,7 +48,6 @@ from relgate_agent.coordinator.leader import CoordinatorCore
 from relgate_agent.coordinator.metrics import (
     SPLICE_DEMOTED,
     SPLICE_QUARANTINED,
-    SPLICE_REMOVED,
     SPLICE_SERVING,
 )
 from relgate_agent.coordinator.topology import (
@@ -367,8 +366,6 @@ class ProgressService(CoordinatorCore):
                 return ProgressReply(job.topology.version, ("STOP",))
             if hp.state == QUARANTINED:  # never READY again in this job
                 return ProgressReply(job.topology.version, (ACTION_QUARANTINE,))
-            if hp.state == REMOVED:  # out of this job with its reason; keeps its staging
-                return ProgressReply(job.topology.version, ("STOP",))
             actions: list[str] = [] if whole else ["FULL_PROGRESS"]
             if report.ready and not hp.ready:
                 self._accept_ready(job, hp, report)
@@ -492,16 +489,10 @@ class ProgressService(CoordinatorCore):
             if why is None:
                 continue
             hp = job.hosts[host]
-            log.warning("job %s: removing %s: %s", job.job_id, host, why)
-            hp.errors.append(f"{REMOVED} {why}")
-            hp.state = REMOVED
             hp.unserved.clear()
             hp.unserved_reason.clear()
             withdraw(job, host)
-            if host in job.topology.racks:
-                self._set_topology(job, self._splice(job, host))
-                self.metrics.splices.labels(SPLICE_REMOVED).inc()
-            self.changed.notify_all()
+            removal.remove_host(self, job, host, why)  # logged, spliced, kept in the ledger
             return host == reporter
         return False
 

@@ -32,6 +32,7 @@ from relgate_agent.coordinator.jobstate import (
     Rejected,
 )
 from relgate_agent.coordinator.ledger import REASON_MAX, HostHold, Ledger
+from relgate_agent.coordinator.metrics import SPLICE_REMOVED
 
 if TYPE_CHECKING:
     from relgate_agent.coordinator.leader import CoordinatorCore
@@ -55,6 +56,7 @@ def remove_host(core: CoordinatorCore, job: JobState, host: str, reason: str) ->
     log.warning("job %s: %s removed (%s)", job.job_id, host, reason)
     if host in job.topology.racks:
         core._set_topology(job, core._splice(job, host))
+        core.metrics.splices.labels(SPLICE_REMOVED).inc()
     core.changed.notify_all()
     return True
 
