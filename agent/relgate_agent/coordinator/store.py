@@ -112,6 +112,30 @@ SCHEMA = [
         at_ms BIGINT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS dist_outbox_pending ON dist_outbox (delivered_at_ms, job_id, seq)",
+    # the manifest digest a verified READY was accepted for (a host "already holds" a job's
+    # checkpoint only under the same digest, never by model/version alone)
+    """CREATE TABLE IF NOT EXISTS dist_host_digest (
+        host_id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        version TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        PRIMARY KEY (host_id, model, version)
+    )""",
+    # targets removed from a job, with the reason (NO_SPACE, ...): not waited for
+    """CREATE TABLE IF NOT EXISTS dist_removed (
+        job_id TEXT NOT NULL,
+        host_id TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        removed_at_ms BIGINT NOT NULL,
+        PRIMARY KEY (job_id, host_id)
+    )""",
+    # each READY host's signed placement attestation (coordinator/attest.py), per job
+    """CREATE TABLE IF NOT EXISTS dist_attestations (
+        job_id TEXT NOT NULL,
+        host_id TEXT NOT NULL,
+        attestation TEXT NOT NULL,
+        PRIMARY KEY (job_id, host_id)
+    )""",
 ]
 OUTBOX_BATCH = 1000  # pending events one delivery pass looks at (bounded)
 _ERROR_TEXT_MAX = 500
@@ -307,21 +331,24 @@ class JobStore:
             ).all()
         return [(r[0], r[1], json.loads(r[2]), r[3]) for r in rows]
 
-    def hosts_holding(self, model: str, version: str) -> set[str]:
+    def hosts_holding(self, model: str, version: str, digest: str) -> set[str]:
         """Hosts that still say they hold the version AND that this coordinator once accepted
-        a verified READY from for it (a claim alone never counts)."""
+        a verified READY from for it under manifest ``digest`` (a claim alone never counts,
+        nor a READY for another manifest of the same model/version)."""
         with self.tx() as c:
             rows = c.execute(
                 text(
                     "SELECT v.host_id FROM dist_host_versions v JOIN dist_host_verified w "
                     "ON v.host_id = w.host_id AND v.model = w.model AND v.version = w.version "
-                    "WHERE v.model = :m AND v.version = :v"
+                    "JOIN dist_host_digest d "
+                    "ON v.host_id = d.host_id AND v.model = d.model AND v.version = d.version "
+                    "WHERE v.model = :m AND v.version = :v AND d.digest = :d"
                 ),
-                {"m": model, "v": version},
+                {"m": model, "v": version, "d": digest},
             ).all()
         return {r[0] for r in rows}
 
-    def mark_host_version(self, host_id: str, model: str, version: str) -> None:
+    def mark_host_version(self, host_id: str, model: str, version: str, digest: str) -> None:
         with self.tx() as c:
             for table in ("dist_host_versions", "dist_host_verified"):
                 c.execute(
@@ -331,13 +358,63 @@ class JobStore:
                     ),
                     {"h": host_id, "m": model, "v": version},
                 )
+            c.execute(
+                text(
+                    "INSERT INTO dist_host_digest (host_id, model, version, digest) "
+                    "VALUES (:h, :m, :v, :d) ON CONFLICT (host_id, model, version) "
+                    "DO UPDATE SET digest = excluded.digest"
+                ),
+                {"h": host_id, "m": model, "v": version, "d": digest},
+            )
 
     def forget_host_version(self, host_id: str, model: str, version: str) -> None:
         """The coordinator no longer vouches for the host's copy (it was quarantined)."""
+        with self.tx() as c:
+            for table in ("dist_host_verified", "dist_host_digest"):
+                c.execute(
+                    text(
+                        f"DELETE FROM {table} WHERE host_id = :h AND model = :m AND version = :v"  # noqa: S608 - constant table names
+                    ),
+                    {"h": host_id, "m": model, "v": version},
+                )
+
+    # -- targets removed from a job -----------------------------------------
+    def remove_target(self, job_id: str, host_id: str, reason: str) -> None:
         self._execute(
-            "DELETE FROM dist_host_verified WHERE host_id = :h AND model = :m AND version = :v",
-            {"h": host_id, "m": model, "v": version},
+            "INSERT INTO dist_removed (job_id, host_id, reason, removed_at_ms) "
+            "VALUES (:j, :h, :r, :t) ON CONFLICT (job_id, host_id) DO NOTHING",
+            {
+                "j": job_id,
+                "h": host_id,
+                "r": reason[:_ERROR_TEXT_MAX],
+                "t": int(time.time() * 1000),
+            },
         )
+
+    def removed(self, job_id: str) -> dict[str, str]:
+        """Host -> why it was removed from the job."""
+        with self.tx() as c:
+            rows = c.execute(
+                text("SELECT host_id, reason FROM dist_removed WHERE job_id = :j"), {"j": job_id}
+            ).all()
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    # -- placement attestations ---------------------------------------------
+    def put_attestation(self, job_id: str, host_id: str, attestation: str) -> None:
+        self._execute(
+            "INSERT INTO dist_attestations (job_id, host_id, attestation) VALUES (:j, :h, :a) "
+            "ON CONFLICT (job_id, host_id) DO UPDATE SET attestation = excluded.attestation",
+            {"j": job_id, "h": host_id, "a": attestation},
+        )
+
+    def attestations(self, job_id: str) -> dict[str, str]:
+        """Host -> its signed placement attestation (JSON text) for the job."""
+        with self.tx() as c:
+            rows = c.execute(
+                text("SELECT host_id, attestation FROM dist_attestations WHERE job_id = :j"),
+                {"j": job_id},
+            ).all()
+        return {str(r[0]): str(r[1]) for r in rows}
 
     # -- quarantine ---------------------------------------------------------
     def quarantine_host(self, job_id: str, host_id: str, reporters: list[str]) -> None:
