@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from relgate_agent.dsse import MAX_ENVELOPE_BYTES  # the one bound on a signed envelope
-from relgate_agent.errors import StorageError
+from relgate_agent.errors import NoSpace, StorageError, is_no_space
 from relgate_agent.fstree import (
     CHECK_NOT_REGULAR,
     CHECK_SYMLINK,
@@ -350,9 +350,11 @@ class VersionStore:
         self._write_beneath(parts, STAGED_ENVELOPE, envelope)
 
     def placed_marker_matches(self) -> bool:
-        return read_placed_marker(self.models_root, self.manifest.model, self.manifest.version) == (
-            self.manifest.digest
-        )
+        return self.placed_marker_digest() == self.manifest.digest
+
+    def placed_marker_digest(self) -> str | None:
+        """The digest the placed tree of this model/version was verified against, if any."""
+        return read_placed_marker(self.models_root, self.manifest.model, self.manifest.version)
 
     @staticmethod
     def is_placed(models_root: Path, model: str, version: str) -> bool:
@@ -410,9 +412,16 @@ class VersionStore:
         seg: tuple[FileEntry, int, int, int]
         for seg in self.manifest.segments(offset, len(view)):
             f, foff, n, pos = seg
-            written = os.pwrite(self.fds[f.path], view[pos : pos + n], foff)
-            if written != n:
-                raise StorageError(f"short write to {f.path} at {foff}: {written} of {n}")
+            try:
+                written = os.pwrite(self.fds[f.path], view[pos : pos + n], foff)
+            except OSError as exc:
+                if is_no_space(exc):
+                    raise NoSpace(
+                        f"no space to stage {f.path} at {foff} under {self.models_root}: {exc}"
+                    ) from exc
+                raise
+            if written != n:  # a regular file written short: the file system is full
+                raise NoSpace(f"short write to {f.path} at {foff}: {written} of {n}")
 
     def pread(self, offset: int, length: int) -> bytes:
         parts: list[bytes] = []

@@ -21,7 +21,7 @@ import grpc
 
 from relgate_agent.agent.job import ORIGIN, JobState
 from relgate_agent.contracts import ACTION_QUARANTINE, STRIPE_DONE
-from relgate_agent.errors import StorageError
+from relgate_agent.errors import StorageError, is_no_space
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.storage import JournalState, VersionStore, count_bits, delta_indexes
@@ -297,6 +297,9 @@ class ControlPlane:
                     files.manifest.num_chunks,
                 )
         except (OSError, StorageError) as exc:
+            if is_no_space(exc):  # no room even for the journal: the job stops here
+                job.out_of_space(f"journal of {job.model}/{job.version}: {exc}")
+                return
             job.journal_dirty.set()
             log.warning("journal flush failed: %s", exc)
 

@@ -27,9 +27,11 @@ from relgate_agent.dsse import MAX_ENVELOPE_BYTES
 from relgate_agent.errors import (
     KIND_HOST_FAILED,
     KIND_LOCAL_REJECTED,
+    KIND_MANIFEST_REJECTED,
     KIND_QUARANTINED,
     AgentError,
     ManifestError,
+    NoSpace,
     StorageError,
 )
 from relgate_agent.fstree import UnsafePathError
@@ -141,7 +143,11 @@ class JobRunner:
                 job.spawn(EndGame(job, files, repair).loop, "endgame")
                 self._until_placed(files, repair)
                 if not job.ready:
-                    self.control.flush_journal()
+                    if job.no_space:  # free what it staged: nothing more will fit
+                        with files.store.lock:
+                            files.store.discard()
+                    else:
+                        self.control.flush_journal()
                     if job.cancelled:
                         files.store.discard()
                     if job.quarantined:
@@ -182,6 +188,9 @@ class JobRunner:
                 write,
                 job.stop_event.is_set,
             )
+        except NoSpace as exc:
+            job.out_of_space(str(exc))
+            return
         except (OSError, StorageError, ManifestError) as exc:
             log.warning(
                 "%s job %s: local chunk reuse failed: %s", self.cfg.host_id, job.job_id, exc
@@ -300,8 +309,10 @@ class JobRunner:
             job.counters.manifest_from = COORDINATOR
             return verified
         except ManifestError as exc:
-            job.error("MANIFEST_REJECTED", detail=str(exc))
-            log.error("job %s: manifest refused: %s", job.job_id, exc)
+            # this host's own keys refuse what the coordinator sent: it never will accept
+            # it, so it gives up naming the check (every host refusing fails the job at once)
+            check = getattr(exc, "check", "") or "manifest-invalid"
+            job.give_up(KIND_HOST_FAILED, -1, f"{KIND_MANIFEST_REJECTED} check={check}: {exc}")
             return None
 
     def _envelope_from(
@@ -364,10 +375,14 @@ class JobRunner:
             except (OSError, StorageError, ManifestError):
                 bad = [0]
             if bad:
-                self.job.error(
-                    "PLACED_MISMATCH",
+                # another manifest's bytes under this model/version (say a second signed
+                # manifest for it): never reported placed, never overwritten; the host
+                # gives up on the job naming both
+                held = store.placed_marker_digest() or "no marker"
+                self.job.give_up(
+                    KIND_HOST_FAILED,
                     bad[0],
-                    detail=f"{store.final} does not match {manifest.digest}",
+                    f"PLACED_MISMATCH {store.final} holds {held}, not {manifest.digest}",
                 )
                 store.close()
                 return False
@@ -394,9 +409,8 @@ class JobRunner:
         needed = manifest.total_size - allocated
         free = store.free_bytes()
         if free < needed:
-            job.error(
-                "NO_SPACE", detail=f"need {needed} bytes under {self.cfg.models_root}, {free} free"
-            )
+            store.discard()  # a partial staging of an earlier run is freed too
+            job.out_of_space(f"need {needed} bytes under {self.cfg.models_root}, {free} free")
             return False
         try:
             store.open()

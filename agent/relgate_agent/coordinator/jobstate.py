@@ -23,7 +23,9 @@ from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 ACTIVE_STATES = ("PLANNING", "DISTRIBUTING", "COMPLETE")
 TERMINAL_STATES = ("DONE", "CANCELLED", "FAILED")
 QUARANTINED = "QUARANTINED"
-GONE_STATES = ("DEAD", QUARANTINED)  # spliced out: neither a source nor a straggler target
+REMOVED = "REMOVED"  # taken out of the job with a reason (coordinator/removal.py)
+# spliced out: neither a source nor a straggler target
+GONE_STATES = ("DEAD", QUARANTINED, REMOVED)
 
 
 class NotFound(AgentError):
@@ -186,6 +188,7 @@ class JobState:
     origin_shares: tuple[int, ...] = ()
     origin_by_root: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     error: str = ""  # why the job FAILED (an agent's CHUNK_FAILED / every host HOST_FAILED)
+    removed: dict[str, str] = field(default_factory=dict)  # host -> why it left the job
 
     @property
     def stripes(self) -> int:
@@ -201,8 +204,8 @@ class JobState:
 
     @property
     def eligible(self) -> set[str]:
-        """The targets the job waits for: all but the quarantined."""
-        return set(self.targets) - self.quarantined
+        """The targets the job waits for: all but the quarantined and the removed."""
+        return set(self.targets) - self.quarantined - set(self.removed)
 
     def slow_hosts(self, fraction: float) -> frozenset[str]:
         """Hosts a splice must not promote into a dead host's place (a slow host there
@@ -246,6 +249,7 @@ __all__ = [
     "ACTIVE_STATES",
     "GONE_STATES",
     "QUARANTINED",
+    "REMOVED",
     "TERMINAL_STATES",
     "Completion",
     "CoordinatorConfig",

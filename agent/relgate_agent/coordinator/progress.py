@@ -43,13 +43,14 @@ from relgate_agent.coordinator.jobstate import (
 )
 from relgate_agent.coordinator.leader import CoordinatorCore
 from relgate_agent.coordinator.metrics import SPLICE_DEMOTED, SPLICE_QUARANTINED, SPLICE_SERVING
+from relgate_agent.coordinator.removal import remove_target
 from relgate_agent.coordinator.topology import (
     TopologyIndex,
     append_host,
     index_topology,
 )
 from relgate_agent.datacenter import host_dc
-from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED
+from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED, KIND_NO_SPACE
 from relgate_agent.storage import apply_delta, count_bits, stripe_resume_blocks
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class ProgressService(CoordinatorCore):
         return [
             JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state, j.spec.priority)
             for j in self.jobs.values()
-            if host_id in j.targets and j.state in ACTIVE_STATES
+            if host_id in j.targets and host_id not in j.removed and j.state in ACTIVE_STATES
         ]
 
     def watch_updates(self, cursors: list[WatchCursor]) -> list[WatchUpdate | None]:
@@ -115,7 +116,8 @@ class ProgressService(CoordinatorCore):
             for job in self.jobs.values():
                 if job.state in ACTIVE_STATES:
                     for h in job.targets:
-                        by_host.setdefault(h, []).append(job)
+                        if h not in job.removed:  # out of the job: not told of it again
+                            by_host.setdefault(h, []).append(job)
             ended: dict[str, AssignmentPlan] = {}
             for cur in cursors:
                 jobs = by_host.get(cur.host_id, [])
@@ -171,7 +173,9 @@ class ProgressService(CoordinatorCore):
             )
             job.hosts[host_id] = hp
             if f"{job.manifest.model}/{job.manifest.version}" in held and host_id in (
-                self.store.hosts_holding(job.manifest.model, job.manifest.version)
+                self.store.hosts_holding(
+                    job.manifest.model, job.manifest.version, job.manifest.digest
+                )
             ):
                 hp.ready, hp.state = True, "READY"
                 job.ready.add(host_id)
@@ -204,6 +208,10 @@ class ProgressService(CoordinatorCore):
             hp = job.hosts[host_id]
             if hp.state == QUARANTINED:
                 raise NotFound(f"host {host_id} is quarantined in job {job_id}")
+            if host_id in job.removed:
+                raise NotFound(
+                    f"host {host_id} was removed from job {job_id}: {job.removed[host_id]}"
+                )
             moved = bool(address) and address != hp.address
             hp.rack, hp.address = rack or hp.rack, address or hp.address
             hp.have = bytes(have[: (job.manifest.num_chunks + 7) // 8])  # bounded: hostile length
@@ -333,6 +341,8 @@ class ProgressService(CoordinatorCore):
                 return ProgressReply(job.topology.version, ("STOP",))
             if hp.state == QUARANTINED:  # never READY again in this job
                 return ProgressReply(job.topology.version, (ACTION_QUARANTINE,))
+            if host_id in job.removed:  # out of this job: stop, keep what it placed
+                return ProgressReply(job.topology.version, ("STOP",))
             actions: list[str] = [] if whole else ["FULL_PROGRESS"]
             if report.ready and not hp.ready:
                 self._accept_ready(job, hp, report)
@@ -372,6 +382,9 @@ class ProgressService(CoordinatorCore):
             # FAILED (a straggler, the others go on)
             if e.startswith(KIND_CHUNK_FAILED) and job.state not in TERMINAL_STATES:
                 self._fail_job(job, f"{hp.host_id}: {e}")
+            elif e.startswith(KIND_NO_SPACE) and not hp.ready:
+                # out of disk (it freed its staging): out of the job, downstreams re-fed
+                remove_target(self, job, hp.host_id, e)
             elif e.startswith(KIND_HOST_FAILED) and not hp.ready and hp.state != "FAILED":
                 if hp.host_id in job.topology.racks:  # its downstreams must not wait for it
                     self._mark_dead(job, hp.host_id, "the host gave up (HOST_FAILED)")
@@ -403,7 +416,9 @@ class ProgressService(CoordinatorCore):
         hp.ready, hp.state = True, "READY"
         job.ready.add(hp.host_id)
         self.store.update_job(job.job_id, ready_hosts=sorted(job.ready))
-        self.store.mark_host_version(hp.host_id, job.manifest.model, job.manifest.version)
+        self.store.mark_host_version(
+            hp.host_id, job.manifest.model, job.manifest.version, job.manifest.digest
+        )
         log.info(
             "job %s: %s READY (%d/%d)", job.job_id, hp.host_id, len(job.ready), len(job.targets)
         )
