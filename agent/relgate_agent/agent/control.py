@@ -167,6 +167,8 @@ class ControlPlane:
             rack=job.cfg.rack,
             # READY must name the manifest the placed tree was verified against
             placed_manifest_digest=files.manifest.digest if job.ready and files else "",
+            # with READY: the host's signed statement of what it placed where
+            placement_attestation=job.attestation if job.ready else "",
             # held and verified: the coordinator may name this host as a manifest source
             manifest_digest=files.manifest.digest if files else "",
             health=job.host.health(),

@@ -17,6 +17,7 @@ import grpc
 from relgate_agent.agent.exporter import AgentExporter
 from relgate_agent.agent.job import AgentConfig, JobState
 from relgate_agent.agent.runner import JobRunner
+from relgate_agent.attestation import CertSigner
 from relgate_agent.authz import chunk_refusal, stripe_refusal
 from relgate_agent.contracts import priority_rank
 from relgate_agent.errors import AgentError
@@ -56,6 +57,8 @@ class HostAgent:
         self.reports = Duplex(self.stub, "ReportStream")  # every job's reports, one stream
         # data plane: TLS 1.3 both ways; peers are checked against the current assignment
         self.data_client = data_client_context(tls)
+        # placement attestations are signed with this host's certificate key
+        self.attestor: CertSigner | None = CertSigner.from_tls(tls)
         self.runners: dict[str, JobRunner] = {}
         self.ended: dict[str, JobState] = {}  # forgotten runners' jobs, oldest first
         self.lock = threading.Lock()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from relgate_agent import hooks
+from relgate_agent.attestation import CertSigner
 from relgate_agent.contracts import ORIGIN
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_NO_SPACE
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys
@@ -96,6 +97,9 @@ class HostServices(Protocol):
     def data_refusals(self) -> int: ...
 
     def outranked(self, job_id: str) -> bool: ...  # a higher-priority job still transfers here
+
+    @property
+    def attestor(self) -> CertSigner | None: ...  # signs placement attestations (host key)
 
 
 class ChunkTracker:
@@ -322,6 +326,7 @@ class JobState:
         self.failed = ""  # why this host gave up (CHUNK_FAILED / HOST_FAILED detail)
         self.quarantined = False  # the coordinator said QUARANTINE: stop, scrub, re-verify
         self.no_space = False  # out of disk: staging is freed and the job stops here
+        self.attestation = ""  # the signed placement attestation (JSON), once placed
         self.scrubbed = ""  # what the quarantine scrub found (placed versions re-verified)
 
     def stop(self) -> None:

@@ -9,11 +9,13 @@ staged tree, rename, READY. The runner is also the data-plane server's view of t
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
 import os
 import threading
+import time
 
 import grpc
 
@@ -23,6 +25,7 @@ from relgate_agent.agent.endgame import EndGame
 from relgate_agent.agent.job import ChunkTracker, HostServices, JobFiles, JobState, JobStats
 from relgate_agent.agent.repair import ChunkRepair
 from relgate_agent.agent.stripes import StripeWorkers
+from relgate_agent.attestation import sign_placement
 from relgate_agent.dsse import MAX_ENVELOPE_BYTES
 from relgate_agent.errors import (
     KIND_HOST_FAILED,
@@ -389,6 +392,7 @@ class JobRunner:
             store.write_placed_marker(files.envelope)
         for c in range(manifest.num_chunks):
             files.tracker.mark_verified(c)
+        self._attest(files, reuse=True)
         self.job.ready = True
         return True
 
@@ -452,6 +456,7 @@ class JobRunner:
         except (UnsafePathError, StorageError, OSError) as exc:
             job.give_up(KIND_HOST_FAILED, -1, f"placement refused: {exc}")
             return False
+        self._attest(files)
         job.ready = True
         log.info("%s job %s: placed %s", self.cfg.host_id, job.job_id, final)
         with contextlib.suppress(grpc.RpcError):
@@ -471,6 +476,34 @@ class JobRunner:
         except (OSError, AgentError) as exc:
             log.warning("retention GC failed: %s", exc)
         return True
+
+    def _attest(self, files: JobFiles, reuse: bool = False) -> None:
+        """Sign (with this host's certificate key) that the manifest's digest is placed at
+        its final path, now; kept beside the marker and sent with READY. ``reuse``: a copy
+        placed earlier keeps the attestation signed when it was renamed into place."""
+        job, store, m = self.job, files.store, files.manifest
+        signer = job.host.attestor
+        if signer is None:
+            return
+        if reuse:
+            held = store.read_placed_attestation()
+            if held is not None and _attests(held, self.cfg.host_id, m.digest):
+                job.attestation = held.decode("utf-8", "replace")
+                return
+        att = sign_placement(
+            signer,
+            host_id=self.cfg.host_id,
+            model=m.model,
+            version=m.version,
+            manifest_digest=m.digest,
+            path=str(store.final),
+            placed_at_ms=int(time.time() * 1000),
+        )
+        job.attestation = json.dumps(att, sort_keys=True)
+        try:
+            store.write_placed_attestation(job.attestation.encode())
+        except (UnsafePathError, OSError) as exc:
+            log.warning("%s: placement attestation not kept: %s", store.final, exc)
 
     def _staged_mismatch(self, files: JobFiles, repair: ChunkRepair, exc: StagedMismatch) -> None:
         job = self.job
@@ -511,6 +544,16 @@ class JobRunner:
             tmp = d / f"{self.job.job_id}.{os.getpid()}.tmp"
             tmp.write_text(json.dumps(self.stats().to_json(), sort_keys=True))
             os.replace(tmp, final)
+
+
+def _attests(raw: bytes, host_id: str, digest: str) -> bool:
+    """A kept attestation names this host and digest (its signature is the verifier's)."""
+    try:
+        doc = json.loads(raw)
+        body = json.loads(base64.b64decode(doc["payload"], validate=True))
+        return bool(body["hostId"] == host_id and body["manifestDigest"] == digest)
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 __all__ = ["JobRunner"]

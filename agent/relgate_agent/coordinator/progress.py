@@ -27,6 +27,7 @@ from relgate_agent.contracts import (
     WatchCursor,
     WatchUpdate,
 )
+from relgate_agent.coordinator.attest import HandoffSigning
 from relgate_agent.coordinator.budget import origin_rate
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
@@ -60,7 +61,7 @@ UNSERVED_WINDOW_S = 3.0  # a live upstream reported as not serving for this long
 QUARANTINE_REPORTERS = 2  # independent receivers of bad data before a host is quarantined
 
 
-class ProgressService(CoordinatorCore):
+class ProgressService(CoordinatorCore, HandoffSigning):
     # ------------------------------------------------------------------ watch
     def heartbeat(
         self,
@@ -413,6 +414,7 @@ class ProgressService(CoordinatorCore):
             hp.errors.append(why)
             log.warning("job %s: %s from %s", job.job_id, why, hp.host_id)
             raise ReadyRefused(f"{why} (job {job.job_id}, host {hp.host_id})")
+        self._accept_attestation(job, hp, report)  # refuses READY with a forged one
         hp.ready, hp.state = True, "READY"
         job.ready.add(hp.host_id)
         self.store.update_job(job.job_id, ready_hosts=sorted(job.ready))

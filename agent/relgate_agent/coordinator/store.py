@@ -129,12 +129,13 @@ SCHEMA = [
         removed_at_ms BIGINT NOT NULL,
         PRIMARY KEY (job_id, host_id)
     )""",
-    # each READY host's signed placement attestation (coordinator/attest.py), per job
-    """CREATE TABLE IF NOT EXISTS dist_attestations (
-        job_id TEXT NOT NULL,
+    # each host's signed placement attestation (relgate_agent/attestation.py) per manifest
+    # digest it placed, sent with its READY; deployer events carry them
+    """CREATE TABLE IF NOT EXISTS dist_placements (
         host_id TEXT NOT NULL,
+        digest TEXT NOT NULL,
         attestation TEXT NOT NULL,
-        PRIMARY KEY (job_id, host_id)
+        PRIMARY KEY (host_id, digest)
     )""",
 ]
 OUTBOX_BATCH = 1000  # pending events one delivery pass looks at (bounded)
@@ -400,21 +401,23 @@ class JobStore:
         return {str(r[0]): str(r[1]) for r in rows}
 
     # -- placement attestations ---------------------------------------------
-    def put_attestation(self, job_id: str, host_id: str, attestation: str) -> None:
+    def put_attestation(self, host_id: str, digest: str, attestation: str) -> None:
         self._execute(
-            "INSERT INTO dist_attestations (job_id, host_id, attestation) VALUES (:j, :h, :a) "
-            "ON CONFLICT (job_id, host_id) DO UPDATE SET attestation = excluded.attestation",
-            {"j": job_id, "h": host_id, "a": attestation},
+            "INSERT INTO dist_placements (host_id, digest, attestation) VALUES (:h, :d, :a) "
+            "ON CONFLICT (host_id, digest) DO UPDATE SET attestation = excluded.attestation",
+            {"h": host_id, "d": digest, "a": attestation},
         )
 
-    def attestations(self, job_id: str) -> dict[str, str]:
-        """Host -> its signed placement attestation (JSON text) for the job."""
+    def attestations(self, digest: str, hosts: list[str]) -> dict[str, str]:
+        """Host -> its signed placement attestation (JSON text) of ``digest``, for those of
+        ``hosts`` that sent one."""
+        wanted = set(hosts)
         with self.tx() as c:
             rows = c.execute(
-                text("SELECT host_id, attestation FROM dist_attestations WHERE job_id = :j"),
-                {"j": job_id},
+                text("SELECT host_id, attestation FROM dist_placements WHERE digest = :d"),
+                {"d": digest},
             ).all()
-        return {str(r[0]): str(r[1]) for r in rows}
+        return {str(r[0]): str(r[1]) for r in rows if str(r[0]) in wanted}
 
     # -- quarantine ---------------------------------------------------------
     def quarantine_host(self, job_id: str, host_id: str, reporters: list[str]) -> None:

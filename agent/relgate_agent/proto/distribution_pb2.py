@@ -4,107 +4,104 @@
 # source: distribution.proto
 # Protobuf Python Version: 6.33.5
 """Generated protocol buffer code."""
+
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC,
-    6,
-    33,
-    5,
-    '',
-    'distribution.proto'
+    _runtime_version.Domain.PUBLIC, 6, 33, 5, "", "distribution.proto"
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-
-
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x64istribution.proto\x12\x17relgate.distribution.v1\"\xa1\x02\n\x10\x43reateJobRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x14\n\x0cmanifest_uri\x18\x03 \x01(\t\x12\x12\n\norigin_uri\x18\x04 \x01(\t\x12\x17\n\x0ftarget_selector\x18\x05 \x01(\t\x12\x10\n\x08priority\x18\x06 \x01(\t\x12\x1e\n\x16origin_cap_bytes_per_s\x18\x07 \x01(\x03\x12\x1b\n\x13ready_threshold_ppm\x18\x08 \x01(\x05\x12\x12\n\ndeadline_s\x18\t \x01(\x05\x12\x0f\n\x07stripes\x18\n \x01(\x05\x12\x13\n\x0bwebhook_url\x18\x0b \x01(\t\x12\x0e\n\x06job_id\x18\x0c \x01(\t\x12\x11\n\torigin_dc\x18\r \x01(\t\"`\n\x11\x43reateJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x17\n\x0fmanifest_digest\x18\x03 \x01(\t\x12\x13\n\x0bhosts_total\x18\x04 \x01(\x05\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xdc\x01\n\nHostStatus\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0c\n\x04rack\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x17\n\x0f\x63hunks_verified\x18\x04 \x01(\x05\x12\x10\n\x08rx_bytes\x18\x05 \x01(\x03\x12\x10\n\x08tx_bytes\x18\x06 \x01(\x03\x12\x14\n\x0corigin_bytes\x18\x07 \x01(\x03\x12\x16\n\x0erx_bytes_per_s\x18\x08 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\t \x03(\t\x12\x15\n\rdata_refusals\x18\n \x01(\x03\x12\x0e\n\x06health\x18\x0b \x01(\t\"\xda\x03\n\x0eGetJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x17\n\x0fmanifest_digest\x18\x05 \x01(\t\x12\x13\n\x0bhosts_total\x18\x06 \x01(\x05\x12\x13\n\x0bhosts_ready\x18\x07 \x01(\x05\x12\x13\n\x0b\x62ytes_moved\x18\x08 \x01(\x03\x12\x14\n\x0corigin_bytes\x18\t \x01(\x03\x12\x18\n\x10\x63heckpoint_bytes\x18\n \x01(\x03\x12\x12\n\nstragglers\x18\x0b \x03(\t\x12\r\n\x05\x65ta_s\x18\x0c \x01(\x05\x12\x18\n\x10topology_version\x18\r \x01(\x03\x12\x13\n\x0bready_hosts\x18\x0e \x03(\t\x12\x32\n\x05hosts\x18\x0f \x03(\x0b\x32#.relgate.distribution.v1.HostStatus\x12\x1a\n\x12\x63ompletion_emitted\x18\x10 \x01(\x08\x12\x12\n\nduration_s\x18\x11 \x01(\x01\x12\x18\n\x10\x63ontrol_refusals\x18\x12 \x01(\x03\x12\x16\n\x0epending_events\x18\x13 \x01(\x03\x12\x19\n\x11quarantined_hosts\x18\x14 \x03(\t\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x13\n\x11\x43\x61ncelJobResponse\"\xb9\x01\n\x11\x45nrollHostRequest\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0c\n\x04rack\x18\x02 \x01(\t\x12\x46\n\x06labels\x18\x03 \x03(\x0b\x32\x36.relgate.distribution.v1.EnrollHostRequest.LabelsEntry\x12\x0e\n\x06remove\x18\x04 \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\x12\x45nrollHostResponse\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x10\n\x08\x65nrolled\x18\x02 \x01(\x08\"\x12\n\x10ListHostsRequest\"\x81\x02\n\rInventoryHost\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0c\n\x04rack\x18\x02 \x01(\t\x12\x42\n\x06labels\x18\x03 \x03(\x0b\x32\x32.relgate.distribution.v1.InventoryHost.LabelsEntry\x12\x10\n\x08\x65nrolled\x18\x04 \x01(\x08\x12\x17\n\x0flast_seen_age_s\x18\x05 \x01(\x01\x12\x0c\n\x04live\x18\x06 \x01(\x08\x12\x0e\n\x06health\x18\x07 \x01(\t\x12\x15\n\rdata_refusals\x18\x08 \x01(\x03\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"d\n\x11ListHostsResponse\x12\x35\n\x05hosts\x18\x01 \x03(\x0b\x32&.relgate.distribution.v1.InventoryHost\x12\x18\n\x10\x63ontrol_refusals\x18\x02 \x01(\x03\"\x94\x03\n\x0cWatchRequest\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0c\n\x04rack\x18\x02 \x01(\t\x12\x41\n\x06labels\x18\x03 \x03(\x0b\x32\x31.relgate.distribution.v1.WatchRequest.LabelsEntry\x12\x14\n\x0c\x64\x61ta_address\x18\x04 \x01(\t\x12\x15\n\rheld_versions\x18\x05 \x03(\t\x12\x0e\n\x06health\x18\x06 \x01(\t\x12\x15\n\rdata_refusals\x18\x07 \x01(\x03\x12\x61\n\x17known_topology_versions\x18\x08 \x03(\x0b\x32@.relgate.distribution.v1.WatchRequest.KnownTopologyVersionsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a<\n\x1aKnownTopologyVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"Y\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\t\"\x87\x01\n\nWatchEvent\x12-\n\x04jobs\x18\x01 \x03(\x0b\x32\x1f.relgate.distribution.v1.JobRef\x12\x38\n\x0b\x61ssignments\x18\x02 \x03(\x0b\x32#.relgate.distribution.v1.Assignment\x12\x10\n\x08sequence\x18\x03 \x01(\x03\"\xbc\x01\n\x0fRegisterRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12\x0c\n\x04rack\x18\x03 \x01(\t\x12\x0c\n\x04have\x18\x04 \x01(\x0c\x12\x17\n\x0f\x66ree_disk_bytes\x18\x05 \x01(\x03\x12\x14\n\x0c\x64\x61ta_address\x18\x06 \x01(\t\x12 \n\x18serving_rate_bytes_per_s\x18\x07 \x01(\x03\x12\x1b\n\x13\x65nvelope_from_peers\x18\x08 \x01(\x08\"\xbe\x01\n\x10RegisterResponse\x12\x19\n\x11manifest_envelope\x18\x01 \x01(\x0c\x12\x17\n\x0fmanifest_digest\x18\x02 \x01(\t\x12\x12\n\norigin_uri\x18\x03 \x01(\t\x12\x18\n\x10topology_version\x18\x04 \x01(\x03\x12\x0f\n\x07stripes\x18\x05 \x01(\x05\x12\x37\n\x10manifest_sources\x18\x06 \x03(\x0b\x32\x1d.relgate.distribution.v1.Peer\"6\n\x04Peer\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04rack\x18\x03 \x01(\t\"\xd0\x01\n\x10StripeAssignment\x12\x0e\n\x06stripe\x18\x01 \x01(\x05\x12/\n\x08upstream\x18\x02 \x01(\x0b\x32\x1d.relgate.distribution.v1.Peer\x12\x32\n\x0b\x64ownstreams\x18\x03 \x03(\x0b\x32\x1d.relgate.distribution.v1.Peer\x12\x14\n\x0cresume_block\x18\x04 \x01(\x03\x12\x1f\n\x17origin_rate_bytes_per_s\x18\x05 \x01(\x03\x12\x10\n\x08\x63ompress\x18\n \x01(\x08\"\xa9\x01\n\nAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10topology_version\x18\x02 \x01(\x03\x12:\n\x07stripes\x18\x03 \x03(\x0b\x32).relgate.distribution.v1.StripeAssignment\x12\x11\n\tjob_state\x18\x04 \x01(\t\x12\x11\n\tcancelled\x18\x05 \x01(\x08\x12\x0f\n\x07members\x18\x06 \x03(\t\"M\n\x0bReportError\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05\x63hunk\x18\x02 \x01(\x03\x12\x11\n\tfrom_host\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\xfa\x03\n\x15ReportProgressRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12\x18\n\x10topology_version\x18\x03 \x01(\x03\x12\x16\n\x0estripe_offsets\x18\x04 \x03(\x03\x12\x0c\n\x04have\x18\x05 \x01(\x0c\x12\x10\n\x08rx_bytes\x18\x06 \x01(\x03\x12\x10\n\x08tx_bytes\x18\x07 \x01(\x03\x12\x14\n\x0corigin_bytes\x18\x08 \x01(\x03\x12\x16\n\x0erx_bytes_per_s\x18\t \x01(\x03\x12\x16\n\x0etx_bytes_per_s\x18\n \x01(\x03\x12\x34\n\x06\x65rrors\x18\x0b \x03(\x0b\x32$.relgate.distribution.v1.ReportError\x12\r\n\x05ready\x18\x0c \x01(\x08\x12\x14\n\x0c\x64\x61ta_address\x18\r \x01(\t\x12\x0c\n\x04rack\x18\x0e \x01(\t\x12\x1e\n\x16placed_manifest_digest\x18\x0f \x01(\t\x12\x0e\n\x06health\x18\x10 \x01(\t\x12\x15\n\rdata_refusals\x18\x11 \x01(\x03\x12\x16\n\x0everified_delta\x18\x12 \x01(\x0c\x12\x16\n\x0everified_count\x18\x13 \x01(\x03\x12\x1d\n\x15stripe_rx_bytes_per_s\x18\x14 \x03(\x03\x12\x17\n\x0fmanifest_digest\x18\x15 \x01(\t\"\x80\x01\n\x16ReportProgressResponse\x12\x18\n\x10topology_version\x18\x01 \x01(\x03\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\t\x12;\n\rorigin_shares\x18\x03 \x03(\x0b\x32$.relgate.distribution.v1.OriginShare\"7\n\x0bOriginShare\x12\x0e\n\x06stripe\x18\x01 \x01(\x05\x12\x18\n\x10rate_bytes_per_s\x18\x02 \x01(\x03\"n\n\x14ReportSuspectRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08reporter\x18\x02 \x01(\t\x12\x14\n\x0csuspect_host\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0e\n\x06stripe\x18\x05 \x01(\x05\"f\n\x15ReportSuspectResponse\x12\x18\n\x10topology_version\x18\x01 \x01(\x03\x12\x33\n\x0cnew_upstream\x18\x02 \x01(\x0b\x32\x1d.relgate.distribution.v1.Peer\"b\n\x10\x46indPeersRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12\r\n\x05\x63hunk\x18\x03 \x01(\x03\x12\x0f\n\x07\x65xclude\x18\x04 \x03(\t\x12\r\n\x05limit\x18\x05 \x01(\x05\"R\n\x11\x46indPeersResponse\x12,\n\x05peers\x18\x01 \x03(\x0b\x32\x1d.relgate.distribution.v1.Peer\x12\x0f\n\x07holders\x18\x02 \x01(\x05\x32\xfa\x03\n\nJobService\x12\x65\n\nEnrollHost\x12*.relgate.distribution.v1.EnrollHostRequest\x1a+.relgate.distribution.v1.EnrollHostResponse\x12\x62\n\tListHosts\x12).relgate.distribution.v1.ListHostsRequest\x1a*.relgate.distribution.v1.ListHostsResponse\x12\x62\n\tCreateJob\x12).relgate.distribution.v1.CreateJobRequest\x1a*.relgate.distribution.v1.CreateJobResponse\x12Y\n\x06GetJob\x12&.relgate.distribution.v1.GetJobRequest\x1a\'.relgate.distribution.v1.GetJobResponse\x12\x62\n\tCancelJob\x12).relgate.distribution.v1.CancelJobRequest\x1a*.relgate.distribution.v1.CancelJobResponse2\x82\x05\n\x0c\x41gentService\x12U\n\x05Watch\x12%.relgate.distribution.v1.WatchRequest\x1a#.relgate.distribution.v1.WatchEvent0\x01\x12_\n\x08Register\x12(.relgate.distribution.v1.RegisterRequest\x1a).relgate.distribution.v1.RegisterResponse\x12q\n\x0eReportProgress\x12..relgate.distribution.v1.ReportProgressRequest\x1a/.relgate.distribution.v1.ReportProgressResponse\x12s\n\x0cReportStream\x12..relgate.distribution.v1.ReportProgressRequest\x1a/.relgate.distribution.v1.ReportProgressResponse(\x01\x30\x01\x12n\n\rReportSuspect\x12-.relgate.distribution.v1.ReportSuspectRequest\x1a..relgate.distribution.v1.ReportSuspectResponse\x12\x62\n\tFindPeers\x12).relgate.distribution.v1.FindPeersRequest\x1a*.relgate.distribution.v1.FindPeersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
+    b'\n\x12\x64istribution.proto\x12\x17relgate.distribution.v1"\xa1\x02\n\x10\x43reateJobRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x14\n\x0cmanifest_uri\x18\x03 \x01(\t\x12\x12\n\norigin_uri\x18\x04 \x01(\t\x12\x17\n\x0ftarget_selector\x18\x05 \x01(\t\x12\x10\n\x08priority\x18\x06 \x01(\t\x12\x1e\n\x16origin_cap_bytes_per_s\x18\x07 \x01(\x03\x12\x1b\n\x13ready_threshold_ppm\x18\x08 \x01(\x05\x12\x12\n\ndeadline_s\x18\t \x01(\x05\x12\x0f\n\x07stripes\x18\n \x01(\x05\x12\x13\n\x0bwebhook_url\x18\x0b \x01(\t\x12\x0e\n\x06job_id\x18\x0c \x01(\t\x12\x11\n\torigin_dc\x18\r \x01(\t"`\n\x11\x43reateJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x17\n\x0fmanifest_digest\x18\x03 \x01(\t\x12\x13\n\x0bhosts_total\x18\x04 \x01(\x05"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t"\xdc\x01\n\nHostStatus\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0c\n\x04rack\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x17\n\x0f\x63hunks_verified\x18\x04 \x01(\x05\x12\x10\n\x08rx_bytes\x18\x05 \x01(\x03\x12\x10\n\x08tx_bytes\x18\x06 \x01(\x03\x12\x14\n\x0corigin_bytes\x18\x07 \x01(\x03\x12\x16\n\x0erx_bytes_per_s\x18\x08 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\t \x03(\t\x12\x15\n\rdata_refusals\x18\n \x01(\x03\x12\x0e\n\x06health\x18\x0b \x01(\t"\xda\x03\n\x0eGetJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x17\n\x0fmanifest_digest\x18\x05 \x01(\t\x12\x13\n\x0bhosts_total\x18\x06 \x01(\x05\x12\x13\n\x0bhosts_ready\x18\x07 \x01(\x05\x12\x13\n\x0b\x62ytes_moved\x18\x08 \x01(\x03\x12\x14\n\x0corigin_bytes\x18\t \x01(\x03\x12\x18\n\x10\x63heckpoint_bytes\x18\n \x01(\x03\x12\x12\n\nstragglers\x18\x0b \x03(\t\x12\r\n\x05\x65ta_s\x18\x0c \x01(\x05\x12\x18\n\x10topology_version\x18\r \x01(\x03\x12\x13\n\x0bready_hosts\x18\x0e \x03(\t\x12\x32\n\x05hosts\x18\x0f \x03(\x0b\x32#.relgate.distribution.v1.HostStatus\x12\x1a\n\x12\x63ompletion_emitted\x18\x10 \x01(\x08\x12\x12\n\nduration_s\x18\x11 \x01(\x01\x12\x18\n\x10\x63ontrol_refusals\x18\x12 \x01(\x03\x12\x16\n\x0epending_events\x18\x13 \x01(\x03\x12\x19\n\x11quarantined_hosts\x18\x14 \x03(\t""\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t"\x13\n\x11\x43\x61ncelJobResponse"\xb9\x01\n\x11\x45nrollHostRequest\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0c\n\x04rack\x18\x02 \x01(\t\x12\x46\n\x06labels\x18\x03 \x03(\x0b\x32\x36.relgate.distribution.v1.EnrollHostRequest.LabelsEntry\x12\x0e\n\x06remove\x18\x04 \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01"7\n\x12\x45nrollHostResponse\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x10\n\x08\x65nrolled\x18\x02 \x01(\x08"\x12\n\x10ListHostsRequest"\x81\x02\n\rInventoryHost\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0c\n\x04rack\x18\x02 \x01(\t\x12\x42\n\x06labels\x18\x03 \x03(\x0b\x32\x32.relgate.distribution.v1.InventoryHost.LabelsEntry\x12\x10\n\x08\x65nrolled\x18\x04 \x01(\x08\x12\x17\n\x0flast_seen_age_s\x18\x05 \x01(\x01\x12\x0c\n\x04live\x18\x06 \x01(\x08\x12\x0e\n\x06health\x18\x07 \x01(\t\x12\x15\n\rdata_refusals\x18\x08 \x01(\x03\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01"d\n\x11ListHostsResponse\x12\x35\n\x05hosts\x18\x01 \x03(\x0b\x32&.relgate.distribution.v1.InventoryHost\x12\x18\n\x10\x63ontrol_refusals\x18\x02 \x01(\x03"\x94\x03\n\x0cWatchRequest\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0c\n\x04rack\x18\x02 \x01(\t\x12\x41\n\x06labels\x18\x03 \x03(\x0b\x32\x31.relgate.distribution.v1.WatchRequest.LabelsEntry\x12\x14\n\x0c\x64\x61ta_address\x18\x04 \x01(\t\x12\x15\n\rheld_versions\x18\x05 \x03(\t\x12\x0e\n\x06health\x18\x06 \x01(\t\x12\x15\n\rdata_refusals\x18\x07 \x01(\x03\x12\x61\n\x17known_topology_versions\x18\x08 \x03(\x0b\x32@.relgate.distribution.v1.WatchRequest.KnownTopologyVersionsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a<\n\x1aKnownTopologyVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01"Y\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\t"\x87\x01\n\nWatchEvent\x12-\n\x04jobs\x18\x01 \x03(\x0b\x32\x1f.relgate.distribution.v1.JobRef\x12\x38\n\x0b\x61ssignments\x18\x02 \x03(\x0b\x32#.relgate.distribution.v1.Assignment\x12\x10\n\x08sequence\x18\x03 \x01(\x03"\xbc\x01\n\x0fRegisterRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12\x0c\n\x04rack\x18\x03 \x01(\t\x12\x0c\n\x04have\x18\x04 \x01(\x0c\x12\x17\n\x0f\x66ree_disk_bytes\x18\x05 \x01(\x03\x12\x14\n\x0c\x64\x61ta_address\x18\x06 \x01(\t\x12 \n\x18serving_rate_bytes_per_s\x18\x07 \x01(\x03\x12\x1b\n\x13\x65nvelope_from_peers\x18\x08 \x01(\x08"\xbe\x01\n\x10RegisterResponse\x12\x19\n\x11manifest_envelope\x18\x01 \x01(\x0c\x12\x17\n\x0fmanifest_digest\x18\x02 \x01(\t\x12\x12\n\norigin_uri\x18\x03 \x01(\t\x12\x18\n\x10topology_version\x18\x04 \x01(\x03\x12\x0f\n\x07stripes\x18\x05 \x01(\x05\x12\x37\n\x10manifest_sources\x18\x06 \x03(\x0b\x32\x1d.relgate.distribution.v1.Peer"6\n\x04Peer\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04rack\x18\x03 \x01(\t"\xd0\x01\n\x10StripeAssignment\x12\x0e\n\x06stripe\x18\x01 \x01(\x05\x12/\n\x08upstream\x18\x02 \x01(\x0b\x32\x1d.relgate.distribution.v1.Peer\x12\x32\n\x0b\x64ownstreams\x18\x03 \x03(\x0b\x32\x1d.relgate.distribution.v1.Peer\x12\x14\n\x0cresume_block\x18\x04 \x01(\x03\x12\x1f\n\x17origin_rate_bytes_per_s\x18\x05 \x01(\x03\x12\x10\n\x08\x63ompress\x18\n \x01(\x08"\xa9\x01\n\nAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10topology_version\x18\x02 \x01(\x03\x12:\n\x07stripes\x18\x03 \x03(\x0b\x32).relgate.distribution.v1.StripeAssignment\x12\x11\n\tjob_state\x18\x04 \x01(\t\x12\x11\n\tcancelled\x18\x05 \x01(\x08\x12\x0f\n\x07members\x18\x06 \x03(\t"M\n\x0bReportError\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05\x63hunk\x18\x02 \x01(\x03\x12\x11\n\tfrom_host\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t"\x99\x04\n\x15ReportProgressRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12\x18\n\x10topology_version\x18\x03 \x01(\x03\x12\x16\n\x0estripe_offsets\x18\x04 \x03(\x03\x12\x0c\n\x04have\x18\x05 \x01(\x0c\x12\x10\n\x08rx_bytes\x18\x06 \x01(\x03\x12\x10\n\x08tx_bytes\x18\x07 \x01(\x03\x12\x14\n\x0corigin_bytes\x18\x08 \x01(\x03\x12\x16\n\x0erx_bytes_per_s\x18\t \x01(\x03\x12\x16\n\x0etx_bytes_per_s\x18\n \x01(\x03\x12\x34\n\x06\x65rrors\x18\x0b \x03(\x0b\x32$.relgate.distribution.v1.ReportError\x12\r\n\x05ready\x18\x0c \x01(\x08\x12\x14\n\x0c\x64\x61ta_address\x18\r \x01(\t\x12\x0c\n\x04rack\x18\x0e \x01(\t\x12\x1e\n\x16placed_manifest_digest\x18\x0f \x01(\t\x12\x0e\n\x06health\x18\x10 \x01(\t\x12\x15\n\rdata_refusals\x18\x11 \x01(\x03\x12\x16\n\x0everified_delta\x18\x12 \x01(\x0c\x12\x16\n\x0everified_count\x18\x13 \x01(\x03\x12\x1d\n\x15stripe_rx_bytes_per_s\x18\x14 \x03(\x03\x12\x17\n\x0fmanifest_digest\x18\x15 \x01(\t\x12\x1d\n\x15placement_attestation\x18( \x01(\t"\x80\x01\n\x16ReportProgressResponse\x12\x18\n\x10topology_version\x18\x01 \x01(\x03\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\t\x12;\n\rorigin_shares\x18\x03 \x03(\x0b\x32$.relgate.distribution.v1.OriginShare"7\n\x0bOriginShare\x12\x0e\n\x06stripe\x18\x01 \x01(\x05\x12\x18\n\x10rate_bytes_per_s\x18\x02 \x01(\x03"n\n\x14ReportSuspectRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08reporter\x18\x02 \x01(\t\x12\x14\n\x0csuspect_host\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0e\n\x06stripe\x18\x05 \x01(\x05"f\n\x15ReportSuspectResponse\x12\x18\n\x10topology_version\x18\x01 \x01(\x03\x12\x33\n\x0cnew_upstream\x18\x02 \x01(\x0b\x32\x1d.relgate.distribution.v1.Peer"b\n\x10\x46indPeersRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12\r\n\x05\x63hunk\x18\x03 \x01(\x03\x12\x0f\n\x07\x65xclude\x18\x04 \x03(\t\x12\r\n\x05limit\x18\x05 \x01(\x05"R\n\x11\x46indPeersResponse\x12,\n\x05peers\x18\x01 \x03(\x0b\x32\x1d.relgate.distribution.v1.Peer\x12\x0f\n\x07holders\x18\x02 \x01(\x05\x32\xfa\x03\n\nJobService\x12\x65\n\nEnrollHost\x12*.relgate.distribution.v1.EnrollHostRequest\x1a+.relgate.distribution.v1.EnrollHostResponse\x12\x62\n\tListHosts\x12).relgate.distribution.v1.ListHostsRequest\x1a*.relgate.distribution.v1.ListHostsResponse\x12\x62\n\tCreateJob\x12).relgate.distribution.v1.CreateJobRequest\x1a*.relgate.distribution.v1.CreateJobResponse\x12Y\n\x06GetJob\x12&.relgate.distribution.v1.GetJobRequest\x1a\'.relgate.distribution.v1.GetJobResponse\x12\x62\n\tCancelJob\x12).relgate.distribution.v1.CancelJobRequest\x1a*.relgate.distribution.v1.CancelJobResponse2\x82\x05\n\x0c\x41gentService\x12U\n\x05Watch\x12%.relgate.distribution.v1.WatchRequest\x1a#.relgate.distribution.v1.WatchEvent0\x01\x12_\n\x08Register\x12(.relgate.distribution.v1.RegisterRequest\x1a).relgate.distribution.v1.RegisterResponse\x12q\n\x0eReportProgress\x12..relgate.distribution.v1.ReportProgressRequest\x1a/.relgate.distribution.v1.ReportProgressResponse\x12s\n\x0cReportStream\x12..relgate.distribution.v1.ReportProgressRequest\x1a/.relgate.distribution.v1.ReportProgressResponse(\x01\x30\x01\x12n\n\rReportSuspect\x12-.relgate.distribution.v1.ReportSuspectRequest\x1a..relgate.distribution.v1.ReportSuspectResponse\x12\x62\n\tFindPeers\x12).relgate.distribution.v1.FindPeersRequest\x1a*.relgate.distribution.v1.FindPeersResponseb\x06proto3'
+)
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'distribution_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "distribution_pb2", _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
-  _globals['_ENROLLHOSTREQUEST_LABELSENTRY']._loaded_options = None
-  _globals['_ENROLLHOSTREQUEST_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_INVENTORYHOST_LABELSENTRY']._loaded_options = None
-  _globals['_INVENTORYHOST_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_WATCHREQUEST_LABELSENTRY']._loaded_options = None
-  _globals['_WATCHREQUEST_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_WATCHREQUEST_KNOWNTOPOLOGYVERSIONSENTRY']._loaded_options = None
-  _globals['_WATCHREQUEST_KNOWNTOPOLOGYVERSIONSENTRY']._serialized_options = b'8\001'
-  _globals['_CREATEJOBREQUEST']._serialized_start=48
-  _globals['_CREATEJOBREQUEST']._serialized_end=337
-  _globals['_CREATEJOBRESPONSE']._serialized_start=339
-  _globals['_CREATEJOBRESPONSE']._serialized_end=435
-  _globals['_GETJOBREQUEST']._serialized_start=437
-  _globals['_GETJOBREQUEST']._serialized_end=468
-  _globals['_HOSTSTATUS']._serialized_start=471
-  _globals['_HOSTSTATUS']._serialized_end=691
-  _globals['_GETJOBRESPONSE']._serialized_start=694
-  _globals['_GETJOBRESPONSE']._serialized_end=1168
-  _globals['_CANCELJOBREQUEST']._serialized_start=1170
-  _globals['_CANCELJOBREQUEST']._serialized_end=1204
-  _globals['_CANCELJOBRESPONSE']._serialized_start=1206
-  _globals['_CANCELJOBRESPONSE']._serialized_end=1225
-  _globals['_ENROLLHOSTREQUEST']._serialized_start=1228
-  _globals['_ENROLLHOSTREQUEST']._serialized_end=1413
-  _globals['_ENROLLHOSTREQUEST_LABELSENTRY']._serialized_start=1368
-  _globals['_ENROLLHOSTREQUEST_LABELSENTRY']._serialized_end=1413
-  _globals['_ENROLLHOSTRESPONSE']._serialized_start=1415
-  _globals['_ENROLLHOSTRESPONSE']._serialized_end=1470
-  _globals['_LISTHOSTSREQUEST']._serialized_start=1472
-  _globals['_LISTHOSTSREQUEST']._serialized_end=1490
-  _globals['_INVENTORYHOST']._serialized_start=1493
-  _globals['_INVENTORYHOST']._serialized_end=1750
-  _globals['_INVENTORYHOST_LABELSENTRY']._serialized_start=1368
-  _globals['_INVENTORYHOST_LABELSENTRY']._serialized_end=1413
-  _globals['_LISTHOSTSRESPONSE']._serialized_start=1752
-  _globals['_LISTHOSTSRESPONSE']._serialized_end=1852
-  _globals['_WATCHREQUEST']._serialized_start=1855
-  _globals['_WATCHREQUEST']._serialized_end=2259
-  _globals['_WATCHREQUEST_LABELSENTRY']._serialized_start=1368
-  _globals['_WATCHREQUEST_LABELSENTRY']._serialized_end=1413
-  _globals['_WATCHREQUEST_KNOWNTOPOLOGYVERSIONSENTRY']._serialized_start=2199
-  _globals['_WATCHREQUEST_KNOWNTOPOLOGYVERSIONSENTRY']._serialized_end=2259
-  _globals['_JOBREF']._serialized_start=2261
-  _globals['_JOBREF']._serialized_end=2350
-  _globals['_WATCHEVENT']._serialized_start=2353
-  _globals['_WATCHEVENT']._serialized_end=2488
-  _globals['_REGISTERREQUEST']._serialized_start=2491
-  _globals['_REGISTERREQUEST']._serialized_end=2679
-  _globals['_REGISTERRESPONSE']._serialized_start=2682
-  _globals['_REGISTERRESPONSE']._serialized_end=2872
-  _globals['_PEER']._serialized_start=2874
-  _globals['_PEER']._serialized_end=2928
-  _globals['_STRIPEASSIGNMENT']._serialized_start=2931
-  _globals['_STRIPEASSIGNMENT']._serialized_end=3139
-  _globals['_ASSIGNMENT']._serialized_start=3142
-  _globals['_ASSIGNMENT']._serialized_end=3311
-  _globals['_REPORTERROR']._serialized_start=3313
-  _globals['_REPORTERROR']._serialized_end=3390
-  _globals['_REPORTPROGRESSREQUEST']._serialized_start=3393
-  _globals['_REPORTPROGRESSREQUEST']._serialized_end=3899
-  _globals['_REPORTPROGRESSRESPONSE']._serialized_start=3902
-  _globals['_REPORTPROGRESSRESPONSE']._serialized_end=4030
-  _globals['_ORIGINSHARE']._serialized_start=4032
-  _globals['_ORIGINSHARE']._serialized_end=4087
-  _globals['_REPORTSUSPECTREQUEST']._serialized_start=4089
-  _globals['_REPORTSUSPECTREQUEST']._serialized_end=4199
-  _globals['_REPORTSUSPECTRESPONSE']._serialized_start=4201
-  _globals['_REPORTSUSPECTRESPONSE']._serialized_end=4303
-  _globals['_FINDPEERSREQUEST']._serialized_start=4305
-  _globals['_FINDPEERSREQUEST']._serialized_end=4403
-  _globals['_FINDPEERSRESPONSE']._serialized_start=4405
-  _globals['_FINDPEERSRESPONSE']._serialized_end=4487
-  _globals['_JOBSERVICE']._serialized_start=4490
-  _globals['_JOBSERVICE']._serialized_end=4996
-  _globals['_AGENTSERVICE']._serialized_start=4999
-  _globals['_AGENTSERVICE']._serialized_end=5641
+    DESCRIPTOR._loaded_options = None
+    _globals["_ENROLLHOSTREQUEST_LABELSENTRY"]._loaded_options = None
+    _globals["_ENROLLHOSTREQUEST_LABELSENTRY"]._serialized_options = b"8\001"
+    _globals["_INVENTORYHOST_LABELSENTRY"]._loaded_options = None
+    _globals["_INVENTORYHOST_LABELSENTRY"]._serialized_options = b"8\001"
+    _globals["_WATCHREQUEST_LABELSENTRY"]._loaded_options = None
+    _globals["_WATCHREQUEST_LABELSENTRY"]._serialized_options = b"8\001"
+    _globals["_WATCHREQUEST_KNOWNTOPOLOGYVERSIONSENTRY"]._loaded_options = None
+    _globals["_WATCHREQUEST_KNOWNTOPOLOGYVERSIONSENTRY"]._serialized_options = b"8\001"
+    _globals["_CREATEJOBREQUEST"]._serialized_start = 48
+    _globals["_CREATEJOBREQUEST"]._serialized_end = 337
+    _globals["_CREATEJOBRESPONSE"]._serialized_start = 339
+    _globals["_CREATEJOBRESPONSE"]._serialized_end = 435
+    _globals["_GETJOBREQUEST"]._serialized_start = 437
+    _globals["_GETJOBREQUEST"]._serialized_end = 468
+    _globals["_HOSTSTATUS"]._serialized_start = 471
+    _globals["_HOSTSTATUS"]._serialized_end = 691
+    _globals["_GETJOBRESPONSE"]._serialized_start = 694
+    _globals["_GETJOBRESPONSE"]._serialized_end = 1168
+    _globals["_CANCELJOBREQUEST"]._serialized_start = 1170
+    _globals["_CANCELJOBREQUEST"]._serialized_end = 1204
+    _globals["_CANCELJOBRESPONSE"]._serialized_start = 1206
+    _globals["_CANCELJOBRESPONSE"]._serialized_end = 1225
+    _globals["_ENROLLHOSTREQUEST"]._serialized_start = 1228
+    _globals["_ENROLLHOSTREQUEST"]._serialized_end = 1413
+    _globals["_ENROLLHOSTREQUEST_LABELSENTRY"]._serialized_start = 1368
+    _globals["_ENROLLHOSTREQUEST_LABELSENTRY"]._serialized_end = 1413
+    _globals["_ENROLLHOSTRESPONSE"]._serialized_start = 1415
+    _globals["_ENROLLHOSTRESPONSE"]._serialized_end = 1470
+    _globals["_LISTHOSTSREQUEST"]._serialized_start = 1472
+    _globals["_LISTHOSTSREQUEST"]._serialized_end = 1490
+    _globals["_INVENTORYHOST"]._serialized_start = 1493
+    _globals["_INVENTORYHOST"]._serialized_end = 1750
+    _globals["_INVENTORYHOST_LABELSENTRY"]._serialized_start = 1368
+    _globals["_INVENTORYHOST_LABELSENTRY"]._serialized_end = 1413
+    _globals["_LISTHOSTSRESPONSE"]._serialized_start = 1752
+    _globals["_LISTHOSTSRESPONSE"]._serialized_end = 1852
+    _globals["_WATCHREQUEST"]._serialized_start = 1855
+    _globals["_WATCHREQUEST"]._serialized_end = 2259
+    _globals["_WATCHREQUEST_LABELSENTRY"]._serialized_start = 1368
+    _globals["_WATCHREQUEST_LABELSENTRY"]._serialized_end = 1413
+    _globals["_WATCHREQUEST_KNOWNTOPOLOGYVERSIONSENTRY"]._serialized_start = 2199
+    _globals["_WATCHREQUEST_KNOWNTOPOLOGYVERSIONSENTRY"]._serialized_end = 2259
+    _globals["_JOBREF"]._serialized_start = 2261
+    _globals["_JOBREF"]._serialized_end = 2350
+    _globals["_WATCHEVENT"]._serialized_start = 2353
+    _globals["_WATCHEVENT"]._serialized_end = 2488
+    _globals["_REGISTERREQUEST"]._serialized_start = 2491
+    _globals["_REGISTERREQUEST"]._serialized_end = 2679
+    _globals["_REGISTERRESPONSE"]._serialized_start = 2682
+    _globals["_REGISTERRESPONSE"]._serialized_end = 2872
+    _globals["_PEER"]._serialized_start = 2874
+    _globals["_PEER"]._serialized_end = 2928
+    _globals["_STRIPEASSIGNMENT"]._serialized_start = 2931
+    _globals["_STRIPEASSIGNMENT"]._serialized_end = 3139
+    _globals["_ASSIGNMENT"]._serialized_start = 3142
+    _globals["_ASSIGNMENT"]._serialized_end = 3311
+    _globals["_REPORTERROR"]._serialized_start = 3313
+    _globals["_REPORTERROR"]._serialized_end = 3390
+    _globals["_REPORTPROGRESSREQUEST"]._serialized_start = 3393
+    _globals["_REPORTPROGRESSREQUEST"]._serialized_end = 3930
+    _globals["_REPORTPROGRESSRESPONSE"]._serialized_start = 3933
+    _globals["_REPORTPROGRESSRESPONSE"]._serialized_end = 4061
+    _globals["_ORIGINSHARE"]._serialized_start = 4063
+    _globals["_ORIGINSHARE"]._serialized_end = 4118
+    _globals["_REPORTSUSPECTREQUEST"]._serialized_start = 4120
+    _globals["_REPORTSUSPECTREQUEST"]._serialized_end = 4230
+    _globals["_REPORTSUSPECTRESPONSE"]._serialized_start = 4232
+    _globals["_REPORTSUSPECTRESPONSE"]._serialized_end = 4334
+    _globals["_FINDPEERSREQUEST"]._serialized_start = 4336
+    _globals["_FINDPEERSREQUEST"]._serialized_end = 4434
+    _globals["_FINDPEERSRESPONSE"]._serialized_start = 4436
+    _globals["_FINDPEERSRESPONSE"]._serialized_end = 4518
+    _globals["_JOBSERVICE"]._serialized_start = 4521
+    _globals["_JOBSERVICE"]._serialized_end = 5027
+    _globals["_AGENTSERVICE"]._serialized_start = 5030
+    _globals["_AGENTSERVICE"]._serialized_end = 5672
 # @@protoc_insertion_point(module_scope)

@@ -507,7 +507,10 @@ class Peer(_message.Message):
     address: str
     rack: str
     def __init__(
-        self, host_id: str | None = ..., address: str | None = ..., rack: str | None = ...
+        self,
+        host_id: str | None = ...,
+        address: str | None = ...,
+        rack: str | None = ...,
     ) -> None: ...
 
 class StripeAssignment(_message.Message):
@@ -595,6 +598,7 @@ class ReportProgressRequest(_message.Message):
         "manifest_digest",
         "origin_bytes",
         "placed_manifest_digest",
+        "placement_attestation",
         "rack",
         "ready",
         "rx_bytes",
@@ -628,6 +632,7 @@ class ReportProgressRequest(_message.Message):
     VERIFIED_COUNT_FIELD_NUMBER: _ClassVar[int]
     STRIPE_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_ATTESTATION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     host_id: str
     topology_version: int
@@ -649,6 +654,7 @@ class ReportProgressRequest(_message.Message):
     verified_count: int
     stripe_rx_bytes_per_s: _containers.RepeatedScalarFieldContainer[int]
     manifest_digest: str
+    placement_attestation: str
     def __init__(
         self,
         job_id: str | None = ...,
@@ -672,6 +678,7 @@ class ReportProgressRequest(_message.Message):
         verified_count: int | None = ...,
         stripe_rx_bytes_per_s: _Iterable[int] | None = ...,
         manifest_digest: str | None = ...,
+        placement_attestation: str | None = ...,
     ) -> None: ...
 
 class ReportProgressResponse(_message.Message):
@@ -725,7 +732,9 @@ class ReportSuspectResponse(_message.Message):
     topology_version: int
     new_upstream: Peer
     def __init__(
-        self, topology_version: int | None = ..., new_upstream: Peer | _Mapping | None = ...
+        self,
+        topology_version: int | None = ...,
+        new_upstream: Peer | _Mapping | None = ...,
     ) -> None: ...
 
 class FindPeersRequest(_message.Message):
@@ -756,5 +765,7 @@ class FindPeersResponse(_message.Message):
     peers: _containers.RepeatedCompositeFieldContainer[Peer]
     holders: int
     def __init__(
-        self, peers: _Iterable[Peer | _Mapping] | None = ..., holders: int | None = ...
+        self,
+        peers: _Iterable[Peer | _Mapping] | None = ...,
+        holders: int | None = ...,
     ) -> None: ...
