@@ -75,6 +75,17 @@ def test_fanout_all_hosts_byte_exact(cluster: Cluster, checkpoint, webhook) -> N
         and ev["version"] == "2026-10-12.3"
     )
     assert sorted(ev["readyHosts"]) == sorted(h for h, _ in HOSTS)
+    # a clean run: the data-plane refusal counter is an attack's, never a start-up race's
+    refused = {
+        h: line
+        for h, _ in HOSTS
+        for line in (cluster.base / "logs" / f"{h}.log").read_text().splitlines()
+        if "data plane refused" in line
+    }
+    assert refused == {}
+    assert {h["host_id"]: h["data_refusals"] for h in st["hosts"]} == dict.fromkeys(
+        (h for h, _ in HOSTS), 0
+    )
 
 
 def journal_chunks(cluster: Cluster, host: str, checkpoint: dict[str, Any]) -> int:

@@ -40,6 +40,47 @@ log = logging.getLogger(__name__)
 ENDED_JOBS_KEPT = 32  # ended jobs whose figures the exporter still serves
 
 WATCH_RETRY = Backoff(0.2, 2.0)  # coordinator unreachable: back off to 2 s
+UNREACHABLE_LOG_S = 10.0  # while no leader answers, say so at most this often
+
+
+class LeaderReach:
+    """Whether a coordinator leader answers this agent's watch, logged (rate-limited):
+    the first failure, then at most every ``every_s`` while it lasts, and the recovery."""
+
+    def __init__(self, every_s: float = UNREACHABLE_LOG_S) -> None:
+        self.every_s = every_s
+        self.since: float | None = None  # monotonic time of the first failure in a row
+        self.failures = 0
+        self.logged_at = 0.0
+
+    def failed(self, exc: BaseException, now: float | None = None) -> bool:
+        """One more failed attempt; True when it was logged."""
+        now = time.monotonic() if now is None else now
+        if self.since is None:
+            self.since, self.logged_at = now, now - self.every_s
+        self.failures += 1
+        if now - self.logged_at < self.every_s:
+            return False
+        self.logged_at = now
+        code = exc.code() if isinstance(exc, grpc.RpcError) else None
+        log.warning(
+            "cannot reach a coordinator leader for %.0fs (%d attempts): %s %s",
+            now - self.since,
+            self.failures,
+            getattr(code, "name", type(exc).__name__),
+            (exc.details() if isinstance(exc, grpc.RpcError) else str(exc))[:200],
+        )
+        return True
+
+    def ok(self, now: float | None = None) -> None:
+        if self.since is not None:
+            now = time.monotonic() if now is None else now
+            log.warning(
+                "coordinator leader reachable again after %.0fs (%d failed attempts)",
+                now - self.since,
+                self.failures,
+            )
+        self.since, self.failures = None, 0
 
 
 class HostAgent:
@@ -63,6 +104,7 @@ class HostAgent:
         self.ended: dict[str, JobState] = {}  # forgotten runners' jobs, oldest first
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
+        self.reach = LeaderReach()  # logs (rate-limited) while no leader answers
         self.rx_bucket = TokenBucket(config.max_rate_bytes_per_s)
         self.tx_bucket = TokenBucket(config.max_rate_bytes_per_s)
         self.data = DataServer(
@@ -207,6 +249,7 @@ class HostAgent:
         events = self.stub.stream("Watch", self._watch_request(), self.config.watch_timeout_s)
         try:
             for event in events:
+                self.reach.ok()  # a leader answers
                 started = self._reconcile({j.job_id: j for j in event.jobs})
                 for a in event.assignments:
                     with self.lock:
@@ -231,9 +274,13 @@ class HostAgent:
                     retry_on=grpc.RpcError,
                     backoff=WATCH_RETRY,
                     stop_event=self.stop_event,
+                    on_retry=self._unreachable,
                 )
             except grpc.RpcError:
                 return  # stopping
+
+    def _unreachable(self, exc: BaseException, _failures: int) -> None:
+        self.reach.failed(exc)
 
     def _reconcile(self, listed: dict[str, pb.JobRef]) -> set[str]:
         """Start a runner for every listed job; forget ended runners of unlisted ones.
