@@ -15,6 +15,7 @@ from relgate_agent.contracts import JobSpec, ProgressReport
 from relgate_agent.coordinator.jobstate import REMOVED, ReadyRefused
 from relgate_agent.coordinator.removal import remove_target
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
+from relgate_agent.dsse import REVOKED_FILE, keyid_of, revoked_bytes
 from relgate_agent.manifest import (
     CheckpointManifest,
     TrustedKeys,
@@ -158,3 +159,30 @@ def test_a_removed_target_stays_removed_after_a_restart(
         assert again.job_status("dj_rm").state == "DONE"  # without the removed host
     finally:
         again.close()
+
+
+def test_a_manifest_signed_by_a_key_the_agents_revoked_fails_the_job_at_once(
+    tmp_path: Path, checkpoint: dict[str, Any], keypair: Any
+) -> None:
+    """The coordinator still trusts the signer; every agent's trust set revokes it: each
+    host refuses (check key-revoked), and the job FAILED naming the check, not
+    DISTRIBUTING for ever."""
+    revoking = tmp_path / "agent-trusted"
+    revoking.mkdir()
+    shutil.copy(Path(checkpoint["trusted"]) / "signer.pem", revoking / "signer.pem")
+    (revoking / REVOKED_FILE).write_bytes(revoked_bytes([keyid_of(keypair[0].public_key())]))
+    cluster = Cluster(tmp_path / "cluster", checkpoint["trusted"], ["--report-interval", "0.5"])
+    cluster.agent_trusted = revoking
+    try:
+        cluster.start_coordinator()
+        start_hosts(cluster, HOSTS[:2])
+        job = create_job(cluster, checkpoint)
+        st = cluster.wait_for(
+            lambda: (r := cluster.status(job))["state"] == "FAILED" and r, 60, "FAILED"
+        )
+        for h, _ in HOSTS[:2]:
+            assert f"{h}: HOST_FAILED" in st["error"], st["error"]
+        assert st["error"].count("MANIFEST_REJECTED check=key-revoked") == 2, st["error"]
+        assert st["bytes_moved"] == 0
+    finally:
+        cluster.stop_all()

@@ -289,7 +289,10 @@ class HostAgent:
         with self.lock:
             for job_id, ref in listed.items():
                 r = self.runners.get(job_id)
-                if r is None or r.closed:
+                # a job this host gave up on (HOST_FAILED, NO_SPACE, a refused manifest) is
+                # not started again by every push while it stays listed: the same refusal,
+                # again and again (a restarted agent tries afresh)
+                if r is None or (r.closed and not r.job.failed):
                     rank = priority_rank(ref.priority or "normal")
                     r = JobRunner(self, job_id, ref.model, ref.version, rank)
                     self.runners[job_id] = r
