@@ -74,7 +74,10 @@ MAX_DIGEST_LEN = 128
 NOT_HELD = "not held"  # how a FETCH_MANIFEST refusal for a manifest not held ends
 # refusal kinds that mean "not yet, ask again" (a manifest or chunk not held here yet): a
 # peer doing its job, never counted with the refusals an attack raises
-ASK_AGAIN_KINDS = frozenset({"not_held"})
+ASK_AGAIN_KINDS = frozenset({"not_held", "stale"})
+# how an authorization refusal of a job member with an older topology begins (it asks an
+# upstream it had a moment ago; its new assignment is on the way): "stale", not counted
+STALE_TOPOLOGY = "stale topology"
 SOURCE_POLL_S = 0.05  # how often a request for a job registering here looks again
 HEARTBEAT_S = 1.0
 
@@ -112,6 +115,10 @@ class DataPlaneLimits:
 
 # (job, peer, op, stripe, peer's topology version) -> refusal text or None
 Authorizer = Callable[[str, Identity | None, int, int, int], str | None]
+
+
+def _refusal_kind(why: str) -> str:
+    return "stale" if why.startswith(STALE_TOPOLOGY) else "unauthorized"
 
 
 class BlockSource(Protocol):
@@ -462,13 +469,13 @@ class DataServer:
                 raise RequestError(f"unknown codec {str(codec)[:40]!r} (speaks {wan.CODEC})")
             why = self.authorize(req["job"], peer, op, stripe, topo)
             if why is not None:
-                raise RequestError(why, "unauthorized")
+                raise RequestError(why, _refusal_kind(why))
             self._stream(conn, src, blocks[:end], pos, credits, compress=codec is not None)
         elif op == OP_FETCH_CHUNK:
             chunk = _int_field(req, "chunk", 0, 1 << 40)
             why = self.authorize(req["job"], peer, op, -1, topo)
             if why is not None:
-                raise RequestError(why, "unauthorized")
+                raise RequestError(why, _refusal_kind(why))
             self._fetch_chunk(conn, src, chunk)
         else:
             digest = req.get("digest")
@@ -476,7 +483,7 @@ class DataServer:
                 raise RequestError("digest must be a non-empty string")
             why = self.authorize(req["job"], peer, op, -1, topo)
             if why is not None:
-                raise RequestError(why, "unauthorized")
+                raise RequestError(why, _refusal_kind(why))
             self._fetch_manifest(conn, src, digest)
 
     def _source(self, job_id: str) -> BlockSource | None:

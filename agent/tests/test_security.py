@@ -687,6 +687,15 @@ def test_data_served_only_to_assigned_peers(plane: dict[str, Any]) -> None:
         f"upstream error: refused: h01 is not a downstream of stripe {s2} of job {job} "
         f"(topology v{a.topology_version})"
     )
+    # the same from h01 holding an older assignment (its upstream changed a moment ago):
+    # refused as stale, to be asked again, and not counted with what an attack raises
+    stale = a.topology_version - 1
+    with pytest.raises(TransportError) as exc:
+        list(
+            StripeStream(data_address(plane, "h00"), job, s2, 0, tls=tls01, peer="h00", topo=stale)
+        )
+    assert str(exc.value).startswith(f"upstream error: stale topology v{stale} < v")
+    assert dataplane_counters(plane, "h00")["refusals"].get("stale", 0) == 0
     # valid fleet certificates of hosts outside the job: h99 (enrolled elsewhere), ghost h02
     for outsider in ("h99", "h02"):
         ctx = data_client_context(c.tls(outsider))

@@ -34,13 +34,23 @@ from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import Duplex, FailoverStub
 from relgate_agent.storage import held_versions
-from relgate_agent.transport import OP_STREAM_STRIPE, BlockSource, DataPlaneLimits, DataServer
+from relgate_agent.transport import (
+    OP_STREAM_STRIPE,
+    STALE_TOPOLOGY,
+    BlockSource,
+    DataPlaneLimits,
+    DataServer,
+)
 
 log = logging.getLogger(__name__)
 ENDED_JOBS_KEPT = 32  # ended jobs whose figures the exporter still serves
 
 WATCH_RETRY = Backoff(0.2, 2.0)  # coordinator unreachable: back off to 2 s
 UNREACHABLE_LOG_S = 10.0  # while no leader answers, say so at most this often
+
+
+def _member(peer: Identity | None, members: set[str]) -> bool:
+    return peer is not None and peer.name in members
 
 
 class LeaderReach:
@@ -151,6 +161,10 @@ class HostAgent:
                 else:
                     why = chunk_refusal(peer, job_id, a.members, a.topology_version)
                 remaining = deadline - time.monotonic()
+                if why is not None and 0 < topo < a.topology_version and _member(peer, a.members):
+                    # a host of the job dialing with an older assignment (its upstream just
+                    # changed): not an attack, it asks again once its new one arrives
+                    return f"{STALE_TOPOLOGY} v{topo} < v{a.topology_version}: {why}"
                 if why is None or topo <= a.topology_version or remaining <= 0 or r.closed:
                     return why
                 a.cond.wait(remaining)
