@@ -13,14 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 from test_cli import _run
 
 from relgate_agent import jcs
 from relgate_agent.attestation import (
     CHECK_ATTESTATION_DIGEST,
+    CHECK_ATTESTATION_MALFORMED,
     CHECK_ATTESTATION_MISSING,
     CHECK_ATTESTATION_SIGNATURE,
     CHECK_ATTESTATION_SIGNER,
+    CHECK_HANDOFF_MALFORMED,
     CHECK_HANDOFF_SIGNATURE,
     CHECK_HANDOFF_SIGNER,
     CHECK_HANDOFF_UNSIGNED,
@@ -229,3 +232,50 @@ def test_a_verifying_webhook_refuses_forged_and_unsigned_posts(fleet: dict[str, 
         assert post(event) == 204 and len(hook.events) == 1
     finally:
         hook.close()
+
+
+def test_malformed_or_out_of_validity_attestations_and_events_are_named(
+    fleet: dict[str, Any],
+) -> None:
+    """From a mutation run: each malformed shape and the certificate's validity window."""
+    pki, ca = fleet["pki"], fleet["ca"]
+    good = {h: _attest(pki, h) for h in HOSTS}
+
+    def with_h00(att: dict[str, Any]) -> str:
+        return _refused(_event(pki, {**good, "h00": att}), ca)
+
+    def payload(raw: bytes) -> dict[str, Any]:
+        return {**good["h00"], "payload": base64.b64encode(raw).decode()}
+
+    assert with_h00({**good["h00"], "payloadType": "text/plain"}) == CHECK_ATTESTATION_MALFORMED
+    assert with_h00(payload(b"not json")) == CHECK_ATTESTATION_MALFORMED
+    doc = json.loads(base64.b64decode(good["h00"]["payload"]))
+    spaced = json.dumps(doc, indent=1).encode()  # the same fields, not canonical
+    assert with_h00(payload(spaced)) == CHECK_ATTESTATION_MALFORMED
+    # signed while the host's certificate was valid, to the millisecond of its start
+    cert = x509.load_pem_x509_certificate(good["h00"]["certificate"].encode())
+    start_ms = int(cert.not_valid_before_utc.timestamp() * 1000)
+    end_ms = int(cert.not_valid_after_utc.timestamp() * 1000)
+
+    def at(ms: int) -> dict[str, Any]:
+        att = sign_placement(
+            _signer(pki, "h00"),
+            host_id="h00",
+            model="claude-x",
+            version="v1",
+            manifest_digest=DIGEST,
+            path="/models/claude-x/v1",
+            placed_at_ms=ms,
+        )
+        return att
+
+    assert verify_event(_event(pki, {**good, "h00": at(start_ms)}), ca)
+    assert verify_event(_event(pki, {**good, "h00": at(end_ms)}), ca)
+    assert with_h00(at(start_ms - 1)) == CHECK_ATTESTATION_SIGNER
+    assert with_h00(at(end_ms + 1000)) == CHECK_ATTESTATION_SIGNER
+    # events: not a list of hosts; a field no canonical JSON can hold (signed over before)
+    event = _event(pki, good)
+    now = int(time.time() * 1000)
+    odd = sign_event(_signer(pki, "coordinator"), {**event, "readyHosts": "h00"}, now)
+    assert _refused(odd, ca) == CHECK_HANDOFF_MALFORMED
+    assert _refused({**event, "hostsTotal": 2**60}, ca) == CHECK_HANDOFF_MALFORMED
