@@ -54,6 +54,8 @@ def http_base() -> Iterator[str]:
             try:
                 if self.path == "/ok":
                     self.wfile.write(b"{}")
+                elif self.path == "/thousand":  # no length: the body ends with the stream
+                    self.wfile.write(b"x" * 1000)
                 elif self.path == "/endless":
                     while True:
                         self.wfile.write(bytes(64 << 10))
@@ -101,6 +103,11 @@ def test_local_reads_refuse_fifo_device_directory_and_oversize(tmp_path: Path) -
 
 def test_http_reads_refuse_endless_oversize_and_dripping_bodies(http_base: str) -> None:
     assert read_manifest(f"{http_base}/ok") == b"{}"
+    assert read_manifest(f"{http_base}/ok", max_bytes=2) == b"{}"  # a length at the bound
+    # a body without a length: at the bound it is read whole, one byte over it is refused
+    # (never cut to the bound and parsed)
+    assert read_manifest(f"{http_base}/thousand", max_bytes=1000) == b"x" * 1000
+    assert _check(f"{http_base}/thousand", max_bytes=999) == CHECK_MANIFEST_TOO_LARGE
     assert _check(f"{http_base}/endless", max_bytes=1 << 20) == CHECK_MANIFEST_TOO_LARGE
     assert _check(f"{http_base}/huge") == CHECK_MANIFEST_TOO_LARGE  # by its header
     assert _check(f"{http_base}/drip", deadline_s=1.0) == CHECK_MANIFEST_DEADLINE
