@@ -136,6 +136,7 @@ class ProgressReport:
     verified_count: int = 0
     stripe_rx_bps: tuple[int, ...] = ()  # per stripe; STRIPE_DONE for a stripe held whole
     manifest_digest: str = ""  # the verified manifest the host holds (serves to peers)
+    placement_attestation: str = ""  # with ready: the host's signed attestation (JSON)
 
 
 #: ReportProgress action: this host is quarantined in the job (two downstreams received bad

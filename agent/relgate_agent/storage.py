@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from relgate_agent.dsse import MAX_ENVELOPE_BYTES  # the one bound on a signed envelope
-from relgate_agent.errors import StorageError
+from relgate_agent.errors import NoSpace, StorageError, is_no_space
 from relgate_agent.fstree import (
     CHECK_NOT_REGULAR,
     CHECK_SYMLINK,
@@ -52,6 +52,7 @@ from relgate_agent.manifest import (
 
 JOURNAL_FORMAT = 1
 STAGED_ENVELOPE = "manifest.dsse.json"  # beside the journal of a staged version
+MAX_ATTESTATION_BYTES = 64 << 10  # a placement attestation: a certificate and a signature
 # checks named in placement / scrub refusals (besides those of fstree)
 CHECK_UNEXPECTED = "unexpected-entry"
 CHECK_REPLACED = "replaced-file"
@@ -314,6 +315,9 @@ class VersionStore:
         # so the placed tree holds exactly the checkpoint's files)
         self.placed_marker = placed_marker_path(models_root, manifest.model, manifest.version)
         self.placed_envelope = placed_envelope_path(models_root, manifest.model, manifest.version)
+        self.placed_attestation = placed_attestation_path(
+            models_root, manifest.model, manifest.version
+        )
         self.fds: dict[str, int] = {}
         self.placed = False
         self.lock = threading.Lock()
@@ -374,6 +378,19 @@ class VersionStore:
             self._write_beneath(parts, self.placed_envelope.name, envelope)
         self._write_beneath(parts, self.placed_marker.name, (self.manifest.digest + "\n").encode())
 
+    def write_placed_attestation(self, attestation: bytes) -> None:
+        """Keep this host's signed placement attestation beside the marker."""
+        self._write_beneath(
+            [".placed", self.manifest.model], self.placed_attestation.name, attestation
+        )
+
+    def read_placed_attestation(self) -> bytes | None:
+        return _read_beneath(
+            self.models_root,
+            [".placed", self.manifest.model, self.placed_attestation.name],
+            MAX_ATTESTATION_BYTES,
+        )
+
     def write_staged_envelope(self, envelope: bytes) -> None:
         """Keep the signed manifest beside the journal: another job on this host may reuse
         this version's journaled chunks (``agent.delta``) once it verifies the envelope."""
@@ -381,9 +398,11 @@ class VersionStore:
         self._write_beneath(parts, STAGED_ENVELOPE, envelope)
 
     def placed_marker_matches(self) -> bool:
-        return read_placed_marker(self.models_root, self.manifest.model, self.manifest.version) == (
-            self.manifest.digest
-        )
+        return self.placed_marker_digest() == self.manifest.digest
+
+    def placed_marker_digest(self) -> str | None:
+        """The digest the placed tree of this model/version was verified against, if any."""
+        return read_placed_marker(self.models_root, self.manifest.model, self.manifest.version)
 
     @staticmethod
     def is_placed(models_root: Path, model: str, version: str) -> bool:
@@ -441,9 +460,16 @@ class VersionStore:
         seg: tuple[FileEntry, int, int, int]
         for seg in self.manifest.segments(offset, len(view)):
             f, foff, n, pos = seg
-            written = os.pwrite(self.fds[f.path], view[pos : pos + n], foff)
-            if written != n:
-                raise StorageError(f"short write to {f.path} at {foff}: {written} of {n}")
+            try:
+                written = os.pwrite(self.fds[f.path], view[pos : pos + n], foff)
+            except OSError as exc:
+                if is_no_space(exc):
+                    raise NoSpace(
+                        f"no space to stage {f.path} at {foff} under {self.models_root}: {exc}"
+                    ) from exc
+                raise
+            if written != n:  # a regular file written short: the file system is full
+                raise NoSpace(f"short write to {f.path} at {foff}: {written} of {n}")
 
     def pread(self, offset: int, length: int) -> bytes:
         parts: list[bytes] = []
@@ -544,6 +570,23 @@ def placed_marker_path(models_root: Path, model: str, version: str) -> Path:
 
 def placed_envelope_path(models_root: Path, model: str, version: str) -> Path:
     return models_root / ".placed" / model / f"{version}.manifest.dsse.json"
+
+
+def placed_attestation_path(models_root: Path, model: str, version: str) -> Path:
+    """This host's signed placement attestation of the placed copy (relgate_agent.attestation)."""
+    return models_root / ".placed" / model / f"{version}.attestation.json"
+
+
+def _drop_markers(models_root: Path, model: str, version: str) -> None:
+    """The marker, envelope and attestation of a placed version (it is being removed)."""
+    for p in (
+        placed_marker_path(models_root, model, version),
+        placed_envelope_path(models_root, model, version),
+        placed_attestation_path(models_root, model, version),
+    ):
+        with contextlib.suppress(FileNotFoundError):
+            if lstat_kind(p.parent) == "dir":
+                os.unlink(p)
 
 
 def _read_beneath(models_root: Path, parts: list[str], limit: int) -> bytes | None:
@@ -663,13 +706,7 @@ def unplace(models_root: Path, model: str, version: str) -> None:
     rename the tree under .staging/.trash and delete it there."""
     validate_name("model", model)
     validate_name("version", version)
-    for p in (
-        placed_marker_path(models_root, model, version),
-        placed_envelope_path(models_root, model, version),
-    ):
-        with contextlib.suppress(FileNotFoundError):
-            if lstat_kind(p.parent) == "dir":
-                os.unlink(p)
+    _drop_markers(models_root, model, version)
     root = open_dir(models_root)
     try:
         parent = open_dirs_beneath(root, models_root, [model])
@@ -720,6 +757,7 @@ def gc_versions(models_root: Path, model: str, keep: int, protect: set[str]) -> 
             continue
         trash.mkdir(parents=True, exist_ok=True)
         target = trash / f"{model}--{v.name}--{os.getpid()}"
+        _drop_markers(models_root, model, v.name)  # nothing vouches for it any more
         os.rename(v, target)
         shutil.rmtree(target, ignore_errors=True)
         removed.append(v.name)

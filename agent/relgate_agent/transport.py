@@ -72,6 +72,13 @@ DEFAULT_CREDITS = 16
 MAX_JOB_ID_LEN = 128
 MAX_DIGEST_LEN = 128
 NOT_HELD = "not held"  # how a FETCH_MANIFEST refusal for a manifest not held ends
+# refusal kinds that mean "not yet, ask again" (a manifest or chunk not held here yet): a
+# peer doing its job, never counted with the refusals an attack raises
+ASK_AGAIN_KINDS = frozenset({"not_held", "stale"})
+# how an authorization refusal of a job member with an older topology begins (it asks an
+# upstream it had a moment ago; its new assignment is on the way): "stale", not counted
+STALE_TOPOLOGY = "stale topology"
+SOURCE_POLL_S = 0.05  # how often a request for a job registering here looks again
 HEARTBEAT_S = 1.0
 
 
@@ -108,6 +115,10 @@ class DataPlaneLimits:
 
 # (job, peer, op, stripe, peer's topology version) -> refusal text or None
 Authorizer = Callable[[str, Identity | None, int, int, int], str | None]
+
+
+def _refusal_kind(why: str) -> str:
+    return "stale" if why.startswith(STALE_TOPOLOGY) else "unauthorized"
 
 
 class BlockSource(Protocol):
@@ -281,6 +292,9 @@ class DataServer:
             }
 
     def _refuse(self, kind: str, why: str, peer: str) -> None:
+        if kind in ASK_AGAIN_KINDS:  # a legitimate "not yet", not a refusal of the caller
+            log.info("data plane: %s asked for what is not held here yet: %s", peer, why)
+            return
         with self._lock:
             self.refusals[kind] += 1
         log.warning("data plane refused %s: %s", peer, why)
@@ -439,7 +453,7 @@ class DataServer:
             lambda n: _recv_request_part(conn, n, "request header"),
             lim.max_header_bytes,
         )
-        src = self.lookup(req["job"])
+        src = self._source(req["job"])
         if src is None:
             if op == OP_FETCH_MANIFEST:
                 # a manifest source is named as soon as the coordinator sends it the envelope,
@@ -462,13 +476,13 @@ class DataServer:
                 raise RequestError(f"unknown codec {str(codec)[:40]!r} (speaks {wan.CODEC})")
             why = self.authorize(req["job"], peer, op, stripe, topo)
             if why is not None:
-                raise RequestError(why, "unauthorized")
+                raise RequestError(why, _refusal_kind(why))
             self._stream(conn, src, blocks[:end], pos, credits, compress=codec is not None)
         elif op == OP_FETCH_CHUNK:
             chunk = _int_field(req, "chunk", 0, 1 << 40)
             why = self.authorize(req["job"], peer, op, -1, topo)
             if why is not None:
-                raise RequestError(why, "unauthorized")
+                raise RequestError(why, _refusal_kind(why))
             self._fetch_chunk(conn, src, chunk)
         else:
             digest = req.get("digest")
@@ -476,8 +490,20 @@ class DataServer:
                 raise RequestError("digest must be a non-empty string")
             why = self.authorize(req["job"], peer, op, -1, topo)
             if why is not None:
-                raise RequestError(why, "unauthorized")
+                raise RequestError(why, _refusal_kind(why))
             self._fetch_manifest(conn, src, digest)
+
+    def _source(self, job_id: str) -> BlockSource | None:
+        """The job's blocks here, waiting (bounded, as for a topology catching up) for a job
+        this host is registering right now: its downstreams learn of it from the same push
+        and may dial a moment before it serves. Without the wait every start raced, each
+        loss a WARNING and a data-plane refusal, the counter an attack raises."""
+        deadline = time.monotonic() + self.limits.topology_wait_s
+        src = self.lookup(job_id)
+        while src is None and time.monotonic() < deadline and not self._stop.is_set():
+            self._stop.wait(SOURCE_POLL_S)
+            src = self.lookup(job_id)
+        return src
 
     def _stream(
         self,

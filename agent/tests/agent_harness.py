@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from relgate_lab import lab_env
 from relgate_lab.faults import FAULT_ENV
 
+from relgate_agent.attestation import HandoffError, load_ca, verify_event_bytes
 from relgate_agent.client import CoordinatorClient, job_to_dict
 from relgate_agent.pki import TlsFiles, ensure_dev_pki
 
@@ -48,9 +49,10 @@ class Webhook:
     POSTs, then 204. ``requests`` holds every POST (headers by lower-case name, body),
     ``events`` the accepted."""
 
-    def __init__(self, fail_first: int = 0, fail_status: int = 503) -> None:
+    def __init__(self, fail_first: int = 0, fail_status: int = 503, ca: Path | None = None) -> None:
         self.events: list[dict[str, Any]] = []
         self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.refused: list[str] = []  # with ``ca``: the check of each event refused (403)
         self.fail_first, self.fail_status = fail_first, fail_status
         self.lock = threading.Lock()
         outer = self
@@ -58,7 +60,17 @@ class Webhook:
         class H(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 n = int(self.headers["Content-Length"])
-                body = json.loads(self.rfile.read(n))
+                raw = self.rfile.read(n)
+                body = json.loads(raw)
+                if ca is not None:  # a deployer that verifies the handoff
+                    try:
+                        verify_event_bytes(raw, load_ca(ca))
+                    except HandoffError as exc:
+                        with outer.lock:
+                            outer.refused.append(exc.check)
+                        self.send_response(403)
+                        self.end_headers()
+                        return
                 with outer.lock:
                     outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
                     failing = outer.fail_first > 0

@@ -77,7 +77,7 @@ def _spec(checkpoint, **kw) -> JobSpec:
 def test_selector_skip_holders_and_late_join(coord: Coordinator, checkpoint) -> None:
     # h4 proved the version in an earlier job (a verified READY the coordinator accepted) and
     # still holds it; h3 merely claims to hold it: a claim alone never counts as ready
-    coord.store.mark_host_version("h4", "claude-x", "2026-10-12.3")
+    coord.store.mark_host_version("h4", "claude-x", "2026-10-12.3", checkpoint["manifest"].digest)
     coord.heartbeat("h3", "r1", "10.0.0.3:1", ["claude-x/2026-10-12.3"])
     coord.heartbeat("h4", "r0", "10.0.0.4:1", ["claude-x/2026-10-12.3"])
     job = coord.create_job(_spec(checkpoint))
@@ -439,7 +439,7 @@ def test_quarantine_is_durable_tells_the_host_and_the_job_ends_without_it(
         report = again.job_status(job.job_id)
         assert report.state == "DONE" and report.quarantined_hosts == (bad,)
         assert report.hosts_ready == len(live.targets) - 1 and bad not in report.stragglers
-        assert bad not in again.store.hosts_holding(m.model, m.version)
+        assert bad not in again.store.hosts_holding(m.model, m.version, m.digest)
     finally:
         again.close()
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,17 @@ def test_fanout_all_hosts_byte_exact(cluster: Cluster, checkpoint, webhook) -> N
         and ev["version"] == "2026-10-12.3"
     )
     assert sorted(ev["readyHosts"]) == sorted(h for h, _ in HOSTS)
+    # a clean run: the data-plane refusal counter is an attack's, never a start-up race's
+    refused = {
+        h: line
+        for h, _ in HOSTS
+        for line in (cluster.base / "logs" / f"{h}.log").read_text().splitlines()
+        if "data plane refused" in line
+    }
+    assert refused == {}
+    assert {h["host_id"]: h["data_refusals"] for h in st["hosts"]} == dict.fromkeys(
+        (h for h, _ in HOSTS), 0
+    )
 
 
 def journal_chunks(cluster: Cluster, host: str, checkpoint: dict[str, Any]) -> int:
@@ -317,6 +330,10 @@ def test_untrusted_or_tampered_manifest_refused_before_any_byte(
             60,
             "both agents to refuse the manifest",
         )
+        # no host accepts it: the job fails at once (not DISTRIBUTING forever), naming
+        # each host's check
+        st = c.wait_for(lambda: (r := c.status(job))["state"] == "FAILED" and r, 30, "FAILED")
+        assert "MANIFEST_REJECTED check=signature-trusted" in st["error"], st["error"]
         for h, _ in HOSTS[:2]:
             root = c.models_root(h)
             assert not (root / m.model).exists()
@@ -408,42 +425,81 @@ def test_coordinator_failover_to_replica(cluster: Cluster, checkpoint) -> None:
     assert st["topology_version"] > before
 
 
-def test_host_without_disk_space_refuses_and_never_places(cluster: Cluster, checkpoint) -> None:
-    """One host's models root is an 8 MiB tmpfs (private mount namespace of that agent)."""
-    import os
+def _private_tmpfs(root: Path, size: str) -> list[str]:
+    """An agent command prefix: ``root`` is a tmpfs of ``size`` in the agent's own mount
+    namespace (it dies with the agent; the test reaches it through /proc/<pid>/root)."""
+    root.mkdir(parents=True, exist_ok=True)
+    return [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        f'mount -t tmpfs -o size={size} tmpfs "{root}" && exec "$0" "$@"',
+    ]
+
+
+def _fill(path: Path) -> int:
+    """Write zeros to ``path`` until its file system is full; the bytes written."""
+    n = 0
+    with contextlib.suppress(OSError), path.open("wb", buffering=0) as f:
+        while True:
+            n += f.write(bytes(1 << 20))
+    return n
+
+
+def test_hosts_out_of_disk_are_removed_with_no_space_and_the_job_ends_done(
+    cluster: Cluster, checkpoint
+) -> None:
+    """h02's models root is an 8 MiB tmpfs (the 24 MiB checkpoint cannot fit: refused
+    before staging); h03's is 26 MiB and is filled from outside once it has staged a few
+    chunks (ENOSPC while staging). Both report NO_SPACE, free their staging, stop (no
+    retry loop, no origin re-read), are removed from the job with that reason while their
+    downstreams are re-fed, and the job ends DONE with the other three READY."""
     import shutil
 
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1) for a private tmpfs")
     m = checkpoint["manifest"]
     cluster.start_coordinator()
-    small = "h02"
-    for h, r in HOSTS[:4]:
-        prefix = None
-        if h == small:
-            root = cluster.models_root(h)
-            root.mkdir(parents=True, exist_ok=True)
-            # the mount lives only in the agent's own mount namespace and dies with it
-            prefix = [
-                "unshare",
-                "-m",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                f'mount -t tmpfs -o size=8m tmpfs "{root}" && exec "$0" "$@"',
-            ]
-        cluster.start_agent(h, r, prefix=prefix)
-    cluster.wait_registered(4)
-    job = create_job(cluster, checkpoint, ready_threshold_ppm=750_000)
+    small, filled = "h02", "h03"
+    sizes = {small: "8m", filled: "26m"}
+    for h, r in HOSTS[:5]:
+        root = cluster.models_root(h)
+        cluster.start_agent(h, r, prefix=_private_tmpfs(root, sizes[h]) if h in sizes else None)
+    cluster.wait_registered(5)
+    # paced so the fill lands while h03 is staging
+    job = create_job(cluster, checkpoint, origin_cap_bytes_per_s=3 << 20)
+
+    def staged(host: str) -> int:
+        rows = {h["host_id"]: h for h in cluster.status(job)["hosts"]}
+        return int(rows[host]["chunks_verified"])
+
+    cluster.wait_for(lambda: staged(filled) >= 2, 60, f"{filled} staging a few chunks")
+    pid = cluster.procs[filled].pid
+    inside = Path(f"/proc/{pid}/root") / str(cluster.models_root(filled)).lstrip("/")
+    assert _fill(inside / "filler") > 0
     st = cluster.wait_for(
-        lambda: (r := cluster.status(job))["hosts_ready"] == 3 and r, 120, "others READY"
+        lambda: (r := cluster.status(job))["state"] == "DONE" and r, 120, "the job DONE"
     )
-    errors = {h["host_id"]: h["errors"] for h in st["hosts"]}
-    assert any(e.startswith("NO_SPACE") for e in errors[small])
+    rows = {h["host_id"]: h for h in st["hosts"]}
+    assert st["hosts_ready"] == 3
+    for h in (small, filled):
+        assert rows[h]["state"] == "REMOVED", rows[h]
+        errors = rows[h]["errors"]
+        assert any(e.startswith("NO_SPACE") for e in errors), errors
+        assert any(e.startswith("REMOVED NO_SPACE") for e in errors), errors
+        # one refusal, no retry loop (before: hundreds of INTERNAL tracebacks)
+        assert sum(e.startswith("NO_SPACE") for e in errors) == 1, errors
+        assert not any(e.startswith(("INTERNAL", "STORAGE")) for e in errors), errors
+        assert rows[h]["origin_bytes"] <= m.total_size
+    # h03 freed its staging (seen inside its own mount namespace) and placed nothing
+    assert not (inside / ".staging" / m.model / m.version).exists()
+    assert not (inside / m.model / m.version).exists()
     assert not (cluster.models_root(small) / m.model / m.version).exists()
-    for h, _ in HOSTS[:4]:
-        if h != small:
+    for h, _ in HOSTS[:5]:
+        if h not in sizes:
             assert_placed(cluster, checkpoint, h)
 
 

@@ -183,7 +183,8 @@ def test_a_killed_coordinator_process_delivers_after_restart(
 ) -> None:
     """Real processes: the job ends while the deployer answers 503; the coordinator is killed
     (SIGKILL) and restarted on the same SQLite; it delivers each event once, same ids."""
-    hook = Webhook(fail_first=10**9)
+    # a deployer that verifies: the coordinator's signature and every host's attestation
+    hook = Webhook(fail_first=10**9, ca=tmp_path / "cluster" / "pki" / "ca.pem")
     cluster = Cluster(tmp_path / "cluster", checkpoint["trusted"], ["--report-interval", "0.5"])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -219,6 +220,7 @@ def test_a_killed_coordinator_process_delivers_after_restart(
         )
         ids = [e["eventId"] for e in hook.events]
         assert len(ids) == len(set(ids))  # each event acknowledged once
+        assert hook.refused == [] and set(complete["attestations"]) == set(complete["readyHosts"])
     finally:
         cluster.stop_all()
         hook.close()

@@ -44,9 +44,21 @@ def test_store_on_postgres(pg_dsn: str) -> None:
     assert store.job_state("dj_pg") == "DONE"
     store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:1", ["m/v1"])
     store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:2", ["m/v1", "m/v2"])
-    assert store.hosts_holding("m", "v2") == set()  # a claim alone never counts
-    store.mark_host_version("h1", "m", "v2")  # the coordinator accepted a verified READY
-    assert store.hosts_holding("m", "v2") == {"h1"}
+    assert store.hosts_holding("m", "v2", "sha256:a") == set()  # a claim alone never counts
+    store.mark_host_version("h1", "m", "v2", "sha256:a")  # it accepted a verified READY
+    assert store.hosts_holding("m", "v2", "sha256:a") == {"h1"}
+    assert store.hosts_holding("m", "v2", "sha256:b") == set()  # another manifest of v2
+    store.mark_host_version("h1", "m", "v2", "sha256:b")  # placed again under another digest
+    assert store.hosts_holding("m", "v2", "sha256:a") == set()
+    assert store.hosts_holding("m", "v2", "sha256:b") == {"h1"}
+    store.forget_host_version("h1", "m", "v2")
+    assert store.hosts_holding("m", "v2", "sha256:b") == set()
+    # placement attestations per (host, digest)
+    store.put_attestation("h1", "sha256:a", '{"x": 1}')
+    store.put_attestation("h1", "sha256:a", '{"x": 2}')
+    store.put_attestation("h2", "sha256:a", '{"x": 3}')
+    assert store.attestations("sha256:a", ["h1"]) == {"h1": '{"x": 2}'}
+    assert store.attestations("sha256:b", ["h1", "h2"]) == {}
     # slowness evidence (a new leader resumes it): upsert, read back, drop
     slow = SlowRecord(1_700_000_000_123, False, frozenset({"a", "b"}))
     store.put_slowness("dj_pg", "c", slow)

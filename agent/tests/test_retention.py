@@ -15,19 +15,31 @@ from relgate_agent.retention import read_serving, retire_versions
 MODEL = "claude-x"
 
 
+MARKERS = (".digest", ".manifest.dsse.json", ".attestation.json")
+
+
 def _place(root: Path, *versions: str) -> None:
-    """Placed copies, each placed after the one before (directory mtime order)."""
+    """Placed copies, each placed after the one before (directory mtime order), each with
+    its marker, envelope and attestation under .placed/ as an agent leaves them."""
     base = root / MODEL
+    placed = root / ".placed" / MODEL
+    placed.mkdir(parents=True, exist_ok=True)
     for v in versions:
         (base / v).mkdir(parents=True)
         (base / v / "w.bin").write_bytes(v.encode())
+        for suffix in MARKERS:
+            (placed / f"{v}{suffix}").write_text(v)
     for i, v in enumerate(sorted(p.name for p in base.iterdir())):
         t = time.time() - 1000 + i
         os.utime(base / v, (t, t))
 
 
 def _held(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / MODEL).iterdir())
+    """The placed versions; a removed tree leaves no marker behind (and a kept one keeps all)."""
+    held = sorted(p.name for p in (root / MODEL).iterdir())
+    markers = sorted(p.name for p in (root / ".placed" / MODEL).iterdir())
+    assert markers == sorted(f"{v}{suffix}" for v in held for suffix in MARKERS)
+    return held
 
 
 def _ack(capsys: pytest.CaptureFixture[str], root: Path, version: str) -> tuple[int, dict]:

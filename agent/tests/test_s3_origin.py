@@ -23,6 +23,7 @@ from agent_harness import Cluster, assert_placed
 
 from relgate_agent.errors import OriginError
 from relgate_agent.manifest import build_manifest, envelope_bytes, sign_manifest
+from relgate_agent.manifestread import CHECK_MANIFEST_TOO_LARGE, ManifestReadError, read_manifest
 from relgate_agent.origin import ManifestReader, S3Origin, open_origin, read_uri
 from relgate_agent.rangefetch import ParallelRanges, RangePlan, plan_ranges
 
@@ -108,6 +109,12 @@ def test_s3_ranged_reads_pin_object_versions(s3_endpoint: str, checkpoint, keypa
         Body=envelope_bytes(sign_manifest(m, key)),
     )
     assert read_uri("s3://ckpt/claude-x/v1/manifest.dsse.json").startswith(b"{")
+    # the bounded manifest read (CreateJob, takeover, the CLI) takes the same object
+    got = read_manifest("s3://ckpt/claude-x/v1/manifest.dsse.json")
+    assert got == read_uri("s3://ckpt/claude-x/v1/manifest.dsse.json")
+    with pytest.raises(ManifestReadError) as exc:
+        read_manifest("s3://ckpt/claude-x/v1/manifest.dsse.json", max_bytes=10)
+    assert exc.value.check == CHECK_MANIFEST_TOO_LARGE
 
 
 def test_distribution_from_s3_origin(s3_endpoint: str, tmp_path: Path, checkpoint, keypair) -> None:

@@ -25,6 +25,7 @@ import grpc
 import pytest
 from agent_harness import Cluster
 
+from relgate_agent.attestation import CertSigner, sign_placement
 from relgate_agent.pki import (
     GRPC_TLS_OPTIONS,
     TlsFiles,
@@ -394,7 +395,7 @@ def test_forged_ready_refused_and_never_done(control: Cluster, checkpoint: dict[
         bytearray([1]) * (m.num_chunks // 2) + bytearray(m.num_chunks - m.num_chunks // 2)
     )
 
-    def ready(have: bytes, digest: str) -> Any:
+    def ready(have: bytes, digest: str, attestation: str = "") -> Any:
         return h00.ReportProgress(
             pb.ReportProgressRequest(
                 job_id=job,
@@ -403,6 +404,7 @@ def test_forged_ready_refused_and_never_done(control: Cluster, checkpoint: dict[
                 have=have,
                 ready=True,
                 placed_manifest_digest=digest,
+                placement_attestation=attestation,
             ),
             timeout=10,
         )
@@ -432,8 +434,21 @@ def test_forged_ready_refused_and_never_done(control: Cluster, checkpoint: dict[
     time.sleep(1.5)  # several sweeper ticks: nothing moves the job on
     st = control.status(job)
     assert st["hosts_ready"] == 0 and st["state"] == "DISTRIBUTING" and not st["completion_emitted"]
-    # the complete claim (every chunk + the placed digest) is what READY means
-    ready(full, m.digest)
+    # every chunk and the placed digest, without the host's signed placement attestation
+    assert code_and_details(lambda: ready(full, m.digest))[0] == (
+        grpc.StatusCode.FAILED_PRECONDITION
+    )
+    # the complete claim (every chunk, the placed digest, attested with h00's key) is READY
+    attestation = sign_placement(
+        CertSigner.from_tls(control.tls("h00")),
+        host_id="h00",
+        model=m.model,
+        version=m.version,
+        manifest_digest=m.digest,
+        path="/models/claude-x/2026-10-12.3",
+        placed_at_ms=int(time.time() * 1000),
+    )
+    ready(full, m.digest, json.dumps(attestation))
     st = control.status(job)
     assert st["hosts_ready"] == 1 and st["ready_hosts"] == ["h00"] and st["state"] == "DISTRIBUTING"
     h0_ch.close()
@@ -672,6 +687,15 @@ def test_data_served_only_to_assigned_peers(plane: dict[str, Any]) -> None:
         f"upstream error: refused: h01 is not a downstream of stripe {s2} of job {job} "
         f"(topology v{a.topology_version})"
     )
+    # the same from h01 holding an older assignment (its upstream changed a moment ago):
+    # refused as stale, to be asked again, and not counted with what an attack raises
+    stale = a.topology_version - 1
+    with pytest.raises(TransportError) as exc:
+        list(
+            StripeStream(data_address(plane, "h00"), job, s2, 0, tls=tls01, peer="h00", topo=stale)
+        )
+    assert str(exc.value).startswith(f"upstream error: stale topology v{stale} < v")
+    assert dataplane_counters(plane, "h00")["refusals"].get("stale", 0) == 0
     # valid fleet certificates of hosts outside the job: h99 (enrolled elsewhere), ghost h02
     for outsider in ("h99", "h02"):
         ctx = data_client_context(c.tls(outsider))

@@ -96,11 +96,13 @@ def test_store_topology_versions_are_monotonic(tmp_path: Path) -> None:
     (loaded,) = store.load_jobs()
     assert loaded.topology.to_json() == t2.to_json()
     store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:1", ["m/v1"])
-    assert store.hosts_holding("m", "v1") == set()  # a claim alone never counts
-    store.mark_host_version("h1", "m", "v1")  # a verified READY the coordinator accepted
-    assert store.hosts_holding("m", "v1") == {"h1"}
+    assert store.hosts_holding("m", "v1", "sha256:a") == set()  # a claim alone never counts
+    store.mark_host_version("h1", "m", "v1", "sha256:a")  # a verified READY it accepted
+    assert store.hosts_holding("m", "v1", "sha256:a") == {"h1"}
+    # another signed manifest for the same model/version: the host does not hold that one
+    assert store.hosts_holding("m", "v1", "sha256:b") == set()
     store.upsert_host("h1", "r0", {"cluster": "a"}, "127.0.0.1:1", [])  # GC'd on the host
-    assert store.hosts_holding("m", "v1") == set()
+    assert store.hosts_holding("m", "v1", "sha256:a") == set()
     # leader lease: one holder at a time, epoch bumps on every change of holder
     assert store.acquire_lease("a", 60) == 1
     assert store.acquire_lease("a", 60) == 1  # renewal

@@ -142,7 +142,9 @@ def distribution_session(
         )
     address = f"127.0.0.1:{free_port()}"
     label = new_fleet_label()
-    sink = WebhookSink()
+    # the deployer's side checks the coordinator's signature and every placement
+    # attestation against the fleet CA (the dev PKI local_fleet uses)
+    sink = WebhookSink(ca=ws.home / "pki" / "ca.pem")
     try:
         with local_fleet(
             ws,

@@ -21,6 +21,13 @@ from pathlib import Path
 
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.workspace import Workspace
+from relgate_agent.attestation import (
+    CHECK_HANDOFF_MALFORMED,
+    MAX_EVENT_BYTES,
+    HandoffError,
+    load_ca,
+    verify_event_bytes,
+)
 from relgate_agent.datacenter import rack_dc, with_dc
 from relgate_agent.pki import ensure_dev_pki
 
@@ -35,15 +42,35 @@ def free_port() -> int:
 
 
 class WebhookSink:
-    """Receives DistributionComplete POSTs on loopback (the deployer's side, for the demo)."""
+    """Receives DistributionComplete POSTs on loopback (the deployer's side, for the demo).
 
-    def __init__(self) -> None:
+    With ``ca`` (the fleet CA certificate) an event is accepted only if the coordinator
+    signed it and every READY host it names attested its placement
+    (:func:`relgate_agent.attestation.verify_event_bytes`); an unsigned or forged event is
+    answered 403 and kept in ``refused`` (its check) instead."""
+
+    def __init__(self, ca: Path | None = None) -> None:
         self.events: list[JsonObject] = []
+        self.refused: list[str] = []
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                length = int(self.headers.get("Content-Length", 0) or 0)
+                if length > MAX_EVENT_BYTES:
+                    sink.refused.append(CHECK_HANDOFF_MALFORMED)
+                    self.send_response(413)
+                    self.end_headers()
+                    return
+                body = self.rfile.read(length)
+                if ca is not None:
+                    try:
+                        verify_event_bytes(body, load_ca(ca))
+                    except HandoffError as exc:
+                        sink.refused.append(exc.check)
+                        self.send_response(403)
+                        self.end_headers()
+                        return
                 try:
                     sink.events.append(json.loads(body))
                 except ValueError:

@@ -21,7 +21,7 @@ import grpc
 
 from relgate_agent.agent.job import ORIGIN, JobState
 from relgate_agent.contracts import ACTION_QUARANTINE, STRIPE_DONE
-from relgate_agent.errors import StorageError
+from relgate_agent.errors import StorageError, is_no_space
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import REPORT_REPLY_TIMEOUT_S
@@ -199,6 +199,8 @@ class ControlPlane:
             rack=job.cfg.rack,
             # READY must name the manifest the placed tree was verified against
             placed_manifest_digest=files.manifest.digest if job.ready and files else "",
+            # with READY: the host's signed statement of what it placed where
+            placement_attestation=job.attestation if job.ready else "",
             # held and verified: the coordinator may name this host as a manifest source
             manifest_digest=files.manifest.digest if files else "",
             health=job.host.health(),
@@ -334,6 +336,9 @@ class ControlPlane:
                 )
                 self._journaled = counted
         except (OSError, StorageError) as exc:
+            if is_no_space(exc):  # no room even for the journal: the job stops here
+                job.out_of_space(f"journal of {job.model}/{job.version}: {exc}")
+                return
             job.journal_dirty.set()
             log.warning("journal flush failed: %s", exc)
 

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from relgate_agent.agent.job import JobFiles, JobState
 from relgate_agent.agent.repair import ChunkRepair, blocks_intact
+from relgate_agent.errors import NoSpace
 from relgate_agent.manifest import chunk_digest
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.transport import Block, ChunkFetch, TransportError
@@ -165,8 +166,12 @@ class EndGame:
 
     def _write(self, chunk: int, got: list[Block]) -> None:
         files = self.files
-        for g in got:
-            files.store.pwrite(files.manifest.block_range(g.block)[0], g.data)
+        try:
+            for g in got:
+                files.store.pwrite(files.manifest.block_range(g.block)[0], g.data)
+        except NoSpace as exc:
+            self.job.out_of_space(str(exc))
+            return
         files.tracker.mark_verified(chunk)
         self.job.journal_dirty.set()
 

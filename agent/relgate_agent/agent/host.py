@@ -17,6 +17,7 @@ import grpc
 from relgate_agent.agent.exporter import AgentExporter
 from relgate_agent.agent.job import AgentConfig, JobState
 from relgate_agent.agent.runner import JobRunner
+from relgate_agent.attestation import CertSigner
 from relgate_agent.authz import chunk_refusal, stripe_refusal
 from relgate_agent.contracts import priority_rank
 from relgate_agent.errors import AgentError
@@ -33,12 +34,63 @@ from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import Duplex, FailoverStub
 from relgate_agent.storage import held_versions
-from relgate_agent.transport import OP_STREAM_STRIPE, BlockSource, DataPlaneLimits, DataServer
+from relgate_agent.transport import (
+    OP_STREAM_STRIPE,
+    STALE_TOPOLOGY,
+    BlockSource,
+    DataPlaneLimits,
+    DataServer,
+)
 
 log = logging.getLogger(__name__)
 ENDED_JOBS_KEPT = 32  # ended jobs whose figures the exporter still serves
 
 WATCH_RETRY = Backoff(0.2, 2.0)  # coordinator unreachable: back off to 2 s
+UNREACHABLE_LOG_S = 10.0  # while no leader answers, say so at most this often
+
+
+def _member(peer: Identity | None, members: set[str]) -> bool:
+    return peer is not None and peer.name in members
+
+
+class LeaderReach:
+    """Whether a coordinator leader answers this agent's watch, logged (rate-limited):
+    the first failure, then at most every ``every_s`` while it lasts, and the recovery."""
+
+    def __init__(self, every_s: float = UNREACHABLE_LOG_S) -> None:
+        self.every_s = every_s
+        self.since: float | None = None  # monotonic time of the first failure in a row
+        self.failures = 0
+        self.logged_at = 0.0
+
+    def failed(self, exc: BaseException, now: float | None = None) -> bool:
+        """One more failed attempt; True when it was logged."""
+        now = time.monotonic() if now is None else now
+        if self.since is None:
+            self.since, self.logged_at = now, now - self.every_s
+        self.failures += 1
+        if now - self.logged_at < self.every_s:
+            return False
+        self.logged_at = now
+        code = exc.code() if isinstance(exc, grpc.RpcError) else None
+        log.warning(
+            "cannot reach a coordinator leader for %.0fs (%d attempts): %s %s",
+            now - self.since,
+            self.failures,
+            getattr(code, "name", type(exc).__name__),
+            (exc.details() if isinstance(exc, grpc.RpcError) else str(exc))[:200],
+        )
+        return True
+
+    def ok(self, now: float | None = None) -> None:
+        if self.since is not None:
+            now = time.monotonic() if now is None else now
+            log.warning(
+                "coordinator leader reachable again after %.0fs (%d failed attempts)",
+                now - self.since,
+                self.failures,
+            )
+        self.since, self.failures = None, 0
 
 
 class HostAgent:
@@ -56,10 +108,13 @@ class HostAgent:
         self.reports = Duplex(self.stub, "ReportStream")  # every job's reports, one stream
         # data plane: TLS 1.3 both ways; peers are checked against the current assignment
         self.data_client = data_client_context(tls)
+        # placement attestations are signed with this host's certificate key
+        self.attestor: CertSigner | None = CertSigner.from_tls(tls)
         self.runners: dict[str, JobRunner] = {}
         self.ended: dict[str, JobState] = {}  # forgotten runners' jobs, oldest first
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
+        self.reach = LeaderReach()  # logs (rate-limited) while no leader answers
         self.rx_bucket = TokenBucket(config.max_rate_bytes_per_s)
         self.tx_bucket = TokenBucket(config.max_rate_bytes_per_s)
         self.data = DataServer(
@@ -106,6 +161,10 @@ class HostAgent:
                 else:
                     why = chunk_refusal(peer, job_id, a.members, a.topology_version)
                 remaining = deadline - time.monotonic()
+                if why is not None and 0 < topo < a.topology_version and _member(peer, a.members):
+                    # a host of the job dialing with an older assignment (its upstream just
+                    # changed): not an attack, it asks again once its new one arrives
+                    return f"{STALE_TOPOLOGY} v{topo} < v{a.topology_version}: {why}"
                 if why is None or topo <= a.topology_version or remaining <= 0 or r.closed:
                     return why
                 a.cond.wait(remaining)
@@ -204,6 +263,7 @@ class HostAgent:
         events = self.stub.stream("Watch", self._watch_request(), self.config.watch_timeout_s)
         try:
             for event in events:
+                self.reach.ok()  # a leader answers
                 started = self._reconcile({j.job_id: j for j in event.jobs})
                 for a in event.assignments:
                     with self.lock:
@@ -228,9 +288,13 @@ class HostAgent:
                     retry_on=grpc.RpcError,
                     backoff=WATCH_RETRY,
                     stop_event=self.stop_event,
+                    on_retry=self._unreachable,
                 )
             except grpc.RpcError:
                 return  # stopping
+
+    def _unreachable(self, exc: BaseException, _failures: int) -> None:
+        self.reach.failed(exc)
 
     def _reconcile(self, listed: dict[str, pb.JobRef]) -> set[str]:
         """Start a runner for every listed job; forget ended runners of unlisted ones.
@@ -239,7 +303,10 @@ class HostAgent:
         with self.lock:
             for job_id, ref in listed.items():
                 r = self.runners.get(job_id)
-                if r is None or r.closed:
+                # a job this host gave up on (HOST_FAILED, NO_SPACE, a refused manifest) is
+                # not started again by every push while it stays listed: the same refusal,
+                # again and again (a restarted agent tries afresh)
+                if r is None or (r.closed and not r.job.failed):
                     rank = priority_rank(ref.priority or "normal")
                     r = JobRunner(self, job_id, ref.model, ref.version, rank)
                     self.runners[job_id] = r

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from relgate_agent import hooks
+from relgate_agent.attestation import CertSigner
 from relgate_agent.contracts import ORIGIN
-from relgate_agent.errors import KIND_CHUNK_FAILED
+from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_NO_SPACE
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 from relgate_agent.origin import object_uri
 from relgate_agent.pacing import ORIGIN_BURST_S, TokenBucket
@@ -96,6 +97,9 @@ class HostServices(Protocol):
     def data_refusals(self) -> int: ...
 
     def outranked(self, job_id: str) -> bool: ...  # a higher-priority job still transfers here
+
+    @property
+    def attestor(self) -> CertSigner | None: ...  # signs placement attestations (host key)
 
 
 class ChunkTracker:
@@ -340,6 +344,8 @@ class JobState:
         self.cancelled = False
         self.failed = ""  # why this host gave up (CHUNK_FAILED / HOST_FAILED detail)
         self.quarantined = False  # the coordinator said QUARANTINE: stop, scrub, re-verify
+        self.no_space = False  # out of disk: staging is freed and the job stops here
+        self.attestation = ""  # the signed placement attestation (JSON), once placed
         self.scrubbed = ""  # what the quarantine scrub found (placed versions re-verified)
 
     def stop(self) -> None:
@@ -375,6 +381,13 @@ class JobState:
         self.error(kind, chunk, from_host, detail)
         log.error("%s job %s: %s: %s", self.cfg.host_id, self.job_id, kind, detail)
         self.stop()
+
+    def out_of_space(self, detail: str) -> None:
+        """No room to stage (ENOSPC while writing, or too little free disk to start): stop at
+        once, never retry nor re-read the origin; the runner frees staging, the coordinator
+        removes this host from the job (``NO_SPACE``) and re-feeds its downstreams."""
+        self.no_space = True
+        self.give_up(KIND_NO_SPACE, -1, detail)
 
     def chunk_failure(self, chunk: int, source: str, kind: str) -> bool:
         """Count a failed verification of ``chunk`` from ``source``; True if the job is over."""

@@ -13,6 +13,7 @@ import logging
 import grpc
 
 from relgate_agent.agent.job import JobFiles, JobState
+from relgate_agent.errors import NoSpace
 from relgate_agent.manifest import CheckpointManifest, crc32c
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.transport import Block, ChunkFetch, TransportError
@@ -144,10 +145,14 @@ class ChunkRepair:
 
     def _write_repaired(self, chunk: int, got: list[Block], peer: str) -> bool:
         job, files = self.job, self.files
-        for g in got:
-            files.store.pwrite(files.manifest.block_range(g.block)[0], g.data)
-            with job.lock:
-                job.counters.rx_bytes += len(g.data)
+        try:
+            for g in got:
+                files.store.pwrite(files.manifest.block_range(g.block)[0], g.data)
+                with job.lock:
+                    job.counters.rx_bytes += len(g.data)
+        except NoSpace as exc:
+            job.out_of_space(str(exc))
+            return True  # the job is over here: nothing more to fetch
         if not files.store.chunk_matches(chunk):
             return False
         files.tracker.mark_verified(chunk)

@@ -9,11 +9,13 @@ staged tree, rename, READY. The runner is also the data-plane server's view of t
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
 import os
 import threading
+import time
 
 import grpc
 
@@ -23,13 +25,16 @@ from relgate_agent.agent.endgame import EndGame
 from relgate_agent.agent.job import ChunkTracker, HostServices, JobFiles, JobState, JobStats
 from relgate_agent.agent.repair import ChunkRepair
 from relgate_agent.agent.stripes import StripeWorkers
+from relgate_agent.attestation import sign_placement
 from relgate_agent.dsse import MAX_ENVELOPE_BYTES
 from relgate_agent.errors import (
     KIND_HOST_FAILED,
     KIND_LOCAL_REJECTED,
+    KIND_MANIFEST_REJECTED,
     KIND_QUARANTINED,
     AgentError,
     ManifestError,
+    NoSpace,
     StorageError,
 )
 from relgate_agent.fstree import UnsafePathError
@@ -142,11 +147,15 @@ class JobRunner:
                 job.spawn(EndGame(job, files, repair).loop, "endgame")
                 self._until_placed(files, repair)
                 if not job.ready:
-                    with job.lock:  # what the origin is still sending counts too
-                        job.origin_reads_done.wait_for(
-                            lambda: job.origin_reads == 0, ORIGIN_READS_WAIT_S
-                        )
-                    self.control.flush_journal()
+                    if job.no_space:  # free what it staged: nothing more will fit
+                        with files.store.lock:
+                            files.store.discard()
+                    else:
+                        with job.lock:  # what the origin is still sending counts too
+                            job.origin_reads_done.wait_for(
+                                lambda: job.origin_reads == 0, ORIGIN_READS_WAIT_S
+                            )
+                        self.control.flush_journal()
                     if job.cancelled:
                         files.store.discard()
                     if job.quarantined:
@@ -187,6 +196,9 @@ class JobRunner:
                 write,
                 job.stop_event.is_set,
             )
+        except NoSpace as exc:
+            job.out_of_space(str(exc))
+            return
         except (OSError, StorageError, ManifestError) as exc:
             log.warning(
                 "%s job %s: local chunk reuse failed: %s", self.cfg.host_id, job.job_id, exc
@@ -305,8 +317,10 @@ class JobRunner:
             job.counters.manifest_from = COORDINATOR
             return verified
         except ManifestError as exc:
-            job.error("MANIFEST_REJECTED", detail=str(exc))
-            log.error("job %s: manifest refused: %s", job.job_id, exc)
+            # this host's own keys refuse what the coordinator sent: it never will accept
+            # it, so it gives up naming the check (every host refusing fails the job at once)
+            check = getattr(exc, "check", "") or "manifest-invalid"
+            job.give_up(KIND_HOST_FAILED, -1, f"{KIND_MANIFEST_REJECTED} check={check}: {exc}")
             return None
 
     def _envelope_from(
@@ -369,16 +383,21 @@ class JobRunner:
             except (OSError, StorageError, ManifestError):
                 bad = [0]
             if bad:
-                self.job.error(
-                    "PLACED_MISMATCH",
+                # another manifest's bytes under this model/version (say a second signed
+                # manifest for it): never reported placed, never overwritten; the host
+                # gives up on the job naming both
+                held = store.placed_marker_digest() or "no marker"
+                self.job.give_up(
+                    KIND_HOST_FAILED,
                     bad[0],
-                    detail=f"{store.final} does not match {manifest.digest}",
+                    f"PLACED_MISMATCH {store.final} holds {held}, not {manifest.digest}",
                 )
                 store.close()
                 return False
             store.write_placed_marker(files.envelope)
         for c in range(manifest.num_chunks):
             files.tracker.mark_verified(c)
+        self._attest(files, reuse=True)
         self.job.ready = True
         return True
 
@@ -399,9 +418,8 @@ class JobRunner:
         needed = manifest.total_size - allocated
         free = store.free_bytes()
         if free < needed:
-            job.error(
-                "NO_SPACE", detail=f"need {needed} bytes under {self.cfg.models_root}, {free} free"
-            )
+            store.discard()  # a partial staging of an earlier run is freed too
+            job.out_of_space(f"need {needed} bytes under {self.cfg.models_root}, {free} free")
             return False
         try:
             store.open()
@@ -444,6 +462,7 @@ class JobRunner:
         except (UnsafePathError, StorageError, OSError) as exc:
             job.give_up(KIND_HOST_FAILED, -1, f"placement refused: {exc}")
             return False
+        self._attest(files)
         job.ready = True
         log.info("%s job %s: placed %s", self.cfg.host_id, job.job_id, final)
         with contextlib.suppress(grpc.RpcError):
@@ -463,6 +482,34 @@ class JobRunner:
         except (OSError, AgentError) as exc:
             log.warning("retention GC failed: %s", exc)
         return True
+
+    def _attest(self, files: JobFiles, reuse: bool = False) -> None:
+        """Sign (with this host's certificate key) that the manifest's digest is placed at
+        its final path, now; kept beside the marker and sent with READY. ``reuse``: a copy
+        placed earlier keeps the attestation signed when it was renamed into place."""
+        job, store, m = self.job, files.store, files.manifest
+        signer = job.host.attestor
+        if signer is None:
+            return
+        if reuse:
+            held = store.read_placed_attestation()
+            if held is not None and _attests(held, self.cfg.host_id, m.digest):
+                job.attestation = held.decode("utf-8", "replace")
+                return
+        att = sign_placement(
+            signer,
+            host_id=self.cfg.host_id,
+            model=m.model,
+            version=m.version,
+            manifest_digest=m.digest,
+            path=str(store.final),
+            placed_at_ms=int(time.time() * 1000),
+        )
+        job.attestation = json.dumps(att, sort_keys=True)
+        try:
+            store.write_placed_attestation(job.attestation.encode())
+        except (UnsafePathError, OSError) as exc:
+            log.warning("%s: placement attestation not kept: %s", store.final, exc)
 
     def _staged_mismatch(self, files: JobFiles, repair: ChunkRepair, exc: StagedMismatch) -> None:
         job = self.job
@@ -503,6 +550,16 @@ class JobRunner:
             tmp = d / f"{self.job.job_id}.{os.getpid()}.tmp"
             tmp.write_text(json.dumps(self.stats().to_json(), sort_keys=True))
             os.replace(tmp, final)
+
+
+def _attests(raw: bytes, host_id: str, digest: str) -> bool:
+    """A kept attestation names this host and digest (its signature is the verifier's)."""
+    try:
+        doc = json.loads(raw)
+        body = json.loads(base64.b64decode(doc["payload"], validate=True))
+        return bool(body["hostId"] == host_id and body["manifestDigest"] == digest)
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 __all__ = ["JobRunner"]

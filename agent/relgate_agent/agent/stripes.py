@@ -22,7 +22,7 @@ import time
 from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.job import ORIGIN, JobFiles, JobState
 from relgate_agent.agent.repair import ChunkRepair
-from relgate_agent.errors import AgentError, OriginError, StorageError
+from relgate_agent.errors import AgentError, NoSpace, OriginError, StorageError
 from relgate_agent.hooks import JobHooks
 from relgate_agent.manifest import CheckpointManifest, crc32c
 from relgate_agent.origin import ManifestReader, open_origin
@@ -156,6 +156,9 @@ class StripeWorkers:
             if failures >= SWARM_AFTER and self.repair.swarm_step(stripe, upstream):
                 return 0  # progress without the chain; try the chain again next
             return failures
+        except NoSpace as exc:  # the disk is full: stop, never retry or re-read the origin
+            job.out_of_space(f"{exc}")
+            raise _JobOver from exc
         except (OriginError, StorageError) as exc:
             job.error("ORIGIN" if isinstance(exc, OriginError) else "STORAGE", detail=str(exc))
             return failures + 1

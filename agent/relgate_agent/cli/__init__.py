@@ -15,6 +15,7 @@ import grpc
 
 from relgate_agent.cli.ca import ca, hosts
 from relgate_agent.cli.daemons import agent, coordinator, pipes
+from relgate_agent.cli.handoff import verify_handoff
 from relgate_agent.cli.jobctl import job
 from relgate_agent.cli.manifests import keygen, manifest
 from relgate_agent.cli.params import Output, common, expand_greedy_args
@@ -42,7 +43,19 @@ def cli() -> None:
     pass
 
 
-_COMMANDS = (ca, hosts, keygen, manifest, verify, ack_serving, coordinator, agent, job, pipes)
+_COMMANDS = (
+    ca,
+    hosts,
+    keygen,
+    manifest,
+    verify,
+    verify_handoff,
+    ack_serving,
+    coordinator,
+    agent,
+    job,
+    pipes,
+)
 for _command in (*_COMMANDS, simulate):
     cli.add_command(_command)
 

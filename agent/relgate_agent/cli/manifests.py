@@ -69,9 +69,10 @@ def manifest_build(
 @click.option("--trusted-keys", required=True, multiple=True)
 def manifest_verify(envelope: str, trusted_keys: tuple[str, ...]) -> None:
     from relgate_agent.manifest import verify_envelope
-    from relgate_agent.origin import read_uri
+    from relgate_agent.manifestread import read_manifest
 
-    m = verify_envelope(read_uri(envelope), list(trusted_keys))
+    # bounded, regular files only, with a deadline: a FIFO or /dev/zero is refused (exit 3)
+    m = verify_envelope(read_manifest(envelope), list(trusted_keys))
     output().emit(
         {
             "manifestDigest": m.digest,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from relgate_agent.contracts import HostRow
 from relgate_agent.coordinator import removal, slowclock, tally
+from relgate_agent.coordinator.attest import attestations_for
 from relgate_agent.coordinator.budget import rebalance_origins
 from relgate_agent.coordinator.failover import dead_limit, in_grace
 from relgate_agent.coordinator.jobstate import (
@@ -189,7 +190,9 @@ class HandoffService(ProgressService):
     def _enqueue(
         self, job: JobState, kind: str, hosts: tuple[str, ...], payload: dict[str, object]
     ) -> None:
-        row = outbox_row(job.job_id, kind, job.spec.webhook_url, hosts, payload)
+        # the READY hosts' signed placement attestations, and the coordinator's signature
+        payload = {**payload, "attestations": attestations_for(self.store, job, hosts)}
+        row = outbox_row(job.job_id, kind, job.spec.webhook_url, hosts, payload, seal=self._seal())
         self.store.enqueue_event(row, int(time.time() * 1000))
         job.announced.update(hosts)
         log.info("job %s: %s %s enqueued (%d hosts)", job.job_id, kind, row.event_id, len(hosts))

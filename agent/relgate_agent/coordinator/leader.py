@@ -37,7 +37,7 @@ from relgate_agent.coordinator.topology import Topology, TopologyIndex, splice_a
 from relgate_agent.datacenter import host_dc
 from relgate_agent.errors import AgentError, ManifestError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
-from relgate_agent.origin import read_uri
+from relgate_agent.manifestread import read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +86,17 @@ class CoordinatorCore:
     # ------------------------------------------------------------------ leadership
     def _become_leader(self, epoch: int) -> None:
         """Load durable state; progress is rebuilt from the agents' next reports."""
+        rows = self.store.load_jobs(ACTIVE_STATES)
+        # each job's manifest is read (bounded, with a deadline) before the lock is taken:
+        # a slow or hostile manifest URI never holds up the coordinator's other calls
+        envelopes = {row.job_id: _read_envelope(row) for row in rows}
         with self.lock:
             self.jobs.clear()
             for host_id, _rack, _labels, address in self.store.hosts():
                 self.addresses[host_id] = address
-            for row in self.store.load_jobs(ACTIVE_STATES):
+            for row in rows:
                 try:
-                    self.jobs[row.job_id] = self._load_job(row)
+                    self.jobs[row.job_id] = self._load_job(row, envelopes[row.job_id])
                 except AgentError as exc:
                     log.error("job %s cannot be resumed: %s", row.job_id, exc)
                     self.store.update_job(row.job_id, state="FAILED")
@@ -159,9 +163,10 @@ class CoordinatorCore:
         except ManifestError as exc:
             raise Rejected(str(exc), check=getattr(exc, "check", "") or "manifest-invalid") from exc
 
-    def _load_job(self, row: JobRow) -> JobState:
+    def _load_job(self, row: JobRow, envelope: bytes | AgentError) -> JobState:
         spec = JobSpec.from_stored(row.spec)
-        envelope = read_uri(spec.manifest_uri)
+        if isinstance(envelope, AgentError):
+            raise envelope
         manifest = self._verify(envelope)
         if manifest.digest != row.manifest_digest:
             raise Rejected(
@@ -256,6 +261,14 @@ class CoordinatorCore:
             address=(hp.address if hp else "") or self.addresses.get(host, ""),
             rack=hp.rack if hp else "",
         )
+
+
+def _read_envelope(row: JobRow) -> bytes | AgentError:
+    """A stored job's manifest envelope, or why it cannot be read (the job then FAILED)."""
+    try:
+        return read_manifest(JobSpec.from_stored(row.spec).manifest_uri)
+    except AgentError as exc:
+        return exc
 
 
 __all__ = ["CoordinatorCore", "Post"]

@@ -72,12 +72,22 @@ def event_id(job_id: str, kind: str, hosts: Sequence[str] = ()) -> str:
     return "ev_" + hashlib.sha256(f"{job_id}\n{kind}\n{named}".encode()).hexdigest()[:32]
 
 
+Seal = Callable[[dict[str, object]], dict[str, object]]
+
+
 def outbox_row(
-    job_id: str, kind: str, url: str, hosts: Sequence[str], payload: Mapping[str, object]
+    job_id: str,
+    kind: str,
+    url: str,
+    hosts: Sequence[str],
+    payload: Mapping[str, object],
+    seal: Seal | None = None,
 ) -> OutboxRow:
-    """The event as enqueued: its id in the body; no webhook means nobody to tell (delivered)."""
+    """The event as enqueued: its id in the body, signed by ``seal`` (the coordinator's
+    key, over every field, the id included); no webhook means nobody to tell (delivered)."""
     eid = event_id(job_id, kind, hosts)
-    body = json.dumps({**payload, "eventId": eid}, sort_keys=True).encode()
+    event: dict[str, object] = {**payload, "eventId": eid}
+    body = json.dumps(seal(event) if seal else event, sort_keys=True).encode()
     delivered = 0 if url else int(time.time() * 1000)
     return OutboxRow(eid, job_id, kind, url, tuple(sorted(hosts)), body, delivered_at_ms=delivered)
 
@@ -146,6 +156,7 @@ __all__ = [
     "POST_TIMEOUT_S",
     "OutboxSender",
     "Post",
+    "Seal",
     "event_id",
     "http_post",
     "outbox_row",

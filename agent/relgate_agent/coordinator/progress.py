@@ -28,6 +28,7 @@ from relgate_agent.contracts import (
     WatchUpdate,
 )
 from relgate_agent.coordinator import removal, tally
+from relgate_agent.coordinator.attest import HandoffSigning
 from relgate_agent.coordinator.budget import origin_rate
 from relgate_agent.coordinator.complaints import corroboration, suspect_reporter, withdraw
 from relgate_agent.coordinator.jobstate import (
@@ -56,7 +57,7 @@ from relgate_agent.coordinator.topology import (
     index_topology,
 )
 from relgate_agent.datacenter import host_dc
-from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED
+from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED, KIND_NO_SPACE
 from relgate_agent.storage import apply_delta, count_bits, stripe_resume_blocks
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ UNSERVED_WINDOW_S = 3.0  # a live upstream reported as not serving for this long
 QUARANTINE_REPORTERS = 2  # independent receivers of bad data before a host is quarantined
 
 
-class ProgressService(CoordinatorCore):
+class ProgressService(CoordinatorCore, HandoffSigning):
     # ------------------------------------------------------------------ watch
     def heartbeat(
         self,
@@ -198,7 +199,9 @@ class ProgressService(CoordinatorCore):
             )
             job.hosts[host_id] = hp
             if f"{job.manifest.model}/{job.manifest.version}" in held and host_id in (
-                self.store.hosts_holding(job.manifest.model, job.manifest.version)
+                self.store.hosts_holding(
+                    job.manifest.model, job.manifest.version, job.manifest.digest
+                )
             ):
                 hp.ready, hp.state = True, "READY"
                 job.ready.add(host_id)
@@ -405,6 +408,9 @@ class ProgressService(CoordinatorCore):
             # FAILED (a straggler, the others go on)
             if e.startswith(KIND_CHUNK_FAILED) and job.state not in TERMINAL_STATES:
                 self._fail_job(job, f"{hp.host_id}: {e}")
+            elif e.startswith(KIND_NO_SPACE) and not hp.ready:
+                # out of disk (it freed its staging): out of the job, downstreams re-fed
+                removal.remove_host(self, job, hp.host_id, e)
             elif e.startswith(KIND_HOST_FAILED) and not hp.ready and hp.state != "FAILED":
                 if hp.host_id in job.topology.racks:  # its downstreams must not wait for it
                     self._mark_dead(job, hp.host_id, "the host gave up (HOST_FAILED)")
@@ -433,10 +439,13 @@ class ProgressService(CoordinatorCore):
             hp.errors.append(why)
             log.warning("job %s: %s from %s", job.job_id, why, hp.host_id)
             raise ReadyRefused(f"{why} (job {job.job_id}, host {hp.host_id})")
+        self._accept_attestation(job, hp, report)  # refuses READY with a forged one
         hp.ready, hp.state = True, "READY"
         job.ready.add(hp.host_id)
         self.store.update_job(job.job_id, ready_hosts=sorted(job.ready))
-        self.store.mark_host_version(hp.host_id, job.manifest.model, job.manifest.version)
+        self.store.mark_host_version(
+            hp.host_id, job.manifest.model, job.manifest.version, job.manifest.digest
+        )
         tally.save(self.ledger, job, self.clock(), hosts=(hp.host_id,))  # it stops reporting
         log.info(
             "job %s: %s READY (%d/%d)", job.job_id, hp.host_id, len(job.ready), len(job.targets)

@@ -45,9 +45,13 @@ HOLD_HANDSHAKES = "HANDSHAKES"  # its data-plane handshakes failed with every pe
 
 def remove_host(core: CoordinatorCore, job: JobState, host: str, reason: str) -> bool:
     """Remove ``host`` from ``job`` (caller holds the lock): spliced out, never waited for,
-    reported with ``reason``. False when it was already removed or quarantined."""
+    reported with ``reason`` (an operator's eviction, dead past the bound, NO_SPACE, the
+    suspect of its own complaints, a certificate that expired or was revoked). False when it
+    is not a target, READY, or already removed or quarantined."""
     hp = job.hosts.get(host)
-    if hp is None or hp.removed or hp.state == QUARANTINED:
+    if hp is None or host not in job.targets or hp.removed or hp.state == QUARANTINED:
+        return False
+    if hp.ready:  # a placed copy stays counted (its bytes were verified when placed)
         return False
     reason = reason[:REASON_MAX]
     core.ledger.remove(job.job_id, host, reason)

@@ -24,6 +24,7 @@ from google.protobuf import message_factory
 from prometheus_client import Histogram
 
 from relgate_agent import certlife
+from relgate_agent.attestation import CertSigner, load_ca
 from relgate_agent.authz import rpc_refusal
 from relgate_agent.certlife import RevokedCerts
 from relgate_agent.contracts import (
@@ -512,6 +513,9 @@ class CoordinatorServer:
             raise AgentError(
                 f"{tls.cert} is a {self.identity.role} certificate, not a coordinator's"
             )
+        # deployer events are signed with this identity's key; READY attestations are
+        # checked against the fleet CA
+        self.coordinator.use_identity(CertSigner.from_tls(tls), load_ca(tls.ca))
         self.executor = ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="coord-rpc")
         self.hub = WatchHub(
             self.coordinator.watch_updates,

@@ -44,9 +44,9 @@ from relgate_agent.coordinator.outbox import Post, http_post
 from relgate_agent.coordinator.store import JobRow, StaleTopology
 from relgate_agent.coordinator.topology import build_topology
 from relgate_agent.datacenter import host_dc
-from relgate_agent.errors import ManifestError, OriginError
+from relgate_agent.errors import ManifestError
 from relgate_agent.manifest import CheckpointManifest, validate_name
-from relgate_agent.origin import read_uri
+from relgate_agent.manifestread import ManifestReadError, read_manifest
 from relgate_agent.pki import PkiError, check_name
 
 log = logging.getLogger(__name__)
@@ -89,10 +89,10 @@ class Coordinator(HandoffService):
             raise Rejected(str(exc), check="checkpoint-name") from exc
         if not spec.manifest_uri:
             raise Rejected("manifest_uri is required", check="manifest-uri")
-        try:
-            envelope = read_uri(spec.manifest_uri)
-        except OriginError as exc:
-            raise Rejected(str(exc), check="manifest-read") from exc
+        try:  # bounded, regular files only, with a deadline; never under the lock
+            envelope = read_manifest(spec.manifest_uri)
+        except ManifestReadError as exc:
+            raise Rejected(str(exc), check=exc.check) from exc
         manifest = self._verify(envelope)
         if (manifest.model, manifest.version) != (model, version):
             raise Rejected(
@@ -128,7 +128,9 @@ class Coordinator(HandoffService):
             # an operator clears it (coordinator/removal.py)
             held = self.ledger.holds()
             targets = {h: r for h, r in targets.items() if h not in held}
-            holding = self.store.hosts_holding(manifest.model, manifest.version) & set(targets)
+            holding = self.store.hosts_holding(
+                manifest.model, manifest.version, manifest.digest
+            ) & set(targets)
             dcs = {h: host_dc(enrolled[h][1]) for h in targets}
             if spec.origin_dc and spec.origin_dc not in dcs.values():
                 raise Rejected(

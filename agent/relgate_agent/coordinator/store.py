@@ -113,6 +113,23 @@ SCHEMA = [
         at_ms BIGINT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS dist_outbox_pending ON dist_outbox (delivered_at_ms, job_id, seq)",
+    # the manifest digest a verified READY was accepted for (a host "already holds" a job's
+    # checkpoint only under the same digest, never by model/version alone)
+    """CREATE TABLE IF NOT EXISTS dist_host_digest (
+        host_id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        version TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        PRIMARY KEY (host_id, model, version)
+    )""",
+    # each host's signed placement attestation (relgate_agent/attestation.py) per manifest
+    # digest it placed, sent with its READY; deployer events carry them
+    """CREATE TABLE IF NOT EXISTS dist_placements (
+        host_id TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        attestation TEXT NOT NULL,
+        PRIMARY KEY (host_id, digest)
+    )""",
 ]
 OUTBOX_BATCH = 1000  # pending events one delivery pass looks at (bounded)
 _ERROR_TEXT_MAX = 500
@@ -311,21 +328,24 @@ class JobStore:
             ).all()
         return [(r[0], r[1], json.loads(r[2]), r[3]) for r in rows]
 
-    def hosts_holding(self, model: str, version: str) -> set[str]:
+    def hosts_holding(self, model: str, version: str, digest: str) -> set[str]:
         """Hosts that still say they hold the version AND that this coordinator once accepted
-        a verified READY from for it (a claim alone never counts)."""
+        a verified READY from for it under manifest ``digest`` (a claim alone never counts,
+        nor a READY for another manifest of the same model/version)."""
         with self.tx() as c:
             rows = c.execute(
                 text(
                     "SELECT v.host_id FROM dist_host_versions v JOIN dist_host_verified w "
                     "ON v.host_id = w.host_id AND v.model = w.model AND v.version = w.version "
-                    "WHERE v.model = :m AND v.version = :v"
+                    "JOIN dist_host_digest d "
+                    "ON v.host_id = d.host_id AND v.model = d.model AND v.version = d.version "
+                    "WHERE v.model = :m AND v.version = :v AND d.digest = :d"
                 ),
-                {"m": model, "v": version},
+                {"m": model, "v": version, "d": digest},
             ).all()
         return {r[0] for r in rows}
 
-    def mark_host_version(self, host_id: str, model: str, version: str) -> None:
+    def mark_host_version(self, host_id: str, model: str, version: str, digest: str) -> None:
         with self.tx() as c:
             for table in ("dist_host_versions", "dist_host_verified"):
                 c.execute(
@@ -335,13 +355,44 @@ class JobStore:
                     ),
                     {"h": host_id, "m": model, "v": version},
                 )
+            c.execute(
+                text(
+                    "INSERT INTO dist_host_digest (host_id, model, version, digest) "
+                    "VALUES (:h, :m, :v, :d) ON CONFLICT (host_id, model, version) "
+                    "DO UPDATE SET digest = excluded.digest"
+                ),
+                {"h": host_id, "m": model, "v": version, "d": digest},
+            )
 
     def forget_host_version(self, host_id: str, model: str, version: str) -> None:
         """The coordinator no longer vouches for the host's copy (it was quarantined)."""
+        with self.tx() as c:
+            for table in ("dist_host_verified", "dist_host_digest"):
+                c.execute(
+                    text(
+                        f"DELETE FROM {table} WHERE host_id = :h AND model = :m AND version = :v"  # noqa: S608 - constant table names
+                    ),
+                    {"h": host_id, "m": model, "v": version},
+                )
+
+    # -- placement attestations ---------------------------------------------
+    def put_attestation(self, host_id: str, digest: str, attestation: str) -> None:
         self._execute(
-            "DELETE FROM dist_host_verified WHERE host_id = :h AND model = :m AND version = :v",
-            {"h": host_id, "m": model, "v": version},
+            "INSERT INTO dist_placements (host_id, digest, attestation) VALUES (:h, :d, :a) "
+            "ON CONFLICT (host_id, digest) DO UPDATE SET attestation = excluded.attestation",
+            {"h": host_id, "d": digest, "a": attestation},
         )
+
+    def attestations(self, digest: str, hosts: list[str]) -> dict[str, str]:
+        """Host -> its signed placement attestation (JSON text) of ``digest``, for those of
+        ``hosts`` that sent one."""
+        wanted = set(hosts)
+        with self.tx() as c:
+            rows = c.execute(
+                text("SELECT host_id, attestation FROM dist_placements WHERE digest = :d"),
+                {"d": digest},
+            ).all()
+        return {str(r[0]): str(r[1]) for r in rows if str(r[0]) in wanted}
 
     # -- quarantine ---------------------------------------------------------
     def quarantine_host(self, job_id: str, host_id: str, reporters: list[str]) -> None:

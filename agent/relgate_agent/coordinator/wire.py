@@ -81,6 +81,7 @@ def report_from_pb(request: pb.ReportProgressRequest) -> ProgressReport:
         verified_count=request.verified_count,
         stripe_rx_bps=tuple(request.stripe_rx_bytes_per_s),
         manifest_digest=request.manifest_digest,
+        placement_attestation=request.placement_attestation,
         errors=tuple(
             f"{e.kind} chunk={e.chunk} from={e.from_host} {e.detail}".strip()
             for e in request.errors

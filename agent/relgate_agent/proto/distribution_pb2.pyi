@@ -673,6 +673,7 @@ class ReportProgressRequest(_message.Message):
         "manifest_digest",
         "origin_bytes",
         "placed_manifest_digest",
+        "placement_attestation",
         "rack",
         "ready",
         "rx_bytes",
@@ -706,6 +707,7 @@ class ReportProgressRequest(_message.Message):
     VERIFIED_COUNT_FIELD_NUMBER: _ClassVar[int]
     STRIPE_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_ATTESTATION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     host_id: str
     topology_version: int
@@ -727,6 +729,7 @@ class ReportProgressRequest(_message.Message):
     verified_count: int
     stripe_rx_bytes_per_s: _containers.RepeatedScalarFieldContainer[int]
     manifest_digest: str
+    placement_attestation: str
     def __init__(
         self,
         job_id: str | None = ...,
@@ -750,6 +753,7 @@ class ReportProgressRequest(_message.Message):
         verified_count: int | None = ...,
         stripe_rx_bytes_per_s: _Iterable[int] | None = ...,
         manifest_digest: str | None = ...,
+        placement_attestation: str | None = ...,
     ) -> None: ...
 
 class ReportProgressResponse(_message.Message):
