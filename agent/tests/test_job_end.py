@@ -198,7 +198,10 @@ def test_a_cancel_after_placement_records_what_was_placed(coord: Coordinator, ch
     assert status.state == "CANCELLED" and status.ready_hosts == ("h1", "h2")
     assert coord.store.figures(job.job_id)["placed_hosts"] == ["h1", "h2"]  # type: ignore[index]
     # the placed copies are the coordinator's record: a next job does not send them again
-    assert coord.store.hosts_holding("claude-x", "2026-10-12.3") == {"h1", "h2"}
+    assert coord.store.hosts_holding("claude-x", "2026-10-12.3", checkpoint["manifest"].digest) == {
+        "h1",
+        "h2",
+    }
 
 
 def test_a_quarantined_host_is_no_target_until_an_operator_clears_it(
