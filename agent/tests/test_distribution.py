@@ -489,7 +489,7 @@ def test_hosts_out_of_disk_are_removed_with_no_space_and_the_job_ends_done(
         assert rows[h]["state"] == "REMOVED", rows[h]
         errors = rows[h]["errors"]
         assert any(e.startswith("NO_SPACE") for e in errors), errors
-        assert any(e.startswith("REMOVED NO_SPACE") for e in errors), errors
+        assert any(e.startswith("REMOVED: NO_SPACE") for e in errors), errors
         # one refusal, no retry loop (before: hundreds of INTERNAL tracebacks)
         assert sum(e.startswith("NO_SPACE") for e in errors) == 1, errors
         assert not any(e.startswith(("INTERNAL", "STORAGE")) for e in errors), errors
