@@ -65,14 +65,7 @@ def _configured(ws: Workspace) -> tuple[str, str | None]:
     """(the configured transform's tag or reference, the record schema's tokenizer)."""
     from relgate.snapshot.build import BuildSpec  # noqa: PLC0415 - heavy, only for a plan
 
-    try:
-        spec = BuildSpec.from_config(ws.config)
-    except ValueError as exc:
-        raise RejectedError(
-            f"the workspace config's snapshot section is malformed: {exc}",
-            object="relgate.json",
-            check=NAMED_ROOT,
-        ) from None
+    spec = BuildSpec.from_config(ws.config)  # a malformed section: UsageError, exit 2
     return spec.transform, spec.records.tokens.tokenizer
 
 

@@ -7,7 +7,7 @@ from support import transforms as art
 from support.cli import relgate_cli as cli
 from support.workspaces import make_workspace
 
-from relgate.errors import ConflictError, NotFoundError
+from relgate.errors import ConflictError, NotFoundError, RejectedError
 from relgate.lifecycle.collector import plan_gc, sweep
 from relgate.objects.layout import cas_key
 from relgate.snapshot import tokenizer
@@ -46,9 +46,14 @@ def test_registered_tokenizer_and_wheel_survive_a_sweep(blank, tmp_path):
     ws = blank
     spec = register_wheel(ws.db, ws.cas, art.write_wheel(tmp_path, "t-keep", "1.0", art.IDENTITY))
     unused = tokenizer.register(ws, tokenizer.train(["a b c", "b c d"] * 20, vocab_size=300))
+    configured = f"registry.local/keep@{spec.pin}"  # a digest reference, not a tag
+    ws.config["snapshot"]["transform"] = configured
     plan = plan_gc(ws, grace_seconds=0)
     held = {n.key: n.held_by for n in plan.report().named}
-    assert held[cas_key(spec.pin)] == [f"registered transform {spec.pin}"]
+    assert held[cas_key(spec.pin)] == [
+        f"registered transform {spec.pin}",
+        f"workspace config transform {configured}",
+    ]
     assert held[cas_key(unused)] == ["registered tokenizer"]
     result = sweep(ws, actor="gc", grace_seconds=0, plan=plan)
     assert not {d.key for d in result.deleted} & {cas_key(spec.pin), cas_key(unused)}
@@ -109,6 +114,21 @@ def test_reregistering_a_collected_image_restores_it(blank, tmp_path):
     restored = register_image(ws.db, ws.cas, tmp_path / "layout")
     assert restored.config.object_version != spec.config.object_version
     assert pin_of(ws.db, spec.pin) == restored
+    named = {n.key for n in plan_gc(ws, grace_seconds=0).report().named}
+    blobs = (restored.manifest, restored.config, *restored.layers)
+    assert {cas_key(b.sha256) for b in blobs} <= named
+
+
+def test_a_malformed_pin_row_fails_the_plan_closed(blank, tmp_path):
+    """The catalog row edited by hand: the plan names it and deletes nothing (exit 3)."""
+    ws = blank
+    spec = register_wheel(ws.db, ws.cas, art.write_wheel(tmp_path, "t-bad", "1.0", art.IDENTITY))
+    with ws.db.tx() as conn:
+        conn.exec_driver_sql('UPDATE transform_pins SET spec = \'{"kind": "python-wheel"}\'')
+    with pytest.raises(RejectedError) as err:
+        plan_gc(ws, grace_seconds=0)
+    assert (err.value.check, err.value.digest) == ("named-root", spec.pin)
+    assert err.value.exit_code == 3
 
 
 def test_the_same_content_with_its_blob_present_is_not_repinned(blank, tmp_path):

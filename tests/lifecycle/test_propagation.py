@@ -18,7 +18,8 @@ from relgate.cli.main import main
 from relgate.errors import NotFoundError
 from relgate.lifecycle.collector import plan_gc, sweep
 from relgate.lifecycle.pins import add_pin, remove_pin
-from relgate.lifecycle.propagation import propagation
+from relgate.lifecycle.propagation import Holder, _deletable_at, propagation
+from relgate.lifecycle.retention import parse_time
 from relgate.release.admission import create_run
 from relgate.snapshot import activation as snap_lifecycle
 from relgate.snapshot import manifest as sm
@@ -107,3 +108,26 @@ def test_an_unknown_tombstone_is_refused(erased):
     assert code == 3 and out["check"] == "tombstone"
     code, out = _cli(ws.home, "fence", "show", "--propagation")
     assert code == 2 and out["check"] == "tombstone"
+
+
+def test_a_damaged_shard_is_listed_not_assumed_gone(erased):
+    """A stored shard that no longer matches its descriptor (truncated on disk) cannot be
+    read to confirm: it is listed as holding the sample, uninspected."""
+    ws, _, _, _, sample = erased
+    shard = propagation(ws, sample, grace_seconds=0).held[0]
+    path = ws.store.local_path(shard.key, shard.version_id)
+    path.write_bytes(path.read_bytes()[: shard.size // 2])
+    damaged = {(o.key, o.version_id): o for o in propagation(ws, sample, grace_seconds=0).held}
+    assert damaged[(shard.key, shard.version_id)].inspected is False
+
+
+def test_when_an_object_becomes_deletable():
+    seen, now = "2026-01-01T00:00:00.000000Z", parse_time("2026-06-01T00:00:00.000000Z")
+    later = "2026-03-01T00:00:00.000000Z"
+    assert _deletable_at([], seen, now, 3600) == "2026-01-01T01:00:00.000000Z"
+    assert _deletable_at([Holder(name="pin", until=later)], seen, now, 3600) == later
+    assert (
+        _deletable_at([Holder(name="a", until=later), Holder(name="b", until=None)], seen, now, 0)
+        is None
+    )
+    assert _deletable_at([], None, now, 60) == "2026-06-01T00:01:00.000000Z"  # never seen yet
