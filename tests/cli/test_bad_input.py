@@ -214,3 +214,32 @@ def test_integers_beyond_the_catalog_range_are_usage_errors(ws: Workspace) -> No
     assert huge.exit_code == 2 and "--world-size" in huge.output
     huge = cli(ws.home, "run", "create", "--alias", "x", "--purpose", "p", "--world-size", "200000")
     assert huge.exit_code == 2 and "--world-size" in huge.output
+
+
+def test_expiry_and_json_file_values() -> None:
+    """The option types themselves (no workspace): durations count from now, an offset is
+    converted to UTC, out-of-range instants and unreadable files are usage errors."""
+    import datetime as dt
+
+    import click
+
+    from relgate.cli.params import EXPIRY, JSON_FILE
+
+    def instant(text: str) -> dt.datetime:
+        return dt.datetime.strptime(EXPIRY.convert(text, None, None), "%Y-%m-%dT%H:%M:%S.%fZ")
+
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    for text, delta in (("30d", dt.timedelta(days=30)), ("1s", dt.timedelta(seconds=1))):
+        assert (
+            now + delta - dt.timedelta(minutes=5)
+            < instant(text)
+            < now + delta + dt.timedelta(minutes=5)
+        )
+    assert instant("2027-01-31T02:00:00+02:00") == dt.datetime(2027, 1, 31)
+    assert instant("2027-01-31") == dt.datetime(2027, 1, 31)
+    for bad in ("999999d", "0s", "0001-01-01T00:00:00+01:00", "next week"):
+        with pytest.raises(click.BadParameter):
+            EXPIRY.convert(bad, None, None)
+    for unreadable in ("/", "a\x00b", "/nonexistent/position.json"):
+        with pytest.raises(click.BadParameter):
+            JSON_FILE.convert(unreadable, None, None)
