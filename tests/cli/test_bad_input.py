@@ -84,6 +84,31 @@ def test_a_database_error_outside_a_transaction_is_typed() -> None:
     assert _typed(ValueError("not a database error")) is None
 
 
+def test_catalog_errors_are_typed_by_what_the_database_said() -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    from relgate.catalog.db import CATALOG_SCHEMA, CATALOG_UNAVAILABLE, catalog_error
+    from relgate.errors import UsageError
+
+    locked = catalog_error(
+        OperationalError("BEGIN", {}, sqlite3.OperationalError("database is locked\nmore"))
+    )
+    assert locked is not None and (locked.check, locked.exit_code) == (CATALOG_UNAVAILABLE, 4)
+    assert locked.details == {"database": "database is locked"}
+    silent = catalog_error(OperationalError("BEGIN", {}, sqlite3.OperationalError("")))
+    assert silent is not None and silent.details == {"database": "OperationalError"}
+    missing = catalog_error(
+        ProgrammingError("SELECT", {}, Exception('relation "runs" does not exist\nLINE 1'))
+    )
+    assert isinstance(missing, UsageError) and missing.check == CATALOG_SCHEMA
+    assert missing.details == {"database": 'relation "runs" does not exist'}
+    assert catalog_error(IntegrityError("INSERT", {}, Exception("duplicate key"))) is None
+    assert catalog_error(ProgrammingError("SELECT", {}, Exception("syntax error"))) is None
+    assert catalog_error(ValueError("not a database error")) is None
+
+
 def _snapshot(ws: Workspace) -> str:
     built = cli(ws.home, "snapshot", "build", "--alias", "bad-input")
     assert built.exit_code == 0, built.output
