@@ -84,6 +84,31 @@ def test_a_database_error_outside_a_transaction_is_typed() -> None:
     assert _typed(ValueError("not a database error")) is None
 
 
+def test_catalog_errors_are_typed_by_what_the_database_said() -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    from relgate.catalog.db import CATALOG_SCHEMA, CATALOG_UNAVAILABLE, catalog_error
+    from relgate.errors import UsageError
+
+    locked = catalog_error(
+        OperationalError("BEGIN", {}, sqlite3.OperationalError("database is locked\nmore"))
+    )
+    assert locked is not None and (locked.check, locked.exit_code) == (CATALOG_UNAVAILABLE, 4)
+    assert locked.details == {"database": "database is locked"}
+    silent = catalog_error(OperationalError("BEGIN", {}, sqlite3.OperationalError("")))
+    assert silent is not None and silent.details == {"database": "OperationalError"}
+    missing = catalog_error(
+        ProgrammingError("SELECT", {}, Exception('relation "runs" does not exist\nLINE 1'))
+    )
+    assert isinstance(missing, UsageError) and missing.check == CATALOG_SCHEMA
+    assert missing.details == {"database": 'relation "runs" does not exist'}
+    assert catalog_error(IntegrityError("INSERT", {}, Exception("duplicate key"))) is None
+    assert catalog_error(ProgrammingError("SELECT", {}, Exception("syntax error"))) is None
+    assert catalog_error(ValueError("not a database error")) is None
+
+
 def _snapshot(ws: Workspace) -> str:
     built = cli(ws.home, "snapshot", "build", "--alias", "bad-input")
     assert built.exit_code == 0, built.output
@@ -214,3 +239,32 @@ def test_integers_beyond_the_catalog_range_are_usage_errors(ws: Workspace) -> No
     assert huge.exit_code == 2 and "--world-size" in huge.output
     huge = cli(ws.home, "run", "create", "--alias", "x", "--purpose", "p", "--world-size", "200000")
     assert huge.exit_code == 2 and "--world-size" in huge.output
+
+
+def test_expiry_and_json_file_values() -> None:
+    """The option types themselves (no workspace): durations count from now, an offset is
+    converted to UTC, out-of-range instants and unreadable files are usage errors."""
+    import datetime as dt
+
+    import click
+
+    from relgate.cli.params import EXPIRY, JSON_FILE
+
+    def instant(text: str) -> dt.datetime:
+        return dt.datetime.strptime(EXPIRY.convert(text, None, None), "%Y-%m-%dT%H:%M:%S.%fZ")
+
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    for text, delta in (("30d", dt.timedelta(days=30)), ("1s", dt.timedelta(seconds=1))):
+        assert (
+            now + delta - dt.timedelta(minutes=5)
+            < instant(text)
+            < now + delta + dt.timedelta(minutes=5)
+        )
+    assert instant("2027-01-31T02:00:00+02:00") == dt.datetime(2027, 1, 31)
+    assert instant("2027-01-31") == dt.datetime(2027, 1, 31)
+    for bad in ("999999d", "0s", "0001-01-01T00:00:00+01:00", "next week"):
+        with pytest.raises(click.BadParameter):
+            EXPIRY.convert(bad, None, None)
+    for unreadable in ("/", "a\x00b", "/nonexistent/position.json"):
+        with pytest.raises(click.BadParameter):
+            JSON_FILE.convert(unreadable, None, None)

@@ -60,7 +60,12 @@ def test_superseded_and_fence_hit_versions_say_so(ws: Workspace) -> None:
         ["superseded"],
     )
     assert shown["supersededOn"] == [{"alias": "states", "generation": 1, "activeDigest": new}]
-    assert cli(ws.home, "snapshot", "show", new)["state"] == "ACTIVE"
+    current = cli(ws.home, "snapshot", "show", new)
+    assert (current["state"], current["marks"], current["currentOn"]) == ("ACTIVE", [], ["states"])
+    assert (current["supersededOn"], current["fenceHitCount"]) == ([], 0)
+    never = str(cli(ws.home, "snapshot", "build", "--alias", "states-unused")["snapshot"])
+    shown = cli(ws.home, "snapshot", "show", never)  # never on an alias: not superseded
+    assert (shown["state"], shown["marks"], shown["currentOn"]) == ("VALIDATED", [], [])
 
     first = _published(ws, new, "states-train", 64)
     second = _published(ws, new, "states-train", 50)
@@ -111,3 +116,49 @@ def test_release_verify_names_each_failing_shard(ws: Workspace) -> None:
         victim["digest"],
         sha256_digest(bytes(data)),
     )
+
+
+def test_shard_findings_from_a_report(ws: Workspace) -> None:
+    """The typed findings: unknown check names and malformed entries are skipped, not the
+    shard's later findings; expected comes from the descriptor only when the check has one."""
+    from relgate.release.checks import Outcome
+    from relgate.release.descriptor import ShardDescriptor
+    from relgate.release.report import VerificationReport, failing_shards
+
+    digest = "sha256:" + "a" * 64
+    descriptor = ShardDescriptor(
+        id="s1", media_type="x", digest=digest, size=10, object_version="v1",
+        logical_digest=digest, records=3, tokens=9, member_set_digest=digest,
+    )  # fmt: skip
+    report = VerificationReport(
+        root="sha256:" + "f" * 64,
+        outcome=Outcome.INVALID,
+        counts={},
+        facts={},
+        problems=[],
+        unavailable=[],
+        shards=[
+            {"id": "s0", "objectVersion": "v0", "ok": True, "failures": []},
+            {"id": "s1", "objectVersion": "v1", "ok": False, "failures": [
+                "junk",
+                {"check": "fatal:not-a-check", "message": "?"},
+                {"check": "objectUnavailable", "message": "gone"},
+                {"check": "recordCountMismatch", "message": "count", "actual": 4},
+            ]},
+            {"id": "s2", "objectVersion": "v2", "ok": False, "failures": [
+                {"check": "sizeMismatch", "message": "size", "actual": 11},
+            ]},
+        ],
+    )  # fmt: skip
+    found = report.shard_findings((descriptor,))
+    assert [(f.shard, f.check, f.expected, f.actual) for f in found] == [
+        ("s1", Check.OBJECT_UNAVAILABLE, None, None),
+        ("s1", Check.RECORD_COUNT_MISMATCH, 3, 4),
+        ("s2", Check.SIZE_MISMATCH, None, 11),  # no descriptor for s2: nothing expected
+    ]
+    assert found[0].line() == "shard s1@v1: objectUnavailable: gone"
+    assert found[1].line().endswith("count (expected 3, actual 4)")
+    assert found[2].line().endswith("size (expected None, actual 11)")
+    # A root the catalog does not know: findings without expected values, no error.
+    unknown = failing_shards(ws, report)
+    assert [(f.check, f.expected) for f in unknown][1] == (Check.RECORD_COUNT_MISMATCH, None)
