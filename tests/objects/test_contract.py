@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import queue
 
@@ -382,3 +383,50 @@ def test_odd_keys_round_trip_on_local_store(
     assert sorted(v.key for v in store.list(prefix)) == sorted(
         key for key in keys if key.startswith(prefix)
     )
+
+
+def test_fetch_to_hashes_and_bounds_the_stored_version(object_store: ObjectStore, tmp_path) -> None:
+    """Killed mutants: the digest check, the bound, the cleanup of the partial copy."""
+    cas = ContentStore(object_store)
+    out = tmp_path / "out"
+    ref = cas.put(b"membership bytes")
+    target = out / "new" / "dir" / "copy"
+    cas.fetch_to(ref.digest, ref.version_id, target, size=ref.size)
+    cas.fetch_to(ref.digest, ref.version_id, target)  # again, over the existing copy
+    assert target.read_bytes() == b"membership bytes"
+    with pytest.raises(IntegrityError) as big:
+        cas.fetch_to(ref.digest, ref.version_id, out / "small", size=ref.size - 1)
+    assert big.value.check == "size-mismatch"
+    digest = sha256_digest(b"wanted")
+    planted = object_store.put(key_for(digest), b"impostor")
+    with pytest.raises(IntegrityError) as bad:
+        cas.fetch_to(digest, planted.version_id, out / "bad")
+    assert (bad.value.check, bad.value.details["actual"]) == (
+        "storage-digest",
+        sha256_digest(b"impostor"),
+    )
+    left = sorted(p.name for p in out.rglob("*") if p.is_file())
+    assert left == ["copy"]  # nothing at a refused target, no partial copy left behind
+
+
+def test_read_into_is_bounded_and_writes_nothing_it_refuses(object_store: ObjectStore) -> None:
+    version = object_store.put("k", b"z" * 1000)
+    sink = io.BytesIO()
+    assert object_store.read_into("k", version.version_id, sink) == 1000
+    assert object_store.read_into("k", version.version_id, sink, max_size=1000) == 1000
+    assert sink.getvalue() == b"z" * 2000
+    refused = io.BytesIO()
+    with pytest.raises(IntegrityError) as info:
+        object_store.read_into("k", version.version_id, refused, max_size=999)
+    assert (info.value.check, info.value.details["actual"]) == ("size-mismatch", 1000)
+    assert refused.getvalue() == b""
+
+
+def test_delete_version_of_a_delete_marker_is_not_found(object_store: ObjectStore) -> None:
+    object_store.put("m", b"data")
+    object_store.delete("m")
+    marker = [v.version_id for v in object_store.list_versions("m")]
+    assert len(marker) == 1
+    if isinstance(object_store, LocalObjectStore):
+        with pytest.raises(NotFoundError):
+            object_store.delete_version("m", f"{int(marker[0]) + 1:012d}")  # the marker's seq

@@ -86,3 +86,30 @@ def test_a_faulty_stored_object_is_repaired_by_the_next_build(ws):
     assert f"actual={actual}" in subject and f"repaired={again.version_id}" in subject
     # the faulty version is left as it was, and the first snapshot still names it
     assert validate_snapshot(ws, first.digest, actor="t").outcome == "REJECTED"
+
+
+def test_a_stored_object_larger_than_its_recorded_size_is_refused_unread(ws):
+    result = build(ws)
+    ref, stored = _stored_members(ws, result)
+    overwrite_in_place(stored, stored.read_bytes() + b"\0" * 4096)
+    report = validate_snapshot(ws, result.digest, actor="t")
+    assert report.outcome == "REJECTED"
+    assert report.checks["fatal:size-mismatch"] == 1, report.checks
+    assert f"expected={ref.size} actual={ref.size + 4096}" in " ".join(report.problems)
+
+
+def test_a_link_or_directory_in_the_cache_is_replaced_never_followed(ws, tmp_path):
+    result = build(ws)
+    ref, stored = _stored_members(ws, result)
+    cached = ws.membership.cache_dir / hex_of(ref.digest)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    outside = tmp_path / "outside"
+    outside.write_bytes(stored.read_bytes())  # the right bytes, but not the cache's own file
+    cached.symlink_to(outside)
+    assert ws.membership.read(ref).height == result.manifest.member_count
+    assert not cached.is_symlink() and outside.exists()
+    cached.unlink()
+    cached.mkdir()
+    (cached / "x").write_bytes(b"x")
+    assert ws.membership.read(ref).height == result.manifest.member_count
+    assert cached.is_file()
