@@ -12,10 +12,11 @@ version, so a damaged object never blocks a later build of the same content.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,7 +144,8 @@ class ContentStore:
         """The exact stored version, hashed; with ``size`` (what a signed document
         records) a larger object is refused (``size-mismatch``) before it is read."""
         key = key_for(digest)
-        data = self.store.get(key, version_id, max_size=size)
+        with _naming(digest):
+            data = self.store.get(key, version_id, max_size=size)
         actual = sha256_digest(data)
         if actual != digest:
             raise digest_fault(key, version_id, digest, actual, len(data))
@@ -161,7 +163,8 @@ class ContentStore:
         try:
             with os.fdopen(fd, "wb") as fh:
                 hashed = _HashingWriter(fh)
-                self.store.read_into(key, version_id, hashed, max_size=size)
+                with _naming(digest):
+                    self.store.read_into(key, version_id, hashed, max_size=size)
             actual = "sha256:" + hashed.sha.hexdigest()
             if actual != digest:
                 raise digest_fault(key, version_id, digest, actual, hashed.size)
@@ -172,6 +175,17 @@ class ContentStore:
 
     def head(self, digest: str, version_id: str) -> ObjectVersion:
         return self.store.head(key_for(digest), version_id)
+
+
+@contextlib.contextmanager
+def _naming(digest: str) -> Iterator[None]:
+    """A size refusal of a content-addressed read names the digest it was read for."""
+    try:
+        yield
+    except IntegrityError as exc:
+        if exc.digest is None:
+            exc.digest = digest
+        raise
 
 
 class _HashingWriter:
