@@ -658,6 +658,31 @@ def _stripes_of(a: pb.Assignment, downstream: str) -> tuple[list[int], list[int]
     return mine, [s.stripe for s in a.stripes if s.stripe not in mine]
 
 
+def _outsider_refused(plane: dict[str, Any], outsider: str, s: int, topo: int) -> None:
+    """A valid fleet certificate of a host outside the job: no stripe, chunk or envelope."""
+    c: Cluster = plane["cluster"]
+    job, m = plane["job"], plane["manifest"]
+    ctx = data_client_context(c.tls(outsider))
+    with pytest.raises(TransportError) as exc:
+        list(StripeStream(data_address(plane, "h00"), job, s, 0, tls=ctx, peer="h00"))
+    assert str(exc.value) == (
+        f"upstream error: refused: {outsider} is not a downstream of stripe {s} of job {job} "
+        f"(topology v{topo})"
+    )
+    with pytest.raises(TransportError) as exc:
+        fetch_chunk(data_address(plane, "h00"), job, 0, tls=ctx, peer="h00")
+    assert str(exc.value) == (
+        f"upstream error: refused: {outsider} is not a peer of job {job} (topology v{topo})"
+    )
+    with pytest.raises(TransportError) as exc:  # nor the manifest envelope
+        fetch_manifest(
+            data_address(plane, "h00"), job, m.digest, tls=ctx, peer="h00", max_bytes=1 << 26
+        )
+    assert str(exc.value) == (
+        f"upstream error: refused: {outsider} is not a peer of job {job} (topology v{topo})"
+    )
+
+
 def test_data_served_only_to_assigned_peers(plane: dict[str, Any]) -> None:
     c: Cluster = plane["cluster"]
     job, m = plane["job"], plane["manifest"]
@@ -698,27 +723,7 @@ def test_data_served_only_to_assigned_peers(plane: dict[str, Any]) -> None:
     assert dataplane_counters(plane, "h00")["refusals"].get("stale", 0) == 0
     # valid fleet certificates of hosts outside the job: h99 (enrolled elsewhere), ghost h02
     for outsider in ("h99", "h02"):
-        ctx = data_client_context(c.tls(outsider))
-        with pytest.raises(TransportError) as exc:
-            list(StripeStream(data_address(plane, "h00"), job, s, 0, tls=ctx, peer="h00"))
-        assert str(exc.value) == (
-            f"upstream error: refused: {outsider} is not a downstream of stripe {s} of job {job} "
-            f"(topology v{a.topology_version})"
-        )
-        with pytest.raises(TransportError) as exc:
-            fetch_chunk(data_address(plane, "h00"), job, 0, tls=ctx, peer="h00")
-        assert str(exc.value) == (
-            f"upstream error: refused: {outsider} is not a peer of job {job} "
-            f"(topology v{a.topology_version})"
-        )
-        with pytest.raises(TransportError) as exc:  # nor the manifest envelope
-            fetch_manifest(
-                data_address(plane, "h00"), job, m.digest, tls=ctx, peer="h00", max_bytes=1 << 26
-            )
-        assert str(exc.value) == (
-            f"upstream error: refused: {outsider} is not a peer of job {job} "
-            f"(topology v{a.topology_version})"
-        )
+        _outsider_refused(plane, outsider, s, a.topology_version)
     # a job peer may repair from h00, and fetch the envelope it holds, byte for byte
     blocks = fetch_chunk(data_address(plane, "h00"), job, 1, tls=tls01, peer="h00")
     assert [b.block for b in blocks] == list(m.chunk_blocks(1))

@@ -13,8 +13,8 @@ verified_shards_ratio       verifier (``release verify``: shards that passed ove
                             root's descriptors) and run workers (passed over assigned)
 member_diff{cls}            verifier: missing, extra, duplicate, contentSubstitution,
                             sourceVersionSubstitution, splitConflict counts
-digest_failures             verifier and workers: shards whose storage, logical or
-                            member-set digest failed
+digest_failures             verifier and workers: shards whose size, storage, logical
+                            or member-set digest failed
 cache_corruption            :func:`relgate.release.verifier.fetch_shard`: a cached copy
                             whose size or SHA-256 did not match, discarded
 barrier_wait_seconds        run worker: time at the step-0 barrier, updated while waiting
@@ -39,6 +39,8 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from relgate.release.checks import Check
+
 #: Verification counts -> ``member_diff`` classes (the rule, written once).
 MEMBER_CLASSES = {
     "missingMembers": "missing",
@@ -49,8 +51,16 @@ MEMBER_CLASSES = {
     "splitConflicts": "splitConflict",
 }
 #: Per-shard checks that are digest failures.
+# a stored object whose size differs from its descriptor is refused before it is hashed
+# (read no more than size + 1 bytes): it is the same failure, the stored bytes are not the
+# signed ones, seen earlier
 DIGEST_CHECKS = frozenset(
-    {"storageDigestMismatch", "logicalDigestMismatch", "memberSetDigestMismatch"}
+    {
+        Check.SIZE_MISMATCH,
+        Check.STORAGE_DIGEST_MISMATCH,
+        Check.LOGICAL_DIGEST_MISMATCH,
+        Check.MEMBER_SET_DIGEST_MISMATCH,
+    }
 )
 
 

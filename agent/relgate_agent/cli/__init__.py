@@ -15,13 +15,13 @@ import grpc
 
 from relgate_agent.cli.ca import ca, hosts
 from relgate_agent.cli.daemons import agent, coordinator, pipes
-from relgate_agent.cli.handoff import verify_handoff
 from relgate_agent.cli.jobctl import job
 from relgate_agent.cli.manifests import keygen, manifest
 from relgate_agent.cli.params import Output, common, expand_greedy_args
 from relgate_agent.cli.scrub import verify
 from relgate_agent.cli.serving import ack_serving
 from relgate_agent.cli.simulate import simulate
+from relgate_agent.cli.verify_handoff import verify_handoff
 from relgate_agent.client import CoordinatorRefusal
 from relgate_agent.errors import AgentError, ManifestError, VerificationError
 

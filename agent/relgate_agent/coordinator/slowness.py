@@ -35,7 +35,7 @@ Both verdicts become leaves at their rack tails; nobody waits behind them.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from relgate_agent.contracts import STRIPE_DONE
@@ -159,52 +159,26 @@ def _hops(
     return out
 
 
-def judge(
-    rates: Mapping[str, Sequence[int]],
-    totals: Mapping[str, int],
-    parents: Sequence[Mapping[str, str | None]],
+def _tx_slow(
+    hops: _Hops,
+    slow_with: Mapping[str, frozenset[str]],
+    low_total: Callable[[str], bool],
+    tx: Mapping[str, int],
     fraction: float,
-    floor: int,
-    history: Mapping[str, Collection[str]] | None = None,
-    reference: tuple[int, int] | None = None,
-    tx: Mapping[str, int] | None = None,
-) -> Verdicts:
-    """``rates``: host -> receive rate per stripe (``STRIPE_DONE`` for a whole stripe);
-    ``totals``: host -> total receive rate; ``parents``: per stripe, host -> upstream (None:
-    the stripe root, fed by the origin); ``history``: ``slow_with`` of the last round;
-    ``reference``: (per-stripe, total) rates to judge against instead of this round's
-    medians (late in a job the hosts still receiving are mostly the slow ones and their
-    victims: their median is no reference); ``floor``: the per-host receive rate under
-    which nothing is judged (a stripe's is ``floor`` / k: see :func:`stripe_floor`);
-    ``tx``: host -> its own reported send rate (the accused's own rates: ``saturated``)."""
-    history = history or {}
-    tx = tx or {}
-    median = reference[0] if reference else stripe_median(rates, stripe_floor(floor, parents))
-    total_median = reference[1] if reference else total_rate_median(rates, totals)
-
-    hops = _hops(rates, parents, fraction, median)
-    slow_ups, slow_kids, fast_kids, fed_well = (
-        hops.slow_ups,
-        hops.slow_kids,
-        hops.fast_kids,
-        hops.fed_well,
-    )
-
-    def low_total(h: str) -> bool:
-        return total_median >= floor and 0 <= totals.get(h, 0) < fraction * total_median
-
-    slow_with = {h: frozenset(ups | set(history.get(h, ()))) for h, ups in slow_ups.items()}
+) -> tuple[set[str], set[str], set[str]]:
+    """The upstreams slow in transmit: (evident, tied, saturated)."""
+    slow_kids, fast_kids, fed_well = hops.slow_kids, hops.fast_kids, hops.fed_well
 
     def tie(k: str, up: str) -> bool:
         """``up`` is the only upstream ``k`` ever fell behind and none feeds it well."""
         return slow_with[k] == {up} and not fed_well.get(k, set()) - {up}
 
-    # tx: every child it feeds falls behind it, and one of them at least receives well
-    # from another upstream with a total at speed: the evidence from both ends (the child
-    # can receive; this upstream does not send). A child fed by it alone is a tie, and a
-    # tie blames the upstream: a leaf loses nothing of its own speed, and a child that
-    # stays slow behind its next upstream has its second witness. Its victims are never
-    # blamed for it.
+    # evident: every child it feeds falls behind it, and one of them at least receives
+    # well from another upstream with a total at speed: the evidence from both ends (the
+    # child can receive; this upstream does not send). A child fed by it alone is a tie,
+    # and a tie blames the upstream: a leaf loses nothing of its own speed, and a child
+    # that stays slow behind its next upstream has its second witness. Its victims are
+    # never blamed for it.
     evident = {
         up
         for up, kids in slow_kids.items()
@@ -233,19 +207,63 @@ def judge(
         and tx[up] < fraction * hops.expected_tx.get(up, 0)
         and any(fresh(k, up) for k in kids)
     }
-    tx_slow = evident | tied | saturated
-    # rx: its total is low (max-min sharing can leave an rx-capped host fast in a few
-    # stripes), and it falls behind upstreams that are not tx-slow, at least one of which
-    # sends well on some hop (to anyone, this host included: its upload can), or two of
-    # them (now or in an earlier topology)
+    return evident, tied, saturated
+
+
+def _rx_slow(
+    hops: _Hops,
+    slow_with: Mapping[str, frozenset[str]],
+    low_total: Callable[[str], bool],
+    tx_slow: set[str],
+) -> set[str]:
+    """The hosts slow in receive: their total is low (max-min sharing can leave an rx-capped
+    host fast in a few stripes), and they fall behind upstreams that are not tx-slow, at
+    least one of which sends well on some hop (to anyone, this host included: its upload
+    can), or two of them (now or in an earlier topology)."""
     rx_slow = set()
-    for h, ups in slow_ups.items():
+    for h, ups in hops.slow_ups.items():
         blamable = ups - tx_slow
         witnesses = slow_with[h] - tx_slow
         if not blamable or not low_total(h):
             continue  # a victim of a slow upstream, or receiving at speed overall
-        if len(witnesses) >= WITNESSES or any(fast_kids.get(u) for u in blamable):
+        if len(witnesses) >= WITNESSES or any(hops.fast_kids.get(u) for u in blamable):
             rx_slow.add(h)
+    return rx_slow
+
+
+def judge(
+    rates: Mapping[str, Sequence[int]],
+    totals: Mapping[str, int],
+    parents: Sequence[Mapping[str, str | None]],
+    fraction: float,
+    floor: int,
+    history: Mapping[str, Collection[str]] | None = None,
+    reference: tuple[int, int] | None = None,
+    tx: Mapping[str, int] | None = None,
+) -> Verdicts:
+    """``rates``: host -> receive rate per stripe (``STRIPE_DONE`` for a whole stripe);
+    ``totals``: host -> total receive rate; ``parents``: per stripe, host -> upstream (None:
+    the stripe root, fed by the origin); ``history``: ``slow_with`` of the last round;
+    ``reference``: (per-stripe, total) rates to judge against instead of this round's
+    medians (late in a job the hosts still receiving are mostly the slow ones and their
+    victims: their median is no reference); ``floor``: the per-host receive rate under
+    which nothing is judged (a stripe's is ``floor`` / k: see :func:`stripe_floor`);
+    ``tx``: host -> its own reported send rate (the accused's own rates: ``saturated``)."""
+    history = history or {}
+    tx = tx or {}
+    median = reference[0] if reference else stripe_median(rates, stripe_floor(floor, parents))
+    total_median = reference[1] if reference else total_rate_median(rates, totals)
+
+    hops = _hops(rates, parents, fraction, median)
+
+    def low_total(h: str) -> bool:
+        return total_median >= floor and 0 <= totals.get(h, 0) < fraction * total_median
+
+    slow_with = {h: frozenset(ups | set(history.get(h, ()))) for h, ups in hops.slow_ups.items()}
+    evident, tied, saturated = _tx_slow(hops, slow_with, low_total, tx, fraction)
+    rx_slow = _rx_slow(hops, slow_with, low_total, evident | tied | saturated)
+    tx_slow = evident | tied | saturated
+    slow_kids = hops.slow_kids
     behind = {up: frozenset(kids) for up, kids in slow_kids.items()}
     return Verdicts(
         frozenset(rx_slow),
