@@ -121,6 +121,7 @@ def _read_http(uri: str, max_bytes: int, deadline: float) -> bytes:
 
 def _read_s3(uri: str, max_bytes: int, deadline: float) -> bytes:
     import boto3  # noqa: PLC0415 - lazy: only S3 manifests need it
+    from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - as boto3
 
     parsed = urlparse(uri)
     try:
@@ -131,9 +132,7 @@ def _read_s3(uri: str, max_bytes: int, deadline: float) -> bytes:
         if size > max_bytes:
             raise _too_large(uri, size, max_bytes)
         return _bounded(uri, obj["Body"].read, max_bytes, deadline)
-    except ManifestReadError:
-        raise
-    except Exception as exc:  # botocore raises many types; name the object either way
+    except (BotoCoreError, ClientError, OSError, ValueError) as exc:  # a refusal passes through
         raise ManifestReadError(
             f"manifest {uri} cannot be read: {exc}", check=CHECK_MANIFEST_READ
         ) from exc

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, StrictStr
 
-from relgate.errors import NotFoundError, RejectedError, UsageError
+from relgate.errors import NotFoundError, RejectedError, RelgateError, UsageError
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.identifiers import MAX_ID_BYTES, problem
@@ -176,6 +176,8 @@ class IcebergSource(Source):
     def _catalog(self) -> Catalog:
         try:
             return self.catalog.load()
+        except RelgateError:
+            raise  # a refusal of ours (a half-filled config) keeps its own check
         except Exception as exc:  # pyiceberg and its drivers raise many kinds: all say "cannot"
             raise NotFoundError(
                 f"iceberg catalog {self.catalog.name!r} cannot be opened"
@@ -199,6 +201,8 @@ class IcebergSource(Source):
                 object=f"{self.id}:{self.table}",
                 check="table-exists",
             ) from None
+        except RelgateError:
+            raise
         except Exception as exc:  # the catalog answered with an error: unreachable, refused
             raise NotFoundError(
                 f"iceberg catalog {self.catalog.name!r} could not load the table"
