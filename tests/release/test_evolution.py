@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.cli import relgate_cli as run_cli
 from support.releases import overwrite_in_place
 from support.snapshots import build_approved
 from support.workspaces import make_workspace
@@ -196,18 +195,6 @@ def test_renamed_from_is_absent_when_unset_so_digests_do_not_change():
     assert FieldSpec.parse({"name": "text", "type": "string"}).digest() == plain.digest()
     with pytest.raises(ValueError, match="still has"):
         schema("bad", FieldSpec(name="title", type="string", renamedFrom="text"))
-
-
-def run_cli(home: Path, *args: str, expect: int) -> dict:
-    proc = subprocess.run(
-        [*RELGATE, "--home", str(home), *args, "--json"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "RELGATE_HASH_WORKERS": "1"},
-        check=False,
-    )
-    assert proc.returncode == expect, (args, proc.returncode, proc.stdout, proc.stderr)
-    return json.loads(proc.stdout)
 
 
 def test_verifier_stores_a_signed_report_and_publication_refuses_an_unreadable_release(ews):

@@ -5,13 +5,12 @@ other key or after any change, subjects and materials by digest only."""
 import base64
 import hashlib
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from support.cli import relgate_cli as _cli
 from support.snapshots import build
 from support.workspaces import TRANSFORM_TAGS, make_workspace
 
@@ -67,18 +66,6 @@ def _replace_statement(ws, digest, envelope: dict) -> str:
 
 def _statement_json(ws, prov):
     return json.loads(ws.cas.get(prov.statement_digest, prov.statement_version))
-
-
-def _cli(home: Path, *args: str, expect: int) -> dict:
-    proc = subprocess.run(
-        [*RELGATE, "--home", str(home), *args, "--json"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "RELGATE_HASH_WORKERS": "1"},
-        check=False,
-    )
-    assert proc.returncode == expect, (args, proc.returncode, proc.stdout, proc.stderr)
-    return json.loads(proc.stdout)
 
 
 def test_statement_verifies_and_names_only_digests(ws):
