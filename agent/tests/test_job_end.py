@@ -21,6 +21,7 @@ from relgate_agent.contracts import JobSpec, ProgressReport, WatchCursor
 from relgate_agent.coordinator.budget import JOIN_GRACE_REPORTS, origin_key
 from relgate_agent.coordinator.jobstate import REMOVED, NotFound, Rejected
 from relgate_agent.coordinator.ledger import HostBytes
+from relgate_agent.coordinator.removal import remove_host
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.manifest import TrustedKeys
 from relgate_agent.pacing import IDLE
@@ -328,3 +329,22 @@ def test_one_origin_budget_across_jobs(coord: Coordinator, checkpoint, clock: Cl
     assert CAP - 2 <= sum(other.origin_shares) <= CAP
     assert origin_key("s3://bkt/x") == origin_key("s3://BKT/y/z") == "s3://bkt"
     assert origin_key("http://o:80/a") == "http://o:80"
+
+
+def test_remove_host_never_removes_a_placed_copy_nor_a_host_outside_the_job(
+    coord: Coordinator, checkpoint
+) -> None:
+    """The one removal path (NO_SPACE, complaints, certificates, eviction, the dead bound)
+    keeps a READY host counted and ignores a host that is no target of the job."""
+    job = coord.create_job(_spec(checkpoint))
+    _register_all(coord, job.job_id)
+    _ready(coord, job.job_id, "h1")
+    with coord.lock:
+        v = job.topology.version
+        assert not remove_host(coord, job, "h1", "NO_SPACE late")  # placed: stays counted
+        assert not remove_host(coord, job, "h99", "not a target")
+        assert job.topology.version == v and job.removed == {}
+        assert remove_host(coord, job, "h2", "NO_SPACE need 1 bytes")
+        assert not remove_host(coord, job, "h2", "again")  # the first reason stays
+    assert job.hosts["h1"].state == "READY" and job.removed == {"h2": "NO_SPACE need 1 bytes"}
+    assert job.hosts["h2"].state == REMOVED and "h2" not in job.topology.racks
