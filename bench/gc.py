@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from relgate.errors import NotFoundError, ObjectExistsError
-from relgate.objects.versioned import ObjectStore, ObjectVersion
+from relgate.objects.versioned import ObjectStore, ObjectVersion, size_refusal
 
 SHARDS_PER_VERSION = 20
 SHARD_SIZE = 256_000_000
@@ -74,10 +74,12 @@ class MemoryStore(ObjectStore):
             raise ObjectExistsError("exists", object=key, check="conditional-create")
         return self.put(key, data)
 
-    def get(self, key: str, version_id: str) -> bytes:
+    def get(self, key: str, version_id: str, *, max_size: int | None = None) -> bytes:
         data = self._keys.get(key, {}).get(version_id)
         if data is None:
             raise NotFoundError("no such version", object=f"{key}@{version_id}", check="exists")
+        if max_size is not None and len(data) > max_size:  # the store contract's bound
+            raise size_refusal(key, version_id, max_size, len(data))
         return data
 
     def get_range(self, key: str, version_id: str, start: int, length: int) -> bytes:
