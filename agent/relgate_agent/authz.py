@@ -11,6 +11,11 @@ from collections.abc import Collection, Mapping
 
 from relgate_agent.pki import ROLE_HOST, ROLE_OPERATOR, Identity
 
+# how an authorization refusal of a job member whose topology differs from ours begins: the
+# two hosts are a moment apart (one has the new assignment, the other not yet); the member
+# asks again once both agree, and the refusal is never counted with an attack's
+STALE_TOPOLOGY = "stale topology"
+
 # control plane: which role may call what
 OPERATOR_METHODS = frozenset(
     {"CreateJob", "GetJob", "CancelJob", "EvictHost", "ClearHost", "EnrollHost", "ListHosts"}
@@ -80,6 +85,26 @@ def chunk_refusal(
     if peer.name not in members:
         return f"refused: {peer.name} is not a peer of job {job} (topology v{topology_version})"
     return None
+
+
+def topology_skew(why: str, member: bool, peer_version: int, our_version: int, floor: int) -> str:
+    """A refusal of a job member (``member``: in our topology's member set) whose topology
+    version is not ours is a skew, not an attack: marked :data:`STALE_TOPOLOGY`.
+
+    ``floor`` is the version our registration told us to act on (our assignment is cleared
+    until it arrives, so our own ``our_version`` is already out of date below it). A peer
+    behind ``max(our_version, floor)`` dials an upstream it had a moment ago; a peer ahead
+    of ``our_version`` (we waited for its version, bounded, and it has not come) holds an
+    assignment we do not have yet. A host outside the job, or a peer claiming no version,
+    keeps the plain refusal."""
+    if not member or peer_version <= 0:
+        return why
+    ours = max(our_version, floor)
+    if peer_version < ours:
+        return f"{STALE_TOPOLOGY} v{peer_version} < v{ours}: {why}"
+    if peer_version > our_version:
+        return f"{STALE_TOPOLOGY} here v{our_version} < v{peer_version}: {why}"
+    return why
 
 
 def live_targets(

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from relgate_agent import hooks, wan
+from relgate_agent.authz import STALE_TOPOLOGY
 from relgate_agent.pki import Identity, identity_from_peercert, peer_cert_refusal
 
 log = logging.getLogger(__name__)
@@ -75,9 +76,6 @@ NOT_HELD = "not held"  # how a FETCH_MANIFEST refusal for a manifest not held en
 # refusal kinds that mean "not yet, ask again" (a manifest or chunk not held here yet): a
 # peer doing its job, never counted with the refusals an attack raises
 ASK_AGAIN_KINDS = frozenset({"not_held", "stale"})
-# how an authorization refusal of a job member with an older topology begins (it asks an
-# upstream it had a moment ago; its new assignment is on the way): "stale", not counted
-STALE_TOPOLOGY = "stale topology"
 SOURCE_POLL_S = 0.05  # how often a request for a job registering here looks again
 HEARTBEAT_S = 1.0
 

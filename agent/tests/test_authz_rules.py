@@ -14,6 +14,7 @@ from relgate_agent.authz import (
     ready_refusal,
     rpc_refusal,
     stripe_refusal,
+    topology_skew,
 )
 from relgate_agent.pki import Identity
 
@@ -157,6 +158,26 @@ def test_chunk_only_to_a_job_peer() -> None:
         "refused: peer coordinator:coordinator is not a host"
     )
     assert chunk_refusal(None, "j", {"h01"}, 3) == "refused: peer None is not a host"
+
+
+def test_topology_skew_of_a_member_is_stale_never_of_an_outsider() -> None:
+    why = "refused: h01 is not a downstream of stripe 1 of job j (topology v2)"
+    # the peer is behind us: it dials the upstream it had a moment ago
+    assert topology_skew(why, True, 1, 2, 0) == f"stale topology v1 < v2: {why}"
+    # our registration told us to act on v3 (our assignment is cleared until it comes):
+    # a peer still on v2, the version we report, is behind the floor
+    assert topology_skew(why, True, 2, 2, 3) == f"stale topology v2 < v3: {why}"
+    # the peer is ahead and the bounded wait for its version ran out: we are behind
+    assert topology_skew(why, True, 3, 2, 0) == f"stale topology here v2 < v3: {why}"
+    assert topology_skew(why, True, 3, 2, 3) == f"stale topology here v2 < v3: {why}"
+    # the same version and still refused: a real refusal, counted
+    assert topology_skew(why, True, 2, 2, 0) == why
+    assert topology_skew(why, True, 2, 2, 2) == why
+    # a host outside the job, or a peer that names no version, is never excused
+    for peer_version in (1, 2, 3):
+        assert topology_skew(why, False, peer_version, 2, 0) == why
+    assert topology_skew(why, True, 0, 2, 0) == why
+    assert topology_skew(why, True, -1, 2, 0) == why
 
 
 def test_live_targets_enrolled_seen_within_ttl_and_matching() -> None:

@@ -18,7 +18,7 @@ from relgate_agent.agent.exporter import AgentExporter
 from relgate_agent.agent.job import AgentConfig, JobState
 from relgate_agent.agent.runner import JobRunner
 from relgate_agent.attestation import CertSigner
-from relgate_agent.authz import chunk_refusal, stripe_refusal
+from relgate_agent.authz import chunk_refusal, stripe_refusal, topology_skew
 from relgate_agent.contracts import priority_rank
 from relgate_agent.errors import AgentError
 from relgate_agent.pacing import TokenBucket
@@ -36,7 +36,6 @@ from relgate_agent.rpc import Duplex, FailoverStub
 from relgate_agent.storage import held_versions
 from relgate_agent.transport import (
     OP_STREAM_STRIPE,
-    STALE_TOPOLOGY,
     BlockSource,
     DataPlaneLimits,
     DataServer,
@@ -160,14 +159,16 @@ class HostAgent:
                     why = stripe_refusal(peer, job_id, stripe, downs, a.topology_version)
                 else:
                     why = chunk_refusal(peer, job_id, a.members, a.topology_version)
-                remaining = deadline - time.monotonic()
-                if why is not None and 0 < topo < a.topology_version and _member(peer, a.members):
-                    # a host of the job dialing with an older assignment (its upstream just
-                    # changed): not an attack, it asks again once its new one arrives
-                    return f"{STALE_TOPOLOGY} v{topo} < v{a.topology_version}: {why}"
-                if why is None or topo <= a.topology_version or remaining <= 0 or r.closed:
+                if why is None or r.closed:
                     return why
-                a.cond.wait(remaining)
+                remaining = deadline - time.monotonic()
+                if topo > a.topology_version and remaining > 0:
+                    a.cond.wait(remaining)
+                    continue
+                # a host of the job a moment apart from us (either side may be behind): it
+                # asks again once both agree; anyone else keeps the counted refusal
+                member = _member(peer, a.members)
+                return topology_skew(why, member, topo, a.topology_version, a.floor)
 
     def outranked(self, job_id: str) -> bool:
         """Another job of higher priority still transfers on this host: ``job_id`` waits
