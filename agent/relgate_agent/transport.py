@@ -84,6 +84,25 @@ class TransportError(Exception):
     """Connection-level failure (reset, refused, protocol error, upstream error frame)."""
 
 
+class PeerCertRefused(TransportError):
+    """The peer's certificate expired or was revoked (``check``: certlife's name for it):
+    refused at the handshake, or the open connection cut at the first frame after it."""
+
+    def __init__(self, address: str, check: str, why: str, mid_stream: bool = False) -> None:
+        cut = "cut mid-stream: " if mid_stream else ""
+        super().__init__(f"{address}: {cut}{check}: {why}")
+        self.check, self.why, self.mid_stream = check, why, mid_stream
+
+
+def refuse_expired_peer(sock: socket.socket, address: str, mid_stream: bool = True) -> None:
+    """Raise :class:`PeerCertRefused` when the peer's certificate on ``sock`` expired or was
+    revoked by now: checked at the handshake and on every frame read from the peer (TLS
+    checks expiry only when a connection opens; a stream lives for minutes)."""
+    refused = peer_cert_refusal(sock)  # type: ignore[arg-type]  # an SSLSocket
+    if refused is not None:
+        raise PeerCertRefused(address, *refused, mid_stream=mid_stream)
+
+
 class ManifestNotHeld(TransportError):
     """The peer does not hold the manifest named (yet: it may be verifying it now)."""
 
@@ -519,14 +538,13 @@ class DataServer:
             if self._stop.is_set() or src.closed:
                 _send_frame(conn, KIND_ERROR, payload=b"job closed on upstream")
                 return
-            refused = peer_cert_refusal(conn)  # type: ignore[arg-type]  # an SSLSocket
-            if refused is not None:  # it expired or was revoked while we stream to it
-                raise RequestError(f"{refused[0]}: {refused[1]}", "certificate")
+            self._still_valid(conn)
             block = blocks[pos]
             if not src.wait_block(block, HEARTBEAT_S):
                 _send_frame(conn, KIND_HEARTBEAT, block=block)
                 continue
             while credits <= 0:
+                self._still_valid(conn)
                 try:
                     data = conn.recv(4096)
                 except TimeoutError:
@@ -553,6 +571,14 @@ class DataServer:
             credits -= 1
             pos += 1
         _send_frame(conn, KIND_END)
+
+    @staticmethod
+    def _still_valid(conn: socket.socket) -> None:
+        """The downstream's certificate before each block (and each wait for credit): once
+        it expired or was revoked the stream is cut, refused with the check's name."""
+        refused = peer_cert_refusal(conn)  # type: ignore[arg-type]  # an SSLSocket
+        if refused is not None:
+            raise RequestError(f"cut mid-stream: {refused[0]}: {refused[1]}", "certificate")
 
     def _fetch_manifest(self, conn: socket.socket, src: BlockSource, digest: str) -> None:
         held = src.envelope()
@@ -612,10 +638,11 @@ def _connect(address: str, timeout: float, tls: ssl.SSLContext, peer: str) -> so
     if ident is None or ident.role != "host" or ident.name != peer:
         sock.close()
         raise TransportError(f"{address} presented {ident}, expected host {peer}")
-    refused = peer_cert_refusal(sock)
-    if refused is not None:
+    try:
+        refuse_expired_peer(sock, address, mid_stream=False)
+    except PeerCertRefused:
         sock.close()
-        raise TransportError(f"{address}: {refused[0]}: {refused[1]}")
+        raise
     return sock
 
 
@@ -629,10 +656,13 @@ def _read_frames(
     max_payload: int | None = None,
     block_length: Callable[[int], int] | None = None,
     wire: WireCount | None = None,
+    address: str = "",
 ) -> Iterator[Block | None]:
     """Yields blocks; None for a heartbeat; returns at END; raises on ERROR (and on a frame
     longer than ``max_payload``, before reading it). ZBLOCK frames are decoded to exactly
-    ``block_length(block)`` bytes; without ``block_length`` (not asked for) one is refused."""
+    ``block_length(block)`` bytes; without ``block_length`` (not asked for) one is refused.
+    Every frame is read under the peer's certificate: once it expired or was revoked the
+    stream is cut (:class:`PeerCertRefused`) before the frame is used."""
     # A buffered reader reads large payloads straight into the result object (one copy
     # from the kernel), which is measurably faster than recv_into + bytes().
     rfile = sock.makefile("rb", buffering=256 * 1024)
@@ -648,6 +678,7 @@ def _read_frames(
             payload = rfile.read(length) if length else b""
             if len(payload) != length:
                 raise TransportError("connection closed by peer mid-frame")
+            refuse_expired_peer(sock, address)
             if kind == KIND_BLOCK:
                 count.add(length, length)
                 yield Block(block, offset, crc, payload)
@@ -722,8 +753,12 @@ class StripeStream:
 
     def __iter__(self) -> Iterator[Block | None]:
         try:
-            yield from _read_frames(self.sock, self.max_block, self.block_length, self.wire)
+            yield from _read_frames(
+                self.sock, self.max_block, self.block_length, self.wire, self.address
+            )
         except TimeoutError as exc:
+            # a quiet stream past the peer's expiry is cut for it, not judged stalled
+            refuse_expired_peer(self.sock, self.address)
             raise TransportError(f"stalled: no frame from {self.address}") from exc
         except OSError as exc:
             raise TransportError(f"connection to {self.address} failed: {exc}") from exc
@@ -777,7 +812,7 @@ class FrameFetch:
                 raise TransportError(f"fetch of {self.what} cancelled")
             _request(sock, self.op, self.header)
             blocks: list[Block] = []
-            for b in _read_frames(sock, self.max_block):
+            for b in _read_frames(sock, self.max_block, address=self.address):
                 if b is None:
                     continue
                 blocks.append(b)

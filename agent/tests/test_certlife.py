@@ -31,6 +31,7 @@ from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.transport import DataServer, TransportError, _connect
 
 LIFE_S = 4.0  # the short-lived certificate's validity
+MiB = 1024 * 1024
 
 
 @pytest.fixture
@@ -40,10 +41,12 @@ def db_url(tmp_path: Path) -> str:
     return str(tmp_path / "coordinator.sqlite")
 
 
-def _short_lived(cluster: Cluster, host: str, rack: str, out: Path) -> TlsFiles:
-    """A real host certificate of the fleet CA that expires LIFE_S from now."""
+def _short_lived(
+    cluster: Cluster, host: str, rack: str, out: Path, life_s: float = LIFE_S
+) -> TlsFiles:
+    """A real host certificate of the fleet CA that expires ``life_s`` from now."""
     cert, key = issue(
-        cluster.base / "pki", "host", host_id=host, rack=rack, validity_h=LIFE_S / 3600, out_dir=out
+        cluster.base / "pki", "host", host_id=host, rack=rack, validity_h=life_s / 3600, out_dir=out
     )
     return TlsFiles(cluster.base / "pki" / "ca.pem", cert, key)
 
@@ -238,3 +241,68 @@ def test_a_malformed_revocation_list_is_refused(tmp_path: Path, doc: str) -> Non
     (tmp_path / REVOKED_CERTS_FILE).write_text(doc)
     with pytest.raises(ValueError):
         certlife.load_revoked_serials(tmp_path / REVOKED_CERTS_FILE)
+
+
+# ------------------------------------------------------------------ data plane, mid-stream
+
+STREAM_LIFE_S = 12.0  # the streaming host's certificate: valid this long from its issue
+CUT_WITHIN_S = 5.0  # a stream is cut by its next frame (>= one heartbeat a second) or stall
+
+
+def _data_stats(cluster: Cluster, host: str, name: str) -> dict[str, Any]:
+    path = cluster.models_root(host) / ".agent-stats" / name
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def test_an_open_stream_is_cut_when_a_peer_certificate_expires_and_the_job_ends_without_it(
+    cluster: Cluster, checkpoint: dict[str, Any], tmp_path: Path
+) -> None:
+    """h02 (an interior host of every stripe: it receives from h00/h03 and feeds h04) runs
+    on a real certificate valid for STREAM_LIFE_S; the origin cap keeps the job streaming
+    past its expiry. Its upstreams cut the stream they serve it at their next block, its
+    downstream cuts the stream it reads from it at the next frame, each naming
+    cert-expired; the coordinator removes it (REMOVED, cert-expired) and the job ends DONE
+    with the other four READY on the signed bytes."""
+    from agent_harness import assert_placed
+    from test_distribution import create_job
+
+    hosts = [(f"h{i:02d}", f"r{i % 2}") for i in range(5)]
+    victim, m = "h02", checkpoint["manifest"]
+    cluster.start_coordinator()
+    cluster.enrolled.update({h: (r, "cluster=inf-a") for h, r in hosts})
+    short = _short_lived(cluster, victim, "r0", tmp_path / "short", STREAM_LIFE_S)
+    expires = life_of_pem(short.cert.read_bytes()).not_after
+    for h, r in hosts:
+        tls = ["--cert", str(short.cert), "--key", str(short.key)] if h == victim else None
+        cluster.start_agent(h, r, wait=False, extra_args=tls)
+    cluster.wait_started()
+    cluster.wait_registered(len(hosts))
+    job = create_job(cluster, checkpoint, origin_cap_bytes_per_s=3 * MiB // 2)
+    cluster.wait_for(lambda: time.time() > expires, STREAM_LIFE_S + 5, "the expiry")
+    # it was mid-transfer when its certificate expired
+    assert 0 < cluster.journaled(victim, m) < m.num_chunks
+    st = cluster.wait_for(
+        lambda: (s := cluster.status(job))["state"] == "DONE" and s, 90, "the job DONE"
+    )
+    states = {h["host_id"]: h for h in st["hosts"]}
+    assert states[victim]["state"] == "REMOVED"
+    assert any(e.startswith(f"REMOVED: {CHECK_CERT_EXPIRED}") for e in states[victim]["errors"])
+    for h, _ in hosts:
+        if h != victim:
+            assert states[h]["state"] == "READY", (h, states[h])
+            assert_placed(cluster, checkpoint, h)
+    # downstream side: the stream read from the expired upstream was cut, by name, after
+    # (never before) its notAfter
+    cut = _data_stats(cluster, "h04", f"{job}.{cluster.agents['h04']['pid']}.json")
+    assert cut["peer_cert_cuts"].get(CHECK_CERT_EXPIRED, 0) >= 1, cut
+    assert expires <= cut["first_peer_cert_cut_at"] <= expires + CUT_WITHIN_S
+    # upstream side: the stream served to the expired downstream was refused, by name
+    served = [_data_stats(cluster, h, "dataplane.json") for h in ("h00", "h03")]
+    assert sum(s.get("refusals", {}).get("certificate", 0) for s in served) >= 1, served
+    logs = "".join((cluster.base / "logs" / f"{h}.log").read_text() for h in ("h00", "h03"))
+    assert f"cut mid-stream: {CHECK_CERT_EXPIRED}" in logs
+    h04_log = (cluster.base / "logs" / "h04.log").read_text()
+    assert f"upstream {victim} refused, check={CHECK_CERT_EXPIRED}" in h04_log

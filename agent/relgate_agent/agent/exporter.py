@@ -2,9 +2,9 @@
 
 Per job this process runs (label ``job``; a job's series end when its runner is
 forgotten): bytes received from peers and from the origin, bytes sent, CRC32C and SHA-256
-failures, chunks resumed from the journal, chunks pulled by swarm repair, chunks verified
-and whether the job is placed READY. Per host: data-plane refusals by kind, open
-connections. Everything comes from the counters the agent already keeps
+failures, chunks resumed from the journal, chunks pulled by swarm repair, chunks verified,
+whether the job is placed READY, and streams cut for the upstream's certificate (by
+check). Per host: data-plane refusals by kind, open connections. Everything comes from the counters the agent already keeps
 (:class:`~relgate_agent.agent.job.JobCounters`, the data server's), read under their
 locks, so the figures cannot drift from ``.agent-stats`` or the reports.
 """
@@ -55,10 +55,17 @@ class _Collector(Collector):
         ready = GaugeMetricFamily(
             "relgate_agent_job_ready", "1 once the version is placed READY", labels=["job"]
         )
+        cuts = CounterMetricFamily(
+            "relgate_agent_peer_cert_cuts",
+            "Streams from an upstream cut or refused for its certificate, by check",
+            labels=["job", "check"],
+        )
         for job in self.jobs():
             with job.lock:
                 c, files, is_ready = job.counters, job.files, job.ready
                 values = [(spec, int(getattr(c, spec[2]))) for spec in _JOB_COUNTERS]
+                for check, n in sorted(c.peer_cert_cuts.items()):
+                    cuts.add_metric([job.job_id, check], float(n))
             for (name, text, _field, extra), value in values:
                 family = families.get(name)
                 if family is None:
@@ -71,6 +78,7 @@ class _Collector(Collector):
         yield from families.values()
         yield verified
         yield ready
+        yield cuts
         counters = self.data.counters()
         refusals = CounterMetricFamily(
             "relgate_agent_data_refusals", "Data-plane requests refused, by kind", labels=["kind"]

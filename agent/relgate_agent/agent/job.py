@@ -199,6 +199,10 @@ class JobCounters:
     # blocks from an upstream in another DC: bytes on the WAN and the blocks they decoded to
     wan_wire_bytes: int = 0
     wan_raw_bytes: int = 0
+    # open streams cut because the upstream's certificate expired or was revoked, by the
+    # check's name; and when the first was cut (wall clock, for the certificate's notAfter)
+    peer_cert_cuts: dict[str, int] = field(default_factory=dict)
+    first_peer_cert_cut_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -230,6 +234,8 @@ class JobStats:
     endgame_duplicate_bytes: int = 0
     wan_wire_bytes: int = 0  # received from another DC, as sent (compressed)
     wan_raw_bytes: int = 0  # ... and as the blocks it decoded to
+    peer_cert_cuts: dict[str, int] = field(default_factory=dict)  # check -> streams cut
+    first_peer_cert_cut_at: float = 0.0  # wall clock of the first such cut
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -477,6 +483,8 @@ class JobState:
                 endgame_duplicate_bytes=c.endgame_duplicate_bytes,
                 wan_wire_bytes=c.wan_wire_bytes,
                 wan_raw_bytes=c.wan_raw_bytes,
+                peer_cert_cuts=dict(c.peer_cert_cuts),
+                first_peer_cert_cut_at=c.first_peer_cert_cut_at,
             )
 
 

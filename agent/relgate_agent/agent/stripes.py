@@ -30,7 +30,7 @@ from relgate_agent.pacing import ORIGIN_BURST_S
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.rangefetch import ParallelRanges, RangePlan, plan_ranges
 from relgate_agent.retry import Backoff
-from relgate_agent.transport import StripeStream, TransportError
+from relgate_agent.transport import PeerCertRefused, StripeStream, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,8 @@ class StripeWorkers:
             return self._on_crc_mismatch(stripe, exc, failures)
         except TransportError as exc:
             failures += 1
+            if isinstance(exc, PeerCertRefused):
+                self._cert_cut(stripe, upstream, exc)
             reason = "STALLED" if "stalled" in str(exc) else "CONN_RESET"
             if failures >= SUSPECT_AFTER:
                 self.control.suspect(stripe, upstream, reason)
@@ -166,6 +168,25 @@ class StripeWorkers:
             log.exception("%s stripe %d: unexpected error", job.cfg.host_id, stripe)
             job.error("INTERNAL", detail=repr(exc))
             return failures + 1
+
+    def _cert_cut(self, stripe: int, upstream: str, exc: PeerCertRefused) -> None:
+        """The upstream's certificate expired or was revoked under an open stream (or at
+        the handshake): counted by the check's name and logged; the stripe goes on from
+        the next upstream its assignment names (the coordinator removes the host)."""
+        job = self.job
+        with job.lock:
+            cuts = job.counters.peer_cert_cuts
+            cuts[exc.check] = cuts.get(exc.check, 0) + 1
+            if exc.mid_stream and not job.counters.first_peer_cert_cut_at:
+                job.counters.first_peer_cert_cut_at = time.time()
+        log.warning(
+            "%s stripe %d: stream from upstream %s refused, check=%s: %s",
+            job.cfg.host_id,
+            stripe,
+            upstream,
+            exc.check,
+            exc.why,
+        )
 
     def _on_crc_mismatch(self, stripe: int, exc: CrcMismatch, failures: int) -> int:
         job = self.job
