@@ -70,7 +70,12 @@ def _wait(what: str, timeout: float, fn: Any) -> Any:
         time.sleep(0.5)
 
 
-def start_job(client: CoordinatorClient, checkpoint: dict[str, Any], hosts: int) -> str:
+def start_job(
+    client: CoordinatorClient,
+    checkpoint: dict[str, Any],
+    hosts: int,
+    origin_cap_bytes_per_s: int = 3 * MiB,  # ~8 s: the faults land mid-transfer
+) -> str:
     def create() -> str | None:
         job = client.create_job(
             model="claude-x",
@@ -80,7 +85,7 @@ def start_job(client: CoordinatorClient, checkpoint: dict[str, Any], hosts: int)
             target_selector="cluster=lab",
             ready_threshold_ppm=1_000_000,
             stripes=4,
-            origin_cap_bytes_per_s=3 * MiB,  # ~8 s: the faults land mid-transfer
+            origin_cap_bytes_per_s=origin_cap_bytes_per_s,
         )
         if job.hosts_total == hosts:
             return str(job.job_id)

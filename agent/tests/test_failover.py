@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from agent_harness import job_spec
 
 from relgate_agent.agent.job import Assignments
 from relgate_agent.contracts import JobSpec, ProgressReport
 from relgate_agent.coordinator.failover import takeover_grace_s
+from relgate_agent.coordinator.jobstate import NotLeader
+from relgate_agent.coordinator.leader import LEASE_SELF_FRACTION
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.coordinator.wire import assignment_to_pb
 from relgate_agent.manifest import TrustedKeys
@@ -131,5 +134,40 @@ def test_the_leader_stamps_its_epoch_on_every_assignment(tmp_path: Path, checkpo
         plan = c._assignment(job, "h0")
         assert plan.leader_epoch == 7
         assert assignment_to_pb(plan).leader_epoch == 7
+    finally:
+        c.store.close()
+
+
+def test_a_leader_whose_renewal_hangs_stops_serving_before_the_lease_can_pass(
+    tmp_path: Path, checkpoint
+) -> None:
+    """The lease is good for the TTL after a renewal began; a leader whose next renewal
+    hangs (its store cut off with the network) stops answering and judging at
+    LEASE_SELF_FRACTION of it, by its own clock, before another replica may take it, and
+    leads on when a renewal comes back."""
+    now = [T0]
+    c = Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / "c.sqlite"),
+            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
+            ha=True,
+            lease_ttl_s=5.0,
+        ),
+        clock=lambda: now[0],
+    )
+    try:
+        c.maintain_lease()
+        assert c.leader and c.epoch == 1
+        good = 5.0 * LEASE_SELF_FRACTION
+        assert 0 < good < 5.0
+        now[0] = T0 + good - 0.01  # no renewal since (it hangs): still inside its lease
+        c.require_leader()
+        now[0] = T0 + good
+        assert not c.leader
+        with pytest.raises(NotLeader):
+            c.require_leader()
+        c.tick()  # judges nobody either (nothing to judge here; it returns at once)
+        c.maintain_lease()  # the renewal came back: the same epoch, it leads on
+        assert c.leader and c.epoch == 1
     finally:
         c.store.close()

@@ -9,7 +9,11 @@ coordinator and the origin sit in DC 0. :func:`wan_bytes` reads what crossed eac
 Everything lives in namespaces the lab creates (names ``rgl<id>-...``); nothing is added to
 the root namespace. A "fabric" namespace holds the rack bridges and the spine bridge; each
 host namespace has one veth (``eth0``) into its rack bridge with address 10.77.<rack>.<n>/16;
-the coordinator has its own namespace on the spine at 10.77.255.1. Each host NIC is capped
+each coordinator replica has its own namespace on the spine (replica 0 at 10.77.255.1,
+replica i at 10.77.255.<10+i>: one replica's link can be dropped while the others keep
+theirs, :func:`replica_link`). With ``store="postgres"`` the coordinator's store is a
+PostgreSQL server in its own namespace at 10.77.255.3 (:mod:`relgate_lab.pgstore`), so a
+replica cut off from the network loses the store too. Each host NIC is capped
 with ``tc tbf`` in both directions (egress on the host side, and on the fabric side toward
 the host), and every lab interface gets ``gso_max_size 60000`` so tbf does not have to split
 64 KiB GSO super-packets in software (measured: without it, tbf splitting eats the CPU).
@@ -42,7 +46,7 @@ from relgate_agent.client import CoordinatorClient
 from relgate_agent.datacenter import rack_dc, with_dc
 from relgate_agent.errors import AgentError
 from relgate_agent.pki import TlsFiles, ensure_dev_pki
-from relgate_lab import lab_env
+from relgate_lab import lab_env, pgstore
 
 SUBNET_PREFIX = "10.77"
 COORD_PORT = 7470
@@ -80,6 +84,9 @@ class LabSpec:
     nic_overrides: dict[str, int] = field(default_factory=dict)  # host -> its NIC bytes/s
     # host -> its upload bytes/s only (egress on the host side; its download keeps its NIC)
     tx_overrides: dict[str, int] = field(default_factory=dict)
+    # the coordinator store: "sqlite" (a file every replica opens) or "postgres" (a server
+    # on the lab network: a replica whose link is dropped loses it; netns mode only)
+    store: str = "sqlite"
 
 
 def netns_available() -> bool:
@@ -212,11 +219,22 @@ class _Lab:
         return ["ip", "netns", "exec", ns] if self.use_netns else []
 
 
-def _build_fabric(lab: _Lab) -> tuple[str, str]:
-    """Fabric namespace (rack bridges on a spine) and the coordinator's namespace."""
-    fabric, coord_ns = f"{lab.prefix}-fab", f"{lab.prefix}-co"
-    for ns in (fabric, coord_ns):
-        lab.add_ns(ns)
+def replica_name(i: int) -> str:
+    return "coordinator" if i == 0 else f"coordinator-{i}"
+
+
+def _spine_port(lab: _Lab, fabric: str, ns: str, veth: str, address: str) -> None:
+    """Namespace ``ns`` (new) on the spine through fabric port ``veth``, at ``address``."""
+    lab.add_ns(ns)
+    _veth_into(fabric, veth, ns, "spine")
+    _ip("-n", ns, "addr", "add", f"{address}/16", "dev", "eth0")
+    _ip("-n", ns, "link", "set", "eth0", "up")
+
+
+def _build_fabric(lab: _Lab) -> str:
+    """Fabric namespace (rack bridges on a spine) and a namespace per coordinator replica."""
+    fabric = f"{lab.prefix}-fab"
+    lab.add_ns(fabric)
     for d in range(max(lab.spec.dcs, 1)):
         _ip("-n", fabric, "link", "add", _spine(d), "type", "bridge")
         _ip("-n", fabric, "link", "set", _spine(d), "up")
@@ -229,11 +247,16 @@ def _build_fabric(lab: _Lab) -> tuple[str, str]:
         _ip("-n", fabric, "link", "add", f"up{r}", "type", "veth", "peer", "name", f"dn{r}")
         _ip("-n", fabric, "link", "set", f"up{r}", "master", _spine_of_rack(lab.spec, r), "up")
         _ip("-n", fabric, "link", "set", f"dn{r}", "master", br, "up")
-    # the coordinator sits on the spine
-    _veth_into(fabric, "vco", coord_ns, "spine")
-    _ip("-n", coord_ns, "addr", "add", f"{SUBNET_PREFIX}.255.1/16", "dev", "eth0")
-    _ip("-n", coord_ns, "link", "set", "eth0", "up")
-    return fabric, coord_ns
+    # each coordinator replica sits on the spine, in its own namespace
+    for i in range(lab.spec.coordinator_replicas):
+        suffix = "" if i == 0 else str(i)
+        address = f"{SUBNET_PREFIX}.255.{1 if i == 0 else 10 + i}"
+        _spine_port(lab, fabric, f"{lab.prefix}-co{suffix}", f"vco{suffix}", address)
+        lab.state["replicas"][replica_name(i)] = {
+            "ns": f"{lab.prefix}-co{suffix}",
+            "address": address,
+        }
+    return fabric
 
 
 def _wan_link(lab: _Lab, fabric: str, dc: int) -> None:
@@ -265,12 +288,62 @@ def _tx_bytes(ns: str, dev: str) -> int:
     return int(res.stdout)
 
 
+def replica_link(state: dict[str, Any], name: str, how: str) -> None:
+    """Drop or restore coordinator replica ``name``'s network path on its own side:
+    ``down`` (link down: nothing in or out), ``egress-drop`` (it still receives, and sends
+    nothing: a tbf whose 40-byte bucket no frame fits, every TCP segment being longer, and
+    a 1-byte queue; tbf because lab kernels may lack netem and tc actions), ``up`` (both
+    undone)."""
+    ns = state["replicas"][name]["ns"]
+    if how == "down":
+        _ip("-n", ns, "link", "set", "eth0", "down")
+    elif how == "egress-drop":
+        _tc(
+            ns,
+            "qdisc",
+            "replace",
+            "dev",
+            "eth0",
+            "root",
+            "tbf",
+            "rate",
+            "8bit",
+            "burst",
+            "40",
+            "limit",
+            "1",
+        )
+    elif how == "up":
+        with contextlib.suppress(AgentError):  # no qdisc installed: nothing to remove
+            _tc(ns, "qdisc", "del", "dev", "eth0", "root")
+        _ip("-n", ns, "link", "set", "eth0", "up")
+    else:
+        raise AgentError(f"unknown link fault {how!r} (down, egress-drop, up)")
+
+
+def _start_store(lab: _Lab, fabric: str) -> str:
+    """A PostgreSQL store in its own namespace on the spine; the replicas' DSN."""
+    address = f"{SUBNET_PREFIX}.255.3"
+    _spine_port(lab, fabric, f"{lab.prefix}-db", "vdb", address)
+    base, server = pgstore.prepare(f"{SUBNET_PREFIX}.0.0/16")
+    lab.state["store_dir"] = str(base)
+    lab.save()
+    with open(lab.logs / "store.log", "a") as log:
+        proc = subprocess.Popen(  # noqa: S603 - an argv list we built
+            [*lab.wrap(f"{lab.prefix}-db"), *pgstore.server_argv(base, server, address)],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    lab.state["pids"]["store"] = proc.pid
+    lab.save()
+    pgstore.wait_ready(base, proc)
+    return pgstore.dsn(address)
+
+
 def _build_origin_ns(lab: _Lab, fabric: str) -> None:
     org_ns = f"{lab.prefix}-org"
-    lab.add_ns(org_ns)
-    _veth_into(fabric, "vorg", org_ns, "spine")
-    _ip("-n", org_ns, "addr", "add", f"{SUBNET_PREFIX}.255.2/16", "dev", "eth0")
-    _ip("-n", org_ns, "link", "set", "eth0", "up")
+    _spine_port(lab, fabric, org_ns, "vorg", f"{SUBNET_PREFIX}.255.2")
     _ip("-n", org_ns, "link", "set", "dev", "eth0", "gso_max_size", "60000")
     if lab.spec.origin_nic_bytes_per_s:
         _tbf(org_ns, "eth0", lab.spec.origin_nic_bytes_per_s)
@@ -301,18 +374,19 @@ def _build_hosts(lab: _Lab, fabric: str) -> None:
     lab.save()
 
 
-def _start_coordinator(lab: _Lab, coord_ns: str, pki: Path) -> None:
+def _start_coordinator(lab: _Lab, pki: Path, db: str) -> None:
     """Every replica (pids ``coordinator``, ``coordinator-1``, ...): one store, one lease."""
     spec, listening, unix = lab.spec, [], []
     ha = ["--ha", "--lease-ttl", str(LEASE_TTL_S)] if spec.coordinator_replicas > 1 else []
     for i in range(spec.coordinator_replicas):
+        name = replica_name(i)
+        replica = lab.state["replicas"].get(name, {"ns": "", "address": "127.0.0.1"})
         listen = spec.coordinator_listen or (
-            f"{SUBNET_PREFIX}.255.1:{COORD_PORT + i}" if lab.use_netns else "127.0.0.1:0"
+            f"{replica['address']}:{COORD_PORT}" if lab.use_netns else "127.0.0.1:0"
         )
-        name = "coordinator" if i == 0 else f"coordinator-{i}"
         pid, info = _spawn(
             [
-                *lab.wrap(coord_ns),
+                *lab.wrap(replica["ns"]),
                 *AGENT_CLI,
                 "coordinator",
                 "serve",
@@ -321,7 +395,7 @@ def _start_coordinator(lab: _Lab, coord_ns: str, pki: Path) -> None:
                 "--listen",
                 f"unix:{lab.replica_sock(i)}",
                 "--db",
-                str(lab.state_dir / "coordinator.sqlite"),
+                db,
                 "--trusted-keys",
                 *spec.trusted_keys,
                 "--dead-after",
@@ -419,6 +493,7 @@ def _new_lab(spec: LabSpec) -> _Lab:
         "namespaces": [],
         "pids": {},
         "hosts": {},
+        "replicas": {},
         "state_dir": str(state_dir),
         "nic_bytes_per_s": spec.nic_bytes_per_s if use_netns else 0,
     }
@@ -434,9 +509,15 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
     """Bring a lab up (namespaces when root, else loopback); its state document."""
     lab = _new_lab(spec)
     try:
-        coord_ns = ""
+        db = str(lab.state_dir / "coordinator.sqlite")
+        if spec.store not in ("sqlite", "postgres"):
+            raise AgentError(f"unknown lab store {spec.store!r} (sqlite, postgres)")
+        if spec.store == "postgres" and not lab.use_netns:
+            raise AgentError("the lab's PostgreSQL store needs the network-namespace lab")
         if lab.use_netns:
-            fabric, coord_ns = _build_fabric(lab)
+            fabric = _build_fabric(lab)
+            if spec.store == "postgres":
+                db = _start_store(lab, fabric)
             if spec.origin_dir is not None:
                 _build_origin_ns(lab, fabric)
             _build_hosts(lab, fabric)
@@ -451,7 +532,7 @@ def lab_up(spec: LabSpec) -> dict[str, Any]:
         # a dev fleet CA + coordinator/operator/host certificates: no set-up, mutual TLS anyway
         pki = ensure_dev_pki(lab.state_dir, {h: i["rack"] for h, i in lab.state["hosts"].items()})
         lab.state["pki"] = str(pki)
-        _start_coordinator(lab, coord_ns, pki)
+        _start_coordinator(lab, pki, db)
         enroll_hosts(
             lab.state["coordinator_unix"],
             pki,
@@ -523,8 +604,8 @@ def lab_down(state_dir: Path) -> dict[str, Any]:
     state = json.loads(path.read_text())
     stopped = []
     pids = state.get("pids", {})
-    # agents first, coordinator last
-    for name in sorted(pids, key=lambda n: n.startswith("coordinator")):
+    # agents first, then the coordinator replicas, the store they write to last
+    for name in sorted(pids, key=lambda n: (n == "store", n.startswith("coordinator"))):
         stop_pid(int(pids[name]))
         stopped.append(name)
     deleted = []
@@ -533,6 +614,8 @@ def lab_down(state_dir: Path) -> dict[str, Any]:
         res = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=30)  # noqa: S603 - iproute2 with an argv list we built
         if res.returncode == 0:
             deleted.append(ns)
+    if state.get("store_dir"):
+        shutil.rmtree(state["store_dir"], ignore_errors=True)
     for sock in state_dir.glob("coordinator*.sock"):
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()

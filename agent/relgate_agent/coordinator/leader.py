@@ -41,6 +41,12 @@ from relgate_agent.manifestread import read_manifest
 
 log = logging.getLogger(__name__)
 
+# A leader serves (and judges) only while the lease it last renewed is good by its own
+# clock, this fraction of the TTL after the renewal began: a renewal that hangs (the
+# store cut off with the network) ends its reign before another replica may take over at
+# the full TTL, never after (the rest is room for clock drift between the replicas).
+LEASE_SELF_FRACTION = 0.8
+
 
 class CoordinatorCore:
     def __init__(
@@ -78,12 +84,21 @@ class CoordinatorCore:
             config.replica_id or f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
         )
         self.epoch = 0
-        self.leader = False
+        self._leader = False
         self._lease_renewed = 0.0
         if not config.ha:
             self._become_leader(0)
 
     # ------------------------------------------------------------------ leadership
+    @property
+    def leader(self) -> bool:
+        """This replica leads: it holds the lease and, in HA mode, its last renewal is still
+        good by its own clock (LEASE_SELF_FRACTION): a leader whose renewal hangs stops
+        serving and judging before the lease can pass on, whatever the store call does."""
+        if not self._leader or not self.config.ha:
+            return self._leader
+        return self.clock() - self._lease_renewed < self.config.lease_ttl_s * LEASE_SELF_FRACTION
+
     def _become_leader(self, epoch: int) -> None:
         """Load durable state; progress is rebuilt from the agents' next reports."""
         rows = self.store.load_jobs(ACTIVE_STATES)
@@ -101,7 +116,7 @@ class CoordinatorCore:
                     log.error("job %s cannot be resumed: %s", row.job_id, exc)
                     self.store.update_job(row.job_id, state="FAILED")
             self.epoch = epoch
-            self.leader = True
+            self._leader = True
             self.changed.notify_all()
         log.info(
             "coordinator %s leads (epoch %d, %d active jobs)",
@@ -112,9 +127,9 @@ class CoordinatorCore:
 
     def _step_down(self, reason: str = "lost the lease") -> None:
         with self.lock:
-            if self.leader:
+            if self._leader:
                 log.warning("coordinator %s %s; stepping down", self.replica_id, reason)
-            self.leader = False
+            self._leader = False
             self.jobs.clear()
             self.changed.notify_all()
 
@@ -123,7 +138,7 @@ class CoordinatorCore:
         if not self.config.ha:
             return
         now = self.clock()
-        if self.leader and now - self._lease_renewed < self.config.lease_ttl_s / 3:
+        if self._leader and now - self._lease_renewed < self.config.lease_ttl_s / 3:
             return
         try:
             epoch = self.store.acquire_lease(self.replica_id, self.config.lease_ttl_s)
@@ -139,11 +154,11 @@ class CoordinatorCore:
             self._step_down()
             return
         self._lease_renewed = now
-        if not self.leader or epoch != self.epoch:
+        if not self._leader or epoch != self.epoch:
             self._become_leader(epoch)
 
     def release(self) -> None:
-        if self.config.ha and self.leader:
+        if self.config.ha and self._leader:
             self._step_down("is shutting down")
             self.store.release_lease(self.replica_id)
 
