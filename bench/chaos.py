@@ -156,7 +156,9 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -
             state["coordinator_unix"], TlsFiles.from_pki(state["pki"], "operator")
         )
         job, injected, frozen = _create(client, state, env, nic), not chaos, not chaos
-        t0, ready_at, st = time.monotonic(), {}, {}
+        t0 = time.monotonic()
+        ready_at: dict[str, float] = {}
+        st: dict[str, Any] = {}
         busy0, trace = _machine_busy(), Trace()
         wanted = HOSTS - (len(KILLED) + 1 if chaos else 0)  # the corrupter may be quarantined
         while len(ready_at) < wanted and time.monotonic() - t0 < 600:

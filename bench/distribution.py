@@ -151,24 +151,33 @@ def _summary(times: list[float], bound: float) -> dict[str, Any]:
 
 
 SERVING_HOST, SERVING_RATE = "h03", 40_000_000 // 8  # the seed's serving host: 40 Mbit/s
+TX_SLOW_SHARE = 0.3  # a tx-slow host's upload, as a share of its NIC
+
+
+# how a host's errors say the coordinator judged it (slowness, complaints, bad data, removal)
+JUDGED = ("DEMOTED", "QUARANTINED", "REMOVED", "spliced out")
 
 
 def run_relgate(
-    base: Path, src: Path, pem: Path, env: Path, *, serving: str = ""
+    base: Path, src: Path, pem: Path, env: Path, *, serving: str = "", tx_slow: str = ""
 ) -> dict[str, Any]:
     """One distribution in the lab; with ``serving``, that host runs ``--max-rate 40 Mbit``
-    (it serves inference) and the figures cover everyone else."""
+    (it serves inference); with ``tx_slow``, that host's upload alone is capped at 30 % of
+    its NIC (tbf on its egress). The figures cover everyone else; ``judged`` lists every
+    host the coordinator demoted, quarantined or removed, with its reasons."""
     from relgate_lab.netns import LabSpec, lab_down, lab_up
 
     from relgate_agent.client import CoordinatorClient, job_to_dict
 
+    variant = "-serving" if serving else "-txslow" if tx_slow else ""
     spec = LabSpec(
         hosts=HOSTS,
         racks=RACKS,
         nic_bytes_per_s=NIC,
-        state_dir=base / ("lab-relgate-serving" if serving else "lab-relgate"),
+        state_dir=base / f"lab-relgate{variant}",
         trusted_keys=[str(pem)],
         agent_args={serving: ["--max-rate", str(SERVING_RATE)]} if serving else {},
+        tx_overrides={tx_slow: int(TX_SLOW_SHARE * NIC)} if tx_slow else {},
         origin_dir=src,
         origin_nic_bytes_per_s=ORIGIN_CAP,
         report_interval_s=0.5,
@@ -216,9 +225,16 @@ def run_relgate(
         st = job_to_dict(client.get_job(job.job_id))
         client.close()
         errors = sum(len(h["errors"]) for h in st["hosts"])
-        others = [t for h, t in ready_at.items() if h != serving]
+        others = [t for h, t in ready_at.items() if h not in (serving, tx_slow)]
+        judged = {
+            h["host_id"]: [e for e in h["errors"] if e.startswith(JUDGED)]
+            for h in st["hosts"]
+            if any(e.startswith(JUDGED) for e in h["errors"])
+        }
         return {
             **_summary(others, SIZE / NIC),
+            "judged": judged,
+            "ready_at_s": {h: round(t, 1) for h, t in sorted(ready_at.items())},
             "origin_bytes_over_S": round(st["origin_bytes"] / SIZE, 3),
             "origin_nic_bytes_over_S": round(sent / SIZE, 3),
             "cpu_cores_busy": round(cpu / wall, 2),
