@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from relgate_agent import jcs
+from relgate_agent.contracts import RemovedHost
 from relgate_agent.dsse import pae
 from relgate_agent.errors import AgentError
 from relgate_agent.pki import ROLE_COORDINATOR, ROLE_HOST, TlsFiles, identity_from_pem
@@ -287,6 +288,14 @@ def verify_event(doc: object, ca: x509.Certificate) -> dict[str, Any]:
     ready, attestations = body.get("readyHosts"), body.get("attestations")
     if not isinstance(digest, str) or not isinstance(ready, list):
         raise HandoffError("event names no digest or hosts", check=CHECK_HANDOFF_MALFORMED)
+    removed = removed_hosts(body)
+    both = sorted({r.host_id for r in removed} & {h for h in ready if isinstance(h, str)})
+    if both:
+        raise HandoffError(
+            f"host {both[0]} is named READY and removed",
+            check=CHECK_HANDOFF_MALFORMED,
+            host=both[0],
+        )
     if not isinstance(attestations, Mapping):
         attestations = {}
     for host in ready:
@@ -299,6 +308,29 @@ def verify_event(doc: object, ca: x509.Certificate) -> dict[str, Any]:
             )
         verify_placement(attestations[host], ca, host_id=host, manifest_digest=digest)
     return body
+
+
+def removed_hosts(body: Mapping[str, Any]) -> tuple[RemovedHost, ...]:
+    """The event's ``removedHosts`` (targets the job no longer waits for, with why and when;
+    an event from before they were reported names none); a malformed entry is refused."""
+    raw = body.get("removedHosts", [])
+    if not isinstance(raw, list):
+        raise HandoffError("removedHosts is not a list", check=CHECK_HANDOFF_MALFORMED)
+    out = []
+    for entry in raw:
+        host = entry.get("hostId") if isinstance(entry, Mapping) else None
+        reason = entry.get("reason") if isinstance(entry, Mapping) else None
+        at = entry.get("removedAt") if isinstance(entry, Mapping) else None
+        if not isinstance(host, str) or not host or not isinstance(reason, str):
+            raise HandoffError(
+                f"removed host {entry!r:.80} is malformed", check=CHECK_HANDOFF_MALFORMED
+            )
+        if not isinstance(at, int) or isinstance(at, bool) or at < 0:
+            raise HandoffError(
+                f"removed host {host} has no time", check=CHECK_HANDOFF_MALFORMED, host=host
+            )
+        out.append(RemovedHost(host, reason, at))
+    return tuple(out)
 
 
 def verify_event_bytes(raw: bytes, ca: x509.Certificate) -> dict[str, Any]:
@@ -329,6 +361,7 @@ __all__ = [
     "CertSigner",
     "HandoffError",
     "load_ca",
+    "removed_hosts",
     "sign_event",
     "sign_placement",
     "verify_event",

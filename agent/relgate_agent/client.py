@@ -8,7 +8,14 @@ from typing import Any, TypeVar
 
 import grpc
 
-from relgate_agent.contracts import HostReason, HostRow, InventoryHost, JobReport, JobSpec
+from relgate_agent.contracts import (
+    HostReason,
+    HostRow,
+    InventoryHost,
+    JobReport,
+    JobSpec,
+    RemovedHost,
+)
 from relgate_agent.errors import (
     CHECK_METADATA_KEY,
     KIND_CHUNK_FAILED,
@@ -204,7 +211,9 @@ def job_from_pb(resp: pb.GetJobResponse) -> JobReport:
         hosts=hosts,
         error=job_error(resp),
         straggler_reasons=tuple(HostReason(r.host_id, r.reason) for r in resp.straggler_reasons),
-        removed_hosts=tuple(HostReason(r.host_id, r.reason) for r in resp.removed_hosts),
+        removed_hosts=tuple(
+            RemovedHost(r.host_id, r.reason, r.removed_at) for r in resp.removed_hosts
+        ),
     )
 
 

@@ -290,6 +290,29 @@ class HostReason:
 
 
 @dataclass(frozen=True)
+class RemovedHost:
+    """A target the job no longer waits for: why (evicted by, dead past the bound,
+    NO_SPACE, quarantined for) and when (wall time, Unix seconds). GetJob's
+    ``removed_hosts`` and the deployer events' ``removedHosts`` (signed with the event)."""
+
+    host_id: str
+    reason: str
+    removed_at: int
+
+    def to_stored(self) -> dict[str, object]:
+        return {"host_id": self.host_id, "reason": self.reason, "removed_at": self.removed_at}
+
+    def to_json(self) -> dict[str, object]:
+        return {"hostId": self.host_id, "reason": self.reason, "removedAt": self.removed_at}
+
+    @classmethod
+    def from_stored(cls, doc: Mapping[str, Any]) -> RemovedHost:
+        return cls(
+            str(doc.get("host_id", "")), str(doc.get("reason", "")), int(doc.get("removed_at", 0))
+        )
+
+
+@dataclass(frozen=True)
 class JobReport:
     """A job as the coordinator reports it (GetJob), on both sides of the wire.
 
@@ -320,7 +343,7 @@ class JobReport:
     error: str = ""
     # each straggler with why (kept until READY or removed), and the removed targets with why
     straggler_reasons: tuple[HostReason, ...] = ()
-    removed_hosts: tuple[HostReason, ...] = ()
+    removed_hosts: tuple[RemovedHost, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """snake_case view (what the Dagster Pipes entry and the harness read)."""

@@ -161,40 +161,11 @@ def count_bits(bitmap: bytes, n: int) -> int:
     return int(np.count_nonzero(_bit_array(bitmap, n)))
 
 
-@dataclass(frozen=True)
-class JournaledBytes:
-    """A job's byte counters on this host as journaled with its verified chunks: a restarted
-    agent reports on from them (progress figures that survive restarts)."""
-
-    job_id: str = ""
-    rx: int = 0
-    tx: int = 0
-    origin: int = 0
-
-    def to_json(self) -> dict[str, object]:
-        return {"jobId": self.job_id, "rx": self.rx, "tx": self.tx, "origin": self.origin}
-
-    @classmethod
-    def from_json(cls, doc: object) -> JournaledBytes:
-        if not isinstance(doc, dict):
-            return cls()
-        try:  # a hostile or torn value counts nothing (never a negative count)
-            return cls(
-                str(doc.get("jobId", "")),
-                max(int(doc.get("rx", 0)), 0),
-                max(int(doc.get("tx", 0)), 0),
-                max(int(doc.get("origin", 0)), 0),
-            )
-        except (TypeError, ValueError):
-            return cls()
-
-
 @dataclass
 class JournalState:
     manifest_digest: str
     verified: set[int] = field(default_factory=set)
     stripe_offsets: list[int] = field(default_factory=list)
-    counted: JournaledBytes = field(default_factory=JournaledBytes)
 
 
 class Journal:
@@ -217,7 +188,6 @@ class Journal:
             manifest.digest,
             {i for i, v in enumerate(bits) if v},
             [int(x) for x in doc.get("stripeOffsets", [])],
-            JournaledBytes.from_json(doc.get("bytes")),
         )
 
     def save(self, state: JournalState, num_chunks: int) -> None:
@@ -229,7 +199,6 @@ class Journal:
             "manifestDigest": state.manifest_digest,
             "verified": base64.b64encode(bitmap_from_bits(bits)).decode("ascii"),
             "stripeOffsets": list(state.stripe_offsets),
-            "bytes": state.counted.to_json(),
         }
         tmp = self.path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)

@@ -30,13 +30,14 @@ from relgate_agent.attestation import (
     CertSigner,
     HandoffError,
     load_ca,
+    removed_hosts,
     sign_event,
     sign_placement,
     verify_event,
     verify_event_bytes,
 )
 from relgate_agent.cli import EXIT_OK, EXIT_REJECTED
-from relgate_agent.contracts import JobSpec, ProgressReport
+from relgate_agent.contracts import JobSpec, ProgressReport, RemovedHost
 from relgate_agent.coordinator.jobstate import ReadyRefused
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.manifest import TrustedKeys
@@ -71,7 +72,9 @@ def _attest(pki: Path, host: str, digest: str = DIGEST, signer_name: str = "") -
     )
 
 
-def _event(pki: Path, attestations: dict[str, Any], signer: str = "coordinator") -> dict[str, Any]:
+def _event(
+    pki: Path, attestations: dict[str, Any], signer: str = "coordinator", **extra: Any
+) -> dict[str, Any]:
     event = {
         "type": "DistributionComplete",
         "eventId": "ev_1",
@@ -82,6 +85,7 @@ def _event(pki: Path, attestations: dict[str, Any], signer: str = "coordinator")
         "readyHosts": sorted(HOSTS),
         "hostsTotal": 2,
         "attestations": attestations,
+        **extra,
     }
     return sign_event(_signer(pki, signer), event, int(time.time() * 1000))
 
@@ -124,6 +128,33 @@ def test_events_and_attestations_verify_and_every_forgery_names_its_check(
     body["path"] = "/elsewhere"  # canonical again: only the signature can tell
     tampered["h00"]["payload"] = base64.b64encode(jcs.dumps(body)).decode()
     assert _refused(_event(pki, tampered), ca) == CHECK_ATTESTATION_SIGNATURE
+
+
+def test_removed_hosts_are_signed_and_each_malformed_one_is_refused(
+    fleet: dict[str, Any],
+) -> None:
+    pki, ca = fleet["pki"], fleet["ca"]
+    good = {h: _attest(pki, h) for h in HOSTS}
+    lost = {"hostId": "h02", "reason": "evicted by operator:ops: rma", "removedAt": 1_790_000_000}
+    event = _event(pki, good, removedHosts=[lost])
+    assert removed_hosts(verify_event(event, ca)) == (
+        RemovedHost("h02", "evicted by operator:ops: rma", 1_790_000_000),
+    )
+    assert removed_hosts(verify_event(_event(pki, good), ca)) == ()  # an event from before
+    for forged in ([], [{**lost, "reason": "READY"}], [{**lost, "removedAt": 1}]):
+        assert _refused({**event, "removedHosts": forged}, ca) == CHECK_HANDOFF_SIGNATURE
+    # validly signed, but not what an event may say
+    for bad in (
+        "h02",
+        ["h02"],
+        [{**lost, "hostId": ""}],
+        [{**lost, "reason": None}],
+        [{**lost, "removedAt": "yesterday"}],
+        [{**lost, "removedAt": True}],
+        [{**lost, "removedAt": -1}],
+        [{**lost, "hostId": "h00"}],  # a host named READY and removed
+    ):
+        assert _refused(_event(pki, good, removedHosts=bad), ca) == CHECK_HANDOFF_MALFORMED, bad
 
 
 def test_verify_handoff_cli(

@@ -11,6 +11,7 @@ the jobs that read it.
 from __future__ import annotations
 
 import calendar
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,47 @@ def test_an_operator_evicts_a_host_and_the_job_reports_why(
         ("h3", "evicted by operator:ops: disk swap")
     ]
     assert status.bytes_moved == 7  # its last counters still count
+
+
+def test_a_removal_after_the_handoff_is_told_to_the_deployer_once(
+    tmp_path: Path, checkpoint, clock: Clock
+) -> None:
+    """Threshold 50%: the DistributionComplete goes out with nobody removed; a host evicted
+    after it is told in a HostsReady of its own (no READY host), once, also by a new leader;
+    every later event names it too, with why and when, as GetJob does."""
+    db = tmp_path / "c.sqlite"
+    c = _coordinator(db, checkpoint, clock, remove_dead_after_s=30.0)
+    job = c.create_job(_spec(checkpoint, ready_threshold_ppm=500_000))
+    _register_all(c, job.job_id)
+    for h in ("h0", "h1"):
+        _ready(c, job.job_id, h)
+    c.tick()
+    c.evict_host(job.job_id, "h3", "disk swap", "operator:ops")
+    c.tick()
+    c.store.close()
+    # a new leader on the same store: what was announced is restored, nothing told twice
+    c = _coordinator(db, checkpoint, clock, remove_dead_after_s=30.0)
+    try:
+        job = c.jobs[job.job_id]
+        c.register(job.job_id, "h2", "r0", b"", 1 << 30, "10.0.0.2:1")
+        c.tick()
+        _ready(c, job.job_id, "h2")
+        c.tick()
+        assert job.job_id not in c.jobs  # DONE
+        events = [json.loads(e.body) for e in c.store.job_events(job.job_id)]
+        status = c.job_status(job.job_id)
+    finally:
+        c.store.close()
+    told = [(e["type"], e["readyHosts"], [r["hostId"] for r in e["removedHosts"]]) for e in events]
+    assert told == [
+        ("DistributionComplete", ["h0", "h1"], []),
+        ("HostsReady", [], ["h3"]),
+        ("HostsReady", ["h2"], ["h3"]),
+    ]
+    (gone,) = events[1]["removedHosts"]
+    assert gone["reason"] == "evicted by operator:ops: disk swap"
+    assert abs(gone["removedAt"] - time.time()) <= 5
+    assert [r.to_json() for r in status.removed_hosts] == [gone] == events[2]["removedHosts"]
 
 
 def test_a_job_whose_every_target_is_removed_fails_naming_them(

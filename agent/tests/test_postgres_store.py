@@ -9,6 +9,7 @@ import pytest
 from agent_harness import Cluster, assert_placed
 from sqlalchemy import text
 
+from relgate_agent.contracts import RemovedHost
 from relgate_agent.coordinator.ledger import HostBytes, Ledger
 from relgate_agent.coordinator.store import (
     JobRow,
@@ -84,9 +85,10 @@ def test_ledger_on_postgres(pg_dsn: str) -> None:
     ledger.put_bytes("dj_pg", {"c": HostBytes(1, 2, 3)})
     ledger.put_bytes("dj_pg", {"c": HostBytes(4, 1, 6)})  # a late, lower write: kept the max
     assert ledger.bytes("dj_pg") == {"c": HostBytes(4, 2, 6)}
-    ledger.remove("dj_pg", "c", "evicted by operator:ops: rma")
-    ledger.remove("dj_pg", "c", "again")  # the first reason stays
-    assert ledger.removed("dj_pg") == {"c": "evicted by operator:ops: rma"}
+    gone = RemovedHost("c", "evicted by operator:ops: rma", 1_790_000_000)
+    ledger.remove("dj_pg", gone)
+    ledger.remove("dj_pg", RemovedHost("c", "again", 1_790_000_009))  # the first one stays
+    assert ledger.removed("dj_pg") == {"c": gone}
     ledger.clear_hold("h-pg")
     ledger.hold("h-pg", "QUARANTINED", "BAD_DATA from a, b", "dj_pg")
     ledger.hold("h-pg", "HANDSHAKES", "later", "dj_pg")

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -9,7 +8,6 @@ from relgate_agent.agent.stripes import ChunkHashes
 from relgate_agent.manifest import chunk_digest
 from relgate_agent.storage import (
     Journal,
-    JournaledBytes,
     JournalState,
     VersionStore,
     bitmap_from_bits,
@@ -36,30 +34,6 @@ def test_journal_ignores_torn_or_foreign(tmp_path: Path, checkpoint) -> None:
     assert j.load(m) is None
     j.save(JournalState("sha256:" + "0" * 64, {1}, []), m.num_chunks)  # another manifest
     assert j.load(m) is None
-
-
-def test_journal_keeps_the_jobs_byte_counters(tmp_path: Path, checkpoint) -> None:
-    """A restarted agent reports on from its journal's counters; a hostile or torn value
-    counts nothing, never a negative count."""
-    m = checkpoint["manifest"]
-    j = Journal(tmp_path / "journal")
-    counted = JournaledBytes("dj_1", rx=10, tx=20, origin=30)
-    j.save(JournalState(m.digest, {1}, [], counted), m.num_chunks)
-    st = j.load(m)
-    assert st is not None and st.counted == counted
-    doc = json.loads((tmp_path / "journal").read_bytes())
-    for hostile in ({"jobId": "dj_1", "rx": -5, "tx": "x"}, "not a dict", None):
-        doc["bytes"] = hostile
-        (tmp_path / "journal").write_text(json.dumps(doc))
-        st = j.load(m)
-        assert st is not None and st.verified == {1}
-        assert st.counted.rx >= 0 and st.counted.tx >= 0 and st.counted.origin >= 0
-    doc["bytes"] = {"jobId": "dj_1", "rx": -5, "tx": 7}
-    (tmp_path / "journal").write_text(json.dumps(doc))
-    assert j.load(m).counted == JournaledBytes("dj_1", 0, 7, 0)  # type: ignore[union-attr]
-    del doc["bytes"]  # a journal from before the counters: none
-    (tmp_path / "journal").write_text(json.dumps(doc))
-    assert j.load(m).counted == JournaledBytes()  # type: ignore[union-attr]
 
 
 def test_staging_pwrite_across_files_and_atomic_place(tmp_path: Path, checkpoint) -> None:

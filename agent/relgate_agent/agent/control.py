@@ -19,6 +19,7 @@ import time
 
 import grpc
 
+from relgate_agent.agent.bytelog import CountedBytes
 from relgate_agent.agent.job import ORIGIN, JobState
 from relgate_agent.contracts import ACTION_QUARANTINE, STRIPE_DONE
 from relgate_agent.errors import StorageError, is_no_space
@@ -26,7 +27,6 @@ from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import REPORT_REPLY_TIMEOUT_S
 from relgate_agent.storage import (
-    JournaledBytes,
     JournalState,
     VersionStore,
     count_bits,
@@ -57,20 +57,19 @@ class ControlPlane:
         self._acked_have: bytes | None = None
         self._sent_have = b""  # the bitmap the report in flight describes
         self._paused = False  # outranked by a higher-priority job on this host
-        self._journaled = JournaledBytes()  # the byte counters the journal holds
-        self._before = JournaledBytes()  # counted by this job's earlier processes (journal)
+        self._before = CountedBytes()  # counted by this job's earlier processes (bytelog)
+        self._checkpointed = CountedBytes()  # the counters the byte log's base last took
 
-    def resume_counts(self, counted: JournaledBytes) -> None:
-        """Go on from the journaled byte counters of this job: the reports and the journal
+    def resume_counts(self, counted: CountedBytes) -> None:
+        """Go on from the byte counters this job's earlier processes logged: the reports
         carry them plus this process's (the counters, stats and metrics stay this process's)."""
-        if counted.job_id == self.job.job_id:  # another job's staging: its bytes are not ours
-            self._before = counted
-            self._journaled = counted
+        if counted.job_id == self.job.job_id:
+            self._before = self._checkpointed = counted
 
-    def _cumulative(self) -> JournaledBytes:
+    def _cumulative(self) -> CountedBytes:
         """This job's byte counters on this host across restarts (caller holds the job lock)."""
         c, b = self.job.counters, self._before
-        return JournaledBytes(
+        return CountedBytes(
             self.job.job_id, b.rx + c.rx_bytes, b.tx + c.tx_bytes, b.origin + c.origin_bytes
         )
 
@@ -307,19 +306,34 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ journal
     def journal_loop(self) -> None:
+        """Every journal interval: the byte log's checkpoint (while the host serves, after
+        READY too) and, until placed, the journal of verified chunks."""
         job = self.job
         while not job.stop_event.wait(job.cfg.journal_interval_s):
-            if job.ready:
+            self.checkpoint_counts()
+            if not job.ready:
+                self.flush_journal()
+
+    def checkpoint_counts(self) -> None:
+        """Fold the byte log into its fsynced base when the counters moved since the last."""
+        job = self.job
+        if job.bytelog is None:
+            return
+        with job.lock:
+            if self._cumulative() == self._checkpointed:
                 return
-            self.flush_journal()
+
+        def snapshot() -> CountedBytes:
+            self._checkpointed = self._cumulative()
+            return self._checkpointed
+
+        job.bytelog.checkpoint(snapshot)
 
     def flush_journal(self) -> None:
         job, files = self.job, self.job.files
         if files is None or files.store.placed:
             return
-        with job.lock:
-            counted = self._cumulative()
-        if not job.journal_dirty.is_set() and counted == self._journaled:
+        if not job.journal_dirty.is_set():
             return
         job.journal_dirty.clear()
         with files.tracker.cond:
@@ -331,10 +345,9 @@ class ControlPlane:
                     return
                 files.store.fsync()  # data first: a journaled chunk must survive a crash
                 files.store.journal.save(
-                    JournalState(files.manifest.digest, verified, offsets, counted),
+                    JournalState(files.manifest.digest, verified, offsets),
                     files.manifest.num_chunks,
                 )
-                self._journaled = counted
         except (OSError, StorageError) as exc:
             if is_no_space(exc):  # no room even for the journal: the job stops here
                 job.out_of_space(f"journal of {job.model}/{job.version}: {exc}")

@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from relgate_agent.agent.bytelog import KIND_RX
 from relgate_agent.agent.job import JobFiles, JobState
 from relgate_agent.agent.repair import ChunkRepair, blocks_intact
 from relgate_agent.errors import NoSpace
@@ -123,7 +124,7 @@ class EndGame:
             n = sum(len(b.data) for b in got)
             job.host.rx_limit(n)
             with job.lock:
-                job.counters.rx_bytes += n
+                job.count(KIND_RX, n)
             if not self._valid(chunk, got, peer):
                 return
             with won:

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 
+from relgate_agent.agent import bytelog
 from relgate_agent.agent.exporter import AgentExporter
 from relgate_agent.agent.job import AgentConfig, JobState
 from relgate_agent.agent.runner import JobRunner
@@ -212,6 +213,7 @@ class HostAgent:
 
     def start(self) -> HostAgent:
         self.config.models_root.mkdir(parents=True, exist_ok=True)
+        bytelog.drop_stale(self.config.models_root)  # counters of jobs that ended meanwhile
         if self.config.metrics_listen:
             self.metrics_address = self.exporter.endpoint.serve(self.config.metrics_listen)
         self.data.start()
@@ -320,6 +322,7 @@ class HostAgent:
                 if job_id not in listed and (r.closed or not r.alive):
                     r.stop()
                     del self.runners[job_id]
+                    bytelog.remove(self.config.models_root, job_id)  # its figures are final
                     # its counters stay on /metrics (a counter that vanishes reads as a
                     # reset); the last ENDED_JOBS_KEPT ended jobs
                     self.ended[job_id] = r.job

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from relgate_agent import hooks
+from relgate_agent.agent.bytelog import KIND_ORIGIN, KIND_RX, ByteLog
 from relgate_agent.attestation import CertSigner
 from relgate_agent.contracts import ORIGIN
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_NO_SPACE
@@ -339,6 +340,8 @@ class JobState:
         self.hooks = hooks.current().job(job_id)
         self.lock = threading.Lock()  # counters, repairing, chunk_failures
         self.counters = JobCounters()
+        # the byte counters' log (bytelog.py): every count appended as it is made
+        self.bytelog: ByteLog | None = None
         # origin range reads under way (stripes.py): the last journal flush waits for them,
         # so what the origin served is counted even when the job stops mid-range
         self.origin_reads = 0
@@ -359,6 +362,20 @@ class JobState:
         self.assignments.notify()
         if self.files is not None:
             self.files.tracker.notify()
+
+    def count(self, kind: str, n: int) -> None:
+        """``n`` bytes received (``KIND_RX``), sent (``KIND_TX``) or read from the origin
+        (``KIND_ORIGIN``): the counter, and a record in the job's byte log, at once
+        (caller holds :attr:`lock`)."""
+        c = self.counters
+        if kind == KIND_RX:
+            c.rx_bytes += n
+        elif kind == KIND_ORIGIN:
+            c.origin_bytes += n
+        else:
+            c.tx_bytes += n
+        if self.bytelog is not None:
+            self.bytelog.add(kind, n)
 
     def spawn(self, fn: Callable[[], None], name: str) -> None:
         t = threading.Thread(target=fn, name=f"{self.job_id}-{name}", daemon=True)

@@ -12,6 +12,7 @@ import logging
 
 import grpc
 
+from relgate_agent.agent.bytelog import KIND_RX
 from relgate_agent.agent.job import JobFiles, JobState
 from relgate_agent.errors import NoSpace
 from relgate_agent.manifest import CheckpointManifest, crc32c
@@ -149,7 +150,7 @@ class ChunkRepair:
             for g in got:
                 files.store.pwrite(files.manifest.block_range(g.block)[0], g.data)
                 with job.lock:
-                    job.counters.rx_bytes += len(g.data)
+                    job.count(KIND_RX, len(g.data))
         except NoSpace as exc:
             job.out_of_space(str(exc))
             return True  # the job is over here: nothing more to fetch

@@ -19,6 +19,7 @@ import time
 
 import grpc
 
+from relgate_agent.agent.bytelog import KIND_TX, ByteLog
 from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.delta import copy_held_chunks
 from relgate_agent.agent.endgame import EndGame
@@ -98,7 +99,7 @@ class JobRunner:
 
     def count_tx(self, n: int) -> None:
         with self.job.lock:
-            self.job.counters.tx_bytes += n
+            self.job.count(KIND_TX, n)
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -140,8 +141,8 @@ class JobRunner:
             repair = ChunkRepair(job, files)
             # reports and the journal first: a long local copy must not look like a dead host
             job.spawn(self.control.report_loop, "report")
+            job.spawn(self.control.journal_loop, "journal")  # and the byte log's checkpoints
             if not job.ready:
-                job.spawn(self.control.journal_loop, "journal")
                 self._copy_held(files)
                 StripeWorkers(job, files, self.control, repair).start()
                 job.spawn(EndGame(job, files, repair).loop, "endgame")
@@ -173,6 +174,9 @@ class JobRunner:
             job.error("INTERNAL", detail="agent job runner crashed; see agent log")
         finally:
             self._write_stats()
+            self.control.checkpoint_counts()
+            if job.bytelog is not None:
+                job.bytelog.close()
 
     def _copy_held(self, files: JobFiles) -> None:
         """Delta: take the chunks other local versions hold (same signed SHA-256, re-hashed
@@ -276,6 +280,11 @@ class JobRunner:
             origin_uri=reg.origin_uri,
             stripe_blocks=[manifest.stripe_blocks(s, stripes) for s in range(stripes)],
         )
+        # what this job's earlier processes on this host counted (bytelog.py), then a log
+        # of this process's counts
+        counts = ByteLog(self.cfg.models_root, job.job_id, job.lock)
+        self.control.resume_counts(counts.open())
+        job.bytelog = counts
         try:
             # a symlink planted where this host creates or renames into: refuse before a byte
             files.store.check_paths()
@@ -436,7 +445,6 @@ class JobRunner:
             for c in state.verified:
                 files.tracker.mark_verified(c)
             job.counters.resumed_chunks = len(state.verified)
-            self.control.resume_counts(state.counted)
             log.info(
                 "%s job %s: resuming with %d/%d chunks from journal",
                 self.cfg.host_id,

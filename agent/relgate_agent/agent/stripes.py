@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 
+from relgate_agent.agent.bytelog import KIND_ORIGIN, KIND_RX
 from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.job import ORIGIN, JobFiles, JobState
 from relgate_agent.agent.repair import ChunkRepair
@@ -311,11 +312,10 @@ class StripeWorkers:
             data = self.reader.read(offset, length)
             return data
         finally:
-            with job.lock:
-                job.counters.origin_bytes += len(data)
+            with job.lock:  # logged as it is counted: a SIGKILL loses none of it
+                job.count(KIND_ORIGIN, len(data))
                 job.origin_reads -= 1
                 job.origin_reads_done.notify_all()
-            job.journal_dirty.set()
 
     def _count_stripe(self, block: int, n: int) -> None:
         """Bytes received on the block's stripe (caller holds the job lock)."""
@@ -333,7 +333,7 @@ class StripeWorkers:
         if source != ORIGIN:
             job.host.rx_limit(len(data))
             with job.lock:
-                job.counters.rx_bytes += len(data)
+                job.count(KIND_RX, len(data))
                 self._count_stripe(block, len(data))
         chunk = m.block_chunk(block)
         if tracker.verified[chunk] or chunk in job.repairing:

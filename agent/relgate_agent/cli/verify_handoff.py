@@ -14,7 +14,8 @@ EXIT_OK, EXIT_REJECTED = 0, 3
 @click.command(
     "verify-handoff",
     help="verify a deployer event (DistributionComplete / HostsReady): the coordinator's "
-    "signature and every READY host's placement attestation, against the fleet CA",
+    "signature and every READY host's placement attestation, against the fleet CA; prints "
+    "the hosts removed from the job with why and when",
 )
 @common
 @click.argument("event")
@@ -25,6 +26,7 @@ def verify_handoff(event: str, ca_path: str) -> int:
         MAX_EVENT_BYTES,
         HandoffError,
         load_ca,
+        removed_hosts,
         verify_event_bytes,
     )
     from relgate_agent.manifestread import read_manifest
@@ -49,6 +51,8 @@ def verify_handoff(event: str, ca_path: str) -> int:
             "job": body.get("job"),
             "manifestDigest": body.get("manifestDigest"),
             "hostsAttested": len(ready),
+            # targets the job no longer waits for, with why and when (signed with the event)
+            "removedHosts": [r.to_json() for r in removed_hosts(body)],
         }
     )
     return EXIT_OK

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from relgate_agent.contracts import HostRow
+from relgate_agent.contracts import HostRow, RemovedHost
 from relgate_agent.coordinator import removal, slowclock, tally
 from relgate_agent.coordinator.attest import attestations_for
 from relgate_agent.coordinator.budget import rebalance_origins
@@ -114,7 +114,7 @@ class HandoffService(ProgressService):
                 self._mark_dead_all(job, self._silent(job, now))
                 removal.sweep_dead(self, job, now)  # a lost host never holds the job
                 if job.targets and not job.eligible:  # every target removed or quarantined
-                    self._fail_job(job, f"no target left: {_removed_text(job)}")
+                    self._fail_job(job, f"no target left: {removal.removed_text(job)}")
                     continue
                 if not in_grace(job, now, self.config):  # rates across a takeover are its own
                     self._demote_slow(job, now)
@@ -161,20 +161,25 @@ class HandoffService(ProgressService):
 
     @staticmethod
     def _finished(job: JobState) -> bool:
-        """Every target READY and named in an event in the outbox (delivery goes on after)."""
+        """Every remaining target READY, and it and every removed one named in an event in
+        the outbox (delivery goes on after)."""
         wanted = job.eligible  # a quarantined host is reported, never waited for
-        return bool(wanted) and wanted <= job.ready and wanted <= job.announced
+        told = {_removed_mark(h) for h in job.removed} | {_removed_mark(h) for h in job.quarantined}
+        return bool(wanted) and wanted <= job.ready and (wanted | told) <= job.announced
 
     # ------------------------------------------------------------------ deployer events
     def _announce(self, job: JobState) -> None:
-        """The DistributionComplete once, then HostsReady for the hosts READY since."""
+        """The DistributionComplete once, then HostsReady for the hosts READY since, or for
+        targets removed since (every event names every removed target so far)."""
         completion = self._completion(job)
+        gone = removal.removed_hosts(job)
         if completion is not None:
-            self._enqueue(job, EVENT_COMPLETE, completion.ready_hosts, completion.to_json())
+            self._enqueue(job, EVENT_COMPLETE, completion.to_json(), completion.ready_hosts, gone)
             job.completion_enqueued = True
             return
         late = sorted((job.ready & job.eligible) - job.announced)
-        if not job.completion_enqueued or not late:
+        untold = [r for r in gone if _removed_mark(r.host_id) not in job.announced]
+        if not job.completion_enqueued or not (late or untold):
             return
         event = HostsReady(
             job=job.job_id,
@@ -182,16 +187,24 @@ class HandoffService(ProgressService):
             version=job.manifest.version,
             manifest_digest=job.manifest.digest,
             ready_hosts=tuple(late),
-            hosts_ready=job.ready_count,
             hosts_total=len(job.targets),
+            removed_hosts=gone,
+            hosts_ready=job.ready_count,
         )
-        self._enqueue(job, EVENT_HOSTS_READY, event.ready_hosts, event.to_json())
+        self._enqueue(job, EVENT_HOSTS_READY, event.to_json(), event.ready_hosts, tuple(untold))
 
     def _enqueue(
-        self, job: JobState, kind: str, hosts: tuple[str, ...], payload: dict[str, object]
+        self,
+        job: JobState,
+        kind: str,
+        payload: dict[str, object],
+        ready: tuple[str, ...],
+        removed: tuple[RemovedHost, ...],
     ) -> None:
-        # the READY hosts' signed placement attestations, and the coordinator's signature
-        payload = {**payload, "attestations": attestations_for(self.store, job, hosts)}
+        # the READY hosts' signed placement attestations, and the coordinator's signature;
+        # the event is named by (and announces) its READY hosts and the removals it tells
+        payload = {**payload, "attestations": attestations_for(self.store, job, ready)}
+        hosts = (*ready, *(_removed_mark(r.host_id) for r in removed))
         row = outbox_row(job.job_id, kind, job.spec.webhook_url, hosts, payload, seal=self._seal())
         self.store.enqueue_event(row, int(time.time() * 1000))
         job.announced.update(hosts)
@@ -275,10 +288,7 @@ class HandoffService(ProgressService):
             "duration_s": round(time.time() - job.created_at, 3),
             "stragglers": sorted(h for h in job.eligible if h not in job.ready),
             "straggler_reasons": [r.to_stored() for r in reasons],
-            "removed": [
-                {"host_id": h, "reason": why}
-                for h, why in sorted(removal.removed_reasons(job).items())
-            ],
+            "removed": [r.to_stored() for r in removal.removed_hosts(job)],
             "placed_hosts": sorted(job.ready & set(job.targets)),
             "quarantined": sorted(job.quarantined),
             "hosts": [row.to_stored() for row in self._host_rows(job)],
@@ -312,6 +322,7 @@ class HandoffService(ProgressService):
             hosts_total=len(job.targets),
             reason="threshold" if reached else "deadline",
             quarantined_hosts=tuple(sorted(job.quarantined)),
+            removed_hosts=removal.removed_hosts(job),
         )
         if job.state == "DISTRIBUTING":
             job.state = "COMPLETE"
@@ -424,8 +435,9 @@ class HandoffService(ProgressService):
         slowclock.save(self.store, job, now, self.wall())
 
 
-def _removed_text(job: JobState) -> str:
-    return "; ".join(f"{h}: {why}" for h, why in sorted(removal.removed_reasons(job).items()))
+def _removed_mark(host: str) -> str:
+    """How an event's outbox row names a removal it tells (announced, and the event id)."""
+    return f"removed:{host}"
 
 
 def _last_host_failed(hp: HostProgress) -> str:

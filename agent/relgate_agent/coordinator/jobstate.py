@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
-from relgate_agent.contracts import JobSpec, camel
+from relgate_agent.contracts import JobSpec, RemovedHost, camel
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, EVENT_HOSTS_READY
 from relgate_agent.coordinator.topology import Topology
 from relgate_agent.errors import AgentError
@@ -125,10 +125,11 @@ class HostProgress:
     # downstream -> (first, last) time it reported this live host as not serving it
     unserved: dict[str, tuple[float, float]] = field(default_factory=dict)
     unserved_reason: dict[str, str] = field(default_factory=dict)  # downstream -> its last reason
-    # the job's end (coordinator/removal.py, tally.py): why it was removed ("" a target),
+    # the job's end (coordinator/removal.py, tally.py): why it was removed ("" a target) and when,
     # since when it is DEAD (the clock), why it is a straggler ("" not one: kept until READY
     # or removed), and the byte counters as last written to the ledger
     removed: str = ""
+    removed_at: int = 0  # when it was removed or quarantined (wall time, Unix seconds)
     dead_since: float | None = None
     straggler: str = ""
     bytes_saved: tuple[int, int, int] = (0, 0, 0)
@@ -151,12 +152,17 @@ class DeployerEvent:
     manifest_digest: str
     ready_hosts: tuple[str, ...]
     hosts_total: int
+    # the targets the job no longer waits for, with why and when (signed with the event):
+    # the deployer knows which hosts will never serve the version from this job
+    removed_hosts: tuple[RemovedHost, ...]
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"type": self.kind}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[camel(f.name)] = list(value) if isinstance(value, tuple) else value
+            if isinstance(value, tuple):
+                value = [v.to_json() if isinstance(v, RemovedHost) else v for v in value]
+            out[camel(f.name)] = value
         return out
 
 

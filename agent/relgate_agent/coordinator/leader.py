@@ -213,8 +213,9 @@ class CoordinatorCore:
             if h in job.ready:
                 job.hosts[h].ready = True
                 job.hosts[h].state = "READY"
-        for h in self.store.quarantined(row.job_id) & set(job.hosts):
-            job.hosts[h].state = QUARANTINED
+        for h, at in self.store.quarantined(row.job_id).items():
+            if h in job.hosts:
+                job.hosts[h].state, job.hosts[h].removed_at = QUARANTINED, at
         removal.restore(self.ledger, job)
         tally.restore(self.ledger, job)
         slowclock.restore(self.store, job, self.clock(), self.wall(), self.config.slow_after_s)

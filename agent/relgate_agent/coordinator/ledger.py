@@ -7,7 +7,7 @@ plain SQL both SQLite and PostgreSQL accept:
   and read from the origin, as its agent last reported them (agents journal their counters,
   so a restarted agent reports on from where it was; coordinator/tally.py).
 - ``dist_removed``: targets a job no longer waits for, with why (evicted by an operator, dead
-  past the bound; coordinator/removal.py). Quarantine keeps its own table (``dist_quarantine``).
+  past the bound; coordinator/removal.py) and when (``removed_at``, Unix seconds). Quarantine keeps its own table (``dist_quarantine``).
 - ``dist_host_holds``: host health across jobs (quarantined for bad data, failing
   handshakes): a held host is no target of a new job until an operator clears the hold.
 """
@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import text
+
+from relgate_agent.contracts import RemovedHost
 
 if TYPE_CHECKING:
     from relgate_agent.coordinator.store import JobStore
@@ -115,22 +117,29 @@ class Ledger:
         return {str(r[0]): HostBytes(int(r[1]), int(r[2]), int(r[3])) for r in rows}
 
     # -- removed targets ----------------------------------------------------
-    def remove(self, job_id: str, host_id: str, reason: str) -> None:
+    def remove(self, job_id: str, gone: RemovedHost) -> None:
         with self.store.tx() as c:
             c.execute(
                 text(
                     "INSERT INTO dist_removed (job_id, host_id, reason, removed_at) "
                     "VALUES (:j, :h, :r, :t) ON CONFLICT (job_id, host_id) DO NOTHING"
                 ),
-                {"j": job_id, "h": host_id, "r": reason[:REASON_MAX], "t": int(time.time())},
+                {
+                    "j": job_id,
+                    "h": gone.host_id,
+                    "r": gone.reason[:REASON_MAX],
+                    "t": gone.removed_at,
+                },
             )
 
-    def removed(self, job_id: str) -> dict[str, str]:
+    def removed(self, job_id: str) -> dict[str, RemovedHost]:
+        """The job's removed targets, each with why and when (Unix seconds)."""
         with self.store.tx() as c:
             rows = c.execute(
-                text("SELECT host_id, reason FROM dist_removed WHERE job_id = :j"), {"j": job_id}
+                text("SELECT host_id, reason, removed_at FROM dist_removed WHERE job_id = :j"),
+                {"j": job_id},
             ).all()
-        return {str(r[0]): str(r[1]) for r in rows}
+        return {str(r[0]): RemovedHost(str(r[0]), str(r[1]), int(r[2])) for r in rows}
 
     # -- host holds (health across jobs) ------------------------------------
     def hold(self, host_id: str, kind: str, reason: str, job_id: str) -> None:

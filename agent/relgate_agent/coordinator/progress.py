@@ -561,8 +561,8 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         host, reporters = hp.host_id, sorted(hp.bad_data_reporters)
         log.warning("job %s: quarantining %s (BAD_DATA from %s)", job.job_id, host, reporters)
         hp.errors.append(f"{QUARANTINED}: BAD_DATA from {', '.join(reporters)}")
-        hp.state = QUARANTINED
-        self.store.quarantine_host(job.job_id, host, reporters)
+        hp.state, hp.removed_at = QUARANTINED, int(self.wall())
+        self.store.quarantine_host(job.job_id, host, reporters, hp.removed_at)
         removal.hold_host(  # no target of a new job until an operator clears it
             self.ledger,
             host,

@@ -24,6 +24,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from relgate_agent.contracts import RemovedHost
 from relgate_agent.coordinator.jobstate import (
     QUARANTINED,
     REMOVED,
@@ -53,9 +54,9 @@ def remove_host(core: CoordinatorCore, job: JobState, host: str, reason: str) ->
         return False
     if hp.ready:  # a placed copy stays counted (its bytes were verified when placed)
         return False
-    reason = reason[:REASON_MAX]
-    core.ledger.remove(job.job_id, host, reason)
-    hp.removed, hp.state, hp.straggler = reason, REMOVED, ""
+    gone = RemovedHost(host, reason[:REASON_MAX], int(core.wall()))
+    core.ledger.remove(job.job_id, gone)
+    hp.removed, hp.removed_at, hp.state, hp.straggler = gone.reason, gone.removed_at, REMOVED, ""
     hp.errors.append(f"{REMOVED}: {reason}")
     log.warning("job %s: %s removed (%s)", job.job_id, host, reason)
     if host in job.topology.racks:
@@ -102,20 +103,27 @@ def sweep_dead(core: CoordinatorCore, job: JobState, now: float) -> None:
 
 def restore(ledger: Ledger, job: JobState) -> None:
     """A job loaded by a new leader: its removed targets stay removed."""
-    for h, reason in ledger.removed(job.job_id).items():
+    for h, gone in ledger.removed(job.job_id).items():
         hp = job.hosts.get(h)
         if hp is not None:
-            hp.removed, hp.state = reason, REMOVED
+            hp.removed, hp.removed_at, hp.state = gone.reason, gone.removed_at, REMOVED
 
 
-def removed_reasons(job: JobState) -> dict[str, str]:
-    """Every target the job no longer waits for -> why (the quarantined included)."""
-    out = dict(job.removed)
+def removed_hosts(job: JobState) -> tuple[RemovedHost, ...]:
+    """Every target the job no longer waits for, with why and when (the quarantined
+    included), by host id: what GetJob and the deployer events report."""
+    out = [RemovedHost(h, why, job.hosts[h].removed_at) for h, why in job.removed.items()]
     for h in job.quarantined:
         hp = job.hosts[h]
         why = next((e for e in reversed(hp.errors) if e.startswith(QUARANTINED)), QUARANTINED)
-        out[h] = why if why.startswith(f"{QUARANTINED}:") else f"{QUARANTINED}: {why}"
-    return out
+        why = why if why.startswith(f"{QUARANTINED}:") else f"{QUARANTINED}: {why}"
+        out.append(RemovedHost(h, why, hp.removed_at))
+    return tuple(sorted(out, key=lambda r: r.host_id))
+
+
+def removed_text(job: JobState) -> str:
+    """The removed targets and why, on one line (a FAILED job's reason)."""
+    return "; ".join(f"{r.host_id}: {r.reason}" for r in removed_hosts(job))
 
 
 # ---------------------------------------------------------------------- host holds
@@ -141,7 +149,8 @@ __all__ = [
     "evict",
     "hold_host",
     "remove_host",
-    "removed_reasons",
+    "removed_hosts",
+    "removed_text",
     "restore",
     "sweep_dead",
 ]

@@ -23,6 +23,7 @@ from relgate_agent.contracts import (
     InventoryHost,
     JobReport,
     JobSpec,
+    RemovedHost,
 )
 from relgate_agent.coordinator import removal, tally
 from relgate_agent.coordinator.budget import rebalance_origins
@@ -270,7 +271,7 @@ class Coordinator(HandoffService):
             straggler_reasons=tuple(
                 HostReason.from_stored(d) for d in fig.get("straggler_reasons", [])
             ),
-            removed_hosts=tuple(HostReason.from_stored(d) for d in fig.get("removed", [])),
+            removed_hosts=tuple(RemovedHost.from_stored(d) for d in fig.get("removed", [])),
         )
 
     def _live_status(self, job: JobState) -> JobReport:
@@ -298,9 +299,7 @@ class Coordinator(HandoffService):
             pending_events=self.store.count_pending_events(job.job_id),
             quarantined_hosts=tuple(sorted(job.quarantined)),
             straggler_reasons=reasons,
-            removed_hosts=tuple(
-                HostReason(h, why) for h, why in sorted(removal.removed_reasons(job).items())
-            ),
+            removed_hosts=removal.removed_hosts(job),
         )
 
     # ------------------------------------------------------------------ inventory

@@ -395,19 +395,22 @@ class JobStore:
         return {str(r[0]): str(r[1]) for r in rows if str(r[0]) in wanted}
 
     # -- quarantine ---------------------------------------------------------
-    def quarantine_host(self, job_id: str, host_id: str, reporters: list[str]) -> None:
+    def quarantine_host(self, job_id: str, host_id: str, reporters: list[str], at: int) -> None:
+        """``at``: when (wall time, Unix seconds)."""
         self._execute(
             "INSERT INTO dist_quarantine (job_id, host_id, reporters, quarantined_at) "
             "VALUES (:j, :h, :r, :t) ON CONFLICT (job_id, host_id) DO NOTHING",
-            {"j": job_id, "h": host_id, "r": json.dumps(sorted(reporters)), "t": int(time.time())},
+            {"j": job_id, "h": host_id, "r": json.dumps(sorted(reporters)), "t": at},
         )
 
-    def quarantined(self, job_id: str) -> set[str]:
+    def quarantined(self, job_id: str) -> dict[str, int]:
+        """The job's quarantined hosts -> when (Unix seconds)."""
         with self.tx() as c:
             rows = c.execute(
-                text("SELECT host_id FROM dist_quarantine WHERE job_id = :j"), {"j": job_id}
+                text("SELECT host_id, quarantined_at FROM dist_quarantine WHERE job_id = :j"),
+                {"j": job_id},
             ).all()
-        return {str(r[0]) for r in rows}
+        return {str(r[0]): int(r[1]) for r in rows}
 
     # -- slowness evidence --------------------------------------------------
     def put_slowness(self, job_id: str, host_id: str, rec: SlowRecord) -> None:

@@ -36,8 +36,8 @@ def status_to_pb(s: JobReport) -> pb.GetJobResponse:
     hosts = values.pop("hosts")
     del values["error"]
     values["duration_s"] = float(values["duration_s"])
-    for key in ("straggler_reasons", "removed_hosts"):
-        values[key] = [pb.HostReason(**r) for r in values[key]]
+    values["straggler_reasons"] = [pb.HostReason(**r) for r in values["straggler_reasons"]]
+    values["removed_hosts"] = [pb.RemovedHost(**r) for r in values["removed_hosts"]]
     return pb.GetJobResponse(**values, hosts=[pb.HostStatus(**h) for h in hosts])
 
 

@@ -211,7 +211,7 @@ class GetJobResponse(_message.Message):
     pending_events: int
     quarantined_hosts: _containers.RepeatedScalarFieldContainer[str]
     straggler_reasons: _containers.RepeatedCompositeFieldContainer[HostReason]
-    removed_hosts: _containers.RepeatedCompositeFieldContainer[HostReason]
+    removed_hosts: _containers.RepeatedCompositeFieldContainer[RemovedHost]
     def __init__(
         self,
         job_id: str | None = ...,
@@ -235,7 +235,19 @@ class GetJobResponse(_message.Message):
         pending_events: int | None = ...,
         quarantined_hosts: _Iterable[str] | None = ...,
         straggler_reasons: _Iterable[HostReason | _Mapping] | None = ...,
-        removed_hosts: _Iterable[HostReason | _Mapping] | None = ...,
+        removed_hosts: _Iterable[RemovedHost | _Mapping] | None = ...,
+    ) -> None: ...
+
+class RemovedHost(_message.Message):
+    __slots__ = ("host_id", "reason", "removed_at")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_AT_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    reason: str
+    removed_at: int
+    def __init__(
+        self, host_id: str | None = ..., reason: str | None = ..., removed_at: int | None = ...
     ) -> None: ...
 
 class HostReason(_message.Message):
