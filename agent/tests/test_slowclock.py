@@ -57,13 +57,23 @@ def _job(c: Coordinator, checkpoint) -> tuple[JobState, str, dict[int, set[str]]
 
 
 def _rounds(
-    now: list[float], c: Coordinator, job_id: str, up: str, kids, ts, mode: str = "slow"
+    now: list[float],
+    c: Coordinator,
+    job_id: str,
+    up: str,
+    kids,
+    ts,
+    mode: str = "slow",
+    silent: str = "",
 ) -> None:
     """Report rounds at ``T0 + t``. ``slow``: ``up``'s downstreams fall behind it where it
-    feeds them (and receive at speed elsewhere); ``fast``: nobody is slow."""
+    feeds them (and receive at speed elsewhere); ``fast``: nobody is slow. ``silent``
+    sends nothing."""
     for t in ts:
         now[0] = T0 + t
         for h in c.jobs[job_id].topology.racks:
+            if h == silent:
+                continue
             rates = tuple(SLOW if mode != "fast" and h in kids[s] else FAST for s in range(4))
             c.report_progress(job_id, h, ProgressReport(rx_bps=sum(rates), stripe_rx_bps=rates))
         c.tick()
@@ -105,15 +115,18 @@ def test_a_new_leader_credits_only_the_slowness_the_old_one_watched(
         assert resumed.rate_reference == reference
         assert resumed.rate_reference_at == pytest.approx(T0 + 6 - 500.0, abs=1e-3)
         grace = takeover_grace_s(second.config)
-        # the takeover's grace: rates are the takeover's, nobody is judged slow
-        _rounds(now, second, job.job_id, up, kids, every(8, 8 + grace - 0.5))
+        interval = second.config.report_interval_s
+        # the takeover's grace: until every host of the chains has sent this leader rates
+        # for a whole report interval, nobody is judged slow
+        _rounds(now, second, job.job_id, up, kids, every(8, 8 + interval - 0.5))
         assert hp.slow_since is None and not hp.demoted
-        start = 8 + grace
+        # then judgement resumes, long before the grace would end, with the 6 s credited
+        start = 8 + interval
         _rounds(now, second, job.job_id, up, kids, every(start, start + 3.5))
         assert hp.slow_since == pytest.approx(T0 + start - 6.0 - 500.0, abs=1e-3)
         assert not hp.demoted  # 6 s watched before + 3 s under this leader
         _rounds(now, second, job.job_id, up, kids, (start + 4.5,))
-        assert hp.demoted
+        assert hp.demoted and start + 4.5 < 8 + grace
         assert any(e.startswith("DEMOTED tx:") for e in hp.errors)
         assert all(not ch.children(up) for ch in resumed.topology.stripes)
         assert not any(resumed.hosts[k].demoted for k in set().union(*kids.values()))
@@ -127,6 +140,25 @@ def test_a_new_leader_credits_only_the_slowness_the_old_one_watched(
         assert third.jobs[job.job_id].slow_hosts(0.5) >= {up}
     finally:
         third.store.close()
+
+
+def test_a_host_that_never_reports_to_the_new_leader_holds_the_grace(
+    tmp_path: Path, checkpoint
+) -> None:
+    now, first, job, up, kids = _slow_start(tmp_path, checkpoint, (0, 1, 2, 3, 4, 5, 6))
+    first.store.close()
+    now[0] = T0 + 8.0
+    second = _leader(tmp_path, checkpoint, now)
+    try:
+        grace = takeover_grace_s(second.config)
+        silent = next(h for h in job.topology.racks if h != up and h not in kids[0])
+        # every other host reports at once; the silent one may be dead or still on the
+        # frozen leader: its hops say nothing yet, nobody is judged until the grace ends
+        _rounds(now, second, job.job_id, up, kids, every(8, 8 + grace - 0.5), silent=silent)
+        hp = second.jobs[job.job_id].hosts[up]
+        assert hp.slow_since is None and not hp.demoted
+    finally:
+        second.store.close()
 
 
 def test_a_long_gap_credits_only_what_was_watched(tmp_path: Path, checkpoint) -> None:

@@ -120,6 +120,7 @@ class HostProgress:
     # in the past when this leader first judges it slow
     slow_credit: float = 0.0
     reported: bool = False  # registered or reported to this leader (failover.py)
+    rates_since: float | None = None  # its first progress report (rates) to this leader
     demoted: bool = False
     holds_envelope: bool = False  # reported holding the job's verified manifest (a source)
     # downstream -> (first, last) time it reported this live host as not serving it

@@ -389,6 +389,8 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         takeover): the agent is asked for its whole bitmap.
         """
         hp.last_seen, hp.reported = self.clock(), True
+        if hp.rates_since is None:
+            hp.rates_since = hp.last_seen
         holds = report.manifest_digest == job.manifest.digest
         if holds and not hp.holds_envelope:
             self._add_envelope_source(job, hp)
