@@ -13,6 +13,7 @@ from relgate_agent.coordinator import slowclock
 from relgate_agent.coordinator.failover import takeover_grace_s
 from relgate_agent.coordinator.jobstate import JobState
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
+from relgate_agent.coordinator.topology import append_host
 from relgate_agent.manifest import TrustedKeys
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}
@@ -233,3 +234,25 @@ def test_recovery_clears_the_stored_clock(tmp_path: Path, checkpoint) -> None:
         assert second.jobs[job.job_id].hosts[up].slow_since is None
     finally:
         second.store.close()
+
+
+def test_a_demoted_host_is_no_evidence_against_its_new_upstreams(
+    tmp_path: Path, checkpoint
+) -> None:
+    now = [T0]
+    c = _leader(tmp_path, checkpoint, now)
+    try:
+        job, _, _ = _job(c, checkpoint)
+        leaf = sorted(job.topology.racks)[-1]
+        hp = job.hosts[leaf]
+        hp.demoted = True  # judged slow before: a leaf at its rack tail, as _demote_slow does
+        with c.lock:
+            c._set_topology(job, append_host(c._splice(job, leaf), leaf, hp.rack, hp.dc))
+        # it stays slow in a stripe behind whoever feeds it there (an upstream that reports
+        # sending little: it feeds the slow leaf alone); everyone else is fast
+        kids: dict[int, set[str]] = {s: set() for s in range(4)}
+        kids[0] = {leaf}
+        _rounds(now, c, job.job_id, "", kids, every(0, 15))
+        assert [h for h, hp in job.hosts.items() if hp.demoted] == [leaf]
+    finally:
+        c.store.close()

@@ -332,10 +332,16 @@ class HandoffService(ProgressService):
     def _slow_hosts(self, job: JobState, now: float) -> dict[str, str]:
         """Host -> why it is slow (per stripe when the agents report per-stripe rates)."""
         cfg = self.config
+        # a demoted host is a leaf already judged: behind its new upstream it is as slow as
+        # before, and counting that as evidence blamed each upstream it was hung from next
+        # in turn (the chaos lab's 30 %-NIC host demoted 5 healthy upstreams, 11 hosts in all)
         moving = {
             h: hp
             for h, hp in job.hosts.items()
-            if h in job.topology.racks and not hp.ready and hp.state == "TRANSFERRING"
+            if h in job.topology.racks
+            and not hp.ready
+            and not hp.demoted
+            and hp.state == "TRANSFERRING"
         }
         per_stripe = {h: hp.stripe_rx_bps for h, hp in moving.items() if hp.stripe_rx_bps}
         if per_stripe:
@@ -359,8 +365,9 @@ class HandoffService(ProgressService):
                 cfg.slow_min_median_bps,
                 {h: hp.slow_with for h, hp in moving.items()},
                 job.rate_reference,
-                # every host that reports (READY ones serve too): the accused's own rates
-                {h: hp.tx_bps for h, hp in job.hosts.items() if hp.reported},
+                # every host that sent this leader rates (READY ones serve too): the
+                # accused's own; a host only registered with it has sent none, not 0 B/s
+                {h: hp.tx_bps for h, hp in job.hosts.items() if hp.rates_since is not None},
             )
             for h, hp in moving.items():  # evidence lasts while the host stays slow
                 hp.slow_with = v.slow_with.get(h, frozenset())
