@@ -159,7 +159,14 @@ JUDGED = ("DEMOTED", "QUARANTINED", "REMOVED", "spliced out")
 
 
 def run_relgate(
-    base: Path, src: Path, pem: Path, env: Path, *, serving: str = "", tx_slow: str = ""
+    base: Path,
+    src: Path,
+    pem: Path,
+    env: Path,
+    *,
+    serving: str = "",
+    tx_slow: str = "",
+    run: int = 0,
 ) -> dict[str, Any]:
     """One distribution in the lab; with ``serving``, that host runs ``--max-rate 40 Mbit``
     (it serves inference); with ``tx_slow``, that host's upload alone is capped at 30 % of
@@ -174,7 +181,8 @@ def run_relgate(
         hosts=HOSTS,
         racks=RACKS,
         nic_bytes_per_s=NIC,
-        state_dir=base / f"lab-relgate{variant}",
+        # a lab of its own per run: a host that kept the last run's copy is READY at once
+        state_dir=base / f"lab-relgate{variant}{f'-{run}' if run else ''}",
         trusted_keys=[str(pem)],
         agent_args={serving: ["--max-rate", str(SERVING_RATE)]} if serving else {},
         tx_overrides={tx_slow: int(TX_SLOW_SHARE * NIC)} if tx_slow else {},

@@ -47,7 +47,7 @@ def main(runs: int = 5) -> dict[str, Any]:
     busy0 = _machine_busy()
     try:
         src, pem, env, _ = _make_checkpoint(base)
-        clean = [run_relgate(base, src, pem, env) for _ in range(runs)]
+        clean = [run_relgate(base, src, pem, env, run=i + 1) for i in range(runs)]
         slow = run_relgate(base, src, pem, env, tx_slow=TX_SLOW)
     finally:
         shutil.rmtree(base, ignore_errors=True)
