@@ -197,24 +197,7 @@ def run_relgate(
         client = CoordinatorClient(
             state["coordinator_unix"], TlsFiles.from_pki(state["pki"], "operator")
         )
-        deadline = time.monotonic() + 60
-        while True:  # wait until every agent has checked in, then plan
-            job = client.create_job(
-                model="bench-model",
-                version="v1",
-                manifest_uri=str(env),
-                origin_uri=state["origin_url"],
-                target_selector="cluster=lab",
-                origin_cap_bytes_per_s=ORIGIN_CAP,
-                ready_threshold_ppm=1_000_000,
-                stripes=STRIPES,
-            )
-            if job.hosts_total == HOSTS:
-                break
-            client.cancel_job(job.job_id)
-            if time.monotonic() > deadline:
-                raise RuntimeError("agents did not register")
-            time.sleep(0.5)
+        job = _create_job(client, state, env)
         pids = [int(p) for p in state["pids"].values()]
         sent0 = _origin_tx_bytes(state["origin_ns"])
         cpu0, busy0, t0 = _cpu_seconds(pids), _machine_busy(), time.monotonic()
@@ -251,6 +234,28 @@ def run_relgate(
         }
     finally:
         lab_down(spec.state_dir)
+
+
+def _create_job(client: Any, state: dict[str, Any], env: Path) -> Any:
+    """The bench job, once every agent has checked in (a job planned earlier is cancelled)."""
+    deadline = time.monotonic() + 60
+    while True:
+        job = client.create_job(
+            model="bench-model",
+            version="v1",
+            manifest_uri=str(env),
+            origin_uri=state["origin_url"],
+            target_selector="cluster=lab",
+            origin_cap_bytes_per_s=ORIGIN_CAP,
+            ready_threshold_ppm=1_000_000,
+            stripes=STRIPES,
+        )
+        if job.hosts_total == HOSTS:
+            return job
+        client.cancel_job(job.job_id)
+        if time.monotonic() > deadline:
+            raise RuntimeError("agents did not register")
+        time.sleep(0.5)
 
 
 def _origin_tx_bytes(ns: str) -> int:
