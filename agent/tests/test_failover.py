@@ -5,6 +5,7 @@ is judged as usual; one killed before it re-reported ends DEAD, never PENDING.""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,9 @@ def test_the_grace_is_the_agents_reply_timeout_plus_reconnect(tmp_path: Path, ch
     try:
         grace = takeover_grace_s(c.config)
         assert grace >= REPORT_REPLY_TIMEOUT_S + RECONNECT_S > c.config.dead_after_s
+        # the sum exactly, whatever the report interval
+        slower = dataclasses.replace(c.config, report_interval_s=2.5)
+        assert takeover_grace_s(slower) == REPORT_REPLY_TIMEOUT_S + RECONNECT_S + 2.5
     finally:
         c.store.close()
 

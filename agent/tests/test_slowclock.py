@@ -143,8 +143,9 @@ def test_a_new_leader_credits_only_the_slowness_the_old_one_watched(
         third.store.close()
 
 
+@pytest.mark.parametrize("ready", [False, True], ids=["transferring", "ready"])
 def test_a_host_that_never_reports_to_the_new_leader_holds_the_grace(
-    tmp_path: Path, checkpoint
+    tmp_path: Path, checkpoint, ready: bool
 ) -> None:
     now, first, job, up, kids = _slow_start(tmp_path, checkpoint, (0, 1, 2, 3, 4, 5, 6))
     first.store.close()
@@ -152,12 +153,22 @@ def test_a_host_that_never_reports_to_the_new_leader_holds_the_grace(
     second = _leader(tmp_path, checkpoint, now)
     try:
         grace = takeover_grace_s(second.config)
+        interval = second.config.report_interval_s
         silent = next(h for h in job.topology.racks if h != up and h not in kids[0])
+        resumed = second.jobs[job.job_id]
+        resumed.hosts[silent].ready = ready  # a placed copy may send no rates: not awaited
+        hp = resumed.hosts[up]
+        if ready:
+            _rounds(now, second, job.job_id, up, kids, every(8, 8 + interval), silent=silent)
+            assert hp.slow_since is not None
+            return
         # every other host reports at once; the silent one may be dead or still on the
         # frozen leader: its hops say nothing yet, nobody is judged until the grace ends
         _rounds(now, second, job.job_id, up, kids, every(8, 8 + grace - 0.5), silent=silent)
-        hp = second.jobs[job.job_id].hosts[up]
         assert hp.slow_since is None and not hp.demoted
+        # at its end the silent host is dead, out of the chains, and judgement resumes
+        _rounds(now, second, job.job_id, up, kids, every(8 + grace, 8 + grace + 1), silent=silent)
+        assert resumed.hosts[silent].state == "DEAD" and hp.slow_since is not None
     finally:
         second.store.close()
 
