@@ -434,10 +434,14 @@ class DataServer:
                     _send_frame(conn, KIND_ERROR, payload=str(exc).encode()[:1024])
         except (OSError, TransportError, ValueError) as exc:
             log.info("data connection from %s ended: %r", addr, exc)
-        except Exception:  # never an uncaught exception in a connection thread
+        except Exception as exc:  # never an uncaught exception in a connection thread
+            # refusals (RequestError) and peer faults are handled above: this is our bug,
+            # logged with its trace and named to the peer by its type
             log.exception("data connection from %s failed", addr)
-            with contextlib.suppress(Exception):
-                _send_frame(conn, KIND_ERROR, payload=b"internal error")
+            with contextlib.suppress(OSError, ValueError):
+                _send_frame(
+                    conn, KIND_ERROR, payload=f"internal error: {type(exc).__name__}".encode()
+                )
         finally:
             self._forget(conn, counted_addr, host)
             self._forget(raw, "", None)

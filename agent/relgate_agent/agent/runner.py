@@ -169,9 +169,10 @@ class JobRunner:
             if job.quarantined:
                 self._scrub_quarantined(files)
                 self.control.report_final()
-        except Exception:
+        except Exception as exc:  # the runner thread must report, never die silently
             log.exception("job %s failed on %s", job.job_id, self.cfg.host_id)
-            job.error("INTERNAL", detail="agent job runner crashed; see agent log")
+            # named by its type and message: the coordinator shows the operator what failed
+            job.error("INTERNAL", detail=f"agent job runner stopped: {type(exc).__name__}: {exc}")
         finally:
             self._write_stats()
             self.control.checkpoint_counts()
