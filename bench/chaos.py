@@ -30,6 +30,7 @@ from bench.distribution import (
     _machine_busy,
     _make_checkpoint,
     _summary,
+    create_lab_job,
 )
 
 KILLED, CORRUPTER, SLOW, TX_SLOW = ("h02", "h09"), "h05", "h06", "h10"
@@ -103,27 +104,6 @@ def _received(st: dict[str, Any]) -> dict[str, Any]:
     return {"per_host": per, "mean_of_survivors": round(sum(done) / max(1, len(done)), 3)}
 
 
-def _create(client: Any, state: dict[str, Any], env: Path, nic: int) -> str:
-    deadline = time.monotonic() + 90
-    while True:  # wait until every agent has checked in, then plan
-        job = client.create_job(
-            model="bench-model",
-            version="v1",
-            manifest_uri=str(env),
-            origin_uri=state["origin_url"],
-            target_selector="cluster=lab",
-            origin_cap_bytes_per_s=2 * nic,
-            ready_threshold_ppm=1_000_000,
-            stripes=STRIPES,
-        )
-        if job.hosts_total == HOSTS:
-            return str(job.job_id)
-        client.cancel_job(job.job_id)
-        if time.monotonic() > deadline:
-            raise RuntimeError("agents did not register")
-        time.sleep(0.5)
-
-
 def _freeze_leader(state: dict[str, Any], tls: Any) -> str:
     """SIGSTOP the replica that answers as the leader now (the one that took over); its
     name, or "" when none answered."""
@@ -155,7 +135,11 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -
         client = CoordinatorClient(
             state["coordinator_unix"], TlsFiles.from_pki(state["pki"], "operator")
         )
-        job, injected, frozen = _create(client, state, env, nic), not chaos, not chaos
+        job, injected, frozen = (
+            create_lab_job(client, state, env, HOSTS, wait_s=90, origin_cap_bytes_per_s=2 * nic),
+            not chaos,
+            not chaos,
+        )
         t0 = time.monotonic()
         ready_at: dict[str, float] = {}
         st: dict[str, Any] = {}

@@ -197,14 +197,14 @@ def run_relgate(
         client = CoordinatorClient(
             state["coordinator_unix"], TlsFiles.from_pki(state["pki"], "operator")
         )
-        job = _create_job(client, state, env)
+        job_id = create_lab_job(client, state, env, HOSTS, origin_cap_bytes_per_s=ORIGIN_CAP)
         pids = [int(p) for p in state["pids"].values()]
         sent0 = _origin_tx_bytes(state["origin_ns"])
         cpu0, busy0, t0 = _cpu_seconds(pids), _machine_busy(), time.monotonic()
         ready_at: dict[str, float] = {}
         st: dict[str, Any] = {}
         while len(ready_at) < HOSTS and time.monotonic() - t0 < 900:
-            st = job_to_dict(client.get_job(job.job_id))
+            st = job_to_dict(client.get_job(job_id))
             for h in st["hosts"]:
                 if h["state"] == "READY" and h["host_id"] not in ready_at:
                     ready_at[h["host_id"]] = time.monotonic() - t0
@@ -213,7 +213,7 @@ def run_relgate(
         cpu = _cpu_seconds(pids) - cpu0
         busy = _busy_fraction(busy0, _machine_busy())
         sent = _origin_tx_bytes(state["origin_ns"]) - sent0
-        st = job_to_dict(client.get_job(job.job_id))
+        st = job_to_dict(client.get_job(job_id))
         client.close()
         errors = sum(len(h["errors"]) for h in st["hosts"])
         others = [t for h, t in ready_at.items() if h not in (serving, tx_slow)]
@@ -236,9 +236,18 @@ def run_relgate(
         lab_down(spec.state_dir)
 
 
-def _create_job(client: Any, state: dict[str, Any], env: Path) -> Any:
-    """The bench job, once every agent has checked in (a job planned earlier is cancelled)."""
-    deadline = time.monotonic() + 60
+def create_lab_job(
+    client: Any,
+    state: dict[str, Any],
+    env: Path,
+    hosts: int,
+    wait_s: float = 60,
+    stripes: int = STRIPES,
+    **extra: Any,
+) -> str:
+    """The bench job on a lab's fleet once all ``hosts`` agents have checked in (a job
+    planned earlier is cancelled and planned again); ``extra``: more CreateJob fields."""
+    deadline = time.monotonic() + wait_s
     while True:
         job = client.create_job(
             model="bench-model",
@@ -246,12 +255,12 @@ def _create_job(client: Any, state: dict[str, Any], env: Path) -> Any:
             manifest_uri=str(env),
             origin_uri=state["origin_url"],
             target_selector="cluster=lab",
-            origin_cap_bytes_per_s=ORIGIN_CAP,
             ready_threshold_ppm=1_000_000,
-            stripes=STRIPES,
+            stripes=stripes,
+            **extra,
         )
-        if job.hosts_total == HOSTS:
-            return job
+        if job.hosts_total == hosts:
+            return str(job.job_id)
         client.cancel_job(job.job_id)
         if time.monotonic() > deadline:
             raise RuntimeError("agents did not register")

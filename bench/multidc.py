@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.distribution import create_lab_job
+
 LAB_ROOT = Path(__file__).resolve().parents[1] / "agent" / "lab"
 if str(LAB_ROOT) not in sys.path:
     sys.path.insert(0, str(LAB_ROOT))
@@ -85,28 +87,14 @@ def _run(base: Path, src: Path, trusted: Path, env: Path, z: dict[str, int]) -> 
         client = CoordinatorClient(
             state["coordinator_unix"], TlsFiles.from_pki(state["pki"], "operator")
         )
-        deadline = time.monotonic() + 60
-        while True:
-            job = client.create_job(
-                model="bench-model",
-                version="v1",
-                manifest_uri=str(env),
-                origin_uri=state["origin_url"],
-                target_selector="cluster=lab",
-                ready_threshold_ppm=1_000_000,
-                stripes=STRIPES,
-                origin_dc="dc0" if dcs > 1 else "",
-            )
-            if job.hosts_total == z["hosts"]:
-                break
-            client.cancel_job(job.job_id)
-            if time.monotonic() > deadline:
-                raise RuntimeError("agents did not register")
-            time.sleep(0.5)
+        job_id = create_lab_job(
+            client, state, env, z["hosts"], stripes=STRIPES, origin_dc="dc0" if dcs > 1 else ""
+        )
         wan0 = wan_bytes(state)
-        t0, ready_at = time.monotonic(), {}
+        t0 = time.monotonic()
+        ready_at: dict[str, float] = {}
         while len(ready_at) < z["hosts"] and time.monotonic() - t0 < 600:
-            for h in job_to_dict(client.get_job(job.job_id))["hosts"]:
+            for h in job_to_dict(client.get_job(job_id))["hosts"]:
                 if h["state"] == "READY" and h["host_id"] not in ready_at:
                     ready_at[h["host_id"]] = time.monotonic() - t0
             time.sleep(0.25)
