@@ -335,6 +335,34 @@ class Cluster:
             f"timed out waiting for {what}; last={last!r}; logs in {self.base / 'logs'}"
         )
 
+    def create_full_job(self, n: int, job_id: str, timeout: float = 60, **spec: Any) -> str:
+        """Create a job that covers n hosts and return its id.
+
+        A job created before every agent's first heartbeat covers fewer hosts, and job creation
+        is idempotent per id: asking again under the same id returns the short job forever. So a
+        short job is cancelled and the next try uses a fresh id (``<job_id>_r<k>``).
+        """
+        c = self.client()
+        try:
+            deadline = time.monotonic() + timeout
+            attempt = 0
+            while True:
+                jid = job_id if attempt == 0 else f"{job_id}_r{attempt}"
+                total = -1
+                with contextlib.suppress(Exception):
+                    total = c.create_job(job_id=jid, **spec).hosts_total
+                    if total == n:
+                        return jid
+                    attempt += 1
+                    c.cancel_job(jid)
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"no job over {n} hosts; last covered {total}; logs in {self.base / 'logs'}"
+                    )
+                time.sleep(0.5)
+        finally:
+            c.close()
+
     def wait_registered(self, n: int, timeout: float = 30) -> None:
         import sqlite3
 

@@ -286,29 +286,17 @@ def test_origin_bit_rot_fails_job_durably_on_postgres(
         for h, r in hosts:
             cluster.start_agent(h, r, labels=label, wait=False)
         cluster.wait_started()
-        job = f"dj_rot_{os.getpid()}_{tmp_path.name[-6:]}"
-        c = cluster.client()
-        try:
-            cluster.wait_for(
-                lambda: (
-                    c.create_job(
-                        model=m.model,
-                        version=m.version,
-                        manifest_uri=str(checkpoint["envelope"]),
-                        origin_uri=str(checkpoint["origin"]),
-                        target_selector=label,
-                        ready_threshold_ppm=1_000_000,
-                        stripes=2,
-                        job_id=job,
-                    ).hosts_total
-                    == 3
-                ),
-                60,
-                "a job over all three hosts",
-                interval=0.5,
-            )
-        finally:
-            c.close()
+        job = cluster.create_full_job(
+            3,
+            f"dj_rot_{os.getpid()}_{tmp_path.name[-6:]}",
+            model=m.model,
+            version=m.version,
+            manifest_uri=str(checkpoint["envelope"]),
+            origin_uri=str(checkpoint["origin"]),
+            target_selector=label,
+            ready_threshold_ppm=1_000_000,
+            stripes=2,
+        )
         st = cluster.wait_for(
             lambda: (s := cluster.status(job))["state"] == "FAILED" and s, 90, "job FAILED"
         )

@@ -108,29 +108,17 @@ def test_distribution_with_postgres_coordinator(pg_dsn: str, tmp_path: Path, che
         cluster.start_coordinator_with_db(pg_dsn)
         for h, r in hosts:
             cluster.start_agent(h, r, labels="cluster=pg-test")
-        c = cluster.client()
-        try:
-            cluster.wait_for(
-                lambda: (
-                    c.create_job(
-                        model="claude-x",
-                        version="2026-10-12.3",
-                        manifest_uri=str(checkpoint["envelope"]),
-                        origin_uri=str(checkpoint["origin"]),
-                        target_selector="cluster=pg-test",
-                        ready_threshold_ppm=1_000_000,
-                        stripes=2,
-                        job_id=f"dj_pg_{os.getpid()}_{tmp_path.name[-6:]}",
-                    ).hosts_total
-                    == 3
-                ),
-                60,
-                "a job over all three hosts",
-                interval=0.5,
-            )
-        finally:
-            c.close()
-        job = f"dj_pg_{os.getpid()}_{tmp_path.name[-6:]}"
+        job = cluster.create_full_job(
+            3,
+            f"dj_pg_{os.getpid()}_{tmp_path.name[-6:]}",
+            model="claude-x",
+            version="2026-10-12.3",
+            manifest_uri=str(checkpoint["envelope"]),
+            origin_uri=str(checkpoint["origin"]),
+            target_selector="cluster=pg-test",
+            ready_threshold_ppm=1_000_000,
+            stripes=2,
+        )
         cluster.wait_for(lambda: cluster.status(job)["hosts_ready"] == 3, 120, "READY")
     finally:
         cluster.stop_all()
