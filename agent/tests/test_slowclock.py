@@ -144,7 +144,7 @@ def test_a_new_leader_credits_only_the_slowness_the_old_one_watched(
 
 
 @pytest.mark.parametrize("ready", [False, True], ids=["transferring", "ready"])
-def test_a_host_that_never_reports_to_the_new_leader_holds_the_grace(
+def test_a_host_that_never_reports_to_the_new_leader_is_no_evidence_and_dead_at_the_grace(
     tmp_path: Path, checkpoint, ready: bool
 ) -> None:
     now, first, job, up, kids = _slow_start(tmp_path, checkpoint, (0, 1, 2, 3, 4, 5, 6))
@@ -163,12 +163,25 @@ def test_a_host_that_never_reports_to_the_new_leader_holds_the_grace(
             assert hp.slow_since is not None
             return
         # every other host reports at once; the silent one may be dead or still on the
-        # frozen leader: its hops say nothing yet, nobody is judged until the grace ends
-        _rounds(now, second, job.job_id, up, kids, every(8, 8 + grace - 0.5), silent=silent)
-        assert hp.slow_since is None and not hp.demoted
-        # at its end the silent host is dead, out of the chains, and judgement resumes
+        # frozen leader: its hops are no evidence, and it does not hold the others'
+        # judgement (hosts killed with the old leader held it for the whole grace)
+        _rounds(now, second, job.job_id, up, kids, every(8, 8 + 2 * interval), silent=silent)
+        assert hp.slow_since is not None and resumed.hosts[silent].state != "DEAD"
+        assert not any(silent in h.slow_with for h in resumed.hosts.values())
+        _rounds(
+            now,
+            second,
+            job.job_id,
+            up,
+            kids,
+            every(9 + 2 * interval, 8 + grace - 0.5),
+            silent=silent,
+        )
+        assert hp.demoted and not resumed.hosts[silent].demoted
+        assert resumed.hosts[silent].state != "DEAD"  # not heard: the whole grace to move over
+        # at its end the silent host is dead, out of the chains
         _rounds(now, second, job.job_id, up, kids, every(8 + grace, 8 + grace + 1), silent=silent)
-        assert resumed.hosts[silent].state == "DEAD" and hp.slow_since is not None
+        assert resumed.hosts[silent].state == "DEAD"
     finally:
         second.store.close()
 

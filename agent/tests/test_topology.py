@@ -79,6 +79,27 @@ def test_splice_root_and_middle_keep_everyone_connected() -> None:
     assert all(hosts[c.parent[mid]] == hosts[mid] for c in t4.stripes if c.parent[mid])
 
 
+def test_an_appended_host_hangs_from_no_leaf_or_slow_host() -> None:
+    """Two hosts of one rack demoted in turn: the second hung from the first received at
+    the first one's pace (the chaos lab's rack of a 30 %-NIC and a tx-slow host finished
+    35 s after the rest). ``avoid`` names leaves and slow hosts; a candidate outside it is
+    the parent, and only when every candidate is avoided is one of them."""
+    hosts = fleet(2, 4)
+    topo = build_topology(hosts, 2)
+    first, second = "r0-h01", "r0-h02"
+    t1 = append_host(splice(topo, first), first, "r0")
+    t2 = append_host(splice(t1, second), second, "r0", avoid={first})
+    reaches_everyone(t2)
+    assert all(c.parent[second] != first and hosts[c.parent[second]] == "r0" for c in t2.stripes)
+    plain = append_host(splice(t1, second), second, "r0")  # without avoid: behind the leaf
+    assert all(c.parent[second] == first for c in plain.stripes)
+    rack = {h for h, r in hosts.items() if r == "r0"} - {second}
+    cornered = append_host(splice(t1, second), second, "r0", avoid=rack)
+    assert all(hosts[c.parent[second]] == "r1" for c in cornered.stripes)  # its DC's last
+    everyone = append_host(splice(t1, second), second, "r0", avoid=set(hosts))
+    assert all(c.parent[second] == first for c in everyone.stripes)  # none left: as before
+
+
 def test_store_topology_versions_are_monotonic(tmp_path: Path) -> None:
     store = JobStore(str(tmp_path / "c.sqlite"))
     topo = build_topology(fleet(2, 2), 2)

@@ -28,17 +28,20 @@ def in_grace(job: JobState, now: float, config: CoordinatorConfig) -> bool:
     """No slowness is judged: the job was loaded by this leader less than the grace ago and
     some host of its chains has not yet sent it rates for a whole report interval.
 
-    The grace ends early once every host in the chains has moved over: their rates are
-    the data plane's (it never stopped), measured by the hosts themselves, and a tx-slow
-    host must not drag its chains for a whole grace after each takeover (the chaos lab's
-    two takeovers held judgement for ~50 s). A host that never reports keeps the grace to
-    its end, when it is judged dead and leaves the chains."""
+    The grace ends early once every host in the chains that has moved over has sent rates
+    for an interval: their rates are the data plane's (it never stopped), measured by the
+    hosts themselves, and a tx-slow host must not drag its chains for a whole grace after
+    each takeover (the chaos lab's two takeovers held judgement for ~50 s). A host this
+    leader never heard from does not hold it: its hops are no evidence
+    (``HandoffService._unjudged``) until it reports, and at the grace's end it is dead
+    (hosts killed with the old leader held judgement for the whole grace while the
+    tx-slow host dragged their chains)."""
     if job.resumed_at is None or now - job.resumed_at >= takeover_grace_s(config):
         return False
     interval = config.report_interval_s
     for h in job.topology.racks:
         hp = job.hosts.get(h)
-        if hp is None or hp.ready:  # a placed copy is judged no more (it may report no rates)
+        if hp is None or hp.ready or not hp.reported:  # placed (judged no more), or unheard
             continue
         if hp.rates_since is None or now - hp.rates_since < interval:
             return True

@@ -46,9 +46,9 @@ from relgate_agent.coordinator.slowness import (
     stripe_floor,
     stripe_median,
     total_rate_median,
+    victims,
 )
 from relgate_agent.coordinator.store import OutboxRow
-from relgate_agent.coordinator.topology import append_host
 from relgate_agent.errors import KIND_HOST_FAILED
 from relgate_agent.retry import Backoff
 
@@ -344,16 +344,12 @@ class HandoffService(ProgressService):
             and hp.state == "TRANSFERRING"
         }
         per_stripe = {h: hp.stripe_rx_bps for h, hp in moving.items() if hp.stripe_rx_bps}
+        silent = self._silent_uploaders(job, now)
         if per_stripe:
             totals = {h: hp.rx_bps for h, hp in moving.items()}
             # the reference rates: this round's medians, or the peak held so far (decaying)
             # when they are lower: the victims of a slow host drag the medians down with it
-            current = (
-                stripe_median(
-                    per_stripe, stripe_floor(cfg.slow_min_median_bps, job.topology.stripes)
-                ),
-                total_rate_median(per_stripe, totals),
-            )
+            current = self._fleet_medians(job, per_stripe, totals)
             elapsed = now - job.rate_reference_at if job.rate_reference_at is not None else 0.0
             job.rate_reference = held_reference(job.rate_reference, current, elapsed)
             job.rate_reference_at = now
@@ -363,14 +359,17 @@ class HandoffService(ProgressService):
                 [c.parent for c in job.topology.stripes],
                 cfg.slow_fraction,
                 cfg.slow_min_median_bps,
-                {h: hp.slow_with for h, hp in moving.items()},
+                self._history(job, moving, silent),
                 job.rate_reference,
                 # every host that sent this leader rates (READY ones serve too): the
                 # accused's own; a host only registered with it has sent none, not 0 B/s
                 {h: hp.tx_bps for h, hp in job.hosts.items() if hp.rates_since is not None},
+                silent | {h for h, hp in job.hosts.items() if hp.demoted},
             )
             for h, hp in moving.items():  # evidence lasts while the host stays slow
                 hp.slow_with = v.slow_with.get(h, frozenset())
+            for h in v.tx_slow:  # who its demotion would be on (see _history)
+                job.hosts[h].accused_by = v.behind.get(h, frozenset())
             ref_total = job.rate_reference[1] if job.rate_reference else 0
             out = {
                 h: (
@@ -405,6 +404,59 @@ class HandoffService(ProgressService):
             if hp.rx_bps < cfg.slow_fraction * median
         }
 
+    def _fleet_medians(
+        self, job: JobState, per_stripe: dict[str, tuple[int, ...]], totals: dict[str, int]
+    ) -> tuple[int, int]:
+        """This round's (per-stripe, total) medians over the hosts no judged-slow host
+        holds: a stripe's rate behind a host on a slow clock is that host's pace, and a
+        host held in any stripe leaves the total's median."""
+        parents = [c.parent for c in job.topology.stripes]
+        slow = {h for h, hp in job.hosts.items() if hp.slow_since is not None and not hp.demoted}
+        held = victims(parents, slow) if slow else [set() for _ in parents]
+        free = {
+            h: tuple(0 if h in held[s] else r for s, r in enumerate(rs))
+            for h, rs in per_stripe.items()
+        }
+        anywhere = set().union(*held)
+        return (
+            stripe_median(free, stripe_floor(self.config.slow_min_median_bps, parents)),
+            total_rate_median(
+                {h: rs for h, rs in free.items() if h not in anywhere},
+                {h: t for h, t in totals.items() if h not in anywhere},
+            ),
+        )
+
+    def _silent_uploaders(self, job: JobState, now: float) -> set[str]:
+        """Hosts silent to this leader (no rates yet, or no report for two intervals): a
+        dead or frozen host starves its children, which is the dead-host sweep's to judge,
+        not slowness. Their hops, like a demoted leaf's, are no evidence (judge's
+        ``unjudged``)."""
+        late = 2 * self.config.report_interval_s
+        return {
+            h
+            for h, hp in job.hosts.items()
+            if (hp.rates_since is None and not hp.ready) or now - hp.last_seen > late
+        }
+
+    @staticmethod
+    def _history(
+        job: JobState, moving: dict[str, HostProgress], silent: set[str]
+    ) -> dict[str, frozenset[str]]:
+        """Each moving host's witnesses of the last rounds that still witness: not a silent
+        host, nor one demoted on others' evidence (a victim's lag behind it is explained:
+        the chaos lab's h03 was demoted as "behind h06, h15" after h06 was). An upstream
+        demoted on this host's own evidence stays: lagging the next one is the second
+        witness that makes it the suspect (demoted upstreams dropped, a 30 %-NIC host
+        demoted the 13 hosts it was hung from in turn in the simulator)."""
+
+        def witnesses(h: str, up: str) -> bool:
+            u = job.hosts.get(up)
+            return up not in silent and (u is None or not u.demoted or h in u.accused_by)
+
+        return {
+            h: frozenset(u for u in hp.slow_with if witnesses(h, u)) for h, hp in moving.items()
+        }
+
     def _demote_slow(self, job: JobState, now: float) -> None:
         """Slowness counts as failure, in both directions: a host slow for ``slow_after_s``
         (receiving, or feeding its downstreams) becomes a leaf at its rack tail."""
@@ -437,7 +489,7 @@ class HandoffService(ProgressService):
             log.warning("job %s: demoting slow host %s (%s)", job.job_id, h, why)
             hp.errors.append(f"DEMOTED {why}")
             hp.demoted = True
-            self._set_topology(job, append_host(self._splice(job, h), h, hp.rack, hp.dc))
+            self._set_topology(job, self._append(job, self._splice(job, h), h, hp.rack))
             self.metrics.splices.labels(SPLICE_DEMOTED).inc()
         slowclock.save(self.store, job, now, self.wall())
 

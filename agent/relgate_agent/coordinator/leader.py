@@ -33,7 +33,7 @@ from relgate_agent.coordinator.ledger import Ledger
 from relgate_agent.coordinator.metrics import SPLICE_DEAD, CoordinatorMetrics
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
-from relgate_agent.coordinator.topology import Topology, TopologyIndex, splice_all
+from relgate_agent.coordinator.topology import Topology, TopologyIndex, append_host, splice_all
 from relgate_agent.datacenter import host_dc
 from relgate_agent.errors import AgentError, ManifestError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
@@ -243,6 +243,11 @@ class CoordinatorCore:
     def _splice(self, job: JobState, *hosts: str) -> Topology:
         """``job``'s topology without ``hosts``, no slow host promoted into their places."""
         return splice_all(job.topology, hosts, job.slow_hosts(self.config.slow_fraction))
+
+    def _append(self, job: JobState, topo: Topology, host: str, rack: str) -> Topology:
+        """``topo`` with ``host`` at its rack's tail, hung from no leaf or slow host."""
+        avoid = job.slow_hosts(self.config.slow_fraction) - {host}
+        return append_host(topo, host, rack, job.hosts[host].dc, avoid)
 
     def _mark_dead(self, job: JobState, host: str, why: str) -> None:
         self._mark_dead_all(job, {host: why})

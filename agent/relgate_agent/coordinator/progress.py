@@ -53,7 +53,6 @@ from relgate_agent.coordinator.metrics import (
 )
 from relgate_agent.coordinator.topology import (
     TopologyIndex,
-    append_host,
     index_topology,
 )
 from relgate_agent.datacenter import host_dc
@@ -209,7 +208,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
                 # persist the new target set (stored with the topology) under a new version
                 self._set_topology(job, job.topology.copy(job.topology.version + 1))
             else:
-                self._set_topology(job, append_host(job.topology, host_id, rack, hp.dc))
+                self._set_topology(job, self._append(job, job.topology, host_id, rack))
             log.info("job %s: late host %s joined", job.job_id, host_id)
             self.changed.notify_all()
 
@@ -246,7 +245,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
                 hp.state = "TRANSFERRING"
             if not hp.ready and hp.state != QUARANTINED and host_id not in job.topology.racks:
                 # a rejoining host goes to the tail of its rack chain: it never blocks anyone ahead
-                self._set_topology(job, append_host(job.topology, host_id, hp.rack, hp.dc))
+                self._set_topology(job, self._append(job, job.topology, host_id, hp.rack))
             elif moved and host_id in job.topology.racks:
                 # a restarted agent listens on a new address: bump the version so its
                 # downstreams refetch their assignment and reconnect
@@ -259,7 +258,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
                 idx = self._index(job)
                 if any(idx.downstreams(s, host_id) for s in range(job.stripes)):
                     self._set_topology(
-                        job, append_host(self._splice(job, host_id), host_id, hp.rack, hp.dc)
+                        job, self._append(job, self._splice(job, host_id), host_id, hp.rack)
                     )
                     self.metrics.splices.labels(SPLICE_SERVING).inc()
             sources = self._envelope_sources(job, hp) if envelope_from_peers else ()
@@ -548,7 +547,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         hp.demoted = True
         hp.unserved.clear()
         hp.unserved_reason.clear()
-        moved = append_host(self._splice(job, hp.host_id), hp.host_id, hp.rack, hp.dc)
+        moved = self._append(job, self._splice(job, hp.host_id), hp.host_id, hp.rack)
         self._set_topology(job, moved)
         self.metrics.splices.labels(SPLICE_DEMOTED).inc()
 

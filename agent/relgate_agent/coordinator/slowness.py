@@ -88,12 +88,35 @@ def held_reference(
     the peak held so far decayed by half every ``half_life_s``, whichever is higher (a slow
     host's victims pull the medians down with it, and against them the culprit looks fast;
     the decay lets a fleet that slowed down as a whole set a new reference within a minute).
-    A zero in ``current`` (too few receivers, under the floor) holds the decayed peak."""
+    A zero in ``current`` (too few receivers, under the floor: nothing measured) holds the
+    peak as it was: only a measured fleet lowers it (decayed while the hosts still
+    receiving were all victims, the chaos lab's 30 %-NIC host came under half the
+    reference's rate and was never demoted)."""
+    if not (current[0] and current[1]):
+        return previous
     decay = 0.5 ** (max(elapsed_s, 0.0) / half_life_s)
     held = (0, 0) if previous is None else (int(previous[0] * decay), int(previous[1] * decay))
-    if not (current[0] and current[1]):
-        return previous if previous is None else held
     return (max(held[0], current[0]), max(held[1], current[1]))
+
+
+def victims(parents: Sequence[Mapping[str, str | None]], slow: Collection[str]) -> list[set[str]]:
+    """Per stripe, every host downstream of a ``slow`` one: it receives at that host's pace,
+    and its rate measures the culprit, not the fleet (it must not lower the reference).
+    Linear in the chain: each host's answer is its upstream's, remembered on the way up."""
+    out: list[set[str]] = []
+    for parent in parents:
+        held: dict[str, bool] = {}
+        for h in parent:
+            path, up = [h], parent.get(h)
+            while up is not None and up not in slow and up not in held and up not in path:
+                path.append(up)
+                up = parent.get(up)
+            answer = up is not None and (up in slow or held.get(up, False))
+            for p in reversed(path):
+                held[p] = answer
+                answer = answer or p in slow
+        out.append({h for h, v in held.items() if v})
+    return out
 
 
 def total_rate_median(rates: Mapping[str, Sequence[int]], totals: Mapping[str, int]) -> int:
@@ -120,8 +143,11 @@ def _hops(
     parents: Sequence[Mapping[str, str | None]],
     fraction: float,
     median: int,
+    unjudged: Collection[str] = (),
 ) -> _Hops:
-    """Every judged hop of the topology, sorted by what it shows."""
+    """Every judged hop of the topology, sorted by what it shows. A hop from an
+    ``unjudged`` upstream (silent, not yet heard by this leader, or already demoted on
+    evidence) shows nothing: a child starved by it is neither slow nor a witness."""
 
     def rate(host: str, s: int) -> int | None:
         r = rates.get(host)
@@ -148,6 +174,8 @@ def _hops(
                 if well:
                     out.fed_well.setdefault(child, set()).add(ORIGIN_FED)
                 continue
+            if up in unjudged:
+                continue
             expect = bound(up, s)
             out.expected_tx[up] = out.expected_tx.get(up, 0) + expect
             if rc < fraction * expect:
@@ -165,13 +193,22 @@ def _tx_slow(
     low_total: Callable[[str], bool],
     tx: Mapping[str, int],
     fraction: float,
+    total_median: int,
+    guilty: Collection[str] = (),
 ) -> tuple[set[str], set[str], set[str]]:
     """The upstreams slow in transmit: (evident, tied, saturated)."""
+
+    def sends_well(up: str) -> bool:
+        """Its own report: it sends at least ``fraction`` x the fleet's median receive
+        rate (a healthy NIC's pace; a 30 % upload is under it)."""
+        return total_median > 0 and tx.get(up, -1) >= fraction * total_median
+
     slow_kids, fast_kids, fed_well = hops.slow_kids, hops.fast_kids, hops.fed_well
 
     def tie(k: str, up: str) -> bool:
-        """``up`` is the only upstream ``k`` ever fell behind and none feeds it well."""
-        return slow_with[k] == {up} and not fed_well.get(k, set()) - {up}
+        """``up`` is the only upstream ``k`` ever fell behind (besides ones found guilty on
+        others' evidence) and none feeds it well."""
+        return slow_with[k] - set(guilty) == {up} and not fed_well.get(k, set()) - {up}
 
     # evident: every child it feeds falls behind it, and one of them at least receives
     # well from another upstream with a total at speed: the evidence from both ends (the
@@ -179,16 +216,24 @@ def _tx_slow(
     # and a tie blames the upstream: a leaf loses nothing of its own speed, and a child
     # that stays slow behind its next upstream has its second witness. Its victims are
     # never blamed for it.
+    # An upstream whose own report says it sends at the fleet's pace (``sends_well``) is
+    # neither: its children share an upload that is working (a READY host fed two
+    # children in four stripes after a splice: each flow under half the per-stripe median,
+    # and the tie demoted a healthy host)
     evident = {
         up
         for up, kids in slow_kids.items()
         if not fast_kids.get(up)
+        and not sends_well(up)
         and any(fed_well.get(k, set()) - {up} and not low_total(k) for k in kids)
     }
     tied = {
         up
         for up, kids in slow_kids.items()
-        if up not in evident and not fast_kids.get(up) and any(tie(k, up) for k in kids)
+        if up not in evident
+        and not fast_kids.get(up)
+        and not sends_well(up)
+        and any(tie(k, up) for k in kids)
     }
 
     # saturated: its own report says it sends under ``fraction`` x what its hops should
@@ -231,7 +276,7 @@ def _rx_slow(
     return rx_slow
 
 
-def judge(
+def judge(  # noqa: PLR0913, PLR0917 - one parameter per kind of evidence, named at every call
     rates: Mapping[str, Sequence[int]],
     totals: Mapping[str, int],
     parents: Sequence[Mapping[str, str | None]],
@@ -240,6 +285,7 @@ def judge(
     history: Mapping[str, Collection[str]] | None = None,
     reference: tuple[int, int] | None = None,
     tx: Mapping[str, int] | None = None,
+    unjudged: Collection[str] = (),
 ) -> Verdicts:
     """``rates``: host -> receive rate per stripe (``STRIPE_DONE`` for a whole stripe);
     ``totals``: host -> total receive rate; ``parents``: per stripe, host -> upstream (None:
@@ -248,23 +294,48 @@ def judge(
     medians (late in a job the hosts still receiving are mostly the slow ones and their
     victims: their median is no reference); ``floor``: the per-host receive rate under
     which nothing is judged (a stripe's is ``floor`` / k: see :func:`stripe_floor`);
-    ``tx``: host -> its own reported send rate (the accused's own rates: ``saturated``)."""
+    ``tx``: host -> its own reported send rate (the accused's own rates: ``saturated``);
+    ``unjudged``: upstreams whose hops are no evidence (see :func:`_hops`; the caller drops
+    from ``history`` what no longer witnesses: see ``HandoffService._history``)."""
     history = history or {}
     tx = tx or {}
     median = reference[0] if reference else stripe_median(rates, stripe_floor(floor, parents))
     total_median = reference[1] if reference else total_rate_median(rates, totals)
+    if median:
+        # a stripe carries 1/k of a host's traffic: the fleet's total median says what that
+        # is even when most (host, stripe) pairs sit behind one slow host early in every
+        # chain (their pace then *is* the per-stripe median, and the culprit looked fine)
+        median = max(median, total_median // max(1, len(parents)))
 
-    hops = _hops(rates, parents, fraction, median)
+    hops = _hops(rates, parents, fraction, median, unjudged)
 
     def low_total(h: str) -> bool:
         return total_median >= floor and 0 <= totals.get(h, 0) < fraction * total_median
 
     slow_with = {h: frozenset(ups | set(history.get(h, ()))) for h, ups in hops.slow_ups.items()}
-    evident, tied, saturated = _tx_slow(hops, slow_with, low_total, tx, fraction)
+    # a child behind two upstreams or more (now, or lately while it stayed slow) is the
+    # common factor of its hops: its lag is evidence against none of them. Counted against
+    # each upstream alone, the chaos lab's 30 %-NIC host demoted every host it was hung
+    # from next, and the fleet lost their uploads (8 of 13 hosts demoted, 6 of them healthy).
+    # An upstream found tx-slow on the others' evidence explains its part: a child behind
+    # it and one more is a tie with that one (behind two, it would never be judged at all)
+    guilty: set[str] = set()
+    for _ in range(2):
+        common = {h for h, w in slow_with.items() if len(w - guilty) >= WITNESSES}
+        evidence = _Hops(
+            hops.slow_ups,
+            {up: ks - common for up, ks in hops.slow_kids.items() if ks - common},
+            hops.fast_kids,
+            hops.fed_well,
+            hops.expected_tx,
+        )
+        evident, tied, saturated = _tx_slow(
+            evidence, slow_with, low_total, tx, fraction, total_median, guilty
+        )
+        guilty = evident | saturated
     rx_slow = _rx_slow(hops, slow_with, low_total, evident | tied | saturated)
     tx_slow = evident | tied | saturated
-    slow_kids = hops.slow_kids
-    behind = {up: frozenset(kids) for up, kids in slow_kids.items()}
+    behind = {up: frozenset(kids) for up, kids in evidence.slow_kids.items()}
     return Verdicts(
         frozenset(rx_slow),
         frozenset(tx_slow - rx_slow),
@@ -286,4 +357,5 @@ __all__ = [
     "stripe_floor",
     "stripe_median",
     "total_rate_median",
+    "victims",
 ]

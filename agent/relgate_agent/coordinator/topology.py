@@ -245,9 +245,15 @@ def splice_all(topo: Topology, hosts: Iterable[str], slow: Collection[str] = ())
     return new
 
 
-def append_host(topo: Topology, host: str, rack: str, dc: str = "") -> Topology:
+def append_host(
+    topo: Topology, host: str, rack: str, dc: str = "", avoid: Collection[str] = ()
+) -> Topology:
     """Add a late or rejoining host at the tail of its rack's chain in every stripe (else
-    after the last host of its DC, else at the end).
+    after the last host of its DC, else at the end), hung from the last such host not in
+    ``avoid`` (leaves by decision and hosts judged slow: a second demoted host of a rack hung
+    from the first received at the first one's pace, the chaos lab's rack of a 30 %-NIC host
+    and a tx-slow one finished 35 s after the rest). Only when every candidate is in
+    ``avoid`` is one of them the parent.
 
     A tail host has no downstreams, so a rejoining (possibly slow) host never blocks anyone.
     """
@@ -260,7 +266,8 @@ def append_host(topo: Topology, host: str, rack: str, dc: str = "") -> Topology:
     for chain in new.stripes:
         in_rack = [h for h in chain.order if new.racks.get(h) == rack and new.dc(h) == dc]
         in_dc = [h for h in chain.order if new.dc(h) == dc]
-        behind = in_rack or in_dc or chain.order
+        usable = ([h for h in hs if h not in avoid] for hs in (in_rack, in_dc, chain.order))
+        behind = next((c for c in usable if c), in_rack or in_dc or chain.order)
         chain.parent[host] = behind[-1] if behind else None
         chain.order.append(host)
     return new

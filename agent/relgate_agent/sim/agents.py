@@ -63,7 +63,11 @@ class SimCoordinator(Coordinator):
         self, config: CoordinatorConfig, manifest: CheckpointManifest, clock: SimClock
     ) -> None:
         self.sim_manifest = manifest  # before super(): a rebuild loads the job at once
-        super().__init__(config, post=lambda _url, _body, _headers: None, clock=clock)
+        # the wall clock is the simulation's too: slow clocks a takeover restores are wall
+        # instants (slowclock.py), and real time credited a new leader ~0 s of the old one's
+        super().__init__(
+            config, post=lambda _url, _body, _headers: None, clock=clock, wall=clock.wall
+        )
 
     def _verify(self, envelope: bytes) -> CheckpointManifest:
         return self.sim_manifest
@@ -78,6 +82,10 @@ class SimClock:
 
     def __call__(self) -> float:
         return self.base + self.t
+
+    def wall(self) -> float:
+        """Unix seconds in the simulation: a fixed epoch + its time."""
+        return 1_790_000_000.0 + self.t
 
 
 def host_names(sc: Scenario, rack_of: np.ndarray) -> tuple[list[str], list[str]]:
@@ -114,7 +122,6 @@ class CoordinatorController:
         self.paused_until = -1.0
         self.rebuild_pending = False
         self.reported_ready: set[int] = set()
-        self.suspected: set[tuple[int, int]] = set()
         self.last_rx = np.zeros(sc.hosts)
         self.last_tx = np.zeros(sc.hosts)
         self.last_got: np.ndarray | None = None  # per stripe and host, at the last report
@@ -262,14 +269,16 @@ class CoordinatorController:
                 )
 
     def _suspects(self, run: ChainRun) -> None:
-        """A downstream whose upstream went silent and sent nothing reports it (once)."""
+        """A downstream whose upstream went silent and sent nothing reports it, every round:
+        an agent reports it on each failed pull (stripes.py), so a new leader hears of it
+        too (told once per run, the dead hosts of a takeover stayed in the chains for the
+        new leader's whole grace)."""
         par = run.forest.parent
         s, h = np.nonzero((par >= 0) & run.alive[None, :] & (run.rate == 0))
         for si, hi in zip(s.tolist(), h.tolist(), strict=True):
             p = int(par[si, hi])
-            if run.alive[p] or (hi, p) in self.suspected or not np.isnan(run.done_at[hi]):
+            if run.alive[p] or not np.isnan(run.done_at[hi]):
                 continue
-            self.suspected.add((hi, p))
             self.coord.report_suspect(self.job_id, self.names[hi], self.names[p], "UNREACHABLE", si)
 
     def close(self) -> None:

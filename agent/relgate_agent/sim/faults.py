@@ -44,8 +44,10 @@ def apply_capacity(fabric: Fabric, inc: Incident) -> None:
     """A slow host (NIC at ``factor`` in rx or tx) or a rate-limited serving host (tx)."""
     for h in inc.hosts:
         if inc.kind == "slow":
-            link = fabric.rx(h) if inc.direction == "rx" else fabric.tx(h)
-            fabric.caps[link] *= inc.factor
+            if inc.direction in ("rx", "both"):
+                fabric.caps[fabric.rx(h)] *= inc.factor
+            if inc.direction in ("tx", "both"):
+                fabric.caps[fabric.tx(h)] *= inc.factor
         elif inc.kind == "rate_limit":
             fabric.caps[fabric.tx(h)] = min(fabric.caps[fabric.tx(h)], inc.rate)
 

@@ -59,7 +59,10 @@ class Figures:
 def rx_impaired(sc: Scenario) -> list[int]:
     """Hosts whose own receive side a fault caps (slow in rx)."""
     return sorted(
-        h for i in plan_incidents(sc) if i.kind == "slow" and i.direction == "rx" for h in i.hosts
+        h
+        for i in plan_incidents(sc)
+        if i.kind == "slow" and i.direction in ("rx", "both")
+        for h in i.hosts
     )
 
 
@@ -71,7 +74,7 @@ def slowed(sc: Scenario) -> set[int]:
 
 def rx_floor_s(sc: Scenario) -> float | None:
     """The soonest an rx-slowed host can finish: S / (factor x NIC x efficiency)."""
-    factors = [f.factor for f in sc.faults if f.kind == "slow" and f.direction == "rx"]
+    factors = [f.factor for f in sc.faults if f.kind == "slow" and f.direction in ("rx", "both")]
     return (
         round(sc.checkpoint_bytes / (min(factors) * sc.nic * sc.efficiency), 1) if factors else None
     )

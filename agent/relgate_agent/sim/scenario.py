@@ -19,6 +19,7 @@ from relgate_agent.errors import VerificationError
 CHECK_SCENARIO = "sim-scenario"
 MAX_SCENARIO_BYTES = 1 << 20
 FAULT_KINDS = ("fail", "slow", "rate_limit", "failover", "root_fail")
+SLOW_DIRECTIONS = ("rx", "tx", "both")  # both: the NIC capped each way (the chaos lab's 30 % host)
 
 _UNITS = {
     "": 1,
@@ -47,7 +48,7 @@ class Fault:
     kind: str  # one of FAULT_KINDS
     at_s: float
     count: int = 0  # fail / slow / rate_limit: how many hosts (chosen by the seed)
-    direction: str = "rx"  # slow: rx | tx
+    direction: str = "rx"  # slow: rx | tx | both (SLOW_DIRECTIONS)
     factor: float = 0.3  # slow: fraction of the NIC left
     rate: float = 0.0  # rate_limit: the serving host's tx in bytes/s
     pause_s: float = 0.0  # failover: control plane paused, then a new leader rebuilds
@@ -154,8 +155,8 @@ def _fault(where: str, doc: object) -> Fault:
         out = Fault(kind, at, count=t.integer("count", None, 1, 1 << 20))
     if kind == "slow":
         direction = t.take("direction", "rx")
-        if direction not in ("rx", "tx"):
-            raise _refuse(f"{where}.direction", f"{direction!r} is not rx or tx")
+        if direction not in SLOW_DIRECTIONS:
+            raise _refuse(f"{where}.direction", f"{direction!r} is not rx, tx or both")
         out = Fault(kind, at, out.count, direction, t.number("factor", 0.3, 0.001, 1.0))
     elif kind == "rate_limit":
         out = Fault(kind, at, out.count, rate=parse_rate(f"{where}.rate", t.take("rate")))
