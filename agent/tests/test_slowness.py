@@ -381,3 +381,36 @@ def test_one_slow_host_early_in_every_chain_is_judged_against_the_fleets_total()
     v = judge(rates, tot, par, 0.5, FLOOR)
     assert v.median == total_rate_median(rates, tot) // 2 > 2 * slow
     assert v.rx_slow == {"x"} and v.tx_slow == frozenset()
+
+
+def test_two_victims_corroborate_a_tx_slow_upstream_however_well_a_third_receives() -> None:
+    """A tbf-capped upload is not shared fairly: one child still receives well, two crawl
+    behind it and behind nobody else. The two corroborate each other: the upstream is
+    tx-slow and neither child is rx-slow "behind an upstream that sends well" (the chaos
+    lab demoted four such victims of h06). Its own report at the fleet's pace clears it."""
+    par = [
+        {"u": None, "a": "u", "b": "u", "c": "u"},
+        {"v": None, "a": "v", "b": "v", "c": "v", "u": "v"},
+    ]
+    slow = FAST // 8
+    rates = {
+        "u": [STRIPE_DONE, FAST],
+        "a": [slow, slow],
+        "b": [slow, slow],
+        "c": [FAST, FAST],
+        "v": [FAST, STRIPE_DONE],
+    }
+    rates["a"][1] = rates["b"][1] = FAST  # they receive well from v: their NICs work
+    ref = (FAST, 2 * FAST)
+    tot = {h: sum(max(r, 0) for r in rs) for h, rs in rates.items()}
+    # it sends over half what its three hops should carry (not saturated), under the
+    # fleet's pace: only the two victims together name it
+    sent = {"u": FAST * 155 // 100}
+    v = judge(rates, tot, par, 0.5, FLOOR, reference=ref, tx=sent)
+    assert v.tx_slow == {"u"} and v.saturated == v.tied == frozenset()
+    assert v.rx_slow == frozenset() and v.behind["u"] == {"a", "b"}
+    v = judge(rates, tot, par, 0.5, FLOOR, reference=ref, tx={"u": 2 * FAST})
+    assert v.tx_slow == v.rx_slow == frozenset()
+    one = {**rates, "b": [FAST, FAST]}  # one victim alone: no corroboration, no verdict
+    v = judge(one, tot, par, 0.5, FLOOR, reference=ref, tx=sent)
+    assert v.tx_slow == frozenset()

@@ -42,6 +42,10 @@ from relgate_agent.contracts import STRIPE_DONE
 
 MIN_RATES = 3  # receiving hosts a stripe needs before "slow vs the median" means anything
 WITNESSES = 2  # distinct peers a host must be slow with before it alone is blamed
+# an upload at this fraction of the fleet's median receive rate or more works: a healthy
+# one runs at its NIC, about that median; a 30 % one stays under it even against a
+# reference its victims dragged to half (the chaos lab: 3.75 MB/s against 5.6 MB/s)
+SENDS_WELL = 0.8
 ORIGIN_FED = ""  # the origin, as an upstream a host receives well from
 REFERENCE_HALF_LIFE_S = 30.0  # a held peak rate loses half its weight in this long
 
@@ -199,9 +203,9 @@ def _tx_slow(
     """The upstreams slow in transmit: (evident, tied, saturated)."""
 
     def sends_well(up: str) -> bool:
-        """Its own report: it sends at least ``fraction`` x the fleet's median receive
-        rate (a healthy NIC's pace; a 30 % upload is under it)."""
-        return total_median > 0 and tx.get(up, -1) >= fraction * total_median
+        """Its own report: it sends at least ``SENDS_WELL`` x the fleet's median receive
+        rate (a healthy NIC's pace)."""
+        return total_median > 0 and tx.get(up, -1) >= SENDS_WELL * total_median
 
     slow_kids, fast_kids, fed_well = hops.slow_kids, hops.fast_kids, hops.fed_well
 
@@ -252,7 +256,15 @@ def _tx_slow(
         and tx[up] < fraction * hops.expected_tx.get(up, 0)
         and any(fresh(k, up) for k in kids)
     }
-    return evident, tied, saturated
+    # corroborated: two children or more fall behind it and behind no other upstream (a
+    # child behind two is no evidence: see judge), however well a third one receives. A
+    # tbf-capped upload is not shared fairly, so the evident rule's "every child" misses
+    # it; alone, each of its victims looked rx-slow "behind h06 that sends well", and the
+    # chaos lab demoted four of them while h06 fed everyone behind them at 30 %
+    corroborated = {
+        up for up, kids in slow_kids.items() if len(kids) >= WITNESSES and not sends_well(up)
+    }
+    return evident | corroborated, tied - corroborated, saturated
 
 
 def _rx_slow(
