@@ -143,9 +143,13 @@ def test_a_new_leader_credits_only_the_slowness_the_old_one_watched(
         third.store.close()
 
 
-@pytest.mark.parametrize("ready", [False, True], ids=["transferring", "ready"])
+@pytest.mark.parametrize(
+    ("ready", "registered"),
+    [(False, False), (True, False), (False, True)],
+    ids=["transferring", "ready", "registered"],
+)
 def test_a_host_that_never_reports_to_the_new_leader_is_no_evidence_and_dead_at_the_grace(
-    tmp_path: Path, checkpoint, ready: bool
+    tmp_path: Path, checkpoint, ready: bool, registered: bool
 ) -> None:
     now, first, job, up, kids = _slow_start(tmp_path, checkpoint, (0, 1, 2, 3, 4, 5, 6))
     first.store.close()
@@ -157,10 +161,24 @@ def test_a_host_that_never_reports_to_the_new_leader_is_no_evidence_and_dead_at_
         silent = next(h for h in job.topology.racks if h != up and h not in kids[0])
         resumed = second.jobs[job.job_id]
         resumed.hosts[silent].ready = ready  # a placed copy may send no rates: not awaited
+        if registered:  # heard (its watch moved over) but no rates yet: not "sending 0 B/s"
+            sp = resumed.hosts[silent]
+            second.register(job.job_id, silent, sp.rack, b"", 1 << 40, sp.address)
         hp = resumed.hosts[up]
         if ready:
             _rounds(now, second, job.job_id, up, kids, every(8, 8 + interval), silent=silent)
             assert hp.slow_since is not None
+            return
+        if registered:
+            # it moved over (registered) and its rates are due: judgement waits for them,
+            # and it is a witness of nobody; silent past dead_after_s it is dead (it was
+            # heard), and judgement resumes without it
+            _rounds(now, second, job.job_id, up, kids, every(8, 8 + 2 * interval), silent=silent)
+            assert hp.slow_since is None
+            assert not any(silent in h.slow_with for h in resumed.hosts.values())
+            end = 9 + second.config.dead_after_s + 2 * interval
+            _rounds(now, second, job.job_id, up, kids, every(9, end), silent=silent)
+            assert resumed.hosts[silent].state == "DEAD" and hp.slow_since is not None
             return
         # every other host reports at once; the silent one may be dead or still on the
         # frozen leader: its hops are no evidence, and it does not hold the others'
