@@ -4,6 +4,7 @@ slow clocks, demotions and held reference (real SQLite, real signed manifest).""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from agent_harness import job_spec
@@ -11,7 +12,8 @@ from agent_harness import job_spec
 from relgate_agent.contracts import JobSpec, ProgressReport
 from relgate_agent.coordinator import slowclock
 from relgate_agent.coordinator.failover import takeover_grace_s
-from relgate_agent.coordinator.jobstate import JobState
+from relgate_agent.coordinator.handoff import HandoffService
+from relgate_agent.coordinator.jobstate import HostProgress, JobState
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.coordinator.topology import append_host
 from relgate_agent.manifest import TrustedKeys
@@ -298,3 +300,20 @@ def test_a_demoted_host_is_no_evidence_against_its_new_upstreams(
         assert [h for h, hp in job.hosts.items() if hp.demoted] == [leaf]
     finally:
         c.store.close()
+
+
+def test_a_demoted_host_witnesses_only_for_the_child_whose_lag_alone_accused_it() -> None:
+    """Demoted on evidence that explains its children's lag (two accusers, or one that
+    receives well elsewhere), a host is nobody's witness any more: the fairness bench's
+    victim h14 was demoted "behind h06, h10, h11" after h10 was. Demoted on one child's lag
+    alone (a tie), it stays that child's witness: lagging the next upstream makes the
+    child the suspect. A silent host witnesses for nobody."""
+    hosts = {h: HostProgress(h, "r0") for h in ("u", "t", "k", "j", "s")}
+    hosts["u"].demoted = True  # on evidence: accused_by stays empty
+    hosts["t"].demoted, hosts["t"].accused_by = True, frozenset({"k"})  # on k's lag alone
+    for h in ("k", "j"):
+        hosts[h].slow_with = frozenset({"u", "t", "s", "free"})
+    job = SimpleNamespace(hosts=hosts)
+    moving = {"k": hosts["k"], "j": hosts["j"]}
+    got = HandoffService._history(job, moving, {"s"})  # type: ignore[arg-type]
+    assert got == {"k": {"t", "free"}, "j": {"free"}}

@@ -368,8 +368,10 @@ class HandoffService(ProgressService):
             )
             for h, hp in moving.items():  # evidence lasts while the host stays slow
                 hp.slow_with = v.slow_with.get(h, frozenset())
-            for h in v.tx_slow:  # who its demotion would be on (see _history)
-                job.hosts[h].accused_by = v.behind.get(h, frozenset())
+            for h in v.tx_slow:  # whose own lag its demotion would rest on (see _history)
+                kids = v.behind.get(h, frozenset())
+                alone = h in v.tied or (h in v.saturated and len(kids) == 1)
+                job.hosts[h].accused_by = kids if alone else frozenset()
             ref_total = job.rate_reference[1] if job.rate_reference else 0
             out = {
                 h: (
@@ -443,11 +445,14 @@ class HandoffService(ProgressService):
         job: JobState, moving: dict[str, HostProgress], silent: set[str]
     ) -> dict[str, frozenset[str]]:
         """Each moving host's witnesses of the last rounds that still witness: not a silent
-        host, nor one demoted on others' evidence (a victim's lag behind it is explained:
-        the chaos lab's h03 was demoted as "behind h06, h15" after h06 was). An upstream
-        demoted on this host's own evidence stays: lagging the next one is the second
-        witness that makes it the suspect (demoted upstreams dropped, a 30 %-NIC host
-        demoted the 13 hosts it was hung from in turn in the simulator)."""
+        host, nor one demoted on evidence that explains the lag (a victim's lag behind it
+        is explained: the chaos lab's h03 was demoted as "behind h06, h15" after h06 was;
+        with two accusers, or one that receives well elsewhere, the tx-slow h10's victim
+        h14 was demoted "behind h06, h10, h11" in the fairness bench). An upstream demoted
+        on this host's lag alone (a tie, or its own rates with this one child behind it)
+        stays: lagging the next one is the second witness that makes it the suspect
+        (demoted upstreams dropped, a 30 %-NIC host demoted the 13 hosts it was hung from
+        in turn in the simulator)."""
 
         def witnesses(h: str, up: str) -> bool:
             u = job.hosts.get(up)

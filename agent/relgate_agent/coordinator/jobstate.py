@@ -122,8 +122,9 @@ class HostProgress:
     reported: bool = False  # registered or reported to this leader (failover.py)
     rates_since: float | None = None  # its first progress report (rates) to this leader
     demoted: bool = False
-    # the children whose lag accuses it of slow transmit, as of its last tx verdict: a
-    # demoted host stays a witness of theirs only (HandoffService._history)
+    # the child whose lag alone accuses it of slow transmit (a tie; its own rates with one
+    # child behind it), as of its last tx verdict: a demoted host stays a witness of that
+    # child only (HandoffService._history)
     accused_by: frozenset[str] = frozenset()
     holds_envelope: bool = False  # reported holding the job's verified manifest (a source)
     # downstream -> (first, last) time it reported this live host as not serving it
