@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from relgate_lab import lab_env
@@ -30,6 +31,8 @@ from relgate_agent.pki import TlsFiles, ensure_dev_pki
 # Helper module names are prefixed (agent_harness, not harness): the main package's tests
 # directory has its own `harness` package and may be on sys.path in a combined run.
 HOSTS = [(f"h{i:02d}", f"r{i % 2}") for i in range(8)]
+# a coordinator still starting or electing answers these; anything else is a refusal
+TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 def write_checkpoint(root: Path, sizes: dict[str, int], seed: int = 7) -> Path:
@@ -340,28 +343,29 @@ class Cluster:
 
         A job created before every agent's first heartbeat covers fewer hosts, and job creation
         is idempotent per id: asking again under the same id returns the short job forever. So a
-        short job is cancelled and the next try uses a fresh id (``<job_id>_r<k>``).
+        short job is cancelled and the next try uses a fresh id (``<job_id>_r<k>``). Only a
+        coordinator that is not answering yet is waited out; a refusal fails the test at once.
         """
         c = self.client()
+        deadline, attempt, last = time.monotonic() + timeout, 0, "nothing yet"
         try:
-            deadline = time.monotonic() + timeout
-            attempt = 0
-            while True:
+            while time.monotonic() < deadline:
                 jid = job_id if attempt == 0 else f"{job_id}_r{attempt}"
-                total = -1
-                with contextlib.suppress(Exception):
+                try:
                     total = c.create_job(job_id=jid, **spec).hosts_total
+                except grpc.RpcError as exc:
+                    if exc.code() not in TRANSIENT:
+                        raise
+                    last = f"{exc.code().name}: {exc.details()}"
+                else:
                     if total == n:
                         return jid
-                    attempt += 1
+                    last, attempt = f"{jid} covered {total}", attempt + 1
                     c.cancel_job(jid)
-                if time.monotonic() > deadline:
-                    raise AssertionError(
-                        f"no job over {n} hosts; last covered {total}; logs in {self.base / 'logs'}"
-                    )
                 time.sleep(0.5)
         finally:
             c.close()
+        raise AssertionError(f"no job over {n} hosts ({last}); logs in {self.base / 'logs'}")
 
     def wait_registered(self, n: int, timeout: float = 30) -> None:
         import sqlite3

@@ -54,6 +54,11 @@ def rates_with(topo: Topology, slow_edges: dict[int, set[str]]) -> dict[str, lis
     }
 
 
+def crawl_from(order: list[str], first: int) -> dict[str, list[int]]:
+    """One stripe's rates: FAST down the chain, SLOW from ``order[first]`` on."""
+    return {h: [SLOW if i >= first else FAST] for i, h in enumerate(order)}
+
+
 def test_a_slow_uploader_is_blamed_not_the_chain_behind_it() -> None:
     topo = build_topology(fleet(), 4)
     # the serving host: receives at speed, but everyone behind it gets its 40 Mbit
@@ -132,9 +137,7 @@ def test_a_tie_blames_the_upstream_until_the_child_has_a_second_witness() -> Non
     topo = build_topology(fleet(1, 5), 1)
     order = topo.stripes[0].order  # one chain, root first
     up, child = order[1], order[2]
-    rates = {h: [FAST] for h in order}
-    for h in order[2:]:  # the child and everyone behind it crawl
-        rates[h] = [SLOW]
+    rates = crawl_from(order, 2)  # the child and everyone behind it crawl
     ref = (FAST, FAST)  # the medians of a round when most hosts still received
     v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref)
     assert v.tx_slow == v.tied == {up} and v.rx_slow == frozenset()
@@ -304,9 +307,7 @@ def test_a_child_behind_a_guilty_upstream_and_one_more_is_a_tie_with_that_one() 
     topo = build_topology(fleet(1, 5), 1)
     order = topo.stripes[0].order
     guilty, child = order[1], order[2]
-    rates = {h: [FAST] for h in order}
-    for h in order[2:]:
-        rates[h] = [SLOW]
+    rates = crawl_from(order, 2)
     ref = (FAST, FAST)
     v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, {child: {"h-x"}}, ref)
     assert v.rx_slow == {child}  # two witnesses, neither guilty by others' evidence
@@ -340,9 +341,7 @@ def test_an_upstream_whose_own_report_says_it_sends_at_the_fleets_pace_is_not_bl
     topo = build_topology(fleet(1, 5), 1)
     order = topo.stripes[0].order
     up = order[1]
-    rates = {h: [FAST] for h in order}
-    for h in order[2:]:
-        rates[h] = [SLOW]
+    rates = crawl_from(order, 2)
     ref = (FAST, FAST)
     v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref, tx={up: FAST})
     assert v.tx_slow == frozenset()

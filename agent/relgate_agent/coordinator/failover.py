@@ -48,6 +48,12 @@ def in_grace(job: JobState, now: float, config: CoordinatorConfig) -> bool:
     return False
 
 
+def stopped_reporting(hp: HostProgress, now: float, config: CoordinatorConfig) -> bool:
+    """No report from ``hp`` for two report intervals: a suspect that also went quiet is
+    dead at once (ReportSuspect), and its hops are no evidence of slowness (handoff)."""
+    return now - hp.last_seen > 2 * config.report_interval_s
+
+
 def dead_limit(hp: HostProgress, job: JobState, config: CoordinatorConfig) -> float:
     """The silence after which ``hp`` is dead: ``dead_after_s`` for a host this leader
     heard from (or a job it created), the takeover grace for one it never heard from."""
@@ -56,4 +62,4 @@ def dead_limit(hp: HostProgress, job: JobState, config: CoordinatorConfig) -> fl
     return takeover_grace_s(config)
 
 
-__all__ = ["dead_limit", "in_grace", "takeover_grace_s"]
+__all__ = ["dead_limit", "in_grace", "stopped_reporting", "takeover_grace_s"]

@@ -19,7 +19,7 @@ from relgate_agent.contracts import HostRow, RemovedHost
 from relgate_agent.coordinator import removal, slowclock, tally
 from relgate_agent.coordinator.attest import attestations_for
 from relgate_agent.coordinator.budget import rebalance_origins
-from relgate_agent.coordinator.failover import dead_limit, in_grace
+from relgate_agent.coordinator.failover import dead_limit, in_grace, stopped_reporting
 from relgate_agent.coordinator.jobstate import (
     TERMINAL_STATES,
     Completion,
@@ -344,8 +344,8 @@ class HandoffService(ProgressService):
             and hp.state == "TRANSFERRING"
         }
         per_stripe = {h: hp.stripe_rx_bps for h, hp in moving.items() if hp.stripe_rx_bps}
-        silent = self._silent_uploaders(job, now)
         if per_stripe:
+            silent = self._silent_uploaders(job, now)
             totals = {h: hp.rx_bps for h, hp in moving.items()}
             # the reference rates: this round's medians, or the peak held so far (decaying)
             # when they are lower: the victims of a slow host drag the medians down with it
@@ -433,11 +433,10 @@ class HandoffService(ProgressService):
         dead or frozen host starves its children, which is the dead-host sweep's to judge,
         not slowness. Their hops, like a demoted leaf's, are no evidence (judge's
         ``unjudged``)."""
-        late = 2 * self.config.report_interval_s
         return {
             h
             for h, hp in job.hosts.items()
-            if (hp.rates_since is None and not hp.ready) or now - hp.last_seen > late
+            if (hp.rates_since is None and not hp.ready) or stopped_reporting(hp, now, self.config)
         }
 
     @staticmethod

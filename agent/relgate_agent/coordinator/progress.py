@@ -31,6 +31,7 @@ from relgate_agent.coordinator import removal, tally
 from relgate_agent.coordinator.attest import HandoffSigning
 from relgate_agent.coordinator.budget import origin_rate
 from relgate_agent.coordinator.complaints import corroboration, suspect_reporter, withdraw
+from relgate_agent.coordinator.failover import stopped_reporting
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
     GONE_STATES,
@@ -485,7 +486,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
                 self._quarantine(job, hp)
         elif not self.config.splice_on_suspect:
             return
-        elif self.clock() - hp.last_seen > 2 * self.config.report_interval_s:
+        elif stopped_reporting(hp, self.clock(), self.config):
             # the suspect also stopped reporting to us: treat as dead, splice now
             self._mark_dead(job, suspect, f"{reason} from {reporter}")
         elif upstream_of_reporter:

@@ -198,7 +198,7 @@ def _tx_slow(
     tx: Mapping[str, int],
     fraction: float,
     total_median: int,
-    guilty: Collection[str] = (),
+    guilty: frozenset[str] = frozenset(),
 ) -> tuple[set[str], set[str], set[str]]:
     """The upstreams slow in transmit: (evident, tied, saturated)."""
 
@@ -212,7 +212,7 @@ def _tx_slow(
     def tie(k: str, up: str) -> bool:
         """``up`` is the only upstream ``k`` ever fell behind (besides ones found guilty on
         others' evidence) and none feeds it well."""
-        return slow_with[k] - set(guilty) == {up} and not fed_well.get(k, set()) - {up}
+        return slow_with[k] - guilty == {up} and not fed_well.get(k, set()) - {up}
 
     # evident: every child it feeds falls behind it, and one of them at least receives
     # well from another upstream with a total at speed: the evidence from both ends (the
@@ -331,7 +331,7 @@ def judge(  # noqa: PLR0913, PLR0917 - one parameter per kind of evidence, named
     # from next, and the fleet lost their uploads (8 of 13 hosts demoted, 6 of them healthy).
     # An upstream found tx-slow on the others' evidence explains its part: a child behind
     # it and one more is a tie with that one (behind two, it would never be judged at all)
-    guilty: set[str] = set()
+    guilty: frozenset[str] = frozenset()
     for _ in range(2):
         common = {h for h, w in slow_with.items() if len(w - guilty) >= WITNESSES}
         evidence = _Hops(
@@ -344,7 +344,7 @@ def judge(  # noqa: PLR0913, PLR0917 - one parameter per kind of evidence, named
         evident, tied, saturated = _tx_slow(
             evidence, slow_with, low_total, tx, fraction, total_median, guilty
         )
-        guilty = evident | saturated
+        guilty = frozenset(evident | saturated)
     rx_slow = _rx_slow(hops, slow_with, low_total, evident | tied | saturated)
     tx_slow = evident | tied | saturated
     behind = {up: frozenset(kids) for up, kids in evidence.slow_kids.items()}
