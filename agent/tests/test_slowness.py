@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from relgate_agent.contracts import STRIPE_DONE
 from relgate_agent.coordinator.slowness import (
     REFERENCE_HALF_LIFE_S,
+    SENDS_WELL,
     held_reference,
     judge,
     stripe_median,
@@ -233,6 +234,7 @@ def test_the_reference_holds_the_peak_while_victims_drag_the_medians_down() -> N
     # nothing measured (too few receivers, or all of them victims): the peak holds as it
     # was, however long (only a measured fleet lowers it)
     assert held_reference(peak, (0, 0), 2 * REFERENCE_HALF_LIFE_S) == peak
+    assert held_reference(peak, (0, 800_000), REFERENCE_HALF_LIFE_S) == peak  # half is none
     assert held_reference(peak, (2_000_000, 9_000_000), 1.0) == (2_000_000, 9_000_000)
 
 
@@ -345,6 +347,11 @@ def test_an_upstream_whose_own_report_says_it_sends_at_the_fleets_pace_is_not_bl
     ref = (FAST, FAST)
     v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref, tx={up: FAST})
     assert v.tx_slow == frozenset()
+    exactly = {up: int(SENDS_WELL * FAST)}  # at the bound: it sends well
+    assert (
+        judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref, tx=exactly).tx_slow
+        == frozenset()
+    )
     v = judge(rates, totals(rates), parents(topo), 0.5, FLOOR, reference=ref, tx={up: FAST // 4})
     assert up in v.tx_slow
 
@@ -356,6 +363,10 @@ def test_victims_are_every_host_behind_a_slow_one_in_each_stripe() -> None:
     assert victims([par, par], set()) == [set(), set()]
     assert victims([par], {"d"}) == [set()]
     assert victims([{"x": "y", "y": "x"}], {"z"}) == [set()]  # a cycle ends, never loops
+    # children listed before their parents: the walk up the chain answers for the path
+    rev = {"d": "c", "c": "b", "b": "a", "a": None}
+    assert victims([rev], {"a"}) == [{"b", "c", "d"}]
+    assert victims([rev], {"b"}) == [{"c", "d"}]
 
 
 def test_one_slow_host_early_in_every_chain_is_judged_against_the_fleets_total() -> None:
@@ -413,3 +424,39 @@ def test_two_victims_corroborate_a_tx_slow_upstream_however_well_a_third_receive
     one = {**rates, "b": [FAST, FAST]}  # one victim alone: no corroboration, no verdict
     v = judge(one, tot, par, 0.5, FLOOR, reference=ref, tx=sent)
     assert v.tx_slow == frozenset()
+    # three victims corroborate as surely as two: u feeds a, b and d, all crawling, whose
+    # totals are low (so the evident rule does not apply) and its report is over half
+    # its hops' due (4.5 x FAST: not saturated) and under 2.4 x FAST (not sending well)
+    par3 = [
+        {"u": None, "a": "u", "b": "u", "d": "u"},
+        {"v": None, "a": "v", "b": "v", "d": "v", "u": "v"},
+    ]
+    three = {k: rates[k] for k in ("u", "v", "a", "b")} | {"d": [slow, FAST]}
+    tot3 = {h: sum(max(r, 0) for r in rs) for h, rs in three.items()}
+    ref3, sent3 = (FAST, 3 * FAST), {"u": FAST * 23 // 10}
+    v = judge(three, tot3, par3, 0.5, FLOOR, reference=ref3, tx=sent3)
+    assert v.tx_slow == {"u"} and v.saturated == frozenset() and v.behind["u"] == {"a", "b", "d"}
+
+
+def test_a_child_fed_well_by_another_upstream_is_no_tie() -> None:
+    """Behind one upstream in one stripe, fed well by another in the other, its total low
+    against the reference: not a tie (another upstream feeds it), not evidence either (its
+    total is low), not rx-slow (one witness). Nobody is judged on it."""
+    par = [{"u": None, "v": None, "k": "u"}, {"u": None, "v": None, "k": "v"}]
+    rates = {"u": [FAST, FAST], "v": [FAST, FAST], "k": [SLOW // 4, FAST]}
+    tot = {h: sum(r) for h, r in rates.items()}
+    v = judge(rates, tot, par, 0.5, FLOOR, reference=(FAST, 4 * FAST))
+    assert v.tx_slow == v.rx_slow == frozenset() and v.slow_with == {"k": frozenset({"u"})}
+
+
+def test_a_culprit_found_elsewhere_does_not_make_an_unrelated_child_common() -> None:
+    """Two independent culprits: g, tx-slow by its own rates (its child a behind it), and
+    u, a tie with its child b. g's guilt takes nothing from b's lone witness: both are
+    blamed. Three witnesses make a child common as surely as two."""
+    par = [{"g": None, "a": "g", "u": None, "b": "u", "w": None}]
+    rates = {"g": [FAST], "a": [SLOW // 4], "u": [FAST], "b": [SLOW // 4], "w": [FAST]}
+    ref = (FAST, FAST)
+    v = judge(rates, totals(rates), par, 0.5, FLOOR, reference=ref, tx={"g": 1})
+    assert v.tx_slow == {"g", "u"} and "g" in v.saturated and "u" in v.tied
+    v = judge(rates, totals(rates), par, 0.5, FLOOR, {"b": {"x", "y"}}, ref, {"g": 1})
+    assert v.rx_slow == {"b"} and v.tx_slow == {"g"}  # b behind u, x, y: its own fault
