@@ -460,3 +460,31 @@ def test_a_culprit_found_elsewhere_does_not_make_an_unrelated_child_common() -> 
     assert v.tx_slow == {"g", "u"} and "g" in v.saturated and "u" in v.tied
     v = judge(rates, totals(rates), par, 0.5, FLOOR, {"b": {"x", "y"}}, ref, {"g": 1})
     assert v.rx_slow == {"b"} and v.tx_slow == {"g"}  # b behind u, x, y: its own fault
+
+
+def test_two_children_behind_the_same_two_upstreams_are_no_evidence_either_way() -> None:
+    """A CPU-bound lab's fault-free run: h01 and h13 each crawled "behind h09, h12" and were
+    demoted rx-slow on two witnesses. Two children sharing the same two slow upstreams say
+    nothing of which end is slow: nobody is judged. One child behind two upstreams whose
+    lag shows on it alone is its own problem (rx-slow), as before."""
+    par = [
+        {"o": None, "p": "o", "q": "o", "x": "o", "a": "p", "b": "p"},
+        {"x": None, "o": "x", "p": "x", "q": "x", "a": "q", "b": "q"},
+    ]
+    rates = {h: [FAST, FAST] for h in ("o", "p", "q", "x")} | {
+        "a": [FAST // 4, FAST // 4],
+        "b": [FAST // 4, FAST // 4],
+    }
+    rates["o"][0] = STRIPE_DONE
+    rates["x"][1] = STRIPE_DONE
+    tot = {h: sum(max(r, 0) for r in rs) for h, rs in rates.items()}
+    ref = (FAST, 2 * FAST)
+    sent = {"p": FAST // 2, "q": FAST // 2}  # what they pass on: their children's pace
+    v = judge(rates, tot, par, 0.5, FLOOR, reference=ref, tx=sent)
+    assert v.slow_with == {"a": {"p", "q"}, "b": {"p", "q"}}
+    assert v.rx_slow == v.tx_slow == frozenset()
+    # b receives at speed: a's lag shows on a alone, behind both of them
+    rates["b"] = [FAST, FAST]
+    tot["b"] = 2 * FAST
+    v = judge(rates, tot, par, 0.5, FLOOR, reference=ref, tx=sent)
+    assert v.rx_slow == {"a"} and v.tx_slow == frozenset()

@@ -276,14 +276,17 @@ def _rx_slow(
     """The hosts slow in receive: their total is low (max-min sharing can leave an rx-capped
     host fast in a few stripes), and they fall behind upstreams that are not tx-slow, at
     least one of which sends well on some hop (to anyone, this host included: its upload
-    can), or two of them (now or in an earlier topology)."""
+    can), or two of them (now or in an earlier topology) whose lag shows on this host
+    alone. Two children behind the same two upstreams are no evidence either way (a
+    CPU-bound lab's fault-free run demoted h01 and h13, each "behind h09, h12"): which
+    end is slow, no rate tells."""
     rx_slow = set()
     for h, ups in hops.slow_ups.items():
         blamable = ups - tx_slow
-        witnesses = slow_with[h] - tx_slow
         if not blamable or not low_total(h):
             continue  # a victim of a slow upstream, or receiving at speed overall
-        if len(witnesses) >= WITNESSES or any(hops.fast_kids.get(u) for u in blamable):
+        sole = {u for u in slow_with[h] - tx_slow if hops.slow_kids.get(u, set()) <= {h}}
+        if len(sole) >= WITNESSES or any(hops.fast_kids.get(u) for u in blamable):
             rx_slow.add(h)
     return rx_slow
 
