@@ -1,5 +1,5 @@
 """Chaos row of the lab bench: the distribution bench's fleet (16 hosts, 4 racks, 100 Mbit
-tbf NICs, 256 MiB) run fault-free and then under chaos in the same run: 2 hosts SIGKILLed
+fair-shared NICs, 256 MiB) run fault-free and then under chaos in the same run: 2 hosts SIGKILLed
 mid-transfer, 1 corrupting every block it sends, 1 at 30 % of its NIC, 1 at 30 % of its
 upload only (tx-slow: its victims must not be blamed), the leading coordinator SIGKILLed
 once and, later, the next leader frozen (SIGSTOP: no FIN, its sockets stay open; three
@@ -204,7 +204,7 @@ def main(nic_mbit: int = NIC_MBIT) -> dict[str, Any]:
         chaos = run(base, src, pem, env, chaos=True, nic=nic)
         ratio = round(chaos["p50_s"] / clean["p50_s"], 3) if clean.get("p50_s") else None
         return {
-            "workload": f"{HOSTS} hosts / {RACKS} racks, {nic_mbit} Mbit/s tbf NICs, "
+            "workload": f"{HOSTS} hosts / {RACKS} racks, {nic_mbit} Mbit/s NICs (htb per peer), "
             f"origin cap 2B, S={SIZE >> 20} MiB, k={STRIPES}",
             "faultFree": clean,
             "chaos": {

@@ -1,6 +1,6 @@
 """Checkpoint fan-out in the network-namespace lab: relgate striped chains vs naive HTTP pull.
 
-Workload: 16 hosts in 4 racks, every host NIC capped at B = 100 Mbit/s (tc tbf, both
+Workload: 16 hosts in 4 racks, every host NIC capped at B = 100 Mbit/s (htb, a class per peer, both
 directions); one origin HTTP server on the spine whose NIC is capped at 2B; a 256 MiB
 checkpoint (4 files; 4 MiB chunks, 256 KiB blocks, 8 stripes).
 
@@ -170,7 +170,7 @@ def run_relgate(
 ) -> dict[str, Any]:
     """One distribution in the lab; with ``serving``, that host runs ``--max-rate 40 Mbit``
     (it serves inference); with ``tx_slow``, that host's upload alone is capped at 30 % of
-    its NIC (tbf on its egress). The figures cover everyone else; ``judged`` lists every
+    its NIC (on its egress alone). The figures cover everyone else; ``judged`` lists every
     host the coordinator demoted, quarantined or removed, with its reasons."""
     from relgate_lab.netns import LabSpec, lab_down, lab_up
 

@@ -1,6 +1,6 @@
 """Fair judgement in the network-namespace lab (issue 29): false demotions and a tx-slow host.
 
-Workload: the distribution bench's fleet (16 hosts / 4 racks, 100 Mbit tbf NICs, origin at
+Workload: the distribution bench's fleet (16 hosts / 4 racks, 100 Mbit NICs shared per peer, origin at
 2B, 256 MiB, k = 8). ``runs`` fault-free distributions, then one with a tx-only slow host
 (``h10``: its upload alone capped at 30 % of its NIC, its receive side at full rate).
 
@@ -57,7 +57,7 @@ def main(runs: int = 5) -> dict[str, Any]:
     victims = sorted(h for h in slow["judged"] if h != TX_SLOW)
     return {
         "workload": (
-            f"{HOSTS} hosts / {RACKS} racks, NIC {NIC * 8 // 1_000_000} Mbit/s tbf, origin 2B, "
+            f"{HOSTS} hosts / {RACKS} racks, NIC {NIC * 8 // 1_000_000} Mbit/s (htb per peer), origin 2B, "
             f"S={SIZE >> 20} MiB, chunk {CHUNK >> 20} MiB, k={STRIPES}; {runs} fault-free runs, "
             f"then {TX_SLOW} with its upload at {int(TX_SLOW_SHARE * 100)} % of its NIC"
         ),

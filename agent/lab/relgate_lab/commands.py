@@ -30,7 +30,7 @@ def lab() -> None:
     pass
 
 
-@lab.command("up", help="netns lab: one namespace per host, a bridge per rack, tbf caps")
+@lab.command("up", help="netns lab: one namespace per host, a bridge per rack, capped NICs")
 @common
 @click.option("--hosts", type=int, default=8)
 @click.option("--racks", type=int, default=2)
@@ -40,7 +40,13 @@ def lab() -> None:
 @click.option("--coordinator-listen", default="")
 @click.option("--journal-interval", type=float, default=2.0)
 @click.option("--loopback", is_flag=True, help="no namespaces even when root")
-def up(
+@click.option(
+    "--fair-nics/--fifo-nics",
+    default=True,
+    help="share each NIC cap fairly among peers (htb class per peer, as fq_codel does on "
+    "a real host; the default) or queue every flow in one tbf FIFO (TCP shares it unfairly)",
+)
+def up(  # noqa: PLR0913 - one parameter per command-line option
     *,
     hosts: int,
     racks: int,
@@ -50,6 +56,7 @@ def up(
     coordinator_listen: str,
     journal_interval: float,
     loopback: bool,
+    fair_nics: bool,
 ) -> None:
     setup_logging(output().verbose)
     spec = LabSpec(
@@ -61,6 +68,7 @@ def up(
         coordinator_listen=coordinator_listen,
         journal_interval_s=journal_interval,
         force_loopback=loopback,
+        fair_nics=fair_nics,
     )
     output().emit(lab_up(spec))
 
