@@ -488,3 +488,34 @@ def test_two_children_behind_the_same_two_upstreams_are_no_evidence_either_way()
     tot["b"] = 2 * FAST
     v = judge(rates, tot, par, 0.5, FLOOR, reference=ref, tx=sent)
     assert v.rx_slow == {"a"} and v.tx_slow == frozenset()
+
+
+def test_one_fast_flow_of_an_upload_under_half_the_fleets_pace_proves_nothing() -> None:
+    """The chaos lab's 30 %-NIC h06 fed its rack-mates h10 and h14 in most stripes; one of
+    its flows still counted as fast, and h10 was demoted rx-slow "behind h06 that sends
+    well" while h06 was never judged. An upstream whose own report says it sends under
+    half the fleet's pace is no proof that its lone victim's receive is the problem: two
+    such victims corroborate the upstream's tx verdict instead."""
+    par = [
+        {"o": None, "x": "o", "y": "o", "u": "o", "a": "u", "b": "u", "c": "u"},
+        {"x": None, "o": "x", "y": "x", "u": "x", "a": "u", "b": "u", "c": "x"},
+    ]
+    rates = {h: [FAST, FAST] for h in ("o", "x", "y", "u", "c")} | {
+        "a": [FAST // 8, FAST // 8],
+        "b": [FAST // 8, FAST // 8],
+    }
+    tot = {h: sum(rs) for h, rs in rates.items()}
+    ref = (FAST, 2 * FAST)
+    weak = {"u": 2 * FAST * 4 // 10}  # 0.4 x the fleet's total: under half its pace
+    v = judge(rates, tot, par, 0.5, FLOOR, reference=ref, tx=weak)
+    assert v.rx_slow == frozenset() and v.tx_slow == {"u"}
+    assert v.behind == {"u": {"a", "b"}}
+    # one victim alone: u sends under half what its hops should carry (its own rates)
+    rates["b"] = [FAST, FAST]
+    tot["b"] = 2 * FAST
+    v = judge(rates, tot, par, 0.5, FLOOR, reference=ref, tx=weak)
+    assert v.rx_slow == frozenset() and v.tx_slow == v.saturated == {"u"}
+    # its upload works (over half the fleet's pace, over half its hops' due): the lone
+    # victim is rx-slow, as before
+    v = judge(rates, tot, par, 0.5, FLOOR, reference=ref, tx={"u": 3 * FAST})
+    assert v.rx_slow == {"a"} and v.tx_slow == frozenset()

@@ -272,12 +272,15 @@ def _rx_slow(
     slow_with: Mapping[str, frozenset[str]],
     low_total: Callable[[str], bool],
     tx_slow: set[str],
+    sends_some: Callable[[str], bool],
 ) -> set[str]:
     """The hosts slow in receive: their total is low (max-min sharing can leave an rx-capped
     host fast in a few stripes), and they fall behind upstreams that are not tx-slow, at
     least one of which sends well on some hop (to anyone, this host included: its upload
-    can), or two of them (now or in an earlier topology) whose lag shows on this host
-    alone. Two children behind the same two upstreams are no evidence either way (a
+    can) and, by its own report, sends at half the fleet's pace or more (``sends_some``:
+    one fast flow of a 30 %-NIC upload proved nothing, and the chaos lab demoted its
+    rack-mate h10 "behind h06 that sends well" while h06 itself was never judged), or two
+    of them (now or in an earlier topology) whose lag shows on this host alone. Two children behind the same two upstreams are no evidence either way (a
     CPU-bound lab's fault-free run demoted h01 and h13, each "behind h09, h12"): which
     end is slow, no rate tells."""
     rx_slow = set()
@@ -286,7 +289,8 @@ def _rx_slow(
         if not blamable or not low_total(h):
             continue  # a victim of a slow upstream, or receiving at speed overall
         sole = {u for u in slow_with[h] - tx_slow if hops.slow_kids.get(u, set()) <= {h}}
-        if len(sole) >= WITNESSES or any(hops.fast_kids.get(u) for u in blamable):
+        proven = any(hops.fast_kids.get(u) and sends_some(u) for u in blamable)
+        if len(sole) >= WITNESSES or proven:
             rx_slow.add(h)
     return rx_slow
 
@@ -348,7 +352,12 @@ def judge(  # noqa: PLR0913, PLR0917 - one parameter per kind of evidence, named
             evidence, slow_with, low_total, tx, fraction, total_median, guilty
         )
         guilty = frozenset(evident | saturated)
-    rx_slow = _rx_slow(hops, slow_with, low_total, evident | tied | saturated)
+
+    def sends_some(up: str) -> bool:
+        """No report of its own, or it sends at ``fraction`` x the fleet's pace or more."""
+        return up not in tx or tx[up] >= fraction * total_median
+
+    rx_slow = _rx_slow(hops, slow_with, low_total, evident | tied | saturated, sends_some)
     tx_slow = evident | tied | saturated
     behind = {up: frozenset(kids) for up, kids in evidence.slow_kids.items()}
     return Verdicts(
