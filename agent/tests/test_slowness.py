@@ -519,3 +519,24 @@ def test_one_fast_flow_of_an_upload_under_half_the_fleets_pace_proves_nothing() 
     # victim is rx-slow, as before
     v = judge(rates, tot, par, 0.5, FLOOR, reference=ref, tx={"u": 3 * FAST})
     assert v.rx_slow == {"a"} and v.tx_slow == frozenset()
+
+
+def test_a_lone_witness_must_send_at_half_the_fleets_pace_to_prove_rx() -> None:
+    """u feeds a and c in one stripe of four and sends over half what those hops carry (not
+    saturated), with c fast behind it: a, behind u alone, is rx-slow only when u's own
+    report says it sends at ``fraction`` x the fleet's total pace or more (at the bound
+    exactly: it does)."""
+    done = STRIPE_DONE
+    par = [
+        {"o": None, "x": "o", "y": "o", "u": "o", "a": "u", "c": "u"},
+        *[{"x": None, "o": "x", "y": "x", "u": "x", "a": "x", "c": "x"}] * 3,
+    ]
+    rates = {h: [FAST] * 4 for h in ("o", "x", "y", "u")} | {
+        "c": [FAST, done, done, done],
+        "a": [FAST // 8, done, done, done],
+    }
+    tot = {h: sum(max(r, 0) for r in rs) for h, rs in rates.items()}
+    ref = (FAST, 4 * FAST)
+    for sent, rx in ((FAST + FAST // 8, frozenset()), (2 * FAST, {"a"}), (2 * FAST - 1, set())):
+        v = judge(rates, tot, par, 0.5, FLOOR, reference=ref, tx={"u": sent})
+        assert v.rx_slow == rx and v.tx_slow == frozenset(), sent
