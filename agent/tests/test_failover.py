@@ -38,6 +38,18 @@ def _leader(tmp_path: Path, checkpoint, now: list[float]) -> Coordinator:
     )
 
 
+def _job_on_first_leader(tmp_path: Path, checkpoint, now: list[float]):
+    """A leader with every host enrolled and a job every host registered with."""
+    first = _leader(tmp_path, checkpoint, now)
+    for h, r in HOSTS.items():
+        first.enroll(h, r, {"cluster": "inf-a"})
+        first.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+    job = first.create_job(JobSpec(**job_spec(checkpoint)))
+    for h in job.topology.racks:
+        first.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
+    return first, job
+
+
 def _report(c: Coordinator, job_id: str, hosts) -> None:
     for h in hosts:
         c.report_progress(job_id, h, ProgressReport(rx_bps=1, stripe_rx_bps=(1,) * 4))
@@ -59,13 +71,7 @@ def test_a_new_leader_splices_only_hosts_it_had_a_chance_to_hear(
     tmp_path: Path, checkpoint
 ) -> None:
     now = [T0]
-    first = _leader(tmp_path, checkpoint, now)
-    for h, r in HOSTS.items():
-        first.enroll(h, r, {"cluster": "inf-a"})
-        first.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
-    job = first.create_job(JobSpec(**job_spec(checkpoint)))
-    for h in job.topology.racks:
-        first.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
+    first, job = _job_on_first_leader(tmp_path, checkpoint, now)
     _report(first, job.job_id, HOSTS)
     first.tick()
     first.store.close()  # the leader froze (or died) mid-job
@@ -95,6 +101,46 @@ def test_a_new_leader_splices_only_hosts_it_had_a_chance_to_hear(
         assert any("no report since the takeover" in e for e in resumed.hosts[silent].errors)
         assert all(resumed.hosts[h].state == "TRANSFERRING" for h in streaming)
         assert not any("spliced out" in e for h in streaming for e in resumed.hosts[h].errors)
+    finally:
+        second.store.close()
+
+
+def test_a_host_spliced_before_a_takeover_stays_dead_and_is_removed(
+    tmp_path: Path, checkpoint
+) -> None:
+    """bench chaos: h02 and h09 were killed and spliced out by the first leader; the leader
+    that took over after the next one froze restored them as PENDING (the default state of
+    a rebuilt cache), outside the chains, so no sweep judged them again: PENDING to the
+    end, and the job waited on them. A target missing from the restored topology, not
+    READY and not removed or quarantined, was spliced: DEAD, and removed in due course."""
+    now = [T0]
+    first, job = _job_on_first_leader(tmp_path, checkpoint, now)
+    alive = [h for h in HOSTS if h != "h3"]
+    _report(first, job.job_id, HOSTS)
+    for t in range(1, 9):  # h3 dies: spliced out after dead_after_s
+        now[0] = T0 + t
+        _report(first, job.job_id, alive)
+        first.tick()
+    assert first.jobs[job.job_id].hosts["h3"].state == "DEAD"
+    assert "h3" not in first.jobs[job.job_id].topology.racks
+    first.store.close()
+
+    now[0] = T0 + 20.0
+    second = _leader(tmp_path, checkpoint, now)
+    try:
+        resumed = second.jobs[job.job_id]
+        gone = resumed.hosts["h3"]
+        assert gone.state == "DEAD" and "h3" not in resumed.topology.racks
+        assert any("before the takeover" in e for e in gone.errors)
+        bound = second.config.remove_dead_after_s
+        t = 0.0
+        while "h3" not in resumed.removed:
+            assert t <= bound + 2, "a host spliced before the takeover was never removed"
+            t += 1
+            now[0] = T0 + 20 + t
+            _report(second, job.job_id, alive)
+            second.tick()
+        assert all(resumed.hosts[h].state == "TRANSFERRING" for h in alive)
     finally:
         second.store.close()
 

@@ -217,6 +217,14 @@ class CoordinatorCore:
             if h in job.hosts:
                 job.hosts[h].state, job.hosts[h].removed_at = QUARANTINED, at
         removal.restore(self.ledger, job)
+        for h, hp in job.hosts.items():
+            # every other target was in the chains from the job's creation on (a late one
+            # joins them): missing from them, it was spliced out as dead by an earlier
+            # leader. Left PENDING outside the chains, no sweep judged it again and the job
+            # waited on it (bench chaos: h02 and h09 PENDING to the end)
+            if hp.state == "PENDING" and not hp.ready and h not in job.topology.racks:
+                hp.state = "DEAD"
+                hp.errors.append("spliced out before the takeover (not in the stored topology)")
         tally.restore(self.ledger, job)
         slowclock.restore(self.store, job, self.clock(), self.wall(), self.config.slow_after_s)
         job.resumed_at = self.clock()  # no host judged on the takeover's silence (failover.py)
