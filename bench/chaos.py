@@ -11,6 +11,7 @@ Reported: each run's p50 (and max) time to READY over the surviving hosts and th
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -90,6 +91,20 @@ class Trace:
 
     def summary(self) -> dict[str, Any]:
         return {"events": self.events, "fleet_verified_percent_at_s": self.steps}
+
+
+_BYPASS = re.compile(r"(h\d\d) bypasses (h\d\d): stripe (\d+): (?:upstream \S+ )?(\S+ \S+)")
+
+
+def _bypasses(state: dict[str, Any]) -> list[str]:
+    """Each bypass an agent logged (agent/bypass.py): 'h03 bypassed h02 on stripe 1 (failed 2)'."""
+    out = []
+    for log in sorted((Path(state["state_dir"]) / "logs").glob("h*.log")):
+        text = log.read_text(errors="replace")
+        out += [
+            f"{h} bypassed {up} on stripe {s} ({why})" for h, up, s, why in _BYPASS.findall(text)
+        ]
+    return out
 
 
 def _received(st: dict[str, Any]) -> dict[str, Any]:
@@ -182,6 +197,7 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -
                 for h in st.get("hosts", [])
                 if any(e.startswith("DEMOTED") for e in h["errors"])
             },
+            "bypassed": _bypasses(state),
             "machine_busy_fraction": _busy_fraction(busy0, _machine_busy()),
             "ready_at_s": {h: round(t, 1) for h, t in sorted(ready_at.items())},
             "received_over_S": _received(st),

@@ -92,6 +92,10 @@ class StripePlan:
     resume_block: int
     origin_rate_bytes_per_s: int = 0
     compress: bool = False  # the upstream is in another data center: zstd frames on the WAN
+    # the upstream's upstream (a peer of this host's DC, never the origin): pulled from
+    # without a leader when the upstream is dead or the slow hop (agent/bypass.py)
+    bypass: PeerRef | None = None
+    standby: tuple[PeerRef, ...] = ()  # who may bypass a downstream of ours to pull from us
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,7 @@ class ProgressReport:
     stripe_rx_bps: tuple[int, ...] = ()  # per stripe; STRIPE_DONE for a stripe held whole
     manifest_digest: str = ""  # the verified manifest the host holds (serves to peers)
     placement_attestation: str = ""  # with ready: the host's signed attestation (JSON)
+    bypassed_stripes: tuple[int, ...] = ()  # pulled from the bypass peer, not the upstream
 
 
 #: ReportProgress action: this host is quarantined in the job (two downstreams received bad

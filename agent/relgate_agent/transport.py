@@ -20,7 +20,12 @@ Frames (upstream -> downstream): ``!BQQII`` kind, block, offset, length, crc32c 
 kind 1 BLOCK, 2 END, 3 ERROR (payload: UTF-8 message), 4 HEARTBEAT (upstream is alive but
 waiting for its own upstream; lets a downstream tell "slow chain" from "dead peer"), 5 ZBLOCK
 (a block compressed by ``relgate_agent.wan``; only on a stream that asked for it, and only
-when it is smaller than the block, so a frame is never longer than a block).
+when it is smaller than the block, so a frame is never longer than a block), 6 PACE (no
+payload; at most every ``PACE_S`` on a stripe stream: ``block`` is how many blocks past the
+one about to be sent the upstream holds ready for this stream (at most ``PACE_AHEAD_MAX``),
+``offset`` how many its own upstream held ready for it when it last said so, 0 when that
+says nothing of its receive; what a downstream needs to find the slow hop, see
+``relgate_agent.agent.bypass``).
 
 The CRC sent is the manifest's CRC for the block; receivers check it against the manifest
 themselves, so the frame CRC is informational. Blocks are served from disk (the staging or
@@ -66,6 +71,7 @@ KIND_END = 2
 KIND_ERROR = 3
 KIND_HEARTBEAT = 4
 KIND_ZBLOCK = 5
+KIND_PACE = 6
 FRAME = struct.Struct("!BQQII")
 CREDIT = struct.Struct("!I")
 REQ = struct.Struct("!4sBI")
@@ -78,6 +84,8 @@ NOT_HELD = "not held"  # how a FETCH_MANIFEST refusal for a manifest not held en
 ASK_AGAIN_KINDS = frozenset({"not_held", "stale"})
 SOURCE_POLL_S = 0.05  # how often a request for a job registering here looks again
 HEARTBEAT_S = 1.0
+PACE_S = 0.5  # how often a stripe stream tells its downstream how far ahead it is
+PACE_AHEAD_MAX = 64  # blocks counted ahead at most (the count is a signal, not a ledger)
 
 
 class TransportError(Exception):
@@ -154,6 +162,11 @@ class BlockSource(Protocol):
     def chunk_blocks(self, chunk: int) -> range: ...
 
     def count_tx(self, n: int) -> None: ...
+
+    def pace(self, stripe: int, blocks: list[int], pos: int) -> tuple[int, int]:
+        """(blocks held ready past ``blocks[pos]``, at most PACE_AHEAD_MAX; what this
+        host's own upstream of the stripe held ready for it, 0 when that says nothing)"""
+        ...
 
     def envelope(self) -> tuple[str, bytes] | None:
         """(manifest digest, signed envelope) of the job, once this host verified it."""
@@ -498,7 +511,7 @@ class DataServer:
             why = self.authorize(req["job"], peer, op, stripe, topo)
             if why is not None:
                 raise RequestError(why, _refusal_kind(why))
-            self._stream(conn, src, blocks[:end], pos, credits, compress=codec is not None)
+            self._stream(conn, src, stripe, blocks[:end], pos, credits, compress=codec is not None)
         elif op == OP_FETCH_CHUNK:
             chunk = _int_field(req, "chunk", 0, 1 << 40)
             why = self.authorize(req["job"], peer, op, -1, topo)
@@ -530,6 +543,7 @@ class DataServer:
         self,
         conn: socket.socket,
         src: BlockSource,
+        stripe: int,
         blocks: list[int],
         pos: int,
         credits: int,
@@ -538,6 +552,7 @@ class DataServer:
     ) -> None:
         pending = b""
         max_credits = self.limits.max_credits
+        next_pace = 0.0
         while pos < len(blocks):
             if self._stop.is_set() or src.closed:
                 _send_frame(conn, KIND_ERROR, payload=b"job closed on upstream")
@@ -563,6 +578,11 @@ class DataServer:
                     pending = pending[CREDIT.size :]
                 if credits > max_credits:
                     raise RequestError(f"credit overflow ({credits} > {max_credits})")
+            now = time.monotonic()
+            if now >= next_pace:
+                ahead, fed = src.pace(stripe, blocks, pos)
+                _send_frame(conn, KIND_PACE, block=ahead, offset=fed)
+                next_pace = now + PACE_S
             offset, payload, crc = src.read_block(block)
             payload = self.hooks.wire_block(block, payload)
             packed = wan.encode(payload) if compress else None
@@ -628,6 +648,17 @@ class WireCount:
         self.raw += raw
 
 
+@dataclass
+class Pace:
+    """What a stripe stream's upstream last said of how far ahead it is (PACE frames):
+    ``ahead`` blocks held ready for this stream, ``fed`` blocks its own upstream held ready
+    for it, ``at`` the monotonic time it said so (0: never). A heartbeat says ahead = 0."""
+
+    ahead: int = 0
+    fed: int = 0
+    at: float = 0.0
+
+
 def _connect(address: str, timeout: float, tls: ssl.SSLContext, peer: str) -> socket.socket:
     """TCP + TLS 1.3 with our certificate; the server must present host ``peer``'s certificate."""
     host, _, port = address.rpartition(":")
@@ -661,6 +692,7 @@ def _read_frames(
     block_length: Callable[[int], int] | None = None,
     wire: WireCount | None = None,
     address: str = "",
+    pace: Pace | None = None,
 ) -> Iterator[Block | None]:
     """Yields blocks; None for a heartbeat; returns at END; raises on ERROR (and on a frame
     longer than ``max_payload``, before reading it). ZBLOCK frames are decoded to exactly
@@ -691,7 +723,10 @@ def _read_frames(
                 count.add(length, len(data))
                 yield Block(block, offset, crc, data)
             elif kind == KIND_HEARTBEAT:
+                _note_pace(pace, 0, None)  # waiting on its own upstream: nothing held ready
                 yield None
+            elif kind == KIND_PACE and pace is not None and not length:
+                _note_pace(pace, block, offset)
             elif kind == KIND_END:
                 return
             elif kind == KIND_ERROR:
@@ -700,6 +735,16 @@ def _read_frames(
                 raise TransportError(f"unknown frame kind {kind}")
     finally:
         rfile.close()
+
+
+def _note_pace(pace: Pace | None, ahead: int, fed: int | None) -> None:
+    """Record what the upstream said (``fed`` None: a heartbeat, which says nothing of it)."""
+    if pace is None:
+        return
+    pace.ahead = min(ahead, PACE_AHEAD_MAX)
+    if fed is not None:
+        pace.fed = min(fed, PACE_AHEAD_MAX)
+    pace.at = time.monotonic()
 
 
 def _decoded(block: int, payload: bytes, block_length: Callable[[int], int]) -> bytes:
@@ -733,6 +778,7 @@ class StripeStream:
         # set on a WAN link: ask for compressed frames, decoded to the manifest's lengths
         self.block_length = block_length
         self.wire = WireCount()
+        self.pace = Pace()  # the upstream's last PACE frame
         try:
             self.sock = _connect(address, stall_s, tls, peer)
         except (OSError, ValueError) as exc:
@@ -758,7 +804,7 @@ class StripeStream:
     def __iter__(self) -> Iterator[Block | None]:
         try:
             yield from _read_frames(
-                self.sock, self.max_block, self.block_length, self.wire, self.address
+                self.sock, self.max_block, self.block_length, self.wire, self.address, self.pace
             )
         except TimeoutError as exc:
             # a quiet stream past the peer's expiry is cut for it, not judged stalled

@@ -227,15 +227,7 @@ class Cluster:
 
     def journaled(self, host: str, manifest: Any) -> int:
         """How many chunks ``host``'s journal for ``manifest``'s version records verified."""
-        import base64
-
-        m = manifest
-        p = self.models_root(host) / ".staging" / m.model / m.version / "journal"
-        try:
-            doc = json.loads(p.read_bytes())
-        except (OSError, ValueError):
-            return 0
-        return sum(bin(b).count("1") for b in base64.b64decode(doc["verified"]))
+        return journaled_chunks(self.models_root(host), manifest)
 
     def start_agent(
         self,
@@ -378,6 +370,45 @@ class Cluster:
                 con.close()
 
         self.wait_for(count, timeout, f"{n} agents to register")
+
+
+def journaled_chunks(models_root: Path, m: Any) -> int:
+    """How many chunks the journal under ``models_root`` for ``m``'s version records
+    verified (0 without one: not started, or placed and its staging gone)."""
+    import base64
+
+    p = models_root / ".staging" / m.model / m.version / "journal"
+    try:
+        doc = json.loads(p.read_bytes())
+    except (OSError, ValueError):
+        return 0
+    return sum(bin(b).count("1") for b in base64.b64decode(doc["verified"]))
+
+
+def create_lab_job(
+    client: CoordinatorClient,
+    checkpoint: dict[str, Any],
+    hosts: int,
+    timeout: float = 60,
+    **spec: Any,
+) -> str:
+    """The test checkpoint to every ``cluster=lab`` host (4 stripes unless ``spec`` says),
+    created again until all ``hosts`` registered; a replica taking over answers UNAVAILABLE
+    for a moment (retried); any other error fails at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            job = client.create_job(**job_spec(checkpoint, target_selector="cluster=lab", **spec))
+            if job.hosts_total == hosts:
+                return str(job.job_id)
+            client.cancel_job(job.job_id)
+            last: object = f"{job.hosts_total} of {hosts} hosts registered"
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            last = exc
+        assert time.monotonic() < deadline, f"timed out creating the lab job (last: {last})"
+        time.sleep(0.5)
 
 
 def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

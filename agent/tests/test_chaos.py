@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 import pytest
-from agent_harness import assert_placed, running_lab
+from agent_harness import assert_placed, create_lab_job, running_lab
 from relgate_lab.netns import LabSpec
 
 from relgate_agent.client import CoordinatorClient, job_to_dict
@@ -76,23 +76,7 @@ def start_job(
     hosts: int,
     origin_cap_bytes_per_s: int = 3 * MiB,  # ~8 s: the faults land mid-transfer
 ) -> str:
-    def create() -> str | None:
-        job = client.create_job(
-            model="claude-x",
-            version="2026-10-12.3",
-            manifest_uri=str(checkpoint["envelope"]),
-            origin_uri=str(checkpoint["origin"]),
-            target_selector="cluster=lab",
-            ready_threshold_ppm=1_000_000,
-            stripes=4,
-            origin_cap_bytes_per_s=origin_cap_bytes_per_s,
-        )
-        if job.hosts_total == hosts:
-            return str(job.job_id)
-        client.cancel_job(job.job_id)
-        return None
-
-    return str(_wait("agents registered", 60, create))
+    return create_lab_job(client, checkpoint, hosts, origin_cap_bytes_per_s=origin_cap_bytes_per_s)
 
 
 def inject_chaos(state: dict[str, Any], client: CoordinatorClient, job: str, size: int) -> None:

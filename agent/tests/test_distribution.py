@@ -504,8 +504,9 @@ def test_hosts_out_of_disk_are_removed_with_no_space_and_the_job_ends_done(
 
 
 def test_swarm_fallback_when_chain_is_broken_and_not_spliced(tmp_path: Path, checkpoint) -> None:
-    """With splicing held back (repairs paused), hosts behind a dead host pull the chunks
-    they miss from any peer that holds them and still finish."""
+    """With splicing held back (repairs paused) and no bypass (``--no-bypass``: agents wait
+    for the coordinator), hosts behind a dead host pull the chunks they miss from any peer
+    that holds them and still finish."""
     topo = topology_for()
     # not a stripe root: with splicing held back nobody would take over its origin reads, and
     # chunks no peer ever received cannot come from a swarm
@@ -521,7 +522,7 @@ def test_swarm_fallback_when_chain_is_broken_and_not_spliced(tmp_path: Path, che
     )
     try:
         c.start_coordinator()
-        start_hosts(c)
+        start_hosts(c, args_for={h: ["--no-bypass"] for h, _ in HOSTS})
         job = create_job(c, checkpoint, origin_cap_bytes_per_s=4 * MiB, ready_threshold_ppm=875_000)
         c.wait_for(lambda: journal_chunks(c, dead, checkpoint) >= 3, 60, "victim mid-transfer")
         c.kill(dead, signal.SIGKILL)

@@ -13,10 +13,12 @@ from relgate_agent.coordinator.topology import (
     Topology,
     append_host,
     build_topology,
+    bypass_peer,
     index_topology,
     roots,
     splice,
     splice_all,
+    standby_hosts,
     upload_counts,
 )
 
@@ -389,3 +391,48 @@ def test_a_slow_home_downstream_still_beats_a_remote_one() -> None:
     topo2 = Topology(1, [chain2], {"a": "r0", "b": "r0", "c": "r1", "d": "r0"})
     assert splice(topo2, "b", slow={"d"}).stripes[0].parent["c"] == "a"
     assert splice(topo2, "b").stripes[0].parent["d"] == "a"
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    racks=st.integers(1, 5),
+    per_rack=st.integers(1, 6),
+    stripes=st.integers(1, 5),
+    two_dcs=st.booleans(),
+    data=st.data(),
+)
+def test_a_bypass_peer_is_the_grandparent_of_this_dc_and_serves_its_standby(
+    racks: int, per_rack: int, stripes: int, two_dcs: bool, data
+) -> None:
+    """Every host's bypass peer is its upstream's upstream, never the origin and never in
+    another DC; the bypass peer lists it as standby, and lists nobody else."""
+    hosts = fleet(racks, per_rack)
+    dcs = {h: ("east" if int(r[1:]) % 2 else "west") for h, r in hosts.items()} if two_dcs else {}
+    topo = build_topology(hosts, stripes, dcs=dcs)
+    for _ in range(data.draw(st.integers(0, 2))):
+        if len(topo.racks) > 1:
+            topo = splice(topo, data.draw(st.sampled_from(sorted(topo.racks))))
+    idx = index_topology(topo)
+    for s, chain in enumerate(topo.stripes):
+        granted: dict[str, set[str]] = {}
+        for h in chain.order:
+            peer = bypass_peer(topo, chain, h)
+            up = chain.parent[h]
+            if peer is None:
+                grand = chain.parent.get(up) if up is not None else None
+                assert grand is None or topo.dc(grand) != topo.dc(h)
+                continue
+            assert up is not None and chain.parent[up] == peer
+            assert topo.dc(peer) == topo.dc(h)
+            granted.setdefault(peer, set()).add(h)
+        for h in chain.order:
+            assert set(standby_hosts(idx, s, h, topo)) == granted.get(h, set())
+
+
+def test_the_bypass_of_a_rack_chain_skips_one_host_and_never_reaches_the_origin() -> None:
+    topo = build_topology({"a": "r", "b": "r", "c": "r", "d": "r"}, 2)
+    idx = index_topology(topo)
+    s0 = topo.stripes[0]  # a -> b -> c -> d
+    assert [bypass_peer(topo, s0, h) for h in "abcd"] == [None, None, "a", "b"]
+    assert standby_hosts(idx, 0, "a", topo) == ["c"]
+    assert standby_hosts(idx, 0, "c", topo) == []

@@ -192,6 +192,7 @@ class ControlPlane:
             rx_bytes_per_s=self.rx_bps,
             tx_bytes_per_s=self.tx_bps,
             stripe_rx_bytes_per_s=self.stripe_rx_bps,
+            bypassed_stripes=job.assignments.bypassed_stripes(),
             errors=list(job.errors),
             ready=job.ready,
             data_address=job.host.data_address,

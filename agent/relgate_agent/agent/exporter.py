@@ -60,12 +60,19 @@ class _Collector(Collector):
             "Streams from an upstream cut or refused for its certificate, by check",
             labels=["job", "check"],
         )
+        bypasses = CounterMetricFamily(
+            "relgate_agent_bypasses",
+            "Stripes pulled from the upstream's upstream, by why the upstream was bypassed",
+            labels=["job", "reason"],
+        )
         for job in self.jobs():
             with job.lock:
                 c, files, is_ready = job.counters, job.files, job.ready
                 values = [(spec, int(getattr(c, spec[2]))) for spec in _JOB_COUNTERS]
                 for check, n in sorted(c.peer_cert_cuts.items()):
                     cuts.add_metric([job.job_id, check], float(n))
+                for reason, n in sorted(c.bypasses.items()):
+                    bypasses.add_metric([job.job_id, reason], float(n))
             for (name, text, _field, extra), value in values:
                 family = families.get(name)
                 if family is None:
@@ -79,6 +86,7 @@ class _Collector(Collector):
         yield verified
         yield ready
         yield cuts
+        yield bypasses
         counters = self.data.counters()
         refusals = CounterMetricFamily(
             "relgate_agent_data_refusals", "Data-plane requests refused, by kind", labels=["kind"]

@@ -116,7 +116,7 @@ class HostAgent:
         self.stop_event = threading.Event()
         self.reach = LeaderReach()  # logs (rate-limited) while no leader answers
         self.rx_bucket = TokenBucket(config.max_rate_bytes_per_s)
-        self.tx_bucket = TokenBucket(config.max_rate_bytes_per_s)
+        self.tx_bucket = TokenBucket(config.max_upload_bytes_per_s or config.max_rate_bytes_per_s)
         self.data = DataServer(
             config.listen_host,
             config.listen_port,
@@ -156,7 +156,12 @@ class HostAgent:
             while True:
                 if op == OP_STREAM_STRIPE:
                     sa = a.by_stripe.get(stripe)
-                    downs = {d.host_id for d in sa.downstreams} if sa is not None else None
+                    # our downstreams, and theirs that may bypass them (bypass.py)
+                    downs = (
+                        {d.host_id for d in (*sa.downstreams, *sa.standby)}
+                        if sa is not None
+                        else None
+                    )
                     why = stripe_refusal(peer, job_id, stripe, downs, a.topology_version)
                 else:
                     why = chunk_refusal(peer, job_id, a.members, a.topology_version)

@@ -29,7 +29,7 @@ from relgate_agent.pacing import ORIGIN_BURST_S, TokenBucket
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.rpc import Duplex
 from relgate_agent.storage import VersionStore, bitmap_from_bits
-from relgate_agent.transport import DEFAULT_CREDITS
+from relgate_agent.transport import DEFAULT_CREDITS, Pace
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,8 @@ class AgentConfig:
     origin_range_bytes: int = 0
     retain_versions: int = 2  # current + N-1
     max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
+    max_upload_bytes_per_s: int = 0  # per-host cap on data-plane tx alone (0 = the above)
+    bypass: bool = True  # route around a dead or slow upstream without a leader (bypass.py)
     metrics_listen: str = ""  # "host:port" for Prometheus /metrics ("": not served)
     # a chunk that fails verification this many times from the origin (or from each of two
     # or more peers) fails the job, naming the chunk, file and origin object; a peer that
@@ -204,6 +206,8 @@ class JobCounters:
     # check's name; and when the first was cut (wall clock, for the certificate's notAfter)
     peer_cert_cuts: dict[str, int] = field(default_factory=dict)
     first_peer_cert_cut_at: float = 0.0
+    # upstreams bypassed (agent/bypass.py), by why: dead, tx, rx
+    bypasses: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,7 @@ class JobStats:
     endgame_duplicate_bytes: int = 0
     wan_wire_bytes: int = 0  # received from another DC, as sent (compressed)
     wan_raw_bytes: int = 0  # ... and as the blocks it decoded to
+    bypasses: dict[str, int] = field(default_factory=dict)  # reason -> upstreams bypassed
     peer_cert_cuts: dict[str, int] = field(default_factory=dict)  # check -> streams cut
     first_peer_cert_cut_at: float = 0.0  # wall clock of the first such cut
 
@@ -253,6 +258,9 @@ class Assignments:
         self.by_stripe: dict[int, pb.StripeAssignment] = {}
         self.members: set[str] = set()  # hosts of the current topology (may FetchChunk from us)
         self.buckets: dict[int, TokenBucket] = {}  # origin rate per stripe root
+        # stripe -> the upstream this host bypasses on it (agent/bypass.py): the stripe is
+        # pulled from the assignment's bypass peer while the assignment names that upstream
+        self.bypassed: dict[int, str] = {}
 
     def apply(self, a: pb.Assignment) -> None:
         with self.cond:
@@ -291,10 +299,47 @@ class Assignments:
     def wait(self, stripe: int, stop: threading.Event) -> pb.StripeAssignment | None:
         with self.cond:
             self.cond.wait_for(lambda: stripe in self.by_stripe or stop.is_set(), 1.0)
-            return self.by_stripe.get(stripe)
+            return self.effective(stripe)
+
+    def effective(self, stripe: int) -> pb.StripeAssignment | None:
+        """The stripe's assignment as this host acts on it: its bypass peer in place of the
+        upstream while that upstream is bypassed (caller holds ``cond`` or reads once)."""
+        sa = self.by_stripe.get(stripe)
+        if sa is None or not self.bypassing(stripe, sa):
+            return sa
+        return pb.StripeAssignment(
+            stripe=sa.stripe, upstream=sa.bypass, resume_block=sa.resume_block
+        )
+
+    def bypassing(self, stripe: int, sa: pb.StripeAssignment) -> bool:
+        """Whether ``sa``'s upstream is the one bypassed on ``stripe`` (and it names a
+        bypass peer): a new assignment naming another upstream ends the bypass."""
+        return sa.HasField("bypass") and self.bypassed.get(stripe) == sa.upstream.host_id
+
+    def bypass(self, stripe: int, upstream: str) -> bool:
+        """Pull ``stripe`` from the bypass peer instead of ``upstream`` (which the current
+        assignment names). False when it names another upstream, no bypass peer, or the
+        upstream is bypassed already."""
+        with self.cond:
+            sa = self.by_stripe.get(stripe)
+            if (
+                sa is None
+                or sa.upstream.host_id != upstream
+                or not sa.HasField("bypass")
+                or self.bypassed.get(stripe) == upstream
+            ):
+                return False
+            self.bypassed[stripe] = upstream
+            self.cond.notify_all()
+            return True
+
+    def bypassed_stripes(self) -> list[int]:
+        """The stripes pulled from their bypass peer now (reported to the coordinator)."""
+        with self.cond:
+            return sorted(s for s, sa in self.by_stripe.items() if self.bypassing(s, sa))
 
     def changed(self, stripe: int, a: pb.StripeAssignment) -> bool:
-        cur = self.by_stripe.get(stripe)
+        cur = self.effective(stripe)
         return (
             cur is None
             or cur.upstream.host_id != a.upstream.host_id
@@ -348,6 +393,11 @@ class JobState:
         self.origin_reads_done = threading.Condition(self.lock)
         self.repairing: set[int] = set()  # chunks being re-fetched by FetchChunk
         self.stripe_seen: dict[int, float] = {}  # stripe -> monotonic time of its last block
+        # stripe -> (the upstream pulled from now, what its PACE frames last said)
+        self.upstream_pace: dict[int, tuple[str, Pace]] = {}
+        # stripe -> what this host's PACE frames say its own upstream holds ready for it
+        # (agent/bypass.py: 0 unless this host's receive is the stripe's slow hop)
+        self.fed_out: dict[int, int] = {}
         self.chunk_failures: dict[int, dict[str, int]] = {}
         self.ready = False
         self.cancelled = False
@@ -501,6 +551,7 @@ class JobState:
                 wan_wire_bytes=c.wan_wire_bytes,
                 wan_raw_bytes=c.wan_raw_bytes,
                 peer_cert_cuts=dict(c.peer_cert_cuts),
+                bypasses=dict(c.bypasses),
                 first_peer_cert_cut_at=c.first_peer_cert_cut_at,
             )
 

@@ -45,7 +45,12 @@ from relgate_agent.retention import retire_versions
 from relgate_agent.retry import Backoff
 from relgate_agent.reverify import reverify_all
 from relgate_agent.storage import StagedMismatch, VersionStore, scrub_placed
-from relgate_agent.transport import ManifestNotHeld, TransportError, fetch_manifest
+from relgate_agent.transport import (
+    PACE_AHEAD_MAX,
+    ManifestNotHeld,
+    TransportError,
+    fetch_manifest,
+)
 
 log = logging.getLogger(__name__)
 COORDINATOR = "coordinator"  # manifest_from: the envelope came with the Register reply
@@ -100,6 +105,15 @@ class JobRunner:
     def count_tx(self, n: int) -> None:
         with self.job.lock:
             self.job.count(KIND_TX, n)
+
+    def pace(self, stripe: int, blocks: list[int], pos: int) -> tuple[int, int]:
+        avail = self._files().tracker.available
+        ahead = 0
+        for b in blocks[pos + 1 : pos + 1 + PACE_AHEAD_MAX]:
+            if not avail[b]:
+                break
+            ahead += 1
+        return ahead, self.job.fed_out.get(stripe, 0)
 
     # ------------------------------------------------------------------ lifecycle
     @property

@@ -19,10 +19,12 @@ import logging
 import threading
 import time
 
+from relgate_agent.agent.bypass import PACE_FRESH_S, REASON_DEAD, BypassJudge, StripeView
 from relgate_agent.agent.bytelog import KIND_ORIGIN, KIND_RX
 from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.job import ORIGIN, JobFiles, JobState
 from relgate_agent.agent.repair import ChunkRepair
+from relgate_agent.authz import STALE_TOPOLOGY
 from relgate_agent.errors import AgentError, NoSpace, OriginError, StorageError
 from relgate_agent.hooks import JobHooks
 from relgate_agent.manifest import CheckpointManifest, crc32c
@@ -39,6 +41,8 @@ WORKER_RETRY = Backoff(0.2, 2.0)  # after a failed pull: 0.2 s doubling to 2 s
 SUSPECT_AFTER = 2  # transport failures in a row before the upstream is reported
 SWARM_AFTER = 3  # transport failures in a row before swarm mode
 PRIORITY_WAIT_S = 0.2  # a job outranked on this host looks again after this
+BYPASS_TICK_S = 0.5  # how often the bypass judge looks at the stripes (agent/bypass.py)
+COMPLAINT_REPEAT_S = 1.0  # a dead upstream bypassed is reported again this often
 
 
 class CrcMismatch(AgentError):
@@ -109,10 +113,89 @@ class StripeWorkers:
         self.ranges: ParallelRanges  # set with the reader
         self.hashes = ChunkHashes(files.manifest)
         self.reread_always = _hook_touches_staging(job.hooks)
+        self.judge = BypassJudge()
+        # stripe -> (upstream bypassed as dead, the complaint's reason): reported again while
+        # the bypass lasts, so the coordinator's complaint about it stays alive (a complaint
+        # not repeated expires) and it is spliced or removed as if the failures went on
+        self.dead_upstreams: dict[int, tuple[str, str]] = {}
+        self.complain_now = threading.Event()  # a new one: report it at once
 
     def start(self) -> None:
         for s in range(self.files.stripes):
             self.job.spawn(functools.partial(self.worker, s), f"stripe-{s}")
+        if self.job.cfg.bypass:
+            self.job.spawn(self.watch_bypass, "bypass")
+            self.job.spawn(self.repeat_complaints, "complaints")
+
+    # ------------------------------------------------------------------ bypass
+    def watch_bypass(self) -> None:
+        """Every BYPASS_TICK_S: the judge's verdicts bypass their upstreams, and what this
+        host's PACE frames say of its own receive is refreshed."""
+        job = self.job
+        while not job.stop_event.wait(BYPASS_TICK_S):
+            now = time.monotonic()
+            views = self.stripe_views(now)
+            for v in self.judge.observe(now, views):
+                self._bypass(v.stripe, v.upstream, v.reason, v.describe())
+            with job.lock:
+                for s, view in views.items():  # what our upstream holds ready for us
+                    job.fed_out[s] = self.judge.fed(s, view.ahead)
+
+    def repeat_complaints(self) -> None:
+        """Every COMPLAINT_REPEAT_S, ReportSuspect for each dead upstream still bypassed (off
+        the stripe threads: a frozen leader holds each call for its whole timeout)."""
+        job = self.job
+        while not job.stop_event.is_set():
+            self.complain_now.wait(COMPLAINT_REPEAT_S)
+            self.complain_now.clear()
+            with job.lock:
+                dead = dict(self.dead_upstreams)
+            for stripe, (upstream, reason) in dead.items():
+                with job.assignments.cond:
+                    sa = job.assignments.by_stripe.get(stripe)
+                    still = sa is not None and job.assignments.bypassing(stripe, sa)
+                    still = still and sa is not None and sa.upstream.host_id == upstream
+                if still:
+                    self.control.suspect(stripe, upstream, reason)
+                else:
+                    with job.lock:
+                        self.dead_upstreams.pop(stripe, None)
+
+    def stripe_views(self, now: float) -> dict[int, StripeView]:
+        job, files = self.job, self.files
+        paused = job.host.outranked(job.job_id)  # before the job lock (host lock first)
+        out: dict[int, StripeView] = {}
+        for s in range(files.stripes):
+            with job.assignments.cond:
+                sa = job.assignments.effective(s)
+                raw = job.assignments.by_stripe.get(s)
+                can = (
+                    raw is not None
+                    and raw.HasField("bypass")
+                    and not job.assignments.bypassing(s, raw)
+                )
+            with job.lock:
+                rx = job.counters.stripe_rx.get(s, 0)
+                paced = job.upstream_pace.get(s)
+            upstream = sa.upstream.host_id if sa is not None else ""
+            if upstream == ORIGIN or paused or job.first_missing(s) >= len(files.stripe_blocks[s]):
+                upstream = ""
+            ahead = fed = None
+            if paced is not None and paced[0] == upstream and now - paced[1].at <= PACE_FRESH_S:
+                ahead, fed = paced[1].ahead, paced[1].fed
+            out[s] = StripeView(upstream, rx, ahead, fed, can)
+        return out
+
+    def _bypass(self, stripe: int, upstream: str, reason: str, why: str) -> bool:
+        """Pull ``stripe`` from the assignment's bypass peer from now on (the stripe's
+        stream ends at its next block: ``Assignments.changed``)."""
+        job = self.job
+        if not job.assignments.bypass(stripe, upstream):
+            return False
+        with job.lock:
+            job.counters.bypasses[reason] = job.counters.bypasses.get(reason, 0) + 1
+        log.warning("%s bypasses %s: %s", job.cfg.host_id, upstream, why)
+        return True
 
     # ------------------------------------------------------------------ worker
     def worker(self, stripe: int) -> None:
@@ -149,16 +232,7 @@ class StripeWorkers:
         except CrcMismatch as exc:
             return self._on_crc_mismatch(stripe, exc, failures)
         except TransportError as exc:
-            failures += 1
-            if isinstance(exc, PeerCertRefused):
-                self._cert_cut(stripe, upstream, exc)
-            reason = "STALLED" if "stalled" in str(exc) else "CONN_RESET"
-            if failures >= SUSPECT_AFTER:
-                self.control.suspect(stripe, upstream, reason)
-            log.info("%s stripe %d: upstream %s: %s", job.cfg.host_id, stripe, upstream, exc)
-            if failures >= SWARM_AFTER and self.repair.swarm_step(stripe, upstream):
-                return 0  # progress without the chain; try the chain again next
-            return failures
+            return self._on_transport_error(stripe, upstream, exc, failures + 1)
         except NoSpace as exc:  # the disk is full: stop, never retry or re-read the origin
             job.out_of_space(f"{exc}")
             raise _JobOver from exc
@@ -169,6 +243,39 @@ class StripeWorkers:
             log.exception("%s stripe %d: unexpected error", job.cfg.host_id, stripe)
             job.error("INTERNAL", detail=repr(exc))
             return failures + 1
+
+    def _on_transport_error(
+        self, stripe: int, upstream: str, exc: TransportError, failures: int
+    ) -> int:
+        """A failed pull from a peer: reported after SUSPECT_AFTER in a row, then the
+        assignment's bypass peer (without a leader), then swarm mode."""
+        job = self.job
+        if isinstance(exc, PeerCertRefused):
+            self._cert_cut(stripe, upstream, exc)
+        reason = "STALLED" if "stalled" in str(exc) else "CONN_RESET"
+        log.info("%s stripe %d: upstream %s: %s", job.cfg.host_id, stripe, upstream, exc)
+        if failures < SUSPECT_AFTER:
+            return failures
+        if (
+            job.cfg.bypass
+            and STALE_TOPOLOGY not in str(exc)  # a moment apart, not dead: ask again
+            and self._bypass(
+                stripe,
+                upstream,
+                REASON_DEAD,
+                f"stripe {stripe}: upstream {upstream} failed {failures} times: {exc}",
+            )
+        ):
+            # the bypass peer at once; the complaint is reported (and repeated while the
+            # bypass lasts) off this thread: repeat_complaints
+            with job.lock:
+                self.dead_upstreams[stripe] = (upstream, reason)
+            self.complain_now.set()
+            return 0
+        self.control.suspect(stripe, upstream, reason)
+        if failures >= SWARM_AFTER and self.repair.swarm_step(stripe, upstream):
+            return 0  # progress without the chain; try the chain again next
+        return failures
 
     def _cert_cut(self, stripe: int, upstream: str, exc: PeerCertRefused) -> None:
         """The upstream's certificate expired or was revoked under an open stream (or at
@@ -225,6 +332,8 @@ class StripeWorkers:
             # the upstream is in another data center: zstd frames on the WAN link
             block_length=self._block_length if a.compress else None,
         )
+        with job.lock:
+            job.upstream_pace[stripe] = (a.upstream.host_id, stream.pace)
         try:
             for item in stream:
                 if (

@@ -158,6 +158,19 @@ def agent() -> None:
     help="cap distribution rx and tx on this host (e.g. 20Gbit) so serving traffic keeps its share",
 )
 @click.option(
+    "--max-upload-rate",
+    type=RATE,
+    default=0,
+    help="cap what this host sends to its downstream peers alone (default: --max-rate)",
+)
+@click.option(
+    "--bypass/--no-bypass",
+    default=True,
+    show_default=True,
+    help="route a stripe around a dead or slow upstream without a leader (the upstream's "
+    "upstream, named in the assignment); --no-bypass waits for the coordinator's splice",
+)
+@click.option(
     "--origin-parallel",
     type=click.IntRange(0, 256),
     default=0,
@@ -196,6 +209,8 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     report_interval: float,
     retain: int,
     max_rate: int,
+    max_upload_rate: int,
+    bypass: bool,
     origin_parallel: int,
     origin_range_mib: int,
     handshake_timeout: float,
@@ -231,6 +246,8 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         report_interval_s=report_interval,
         retain_versions=retain,
         max_rate_bytes_per_s=max_rate,
+        max_upload_bytes_per_s=max_upload_rate,
+        bypass=bypass,
         origin_parallel=origin_parallel,
         origin_range_bytes=origin_range_mib << 20,
         metrics_listen=metrics_listen,

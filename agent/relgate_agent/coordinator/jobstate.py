@@ -111,6 +111,7 @@ class HostProgress:
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=32))
     bad_data_reporters: set[str] = field(default_factory=set)
     stripe_rx_bps: tuple[int, ...] = ()  # per stripe, as last reported (bounded to k)
+    bypassed: tuple[int, ...] = ()  # stripes it pulls from its bypass peer, as last reported
     slow_with: frozenset[str] = frozenset()  # upstreams it was a slow first hop with, lately
     slow_since: float | None = None
     fast_since: float | None = None  # when it stopped being slow (the grace's start)

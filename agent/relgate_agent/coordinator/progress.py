@@ -14,6 +14,7 @@ from relgate_agent.authz import ready_refusal
 from relgate_agent.contracts import (
     ACTION_QUARANTINE,
     ORIGIN_PEER,
+    STRIPE_DONE,
     SUSPECT_REASONS,
     AssignmentPlan,
     JobRef,
@@ -54,7 +55,9 @@ from relgate_agent.coordinator.metrics import (
 )
 from relgate_agent.coordinator.topology import (
     TopologyIndex,
+    bypass_peer,
     index_topology,
+    standby_hosts,
 )
 from relgate_agent.datacenter import host_dc
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED, KIND_NO_SPACE
@@ -318,6 +321,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
             resume = self._resume_blocks(job, host_id)
             for s, chain in enumerate(topo.stripes):
                 up = chain.parent.get(host_id)
+                skip_to = bypass_peer(topo, chain, host_id)
                 stripes.append(
                     StripePlan(
                         stripe=s,
@@ -327,6 +331,10 @@ class ProgressService(CoordinatorCore, HandoffSigning):
                         # the root's share of the job's origin budget (budget.py)
                         origin_rate_bytes_per_s=origin_rate(job, s) if up is None else 0,
                         compress=topo.crosses_dc(up, host_id),
+                        bypass=self._peer(job, skip_to) if skip_to else None,
+                        standby=tuple(
+                            self._peer(job, g) for g in standby_hosts(idx, s, host_id, topo)
+                        ),
                     )
                 )
         return AssignmentPlan(
@@ -399,7 +407,14 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         tally.merge_report(hp, report)  # cumulative (journaled by the agent): only grows
         hp.rx_bps, hp.tx_bps = report.rx_bps, report.tx_bps
         # hostile length: one rate per stripe at most; a short list judges fewer stripes
-        hp.stripe_rx_bps = tuple(int(r) for r in report.stripe_rx_bps[: job.stripes])
+        # a stripe pulled from the bypass peer says nothing of the hop the topology names
+        # (nor of the host's own receive): not judged, like a stripe held whole
+        bypassed = frozenset(report.bypassed_stripes)
+        hp.stripe_rx_bps = tuple(
+            STRIPE_DONE if s in bypassed else int(r)
+            for s, r in enumerate(report.stripe_rx_bps[: job.stripes])
+        )
+        hp.bypassed = tuple(sorted(s for s in bypassed if 0 <= s < job.stripes))
         if report.data_address:
             hp.address = report.data_address
             self.addresses[hp.host_id] = hp.address

@@ -103,6 +103,30 @@ class TopologyIndex:
         return self.children[stripe].get(host, ())
 
 
+def bypass_peer(topo: Topology, chain: StripeChain, host: str) -> str | None:
+    """Where ``host`` may pull this stripe from without a leader when its upstream is dead
+    or is the slow hop: the upstream's own upstream, if that is a peer of ``host``'s DC
+    (never the origin: a second reader of a root's stripe would break the origin budget;
+    never across the WAN: that would add a crossing)."""
+    up = chain.parent.get(host)
+    grand = chain.parent.get(up) if up is not None else None
+    if grand is None or topo.dc(grand) != topo.dc(host):
+        return None
+    return grand
+
+
+def standby_hosts(idx: TopologyIndex, stripe: int, host: str, topo: Topology) -> list[str]:
+    """The hosts that may bypass one of ``host``'s downstreams of ``stripe`` and pull it
+    from ``host`` (its downstreams' downstreams whose bypass peer it is)."""
+    chain = topo.stripes[stripe]
+    return [
+        g
+        for child in idx.downstreams(stripe, host)
+        for g in idx.downstreams(stripe, child)
+        if bypass_peer(topo, chain, g) == host
+    ]
+
+
 def index_topology(topo: Topology) -> TopologyIndex:
     kids: list[dict[str, tuple[str, ...]]] = []
     for chain in topo.stripes:

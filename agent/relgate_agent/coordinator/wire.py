@@ -57,6 +57,8 @@ def assignment_to_pb(a: AssignmentPlan) -> pb.Assignment:
                 resume_block=s.resume_block,
                 origin_rate_bytes_per_s=s.origin_rate_bytes_per_s,
                 compress=s.compress,
+                bypass=peer_to_pb(s.bypass) if s.bypass is not None else None,
+                standby=[peer_to_pb(p) for p in s.standby],
             )
             for s in a.stripes
         ],
@@ -82,6 +84,7 @@ def report_from_pb(request: pb.ReportProgressRequest) -> ProgressReport:
         stripe_rx_bps=tuple(request.stripe_rx_bytes_per_s),
         manifest_digest=request.manifest_digest,
         placement_attestation=request.placement_attestation,
+        bypassed_stripes=tuple(request.bypassed_stripes),
         errors=tuple(
             f"{e.kind} chunk={e.chunk} from={e.from_host} {e.detail}".strip()
             for e in request.errors

@@ -591,10 +591,12 @@ class Peer(_message.Message):
 
 class StripeAssignment(_message.Message):
     __slots__ = (
+        "bypass",
         "compress",
         "downstreams",
         "origin_rate_bytes_per_s",
         "resume_block",
+        "standby",
         "stripe",
         "upstream",
     )
@@ -604,12 +606,16 @@ class StripeAssignment(_message.Message):
     RESUME_BLOCK_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_RATE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     COMPRESS_FIELD_NUMBER: _ClassVar[int]
+    BYPASS_FIELD_NUMBER: _ClassVar[int]
+    STANDBY_FIELD_NUMBER: _ClassVar[int]
     stripe: int
     upstream: Peer
     downstreams: _containers.RepeatedCompositeFieldContainer[Peer]
     resume_block: int
     origin_rate_bytes_per_s: int
     compress: bool
+    bypass: Peer
+    standby: _containers.RepeatedCompositeFieldContainer[Peer]
     def __init__(
         self,
         stripe: int | None = ...,
@@ -618,6 +624,8 @@ class StripeAssignment(_message.Message):
         resume_block: int | None = ...,
         origin_rate_bytes_per_s: int | None = ...,
         compress: bool | None = ...,
+        bypass: Peer | _Mapping | None = ...,
+        standby: _Iterable[Peer | _Mapping] | None = ...,
     ) -> None: ...
 
 class Assignment(_message.Message):
@@ -675,6 +683,7 @@ class ReportError(_message.Message):
 
 class ReportProgressRequest(_message.Message):
     __slots__ = (
+        "bypassed_stripes",
         "data_address",
         "data_refusals",
         "errors",
@@ -719,6 +728,7 @@ class ReportProgressRequest(_message.Message):
     VERIFIED_COUNT_FIELD_NUMBER: _ClassVar[int]
     STRIPE_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    BYPASSED_STRIPES_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_ATTESTATION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     host_id: str
@@ -741,6 +751,7 @@ class ReportProgressRequest(_message.Message):
     verified_count: int
     stripe_rx_bytes_per_s: _containers.RepeatedScalarFieldContainer[int]
     manifest_digest: str
+    bypassed_stripes: _containers.RepeatedScalarFieldContainer[int]
     placement_attestation: str
     def __init__(
         self,
@@ -765,6 +776,7 @@ class ReportProgressRequest(_message.Message):
         verified_count: int | None = ...,
         stripe_rx_bytes_per_s: _Iterable[int] | None = ...,
         manifest_digest: str | None = ...,
+        bypassed_stripes: _Iterable[int] | None = ...,
         placement_attestation: str | None = ...,
     ) -> None: ...
 

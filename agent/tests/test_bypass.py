@@ -1,0 +1,141 @@
+"""The bypass judge (agent/bypass.py): which upstream a host routes around on its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relgate_agent.agent.bypass import (
+    AHEAD_MIN,
+    FLOOR_BPS,
+    REASON_RX,
+    REASON_TX,
+    RX_HOLD_S,
+    TX_HOLD_S,
+    WINDOW_S,
+    BypassJudge,
+    StripeView,
+    Verdict,
+)
+
+TICK = 0.5
+FAST = 1_500_000  # bytes/s: a healthy stripe of a 100 Mbit host with k = 8
+
+
+def run(
+    judge: BypassJudge,
+    seconds: float,
+    rates: dict[int, float],
+    view: Callable[[int, int], StripeView],
+    start: float = 0.0,
+) -> list[tuple[float, Verdict]]:
+    """Tick every TICK for ``seconds``: stripe s receives rates[s] bytes/s; ``view(s, rx)``
+    makes its StripeView. Returns every verdict with its time."""
+    out: list[tuple[float, Verdict]] = []
+    rx = dict.fromkeys(rates, 0)
+    t = start
+    while t <= start + seconds + 1e-9:
+        views = {s: view(s, int(rx[s])) for s in rates}
+        out += [(t, v) for v in judge.observe(t, views)]
+        for s, r in rates.items():
+            rx[s] += r * TICK
+        t += TICK
+    return out
+
+
+def peer(up: str, ahead: int | None, fed: int | None = 0, can: bool = True):
+    return lambda s, rx: StripeView(up if s == 0 else f"u{s}", rx, ahead if s == 0 else 0, fed, can)
+
+
+def test_a_tx_slow_upstream_holding_blocks_ready_is_bypassed_after_the_window_and_hold() -> None:
+    verdicts = run(BypassJudge(), 10, {0: 0.3 * FAST, 1: FAST, 2: FAST}, peer("x", AHEAD_MIN))
+    t, v = verdicts[0]
+    assert (v.stripe, v.upstream, v.reason) == (0, "x", REASON_TX)
+    assert t == pytest.approx(WINDOW_S + TX_HOLD_S)  # not a tick earlier
+    assert v.ahead == AHEAD_MIN and v.rate == pytest.approx(0.3 * FAST)
+    assert v.reference == pytest.approx(FAST)
+    assert "upstream x is the slow hop (tx)" in v.describe()
+
+
+def test_a_victim_whose_upstream_holds_nothing_ready_bypasses_nobody() -> None:
+    """Behind a slow chain the upstream forwards what it gets at once: no backlog there."""
+    assert run(BypassJudge(), 20, {0: 0.2 * FAST, 1: FAST}, peer("x", AHEAD_MIN - 1)) == []
+
+
+def test_a_host_whose_own_receive_is_slow_bypasses_nobody() -> None:
+    """Every stripe slow alike (this host's NIC): the upstreams' backlogs are its own doing."""
+    views = lambda s, rx: StripeView(f"u{s}", rx, AHEAD_MIN * 4, 0, True)  # noqa: E731
+    assert run(BypassJudge(), 20, dict.fromkeys(range(4), 0.3 * FAST), views) == []
+
+
+def test_a_stripe_just_over_half_the_fastest_is_not_slow() -> None:
+    views = peer("x", AHEAD_MIN * 4)
+    assert run(BypassJudge(), 20, {0: 0.51 * FAST, 1: FAST}, views) == []
+    assert run(BypassJudge(), 20, {0: 0.49 * FAST, 1: FAST}, views) != []
+
+
+def test_under_the_floor_nothing_is_judged() -> None:
+    slow, ref = 0.1 * FLOOR_BPS, 0.99 * FLOOR_BPS
+    assert run(BypassJudge(), 20, {0: slow, 1: ref}, peer("x", AHEAD_MIN * 4)) == []
+    assert run(BypassJudge(), 20, {0: slow, 1: FLOOR_BPS}, peer("x", AHEAD_MIN * 4)) != []
+
+
+def test_an_upstream_that_cannot_receive_is_bypassed_later_than_a_tx_slow_one() -> None:
+    verdicts = run(BypassJudge(), 12, {0: 0.3 * FAST, 1: FAST}, peer("x", 0, fed=AHEAD_MIN))
+    t, v = verdicts[0]
+    assert (v.stripe, v.upstream, v.reason, v.ahead) == (0, "x", REASON_RX, AHEAD_MIN)
+    assert t == pytest.approx(WINDOW_S + RX_HOLD_S)
+    # its own upstream held too little for it: a victim too
+    assert run(BypassJudge(), 20, {0: 0.3 * FAST, 1: FAST}, peer("x", 0, AHEAD_MIN - 1)) == []
+
+
+def test_no_bypass_peer_no_verdict_but_the_evidence_is_kept() -> None:
+    ticks = iter(range(1000))
+
+    def view(s: int, rx: int) -> StripeView:
+        # the first 10 s (20 ticks of two stripes) without a bypass peer, then with one
+        return peer("x", 8, can=next(ticks) >= 2 * 20)(s, rx)
+
+    (t, v), *_ = run(BypassJudge(), 12, {0: 0.3 * FAST, 1: FAST}, view)
+    assert t == pytest.approx(10.0) and v.reason == REASON_TX  # the hold was met long ago
+
+
+def test_a_new_upstream_starts_the_evidence_over() -> None:
+    judge = BypassJudge()
+    assert run(judge, WINDOW_S + TX_HOLD_S - TICK, {0: 0.3 * FAST, 1: FAST}, peer("x", 8)) == []
+    verdicts = run(judge, 10, {0: 0.3 * FAST, 1: FAST}, peer("y", 8), start=WINDOW_S + TX_HOLD_S)
+    assert verdicts[0][1].upstream == "y"
+    assert verdicts[0][0] == pytest.approx(2 * (WINDOW_S + TX_HOLD_S))
+
+
+def test_a_stripe_not_pulled_from_a_peer_is_neither_judged_nor_a_reference() -> None:
+    """The origin, a stripe held whole or paused: upstream "" (a fast origin stripe must
+    not make the peer stripes look slow)."""
+    views = lambda s, rx: StripeView("" if s == 1 else "x", rx, 8, 0, True)  # noqa: E731
+    assert run(BypassJudge(), 20, {0: 0.3 * FAST, 1: 10 * FAST}, views) == []
+
+
+def test_what_a_host_says_of_its_own_receive() -> None:
+    judge = BypassJudge()
+    run(judge, 6, {0: 0.3 * FAST, 1: FAST}, peer("x", 8, can=False))
+    assert judge.fed(0, 9) == 0  # its stripe 0 is the uneven one: its upstream's doing
+    assert judge.fed(1, 9) == 9  # stripe 1 comes in as fast as any: its receive holds it
+    assert judge.fed(1, None) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    base=st.floats(FLOOR_BPS, 50 * FAST),
+    jitter=st.lists(st.floats(0.55, 1.0), min_size=2, max_size=8),
+    ahead=st.integers(0, 64),
+    fed=st.integers(0, 64),
+)
+def test_stripes_within_a_factor_of_two_of_each_other_are_never_bypassed(
+    base: float, jitter: list[float], ahead: int, fed: int
+) -> None:
+    rates = {s: base * j for s, j in enumerate(jitter)}
+    views = lambda s, rx: StripeView(f"u{s}", rx, ahead, fed, True)  # noqa: E731
+    assert run(BypassJudge(), 15, rates, views) == []
