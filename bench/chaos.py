@@ -40,7 +40,12 @@ TARGET = 1.3
 NIC_MBIT = 100
 
 
-def _spec(base: Path, src: Path, pem: Path, chaos: bool, nic: int) -> Any:
+# agent serve flags per --bypass value (agent/bypass.py): the default, none, or the
+# experimental slow-hop rules too
+BYPASS_ARGS = {"dead": [], "off": ["--no-bypass"], "slow": ["--bypass-slow"]}
+
+
+def _spec(base: Path, src: Path, pem: Path, chaos: bool, nic: int, bypass: str) -> Any:
     from relgate_lab.netns import LabSpec
 
     return LabSpec(
@@ -57,6 +62,7 @@ def _spec(base: Path, src: Path, pem: Path, chaos: bool, nic: int) -> Any:
         nic_overrides={SLOW: int(0.3 * nic)} if chaos else {},
         tx_overrides={TX_SLOW: int(0.3 * nic)} if chaos else {},
         agent_env={CORRUPTER: {"RELGATE_AGENT_FAULT": "corrupt_send=all"}} if chaos else {},
+        agent_args={f"h{i:02d}": BYPASS_ARGS[bypass] for i in range(HOSTS)},
     )
 
 
@@ -138,13 +144,15 @@ def _freeze_leader(state: dict[str, Any], tls: Any) -> str:
     return ""
 
 
-def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -> dict[str, Any]:
+def run(
+    base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int, bypass: str
+) -> dict[str, Any]:
     from relgate_lab.netns import lab_down, lab_up
 
     from relgate_agent.client import CoordinatorClient, job_to_dict
     from relgate_agent.pki import TlsFiles
 
-    spec = _spec(base, src, pem, chaos, nic)
+    spec = _spec(base, src, pem, chaos, nic, bypass)
     state = lab_up(spec)
     try:
         client = CoordinatorClient(
@@ -207,7 +215,7 @@ def run(base: Path, src: Path, pem: Path, env: Path, *, chaos: bool, nic: int) -
         lab_down(spec.state_dir)
 
 
-def main(nic_mbit: int = NIC_MBIT) -> dict[str, Any]:
+def main(nic_mbit: int = NIC_MBIT, bypass: str = "dead") -> dict[str, Any]:
     from relgate_lab.netns import netns_available
 
     if not netns_available():
@@ -216,12 +224,14 @@ def main(nic_mbit: int = NIC_MBIT) -> dict[str, Any]:
     try:
         src, pem, env, _ = _make_checkpoint(base)
         nic = nic_mbit * 1_000_000 // 8
-        clean = run(base, src, pem, env, chaos=False, nic=nic)
-        chaos = run(base, src, pem, env, chaos=True, nic=nic)
+        if bypass not in BYPASS_ARGS:
+            return {"error": f"--bypass {bypass!r}: one of {', '.join(BYPASS_ARGS)}"}
+        clean = run(base, src, pem, env, chaos=False, nic=nic, bypass=bypass)
+        chaos = run(base, src, pem, env, chaos=True, nic=nic, bypass=bypass)
         ratio = round(chaos["p50_s"] / clean["p50_s"], 3) if clean.get("p50_s") else None
         return {
             "workload": f"{HOSTS} hosts / {RACKS} racks, {nic_mbit} Mbit/s NICs (htb per peer), "
-            f"origin cap 2B, S={SIZE >> 20} MiB, k={STRIPES}",
+            f"origin cap 2B, S={SIZE >> 20} MiB, k={STRIPES}, bypass={bypass}",
             "faultFree": clean,
             "chaos": {
                 "faults": f"{'+'.join(KILLED)} SIGKILLed, {CORRUPTER} corrupt_send=all, "

@@ -63,7 +63,8 @@ class AgentConfig:
     retain_versions: int = 2  # current + N-1
     max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
     max_upload_bytes_per_s: int = 0  # per-host cap on data-plane tx alone (0 = the above)
-    bypass: bool = True  # route around a dead or slow upstream without a leader (bypass.py)
+    bypass: bool = True  # route around a dead upstream without a leader (bypass.py)
+    bypass_slow: bool = False  # ... and around the slow hop (experimental; bypass.py)
     metrics_listen: str = ""  # "host:port" for Prometheus /metrics ("": not served)
     # a chunk that fails verification this many times from the origin (or from each of two
     # or more peers) fails the job, naming the chunk, file and origin object; a peer that

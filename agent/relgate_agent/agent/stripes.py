@@ -124,8 +124,9 @@ class StripeWorkers:
         for s in range(self.files.stripes):
             self.job.spawn(functools.partial(self.worker, s), f"stripe-{s}")
         if self.job.cfg.bypass:
-            self.job.spawn(self.watch_bypass, "bypass")
             self.job.spawn(self.repeat_complaints, "complaints")
+        if self.job.cfg.bypass_slow:
+            self.job.spawn(self.watch_bypass, "bypass")
 
     # ------------------------------------------------------------------ bypass
     def watch_bypass(self) -> None:

@@ -167,8 +167,15 @@ def agent() -> None:
     "--bypass/--no-bypass",
     default=True,
     show_default=True,
-    help="route a stripe around a dead or slow upstream without a leader (the upstream's "
-    "upstream, named in the assignment); --no-bypass waits for the coordinator's splice",
+    help="route a stripe around a dead upstream without a leader (the upstream's upstream, "
+    "named in the assignment); --no-bypass waits for the coordinator's splice",
+)
+@click.option(
+    "--bypass-slow/--no-bypass-slow",
+    default=False,
+    show_default=True,
+    help="also route around an upstream that is the stripe's slow hop (experimental: "
+    "measured to hurt in bench chaos, see docs/distribution.md)",
 )
 @click.option(
     "--origin-parallel",
@@ -211,6 +218,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     max_rate: int,
     max_upload_rate: int,
     bypass: bool,
+    bypass_slow: bool,
     origin_parallel: int,
     origin_range_mib: int,
     handshake_timeout: float,
@@ -248,6 +256,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         max_rate_bytes_per_s=max_rate,
         max_upload_bytes_per_s=max_upload_rate,
         bypass=bypass,
+        bypass_slow=bypass and bypass_slow,
         origin_parallel=origin_parallel,
         origin_range_bytes=origin_range_mib << 20,
         metrics_listen=metrics_listen,
