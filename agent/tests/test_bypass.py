@@ -20,6 +20,8 @@ from relgate_agent.agent.bypass import (
     StripeView,
     Verdict,
 )
+from relgate_agent.agent.job import Assignments
+from relgate_agent.proto import distribution_pb2 as pb
 
 TICK = 0.5
 FAST = 1_500_000  # bytes/s: a healthy stripe of a 100 Mbit host with k = 8
@@ -139,3 +141,52 @@ def test_stripes_within_a_factor_of_two_of_each_other_are_never_bypassed(
     rates = {s: base * j for s, j in enumerate(jitter)}
     views = lambda s, rx: StripeView(f"u{s}", rx, ahead, fed, True)  # noqa: E731
     assert run(BypassJudge(), 15, rates, views) == []
+
+
+# ---------------------------------------------------------------------- Assignments
+
+
+def _assignment(version: int, upstream: str, bypass: str | None = "g") -> pb.Assignment:
+    sa = pb.StripeAssignment(
+        stripe=0,
+        upstream=pb.Peer(host_id=upstream, address=f"{upstream}:7480"),
+        resume_block=5,
+        compress=True,
+        downstreams=[pb.Peer(host_id="d")],
+    )
+    if bypass is not None:
+        sa.bypass.CopyFrom(pb.Peer(host_id=bypass, address=f"{bypass}:7480"))
+    other = pb.StripeAssignment(stripe=1, upstream=pb.Peer(host_id="o", address="o:7480"))
+    return pb.Assignment(job_id="j", topology_version=version, stripes=[sa, other])
+
+
+def test_a_bypass_pulls_from_the_bypass_peer_until_the_upstream_changes() -> None:
+    a = Assignments()
+    a.apply(_assignment(1, "u"))
+    first = a.effective(0)
+    assert first is not None and first.upstream.host_id == "u"
+    assert not a.bypass(0, "x")  # not the upstream it names
+    assert a.bypass(0, "u")
+    assert not a.bypass(0, "u")  # once
+    eff = a.effective(0)
+    assert eff is not None
+    assert (eff.upstream.host_id, eff.upstream.address) == ("g", "g:7480")
+    assert (eff.resume_block, eff.compress, list(eff.downstreams)) == (5, False, [])
+    assert a.changed(0, first) and not a.changed(0, eff)
+    assert a.bypassed_stripes() == [0]
+    assert a.effective(1) == a.by_stripe[1]  # another stripe untouched
+    a.apply(_assignment(2, "u"))  # the same upstream in a new version: still bypassed
+    assert a.bypassed_stripes() == [0] and a.effective(0).upstream.host_id == "g"  # type: ignore[union-attr]
+    a.apply(_assignment(3, "v"))  # the leader rewired the stripe: the bypass ends
+    assert a.bypassed_stripes() == [] and a.effective(0).upstream.host_id == "v"  # type: ignore[union-attr]
+    a.apply(_assignment(4, "u"))  # back to u: the leader's word, not the old bypass
+    assert a.bypassed_stripes() == [] and a.effective(0).upstream.host_id == "u"  # type: ignore[union-attr]
+    assert a.bypass(0, "u")
+
+
+def test_no_bypass_peer_no_bypass() -> None:
+    a = Assignments()
+    assert not a.bypass(0, "u")  # no assignment yet
+    a.apply(_assignment(1, "u", bypass=None))
+    assert not a.bypass(0, "u")
+    assert a.bypassed_stripes() == [] and a.effective(0).upstream.host_id == "u"  # type: ignore[union-attr]

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from relgate_agent.contracts import (
     ORIGIN,
+    STRIPE_DONE,
     AssignmentPlan,
     JobRef,
     JobSpec,
@@ -492,6 +493,56 @@ def test_a_slow_uploader_is_demoted_by_its_downstreams_per_stripe_rates(
     assert any(e.startswith("DEMOTED tx:") for e in job.hosts[up].errors)
     # nobody else was blamed: its children were slow only behind it
     assert [h for h, hp in job.hosts.items() if hp.demoted] == [up]
+
+
+def test_a_bypassed_hop_is_no_evidence_against_the_upstream_it_names(
+    coord: Coordinator, checkpoint
+) -> None:
+    """Children that pull a stripe from their bypass peer (agent/bypass.py) report it: their
+    rate on it says nothing of the upstream the topology names, which is not demoted on it;
+    a stripe number out of range is ignored."""
+    job = coord.create_job(_spec(checkpoint))
+    for h in job.topology.racks:
+        coord.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
+    idx = coord._index(job)
+    up = max(
+        job.topology.racks,
+        key=lambda h: len({c for s in range(4) for c in idx.downstreams(s, h)}),
+    )
+    slow_kids = {s: set(idx.downstreams(s, up)) for s in range(4)}
+    fast, slow = 12_000_000, 2_000_000
+    for _ in range(3):
+        for h in job.topology.racks:
+            rates = tuple(slow if h in slow_kids[s] else fast for s in range(4))
+            mine = tuple(s for s in range(4) if h in slow_kids[s])
+            report = ProgressReport(stripe_rx_bps=rates, bypassed_stripes=(*mine, 99))
+            coord.report_progress(job.job_id, h, report)
+            assert job.hosts[h].bypassed == mine
+            assert [r == STRIPE_DONE for r in job.hosts[h].stripe_rx_bps] == [
+                s in mine for s in range(4)
+            ]
+        coord.tick()
+    assert not any(hp.demoted for hp in job.hosts.values())
+
+
+def test_each_assignment_names_the_bypass_peer_and_the_standby_hosts(
+    coord: Coordinator, checkpoint
+) -> None:
+    job = coord.create_job(_spec(checkpoint))
+    for h in job.topology.racks:
+        coord.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
+    plans = {h: coord._assignment(job, h) for h in job.topology.racks}
+    for h, plan in plans.items():
+        for sp in plan.stripes:
+            chain = job.topology.stripes[sp.stripe]
+            up = chain.parent[h]
+            grand = chain.parent.get(up) if up is not None else None
+            assert (sp.bypass.host_id if sp.bypass else None) == grand
+            if sp.bypass is not None:
+                assert sp.bypass.address == f"10.0.0.{grand[1:]}:1"  # dialable
+                assert h in {p.host_id for p in plans[grand].stripes[sp.stripe].standby}
+            for g in sp.standby:  # a standby host's bypass peer is this host
+                assert plans[g.host_id].stripes[sp.stripe].bypass.host_id == h
 
 
 def test_heartbeats_rewrite_the_inventory_only_when_it_changes_or_ages(

@@ -269,6 +269,13 @@ class Assignments:
                 return  # stale (e.g. from a deposed coordinator): never rewire backwards
             self.topology_version, self.epoch = a.topology_version, a.leader_epoch
             self.by_stripe = {s.stripe: s for s in a.stripes}
+            # a bypass lasts while the assignment names the upstream it bypasses: once the
+            # leader rewired the stripe, a later return to that upstream is the leader's word
+            self.bypassed = {
+                s: up
+                for s, up in self.bypassed.items()
+                if s in self.by_stripe and self.by_stripe[s].upstream.host_id == up
+            }
             self.members = set(a.members)
             for s in a.stripes:
                 if s.upstream.host_id == ORIGIN and s.origin_rate_bytes_per_s:
