@@ -201,7 +201,8 @@ def job_from_pb(resp: pb.GetJobResponse) -> JobReport:
     values = {f.name: getattr(resp, f.name) for f in fields(JobReport) if f.name not in _DERIVED}
     hosts = tuple(
         HostRow(
-            **{f.name: getattr(h, f.name) for f in fields(HostRow)} | {"errors": tuple(h.errors)}
+            **{f.name: getattr(h, f.name) for f in fields(HostRow)}
+            | {"errors": tuple(h.errors), "bypassed_stripes": tuple(h.bypassed_stripes)}
         )
         for h in resp.hosts
     )

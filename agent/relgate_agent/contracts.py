@@ -242,6 +242,8 @@ class HostRow:
     errors: tuple[str, ...]
     health: str
     data_refusals: int
+    # stripes it pulls from its bypass peer, not its upstream, as last reported (bypass.py)
+    bypassed_stripes: tuple[int, ...] = ()
 
     @classmethod
     def from_stored(cls, doc: Mapping[str, Any]) -> HostRow:
@@ -257,12 +259,14 @@ class HostRow:
             errors=tuple(str(e) for e in doc.get("errors", ())),
             health=str(doc.get("health", "")),
             data_refusals=int(doc.get("data_refusals", 0)),
+            bypassed_stripes=tuple(int(s) for s in doc.get("bypassed_stripes", ())),
         )
 
     def to_stored(self) -> dict[str, object]:
         """snake_case (the stored figures' rows and the Pipes entry's dict)."""
         d = asdict(self)
         d["errors"] = list(self.errors)
+        d["bypassed_stripes"] = list(self.bypassed_stripes)
         return d
 
     def to_json(self) -> dict[str, object]:

@@ -146,10 +146,12 @@ def test_stripes_within_a_factor_of_two_of_each_other_are_never_bypassed(
 # ---------------------------------------------------------------------- Assignments
 
 
-def _assignment(version: int, upstream: str, bypass: str | None = "g") -> pb.Assignment:
+def _assignment(
+    version: int, upstream: str, bypass: str | None = "g", port: int = 7480
+) -> pb.Assignment:
     sa = pb.StripeAssignment(
         stripe=0,
-        upstream=pb.Peer(host_id=upstream, address=f"{upstream}:7480"),
+        upstream=pb.Peer(host_id=upstream, address=f"{upstream}:{port}"),
         resume_block=5,
         compress=True,
         downstreams=[pb.Peer(host_id="d")],
@@ -190,3 +192,43 @@ def test_no_bypass_peer_no_bypass() -> None:
     a.apply(_assignment(1, "u", bypass=None))
     assert not a.bypass(0, "u")
     assert a.bypassed_stripes() == [] and a.effective(0).upstream.host_id == "u"  # type: ignore[union-attr]
+
+
+def test_the_reference_is_any_other_stripe_before_or_after_it() -> None:
+    """The slow stripe last in number, its fast reference first (cosmic-ray: 't >= s')."""
+    views = lambda s, rx: StripeView("x" if s == 3 else f"u{s}", rx, 8, 0, True)  # noqa: E731
+    verdicts = run(BypassJudge(), 6, {0: FAST, 1: 0.3 * FAST, 2: 0.4 * FAST, 3: 0.2 * FAST}, views)
+    assert {(v.stripe, v.upstream) for _, v in verdicts} >= {(3, "x")}
+
+
+def test_host_ids_are_compared_by_value_and_order_means_nothing() -> None:
+    """Host ids long enough not to be interned, and rewires to a host that sorts before
+    the bypassed one (cosmic-ray: '==' as 'is' or '<=', '!=' as '<')."""
+    up, low, grand = "h-0412-upstream", "a-0001-earlier", "h-0007-grandparent"
+    a = Assignments()
+    a.apply(_assignment(1, up, bypass=grand))
+    assert not a.bypass(0, low)  # another host, sorting before the upstream
+    assert a.bypass(0, up)
+    assert not a.bypass(0, up)
+    assert a.bypassed_stripes() == [0]
+    a.apply(_assignment(2, up, bypass=grand))  # the same upstream, another str
+    assert a.bypassed_stripes() == [0]
+    a.apply(_assignment(3, low, bypass=grand))  # rewired to a host sorting before it
+    assert a.bypassed_stripes() == []
+    a.apply(_assignment(4, up, bypass=grand))  # back: the leader's word
+    assert a.bypassed_stripes() == []
+
+
+def test_a_stream_is_changed_by_its_upstream_host_or_address() -> None:
+    a = Assignments()
+    a.apply(_assignment(1, "h-0412-upstream"))
+    first = a.effective(0)
+    assert first is not None and not a.changed(0, first)
+    a.apply(_assignment(2, "h-0412-upstream", port=7481))  # restarted on another port
+    assert a.changed(0, first)
+    moved = a.effective(0)
+    assert moved is not None
+    a.apply(_assignment(3, "a-0001-earlier", port=7481))  # another host, the same port
+    assert a.changed(0, moved)
+    a.apply(_assignment(4, "z-0001-later", port=7481))
+    assert a.changed(0, moved)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from relgate_agent.client import job_from_pb
 from relgate_agent.contracts import (
     ORIGIN,
     STRIPE_DONE,
@@ -26,6 +27,7 @@ from relgate_agent.coordinator.service import (
     NotFound,
     Rejected,
 )
+from relgate_agent.coordinator.wire import status_to_pb
 from relgate_agent.errors import KIND_CHUNK_FAILED
 from relgate_agent.manifest import TrustedKeys
 from relgate_agent.storage import bitmap_from_bits, pack_indexes, stripe_resume_blocks
@@ -523,6 +525,14 @@ def test_a_bypassed_hop_is_no_evidence_against_the_upstream_it_names(
             ]
         coord.tick()
     assert not any(hp.demoted for hp in job.hosts.values())
+    # what GetJob shows per host: the stripes in range, through the wire and back
+    h = next(iter(job.topology.racks))
+    coord.report_progress(job.job_id, h, ProgressReport(bypassed_stripes=(-1, 0, 3, 4)))
+    assert job.hosts[h].bypassed == (0, 3)
+    row = next(r for r in coord.job_status(job.job_id).hosts if r.host_id == h)
+    assert row.bypassed_stripes == (0, 3)
+    back = job_from_pb(status_to_pb(coord.job_status(job.job_id)))
+    assert next(r for r in back.hosts if r.host_id == h).to_json()["bypassedStripes"] == [0, 3]
 
 
 def test_each_assignment_names_the_bypass_peer_and_the_standby_hosts(

@@ -272,6 +272,7 @@ class HandoffService(ProgressService):
                 errors=tuple(hp.errors),
                 health=self.health.get(hp.host_id, ("", 0))[0],
                 data_refusals=self.health.get(hp.host_id, ("", 0))[1],
+                bypassed_stripes=hp.bypassed,
             )
             for hp in sorted(job.hosts.values(), key=lambda x: x.host_id)
         )

@@ -94,6 +94,7 @@ class GetJobRequest(_message.Message):
 
 class HostStatus(_message.Message):
     __slots__ = (
+        "bypassed_stripes",
         "chunks_verified",
         "data_refusals",
         "errors",
@@ -117,6 +118,7 @@ class HostStatus(_message.Message):
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     DATA_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
+    BYPASSED_STRIPES_FIELD_NUMBER: _ClassVar[int]
     host_id: str
     rack: str
     state: str
@@ -128,6 +130,7 @@ class HostStatus(_message.Message):
     errors: _containers.RepeatedScalarFieldContainer[str]
     data_refusals: int
     health: str
+    bypassed_stripes: _containers.RepeatedScalarFieldContainer[int]
     def __init__(
         self,
         host_id: str | None = ...,
@@ -141,6 +144,7 @@ class HostStatus(_message.Message):
         errors: _Iterable[str] | None = ...,
         data_refusals: int | None = ...,
         health: str | None = ...,
+        bypassed_stripes: _Iterable[int] | None = ...,
     ) -> None: ...
 
 class GetJobResponse(_message.Message):
