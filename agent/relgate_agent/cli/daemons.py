@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,6 +21,45 @@ from relgate_agent.cli.params import (
     tls_options,
     wait_for_signal,
 )
+from relgate_agent.transport import DataPlaneLimits
+
+
+def data_plane_limit_options(f: Callable[..., None]) -> Callable[..., None]:
+    """The data server's limits as options, passed to ``f`` as one ``limits``."""
+
+    @functools.wraps(f)
+    def wrapper(
+        *,
+        handshake_timeout: float,
+        request_timeout: float,
+        idle_timeout: float,
+        max_conns: int,
+        max_conns_per_peer: int,
+        max_handshaking_per_address: int,
+        **kw: Any,
+    ) -> None:
+        f(
+            limits=DataPlaneLimits(
+                handshake_timeout_s=handshake_timeout,
+                request_timeout_s=request_timeout,
+                idle_timeout_s=idle_timeout,
+                max_conns_total=max_conns,
+                max_conns_per_peer=max_conns_per_peer,
+                max_handshaking_per_address=max_handshaking_per_address,
+            ),
+            **kw,
+        )
+
+    for option in (
+        click.option("--handshake-timeout", type=float, default=5.0),
+        click.option("--request-timeout", type=float, default=5.0),
+        click.option("--idle-timeout", type=float, default=30.0),
+        click.option("--max-conns", type=int, default=512),
+        click.option("--max-conns-per-peer", type=int, default=32),
+        click.option("--max-handshaking-per-address", type=int, default=64),
+    ):
+        wrapper = option(wrapper)
+    return wrapper
 
 
 @click.group("coordinator")
@@ -189,12 +231,7 @@ def agent() -> None:
     default=0,
     help="size of one origin range GET in MiB (0: the origin's default, S3 64)",
 )
-@click.option("--handshake-timeout", type=float, default=5.0)
-@click.option("--request-timeout", type=float, default=5.0)
-@click.option("--idle-timeout", type=float, default=30.0)
-@click.option("--max-conns", type=int, default=512)
-@click.option("--max-conns-per-peer", type=int, default=32)
-@click.option("--max-handshaking-per-address", type=int, default=64)
+@data_plane_limit_options
 @click.option(
     "--metrics-listen",
     default="",
@@ -221,12 +258,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     bypass_slow: bool,
     origin_parallel: int,
     origin_range_mib: int,
-    handshake_timeout: float,
-    request_timeout: float,
-    idle_timeout: float,
-    max_conns: int,
-    max_conns_per_peer: int,
-    max_handshaking_per_address: int,
+    limits: DataPlaneLimits,
     pki: str,
     ca: str,
     cert: str,
@@ -235,7 +267,6 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     from relgate_agent.agent.host import HostAgent
     from relgate_agent.agent.job import AgentConfig
     from relgate_agent.manifest import TrustedKeys
-    from relgate_agent.transport import DataPlaneLimits
 
     out = output()
     setup_logging(out.verbose)
@@ -260,14 +291,6 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         origin_parallel=origin_parallel,
         origin_range_bytes=origin_range_mib << 20,
         metrics_listen=metrics_listen,
-    )
-    limits = DataPlaneLimits(
-        handshake_timeout_s=handshake_timeout,
-        request_timeout_s=request_timeout,
-        idle_timeout_s=idle_timeout,
-        max_conns_total=max_conns,
-        max_conns_per_peer=max_conns_per_peer,
-        max_handshaking_per_address=max_handshaking_per_address,
     )
     tls = TlsArgs(pki, ca, cert, key).files(host_id)
     running = HostAgent(cfg, tls=tls, limits=limits).start()
