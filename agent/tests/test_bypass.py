@@ -33,18 +33,20 @@ def run(
     rates: dict[int, float],
     view: Callable[[int, int], StripeView],
     start: float = 0.0,
+    tick: float = TICK,
+    rate_at: Callable[[int, float], float] | None = None,
 ) -> list[tuple[float, Verdict]]:
-    """Tick every TICK for ``seconds``: stripe s receives rates[s] bytes/s; ``view(s, rx)``
-    makes its StripeView. Returns every verdict with its time."""
+    """Tick every ``tick`` for ``seconds``: stripe s receives rates[s] bytes/s (or
+    ``rate_at(s, t)``); ``view(s, rx)`` makes its StripeView. Every verdict with its time."""
     out: list[tuple[float, Verdict]] = []
-    rx = dict.fromkeys(rates, 0)
-    t = start
-    while t <= start + seconds + 1e-9:
+    rx = dict.fromkeys(rates, 0.0)
+    i = 0
+    while (t := start + i * tick) <= start + seconds + 1e-9:
         views = {s: view(s, int(rx[s])) for s in rates}
         out += [(t, v) for v in judge.observe(t, views)]
         for s, r in rates.items():
-            rx[s] += r * TICK
-        t += TICK
+            rx[s] += (rate_at(s, t) if rate_at else r) * tick
+        i += 1
     return out
 
 
@@ -250,3 +252,57 @@ def test_another_host_at_the_same_address_is_another_upstream() -> None:
         assert held is not None
         a.apply(at(a.topology_version + 1, then))
         assert a.changed(0, held)
+
+
+# ---------------------------------------------------------------------- edges (cosmic-ray)
+
+
+def test_ticks_off_the_window_grid_judge_at_the_first_tick_past_window_and_hold() -> None:
+    """0.3 s ticks: the rate needs a sample at or before the window's start (2.1 s), the
+    hold is met at the first tick at or past it (tx: 4.2 s; rx: 6.3 s)."""
+    tx = run(BypassJudge(), 8, {0: 0.3 * FAST, 1: FAST}, peer("x", 8), tick=0.3)
+    assert tx[0][0] == pytest.approx(4.2) and tx[0][1].reason == REASON_TX
+    rx = run(BypassJudge(), 9, {0: 0.3 * FAST, 1: FAST}, peer("x", 0, fed=7), tick=0.3)
+    assert rx[0][0] == pytest.approx(6.3) and rx[0][1].reason == REASON_RX
+    assert rx[0][1].ahead == 7
+
+
+def test_a_stripe_that_turns_slow_is_judged_on_the_last_window_only() -> None:
+    """Fast for 6 s, then slow: its 2 s rate falls under half at 7.5 s (the sample at or
+    before the window's start and none older), the hold ends 2 s later."""
+    verdicts = run(
+        BypassJudge(),
+        14,
+        {0: FAST, 1: FAST},
+        peer("x", 8),
+        rate_at=lambda s, t: 0.1 * FAST if s == 0 and t >= 6 else FAST,
+    )
+    assert verdicts[0][0] == pytest.approx(7.5 + TX_HOLD_S)
+
+
+def test_a_new_upstream_in_one_run_starts_the_evidence_over() -> None:
+    ticks = iter(range(1000))
+
+    def view(s: int, rx: int) -> StripeView:
+        # stripe 0 from x until 3.5 s (8 ticks of two stripes), then from y
+        return peer("x" if next(ticks) < 2 * 8 else "y", 8)(s, rx)
+
+    verdicts = run(BypassJudge(), 12, {0: 0.3 * FAST, 1: FAST}, view)
+    t, v = verdicts[0]
+    assert v.upstream == "y" and t == pytest.approx(4.0 + WINDOW_S + TX_HOLD_S)
+
+
+def test_a_stripe_not_pulled_from_a_peer_first_in_number_stops_nobody() -> None:
+    views = lambda s, rx: StripeView({0: "", 1: "x"}.get(s, f"u{s}"), rx, 8, 0, True)  # noqa: E731
+    verdicts = run(BypassJudge(), 8, {0: FAST, 1: 0.3 * FAST, 2: FAST}, views)
+    assert {v.stripe for _, v in verdicts} == {1}
+
+
+def test_exactly_half_the_fastest_is_not_slow() -> None:
+    assert run(BypassJudge(), 12, {0: 0.5 * FAST, 1: FAST}, peer("x", 8)) == []
+
+
+def test_a_stripe_that_cannot_be_bypassed_does_not_hide_the_next_one() -> None:
+    views = lambda s, rx: StripeView(f"u{s}", rx, 8, 0, s != 0)  # noqa: E731
+    verdicts = run(BypassJudge(), 8, {0: 0.3 * FAST, 1: 0.3 * FAST, 2: FAST}, views)
+    assert {v.stripe for _, v in verdicts} == {1}
