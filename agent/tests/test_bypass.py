@@ -278,18 +278,29 @@ def test_a_stripe_that_turns_slow_is_judged_on_the_last_window_only() -> None:
         rate_at=lambda s, t: 0.1 * FAST if s == 0 and t >= 6 else FAST,
     )
     assert verdicts[0][0] == pytest.approx(7.5 + TX_HOLD_S)
+    # off the grid (0.3 s ticks): still the last window only (none older kept)
+    verdicts = run(
+        BypassJudge(),
+        14,
+        {0: FAST, 1: FAST},
+        peer("x", 8),
+        tick=0.3,
+        rate_at=lambda s, t: 0.1 * FAST if s == 0 and t >= 6 else FAST,
+    )
+    assert verdicts[0][0] == pytest.approx(9.3)  # slow from 7.2 s: 5.1-7.2 s at 0.486 x
 
 
-def test_a_new_upstream_in_one_run_starts_the_evidence_over() -> None:
+@pytest.mark.parametrize("then", ["y", "a"])  # a name sorting after or before the first
+def test_a_new_upstream_in_one_run_starts_the_evidence_over(then: str) -> None:
     ticks = iter(range(1000))
 
     def view(s: int, rx: int) -> StripeView:
-        # stripe 0 from x until 3.5 s (8 ticks of two stripes), then from y
-        return peer("x" if next(ticks) < 2 * 8 else "y", 8)(s, rx)
+        # stripe 0 from x until 3.5 s (8 ticks of two stripes), then from another
+        return peer("x" if next(ticks) < 2 * 8 else then, 8)(s, rx)
 
     verdicts = run(BypassJudge(), 12, {0: 0.3 * FAST, 1: FAST}, view)
     t, v = verdicts[0]
-    assert v.upstream == "y" and t == pytest.approx(4.0 + WINDOW_S + TX_HOLD_S)
+    assert v.upstream == then and t == pytest.approx(4.0 + WINDOW_S + TX_HOLD_S)
 
 
 def test_a_stripe_not_pulled_from_a_peer_first_in_number_stops_nobody() -> None:
