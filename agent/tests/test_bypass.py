@@ -317,3 +317,23 @@ def test_a_stripe_that_cannot_be_bypassed_does_not_hide_the_next_one() -> None:
     views = lambda s, rx: StripeView(f"u{s}", rx, 8, 0, s != 0)  # noqa: E731
     verdicts = run(BypassJudge(), 8, {0: 0.3 * FAST, 1: 0.3 * FAST, 2: FAST}, views)
     assert {v.stripe for _, v in verdicts} == {1}
+
+
+def test_a_finished_stripe_stays_the_reference_for_a_while() -> None:
+    """The fast stripes finish first: stripe 1 is done at 3 s (upstream ""), and its last
+    rate keeps showing stripe 0 slow until REF_HOLD_S after it (not at 14 s)."""
+
+    def views(can_from: float):  # type: ignore[no-untyped-def]
+        ticks = iter(range(1000))
+
+        def view(s: int, rx: int) -> StripeView:
+            t = next(ticks) // 2 * TICK  # two stripes a tick
+            up = "" if s == 1 and t >= 3.0 else ("x" if s == 0 else "u1")
+            return StripeView(up, rx, 8, 0, t >= can_from)
+
+        return view
+
+    early = run(BypassJudge(), 8, {0: 0.3 * FAST, 1: FAST}, views(0.0))
+    assert early and early[0][0] == pytest.approx(WINDOW_S + TX_HOLD_S)
+    assert early[0][1].reference == pytest.approx(FAST)
+    assert run(BypassJudge(), 16, {0: 0.3 * FAST, 1: FAST}, views(14.0)) == []

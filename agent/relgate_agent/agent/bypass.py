@@ -41,6 +41,7 @@ SLOW_FRACTION = 0.5  # under this x the fastest other stripe is slow
 AHEAD_MIN = 4  # blocks held ready upstream that make a hop the slow one
 FLOOR_BPS = 128 * 1024  # under this reference nothing is judged (a stream ending, paused)
 PACE_FRESH_S = 2.0  # an upstream's PACE older than this says nothing
+REF_HOLD_S = 10.0  # a stripe's last rate stays a reference this long (after it finished too)
 
 REASON_DEAD = "dead"
 REASON_TX = "tx"
@@ -101,6 +102,10 @@ class BypassJudge:
         self.window_s, self.tx_hold_s, self.rx_hold_s = window_s, tx_hold_s, rx_hold_s
         self._stripes: dict[int, _Stripe] = {}
         self._uneven: set[int] = set()  # stripes slow against this host's own fastest
+        # stripe -> (its last rate, when): a reference for the others while REF_HOLD_S lasts,
+        # also once it is done (the fast stripes finish first: without it the slow ones
+        # would lose their reference just when they are all that is left)
+        self._last: dict[int, tuple[float, float]] = {}
 
     def _rate(self, st: _Stripe, now: float) -> float | None:
         """Bytes/s since the last sample at or before the window's start; None until the
@@ -125,11 +130,12 @@ class BypassJudge:
             r = self._rate(st, now)
             if r is not None:
                 rates[s] = r
+                self._last[s] = (r, now)
         out: list[Verdict] = []
         self._uneven = set()
         for s, r in rates.items():
             v, st = views[s], self._stripes[s]
-            others = [o for t, o in rates.items() if t != s]
+            others = [o for t, (o, at) in self._last.items() if t != s and now - at <= REF_HOLD_S]
             ref = max(others, default=0.0)
             slow = ref >= FLOOR_BPS and r < SLOW_FRACTION * ref
             if slow:
