@@ -466,9 +466,11 @@ def test_a_declared_serving_host_is_a_leaf_from_the_start(coord: Coordinator, ch
     assert job.topology.version == v
 
 
-def test_a_slow_uploader_is_demoted_by_its_downstreams_per_stripe_rates(
+def _job_and_its_busiest_uploader(
     coord: Coordinator, checkpoint
-) -> None:
+) -> tuple[JobState, str, dict[int, set[str]]]:
+    """A job every host registered for, the host feeding the most downstreams, and its
+    downstreams per stripe."""
     job = coord.create_job(_spec(checkpoint))
     for h in job.topology.racks:
         coord.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
@@ -477,7 +479,13 @@ def test_a_slow_uploader_is_demoted_by_its_downstreams_per_stripe_rates(
         job.topology.racks,
         key=lambda h: len({c for s in range(4) for c in idx.downstreams(s, h)}),
     )
-    slow_kids = {s: set(idx.downstreams(s, up)) for s in range(4)}
+    return job, up, {s: set(idx.downstreams(s, up)) for s in range(4)}
+
+
+def test_a_slow_uploader_is_demoted_by_its_downstreams_per_stripe_rates(
+    coord: Coordinator, checkpoint
+) -> None:
+    job, up, slow_kids = _job_and_its_busiest_uploader(coord, checkpoint)
     fast, slow = 12_000_000, 2_000_000
 
     def report_all() -> None:
@@ -503,15 +511,7 @@ def test_a_bypassed_hop_is_no_evidence_against_the_upstream_it_names(
     """Children that pull a stripe from their bypass peer (agent/bypass.py) report it: their
     rate on it says nothing of the upstream the topology names, which is not demoted on it;
     a stripe number out of range is ignored."""
-    job = coord.create_job(_spec(checkpoint))
-    for h in job.topology.racks:
-        coord.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
-    idx = coord._index(job)
-    up = max(
-        job.topology.racks,
-        key=lambda h: len({c for s in range(4) for c in idx.downstreams(s, h)}),
-    )
-    slow_kids = {s: set(idx.downstreams(s, up)) for s in range(4)}
+    job, up, slow_kids = _job_and_its_busiest_uploader(coord, checkpoint)
     fast, slow = 12_000_000, 2_000_000
     for _ in range(3):
         for h in job.topology.racks:
@@ -524,6 +524,7 @@ def test_a_bypassed_hop_is_no_evidence_against_the_upstream_it_names(
                 s in mine for s in range(4)
             ]
         coord.tick()
+    assert not job.hosts[up].demoted  # the upstream its children bypassed
     assert not any(hp.demoted for hp in job.hosts.values())
     # what GetJob shows per host: the stripes in range, through the wire and back
     h = next(iter(job.topology.racks))

@@ -341,6 +341,12 @@ class Assignments:
             self.cond.notify_all()
             return True
 
+    def bypassed_upstream(self, stripe: int) -> str | None:
+        """The upstream bypassed on ``stripe`` now, or None."""
+        with self.cond:
+            sa = self.by_stripe.get(stripe)
+            return sa.upstream.host_id if sa is not None and self.bypassing(stripe, sa) else None
+
     def bypassed_stripes(self) -> list[int]:
         """The stripes pulled from their bypass peer now (reported to the coordinator)."""
         with self.cond:

@@ -152,11 +152,7 @@ class StripeWorkers:
             with job.lock:
                 dead = dict(self.dead_upstreams)
             for stripe, (upstream, reason) in dead.items():
-                with job.assignments.cond:
-                    sa = job.assignments.by_stripe.get(stripe)
-                    still = sa is not None and job.assignments.bypassing(stripe, sa)
-                    still = still and sa is not None and sa.upstream.host_id == upstream
-                if still:
+                if job.assignments.bypassed_upstream(stripe) == upstream:
                     self.control.suspect(stripe, upstream, reason)
                 else:
                     with job.lock:
@@ -169,12 +165,8 @@ class StripeWorkers:
         for s in range(files.stripes):
             with job.assignments.cond:
                 sa = job.assignments.effective(s)
-                raw = job.assignments.by_stripe.get(s)
-                can = (
-                    raw is not None
-                    and raw.HasField("bypass")
-                    and not job.assignments.bypassing(s, raw)
-                )
+                # the assignment names a bypass peer that is not in use yet
+                can = sa is not None and sa.HasField("bypass")
             with job.lock:
                 rx = job.counters.stripe_rx.get(s, 0)
                 paced = job.upstream_pace.get(s)
@@ -241,8 +233,16 @@ class StripeWorkers:
             job.error("ORIGIN" if isinstance(exc, OriginError) else "STORAGE", detail=str(exc))
             return failures + 1
         except Exception as exc:  # a worker must never die silently: report and retry
-            log.exception("%s stripe %d: unexpected error", job.cfg.host_id, stripe)
-            job.error("INTERNAL", detail=repr(exc))
+            # a bug (the pull's refusals, CRC/transport/disk/origin, are handled above): the
+            # report names the stripe, the upstream and the exception; the worker retries
+            log.exception(
+                "%s stripe %d: unexpected %s pulling from %s",
+                job.cfg.host_id,
+                stripe,
+                type(exc).__name__,
+                upstream,
+            )
+            job.error("INTERNAL", from_host=upstream, detail=f"stripe {stripe}: {exc!r}")
             return failures + 1
 
     def _on_transport_error(

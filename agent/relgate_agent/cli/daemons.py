@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,50 +14,15 @@ from relgate_agent.cli.params import (
     RATE,
     TlsArgs,
     common,
+    data_plane_limit_options,
     output,
     setup_logging,
     tls_options,
     wait_for_signal,
 )
-from relgate_agent.transport import DataPlaneLimits
 
-
-def data_plane_limit_options(f: Callable[..., None]) -> Callable[..., None]:
-    """The data server's limits as options, passed to ``f`` as one ``limits``."""
-
-    @functools.wraps(f)
-    def wrapper(
-        *,
-        handshake_timeout: float,
-        request_timeout: float,
-        idle_timeout: float,
-        max_conns: int,
-        max_conns_per_peer: int,
-        max_handshaking_per_address: int,
-        **kw: Any,
-    ) -> None:
-        f(
-            limits=DataPlaneLimits(
-                handshake_timeout_s=handshake_timeout,
-                request_timeout_s=request_timeout,
-                idle_timeout_s=idle_timeout,
-                max_conns_total=max_conns,
-                max_conns_per_peer=max_conns_per_peer,
-                max_handshaking_per_address=max_handshaking_per_address,
-            ),
-            **kw,
-        )
-
-    for option in (
-        click.option("--handshake-timeout", type=float, default=5.0),
-        click.option("--request-timeout", type=float, default=5.0),
-        click.option("--idle-timeout", type=float, default=30.0),
-        click.option("--max-conns", type=int, default=512),
-        click.option("--max-conns-per-peer", type=int, default=32),
-        click.option("--max-handshaking-per-address", type=int, default=64),
-    ):
-        wrapper = option(wrapper)
-    return wrapper
+if TYPE_CHECKING:
+    from relgate_agent.transport import DataPlaneLimits
 
 
 @click.group("coordinator")
@@ -258,7 +221,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     bypass_slow: bool,
     origin_parallel: int,
     origin_range_mib: int,
-    limits: DataPlaneLimits,
+    limits: DataPlaneLimits,  # data_plane_limit_options
     pki: str,
     ca: str,
     cert: str,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -136,6 +137,48 @@ def tls_options(fn: F) -> F:
     ):
         fn = click.option(name, default="", help=help_text)(fn)
     return fn
+
+
+def data_plane_limit_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """The data server's limits (handshake, request and idle timeouts, connection bounds)
+    as options, passed to ``fn`` as one ``limits: DataPlaneLimits``."""
+
+    @functools.wraps(fn)
+    def packed(
+        *,
+        handshake_timeout: float,
+        request_timeout: float,
+        idle_timeout: float,
+        max_conns: int,
+        max_conns_per_peer: int,
+        max_handshaking_per_address: int,
+        **kw: Any,
+    ) -> None:
+        from relgate_agent.transport import DataPlaneLimits
+
+        limits = DataPlaneLimits(
+            handshake_timeout_s=handshake_timeout,
+            request_timeout_s=request_timeout,
+            idle_timeout_s=idle_timeout,
+            max_conns_total=max_conns,
+            max_conns_per_peer=max_conns_per_peer,
+            max_handshaking_per_address=max_handshaking_per_address,
+        )
+        fn(limits=limits, **kw)
+
+    wrapped: Callable[..., None] = packed
+    for name, kind, default in reversed(
+        (
+            ("--handshake-timeout", float, 5.0),
+            ("--request-timeout", float, 5.0),
+            ("--idle-timeout", float, 30.0),
+            ("--max-conns", int, 512),
+            ("--max-conns-per-peer", int, 32),
+            ("--max-handshaking-per-address", int, 64),
+        )
+    ):
+        wrapped = click.option(name, type=kind, default=default)(wrapped)
+    return wrapped
 
 
 @dataclass(frozen=True)
