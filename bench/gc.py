@@ -144,9 +144,9 @@ def _add_versions(
 ) -> None:
     from relgate.catalog.release_table import insert_release
     from relgate.catalog.states import transition
+    from relgate.documents import release_root as rm
+    from relgate.documents.shard_format import ShardFormat
     from relgate.records.record_schema import TEXT_SCHEMA
-    from relgate.release import root as rm
-    from relgate.release.stream import ShardFormat
 
     fmt = ShardFormat(TEXT_SCHEMA)
     step = max(1, SHARDS_PER_VERSION // 2)

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from relgate.release import root as rm
+from relgate.documents import release_root as rm
 from relgate.release.verifier import verify_release
 from relgate.release.verify_worker import THREAD, ShardTask, run_shards, verify_shard
 from relgate.release.writer import ParquetParams, shard_key, write_release

@@ -21,6 +21,7 @@ from typing import Any, Self
 from pydantic import Field, JsonValue, model_validator
 
 from relgate.catalog.db import Database
+from relgate.documents.membership import MembershipCache
 from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate.approvals import sign_approval
 from relgate.gate.envelopes import StoredEnvelopes
@@ -34,7 +35,6 @@ from relgate.objects.cas import ContentStore, StorageFault
 from relgate.objects.local import LocalObjectStore
 from relgate.objects.versioned import ObjectStore
 from relgate.release.readers import ReaderSpec
-from relgate.snapshot.membership import MembershipCache
 from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 CONFIG_NAME = "relgate.json"

@@ -10,8 +10,8 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.catalog.states import resolve_digest
+from relgate.documents.release_root import ReleaseManifest
 from relgate.errors import NotFoundError, RejectedError
-from relgate.release.root import ReleaseManifest
 
 
 def insert_release(

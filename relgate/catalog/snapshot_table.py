@@ -12,9 +12,9 @@ from sqlalchemy import Connection
 from relgate.catalog.audit import record_report
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.catalog.states import history, resolve_digest
+from relgate.documents.snapshot_manifest import SnapshotManifest
 from relgate.errors import NotFoundError
 from relgate.integrity.contract import Contract
-from relgate.snapshot.manifest import SnapshotManifest
 
 #: ``reports.subject_kind`` of the CAS objects a snapshot report row keeps alive (the
 #: collector marks every ``reports`` row; approval reads only ``snapshot`` rows).

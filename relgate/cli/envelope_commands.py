@@ -18,14 +18,14 @@ def register(main: click.Group) -> None:
         """Check a signed relgate document (snapshot manifest, release root, report, provenance):
         trusted signature by a key whose role may sign it, strict canonical payload; for
         manifests also the schema and the recomputed digest."""
+        from relgate.documents.release_root import KIND as RELEASE
+        from relgate.documents.snapshot_manifest import KIND as SNAPSHOT
         from relgate.integrity.signing import (
             PAYLOAD_ROLES,
             load_envelope,
             open_verified,
             relgate_error,
         )
-        from relgate.release.root import KIND as RELEASE
-        from relgate.snapshot.manifest import KIND as SNAPSHOT
         from relgate_agent import dsse
 
         data = load_envelope(envelope_file)

@@ -275,7 +275,7 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
     from relgate.catalog.release_table import get_release, resolve_release
     from relgate.catalog.standing import standing_of
     from relgate.catalog.states import history
-    from relgate.release import root as rm
+    from relgate.documents import release_root as rm
 
     ws = ctx.ws()
     digest = resolve_release(ws.db, root)

@@ -33,9 +33,9 @@ def transform_register(
     ctx: Ctx, artifact: Path, entry_point: str | None, ref_name: str | None, tag: str | None
 ) -> CommandOutput:
     """Register a wheel file or an OCI image layout directory (stored, pinned by digest)."""
+    from relgate.documents.transform_spec import ImageTransform, WheelTransform
     from relgate.snapshot.transforms import tag_transform
     from relgate.transforms.registry import register_image, register_wheel
-    from relgate.transforms.spec import ImageTransform, WheelTransform
 
     ws = ctx.ws()
     spec: WheelTransform | ImageTransform

@@ -17,8 +17,8 @@ import zlib
 from typing import Final
 
 from relgate.demo.corpus import SeededCorpus
+from relgate.documents.policy import ColumnPredicate, PredicatePolicy
 from relgate.records.record_schema import FieldSpec, RecordSchema, TokenRule
-from relgate.snapshot.policy import ColumnPredicate, PredicatePolicy
 from relgate.workspace import Workspace
 
 PREFIX: Final = "raw/images/"

@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Final
 
+from relgate.documents.transform_spec import WheelTransform
 from relgate.errors import RelgateError
 from relgate.snapshot.transforms import tag_transform
 from relgate.transforms.registry import register_wheel
-from relgate.transforms.spec import WheelTransform
 from relgate.workspace import Workspace
 
 PACKAGE_DIR: Final = Path(__file__).with_name("normalize_transform")

@@ -18,8 +18,8 @@ from pyiceberg.table import Table
 from tokenizers import Tokenizer
 
 from relgate.demo.corpus import LANGS, SeededCorpus, Texts, trained_tokenizer
+from relgate.documents.policy import ColumnPredicate, PredicatePolicy
 from relgate.records.record_schema import FieldSpec, RecordSchema, TokenRule
-from relgate.snapshot.policy import ColumnPredicate, PredicatePolicy
 from relgate.sources.iceberg import open_catalog
 from relgate.workspace import Workspace
 

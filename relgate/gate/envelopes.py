@@ -17,14 +17,14 @@ from sqlalchemy import Connection
 from relgate.catalog.audit import newest_report
 from relgate.catalog.db import one
 from relgate.catalog.states import TABLES
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError
 from relgate.gate.approvals import approval_kind, missing_approval, open_approval
 from relgate.integrity.signing import TrustedKeys
 from relgate.objects.cas import ContentStore, digest_of_uri
 from relgate.objects.layout import envelope_key
 from relgate.objects.versioned import ObjectStore
-from relgate.release import root as rm
-from relgate.snapshot import manifest as sm
 
 #: A catalog row as read (column -> value); private to the gate and the catalog.
 CatalogRow = Mapping[str, object]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from relgate.documents.membership import MembershipCache
 from relgate.objects.cas import ContentRef
-from relgate.snapshot.membership import MembershipCache
 
 
 class CatalogMemberIndex:

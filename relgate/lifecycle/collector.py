@@ -40,6 +40,8 @@ import pyarrow.compute as pc
 from sqlalchemy import Connection, text
 
 from relgate.catalog.db import execute, rows, utcnow
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
@@ -82,8 +84,6 @@ from relgate.lifecycle.retention import (
 )
 from relgate.objects.layout import canonical_key, digest_named_by, envelope_subject
 from relgate.progress import task, track
-from relgate.release import root as rm
-from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
 
 DEFAULT_GRACE_SECONDS = 6 * 3600

@@ -23,11 +23,16 @@ from collections import defaultdict
 from sqlalchemy import Connection
 
 from relgate.catalog.db import execute, rows, utcnow
+from relgate.documents.transform_spec import (
+    SPEC_ADAPTER,
+    ImageTransform,
+    StoredBlob,
+    WheelTransform,
+)
 from relgate.errors import RejectedError
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import is_digest
 from relgate.objects.layout import canonical_key, cas_key
-from relgate.transforms.spec import SPEC_ADAPTER, ImageTransform, StoredBlob, WheelTransform
 from relgate.workspace import Workspace
 
 #: The check a malformed name row fails the plan with (fail closed: never guess).

@@ -31,6 +31,7 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import one, rows
 from relgate.catalog.release_table import get_release
+from relgate.documents import release_root as rm
 from relgate.errors import NotFoundError, RelgateError
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.lifecycle.lineage import lineage
@@ -43,11 +44,10 @@ from relgate.lifecycle.retention import (
     retained_versions,
 )
 from relgate.objects.layout import canonical_key
-from relgate.release import root as rm
 from relgate.release.shard_fetch import fetch_shard
 from relgate.workspace import Workspace
 
-#: The shard column every record's sample id is in (relgate.release.stream).
+#: The shard column every record's sample id is in (relgate.documents.shard_format).
 _SAMPLE_COLUMN = "sampleId"
 
 

@@ -18,6 +18,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import rows
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import RejectedError, RelgateError
 from relgate.objects.layout import (
     MANAGED_PREFIXES,
@@ -27,8 +29,6 @@ from relgate.objects.layout import (
     shard_key,
     snapshot_envelope_key,
 )
-from relgate.release import root as rm
-from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
 
 #: A raw-object entry of a pin document is ``[key, version, ...]``.

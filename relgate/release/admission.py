@@ -6,11 +6,11 @@ from __future__ import annotations
 import uuid
 
 from relgate.catalog.db import execute, one, utcnow
+from relgate.documents import release_root as rm
 from relgate.errors import NotFoundError, UsageError
 from relgate.gate.events import GateOperation, Outcome, record, refusals_recorded
 from relgate.gate.permits import NO_GENERATION, acquire
 from relgate.integrity.contract import JsonObject
-from relgate.release import root as rm
 from relgate.release.assignment import write_assignment
 from relgate.release.run_records import AdmittedRun
 from relgate.workspace import Workspace

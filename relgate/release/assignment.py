@@ -8,9 +8,9 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.catalog.release_table import get_release
+from relgate.documents import release_root as rm
 from relgate.errors import ConflictError, UsageError
 from relgate.integrity.contract import JsonObject
-from relgate.release import root as rm
 from relgate.release.run_records import Rescaled
 from relgate.release.run_rows import get_run, refuse_ended
 from relgate.workspace import Workspace

@@ -17,6 +17,8 @@ import json
 
 from relgate import __version__
 from relgate.catalog.release_table import get_release
+from relgate.documents import release_root as rm
+from relgate.documents.snapshot_manifest import PAYLOAD_TYPE as SNAPSHOT_PAYLOAD_TYPE
 from relgate.integrity.contract import JsonObject
 from relgate.integrity.signing import Role, SigningKey
 from relgate.integrity.statement import (
@@ -34,8 +36,6 @@ from relgate.integrity.statement import (
     builder_id,
     sign_statement,
 )
-from relgate.release import root as rm
-from relgate.snapshot.manifest import PAYLOAD_TYPE as SNAPSHOT_PAYLOAD_TYPE
 from relgate.snapshot.provenance import open_recorded
 from relgate.workspace import Workspace
 

@@ -39,15 +39,15 @@ from pydantic import Field, StrictBool, StrictStr
 from relgate.catalog import evolution_table
 from relgate.catalog.release_table import get_release
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
+from relgate.documents.shard_format import ShardFormat
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError
 from relgate.integrity.contract import Contract
 from relgate.integrity.signing import SigningKey, sign_envelope, verify_envelope
 from relgate.objects.cas import ContentRef
 from relgate.records.record_schema import FieldSpec, RecordSchema, TokenRule, arrow_type, type_name
-from relgate.release import root as rm
 from relgate.release.readers import ReaderColumn, ReaderSpec
-from relgate.release.stream import ShardFormat
-from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
 
 REPORT_SCHEMA: Final = "relgate.release.schema-evolution.v1"

@@ -30,14 +30,14 @@ from typing import Any
 
 from relgate.catalog.release_table import get_release
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
+from relgate.documents.kind import DocumentKind
 from relgate.errors import IntegrityError, RejectedError, RelgateError, UsageError
 from relgate.integrity.digests import require_digest
-from relgate.integrity.documents import DocumentKind
 from relgate.integrity.merkle import LeafProof, check_proof
 from relgate.integrity.signing import TrustedKeys, relgate_error
 from relgate.integrity.tuples import FIELDS, MemberTuple
-from relgate.release import root as rm
-from relgate.snapshot import manifest as sm
 from relgate.snapshot.compare import prove
 from relgate_agent import dsse
 

@@ -10,11 +10,11 @@ from typing import Any
 
 from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.catalog.release_table import get_release
+from relgate.documents import release_root as rm
 from relgate.errors import IntegrityError, RejectedError, RelgateError
 from relgate.gate.transitions import Gate
 from relgate.integrity.contract import JsonObject
 from relgate.release import metrics as release_metrics
-from relgate.release import root as rm
 from relgate.release.assignment import assignment
 from relgate.release.barrier import barrier_state, start_step0
 from relgate.release.reader import ReaderLease, admit_read

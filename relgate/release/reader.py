@@ -44,6 +44,7 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import one
 from relgate.catalog.release_table import get_release
+from relgate.documents import release_root as rm
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
 from relgate.gate.envelopes import catalog_row
 from relgate.gate.events import GateOperation, Outcome, record
@@ -53,7 +54,6 @@ from relgate.lifecycle.pins import acquire_lease, release_lease, renew_lease
 from relgate.lifecycle.retention import format_time, now_utc
 from relgate.objects.cas import ContentRef
 from relgate.release import crypto
-from relgate.release import root as rm
 from relgate.release.run_rows import refuse_ended
 from relgate.workspace import Workspace
 from relgate_agent.retry import Backoff, retry_call

@@ -13,14 +13,14 @@ from pydantic import Field
 from pydantic import JsonValue as WireValue
 
 from relgate.catalog.release_table import get_release
+from relgate.documents import release_root as rm
+from relgate.documents.shard_descriptor import ShardDescriptor
 from relgate.errors import RelgateError
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.integrity.signing import SigningKey, sign_envelope, verify_envelope
 from relgate.objects.cas import ContentRef
 from relgate.release import attest
-from relgate.release import root as rm
 from relgate.release.checks import Check, Outcome
-from relgate.release.descriptor import ShardDescriptor
 from relgate.workspace import Workspace
 
 REPORT_SCHEMA = "relgate.release.verification.v1"

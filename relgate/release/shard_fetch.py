@@ -10,11 +10,11 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from relgate.documents.shard_descriptor import ENCRYPTED_SHARD_MEDIA_TYPE, ShardDescriptor
 from relgate.errors import IntegrityError
 from relgate.integrity.contract import JsonValue
 from relgate.objects.layout import release_shard_key
 from relgate.objects.versioned import ObjectStore
-from relgate.release.descriptor import ENCRYPTED_SHARD_MEDIA_TYPE, ShardDescriptor
 from relgate.release.metrics import current
 from relgate.release.verify_worker import sha256_of
 

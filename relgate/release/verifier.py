@@ -2,7 +2,7 @@
 
 A separate code path from the writer: it trusts nothing the writer computed except what
 the signed root manifest states, and shares only the record-stream definition
-(:mod:`relgate.release.stream`).  It never lists a prefix: every object is read by the
+(:mod:`relgate.documents.shard_format`).  It never lists a prefix: every object is read by the
 key its descriptor's digest names and the exact ``objectVersion`` the descriptor pins.
 
 Per shard, in worker processes (:mod:`relgate.release.verify_worker`), every per-shard
@@ -37,17 +37,19 @@ from relgate.catalog.audit import record_report
 from relgate.catalog.release_table import get_release, record_attempt
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.catalog.states import current_state, transition
+from relgate.documents import release_root as rm
+from relgate.documents import shard_format as rr
+from relgate.documents import snapshot_manifest as sm
+from relgate.documents.membership import tuple_root
+from relgate.documents.shard_descriptor import descriptor_problems, well_formed
 from relgate.errors import NotFoundError, RelgateError
 from relgate.integrity.contract import Contract, JsonObject
-from relgate.release import root as rm
-from relgate.release import stream as rr
 from relgate.release.checks import (
     ZERO_CHECKS,
     Check,
     Outcome,
     outcome_of,
 )
-from relgate.release.descriptor import descriptor_problems, well_formed
 from relgate.release.evolution import record_for_root
 from relgate.release.member_diff import TUPLE_SCHEMA, set_diff
 from relgate.release.metrics import current
@@ -64,9 +66,7 @@ from relgate.release.verify_worker import (
     run_shards,
     verify_shard,
 )
-from relgate.snapshot import manifest as sm
 from relgate.snapshot import tokenizer
-from relgate.snapshot.membership import tuple_root
 from relgate.workspace import Workspace
 
 __all__ = ["ShardSubsetReport", "shard_ids", "verify_one_shard", "verify_release", "verify_shards"]

@@ -23,15 +23,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from relgate.documents import shard_format as rr
+from relgate.documents.shard_descriptor import (
+    ENCRYPTED_SHARD_MEDIA_TYPE,
+    SHARD_MEDIA_TYPE,
+    ShardDescriptor,
+)
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError
 from relgate.integrity.contract import JsonObject, JsonValue
 from relgate.objects.versioned import SIZE_MISMATCH, ObjectStore
 from relgate.progress import track
 from relgate.records.record_schema import RecordSchema
 from relgate.release import crypto
-from relgate.release import stream as rr
 from relgate.release.checks import Check
-from relgate.release.descriptor import ENCRYPTED_SHARD_MEDIA_TYPE, SHARD_MEDIA_TYPE, ShardDescriptor
 from relgate.workspace import build_object_store
 
 

@@ -35,6 +35,11 @@ import pyarrow.parquet as pq
 from relgate.catalog.db import one
 from relgate.catalog.release_table import insert_release
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.documents import release_root as rm
+from relgate.documents import shard_format as rr
+from relgate.documents import snapshot_manifest as sm
+from relgate.documents.membership import COLUMNS as MEMBER_COLUMNS
+from relgate.documents.membership import tuple_root
 from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
 from relgate.integrity.contract import JsonObject
 from relgate.integrity.digests import sha256_digest
@@ -48,12 +53,7 @@ from relgate.records.record_schema import ID_COLUMN
 from relgate.records.tokens import TokenizerBytes
 from relgate.records.values import canonical_column
 from relgate.release import crypto
-from relgate.release import root as rm
-from relgate.release import stream as rr
-from relgate.snapshot import manifest as sm
 from relgate.snapshot import tokenizer
-from relgate.snapshot.membership import COLUMNS as MEMBER_COLUMNS
-from relgate.snapshot.membership import tuple_root
 from relgate.snapshot.validate import recompute
 from relgate.workspace import Workspace
 

@@ -19,6 +19,16 @@ from pydantic import Field, StrictInt, StrictStr
 
 from relgate import __version__
 from relgate.catalog.snapshot_table import insert_snapshot, record_build_failure
+from relgate.documents import snapshot_manifest as mf
+from relgate.documents.membership import MembershipWriter, Tally
+from relgate.documents.policy import (
+    PredicatePolicy,
+    SelectionPolicy,
+    SplitPolicy,
+    selection_from_json,
+)
+from relgate.documents.source_pins import SourceEntry
+from relgate.documents.transform_spec import TransformSpec
 from relgate.errors import RejectedError, RelgateError
 from relgate.gate.fences import Fences, fenced_entries, read_fences
 from relgate.integrity.contract import Contract
@@ -27,15 +37,7 @@ from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_k
 from relgate.objects.layout import membership_key, statistics_key
 from relgate.progress import track
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
-from relgate.snapshot import manifest as mf
 from relgate.snapshot import statistics, tokenizer
-from relgate.snapshot.membership import MembershipWriter, Tally
-from relgate.snapshot.policy import (
-    PredicatePolicy,
-    SelectionPolicy,
-    SplitPolicy,
-    selection_from_json,
-)
 from relgate.snapshot.provenance import record_statement, store_statement
 from relgate.snapshot.reuse import BuildInputs, built_from
 from relgate.snapshot.runs import SortedRuns
@@ -47,9 +49,8 @@ from relgate.snapshot.transforms import (
     transform_timeout,
 )
 from relgate.sources.factory import source_from_config
-from relgate.sources.source import Source, SourceEntry
+from relgate.sources.source import Source
 from relgate.transforms.launcher import TransformRunner
-from relgate.transforms.spec import TransformSpec
 from relgate.workspace import Workspace
 
 #: Policies a workspace config that names none builds with (immutable models).

@@ -10,14 +10,14 @@ import polars as pl
 from pydantic import Field, StrictInt, StrictStr
 
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.documents import snapshot_manifest as mf
+from relgate.documents.policy import BASIS_POINTS
 from relgate.errors import RejectedError
 from relgate.integrity.contract import Contract
 from relgate.integrity.hashing import sha256_rows
 from relgate.integrity.merkle import LeafProof, MerkleTree
 from relgate.integrity.tuples import MemberTuple
-from relgate.snapshot import manifest as mf
 from relgate.snapshot import statistics as st
-from relgate.snapshot.policy import BASIS_POINTS
 from relgate.snapshot.validate import Canary
 from relgate.workspace import Workspace
 

@@ -24,11 +24,12 @@ from typing import Final
 import polars as pl
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
+from relgate.documents import snapshot_manifest as mf
+from relgate.documents.source_pins import CdcPin, IcebergPin, ObjectPrefixPin, SourceEntry
 from relgate.errors import RejectedError, RelgateError
 from relgate.integrity.contract import Contract
 from relgate.objects.cas import ContentStore, digest_of_uri
-from relgate.snapshot import manifest as mf
-from relgate.sources.source import CdcPin, IcebergPin, ObjectPrefixPin, Source, SourceEntry
+from relgate.sources.source import Source
 
 PPM: Final = 1_000_000
 #: Version ids an unversioned store gives its objects.

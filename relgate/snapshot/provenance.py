@@ -26,6 +26,8 @@ from sqlalchemy import Connection
 from relgate import __version__
 from relgate.catalog.audit import latest_report, record_report
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.documents import snapshot_manifest as mf
+from relgate.documents.source_pins import CdcPin, IcebergPin, ObjectPrefixPin, PinList, SourceEntry
 from relgate.errors import IntegrityError, NotFoundError, RejectedError
 from relgate.integrity.digests import is_digest, sha256_digest
 from relgate.integrity.signing import Role
@@ -50,8 +52,6 @@ from relgate.integrity.statement import (
 from relgate.lifecycle.pins import PublisherLease
 from relgate.objects.cas import ContentRef, digest_of_uri
 from relgate.objects.layout import cas_key
-from relgate.snapshot import manifest as mf
-from relgate.sources.source import CdcPin, IcebergPin, ObjectPrefixPin, PinList, SourceEntry
 from relgate.workspace import Workspace
 
 BUILD_TYPE = "https://relgate.dev/dataset-snapshot/build/v1"

@@ -22,6 +22,7 @@ import pyarrow as pa
 from pydantic import Field, StrictInt, StrictStr
 
 from relgate.catalog.snapshot_table import SnapshotReportRow, snapshot_reports
+from relgate.documents.policy import BASIS_POINTS
 from relgate.errors import RejectedError
 from relgate.integrity.contract import Contract
 from relgate.snapshot import reports
@@ -39,7 +40,6 @@ from relgate.snapshot.comparator import (
     read_fingerprint,
 )
 from relgate.snapshot.compare import canary_filter, load_manifest
-from relgate.snapshot.policy import BASIS_POINTS
 from relgate.snapshot.validate import recompute
 from relgate.workspace import Workspace
 

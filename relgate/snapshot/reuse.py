@@ -15,11 +15,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.documents import snapshot_manifest as mf
+from relgate.documents.source_pins import SourceEntry
+from relgate.documents.transform_spec import TransformSpec
 from relgate.errors import IntegrityError
 from relgate.records.record_schema import RecordSchema
-from relgate.snapshot import manifest as mf
-from relgate.sources.source import SourceEntry
-from relgate.transforms.spec import TransformSpec
 from relgate.workspace import Workspace
 
 _log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class BuildInputs:
     purpose: str
 
     def body_fields(self) -> dict[str, Any]:
-        """These inputs as :class:`relgate.snapshot.manifest.SnapshotBody` keywords."""
+        """These inputs as :class:`relgate.documents.snapshot_manifest.SnapshotBody` keywords."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import polars as pl
 import pyarrow as pa
 
+from relgate.documents.membership import COLUMNS
+from relgate.documents.policy import Selection, SplitPolicy
+from relgate.documents.source_pins import SourceEntry
 from relgate.records.record_schema import ID_COLUMN, RecordSchema
 from relgate.records.values import content_digests
-from relgate.snapshot.membership import COLUMNS
-from relgate.snapshot.policy import Selection, SplitPolicy
-from relgate.sources.source import Source, SourceEntry
+from relgate.sources.source import Source
 
 #: Rows per selection batch.
 BATCH_ROWS = 1_000_000

@@ -30,11 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, StrictInt, StrictStr
 
+from relgate.documents import snapshot_manifest as mf
 from relgate.errors import RejectedError
 from relgate.integrity.contract import Contract
 from relgate.records.record_schema import RecordSchema, arrow_type
 from relgate.records.tokens import TokenizerBytes, token_counts
-from relgate.snapshot import manifest as mf
 from relgate.snapshot.tokenizer import ROLE as TOKENIZER_ROLE
 from relgate.workspace import Workspace
 

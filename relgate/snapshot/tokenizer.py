@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from relgate.documents import snapshot_manifest as mf
 from relgate.errors import NotFoundError, RejectedError
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.names import record_tokenizer
@@ -23,7 +24,6 @@ from relgate.objects.cas import key_for
 from relgate.objects.layout import cas_uri
 from relgate.records.record_schema import RecordSchema
 from relgate.records.tokens import TokenizerBytes, load_tokenizer
-from relgate.snapshot import manifest as mf
 from relgate.workspace import Workspace
 
 ROLE = "tokenizer"

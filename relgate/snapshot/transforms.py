@@ -14,16 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from relgate.catalog.db import Database, execute, one, utcnow
+from relgate.documents.snapshot_manifest import ArtifactRef, SnapshotManifest
+from relgate.documents.transform_spec import ImageTransform, StoredBlob, WheelTransform
 from relgate.errors import NotFoundError, RejectedError, UsageError
 from relgate.integrity.digests import is_digest
 from relgate.objects.cas import ContentStore
-from relgate.snapshot.manifest import ArtifactRef, SnapshotManifest
 from relgate.transforms import refusals
 from relgate.transforms.builtin import builtin_for_digest, transform_code_digest
 from relgate.transforms.launcher import DEFAULT_TIMEOUT_S, TransformRunner
 from relgate.transforms.pinned import PinnedTransform
 from relgate.transforms.registry import Pin, pin_of, verify_stored
-from relgate.transforms.spec import ImageTransform, StoredBlob, WheelTransform
 from relgate.workspace import Workspace
 
 

@@ -23,11 +23,13 @@ from pydantic import Field, StrictInt, StrictStr
 
 from relgate.catalog.snapshot_table import SnapshotReportRow, get_snapshot, record_snapshot_report
 from relgate.catalog.states import transition
+from relgate.documents import snapshot_manifest as mf
+from relgate.documents.membership import Tally
+from relgate.documents.source_pins import ObjectPrefixPin, SourceEntry
 from relgate.errors import IntegrityError, RelgateError
 from relgate.gate.fences import Fences
 from relgate.integrity.contract import Contract
 from relgate.progress import track
-from relgate.snapshot import manifest as mf
 from relgate.snapshot import reports
 from relgate.snapshot.build import fenced_at, pinned_sources, source_configs
 from relgate.snapshot.comparator import ContentHasher, ReplayHashes
@@ -40,12 +42,11 @@ from relgate.snapshot.coverage import (
     lineage,
     source_coverage,
 )
-from relgate.snapshot.membership import Tally
 from relgate.snapshot.runs import SortedRuns, aligned
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
 from relgate.snapshot.transforms import pinned_transform
 from relgate.sources.factory import source_from_config
-from relgate.sources.source import ObjectPrefixPin, Source, SourceEntry
+from relgate.sources.source import Source
 from relgate.workspace import Workspace
 
 REPORT_SCHEMA: Final = "relgate.snapshot.validation.v2"

@@ -5,6 +5,7 @@ own module; :func:`relgate.sources.factory.source_from_config` builds one from c
 (imported from there, so that reading the record schema does not load every kind).
 """
 
-from relgate.sources.source import Source, SourceEntry, SourcePin
+from relgate.documents.source_pins import SourceEntry, SourcePin
+from relgate.sources.source import Source
 
 __all__ = ["Source", "SourceEntry", "SourcePin"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from relgate.documents.source_pins import CdcPin, PinList, SourceEntry, SourcePin, expect_pin
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.contract import JsonObject, JsonValue
@@ -27,15 +28,7 @@ from relgate.objects.layout import cdc_segment_key
 from relgate.objects.versioned import ObjectStore
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.records.rows import RowBuilder, row_error
-from relgate.sources.source import (
-    CdcPin,
-    PinList,
-    Source,
-    SourceEntry,
-    SourcePin,
-    expect_pin,
-    parse_row,
-)
+from relgate.sources.source import Source, parse_row
 
 PIN_KIND = "relgate.cdc-pin.v1"
 

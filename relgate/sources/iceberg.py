@@ -13,6 +13,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, StrictStr
 
+from relgate.documents.source_pins import (
+    IcebergPin,
+    MetadataFile,
+    SourceEntry,
+    SourcePin,
+    expect_pin,
+)
 from relgate.errors import NotFoundError, RejectedError, RelgateError, UsageError
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
@@ -21,14 +28,7 @@ from relgate.records.record_schema import ID_COLUMN as RECORD_ID
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.records.rows import row_error
 from relgate.records.values import constant_column
-from relgate.sources.source import (
-    IcebergPin,
-    MetadataFile,
-    Source,
-    SourceEntry,
-    SourcePin,
-    expect_pin,
-)
+from relgate.sources.source import Source
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

@@ -14,21 +14,20 @@ from typing import Any
 
 import pyarrow as pa
 
+from relgate.documents.source_pins import (
+    ObjectList,
+    ObjectPrefixPin,
+    SourceEntry,
+    SourcePin,
+    expect_pin,
+)
 from relgate.errors import IntegrityError, NotFoundError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import ContentStore, digest_of_uri
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.records.rows import RowBuilder
-from relgate.sources.source import (
-    ObjectList,
-    ObjectPrefixPin,
-    Source,
-    SourceEntry,
-    SourcePin,
-    expect_pin,
-    parse_row,
-)
+from relgate.sources.source import Source, parse_row
 
 PIN_KIND = "relgate.object-pin.v1"
 

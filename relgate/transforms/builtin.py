@@ -3,7 +3,7 @@
 This kind (``builtin-source``) is *not* an image or package digest: it names a function of
 this relgate and a SHA-256 over its exact source, so it only proves "the code here is the
 code that was pinned".  Test workspaces use it because it runs in process; user builds
-pin a wheel or an OCI image (:mod:`relgate.transforms.spec`).
+pin a wheel or an OCI image (:mod:`relgate.documents.transform_spec`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 import polars as pl
 
+from relgate.documents.transform_spec import BuiltinTransform
 from relgate.errors import RejectedError, UsageError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.digests import sha256_digest
 from relgate.transforms import refusals
-from relgate.transforms.spec import BuiltinTransform
 
 #: A transform as selection runs it.
 Transform = Callable[[pl.LazyFrame], pl.LazyFrame]

@@ -23,10 +23,12 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from relgate.documents.source_pins import SourceEntry, SourcePin
+from relgate.documents.transform_spec import BuiltinTransform, ImageTransform, WheelTransform
 from relgate.errors import RejectedError
 from relgate.objects.cas import ContentStore
 from relgate.records.values import constant_column
-from relgate.sources.source import Source, SourceEntry, SourcePin
+from relgate.sources.source import Source
 from relgate.transforms import refusals
 from relgate.transforms.builtin import Transform, run_builtin
 from relgate.transforms.child import INPUT_ENV, OUTPUT_ENV
@@ -44,7 +46,6 @@ from relgate.transforms.launcher import (
     SubprocessRunner,
     TransformRunner,
 )
-from relgate.transforms.spec import BuiltinTransform, ImageTransform, WheelTransform
 from relgate.transforms.wheel import read_wheel, unpack_wheel
 
 #: Interpreter names in an image's command that run this Python (no container runtime here).

@@ -17,12 +17,7 @@ import tempfile
 from pathlib import Path
 
 from relgate.catalog.db import Database, execute, one, utcnow
-from relgate.errors import ConflictError, NotFoundError, RejectedError
-from relgate.integrity.canonical import canonical_bytes
-from relgate.objects.cas import ContentStore
-from relgate.transforms import refusals
-from relgate.transforms.image import fetch_blob, read_layout, store_image, trial_unpack
-from relgate.transforms.spec import (
+from relgate.documents.transform_spec import (
     SPEC_ADAPTER,
     WHEEL_MEDIA_TYPE,
     BuiltinTransform,
@@ -30,6 +25,11 @@ from relgate.transforms.spec import (
     StoredBlob,
     WheelTransform,
 )
+from relgate.errors import ConflictError, NotFoundError, RejectedError
+from relgate.integrity.canonical import canonical_bytes
+from relgate.objects.cas import ContentStore
+from relgate.transforms import refusals
+from relgate.transforms.image import fetch_blob, read_layout, store_image, trial_unpack
 from relgate.transforms.wheel import MAX_WHEEL_BYTES, read_wheel
 
 Pin = WheelTransform | ImageTransform | BuiltinTransform

@@ -15,8 +15,8 @@ from support.workspaces import make_workspace
 
 from relgate.catalog.release_table import get_release
 from relgate.cli.main import main
+from relgate.documents import release_root as rm
 from relgate.integrity.digests import sha256_digest
-from relgate.release import root as rm
 from relgate.release.checks import Check
 from relgate.workspace import Workspace
 
@@ -121,8 +121,8 @@ def test_release_verify_names_each_failing_shard(ws: Workspace) -> None:
 def test_shard_findings_from_a_report(ws: Workspace) -> None:
     """The typed findings: unknown check names and malformed entries are skipped, not the
     shard's later findings; expected comes from the descriptor only when the check has one."""
+    from relgate.documents.shard_descriptor import ShardDescriptor
     from relgate.release.checks import Outcome
-    from relgate.release.descriptor import ShardDescriptor
     from relgate.release.report import VerificationReport, failing_shards
 
     digest = "sha256:" + "a" * 64

@@ -15,7 +15,7 @@ from pipelines.definitions import defs
 from relgate.catalog.release_table import get_release
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.demo.corpus import DEMO_SOURCES
-from relgate.release import root as rm
+from relgate.documents import release_root as rm
 from relgate.snapshot.build import Frozen
 from relgate.sources.cdc import append_segment
 from resources.relgate import RelgateResource

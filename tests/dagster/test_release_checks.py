@@ -16,7 +16,7 @@ from support.workspaces import make_workspace
 from assets.releases import OUTCOME_CHECK, release_assets, release_checks
 from assets.snapshots import snapshot_assets, snapshot_checks
 from relgate.catalog.release_table import get_release
-from relgate.release import root as rm
+from relgate.documents import release_root as rm
 from relgate.release.checks import ZERO_CHECKS, Check
 from resources.relgate import RelgateResource
 

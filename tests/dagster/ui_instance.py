@@ -19,7 +19,7 @@ from support.workspaces import make_workspace
 from pipelines import demo
 from pipelines.definitions import defs
 from relgate.catalog.release_table import get_release
-from relgate.release import root as rm
+from relgate.documents import release_root as rm
 from relgate.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import os
 import pytest
 
 from relgate.catalog.release_table import get_release
+from relgate.documents import release_root as rm
 from relgate.errors import IntegrityError
-from relgate.release import root as rm
 from relgate.release.checks import Check
 from relgate.release.shard_fetch import fetch_shard
 from relgate.release.verifier import verify_release

@@ -13,6 +13,8 @@ from support.releases import overwrite_in_place
 from relgate.catalog.db import execute, one, rows
 from relgate.catalog.release_table import get_release, insert_release
 from relgate.catalog.snapshot_table import get_snapshot, insert_snapshot
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import (
     ConflictError,
     IntegrityError,
@@ -26,11 +28,9 @@ from relgate.gate.transitions import Gate
 from relgate.lifecycle.pins import add_pin
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.objects.cas import ContentRef
-from relgate.release import root as rm
 from relgate.release.admission import create_run
 from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.run_rows import get_run
-from relgate.snapshot import manifest as sm
 
 from .conftest import PURPOSE
 

@@ -18,9 +18,9 @@ from support.workspaces import make_workspace
 
 from relgate.catalog.audit import latest_report
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.documents import snapshot_manifest as sm
 from relgate.gate.approvals import PAYLOAD_TYPE, verify_approval
 from relgate.integrity.signing import Role, SigningKey
-from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace, default_config
 from relgate_agent import dsse, jcs
 from relgate_agent.manifest import PAYLOAD_TYPE as CHECKPOINT_TYPE

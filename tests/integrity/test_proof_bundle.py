@@ -16,12 +16,12 @@ from support.releases import write
 from support.snapshots import build_validated
 from support.workspaces import make_workspace
 
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import RejectedError
 from relgate.integrity.merkle import LeafProof, MerkleTree
 from relgate.integrity.signing import Role, SigningKey, TrustedKeys
 from relgate.integrity.tuples import MemberTuple
 from relgate.release.proofs import Proof, ProofBundle
-from relgate.snapshot import manifest as sm
 from relgate.snapshot.activation import approve
 from relgate_agent.dsse import Signer
 from tests.integrity.test_envelope_cli import relgate

@@ -1,4 +1,4 @@
-"""DocumentKind (relgate/integrity/documents.py): seal, sign, open and load through the shared DSSE parser.
+"""DocumentKind (relgate/documents/kind.py): seal, sign, open and load through the shared DSSE parser.
 
 Every refusal is exit 3 and names its check; the builder role is required for manifests.
 """
@@ -11,9 +11,9 @@ import json
 import pytest
 import rfc8785
 
+from relgate.documents.kind import DocumentKind
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.canonical import manifest_digest
-from relgate.integrity.documents import DocumentKind
 from relgate.integrity.signing import Role, SigningKey, TrustedKeys, sign_envelope
 from relgate.objects.local import LocalObjectStore
 

@@ -18,13 +18,13 @@ from support.lifecycle import (
 from support.releases import overwrite_in_place
 
 from relgate.catalog.release_table import get_release
+from relgate.documents import release_root as rm
 from relgate.errors import RejectedError
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.collector import deletions, list_stored, plan_gc, sweep, verify_retained
 from relgate.lifecycle.pins import acquire_lease, add_pin, get_lease, release_lease, remove_pin
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.objects.layout import canonical_key
-from relgate.release import root as rm
 from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key, stage_object, write_release
 

@@ -12,14 +12,14 @@ from support.workspaces import make_workspace
 from relgate.catalog.db import rows
 from relgate.catalog.release_table import get_release
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import NotFoundError
 from relgate.lifecycle.audit_trail import AuditPolicy, set_audit_policy
 from relgate.lifecycle.collector import plan_gc, sweep
 from relgate.lifecycle.lineage import lineage
 from relgate.objects.layout import cas_key
 from relgate.release import proofs
-from relgate.release import root as rm
-from relgate.snapshot import manifest as sm
 
 
 @pytest.fixture

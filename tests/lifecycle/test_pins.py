@@ -18,16 +18,16 @@ from support.workspaces import make_workspace
 from relgate.catalog.release_table import get_release
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.cli.main import main
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import ConflictError, UsageError
 from relgate.lifecycle.collector import plan_gc, verify_retained
 from relgate.lifecycle.lineage import lineage
 from relgate.lifecycle.pins import acquire_lease, add_pin, release_lease, renew_lease
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
-from relgate.release import root as rm
 from relgate.release.admission import create_run
 from relgate.release.run_end import fail_run
 from relgate.snapshot import activation as snap_lifecycle
-from relgate.snapshot import manifest as sm
 
 PURPOSE = "demo-model-training"
 

@@ -15,6 +15,7 @@ from support.workspaces import make_workspace
 from relgate.catalog.db import one
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.cli.main import main
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import NotFoundError
 from relgate.lifecycle.collector import plan_gc, sweep
 from relgate.lifecycle.pins import add_pin, remove_pin
@@ -22,7 +23,6 @@ from relgate.lifecycle.propagation import Holder, _deletable_at, propagation
 from relgate.lifecycle.retention import parse_time
 from relgate.release.admission import create_run
 from relgate.snapshot import activation as snap_lifecycle
-from relgate.snapshot import manifest as sm
 
 PURPOSE = "demo-model-training"
 EXPIRY = "2999-01-01T00:00:00.000000Z"

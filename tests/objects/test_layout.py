@@ -2,11 +2,11 @@
 
 import pytest
 
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
 from relgate.objects import layout
 from relgate.objects.cas import ContentRef, digest_of_uri, key_for
-from relgate.release import root as rm
 from relgate.release import shard_fetch, writer
-from relgate.snapshot import manifest as sm
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -19,12 +19,12 @@ from support import record_reference as ref
 from support.releases import write
 
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.documents import shard_format as rr
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import RejectedError, UsageError
 from relgate.records.record_schema import FieldSpec, arrow_type, type_name
 from relgate.records.values import canonical_column, content_digests
-from relgate.release import stream as rr
 from relgate.release.verify_worker import PROCESS, THREAD, ShardTask, run_shards
-from relgate.snapshot import manifest as sm
 from relgate.snapshot import tokenizer
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)

@@ -10,10 +10,10 @@ import json
 import pytest
 from support.releases import write
 
+from relgate.documents import release_root as rm
 from relgate.errors import RejectedError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.signing import verify_envelope
-from relgate.release import root as rm
 from relgate.release.checks import ZERO_CHECKS, Check, Outcome, outcome_of
 from relgate.release.report import REPORT_PAYLOAD_TYPE, VerificationPayload
 from relgate.release.verifier import verify_release

@@ -14,12 +14,12 @@ from support.workspaces import make_workspace
 
 from relgate.demo.image_corpus import IMAGE_RECORDS, PREFIX, seed_images
 from relgate.demo.token_corpus import TOKEN_RECORDS, seed_tokens
+from relgate.documents import shard_format as rr
+from relgate.documents import snapshot_manifest as mf
 from relgate.errors import IntegrityError, RejectedError
 from relgate.lifecycle.refs import version_refs
 from relgate.records.record_schema import RecordSchema
-from relgate.release import stream as rr
 from relgate.release.verifier import verify_release
-from relgate.snapshot import manifest as mf
 from relgate.sources.iceberg import open_catalog
 
 

@@ -36,6 +36,9 @@ from relgate.catalog.release_table import get_release, verification_attempts
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.catalog.states import history
 from relgate.demo.corpus import seed_demo
+from relgate.documents import release_root as rm
+from relgate.documents import shard_format as rr
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import RejectedError
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.signing import SigningKey
@@ -43,8 +46,6 @@ from relgate.objects.s3 import S3ObjectStore
 from relgate.records.record_schema import TEXT_SCHEMA
 from relgate.records.values import content_digest
 from relgate.release import crypto
-from relgate.release import root as rm
-from relgate.release import stream as rr
 from relgate.release.checks import SHARD_CHECKS
 from relgate.release.publication import approve_release
 from relgate.release.shard_fetch import fetch_shard
@@ -52,7 +53,6 @@ from relgate.release.verifier import verify_release
 from relgate.release.verify_worker import ShardTask, verify_shard
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key
 from relgate.snapshot import activation as lifecycle
-from relgate.snapshot import manifest as sm
 from relgate.snapshot import tokenizer
 from relgate.snapshot.transforms import tag_transform
 from relgate.workspace import Workspace, build_object_store, default_config

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from support import corpora
 from support import record_reference as ref
 
-from relgate.release import stream as rr
+from relgate.documents import shard_format as rr
 
 text = st.text(max_size=12)
 TEXT_FORMAT = rr.ShardFormat(corpora.TEXT)

@@ -11,16 +11,16 @@ from support.snapshots import build
 
 from relgate.catalog.snapshot_table import insert_snapshot
 from relgate.catalog.states import history, transition
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
+from relgate.documents.membership import put_membership, tuple_root
 from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
 from relgate.integrity.signing import verify_envelope
 from relgate.release import attest, crypto
-from relgate.release import root as rm
 from relgate.release.checks import ZERO_CHECKS
 from relgate.release.report import load_report
 from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key
-from relgate.snapshot import manifest as sm
-from relgate.snapshot.membership import put_membership, tuple_root
 from relgate.snapshot.validate import recompute
 
 

@@ -21,16 +21,16 @@ from relgate.catalog.audit import latest_report, record_report
 from relgate.catalog.db import execute, utcnow
 from relgate.catalog.release_table import get_release
 from relgate.catalog.snapshot_table import get_snapshot, insert_snapshot
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import ConflictError
 from relgate.gate.approvals import PAYLOAD_TYPE, Approval, approval_kind
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.signing import sign_envelope
 from relgate.lifecycle.retention import RetentionPolicy, set_policy
-from relgate.release import root as rm
 from relgate.release.admission import create_run
 from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.snapshot import activation as lifecycle
-from relgate.snapshot import manifest as sm
 from relgate.snapshot.validate import validate_snapshot
 from tests.release.test_runs import PURPOSE, _published, _verified
 

@@ -9,21 +9,21 @@ import pytest
 from support.snapshots import build, build_validated, state_of
 
 from relgate.catalog.snapshot_table import insert_snapshot
+from relgate.documents import snapshot_manifest as mf
+from relgate.documents.membership import put_membership, tuple_root
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.objects.cas import digest_of_uri
 from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release
 from relgate.snapshot import activation as lifecycle
-from relgate.snapshot import manifest as mf
 from relgate.snapshot.build import BuildSpec, build_snapshot, freeze
-from relgate.snapshot.membership import put_membership, tuple_root
-from relgate.snapshot.policy import transform_code_digest
 from relgate.snapshot.replay import replay
 from relgate.snapshot.transforms import tag_transform
 from relgate.snapshot.validate import validate_snapshot
 from relgate.sources.cdc import append_segment
 from relgate.sources.iceberg import open_catalog
+from relgate.transforms.builtin import transform_code_digest
 
 
 def _members(ws, result):

@@ -32,12 +32,12 @@ from support.workspaces import make_workspace
 from relgate.catalog.db import execute, one, rows, utcnow
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.catalog.states import current_state, transition
+from relgate.documents import release_root as rm
+from relgate.documents import snapshot_manifest as sm
 from relgate.errors import ConflictError, RejectedError
 from relgate.gate.approvals import sign_approval
-from relgate.release import root as rm
 from relgate.release.admission import create_run
 from relgate.release.writer import write_release
-from relgate.snapshot import manifest as sm
 from relgate.workspace import Workspace
 
 ITERATIONS = {"snapshot": 120, "release": 60}  # both orders occur well within these

@@ -18,6 +18,7 @@ from support.snapshots import build, build_validated, state_of
 from support.workspaces import make_workspace
 
 from relgate.catalog.snapshot_table import snapshot_reports
+from relgate.documents.policy import PredicatePolicy
 from relgate.errors import IntegrityError, RejectedError, UsageError
 from relgate.lifecycle.collector import plan_gc
 from relgate.objects.layout import report_key
@@ -36,7 +37,6 @@ from relgate.snapshot.comparator import (
     tolerance_text,
 )
 from relgate.snapshot.coverage import PPM
-from relgate.snapshot.policy import PredicatePolicy
 from relgate.snapshot.replay import (
     REFERENCE_CHECK,
     REPLAY_CHECK,

@@ -11,15 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import corpora
 
-from relgate.errors import RejectedError, UsageError
-from relgate.integrity.canonical import canonical_bytes
-from relgate.snapshot import manifest as mf
-from relgate.snapshot.comparator import Comparator, ReplayHashes
-from relgate.snapshot.compare import CountDelta, DiffExamples, OldNew, SnapshotDiff
-from relgate.snapshot.policy import SelectionPolicy, SplitPolicy
-from relgate.snapshot.replay import Canary, ReplayReport
-from relgate.snapshot.validate import ValidationFacts, ValidationReport
-from relgate.sources.source import (
+from relgate.documents import snapshot_manifest as mf
+from relgate.documents.policy import SelectionPolicy, SplitPolicy
+from relgate.documents.source_pins import (
     CdcPin,
     IcebergPin,
     MetadataFile,
@@ -29,6 +23,12 @@ from relgate.sources.source import (
     SourcePin,
     parse_entries,
 )
+from relgate.errors import RejectedError, UsageError
+from relgate.integrity.canonical import canonical_bytes
+from relgate.snapshot.comparator import Comparator, ReplayHashes
+from relgate.snapshot.compare import CountDelta, DiffExamples, OldNew, SnapshotDiff
+from relgate.snapshot.replay import Canary, ReplayReport
+from relgate.snapshot.validate import ValidationFacts, ValidationReport
 
 names = st.text(alphabet="abcdefghij-/:", min_size=1, max_size=8)
 counts = st.integers(min_value=0, max_value=2**40)

@@ -18,15 +18,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.snapshots import build
 
+from relgate.documents import membership
+from relgate.documents.membership import MembershipWriter, Tally, membership_parquet, tuple_root
+from relgate.documents.policy import SplitPolicy
 from relgate.gate.fences import Fences
 from relgate.integrity import merkle
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.hashing import digests_to_strings
-from relgate.snapshot import membership, runs, selection
+from relgate.snapshot import runs, selection
 from relgate.snapshot.build import fenced_at
 from relgate.snapshot.compare import load_manifest
-from relgate.snapshot.membership import MembershipWriter, Tally, membership_parquet, tuple_root
-from relgate.snapshot.policy import SplitPolicy, normalize_v1, normalize_v1_fast
 from relgate.snapshot.runs import SortedRuns, aligned
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA
 from relgate.snapshot.validate import (
@@ -37,6 +38,7 @@ from relgate.snapshot.validate import (
     validate_snapshot,
 )
 from relgate.sources import source
+from relgate.transforms.builtin import normalize_v1, normalize_v1_fast
 from tests.snapshot.test_faults import _forge as forge
 
 SCHEMA_DIGEST = "sha256:" + "ab" * 32

@@ -11,8 +11,8 @@ from support.releases import write
 
 from relgate.catalog.release_table import get_release, insert_release
 from relgate.catalog.states import transition
+from relgate.documents import release_root as rm
 from relgate.gate.approvals import sign_approval
-from relgate.release import root as rm
 from relgate.release.shard_fetch import object_key
 
 RECORDS_PER_SHARD = 40

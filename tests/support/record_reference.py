@@ -1,6 +1,6 @@
 """Row-at-a-time reference encodings the vectorised record paths must agree with.
 
-Written independently of :mod:`relgate.records.values` and :mod:`relgate.release.stream`
+Written independently of :mod:`relgate.records.values` and :mod:`relgate.documents.shard_format`
 (struct and hashlib over Python values), from the rules in their module docstrings.
 """
 

@@ -5,7 +5,8 @@ import pyarrow as pa
 import pytest
 from support import transforms as art
 
-from relgate.sources.source import Source, SourcePin
+from relgate.documents.source_pins import SourcePin
+from relgate.sources.source import Source
 from relgate.transforms.exchange import narrow_schema
 from relgate.transforms.pinned import PinnedTransform
 from relgate.transforms.registry import register_wheel

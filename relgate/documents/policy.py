@@ -1,4 +1,4 @@
-"""Selection and split policies (and the built-in transforms, re-exported): pure, deterministic, recorded by digest.
+"""Selection and split policies: pure, deterministic, recorded by digest.
 
 A policy is a small JSON document of integers and strings; its digest goes into the
 manifest, and replay re-runs exactly that policy against the pinned source versions.
@@ -18,15 +18,6 @@ from relgate.errors import UsageError
 from relgate.integrity.contract import Contract
 from relgate.integrity.hashing import sha256_rows
 from relgate.records.record_schema import RecordSchema
-from relgate.transforms.builtin import (
-    ACCELERATED,
-    TRANSFORMS,
-    Transform,
-    identity_v1,
-    normalize_v1,
-    normalize_v1_fast,
-    transform_code_digest,
-)
 
 #: Split buckets are basis points of the id space.
 BASIS_POINTS = 10_000
@@ -197,24 +188,3 @@ class SplitPolicy(Contract):
         index = np.searchsorted(edges, words, side="right")
         names = pa.array([n for n, _ in self.buckets], pa.string())
         return names.take(pa.array(index))
-
-
-# -- transforms ------------------------------------------------------------------------------
-# The built-in (source-digest) transforms live in relgate.transforms.builtin; re-exported for
-# the callers and tests that name them here.
-__all__ = [
-    "ACCELERATED",
-    "BASIS_POINTS",
-    "TRANSFORMS",
-    "ColumnPredicate",
-    "PredicatePolicy",
-    "Selection",
-    "SelectionPolicy",
-    "SplitPolicy",
-    "Transform",
-    "identity_v1",
-    "normalize_v1",
-    "normalize_v1_fast",
-    "selection_from_json",
-    "transform_code_digest",
-]

@@ -21,9 +21,12 @@ from typing import Final, Literal, Self
 
 from pydantic import Field, StrictInt, StrictStr, model_validator
 
+from relgate.documents.kind import DocumentKind
+from relgate.documents.policy import Selection, SplitPolicy
+from relgate.documents.source_pins import SourceEntry
+from relgate.documents.transform_spec import TransformSpec
 from relgate.errors import RejectedError
 from relgate.integrity.contract import Contract, JsonObject, JsonValue
-from relgate.integrity.documents import DocumentKind
 from relgate.integrity.signing import SigningKey, TrustedKeys
 from relgate.integrity.statement import SpelledDigest
 from relgate.objects.cas import ContentRef, digest_of_uri
@@ -31,9 +34,6 @@ from relgate.objects.layout import SNAPSHOT_MANIFEST_PREFIX, snapshot_envelope_k
 from relgate.objects.versioned import ObjectStore
 from relgate.records.record_schema import CHECK as RECORD_SCHEMA_CHECK
 from relgate.records.record_schema import RecordSchema
-from relgate.snapshot.policy import Selection, SplitPolicy
-from relgate.sources.source import SourceEntry
-from relgate.transforms.spec import TransformSpec
 
 SCHEMA: Final = "training.dataset.snapshot.v1"
 PAYLOAD_TYPE = "application/vnd.relgate.dataset-snapshot.v1+json"

@@ -1,7 +1,7 @@
 """The ``training.shard.release.v1`` root manifest.
 
 Binds a dataset snapshot to physical shards: one OCI-style descriptor per shard
-(:class:`~relgate.release.descriptor.ShardDescriptor`), both fence watermarks, the record
+(:class:`~relgate.documents.shard_descriptor.ShardDescriptor`), both fence watermarks, the record
 schema, totals, the ``orderedMemberTupleRoot`` and the writer parameters (serializer,
 sort seed, sharding function, compression, key version).  Its digest, the ``rootId``, is
 what approvals, permits and runs name.
@@ -20,20 +20,20 @@ from typing import Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from relgate.errors import RejectedError
-from relgate.integrity.contract import Contract, JsonObject, JsonValue
-from relgate.integrity.documents import DocumentKind
-from relgate.integrity.signing import SigningKey, TrustedKeys
-from relgate.objects.layout import RELEASE_MANIFEST_PREFIX, release_manifest_key
-from relgate.objects.versioned import ObjectStore
-from relgate.records.record_schema import CHECK as RECORD_SCHEMA_CHECK
-from relgate.release.descriptor import (
+from relgate.documents.kind import DocumentKind
+from relgate.documents.shard_descriptor import (
     DESCRIPTOR_FIELDS,
     ENCRYPTED_SHARD_MEDIA_TYPE,
     SHARD_MEDIA_TYPE,
     ShardDescriptor,
 )
-from relgate.release.stream import ShardFormat, ShardSchema
+from relgate.documents.shard_format import ShardFormat, ShardSchema
+from relgate.errors import RejectedError
+from relgate.integrity.contract import Contract, JsonObject, JsonValue
+from relgate.integrity.signing import SigningKey, TrustedKeys
+from relgate.objects.layout import RELEASE_MANIFEST_PREFIX, release_manifest_key
+from relgate.objects.versioned import ObjectStore
+from relgate.records.record_schema import CHECK as RECORD_SCHEMA_CHECK
 
 __all__ = [
     "DESCRIPTOR_FIELDS",
