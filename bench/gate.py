@@ -6,7 +6,7 @@ CAS rounds).  ``clients`` spawned processes, each with its own catalog connectio
 
 1. ``baseline``: a plain INSERT loop (one row, one transaction) on the same database;
 2. ``admissions``: each client admits ``per_client`` runs through the gate API: one
-   :meth:`Database.gate_tx` that issues the permit (:func:`relgate.gate.permits.acquire`:
+   :meth:`Database.gate_tx` that issues the permit (:func:`relgate.gate.permit_issue.acquire`:
    alias read once, fences, release state and purpose, fence hits, stored envelope
    re-verified) and writes the run record (the statement
    :func:`relgate.release.admission.admit_run` runs in the same transaction);
@@ -38,7 +38,8 @@ from typing import Any
 from relgate.catalog.db import execute, utcnow
 from relgate.errors import RelgateError
 from relgate.gate.history import GateEvent, read_history, violations
-from relgate.gate.permits import acquire
+from relgate.gate.permit_issue import acquire
+from relgate.gate.transitions import open_gate
 from relgate.workspace import Workspace
 
 QUICK: dict[str, int] = {"clients": 16, "per_client": 25}
@@ -148,7 +149,7 @@ def _baseline(ws: Workspace, count: int, client: int) -> float:
 def _client(home: str, index: int, job: dict[str, Any], barrier: Any, out: Any) -> None:
     """One client process: baseline, admissions, then the mixed rounds."""
     ws = Workspace.open(Path(home))
-    gate = ws.gate()
+    gate = open_gate(ws)
     result: dict[str, Any] = {"index": index, "events": []}
     barrier.wait()
     result["baselineSeconds"] = _baseline(ws, job["per_client"], index)
@@ -182,7 +183,7 @@ def run_load(
     ws = Workspace.open(home)
     with ws.db.tx() as conn:
         execute(conn, "CREATE TABLE IF NOT EXISTS bench_inserts (id TEXT PRIMARY KEY, at TEXT)")
-    generation = ws.gate().alias(ALIAS, "release").generation
+    generation = open_gate(ws).alias(ALIAS, "release").generation
     ws.close()
     rounds = [built["candidates"][r * clients : (r + 1) * clients] for r in range(CAS_ROUNDS)]
     job = {"per_client": per_client, "candidates": rounds, "member": built["member"],

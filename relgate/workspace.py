@@ -4,7 +4,7 @@ Configuration lives in ``$RELGATE_HOME/relgate.json`` (written by ``relgate init
 validated into :class:`WorkspaceConfig` when it is read; ``RELGATE_HOME`` defaults to
 ``./var/relgate``.  ``RELGATE_CATALOG_URL`` overrides the catalog database URL (e.g.
 PostgreSQL in production).  Nothing here is global: every command opens its own
-:class:`Workspace`, and :meth:`Workspace.gate` is the one way to build the gate.
+:class:`Workspace` (:func:`relgate.gate.transitions.open_gate` builds the gate over it).
 """
 
 from __future__ import annotations
@@ -21,20 +21,15 @@ from typing import Any, Self
 from pydantic import Field, JsonValue, model_validator
 
 from relgate.catalog.db import Database
+from relgate.catalog.events import GateOperation, Outcome, record
+from relgate.documents.declared_readers import ReaderSpec
 from relgate.documents.membership import MembershipCache
 from relgate.errors import ConflictError, RejectedError, UsageError
-from relgate.gate.approvals import sign_approval
-from relgate.gate.envelopes import StoredEnvelopes
-from relgate.gate.events import GateOperation, Outcome, record
-from relgate.gate.members import CatalogMemberIndex
-from relgate.gate.permits import close_hit_permits
-from relgate.gate.transitions import Gate
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.integrity.signing import Role, SigningKey, TrustedKey, TrustedKeys, load_trusted
 from relgate.objects.cas import ContentStore, StorageFault
 from relgate.objects.local import LocalObjectStore
 from relgate.objects.versioned import ObjectStore
-from relgate.release.readers import ReaderSpec
 from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 CONFIG_NAME = "relgate.json"
@@ -86,7 +81,7 @@ class WorkspaceConfig(Contract):
     keys: KeysConfig
     sources: list[dict[str, JsonValue]] = Field(default_factory=list)
     snapshot: dict[str, JsonValue] = Field(default_factory=dict)
-    #: declared readers of releases (:mod:`relgate.release.readers`); absent when none
+    #: declared readers of releases (:mod:`relgate.documents.declared_readers`); absent when none
     readers: tuple[ReaderSpec, ...] | None = None
 
     @model_validator(mode="after")
@@ -352,10 +347,6 @@ class Workspace:
         self.__dict__.pop("trusted_keys", None)
         return found
 
-    def sign_approval(self, result: Mapping[str, str]) -> dict[str, str]:
-        """Sign an approval just recorded with the approver key (see relgate.gate.approvals)."""
-        return sign_approval(self, result)
-
     # -- components ------------------------------------------------------------------------
     @property
     def catalog_url(self) -> str:
@@ -422,14 +413,6 @@ class Workspace:
     @cached_property
     def membership(self) -> MembershipCache:
         return MembershipCache(self.cas, self.home / "cache" / "membership")
-
-    def gate(self) -> Gate:
-        """The gate over this workspace's catalog (the one way to build one): membership
-        lookups, stored-envelope re-verification, and fence advances close hit permits."""
-        envelopes = StoredEnvelopes(self.store, self.trusted_keys)
-        gate = Gate(self.db, CatalogMemberIndex(self.membership), envelopes=envelopes)
-        gate.listeners.append(close_hit_permits)
-        return gate
 
     def close(self) -> None:
         if "db" in self.__dict__:

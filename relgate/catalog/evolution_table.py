@@ -29,7 +29,7 @@ def record(
 ) -> None:
     with db.tx() as conn:
         # Also a report of the root, so garbage collection keeps the signed document as
-        # long as it keeps the root (relgate.lifecycle.refs reads ``reports``).
+        # long as it keeps the root (relgate.holds.refs reads ``reports``).
         record_report(conn, REPORT_KIND, root, ref.digest, ref.version_id, compatible)
         execute(
             conn,

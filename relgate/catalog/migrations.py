@@ -372,7 +372,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         (
             # One row per activation, rollback, admission and fence advance: ok, refused
             # (exit 3) or conflict (exit 4), the check that refused it and what it named
-            # (relgate.gate.events).  Appended, never updated; the gate's metrics count it.
+            # (relgate.catalog.events).  Appended, never updated; the gate's metrics count it.
             """CREATE TABLE gate_events (
                 {id},
                 operation TEXT NOT NULL,

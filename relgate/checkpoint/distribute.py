@@ -14,8 +14,14 @@ from dataclasses import dataclass
 
 from pydantic import Field, JsonValue, model_validator
 
+from relgate.checkpoint.local_fleet import (
+    FleetMember,
+    WebhookSink,
+    free_port,
+    local_fleet,
+    new_fleet_label,
+)
 from relgate.checkpoint.location import ENVELOPE_NAME, ORIGIN_NAME, validate_names, version_dir
-from relgate.demo.fleet import FleetMember, WebhookSink, free_port, local_fleet, new_fleet_label
 from relgate.errors import RejectedError, RelgateError
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.progress import Task, task

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from relgate.cli.common import CommandOutput, Ctx, actor, as_object, command, pass_ctx
+from relgate.gate.transitions import open_gate
 
 
 @click.group()
@@ -21,7 +22,7 @@ def alias_show(ctx: Ctx, name: str) -> CommandOutput:
     from relgate.catalog.standing import catalog_states, standings
 
     ws = ctx.ws()
-    gate = ws.gate()
+    gate = open_gate(ws)
     kind = gate.alias_kind(name) or "snapshot"
     state = as_object(gate.alias(name, kind))
     history = [as_object(entry) for entry in gate.alias_history(name)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from relgate.cli.common import CommandOutput, Ctx, actor, command, pass_ctx
+from relgate.gate.transitions import open_gate
 
 
 @click.group()
@@ -66,7 +67,7 @@ def fence_show(ctx: Ctx, tombstone: str | None, propagation: bool, grace: str) -
                 object="fence show",
                 check="tombstone",
             )
-        gate = ctx.ws().gate()
+        gate = open_gate(ctx.ws())
         fences = gate.fences()
         return {
             "tombstoneWatermark": fences.tombstone_watermark,

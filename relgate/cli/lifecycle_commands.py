@@ -59,7 +59,7 @@ def pin_add(
     position: object,
 ) -> CommandOutput:
     """Pin VERSION (snapshot or release digest or prefix) for OWNER."""
-    from relgate.lifecycle.pins import add_pin
+    from relgate.holds.pins import add_pin
 
     ws, digest = _resolve_version(ctx, version)
     if position is not None and not isinstance(position, dict):
@@ -84,7 +84,7 @@ def pin_add(
 @pass_ctx
 def pin_remove(ctx: Ctx, pin_id: str) -> CommandOutput:
     """Release a pin (through the gate)."""
-    from relgate.lifecycle.pins import remove_pin
+    from relgate.holds.pins import remove_pin
 
     return remove_pin(ctx.ws(), pin_id, actor=actor())
 
@@ -94,7 +94,7 @@ def pin_remove(ctx: Ctx, pin_id: str) -> CommandOutput:
 @pass_ctx
 def pin_list(ctx: Ctx, include_released: bool) -> CommandOutput:
     """Explicit and checkpoint pins."""
-    from relgate.lifecycle.pins import list_pins
+    from relgate.holds.pins import list_pins
 
     return {"pins": [p.to_json() for p in list_pins(ctx.ws(), include_released=include_released)]}
 
@@ -120,7 +120,7 @@ def retention_set(
     keep_raw_sources: bool,
 ) -> CommandOutput:
     """Set ALIAS's retention policy."""
-    from relgate.lifecycle.retention import RetentionPolicy, set_policy
+    from relgate.holds.retention import RetentionPolicy, set_policy
 
     policy = RetentionPolicy(alias, keep_last, keep_days, rollback_window, keep_raw_sources)
     return set_policy(ctx.ws().db, policy).to_json()
@@ -152,7 +152,7 @@ def retention_audit(ctx: Ctx, keep_days: int | None, forever: bool) -> CommandOu
 @pass_ctx
 def retention_show(ctx: Ctx) -> CommandOutput:
     """Retained versions and who holds each."""
-    from relgate.lifecycle.retention import now_utc, retained_versions
+    from relgate.holds.retention import now_utc, retained_versions
 
     ws = ctx.ws()
     with ws.db.tx() as conn:

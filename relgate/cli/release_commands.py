@@ -10,6 +10,7 @@ import click
 
 from relgate.cli.common import CommandOutput, CommandResult, Ctx, actor, command, pass_ctx
 from relgate.cli.params import WORLD_SIZE
+from relgate.gate.transitions import open_gate
 
 if TYPE_CHECKING:
     from relgate.release.evolution import SchemaEvolutionReport
@@ -101,22 +102,37 @@ def release_build(
 @click.option(
     "--key", "keys", multiple=True, help="Decryption key ring entry VERSION=PATH (32 raw bytes)."
 )
+@click.option(
+    "--shard",
+    "shards",
+    multiple=True,
+    help="Check only these shard ids (repeatable); records nothing and moves no state.",
+)
 @pass_ctx
-def release_verify(ctx: Ctx, root: str, workers: int, keys: tuple[str, ...]) -> CommandOutput:
+def release_verify(
+    ctx: Ctx, root: str, workers: int, keys: tuple[str, ...], shards: tuple[str, ...]
+) -> CommandOutput:
     """Independent verification from exact object versions; VERIFIED or INVALID."""
     from relgate.catalog.release_table import resolve_release
     from relgate.release.crypto import key_ring
     from relgate.release.report import failing_shards
-    from relgate.release.verifier import verify_release
+    from relgate.release.verifier import verify_release, verify_shards
 
     ws = ctx.ws()
-    report = verify_release(
-        ws,
-        resolve_release(ws.db, root),
-        workers=workers,
-        keys=key_ring(keys),
-        actor=actor(),
-    )
+    digest = resolve_release(ws.db, root)
+    if shards:
+        subset = verify_shards(ws, digest, shards, workers=workers, keys=key_ring(keys))
+        if subset.ok:
+            return CommandResult(subset.to_json())
+        failed = [s["id"] for s in subset.shards if not s["ok"]] + list(subset.unknown_shards)
+        return CommandResult.rejected(
+            subset.to_json(),
+            check="verification",
+            message=f"shards failed their checks or are not in the root: {failed}",
+            subject="release",
+            digest=digest,
+        )
+    report = verify_release(ws, digest, workers=workers, keys=key_ring(keys), actor=actor())
     return verify_result(report, failing_shards(ws, report))
 
 
@@ -292,7 +308,7 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
         "verificationAttempts": verification_attempts(ws.db, digest),
         "approvals": approvals(ws.db, digest),
         "latestReport": latest_report(ws.db, digest, "release"),
-        "fenceHits": ws.gate().hits_for(digest),
+        "fenceHits": open_gate(ws).hits_for(digest),
     }
     if with_manifest:
         out["manifest"] = rm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"]).body

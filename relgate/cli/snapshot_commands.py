@@ -15,6 +15,7 @@ from relgate.cli.common import (
     command,
     pass_ctx,
 )
+from relgate.gate.transitions import open_gate
 
 if TYPE_CHECKING:
     from relgate.snapshot.compare import SnapshotDiff
@@ -73,7 +74,7 @@ def snapshot_build(
         spec.purpose = purpose
     if transform_spec:
         spec.transform = transform_spec
-    active = ws.gate().alias(alias, "snapshot").active_digest
+    active = open_gate(ws).alias(alias, "snapshot").active_digest
     spec.parents = list(parents) or ([active] if active else [])
     spec.source_ids = list(sources) or None
     spec.allow_empty = spec.allow_empty or allow_empty

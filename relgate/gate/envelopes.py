@@ -19,7 +19,7 @@ from relgate.catalog.db import one
 from relgate.catalog.states import TABLES
 from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
-from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError
+from relgate.errors import IntegrityError, NotFoundError, RelgateError
 from relgate.gate.approvals import approval_kind, missing_approval, open_approval
 from relgate.integrity.signing import TrustedKeys
 from relgate.objects.cas import ContentStore, digest_of_uri
@@ -156,17 +156,6 @@ class StoredEnvelopes:
             ) from None
 
 
-def require_verifier(verifier: EnvelopeVerifier | None, kind: str, digest: str) -> EnvelopeVerifier:
-    if verifier is None:  # fail closed: a gate that cannot re-verify moves nothing
-        raise RejectedError(
-            "this gate has no envelope verifier",
-            object=kind,
-            check="envelope-verifier",
-            digest=digest,
-        )
-    return verifier
-
-
 def catalog_row(conn: Connection, kind: str, digest: str) -> CatalogRow:
     """The catalog row of one version; NotFoundError if there is none."""
     row = one(conn, _ROW_SQL[kind], {"d": digest})
@@ -176,16 +165,16 @@ def catalog_row(conn: Connection, kind: str, digest: str) -> CatalogRow:
 
 
 def verify_envelope(
-    conn: Connection, verifier: EnvelopeVerifier | None, kind: str, digest: str
+    conn: Connection, verifier: EnvelopeVerifier, kind: str, digest: str
 ) -> CatalogRow:
     """Re-open the stored envelope ``digest``'s row names and bind it to the row."""
     row = catalog_row(conn, kind, digest)
-    require_verifier(verifier, kind, digest).verify(kind, row)
+    verifier.verify(kind, row)
     return row
 
 
 def verify_signed_approval(
-    conn: Connection, verifier: EnvelopeVerifier | None, kind: str, digest: str
+    conn: Connection, verifier: EnvelopeVerifier, kind: str, digest: str
 ) -> None:
     """Re-open the signed approval that ``digest``'s APPROVED state claims."""
-    require_verifier(verifier, kind, digest).verify_approval(conn, kind, digest)
+    verifier.verify_approval(conn, kind, digest)

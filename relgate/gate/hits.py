@@ -15,8 +15,8 @@ from sqlalchemy import Connection
 from relgate.catalog.db import execute, one, rows
 from relgate.catalog.states import TABLES
 from relgate.errors import RejectedError
+from relgate.holds.retention import now_utc, retained_versions
 from relgate.integrity.contract import Contract
-from relgate.lifecycle.retention import now_utc, retained_versions
 from relgate.objects.cas import ContentRef
 
 #: Subject digest (or fence kind) -> the fence seqs that hit it.

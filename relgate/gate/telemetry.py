@@ -2,7 +2,7 @@
 
 The gate runs in whichever process calls it (a CLI command, a Dagster step, a run
 worker), so its figures cannot live in one process's memory: every outcome is a
-``gate_events`` row (:mod:`relgate.gate.events`) and this collector counts those rows,
+``gate_events`` row (:mod:`relgate.catalog.events`) and this collector counts those rows,
 the fence tables and the permits when Prometheus scrapes.  Every process that serves it
 therefore reports the same totals, and they survive restarts.
 
@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from relgate.catalog.db import Database, rows
-from relgate.gate.events import GateOperation, Outcome
+from relgate.catalog.events import GateOperation, Outcome
 from relgate.gate.fences import read_fences
 
 _ALIAS_MOVES = (GateOperation.ACTIVATE.value, GateOperation.ROLLBACK.value)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, one, utcnow
+from relgate.catalog.events import GateOperation, Outcome, record, refusals_recorded
 from relgate.catalog.states import transition
 from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate.aliases import (
@@ -33,12 +34,11 @@ from relgate.gate.aliases import (
 from relgate.gate.envelopes import (
     CatalogRow,
     EnvelopeVerifier,
+    StoredEnvelopes,
     catalog_row,
-    require_verifier,
     verify_envelope,
     verify_signed_approval,
 )
-from relgate.gate.events import GateOperation, Outcome, record, refusals_recorded
 from relgate.gate.fences import (
     BenchmarkEntry,
     FenceAdvance,
@@ -50,22 +50,20 @@ from relgate.gate.fences import (
 )
 from relgate.gate.hits import (
     HitRecord,
-    HitSeqs,
     MemberIndex,
     check_no_hits,
     hits_on,
     hits_since,
     record_hits,
 )
+from relgate.gate.members import CatalogMemberIndex
+from relgate.gate.permits import close_hit_permits
 from relgate.integrity.identifiers import validate_ids
 from relgate.objects.layout import envelope_key
+from relgate.workspace import Workspace
 
 #: The state a subject must be in to be activated, and the state activation moves it to.
 ACTIVATION = {"snapshot": ("APPROVED", "ACTIVE"), "release": ("APPROVED", "PUBLISHED")}
-
-#: Called inside the gate transaction after a fence advance recorded hits; returns the
-#: ids of permits it closed.  The release layer registers one to close permits.
-HitListener = Callable[[Connection, str, HitSeqs], list[str]]
 
 
 def _watermark_details(marks: tuple[int, int], fences: Fences, label: str) -> dict[str, object]:
@@ -85,13 +83,10 @@ def _marks(row: CatalogRow) -> tuple[int, int]:
 class Gate:
     """Every alias move, fence advance and root admission, each in one gate transaction."""
 
-    def __init__(
-        self, db: Database, members: MemberIndex, *, envelopes: EnvelopeVerifier | None = None
-    ) -> None:
+    def __init__(self, db: Database, members: MemberIndex, envelopes: EnvelopeVerifier) -> None:
         self.db = db
         self.members = members
         self.envelopes = envelopes
-        self.listeners: list[HitListener] = []
 
     # -- reads ---------------------------------------------------------------------------
     def fences(self) -> Fences:
@@ -336,7 +331,7 @@ class Gate:
             )
             seq_of = {value: first + i for i, value in enumerate(values)}
             hits = record_hits(conn, self.members, fence_kind, set(values), seq_of, now)
-            closed = [p for listener in self.listeners for p in listener(conn, fence_kind, hits)]
+            closed = close_hit_permits(conn, fence_kind, hits)
             record(conn, operation, Outcome.OK, subject=fence_kind)
             return FenceAdvance(
                 kind=fence_kind,  # type: ignore[arg-type]  # validated by the model
@@ -405,4 +400,12 @@ class Gate:
 
     def verify_row(self, kind: str, row: CatalogRow) -> None:
         """Re-open the stored envelope an already-read catalog row names."""
-        require_verifier(self.envelopes, kind, str(row["digest"])).verify(kind, row)
+        self.envelopes.verify(kind, row)
+
+
+def open_gate(ws: Workspace) -> Gate:
+    """The gate over ``ws``'s catalog (the one way to build one): membership lookups and
+    stored-envelope re-verification; a fence advance closes the permits it hits."""
+    return Gate(
+        ws.db, CatalogMemberIndex(ws.membership), StoredEnvelopes(ws.store, ws.trusted_keys)
+    )

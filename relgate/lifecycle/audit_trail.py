@@ -22,9 +22,9 @@ from pydantic import Field, NonNegativeInt
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.holds.refs import Ref, version_rows
+from relgate.holds.retention import format_time
 from relgate.integrity.contract import Contract
-from relgate.lifecycle.refs import Ref, version_rows
-from relgate.lifecycle.retention import format_time
 from relgate.objects.layout import cas_key, release_envelope_key, snapshot_envelope_key
 
 _POLICY = "audit"

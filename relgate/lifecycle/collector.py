@@ -2,7 +2,7 @@
 
 Mark
     The required set is every object referenced by every retained version (see
-    :mod:`relgate.lifecycle.retention` and :mod:`relgate.lifecycle.refs`).  A retained
+    :mod:`relgate.holds.retention` and :mod:`relgate.holds.refs`).  A retained
     manifest that is missing or does not verify, or a referenced object that is not
     stored, fails the whole plan, naming it.
 
@@ -43,6 +43,28 @@ from relgate.catalog.db import execute, rows, utcnow
 from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
+from relgate.holds.pins import leased_keys
+from relgate.holds.refs import (
+    MANAGED_PREFIXES,
+    ROW_CHUNK,
+    Ref,
+    VersionRow,
+    descriptor_key,
+    refs_of,
+    version_refs,
+    version_rows,
+)
+from relgate.holds.retention import (
+    Holders,
+    RetainedVersion,
+    erased_versions,
+    format_time,
+    holders_of,
+    now_utc,
+    parse_time,
+    raw_sources_kept,
+    retained_versions,
+)
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.audit_trail import AuditKept, AuditPolicy, audit_refs, get_audit_policy
@@ -60,28 +82,6 @@ from relgate.lifecycle.inventory import (
     unseen,
 )
 from relgate.lifecycle.names import NamedObject, Names, name_roots, named_objects
-from relgate.lifecycle.pins import leased_keys
-from relgate.lifecycle.refs import (
-    MANAGED_PREFIXES,
-    ROW_CHUNK,
-    Ref,
-    VersionRow,
-    descriptor_key,
-    refs_of,
-    version_refs,
-    version_rows,
-)
-from relgate.lifecycle.retention import (
-    Holders,
-    RetainedVersion,
-    erased_versions,
-    format_time,
-    holders_of,
-    now_utc,
-    parse_time,
-    raw_sources_kept,
-    retained_versions,
-)
 from relgate.objects.layout import canonical_key, digest_named_by, envelope_subject
 from relgate.progress import task, track
 from relgate.workspace import Workspace

@@ -21,9 +21,9 @@ from sqlalchemy import Connection
 from relgate.catalog.db import rows
 from relgate.errors import RelgateError
 from relgate.gate.members import CatalogMemberIndex
+from relgate.holds.retention import Holders, now_utc, retained_versions
 from relgate.integrity.contract import Contract
 from relgate.integrity.merkle import check_proof
-from relgate.lifecycle.retention import Holders, now_utc, retained_versions
 from relgate.objects.cas import ContentRef
 from relgate.snapshot.compare import prove
 from relgate.workspace import Workspace

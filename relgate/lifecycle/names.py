@@ -1,7 +1,7 @@
 """Names as roots of the sweep: what a name points at is never garbage.
 
 Versions are held by aliases, runs, permits, pins and leases
-(:mod:`relgate.lifecycle.retention`).  Content no version references yet is held by the
+(:mod:`relgate.holds.retention`).  Content no version references yet is held by the
 names that point at it:
 
 * every registered transform pin (``transform_pins``: a wheel, or an OCI image's
@@ -22,7 +22,7 @@ from collections import defaultdict
 
 from sqlalchemy import Connection
 
-from relgate.catalog.db import execute, rows, utcnow
+from relgate.catalog.db import rows
 from relgate.documents.transform_spec import (
     SPEC_ADAPTER,
     ImageTransform,
@@ -106,20 +106,10 @@ def named_objects(names: Names) -> list[NamedObject]:
     return [NamedObject(key=k, held_by=sorted(set(v))) for k, v in sorted(names.items())]
 
 
-def record_tokenizer(conn: Connection, digest: str) -> None:
-    """Name a registered tokenizer (idempotent)."""
-    execute(
-        conn,
-        "INSERT INTO tokenizers (digest, created_at) VALUES (:d, :t) ON CONFLICT (digest) DO NOTHING",
-        {"d": digest, "t": utcnow()},
-    )
-
-
 __all__ = [
     "NAMED_ROOT",
     "NamedObject",
     "Names",
     "name_roots",
     "named_objects",
-    "record_tokenizer",
 ]

@@ -9,7 +9,7 @@
   holding it: the answer errs on the side of "not gone");
 * who holds each one (the runs, permits, pins and reader leases that retain a version
   referencing it: a version a tombstone hit is held by nothing else, see
-  :mod:`relgate.lifecycle.retention`), and when it becomes deletable: when the last
+  :mod:`relgate.holds.retention`), and when it becomes deletable: when the last
   holder lapses (a pin's or lease's expiry) and the grace period since the collector
   first saw it has passed; ``None`` while a run or permit (or a pin without expiry) holds
   it: those end only when someone ends them;
@@ -33,16 +33,16 @@ from relgate.catalog.db import one, rows
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.errors import NotFoundError, RelgateError
-from relgate.integrity.contract import Contract, JsonObject
-from relgate.lifecycle.lineage import lineage
-from relgate.lifecycle.refs import descriptor_key
-from relgate.lifecycle.retention import (
+from relgate.holds.refs import descriptor_key
+from relgate.holds.retention import (
     format_time,
     holder_expiries,
     now_utc,
     parse_time,
     retained_versions,
 )
+from relgate.integrity.contract import Contract, JsonObject
+from relgate.lifecycle.lineage import lineage
 from relgate.objects.layout import canonical_key
 from relgate.release.shard_fetch import fetch_shard
 from relgate.workspace import Workspace

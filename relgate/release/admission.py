@@ -6,10 +6,12 @@ from __future__ import annotations
 import uuid
 
 from relgate.catalog.db import execute, one, utcnow
+from relgate.catalog.events import GateOperation, Outcome, record, refusals_recorded
 from relgate.documents import release_root as rm
 from relgate.errors import NotFoundError, UsageError
-from relgate.gate.events import GateOperation, Outcome, record, refusals_recorded
-from relgate.gate.permits import NO_GENERATION, acquire
+from relgate.gate.permit_issue import acquire
+from relgate.gate.permits import NO_GENERATION
+from relgate.gate.transitions import open_gate
 from relgate.integrity.contract import JsonObject
 from relgate.release.assignment import write_assignment
 from relgate.release.run_records import AdmittedRun
@@ -34,7 +36,7 @@ def admit_run(
     if world_size < 1:
         raise UsageError("world size must be at least 1", object="run", check="world-size")
     run_id = "run-" + uuid.uuid4().hex[:12]
-    gate = ws.gate()
+    gate = open_gate(ws)
     subject = alias or root or "run"
     with (
         refusals_recorded(ws.db, GateOperation.ADMIT, subject),

@@ -4,7 +4,7 @@
 snapshot) into a :class:`SchemaEvolutionReport`: columns added, removed, renamed (only
 when the new schema *declares* it, ``renamedFrom``; a rename is never guessed),
 type-changed (classified as widening, narrowing or changed), content-column, label and
-token-rule changes, and a verdict per declared reader (:mod:`relgate.release.readers`).
+token-rule changes, and a verdict per declared reader (:mod:`relgate.documents.declared_readers`).
 
 Widening (:func:`widens`) is a partial order on canonical type names, reflexive and
 transitive: ``int8 < int16 < int32 < int64``, ``uint8 < ... < uint64``,
@@ -41,13 +41,13 @@ from relgate.catalog.release_table import get_release
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
+from relgate.documents.declared_readers import ReaderColumn, ReaderSpec
 from relgate.documents.shard_format import ShardFormat
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError
 from relgate.integrity.contract import Contract
 from relgate.integrity.signing import SigningKey, sign_envelope, verify_envelope
 from relgate.objects.cas import ContentRef
 from relgate.records.record_schema import FieldSpec, RecordSchema, TokenRule, arrow_type, type_name
-from relgate.release.readers import ReaderColumn, ReaderSpec
 from relgate.workspace import Workspace
 
 REPORT_SCHEMA: Final = "relgate.release.schema-evolution.v1"

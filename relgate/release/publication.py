@@ -5,6 +5,7 @@ from __future__ import annotations
 from relgate.gate.aliases import AliasChange
 from relgate.gate.approvals import approve_signed
 from relgate.gate.envelopes import catalog_row
+from relgate.gate.transitions import open_gate
 from relgate.release.evolution import require_readable
 from relgate.workspace import Workspace
 
@@ -20,7 +21,7 @@ def approve_release(
     require_readable(ws, root)
     with ws.db.gate_tx() as conn:  # its snapshot's approval is re-opened, not its row read
         snapshot = str(catalog_row(conn, "release", root)["snapshot_digest"])
-        ws.gate().require_approved(conn, "snapshot", snapshot)
+        open_gate(ws).require_approved(conn, "snapshot", snapshot)
     return approve_signed(ws, "release", root, approver=approver, comment=comment)
 
 
@@ -32,7 +33,7 @@ def publish(
     Refused (check ``schema-compatibility``, exit 3) when the root's stored schema-evolution
     report says a declared reader cannot read it, or there is no current report."""
     require_readable(ws, root)
-    return ws.gate().activate(
+    return open_gate(ws).activate(
         "release", alias, root, expected_generation=expected_generation, actor=actor
     )
 
@@ -43,6 +44,6 @@ def rollback_release(
     """Point ``alias`` back at a root it held before (refused, like a publication, when a
     declared reader cannot read it)."""
     require_readable(ws, root)
-    return ws.gate().rollback(
+    return open_gate(ws).rollback(
         "release", alias, root, expected_generation=expected_generation, actor=actor
     )

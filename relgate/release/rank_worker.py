@@ -12,7 +12,7 @@ from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.errors import IntegrityError, RejectedError, RelgateError
-from relgate.gate.transitions import Gate
+from relgate.gate.transitions import Gate, open_gate
 from relgate.integrity.contract import JsonObject
 from relgate.release import metrics as release_metrics
 from relgate.release.assignment import assignment
@@ -224,7 +224,7 @@ def _wait_at_barrier(
 ) -> WorkerResult:
     """Poll the barrier until step 0 starts (RUNNING) or the run is refused."""
     ws, run_id, root, epoch = me.ws, me.run_id, me.root, me.epoch
-    gate = ws.gate()
+    gate = open_gate(ws)
     started = time.monotonic()
     while True:
         me.lease.check()

@@ -43,15 +43,16 @@ import pyarrow.parquet as pq
 from sqlalchemy import Connection
 
 from relgate.catalog.db import one
+from relgate.catalog.events import GateOperation, Outcome, record
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
 from relgate.gate.envelopes import catalog_row
-from relgate.gate.events import GateOperation, Outcome, record
+from relgate.gate.transitions import open_gate
+from relgate.holds.pins import acquire_lease, release_lease, renew_lease
+from relgate.holds.retention import format_time, now_utc
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
-from relgate.lifecycle.pins import acquire_lease, release_lease, renew_lease
-from relgate.lifecycle.retention import format_time, now_utc
 from relgate.objects.cas import ContentRef
 from relgate.release import crypto
 from relgate.release.run_rows import refuse_ended
@@ -356,7 +357,7 @@ def admit_read(
             root,
             obj=root,
         )
-    gate = ws.gate()
+    gate = open_gate(ws)
     with ws.db.admission_tx() as conn:
         permit = _run_permit(conn, run, root) if run is not None else None
         position = _pin_position(conn, pin, root) if pin is not None else None

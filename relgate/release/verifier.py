@@ -15,16 +15,14 @@ and stored content-addressed, bound to the root digest, together with an in-toto
 provenance statement; the release moves STAGED -> VERIFIED when every count is zero, else
 INVALID.
 
-``python -m relgate.release.verifier --home H --root D [--shard ID ...] [--workers N]``
-verifies a release (or only the named shards, without a state change) and prints JSON
-(the command itself is :mod:`relgate.cli.verifier_command`).
+``relgate release verify ROOT [--shard ID ...] [--workers N]`` verifies a release (or only
+the named shards, without a state change) and prints JSON.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -497,9 +495,3 @@ def verify_one_shard(
             digest=root_digest,
         )
     return verify_shard(tasks[index])
-
-
-if __name__ == "__main__":  # the old entry point; the command lives in the cli package
-    from relgate.cli.verifier_command import main
-
-    sys.exit(main())

@@ -41,11 +41,12 @@ from relgate.documents import snapshot_manifest as sm
 from relgate.documents.membership import COLUMNS as MEMBER_COLUMNS
 from relgate.documents.membership import tuple_root
 from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
+from relgate.gate.transitions import open_gate
+from relgate.holds.pins import publisher_lease, renew_lease
 from relgate.integrity.contract import JsonObject
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.hashing import sha256_fields
 from relgate.integrity.tuples import encode_fields
-from relgate.lifecycle.pins import publisher_lease, renew_lease
 from relgate.objects.layout import RELEASE_SHARD_PREFIX, release_shard_key
 from relgate.objects.versioned import ObjectStore
 from relgate.progress import track
@@ -309,7 +310,7 @@ def write_release(  # noqa: PLR0913 - the public keyword API; bundled into Write
 ) -> rm.ReleaseManifest:
     """Stage shards and a signed root manifest for a snapshot; the release row is STAGED.
 
-    Every key is added to a publisher lease (:mod:`relgate.lifecycle.pins`), and the lease
+    Every key is added to a publisher lease (:mod:`relgate.holds.pins`), and the lease
     renewed, before it is staged, so garbage collection never deletes a staged or reused
     object under an in-progress publisher.  Without ``lease_id`` the writer acquires its
     own lease and releases it once the release row is committed (the row then retains
@@ -363,7 +364,7 @@ def _write(
     row = get_snapshot(ws.db, snapshot_digest)
     _require_writable(str(row["state"]), snapshot_digest)
     with ws.db.gate_tx() as conn:  # the state says approved; the signed approval must too
-        ws.gate().require_approved(conn, "snapshot", snapshot_digest)
+        open_gate(ws).require_approved(conn, "snapshot", snapshot_digest)
     snap = sm.load(ws.store, ws.trusted_keys, snapshot_digest, row["envelope_version"])
     seed = options.sort_seed if options.sort_seed is not None else snapshot_digest
     function = sharding_function(options.shard_mb, options.records_per_shard)

@@ -14,6 +14,7 @@ from relgate.catalog.snapshot_table import get_snapshot, resolve
 from relgate.gate.aliases import AliasChange
 from relgate.gate.approvals import approve_signed
 from relgate.gate.fences import FenceAdvance
+from relgate.gate.transitions import open_gate
 from relgate.integrity.contract import JsonObject
 from relgate.integrity.digests import require_digest
 from relgate.workspace import Workspace
@@ -32,7 +33,7 @@ def activate(
     ws: Workspace, digest: str, *, alias: str, actor: str, expected_generation: int | None = None
 ) -> AliasChange:
     """CAS ``alias`` to the snapshot ``digest`` names (full digest or unique prefix)."""
-    return ws.gate().activate(
+    return open_gate(ws).activate(
         SNAPSHOT,
         alias,
         resolve(ws.db, digest),
@@ -45,7 +46,7 @@ def rollback(
     ws: Workspace, alias: str, digest: str, *, actor: str, expected_generation: int | None = None
 ) -> AliasChange:
     """Point ``alias`` back at a snapshot it held before (full digest or unique prefix)."""
-    return ws.gate().rollback(
+    return open_gate(ws).rollback(
         SNAPSHOT,
         alias,
         resolve(ws.db, digest),
@@ -74,7 +75,7 @@ def add_tombstones(
     ws: Workspace, sample_ids: Iterable[str], *, reason: str, actor: str
 ) -> FenceAdvance:
     """Fence sample ids out of every snapshot built at or after the new watermark."""
-    return ws.gate().add_tombstones(list(sample_ids), reason=reason, actor=actor)
+    return open_gate(ws).add_tombstones(list(sample_ids), reason=reason, actor=actor)
 
 
 def add_benchmark_items(
@@ -83,10 +84,10 @@ def add_benchmark_items(
     """Fence benchmark content out by ``logicalContentDigest`` (refused unless each item
     is a ``sha256:`` digest: a benchmark item names content, never an id)."""
     items = [require_digest(d, what="content digest") for d in digests]
-    return ws.gate().add_benchmark_items(items, benchmark=benchmark, actor=actor)
+    return open_gate(ws).add_benchmark_items(items, benchmark=benchmark, actor=actor)
 
 
 def describe(ws: Workspace, digest: str) -> JsonObject:
     """The snapshot's catalog row with the fence hits recorded against it."""
     row = get_snapshot(ws.db, resolve(ws.db, digest))
-    return {**row, "fenceHits": [hit.to_json() for hit in ws.gate().hits_for(row["digest"])]}
+    return {**row, "fenceHits": [hit.to_json() for hit in open_gate(ws).hits_for(row["digest"])]}

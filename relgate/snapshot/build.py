@@ -31,9 +31,10 @@ from relgate.documents.source_pins import SourceEntry
 from relgate.documents.transform_spec import TransformSpec
 from relgate.errors import RejectedError, RelgateError
 from relgate.gate.fences import Fences, fenced_entries, read_fences
+from relgate.gate.transitions import open_gate
+from relgate.holds.pins import PublisherLease, publisher_lease, source_pin_keys
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import require_digest, sha256_digest
-from relgate.lifecycle.pins import PublisherLease, publisher_lease, source_pin_keys
 from relgate.objects.layout import membership_key, statistics_key
 from relgate.progress import track
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
@@ -339,7 +340,7 @@ def build_for_alias(
     """Build from the workspace's spec with the alias's active snapshot as parent; when
     that snapshot was built from exactly this input, report it instead (``existing``)."""
     spec = BuildSpec.from_config(ws.config)
-    active = ws.gate().alias(alias, "snapshot").active_digest
+    active = open_gate(ws).alias(alias, "snapshot").active_digest
     spec = replace(spec, purpose=purpose or spec.purpose, parents=[active] if active else [])
     if active is not None:
         built = built_from(ws, active, _inputs(spec, frozen))

@@ -13,6 +13,7 @@ from relgate.catalog.snapshot_table import get_snapshot
 from relgate.documents import snapshot_manifest as mf
 from relgate.documents.policy import BASIS_POINTS
 from relgate.errors import RejectedError
+from relgate.gate.transitions import open_gate
 from relgate.integrity.contract import Contract
 from relgate.integrity.hashing import sha256_rows
 from relgate.integrity.merkle import LeafProof, MerkleTree
@@ -279,7 +280,7 @@ def distributions(old: st.SnapshotStatistics, new: st.SnapshotStatistics) -> Dis
 def shadow_diff(ws: Workspace, alias: str, new: str) -> SnapshotDiff | None:
     """The diff of ``new`` against the alias's active snapshot (None when there is none,
     or it is ``new`` itself)."""
-    active = ws.gate().alias(alias, "snapshot").active_digest
+    active = open_gate(ws).alias(alias, "snapshot").active_digest
     if active is None or active == new:
         return None
     return diff(ws, active, new)

@@ -29,6 +29,7 @@ from relgate.catalog.snapshot_table import get_snapshot
 from relgate.documents import snapshot_manifest as mf
 from relgate.documents.source_pins import CdcPin, IcebergPin, ObjectPrefixPin, PinList, SourceEntry
 from relgate.errors import IntegrityError, NotFoundError, RejectedError
+from relgate.holds.pins import PublisherLease
 from relgate.integrity.digests import is_digest, sha256_digest
 from relgate.integrity.signing import Role
 from relgate.integrity.statement import (
@@ -49,7 +50,6 @@ from relgate.integrity.statement import (
     require_subjects,
     sign_statement,
 )
-from relgate.lifecycle.pins import PublisherLease
 from relgate.objects.cas import ContentRef, digest_of_uri
 from relgate.objects.layout import cas_key
 from relgate.workspace import Workspace

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from sqlalchemy import Connection
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from relgate.catalog.db import execute, utcnow
 from relgate.documents import snapshot_manifest as mf
 from relgate.errors import NotFoundError, RejectedError
 from relgate.integrity.digests import sha256_digest
-from relgate.lifecycle.names import record_tokenizer
 from relgate.objects.cas import key_for
 from relgate.objects.layout import cas_uri
 from relgate.records.record_schema import RecordSchema
@@ -53,6 +54,15 @@ def register(ws: Workspace, data: bytes) -> str:
         record_tokenizer(conn, digest)
     ws.cas.put(data)
     return digest
+
+
+def record_tokenizer(conn: Connection, digest: str) -> None:
+    """Name a registered tokenizer (idempotent)."""
+    execute(
+        conn,
+        "INSERT INTO tokenizers (digest, created_at) VALUES (:d, :t) ON CONFLICT (digest) DO NOTHING",
+        {"d": digest, "t": utcnow()},
+    )
 
 
 def artifacts(ws: Workspace, records: RecordSchema) -> tuple[mf.ArtifactRef, ...]:

@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from relgate.demo.fleet import WebhookSink
+from relgate.checkpoint.local_fleet import WebhookSink
 from relgate_agent.attestation import (
     CHECK_HANDOFF_SIGNATURE,
     CHECK_HANDOFF_UNSIGNED,

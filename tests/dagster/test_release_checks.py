@@ -17,6 +17,7 @@ from assets.releases import OUTCOME_CHECK, release_assets, release_checks
 from assets.snapshots import snapshot_assets, snapshot_checks
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
+from relgate.gate.transitions import open_gate
 from relgate.release.checks import ZERO_CHECKS, Check
 from resources.relgate import RelgateResource
 
@@ -149,7 +150,7 @@ def test_an_invalid_release_fails_its_checks_and_blocks_the_alias(home, tamper, 
             e.asset_key.path[-1] for e in result.get_asset_materialization_events()
         }
     assert get_release(ws.db, root)["state"] == "INVALID"
-    assert ws.gate().alias("train").generation == 0
+    assert open_gate(ws).alias("train").generation == 0
 
 
 def test_rematerializing_the_release_chain_reports_the_published_root(home):
@@ -183,5 +184,5 @@ def test_rematerializing_the_release_chain_reports_the_published_root(home):
         assert cause.cls_name == "ConflictError"
         assert f"object=train check=alias-generation digest={other}" in cause.message
     ws = RelgateResource(home=home).workspace()
-    alias_state = ws.gate().alias("train", "release")
+    alias_state = open_gate(ws).alias("train", "release")
     assert (alias_state.generation, alias_state.active_digest) == (1, root)

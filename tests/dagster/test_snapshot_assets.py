@@ -11,6 +11,7 @@ from assets.snapshots import snapshot_assets, snapshot_checks
 from pipelines.definitions import defs
 from pipelines.jobs import recheck_job
 from relgate.catalog.snapshot_table import get_snapshot
+from relgate.gate.transitions import open_gate
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.compare import load_manifest
 from relgate.snapshot.provenance import verify_provenance
@@ -73,7 +74,7 @@ def test_materialize_snapshot_to_alias(home):
         mat = instance.get_latest_materialization_event(dg.AssetKey("dataset_snapshot"))
         assert mat.asset_materialization.metadata["existing"].value is True
         assert mat.asset_materialization.tags["dagster/data_version"] == digest
-        assert [h.generation for h in ws.gate().alias_history("default")] == [1]
+        assert [h.generation for h in open_gate(ws).alias_history("default")] == [1]
         # Changed input (a fence advanced): a new snapshot, diffed against the active one.
         lifecycle.add_tombstones(ws, ["not-a-member"], reason="test", actor="dpo")
         changed = _materialize(home, instance)
@@ -124,7 +125,7 @@ def test_failed_validation_blocks_the_alias(home):
         assert not result.success
         evaluation = result.get_asset_check_evaluations()[0]
         assert not evaluation.passed and evaluation.metadata["outcome"].value == "INCOMPLETE"
-        assert ws.gate().alias("default").generation == 0
+        assert open_gate(ws).alias("default").generation == 0
 
 
 def test_fence_sensors_request_a_recheck_once(home):

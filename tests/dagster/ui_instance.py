@@ -20,6 +20,7 @@ from pipelines import demo
 from pipelines.definitions import defs
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
+from relgate.gate.transitions import open_gate
 from relgate.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +49,7 @@ def build(relgate_home: Path, dagster_home: Path) -> UiInstance:
     purpose = str(ws.config["snapshot"]["purpose"])
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         assert demo.snapshots(instance) and demo.releases(instance, purpose)
-        published = ws.gate().alias("default-release", "release").active_digest
+        published = open_gate(ws).alias("default-release", "release").active_digest
         run = instance.get_latest_materialization_event(dg.AssetKey("pinned_run"))
         assert published is not None and run is not None
         run_id = str(run.asset_materialization.metadata["runId"].value)

@@ -18,7 +18,7 @@ import pytest
 from support.snapshots import build_validated
 from support.workspaces import make_workspace
 
-from relgate.lifecycle.retention import RetentionPolicy, set_policy
+from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.release.publication import approve_release, publish
 from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release

@@ -15,6 +15,7 @@ from relgate.catalog.db import execute
 from relgate.catalog.release_table import get_release
 from relgate.errors import RejectedError
 from relgate.gate.approvals import approval_kind
+from relgate.gate.transitions import open_gate
 from relgate.release.admission import create_run
 from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.writer import write_release
@@ -65,7 +66,7 @@ def test_every_path_reopens_the_snapshot_approval(g):
     _refused(lambda: approve_release(ws, g.r3, approver="alice"), snap)
     _refused(lambda: publish(ws, g.r3, alias="train", actor="a"), snap)
     _refused(lambda: rollback_release(ws, "train", g.r1, actor="a"), snap)
-    assert ws.gate().alias("train", "release").generation == 2  # nothing moved
+    assert open_gate(ws).alias("train", "release").generation == 2  # nothing moved
     assert get_release(ws.db, g.r3)["state"] == "APPROVED"
     for how in ({"alias": "train"}, {"root": g.r2}):
         _refused(

@@ -7,10 +7,10 @@ import pytest
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.errors import RejectedError
 from relgate.gate.aliases import AliasChange
+from relgate.gate.envelopes import StoredEnvelopes
 from relgate.gate.fences import FenceAdvance, Fences
-from relgate.gate.permits import close_hit_permits
 from relgate.gate.recheck import current_watermark, hit_subjects, recheck
-from relgate.gate.transitions import Gate
+from relgate.gate.transitions import Gate, open_gate
 from relgate.objects.cas import ContentRef
 from relgate.workspace import CONFIG_NAME, Workspace, build_object_store, default_config
 
@@ -85,10 +85,10 @@ def test_a_malformed_config_is_refused_naming_the_file(g):
         build_object_store({"kind": "local", "root": "x", "colour": "blue"})
 
 
-def test_the_workspace_builds_the_one_complete_gate(g):
-    gate = g.ws.gate()
+def test_open_gate_builds_the_one_complete_gate(g):
+    gate = open_gate(g.ws)
     assert isinstance(gate, Gate)
-    assert gate.envelopes is not None and gate.listeners == [close_hit_permits]
+    assert isinstance(gate.envelopes, StoredEnvelopes)
     state = gate.alias("train", "release")
     assert (state.generation, state.active_digest) == (2, g.r2)
     assert [h.action for h in gate.alias_history("train")] == ["activate", "activate"]
@@ -96,7 +96,7 @@ def test_the_workspace_builds_the_one_complete_gate(g):
 
 def test_the_fence_sensors_core_reads_watermarks_and_hits(g):
     assert current_watermark(g.ws, "tombstone") == 0
-    advance = g.ws.gate().add_benchmark_items(["sha256:" + "e" * 64], benchmark="b", actor="ev")
+    advance = open_gate(g.ws).add_benchmark_items(["sha256:" + "e" * 64], benchmark="b", actor="ev")
     assert current_watermark(g.ws, "benchmark") == advance.watermark == 1
     assert current_watermark(g.ws, "tombstone") == 0
     assert hit_subjects(g.ws, "benchmark", 0) == []  # not a member of anything
@@ -109,7 +109,7 @@ def test_recheck_refuses_a_hit_candidate_and_reports_it(g):
     row = get_snapshot(g.ws.db, g.snapshot)
     members = g.ws.membership.read(ContentRef(row["members_digest"], row["members_version"], 0))
     sample = members["sampleId"].to_list()[0]
-    g.ws.gate().add_tombstones([sample], reason="gdpr", actor="dpo")
+    open_gate(g.ws).add_tombstones([sample], reason="gdpr", actor="dpo")
     assert current_watermark(g.ws, "tombstone") == 1
     hit = hit_subjects(g.ws, "tombstone", 0)
     assert ("release", g.r3) in hit and ("snapshot", g.snapshot) in hit

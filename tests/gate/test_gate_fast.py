@@ -24,9 +24,9 @@ from relgate.errors import (
     UsageError,
 )
 from relgate.gate.permits import close_permit, get_permit, list_permits
-from relgate.gate.transitions import Gate
-from relgate.lifecycle.pins import add_pin
-from relgate.lifecycle.retention import RetentionPolicy, set_policy
+from relgate.gate.transitions import open_gate
+from relgate.holds.pins import add_pin
+from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.objects.cas import ContentRef
 from relgate.release.admission import create_run
 from relgate.release.publication import approve_release, publish, rollback_release
@@ -47,14 +47,14 @@ def _admit(g, **kw):
 
 
 def _hit_rows(g, digest):
-    return [(h.fence_kind, h.fence_seq) for h in g.ws.gate().hits_for(digest)]
+    return [(h.fence_kind, h.fence_seq) for h in open_gate(g.ws).hits_for(digest)]
 
 
 # -- activation ------------------------------------------------------------------------------
 
 
 def test_activation_is_a_cas_with_an_idempotent_retry(g):
-    gate = g.ws.gate()
+    gate = open_gate(g.ws)
     with pytest.raises(ConflictError) as stale:
         gate.activate("snapshot", "prod", g.snapshot, expected_generation=1, actor="a")
     assert stale.value.check == "alias-generation"
@@ -85,7 +85,7 @@ def test_activation_is_a_cas_with_an_idempotent_retry(g):
 
 @pytest.mark.parametrize("fence", ["tombstone", "benchmark"])
 def test_activation_refused_after_either_fence_moved(g, fence):
-    gate = g.ws.gate()
+    gate = open_gate(g.ws)
     if fence == "tombstone":
         advance = gate.add_tombstones(["not-a-member"], reason="r", actor="dpo")
     else:
@@ -117,7 +117,7 @@ def test_tombstones_hit_every_held_root_close_permits_and_revoke_runs(g):
     ids = members["sampleId"].to_list()
     run = _admit(g, root=g.r1)  # R1 is superseded: only the run and its permit hold it
     bystander = _admit(g, alias="train")
-    gate = g.ws.gate()
+    gate = open_gate(g.ws)
     advance = gate.add_tombstones([ids[7], "not-a-member", ids[2]], reason="gdpr", actor="dpo")
     order = sorted([ids[7], "not-a-member", ids[2]])
     seqs = sorted(1 + order.index(x) for x in (ids[7], ids[2]))
@@ -151,7 +151,7 @@ def test_benchmark_hits_only_held_roots_and_admission_still_refuses(g, hold):
         position = {"root": g.r1, "seed": 1, "shards": [], "data_pass": 0}
         add_pin(g.ws, g.r1, owner="ckpt", reason="step 9", kind="checkpoint", position=position)
     content = _members(g)["logicalContentDigest"][3]
-    gate = g.ws.gate()
+    gate = open_gate(g.ws)
     advance = gate.add_benchmark_items([content, "sha256:" + "0" * 64], benchmark="b", actor="e")
     held = hold != "nothing"
     expected = {g.snapshot: [2], g.r2: [2], g.r3: [2]} | ({g.r1: [2]} if held else {})
@@ -171,7 +171,7 @@ def test_benchmark_hits_only_held_roots_and_admission_still_refuses(g, hold):
 
 def test_a_fence_that_hits_nothing_leaves_runs_alone(g):
     run = _admit(g, root=g.r1)
-    gate = g.ws.gate()
+    gate = open_gate(g.ws)
     advance = gate.add_tombstones(["not-a-member"], reason="r", actor="dpo")
     assert advance.hits == {} and advance.closed_permits == []
     assert get_run(g.ws.db, run["runId"])["state"] == "ADMITTED"
@@ -239,7 +239,7 @@ def test_close_permit_closes_once(g):
 
 
 def test_rollback(g):
-    gate = g.ws.gate()
+    gate = open_gate(g.ws)
     set_policy(g.ws.db, RetentionPolicy("train"))
     for target, check in ((g.r3, "rollback-target"), (g.r2, "rollback-target")):
         with pytest.raises(RejectedError) as err:
@@ -262,17 +262,17 @@ def test_rollback(g):
 
 def test_rollback_refused_by_fence_entries_since_the_old_watermarks(g):
     member = _members(g)["sampleId"][4]
-    advance = g.ws.gate().add_tombstones([member], reason="gdpr", actor="dpo")
+    advance = open_gate(g.ws).add_tombstones([member], reason="gdpr", actor="dpo")
     assert g.r1 not in advance.hits  # nothing held R1: no hit was recorded
     with pytest.raises(RejectedError) as err:
         rollback_release(g.ws, "train", g.r1, actor="ops")
     assert err.value.check == "rollback-fences" and err.value.details == {"tombstone": 1}
     content = _members(g)["logicalContentDigest"][4]
-    g.ws.gate().add_benchmark_items([content], benchmark="b", actor="e")
+    open_gate(g.ws).add_benchmark_items([content], benchmark="b", actor="e")
     with pytest.raises(RejectedError) as both:
         rollback_release(g.ws, "train", g.r1, actor="ops")
     assert both.value.details == {"tombstone": 1, "benchmark": 1}
-    assert g.ws.gate().alias("train", "release").generation == 2
+    assert open_gate(g.ws).alias("train", "release").generation == 2
 
 
 def test_rollback_refused_once_gc_purged_the_version(g):
@@ -317,7 +317,7 @@ def test_tampered_envelopes_are_refused_everywhere(g, how):
     else:
         overwrite_in_place(_path(g, "release", g.r1), _path(g, "release", g.r2).read_bytes())
         overwrite_in_place(_path(g, "release", g.r3), _path(g, "release", g.r2).read_bytes())
-    gate = g.ws.gate()
+    gate = open_gate(g.ws)
     attempts = [lambda: _admit(g, root=g.r1), lambda: publish(g.ws, g.r3, alias="t", actor="a")]
     if how == "flip":
         attempts.append(
@@ -353,7 +353,7 @@ def test_a_catalog_row_that_disagrees_with_its_envelope_is_refused(g, kind, colu
     digest = g.snapshot if kind == "snapshot" else g.r3
     with g.ws.db.tx() as conn:
         execute(conn, f"UPDATE {table} SET {column} = {value} WHERE digest = :d", {"d": digest})
-    gate = g.ws.gate()
+    gate = open_gate(g.ws)
     unchanged = column in ("tombstone_watermark", "benchmark_fence")
     if kind == "snapshot":
         out = lambda: gate.activate("snapshot", "p", digest, expected_generation=0, actor="a")  # noqa: E731
@@ -365,15 +365,6 @@ def test_a_catalog_row_that_disagrees_with_its_envelope_is_refused(g, kind, colu
     with pytest.raises(IntegrityError) as err:
         out()
     assert err.value.check == "envelope-binding" and err.value.details["fields"] == [column]
-
-
-def test_a_gate_without_an_envelope_verifier_moves_nothing(g):
-    bare = Gate(g.ws.db, g.ws.gate().members)
-    with pytest.raises(RejectedError) as err:
-        bare.activate("snapshot", "prod", g.snapshot, expected_generation=0, actor="a")
-    assert err.value.check == "envelope-verifier"
-    with g.ws.db.tx() as conn:
-        assert one(conn, "SELECT COUNT(*) AS n FROM aliases WHERE name = 'prod'")["n"] == 0
 
 
 def test_a_signed_snapshot_payload_missing_a_field_is_refused_by_its_schema(g):
@@ -398,7 +389,7 @@ def test_a_signed_snapshot_payload_missing_a_field_is_refused_by_its_schema(g):
         insert_snapshot(conn, base.model_copy(update={"snapshot_id": digest}), version, actor="f")
         execute(conn, "UPDATE snapshots SET state = 'APPROVED' WHERE digest = :d", {"d": digest})
     with pytest.raises(RelgateError) as err:
-        g.ws.gate().activate("snapshot", "p", digest, expected_generation=0, actor="a")
+        open_gate(g.ws).activate("snapshot", "p", digest, expected_generation=0, actor="a")
     assert (err.value.check, err.value.exit_code) == ("schema", 3)
     with g.ws.db.tx() as conn:
         assert one(conn, "SELECT COUNT(*) AS n FROM aliases WHERE name = 'p'")["n"] == 0
@@ -452,7 +443,7 @@ def _approvals(g, digest):
 def test_republishing_the_published_root_is_a_no_op_that_reports_it(g):
     """Approve and publish R2 (PUBLISHED, the alias's root) again: nothing moves, and the
     existing approval and generation are reported."""
-    history = g.ws.gate().alias_history("train")
+    history = open_gate(g.ws).alias_history("train")
     again = approve_release(g.ws, g.r2, approver="bob")
     assert (again["existing"], again["state"], again["approver"]) == ("true", "PUBLISHED", "alice")
     assert again["release"] == g.r2 and again["approval"].startswith("sha256:")
@@ -461,7 +452,7 @@ def test_republishing_the_published_root_is_a_no_op_that_reports_it(g):
     assert (out.generation, out.active_digest, out.idempotent_retry) == (2, g.r2, True)
     pinned = publish(g.ws, g.r2, alias="train", actor="bob", expected_generation=2)
     assert (pinned.generation, pinned.idempotent_retry) == (2, True)
-    assert g.ws.gate().alias_history("train") == history
+    assert open_gate(g.ws).alias_history("train") == history
     assert get_release(g.ws.db, g.r2)["state"] == "PUBLISHED"
 
 
@@ -480,5 +471,5 @@ def test_republishing_with_another_digest_is_still_refused(g):
         "alias-generation",
         g.r3,
     )
-    alias = g.ws.gate().alias("train", "release")
+    alias = open_gate(g.ws).alias("train", "release")
     assert (alias.generation, alias.active_digest) == (2, g.r2)

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from relgate.catalog.db import rows
 from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate.telemetry import gate_registry
+from relgate.gate.transitions import open_gate
 from relgate.release.admission import create_run
 from relgate.release.publication import publish
 
@@ -43,7 +44,7 @@ def _drive(g) -> None:
     with pytest.raises(ConflictError):
         publish(g.ws, g.r3, alias="train", actor="alice", expected_generation=1)
     member = _members(g)["sampleId"][4]
-    g.ws.gate().add_tombstones([member], reason="gdpr", actor="dpo")
+    open_gate(g.ws).add_tombstones([member], reason="gdpr", actor="dpo")
     with pytest.raises(RejectedError) as refused:
         create_run(g.ws, purpose=PURPOSE, world_size=1, actor="sched", alias="train")
     assert refused.value.check == "fence-hits"
@@ -105,7 +106,9 @@ def test_every_gate_outcome_is_counted_and_a_refusal_survives_its_rollback(g):
 def test_a_usage_error_inside_the_gate_is_not_a_gate_decision(g):
     before = _query(g, "SELECT COUNT(*) AS n FROM gate_events")
     with pytest.raises(UsageError) as err:  # train is a release alias
-        g.ws.gate().activate("snapshot", "train", g.snapshot, expected_generation=None, actor="a")
+        open_gate(g.ws).activate(
+            "snapshot", "train", g.snapshot, expected_generation=None, actor="a"
+        )
     assert err.value.check == "alias-kind"
     assert _query(g, "SELECT COUNT(*) AS n FROM gate_events") == before
 

@@ -18,7 +18,7 @@ from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.errors import NotFoundError, RejectedError
 from relgate.gate.approvals import approval_kind
-from relgate.lifecycle.pins import add_pin, remove_pin
+from relgate.holds.pins import add_pin, remove_pin
 from relgate.release.admission import create_run
 from relgate.release.reader import (
     READ_ADMISSION,

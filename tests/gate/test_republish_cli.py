@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 
+from relgate.gate.transitions import open_gate
+
 
 def _cli(g, *args, expect=0):
     proc = subprocess.run(
@@ -46,5 +48,5 @@ def test_another_root_is_refused_naming_object_check_and_digest(g):
         "alias-generation",
         g.r3,
     )
-    alias = g.ws.gate().alias("train", "release")
+    alias = open_gate(g.ws).alias("train", "release")
     assert (alias.generation, alias.active_digest) == (2, g.r2)

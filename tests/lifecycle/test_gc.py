@@ -20,10 +20,11 @@ from support.releases import overwrite_in_place
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.errors import RejectedError
+from relgate.gate.transitions import open_gate
+from relgate.holds.pins import acquire_lease, add_pin, get_lease, release_lease, remove_pin
+from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.collector import deletions, list_stored, plan_gc, sweep, verify_retained
-from relgate.lifecycle.pins import acquire_lease, add_pin, get_lease, release_lease, remove_pin
-from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.objects.layout import canonical_key
 from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key, stage_object, write_release
@@ -258,7 +259,7 @@ def test_rollback_to_a_purged_version_is_refused(ws, release):
         publish(ws, v.digest, "serve")
     set_policy(ws.db, RetentionPolicy("serve", keep_last=2, keep_days=0, rollback_window=1))
     sweep(ws, actor="gc", grace_seconds=0)
-    gate = ws.gate()
+    gate = open_gate(ws)
     generation = gate.alias("serve", "release").generation
     with pytest.raises(RejectedError) as err:
         gate.rollback(

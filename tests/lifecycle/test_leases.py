@@ -16,9 +16,9 @@ from relgate.catalog.release_table import get_release, list_releases
 from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
 from relgate.errors import RejectedError
+from relgate.holds.pins import acquire_lease, get_lease, release_lease
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.collector import plan_gc, sweep, verify_retained
-from relgate.lifecycle.pins import acquire_lease, get_lease, release_lease
 from relgate.objects.layout import canonical_key
 from relgate.release.verifier import verify_release
 from relgate.release.writer import shard_key, stage_object, write_release

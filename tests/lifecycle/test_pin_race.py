@@ -27,9 +27,9 @@ from relgate.catalog.snapshot_table import get_snapshot, insert_snapshot
 from relgate.catalog.states import transition
 from relgate.documents import snapshot_manifest as sm
 from relgate.errors import RejectedError
+from relgate.holds.pins import add_pin
+from relgate.holds.refs import version_refs
 from relgate.lifecycle.collector import sweep, verify_retained
-from relgate.lifecycle.pins import add_pin
-from relgate.lifecycle.refs import version_refs
 from relgate.workspace import Workspace
 
 ITERATIONS = 24

@@ -21,10 +21,10 @@ from relgate.cli.main import main
 from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
 from relgate.errors import ConflictError, UsageError
+from relgate.holds.pins import acquire_lease, add_pin, release_lease, renew_lease
+from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.lifecycle.collector import plan_gc, verify_retained
 from relgate.lifecycle.lineage import lineage
-from relgate.lifecycle.pins import acquire_lease, add_pin, release_lease, renew_lease
-from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.release.admission import create_run
 from relgate.release.run_end import fail_run
 from relgate.snapshot import activation as snap_lifecycle

@@ -17,10 +17,11 @@ from relgate.catalog.snapshot_table import get_snapshot
 from relgate.cli.main import main
 from relgate.documents import snapshot_manifest as sm
 from relgate.errors import NotFoundError
+from relgate.gate.transitions import open_gate
+from relgate.holds.pins import add_pin, remove_pin
+from relgate.holds.retention import parse_time
 from relgate.lifecycle.collector import plan_gc, sweep
-from relgate.lifecycle.pins import add_pin, remove_pin
 from relgate.lifecycle.propagation import Holder, _deletable_at, propagation
-from relgate.lifecycle.retention import parse_time
 from relgate.release.admission import create_run
 from relgate.snapshot import activation as snap_lifecycle
 
@@ -61,7 +62,7 @@ def test_a_tombstoned_version_is_held_only_by_runs_pins_and_leases(erased):
     with ws.db.tx() as conn:
         state = one(conn, "SELECT state FROM runs WHERE run_id = :r", {"r": run["runId"]})
     assert state["state"] == "REVOKED"
-    assert ws.gate().alias("train", "release").active_digest == v2.digest
+    assert open_gate(ws).alias("train", "release").active_digest == v2.digest
     plan = plan_gc(ws, grace_seconds=0)
     held = plan.retained
     assert {v.subject for v in plan.report().erasure_held} >= {v1.digest, v2.digest}

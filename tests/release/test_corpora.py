@@ -17,7 +17,7 @@ from relgate.demo.token_corpus import TOKEN_RECORDS, seed_tokens
 from relgate.documents import shard_format as rr
 from relgate.documents import snapshot_manifest as mf
 from relgate.errors import IntegrityError, RejectedError
-from relgate.lifecycle.refs import version_refs
+from relgate.holds.refs import version_refs
 from relgate.records.record_schema import RecordSchema
 from relgate.release.verifier import verify_release
 from relgate.sources.iceberg import open_catalog

@@ -20,9 +20,10 @@ from support.snapshots import build_approved
 from support.workspaces import make_workspace
 
 from relgate.catalog import evolution_table
+from relgate.documents.declared_readers import ReaderSpec
 from relgate.errors import IntegrityError, RejectedError
+from relgate.holds.refs import version_refs
 from relgate.integrity.signing import sign_envelope
-from relgate.lifecycle.refs import version_refs
 from relgate.objects.layout import cas_key
 from relgate.records.record_schema import (
     FIXED_TYPES,
@@ -35,7 +36,6 @@ from relgate.records.record_schema import (
 from relgate.release import evolution
 from relgate.release.evolution import SCHEMA_COMPATIBILITY, classify, widens
 from relgate.release.publication import approve_release, publish, rollback_release
-from relgate.release.readers import ReaderSpec
 from relgate.release.verifier import verify_release
 from relgate.release.writer import write_release
 

@@ -15,6 +15,7 @@ from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
 from relgate.documents.membership import put_membership, tuple_root
 from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
+from relgate.gate.approvals import sign_approval
 from relgate.integrity.signing import verify_envelope
 from relgate.release import attest, crypto
 from relgate.release.checks import ZERO_CHECKS
@@ -113,8 +114,8 @@ def test_writer_refuses_a_member_whose_content_differs(ws, snapshot):
         transition(conn, "snapshot", sealed.digest, "VALIDATED", actor="forger", reason="forged")
         transition(conn, "snapshot", sealed.digest, "APPROVED", actor="forger", reason="forged")
     # a forger holding the approver key too: only the writer's own recompute can catch it
-    ws.sign_approval(
-        {"snapshot": sealed.digest, "approver": "forger", "report": "sha256:" + "0" * 64}
+    sign_approval(
+        ws, {"snapshot": sealed.digest, "approver": "forger", "report": "sha256:" + "0" * 64}
     )
     with pytest.raises(IntegrityError) as err:
         write(ws, sealed.digest)
@@ -180,11 +181,11 @@ def test_decrypt_errors_name_shard_check_and_digest():
         crypto.decrypt_shard(blob, bytes(32), aad + b"x", key_version="v1", shard="s", digest="d")
 
 
-def test_verifier_entry_point_checks_a_subset_of_shards(ws, snapshot):
+def test_release_verify_shard_checks_a_subset_of_shards(ws, snapshot):
     release = write(ws, snapshot.digest)
     wanted = [release.shards[0]["id"], release.shards[2]["id"]]
-    args = [sys.executable, "-m", "relgate.release.verifier", "--home", str(ws.home)]
-    args += ["--root", release.digest, "--workers", "2"]
+    args = [sys.executable, "-m", "relgate", "--home", str(ws.home), "release"]
+    args += ["verify", release.digest, "--workers", "2", "--json"]
     for sid in wanted:
         args += ["--shard", sid]
     out = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
@@ -193,3 +194,9 @@ def test_verifier_entry_point_checks_a_subset_of_shards(ws, snapshot):
     assert [s["id"] for s in result["shards"]] == wanted
     assert all(s["ok"] for s in result["shards"]) and result["unknownShards"] == []
     assert state(ws, release.digest) == "STAGED"  # a subset never moves the state
+    unknown = [*args[: args.index("--shard")], "--shard", "shard-99999-of-99999"]
+    out = subprocess.run(unknown, capture_output=True, text=True, timeout=120, check=False)
+    refused = json.loads(out.stdout)
+    assert out.returncode == 3, out.stderr
+    assert (refused["check"], refused["digest"]) == ("verification", release.digest)
+    assert refused["unknownShards"] == ["shard-99999-of-99999"]

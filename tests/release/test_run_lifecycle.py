@@ -20,8 +20,9 @@ import pytest
 from relgate.catalog.db import rows
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
 from relgate.gate.permits import get_permit
-from relgate.lifecycle.pins import acquire_lease, add_pin, get_lease, release_lease
-from relgate.lifecycle.retention import RetentionPolicy, now_utc, retained_versions, set_policy
+from relgate.gate.transitions import open_gate
+from relgate.holds.pins import acquire_lease, add_pin, get_lease, release_lease
+from relgate.holds.retention import RetentionPolicy, now_utc, retained_versions, set_policy
 from relgate.release.admission import create_run
 from relgate.release.publication import rollback_release
 from relgate.release.reader import InputPosition, open_reader
@@ -68,7 +69,7 @@ def test_tombstone_revokes_a_superseded_root_its_run_workers_and_readers(ws, sna
     rank0 = _worker(ws.home, run["runId"], 0, timeout=300)
     _wait_reported(ws, run["runId"], 1, rank0)  # rank 0 verified and waits at the barrier
     r2 = _published(ws, snapshot, records_per_shard=25)
-    assert ws.gate().alias("train", "release").active_digest == r2.digest
+    assert open_gate(ws).alias("train", "release").active_digest == r2.digest
     members = _members(ws, snapshot)
     index = next(i for i, s in enumerate(members["sampleId"].to_list()) if s not in seen)
     member = members["sampleId"][index]
@@ -144,7 +145,7 @@ def test_benchmark_advance_reaches_every_held_root(ws, snapshot, hold):
 
     assert advance.hits[r2.digest] == [1]  # the active root, as before
     assert (r1.digest in advance.hits) == protected
-    assert bool(ws.gate().hits_for(r1.digest)) == protected
+    assert bool(open_gate(ws).hits_for(r1.digest)) == protected
     # Admission of the old root is refused either way: from the recorded hit, or by
     # comparing the root's watermarks with the current fences.
     with pytest.raises(RejectedError) as refused:

@@ -15,7 +15,7 @@ from relgate.catalog.release_table import get_release
 from relgate.errors import ConflictError, RejectedError
 from relgate.gate.permits import get_permit
 from relgate.gate.recheck import recheck
-from relgate.lifecycle.pins import add_pin
+from relgate.holds.pins import add_pin
 from relgate.release.admission import create_run
 from relgate.release.assignment import assignment, rescale
 from relgate.release.metrics import Probe, ReleaseMetrics

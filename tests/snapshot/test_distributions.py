@@ -21,7 +21,7 @@ from support.releases import overwrite_in_place
 from support.snapshots import build_validated
 from tokenizers import Tokenizer
 
-from relgate.lifecycle.refs import version_refs
+from relgate.holds.refs import version_refs
 from relgate.snapshot import statistics
 from relgate.snapshot.compare import diff, divergence_ppm, load_manifest
 from relgate.snapshot.validate import recompute

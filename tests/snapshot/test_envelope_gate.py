@@ -25,9 +25,10 @@ from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
 from relgate.errors import ConflictError
 from relgate.gate.approvals import PAYLOAD_TYPE, Approval, approval_kind
+from relgate.gate.transitions import open_gate
+from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.signing import sign_envelope
-from relgate.lifecycle.retention import RetentionPolicy, set_policy
 from relgate.release.admission import create_run
 from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.snapshot import activation as lifecycle
@@ -93,7 +94,7 @@ def test_snapshot_activate_refuses_a_tampered_stored_envelope(ws, how):
     _tamper(ws, "snapshot", victim.digest, donor.digest, how)
     out = _cli(ws.home, "snapshot", "activate", victim.digest, "--alias", "prod", expect=3)
     _assert_refused(out, how, victim.digest)
-    alias = ws.gate().alias("prod")
+    alias = open_gate(ws).alias("prod")
     assert (alias.generation, alias.active_digest) == (0, None)  # nothing moved
     assert get_snapshot(ws.db, victim.digest)["state"] == "APPROVED"
     # The untouched donor still activates: the refusal is about the stored bytes.
@@ -115,7 +116,7 @@ def test_publish_rollback_and_admission_refuse_a_tampered_stored_envelope(ws, ho
     _tamper(ws, "release", candidate.digest, donor.digest, how)
     out = _cli(ws.home, "release", "publish", candidate.digest, "--alias", "train", expect=3)
     _assert_refused(out, how, candidate.digest)
-    alias = ws.gate().alias("train", "release")
+    alias = open_gate(ws).alias("train", "release")
     assert (alias.generation, alias.active_digest) == (1, old.digest)
     assert get_release(ws.db, candidate.digest)["state"] == "APPROVED"
 
@@ -123,7 +124,7 @@ def test_publish_rollback_and_admission_refuse_a_tampered_stored_envelope(ws, ho
     _tamper(ws, "release", old.digest, donor.digest, how)
     out = _cli(ws.home, "release", "rollback", "train", "--to", old.digest, expect=3)
     _assert_refused(out, how, old.digest)
-    alias = ws.gate().alias("train", "release")
+    alias = open_gate(ws).alias("train", "release")
     assert (alias.generation, alias.active_digest) == (2, newer.digest)
     common = ["--purpose", PURPOSE, "--world-size", "1"]
     out = _cli(ws.home, "run", "create", "--root", old.digest, *common, expect=3)
@@ -145,7 +146,7 @@ def test_envelope_bound_to_a_row_that_lies_is_refused(ws):
         )
     out = _cli(ws.home, "snapshot", "activate", snap.digest, "--alias", "prod", expect=3)
     assert out["check"] == "envelope-binding" and out["details"]["fields"] == ["member_count"]
-    assert ws.gate().alias("prod").generation == 0
+    assert open_gate(ws).alias("prod").generation == 0
 
 
 # -- mutations the gate's tests must kill ----------------------------------------------------
@@ -189,7 +190,7 @@ def test_tombstone_hits_are_counted_per_entry_and_per_root(ws):
     }
     assert advance.hits == {snap.digest: sorted([seqs[ids[0]], seqs[ids[3]]])}
     assert advance.to_json()["hits"] == {snap.digest: 2}
-    assert [h.fence_seq for h in ws.gate().hits_for(snap.digest)] == sorted(
+    assert [h.fence_seq for h in open_gate(ws).hits_for(snap.digest)] == sorted(
         [seqs[ids[0]], seqs[ids[3]]]
     )
 
@@ -209,7 +210,7 @@ def test_rollback_refused_by_later_fence_entries_even_if_no_hit_was_recorded(ws)
         rollback_release(ws, "train", old.digest, actor="ops")
     assert getattr(err.value, "check", None) == "rollback-fences"
     assert err.value.details == {"tombstone": 1}
-    assert ws.gate().alias("train", "release").generation == 2
+    assert open_gate(ws).alias("train", "release").generation == 2
 
 
 @pytest.mark.parametrize("fence", ["tombstone", "benchmark"])
@@ -265,7 +266,7 @@ def test_snapshot_row_edited_to_approved_without_a_signed_approval_is_refused(ws
     _mark_approved_in_the_catalog(ws, "snapshots", snap.digest)
     out = _cli(ws.home, "snapshot", "activate", snap.digest, "--alias", "prod", expect=3)
     assert (out["check"], out["digest"]) == ("approval", snap.digest), out
-    assert ws.gate().alias("prod").generation == 0
+    assert open_gate(ws).alias("prod").generation == 0
     assert get_snapshot(ws.db, snap.digest)["state"] == "APPROVED"  # nothing moved
 
 
@@ -276,7 +277,7 @@ def test_approval_signed_by_another_role_is_refused(ws, role):
     _forge_approval(ws, "snapshot", snap.digest, role)
     out = _cli(ws.home, "snapshot", "activate", snap.digest, "--alias", "prod", expect=3)
     assert (out["check"], out["digest"]) == ("key-role", snap.digest), out
-    assert ws.gate().alias("prod").generation == 0
+    assert open_gate(ws).alias("prod").generation == 0
 
 
 def test_release_published_only_with_its_signed_approval(ws):
@@ -313,4 +314,4 @@ def test_approval_row_pointing_at_another_digests_approval_is_refused(ws):
         )
     out = _cli(ws.home, "snapshot", "activate", a.digest, "--alias", "prod", expect=3)
     assert (out["check"], out["digest"]) == ("approval-subject", a.digest), out
-    assert ws.gate().alias("prod").generation == 0
+    assert open_gate(ws).alias("prod").generation == 0

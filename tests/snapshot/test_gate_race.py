@@ -36,6 +36,7 @@ from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
 from relgate.errors import ConflictError, RejectedError
 from relgate.gate.approvals import sign_approval
+from relgate.gate.transitions import open_gate
 from relgate.release.admission import create_run
 from relgate.release.writer import write_release
 from relgate.workspace import Workspace
@@ -45,7 +46,7 @@ ITERATIONS = {"snapshot": 120, "release": 60}  # both orders occur well within t
 
 def _racer(role, kind, home, barrier, tasks, results):
     ws = Workspace.open(home)
-    gate = ws.gate()
+    gate = open_gate(ws)
     while True:
         task = tasks.get()
         if task is None:
@@ -160,7 +161,7 @@ def test_activation_races_tombstone(tmp_path, db_url, kind):  # noqa: PLR0915  #
     ]
     for p in procs:
         p.start()
-    gate = ws.gate()
+    gate = open_gate(ws)
     outcomes = {"activation-first": 0, "tombstone-first": 0}
     try:
         for i in range(ITERATIONS[kind]):
@@ -239,7 +240,7 @@ def test_run_admission_on_a_superseded_root_races_tombstone(tmp_path, db_url):
     ]
     for p in procs:
         p.start()
-    gate = ws.gate()
+    gate = open_gate(ws)
     outcomes = {"admission-first": 0, "tombstone-first": 0}
     try:
         for i in range(ADMISSIONS):

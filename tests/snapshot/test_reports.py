@@ -20,6 +20,7 @@ from support.workspaces import make_workspace
 from relgate.catalog.snapshot_table import snapshot_reports
 from relgate.documents.policy import PredicatePolicy
 from relgate.errors import IntegrityError, RejectedError, UsageError
+from relgate.gate.transitions import open_gate
 from relgate.lifecycle.collector import plan_gc
 from relgate.objects.layout import report_key
 from relgate.records.record_schema import FieldSpec, RecordSchema, TokenRule
@@ -272,7 +273,7 @@ def test_validation_report_sections_on_the_demo_corpus(ws):
 
 def test_tombstoned_rows_are_counted_as_excluded_and_explained(ws):
     victim = ws.membership.read(build_validated(ws).manifest.members_ref)["sampleId"][3]
-    ws.gate().add_tombstones([victim], reason="erasure", actor="t")
+    open_gate(ws).add_tombstones([victim], reason="erasure", actor="t")
     report = validate_snapshot(ws, build(ws).digest, actor="t")
     assert report.ok, report.failing
     assert report.tombstones.excluded_at_selection == 1

@@ -1,25 +1,20 @@
 """The structure's own rules, checked on every test run (issue 15's acceptance, kept so).
 
 ruff enforces the layering (TID251) and function-local imports (PLC0415); these tests hold
-what no linter rule states: function length, one PAE encoder, one spelling of object-key
-prefixes, and module names that are unique inside each distribution.
+what no linter rule states: function length, one PAE encoder and one spelling of
+object-key prefixes (the floors of the core are held by test_layers.py).
 """
 
 from __future__ import annotations
 
 import ast
 import subprocess
-from collections import Counter
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_FUNCTION_LINES = 80
-#: The relgate distribution (the core and the Dagster layer) and the agent's.
+#: The relgate distribution: the core and the Dagster layer.
 CORE_TREES = ("relgate/", "assets/", "resources/", "sensors/", "pipelines/")
-AGENT_TREES = ("agent/relgate_agent/",)
-PACKAGE_FILES = frozenset({"__init__.py", "__main__.py"})
 
 
 def _python_files() -> list[str]:
@@ -53,16 +48,6 @@ def test_one_pae_encoder() -> None:
         if not f.startswith(("tests/", "agent/tests/")) and 'b"DSSEv1' in (ROOT / f).read_text()
     ]
     assert spelled == ["agent/relgate_agent/dsse.py"]
-
-
-@pytest.mark.parametrize("trees", [CORE_TREES, AGENT_TREES], ids=["relgate", "relgate-agent"])
-def test_module_names_are_unique_inside_a_distribution(trees: tuple[str, ...]) -> None:
-    names = Counter(
-        Path(f).name
-        for f in _python_files()
-        if f.startswith(trees) and Path(f).name not in PACKAGE_FILES
-    )
-    assert sorted(name for name, count in names.items() if count > 1) == []
 
 
 def test_object_key_prefixes_are_spelled_only_in_the_layout_module() -> None:

@@ -13,6 +13,7 @@ from relgate.catalog.release_table import get_release, insert_release
 from relgate.catalog.states import transition
 from relgate.documents import release_root as rm
 from relgate.gate.approvals import sign_approval
+from relgate.gate.transitions import open_gate
 from relgate.release.shard_fetch import object_key
 
 RECORDS_PER_SHARD = 40
@@ -60,7 +61,7 @@ def publish(ws, digest, alias):
     """STAGED -> VERIFIED -> APPROVED, then the alias CAS through the gate."""
     set_state(ws, "release", digest, "VERIFIED", "APPROVED")
     sign_approval(ws, {"release": digest, "approver": "test", "report": "sha256:" + "0" * 64})
-    gate = ws.gate()
+    gate = open_gate(ws)
     generation = gate.alias(alias, "release").generation
     return gate.activate("release", alias, digest, expected_generation=generation, actor="test")
 

@@ -26,9 +26,9 @@ from sqlalchemy import Connection
 
 from relgate.catalog.db import execute, one, rows, utcnow
 from relgate.errors import ConflictError, NotFoundError, RejectedError, RelgateError, UsageError
+from relgate.holds.refs import Ref, cas_refs, version_refs
+from relgate.holds.retention import format_time, now_utc, parse_time
 from relgate.integrity.contract import Contract
-from relgate.lifecycle.refs import Ref, cas_refs, version_refs
-from relgate.lifecycle.retention import format_time, now_utc, parse_time
 from relgate.objects.layout import canonical_key
 from relgate.workspace import Workspace
 
