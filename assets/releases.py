@@ -14,16 +14,16 @@ import dagster as dg
 from dagster._core.errors import DagsterPipesExecutionError
 
 from assets.table_metadata import ROW_COUNT, typed_table
-from relgate.release.admission import create_run
-from relgate.release.attest import verify_provenance
-from relgate.release.checks import ZERO_CHECKS, Check
 from relgate.release.evolution import load_stored
 from relgate.release.publication import approve_release, publish
-from relgate.release.report import failing_shards
-from relgate.release.run_rows import run_status
-from relgate.release.verifier import shard_ids, verify_one_shard, verify_release
-from relgate.release.verify_worker import ShardResult
+from relgate.release.verify.attest import verify_provenance
+from relgate.release.verify.checks import ZERO_CHECKS, Check
+from relgate.release.verify.report import failing_shards
+from relgate.release.verify.verifier import shard_ids, verify_one_shard, verify_release
+from relgate.release.verify.worker import ShardResult
 from relgate.release.writer import write_release
+from relgate.runs.admission import create_run
+from relgate.runs.store import run_status
 from relgate.workspace import Workspace
 from resources.relgate import RelgateResource
 

@@ -16,8 +16,8 @@ from relgate.records.record_schema import ID_COLUMN, RecordSchema
 from relgate.snapshot import activation
 from relgate.snapshot.build import BuildSpec, Frozen, build_for_alias, freeze
 from relgate.snapshot.comparator import EXACT, Comparator
-from relgate.snapshot.compare import CountRow, Distributions, HistogramDiff, shadow_diff
 from relgate.snapshot.coverage import PPM
+from relgate.snapshot.diff import CountRow, Distributions, HistogramDiff, shadow_diff
 from relgate.snapshot.provenance import verify_provenance
 from relgate.snapshot.replay import replay
 from relgate.snapshot.validate import ValidationReport, validate_snapshot

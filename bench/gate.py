@@ -9,7 +9,7 @@ CAS rounds).  ``clients`` spawned processes, each with its own catalog connectio
    :meth:`Database.gate_tx` that issues the permit (:func:`relgate.gate.permit_issue.acquire`:
    alias read once, fences, release state and purpose, fence hits, stored envelope
    re-verified) and writes the run record (the statement
-   :func:`relgate.release.admission.admit_run` runs in the same transaction);
+   :func:`relgate.runs.admission.admit_run` runs in the same transaction);
 3. ``mixed``: rounds of one alias CAS per client from the same expected generation (one
    must win) interleaved with admissions, then a tombstone that hits the published root
    while clients keep admitting.
@@ -71,7 +71,7 @@ def world(home: Path, db_url: str, candidates: int) -> dict[str, Any]:
     from relgate.gate.approvals import sign_approval
     from relgate.objects.cas import ContentRef
     from relgate.release.publication import approve_release, publish
-    from relgate.release.verifier import verify_release
+    from relgate.release.verify.verifier import verify_release
     from relgate.release.writer import write_release
 
     ws = make_workspace(home, db_url)

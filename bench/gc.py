@@ -117,7 +117,7 @@ class MemoryStore(ObjectStore):
 def _world(home: Path) -> tuple[Any, MemoryStore, dict[str, Any]]:
     from relgate.demo.corpus import seed_demo
     from relgate.snapshot.build import BuildSpec, build_snapshot
-    from relgate.snapshot.transforms import tag_transform
+    from relgate.snapshot.transform_tags import tag_transform
     from relgate.workspace import Workspace, default_config
 
     store = MemoryStore()

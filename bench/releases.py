@@ -44,12 +44,12 @@ import numpy as np
 import pyarrow as pa
 
 from relgate.documents import release_root as rm
-from relgate.release.verifier import verify_release
-from relgate.release.verify_worker import THREAD, ShardTask, run_shards, verify_shard
+from relgate.release.verify.verifier import verify_release
+from relgate.release.verify.worker import THREAD, ShardTask, run_shards, verify_shard
 from relgate.release.writer import ParquetParams, shard_key, write_release
 from relgate.snapshot.activation import approve
 from relgate.snapshot.build import BuildResult, BuildSpec, build_snapshot
-from relgate.snapshot.transforms import tag_transform
+from relgate.snapshot.transform_tags import tag_transform
 from relgate.snapshot.validate import validate_snapshot
 from relgate.sources.iceberg import open_catalog
 from relgate.workspace import Workspace

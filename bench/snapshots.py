@@ -35,7 +35,7 @@ def seed(home: Path, n: int) -> None:
     import numpy as np
     import pyarrow as pa
 
-    from relgate.snapshot.transforms import tag_transform
+    from relgate.snapshot.transform_tags import tag_transform
     from relgate.sources.iceberg import open_catalog
     from relgate.workspace import Workspace
 
@@ -117,8 +117,8 @@ def phase_validate(home: Path, digest: str) -> dict[str, object]:
 def phase_diff(home: Path, digest: str) -> dict[str, object]:
     import polars as pl
 
-    from relgate.snapshot.compare import load_members
-    from relgate.snapshot.runs import aligned
+    from relgate.snapshot.diff import load_members
+    from relgate.snapshot.external_sort import aligned
     from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA
     from relgate.snapshot.validate import multiset_diff
     from relgate.workspace import Workspace

@@ -13,8 +13,8 @@ from typing import Any
 import dagster as dg
 
 from relgate.errors import RelgateError
-from relgate.release.admission import create_run
-from relgate.release.run_end import cancel_run, finish_run
+from relgate.runs.admission import create_run
+from relgate.runs.run_end import cancel_run, finish_run
 from resources.relgate import RelgateResource
 
 

@@ -14,8 +14,8 @@ from relgate.gate.transitions import open_gate
 
 if TYPE_CHECKING:
     from relgate.release.evolution import SchemaEvolutionReport
-    from relgate.release.reader import ReaderLease
-    from relgate.release.report import ShardFinding, VerificationReport
+    from relgate.release.verify.report import ShardFinding, VerificationReport
+    from relgate.runs.reader import ReaderLease
     from relgate.workspace import Workspace
 
 
@@ -115,8 +115,8 @@ def release_verify(
     """Independent verification from exact object versions; VERIFIED or INVALID."""
     from relgate.catalog.release_table import resolve_release
     from relgate.release.crypto import key_ring
-    from relgate.release.report import failing_shards
-    from relgate.release.verifier import verify_release, verify_shards
+    from relgate.release.verify.report import failing_shards
+    from relgate.release.verify.verifier import verify_release, verify_shards
 
     ws = ctx.ws()
     digest = resolve_release(ws.db, root)
@@ -330,7 +330,7 @@ def release_audit(
     exits 3 naming its check."""
     from relgate.catalog.release_table import resolve_release
     from relgate.release.crypto import key_ring
-    from relgate.release.reader import audit_root
+    from relgate.runs.reader import audit_root
 
     ws = ctx.ws()
     digest = resolve_release(ws.db, root)
@@ -362,7 +362,7 @@ def release_provenance(ctx: Ctx, root: str) -> CommandOutput:
     signature, subjects equal to the root and every shard, every material with a digest
     and equal to the root's snapshot (exit 3 otherwise)."""
     from relgate.catalog.release_table import resolve_release
-    from relgate.release.attest import verify_provenance
+    from relgate.release.verify.attest import verify_provenance
 
     ws = ctx.ws()
     return verify_provenance(ws, resolve_release(ws.db, root))
@@ -405,7 +405,7 @@ def run_create(
     """Admit a run on an exact root (or the alias's root, read once) and issue its permit."""
     from relgate.catalog.release_table import resolve_release
     from relgate.errors import UsageError
-    from relgate.release.admission import create_run
+    from relgate.runs.admission import create_run
 
     if root is None and alias is None:
         raise UsageError("give --root DIGEST or --alias NAME", object="run", check="root")
@@ -427,7 +427,7 @@ def run_create(
 @pass_ctx
 def run_finish(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
     """RUNNING -> FINISHED: close the permit and release the run's hold on its root."""
-    from relgate.release.run_end import finish_run
+    from relgate.runs.run_end import finish_run
 
     return finish_run(ctx.ws(), run_id, actor=actor(), reason=reason)
 
@@ -438,7 +438,7 @@ def run_finish(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
 @pass_ctx
 def run_cancel(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
     """ADMITTED or RUNNING -> CANCELLED: close the permit and release the hold."""
-    from relgate.release.run_end import cancel_run
+    from relgate.runs.run_end import cancel_run
 
     return cancel_run(ctx.ws(), run_id, actor=actor(), reason=reason)
 
@@ -451,7 +451,7 @@ def run_cancel(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
 )
 @pass_ctx
 def run_list(ctx: Ctx, state: str | None) -> CommandOutput:
-    from relgate.release.run_rows import list_runs
+    from relgate.runs.store import list_runs
 
     return {"runs": list_runs(ctx.ws().db, state=state)}
 
@@ -483,7 +483,7 @@ def _hold(
     import time
 
     from relgate.errors import RejectedError
-    from relgate.release.run_rows import run_state, watch_run
+    from relgate.runs.store import run_state, watch_run
 
     hold_timeout, linger = hold
     ended = watch_run(ws, run_id, lease=lease, timeout=hold_timeout)
@@ -546,9 +546,9 @@ def run_worker_cmd(  # noqa: PLR0913, PLR0917 - one parameter per click option
     exit 0 when the run is finished or cancelled.
     """
     from relgate.release.crypto import key_ring
-    from relgate.release.rank_worker import run_worker
-    from relgate.release.reader import ReaderLease
-    from relgate.release.run_rows import get_run
+    from relgate.runs.rank_worker import run_worker
+    from relgate.runs.reader import ReaderLease
+    from relgate.runs.store import get_run
 
     ws = ctx.ws()
     root = get_run(ws.db, run_id)["root_digest"]
@@ -579,7 +579,7 @@ def run_worker_cmd(  # noqa: PLR0913, PLR0917 - one parameter per click option
 @click.argument("run_id")
 @pass_ctx
 def run_status_cmd(ctx: Ctx, run_id: str) -> CommandOutput:
-    from relgate.release.run_rows import run_status
+    from relgate.runs.store import run_status
 
     return run_status(ctx.ws().db, run_id)
 
@@ -590,7 +590,7 @@ def run_status_cmd(ctx: Ctx, run_id: str) -> CommandOutput:
 @pass_ctx
 def run_rescale(ctx: Ctx, run_id: str, world_size: int) -> CommandOutput:
     """New assignment epoch over the run's root (never rereads the alias)."""
-    from relgate.release.assignment import rescale
+    from relgate.runs.assignment import rescale
 
     return rescale(ctx.ws(), run_id, world_size)
 

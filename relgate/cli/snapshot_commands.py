@@ -18,7 +18,7 @@ from relgate.cli.common import (
 from relgate.gate.transitions import open_gate
 
 if TYPE_CHECKING:
-    from relgate.snapshot.compare import SnapshotDiff
+    from relgate.snapshot.diff import SnapshotDiff
     from relgate.snapshot.validate import ValidationReport
 
 
@@ -112,7 +112,7 @@ def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> CommandOutput:
     from relgate.catalog.snapshot_table import resolve, snapshot_history, snapshot_reports
     from relgate.catalog.standing import standing_of
     from relgate.snapshot.activation import describe
-    from relgate.snapshot.compare import load_manifest
+    from relgate.snapshot.diff import load_manifest
 
     ws = ctx.ws()
     digest = resolve(ws.db, digest)
@@ -229,7 +229,7 @@ def snapshot_activate(
 def snapshot_diff(ctx: Ctx, old: str, new: str) -> CommandOutput:
     """Additions, deletions, split migrations, per-source and per-split deltas."""
     from relgate.catalog.snapshot_table import resolve
-    from relgate.snapshot.compare import diff
+    from relgate.snapshot.diff import diff
 
     ws = ctx.ws()
     result = diff(ws, resolve(ws.db, old), resolve(ws.db, new))

@@ -34,7 +34,7 @@ def transform_register(
 ) -> CommandOutput:
     """Register a wheel file or an OCI image layout directory (stored, pinned by digest)."""
     from relgate.documents.transform_spec import ImageTransform, WheelTransform
-    from relgate.snapshot.transforms import tag_transform
+    from relgate.snapshot.transform_tags import tag_transform
     from relgate.transforms.registry import register_image, register_wheel
 
     ws = ctx.ws()
@@ -58,7 +58,7 @@ def transform_register(
 def transform_tag(ctx: Ctx, tag: str, digest: str | None, builtin: bool) -> CommandOutput:
     """Point a tag at a digest (tags are mutable; builds record the digest)."""
     from relgate.errors import UsageError
-    from relgate.snapshot.transforms import tag_transform
+    from relgate.snapshot.transform_tags import tag_transform
     from relgate.transforms import refusals
 
     if bool(digest) == builtin:
@@ -73,7 +73,7 @@ def transform_tag(ctx: Ctx, tag: str, digest: str | None, builtin: bool) -> Comm
 @pass_ctx
 def transform_show(ctx: Ctx, name: str) -> CommandOutput:
     """Resolve a tag or reference to its pin and check the stored bytes still match it."""
-    from relgate.snapshot.transforms import resolve_transform
+    from relgate.snapshot.transform_tags import resolve_transform
 
     ws = ctx.ws()
     ref = resolve_transform(ws.db, name, ws.cas)

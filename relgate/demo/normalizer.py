@@ -21,7 +21,7 @@ from typing import Final
 
 from relgate.documents.transform_spec import WheelTransform
 from relgate.errors import RelgateError
-from relgate.snapshot.transforms import tag_transform
+from relgate.snapshot.transform_tags import tag_transform
 from relgate.transforms.registry import register_wheel
 from relgate.workspace import Workspace
 

@@ -1,1 +1,2 @@
-"""Dataset lifecycle: sizing, pins, leases, retention and fail-closed garbage collection."""
+"""Dataset lifecycle: sizing, lineage, propagation, audit trail and fail-closed garbage
+collection over what :mod:`relgate.holds` holds."""

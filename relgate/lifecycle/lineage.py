@@ -25,7 +25,7 @@ from relgate.holds.retention import Holders, now_utc, retained_versions
 from relgate.integrity.contract import Contract
 from relgate.integrity.merkle import check_proof
 from relgate.objects.cas import ContentRef
-from relgate.snapshot.compare import prove
+from relgate.snapshot.diff import prove
 from relgate.workspace import Workspace
 
 

@@ -44,7 +44,7 @@ from relgate.holds.retention import (
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.lifecycle.lineage import lineage
 from relgate.objects.layout import canonical_key
-from relgate.release.shard_fetch import fetch_shard
+from relgate.runs.shard_fetch import fetch_shard
 from relgate.workspace import Workspace
 
 #: The shard column every record's sample id is in (relgate.documents.shard_format).

@@ -1,14 +1,3 @@
-"""Shard releases: writer, independent verifier, publication, permits and runs.
-
-Run states: ADMITTED -> RUNNING -> FINISHED, or CANCELLED / REVOKED (a fence hit the
-root), or FAILED before step 0.  A run in a terminal state has a closed permit and holds
-nothing, so garbage collection may reclaim its root once nothing else holds it.
-:mod:`~relgate.release.admission` admits an exact root digest (or resolves the alias
-exactly once) inside the gate transaction that also issues the permit; from then on
-nothing reads the alias again.  :mod:`~relgate.release.assignment` deals shards to ranks,
-:mod:`~relgate.release.rank_worker` verifies a rank's shards from their exact object
-versions, :mod:`~relgate.release.barrier` starts step 0 only when every rank of the
-current epoch reported the same root with every shard verified and the permit is still
-open, :mod:`~relgate.release.run_end` ends runs and :mod:`~relgate.release.run_rows`
-reads them.
-"""
+"""Shard releases: the writer, the independent verifier (:mod:`relgate.release.verify`),
+publication through the gate, encryption, schema evolution, proofs and metrics.
+Training runs on a published root live in :mod:`relgate.runs`."""

@@ -15,7 +15,7 @@ member_diff{cls}            verifier: missing, extra, duplicate, contentSubstitu
                             sourceVersionSubstitution, splitConflict counts
 digest_failures             verifier and workers: shards whose size, storage, logical
                             or member-set digest failed
-cache_corruption            :func:`relgate.release.verifier.fetch_shard`: a cached copy
+cache_corruption            :func:`relgate.release.verify.verifier.fetch_shard`: a cached copy
                             whose size or SHA-256 did not match, discarded
 barrier_wait_seconds        run worker: time at the step-0 barrier, updated while waiting
 root_mismatches             barrier: ranks of the current epoch that reported another root
@@ -39,7 +39,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from relgate.release.checks import Check
+from relgate.release.verify.checks import Check
 
 #: Verification counts -> ``member_diff`` classes (the rule, written once).
 MEMBER_CLASSES = {

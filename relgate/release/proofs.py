@@ -38,7 +38,7 @@ from relgate.integrity.digests import require_digest
 from relgate.integrity.merkle import LeafProof, check_proof
 from relgate.integrity.signing import TrustedKeys, relgate_error
 from relgate.integrity.tuples import FIELDS, MemberTuple
-from relgate.snapshot.compare import prove
+from relgate.snapshot.diff import prove
 from relgate_agent import dsse
 
 SCHEMA = "relgate.proof-bundle.v1"

@@ -39,11 +39,11 @@ from relgate.objects.layout import membership_key, statistics_key
 from relgate.progress import track
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.snapshot import statistics, tokenizer
+from relgate.snapshot.external_sort import SortedRuns
 from relgate.snapshot.provenance import record_statement, store_statement
 from relgate.snapshot.reuse import BuildInputs, built_from
-from relgate.snapshot.runs import SortedRuns
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
-from relgate.snapshot.transforms import (
+from relgate.snapshot.transform_tags import (
     TransformRef,
     resolve_transform,
     transform_artifacts,

@@ -39,14 +39,14 @@ from relgate.snapshot.comparator import (
     numeric_columns,
     read_fingerprint,
 )
-from relgate.snapshot.compare import canary_filter, load_manifest
+from relgate.snapshot.diff import canary_filter, load_manifest
 from relgate.snapshot.validate import recompute
 from relgate.workspace import Workspace
 
 REPLAY_SCHEMA: Final = "relgate.snapshot.replay.v1"
 #: The refusal check of a replay that did not reproduce the snapshot.
 REPLAY_CHECK: Final = "replay-identical"
-#: The canary rule a report names (see :func:`relgate.snapshot.compare.canary_filter`).
+#: The canary rule a report names (see :func:`relgate.snapshot.diff.canary_filter`).
 CANARY_RULE: Final = "sha256(canary\\0 || sampleId)[0:4] as u32be mod 10000 < basisPoints"
 _KEY = ["sampleId", "logicalContentDigest"]
 

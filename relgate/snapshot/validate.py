@@ -42,9 +42,9 @@ from relgate.snapshot.coverage import (
     lineage,
     source_coverage,
 )
-from relgate.snapshot.runs import SortedRuns, aligned
+from relgate.snapshot.external_sort import SortedRuns, aligned
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA, Fenced, Selector
-from relgate.snapshot.transforms import pinned_transform
+from relgate.snapshot.transform_tags import pinned_transform
 from relgate.sources.factory import source_from_config
 from relgate.sources.source import Source
 from relgate.workspace import Workspace

@@ -17,7 +17,7 @@ from relgate.catalog.release_table import get_release
 from relgate.cli.main import main
 from relgate.documents import release_root as rm
 from relgate.integrity.digests import sha256_digest
-from relgate.release.checks import Check
+from relgate.release.verify.checks import Check
 from relgate.workspace import Workspace
 
 
@@ -122,8 +122,8 @@ def test_shard_findings_from_a_report(ws: Workspace) -> None:
     """The typed findings: unknown check names and malformed entries are skipped, not the
     shard's later findings; expected comes from the descriptor only when the check has one."""
     from relgate.documents.shard_descriptor import ShardDescriptor
-    from relgate.release.checks import Outcome
-    from relgate.release.report import VerificationReport, failing_shards
+    from relgate.release.verify.checks import Outcome
+    from relgate.release.verify.report import VerificationReport, failing_shards
 
     digest = "sha256:" + "a" * 64
     descriptor = ShardDescriptor(

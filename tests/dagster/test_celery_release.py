@@ -35,7 +35,7 @@ from support.workspaces import TRANSFORM_TAGS
 from pipelines.definitions import defs, release_job_celery_def
 from relgate.demo.corpus import seed_demo
 from relgate.objects.s3 import S3ObjectStore
-from relgate.snapshot.transforms import tag_transform
+from relgate.snapshot.transform_tags import tag_transform
 from relgate.workspace import Workspace, default_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.s3, pytest.mark.celery]

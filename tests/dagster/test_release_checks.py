@@ -18,7 +18,7 @@ from assets.snapshots import snapshot_assets, snapshot_checks
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.gate.transitions import open_gate
-from relgate.release.checks import ZERO_CHECKS, Check
+from relgate.release.verify.checks import ZERO_CHECKS, Check
 from resources.relgate import RelgateResource
 
 ALL_CHECKS = {c.asset_check_name for c in ZERO_CHECKS} | {OUTCOME_CHECK}

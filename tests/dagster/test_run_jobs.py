@@ -5,7 +5,7 @@ from support.instances import dagster_instance
 from pipelines.definitions import defs
 from pipelines.run_jobs import run_admit_job, run_cancel_job, run_finish_job
 from relgate.gate.permits import get_permit
-from relgate.release.run_rows import get_run
+from relgate.runs.store import get_run
 from resources.relgate import RelgateResource
 from tests.release.conftest import snapshot, ws  # noqa: F401 - fixtures
 from tests.release.test_runs import PURPOSE, _published, _worker

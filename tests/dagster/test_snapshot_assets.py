@@ -13,7 +13,7 @@ from pipelines.jobs import recheck_job
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.gate.transitions import open_gate
 from relgate.snapshot import activation as lifecycle
-from relgate.snapshot.compare import load_manifest
+from relgate.snapshot.diff import load_manifest
 from relgate.snapshot.provenance import verify_provenance
 from relgate.sources.cdc import append_segment
 from resources.relgate import RelgateResource

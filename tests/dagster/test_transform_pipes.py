@@ -7,8 +7,8 @@ from support.instances import dagster_instance
 from support.workspaces import make_workspace
 
 from assets.snapshots import snapshot_assets
-from relgate.snapshot.compare import load_manifest
-from relgate.snapshot.transforms import tag_transform
+from relgate.snapshot.diff import load_manifest
+from relgate.snapshot.transform_tags import tag_transform
 from relgate.transforms.registry import register_wheel
 from resources.relgate import RelgateResource
 

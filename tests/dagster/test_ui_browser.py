@@ -28,7 +28,7 @@ import pytest
 from assets.releases import OUTCOME_CHECK
 from assets.source_specs import source_key
 from relgate.demo.corpus import DEMO_SOURCES
-from relgate.release.checks import ZERO_CHECKS, Check
+from relgate.release.verify.checks import ZERO_CHECKS, Check
 from tests.dagster import ui_instance
 
 pytestmark = pytest.mark.browser

@@ -20,7 +20,7 @@ from support.workspaces import make_workspace
 
 from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.release.publication import approve_release, publish
-from relgate.release.verifier import verify_release
+from relgate.release.verify.verifier import verify_release
 from relgate.release.writer import write_release
 from relgate.snapshot import activation as lifecycle
 from relgate.workspace import CONFIG_NAME, Workspace

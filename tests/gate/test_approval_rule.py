@@ -16,9 +16,9 @@ from relgate.catalog.release_table import get_release
 from relgate.errors import RejectedError
 from relgate.gate.approvals import approval_kind
 from relgate.gate.transitions import open_gate
-from relgate.release.admission import create_run
 from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.writer import write_release
+from relgate.runs.admission import create_run
 from tests.gate.conftest import PURPOSE
 
 

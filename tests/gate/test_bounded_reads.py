@@ -13,9 +13,9 @@ import pytest
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.errors import IntegrityError
-from relgate.release.checks import Check
-from relgate.release.shard_fetch import fetch_shard
-from relgate.release.verifier import verify_release
+from relgate.release.verify.checks import Check
+from relgate.release.verify.verifier import verify_release
+from relgate.runs.shard_fetch import fetch_shard
 
 BIG = 2 << 30
 

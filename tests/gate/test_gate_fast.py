@@ -28,9 +28,9 @@ from relgate.gate.transitions import open_gate
 from relgate.holds.pins import add_pin
 from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.objects.cas import ContentRef
-from relgate.release.admission import create_run
 from relgate.release.publication import approve_release, publish, rollback_release
-from relgate.release.run_rows import get_run
+from relgate.runs.admission import create_run
+from relgate.runs.store import get_run
 
 from .conftest import PURPOSE
 

@@ -19,8 +19,8 @@ from relgate.documents import release_root as rm
 from relgate.errors import NotFoundError, RejectedError
 from relgate.gate.approvals import approval_kind
 from relgate.holds.pins import add_pin, remove_pin
-from relgate.release.admission import create_run
-from relgate.release.reader import (
+from relgate.runs.admission import create_run
+from relgate.runs.reader import (
     READ_ADMISSION,
     InputPosition,
     ReadAdmission,
@@ -28,7 +28,7 @@ from relgate.release.reader import (
     audit_root,
     open_reader,
 )
-from relgate.release.run_end import cancel_run
+from relgate.runs.run_end import cancel_run
 from tests.gate.conftest import PURPOSE
 
 

@@ -4,8 +4,8 @@ stored as ``CREATED`` become ADMITTED, and rows still written as CREATED keep wo
 import relgate.catalog.db as catalog_db
 from relgate.catalog.db import Database, execute, one
 from relgate.catalog.migrations import MIGRATIONS
-from relgate.release.run_end import cancel_run
-from relgate.release.run_rows import get_run, run_state
+from relgate.runs.run_end import cancel_run
+from relgate.runs.store import get_run, run_state
 
 
 def _insert_run(conn, run_id, state):

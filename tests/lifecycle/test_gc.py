@@ -26,7 +26,7 @@ from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.collector import deletions, list_stored, plan_gc, sweep, verify_retained
 from relgate.objects.layout import canonical_key
-from relgate.release.verifier import verify_release
+from relgate.release.verify.verifier import verify_release
 from relgate.release.writer import shard_key, stage_object, write_release
 
 

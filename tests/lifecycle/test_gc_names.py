@@ -11,7 +11,7 @@ from relgate.errors import ConflictError, NotFoundError, RejectedError
 from relgate.lifecycle.collector import plan_gc, sweep
 from relgate.objects.layout import cas_key
 from relgate.snapshot import tokenizer
-from relgate.snapshot.transforms import resolve_transform, tag_transform
+from relgate.snapshot.transform_tags import resolve_transform, tag_transform
 from relgate.transforms import refusals
 from relgate.transforms.registry import pin_of, register_image, register_wheel
 

@@ -22,7 +22,7 @@ from relgate.lifecycle.collector import sweep, verify_retained
 from relgate.objects.layout import cas_key
 from relgate.release import proofs
 from relgate.snapshot import tokenizer
-from relgate.snapshot.transforms import resolve_transform, tag_transform
+from relgate.snapshot.transform_tags import resolve_transform, tag_transform
 from relgate.transforms.registry import register_wheel
 
 OPS = ("wheel", "tag", "configure", "tokenizer", "build", "release", "publish", "retire", "sweep")

@@ -20,7 +20,7 @@ from relgate.holds.pins import acquire_lease, get_lease, release_lease
 from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.collector import plan_gc, sweep, verify_retained
 from relgate.objects.layout import canonical_key
-from relgate.release.verifier import verify_release
+from relgate.release.verify.verifier import verify_release
 from relgate.release.writer import shard_key, stage_object, write_release
 from relgate.snapshot.validate import validate_snapshot
 

@@ -22,7 +22,7 @@ from relgate.holds.pins import add_pin, remove_pin
 from relgate.holds.retention import parse_time
 from relgate.lifecycle.collector import plan_gc, sweep
 from relgate.lifecycle.propagation import Holder, _deletable_at, propagation
-from relgate.release.admission import create_run
+from relgate.runs.admission import create_run
 from relgate.snapshot import activation as snap_lifecycle
 
 PURPOSE = "demo-model-training"

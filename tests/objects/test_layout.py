@@ -6,7 +6,8 @@ from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
 from relgate.objects import layout
 from relgate.objects.cas import ContentRef, digest_of_uri, key_for
-from relgate.release import shard_fetch, writer
+from relgate.release import writer
+from relgate.runs import shard_fetch
 
 DIGEST = "sha256:" + "ab" * 32
 

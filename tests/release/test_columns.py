@@ -24,7 +24,7 @@ from relgate.documents import snapshot_manifest as sm
 from relgate.errors import RejectedError, UsageError
 from relgate.records.record_schema import FieldSpec, arrow_type, type_name
 from relgate.records.values import canonical_column, content_digests
-from relgate.release.verify_worker import PROCESS, THREAD, ShardTask, run_shards
+from relgate.release.verify.worker import PROCESS, THREAD, ShardTask, run_shards
 from relgate.snapshot import tokenizer
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)

@@ -14,9 +14,9 @@ from relgate.documents import release_root as rm
 from relgate.errors import RejectedError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.signing import verify_envelope
-from relgate.release.checks import ZERO_CHECKS, Check, Outcome, outcome_of
-from relgate.release.report import REPORT_PAYLOAD_TYPE, VerificationPayload
-from relgate.release.verifier import verify_release
+from relgate.release.verify.checks import ZERO_CHECKS, Check, Outcome, outcome_of
+from relgate.release.verify.report import REPORT_PAYLOAD_TYPE, VerificationPayload
+from relgate.release.verify.verifier import verify_release
 
 
 @pytest.mark.parametrize(

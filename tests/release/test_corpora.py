@@ -19,7 +19,7 @@ from relgate.documents import snapshot_manifest as mf
 from relgate.errors import IntegrityError, RejectedError
 from relgate.holds.refs import version_refs
 from relgate.records.record_schema import RecordSchema
-from relgate.release.verifier import verify_release
+from relgate.release.verify.verifier import verify_release
 from relgate.sources.iceberg import open_catalog
 
 

@@ -36,7 +36,7 @@ from relgate.records.record_schema import (
 from relgate.release import evolution
 from relgate.release.evolution import SCHEMA_COMPATIBILITY, classify, widens
 from relgate.release.publication import approve_release, publish, rollback_release
-from relgate.release.verifier import verify_release
+from relgate.release.verify.verifier import verify_release
 from relgate.release.writer import write_release
 
 RELGATE = [sys.executable, "-m", "relgate"]

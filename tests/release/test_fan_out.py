@@ -8,7 +8,7 @@ import pytest
 from support.releases import forge, overwrite_in_place, shard_path, state, write
 
 from relgate.errors import NotFoundError
-from relgate.release.verifier import shard_ids, verify_one_shard, verify_release
+from relgate.release.verify.verifier import shard_ids, verify_one_shard, verify_release
 
 
 def _comparable(report) -> dict:

@@ -46,15 +46,15 @@ from relgate.objects.s3 import S3ObjectStore
 from relgate.records.record_schema import TEXT_SCHEMA
 from relgate.records.values import content_digest
 from relgate.release import crypto
-from relgate.release.checks import SHARD_CHECKS
 from relgate.release.publication import approve_release
-from relgate.release.shard_fetch import fetch_shard
-from relgate.release.verifier import verify_release
-from relgate.release.verify_worker import ShardTask, verify_shard
+from relgate.release.verify.checks import SHARD_CHECKS
+from relgate.release.verify.verifier import verify_release
+from relgate.release.verify.worker import ShardTask, verify_shard
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key
+from relgate.runs.shard_fetch import fetch_shard
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot import tokenizer
-from relgate.snapshot.transforms import tag_transform
+from relgate.snapshot.transform_tags import tag_transform
 from relgate.workspace import Workspace, build_object_store, default_config
 
 

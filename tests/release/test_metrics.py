@@ -11,12 +11,12 @@ import pytest
 from support.releases import overwrite_in_place, shard_path, write
 
 from relgate.errors import RejectedError
-from relgate.release.admission import create_run
 from relgate.release.metrics import ReleaseMetrics
 from relgate.release.publication import approve_release, publish
-from relgate.release.rank_worker import report, run_worker
-from relgate.release.shard_fetch import fetch_shard
-from relgate.release.verifier import verify_release
+from relgate.release.verify.verifier import verify_release
+from relgate.runs.admission import create_run
+from relgate.runs.rank_worker import report, run_worker
+from relgate.runs.shard_fetch import fetch_shard
 
 PURPOSE = "demo-model-training"
 

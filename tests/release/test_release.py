@@ -17,10 +17,11 @@ from relgate.documents.membership import put_membership, tuple_root
 from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
 from relgate.gate.approvals import sign_approval
 from relgate.integrity.signing import verify_envelope
-from relgate.release import attest, crypto
-from relgate.release.checks import ZERO_CHECKS
-from relgate.release.report import load_report
-from relgate.release.verifier import verify_release
+from relgate.release import crypto
+from relgate.release.verify import attest
+from relgate.release.verify.checks import ZERO_CHECKS
+from relgate.release.verify.report import load_report
+from relgate.release.verify.verifier import verify_release
 from relgate.release.writer import shard_key
 from relgate.snapshot.validate import recompute
 

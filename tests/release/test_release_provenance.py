@@ -21,8 +21,8 @@ from relgate.integrity.statement import (
     Statement,
     sign_statement,
 )
-from relgate.release import attest
-from relgate.release.verifier import verify_release
+from relgate.release.verify import attest
+from relgate.release.verify.verifier import verify_release
 
 RELGATE = [sys.executable, "-m", "relgate.cli"]
 

@@ -16,16 +16,16 @@ from relgate.errors import ConflictError, RejectedError
 from relgate.gate.permits import get_permit
 from relgate.gate.recheck import recheck
 from relgate.holds.pins import add_pin
-from relgate.release.admission import create_run
-from relgate.release.assignment import assignment, rescale
 from relgate.release.metrics import Probe, ReleaseMetrics
 from relgate.release.publication import approve_release, publish, rollback_release
-from relgate.release.rank_worker import report
-from relgate.release.reader import open_reader
-from relgate.release.run_end import cancel_run, finish_run
-from relgate.release.run_rows import get_run, run_status
-from relgate.release.verifier import verify_release
+from relgate.release.verify.verifier import verify_release
 from relgate.release.writer import write_release
+from relgate.runs.admission import create_run
+from relgate.runs.assignment import assignment, rescale
+from relgate.runs.rank_worker import report
+from relgate.runs.reader import open_reader
+from relgate.runs.run_end import cancel_run, finish_run
+from relgate.runs.store import get_run, run_status
 from relgate.snapshot import activation as lifecycle
 
 PURPOSE = "demo-model-training"

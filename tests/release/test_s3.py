@@ -9,9 +9,9 @@ from support.snapshots import build_approved
 
 from relgate.demo.corpus import seed_demo
 from relgate.objects.s3 import S3ObjectStore
-from relgate.release.verifier import verify_release
+from relgate.release.verify.verifier import verify_release
 from relgate.release.writer import shard_key
-from relgate.snapshot.transforms import tag_transform
+from relgate.snapshot.transform_tags import tag_transform
 from relgate.workspace import Workspace, default_config
 
 

@@ -23,7 +23,7 @@ from tokenizers import Tokenizer
 
 from relgate.holds.refs import version_refs
 from relgate.snapshot import statistics
-from relgate.snapshot.compare import diff, divergence_ppm, load_manifest
+from relgate.snapshot.diff import diff, divergence_ppm, load_manifest
 from relgate.snapshot.validate import recompute
 
 RELGATE = [sys.executable, "-m", "relgate"]

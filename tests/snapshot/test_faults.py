@@ -14,12 +14,12 @@ from relgate.documents.membership import put_membership, tuple_root
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.objects.cas import digest_of_uri
-from relgate.release.verifier import verify_release
+from relgate.release.verify.verifier import verify_release
 from relgate.release.writer import write_release
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.build import BuildSpec, build_snapshot, freeze
 from relgate.snapshot.replay import replay
-from relgate.snapshot.transforms import tag_transform
+from relgate.snapshot.transform_tags import tag_transform
 from relgate.snapshot.validate import validate_snapshot
 from relgate.sources.cdc import append_segment
 from relgate.sources.iceberg import open_catalog

@@ -6,7 +6,7 @@ from relgate.errors import ConflictError, RejectedError
 from relgate.integrity.merkle import check_proof
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot import selection
-from relgate.snapshot.compare import diff, load_manifest, prove
+from relgate.snapshot.diff import diff, load_manifest, prove
 from relgate.snapshot.replay import replay
 
 

@@ -26,7 +26,7 @@ from relgate.documents.source_pins import (
 from relgate.errors import RejectedError, UsageError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.snapshot.comparator import Comparator, ReplayHashes
-from relgate.snapshot.compare import CountDelta, DiffExamples, OldNew, SnapshotDiff
+from relgate.snapshot.diff import CountDelta, DiffExamples, OldNew, SnapshotDiff
 from relgate.snapshot.replay import Canary, ReplayReport
 from relgate.snapshot.validate import ValidationFacts, ValidationReport
 

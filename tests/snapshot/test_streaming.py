@@ -25,10 +25,10 @@ from relgate.gate.fences import Fences
 from relgate.integrity import merkle
 from relgate.integrity.digests import sha256_digest
 from relgate.integrity.hashing import digests_to_strings
-from relgate.snapshot import runs, selection
+from relgate.snapshot import external_sort, selection
 from relgate.snapshot.build import fenced_at
-from relgate.snapshot.compare import load_manifest
-from relgate.snapshot.runs import SortedRuns, aligned
+from relgate.snapshot.diff import load_manifest
+from relgate.snapshot.external_sort import SortedRuns, aligned
 from relgate.snapshot.selection import MEMBER_FRAME_SCHEMA
 from relgate.snapshot.validate import (
     ZERO_CHECKS,
@@ -180,9 +180,9 @@ def _reference_checks(ws, manifest):
 @pytest.fixture
 def small_sizes(monkeypatch):
     """Sizes small enough that the seeded corpus spills runs, merges and splits groups."""
-    monkeypatch.setattr(runs, "RUN_ROWS", 5)
-    monkeypatch.setattr(runs, "READ_ROWS", 3)
-    monkeypatch.setattr(runs, "MIN_READ_ROWS", 2)
+    monkeypatch.setattr(external_sort, "RUN_ROWS", 5)
+    monkeypatch.setattr(external_sort, "READ_ROWS", 3)
+    monkeypatch.setattr(external_sort, "MIN_READ_ROWS", 2)
     monkeypatch.setattr(membership, "ROW_GROUP_ROWS", 4)
     monkeypatch.setattr(merkle, "ACCUMULATOR_CHUNK", 4)
     monkeypatch.setattr(selection, "BATCH_ROWS", 7)

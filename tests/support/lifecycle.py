@@ -14,7 +14,7 @@ from relgate.catalog.states import transition
 from relgate.documents import release_root as rm
 from relgate.gate.approvals import sign_approval
 from relgate.gate.transitions import open_gate
-from relgate.release.shard_fetch import object_key
+from relgate.runs.shard_fetch import object_key
 
 RECORDS_PER_SHARD = 40
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from relgate.demo.corpus import seed_demo
-from relgate.snapshot.transforms import tag_transform
+from relgate.snapshot.transform_tags import tag_transform
 from relgate.workspace import Workspace, default_config
 
 #: The transform tags every test workspace starts with.

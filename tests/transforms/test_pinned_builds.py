@@ -15,7 +15,7 @@ from relgate.demo.normalizer import build_demo_wheel
 from relgate.demo.token_corpus import seed_tokens
 from relgate.errors import RejectedError
 from relgate.lifecycle.collector import plan_gc
-from relgate.snapshot.transforms import tag_transform
+from relgate.snapshot.transform_tags import tag_transform
 from relgate.transforms import refusals
 from relgate.transforms.registry import register_image, register_wheel
 

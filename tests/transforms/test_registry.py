@@ -5,7 +5,7 @@ from support import transforms as art
 from support.workspaces import make_workspace
 
 from relgate.errors import ConflictError, RejectedError
-from relgate.snapshot.transforms import resolve_transform, tag_transform
+from relgate.snapshot.transform_tags import resolve_transform, tag_transform
 from relgate.transforms import refusals
 from relgate.transforms.registry import pin_of, record_pin, register_wheel
 

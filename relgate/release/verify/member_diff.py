@@ -1,14 +1,14 @@
 """The full multiset diff of a release's decoded member tuples against its snapshot.
 
 Missing, extra, duplicate, content substitution, sourceVersion substitution and split
-conflicts, each counted under its :class:`~relgate.release.checks.Check`.
+conflicts, each counted under its :class:`~relgate.release.verify.checks.Check`.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from relgate.release.checks import Check
+from relgate.release.verify.checks import Check
 
 #: The member tuple as the verifier compares it.
 TUPLE_SCHEMA = {

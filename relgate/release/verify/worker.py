@@ -4,7 +4,7 @@ Runs in a separate process (or a thread) per shard (:func:`run_shards`), passed 
 by value (:class:`ShardTask`): size, storage digest, optional AES-256-GCM decryption, parquet
 footer, record schema, decode of every record, content digest of every record recomputed
 from its text, token recount, logical digest, record and token counts, member-set digest.
-It never raises on bad data: every finding is a :class:`~relgate.release.checks.Check`
+It never raises on bad data: every finding is a :class:`~relgate.release.verify.checks.Check`
 counted in the :class:`ShardResult`.
 """
 
@@ -35,7 +35,7 @@ from relgate.objects.versioned import SIZE_MISMATCH, ObjectStore
 from relgate.progress import track
 from relgate.records.record_schema import RecordSchema
 from relgate.release import crypto
-from relgate.release.checks import Check
+from relgate.release.verify.checks import Check
 from relgate.workspace import build_object_store
 
 

@@ -9,8 +9,8 @@ from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
 from relgate.gate.permits import close_permit
 from relgate.integrity.contract import JsonObject
-from relgate.release.run_records import RunEnd
-from relgate.release.run_rows import ADMITTED_SQL, name, run_state
+from relgate.runs.records import RunEnd
+from relgate.runs.store import ADMITTED_SQL, name, run_state
 from relgate.workspace import Workspace
 
 #: Which states each way of ending a run may start from.

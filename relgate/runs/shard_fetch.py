@@ -1,7 +1,7 @@
 """Shard bytes for a reader, through an optional local cache checked against the descriptor.
 
 Used by run workers and the training reader (the verifier itself keeps no cache: it reads
-the exact pinned version every time, :mod:`relgate.release.verify_worker`).
+the exact pinned version every time, :mod:`relgate.release.verify.worker`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from relgate.integrity.contract import JsonValue
 from relgate.objects.layout import release_shard_key
 from relgate.objects.versioned import ObjectStore
 from relgate.release.metrics import current
-from relgate.release.verify_worker import sha256_of
+from relgate.release.verify.worker import sha256_of
 
 #: A descriptor as typed, or as signed (a wire object from a root).
 DescriptorLike = ShardDescriptor | Mapping[str, JsonValue]

@@ -14,7 +14,7 @@ from relgate.catalog.db import execute, one, rows, utcnow
 from relgate.errors import RejectedError
 from relgate.gate.transitions import Gate
 from relgate.release import metrics as release_metrics
-from relgate.release.run_rows import LIVE_SQL, refuse_ended, require_run, run_state
+from relgate.runs.store import LIVE_SQL, refuse_ended, require_run, run_state
 
 
 def start_step0(conn: Connection, gate: Gate, run_id: str, epoch: int) -> None:

@@ -15,14 +15,14 @@ from relgate.errors import IntegrityError, RejectedError, RelgateError
 from relgate.gate.transitions import Gate, open_gate
 from relgate.integrity.contract import JsonObject
 from relgate.release import metrics as release_metrics
-from relgate.release.assignment import assignment
-from relgate.release.barrier import barrier_state, start_step0
-from relgate.release.reader import ReaderLease, admit_read
-from relgate.release.run_end import fail_run
-from relgate.release.run_rows import get_run, refuse_ended
-from relgate.release.verify_worker import ShardTask, verify_shard
+from relgate.release.verify.worker import ShardTask, verify_shard
+from relgate.runs.assignment import assignment
+from relgate.runs.barrier import barrier_state, start_step0
+from relgate.runs.reader import ReaderLease, admit_read
+from relgate.runs.run_end import fail_run
+from relgate.runs.store import get_run, refuse_ended
 from relgate.snapshot import tokenizer
-from relgate.snapshot.compare import load_manifest
+from relgate.snapshot.diff import load_manifest
 from relgate.workspace import Workspace
 
 

@@ -55,7 +55,7 @@ from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import ContentRef
 from relgate.release import crypto
-from relgate.release.run_rows import refuse_ended
+from relgate.runs.store import refuse_ended
 from relgate.workspace import Workspace
 from relgate_agent.retry import Backoff, retry_call
 

@@ -11,8 +11,8 @@ from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.errors import ConflictError, UsageError
 from relgate.integrity.contract import JsonObject
-from relgate.release.run_records import Rescaled
-from relgate.release.run_rows import get_run, refuse_ended
+from relgate.runs.records import Rescaled
+from relgate.runs.store import get_run, refuse_ended
 from relgate.workspace import Workspace
 
 

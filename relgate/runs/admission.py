@@ -13,8 +13,8 @@ from relgate.gate.permit_issue import acquire
 from relgate.gate.permits import NO_GENERATION
 from relgate.gate.transitions import open_gate
 from relgate.integrity.contract import JsonObject
-from relgate.release.assignment import write_assignment
-from relgate.release.run_records import AdmittedRun
+from relgate.runs.assignment import write_assignment
+from relgate.runs.records import AdmittedRun
 from relgate.workspace import Workspace
 
 

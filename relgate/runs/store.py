@@ -11,7 +11,7 @@ from relgate.errors import NotFoundError, RejectedError
 from relgate.workspace import Workspace
 
 if TYPE_CHECKING:  # the reader imports this module (admission reads run rows)
-    from relgate.release.reader import ReaderLease
+    from relgate.runs.reader import ReaderLease
 
 LIVE_SQL = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
 

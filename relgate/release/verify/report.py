@@ -19,8 +19,8 @@ from relgate.errors import RelgateError
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.integrity.signing import SigningKey, sign_envelope, verify_envelope
 from relgate.objects.cas import ContentRef
-from relgate.release import attest
-from relgate.release.checks import Check, Outcome
+from relgate.release.verify import attest
+from relgate.release.verify.checks import Check, Outcome
 from relgate.workspace import Workspace
 
 REPORT_SCHEMA = "relgate.release.verification.v1"
@@ -31,7 +31,7 @@ WireObject = dict[str, WireValue]
 
 
 class VerificationPayload(Contract):
-    """The signed report.  ``counts`` maps every :class:`~relgate.release.checks.Check`
+    """The signed report.  ``counts`` maps every :class:`~relgate.release.verify.checks.Check`
     (and any ``fatal:``/``unavailable:`` finding) to its count."""
 
     schema_name: str = Field(default=REPORT_SCHEMA, alias="schema")
@@ -165,7 +165,7 @@ def store_report(ws: Workspace, report: VerificationReport, key: SigningKey) -> 
 def store_provenance(
     ws: Workspace, root: JsonObject, report: VerificationReport, key: SigningKey
 ) -> ContentRef:
-    """The signed in-toto/SLSA statement (:mod:`relgate.release.attest`) that this verifier
+    """The signed in-toto/SLSA statement (:mod:`relgate.release.verify.attest`) that this verifier
     passed this root: subjects the root and every shard by digest."""
     assert report.report_digest is not None  # noqa: S101 - stored before the provenance
     data = attest.signed_statement(report.root, root, report_digest=report.report_digest, key=key)

@@ -5,12 +5,12 @@ the signed root manifest states, and shares only the record-stream definition
 (:mod:`relgate.documents.shard_format`).  It never lists a prefix: every object is read by the
 key its descriptor's digest names and the exact ``objectVersion`` the descriptor pins.
 
-Per shard, in worker processes (:mod:`relgate.release.verify_worker`), every per-shard
+Per shard, in worker processes (:mod:`relgate.release.verify.worker`), every per-shard
 check.  Then, over the whole release: the tuple multiset built from the decoded records is
-diffed in full against the snapshot's membership table (:mod:`relgate.release.member_diff`),
+diffed in full against the snapshot's membership table (:mod:`relgate.release.verify.member_diff`),
 the ``orderedMemberTupleRoot`` is recomputed, totals and watermarks are checked.  Every
-finding is counted under its :class:`~relgate.release.checks.Check`.  The
-``relgate.release.verification.v1`` report (:mod:`relgate.release.report`) is signed (DSSE)
+finding is counted under its :class:`~relgate.release.verify.checks.Check`.  The
+``relgate.release.verification.v1`` report (:mod:`relgate.release.verify.report`) is signed (DSSE)
 and stored content-addressed, bound to the root digest, together with an in-toto/SLSA
 provenance statement; the release moves STAGED -> VERIFIED when every count is zero, else
 INVALID.
@@ -42,22 +42,22 @@ from relgate.documents.membership import tuple_root
 from relgate.documents.shard_descriptor import descriptor_problems, well_formed
 from relgate.errors import NotFoundError, RelgateError
 from relgate.integrity.contract import Contract, JsonObject
-from relgate.release.checks import (
+from relgate.release.evolution import record_for_root
+from relgate.release.metrics import current
+from relgate.release.verify.checks import (
     ZERO_CHECKS,
     Check,
     Outcome,
     outcome_of,
 )
-from relgate.release.evolution import record_for_root
-from relgate.release.member_diff import TUPLE_SCHEMA, set_diff
-from relgate.release.metrics import current
-from relgate.release.report import (
+from relgate.release.verify.member_diff import TUPLE_SCHEMA, set_diff
+from relgate.release.verify.report import (
     VerificationReport,
     WireObject,
     store_provenance,
     store_report,
 )
-from relgate.release.verify_worker import (
+from relgate.release.verify.worker import (
     THREAD,
     ShardResult,
     ShardTask,
