@@ -22,7 +22,7 @@ from relgate.release.verify.report import failing_shards
 from relgate.release.verify.verifier import shard_ids, verify_one_shard, verify_release
 from relgate.release.verify.worker import ShardResult
 from relgate.release.writer import write_release
-from relgate.runs.admission import create_run
+from relgate.runs.admission import admit_run
 from relgate.runs.store import run_status
 from relgate.workspace import Workspace
 from resources.relgate import RelgateResource
@@ -292,13 +292,13 @@ def gate_permit(
     config: PermitConfig, relgate: RelgateResource, release_alias: dict[str, Any]
 ) -> dg.Output[dict[str, Any]]:
     ws = relgate.workspace()
-    run = create_run(
+    run = admit_run(
         ws,
         alias=config.alias,
         purpose=config.purpose,
         world_size=config.world_size,
         actor=relgate.actor,
-    )
+    ).to_json()
     return dg.Output(
         run,
         metadata={

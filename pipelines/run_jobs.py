@@ -13,7 +13,7 @@ from typing import Any
 import dagster as dg
 
 from relgate.errors import RelgateError
-from relgate.runs.admission import create_run
+from relgate.runs.admission import admit_run
 from relgate.runs.run_end import cancel_run, finish_run
 from resources.relgate import RelgateResource
 
@@ -56,7 +56,7 @@ def admit_training_run(
 ) -> dict[str, Any]:
     ws = relgate.workspace()
     out = _gate_call(
-        lambda: create_run(
+        lambda: admit_run(
             ws,
             root=config.root or None,
             alias=config.alias or None,
@@ -64,7 +64,7 @@ def admit_training_run(
             purpose=config.purpose,
             world_size=config.world_size,
             actor=relgate.actor,
-        )
+        ).to_json()
     )
     _observe(context, out)
     return out

@@ -1,5 +1,9 @@
 """Versioned schema migrations.  Append new ones; never edit an applied migration.
 
+Migration 1 is the baseline schema of 0.1.0 (the migrations before the first release
+were squashed into it).  Versions are applied by membership, not by order, so migrations
+numbered on other branches merge in without renumbering.
+
 ``{id}`` in a statement expands to the dialect's auto-increment primary key.
 """
 
@@ -26,8 +30,9 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
-        "gate, fences and snapshot catalog",
+        "baseline schema",
         (
+            # -- gate, fences and snapshot catalog --
             # The gate: one fences row shared by every alias plus one row per alias.
             """CREATE TABLE fences (
                 id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -129,12 +134,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 reason TEXT NOT NULL,
                 details TEXT NOT NULL,
                 created_at TEXT NOT NULL)""",
-        ),
-    ),
-    Migration(
-        2,
-        "shard releases, permits and runs",
-        (
+            # -- shard releases, permits and runs --
             """CREATE TABLE releases (
                 digest TEXT PRIMARY KEY,
                 state TEXT NOT NULL,
@@ -185,7 +185,13 @@ MIGRATIONS: tuple[Migration, ...] = (
                 state TEXT NOT NULL,
                 failure TEXT,
                 created_at TEXT NOT NULL,
-                updated_at TEXT NOT NULL)""",
+                updated_at TEXT NOT NULL,
+                -- a run's end: when, by whom (an actor, the gate, the barrier) and why
+                ended_at TEXT,
+                ended_by TEXT,
+                end_reason TEXT)""",
+            "CREATE INDEX runs_root ON runs (root_digest)",
+            "CREATE INDEX runs_permit ON runs (permit_id)",
             """CREATE TABLE run_assignments (
                 run_id TEXT NOT NULL,
                 epoch INTEGER NOT NULL,
@@ -202,12 +208,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 detail TEXT NOT NULL,
                 reported_at TEXT NOT NULL,
                 PRIMARY KEY (run_id, epoch, rank))""",
-        ),
-    ),
-    Migration(
-        3,
-        "lifecycle: pins, leases, retention policies, garbage collection",
-        (
+            # -- lifecycle: pins, leases, retention policies, garbage collection --
             # Explicit and checkpoint pins.  A pin names one version (snapshot or release)
             # and is acquired and released inside the gate transaction, so it is totally
             # ordered against every sweep batch.
@@ -273,28 +274,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 reason TEXT NOT NULL,
                 at TEXT NOT NULL)""",
             "CREATE INDEX gc_deletions_key ON gc_deletions (object_key, version_id)",
-        ),
-    ),
-    # Migration 4: runs have an end.  ``CREATED`` was the admitted state before the run
-    # lifecycle had names; ``ended_*`` record who ended a run (finish, cancel, revocation
-    # by a fence, failure) and why.  Versions are applied by membership, not by order, so
-    # migrations numbered on other branches merge in without renumbering.
-    Migration(
-        4,
-        "run lifecycle: admitted, finished, cancelled, revoked",
-        (
-            "ALTER TABLE runs ADD COLUMN ended_at TEXT",
-            "ALTER TABLE runs ADD COLUMN ended_by TEXT",
-            "ALTER TABLE runs ADD COLUMN end_reason TEXT",
-            "UPDATE runs SET state = 'ADMITTED' WHERE state = 'CREATED'",
-            "CREATE INDEX runs_root ON runs (root_digest)",
-            "CREATE INDEX runs_permit ON runs (permit_id)",
-        ),
-    ),
-    Migration(
-        5,
-        "release verification attempts",
-        (
+            # -- release verification attempts --
             # One row per `release verify`: VERIFIED, INVALID (final) or UNAVAILABLE (an
             # object or key could not be had; the release keeps its state and can be
             # verified again).
@@ -309,12 +289,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 actor TEXT NOT NULL,
                 at TEXT NOT NULL)""",
             "CREATE INDEX verification_attempts_digest ON verification_attempts (digest)",
-        ),
-    ),
-    Migration(
-        6,
-        "snapshot validation and replay reports",
-        (
+            # -- snapshot validation and replay reports --
             # One row per signed snapshot report (validation or replay): its outcome, the
             # comparator a replay used and the fingerprint it stored, if any.  The signed
             # envelope is the record; these columns are an index over it.
@@ -332,12 +307,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 actor TEXT NOT NULL,
                 at TEXT NOT NULL)""",
             "CREATE INDEX snapshot_reports_snapshot ON snapshot_reports (snapshot_digest, kind)",
-        ),
-    ),
-    Migration(
-        7,
-        "pinned transforms: what each registered transform digest pins",
-        (
+            # -- pinned transforms: what each registered transform digest pins --
             # One row per registered artifact (wheel or OCI image): its typed pin as
             # canonical JSON.  Rows are never updated; transform_tags point at digests here.
             """CREATE TABLE transform_pins (
@@ -345,12 +315,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 kind TEXT NOT NULL,
                 spec TEXT NOT NULL,
                 created_at TEXT NOT NULL)""",
-        ),
-    ),
-    Migration(
-        8,
-        "schema evolution reports",
-        (
+            # -- schema evolution reports --
             # One row per stored schema-evolution report: the signed document (content
             # addressed) comparing a verified root with the previous release, and whether
             # every reader declared at the time can read the new root.  Newest row wins.
@@ -364,12 +329,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 actor TEXT NOT NULL,
                 at TEXT NOT NULL)""",
             "CREATE INDEX schema_evolution_reports_root ON schema_evolution_reports (root_digest)",
-        ),
-    ),
-    Migration(
-        9,
-        "gate events: the outcome of every gate operation",
-        (
+            # -- gate events: the outcome of every gate operation --
             # One row per activation, rollback, admission and fence advance: ok, refused
             # (exit 3) or conflict (exit 4), the check that refused it and what it named
             # (relgate.catalog.events).  Appended, never updated; the gate's metrics count it.
@@ -382,12 +342,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 digest TEXT NOT NULL,
                 at TEXT NOT NULL)""",
             "CREATE INDEX gate_events_operation ON gate_events (operation, outcome)",
-        ),
-    ),
-    Migration(
-        10,
-        "lifecycle names and audit retention",
-        (
+            # -- lifecycle names and audit retention --
             # One row per registered tokenizer (relgate records tokenizer-add/-train): a
             # name garbage collection keeps, like a registered transform pin.
             """CREATE TABLE tokenizers (

@@ -38,10 +38,8 @@ APPROVED_STATES: dict[str, frozenset[str]] = {
     "release": frozenset({"APPROVED", "PUBLISHED"}),
 }
 
-#: Run states.  ``CREATED`` is the admitted state rows written before migration 4 carry;
-#: it is read as ADMITTED everywhere.
-RUN_ADMITTED_STATES = ("ADMITTED", "CREATED")
-RUN_LIVE_STATES = ("ADMITTED", "CREATED", "RUNNING")
+#: A run in one of these states holds its root: its permit is open.
+RUN_LIVE_STATES = ("ADMITTED", "RUNNING")
 #: A run in one of these states holds nothing: its permit is closed, GC may reclaim.
 RUN_TERMINAL_STATES = ("FINISHED", "CANCELLED", "REVOKED", "FAILED")
 

@@ -117,7 +117,7 @@ def _stage(
             object=str(source),
             check="checkpoint-copy",
         )
-    envelope = sign_manifest(manifest, ws.signing_key.signer)
+    envelope = sign_manifest(manifest, ws.signing_key)
     (staging / ENVELOPE_NAME).write_text(json.dumps(envelope, sort_keys=True))
     for path in staging.rglob("*"):
         if path.is_file():

@@ -405,12 +405,12 @@ def run_create(
     """Admit a run on an exact root (or the alias's root, read once) and issue its permit."""
     from relgate.catalog.release_table import resolve_release
     from relgate.errors import UsageError
-    from relgate.runs.admission import create_run
+    from relgate.runs.admission import admit_run
 
     if root is None and alias is None:
         raise UsageError("give --root DIGEST or --alias NAME", object="run", check="root")
     ws = ctx.ws()
-    return create_run(
+    return admit_run(
         ws,
         root=resolve_release(ws.db, root) if root is not None else None,
         alias=alias,

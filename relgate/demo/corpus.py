@@ -255,7 +255,3 @@ def trained_tokenizer(texts: tuple[str, ...]) -> bytes:
 def tag_demo_transforms(ws: Workspace) -> dict[str, str]:
     """Build, register and tag the demo's pinned transform wheels; tag -> digest."""
     return {tag: spec.pin for tag, spec in register_demo_transforms(ws).items()}
-
-
-def demo_home() -> Path:
-    return Path("var/relgate").absolute()

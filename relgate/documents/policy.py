@@ -6,7 +6,6 @@ manifest, and replay re-runs exactly that policy against the pinned source versi
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Literal, Self
 
 import numpy as np
@@ -168,10 +167,6 @@ class SplitPolicy(Contract):
     def from_json(cls, data: object) -> SplitPolicy:
         _require_kind(data, "relgate.split.v1", "splitPolicy", "split")
         return cls.parse(data, what="splitPolicy")
-
-    def split_of(self, sample_id: str) -> str:
-        h = hashlib.sha256(self.seed.encode() + b"\x00" + sample_id.encode()).digest()
-        return self._name_for(int.from_bytes(h[:4], "big") % BASIS_POINTS)
 
     def _name_for(self, bucket: int) -> str:
         edge = 0

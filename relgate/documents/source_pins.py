@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import Field, StrictInt, StrictStr, TypeAdapter
+from pydantic import Field, StrictInt, StrictStr
 
 from relgate.errors import IntegrityError
 from relgate.integrity.contract import Contract
@@ -92,13 +92,7 @@ class CdcPin(Contract):
 
 #: One pinned source as the manifest records it, discriminated by ``kind``.
 SourceEntry = Annotated[IcebergPin | ObjectPrefixPin | CdcPin, Field(discriminator="kind")]
-_ENTRIES: TypeAdapter[list[SourceEntry]] = TypeAdapter(list[SourceEntry])
 _Pin = TypeVar("_Pin", IcebergPin, ObjectPrefixPin, CdcPin)
-
-
-def parse_entries(value: object) -> list[SourceEntry]:
-    """Source entries from decoded JSON (a manifest's ``sources``, a frozen boundary)."""
-    return _ENTRIES.validate_python(value)
 
 
 def expect_pin(entry: SourceEntry, kind: type[_Pin], source_id: str) -> _Pin:

@@ -26,6 +26,7 @@ from typing import Literal
 from sqlalchemy import Connection
 
 from relgate.catalog.db import rows
+from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.integrity.contract import Contract
 
 
@@ -118,7 +119,7 @@ def _fence_violations(history: GateHistory) -> list[str]:
         first_hit[key] = min(first_hit.get(key, int(hit["fence_seq"])), int(hit["fence_seq"]))
     live_runs = defaultdict(list)
     for run in history.runs:
-        if run["state"] in ("ADMITTED", "CREATED", "RUNNING"):
+        if run["state"] in RUN_LIVE_STATES:
             live_runs[str(run["permit_id"])].append(str(run["run_id"]))
     for permit in history.permits:
         for kind, column in (

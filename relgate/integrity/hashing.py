@@ -125,17 +125,6 @@ def sha256_fields(*columns: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> 
     return bytes(out)
 
 
-def sha256_array(arr: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> pa.FixedSizeBinaryArray:
-    """SHA-256 of ``prefix || row`` for every row, as an Arrow ``binary(32)`` array."""
-    offsets, data = _offsets_and_data(arr)
-    n = len(offsets) - 1
-    out = bytearray(kernel.DIGEST_BYTES * n)
-    _hash_into(offsets, data, prefix, memoryview(out))
-    return pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(kernel.DIGEST_BYTES), n, [None, pa.py_buffer(out)]
-    )
-
-
 #: Leaves per aligned subtree whose root one thread reduces; a power of two.
 MERKLE_CHUNK = 1 << 16
 

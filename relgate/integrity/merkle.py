@@ -54,13 +54,6 @@ def root_from_leaf_hashes(leaves: list[bytes]) -> bytes:
     return level[0]
 
 
-def root_hex(encoded_leaves: Sequence[bytes]) -> str:
-    sha = _sha
-    return (
-        "sha256:" + root_from_leaf_hashes([sha(b"\x00" + e).digest() for e in encoded_leaves]).hex()
-    )
-
-
 def root_from_packed_leaves(packed: bytes | bytearray | memoryview) -> bytes:
     """Root over leaf hashes packed 32 bytes each (see :func:`relgate.integrity.hashing.sha256_rows`)."""
     return kernel.merkle_root(packed)

@@ -90,11 +90,6 @@ class SigningKey(dsse.Signer):  # type: ignore[misc,unused-ignore]  # agent unty
             raise UsageError("signing key is not Ed25519", object=str(path), check="key-type")
         return cls(key, role, version)
 
-    @property
-    def signer(self) -> dsse.Signer:
-        """Itself: kept for callers written before SigningKey became a Signer."""
-        return self
-
     def private_pem(self) -> bytes:
         pem: bytes = self.private_key.private_bytes(
             serialization.Encoding.PEM,

@@ -42,11 +42,6 @@ MANAGED_PREFIXES = (MANIFEST_ROOT, CAS_ROOT, SHARD_ROOT)
 _MANIFEST_PREFIX = {"snapshot": SNAPSHOT_MANIFEST_PREFIX, "release": RELEASE_MANIFEST_PREFIX}
 
 
-def manifest_prefix(kind: str) -> str:
-    """Where the signed manifests of ``kind`` (snapshot or release) live."""
-    return _MANIFEST_PREFIX[kind]
-
-
 def envelope_key(kind: str, digest: str) -> str:
     """The DSSE envelope of one snapshot or release manifest."""
     return f"{_MANIFEST_PREFIX[kind]}{hex_of(digest)}{ENVELOPE_SUFFIX}"
@@ -90,11 +85,6 @@ statistics_key = cas_key
 def shard_key(digest: str, *, encrypted: bool = False) -> str:
     """A release shard, by the digest of its stored bytes."""
     return SHARD_PREFIX + hex_of(digest) + (ENCRYPTED_SHARD_SUFFIX if encrypted else SHARD_SUFFIX)
-
-
-def checkpoint_prefix(model: str, version: str) -> str:
-    """The immutable origin tree of one published checkpoint."""
-    return f"{CHECKPOINT_ROOT}{model}/{version}/"
 
 
 def digest_named_by(key: str) -> str | None:

@@ -186,13 +186,6 @@ class LocalObjectStore(ObjectStore):
     def _seqs_at(key_fd: int) -> list[str]:
         return sorted(n for n in os.listdir(key_fd) if n.isdigit())
 
-    def _seqs(self, name: str, where: str) -> list[str]:
-        try:
-            with self._dir(("keys", name), where) as kfd:
-                return self._seqs_at(kfd)
-        except FileNotFoundError:
-            return []
-
     def _state_at(self, key_fd: int, seq: str, relpath: str) -> str | None:
         """'data', 'deleted', 'purged' or None for an interrupted claim (or a planted link)."""
         found = _lstat(seq, key_fd)

@@ -136,10 +136,6 @@ class ReleaseMetrics:
     def text(self) -> bytes:
         return generate_latest(self.registry)
 
-    def from_report(self, root: str, report: dict[str, Any]) -> None:
-        for cls, count in report.get("counts", {}).items():
-            self.members.labels(root, MEMBER_CLASSES.get(cls, cls)).set(int(count))
-
     # -- recorders (called where the value is known) ------------------------------------
 
     def assigned(self, root: str, shards: int) -> None:

@@ -12,7 +12,6 @@ from relgate.errors import NotFoundError, UsageError
 from relgate.gate.permit_issue import acquire
 from relgate.gate.permits import NO_GENERATION
 from relgate.gate.transitions import open_gate
-from relgate.integrity.contract import JsonObject
 from relgate.runs.assignment import write_assignment
 from relgate.runs.records import AdmittedRun
 from relgate.workspace import Workspace
@@ -89,25 +88,3 @@ def admit_run(
         benchmark_fence=int(permit.benchmark_fence),
         actor=actor,
     )
-
-
-def create_run(
-    ws: Workspace,
-    *,
-    purpose: str,
-    world_size: int,
-    actor: str,
-    alias: str | None = None,
-    root: str | None = None,
-    expected_generation: int | None = None,
-) -> JsonObject:
-    """:func:`admit_run` as its JSON object (the shape callers index; kept for them)."""
-    return admit_run(
-        ws,
-        purpose=purpose,
-        world_size=world_size,
-        actor=actor,
-        alias=alias,
-        root=root,
-        expected_generation=expected_generation,
-    ).to_json()

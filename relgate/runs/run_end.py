@@ -10,7 +10,7 @@ from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageErr
 from relgate.gate.permits import close_permit
 from relgate.integrity.contract import JsonObject
 from relgate.runs.records import RunEnd
-from relgate.runs.store import ADMITTED_SQL, name, run_state
+from relgate.runs.store import run_state
 from relgate.workspace import Workspace
 
 #: Which states each way of ending a run may start from.
@@ -35,7 +35,7 @@ def end_run(ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: st
             return _ended(run, idempotent_retry=True).to_json()
         if run["state"] not in END_FROM[to_state]:
             raise RejectedError(
-                f"run is {state}; {to_state} needs {' or '.join(sorted(set(map(name, END_FROM[to_state]))))}",
+                f"run is {state}; {to_state} needs {' or '.join(sorted(END_FROM[to_state]))}",
                 object=run_id,
                 check="run-revoked" if state == "REVOKED" else "run-state",
                 digest=str(run["root_digest"]),
@@ -91,8 +91,8 @@ def fail_run(db: Database, run_id: str, reason: str) -> bool:
         now = utcnow()
         changed = execute(
             conn,
-            "UPDATE runs SET state = 'FAILED', failure = :f, end_reason = :f, ended_at = :now,"  # noqa: S608 - constant state names
-            f" ended_by = 'barrier', updated_at = :now WHERE run_id = :r AND state IN ({ADMITTED_SQL})",
+            "UPDATE runs SET state = 'FAILED', failure = :f, end_reason = :f, ended_at = :now,"
+            " ended_by = 'barrier', updated_at = :now WHERE run_id = :r AND state = 'ADMITTED'",
             {"f": reason, "now": now, "r": run_id},
         )
         if changed == 1 and run is not None:

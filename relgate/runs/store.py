@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from relgate.catalog.db import Database, one, rows
-from relgate.catalog.states import RUN_ADMITTED_STATES, RUN_LIVE_STATES, RUN_TERMINAL_STATES
+from relgate.catalog.states import RUN_LIVE_STATES, RUN_TERMINAL_STATES
 from relgate.errors import NotFoundError, RejectedError
 from relgate.workspace import Workspace
 
@@ -16,13 +16,9 @@ if TYPE_CHECKING:  # the reader imports this module (admission reads run rows)
 LIVE_SQL = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
 
 
-ADMITTED_SQL = ", ".join(f"'{s}'" for s in RUN_ADMITTED_STATES)
-
-
 def run_state(row: dict[str, Any]) -> str:
-    """The stored state, with the pre-migration-4 name ``CREATED`` read as ADMITTED."""
-    state = str(row["state"])
-    return "ADMITTED" if state in RUN_ADMITTED_STATES else state
+    """The stored state of a run row."""
+    return str(row["state"])
 
 
 def refuse_ended(run: dict[str, Any]) -> None:
@@ -35,10 +31,6 @@ def refuse_ended(run: dict[str, Any]) -> None:
             digest=str(run["root_digest"]),
             details={"state": state},
         )
-
-
-def name(state: str) -> str:
-    return "ADMITTED" if state in RUN_ADMITTED_STATES else state
 
 
 def run_json(run: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import polars as pl
 from pydantic import Field, StrictInt, StrictStr
 
 from relgate import __version__
@@ -434,8 +433,3 @@ def _write_snapshot(
         insert_snapshot(conn, sealed, version, actor=actor)
         record_statement(conn, sealed, statement)
     return BuildResult(manifest=sealed, counts=staged.counts)
-
-
-def members_frame(ws: Workspace, manifest: mf.SnapshotManifest) -> pl.DataFrame:
-    """The stored membership table of a manifest (digest-verified local copy)."""
-    return ws.membership.read(manifest.members_ref)

@@ -246,12 +246,6 @@ def record_statement(conn: Connection, manifest: mf.SnapshotManifest, ref: Conte
     record_report(conn, REPORT_KIND, manifest.snapshot_id, ref.digest, ref.version_id, True)
 
 
-def check_materials(ws: Workspace, manifest: mf.SnapshotManifest, statement: Statement) -> None:
-    """The validation cross-check: the statement's materials are exactly what the
-    manifest's pins resolve to now (else :data:`MATERIALS_CHECK`, exit 3)."""
-    require_materials(statement, snapshot_materials(ws, manifest), subject=manifest.snapshot_id)
-
-
 def open_recorded(
     ws: Workspace,
     subject_digest: str,

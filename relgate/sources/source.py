@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import pyarrow as pa
 
 from relgate.documents.source_pins import SourceEntry, SourcePin
-from relgate.integrity.contract import JsonObject, JsonValue
+from relgate.integrity.contract import JsonObject
 from relgate.integrity.identifiers import IdentifierError, validate_id
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.records.rows import row_error
@@ -45,17 +45,6 @@ def parse_row(line: bytes, where: str) -> JsonObject:
     except IdentifierError as exc:
         raise row_error(where, f"bad id ({exc.details['reason']})") from None
     return record
-
-
-def require_text(record: Mapping[str, JsonValue], name: str, where: str) -> str:
-    value = record.get(name)
-    if not isinstance(value, str):
-        raise row_error(where, f"field {name!r} is not a string")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise row_error(where, f"field {name!r} is not valid UTF-8") from None
-    return value
 
 
 class Source(abc.ABC):

@@ -18,8 +18,8 @@ from relgate.gate.approvals import approval_kind
 from relgate.gate.transitions import open_gate
 from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.writer import write_release
-from relgate.runs.admission import create_run
 from tests.gate.conftest import PURPOSE
+from tests.support.runs import create_run
 
 
 def _cli(home, *args, expect):

@@ -29,8 +29,8 @@ from relgate.holds.pins import add_pin
 from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.objects.cas import ContentRef
 from relgate.release.publication import approve_release, publish, rollback_release
-from relgate.runs.admission import create_run
 from relgate.runs.store import get_run
+from tests.support.runs import create_run
 
 from .conftest import PURPOSE
 

@@ -19,7 +19,7 @@ from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate.telemetry import gate_registry
 from relgate.gate.transitions import open_gate
 from relgate.release.publication import publish
-from relgate.runs.admission import create_run
+from tests.support.runs import create_run
 
 from .conftest import PURPOSE
 from .test_gate_fast import _members

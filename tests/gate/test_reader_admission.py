@@ -19,7 +19,6 @@ from relgate.documents import release_root as rm
 from relgate.errors import NotFoundError, RejectedError
 from relgate.gate.approvals import approval_kind
 from relgate.holds.pins import add_pin, remove_pin
-from relgate.runs.admission import create_run
 from relgate.runs.reader import (
     READ_ADMISSION,
     InputPosition,
@@ -30,6 +29,7 @@ from relgate.runs.reader import (
 )
 from relgate.runs.run_end import cancel_run
 from tests.gate.conftest import PURPOSE
+from tests.support.runs import create_run
 
 
 def _shards(ws, root):

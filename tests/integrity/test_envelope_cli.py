@@ -80,7 +80,7 @@ def keys(tmp_path_factory) -> dict[str, object]:
 
 
 def _envelope(payload: bytes, key: SigningKey, payload_type: str) -> dict:
-    return dsse.sign(payload_type, payload, key.signer)
+    return dsse.sign(payload_type, payload, key)
 
 
 def _ckpt_dir(tmp_path: Path) -> Path:
@@ -312,14 +312,14 @@ def test_roles_rotation_and_revocation(home, tmp_path) -> None:
 
     old = SigningKey.load(cfg["keys"]["roles"]["builder"]["path"], Role.BUILDER, 1)
     manifest = build_manifest(_ckpt_dir(tmp_path), "m", "v1", chunk_size=64, block_size=32)
-    env = _write(tmp_path / "ckpt.json", sign_manifest(manifest, old.signer))
+    env = _write(tmp_path / "ckpt.json", sign_manifest(manifest, old))
     assert agent_verify(env, trusted, 3)["check"] == "key-revoked"
     new = SigningKey.load(
         json.loads((path / "relgate.json").read_text())["keys"]["roles"]["builder"]["path"],
         Role.BUILDER,
         2,
     )
-    ok = _write(tmp_path / "ckpt2.json", sign_manifest(manifest, new.signer))
+    ok = _write(tmp_path / "ckpt2.json", sign_manifest(manifest, new))
     assert agent_verify(ok, trusted, 0)["manifestDigest"] == manifest.digest
     listed = relgate(path, "key", "list", db_url=db_url)
     assert {(k["role"], k["version"], k["revoked"]) for k in listed["keys"]} >= {
@@ -335,10 +335,10 @@ def test_report_signed_by_builder_is_refused(home, tmp_path) -> None:
     builder = SigningKey.load(cfg["keys"]["roles"]["builder"]["path"], Role.BUILDER, 1)
     verifier = SigningKey.load(cfg["keys"]["roles"]["verifier"]["path"], Role.VERIFIER, 1)
     report = jcs.dumps({"root": "sha256:" + "1" * 64, "outcome": "VERIFIED"})
-    forged = _write(tmp_path / "r.json", dsse.sign(REPORT_TYPE, report, builder.signer))
+    forged = _write(tmp_path / "r.json", dsse.sign(REPORT_TYPE, report, builder))
     out = relgate(path, "verify-manifest", str(forged), expect=3, db_url=db_url)
     assert out["check"] == "key-role" and out["digest"] == builder.keyid
-    good = _write(tmp_path / "g.json", dsse.sign(REPORT_TYPE, report, verifier.signer))
+    good = _write(tmp_path / "g.json", dsse.sign(REPORT_TYPE, report, verifier))
     ok = relgate(path, "verify-manifest", str(good), db_url=db_url)
     assert ok["valid"] is True and ok["signedBy"]["role"] == "verifier"
 
@@ -390,9 +390,7 @@ def test_approval_is_signed_by_the_approver_key(home, tmp_path) -> None:
         assert shown["signedBy"]["role"] == "approver" and shown["payloadType"] == PAYLOAD_TYPE
         # the same statement signed by the builder key is refused for the role
         body = base64.b64decode(json.loads(raw)["payload"])
-        forged = _write(
-            tmp_path / "f.json", dsse.sign(PAYLOAD_TYPE, body, ws.key("builder").signer)
-        )
+        forged = _write(tmp_path / "f.json", dsse.sign(PAYLOAD_TYPE, body, ws.key("builder")))
         refused = relgate(path, "verify-manifest", str(forged), expect=3, db_url=db_url)
         assert refused["check"] == "key-role"
     finally:

@@ -25,9 +25,9 @@ from relgate.holds.pins import acquire_lease, add_pin, release_lease, renew_leas
 from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.lifecycle.collector import plan_gc, verify_retained
 from relgate.lifecycle.lineage import lineage
-from relgate.runs.admission import create_run
 from relgate.runs.run_end import fail_run
 from relgate.snapshot import activation as snap_lifecycle
+from tests.support.runs import create_run
 
 PURPOSE = "demo-model-training"
 

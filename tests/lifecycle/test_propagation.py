@@ -22,8 +22,8 @@ from relgate.holds.pins import add_pin, remove_pin
 from relgate.holds.retention import parse_time
 from relgate.lifecycle.collector import plan_gc, sweep
 from relgate.lifecycle.propagation import Holder, _deletable_at, propagation
-from relgate.runs.admission import create_run
 from relgate.snapshot import activation as snap_lifecycle
+from tests.support.runs import create_run
 
 PURPOSE = "demo-model-training"
 EXPIRY = "2999-01-01T00:00:00.000000Z"

@@ -14,9 +14,9 @@ from relgate.errors import RejectedError
 from relgate.release.metrics import ReleaseMetrics
 from relgate.release.publication import approve_release, publish
 from relgate.release.verify.verifier import verify_release
-from relgate.runs.admission import create_run
 from relgate.runs.rank_worker import report, run_worker
 from relgate.runs.shard_fetch import fetch_shard
+from tests.support.runs import create_run
 
 PURPOSE = "demo-model-training"
 

@@ -24,12 +24,12 @@ from relgate.gate.transitions import open_gate
 from relgate.holds.pins import acquire_lease, add_pin, get_lease, release_lease
 from relgate.holds.retention import RetentionPolicy, now_utc, retained_versions, set_policy
 from relgate.release.publication import rollback_release
-from relgate.runs.admission import create_run
 from relgate.runs.reader import InputPosition, open_reader
 from relgate.runs.run_end import cancel_run, fail_run, finish_run
 from relgate.runs.store import get_run, list_runs
 from relgate.snapshot import activation as lifecycle
 from tests.release.test_runs import PURPOSE, _published, _verified, _worker
+from tests.support.runs import create_run
 
 
 def _members(ws, snapshot):

@@ -20,13 +20,13 @@ from relgate.release.metrics import Probe, ReleaseMetrics
 from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.verify.verifier import verify_release
 from relgate.release.writer import write_release
-from relgate.runs.admission import create_run
 from relgate.runs.assignment import assignment, rescale
 from relgate.runs.rank_worker import report
 from relgate.runs.reader import open_reader
 from relgate.runs.run_end import cancel_run, finish_run
 from relgate.runs.store import get_run, run_status
 from relgate.snapshot import activation as lifecycle
+from tests.support.runs import create_run
 
 PURPOSE = "demo-model-training"
 

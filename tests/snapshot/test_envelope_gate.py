@@ -30,10 +30,10 @@ from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.signing import sign_envelope
 from relgate.release.publication import approve_release, publish, rollback_release
-from relgate.runs.admission import create_run
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.validate import validate_snapshot
 from tests.release.test_runs import PURPOSE, _published, _verified
+from tests.support.runs import create_run
 
 SIGNATURE_CHECKS = {"signature-valid", "signature-trusted"}
 

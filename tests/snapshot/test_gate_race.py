@@ -38,8 +38,8 @@ from relgate.errors import ConflictError, RejectedError
 from relgate.gate.approvals import sign_approval
 from relgate.gate.transitions import open_gate
 from relgate.release.writer import write_release
-from relgate.runs.admission import create_run
 from relgate.workspace import Workspace
+from tests.support.runs import create_run
 
 ITERATIONS = {"snapshot": 120, "release": 60}  # both orders occur well within these
 

@@ -9,6 +9,7 @@ digests.
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 from support import corpora
 
 from relgate.documents import snapshot_manifest as mf
@@ -20,8 +21,8 @@ from relgate.documents.source_pins import (
     ObjectList,
     ObjectPrefixPin,
     PinList,
+    SourceEntry,
     SourcePin,
-    parse_entries,
 )
 from relgate.errors import RejectedError, UsageError
 from relgate.integrity.canonical import canonical_bytes
@@ -191,14 +192,14 @@ def test_policy_refusals_keep_their_checks():
 @given(st.lists(entries, max_size=4))
 def test_source_entries_round_trip_and_old_bytes(pins):
     wire = [p.to_json() for p in pins]
-    assert parse_entries(wire) == pins
+    assert TypeAdapter(list[SourceEntry]).validate_python(wire) == pins
     assert wire == [_old_entry(p) for p in pins]
     assert all(SourcePin(entry=p).kind == p.kind for p in pins)
 
 
 def test_an_entry_of_an_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="kind"):
-        parse_entries([{"id": "x", "kind": "ftp", "path": "/"}])
+        TypeAdapter(list[SourceEntry]).validate_python([{"id": "x", "kind": "ftp", "path": "/"}])
 
 
 # -- the manifest ----------------------------------------------------------------------------
