@@ -385,13 +385,13 @@ def pinned_run(
     if failed:
         raise dg.Failure(f"ranks failed before step 0: {'; '.join(failed)}")
     status = run_status(ws.db, run_id)
-    reports = [{k: str(v) for k, v in r.items()} for r in status["reports"]]
+    reports = [{k: str(v) for k, v in r.model_dump(mode="json").items()} for r in status.reports]
     return dg.Output(
-        {"runId": run_id, "state": status["state"], "root": status["root_digest"]},
+        {"runId": run_id, "state": status.state, "root": status.root_digest},
         metadata={
             "runId": run_id,
-            "state": status["state"],
-            "root": status["root_digest"],
+            "state": status.state,
+            "root": status.root_digest,
             "ranks": len(invocations),
             "ranksReported": len(reports),
             "rankResults": typed_table(_rank_rows(invocations), RANK_COLUMNS),

@@ -89,7 +89,7 @@ def world(home: Path, db_url: str, candidates: int) -> dict[str, Any]:
         )
         forged.append(version.digest)
     row = get_snapshot(ws.db, snap.digest)
-    members = ws.membership.read(ContentRef(row["members_digest"], row["members_version"], 0))
+    members = ws.membership.read(ContentRef(row.members_digest, row.members_version, 0))
     member = str(members["sampleId"].to_list()[0])
     ws.close()
     return {"root": release.digest, "candidates": forged, "member": member}

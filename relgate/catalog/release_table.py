@@ -8,10 +8,12 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.catalog.db import Database, execute, rows, utcnow
 from relgate.catalog.states import resolve_digest
+from relgate.catalog.versions import ReleaseRecord, read_release
 from relgate.documents.release_root import ReleaseManifest
-from relgate.errors import NotFoundError, RejectedError
+from relgate.errors import RejectedError
+from relgate.integrity.contract import Record
 
 
 def insert_release(
@@ -56,24 +58,33 @@ def insert_release(
     )
 
 
-def get_release(db: Database, digest: str) -> dict[str, Any]:
+def get_release(db: Database, digest: str) -> ReleaseRecord:
     with db.tx() as conn:
-        row = one(conn, "SELECT * FROM releases WHERE digest = :d", {"d": digest})
-    if row is None:
-        raise NotFoundError("unknown release", object="release", check="exists", digest=digest)
-    return row
+        return read_release(conn, digest)
 
 
 def resolve_release(db: Database, ref: str) -> str:
     return resolve_digest(db, "release", ref)
 
 
-def list_releases(db: Database) -> list[dict[str, Any]]:
+class ReleaseSummary(Record):
+    """A release as ``relgate release list`` prints it."""
+
+    digest: str
+    state: str
+    snapshot_digest: str
+    shard_count: int
+    record_count: int
+    created_at: str
+
+
+def list_releases(db: Database) -> list[ReleaseSummary]:
     with db.tx() as conn:
-        return rows(
+        found = rows(
             conn,
             "SELECT digest, state, snapshot_digest, shard_count, record_count, created_at FROM releases ORDER BY created_at",
         )
+    return [ReleaseSummary.model_validate(r) for r in found]
 
 
 @dataclass(frozen=True)

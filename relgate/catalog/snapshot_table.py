@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from pydantic import Field, StrictInt, StrictStr
 from sqlalchemy import Connection
 
 from relgate.catalog.audit import record_report
-from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.catalog.db import Database, execute, rows, utcnow
 from relgate.catalog.states import history, resolve_digest
+from relgate.catalog.versions import SnapshotRecord, read_snapshot
 from relgate.documents.snapshot_manifest import SnapshotManifest
-from relgate.errors import NotFoundError
-from relgate.integrity.contract import Contract
+from relgate.integrity.contract import Contract, Record
 
 #: ``reports.subject_kind`` of the CAS objects a snapshot report row keeps alive (the
 #: collector marks every ``reports`` row; approval reads only ``snapshot`` rows).
@@ -124,28 +123,34 @@ def insert_snapshot(
     )
 
 
-def get_snapshot(db: Database, digest: str) -> dict[str, Any]:
+def get_snapshot(db: Database, digest: str) -> SnapshotRecord:
     with db.tx() as conn:
-        return get_snapshot_conn(conn, digest)
-
-
-def get_snapshot_conn(conn: Connection, digest: str) -> dict[str, Any]:
-    row = one(conn, "SELECT * FROM snapshots WHERE digest = :d", {"d": digest})
-    if row is None:
-        raise NotFoundError("unknown snapshot", object="snapshot", check="exists", digest=digest)
-    return row
+        return read_snapshot(conn, digest)
 
 
 def resolve(db: Database, ref: str) -> str:
     return resolve_digest(db, "snapshot", ref)
 
 
-def list_snapshots(db: Database) -> list[dict[str, Any]]:
+class SnapshotSummary(Record):
+    """A snapshot as ``relgate snapshot list`` prints it."""
+
+    digest: str
+    state: str
+    purpose: str
+    member_count: int
+    tombstone_watermark: int
+    benchmark_fence: int
+    created_at: str
+
+
+def list_snapshots(db: Database) -> list[SnapshotSummary]:
     with db.tx() as conn:
-        return rows(
+        found = rows(
             conn,
             "SELECT digest, state, purpose, member_count, tombstone_watermark, benchmark_fence, created_at FROM snapshots ORDER BY created_at",
         )
+    return [SnapshotSummary.model_validate(r) for r in found]
 
 
 def snapshot_history(db: Database, digest: str) -> list[dict[str, str]]:

@@ -77,7 +77,7 @@ def release_build(
 
     # The printed state is the catalog's: a rebuild that yields a root already recorded
     # (e.g. one proven INVALID) says so and is refused, never "STAGED".
-    state = str(get_release(ws.db, manifest.digest)["state"])
+    state = str(get_release(ws.db, manifest.digest).state)
     out: dict[str, object] = {
         "release": manifest.digest,
         "state": state,
@@ -298,11 +298,11 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
     row = get_release(ws.db, digest)
     with ws.db.tx() as conn:
         events = history(conn, "release", digest)
-        standing = standing_of(conn, digest, str(row["state"]))  # PUBLISHED but superseded...
+        standing = standing_of(conn, digest, str(row.state))  # PUBLISHED but superseded...
     from relgate.catalog.release_table import verification_attempts
 
     out: dict[str, object] = {
-        **row,
+        **row.to_json(),
         **standing.fields(),
         "history": events,
         "verificationAttempts": verification_attempts(ws.db, digest),
@@ -311,7 +311,7 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
         "fenceHits": open_gate(ws).hits_for(digest),
     }
     if with_manifest:
-        out["manifest"] = rm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"]).body
+        out["manifest"] = rm.load(ws.store, ws.trusted_keys, digest, row.envelope_version).body
     return out
 
 
@@ -483,15 +483,15 @@ def _hold(
     import time
 
     from relgate.errors import RejectedError
-    from relgate.runs.store import run_state, watch_run
+    from relgate.runs.store import watch_run
 
     hold_timeout, linger = hold
     ended = watch_run(ws, run_id, lease=lease, timeout=hold_timeout)
-    state = str(run_state(ended))
+    state = ended.state
     if state in ("FINISHED", "CANCELLED"):
         return state
     readiness.set(False)
-    reason = ended.get("end_reason") or "permit closed"
+    reason = ended.end_reason or "permit closed"
     time.sleep(max(0.0, linger))  # orchestrators see not-ready before the exit
     raise RejectedError(
         f"run revoked after step 0: {reason}",
@@ -551,7 +551,7 @@ def run_worker_cmd(  # noqa: PLR0913, PLR0917 - one parameter per click option
     from relgate.runs.store import get_run
 
     ws = ctx.ws()
-    root = get_run(ws.db, run_id)["root_digest"]
+    root = get_run(ws.db, run_id).root_digest
     readiness = _Readiness(root, probe_port)
     lease: ReaderLease | None = None
     try:

@@ -15,30 +15,21 @@ from typing import Any, Protocol
 from sqlalchemy import Connection
 
 from relgate.catalog.audit import newest_report
-from relgate.catalog.db import one
-from relgate.catalog.states import TABLES
+from relgate.catalog.versions import VersionRecord, read_version
 from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
-from relgate.errors import IntegrityError, NotFoundError, RelgateError
+from relgate.errors import IntegrityError, RelgateError
 from relgate.gate.approvals import approval_kind, missing_approval, open_approval
 from relgate.integrity.signing import TrustedKeys
 from relgate.objects.cas import ContentStore, digest_of_uri
 from relgate.objects.layout import envelope_key
 from relgate.objects.versioned import ObjectStore
 
-#: A catalog row as read (column -> value); private to the gate and the catalog.
-CatalogRow = Mapping[str, object]
-
-_ROW_SQL = {
-    kind: f"SELECT * FROM {table} WHERE digest = :d"  # noqa: S608 constant table names
-    for kind, (table, _, _) in TABLES.items()
-}
-
 
 class EnvelopeVerifier(Protocol):
     """Re-opens the stored envelope of a catalog row; raises unless it binds to the row."""
 
-    def verify(self, kind: str, row: CatalogRow) -> None: ...
+    def verify(self, kind: str, row: VersionRecord) -> None: ...
 
     def verify_approval(self, conn: Connection, kind: str, digest: str) -> None: ...
 
@@ -74,8 +65,8 @@ _VERIFIED: dict[tuple[int, str, str, str, bytes], tuple[TrustedKeys, Any]] = {}
 _VERIFIED_MAX = 4096
 
 
-def _stored_body(store: ObjectStore, trusted: TrustedKeys, kind: str, row: CatalogRow) -> Any:
-    digest, version = str(row["digest"]), str(row["envelope_version"])
+def _stored_body(store: ObjectStore, trusted: TrustedKeys, kind: str, row: VersionRecord) -> Any:
+    digest, version = row.digest, row.envelope_version
     key = envelope_key(kind, digest)
     data = store.get(key, version)
     memo = (id(trusted), kind, digest, version, hashlib.sha256(data).digest())
@@ -101,9 +92,9 @@ class StoredEnvelopes:
         self.store = store
         self.trusted = trusted
 
-    def verify(self, kind: str, row: CatalogRow) -> None:
-        digest = str(row["digest"])
-        where = f"{envelope_key(kind, digest)}@{row['envelope_version']}"
+    def verify(self, kind: str, row: VersionRecord) -> None:
+        digest = row.digest
+        where = f"{envelope_key(kind, digest)}@{row.envelope_version}"
         try:
             bound = _bound_fields(kind, _stored_body(self.store, self.trusted, kind, row))
         except RelgateError as exc:
@@ -122,7 +113,8 @@ class StoredEnvelopes:
                 digest=digest,
                 details={"cause": type(exc).__name__},
             ) from None
-        differs = sorted(f for f, v in bound.items() if row.get(f) != v)
+        stored = row.model_dump()
+        differs = sorted(f for f, v in bound.items() if stored.get(f) != v)
         if differs:
             raise IntegrityError(
                 f"stored {kind} envelope does not bind to its catalog row",
@@ -156,19 +148,11 @@ class StoredEnvelopes:
             ) from None
 
 
-def catalog_row(conn: Connection, kind: str, digest: str) -> CatalogRow:
-    """The catalog row of one version; NotFoundError if there is none."""
-    row = one(conn, _ROW_SQL[kind], {"d": digest})
-    if row is None:
-        raise NotFoundError(f"unknown {kind}", object=kind, check="exists", digest=digest)
-    return row
-
-
 def verify_envelope(
     conn: Connection, verifier: EnvelopeVerifier, kind: str, digest: str
-) -> CatalogRow:
+) -> VersionRecord:
     """Re-open the stored envelope ``digest``'s row names and bind it to the row."""
-    row = catalog_row(conn, kind, digest)
+    row = read_version(conn, kind, digest)
     verifier.verify(kind, row)
     return row
 

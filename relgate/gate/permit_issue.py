@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import one, utcnow
+from relgate.catalog.versions import ReleaseRecord
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
 from relgate.gate.aliases import alias_of, stale_generation
 from relgate.gate.fences import Fences, read_fences
@@ -79,7 +80,7 @@ def _admitted_root(
     return active, generation
 
 
-def _admissible_row(conn: Connection, subject: str, root: str, purpose: str) -> dict[str, Any]:
+def _admissible_row(conn: Connection, subject: str, root: str, purpose: str) -> ReleaseRecord:
     """The root is PUBLISHED, its data was admitted for ``purpose`` and no fence entry hit
     it; its catalog row (for the watermark and envelope checks)."""
     release = one(conn, _ROOT_SQL, {"d": root})
@@ -102,7 +103,7 @@ def _admissible_row(conn: Connection, subject: str, root: str, purpose: str) -> 
             details={"admitted": admitted},
         )
     refuse_hits(hits, "release", root)
-    return release
+    return ReleaseRecord.parse(release, what=f"release {root}")
 
 
 def acquire(

@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 from relgate.catalog.db import Database, one, utcnow
 from relgate.catalog.events import GateOperation, Outcome, record, refusals_recorded
 from relgate.catalog.states import transition
+from relgate.catalog.versions import VersionRecord, read_release, read_version
 from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate.aliases import (
     AliasChange,
@@ -32,10 +33,8 @@ from relgate.gate.aliases import (
     stale_generation,
 )
 from relgate.gate.envelopes import (
-    CatalogRow,
     EnvelopeVerifier,
     StoredEnvelopes,
-    catalog_row,
     verify_envelope,
     verify_signed_approval,
 )
@@ -74,10 +73,6 @@ def _watermark_details(marks: tuple[int, int], fences: Fences, label: str) -> di
             "benchmarkFence": fences.benchmark_fence,
         },
     }
-
-
-def _marks(row: CatalogRow) -> tuple[int, int]:
-    return (int(str(row["tombstone_watermark"])), int(str(row["benchmark_fence"])))
 
 
 class Gate:
@@ -176,14 +171,14 @@ class Gate:
         fences = read_fences(conn)
         generation, active = read_alias(conn, alias, kind)
         expected = generation if expected_generation is None else expected_generation
-        subject = catalog_row(conn, kind, digest)
+        subject = read_version(conn, kind, digest)
         if committed_retry(conn, alias, (generation, active), expected, digest, "activate"):
             return alias_change(alias, kind, generation, digest, fences, idempotent=True)
         if generation != expected:
             details: dict[str, object] = {"generation": generation, "activeDigest": active}
             raise stale_generation(alias, generation, expected, digest, details)
         held = active == digest  # already active here: nothing to move
-        marks = _marks(subject)
+        marks = subject.marks
         if marks != fences.pair():
             raise ConflictError(
                 "a fence advanced since this version was built; build a new one",
@@ -192,9 +187,9 @@ class Gate:
                 digest=digest,
                 details=_watermark_details(marks, fences, "manifest"),
             )
-        if subject["state"] != (new_state if held else need_state):
+        if subject.state != (new_state if held else need_state):
             raise RejectedError(
-                f"{kind} is {subject['state']}, activation needs {need_state}"
+                f"{kind} is {subject.state}, activation needs {need_state}"
                 f" (alias {alias!r} holds {active})",
                 object=kind,
                 check="state",
@@ -292,7 +287,7 @@ class Gate:
                 check="rollback-purged",
                 digest=digest,
             )
-        hits = hits_since(conn, self.members, kind, digest, _marks(catalog_row(conn, kind, digest)))
+        hits = hits_since(conn, self.members, kind, digest, read_version(conn, kind, digest).marks)
         if hits:
             raise RejectedError(
                 "fence entries recorded since this version's watermarks hit its members",
@@ -342,7 +337,7 @@ class Gate:
             )
 
     # -- admission -------------------------------------------------------------------------
-    def verify_envelope(self, conn: Connection, kind: str, digest: str) -> CatalogRow:
+    def verify_envelope(self, conn: Connection, kind: str, digest: str) -> VersionRecord:
         """Re-open the stored envelope ``digest``'s row names and bind it to the row."""
         return verify_envelope(conn, self.envelopes, kind, digest)
 
@@ -358,11 +353,11 @@ class Gate:
         catalog state of APPROVED (or ACTIVE, PUBLISHED) alone proves nothing: refused
         with check ``approval``."""
         if kind == "release":
-            snapshot = str(catalog_row(conn, "release", digest)["snapshot_digest"])
+            snapshot = read_release(conn, digest).snapshot_digest
             verify_signed_approval(conn, self.envelopes, "snapshot", snapshot)
         verify_signed_approval(conn, self.envelopes, kind, digest)
 
-    def check_root(self, conn: Connection, kind: str, digest: str) -> CatalogRow:
+    def check_root(self, conn: Connection, kind: str, digest: str) -> VersionRecord:
         """Admission of an exact root (runs, the barrier): zero hits against the current
         fences, the stored envelope re-verified and the signed approvals re-opened
         (:meth:`require_approved`).  Returns the catalog row.
@@ -372,7 +367,7 @@ class Gate:
         its own watermarks, so both watermarks are compared with the current fences.
         """
         fences = read_fences(conn)
-        row = catalog_row(conn, kind, digest)
+        row = read_version(conn, kind, digest)
         check_no_hits(conn, kind, digest)
         self.check_watermarks(conn, kind, digest, row, fences)
         row = self.verify_envelope(conn, kind, digest)
@@ -380,11 +375,11 @@ class Gate:
         return row
 
     def check_watermarks(
-        self, conn: Connection, kind: str, digest: str, row: CatalogRow, fences: Fences
+        self, conn: Connection, kind: str, digest: str, row: VersionRecord, fences: Fences
     ) -> None:
         """Refuse a root whose members fence entries recorded since its own watermarks hit
         (nothing to check when its watermarks are the current fences)."""
-        marks = _marks(row)
+        marks = row.marks
         if marks != fences.pair():
             since = hits_since(conn, self.members, kind, digest, marks)
             if since:
@@ -398,7 +393,7 @@ class Gate:
                     details=details,
                 )
 
-    def verify_row(self, kind: str, row: CatalogRow) -> None:
+    def verify_row(self, kind: str, row: VersionRecord) -> None:
         """Re-open the stored envelope an already-read catalog row names."""
         self.envelopes.verify(kind, row)
 

@@ -11,7 +11,7 @@ carried along.
 
 from __future__ import annotations
 
-from typing import Any, Self, TypeAlias
+from typing import Any, Self, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
@@ -56,13 +56,38 @@ class Contract(BaseModel):
         The value came from outside (a file, a store, a peer): a mismatch is a refusal
         (exit 3) that names the object and the first failing field, not an internal error.
         """
-        try:
-            return cls.model_validate(value)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ()))
-            raise RejectedError(
-                f"{what or cls.__name__}: {first.get('msg', 'invalid')} at {where or '$'}",
-                object=what or cls.__name__,
-                check="schema",
-            ) from exc
+        return _validated(cls, value, what)
+
+
+class Record(BaseModel):
+    """A typed row of the catalog: frozen, closed, camelCase on the wire like a
+    :class:`Contract`, but not a document (it has no canonical form and no digest of its
+    own, so ``digest`` is free to be a field: most rows are keyed by one)."""
+
+    model_config = Contract.model_config
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire object: camelCase keys, JSON-native values."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def parse(cls, value: object, *, what: str | None = None) -> Self:
+        """Validate a row into the record; a row that does not fit (a hand-edited catalog)
+        is a refusal (check ``schema``, exit 3), not an internal error."""
+        return _validated(cls, value, what)
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _validated(cls: type[_Model], value: object, what: str | None) -> _Model:
+    try:
+        return cls.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise RejectedError(
+            f"{what or cls.__name__}: {first.get('msg', 'invalid')} at {where or '$'}",
+            object=what or cls.__name__,
+            check="schema",
+        ) from exc

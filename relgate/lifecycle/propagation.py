@@ -141,7 +141,7 @@ def _shards(ws: Workspace, digest: str) -> list[JsonObject]:
     """The shard descriptors of a release's signed root (none if its trail is gone)."""
     try:
         row = get_release(ws.db, digest)
-        return list(rm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"]).shards)
+        return list(rm.load(ws.store, ws.trusted_keys, digest, row.envelope_version).shards)
     except RelgateError:
         return []
 

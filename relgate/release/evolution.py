@@ -322,12 +322,12 @@ def schema_of(ws: Workspace, digest: str) -> tuple[SchemaSide, RecordSchema]:
     except NotFoundError:
         row = None
     if row is not None:
-        manifest = rm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
+        manifest = rm.load(ws.store, ws.trusted_keys, digest, row.envelope_version)
         fmt = manifest.shard_format()
         kind: Literal["release", "snapshot"] = "release"
     else:
         snap_row = get_snapshot(ws.db, digest)
-        snap = sm.load(ws.store, ws.trusted_keys, digest, snap_row["envelope_version"])
+        snap = sm.load(ws.store, ws.trusted_keys, digest, snap_row.envelope_version)
         fmt = ShardFormat(snap.record_schema_document)
         kind = "snapshot"
     side = SchemaSide(
@@ -352,11 +352,9 @@ def previous_release(ws: Workspace, root: str) -> str | None:
     were verified and not proven INVALID, a PUBLISHED one first, then the newest.  None
     when the snapshot has no parent or no parent has such a release.
     """
-    manifest = rm.load(
-        ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]
-    )
+    manifest = rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root).envelope_version)
     snap_row = get_snapshot(ws.db, manifest.snapshot)
-    snap = sm.load(ws.store, ws.trusted_keys, manifest.snapshot, snap_row["envelope_version"])
+    snap = sm.load(ws.store, ws.trusted_keys, manifest.snapshot, snap_row.envelope_version)
     for parent in snap.parents:
         found = evolution_table.releases_of_snapshot(ws.db, parent, PREVIOUS_STATES)
         candidates = [d for d in found if d != root]

@@ -251,8 +251,9 @@ def read_bundle(path: str | os.PathLike[str]) -> ProofBundle:
 def bundle(ws: Any, sample_id: str, *, snapshot: str | None, release: str | None) -> ProofBundle:
     """Prove ``sample_id`` against a snapshot or a release root and bundle the signed envelope."""
     if release is not None:
-        row = get_release(ws.db, release)
-        envelope_raw = ws.store.get(rm.envelope_key(release), row["envelope_version"])
+        envelope_raw = ws.store.get(
+            rm.envelope_key(release), get_release(ws.db, release).envelope_version
+        )
         body = rm.KIND.open(envelope_raw, ws.trusted_keys, expected=release, subject="release")
         kind, digest, snap = "release", release, str(body["datasetSnapshot"])
     else:
@@ -260,8 +261,9 @@ def bundle(ws: Any, sample_id: str, *, snapshot: str | None, release: str | None
             raise UsageError(
                 "prove against a snapshot or a release", object="proof", check="subject"
             )
-        row = get_snapshot(ws.db, snapshot)
-        envelope_raw = ws.store.get(sm.envelope_key(snapshot), row["envelope_version"])
+        envelope_raw = ws.store.get(
+            sm.envelope_key(snapshot), get_snapshot(ws.db, snapshot).envelope_version
+        )
         body = sm.KIND.open(envelope_raw, ws.trusted_keys, expected=snapshot, subject="snapshot")
         kind, digest, snap = "snapshot", snapshot, snapshot
     proof = Proof.from_json(prove(ws, snap, sample_id).to_json())

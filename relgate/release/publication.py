@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from relgate.catalog.versions import read_release
 from relgate.gate.aliases import AliasChange
 from relgate.gate.approvals import approve_signed
-from relgate.gate.envelopes import catalog_row
 from relgate.gate.transitions import open_gate
 from relgate.release.evolution import require_readable
 from relgate.workspace import Workspace
@@ -20,7 +20,7 @@ def approve_release(
     An already approved or published root returns its existing approval (``existing``)."""
     require_readable(ws, root)
     with ws.db.gate_tx() as conn:  # its snapshot's approval is re-opened, not its row read
-        snapshot = str(catalog_row(conn, "release", root)["snapshot_digest"])
+        snapshot = read_release(conn, root).snapshot_digest
         open_gate(ws).require_approved(conn, "snapshot", snapshot)
     return approve_signed(ws, "release", root, approver=approver, comment=comment)
 

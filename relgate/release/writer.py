@@ -362,10 +362,10 @@ def _write(
 ) -> rm.ReleaseManifest:
     options.validate()
     row = get_snapshot(ws.db, snapshot_digest)
-    _require_writable(str(row["state"]), snapshot_digest)
+    _require_writable(str(row.state), snapshot_digest)
     with ws.db.gate_tx() as conn:  # the state says approved; the signed approval must too
         open_gate(ws).require_approved(conn, "snapshot", snapshot_digest)
-    snap = sm.load(ws.store, ws.trusted_keys, snapshot_digest, row["envelope_version"])
+    snap = sm.load(ws.store, ws.trusted_keys, snapshot_digest, row.envelope_version)
     seed = options.sort_seed if options.sort_seed is not None else snapshot_digest
     function = sharding_function(options.shard_mb, options.records_per_shard)
     fmt = rr.ShardFormat(snap.record_schema_document)

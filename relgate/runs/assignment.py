@@ -39,11 +39,11 @@ def rescale(ws: Workspace, run_id: str, world_size: int) -> JsonObject:
     manifest = rm.load(
         ws.store,
         ws.trusted_keys,
-        run["root_digest"],
-        get_release(ws.db, run["root_digest"])["envelope_version"],
+        run.root_digest,
+        get_release(ws.db, run.root_digest).envelope_version,
     )
     with ws.db.tx() as conn:
-        epoch = int(run["assignment_epoch"]) + 1
+        epoch = run.assignment_epoch + 1
         changed = execute(
             conn,
             "UPDATE runs SET assignment_epoch = :e, world_size = :w, updated_at = :now WHERE run_id = :r AND assignment_epoch = :prev",
@@ -55,7 +55,7 @@ def rescale(ws: Workspace, run_id: str, world_size: int) -> JsonObject:
             )
         write_assignment(conn, run_id, epoch, [str(s["id"]) for s in manifest.shards], world_size)
     return Rescaled(
-        run_id=run_id, root_digest=str(run["root_digest"]), epoch=epoch, world_size=world_size
+        run_id=run_id, root_digest=run.root_digest, epoch=epoch, world_size=world_size
     ).to_json()
 
 

@@ -6,7 +6,7 @@ free of fence hits against the current fences and its stored envelope re-verifie
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
@@ -14,27 +14,27 @@ from relgate.catalog.db import execute, one, rows, utcnow
 from relgate.errors import RejectedError
 from relgate.gate.transitions import Gate
 from relgate.release import metrics as release_metrics
-from relgate.runs.store import LIVE_SQL, refuse_ended, require_run, run_state
+from relgate.runs.store import LIVE_SQL, RunRecord, read_run, refuse_ended
 
 
 def start_step0(conn: Connection, gate: Gate, run_id: str, epoch: int) -> None:
     """Step 0, decided in the gate: the run is live, its permit open, its root free of
     fence hits against the current fences and its stored envelope re-verified."""
-    run = require_run(one(conn, "SELECT * FROM runs WHERE run_id = :r", {"r": run_id}), run_id)
+    run = read_run(conn, run_id)
     refuse_ended(run)
     permit = one(
         conn,
         "SELECT state, closed_reason FROM permits WHERE permit_id = :p",
-        {"p": run["permit_id"]},
+        {"p": run.permit_id},
     )
     if permit is None or permit["state"] != "OPEN":
         raise RejectedError(
             f"permit closed: {permit['closed_reason'] if permit else 'missing'}",
             object=run_id,
             check="permit-closed",
-            digest=str(run["root_digest"]),
+            digest=run.root_digest,
         )
-    gate.check_root(conn, "release", str(run["root_digest"]))
+    gate.check_root(conn, "release", run.root_digest)
     execute(
         conn,
         "UPDATE runs SET state = 'RUNNING', barrier_epoch = :e, updated_at = :now"  # noqa: S608 - constant state names
@@ -43,7 +43,22 @@ def start_step0(conn: Connection, gate: Gate, run_id: str, epoch: int) -> None:
     )
 
 
-def barrier_state(conn: Connection, run_id: str, epoch: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BarrierState:
+    """Where one epoch's barrier stands: the run, how many ranks reported, and the refusal
+    (check, message) that ends the wait, if any."""
+
+    run: RunRecord
+    reported: int
+    world_size: int
+    problem: tuple[str, str] | None
+
+    @property
+    def complete(self) -> bool:
+        return self.problem is None and self.reported == self.world_size
+
+
+def barrier_state(conn: Connection, run_id: str, epoch: int) -> BarrierState:
     # The permit is read before the run: a fence closes the permit and revokes the run in
     # one transaction, so under READ COMMITTED a closed permit implies the run row read
     # after it already says REVOKED (and names the fence), never the other way round.
@@ -53,7 +68,7 @@ def barrier_state(conn: Connection, run_id: str, epoch: int) -> dict[str, Any]:
         " WHERE r.run_id = :r",
         {"r": run_id},
     )
-    run = require_run(one(conn, "SELECT * FROM runs WHERE run_id = :r", {"r": run_id}), run_id)
+    run = read_run(conn, run_id)
     reports = rows(
         conn,
         "SELECT rank, root_digest, ok FROM run_reports WHERE run_id = :r AND epoch = :e",
@@ -61,13 +76,13 @@ def barrier_state(conn: Connection, run_id: str, epoch: int) -> dict[str, Any]:
     )
     problem: tuple[str, str] | None = None
     roots = {r["root_digest"] for r in reports}
-    release_metrics.current().root_mismatch(run["root_digest"], [r["root_digest"] for r in reports])
-    state = run_state(run)
+    release_metrics.current().root_mismatch(run.root_digest, [r["root_digest"] for r in reports])
+    state = run.state
     if state == "REVOKED":
-        problem = ("run-revoked", f"run revoked: {run['end_reason']}")
+        problem = ("run-revoked", f"run revoked: {run.end_reason}")
     elif state in ("CANCELLED", "FINISHED"):
         problem = ("run-state", f"run is {state}")
-    elif any(root != run["root_digest"] for root in roots):
+    elif any(root != run.root_digest for root in roots):
         problem = ("barrier", f"root mismatch: ranks reported {sorted(roots)}")
     elif any(not r["ok"] for r in reports):
         problem = ("barrier", "a rank failed shard verification")
@@ -76,11 +91,4 @@ def barrier_state(conn: Connection, run_id: str, epoch: int) -> dict[str, Any]:
             "permit-closed",
             f"permit closed: {permit['closed_reason'] if permit else 'missing'}",
         )
-    world = int(run["world_size"])
-    return {
-        "run": run,
-        "reported": len(reports),
-        "worldSize": world,
-        "complete": problem is None and len(reports) == world,
-        "problem": problem,
-    }
+    return BarrierState(run, len(reports), run.world_size, problem)

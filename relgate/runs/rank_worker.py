@@ -165,11 +165,11 @@ def run_worker(  # noqa: PLR0913 - the public keyword API (CLI and tests call it
     """
     run = get_run(ws.db, run_id)
     refuse_ended(run)
-    root = str(run["root_digest"])
+    root = run.root_digest
     admit_read(ws, root, run=run_id)  # the run's permit open on its root, nothing less
     own = lease is None
     held = lease or ReaderLease(ws, root, holder=f"{run_id}/rank-{rank}", ttl_seconds=lease_ttl)
-    me = _Rank(ws, run_id, root, int(run["assignment_epoch"]), rank, held)
+    me = _Rank(ws, run_id, root, run.assignment_epoch, rank, held)
     try:
         result = _verify_assigned(me, keys)
         if on_verified is not None:
@@ -188,7 +188,7 @@ def _verify_assigned(me: _Rank, keys: Mapping[str, bytes] | None) -> WorkerResul
     ok, detail, digests = True, "verified", []
     try:
         release = get_release(ws.db, root)
-        manifest = rm.load(ws.store, ws.trusted_keys, root, release["envelope_version"])
+        manifest = rm.load(ws.store, ws.trusted_keys, root, release.envelope_version)
         by_id = {s["id"]: s for s in manifest.shards}
         check = shard_checker(ws, manifest, keys)
         for shard_id in shard_ids:
@@ -232,18 +232,18 @@ def _wait_at_barrier(
             state = barrier_state(conn, run_id, epoch)
         result.barrier_wait_s = time.monotonic() - started
         release_metrics.current().barrier_waited(root, me.rank, result.barrier_wait_s)
-        if state["run"]["state"] == "FAILED" and state["run"]["barrier_epoch"] < epoch:
+        if state.run.state == "FAILED" and state.run.barrier_epoch < epoch:
             raise RejectedError(
-                f"run failed before step 0: {state['run']['failure']}",
+                f"run failed before step 0: {state.run.failure}",
                 object=run_id,
                 check="run-failed",
                 digest=root,
             )
-        if state["problem"]:
-            check_name, problem = state["problem"]
+        if state.problem:
+            check_name, problem = state.problem
             fail_run(ws.db, run_id, problem)
             raise RejectedError(problem, object=run_id, check=check_name, digest=root)
-        if state["complete"]:
+        if state.complete:
             _step0(me, gate)
             result.state = "RUNNING"
             return result
@@ -254,7 +254,7 @@ def _wait_at_barrier(
                 object=run_id,
                 check="barrier-timeout",
                 digest=root,
-                details={"reported": state["reported"], "worldSize": state["worldSize"]},
+                details={"reported": state.reported, "worldSize": state.world_size},
             )
         time.sleep(poll)
 

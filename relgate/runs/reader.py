@@ -45,9 +45,9 @@ from sqlalchemy import Connection
 from relgate.catalog.db import one
 from relgate.catalog.events import GateOperation, Outcome, record
 from relgate.catalog.release_table import get_release
+from relgate.catalog.versions import read_release
 from relgate.documents import release_root as rm
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
-from relgate.gate.envelopes import catalog_row
 from relgate.gate.transitions import open_gate
 from relgate.holds.pins import acquire_lease, release_lease, renew_lease
 from relgate.holds.retention import format_time, now_utc
@@ -55,7 +55,7 @@ from relgate.integrity.contract import Contract
 from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import ContentRef
 from relgate.release import crypto
-from relgate.runs.store import refuse_ended
+from relgate.runs.store import read_run, refuse_ended
 from relgate.workspace import Workspace
 from relgate_agent.retry import Backoff, retry_call
 
@@ -300,18 +300,16 @@ def _refused(message: str, root: str, *, obj: str, **details: object) -> Rejecte
 
 def _run_permit(conn: Connection, run_id: str, root: str) -> str:
     """The open permit of a live run admitted on exactly ``root``."""
-    run = one(conn, "SELECT * FROM runs WHERE run_id = :r", {"r": run_id})
-    if run is None:
-        raise NotFoundError("unknown run", object=run_id, check="exists", digest=root)
-    if run["root_digest"] != root:
+    run = read_run(conn, run_id)
+    if run.root_digest != root:
         raise _refused(
-            "the run was admitted on another root", root, obj=run_id, runRoot=run["root_digest"]
+            "the run was admitted on another root", root, obj=run_id, runRoot=run.root_digest
         )
     refuse_ended(run)
     permit = one(
         conn,
         "SELECT state, root_digest, closed_reason FROM permits WHERE permit_id = :p",
-        {"p": run["permit_id"]},
+        {"p": run.permit_id},
     )
     if permit is None or permit["state"] != "OPEN" or permit["root_digest"] != root:
         raise RejectedError(
@@ -320,7 +318,7 @@ def _run_permit(conn: Connection, run_id: str, root: str) -> str:
             check="permit-closed",
             digest=root,
         )
-    return str(run["permit_id"])
+    return run.permit_id
 
 
 def _pin_position(conn: Connection, pin_id: str, root: str) -> InputPosition:
@@ -361,7 +359,7 @@ def admit_read(
     with ws.db.admission_tx() as conn:
         permit = _run_permit(conn, run, root) if run is not None else None
         position = _pin_position(conn, pin, root) if pin is not None else None
-        state = str(catalog_row(conn, "release", root)["state"])
+        state = read_release(conn, root).state
         if state != READABLE_STATE:
             raise RejectedError(
                 f"release is {state}; roots are read for training when PUBLISHED only",
@@ -583,9 +581,7 @@ def open_reader(  # noqa: PLR0913 - the public keyword API training code calls
     if refusal is not None:
         raise refusal
     admission = admit_read(ws, root, run=run, pin=pin)
-    manifest = rm.load(
-        ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]
-    )
+    manifest = rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root).envelope_version)
     if position:
         pos = InputPosition.from_json(position)
     elif admission.position is not None:
@@ -662,7 +658,7 @@ def audit_root(
             digest=root,
             check="audit",
         )
-    manifest = rm.load(ws.store, ws.trusted_keys, root, release["envelope_version"])
+    manifest = rm.load(ws.store, ws.trusted_keys, root, release.envelope_version)
     wanted = shards if shards is not None else [d.id for d in manifest.descriptors]
     by_id = {d.id: d for d in manifest.descriptors}
     found = []
@@ -679,7 +675,7 @@ def audit_root(
             continue
         found.append(ShardAudit(id=shard_id, ok=True, records=table.num_rows))
     return RootAudit(
-        root=root, state=str(release["state"]), actor=actor, reason=reason, shards=tuple(found)
+        root=root, state=str(release.state), actor=actor, reason=reason, shards=tuple(found)
     )
 
 

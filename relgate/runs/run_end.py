@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.catalog.states import RUN_LIVE_STATES
-from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
+from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate.permits import close_permit
 from relgate.integrity.contract import JsonObject
 from relgate.runs.records import RunEnd
-from relgate.runs.store import run_state
+from relgate.runs.store import RunRecord, read_run
 from relgate.workspace import Workspace
 
 #: Which states each way of ending a run may start from.
@@ -27,19 +25,17 @@ def end_run(ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: st
     if to_state not in END_FROM:
         raise UsageError(f"a run ends as one of {sorted(END_FROM)}", object=run_id, check="end")
     with ws.db.gate_tx() as conn:
-        run = one(conn, "SELECT * FROM runs WHERE run_id = :r", {"r": run_id})
-        if run is None:
-            raise NotFoundError("unknown run", object=run_id, check="exists")
-        state = run_state(run)
+        run = read_run(conn, run_id)
+        state = run.state
         if state == to_state:
             return _ended(run, idempotent_retry=True).to_json()
-        if run["state"] not in END_FROM[to_state]:
+        if state not in END_FROM[to_state]:
             raise RejectedError(
                 f"run is {state}; {to_state} needs {' or '.join(sorted(END_FROM[to_state]))}",
                 object=run_id,
                 check="run-revoked" if state == "REVOKED" else "run-state",
-                digest=str(run["root_digest"]),
-                details={"state": state, "reason": run.get("end_reason") or run.get("failure")},
+                digest=run.root_digest,
+                details={"state": state, "reason": run.end_reason or run.failure},
             )
         now = utcnow()
         changed = execute(
@@ -52,25 +48,27 @@ def end_run(ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: st
                 "who": actor,
                 "why": reason,
                 "r": run_id,
-                "from": run["state"],
+                "from": state,
             },
         )
         if changed != 1:
             raise ConflictError("run changed concurrently", object=run_id, check="run-state")
-        close_permit(conn, str(run["permit_id"]), f"run {run_id} {to_state}: {reason}")
-        run.update(state=to_state, ended_at=now, ended_by=actor, end_reason=reason)
+        close_permit(conn, run.permit_id, f"run {run_id} {to_state}: {reason}")
+        run = run.model_copy(
+            update={"state": to_state, "ended_at": now, "ended_by": actor, "end_reason": reason}
+        )
     return _ended(run, idempotent_retry=False).to_json()
 
 
-def _ended(run: dict[str, Any], *, idempotent_retry: bool) -> RunEnd:
+def _ended(run: RunRecord, *, idempotent_retry: bool) -> RunEnd:
     return RunEnd(
-        run_id=str(run["run_id"]),
-        state=run_state(run),
-        root_digest=str(run["root_digest"]),
-        permit=str(run["permit_id"]),
-        ended_at=run.get("ended_at"),
-        ended_by=run.get("ended_by"),
-        reason=run.get("end_reason"),
+        run_id=run.run_id,
+        state=run.state,
+        root_digest=run.root_digest,
+        permit=run.permit_id,
+        ended_at=run.ended_at,
+        ended_by=run.ended_by,
+        reason=run.end_reason,
         idempotent_retry=idempotent_retry,
     )
 

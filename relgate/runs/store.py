@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, one, rows
 from relgate.catalog.states import RUN_LIVE_STATES, RUN_TERMINAL_STATES
 from relgate.errors import NotFoundError, RejectedError
+from relgate.gate.permits import Permit
+from relgate.integrity.contract import Record
 from relgate.workspace import Workspace
 
 if TYPE_CHECKING:  # the reader imports this module (admission reads run rows)
@@ -16,67 +20,120 @@ if TYPE_CHECKING:  # the reader imports this module (admission reads run rows)
 LIVE_SQL = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
 
 
-def run_state(row: dict[str, Any]) -> str:
-    """The stored state of a run row."""
-    return str(row["state"])
+class RunRecord(Record):
+    """One row of the ``runs`` table: a run on one exact root, under one permit."""
+
+    run_id: str
+    alias: str
+    root_digest: str
+    permit_id: str
+    purpose: str
+    world_size: int
+    assignment_epoch: int
+    barrier_epoch: int
+    state: str
+    failure: str | None = None
+    created_at: str
+    updated_at: str
+    ended_at: str | None = None
+    ended_by: str | None = None
+    end_reason: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in RUN_TERMINAL_STATES
 
 
-def refuse_ended(run: dict[str, Any]) -> None:
-    state = run_state(run)
-    if state in RUN_TERMINAL_STATES:
-        raise RejectedError(
-            f"run is {state}: {run.get('end_reason') or run.get('failure') or 'ended'}",
-            object=str(run["run_id"]),
-            check="run-revoked" if state == "REVOKED" else "run-state",
-            digest=str(run["root_digest"]),
-            details={"state": state},
+class RunSummary(Record):
+    """A run as ``relgate run list`` prints it."""
+
+    run_id: str
+    state: str
+    root_digest: str
+    permit: str
+    ended_at: str | None
+    ended_by: str | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, run: RunRecord) -> RunSummary:
+        return cls(
+            run_id=run.run_id,
+            state=run.state,
+            root_digest=run.root_digest,
+            permit=run.permit_id,
+            ended_at=run.ended_at,
+            ended_by=run.ended_by,
+            reason=run.end_reason,
         )
 
 
-def run_json(run: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "runId": run["run_id"],
-        "state": run_state(run),
-        "rootDigest": run["root_digest"],
-        "permit": run["permit_id"],
-        "endedAt": run.get("ended_at"),
-        "endedBy": run.get("ended_by"),
-        "reason": run.get("end_reason"),
-    }
+class RunReport(Record):
+    """One rank's barrier report (a ``run_reports`` row)."""
+
+    epoch: int
+    rank: int
+    root_digest: str
+    ok: int
+    detail: str
+    reported_at: str
 
 
-def list_runs(db: Database, *, state: str | None = None) -> list[dict[str, Any]]:
+class RunStatus(RunRecord):
+    """A run with its rank reports and its permit (``relgate run status``)."""
+
+    reports: tuple[RunReport, ...]
+    permit: Permit | None
+
+
+def refuse_ended(run: RunRecord) -> None:
+    if run.ended:
+        raise RejectedError(
+            f"run is {run.state}: {run.end_reason or run.failure or 'ended'}",
+            object=run.run_id,
+            check="run-revoked" if run.state == "REVOKED" else "run-state",
+            digest=run.root_digest,
+            details={"state": run.state},
+        )
+
+
+def list_runs(db: Database, *, state: str | None = None) -> list[RunSummary]:
     with db.tx() as conn:
         found = rows(conn, "SELECT * FROM runs ORDER BY created_at, run_id")
-    out = [run_json(r) for r in found]
-    return [r for r in out if state is None or r["state"] == state]
+    return [
+        RunSummary.of(r)
+        for r in (RunRecord.parse(r, what="run") for r in found)
+        if state in (None, r.state)
+    ]
 
 
-def require_run(row: dict[str, Any] | None, run_id: str) -> dict[str, Any]:
-    """A run row read inside a transaction: it exists, or the run is unknown."""
+def read_run(conn: Connection, run_id: str) -> RunRecord:
+    """The run's row read on ``conn`` (inside the caller's transaction); unknown: exit 3."""
+    row = one(conn, "SELECT * FROM runs WHERE run_id = :r", {"r": run_id})
     if row is None:
         raise NotFoundError("unknown run", object=run_id, check="exists")
-    return row
+    return RunRecord.parse(row, what=f"run {run_id}")
 
 
-def get_run(db: Database, run_id: str) -> dict[str, Any]:
+def get_run(db: Database, run_id: str) -> RunRecord:
     with db.tx() as conn:
-        row = one(conn, "SELECT * FROM runs WHERE run_id = :r", {"r": run_id})
-    if row is None:
-        raise NotFoundError("unknown run", object=run_id, check="exists")
-    return row
+        return read_run(conn, run_id)
 
 
-def run_status(db: Database, run_id: str) -> dict[str, Any]:
-    run = get_run(db, run_id)
+def run_status(db: Database, run_id: str) -> RunStatus:
     with db.tx() as conn:
+        run = read_run(conn, run_id)
         reports = rows(
             conn,
             "SELECT epoch, rank, root_digest, ok, detail, reported_at FROM run_reports WHERE run_id = :r ORDER BY epoch, rank",
             {"r": run_id},
         )
-        permit = one(conn, "SELECT * FROM permits WHERE permit_id = :p", {"p": run["permit_id"]})
-    return {**run, "state": run_state(run), "reports": reports, "permit": permit}
+        permit = one(conn, "SELECT * FROM permits WHERE permit_id = :p", {"p": run.permit_id})
+    return RunStatus(
+        **run.model_dump(),
+        reports=tuple(RunReport.model_validate(r) for r in reports),
+        permit=None if permit is None else Permit.model_validate(permit),
+    )
 
 
 def watch_run(
@@ -86,8 +143,8 @@ def watch_run(
     lease: ReaderLease | None = None,
     poll: float = 0.5,
     timeout: float = 7 * 24 * 3600.0,
-) -> dict[str, Any]:
-    """Wait (bounded) until the run ends or its permit closes; return the run row.
+) -> RunRecord:
+    """Wait (bounded) until the run ends or its permit closes; return the run's record.
 
     Used by a worker that serves its ready probe for the run's life.
     """
@@ -96,19 +153,17 @@ def watch_run(
         if lease is not None:
             lease.check()
         with ws.db.tx() as conn:
-            run = require_run(
-                one(conn, "SELECT * FROM runs WHERE run_id = :r", {"r": run_id}), run_id
-            )
+            run = read_run(conn, run_id)
             permit = one(
-                conn, "SELECT state FROM permits WHERE permit_id = :p", {"p": run["permit_id"]}
+                conn, "SELECT state FROM permits WHERE permit_id = :p", {"p": run.permit_id}
             )
-        if run_state(run) in RUN_TERMINAL_STATES or permit is None or permit["state"] != "OPEN":
+        if run.ended or permit is None or permit["state"] != "OPEN":
             return run
         if time.monotonic() > deadline:
             raise RejectedError(
                 f"run did not end within {timeout}s",
                 object=run_id,
                 check="hold-timeout",
-                digest=str(run["root_digest"]),
+                digest=run.root_digest,
             )
         time.sleep(poll)

@@ -90,4 +90,5 @@ def add_benchmark_items(
 def describe(ws: Workspace, digest: str) -> JsonObject:
     """The snapshot's catalog row with the fence hits recorded against it."""
     row = get_snapshot(ws.db, resolve(ws.db, digest))
-    return {**row, "fenceHits": [hit.to_json() for hit in open_gate(ws).hits_for(row["digest"])]}
+    hits = [hit.to_json() for hit in open_gate(ws).hits_for(row.digest)]
+    return {**row.to_json(), "fenceHits": hits}

@@ -141,7 +141,7 @@ class MembershipProof(Contract):
 def load_manifest(ws: Workspace, digest: str) -> mf.SnapshotManifest:
     """The verified manifest of a catalogued snapshot (at the envelope version its row names)."""
     row = get_snapshot(ws.db, digest)
-    return mf.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
+    return mf.load(ws.store, ws.trusted_keys, digest, row.envelope_version)
 
 
 def load_members(ws: Workspace, digest: str) -> pl.DataFrame:

@@ -288,7 +288,7 @@ def verify_provenance(ws: Workspace, digest: str) -> VerifiedStatement:
     the manifest and its membership table, every material with a digest and equal to what
     the manifest's pins resolve to (the cross-check)."""
     row = get_snapshot(ws.db, digest)
-    manifest = mf.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
+    manifest = mf.load(ws.store, ws.trusted_keys, digest, row.envelope_version)
     return open_recorded(
         ws,
         digest,

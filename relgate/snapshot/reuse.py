@@ -55,9 +55,9 @@ def built_from(ws: Workspace, digest: str, inputs: BuildInputs) -> mf.SnapshotMa
     exactly ``inputs``, is ACTIVE and its stored membership table still hashes to its
     digest; None otherwise."""
     row = get_snapshot(ws.db, digest)
-    if row["state"] != "ACTIVE":
+    if row.state != "ACTIVE":
         return None
-    manifest = mf.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
+    manifest = mf.load(ws.store, ws.trusted_keys, digest, row.envelope_version)
     if BuildInputs.of_manifest(manifest) != inputs:
         return None
     try:  # reused content is re-hashed from the exact stored version it names

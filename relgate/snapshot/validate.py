@@ -579,7 +579,7 @@ def validate_snapshot(ws: Workspace, digest: str, *, actor: str) -> ValidationRe
     row = get_snapshot(ws.db, digest)
     found = _Findings()
     try:
-        manifest = mf.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
+        manifest = mf.load(ws.store, ws.trusted_keys, digest, row.envelope_version)
         _check_stored(ws, manifest, found)
     except RelgateError as exc:
         # a stored object failing its digest is named with what was expected and found
@@ -602,5 +602,5 @@ def validate_snapshot(ws: Workspace, digest: str, *, actor: str) -> ValidationRe
     report = report.model_copy(
         update={"report_digest": ref.digest, "report_version": ref.version_id}
     )
-    _record(ws, report, row["state"], actor=actor)
+    _record(ws, report, row.state, actor=actor)
     return report

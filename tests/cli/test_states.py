@@ -96,9 +96,7 @@ def test_superseded_and_fence_hit_versions_say_so(ws: Workspace) -> None:
 def test_release_verify_names_each_failing_shard(ws: Workspace) -> None:
     snapshot = _active_snapshot(ws, "verify-states")
     root = str(cli(ws.home, "release", "build", snapshot, "--records-per-shard", "60")["release"])
-    manifest = rm.load(
-        ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]
-    )
+    manifest = rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root).envelope_version)
     victim = manifest.shards[1]
     path = shard_path(ws, victim)
     data = bytearray(path.read_bytes())

@@ -117,7 +117,7 @@ def test_nightly_snapshots_are_daily_partitions_each_validated(home):
             assert mat.metadata["dagster/row_count"].value == mat.metadata["members"].value > 0
         assert len(set(digests.values())) == 3
         for digest in digests.values():
-            assert get_snapshot(ws.db, digest)["state"] != "ACTIVE"  # built, not activated
+            assert get_snapshot(ws.db, digest).state != "ACTIVE"  # built, not activated
         # The third night pinned the CDC log with one more upsert: one more member.
         members = {n: m.metadata["members"].value for n, m in nights.items()}
         assert members["2026-12-01"] == members["2026-11-30"] + 1 == members["2026-11-29"] + 1
@@ -192,7 +192,7 @@ def test_a_rank_that_cannot_verify_its_shard_fails_the_run_step(home):
         root = root.asset_materialization.metadata["root"].value
         ws = RelgateResource(home=home).workspace()
         manifest = rm.load(
-            ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]
+            ws.store, ws.trusted_keys, root, get_release(ws.db, root).envelope_version
         )
         path = shard_path(ws, manifest.shards[0])
         data = bytearray(path.read_bytes())

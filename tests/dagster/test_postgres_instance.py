@@ -95,7 +95,7 @@ def test_snapshot_and_release_jobs_on_a_postgres_instance_and_catalog(
         # ... and the release is PUBLISHED in the catalog's database.
         ws = make_workspace(home, catalog_db, seed=False)
         try:
-            assert get_release(ws.db, root)["state"] == "PUBLISHED"
+            assert get_release(ws.db, root).state == "PUBLISHED"
         finally:
             ws.close()
         assert _count(catalog_db, "SELECT count(*) FROM releases WHERE state = 'PUBLISHED'") == 1

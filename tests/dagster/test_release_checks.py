@@ -93,7 +93,7 @@ def test_a_verified_release_passes_every_check_and_is_published(home):
         assert meta["provenanceDigest"].value == report["provenanceDigest"]
         assert meta["provenanceMaterials"].value == 1  # the snapshot manifest
     ws = RelgateResource(home=home).workspace()
-    assert get_release(ws.db, root)["state"] == "PUBLISHED"
+    assert get_release(ws.db, root).state == "PUBLISHED"
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,7 @@ def test_an_invalid_release_fails_its_checks_and_blocks_the_alias(home, tamper, 
         root = _write(home, instance)
         ws = RelgateResource(home=home).workspace()
         row = get_release(ws.db, root)
-        manifest = rm.load(ws.store, ws.trusted_keys, root, row["envelope_version"])
+        manifest = rm.load(ws.store, ws.trusted_keys, root, row.envelope_version)
         tamper(shard_path(ws, manifest.shards[1]))
 
         result = _verify_and_publish(home, instance)
@@ -149,7 +149,7 @@ def test_an_invalid_release_fails_its_checks_and_blocks_the_alias(home, tamper, 
         assert "release_alias" not in {
             e.asset_key.path[-1] for e in result.get_asset_materialization_events()
         }
-    assert get_release(ws.db, root)["state"] == "INVALID"
+    assert get_release(ws.db, root).state == "INVALID"
     assert open_gate(ws).alias("train").generation == 0
 
 

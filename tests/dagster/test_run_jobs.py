@@ -50,7 +50,7 @@ def test_admit_finish_and_cancel_jobs(ws, snapshot):  # noqa: F811
             run_config=_config("finish_training_run", run_id=run["runId"], reason="converged"),
         )
         assert finished.success
-        assert get_run(ws.db, run["runId"])["state"] == "FINISHED"
+        assert get_run(ws.db, run["runId"]).state == "FINISHED"
         assert get_permit(ws.db, run["permit"]).state == "CLOSED"
 
         other = run_admit_job.execute_in_process(
@@ -64,7 +64,7 @@ def test_admit_finish_and_cancel_jobs(ws, snapshot):  # noqa: F811
             run_config=_config("cancel_training_run", run_id=other["runId"]),
         )
         assert cancelled.success
-        assert get_run(ws.db, other["runId"])["state"] == "CANCELLED"
+        assert get_run(ws.db, other["runId"]).state == "CANCELLED"
         again = run_finish_job.execute_in_process(
             instance=instance,
             resources=resources,

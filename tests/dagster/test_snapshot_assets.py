@@ -61,7 +61,7 @@ def test_materialize_snapshot_to_alias(home):
         provenance = verify_provenance(ws, digest)
         assert meta["provenanceDigest"].value == provenance.statement_digest
         assert meta["provenanceMaterials"].value == provenance.materials > 0
-        assert get_snapshot(ws.db, digest)["state"] == "ACTIVE"
+        assert get_snapshot(ws.db, digest).state == "ACTIVE"
         # A second run on unchanged input is a no-op that reports the existing digest.
         again = _materialize(home, instance)
         assert again.success and again.output_for_node("dataset_snapshot") == digest
@@ -160,7 +160,7 @@ def test_fence_sensors_request_a_recheck_once(home):
         assert run.success
         obs = instance.fetch_observations(dg.AssetKey("dataset_snapshot"), limit=1).records[0]
         assert obs.asset_observation.metadata["reactivatable"].value is False
-        assert get_snapshot(ws.db, digest)["state"] == "ACTIVE"  # history is immutable
+        assert get_snapshot(ws.db, digest).state == "ACTIVE"  # history is immutable
 
 
 def test_validation_and_replay_metadata(home):

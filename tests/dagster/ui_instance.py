@@ -62,7 +62,7 @@ def build(relgate_home: Path, dagster_home: Path) -> UiInstance:
         )
         invalid = str(written.output_for_node("shard_release"))
         manifest = rm.load(
-            ws.store, ws.trusted_keys, invalid, get_release(ws.db, invalid)["envelope_version"]
+            ws.store, ws.trusted_keys, invalid, get_release(ws.db, invalid).envelope_version
         )
         _flip_one_byte(shard_path(ws, manifest.shards[1]))
         verified = job.execute_in_process(
@@ -72,6 +72,6 @@ def build(relgate_home: Path, dagster_home: Path) -> UiInstance:
             raise_on_error=False,
         )
         assert not verified.success
-    assert get_release(ws.db, invalid)["state"] == "INVALID"
+    assert get_release(ws.db, invalid).state == "INVALID"
     ws.close()
     return UiInstance(published_root=published, invalid_root=invalid, run_id=run_id)

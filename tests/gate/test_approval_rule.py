@@ -67,7 +67,7 @@ def test_every_path_reopens_the_snapshot_approval(g):
     _refused(lambda: publish(ws, g.r3, alias="train", actor="a"), snap)
     _refused(lambda: rollback_release(ws, "train", g.r1, actor="a"), snap)
     assert open_gate(ws).alias("train", "release").generation == 2  # nothing moved
-    assert get_release(ws.db, g.r3)["state"] == "APPROVED"
+    assert get_release(ws.db, g.r3).state == "APPROVED"
     for how in ({"alias": "train"}, {"root": g.r2}):
         _refused(
             lambda how=how: create_run(ws, purpose=PURPOSE, world_size=1, actor="t", **how), snap

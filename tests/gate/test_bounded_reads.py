@@ -21,9 +21,7 @@ BIG = 2 << 30
 
 
 def _inflate_first_shard(ws, root):
-    manifest = rm.load(
-        ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]
-    )
+    manifest = rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root).envelope_version)
     d = manifest.descriptors[0]
     path = ws.store.local_path(d.object_key, d.object_version)
     os.chmod(path, 0o644)

@@ -107,7 +107,7 @@ def test_the_fence_sensors_core_reads_watermarks_and_hits(g):
 
 def test_recheck_refuses_a_hit_candidate_and_reports_it(g):
     row = get_snapshot(g.ws.db, g.snapshot)
-    members = g.ws.membership.read(ContentRef(row["members_digest"], row["members_version"], 0))
+    members = g.ws.membership.read(ContentRef(row.members_digest, row.members_version, 0))
     sample = members["sampleId"].to_list()[0]
     open_gate(g.ws).add_tombstones([sample], reason="gdpr", actor="dpo")
     assert current_watermark(g.ws, "tombstone") == 1

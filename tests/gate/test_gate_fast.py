@@ -38,7 +38,7 @@ from .conftest import PURPOSE
 def _members(g):
     row = get_snapshot(g.ws.db, g.snapshot)
 
-    return g.ws.membership.read(ContentRef(row["members_digest"], row["members_version"], 0))
+    return g.ws.membership.read(ContentRef(row.members_digest, row.members_version, 0))
 
 
 def _admit(g, **kw):
@@ -67,7 +67,7 @@ def test_activation_is_a_cas_with_an_idempotent_retry(g):
     assert (out.tombstone_watermark, out.benchmark_fence) == (0, 0)
     again = gate.activate("snapshot", "prod", g.snapshot, expected_generation=0, actor="a")
     assert again.idempotent_retry and again.generation == 1
-    assert get_snapshot(g.ws.db, g.snapshot)["state"] == "ACTIVE"
+    assert get_snapshot(g.ws.db, g.snapshot).state == "ACTIVE"
     history = gate.alias_history("prod")
     assert [(h.generation, h.subject, h.action) for h in history] == [(1, g.snapshot, "activate")]
     state = gate.alias("prod")
@@ -103,7 +103,7 @@ def test_activation_refused_after_either_fence_moved(g, fence):
 def test_publish_moves_the_release_alias(g):
     out = publish(g.ws, g.r3, alias="train", actor="a", expected_generation=2)
     assert (out.generation, out.active_digest) == (3, g.r3)
-    assert get_release(g.ws.db, g.r3)["state"] == "PUBLISHED"
+    assert get_release(g.ws.db, g.r3).state == "PUBLISHED"
     assert publish(g.ws, g.r3, alias="train", actor="a", expected_generation=2).idempotent_retry
     with pytest.raises(ConflictError):
         publish(g.ws, g.r1, alias="train", actor="a", expected_generation=2)
@@ -135,8 +135,8 @@ def test_tombstones_hit_every_held_root_close_permits_and_revoke_runs(g):
             permit.closed_reason or ""
         )
         revoked = get_run(g.ws.db, admitted["runId"])
-        assert revoked["state"] == "REVOKED" and revoked["ended_by"] == "gate"
-        assert admitted["rootDigest"] in revoked["end_reason"]
+        assert revoked.state == "REVOKED" and revoked.ended_by == "gate"
+        assert admitted["rootDigest"] in revoked.end_reason
     assert gate.fences().tombstone_watermark == 3
     assert [t.seq for t in gate.tombstones(since=1)] == [2, 3]
     assert list_permits(g.ws.db, state="OPEN") == []
@@ -174,7 +174,7 @@ def test_a_fence_that_hits_nothing_leaves_runs_alone(g):
     gate = open_gate(g.ws)
     advance = gate.add_tombstones(["not-a-member"], reason="r", actor="dpo")
     assert advance.hits == {} and advance.closed_permits == []
-    assert get_run(g.ws.db, run["runId"])["state"] == "ADMITTED"
+    assert get_run(g.ws.db, run["runId"]).state == "ADMITTED"
     assert get_permit(g.ws.db, run["permit"]).state == "OPEN"
     again = _admit(g, root=g.r1)  # fences moved, nothing hit: admissible
     assert again["tombstoneWatermark"] == 1
@@ -374,7 +374,7 @@ def test_a_signed_snapshot_payload_missing_a_field_is_refused_by_its_schema(g):
     import copy
 
     row = get_snapshot(g.ws.db, g.snapshot)
-    base = sm.load(g.ws.store, g.ws.trusted_keys, g.snapshot, row["envelope_version"])
+    base = sm.load(g.ws.store, g.ws.trusted_keys, g.snapshot, row.envelope_version)
     body = copy.deepcopy(base.body)
     del body["members"]["count"]
     body["parents"] = [g.snapshot]
@@ -402,7 +402,7 @@ def test_a_signed_release_payload_missing_a_bound_field_is_refused_not_an_intern
     import copy
 
     row = get_release(g.ws.db, g.r3)
-    body = copy.deepcopy(rm.load(g.ws.store, g.ws.trusted_keys, g.r3, row["envelope_version"]).body)
+    body = copy.deepcopy(rm.load(g.ws.store, g.ws.trusted_keys, g.r3, row.envelope_version).body)
     if fault == "missing":
         del body["totals"]["records"]
         body["writer"] = {**body["writer"], "forged": True}
@@ -412,13 +412,13 @@ def test_a_signed_release_payload_missing_a_bound_field_is_refused_not_an_intern
     sealed = rm.seal(body)
     version = rm.store_envelope(g.ws.store, sealed, rm.sign(sealed, g.ws.signing_key))
     with g.ws.db.tx() as conn:
-        sealed.body["totals"]["records"] = row["record_count"]
-        sealed.body["totals"]["shards"] = row["shard_count"]
+        sealed.body["totals"]["records"] = row.record_count
+        sealed.body["totals"]["shards"] = row.shard_count
         insert_release(
             conn,
             sealed,
-            members_digest=row["members_digest"],
-            members_version=row["members_version"],
+            members_digest=row.members_digest,
+            members_version=row.members_version,
             envelope_version=version,
             actor="forger",
         )
@@ -453,7 +453,7 @@ def test_republishing_the_published_root_is_a_no_op_that_reports_it(g):
     pinned = publish(g.ws, g.r2, alias="train", actor="bob", expected_generation=2)
     assert (pinned.generation, pinned.idempotent_retry) == (2, True)
     assert open_gate(g.ws).alias_history("train") == history
-    assert get_release(g.ws.db, g.r2)["state"] == "PUBLISHED"
+    assert get_release(g.ws.db, g.r2).state == "PUBLISHED"
 
 
 def test_republishing_with_another_digest_is_still_refused(g):

@@ -33,9 +33,7 @@ from tests.support.runs import create_run
 
 
 def _shards(ws, root):
-    manifest = rm.load(
-        ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"]
-    )
+    manifest = rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root).envelope_version)
     return manifest, [d.id for d in manifest.descriptors]
 
 

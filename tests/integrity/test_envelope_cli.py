@@ -264,7 +264,7 @@ def _stored_envelope(home: Path, db_url: str, digest: str, out: Path) -> Path:
     ws = Workspace(home, {**config, "catalog": {"url": db_url}})
     try:
         row = get_snapshot(ws.db, digest)
-        out.write_bytes(ws.store.get(sm.envelope_key(digest), row["envelope_version"]))
+        out.write_bytes(ws.store.get(sm.envelope_key(digest), row.envelope_version))
     finally:
         ws.close()
     return out

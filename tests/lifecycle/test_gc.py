@@ -85,7 +85,7 @@ def test_seed_example_only_c_is_a_candidate(ws, release):
 def test_missing_retained_manifest_fails_closed(ws, release):
     row = get_release(ws.db, release.digest)
     key = rm.envelope_key(release.digest)
-    ws.store.delete_version(key, row["envelope_version"])
+    ws.store.delete_version(key, row.envelope_version)
     before = stored_set(ws)
     for action in (
         lambda: plan_gc(ws, grace_seconds=0),
@@ -102,7 +102,7 @@ def test_missing_retained_manifest_fails_closed(ws, release):
 def test_unreadable_retained_manifest_fails_closed(ws, release):
     row = get_release(ws.db, release.digest)
     key = rm.envelope_key(release.digest)
-    overwrite_in_place(ws.store.local_path(key, row["envelope_version"]), b"{not json")
+    overwrite_in_place(ws.store.local_path(key, row.envelope_version), b"{not json")
     with pytest.raises(RejectedError) as err:
         plan_gc(ws, grace_seconds=0)
     assert (err.value.check, err.value.digest) == ("retained-manifest", release.digest)

@@ -38,9 +38,9 @@ def collected(tmp_path):
 def _trail(ws, snapshot, release):
     snap_row, rel_row = get_snapshot(ws.db, snapshot.digest), get_release(ws.db, release.digest)
     return {
-        (sm.envelope_key(snapshot.digest), snap_row["envelope_version"]),
-        (rm.envelope_key(release.digest), rel_row["envelope_version"]),
-        (cas_key(snap_row["members_digest"]), snap_row["members_version"]),
+        (sm.envelope_key(snapshot.digest), snap_row.envelope_version),
+        (rm.envelope_key(release.digest), rel_row.envelope_version),
+        (cas_key(snap_row.members_digest), snap_row.members_version),
     }
 
 
@@ -65,7 +65,7 @@ def test_a_collected_version_keeps_its_audit_trail(collected):
         ws.store,
         ws.trusted_keys,
         snapshot.digest,
-        get_snapshot(ws.db, snapshot.digest)["envelope_version"],
+        get_snapshot(ws.db, snapshot.digest).envelope_version,
     )
     sample = ws.membership.read(manifest.members_ref)["sampleId"][0]
     found = {v.subject: v for v in lineage(ws, sample).versions}

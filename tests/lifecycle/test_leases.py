@@ -190,7 +190,7 @@ def test_dagster_writers_hold_publisher_leases_and_release_from_the_activated_sn
         )
         assert rel.success
         root = rel.output_for_node("shard_release")
-    assert get_release(ws.db, root)["snapshot_digest"] == active
+    assert get_release(ws.db, root).snapshot_digest == active
     with ws.db.tx() as conn:
         held = rows(conn, "SELECT holder, state, purpose FROM leases ORDER BY created_at")
     holders = [

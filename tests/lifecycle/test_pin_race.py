@@ -61,9 +61,7 @@ def _racer(role, home, barrier, tasks, results):
 
 def _unretained_version(ws, base, i):
     row = get_snapshot(ws.db, base.digest)
-    body = copy.deepcopy(
-        sm.load(ws.store, ws.trusted_keys, base.digest, row["envelope_version"]).body
-    )
+    body = copy.deepcopy(sm.load(ws.store, ws.trusted_keys, base.digest, row.envelope_version).body)
     body.pop("snapshotId", None)
     body["purpose"] = f"race-{i}"
     sealed = sm.seal(body)

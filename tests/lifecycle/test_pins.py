@@ -78,7 +78,7 @@ def test_pin_validation(ws, release, snapshot):
 
 def _first_sample(ws, digest):
     row = get_snapshot(ws.db, digest)
-    manifest = sm.load(ws.store, ws.trusted_keys, digest, row["envelope_version"])
+    manifest = sm.load(ws.store, ws.trusted_keys, digest, row.envelope_version)
     return ws.membership.read(manifest.members_ref)["sampleId"][0]
 
 
@@ -120,7 +120,7 @@ def test_cli_pin_gc_lineage(tmp_path):
 
     # A retained manifest deleted for real: plan fails closed, exit 3, naming it.
     row = get_release(ws.db, release.digest)
-    ws.store.delete_version(rm.envelope_key(release.digest), row["envelope_version"])
+    ws.store.delete_version(rm.envelope_key(release.digest), row.envelope_version)
     code, err = _cli(home, "gc", "plan", "--grace", "0s")
     assert code == 3
     assert (err["check"], err["digest"]) == ("retained-manifest", release.digest)

@@ -48,7 +48,7 @@ def erased(tmp_path):
     pin = add_pin(ws, v1.digest, owner="auditor", reason="hold", expires_at=EXPIRY)
     keep = add_pin(ws, v2.digest, owner="legal", reason="hold")  # no expiry
     row = get_snapshot(ws.db, snapshot.digest)
-    manifest = sm.load(ws.store, ws.trusted_keys, snapshot.digest, row["envelope_version"])
+    manifest = sm.load(ws.store, ws.trusted_keys, snapshot.digest, row.envelope_version)
     sample = ws.membership.read(manifest.members_ref)["sampleId"][0]
     snap_lifecycle.add_tombstones(ws, [sample], reason="gdpr erasure", actor="dpo")
     yield ws, (v1, v2), run, (pin, keep), sample

@@ -127,7 +127,7 @@ def comparable(result):
 def test_shards_verified_in_threads_processes_and_inline_agree(ws, snapshot):
     release = write(ws, snapshot.digest)
     row = get_snapshot(ws.db, snapshot.digest)
-    snap = sm.load(ws.store, ws.trusted_keys, snapshot.digest, row["envelope_version"])
+    snap = sm.load(ws.store, ws.trusted_keys, snapshot.digest, row.envelope_version)
     tokenizer_bytes = tokenizer.pinned_bytes(ws, snap)
     tasks = [
         ShardTask(

@@ -300,7 +300,7 @@ def test_every_flipped_byte_of_a_shard_is_a_storage_mismatch_and_nothing_else(ws
     release = write(ws, snapshot.digest)
     d = release.shards[1]
     row = get_snapshot(ws.db, snapshot.digest)
-    snap = sm.load(ws.store, ws.trusted_keys, snapshot.digest, row["envelope_version"])
+    snap = sm.load(ws.store, ws.trusted_keys, snapshot.digest, row.envelope_version)
     task = ShardTask(
         ws.config["objectStore"],
         d,
@@ -624,7 +624,7 @@ def test_cli_exit_code_and_state_agree_with_the_catalog(ws):
 
 
 def get_release_manifest(ws, root):
-    return rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root)["envelope_version"])
+    return rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root).envelope_version)
 
 
 @pytest.mark.s3

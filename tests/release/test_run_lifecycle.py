@@ -81,18 +81,15 @@ def test_tombstone_revokes_a_superseded_root_its_run_workers_and_readers(ws, sna
     assert advance.closed_permits == [run["permit"]]
     assert get_permit(ws.db, run["permit"]).state == "CLOSED"
     revoked = get_run(ws.db, run["runId"])
-    assert revoked["state"] == "REVOKED"
-    assert (
-        "tombstone fence entries [1]" in revoked["end_reason"]
-        and r1.digest in revoked["end_reason"]
-    )
+    assert revoked.state == "REVOKED"
+    assert "tombstone fence entries [1]" in revoked.end_reason and r1.digest in revoked.end_reason
     out, err = rank0.communicate(timeout=120)
     assert rank0.returncode == 3, (out, err)
     assert json.loads(out)["check"] == "run-revoked"  # refused at the barrier
     rank1 = _worker(ws.home, run["runId"], 1)
     out, err = rank1.communicate(timeout=120)
     assert rank1.returncode == 3 and json.loads(out)["check"] == "run-revoked", (out, err)
-    assert get_run(ws.db, run["runId"])["state"] == "REVOKED"
+    assert get_run(ws.db, run["runId"]).state == "REVOKED"
 
     yielded = []
     with pytest.raises(RejectedError) as refused:  # the mid-run reader refuses
@@ -180,7 +177,7 @@ def test_runs_finish_or_cancel_and_release_their_hold(ws, snapshot):
     running = create_run(ws, root=r1.digest, purpose=PURPOSE, world_size=1, actor="sched")
     proc = _worker(ws.home, running["runId"], 0)
     assert proc.wait(timeout=120) == 0, proc.communicate()
-    assert get_run(ws.db, running["runId"])["state"] == "RUNNING"
+    assert get_run(ws.db, running["runId"]).state == "RUNNING"
     reasons = _held(ws, r1.digest)
     assert f"run {running['runId']}" in reasons and f"permit {running['permit']}" in reasons
     finished = finish_run(ws, running["runId"], actor="sched")
@@ -194,13 +191,13 @@ def test_runs_finish_or_cancel_and_release_their_hold(ws, snapshot):
     # Superseded and every run ended: nothing holds R1 any more, GC may reclaim it.
     _published(ws, snapshot, records_per_shard=25)
     assert _held(ws, r1.digest) == []
-    assert [r["state"] for r in list_runs(ws.db)] == ["CANCELLED", "FINISHED"]
+    assert [r.state for r in list_runs(ws.db)] == ["CANCELLED", "FINISHED"]
     with pytest.raises(NotFoundError):
         finish_run(ws, "run-nosuch", actor="sched")
     # A run that ended does not come back when its root is later revoked.
     member = _members(ws, snapshot)["sampleId"][0]
     lifecycle.add_tombstones(ws, [member], reason="gdpr", actor="dpo")
-    assert get_run(ws.db, running["runId"])["state"] == "FINISHED"
+    assert get_run(ws.db, running["runId"]).state == "FINISHED"
 
 
 def test_admission_by_exact_root_generation_and_recreation(ws, snapshot):
@@ -212,7 +209,7 @@ def test_admission_by_exact_root_generation_and_recreation(ws, snapshot):
         None,
         None,
     )
-    assert get_run(ws.db, by_root["runId"])["root_digest"] == r1.digest
+    assert get_run(ws.db, by_root["runId"]).root_digest == r1.digest
     with pytest.raises(ConflictError) as stale:
         create_run(
             ws, alias="train", expected_generation=1, purpose=PURPOSE, world_size=1, actor="s"
@@ -241,7 +238,7 @@ def test_admission_by_exact_root_generation_and_recreation(ws, snapshot):
     assert get_permit(ws.db, by_root["permit"]).state == "CLOSED"
     again = create_run(ws, root=r1.digest, purpose=PURPOSE, world_size=1, actor="sched")
     assert again["rootDigest"] == r1.digest and again["runId"] != by_root["runId"]
-    assert get_run(ws.db, again["runId"])["state"] == "ADMITTED"
+    assert get_run(ws.db, again["runId"]).state == "ADMITTED"
 
 
 def _cli(home, *args, expect):
@@ -301,7 +298,7 @@ def test_probe_serves_for_the_run_life_and_turns_not_ready_on_revocation(ws, sna
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        while get_run(ws.db, run["runId"])["state"] != "RUNNING":  # ready precedes step 0
+        while get_run(ws.db, run["runId"]).state != "RUNNING":  # ready precedes step 0
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
         with ws.db.tx() as conn:  # the worker holds a live reader lease for the run's life

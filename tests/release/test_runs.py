@@ -92,8 +92,8 @@ def test_publish_is_a_cas_and_retries_only_with_the_same_root(ws, snapshot):
         publish(ws, second.digest, alias="train", actor="a", expected_generation=0)
     publish(ws, second.digest, alias="train", actor="a", expected_generation=1)
     assert (
-        get_release(ws.db, first.digest)["state"]
-        == get_release(ws.db, second.digest)["state"]
+        get_release(ws.db, first.digest).state
+        == get_release(ws.db, second.digest).state
         == "PUBLISHED"
     )
     back = rollback_release(ws, "train", first.digest, actor="ops")
@@ -144,7 +144,7 @@ def test_four_worker_processes_pass_the_barrier(ws, snapshot):
     assert {r["rootDigest"] for r in reports} == {run["rootDigest"]}
     assert all(r["state"] == "RUNNING" for r in reports)
     status = run_status(ws.db, run["runId"])
-    assert status["state"] == "RUNNING" and len(status["reports"]) == 4
+    assert status.state == "RUNNING" and len(status.reports) == 4
 
 
 def test_barrier_timeout_fails_the_run_before_step_0(ws, snapshot):
@@ -157,7 +157,7 @@ def test_barrier_timeout_fails_the_run_before_step_0(ws, snapshot):
     assert [p.returncode for p in procs] == [3, 3], outs
     assert {json.loads(out)["check"] for out, _ in outs} <= {"barrier-timeout", "run-failed"}
     run_row = get_run(ws.db, run["runId"])
-    assert run_row["state"] == "FAILED" and "barrier timeout" in run_row["failure"]
+    assert run_row.state == "FAILED" and "barrier timeout" in run_row.failure
 
 
 def test_fence_hit_closes_the_permit_and_the_run_never_starts(ws, snapshot):
@@ -168,12 +168,12 @@ def test_fence_hit_closes_the_permit_and_the_run_never_starts(ws, snapshot):
     assert advance.closed_permits == [run["permit"]]
     assert advance.hits[release.digest] == [1]
     revoked = get_run(ws.db, run["runId"])
-    assert revoked["state"] == "REVOKED" and "tombstone fence entries [1]" in revoked["end_reason"]
+    assert revoked.state == "REVOKED" and "tombstone fence entries [1]" in revoked.end_reason
     proc = _worker(ws.home, run["runId"], 0)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, (out, err)
     assert json.loads(out)["check"] == "run-revoked"
-    assert get_run(ws.db, run["runId"])["state"] == "REVOKED"
+    assert get_run(ws.db, run["runId"]).state == "REVOKED"
     with pytest.raises(RejectedError) as exc:  # no new permit on a hit root
         create_run(ws, alias="train", purpose=PURPOSE, world_size=1, actor="sched")
     assert exc.value.check == "fence-hits"
@@ -187,7 +187,7 @@ def test_a_rank_reporting_another_root_fails_the_barrier(ws, snapshot):
     proc = _worker(ws.home, run["runId"], 0)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 3 and json.loads(out)["check"] == "barrier"
-    assert "root mismatch" in get_run(ws.db, run["runId"])["failure"]
+    assert "root mismatch" in get_run(ws.db, run["runId"]).failure
 
 
 def test_recovery_and_scale_out_never_read_the_new_alias(ws, snapshot):
@@ -271,7 +271,7 @@ def test_probe_is_ready_only_after_the_root_is_verified(ws, snapshot):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             text = resp.read().decode()
         assert "relgate_verified_shards_ratio" in text and run["rootDigest"] in text
-        while get_run(ws.db, run["runId"])["state"] != "RUNNING":  # ready precedes step 0
+        while get_run(ws.db, run["runId"]).state != "RUNNING":  # ready precedes step 0
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
         assert proc.poll() is None  # still serving after the barrier

@@ -53,11 +53,9 @@ def _cli(home, *args, expect):
 def _envelope_path(ws, kind, digest):
     if kind == "snapshot":
         return ws.store.local_path(
-            sm.envelope_key(digest), get_snapshot(ws.db, digest)["envelope_version"]
+            sm.envelope_key(digest), get_snapshot(ws.db, digest).envelope_version
         )
-    return ws.store.local_path(
-        rm.envelope_key(digest), get_release(ws.db, digest)["envelope_version"]
-    )
+    return ws.store.local_path(rm.envelope_key(digest), get_release(ws.db, digest).envelope_version)
 
 
 def _flip_payload_byte(path):
@@ -96,7 +94,7 @@ def test_snapshot_activate_refuses_a_tampered_stored_envelope(ws, how):
     _assert_refused(out, how, victim.digest)
     alias = open_gate(ws).alias("prod")
     assert (alias.generation, alias.active_digest) == (0, None)  # nothing moved
-    assert get_snapshot(ws.db, victim.digest)["state"] == "APPROVED"
+    assert get_snapshot(ws.db, victim.digest).state == "APPROVED"
     # The untouched donor still activates: the refusal is about the stored bytes.
     assert (
         _cli(ws.home, "snapshot", "activate", donor.digest, "--alias", "prod", expect=0)[
@@ -118,7 +116,7 @@ def test_publish_rollback_and_admission_refuse_a_tampered_stored_envelope(ws, ho
     _assert_refused(out, how, candidate.digest)
     alias = open_gate(ws).alias("train", "release")
     assert (alias.generation, alias.active_digest) == (1, old.digest)
-    assert get_release(ws.db, candidate.digest)["state"] == "APPROVED"
+    assert get_release(ws.db, candidate.digest).state == "APPROVED"
 
     newer = _published(ws, snapshot, records_per_shard=20)  # old is superseded, then tampered
     _tamper(ws, "release", old.digest, donor.digest, how)
@@ -267,7 +265,7 @@ def test_snapshot_row_edited_to_approved_without_a_signed_approval_is_refused(ws
     out = _cli(ws.home, "snapshot", "activate", snap.digest, "--alias", "prod", expect=3)
     assert (out["check"], out["digest"]) == ("approval", snap.digest), out
     assert open_gate(ws).alias("prod").generation == 0
-    assert get_snapshot(ws.db, snap.digest)["state"] == "APPROVED"  # nothing moved
+    assert get_snapshot(ws.db, snap.digest).state == "APPROVED"  # nothing moved
 
 
 @pytest.mark.parametrize("role", ["builder", "verifier", "gate"])
@@ -293,7 +291,7 @@ def test_release_published_only_with_its_signed_approval(ws):
     assert out["check"] == "approval", out
     _forge_approval(ws, "release", forged.digest, "approver")  # trusted key, right subject
     assert _cli(ws.home, "release", "publish", forged.digest, "--alias", "train", expect=0)
-    assert get_release(ws.db, forged.digest)["state"] == "PUBLISHED"
+    assert get_release(ws.db, forged.digest).state == "PUBLISHED"
 
 
 def test_approval_row_pointing_at_another_digests_approval_is_refused(ws):

@@ -227,7 +227,7 @@ def test_run_admission_on_a_superseded_root_races_tombstone(tmp_path, db_url):
     base = build_active(ws, alias="race-base")
     members = ws.membership.read(base.manifest.members_ref)["sampleId"].to_list()
     template = write_release(ws, base.digest, records_per_shard=60, actor="test")
-    purpose = get_snapshot(ws.db, base.digest)["purpose"]
+    purpose = get_snapshot(ws.db, base.digest).purpose
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(2)
     queues = {role: ctx.Queue() for role in ("admit", "tombstone")}

@@ -43,8 +43,8 @@ def forge_release(ws, base, shard_ids, *, tag, insert=True):
             insert_release(
                 conn,
                 sealed,
-                members_digest=row["members_digest"],
-                members_version=row["members_version"],
+                members_digest=row.members_digest,
+                members_version=row.members_version,
                 envelope_version=version,
                 actor="test",
             )

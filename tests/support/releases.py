@@ -36,7 +36,7 @@ def write(ws, snapshot_digest, **kw):
 
 
 def state(ws, digest):
-    return get_release(ws.db, digest)["state"]
+    return get_release(ws.db, digest).state
 
 
 def shard_path(ws, descriptor):
@@ -80,14 +80,14 @@ def store_shard(ws, table: pa.Table, descriptor, member_schema, *, raw: bytes | 
 def tokens_of(ws, release, text: str) -> int:
     """What the snapshot's token rule (the trained tokenizer) counts for ``text``."""
     row = get_snapshot(ws.db, release.snapshot)
-    snap = sm.load(ws.store, ws.trusted_keys, release.snapshot, row["envelope_version"])
+    snap = sm.load(ws.store, ws.trusted_keys, release.snapshot, row.envelope_version)
     counts = shard_format(ws).token_counts(pa.table({"text": [text]}), tokenizer.fetcher(ws, snap))
     return int(counts[0].as_py())
 
 
 def member_schema(ws, release):
     row = get_snapshot(ws.db, release.snapshot)
-    snap = sm.load(ws.store, ws.trusted_keys, release.snapshot, row["envelope_version"])
+    snap = sm.load(ws.store, ws.trusted_keys, release.snapshot, row.envelope_version)
     return snap.body["recordSchema"]
 
 
@@ -113,8 +113,8 @@ def forge(ws, release, mutate, *, key=None, renumber=False):
         insert_release(
             conn,
             sealed,
-            members_digest=row["members_digest"],
-            members_version=row["members_version"],
+            members_digest=row.members_digest,
+            members_version=row.members_version,
             envelope_version=version,
             actor="forger",
         )

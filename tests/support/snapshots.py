@@ -34,4 +34,4 @@ def build_active(ws, alias="default"):
 
 def state_of(ws, digest):
 
-    return get_snapshot(ws.db, digest)["state"]
+    return get_snapshot(ws.db, digest).state

@@ -149,7 +149,7 @@ def failing_shards(ws: Workspace, report: VerificationReport) -> list[ShardFindi
     if all(shard.get("ok") for shard in report.shards):
         return []
     try:
-        version = str(get_release(ws.db, report.root)["envelope_version"])
+        version = str(get_release(ws.db, report.root).envelope_version)
         descriptors = rm.load(ws.store, ws.trusted_keys, report.root, version).descriptors
     except RelgateError:
         descriptors = ()

@@ -121,7 +121,7 @@ def _open(ws: Workspace, root: str, envelope_version: str, attempt: _Attempt) ->
     snapshot_digest = str(body["datasetSnapshot"])
     attempt.facts["snapshot"] = snapshot_digest
     snap_row = get_snapshot(ws.db, snapshot_digest)
-    snap = sm.load(ws.store, ws.trusted_keys, snapshot_digest, snap_row["envelope_version"])
+    snap = sm.load(ws.store, ws.trusted_keys, snapshot_digest, snap_row.envelope_version)
     if (_int(body["tombstoneWatermark"]), _int(body["benchmarkFence"])) != (
         snap.tombstone_watermark,
         snap.benchmark_fence,
@@ -357,7 +357,7 @@ def verify_release(
     """
     row = get_release(ws.db, root_digest)
     attempt = _Attempt(workers if workers is not None else max(1, os.cpu_count() or 1))
-    _attempt(ws, root_digest, row["envelope_version"], attempt, keys or {}, results)
+    _attempt(ws, root_digest, row.envelope_version, attempt, keys or {}, results)
     outcome, unavailable = outcome_of(attempt.counts)
     shards = [r.to_json() for r in attempt.results]
     shard_total = attempt.facts.get("shards", len(attempt.results))
@@ -450,7 +450,7 @@ def verify_shards(
     """The per-shard checks of the named shards of a release; nothing is recorded."""
     row = get_release(ws.db, root_digest)
     wanted = set(shard_ids)
-    opened = _open(ws, root_digest, row["envelope_version"], _Attempt(0))
+    opened = _open(ws, root_digest, row.envelope_version, _Attempt(0))
     tasks = _tasks(ws, opened, keys or {}, wanted)
     results = run_shards(tasks, workers if workers is not None else 1)
     return ShardSubsetReport(
@@ -468,7 +468,7 @@ def shard_ids(ws: Workspace, root_digest: str) -> list[str]:
     """
     row = get_release(ws.db, root_digest)
     try:
-        opened = _open(ws, root_digest, row["envelope_version"], _Attempt(0))
+        opened = _open(ws, root_digest, row.envelope_version, _Attempt(0))
     except _FINDING_ERRORS:
         return []
     return [task.descriptor.id for task in _tasks(ws, opened, {})]
@@ -485,7 +485,7 @@ def verify_one_shard(
     """Every per-shard check of the ``index``-th well-formed shard (``shard_id``) of a
     release, nothing recorded: one fan-out step."""
     row = get_release(ws.db, root_digest)
-    opened = _open(ws, root_digest, row["envelope_version"], _Attempt(0))
+    opened = _open(ws, root_digest, row.envelope_version, _Attempt(0))
     tasks = _tasks(ws, opened, keys or {})
     if not 0 <= index < len(tasks) or tasks[index].descriptor.id != shard_id:
         raise NotFoundError(
