@@ -278,7 +278,7 @@ def release_alias(
             "alias": config.alias,
             "generation": result["generation"],
             "root": shard_release,
-            "approver": approval["approver"],
+            "approver": approval.approver,
             "existing": change.idempotent_retry,
         },
     )

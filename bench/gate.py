@@ -67,6 +67,7 @@ def world(home: Path, db_url: str, candidates: int) -> dict[str, Any]:
     from support.snapshots import build_approved
     from support.workspaces import make_workspace
 
+    from relgate.catalog.audit import Approved
     from relgate.catalog.snapshot_table import get_snapshot
     from relgate.gate.approvals import sign_approval
     from relgate.objects.cas import ContentRef
@@ -85,7 +86,14 @@ def world(home: Path, db_url: str, candidates: int) -> dict[str, Any]:
         version = forge_release(ws, release, {d["id"] for d in release.shards}, tag=f"cas{i}")
         set_state(ws, "release", version.digest, "VERIFIED", "APPROVED")
         sign_approval(
-            ws, {"release": version.digest, "approver": "b", "report": "sha256:" + "0" * 64}
+            ws,
+            Approved(
+                kind="release",
+                digest=version.digest,
+                state="APPROVED",
+                approver="b",
+                report="sha256:" + "0" * 64,
+            ),
         )
         forged.append(version.digest)
     row = get_snapshot(ws.db, snap.digest)

@@ -12,12 +12,11 @@ to that subject (``approval-subject``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any, Final, Literal, Protocol
 
 from pydantic import Field
 
-from relgate.catalog.audit import approve, latest_report, newest_report, record_report
+from relgate.catalog.audit import Approved, approve, latest_report, newest_report, record_report
 from relgate.catalog.db import Database, one, utcnow
 from relgate.catalog.states import APPROVED_STATES, current_state
 from relgate.errors import IntegrityError, RejectedError
@@ -79,20 +78,20 @@ class ApprovalVerifier(Protocol):
     def trusted_keys(self) -> TrustedKeys: ...
 
 
-def sign_approval(ws: ApprovalSigner, result: Mapping[str, str]) -> dict[str, str]:
-    """Sign the approval ``audit.approve`` just recorded; returns ``result`` + ``approval``."""
-    kind = "release" if "release" in result else "snapshot"
-    approval = Approval(kind, result[kind], result["approver"], result["report"], utcnow())
+def sign_approval(ws: ApprovalSigner, result: Approved) -> Approved:
+    """Sign the approval ``audit.approve`` just recorded; ``result`` with its ``approval``."""
+    kind = result.kind
+    approval = Approval(kind, result.digest, result.approver, result.report, utcnow())
     envelope = sign_envelope(PAYLOAD_TYPE, approval.canonical(), ws.key(Role.APPROVER))
     ref = ws.cas.put(json.dumps(envelope, sort_keys=True).encode())
     with ws.db.tx() as conn:
         record_report(conn, approval_kind(kind), approval.subject, ref.digest, ref.version_id, True)
-    return {**result, "approval": ref.digest}
+    return result.model_copy(update={"approval": ref.digest})
 
 
 def approve_signed(
     ws: ApprovalSigner, kind: str, digest: str, *, approver: str, comment: str = ""
-) -> dict[str, str]:
+) -> Approved:
     """Approve ``digest`` and sign the approval; an already approved (or active, or
     published) digest with a signed approval is not approved again: its existing approval
     is returned with ``existing: "true"``."""
@@ -100,10 +99,10 @@ def approve_signed(
     if found is not None:
         return found
     result = approve(ws.db, kind, digest, approver=approver, comment=comment)
-    return {**sign_approval(ws, result), "existing": "false"}
+    return sign_approval(ws, result).model_copy(update={"existing": "false"})
 
 
-def existing_approval(db: Database, kind: str, digest: str) -> dict[str, str] | None:
+def existing_approval(db: Database, kind: str, digest: str) -> Approved | None:
     """The recorded, signed approval of a digest in an approved state; None otherwise."""
     with db.tx() as conn:
         state = current_state(conn, kind, digest)
@@ -119,14 +118,15 @@ def existing_approval(db: Database, kind: str, digest: str) -> dict[str, str] | 
         )
     if signed is None or passed is None or named is None:
         return None
-    return {
-        kind: digest,
-        "state": state,
-        "approver": str(named["approver"]),
-        "report": str(passed["report_digest"]),
-        "approval": str(signed["report_digest"]),
-        "existing": "true",
-    }
+    return Approved(
+        kind=kind,
+        digest=digest,
+        state=state,
+        approver=str(named["approver"]),
+        report=passed.report_digest,
+        approval=signed.report_digest,
+        existing="true",
+    )
 
 
 def approval_kind(kind: str) -> str:
@@ -146,11 +146,11 @@ def verify_approval(ws: ApprovalVerifier, kind: str, digest: str) -> Approval:
     if row is None:
         raise missing_approval(kind, digest)
     return open_approval(
-        ws.cas.get(row["report_digest"], row["report_version"]),
+        ws.cas.get(row.report_digest, row.report_version),
         ws.trusted_keys,
         kind,
         digest,
-        subject=f"approval {row['report_digest']}",
+        subject=f"approval {row.report_digest}",
     )
 
 

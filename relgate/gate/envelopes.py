@@ -132,11 +132,9 @@ class StoredEnvelopes:
         row = newest_report(conn, digest, approval_kind(kind))
         if row is None:
             raise missing_approval(kind, digest)
-        where = f"approval {row['report_digest']}@{row['report_version']}"
+        where = f"approval {row.report_digest}@{row.report_version}"
         try:
-            envelope = ContentStore(self.store).get(
-                str(row["report_digest"]), str(row["report_version"])
-            )
+            envelope = ContentStore(self.store).get(row.report_digest, row.report_version)
             open_approval(envelope, self.trusted, kind, digest, subject=where)
         except RelgateError as exc:
             raise IntegrityError(

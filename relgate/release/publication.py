@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from relgate.catalog.audit import Approved
 from relgate.catalog.versions import read_release
 from relgate.gate.aliases import AliasChange
 from relgate.gate.approvals import approve_signed
@@ -10,9 +11,7 @@ from relgate.release.evolution import require_readable
 from relgate.workspace import Workspace
 
 
-def approve_release(
-    ws: Workspace, root: str, *, approver: str, comment: str = ""
-) -> dict[str, str]:
+def approve_release(ws: Workspace, root: str, *, approver: str, comment: str = "") -> Approved:
     """VERIFIED -> APPROVED, bound to the root digest (never a directory) and a name.
 
     Refused (check ``schema-compatibility``) when a declared reader cannot read the root,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from relgate.catalog.audit import Approved
 from relgate.catalog.snapshot_table import get_snapshot, resolve
 from relgate.gate.aliases import AliasChange
 from relgate.gate.approvals import approve_signed
@@ -23,7 +24,7 @@ from relgate.workspace import Workspace
 SNAPSHOT = "snapshot"
 
 
-def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> dict[str, str]:
+def approve(ws: Workspace, digest: str, *, approver: str, comment: str = "") -> Approved:
     """VALIDATED -> APPROVED, bound to this digest and the approver's name, then signed
     (an already approved or active snapshot: its existing approval, ``existing: "true"``)."""
     return approve_signed(ws, SNAPSHOT, resolve(ws.db, digest), approver=approver, comment=comment)

@@ -268,7 +268,7 @@ def open_recorded(
             check=STATEMENT_CHECK,
             digest=subject_digest,
         )
-    digest, version = str(report["report_digest"]), str(report["report_version"])
+    digest, version = report.report_digest, report.report_version
     where = f"{cas_key(digest)}@{version}"
     data = ws.cas.get(digest, version)
     statement = open_statement(data, ws.trusted_keys, role=role, kind=kind, subject=where)

@@ -298,7 +298,7 @@ def _path(g, kind, digest):
         if kind == "snapshot"
         else (rm, get_release(g.ws.db, digest))
     )
-    return g.ws.store.local_path(module.envelope_key(digest), row["envelope_version"])
+    return g.ws.store.local_path(module.envelope_key(digest), row.envelope_version)
 
 
 def _flip(path):
@@ -445,8 +445,8 @@ def test_republishing_the_published_root_is_a_no_op_that_reports_it(g):
     existing approval and generation are reported."""
     history = open_gate(g.ws).alias_history("train")
     again = approve_release(g.ws, g.r2, approver="bob")
-    assert (again["existing"], again["state"], again["approver"]) == ("true", "PUBLISHED", "alice")
-    assert again["release"] == g.r2 and again["approval"].startswith("sha256:")
+    assert (again.existing, again.state, again.approver) == ("true", "PUBLISHED", "alice")
+    assert again.digest == g.r2 and again.approval.startswith("sha256:")
     assert _approvals(g, g.r2) == [{"approver": "alice"}]
     out = publish(g.ws, g.r2, alias="train", actor="bob")
     assert (out.generation, out.active_digest, out.idempotent_retry) == (2, g.r2, True)

@@ -384,7 +384,7 @@ def test_approval_is_signed_by_the_approver_key(home, tmp_path) -> None:
 
         row = latest_report(ws.db, digest, "snapshot-approval")
         assert row is not None
-        raw = ws.cas.get(row["report_digest"], row["report_version"])
+        raw = ws.cas.get(row.report_digest, row.report_version)
         signed = _write(tmp_path / "approval.json", raw)
         shown = relgate(path, "verify-manifest", str(signed), db_url=db_url)
         assert shown["signedBy"]["role"] == "approver" and shown["payloadType"] == PAYLOAD_TYPE

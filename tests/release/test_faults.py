@@ -483,7 +483,7 @@ def test_shard_missing_then_restored_stays_staged_then_verifies(ws, snapshot):
     # The members of the unread shard are "missing" only because it was not read.
     assert report.counts["missingMembers"] == release.shards[2]["records"]
 
-    assert not latest_report(ws.db, release.digest, "release")["ok"]
+    assert not latest_report(ws.db, release.digest, "release").ok
     with pytest.raises(RejectedError) as err:
         approve_release(ws, release.digest, approver="alice")
     assert err.value.check == "verification-report"
@@ -548,7 +548,7 @@ def test_verified_release_whose_shard_goes_missing_keeps_its_state(ws, snapshot)
     report = verify(ws, release)
     assert report.outcome == "UNAVAILABLE" and report.state == "VERIFIED"
 
-    assert not latest_report(ws.db, release.digest, "release")["ok"]
+    assert not latest_report(ws.db, release.digest, "release").ok
     aside.rename(path)
     assert verify(ws, release).outcome == "VERIFIED"
     assert _moves(ws, release.digest) == ["STAGED", "VERIFIED"]

@@ -9,6 +9,7 @@ import pytest
 from support.releases import read_shard, shard_format, shard_path, state, write
 from support.snapshots import build
 
+from relgate.catalog.audit import Approved
 from relgate.catalog.snapshot_table import insert_snapshot
 from relgate.catalog.states import history, transition
 from relgate.documents import release_root as rm
@@ -116,7 +117,14 @@ def test_writer_refuses_a_member_whose_content_differs(ws, snapshot):
         transition(conn, "snapshot", sealed.digest, "APPROVED", actor="forger", reason="forged")
     # a forger holding the approver key too: only the writer's own recompute can catch it
     sign_approval(
-        ws, {"snapshot": sealed.digest, "approver": "forger", "report": "sha256:" + "0" * 64}
+        ws,
+        Approved(
+            kind="snapshot",
+            digest=sealed.digest,
+            state="APPROVED",
+            approver="forger",
+            report="sha256:" + "0" * 64,
+        ),
     )
     with pytest.raises(IntegrityError) as err:
         write(ws, sealed.digest)

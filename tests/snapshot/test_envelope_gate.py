@@ -306,8 +306,8 @@ def test_approval_row_pointing_at_another_digests_approval_is_refused(ws):
             conn,
             approval_kind("snapshot"),
             a.digest,
-            theirs["report_digest"],
-            theirs["report_version"],
+            theirs.report_digest,
+            theirs.report_version,
             True,
         )
     out = _cli(ws.home, "snapshot", "activate", a.digest, "--alias", "prod", expect=3)

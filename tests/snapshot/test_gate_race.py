@@ -29,6 +29,7 @@ import pytest
 from support.snapshots import build_active
 from support.workspaces import make_workspace
 
+from relgate.catalog.audit import Approved
 from relgate.catalog.db import execute, one, rows, utcnow
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.catalog.states import current_state, transition
@@ -95,11 +96,8 @@ def _insert_candidate(ws, kind, base, digest_seed, fences, state="APPROVED"):
     sealed = module.seal(body)
     version = module.store_envelope(ws.store, sealed, module.sign(sealed, ws.signing_key))
     now = utcnow()
-    if kind == "snapshot":
-        row = get_snapshot(ws.db, base.digest)
-    else:
-        with ws.db.tx() as conn:
-            row = one(conn, "SELECT * FROM releases WHERE digest = :d", {"d": base.digest})
+    with ws.db.tx() as conn:
+        row = one(conn, f"SELECT * FROM {kind}s WHERE digest = :d", {"d": base.digest})
     common = {
         "d": sealed.digest,
         "st": state,
@@ -133,7 +131,16 @@ def _insert_candidate(ws, kind, base, digest_seed, fences, state="APPROVED"):
                 },
             )
     if state == "APPROVED":  # the gate re-verifies the signed approval, not the state
-        sign_approval(ws, {kind: sealed.digest, "approver": "race", "report": "sha256:" + "0" * 64})
+        sign_approval(
+            ws,
+            Approved(
+                kind=kind,
+                digest=sealed.digest,
+                state="APPROVED",
+                approver="race",
+                report="sha256:" + "0" * 64,
+            ),
+        )
     return sealed.digest
 
 

@@ -33,15 +33,15 @@ def test_states_only_move_forward(ws):
         lifecycle.activate(ws, result.digest, alias="default", actor="x")  # not approved
     assert err.value.check == "state"
     first = lifecycle.approve(ws, result.digest, approver="alice")
-    assert first["existing"] == "false"
+    assert first.existing == "false"
     # Approving an approved (or active) snapshot again moves nothing: the first approval
     # stands and is reported, whoever asks.
     again = lifecycle.approve(ws, result.digest, approver="bob")
-    assert again["existing"] == "true" and again["state"] == "APPROVED"
-    assert (again["approver"], again["approval"]) == ("alice", first["approval"])
+    assert again.existing == "true" and again.state == "APPROVED"
+    assert (again.approver, again.approval) == ("alice", first.approval)
     lifecycle.activate(ws, result.digest, alias="default", actor="alice")
     active = lifecycle.approve(ws, result.digest, approver="bob")
-    assert (active["state"], active["approval"]) == ("ACTIVE", first["approval"])
+    assert (active.state, active.approval) == ("ACTIVE", first.approval)
     states = [h["to_state"] for h in snapshot_history(ws.db, result.digest)]
     assert states == ["BUILDING", "VALIDATED", "APPROVED", "ACTIVE"]
 

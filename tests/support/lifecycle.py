@@ -9,6 +9,7 @@ import copy
 
 from support.releases import write
 
+from relgate.catalog.audit import Approved
 from relgate.catalog.release_table import get_release, insert_release
 from relgate.catalog.states import transition
 from relgate.documents import release_root as rm
@@ -60,7 +61,16 @@ def set_state(ws, kind, digest, *states):
 def publish(ws, digest, alias):
     """STAGED -> VERIFIED -> APPROVED, then the alias CAS through the gate."""
     set_state(ws, "release", digest, "VERIFIED", "APPROVED")
-    sign_approval(ws, {"release": digest, "approver": "test", "report": "sha256:" + "0" * 64})
+    sign_approval(
+        ws,
+        Approved(
+            kind="release",
+            digest=digest,
+            state="APPROVED",
+            approver="test",
+            report="sha256:" + "0" * 64,
+        ),
+    )
     gate = open_gate(ws)
     generation = gate.alias(alias, "release").generation
     return gate.activate("release", alias, digest, expected_generation=generation, actor="test")
