@@ -26,17 +26,7 @@ import pytest
 from agent_harness import Cluster
 
 from relgate_agent.attestation import CertSigner, sign_placement
-from relgate_agent.pki import (
-    GRPC_TLS_OPTIONS,
-    TlsFiles,
-    ca_init,
-    data_client_context,
-    issue,
-)
-from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.storage import bitmap_from_bits, held_versions
-from relgate_agent.transport import (
+from relgate_agent.dataplane.transport import (
     CREDIT,
     FRAME,
     KIND_BLOCK,
@@ -52,6 +42,16 @@ from relgate_agent.transport import (
     fetch_chunk,
     fetch_manifest,
 )
+from relgate_agent.pki import (
+    GRPC_TLS_OPTIONS,
+    TlsFiles,
+    ca_init,
+    data_client_context,
+    issue,
+)
+from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.staging.storage import bitmap_from_bits, held_versions
 
 MODEL, VERSION = "claude-x", "2026-10-12.3"
 

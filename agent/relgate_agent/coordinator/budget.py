@@ -1,7 +1,7 @@
 """The origin budget, shared by the stripe roots of every job reading that origin
 (recomputed every sweep).
 
-The rule itself (:func:`relgate_agent.pacing.origin_shares`) is a pure function of the cap
+The rule itself (:func:`relgate_agent.dataplane.pacing.origin_shares`) is a pure function of the cap
 and the bytes each stripe's root still has to read; this module reads those bytes off the
 roots' reported bitmaps and keeps the result on the job: per stripe, and per root host for
 the reply to its next report (a host roots several stripes in a small fleet).
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from urllib.parse import urlparse
 
 from relgate_agent.coordinator.jobstate import ACTIVE_STATES, JobState
-from relgate_agent.pacing import IDLE, origin_shares
+from relgate_agent.dataplane.pacing import IDLE, origin_shares
 
 JOIN_GRACE_REPORTS = 2  # report intervals a joining job waits for the others' new shares
 _REBALANCES = itertools.count(1)  # numbers each rebalance: jobs joining in one are peers

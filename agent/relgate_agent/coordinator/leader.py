@@ -35,9 +35,9 @@ from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import Topology, TopologyIndex, append_host, splice_all
 from relgate_agent.datacenter import host_dc
+from relgate_agent.dataplane.manifestread import read_manifest
 from relgate_agent.errors import AgentError, ManifestError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
-from relgate_agent.manifestread import read_manifest
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ the upstream never has more than the granted number of blocks outstanding.
 Frames (upstream -> downstream): ``!BQQII`` kind, block, offset, length, crc32c + payload.
 kind 1 BLOCK, 2 END, 3 ERROR (payload: UTF-8 message), 4 HEARTBEAT (upstream is alive but
 waiting for its own upstream; lets a downstream tell "slow chain" from "dead peer"), 5 ZBLOCK
-(a block compressed by ``relgate_agent.wan``; only on a stream that asked for it, and only
+(a block compressed by ``relgate_agent.dataplane.wan``; only on a stream that asked for it, and only
 when it is smaller than the block, so a frame is never longer than a block), 6 PACE (no
 payload; at most every ``PACE_S`` on a stripe stream: ``block`` is how many blocks past the
 one about to be sent the upstream holds ready for this stream (at most ``PACE_AHEAD_MAX``),
@@ -33,7 +33,7 @@ placed files), which is what lets a reconnecting downstream be replayed without 
 
 Every connection is TLS 1.3 with a client certificate from the fleet CA; the server serves a
 stripe only to a host its *current* assignment names as that stripe's downstream, and a
-chunk only to a host of the job's current topology (see ``relgate_agent.authz``). Nothing a
+chunk only to a host of the job's current topology (see ``relgate_agent.identity.authz``). Nothing a
 peer sends can hold the server: handshake, request and idle timeouts, a bound on
 connections per peer and in total, an accept loop that survives EMFILE, and every malformed
 request answered with one ERROR frame and a closed connection.
@@ -55,8 +55,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from relgate_agent import hooks, wan
-from relgate_agent.authz import STALE_TOPOLOGY
+from relgate_agent import hooks
+from relgate_agent.dataplane import wan
+from relgate_agent.identity.authz import STALE_TOPOLOGY
 from relgate_agent.pki import Identity, identity_from_peercert, peer_cert_refusal
 
 log = logging.getLogger(__name__)
