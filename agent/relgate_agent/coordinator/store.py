@@ -18,6 +18,7 @@ from sqlalchemy import Connection, create_engine, event, text
 
 from relgate_agent.coordinator.ledger import LEDGER_SCHEMA
 from relgate_agent.coordinator.topology import Topology
+from relgate_agent.errors import AgentError
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS dist_hosts (
@@ -135,7 +136,7 @@ OUTBOX_BATCH = 1000  # pending events one delivery pass looks at (bounded)
 _ERROR_TEXT_MAX = 500
 
 
-class StaleTopology(Exception):
+class StaleTopology(AgentError):
     """A topology write named a version that is no longer the latest (monotonicity guard)."""
 
 

@@ -57,6 +57,7 @@ from typing import Any, Protocol
 
 from relgate_agent import hooks
 from relgate_agent.dataplane import wan
+from relgate_agent.errors import AgentError
 from relgate_agent.identity.authz import STALE_TOPOLOGY
 from relgate_agent.pki import Identity, identity_from_peercert, peer_cert_refusal
 
@@ -89,7 +90,7 @@ PACE_S = 0.5  # how often a stripe stream tells its downstream how far ahead it 
 PACE_AHEAD_MAX = 64  # blocks counted ahead at most (the count is a signal, not a ledger)
 
 
-class TransportError(Exception):
+class TransportError(AgentError):
     """Connection-level failure (reset, refused, protocol error, upstream error frame)."""
 
 
@@ -116,7 +117,7 @@ class ManifestNotHeld(TransportError):
     """The peer does not hold the manifest named (yet: it may be verifying it now)."""
 
 
-class RequestError(Exception):
+class RequestError(AgentError):
     """A malformed or refused request: answered with one ERROR frame, then the connection
     is closed. ``kind`` is the refusal counter it is counted under."""
 
