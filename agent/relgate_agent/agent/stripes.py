@@ -89,10 +89,6 @@ class ChunkHashes:
             return None
         return "sha256:" + entry[0].hexdigest()
 
-    def forget(self, chunk: int) -> None:
-        with self._lock:
-            self._running.pop(chunk, None)
-
 
 def _hook_touches_staging(hooks: JobHooks) -> bool:
     """A job hook that may rewrite staged bytes (the lab's disk-fault hook) forces re-reads."""

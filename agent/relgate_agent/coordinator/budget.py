@@ -64,15 +64,6 @@ def _set_shares(job: JobState, shares: tuple[int, ...]) -> bool:
     return True
 
 
-def rebalance_origin(job: JobState) -> bool:
-    """Recompute the origin shares of ``job``'s stripe roots alone (one job on its origin);
-    True when they changed."""
-    cap = job.spec.origin_cap_bytes_per_s
-    if cap <= 0:
-        return False
-    return _set_shares(job, origin_shares(cap, stripe_remaining(job)))
-
-
 def rebalance_origins(jobs: Iterable[JobState], now: float, report_interval_s: float) -> None:
     """One budget per origin: the shares of every active job's stripe roots, each origin's
     cap split over the stripes of all the jobs that read it (``now``: the coordinator's
@@ -116,7 +107,6 @@ __all__ = [
     "JOIN_GRACE_REPORTS",
     "origin_key",
     "origin_rate",
-    "rebalance_origin",
     "rebalance_origins",
     "stripe_remaining",
 ]

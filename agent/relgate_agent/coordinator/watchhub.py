@@ -120,10 +120,6 @@ class WatchHub:
     def remove(self, w: Watcher) -> None:
         self.watchers.discard(w)
 
-    def close_all(self, reason: str) -> None:
-        for w in list(self.watchers):
-            w.close(reason)
-
     async def _flusher(self) -> None:
         wake, loop = self._wake, self._loop
         if wake is None or loop is None:

@@ -178,18 +178,6 @@ class BlockSource(Protocol):
     def closed(self) -> bool: ...
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise TransportError("connection closed by peer")
-        got += k
-    return bytes(buf)
-
-
 def _recv_request_part(sock: socket.socket, n: int, what: str) -> bytes:
     buf = bytearray()
     try:
@@ -922,11 +910,6 @@ class ChunkFetch(FrameFetch):
             max_block=max_block,
             max_blocks=max_blocks,
         )
-
-
-def fetch_chunk(address: str, job: str, chunk: int, **kw: Any) -> list[Block]:
-    """Client side of FetchChunk (repair path): ``ChunkFetch(...).run()``."""
-    return ChunkFetch(address, job, chunk, **kw).run()
 
 
 def fetch_manifest(
