@@ -35,7 +35,7 @@ from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import GRPC_CLIENT_OPTIONS
-from relgate_agent.storage import bitmap_from_bits, delta_indexes
+from relgate_agent.staging.storage import bitmap_from_bits, delta_indexes
 
 RPC_TIMEOUT_S = 10.0
 

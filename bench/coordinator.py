@@ -57,7 +57,7 @@ from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import GRPC_CLIENT_OPTIONS
-from relgate_agent.storage import apply_delta, bitmap_from_bits, count_bits, pack_indexes
+from relgate_agent.staging.storage import apply_delta, bitmap_from_bits, count_bits, pack_indexes
 
 QUICK: dict[str, Any] = {
     "hosts": 256,

@@ -1,4 +1,4 @@
-"""Data-plane choice: framed TCP (relgate_agent.transport) vs gRPC server streaming, loopback.
+"""Data-plane choice: framed TCP (relgate_agent.dataplane.transport) vs gRPC server streaming, loopback.
 
 Workload: one stream of 4 MiB blocks (1 GiB per run, best of 3) from an in-memory block
 source to a receiver that discards them, on this machine's loopback. Reported as GB/s per
@@ -17,8 +17,8 @@ from typing import Any
 import google_crc32c
 import grpc
 
+from relgate_agent.dataplane.transport import DataServer, StripeStream
 from relgate_agent.pki import TlsFiles, data_client_context, data_server_context, ensure_dev_pki
-from relgate_agent.transport import DataServer, StripeStream
 
 BLOCK = 4 * 1024 * 1024
 TOTAL = 1024 * 1024 * 1024

@@ -5,6 +5,7 @@ The library surface the main package uses (``relgate checkpoint publish`` and th
 Pipes launch) is re-exported here; everything else is reachable through its module.
 """
 
+from relgate_agent.dataplane.origin import open_origin, read_uri
 from relgate_agent.errors import (
     AgentError,
     ManifestError,
@@ -27,7 +28,6 @@ from relgate_agent.manifest import (
     verify_envelope,
     write_envelope,
 )
-from relgate_agent.origin import open_origin, read_uri
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",

@@ -37,10 +37,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from relgate_agent import certlife
-from relgate_agent.certlife import RevokedCerts
 from relgate_agent.errors import AgentError
 from relgate_agent.fstree import write_file_atomic
+from relgate_agent.identity import certlife
+from relgate_agent.identity.certlife import RevokedCerts
 
 ROLES = ("operator", "coordinator", "host")
 ROLE_OPERATOR, ROLE_COORDINATOR, ROLE_HOST = ROLES
@@ -419,7 +419,7 @@ GRPC_TLS_OPTIONS = [("grpc.ssl_target_name_override", COORDINATOR_DNS)]
 
 class FleetContext(ssl.SSLContext):
     """A data-plane TLS context that also knows the fleet's revoked certificates (the list
-    next to its CA bundle: certlife.py), checked at every handshake and while streaming."""
+    next to its CA bundle: identity/certlife.py), checked at every handshake and while streaming."""
 
     revoked: RevokedCerts | None = None
 

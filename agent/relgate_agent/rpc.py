@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from relgate_agent.errors import AgentError
 from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles, grpc_channel_credentials
 
 # Manifests of 800 GB checkpoints are a few MB; leave headroom.
@@ -117,9 +118,10 @@ class FailoverStub:
 _END = object()  # closes a duplex stream's request iterator
 
 
-class StreamEnded(grpc.RpcError):  # type: ignore[misc]  # grpc ships RpcError untyped
+class StreamEnded(grpc.RpcError, AgentError):  # type: ignore[misc]  # grpc ships RpcError untyped
     """The server ended a duplex stream without answering, twice in a row (callers handle
-    it as any failed RPC: UNAVAILABLE)."""
+    it as any failed RPC: UNAVAILABLE; every handler on its path catches grpc.RpcError, and
+    the command line catches that before AgentError)."""
 
     def __init__(self, method: str) -> None:
         super().__init__(f"{method}: stream ended without a reply")

@@ -42,7 +42,7 @@ from relgate_agent.coordinator.jobstate import ReadyRefused
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.manifest import TrustedKeys
 from relgate_agent.pki import TlsFiles, ensure_dev_pki
-from relgate_agent.storage import bitmap_from_bits
+from relgate_agent.staging.storage import bitmap_from_bits
 
 DIGEST = "sha256:" + "a" * 64
 HOSTS = {"h00": "r0", "h01": "r1"}

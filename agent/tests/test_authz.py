@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from relgate_agent.dataplane.transport import MAGIC, REQ, RequestError, _int_field, parse_request
 from relgate_agent.pki import (
     Identity,
     PkiError,
@@ -25,7 +26,6 @@ from relgate_agent.pki import (
     issue,
     parse_identity_uri,
 )
-from relgate_agent.transport import MAGIC, REQ, RequestError, _int_field, parse_request
 
 OP = Identity("operator", "operator")
 H0 = Identity("host", "h00", "r0")

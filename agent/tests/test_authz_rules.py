@@ -1,12 +1,12 @@
-"""The authorization rules of both planes (relgate_agent.authz), exact refusal texts.
+"""The authorization rules of both planes (relgate_agent.identity.authz), exact refusal texts.
 
-Kept free of fixtures and heavy imports: it is the mutation-testing command for authz.py
+Kept free of fixtures and heavy imports: it is the mutation-testing command for identity/authz.py
 (``python -c "import test_authz_rules as t; t.run_all()"`` from agent/tests, or pytest).
 """
 
 from __future__ import annotations
 
-from relgate_agent.authz import (
+from relgate_agent.identity.authz import (
     AGENT_METHODS,
     OPERATOR_METHODS,
     chunk_refusal,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relgate_agent.storage import (
+from relgate_agent.staging.storage import (
     apply_delta,
     bitmap_from_bits,
     bits_from_bitmap,

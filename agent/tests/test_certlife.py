@@ -1,4 +1,4 @@
-"""Certificates checked for their whole life (certlife.py): a real certificate that expires
+"""Certificates checked for their whole life (identity/certlife.py): a real certificate that expires
 while its connections are open, and a revoked one, on the control plane (a coordinator
 process) and the data plane (a DataServer and a client on real TLS sockets)."""
 
@@ -15,20 +15,20 @@ import pytest
 from agent_harness import Cluster
 from test_security import agent_stub, channel, control, create, watch  # noqa: F401
 
-from relgate_agent import certlife
-from relgate_agent.certlife import (
+from relgate_agent.cli import main
+from relgate_agent.dataplane.transport import DataServer, TransportError, _connect
+from relgate_agent.errors import CHECK_METADATA_KEY
+from relgate_agent.identity import certlife
+from relgate_agent.identity.certlife import (
     CHECK_CERT_EXPIRED,
     CHECK_CERT_REVOKED,
     REVOKED_CERTS_FILE,
     life_of_pem,
     serial_hex,
 )
-from relgate_agent.cli import main
-from relgate_agent.errors import CHECK_METADATA_KEY
 from relgate_agent.pki import TlsFiles, data_client_context, data_server_context, issue
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.transport import DataServer, TransportError, _connect
 
 LIFE_S = 4.0  # the short-lived certificate's validity
 MiB = 1024 * 1024

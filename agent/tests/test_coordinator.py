@@ -30,7 +30,7 @@ from relgate_agent.coordinator.service import (
 from relgate_agent.coordinator.wire import status_to_pb
 from relgate_agent.errors import KIND_CHUNK_FAILED
 from relgate_agent.manifest import TrustedKeys
-from relgate_agent.storage import bitmap_from_bits, pack_indexes, stripe_resume_blocks
+from relgate_agent.staging.storage import bitmap_from_bits, pack_indexes, stripe_resume_blocks
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}
 

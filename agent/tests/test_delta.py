@@ -29,7 +29,7 @@ from relgate_agent.manifest import (
     write_envelope,
     write_keypair,
 )
-from relgate_agent.storage import JournalState, VersionStore
+from relgate_agent.staging.storage import JournalState, VersionStore
 
 KiB = 1024
 HOSTS = [(f"h{i:02d}", f"r{i % 2}") for i in range(4)]

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from relgate_agent.pki import TlsFiles, data_client_context, data_server_context, ensure_dev_pki
-from relgate_agent.transport import (
+from relgate_agent.dataplane.transport import (
     FRAME,
     KIND_BLOCK,
     KIND_END,
@@ -22,6 +21,7 @@ from relgate_agent.transport import (
     StripeStream,
     TransportError,
 )
+from relgate_agent.pki import TlsFiles, data_client_context, data_server_context, ensure_dev_pki
 
 BLOCK = 64 * 1024
 

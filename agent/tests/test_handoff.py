@@ -18,7 +18,7 @@ from relgate_agent.contracts import JobSpec, ProgressReport
 from relgate_agent.coordinator.outbox import IDEMPOTENCY_HEADER
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.manifest import TrustedKeys
-from relgate_agent.storage import bitmap_from_bits
+from relgate_agent.staging.storage import bitmap_from_bits
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(5)}
 KEY = IDEMPOTENCY_HEADER.lower()

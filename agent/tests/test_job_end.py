@@ -24,9 +24,9 @@ from relgate_agent.coordinator.jobstate import REMOVED, NotFound, Rejected
 from relgate_agent.coordinator.ledger import HostBytes
 from relgate_agent.coordinator.removal import remove_host
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
+from relgate_agent.dataplane.pacing import IDLE
 from relgate_agent.manifest import TrustedKeys
-from relgate_agent.pacing import IDLE
-from relgate_agent.storage import bitmap_from_bits
+from relgate_agent.staging.storage import bitmap_from_bits
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(4)}
 CAP = 4_000_000

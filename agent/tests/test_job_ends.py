@@ -23,7 +23,7 @@ from relgate_agent.manifest import (
     sign_manifest,
     write_envelope,
 )
-from relgate_agent.storage import bitmap_from_bits
+from relgate_agent.staging.storage import bitmap_from_bits
 
 MODEL, VERSION = "claude-x", "2026-10-12.3"
 

@@ -9,6 +9,7 @@ import pytest
 import rfc8785
 from agent_harness import write_checkpoint
 
+from relgate_agent.dataplane.origin import LocalDirOrigin, ManifestReader
 from relgate_agent.errors import ManifestError, VerificationError
 from relgate_agent.manifest import (
     CheckpointManifest,
@@ -23,7 +24,6 @@ from relgate_agent.manifest import (
     validate_name,
     verify_envelope,
 )
-from relgate_agent.origin import LocalDirOrigin, ManifestReader
 
 KiB = 1024
 

@@ -20,9 +20,7 @@ from relgate_agent.cli import EXIT_REJECTED
 from relgate_agent.client import CoordinatorRefusal
 from relgate_agent.contracts import JobSpec
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
-from relgate_agent.dsse import MAX_ENVELOPE_BYTES
-from relgate_agent.manifest import TrustedKeys
-from relgate_agent.manifestread import (
+from relgate_agent.dataplane.manifestread import (
     CHECK_MANIFEST_DEADLINE,
     CHECK_MANIFEST_NOT_REGULAR,
     CHECK_MANIFEST_READ,
@@ -30,6 +28,8 @@ from relgate_agent.manifestread import (
     ManifestReadError,
     read_manifest,
 )
+from relgate_agent.dsse import MAX_ENVELOPE_BYTES
+from relgate_agent.manifest import TrustedKeys
 
 
 def _check(uri: str, **kw: Any) -> str:

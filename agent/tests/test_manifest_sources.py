@@ -18,11 +18,11 @@ from typing import Any
 import grpc
 from agent_harness import HOSTS, Cluster, assert_placed, job_spec
 
+from relgate_agent.dataplane.transport import OP_FETCH_MANIFEST, DataServer
 from relgate_agent.pki import GRPC_TLS_OPTIONS, data_server_context, grpc_channel_credentials
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import GRPC_CLIENT_OPTIONS
-from relgate_agent.transport import OP_FETCH_MANIFEST, DataServer
 
 
 def _stats(cluster: Cluster, host: str, job: str) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from relgate_agent.contracts import JobSpec, ProgressReport, WatchCursor
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
+from relgate_agent.dataplane.pacing import IDLE, origin_shares
 from relgate_agent.manifest import TrustedKeys
-from relgate_agent.pacing import IDLE, origin_shares
-from relgate_agent.storage import bitmap_from_bits
+from relgate_agent.staging.storage import bitmap_from_bits
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}
 CAP = 4_000_000

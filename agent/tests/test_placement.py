@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from agent_harness import HOSTS, Cluster, assert_placed, job_spec
 
-from relgate_agent.storage import Journal, JournalState
+from relgate_agent.staging.storage import Journal, JournalState
 
 HOSTS4 = HOSTS[:4]
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from relgate_agent.errors import ManifestError, StorageError
 from relgate_agent.fstree import UnsafePathError, walk_checkpoint_tree
 from relgate_agent.manifest import CheckpointManifest, build_manifest
-from relgate_agent.storage import (
+from relgate_agent.staging.storage import (
     StagedMismatch,
     VersionStore,
     read_placed_envelope,
@@ -439,7 +439,7 @@ def test_a_quarantined_host_re_verifies_every_held_version(tmp_path: Path, keypa
     """What a quarantined host runs (the ``verify`` command's procedure, over all it holds):
     an intact version stays placed, a rotten one is un-placed naming chunk and file."""
     from relgate_agent.manifest import TrustedKeys, envelope_bytes, sign_manifest
-    from relgate_agent.reverify import reverify_all
+    from relgate_agent.staging.reverify import reverify_all
 
     key, _, trusted = keypair
     src = _src(tmp_path / "src")

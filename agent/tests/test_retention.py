@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from relgate_agent.cli import EXIT_OK, EXIT_REJECTED, main
-from relgate_agent.retention import read_serving, retire_versions
+from relgate_agent.staging.retention import read_serving, retire_versions
 
 MODEL = "claude-x"
 

@@ -26,17 +26,7 @@ import pytest
 from agent_harness import Cluster
 
 from relgate_agent.attestation import CertSigner, sign_placement
-from relgate_agent.pki import (
-    GRPC_TLS_OPTIONS,
-    TlsFiles,
-    ca_init,
-    data_client_context,
-    issue,
-)
-from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.storage import bitmap_from_bits, held_versions
-from relgate_agent.transport import (
+from relgate_agent.dataplane.transport import (
     CREDIT,
     FRAME,
     KIND_BLOCK,
@@ -47,11 +37,21 @@ from relgate_agent.transport import (
     OP_FETCH_MANIFEST,
     OP_STREAM_STRIPE,
     REQ,
+    ChunkFetch,
     StripeStream,
     TransportError,
-    fetch_chunk,
     fetch_manifest,
 )
+from relgate_agent.pki import (
+    GRPC_TLS_OPTIONS,
+    TlsFiles,
+    ca_init,
+    data_client_context,
+    issue,
+)
+from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.proto import distribution_pb2_grpc as pbg
+from relgate_agent.staging.storage import bitmap_from_bits, held_versions
 
 MODEL, VERSION = "claude-x", "2026-10-12.3"
 
@@ -679,7 +679,7 @@ def _outsider_refused(plane: dict[str, Any], outsider: str, s: int, topo: int) -
         f"(topology v{topo})"
     )
     with pytest.raises(TransportError) as exc:
-        fetch_chunk(data_address(plane, "h00"), job, 0, tls=ctx, peer="h00")
+        ChunkFetch(data_address(plane, "h00"), job, 0, tls=ctx, peer="h00").run()
     assert str(exc.value) == (
         f"upstream error: refused: {outsider} is not a peer of job {job} (topology v{topo})"
     )
@@ -740,7 +740,7 @@ def test_data_served_only_to_assigned_peers(plane: dict[str, Any]) -> None:
     for outsider in ("h99", "h02"):
         _outsider_refused(plane, outsider, s, a.topology_version)
     # a job peer may repair from h00, and fetch the envelope it holds, byte for byte
-    blocks = fetch_chunk(data_address(plane, "h00"), job, 1, tls=tls01, peer="h00")
+    blocks = ChunkFetch(data_address(plane, "h00"), job, 1, tls=tls01, peer="h00").run()
     assert [b.block for b in blocks] == list(m.chunk_blocks(1))
     envelope = fetch_manifest(
         data_address(plane, "h00"), job, m.digest, tls=tls01, peer="h00", max_bytes=1 << 26
@@ -1004,13 +1004,13 @@ def test_idle_and_excess_connections_are_cut(plane: dict[str, Any]) -> None:
     finally:
         s.close()
     # and the server still serves
-    blocks = fetch_chunk(
+    blocks = ChunkFetch(
         data_address(plane, "h00"),
         plane["job"],
         0,
         tls=data_client_context(c.tls("h01")),
         peer="h00",
-    )
+    ).run()
     assert [b.block for b in blocks] == list(plane["manifest"].chunk_blocks(0))
 
 

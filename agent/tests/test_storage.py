@@ -6,7 +6,7 @@ from pathlib import Path
 
 from relgate_agent.agent.stripes import ChunkHashes
 from relgate_agent.manifest import chunk_digest
-from relgate_agent.storage import (
+from relgate_agent.staging.storage import (
     Journal,
     JournalState,
     VersionStore,

@@ -19,12 +19,21 @@ from relgate_agent.coordinator.topology import (
     splice,
     splice_all,
     standby_hosts,
-    upload_counts,
 )
 
 
 def fleet(racks: int, per_rack: int) -> dict[str, str]:
     return {f"r{r}-h{i:02d}": f"r{r}" for r in range(racks) for i in range(per_rack)}
+
+
+def upload_counts(topo: Topology) -> dict[str, int]:
+    """How many (stripe, downstream) edges each host feeds; for balance checks."""
+    out = dict.fromkeys(topo.racks, 0)
+    for chain in topo.stripes:
+        for p in chain.parent.values():
+            if p is not None:
+                out[p] = out.get(p, 0) + 1
+    return out
 
 
 def reaches_everyone(topo: Topology) -> None:

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_frame_bounds import BLOCK, HostileUpstream, pki, upstream  # noqa: F401 - fixtures
 
-from relgate_agent import wan
-from relgate_agent.transport import KIND_BLOCK, KIND_ZBLOCK, StripeStream, TransportError
+from relgate_agent.dataplane import wan
+from relgate_agent.dataplane.transport import KIND_BLOCK, KIND_ZBLOCK, StripeStream, TransportError
 
 
 def bf16_block(n: int = 64 * 1024, seed: int = 3) -> bytes:

@@ -11,7 +11,7 @@ bypass peer instead of its upstream when that upstream
 - is dead or unreachable (``SUSPECT_AFTER`` transport failures in a row; reason ``dead``);
 - is the stripe's slow hop by its upload (reason ``tx``): this host receives the stripe at
   under ``SLOW_FRACTION`` x its fastest other stripe fed by a peer, while the upstream says
-  (PACE frames, ``relgate_agent.transport``) it holds ``AHEAD_MIN`` blocks or more ready for
+  (PACE frames, ``relgate_agent.dataplane.transport``) it holds ``AHEAD_MIN`` blocks or more ready for
   this stream: the upstream has the bytes and cannot pass them on, and this host's own
   receive is not the cause (another of its stripes comes in at twice the rate);
 - is the slow hop by its receive (reason ``rx``): this host receives the stripe slowly, the

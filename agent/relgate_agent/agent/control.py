@@ -26,7 +26,7 @@ from relgate_agent.errors import StorageError, is_no_space
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import REPORT_REPLY_TIMEOUT_S
-from relgate_agent.storage import (
+from relgate_agent.staging.storage import (
     JournalState,
     VersionStore,
     count_bits,

@@ -27,7 +27,7 @@ from pathlib import Path
 from relgate_agent.errors import ManifestError, StorageError
 from relgate_agent.fstree import UnsafePathError, lstat_kind, open_beneath, open_dir
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys, chunk_digest, verify_envelope
-from relgate_agent.storage import (
+from relgate_agent.staging.storage import (
     Journal,
     read_placed_envelope,
     read_placed_marker,

@@ -22,7 +22,7 @@ from relgate_agent.metrics_http import MetricsEndpoint
 
 if TYPE_CHECKING:
     from relgate_agent.agent.job import JobState
-    from relgate_agent.transport import DataServer
+    from relgate_agent.dataplane.transport import DataServer
 
 # (metric, help, JobCounters field, extra labels)
 _JOB_COUNTERS: tuple[tuple[str, str, str, tuple[tuple[str, str], ...]], ...] = (

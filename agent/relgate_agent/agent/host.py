@@ -19,10 +19,16 @@ from relgate_agent.agent.exporter import AgentExporter
 from relgate_agent.agent.job import AgentConfig, JobState
 from relgate_agent.agent.runner import JobRunner
 from relgate_agent.attestation import CertSigner
-from relgate_agent.authz import chunk_refusal, stripe_refusal, topology_skew
 from relgate_agent.contracts import priority_rank
+from relgate_agent.dataplane.pacing import TokenBucket
+from relgate_agent.dataplane.transport import (
+    OP_STREAM_STRIPE,
+    BlockSource,
+    DataPlaneLimits,
+    DataServer,
+)
 from relgate_agent.errors import AgentError
-from relgate_agent.pacing import TokenBucket
+from relgate_agent.identity.authz import chunk_refusal, stripe_refusal, topology_skew
 from relgate_agent.pki import (
     ROLE_HOST,
     Identity,
@@ -34,13 +40,7 @@ from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import Duplex, FailoverStub
-from relgate_agent.storage import held_versions
-from relgate_agent.transport import (
-    OP_STREAM_STRIPE,
-    BlockSource,
-    DataPlaneLimits,
-    DataServer,
-)
+from relgate_agent.staging.storage import held_versions
 
 log = logging.getLogger(__name__)
 ENDED_JOBS_KEPT = 32  # ended jobs whose figures the exporter still serves

@@ -22,14 +22,14 @@ from relgate_agent import hooks
 from relgate_agent.agent.bytelog import KIND_ORIGIN, KIND_RX, ByteLog
 from relgate_agent.attestation import CertSigner
 from relgate_agent.contracts import ORIGIN
+from relgate_agent.dataplane.origin import object_uri
+from relgate_agent.dataplane.pacing import ORIGIN_BURST_S, TokenBucket
+from relgate_agent.dataplane.transport import DEFAULT_CREDITS, Pace
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_NO_SPACE
 from relgate_agent.manifest import CheckpointManifest, TrustedKeys
-from relgate_agent.origin import object_uri
-from relgate_agent.pacing import ORIGIN_BURST_S, TokenBucket
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.rpc import Duplex
-from relgate_agent.storage import VersionStore, bitmap_from_bits
-from relgate_agent.transport import DEFAULT_CREDITS, Pace
+from relgate_agent.staging.storage import VersionStore, bitmap_from_bits
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Register and verify the signed manifest, open the staging tree (resuming from it
 or an already placed copy, start the control loops (:mod:`.control`) and the stripe
 workers (:mod:`.stripes`), and once every chunk verified place the tree: fsync, re-hash the
 staged tree, rename, READY. The runner is also the data-plane server's view of the job
-(:class:`relgate_agent.transport.BlockSource`).
+(:class:`relgate_agent.dataplane.transport.BlockSource`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,12 @@ from relgate_agent.agent.job import ChunkTracker, HostServices, JobFiles, JobSta
 from relgate_agent.agent.repair import ChunkRepair
 from relgate_agent.agent.stripes import StripeWorkers
 from relgate_agent.attestation import sign_placement
+from relgate_agent.dataplane.transport import (
+    PACE_AHEAD_MAX,
+    ManifestNotHeld,
+    TransportError,
+    fetch_manifest,
+)
 from relgate_agent.dsse import MAX_ENVELOPE_BYTES
 from relgate_agent.errors import (
     KIND_HOST_FAILED,
@@ -41,16 +47,10 @@ from relgate_agent.errors import (
 from relgate_agent.fstree import UnsafePathError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
 from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.retention import retire_versions
 from relgate_agent.retry import Backoff
-from relgate_agent.reverify import reverify_all
-from relgate_agent.storage import StagedMismatch, VersionStore, scrub_placed
-from relgate_agent.transport import (
-    PACE_AHEAD_MAX,
-    ManifestNotHeld,
-    TransportError,
-    fetch_manifest,
-)
+from relgate_agent.staging.retention import retire_versions
+from relgate_agent.staging.reverify import reverify_all
+from relgate_agent.staging.storage import StagedMismatch, VersionStore, scrub_placed
 
 log = logging.getLogger(__name__)
 COORDINATOR = "coordinator"  # manifest_from: the envelope came with the Register reply

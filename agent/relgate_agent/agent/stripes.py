@@ -24,16 +24,16 @@ from relgate_agent.agent.bytelog import KIND_ORIGIN, KIND_RX
 from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.job import ORIGIN, JobFiles, JobState
 from relgate_agent.agent.repair import ChunkRepair
-from relgate_agent.authz import STALE_TOPOLOGY
+from relgate_agent.dataplane.origin import ManifestReader, open_origin
+from relgate_agent.dataplane.pacing import ORIGIN_BURST_S
+from relgate_agent.dataplane.rangefetch import ParallelRanges, RangePlan, plan_ranges
+from relgate_agent.dataplane.transport import PeerCertRefused, StripeStream, TransportError
 from relgate_agent.errors import AgentError, NoSpace, OriginError, StorageError
 from relgate_agent.hooks import JobHooks
+from relgate_agent.identity.authz import STALE_TOPOLOGY
 from relgate_agent.manifest import CheckpointManifest, crc32c
-from relgate_agent.origin import ManifestReader, open_origin
-from relgate_agent.pacing import ORIGIN_BURST_S
 from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.rangefetch import ParallelRanges, RangePlan, plan_ranges
 from relgate_agent.retry import Backoff
-from relgate_agent.transport import PeerCertRefused, StripeStream, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +88,6 @@ class ChunkHashes:
                 self.rereads += 1
             return None
         return "sha256:" + entry[0].hexdigest()
-
-    def forget(self, chunk: int) -> None:
-        with self._lock:
-            self._running.pop(chunk, None)
 
 
 def _hook_touches_staging(hooks: JobHooks) -> bool:
@@ -365,7 +361,7 @@ class StripeWorkers:
 
     def _pull_origin(self, stripe: int, pos: int, a: pb.StripeAssignment) -> None:
         """The stripe from the origin: ranges of contiguous blocks, ``plan.parallel`` in
-        flight (rangefetch.py), consumed in order; the stripe's bucket paces each range."""
+        flight (dataplane/rangefetch.py), consumed in order; the stripe's bucket paces each range."""
         job, files = self.job, self.files
         if self.reader is None:
             self.reader = ManifestReader(open_origin(files.origin_uri), files.manifest)

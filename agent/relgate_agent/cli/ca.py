@@ -81,7 +81,7 @@ def ca_issue(
 def ca_revoke(directory: str, cert: str) -> None:
     """Adds the certificate's serial to ``revoked-certs.json`` in the CA directory;
     distribute it with the CA bundle (agents and coordinators re-read it when it changes)."""
-    from relgate_agent.certlife import life_of_pem, revoke, serial_hex
+    from relgate_agent.identity.certlife import life_of_pem, revoke, serial_hex
     from relgate_agent.pki import PkiError
 
     try:

@@ -22,7 +22,7 @@ from relgate_agent.cli.params import (
 )
 
 if TYPE_CHECKING:
-    from relgate_agent.transport import DataPlaneLimits
+    from relgate_agent.dataplane.transport import DataPlaneLimits
 
 
 @click.group("coordinator")

@@ -21,7 +21,7 @@ MiB = 1024 * 1024
 @click.option("--public", "public_path", required=True)
 @click.option("--force", is_flag=True, help="replace an existing pair (a key rotation)")
 def keygen(private_path: str, public_path: str, force: bool) -> None:
-    from relgate_agent.keypair import create_keypair
+    from relgate_agent.identity.keypair import create_keypair
 
     outcome = create_keypair(Path(private_path), Path(public_path), force=force)
     output().emit(outcome.to_json())
@@ -68,8 +68,8 @@ def manifest_build(
 @click.argument("envelope")
 @click.option("--trusted-keys", required=True, multiple=True)
 def manifest_verify(envelope: str, trusted_keys: tuple[str, ...]) -> None:
+    from relgate_agent.dataplane.manifestread import read_manifest
     from relgate_agent.manifest import verify_envelope
-    from relgate_agent.manifestread import read_manifest
 
     # bounded, regular files only, with a deadline: a FIFO or /dev/zero is refused (exit 3)
     m = verify_envelope(read_manifest(envelope), list(trusted_keys))

@@ -154,7 +154,7 @@ def data_plane_limit_options(fn: Callable[..., None]) -> Callable[..., None]:
         max_handshaking_per_address: int,
         **kw: Any,
     ) -> None:
-        from relgate_agent.transport import DataPlaneLimits
+        from relgate_agent.dataplane.transport import DataPlaneLimits
 
         limits = DataPlaneLimits(
             handshake_timeout_s=handshake_timeout,

@@ -25,7 +25,7 @@ def verify(
 ) -> int:
     """Scrub a placed copy against its signed manifest; un-place it on any mismatch."""
     from relgate_agent.manifest import TrustedKeys
-    from relgate_agent.reverify import reverify_placed
+    from relgate_agent.staging.reverify import reverify_placed
 
     trusted = TrustedKeys.load(list(trusted_keys))
     result = reverify_placed(Path(models_root), model, version, trusted, keep=keep)

@@ -20,6 +20,6 @@ from relgate_agent.cli.params import common, output
 @click.option("--models-root", default="/models")
 @click.option("--retain", type=int, default=2, help="versions kept up to the serving one (2 = N-1)")
 def ack_serving(model: str, version: str, models_root: str, retain: int) -> None:
-    from relgate_agent.retention import ack_serving as ack
+    from relgate_agent.staging.retention import ack_serving as ack
 
     output().emit(ack(Path(models_root), model, version, max(retain, 1)).to_json())

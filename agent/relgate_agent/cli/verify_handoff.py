@@ -29,7 +29,7 @@ def verify_handoff(event: str, ca_path: str) -> int:
         removed_hosts,
         verify_event_bytes,
     )
-    from relgate_agent.manifestread import read_manifest
+    from relgate_agent.dataplane.manifestread import read_manifest
 
     ca = load_ca(ca_path)
     raw = (

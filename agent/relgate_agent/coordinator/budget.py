@@ -1,7 +1,7 @@
 """The origin budget, shared by the stripe roots of every job reading that origin
 (recomputed every sweep).
 
-The rule itself (:func:`relgate_agent.pacing.origin_shares`) is a pure function of the cap
+The rule itself (:func:`relgate_agent.dataplane.pacing.origin_shares`) is a pure function of the cap
 and the bytes each stripe's root still has to read; this module reads those bytes off the
 roots' reported bitmaps and keeps the result on the job: per stripe, and per root host for
 the reply to its next report (a host roots several stripes in a small fleet).
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from urllib.parse import urlparse
 
 from relgate_agent.coordinator.jobstate import ACTIVE_STATES, JobState
-from relgate_agent.pacing import IDLE, origin_shares
+from relgate_agent.dataplane.pacing import IDLE, origin_shares
 
 JOIN_GRACE_REPORTS = 2  # report intervals a joining job waits for the others' new shares
 _REBALANCES = itertools.count(1)  # numbers each rebalance: jobs joining in one are peers
@@ -62,15 +62,6 @@ def _set_shares(job: JobState, shares: tuple[int, ...]) -> bool:
             by_root.setdefault(root, []).append((s, shares[s]))
     job.origin_by_root = {h: tuple(v) for h, v in by_root.items()}
     return True
-
-
-def rebalance_origin(job: JobState) -> bool:
-    """Recompute the origin shares of ``job``'s stripe roots alone (one job on its origin);
-    True when they changed."""
-    cap = job.spec.origin_cap_bytes_per_s
-    if cap <= 0:
-        return False
-    return _set_shares(job, origin_shares(cap, stripe_remaining(job)))
 
 
 def rebalance_origins(jobs: Iterable[JobState], now: float, report_interval_s: float) -> None:
@@ -116,7 +107,6 @@ __all__ = [
     "JOIN_GRACE_REPORTS",
     "origin_key",
     "origin_rate",
-    "rebalance_origin",
     "rebalance_origins",
     "stripe_remaining",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
@@ -243,6 +244,13 @@ class JobState:
     def removed(self) -> dict[str, str]:
         """Targets removed from the job (evicted, dead past the bound) -> why."""
         return {h: hp.removed for h, hp in self.hosts.items() if hp.removed and h in self.targets}
+
+    def restore_removed(self, removed: Mapping[str, RemovedHost]) -> None:
+        """A job loaded by a new leader: its removed targets (the ledger's) stay removed."""
+        for h, gone in removed.items():
+            hp = self.hosts.get(h)
+            if hp is not None:
+                hp.removed, hp.removed_at, hp.state = gone.reason, gone.removed_at, REMOVED
 
     @property
     def eligible(self) -> set[str]:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from relgate_agent.contracts import JobSpec, PeerRef
-from relgate_agent.coordinator import removal, slowclock, tally
+from relgate_agent.coordinator import slowclock, tally
 from relgate_agent.coordinator.changefeed import ChangeFeed
 from relgate_agent.coordinator.jobstate import (
     ACTIVE_STATES,
@@ -35,9 +35,9 @@ from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import Topology, TopologyIndex, append_host, splice_all
 from relgate_agent.datacenter import host_dc
+from relgate_agent.dataplane.manifestread import read_manifest
 from relgate_agent.errors import AgentError, ManifestError
 from relgate_agent.manifest import CheckpointManifest, verify_envelope
-from relgate_agent.manifestread import read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class CoordinatorCore:
         for h, at in self.store.quarantined(row.job_id).items():
             if h in job.hosts:
                 job.hosts[h].state, job.hosts[h].removed_at = QUARANTINED, at
-        removal.restore(self.ledger, job)
+        job.restore_removed(self.ledger.removed(job.job_id))
         for h, hp in job.hosts.items():
             # every other target was in the chains from the job's creation on (a late one
             # joins them): missing from them, it was spliced out as dead by an earlier

@@ -1,7 +1,8 @@
 """The coordinator's durable ledger of facts about a job's hosts, beyond the job row.
 
-Three tables, created by the store's second migration step (``LEDGER_SCHEMA``), written by
-plain SQL both SQLite and PostgreSQL accept:
+Three tables, created by the store's second migration step (``LEDGER_SCHEMA`` in store.py,
+which runs every step; the ledger imports the store, never the reverse), written by plain
+SQL both SQLite and PostgreSQL accept:
 
 - ``dist_host_bytes``: per (job, host) the cumulative bytes it received from peers, sent,
   and read from the origin, as its agent last reported them (agents journal their counters,
@@ -16,39 +17,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 
 from relgate_agent.contracts import RemovedHost
+from relgate_agent.coordinator.store import JobStore
 
-if TYPE_CHECKING:
-    from relgate_agent.coordinator.store import JobStore
-
-LEDGER_SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS dist_host_bytes (
-        job_id TEXT NOT NULL,
-        host_id TEXT NOT NULL,
-        rx BIGINT NOT NULL,
-        tx BIGINT NOT NULL,
-        origin BIGINT NOT NULL,
-        PRIMARY KEY (job_id, host_id)
-    )""",
-    """CREATE TABLE IF NOT EXISTS dist_removed (
-        job_id TEXT NOT NULL,
-        host_id TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        removed_at BIGINT NOT NULL,
-        PRIMARY KEY (job_id, host_id)
-    )""",
-    """CREATE TABLE IF NOT EXISTS dist_host_holds (
-        host_id TEXT PRIMARY KEY,
-        kind TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        job_id TEXT NOT NULL,
-        since BIGINT NOT NULL
-    )""",
-]
 REASON_MAX = 500  # characters of a reason kept (an operator's --reason is free text)
 # counters only grow: a late write (a deposed leader's) never lowers one; SQL both dialects
 # accept (no GREATEST in SQLite, no two-argument max() in PostgreSQL); constant column names
@@ -184,4 +158,4 @@ class Ledger:
         return HostHold(str(row[0]), str(row[1]), str(row[2]), str(row[3]), int(row[4]))
 
 
-__all__ = ["LEDGER_SCHEMA", "HostBytes", "HostHold", "Ledger"]
+__all__ = ["HostBytes", "HostHold", "Ledger"]

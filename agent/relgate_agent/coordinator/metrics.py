@@ -29,17 +29,16 @@ relgate_coordinator_job_topology_version{job}          the job's current topolog
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from relgate_agent.coordinator.jobstate import JobState
 from relgate_agent.metrics_http import MetricsEndpoint
-
-if TYPE_CHECKING:
-    from relgate_agent.coordinator.leader import CoordinatorCore
 
 # why a host left its place in the chains (the ``reason`` label of splices_total)
 SPLICE_DEAD, SPLICE_QUARANTINED, SPLICE_DEMOTED, SPLICE_SERVING = (
@@ -51,6 +50,23 @@ SPLICE_DEAD, SPLICE_QUARANTINED, SPLICE_DEMOTED, SPLICE_SERVING = (
 SPLICE_REMOVED = "removed"  # the suspect of its own complaints (complaints.py)
 # handler times of a few hundred microseconds up to the RPC timeouts
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class CoordinatorView(Protocol):
+    """What a scrape reads of a coordinator (``leader.CoordinatorCore`` is one): the leader
+    imports this module, never the reverse."""
+
+    @property
+    def leader(self) -> bool: ...
+
+    @property
+    def watching(self) -> Mapping[str, int]: ...
+
+    @property
+    def lock(self) -> AbstractContextManager[Any]: ...
+
+    @property
+    def jobs(self) -> Mapping[str, JobState]: ...
 
 
 class CoordinatorMetrics:
@@ -77,13 +93,13 @@ class CoordinatorMetrics:
         )
         self.endpoint = MetricsEndpoint(self.registry)
 
-    def watch(self, coord: CoordinatorCore) -> None:
+    def watch(self, coord: CoordinatorView) -> None:
         """Read ``coord``'s state at every scrape."""
         self.registry.register(_StateCollector(coord))
 
 
 class _StateCollector(Collector):
-    def __init__(self, coord: CoordinatorCore) -> None:
+    def __init__(self, coord: CoordinatorView) -> None:
         self.coord = coord
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -138,4 +154,5 @@ __all__ = [
     "SPLICE_REMOVED",
     "SPLICE_SERVING",
     "CoordinatorMetrics",
+    "CoordinatorView",
 ]

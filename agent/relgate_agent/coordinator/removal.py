@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from relgate_agent.contracts import RemovedHost
 from relgate_agent.coordinator.jobstate import (
@@ -32,11 +31,9 @@ from relgate_agent.coordinator.jobstate import (
     NotFound,
     Rejected,
 )
+from relgate_agent.coordinator.leader import CoordinatorCore
 from relgate_agent.coordinator.ledger import REASON_MAX, HostHold, Ledger
 from relgate_agent.coordinator.metrics import SPLICE_REMOVED
-
-if TYPE_CHECKING:
-    from relgate_agent.coordinator.leader import CoordinatorCore
 
 log = logging.getLogger(__name__)
 
@@ -101,14 +98,6 @@ def sweep_dead(core: CoordinatorCore, job: JobState, now: float) -> None:
             remove_host(core, job, h, f"dead since {since}, removed after {bound:g}s")
 
 
-def restore(ledger: Ledger, job: JobState) -> None:
-    """A job loaded by a new leader: its removed targets stay removed."""
-    for h, gone in ledger.removed(job.job_id).items():
-        hp = job.hosts.get(h)
-        if hp is not None:
-            hp.removed, hp.removed_at, hp.state = gone.reason, gone.removed_at, REMOVED
-
-
 def removed_hosts(job: JobState) -> tuple[RemovedHost, ...]:
     """Every target the job no longer waits for, with why and when (the quarantined
     included), by host id: what GetJob and the deployer events report."""
@@ -151,6 +140,5 @@ __all__ = [
     "remove_host",
     "removed_hosts",
     "removed_text",
-    "restore",
     "sweep_dead",
 ]

@@ -23,10 +23,7 @@ import grpc
 from google.protobuf import message_factory
 from prometheus_client import Histogram
 
-from relgate_agent import certlife
 from relgate_agent.attestation import CertSigner, load_ca
-from relgate_agent.authz import rpc_refusal
-from relgate_agent.certlife import RevokedCerts
 from relgate_agent.contracts import (
     JobSpec,
     WatchCursor,
@@ -50,6 +47,9 @@ from relgate_agent.coordinator.wire import (
     status_to_pb,
 )
 from relgate_agent.errors import CHECK_METADATA_KEY, AgentError
+from relgate_agent.identity import certlife
+from relgate_agent.identity.authz import rpc_refusal
+from relgate_agent.identity.certlife import RevokedCerts
 from relgate_agent.pki import Identity, TlsFiles, grpc_server_credentials, identity_from_pem
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
@@ -91,7 +91,7 @@ def caller_identity(context: grpc.aio.ServicerContext) -> Identity | None:
 def caller_cert_refusal(
     context: grpc.aio.ServicerContext, revoked: RevokedCerts | None
 ) -> tuple[str, str] | None:
-    """(check, why) when the caller's certificate expired or is revoked now (certlife.py):
+    """(check, why) when the caller's certificate expired or is revoked now (identity/certlife.py):
     TLS checked it when the connection opened, which may be hours ago."""
     certs = (context.auth_context() or {}).get("x509_pem_cert") or []
     if len(certs) != 1:

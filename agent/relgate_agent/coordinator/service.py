@@ -15,7 +15,6 @@ import secrets
 import time
 from collections.abc import Callable
 
-from relgate_agent.authz import live_targets
 from relgate_agent.contracts import (
     DEFAULT_READY_PPM,
     HostReason,
@@ -45,9 +44,10 @@ from relgate_agent.coordinator.outbox import Post, http_post
 from relgate_agent.coordinator.store import JobRow, StaleTopology
 from relgate_agent.coordinator.topology import build_topology
 from relgate_agent.datacenter import host_dc
+from relgate_agent.dataplane.manifestread import ManifestReadError, read_manifest
 from relgate_agent.errors import ManifestError
+from relgate_agent.identity.authz import live_targets
 from relgate_agent.manifest import CheckpointManifest, validate_name
-from relgate_agent.manifestread import ManifestReadError, read_manifest
 from relgate_agent.pki import PkiError, check_name
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection, create_engine, event, text
 
-from relgate_agent.coordinator.ledger import LEDGER_SCHEMA
 from relgate_agent.coordinator.topology import Topology
+from relgate_agent.errors import AgentError
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS dist_hosts (
@@ -131,11 +131,36 @@ SCHEMA = [
         PRIMARY KEY (host_id, digest)
     )""",
 ]
+# the second migration step: the ledger's tables (coordinator/ledger.py reads and writes them)
+LEDGER_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS dist_host_bytes (
+        job_id TEXT NOT NULL,
+        host_id TEXT NOT NULL,
+        rx BIGINT NOT NULL,
+        tx BIGINT NOT NULL,
+        origin BIGINT NOT NULL,
+        PRIMARY KEY (job_id, host_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS dist_removed (
+        job_id TEXT NOT NULL,
+        host_id TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        removed_at BIGINT NOT NULL,
+        PRIMARY KEY (job_id, host_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS dist_host_holds (
+        host_id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        job_id TEXT NOT NULL,
+        since BIGINT NOT NULL
+    )""",
+]
 OUTBOX_BATCH = 1000  # pending events one delivery pass looks at (bounded)
 _ERROR_TEXT_MAX = 500
 
 
-class StaleTopology(Exception):
+class StaleTopology(AgentError):
     """A topology write named a version that is no longer the latest (monotonicity guard)."""
 
 

@@ -297,20 +297,5 @@ def append_host(
     return new
 
 
-def stripe_positions(num_chunks: int, stripes: int) -> list[list[int]]:
-    """Chunks of each stripe in stream order."""
-    return [list(range(s, num_chunks, stripes)) for s in range(stripes)]
-
-
-def upload_counts(topo: Topology) -> dict[str, int]:
-    """How many (stripe, downstream) edges each host feeds; for balance checks."""
-    out = dict.fromkeys(topo.racks, 0)
-    for chain in topo.stripes:
-        for _h, p in chain.parent.items():
-            if p is not None:
-                out[p] = out.get(p, 0) + 1
-    return out
-
-
 def roots(topo: Topology) -> Sequence[str | None]:
     return [c.root() for c in topo.stripes]

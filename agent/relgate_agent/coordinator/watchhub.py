@@ -19,13 +19,14 @@ from concurrent.futures import Executor
 
 from relgate_agent.contracts import WatchCursor, WatchUpdate
 from relgate_agent.coordinator.jobstate import NotLeader
+from relgate_agent.errors import AgentError
 
 log = logging.getLogger(__name__)
 
 COALESCE_S = 0.05  # changes within this window share one push
 
 
-class WatchClosed(Exception):
+class WatchClosed(AgentError):
     """The hub ended this stream (leadership lost, shutting down): the agent reconnects."""
 
 
@@ -118,10 +119,6 @@ class WatchHub:
 
     def remove(self, w: Watcher) -> None:
         self.watchers.discard(w)
-
-    def close_all(self, reason: str) -> None:
-        for w in list(self.watchers):
-            w.close(reason)
 
     async def _flusher(self) -> None:
         wake, loop = self._wake, self._loop

@@ -52,8 +52,4 @@ def apply_capacity(fabric: Fabric, inc: Incident) -> None:
             fabric.caps[fabric.tx(h)] = min(fabric.caps[fabric.tx(h)], inc.rate)
 
 
-def failed_hosts(incidents: list[Incident]) -> set[int]:
-    return {h for i in incidents if i.kind == "fail" for h in i.hosts}
-
-
-__all__ = ["Incident", "apply_capacity", "failed_hosts", "plan_incidents"]
+__all__ = ["Incident", "apply_capacity", "plan_incidents"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from relgate_agent.errors import AgentError, ManifestError
 from relgate_agent.fstree import lstat_kind, write_file_atomic
 from relgate_agent.names import validate_name
-from relgate_agent.storage import CHECK_NOT_PLACED, VersionStore, gc_versions
+from relgate_agent.staging.storage import CHECK_NOT_PLACED, VersionStore, gc_versions
 
 SERVING_DIR = ".serving"
 MAX_RECORD_BYTES = 4096

@@ -20,6 +20,8 @@ import threading
 import numpy as np
 import zstandard
 
+from relgate_agent.errors import AgentError
+
 #: The one codec the data plane speaks ("compress" in a StreamStripe request).
 CODEC = "zstd-split2"
 #: zstd level 1. Measured here on 4 MiB bf16 blocks (normal weights): planes + level 1 give
@@ -31,7 +33,7 @@ LEVEL = 1
 WIDTH = 2
 
 
-class WanFrameError(Exception):
+class WanFrameError(AgentError):
     """A compressed frame that is malformed or does not decode to the block's length."""
 
 

@@ -19,7 +19,7 @@ the upstream never has more than the granted number of blocks outstanding.
 Frames (upstream -> downstream): ``!BQQII`` kind, block, offset, length, crc32c + payload.
 kind 1 BLOCK, 2 END, 3 ERROR (payload: UTF-8 message), 4 HEARTBEAT (upstream is alive but
 waiting for its own upstream; lets a downstream tell "slow chain" from "dead peer"), 5 ZBLOCK
-(a block compressed by ``relgate_agent.wan``; only on a stream that asked for it, and only
+(a block compressed by ``relgate_agent.dataplane.wan``; only on a stream that asked for it, and only
 when it is smaller than the block, so a frame is never longer than a block), 6 PACE (no
 payload; at most every ``PACE_S`` on a stripe stream: ``block`` is how many blocks past the
 one about to be sent the upstream holds ready for this stream (at most ``PACE_AHEAD_MAX``),
@@ -33,7 +33,7 @@ placed files), which is what lets a reconnecting downstream be replayed without 
 
 Every connection is TLS 1.3 with a client certificate from the fleet CA; the server serves a
 stripe only to a host its *current* assignment names as that stripe's downstream, and a
-chunk only to a host of the job's current topology (see ``relgate_agent.authz``). Nothing a
+chunk only to a host of the job's current topology (see ``relgate_agent.identity.authz``). Nothing a
 peer sends can hold the server: handshake, request and idle timeouts, a bound on
 connections per peer and in total, an accept loop that survives EMFILE, and every malformed
 request answered with one ERROR frame and a closed connection.
@@ -55,8 +55,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from relgate_agent import hooks, wan
-from relgate_agent.authz import STALE_TOPOLOGY
+from relgate_agent import hooks
+from relgate_agent.dataplane import wan
+from relgate_agent.errors import AgentError
+from relgate_agent.identity.authz import STALE_TOPOLOGY
 from relgate_agent.pki import Identity, identity_from_peercert, peer_cert_refusal
 
 log = logging.getLogger(__name__)
@@ -88,7 +90,7 @@ PACE_S = 0.5  # how often a stripe stream tells its downstream how far ahead it 
 PACE_AHEAD_MAX = 64  # blocks counted ahead at most (the count is a signal, not a ledger)
 
 
-class TransportError(Exception):
+class TransportError(AgentError):
     """Connection-level failure (reset, refused, protocol error, upstream error frame)."""
 
 
@@ -115,7 +117,7 @@ class ManifestNotHeld(TransportError):
     """The peer does not hold the manifest named (yet: it may be verifying it now)."""
 
 
-class RequestError(Exception):
+class RequestError(AgentError):
     """A malformed or refused request: answered with one ERROR frame, then the connection
     is closed. ``kind`` is the refusal counter it is counted under."""
 
@@ -174,18 +176,6 @@ class BlockSource(Protocol):
 
     @property
     def closed(self) -> bool: ...
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise TransportError("connection closed by peer")
-        got += k
-    return bytes(buf)
 
 
 def _recv_request_part(sock: socket.socket, n: int, what: str) -> bytes:
@@ -920,11 +910,6 @@ class ChunkFetch(FrameFetch):
             max_block=max_block,
             max_blocks=max_blocks,
         )
-
-
-def fetch_chunk(address: str, job: str, chunk: int, **kw: Any) -> list[Block]:
-    """Client side of FetchChunk (repair path): ``ChunkFetch(...).run()``."""
-    return ChunkFetch(address, job, chunk, **kw).run()
 
 
 def fetch_manifest(

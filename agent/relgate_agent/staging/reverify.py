@@ -15,7 +15,7 @@ from pathlib import Path
 from relgate_agent.errors import ManifestError
 from relgate_agent.fstree import UnsafePathError
 from relgate_agent.manifest import TrustedKeys, validate_name, verify_envelope
-from relgate_agent.storage import (
+from relgate_agent.staging.storage import (
     CHECK_CHUNK_DIGEST,
     CHECK_NOT_PLACED,
     CHECK_PLACED_MANIFEST,
