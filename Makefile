@@ -22,11 +22,11 @@ venv: $(STAMP)
 
 # -qq: errors only (pip's warnings about unreachable extra indexes and setuptools' editable
 # install notices are not news; a failed install still prints pip's error).
-$(STAMP): pyproject.toml setup.py relgate/integrity/kernel_build.py agent/pyproject.toml requirements.lock
+$(STAMP): pyproject.toml setup.py relgate/integrity/kernel_build.py agent/pyproject.toml trust/pyproject.toml requirements.lock
 	@echo "creating $(VENV) (pinned by requirements.lock; takes a few minutes)"
 	@$(PY) -m venv $(VENV)
 	@$(BIN)/pip install -qq --upgrade pip
-	@$(BIN)/pip install -qq -c requirements.lock -e '.[dev]' -e ./agent
+	@$(BIN)/pip install -qq -c requirements.lock -e ./trust -e ./agent -e '.[dev]'
 	@touch $(STAMP)
 
 $(DAGSTER_HOME)/dagster.yaml: $(INSTANCE_YAML)
@@ -36,7 +36,7 @@ $(DAGSTER_HOME)/dagster.yaml: $(INSTANCE_YAML)
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy relgate assets resources sensors pipelines agent/relgate_agent
+	$(BIN)/mypy relgate assets resources sensors pipelines agent/relgate_agent trust/relgate_trust
 	MYPYPATH=agent $(BIN)/mypy agent/lab/relgate_lab
 
 # Two pytest workers: most test time is waiting on subprocesses and servers, and every

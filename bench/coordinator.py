@@ -40,10 +40,7 @@ from typing import Any
 
 import grpc
 import numpy as np
-
-from bench.distribution import _cpu_seconds
-from relgate_agent.client import CoordinatorClient
-from relgate_agent.manifest import (
+from relgate_trust.manifest import (
     CheckpointManifest,
     ChunkEntry,
     FileEntry,
@@ -52,10 +49,13 @@ from relgate_agent.manifest import (
     sign_manifest,
     write_keypair,
 )
+from relgate_trust.retry import Backoff, retry_call
+
+from bench.distribution import _cpu_seconds
+from relgate_agent.client import CoordinatorClient
 from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles, ensure_dev_pki
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import GRPC_CLIENT_OPTIONS
 from relgate_agent.staging.storage import apply_delta, bitmap_from_bits, count_bits, pack_indexes
 

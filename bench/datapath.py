@@ -88,8 +88,7 @@ def _fleet(
     base: Path, size_mib: int, agents: int, chunk_mib: int, block_mib: int
 ) -> dict[str, Any]:
     from agent_harness import Cluster, write_checkpoint
-
-    from relgate_agent.manifest import (
+    from relgate_trust.manifest import (
         build_manifest,
         generate_private_key,
         sign_manifest,

@@ -71,7 +71,7 @@ def _busy_fraction(before: tuple[float, float], after: tuple[float, float]) -> f
 
 
 def _make_checkpoint(base: Path) -> tuple[Path, Path, Path, Any]:
-    from relgate_agent.manifest import (
+    from relgate_trust.manifest import (
         build_manifest,
         generate_private_key,
         sign_manifest,

@@ -39,7 +39,7 @@ QUICK: dict[str, int] = {"size_mib": 32}
 
 
 def _checkpoint(base: Path, size: int) -> tuple[Path, Path, Path]:
-    from relgate_agent.manifest import (
+    from relgate_trust.manifest import (
         build_manifest,
         generate_private_key,
         sign_manifest,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from pydantic import Field, JsonValue, model_validator
+from relgate_trust.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 from relgate.catalog.db import Database
 from relgate.catalog.events import GateOperation, Outcome, record
@@ -30,7 +31,6 @@ from relgate.integrity.signing import Role, SigningKey, TrustedKey, TrustedKeys,
 from relgate.objects.cas import ContentStore, StorageFault
 from relgate.objects.local import LocalObjectStore
 from relgate.objects.versioned import ObjectStore
-from relgate_agent.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 CONFIG_NAME = "relgate.json"
 _log = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ class Workspace:
     # -- keys ------------------------------------------------------------------------------
     # One Ed25519 key per role (builder, verifier, approver, gate), each with a version.
     # Private keys: keys/<role>-v<N>.pem (0600); public keys: <trusted dir>/<role>-v<N>-<kid>.pem
-    # (the file name carries role and version, see relgate_agent.dsse); config keys.roles
+    # (the file name carries role and version, see relgate_trust.dsse); config keys.roles
     # records each role's current {path, version}; keys.signing mirrors the builder's (it is
     # what checkpoint publication and older code read).  Revocations: <trusted>/revoked.json.
     # A workspace from before roles (one keys.signing key, trusted/<kid>.pem) is migrated by

@@ -5,15 +5,8 @@ The library surface the main package uses (``relgate checkpoint publish`` and th
 Pipes launch) is re-exported here; everything else is reachable through its module.
 """
 
-from relgate_agent.dataplane.origin import open_origin, read_uri
-from relgate_agent.errors import (
-    AgentError,
-    ManifestError,
-    OriginError,
-    StorageError,
-    VerificationError,
-)
-from relgate_agent.manifest import (
+from relgate_trust.errors import ManifestError, VerificationError
+from relgate_trust.manifest import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_CHUNK_SIZE,
     PAYLOAD_TYPE,
@@ -28,6 +21,9 @@ from relgate_agent.manifest import (
     verify_envelope,
     write_envelope,
 )
+
+from relgate_agent.dataplane.origin import open_origin, read_uri
+from relgate_agent.errors import AgentError, OriginError, StorageError
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",

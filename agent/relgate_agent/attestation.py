@@ -11,7 +11,7 @@ valid when it signed; each signature verifies; every READY host named by the eve
 attestation for the event's manifest digest.
 
 Signatures are ECDSA-SHA256 over the DSSE pre-authentication encoding
-(:func:`relgate_agent.dsse.pae`) of the RFC 8785 canonical JSON of the signed document:
+(:func:`relgate_trust.dsse.pae`) of the RFC 8785 canonical JSON of the signed document:
 
     attestation = {"payloadType": PLACEMENT_TYPE, "payload": <base64 canonical JSON>,
                    "sig": <base64>, "certificate": <host certificate PEM>}
@@ -36,10 +36,10 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from relgate_trust import jcs
+from relgate_trust.dsse import pae
 
-from relgate_agent import jcs
 from relgate_agent.contracts import RemovedHost
-from relgate_agent.dsse import pae
 from relgate_agent.errors import AgentError
 from relgate_agent.pki import ROLE_COORDINATOR, ROLE_HOST, TlsFiles, identity_from_pem
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 
+from relgate_trust.errors import TrustError
+
 # error kinds an agent reports that end a job (CHUNK_FAILED: a chunk failed verification N
 # times from the origin or from two peers) or its own part in one (HOST_FAILED)
 KIND_CHUNK_FAILED = "CHUNK_FAILED"
@@ -23,16 +25,9 @@ KIND_MANIFEST_REJECTED = "MANIFEST_REJECTED"
 CHECK_METADATA_KEY = "relgate-check"
 
 
-class AgentError(Exception):
-    """Base class for relgate-agent errors."""
-
-
-class ManifestError(AgentError):
-    """A checkpoint manifest is malformed, names something unsafe, or does not match its bytes."""
-
-
-class VerificationError(ManifestError):
-    """A signed manifest failed verification (unsigned, unknown key, bad signature, tampered)."""
+#: The agent's errors are rooted in the shared trust layer's: a manifest, signature or
+#: path refused by relgate_trust (ManifestError, VerificationError, ...) is an agent error.
+AgentError = TrustError
 
 
 class OriginError(AgentError):

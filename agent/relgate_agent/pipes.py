@@ -32,12 +32,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from relgate_trust.manifest import TrustedKeys
+
 from relgate_agent.client import CoordinatorClient, job_from_pb
 from relgate_agent.contracts import JobReport, JobSpec
 from relgate_agent.coordinator.jobstate import CoordinatorConfig, parse_selector, selector_matches
 from relgate_agent.coordinator.server import CoordinatorServer
 from relgate_agent.errors import AgentError
-from relgate_agent.manifest import TrustedKeys
 from relgate_agent.pki import TlsFiles
 
 CHECK_NAME = "ready_threshold"

@@ -36,9 +36,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from relgate_trust.fstree import write_file_atomic
 
 from relgate_agent.errors import AgentError
-from relgate_agent.fstree import write_file_atomic
 from relgate_agent.identity import certlife
 from relgate_agent.identity.certlife import RevokedCerts
 

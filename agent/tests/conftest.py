@@ -19,8 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 import numpy as np
 import pytest
 from agent_harness import Cluster, write_checkpoint
-
-from relgate_agent.manifest import (
+from relgate_trust.manifest import (
     build_manifest,
     generate_private_key,
     sign_manifest,

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from relgate_trust import jcs
+from relgate_trust.manifest import TrustedKeys
 from test_cli import _run
 
-from relgate_agent import jcs
 from relgate_agent.attestation import (
     CHECK_ATTESTATION_DIGEST,
     CHECK_ATTESTATION_MALFORMED,
@@ -40,7 +41,6 @@ from relgate_agent.cli import EXIT_OK, EXIT_REJECTED
 from relgate_agent.contracts import JobSpec, ProgressReport, RemovedHost
 from relgate_agent.coordinator.jobstate import ReadyRefused
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
-from relgate_agent.manifest import TrustedKeys
 from relgate_agent.pki import TlsFiles, ensure_dev_pki
 from relgate_agent.staging.storage import bitmap_from_bits
 

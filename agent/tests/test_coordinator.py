@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from relgate_trust.manifest import TrustedKeys
 
 from relgate_agent.client import job_from_pb
 from relgate_agent.contracts import (
@@ -29,7 +30,6 @@ from relgate_agent.coordinator.service import (
 )
 from relgate_agent.coordinator.wire import status_to_pb
 from relgate_agent.errors import KIND_CHUNK_FAILED
-from relgate_agent.manifest import TrustedKeys
 from relgate_agent.staging.storage import bitmap_from_bits, pack_indexes, stripe_resume_blocks
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}

@@ -17,9 +17,7 @@ from typing import Any
 
 import pytest
 from agent_harness import Cluster, assert_placed, job_spec, write_checkpoint
-
-from relgate_agent.agent.delta import copy_held_chunks
-from relgate_agent.manifest import (
+from relgate_trust.manifest import (
     CheckpointManifest,
     TrustedKeys,
     build_manifest,
@@ -29,6 +27,8 @@ from relgate_agent.manifest import (
     write_envelope,
     write_keypair,
 )
+
+from relgate_agent.agent.delta import copy_held_chunks
 from relgate_agent.staging.storage import JournalState, VersionStore
 
 KiB = 1024

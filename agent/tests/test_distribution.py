@@ -277,9 +277,9 @@ def test_untrusted_or_tampered_manifest_refused_before_any_byte(
 
     import grpc
     import rfc8785
+    from relgate_trust.manifest import generate_private_key, keyid_for, pae, write_keypair
 
     from relgate_agent.client import CoordinatorRefusal
-    from relgate_agent.manifest import generate_private_key, keyid_for, pae, write_keypair
 
     _, _, trusted = keypair
     m = checkpoint["manifest"]

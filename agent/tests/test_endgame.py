@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from agent_harness import Cluster, assert_placed, job_spec, write_checkpoint
 from relgate_lab.faults import FAULT_ENV
+from relgate_trust.manifest import build_manifest, sign_manifest, write_envelope
 
 from relgate_agent.agent.endgame import rarest_first
 from relgate_agent.coordinator.topology import build_topology
-from relgate_agent.manifest import build_manifest, sign_manifest, write_envelope
 
 KiB = 1024
 HOSTS = [(f"h{i:02d}", f"r{i % 2}") for i in range(4)]

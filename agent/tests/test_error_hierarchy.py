@@ -1,7 +1,8 @@
-"""One exception hierarchy: every exception the agent package defines is an AgentError.
+"""One exception hierarchy: every exception the agent and the shared trust package define
+is an AgentError (rooted at relgate_trust.errors.TrustError).
 
-Walks every module of relgate_agent (the generated protobuf code and the ``__main__`` entry
-points aside) and checks each Exception subclass defined there. The private control-flow
+Walks every module of relgate_agent and relgate_trust (the generated protobuf code and the
+``__main__`` entry points aside) and checks each Exception subclass defined there. The private control-flow
 exceptions that never leave their module are the only ones outside the hierarchy.
 """
 
@@ -11,6 +12,8 @@ import importlib
 import inspect
 import pkgutil
 
+import relgate_trust
+
 import relgate_agent
 from relgate_agent.errors import AgentError
 
@@ -18,7 +21,7 @@ from relgate_agent.errors import AgentError
 PRIVATE_CONTROL_FLOW = frozenset(
     {
         "relgate_agent.agent.stripes._JobOver",  # a stripe worker's loop ends
-        "relgate_agent.dsse._Refuse",  # json.loads hooks -> DsseError in parse_json
+        "relgate_trust.dsse._Refuse",  # json.loads hooks -> DsseError in parse_json
     }
 )
 
@@ -26,14 +29,15 @@ PRIVATE_CONTROL_FLOW = frozenset(
 def _modules() -> list[str]:
     return sorted(
         info.name
-        for info in pkgutil.walk_packages(relgate_agent.__path__, "relgate_agent.")
+        for package in (relgate_agent, relgate_trust)
+        for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}.")
         if not info.name.startswith("relgate_agent.proto") and not info.name.endswith(".__main__")
     )
 
 
 def _exceptions() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
-    for name in ["relgate_agent", *_modules()]:
+    for name in ["relgate_agent", "relgate_trust", *_modules()]:
         module = importlib.import_module(name)
         for value in vars(module).values():
             if (
@@ -51,6 +55,7 @@ def test_the_walk_sees_the_packages_and_their_exceptions() -> None:
         assert f"relgate_agent.{package}" in modules
     names = set(_exceptions())
     assert "relgate_agent.dataplane.transport.TransportError" in names
+    assert "relgate_trust.dsse.DsseError" in names
     assert names >= PRIVATE_CONTROL_FLOW  # the exemptions still name real classes
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from agent_harness import job_spec
+from relgate_trust.manifest import TrustedKeys
 
 from relgate_agent.agent.job import Assignments
 from relgate_agent.contracts import JobSpec, ProgressReport
@@ -18,7 +19,6 @@ from relgate_agent.coordinator.jobstate import NotLeader
 from relgate_agent.coordinator.leader import LEASE_SELF_FRACTION
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.coordinator.wire import assignment_to_pb
-from relgate_agent.manifest import TrustedKeys
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.rpc import RECONNECT_S, REPORT_REPLY_TIMEOUT_S
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from relgate_trust.manifest import TrustedKeys
 
 from relgate_agent.contracts import JobSpec, ProgressReport, WatchCursor
 from relgate_agent.coordinator.budget import JOIN_GRACE_REPORTS, origin_key
@@ -25,7 +26,6 @@ from relgate_agent.coordinator.ledger import HostBytes
 from relgate_agent.coordinator.removal import remove_host
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.dataplane.pacing import IDLE
-from relgate_agent.manifest import TrustedKeys
 from relgate_agent.staging.storage import bitmap_from_bits
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(4)}

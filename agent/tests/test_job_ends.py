@@ -9,20 +9,20 @@ from typing import Any
 
 import pytest
 from agent_harness import HOSTS, Cluster, assert_placed
-from test_distribution import create_job, start_hosts
-
-from relgate_agent.contracts import JobSpec, ProgressReport
-from relgate_agent.coordinator.jobstate import REMOVED, ReadyRefused
-from relgate_agent.coordinator.removal import remove_host
-from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
-from relgate_agent.dsse import REVOKED_FILE, keyid_of, revoked_bytes
-from relgate_agent.manifest import (
+from relgate_trust.dsse import REVOKED_FILE, keyid_of, revoked_bytes
+from relgate_trust.manifest import (
     CheckpointManifest,
     TrustedKeys,
     build_manifest,
     sign_manifest,
     write_envelope,
 )
+from test_distribution import create_job, start_hosts
+
+from relgate_agent.contracts import JobSpec, ProgressReport
+from relgate_agent.coordinator.jobstate import REMOVED, ReadyRefused
+from relgate_agent.coordinator.removal import remove_host
+from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.staging.storage import bitmap_from_bits
 
 MODEL, VERSION = "claude-x", "2026-10-12.3"

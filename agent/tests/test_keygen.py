@@ -11,9 +11,9 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from relgate_trust.manifest import generate_private_key, keyid_for, load_private_key
 
 from relgate_agent.cli import EXIT_OK, EXIT_REJECTED
-from relgate_agent.manifest import generate_private_key, keyid_for, load_private_key
 
 
 def _keygen(*argv: str) -> tuple[int, dict[str, object]]:

@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 import rfc8785
 from agent_harness import write_checkpoint
-
-from relgate_agent.dataplane.origin import LocalDirOrigin, ManifestReader
-from relgate_agent.errors import ManifestError, VerificationError
-from relgate_agent.manifest import (
+from relgate_trust.errors import ManifestError, VerificationError
+from relgate_trust.manifest import (
     CheckpointManifest,
     TrustedKeys,
     build_manifest,
@@ -24,6 +22,8 @@ from relgate_agent.manifest import (
     validate_name,
     verify_envelope,
 )
+
+from relgate_agent.dataplane.origin import LocalDirOrigin, ManifestReader
 
 KiB = 1024
 

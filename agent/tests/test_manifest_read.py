@@ -14,6 +14,8 @@ from typing import Any
 import grpc
 import pytest
 from agent_harness import Cluster
+from relgate_trust.dsse import MAX_ENVELOPE_BYTES
+from relgate_trust.manifest import TrustedKeys
 from test_cli import _run
 
 from relgate_agent.cli import EXIT_REJECTED
@@ -28,8 +30,6 @@ from relgate_agent.dataplane.manifestread import (
     ManifestReadError,
     read_manifest,
 )
-from relgate_agent.dsse import MAX_ENVELOPE_BYTES
-from relgate_agent.manifest import TrustedKeys
 
 
 def _check(uri: str, **kw: Any) -> str:

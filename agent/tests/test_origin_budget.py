@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from relgate_trust.manifest import TrustedKeys
 
 from relgate_agent.contracts import JobSpec, ProgressReport, WatchCursor
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.dataplane.pacing import IDLE, origin_shares
-from relgate_agent.manifest import TrustedKeys
 from relgate_agent.staging.storage import bitmap_from_bits
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from agent_harness import Cluster, assert_placed, job_spec
 from counting_origin import CountingOrigin
+from relgate_trust.manifest import build_manifest, sign_manifest, write_envelope
 
 from relgate_agent.cli import EXIT_REJECTED, main
-from relgate_agent.manifest import build_manifest, sign_manifest, write_envelope
 
 HOSTS = [("h00", "r0"), ("h01", "r1"), ("h02", "r0")]
 MiB = 1 << 20

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from relgate_trust.errors import ManifestError
+from relgate_trust.fstree import UnsafePathError, walk_checkpoint_tree
+from relgate_trust.manifest import CheckpointManifest, build_manifest
 
-from relgate_agent.errors import ManifestError, StorageError
-from relgate_agent.fstree import UnsafePathError, walk_checkpoint_tree
-from relgate_agent.manifest import CheckpointManifest, build_manifest
+from relgate_agent.errors import StorageError
 from relgate_agent.staging.storage import (
     StagedMismatch,
     VersionStore,
@@ -149,7 +150,7 @@ def test_file_swapped_in_from_an_older_inode_is_refused(tmp_path: Path) -> None:
 
 
 def test_no_follow_helpers_refuse_symlinked_components(tmp_path: Path) -> None:
-    from relgate_agent.fstree import mkdirs_beneath, open_beneath, open_dir, open_dirs_beneath
+    from relgate_trust.fstree import mkdirs_beneath, open_beneath, open_dir, open_dirs_beneath
 
     base = tmp_path / "base"
     (base / "real").mkdir(parents=True)
@@ -438,7 +439,8 @@ def test_place_never_replaces_an_existing_final_directory(tmp_path: Path) -> Non
 def test_a_quarantined_host_re_verifies_every_held_version(tmp_path: Path, keypair) -> None:
     """What a quarantined host runs (the ``verify`` command's procedure, over all it holds):
     an intact version stays placed, a rotten one is un-placed naming chunk and file."""
-    from relgate_agent.manifest import TrustedKeys, envelope_bytes, sign_manifest
+    from relgate_trust.manifest import TrustedKeys, envelope_bytes, sign_manifest
+
     from relgate_agent.staging.reverify import reverify_all
 
     key, _, trusted = keypair

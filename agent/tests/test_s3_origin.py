@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 
 import pytest
 from agent_harness import Cluster, assert_placed
+from relgate_trust.manifest import build_manifest, envelope_bytes, sign_manifest
 
 from relgate_agent.dataplane.manifestread import (
     CHECK_MANIFEST_TOO_LARGE,
@@ -29,7 +30,6 @@ from relgate_agent.dataplane.manifestread import (
 from relgate_agent.dataplane.origin import ManifestReader, S3Origin, open_origin, read_uri
 from relgate_agent.dataplane.rangefetch import ParallelRanges, RangePlan, plan_ranges
 from relgate_agent.errors import OriginError
-from relgate_agent.manifest import build_manifest, envelope_bytes, sign_manifest
 
 pytestmark = pytest.mark.s3
 

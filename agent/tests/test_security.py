@@ -538,8 +538,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     import hashlib
 
     from agent_harness import write_checkpoint
-
-    from relgate_agent.manifest import (
+    from relgate_trust.manifest import (
         build_manifest,
         generate_private_key,
         sign_manifest,

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from agent_harness import job_spec
+from relgate_trust.manifest import TrustedKeys
 
 from relgate_agent.contracts import JobSpec, ProgressReport
 from relgate_agent.coordinator import slowclock
@@ -16,7 +17,6 @@ from relgate_agent.coordinator.handoff import HandoffService
 from relgate_agent.coordinator.jobstate import HostProgress, JobState
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.coordinator.topology import append_host
-from relgate_agent.manifest import TrustedKeys
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(6)}
 FAST, SLOW = 12_000_000, 2_000_000

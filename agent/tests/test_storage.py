@@ -4,8 +4,9 @@ import os
 import time
 from pathlib import Path
 
+from relgate_trust.manifest import chunk_digest
+
 from relgate_agent.agent.stripes import ChunkHashes
-from relgate_agent.manifest import chunk_digest
 from relgate_agent.staging.storage import (
     Journal,
     JournalState,

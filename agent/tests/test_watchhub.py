@@ -7,12 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from relgate_trust.manifest import TrustedKeys
 
 from relgate_agent.contracts import JobSpec, WatchCursor, WatchUpdate
 from relgate_agent.coordinator.changefeed import ChangeFeed
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.coordinator.watchhub import WatchClosed, WatchHub
-from relgate_agent.manifest import TrustedKeys
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(4)}
 

@@ -13,6 +13,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from pydantic import Field, JsonValue, model_validator
+from relgate_trust.datacenter import rack_dc
 
 from relgate.checkpoint.local_fleet import (
     FleetMember,
@@ -28,7 +29,6 @@ from relgate.progress import Task, task
 from relgate.workspace import Workspace
 from relgate_agent.client import CoordinatorRefusal
 from relgate_agent.contracts import JobReport
-from relgate_agent.datacenter import rack_dc
 from relgate_agent.errors import KIND_CHUNK_FAILED, AgentError
 from relgate_agent.pipes import run_distribution_job
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+from relgate_trust.manifest import TrustedKeys, verify_envelope
+
 from relgate.checkpoint.location import ENVELOPE_NAME, checkpoint_root, validate_names, version_dir
 from relgate.checkpoint.publish import PublishedCheckpoint, published_from_manifest
 from relgate.integrity.contract import Contract
 from relgate.workspace import Workspace
-from relgate_agent.manifest import TrustedKeys, verify_envelope
 
 
 class CheckpointEntry(Contract):

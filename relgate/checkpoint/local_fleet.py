@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from relgate_trust.datacenter import rack_dc, with_dc
+
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.workspace import Workspace
 from relgate_agent.attestation import (
@@ -28,7 +30,6 @@ from relgate_agent.attestation import (
     load_ca,
     verify_event_bytes,
 )
-from relgate_agent.datacenter import rack_dc, with_dc
 from relgate_agent.pki import ensure_dev_pki
 
 _STOP_GRACE_S = 10.0

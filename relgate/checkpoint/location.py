@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from relgate_trust.errors import ManifestError
+from relgate_trust.manifest import validate_name
+
 from relgate.errors import UsageError
 from relgate.workspace import Workspace
-from relgate_agent.errors import ManifestError
-from relgate_agent.manifest import validate_name
 
 ENVELOPE_NAME = "manifest.dsse.json"
 ORIGIN_NAME = "origin"

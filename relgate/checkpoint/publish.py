@@ -15,6 +15,10 @@ import stat
 import tempfile
 from pathlib import Path
 
+from relgate_trust.errors import ManifestError
+from relgate_trust.fstree import CHECK_NOT_REGULAR, UnsafePathError, walk_checkpoint_tree
+from relgate_trust.manifest import CheckpointManifest, build_manifest, sign_manifest
+
 from relgate.checkpoint.location import (
     ENVELOPE_NAME,
     ORIGIN_NAME,
@@ -24,9 +28,6 @@ from relgate.checkpoint.location import (
 from relgate.errors import ObjectExistsError, RejectedError, UsageError
 from relgate.integrity.contract import Contract
 from relgate.workspace import Workspace
-from relgate_agent.errors import ManifestError
-from relgate_agent.fstree import CHECK_NOT_REGULAR, UnsafePathError, walk_checkpoint_tree
-from relgate_agent.manifest import CheckpointManifest, build_manifest, sign_manifest
 
 _COPY_BUFFER = 16 << 20
 

@@ -18,15 +18,11 @@ def register(main: click.Group) -> None:
         """Check a signed relgate document (snapshot manifest, release root, report, provenance):
         trusted signature by a key whose role may sign it, strict canonical payload; for
         manifests also the schema and the recomputed digest."""
+        from relgate_trust import dsse
+
         from relgate.documents.release_root import KIND as RELEASE
         from relgate.documents.snapshot_manifest import KIND as SNAPSHOT
-        from relgate.integrity.signing import (
-            PAYLOAD_ROLES,
-            load_envelope,
-            open_verified,
-            relgate_error,
-        )
-        from relgate_agent import dsse
+        from relgate.integrity.signing import load_envelope, open_verified, relgate_error
 
         data = load_envelope(envelope_file)
         try:
@@ -38,7 +34,7 @@ def register(main: click.Group) -> None:
         verified = open_verified(
             data,
             keys,
-            payload_type=ptype if ptype in PAYLOAD_ROLES else SNAPSHOT.payload_type,
+            payload_type=ptype if ptype in dsse.PAYLOAD_ROLES else SNAPSHOT.payload_type,
             subject=envelope_file,
         )
         out: dict[str, object] = {

@@ -2,7 +2,7 @@
 
 Manifests hold integers, strings, booleans, null, lists and objects only: a float has no
 single canonical spelling across implementations, so it is refused before encoding (the
-same bounds the shared envelope parser, :mod:`relgate_agent.dsse`, enforces on verification).
+same bounds the shared envelope parser, :mod:`relgate_trust.dsse`, enforces on verification).
 The digest of a manifest excludes its own identity and transport fields
 (``snapshotId``/``rootId``/``manifestId``, ``signatures``, ``transport``) so it can be
 recomputed from the manifest without self-reference.
@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from relgate_trust import jcs
+from relgate_trust.dsse import MAX_SAFE_INTEGER
+
 from relgate.errors import UsageError
 from relgate.integrity.digests import sha256_digest
-from relgate_agent import jcs
-from relgate_agent.dsse import MAX_SAFE_INTEGER
 
 #: Fields that never take part in a manifest's digest.
 DIGEST_EXCLUDED = frozenset({"snapshotId", "rootId", "manifestId", "signatures", "transport"})

@@ -1,12 +1,10 @@
-"""Signing keys and DSSE envelopes of the core: a thin layer over :mod:`relgate_agent.dsse`.
+"""Signing keys and DSSE envelopes of the core: a thin layer over :mod:`relgate_trust.dsse`.
 
 The envelope format, its strict parser (size, shape, base64, duplicate keys, depth, no
 floats, safe integers, RFC 8785 canonical payload) and the trusted key set are written once,
 in the agent package, and shared.  This module adds what is the core's:
 
 * :class:`SigningKey` -- a PEM private key with the role and version it signs as;
-* :data:`PAYLOAD_ROLES` -- which role may sign which document kind (fail closed: a payload
-  type not listed here verifies for no key);
 * the mapping of every refusal to :mod:`relgate.errors` (``signature-valid`` ->
   IntegrityError, ``trusted-keys`` -> UsageError, everything else -> RejectedError: exit 3),
   keeping the check name, the subject and the keyid.
@@ -21,14 +19,21 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from relgate_trust import dsse
+from relgate_trust.dsse import (
+    DsseError,
+    Role,
+    TrustedKey,
+    TrustedKeys,
+    Verified,
+    keyid_of,
+    roles_for,
+)
 
 from relgate.errors import IntegrityError, RejectedError, RelgateError, UsageError
 from relgate.integrity.contract import JsonObject
-from relgate_agent import dsse
-from relgate_agent.dsse import DsseError, Role, TrustedKey, TrustedKeys, Verified, keyid_of
 
 __all__ = [
-    "PAYLOAD_ROLES",
     "Role",
     "SigningKey",
     "TrustedKey",
@@ -42,33 +47,10 @@ __all__ = [
     "verify_envelope",
 ]
 
-#: Which roles may sign which payload type.  The builder signs what it built (snapshot
-#: manifests, release roots, checkpoint manifests); the verifier signs what it checked
-#: (validation and verification reports, and the SLSA provenance it issues for a verified
-#: root); approvals and gate records have their own keys.
-PAYLOAD_ROLES: dict[str, frozenset[Role]] = {
-    "application/vnd.relgate.dataset-snapshot.v1+json": frozenset({Role.BUILDER}),
-    "application/vnd.relgate.shard-release.v1+json": frozenset({Role.BUILDER}),
-    "application/vnd.relgate.checkpoint.manifest.v1+json": frozenset({Role.BUILDER}),
-    "application/vnd.relgate.validation-report.v1+json": frozenset({Role.VERIFIER}),
-    "application/vnd.relgate.replay-report.v1+json": frozenset({Role.VERIFIER}),
-    "application/vnd.relgate.release-verification.v1+json": frozenset({Role.VERIFIER}),
-    "application/vnd.relgate.schema-evolution.v1+json": frozenset({Role.VERIFIER}),
-    # in-toto statements: the builder's for snapshots, the verifier's for verified roots
-    # (each opener names the one role it accepts, relgate.integrity.statement).
-    "application/vnd.in-toto+json": frozenset({Role.BUILDER, Role.VERIFIER}),
-    "application/vnd.relgate.approval.v1+json": frozenset({Role.APPROVER}),
-    "application/vnd.relgate.gate-record.v1+json": frozenset({Role.GATE}),
-}
-
-
-def roles_for(payload_type: str) -> frozenset[Role]:
-    return PAYLOAD_ROLES.get(payload_type, frozenset())
-
 
 @dataclass(frozen=True)
-class SigningKey(dsse.Signer):  # type: ignore[misc,unused-ignore]  # agent untyped to mypy here
-    """The agent's :class:`relgate_agent.dsse.Signer` (key, role, version; ``keyid`` and
+class SigningKey(dsse.Signer):
+    """The agent's :class:`relgate_trust.dsse.Signer` (key, role, version; ``keyid`` and
     ``public_key`` come from there) plus what the core adds: loading a PEM file,
     generating a key and exporting PEM."""
 
@@ -106,7 +88,7 @@ class SigningKey(dsse.Signer):  # type: ignore[misc,unused-ignore]  # agent unty
 
 
 def sign_envelope(payload_type: str, payload: bytes, key: SigningKey) -> JsonObject:
-    """A DSSE envelope over ``payload`` (PAE and Ed25519 in :mod:`relgate_agent.dsse`)."""
+    """A DSSE envelope over ``payload`` (PAE and Ed25519 in :mod:`relgate_trust.dsse`)."""
     envelope: JsonObject = dsse.sign(payload_type, payload, key)
     return envelope
 

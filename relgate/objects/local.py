@@ -40,9 +40,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from relgate_trust.fstree import UnsafePathError, open_dir, open_dirs_beneath
+
 from relgate.errors import IntegrityError, NotFoundError, ObjectExistsError, UsageError
 from relgate.objects.versioned import ObjectStore, ObjectVersion, Writable, size_refusal
-from relgate_agent.fstree import UnsafePathError, open_dir, open_dirs_beneath
 
 _SEQ_WIDTH = 12
 _MAX_NAME = 200  # bytes; directory names are limited to 255

@@ -28,6 +28,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from relgate_trust import dsse
+
 from relgate.catalog.release_table import get_release
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.documents import release_root as rm
@@ -39,7 +41,6 @@ from relgate.integrity.merkle import LeafProof, check_proof
 from relgate.integrity.signing import TrustedKeys, relgate_error
 from relgate.integrity.tuples import FIELDS, MemberTuple
 from relgate.snapshot.diff import prove
-from relgate_agent import dsse
 
 SCHEMA = "relgate.proof-bundle.v1"
 MAX_BUNDLE_BYTES = 16 * 1024 * 1024

@@ -40,6 +40,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from relgate_trust.retry import Backoff, retry_call
 from sqlalchemy import Connection
 
 from relgate.catalog.db import one
@@ -57,7 +58,6 @@ from relgate.objects.cas import ContentRef
 from relgate.release import crypto
 from relgate.runs.store import read_run, refuse_ended
 from relgate.workspace import Workspace
-from relgate_agent.retry import Backoff, retry_call
 
 
 @dataclass(frozen=True)

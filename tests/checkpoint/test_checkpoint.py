@@ -338,8 +338,7 @@ def _rewrite_envelope(path: Path, how: str) -> None:
     import base64
 
     import rfc8785
-
-    from relgate_agent.manifest import CheckpointManifest, generate_private_key, sign_manifest
+    from relgate_trust.manifest import CheckpointManifest, generate_private_key, sign_manifest
 
     env = json.loads(path.read_text())
     if how == "unsigned":
@@ -405,7 +404,7 @@ def test_cli_distribute_unsigned_manifest_exit_3(tmp_path):
 
 
 def test_cli_distribute_origin_bit_rot_exit_3_names_the_chunk(tmp_path):
-    from relgate_agent.manifest import TrustedKeys, verify_envelope
+    from relgate_trust.manifest import TrustedKeys, verify_envelope
 
     home = tmp_path / "home"
     assert _cli(home, "init").returncode == 0

@@ -1,5 +1,5 @@
 """Hostile envelopes through BOTH command lines: ``relgate verify-manifest`` and
-``relgate-agent manifest verify`` share one parser (relgate_agent.dsse) and refuse the same
+``relgate-agent manifest verify`` share one parser (relgate_trust.dsse) and refuse the same
 inputs with exit 3 and the same check name.  Keys, roles, rotation and revocation through
 ``relgate key``; legacy single-key workspaces keep loading."""
 
@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from relgate_trust import dsse, jcs
+from relgate_trust.manifest import PAYLOAD_TYPE as CHECKPOINT_TYPE
+from relgate_trust.manifest import build_manifest, sign_manifest
 from support.snapshots import build_validated
 from support.workspaces import make_workspace
 
@@ -22,9 +25,6 @@ from relgate.documents import snapshot_manifest as sm
 from relgate.gate.approvals import PAYLOAD_TYPE, verify_approval
 from relgate.integrity.signing import Role, SigningKey
 from relgate.workspace import Workspace, default_config
-from relgate_agent import dsse, jcs
-from relgate_agent.manifest import PAYLOAD_TYPE as CHECKPOINT_TYPE
-from relgate_agent.manifest import build_manifest, sign_manifest
 
 RELGATE = [sys.executable, "-m", "relgate.cli"]
 AGENT = [sys.executable, "-m", "relgate_agent"]

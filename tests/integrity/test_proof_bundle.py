@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from relgate_trust.dsse import Signer
 from support.releases import write
 from support.snapshots import build_validated
 from support.workspaces import make_workspace
@@ -23,7 +24,6 @@ from relgate.integrity.signing import Role, SigningKey, TrustedKeys
 from relgate.integrity.tuples import MemberTuple
 from relgate.release.proofs import Proof, ProofBundle
 from relgate.snapshot.activation import approve
-from relgate_agent.dsse import Signer
 from tests.integrity.test_envelope_cli import relgate
 
 

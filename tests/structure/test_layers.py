@@ -82,3 +82,32 @@ def test_the_check_sees_an_arrow_that_runs_back_up(tmp_path: Path) -> None:
     module = tmp_path / "probe.py"
     module.write_text("def f():\n    from relgate.cli.main import main\n    return main\n")
     assert list(_imports(module)) == [(2, "relgate.cli.main")]
+
+
+def _external(tree: Path, prefix: str) -> list[tuple[str, int, str]]:
+    return [
+        (str(path.relative_to(ROOT)), line, module)
+        for path in sorted(tree.rglob("*.py"))
+        for line, module in _imports(path)
+        if module == prefix or module.startswith(prefix + ".")
+    ]
+
+
+def test_the_core_reaches_the_agent_only_from_checkpoint() -> None:
+    """The core is the agent's client (the coordinator client, the local fleet) in
+    ``relgate/checkpoint/`` and nowhere else; shared rules come from relgate_trust."""
+    outside = [
+        f"{path}:{line} {module}"
+        for path, line, module in _external(ROOT / "relgate", "relgate_agent")
+        if not path.startswith("relgate/checkpoint/")
+    ]
+    assert outside == []
+
+
+def test_trust_imports_neither_product() -> None:
+    found = [
+        f"{path}:{line} {module}"
+        for prefix in ("relgate", "relgate_agent", "dagster", "dagster_pipes")
+        for path, line, module in _external(ROOT / "trust" / "relgate_trust", prefix)
+    ]
+    assert found == []

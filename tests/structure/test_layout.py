@@ -41,13 +41,13 @@ def test_no_function_is_longer_than_80_lines() -> None:
 
 
 def test_one_pae_encoder() -> None:
-    """DSSE's pre-authentication encoding is written once, in the agent's dsse module."""
+    """DSSE's pre-authentication encoding is written once, in relgate-trust's dsse module."""
     spelled = [
         f
         for f in _python_files()
         if not f.startswith(("tests/", "agent/tests/")) and 'b"DSSEv1' in (ROOT / f).read_text()
     ]
-    assert spelled == ["agent/relgate_agent/dsse.py"]
+    assert spelled == ["trust/relgate_trust/dsse.py"]
 
 
 def test_object_key_prefixes_are_spelled_only_in_the_layout_module() -> None:

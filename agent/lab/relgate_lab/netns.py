@@ -46,8 +46,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from relgate_trust.datacenter import rack_dc, with_dc
+
 from relgate_agent.client import CoordinatorClient
-from relgate_agent.datacenter import rack_dc, with_dc
 from relgate_agent.errors import AgentError
 from relgate_agent.pki import TlsFiles, ensure_dev_pki
 from relgate_lab import lab_env, pgstore

@@ -35,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from relgate_agent.fstree import UnsafePathError, mkdirs_beneath, open_beneath, open_dir
+from relgate_trust.fstree import UnsafePathError, mkdirs_beneath, open_beneath, open_dir
+
 from relgate_agent.staging.storage import fsync_dir
 
 log = logging.getLogger(__name__)

@@ -18,13 +18,13 @@ import shutil
 import time
 
 import grpc
+from relgate_trust.retry import Backoff, retry_call
 
 from relgate_agent.agent.bytelog import CountedBytes
 from relgate_agent.agent.job import ORIGIN, JobState
 from relgate_agent.contracts import ACTION_QUARANTINE, STRIPE_DONE
 from relgate_agent.errors import StorageError, is_no_space
 from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import REPORT_REPLY_TIMEOUT_S
 from relgate_agent.staging.storage import (
     JournalState,

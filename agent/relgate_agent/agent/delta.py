@@ -24,9 +24,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from relgate_agent.errors import ManifestError, StorageError
-from relgate_agent.fstree import UnsafePathError, lstat_kind, open_beneath, open_dir
-from relgate_agent.manifest import CheckpointManifest, TrustedKeys, chunk_digest, verify_envelope
+from relgate_trust.errors import ManifestError
+from relgate_trust.fstree import UnsafePathError, lstat_kind, open_beneath, open_dir
+from relgate_trust.manifest import CheckpointManifest, TrustedKeys, chunk_digest, verify_envelope
+
+from relgate_agent.errors import StorageError
 from relgate_agent.staging.storage import (
     Journal,
     read_placed_envelope,

@@ -20,12 +20,13 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from relgate_trust.manifest import chunk_digest
+
 from relgate_agent.agent.bytelog import KIND_RX
 from relgate_agent.agent.job import JobFiles, JobState
 from relgate_agent.agent.repair import ChunkRepair, blocks_intact
 from relgate_agent.dataplane.transport import Block, ChunkFetch, TransportError
 from relgate_agent.errors import NoSpace
-from relgate_agent.manifest import chunk_digest
 from relgate_agent.proto import distribution_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import grpc
+from relgate_trust.retry import Backoff, retry_call
 
 from relgate_agent.agent import bytelog
 from relgate_agent.agent.exporter import AgentExporter
@@ -38,7 +39,6 @@ from relgate_agent.pki import (
 )
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.retry import Backoff, retry_call
 from relgate_agent.rpc import Duplex, FailoverStub
 from relgate_agent.staging.storage import held_versions
 

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from relgate_trust.manifest import CheckpointManifest, TrustedKeys
+
 from relgate_agent import hooks
 from relgate_agent.agent.bytelog import KIND_ORIGIN, KIND_RX, ByteLog
 from relgate_agent.attestation import CertSigner
@@ -26,7 +28,6 @@ from relgate_agent.dataplane.origin import object_uri
 from relgate_agent.dataplane.pacing import ORIGIN_BURST_S, TokenBucket
 from relgate_agent.dataplane.transport import DEFAULT_CREDITS, Pace
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_NO_SPACE
-from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.rpc import Duplex
 from relgate_agent.staging.storage import VersionStore, bitmap_from_bits

@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 
 import grpc
+from relgate_trust.manifest import CheckpointManifest, crc32c
 
 from relgate_agent.agent.bytelog import KIND_RX
 from relgate_agent.agent.job import JobFiles, JobState
 from relgate_agent.dataplane.transport import Block, ChunkFetch, TransportError
 from relgate_agent.errors import NoSpace
-from relgate_agent.manifest import CheckpointManifest, crc32c
 from relgate_agent.proto import distribution_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,11 @@ import threading
 import time
 
 import grpc
+from relgate_trust.dsse import MAX_ENVELOPE_BYTES
+from relgate_trust.errors import ManifestError
+from relgate_trust.fstree import UnsafePathError
+from relgate_trust.manifest import CheckpointManifest, verify_envelope
+from relgate_trust.retry import Backoff
 
 from relgate_agent.agent.bytelog import KIND_TX, ByteLog
 from relgate_agent.agent.control import ControlPlane
@@ -33,21 +38,16 @@ from relgate_agent.dataplane.transport import (
     TransportError,
     fetch_manifest,
 )
-from relgate_agent.dsse import MAX_ENVELOPE_BYTES
 from relgate_agent.errors import (
     KIND_HOST_FAILED,
     KIND_LOCAL_REJECTED,
     KIND_MANIFEST_REJECTED,
     KIND_QUARANTINED,
     AgentError,
-    ManifestError,
     NoSpace,
     StorageError,
 )
-from relgate_agent.fstree import UnsafePathError
-from relgate_agent.manifest import CheckpointManifest, verify_envelope
 from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.retry import Backoff
 from relgate_agent.staging.retention import retire_versions
 from relgate_agent.staging.reverify import reverify_all
 from relgate_agent.staging.storage import StagedMismatch, VersionStore, scrub_placed

@@ -19,6 +19,9 @@ import logging
 import threading
 import time
 
+from relgate_trust.manifest import CheckpointManifest, crc32c
+from relgate_trust.retry import Backoff
+
 from relgate_agent.agent.bypass import PACE_FRESH_S, REASON_DEAD, BypassJudge, StripeView
 from relgate_agent.agent.bytelog import KIND_ORIGIN, KIND_RX
 from relgate_agent.agent.control import ControlPlane
@@ -31,9 +34,7 @@ from relgate_agent.dataplane.transport import PeerCertRefused, StripeStream, Tra
 from relgate_agent.errors import AgentError, NoSpace, OriginError, StorageError
 from relgate_agent.hooks import JobHooks
 from relgate_agent.identity.authz import STALE_TOPOLOGY
-from relgate_agent.manifest import CheckpointManifest, crc32c
 from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import click
 import grpc
+from relgate_trust.errors import ManifestError, VerificationError
 
 from relgate_agent.cli.ca import ca, hosts
 from relgate_agent.cli.daemons import agent, coordinator, pipes
@@ -23,7 +24,7 @@ from relgate_agent.cli.serving import ack_serving
 from relgate_agent.cli.simulate import simulate
 from relgate_agent.cli.verify_handoff import verify_handoff
 from relgate_agent.client import CoordinatorRefusal
-from relgate_agent.errors import AgentError, ManifestError, VerificationError
+from relgate_agent.errors import AgentError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_REJECTED, EXIT_CONFLICT = 0, 1, 2, 3, 4
 

@@ -92,9 +92,10 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     cert: str,
     key: str,
 ) -> None:
+    from relgate_trust.manifest import TrustedKeys
+
     from relgate_agent.coordinator.jobstate import CoordinatorConfig, default_db_path
     from relgate_agent.coordinator.server import CoordinatorServer
-    from relgate_agent.manifest import TrustedKeys
 
     out = output()
     setup_logging(out.verbose)
@@ -227,9 +228,10 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     cert: str,
     key: str,
 ) -> None:
+    from relgate_trust.manifest import TrustedKeys
+
     from relgate_agent.agent.host import HostAgent
     from relgate_agent.agent.job import AgentConfig
-    from relgate_agent.manifest import TrustedKeys
 
     out = output()
     setup_logging(out.verbose)

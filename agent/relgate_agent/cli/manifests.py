@@ -44,7 +44,7 @@ def manifest() -> None:
 def manifest_build(
     directory: str, model: str, version: str, chunk_size: int, block_size: int, key: str, out: str
 ) -> None:
-    from relgate_agent.manifest import (
+    from relgate_trust.manifest import (
         build_manifest,
         load_private_key,
         sign_manifest,
@@ -68,8 +68,9 @@ def manifest_build(
 @click.argument("envelope")
 @click.option("--trusted-keys", required=True, multiple=True)
 def manifest_verify(envelope: str, trusted_keys: tuple[str, ...]) -> None:
+    from relgate_trust.manifest import verify_envelope
+
     from relgate_agent.dataplane.manifestread import read_manifest
-    from relgate_agent.manifest import verify_envelope
 
     # bounded, regular files only, with a deadline: a FIFO or /dev/zero is refused (exit 3)
     m = verify_envelope(read_manifest(envelope), list(trusted_keys))

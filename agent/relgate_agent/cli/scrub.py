@@ -24,7 +24,8 @@ def verify(
     model: str, version: str, models_root: str, trusted_keys: tuple[str, ...], keep: bool
 ) -> int:
     """Scrub a placed copy against its signed manifest; un-place it on any mismatch."""
-    from relgate_agent.manifest import TrustedKeys
+    from relgate_trust.manifest import TrustedKeys
+
     from relgate_agent.staging.reverify import reverify_placed
 
     trusted = TrustedKeys.load(list(trusted_keys))

@@ -15,6 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from relgate_trust.retry import Backoff
+
 from relgate_agent.contracts import HostRow, RemovedHost
 from relgate_agent.coordinator import removal, slowclock, tally
 from relgate_agent.coordinator.attest import attestations_for
@@ -50,7 +52,6 @@ from relgate_agent.coordinator.slowness import (
 )
 from relgate_agent.coordinator.store import OutboxRow
 from relgate_agent.errors import KIND_HOST_FAILED
-from relgate_agent.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
+from relgate_trust.manifest import CheckpointManifest, TrustedKeys
+
 from relgate_agent.contracts import JobSpec, RemovedHost, camel
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, EVENT_HOSTS_READY
 from relgate_agent.coordinator.topology import Topology
 from relgate_agent.errors import AgentError
-from relgate_agent.manifest import CheckpointManifest, TrustedKeys
 
 ACTIVE_STATES = ("PLANNING", "DISTRIBUTING", "COMPLETE")
 TERMINAL_STATES = ("DONE", "CANCELLED", "FAILED")

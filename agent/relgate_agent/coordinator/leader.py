@@ -16,6 +16,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from relgate_trust.datacenter import host_dc
+from relgate_trust.errors import ManifestError
+from relgate_trust.manifest import CheckpointManifest, verify_envelope
+
 from relgate_agent.contracts import JobSpec, PeerRef
 from relgate_agent.coordinator import slowclock, tally
 from relgate_agent.coordinator.changefeed import ChangeFeed
@@ -34,10 +38,8 @@ from relgate_agent.coordinator.metrics import SPLICE_DEAD, CoordinatorMetrics
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import Topology, TopologyIndex, append_host, splice_all
-from relgate_agent.datacenter import host_dc
 from relgate_agent.dataplane.manifestread import read_manifest
-from relgate_agent.errors import AgentError, ManifestError
-from relgate_agent.manifest import CheckpointManifest, verify_envelope
+from relgate_agent.errors import AgentError
 
 log = logging.getLogger(__name__)
 

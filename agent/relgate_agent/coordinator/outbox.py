@@ -4,7 +4,7 @@ Every event for the deployer (``DistributionComplete`` once per job, then ``Host
 the hosts that became READY after it) is first written to the store's outbox table, then
 POSTed to the job's webhook until the webhook answers 2xx; only a 2xx marks it delivered.
 A failed POST (connection refused, timeout, any non-2xx, a redirect) is retried with a
-bounded exponential backoff (:class:`relgate_agent.retry.Backoff`), scheduled in the row,
+bounded exponential backoff (:class:`relgate_trust.retry.Backoff`), scheduled in the row,
 so a restarted coordinator or a new leader resumes where the last one stopped.
 
 Each event carries a stable id, derived from what it announces (job, type, hosts), sent as
@@ -25,8 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from http.client import HTTPException
 from typing import Protocol
 
+from relgate_trust.retry import Backoff
+
 from relgate_agent.coordinator.store import JobStore, OutboxRow
-from relgate_agent.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import random
 
+from relgate_trust.datacenter import host_dc
+
 from relgate_agent.contracts import (
     ACTION_QUARANTINE,
     ORIGIN_PEER,
@@ -58,7 +60,6 @@ from relgate_agent.coordinator.topology import (
     index_topology,
     standby_hosts,
 )
-from relgate_agent.datacenter import host_dc
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED, KIND_NO_SPACE
 from relgate_agent.identity.authz import ready_refusal
 from relgate_agent.staging.storage import apply_delta, count_bits, stripe_resume_blocks

@@ -15,6 +15,10 @@ import secrets
 import time
 from collections.abc import Callable
 
+from relgate_trust.datacenter import host_dc
+from relgate_trust.errors import ManifestError
+from relgate_trust.manifest import CheckpointManifest, validate_name
+
 from relgate_agent.contracts import (
     DEFAULT_READY_PPM,
     HostReason,
@@ -43,11 +47,8 @@ from relgate_agent.coordinator.jobstate import (
 from relgate_agent.coordinator.outbox import Post, http_post
 from relgate_agent.coordinator.store import JobRow, StaleTopology
 from relgate_agent.coordinator.topology import build_topology
-from relgate_agent.datacenter import host_dc
 from relgate_agent.dataplane.manifestread import ManifestReadError, read_manifest
-from relgate_agent.errors import ManifestError
 from relgate_agent.identity.authz import live_targets
-from relgate_agent.manifest import CheckpointManifest, validate_name
 from relgate_agent.pki import PkiError, check_name
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 Every manifest read (``relgate-agent manifest verify``, CreateJob, a new leader loading its
 jobs) goes through :func:`read_manifest`: the size is bounded before a byte is parsed
-(:data:`relgate_agent.dsse.MAX_ENVELOPE_BYTES`), a local path must be a regular file
+(:data:`relgate_trust.dsse.MAX_ENVELOPE_BYTES`), a local path must be a regular file
 (opened non-blocking, so a FIFO never blocks the open; a device such as ``/dev/zero`` is
 refused before it is read), and the whole read has a deadline: it runs on a small pool of
 its own and the caller stops waiting when the deadline passes, so a hung file system or a
@@ -24,7 +24,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 from urllib.parse import urlparse
 
-from relgate_agent.dsse import MAX_ENVELOPE_BYTES
+from relgate_trust.dsse import MAX_ENVELOPE_BYTES
+
 from relgate_agent.errors import OriginError
 
 CHECK_MANIFEST_READ = "manifest-read"  # not found, permission, network error

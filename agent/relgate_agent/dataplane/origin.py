@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
+from relgate_trust.manifest import CheckpointManifest, FileEntry, validate_relative_path
+
 from relgate_agent.errors import OriginError
-from relgate_agent.manifest import CheckpointManifest, FileEntry, validate_relative_path
 
 S3_POOL = 64  # connections one S3 client keeps (every stripe root of a host shares it)
 

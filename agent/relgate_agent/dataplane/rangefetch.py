@@ -5,7 +5,7 @@ each: with the default 64 MiB chunks, one chunk per range) and keeps up to ``par
 them in flight on a thread pool; results are yielded **in order**, so the chunk pipeline
 (CRC, write, hash, forward) sees the stripe exactly as a serial read would. Memory is
 bounded by ``parallel`` x ``range_bytes`` (plus the range being consumed). Each range is
-retried on its own (``relgate_agent.retry``: tenacity) and a range that still fails raises
+retried on its own (``relgate_trust.retry``: tenacity) and a range that still fails raises
 :class:`OriginError` naming it; closing the iterator (a rewired stripe, a stopped job)
 cancels the ranges not started.
 
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlparse
 
+from relgate_trust.retry import Backoff, retry_call
+
 from relgate_agent.errors import OriginError
-from relgate_agent.retry import Backoff, retry_call
 
 MIB = 1 << 20
 RANGE_BACKOFF = Backoff(0.2, 5.0)

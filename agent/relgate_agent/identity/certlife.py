@@ -27,8 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from cryptography import x509
-
-from relgate_agent.fstree import write_file_atomic
+from relgate_trust.fstree import write_file_atomic
 
 log = logging.getLogger(__name__)
 

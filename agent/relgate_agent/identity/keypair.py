@@ -24,10 +24,10 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from relgate_trust.fstree import write_file_atomic
+from relgate_trust.manifest import generate_private_key, keyid_for, public_key_pem, write_keypair
 
 from relgate_agent.errors import AgentError
-from relgate_agent.fstree import write_file_atomic
-from relgate_agent.manifest import generate_private_key, keyid_for, public_key_pem, write_keypair
 
 CHECK_KEY_EXISTS = "key-exists"
 CHECK_PUBLIC_MISMATCH = "public-key-mismatch"

@@ -22,13 +22,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from relgate_trust.manifest import CheckpointManifest, ChunkEntry, FileEntry
 
 from relgate_agent.contracts import STRIPE_DONE, JobSpec, ProgressReport
 from relgate_agent.coordinator.jobstate import CoordinatorConfig, JobState
 from relgate_agent.coordinator.service import Coordinator
 from relgate_agent.coordinator.topology import Topology
 from relgate_agent.dataplane.pacing import TokenBucket
-from relgate_agent.manifest import CheckpointManifest, ChunkEntry, FileEntry
 from relgate_agent.sim.engine import ABSENT, ChainRun, Forest
 from relgate_agent.sim.faults import Incident
 from relgate_agent.sim.network import ORIGIN_SRC

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from relgate_agent.errors import VerificationError
+from relgate_trust.errors import VerificationError
 
 CHECK_SCENARIO = "sim-scenario"
 MAX_SCENARIO_BYTES = 1 << 20

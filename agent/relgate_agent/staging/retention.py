@@ -20,9 +20,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from relgate_agent.errors import AgentError, ManifestError
-from relgate_agent.fstree import lstat_kind, write_file_atomic
-from relgate_agent.names import validate_name
+from relgate_trust.errors import ManifestError
+from relgate_trust.fstree import lstat_kind, write_file_atomic
+from relgate_trust.names import validate_name
+
+from relgate_agent.errors import AgentError
 from relgate_agent.staging.storage import CHECK_NOT_PLACED, VersionStore, gc_versions
 
 SERVING_DIR = ".serving"

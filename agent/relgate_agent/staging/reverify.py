@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from relgate_agent.errors import ManifestError
-from relgate_agent.fstree import UnsafePathError
-from relgate_agent.manifest import TrustedKeys, validate_name, verify_envelope
+from relgate_trust.errors import ManifestError
+from relgate_trust.fstree import UnsafePathError
+from relgate_trust.manifest import TrustedKeys, validate_name, verify_envelope
+
 from relgate_agent.staging.storage import (
     CHECK_CHUNK_DIGEST,
     CHECK_NOT_PLACED,

@@ -28,10 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-
-from relgate_agent.dsse import MAX_ENVELOPE_BYTES  # the one bound on a signed envelope
-from relgate_agent.errors import NoSpace, StorageError, is_no_space
-from relgate_agent.fstree import (
+from relgate_trust.dsse import MAX_ENVELOPE_BYTES  # the one bound on a signed envelope
+from relgate_trust.fstree import (
     CHECK_NOT_REGULAR,
     CHECK_SYMLINK,
     UnsafePathError,
@@ -42,13 +40,15 @@ from relgate_agent.fstree import (
     open_dirs_beneath,
     walk_checkpoint_tree,
 )
-from relgate_agent.manifest import (
+from relgate_trust.manifest import (
     CheckpointManifest,
     ChunkEntry,
     FileEntry,
     chunk_digest,
     validate_name,
 )
+
+from relgate_agent.errors import NoSpace, StorageError, is_no_space
 
 JOURNAL_FORMAT = 1
 STAGED_ENVELOPE = "manifest.dsse.json"  # beside the journal of a staged version

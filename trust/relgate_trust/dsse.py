@@ -43,8 +43,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from relgate_agent import jcs
-from relgate_agent.errors import VerificationError
+from relgate_trust import jcs
+from relgate_trust.errors import VerificationError
 
 #: Envelopes (and trust files) larger than this are refused before parsing.
 MAX_ENVELOPE_BYTES = 64 * 1024 * 1024
@@ -95,6 +95,32 @@ class Role(StrEnum):
     VERIFIER = "verifier"  # validation and verification reports
     APPROVER = "approver"  # approvals
     GATE = "gate"  # gate records
+
+
+#: Which roles may sign which payload type.  The builder signs what it built (snapshot
+#: manifests, release roots, checkpoint manifests); the verifier signs what it checked
+#: (validation and verification reports, and the SLSA provenance it issues for a verified
+#: root); approvals and gate records have their own keys.
+PAYLOAD_ROLES: dict[str, frozenset[Role]] = {
+    "application/vnd.relgate.dataset-snapshot.v1+json": frozenset({Role.BUILDER}),
+    "application/vnd.relgate.shard-release.v1+json": frozenset({Role.BUILDER}),
+    "application/vnd.relgate.checkpoint.manifest.v1+json": frozenset({Role.BUILDER}),
+    "application/vnd.relgate.validation-report.v1+json": frozenset({Role.VERIFIER}),
+    "application/vnd.relgate.replay-report.v1+json": frozenset({Role.VERIFIER}),
+    "application/vnd.relgate.release-verification.v1+json": frozenset({Role.VERIFIER}),
+    "application/vnd.relgate.schema-evolution.v1+json": frozenset({Role.VERIFIER}),
+    # in-toto statements: the builder's for snapshots, the verifier's for verified roots
+    # (each opener names the one role it accepts, relgate.integrity.statement).
+    "application/vnd.in-toto+json": frozenset({Role.BUILDER, Role.VERIFIER}),
+    "application/vnd.relgate.approval.v1+json": frozenset({Role.APPROVER}),
+    "application/vnd.relgate.gate-record.v1+json": frozenset({Role.GATE}),
+}
+
+
+def roles_for(payload_type: str) -> frozenset[Role]:
+    """The roles whose keys may sign ``payload_type``: none for a type not listed (fail
+    closed)."""
+    return PAYLOAD_ROLES.get(payload_type, frozenset())
 
 
 # ------------------------------------------------------------------------------ keys

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from relgate_agent.errors import ManifestError
+from relgate_trust.errors import ManifestError
 
 _MAX_NAME_LEN = 255
 

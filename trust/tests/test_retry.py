@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from relgate_agent.retry import Backoff, retry_call
+from relgate_trust.retry import Backoff, retry_call
 
 
 class Flaky:

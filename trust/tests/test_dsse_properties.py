@@ -1,4 +1,4 @@
-"""Hypothesis properties of the shared DSSE parser (relgate_agent.dsse).
+"""Hypothesis properties of the shared DSSE parser (relgate_trust.dsse).
 
 A canonical payload round-trips through sign/verify; any other encoding of the same document
 that differs in bytes is refused (payload-canonical); arbitrary bytes, arbitrary JSON shapes
@@ -13,10 +13,9 @@ import pytest
 import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from relgate_trust import dsse
+from relgate_trust.dsse import DsseError
 from test_dsse import BUILDER, PT, refused, signed, verify
-
-from relgate_agent import dsse
-from relgate_agent.dsse import DsseError
 
 # ------------------------------------------------------------------------------ properties
 

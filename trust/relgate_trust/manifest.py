@@ -25,9 +25,9 @@ import google_crc32c
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from relgate_agent import dsse, jcs, names
-from relgate_agent.errors import ManifestError, VerificationError
-from relgate_agent.fstree import walk_checkpoint_tree, write_file_atomic
+from relgate_trust import dsse, jcs, names
+from relgate_trust.errors import ManifestError, VerificationError
+from relgate_trust.fstree import walk_checkpoint_tree, write_file_atomic
 
 validate_name = names.validate_name
 validate_relative_path = names.validate_relative_path
@@ -434,13 +434,14 @@ def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
 
 # ---------------------------------------------------------------------------- DSSE
 #
-# The envelope format, its strict parser and the trusted key set live in relgate_agent.dsse,
-# shared with the main package.  Checkpoint manifests are signed by a builder key; unroled
-# keys (a bare PEM such as ``relgate-agent keygen`` writes) are accepted for compatibility.
+# The envelope format, its strict parser and the trusted key set live in relgate_trust.dsse,
+# shared with the main package.  Checkpoint manifests are signed by the roles
+# dsse.PAYLOAD_ROLES names for them (the builder); where the agent verifies one, a bare
+# unroled key (what ``relgate-agent keygen`` writes) is accepted too.
 
 TrustedKeys = dsse.TrustedKeys
 pae = dsse.pae
-SIGNER_ROLES: tuple[dsse.Role | None, ...] = (dsse.Role.BUILDER, None)
+SIGNER_ROLES: tuple[dsse.Role | None, ...] = (*sorted(dsse.roles_for(PAYLOAD_TYPE)), None)
 
 
 def sign_manifest(
@@ -464,7 +465,7 @@ def verify_envelope(
 ) -> CheckpointManifest:
     """Verify a DSSE envelope against an explicit trusted key set and return the manifest.
 
-    Refuses (raises :class:`relgate_agent.dsse.DsseError`, a VerificationError naming the
+    Refuses (raises :class:`relgate_trust.dsse.DsseError`, a VerificationError naming the
     check) when unsigned, signed only by unknown, revoked or wrong-role keys, when a signature
     does not verify, or when the payload is not strict canonical JSON; a well-formed payload
     that is not a consistent manifest raises VerificationError.

@@ -1,4 +1,4 @@
-"""The shared DSSE parser (relgate_agent.dsse): every check by name (properties are in
+"""The shared DSSE parser (relgate_trust.dsse): every check by name (properties are in
 test_dsse_properties.py; this file stays fast, it is the mutation-testing command)."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ import json
 import pytest
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from relgate_agent import dsse
-from relgate_agent.dsse import DsseError, Role, Signer, TrustedKeys
+from relgate_trust import dsse
+from relgate_trust.dsse import DsseError, Role, Signer, TrustedKeys
 
 PT = "application/vnd.test+json"
 BUILDER = Signer(Ed25519PrivateKey.generate(), Role.BUILDER, 1)
@@ -159,7 +158,7 @@ def test_trusted_dir_roles_and_revocations(tmp_path) -> None:
 
 def test_one_pae_encoder() -> None:
     assert dsse.pae("a", b"xy") == b"DSSEv1 1 a 2 xy"
-    from relgate_agent import manifest
+    from relgate_trust import manifest
 
     assert manifest.pae is dsse.pae
 

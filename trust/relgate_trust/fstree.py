@@ -33,8 +33,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from relgate_agent.errors import ManifestError
-from relgate_agent.names import validate_relative_path
+from relgate_trust.errors import ManifestError
+from relgate_trust.names import validate_relative_path
 
 # names of the checks, written once
 CHECK_SYMLINK = "symlink"

@@ -9,8 +9,7 @@ import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from relgate_agent import jcs
+from relgate_trust import jcs
 
 any_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=12)
 scalars = (
