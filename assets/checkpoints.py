@@ -97,7 +97,7 @@ def checkpoint_distribution(
     with distribution_session(relgate.workspace(), request) as session:
         context.log.info(f"started {len(session.fleet)} agents: {[m.host for m in session.fleet]}")
         results = pipes_subprocess_client.run(
-            command=PIPES_COMMAND, context=context, extras=session.extras
+            command=PIPES_COMMAND, context=context, extras=session.job.to_extras()
         ).get_results()
         event = session.await_complete()
     if event is not None:

@@ -7,15 +7,9 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 import grpc
+from relgate_trust.job_request import JobSpec
 
-from relgate_agent.contracts import (
-    HostReason,
-    HostRow,
-    InventoryHost,
-    JobReport,
-    JobSpec,
-    RemovedHost,
-)
+from relgate_agent.contracts import HostReason, HostRow, InventoryHost, JobReport, RemovedHost
 from relgate_agent.errors import (
     CHECK_METADATA_KEY,
     KIND_CHUNK_FAILED,

@@ -9,7 +9,7 @@ these to and from the protobuf messages; the coordinator logic only sees these m
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 ORIGIN = "ORIGIN"  # the upstream of a stripe root: the checkpoint's origin store
@@ -25,42 +25,6 @@ PRIORITIES = ("low", "normal", "high")
 def priority_rank(priority: str) -> int:
     """The rank of a priority name (an unknown one ranks as normal)."""
     return PRIORITIES.index(priority) if priority in PRIORITIES else PRIORITIES.index("normal")
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """What an operator asks for (CreateJob); stored with the job, defaults resolved."""
-
-    model: str = ""
-    version: str = ""
-    manifest_uri: str = ""
-    origin_uri: str = ""
-    target_selector: str = ""
-    priority: str = "normal"
-    origin_cap_bytes_per_s: int = 0
-    ready_threshold_ppm: int = 0  # 0 = the default (99.5 %)
-    deadline_s: int = 0
-    stripes: int = 0  # 0 = the coordinator's default
-    webhook_url: str = ""
-    job_id: str = ""
-    origin_dc: str = ""  # the origin's data center ("" = the DC with the most target hosts)
-
-    @classmethod
-    def from_stored(cls, doc: Mapping[str, Any]) -> JobSpec:
-        """From the stored JSON (unknown keys ignored, missing ones default)."""
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            value = doc.get(f.name)
-            if value is not None:
-                values[f.name] = int(value) if isinstance(f.default, int) else str(value)
-        return cls(**values)
-
-    def to_stored(self) -> dict[str, object]:
-        """The stored JSON (snake_case keys, as the job rows have always held)."""
-        return asdict(self)
-
-    def with_(self, **changes: Any) -> JobSpec:
-        return replace(self, **changes)
 
 
 @dataclass(frozen=True)
@@ -214,7 +178,6 @@ __all__ = [
     "InventoryHost",
     "JobRef",
     "JobReport",
-    "JobSpec",
     "PeerRef",
     "ProgressReply",
     "ProgressReport",

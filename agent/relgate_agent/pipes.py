@@ -19,23 +19,22 @@ extras:
       "wait_for_all"?: false                  # after the handoff, keep going until every host is READY
     }
 
-The extras are parsed once into a :class:`DistributionRequest`. It logs progress, reports
+The extras are parsed once into a :class:`relgate_trust.job_request.JobRequest`. It logs progress, reports
 the ready threshold as the asset check ``ready_threshold`` and the ready hosts as
 materialization metadata (data version = manifest digest).
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
+from relgate_trust.job_request import JobRequest, ServeSpec
 from relgate_trust.manifest import TrustedKeys
 
 from relgate_agent.client import CoordinatorClient, job_from_pb
-from relgate_agent.contracts import JobReport, JobSpec
+from relgate_agent.contracts import JobReport
 from relgate_agent.coordinator.jobstate import CoordinatorConfig, parse_selector, selector_matches
 from relgate_agent.coordinator.server import CoordinatorServer
 from relgate_agent.errors import AgentError
@@ -49,86 +48,7 @@ Log = Callable[[str], None]
 Watch = Callable[[JobReport], None]
 
 
-@dataclass(frozen=True)
-class Enrollment:
-    host_id: str
-    rack: str
-    labels: Mapping[str, str]
-
-    @classmethod
-    def from_extras(cls, doc: Mapping[str, Any]) -> Enrollment:
-        labels = doc.get("labels") or {}
-        if isinstance(labels, str):
-            labels = dict(item.split("=", 1) for item in labels.split(",") if "=" in item)
-        return cls(str(doc["host_id"]), str(doc["rack"]), dict(labels))
-
-
-@dataclass(frozen=True)
-class ServeSpec:
-    """A coordinator to run in this process for the job's life (``extras.serve``)."""
-
-    db: str
-    trusted_keys: tuple[str, ...]
-    listen: str = "127.0.0.1:7470"
-    stripes: int = 8
-    dead_after_s: float = 6.0
-    min_hosts: int = 0
-    min_hosts_wait_s: float = 120.0
-    enroll: tuple[Enrollment, ...] = ()
-
-    @classmethod
-    def from_extras(cls, doc: Mapping[str, Any]) -> ServeSpec:
-        return cls(
-            db=str(doc["db"]),
-            trusted_keys=tuple(str(k) for k in doc["trusted_keys"]),
-            listen=str(doc.get("listen", "127.0.0.1:7470")),
-            stripes=int(doc.get("stripes", 8)),
-            dead_after_s=float(doc.get("dead_after_s", 6.0)),
-            min_hosts=int(doc.get("min_hosts", 0)),
-            min_hosts_wait_s=float(doc.get("min_hosts_wait_s", 120)),
-            enroll=tuple(Enrollment.from_extras(h) for h in doc.get("enroll") or []),
-        )
-
-
-@dataclass(frozen=True)
-class DistributionRequest:
-    """The Pipes extras, validated."""
-
-    job: JobSpec
-    pki: str
-    ready_threshold: float = 0.995
-    coordinator: str = ""
-    serve: ServeSpec | None = None
-    poll_interval_s: float = 1.0
-    timeout_s: float = 3600.0
-    wait_for_all: bool = False
-
-    @classmethod
-    def from_extras(cls, extras: Mapping[str, Any]) -> DistributionRequest:
-        job = {k: v for k, v in dict(extras.get("job") or {}).items() if v is not None}
-        if not job.get("model") or not job.get("version") or not job.get("manifest_uri"):
-            raise AgentError("extras.job needs model, version and manifest_uri")
-        threshold = float(job.pop("ready_threshold", 0.995))
-        pki = str(extras.get("pki") or os.environ.get("RELGATE_AGENT_PKI") or "")
-        if not pki:
-            raise AgentError("extras need 'pki' (the fleet PKI directory) for mutual TLS")
-        coordinator = str(extras.get("coordinator") or "")
-        serve = extras.get("serve")
-        if not coordinator and not serve:
-            raise AgentError("extras need either 'coordinator' (address) or 'serve' (config)")
-        return cls(
-            job=JobSpec(**job, ready_threshold_ppm=round(threshold * 1_000_000)),
-            pki=pki,
-            ready_threshold=threshold,
-            coordinator=coordinator,
-            serve=ServeSpec.from_extras(serve) if not coordinator and serve else None,
-            poll_interval_s=float(extras.get("poll_interval_s", 1.0)),
-            timeout_s=float(extras.get("timeout_s", 3600)),
-            wait_for_all=bool(extras.get("wait_for_all", False)),
-        )
-
-
-def _serve(request: DistributionRequest, serve: ServeSpec) -> CoordinatorServer:
+def _serve(request: JobRequest, serve: ServeSpec) -> CoordinatorServer:
     server = CoordinatorServer(
         CoordinatorConfig(
             db=serve.db,
@@ -144,9 +64,7 @@ def _serve(request: DistributionRequest, serve: ServeSpec) -> CoordinatorServer:
     return server
 
 
-def _wait_for_fleet(
-    server: CoordinatorServer, request: DistributionRequest, serve: ServeSpec
-) -> None:
+def _wait_for_fleet(server: CoordinatorServer, request: JobRequest, serve: ServeSpec) -> None:
     """Agents find a freshly started coordinator by retrying; wait until the fleet we expect
     has checked in, so the target selector resolves to all of it."""
     selector = parse_selector(request.job.target_selector)
@@ -171,7 +89,7 @@ def _wait_for_fleet(
 def _until_handed_off(
     client: CoordinatorClient,
     job_id: str,
-    request: DistributionRequest,
+    request: JobRequest,
     log: Log,
     watch: Watch | None = None,
 ) -> JobReport:
@@ -208,9 +126,7 @@ def _until_handed_off(
         time.sleep(request.poll_interval_s)
 
 
-def distribute(
-    request: DistributionRequest, log: Log = print, watch: Watch | None = None
-) -> JobReport:
+def distribute(request: JobRequest, log: Log = print, watch: Watch | None = None) -> JobReport:
     """Create the job (on an in-process coordinator if asked), wait for the handoff."""
     server = _serve(request, request.serve) if request.serve is not None else None
     if server is not None:
@@ -237,11 +153,10 @@ def threshold_met(status: JobReport, threshold: float) -> bool:
 
 
 def run_distribution_job(
-    extras: Mapping[str, Any], log: Log = print, watch: Watch | None = None
+    request: JobRequest, log: Log = print, watch: Watch | None = None
 ) -> dict[str, Any]:
-    """The Pipes extras in, GetJob's snake_case status out (plus ``ready_threshold`` and
-    ``threshold_met``): the untyped JSON boundary the core's ``distribute`` reads."""
-    request = DistributionRequest.from_extras(extras)
+    """The typed request in, GetJob's snake_case status out (plus ``ready_threshold`` and
+    ``threshold_met``): the JSON the core's ``distribute`` records and prints."""
     status = distribute(request, log, watch)
     out = status.to_dict()
     out["ready_threshold"] = request.ready_threshold
@@ -253,7 +168,7 @@ def run_pipes() -> int:
     from dagster_pipes import open_dagster_pipes  # noqa: PLC0415 - only the pipes command needs it
 
     with open_dagster_pipes() as pipes:
-        request = DistributionRequest.from_extras(pipes.extras)
+        request = JobRequest.from_extras(pipes.extras)
         status = distribute(request, log=pipes.log.info)
         met = threshold_met(status, request.ready_threshold)
         metadata: dict[str, Any] = {

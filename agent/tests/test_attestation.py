@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 from relgate_trust import jcs
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import TrustedKeys
 from test_cli import _run
 
@@ -38,7 +39,7 @@ from relgate_agent.attestation import (
     verify_event_bytes,
 )
 from relgate_agent.cli import EXIT_OK, EXIT_REJECTED
-from relgate_agent.contracts import JobSpec, ProgressReport, RemovedHost
+from relgate_agent.contracts import ProgressReport, RemovedHost
 from relgate_agent.coordinator.jobstate import ReadyRefused
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.pki import TlsFiles, ensure_dev_pki

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import TrustedKeys
 
 from relgate_agent.client import job_from_pb
@@ -15,7 +16,6 @@ from relgate_agent.contracts import (
     STRIPE_DONE,
     AssignmentPlan,
     JobRef,
-    JobSpec,
     ProgressReport,
     WatchCursor,
     WatchUpdate,

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 from agent_harness import job_spec
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import TrustedKeys
 
 from relgate_agent.agent.job import Assignments
-from relgate_agent.contracts import JobSpec, ProgressReport
+from relgate_agent.contracts import ProgressReport
 from relgate_agent.coordinator.failover import takeover_grace_s
 from relgate_agent.coordinator.jobstate import NotLeader
 from relgate_agent.coordinator.leader import LEASE_SELF_FRACTION

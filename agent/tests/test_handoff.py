@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from agent_harness import HOSTS as CLUSTER_HOSTS
 from agent_harness import Cluster, Webhook, job_spec
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import TrustedKeys
 
-from relgate_agent.contracts import JobSpec, ProgressReport
+from relgate_agent.contracts import ProgressReport
 from relgate_agent.coordinator.outbox import IDEMPOTENCY_HEADER
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.staging.storage import bitmap_from_bits

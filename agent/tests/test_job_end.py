@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import TrustedKeys
 
-from relgate_agent.contracts import JobSpec, ProgressReport, WatchCursor
+from relgate_agent.contracts import ProgressReport, WatchCursor
 from relgate_agent.coordinator.budget import JOIN_GRACE_REPORTS, origin_key
 from relgate_agent.coordinator.jobstate import REMOVED, NotFound, Rejected
 from relgate_agent.coordinator.ledger import HostBytes

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from agent_harness import HOSTS, Cluster, assert_placed
 from relgate_trust.dsse import REVOKED_FILE, keyid_of, revoked_bytes
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import (
     CheckpointManifest,
     TrustedKeys,
@@ -19,7 +20,7 @@ from relgate_trust.manifest import (
 )
 from test_distribution import create_job, start_hosts
 
-from relgate_agent.contracts import JobSpec, ProgressReport
+from relgate_agent.contracts import ProgressReport
 from relgate_agent.coordinator.jobstate import REMOVED, ReadyRefused
 from relgate_agent.coordinator.removal import remove_host
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig

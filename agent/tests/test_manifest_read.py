@@ -15,12 +15,12 @@ import grpc
 import pytest
 from agent_harness import Cluster
 from relgate_trust.dsse import MAX_ENVELOPE_BYTES
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import TrustedKeys
 from test_cli import _run
 
 from relgate_agent.cli import EXIT_REJECTED
 from relgate_agent.client import CoordinatorRefusal
-from relgate_agent.contracts import JobSpec
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.dataplane.manifestread import (
     CHECK_MANIFEST_DEADLINE,

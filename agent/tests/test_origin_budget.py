@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import TrustedKeys
 
-from relgate_agent.contracts import JobSpec, ProgressReport, WatchCursor
+from relgate_agent.contracts import ProgressReport, WatchCursor
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.dataplane.pacing import IDLE, origin_shares
 from relgate_agent.staging.storage import bitmap_from_bits

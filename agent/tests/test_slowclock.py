@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 from agent_harness import job_spec
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import TrustedKeys
 
-from relgate_agent.contracts import JobSpec, ProgressReport
+from relgate_agent.contracts import ProgressReport
 from relgate_agent.coordinator import slowclock
 from relgate_agent.coordinator.failover import takeover_grace_s
 from relgate_agent.coordinator.handoff import HandoffService

@@ -7,9 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import TrustedKeys
 
-from relgate_agent.contracts import JobSpec, WatchCursor, WatchUpdate
+from relgate_agent.contracts import WatchCursor, WatchUpdate
 from relgate_agent.coordinator.changefeed import ChangeFeed
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.coordinator.watchhub import WatchClosed, WatchHub

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field, JsonValue, model_validator
 from relgate_trust.datacenter import rack_dc
+from relgate_trust.job_request import JobRequest, JobSpec, ServeSpec
 
 from relgate.checkpoint.local_fleet import (
     FleetMember,
@@ -78,10 +79,10 @@ class DistributionResult(Contract):
 
 @dataclass(frozen=True)
 class DistributionSession:
-    """A running fleet and webhook sink for one request, and the job's extras for a runner."""
+    """A running fleet and webhook sink for one request, and the job it runs."""
 
     request: DistributionRequest
-    extras: JsonObject
+    job: JobRequest
     fleet: list[FleetMember]
     sink: WebhookSink
 
@@ -90,7 +91,7 @@ class DistributionSession:
         return self.sink.first_event(timeout_s)
 
 
-def _job_extras(
+def _job_request(
     ws: Workspace,
     request: DistributionRequest,
     *,
@@ -98,35 +99,37 @@ def _job_extras(
     label: str,
     fleet: list[FleetMember],
     webhook_url: str,
-) -> JsonObject:
-    """The coordinator job's extras (``relgate_agent.pipes`` documents the shape)."""
+) -> JobRequest:
+    """The coordinator job this request runs: on the fleet ``label`` names, served in
+    process at ``address`` for the job's life."""
     target = version_dir(ws, request.model, request.version)
-    trusted: list[JsonValue] = list(ws.config["keys"]["trusted"])
-    enroll: list[JsonValue] = [dict(m.enrollment()) for m in fleet]
-    return {
-        "job": {
-            "model": request.model,
-            "version": request.version,
-            "manifest_uri": str(target / ENVELOPE_NAME),
-            "origin_uri": str(target / ORIGIN_NAME),
-            "target_selector": label,
-            "origin_cap_bytes_per_s": request.origin_cap_bytes_per_s,
-            "ready_threshold": request.ready_threshold,
-            "webhook_url": webhook_url,
-            "origin_dc": rack_dc(0, request.racks, request.dcs),
-        },
-        "serve": {
-            "listen": address,
-            "db": str(ws.home / "coordinator.sqlite"),
-            "trusted_keys": trusted,
-            "min_hosts": request.hosts,
-            "enroll": enroll,
-        },
-        "pki": str(ws.home / "pki"),
-        "poll_interval_s": POLL_INTERVAL_S,
-        "timeout_s": request.timeout_s,
-        "wait_for_all": True,
-    }
+    job = JobSpec(
+        model=request.model,
+        version=request.version,
+        manifest_uri=str(target / ENVELOPE_NAME),
+        origin_uri=str(target / ORIGIN_NAME),
+        target_selector=label,
+        origin_cap_bytes_per_s=request.origin_cap_bytes_per_s,
+        ready_threshold_ppm=round(request.ready_threshold * 1_000_000),
+        webhook_url=webhook_url,
+        origin_dc=rack_dc(0, request.racks, request.dcs),
+    )
+    serve = ServeSpec(
+        db=str(ws.home / "coordinator.sqlite"),
+        trusted_keys=tuple(str(k) for k in ws.config["keys"]["trusted"]),
+        listen=address,
+        min_hosts=request.hosts,
+        enroll=tuple(m.enrollment() for m in fleet),
+    )
+    return JobRequest(
+        job=job,
+        pki=str(ws.home / "pki"),
+        ready_threshold=request.ready_threshold,
+        serve=serve,
+        poll_interval_s=POLL_INTERVAL_S,
+        timeout_s=request.timeout_s,
+        wait_for_all=True,
+    )
 
 
 @contextmanager
@@ -160,10 +163,10 @@ def distribution_session(
             labels=label,
             dcs=request.dcs,
         ) as fleet:
-            extras = _job_extras(
+            job = _job_request(
                 ws, request, address=address, label=label, fleet=fleet, webhook_url=sink.url
             )
-            yield DistributionSession(request, extras, fleet, sink)
+            yield DistributionSession(request, job, fleet, sink)
     finally:
         sink.close()
 
@@ -174,7 +177,7 @@ def _run_job(session: DistributionSession, log: Callable[[str], None]) -> dict[s
     try:
         with ExitStack() as bars:
             watch = DistributionBars(bars)
-            status: dict[str, JsonValue] = run_distribution_job(session.extras, log, watch)
+            status: dict[str, JsonValue] = run_distribution_job(session.job, log, watch)
     except CoordinatorRefusal as exc:
         raise RejectedError(exc.details, object=subject, check=exc.check) from None
     except AgentError as exc:

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from relgate_trust.datacenter import rack_dc, with_dc
+from relgate_trust.job_request import Enrollment
 
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.workspace import Workspace
@@ -114,9 +115,9 @@ class FleetMember(Contract):
     rack: str
     labels: str
 
-    def enrollment(self) -> dict[str, str]:
-        """The coordinator's enroll entry (``extras.serve.enroll``, snake_case on that wire)."""
-        return {"host_id": self.host_id, "rack": self.rack, "labels": self.labels}
+    def enrollment(self) -> Enrollment:
+        """What the coordinator enrolls for this agent (``JobRequest.serve.enroll``)."""
+        return Enrollment(self.host_id, self.rack, Enrollment.parse_labels(self.labels))
 
 
 class FleetSpec(Contract):

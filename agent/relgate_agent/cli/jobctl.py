@@ -55,8 +55,9 @@ def job_create(  # noqa: PLR0913 - one parameter per command-line option
     cert: str,
     key: str,
 ) -> None:
+    from relgate_trust.job_request import JobSpec
+
     from relgate_agent.client import CoordinatorClient
-    from relgate_agent.contracts import JobSpec
 
     spec = JobSpec(
         model=model,

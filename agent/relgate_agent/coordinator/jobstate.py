@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import CheckpointManifest, TrustedKeys
 
-from relgate_agent.contracts import JobSpec, RemovedHost, camel
+from relgate_agent.contracts import RemovedHost, camel
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, EVENT_HOSTS_READY
 from relgate_agent.coordinator.topology import Topology
 from relgate_agent.errors import AgentError

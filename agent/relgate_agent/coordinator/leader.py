@@ -18,9 +18,10 @@ from collections.abc import Callable
 
 from relgate_trust.datacenter import host_dc
 from relgate_trust.errors import ManifestError
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import CheckpointManifest, verify_envelope
 
-from relgate_agent.contracts import JobSpec, PeerRef
+from relgate_agent.contracts import PeerRef
 from relgate_agent.coordinator import slowclock, tally
 from relgate_agent.coordinator.changefeed import ChangeFeed
 from relgate_agent.coordinator.jobstate import (

@@ -22,12 +22,10 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from google.protobuf import message_factory
 from prometheus_client import Histogram
+from relgate_trust.job_request import JobSpec
 
 from relgate_agent.attestation import CertSigner, load_ca
-from relgate_agent.contracts import (
-    JobSpec,
-    WatchCursor,
-)
+from relgate_agent.contracts import WatchCursor
 from relgate_agent.coordinator.certs import cut_off
 from relgate_agent.coordinator.jobstate import (
     CoordinatorConfig,

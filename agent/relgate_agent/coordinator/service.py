@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from relgate_trust.datacenter import host_dc
 from relgate_trust.errors import ManifestError
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import CheckpointManifest, validate_name
 
 from relgate_agent.contracts import (
@@ -25,7 +26,6 @@ from relgate_agent.contracts import (
     HostRow,
     InventoryHost,
     JobReport,
-    JobSpec,
     RemovedHost,
 )
 from relgate_agent.coordinator import removal, tally

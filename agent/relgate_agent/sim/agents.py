@@ -22,9 +22,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import CheckpointManifest, ChunkEntry, FileEntry
 
-from relgate_agent.contracts import STRIPE_DONE, JobSpec, ProgressReport
+from relgate_agent.contracts import STRIPE_DONE, ProgressReport
 from relgate_agent.coordinator.jobstate import CoordinatorConfig, JobState
 from relgate_agent.coordinator.service import Coordinator
 from relgate_agent.coordinator.topology import Topology
