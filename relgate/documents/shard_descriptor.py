@@ -14,9 +14,9 @@ import re
 from collections.abc import Mapping
 
 from pydantic import Field, StrictStr
+from relgate_trust.digests import is_digest
 
 from relgate.integrity.contract import Contract, JsonValue
-from relgate.integrity.digests import is_digest
 from relgate.objects.layout import release_shard_key
 
 SHARD_MEDIA_TYPE = "application/vnd.apache.parquet"

@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from relgate_trust import jcs
+from relgate_trust.digests import sha256_digest
 from relgate_trust.dsse import MAX_SAFE_INTEGER
 
 from relgate.errors import UsageError
-from relgate.integrity.digests import sha256_digest
 
 #: Fields that never take part in a manifest's digest.
 DIGEST_EXCLUDED = frozenset({"snapshotId", "rootId", "manifestId", "signatures", "transport"})

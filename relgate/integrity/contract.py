@@ -15,10 +15,10 @@ from typing import Any, Self, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
+from relgate_trust.digests import sha256_digest
 
 from relgate.errors import RejectedError
 from relgate.integrity.canonical import canonical_bytes
-from relgate.integrity.digests import sha256_digest
 
 #: A JSON value as the standard library decodes it.
 JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None

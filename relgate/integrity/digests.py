@@ -1,25 +1,15 @@
-"""Digest strings: ``sha256:<64 lowercase hex>``, everywhere."""
+"""Digest strings as the core refuses them: a value that is not ``sha256:<64 lowercase hex>``
+is a usage error naming the field (the spelling itself is :mod:`relgate_trust.digests`)."""
 
 from __future__ import annotations
 
-import hashlib
-import re
+from relgate_trust.digests import PREFIX, is_digest
 
 from relgate.errors import UsageError
 
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-def sha256_digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def is_digest(value: str) -> bool:
-    return bool(_DIGEST_RE.match(value))
-
 
 def require_digest(value: str, *, what: str = "digest") -> str:
-    if not isinstance(value, str) or not _DIGEST_RE.match(value):
+    if not is_digest(value):
         raise UsageError(
             f"{what} must look like sha256:<64 lowercase hex>",
             object=repr(value),
@@ -29,4 +19,4 @@ def require_digest(value: str, *, what: str = "digest") -> str:
 
 
 def hex_of(digest: str) -> str:
-    return require_digest(digest)[len("sha256:") :]
+    return require_digest(digest)[len(PREFIX) :]

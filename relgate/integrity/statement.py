@@ -22,10 +22,11 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field, StrictInt, StrictStr, StringConstraints
 from pydantic import JsonValue as WireValue
+from relgate_trust.digests import is_digest
 
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.contract import Contract, JsonObject
-from relgate.integrity.digests import hex_of, is_digest
+from relgate.integrity.digests import hex_of
 from relgate.integrity.signing import Role, SigningKey, TrustedKeys, open_verified, sign_envelope
 
 STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"

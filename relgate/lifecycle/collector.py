@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from relgate_trust.digests import sha256_digest
 from sqlalchemy import Connection, text
 
 from relgate.catalog.db import execute, rows, utcnow
@@ -66,7 +67,6 @@ from relgate.holds.retention import (
     retained_versions,
 )
 from relgate.integrity.contract import Contract
-from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.audit_trail import AuditKept, AuditPolicy, audit_refs, get_audit_policy
 from relgate.lifecycle.inventory import (
     Exclusions,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+from relgate_trust.digests import is_digest
 from sqlalchemy import Connection
 
 from relgate.catalog.db import rows
@@ -31,7 +32,6 @@ from relgate.documents.transform_spec import (
 )
 from relgate.errors import RejectedError
 from relgate.integrity.contract import Contract
-from relgate.integrity.digests import is_digest
 from relgate.objects.layout import canonical_key, cas_key
 from relgate.workspace import Workspace
 

@@ -20,8 +20,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from relgate_trust.digests import sha256_digest
+
 from relgate.errors import IntegrityError, ObjectExistsError, UsageError
-from relgate.integrity.digests import require_digest, sha256_digest
+from relgate.integrity.digests import require_digest
 from relgate.objects.layout import CAS_PREFIX, CAS_URI_PREFIX, cas_key, cas_uri
 from relgate.objects.versioned import SIZE_MISMATCH, ObjectStore, ObjectVersion
 

@@ -31,6 +31,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from relgate_trust.digests import sha256_digest
 
 from relgate.catalog.db import one
 from relgate.catalog.release_table import insert_release
@@ -44,7 +45,6 @@ from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
 from relgate.gate.transitions import open_gate
 from relgate.holds.pins import publisher_lease, renew_lease
 from relgate.integrity.contract import JsonObject
-from relgate.integrity.digests import sha256_digest
 from relgate.integrity.hashing import sha256_fields
 from relgate.integrity.tuples import encode_fields
 from relgate.objects.layout import RELEASE_SHARD_PREFIX, release_shard_key

@@ -40,6 +40,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from relgate_trust.digests import sha256_digest
 from relgate_trust.retry import Backoff, retry_call
 from sqlalchemy import Connection
 
@@ -53,7 +54,6 @@ from relgate.gate.transitions import open_gate
 from relgate.holds.pins import acquire_lease, release_lease, renew_lease
 from relgate.holds.retention import format_time, now_utc
 from relgate.integrity.contract import Contract
-from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import ContentRef
 from relgate.release import crypto
 from relgate.runs.store import read_run, refuse_ended

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import Field, StrictInt, StrictStr
+from relgate_trust.digests import sha256_digest
 
 from relgate import __version__
 from relgate.catalog.snapshot_table import insert_snapshot, record_build_failure
@@ -33,7 +34,7 @@ from relgate.gate.fences import Fences, fenced_entries, read_fences
 from relgate.gate.transitions import open_gate
 from relgate.holds.pins import PublisherLease, publisher_lease, source_pin_keys
 from relgate.integrity.contract import Contract
-from relgate.integrity.digests import require_digest, sha256_digest
+from relgate.integrity.digests import require_digest
 from relgate.objects.layout import membership_key, statistics_key
 from relgate.progress import track
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from pydantic import StrictInt, StrictStr, TypeAdapter, ValidationError
+from relgate_trust.digests import is_digest, sha256_digest
 from sqlalchemy import Connection
 
 from relgate import __version__
@@ -30,7 +31,6 @@ from relgate.documents import snapshot_manifest as mf
 from relgate.documents.source_pins import CdcPin, IcebergPin, ObjectPrefixPin, PinList, SourceEntry
 from relgate.errors import IntegrityError, NotFoundError, RejectedError
 from relgate.holds.pins import PublisherLease
-from relgate.integrity.digests import is_digest, sha256_digest
 from relgate.integrity.signing import Role
 from relgate.integrity.statement import (
     MATERIAL_DIGEST_CHECK,

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from relgate_trust.digests import sha256_digest
 from sqlalchemy import Connection
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from relgate.catalog.db import execute, utcnow
 from relgate.documents import snapshot_manifest as mf
 from relgate.errors import NotFoundError, RejectedError
-from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import key_for
 from relgate.objects.layout import cas_uri
 from relgate.records.record_schema import RecordSchema

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from relgate_trust.digests import is_digest
+
 from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.documents.snapshot_manifest import ArtifactRef, SnapshotManifest
 from relgate.documents.transform_spec import ImageTransform, StoredBlob, WheelTransform
 from relgate.errors import NotFoundError, RejectedError, UsageError
-from relgate.integrity.digests import is_digest
 from relgate.objects.cas import ContentStore
 from relgate.transforms import refusals
 from relgate.transforms.builtin import builtin_for_digest, transform_code_digest

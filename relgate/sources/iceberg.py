@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, StrictStr
+from relgate_trust.digests import sha256_digest
 
 from relgate.documents.source_pins import (
     IcebergPin,
@@ -22,7 +23,6 @@ from relgate.documents.source_pins import (
 )
 from relgate.errors import NotFoundError, RejectedError, RelgateError, UsageError
 from relgate.integrity.contract import Contract
-from relgate.integrity.digests import sha256_digest
 from relgate.integrity.identifiers import MAX_ID_BYTES, problem
 from relgate.records.record_schema import ID_COLUMN as RECORD_ID
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema

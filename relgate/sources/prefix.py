@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import pyarrow as pa
+from relgate_trust.digests import sha256_digest
 
 from relgate.documents.source_pins import (
     ObjectList,
@@ -23,7 +24,6 @@ from relgate.documents.source_pins import (
 )
 from relgate.errors import IntegrityError, NotFoundError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
-from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import ContentStore, digest_of_uri
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.records.rows import RowBuilder

@@ -12,11 +12,11 @@ import inspect
 from collections.abc import Callable
 
 import polars as pl
+from relgate_trust.digests import sha256_digest
 
 from relgate.documents.transform_spec import BuiltinTransform
 from relgate.errors import RejectedError, UsageError
 from relgate.integrity.canonical import canonical_bytes
-from relgate.integrity.digests import sha256_digest
 from relgate.transforms import refusals
 
 #: A transform as selection runs it.

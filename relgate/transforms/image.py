@@ -18,10 +18,10 @@ from typing import Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 from pydantic.alias_generators import to_camel
+from relgate_trust.digests import is_digest, sha256_digest
 
 from relgate.documents.transform_spec import ImageTransform, StoredBlob
 from relgate.errors import RejectedError
-from relgate.integrity.digests import is_digest, sha256_digest
 from relgate.objects.cas import ContentStore
 from relgate.transforms import refusals
 from relgate.transforms.rootfs import MAX_ROOTFS_BYTES, unpack_layer

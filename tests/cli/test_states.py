@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from relgate_trust.digests import sha256_digest
 from support.releases import overwrite_in_place, shard_path
 from support.workspaces import make_workspace
 
 from relgate.catalog.release_table import get_release
 from relgate.cli.main import main
 from relgate.documents import release_root as rm
-from relgate.integrity.digests import sha256_digest
 from relgate.release.verify.checks import Check
 from relgate.workspace import Workspace
 

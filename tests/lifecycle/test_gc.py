@@ -7,6 +7,7 @@ every referenced object read from its exact version and hashed)."""
 import json
 
 import pytest
+from relgate_trust.digests import sha256_digest
 from support.lifecycle import (
     candidate_set,
     forge_release,
@@ -23,7 +24,6 @@ from relgate.errors import RejectedError
 from relgate.gate.transitions import open_gate
 from relgate.holds.pins import acquire_lease, add_pin, get_lease, release_lease, remove_pin
 from relgate.holds.retention import RetentionPolicy, set_policy
-from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.collector import deletions, list_stored, plan_gc, sweep, verify_retained
 from relgate.objects.layout import canonical_key
 from relgate.release.verify.verifier import verify_release

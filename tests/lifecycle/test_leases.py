@@ -8,6 +8,7 @@ at the exact moment a writer has staged its objects but not yet committed its ro
 
 import dagster as dg
 import pytest
+from relgate_trust.digests import sha256_digest
 from support.lifecycle import candidate_set, shard_keys, stored_set
 from support.snapshots import build, build_validated
 
@@ -17,7 +18,6 @@ from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
 from relgate.errors import RejectedError
 from relgate.holds.pins import acquire_lease, get_lease, release_lease
-from relgate.integrity.digests import sha256_digest
 from relgate.lifecycle.collector import plan_gc, sweep, verify_retained
 from relgate.objects.layout import canonical_key
 from relgate.release.verify.verifier import verify_release

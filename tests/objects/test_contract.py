@@ -9,10 +9,10 @@ import queue
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from relgate_trust.digests import sha256_digest
 from support.stores import race_creates, spec_of
 
 from relgate.errors import IntegrityError, NotFoundError, ObjectExistsError
-from relgate.integrity.digests import sha256_digest
 from relgate.objects.cas import ContentStore, StorageFault, key_for
 from relgate.objects.local import LocalObjectStore
 from relgate.objects.versioned import ObjectStore

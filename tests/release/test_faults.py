@@ -14,6 +14,7 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from relgate_trust.digests import sha256_digest
 from support.releases import (
     RECORDS_PER_SHARD,
     encrypt_for,
@@ -40,7 +41,6 @@ from relgate.documents import release_root as rm
 from relgate.documents import shard_format as rr
 from relgate.documents import snapshot_manifest as sm
 from relgate.errors import RejectedError
-from relgate.integrity.digests import sha256_digest
 from relgate.integrity.signing import SigningKey
 from relgate.objects.s3 import S3ObjectStore
 from relgate.records.record_schema import TEXT_SCHEMA

@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from relgate_trust.digests import sha256_digest
 from support.cli import relgate_cli as _cli
 from support.snapshots import build
 from support.workspaces import TRANSFORM_TAGS, make_workspace
@@ -17,7 +18,6 @@ from support.workspaces import TRANSFORM_TAGS, make_workspace
 from relgate.catalog.audit import record_report
 from relgate.errors import IntegrityError, RejectedError
 from relgate.integrity.canonical import canonical_bytes
-from relgate.integrity.digests import sha256_digest
 from relgate.integrity.signing import Role, SigningKey, TrustedKeys, sign_envelope
 from relgate.integrity.statement import (
     MATERIAL_DIGEST_CHECK,

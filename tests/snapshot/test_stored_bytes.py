@@ -11,11 +11,12 @@ import json
 import subprocess
 import sys
 
+from relgate_trust.digests import sha256_digest
 from support.releases import overwrite_in_place
 from support.snapshots import build
 
 from relgate.catalog.db import rows
-from relgate.integrity.digests import hex_of, sha256_digest
+from relgate.integrity.digests import hex_of
 from relgate.objects.layout import membership_key
 from relgate.snapshot.validate import validate_snapshot
 

@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from relgate_trust.digests import sha256_digest
 from support.snapshots import build
 
 from relgate.documents import membership
@@ -23,7 +24,6 @@ from relgate.documents.membership import MembershipWriter, Tally, membership_par
 from relgate.documents.policy import SplitPolicy
 from relgate.gate.fences import Fences
 from relgate.integrity import merkle
-from relgate.integrity.digests import sha256_digest
 from relgate.integrity.hashing import digests_to_strings
 from relgate.snapshot import external_sort, selection
 from relgate.snapshot.build import fenced_at

@@ -9,13 +9,13 @@ import os
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from relgate_trust.digests import sha256_digest
 
 from relgate.catalog.release_table import get_release, insert_release
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.documents import release_root as rm
 from relgate.documents import shard_format as rr
 from relgate.documents import snapshot_manifest as sm
-from relgate.integrity.digests import sha256_digest
 from relgate.release import crypto
 from relgate.release.writer import ParquetParams, serialize_shard, shard_key, write_release
 from relgate.snapshot import tokenizer

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import os
 import re
@@ -44,6 +43,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from relgate_trust import jcs
+from relgate_trust.digests import sha256_digest
 from relgate_trust.errors import VerificationError
 
 #: Envelopes (and trust files) larger than this are refused before parsing.
@@ -128,7 +128,7 @@ def roles_for(payload_type: str) -> frozenset[Role]:
 
 def keyid_of(public_key: Ed25519PublicKey) -> str:
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return "sha256:" + hashlib.sha256(raw).hexdigest()
+    return sha256_digest(raw)
 
 
 _ROLED_NAME = re.compile(r"(builder|verifier|approver|gate)-v([1-9][0-9]{0,8})(?:-.*)?\.pem")

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from relgate_trust import dsse, jcs, names
+from relgate_trust.digests import is_digest, sha256_digest, spelled
 from relgate_trust.errors import ManifestError, VerificationError
 from relgate_trust.fstree import walk_checkpoint_tree, write_file_atomic
 
@@ -36,7 +37,6 @@ PAYLOAD_TYPE = "application/vnd.relgate.checkpoint.manifest.v1+json"
 MEDIA_TYPE = PAYLOAD_TYPE
 DEFAULT_CHUNK_SIZE = 64 * 1024 * 1024
 DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
-SHA256_DIGEST_LEN = len("sha256:") + 64
 _DIGEST_EXCLUDED_KEYS = ("manifestId", "signatures")
 
 
@@ -262,16 +262,15 @@ def _int(doc: Mapping[str, Any], key: str) -> int:
 
 
 def _digest_str(v: object) -> str:
-    if not isinstance(v, str) or not v.startswith("sha256:") or len(v) != SHA256_DIGEST_LEN:
+    if not is_digest(v):
         raise ManifestError(f"not a sha256 digest: {v!r}")
-    int(v[7:], 16)
     return v
 
 
 def manifest_digest(doc: Mapping[str, Any]) -> str:
     """sha256:<hex> over RFC 8785 canonical JSON with manifestId and signatures removed."""
     body = {k: v for k, v in doc.items() if k not in _DIGEST_EXCLUDED_KEYS}
-    return "sha256:" + hashlib.sha256(jcs.dumps(body)).hexdigest()
+    return sha256_digest(jcs.dumps(body))
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -279,7 +278,7 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
 
 
 def chunk_digest(data: bytes | bytearray | memoryview) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return sha256_digest(bytes(data))
 
 
 # ---------------------------------------------------------------------------- build
@@ -332,7 +331,7 @@ class _ChunkHasher:
                 idx,
                 idx * self.chunk_size,
                 self.chunk_fill,
-                "sha256:" + self.sha.hexdigest(),
+                spelled(self.sha.hexdigest()),
                 tuple(self.crcs),
             )
         )

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 
+from relgate_trust.digests import spelled
 from relgate_trust.manifest import CheckpointManifest, crc32c
 from relgate_trust.retry import Backoff
 
@@ -88,7 +89,7 @@ class ChunkHashes:
             with self._lock:
                 self.rereads += 1
             return None
-        return "sha256:" + entry[0].hexdigest()
+        return spelled(entry[0].hexdigest())
 
 
 def _hook_touches_staging(hooks: JobHooks) -> bool:

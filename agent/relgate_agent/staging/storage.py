@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+from relgate_trust.digests import sha256_digest, spelled
 from relgate_trust.dsse import MAX_ENVELOPE_BYTES  # the one bound on a signed envelope
 from relgate_trust.fstree import (
     CHECK_NOT_REGULAR,
@@ -241,7 +242,7 @@ def _chunk_ok(
             h.update(piece)
             done += len(piece)
         got += done
-    return got == c.size and "sha256:" + h.hexdigest() == c.digest
+    return got == c.size and spelled(h.hexdigest()) == c.digest
 
 
 def scan_chunks(
@@ -644,14 +645,11 @@ def scrub_placed(models_root: Path, manifest: CheckpointManifest) -> ScrubResult
             )
         c = manifest.chunks[bad[0]]
         files = tuple(f.path for f, *_ in manifest.segments(c.offset, c.size))
-        actual = (
-            "sha256:"
-            + hashlib.sha256(
-                b"".join(
-                    os.pread(fds[f.path], n, foff)
-                    for f, foff, n, _ in manifest.segments(c.offset, c.size)
-                )
-            ).hexdigest()
+        actual = sha256_digest(
+            b"".join(
+                os.pread(fds[f.path], n, foff)
+                for f, foff, n, _ in manifest.segments(c.offset, c.size)
+            )
         )
         return ScrubResult(
             manifest.model,

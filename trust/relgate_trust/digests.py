@@ -1,0 +1,27 @@
+"""The digest spelling both products use: ``sha256:<64 lowercase hex>``, everywhere."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Final, TypeGuard
+
+PREFIX: Final = "sha256:"
+#: The length of a spelled digest.
+LENGTH: Final = len(PREFIX) + 64
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def sha256_digest(data: bytes) -> str:
+    """The spelled SHA-256 digest of ``data``."""
+    return spelled(hashlib.sha256(data).hexdigest())
+
+
+def spelled(hexdigest: str) -> str:
+    """A SHA-256 hex digest (an incremental hasher's ``hexdigest()``) spelled as a digest."""
+    return PREFIX + hexdigest
+
+
+def is_digest(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a spelled digest (a string, the prefix, 64 lowercase hex)."""
+    return isinstance(value, str) and bool(_DIGEST_RE.match(value))
