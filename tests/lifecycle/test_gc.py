@@ -94,7 +94,7 @@ def test_missing_retained_manifest_fails_closed(ws, release):
         with pytest.raises(RejectedError) as err:
             action()
         assert err.value.check == "retained-manifest"
-        assert err.value.object == f"{key}@{row['envelope_version']}"
+        assert err.value.object == f"{key}@{row.envelope_version}"
         assert err.value.digest == release.digest
     assert stored_set(ws) == before  # nothing deleted
 

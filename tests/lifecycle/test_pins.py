@@ -124,7 +124,7 @@ def test_cli_pin_gc_lineage(tmp_path):
     code, err = _cli(home, "gc", "plan", "--grace", "0s")
     assert code == 3
     assert (err["check"], err["digest"]) == ("retained-manifest", release.digest)
-    assert err["object"] == f"{rm.envelope_key(release.digest)}@{row['envelope_version']}"
+    assert err["object"] == f"{rm.envelope_key(release.digest)}@{row.envelope_version}"
     ws.close()
 
 
