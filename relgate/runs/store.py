@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sqlalchemy import Connection
 
@@ -14,8 +14,13 @@ from relgate.gate.permits import Permit
 from relgate.integrity.contract import Record
 from relgate.workspace import Workspace
 
-if TYPE_CHECKING:  # the reader imports this module (admission reads run rows)
-    from relgate.runs.reader import ReaderLease
+
+class HeldLease(Protocol):
+    """A lease the waiter keeps alive (``relgate.runs.reader.ReaderLease``): ``check``
+    raises once it is lost."""
+
+    def check(self) -> None: ...
+
 
 LIVE_SQL = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
 
@@ -140,7 +145,7 @@ def watch_run(
     ws: Workspace,
     run_id: str,
     *,
-    lease: ReaderLease | None = None,
+    lease: HeldLease | None = None,
     poll: float = 0.5,
     timeout: float = 7 * 24 * 3600.0,
 ) -> RunRecord:
