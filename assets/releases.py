@@ -80,7 +80,7 @@ def shard_release(
         records_per_shard=config.records_per_shard or None,
         actor=relgate.actor,
     )
-    root = manifest.root
+    root = manifest
     return dg.Output(
         manifest.digest,
         data_version=dg.DataVersion(manifest.digest),

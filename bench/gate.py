@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from relgate.catalog.db import execute, utcnow
+from relgate.documents import release_root as rm
 from relgate.errors import RelgateError
 from relgate.gate.history import GateEvent, read_history, violations
 from relgate.gate.permit_issue import acquire
@@ -83,7 +84,9 @@ def world(home: Path, db_url: str, candidates: int) -> dict[str, Any]:
     publish(ws, release.digest, alias=ALIAS, actor="alice")
     forged = []
     for i in range(candidates):
-        version = forge_release(ws, release, {d["id"] for d in release.shards}, tag=f"cas{i}")
+        version = forge_release(
+            ws, release, {d["id"] for d in rm.wire_shards(release.document())}, tag=f"cas{i}"
+        )
         set_state(ws, "release", version.digest, "VERIFIED", "APPROVED")
         sign_approval(
             ws,

@@ -179,7 +179,7 @@ def _add_versions(
                 "orderedMemberTupleRoot": "sha256:" + "0" * 64,
                 "writer": {"bench": True},
             }
-            sealed = rm.seal(body)
+            sealed = rm.seal_document(body)
             version = rm.store_envelope(ws.store, sealed, rm.sign(sealed, ws.signing_key))
             insert_release(
                 conn,
@@ -190,7 +190,9 @@ def _add_versions(
                 actor="bench",
             )
             if v % 2:
-                transition(conn, "release", sealed.digest, "INVALID", actor="bench", reason="bench")
+                transition(
+                    conn, "release", str(sealed["rootId"]), "INVALID", actor="bench", reason="bench"
+                )
 
 
 def _baseline(store: MemoryStore, required: Any) -> tuple[float, float, int]:

@@ -193,7 +193,7 @@ def _sha256_baseline(ws: Workspace, release: rm.ReleaseManifest) -> tuple[int, f
     """Stored shard bytes, and raw single-core SHA-256 seconds over them (best of 3)."""
     blobs = [
         ws.store.get(shard_key(d["digest"], encrypted=False), d["objectVersion"])
-        for d in release.shards
+        for d in rm.wire_shards(release.document())
     ]
     stored = sum(len(b) for b in blobs)
     return stored, _best(lambda: [hashlib.sha256(b).digest() for b in blobs], 3)
@@ -210,7 +210,7 @@ def _tasks(ws: Workspace, snap: BuildResult, release: rm.ReleaseManifest) -> lis
             snap_schema,
             None,
         )
-        for d in release.shards
+        for d in rm.wire_shards(release.document())
     ]
 
 
@@ -245,7 +245,7 @@ def _report(
     e2e: dict[int, float],
 ) -> dict[str, Any]:
     """One codec run's result document."""
-    totals = release.body["totals"]
+    totals = release.document()["totals"]
     stored, records = timings.stored, totals["records"]
     raw_bps = _rate(stored, timings.sha_s)
     return {

@@ -13,19 +13,19 @@ from relgate.catalog.states import resolve_digest
 from relgate.catalog.versions import ReleaseRecord, read_release
 from relgate.documents.release_root import ReleaseManifest
 from relgate.errors import RejectedError
-from relgate.integrity.contract import Record
+from relgate.integrity.contract import JsonObject, Record
 
 
 def insert_release(
     conn: Connection,
-    manifest: ReleaseManifest,
+    manifest: ReleaseManifest | JsonObject,
     *,
     members_digest: str,
     members_version: str,
     envelope_version: str,
     actor: str,
 ) -> None:
-    body = manifest.body
+    body = manifest.document() if isinstance(manifest, ReleaseManifest) else manifest
     totals = body["totals"]
     if not isinstance(totals, dict):
         raise RejectedError(
@@ -38,7 +38,7 @@ def insert_release(
         " benchmark_fence, shard_count, record_count, envelope_version, created_at, updated_at)"
         " VALUES (:d, 'STAGED', :s, :md, :mv, :t, :b, :sc, :rc, :ev, :now, :now)",
         {
-            "d": manifest.digest,
+            "d": body["rootId"],
             "s": body["datasetSnapshot"],
             "md": members_digest,
             "mv": members_version,
@@ -54,7 +54,7 @@ def insert_release(
         conn,
         "INSERT INTO release_events (digest, from_state, to_state, actor, reason, at)"
         " VALUES (:d, NULL, 'STAGED', :a, 'shards staged, root manifest signed', :now)",
-        {"d": manifest.digest, "a": actor, "now": now},
+        {"d": body["rootId"], "a": actor, "now": now},
     )
 
 

@@ -82,8 +82,8 @@ def release_build(
         "release": manifest.digest,
         "state": state,
         "snapshot": manifest.snapshot,
-        "totals": manifest.body["totals"],
-        "orderedMemberTupleRoot": manifest.body["orderedMemberTupleRoot"],
+        "totals": manifest.totals.to_json(),
+        "orderedMemberTupleRoot": manifest.ordered_member_tuple_root,
     }
     if state == "INVALID":
         return CommandResult.rejected(
@@ -311,7 +311,7 @@ def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
         "fenceHits": open_gate(ws).hits_for(digest),
     }
     if with_manifest:
-        out["manifest"] = rm.load(ws.store, ws.trusted_keys, digest, row.envelope_version).body
+        out["manifest"] = rm.load_document(ws.store, ws.trusted_keys, digest, row.envelope_version)
     return out
 
 

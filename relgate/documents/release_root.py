@@ -6,16 +6,16 @@ schema, totals, the ``orderedMemberTupleRoot`` and the writer parameters (serial
 sort seed, sharding function, compression, key version).  Its digest, the ``rootId``, is
 what approvals, permits and runs name.
 
-:class:`ReleaseRoot` is the typed contract the writer builds and readers use; its JSON is
-byte-for-byte the document that is sealed and signed.  :class:`ReleaseManifest` is a
-signed root *as signed*: the verifier examines a signed but malformed root field by
-field (that is one of its findings), so the document is kept beside its typed view.
+:class:`ReleaseRoot` is the typed contract the writer builds; its JSON is byte-for-byte
+the document that is sealed and signed.  :class:`ReleaseManifest` is a sealed root, typed
+like the snapshot manifest.  The verifier examines a signed but malformed root field by
+field (that is one of its findings), so it reads the document itself
+(:func:`load_document`): the one deliberate raw pass.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
@@ -52,12 +52,17 @@ __all__ = [
     "ShardDescriptor",
     "ShardingFunction",
     "WriterParams",
+    "bound_fields",
     "envelope_key",
     "load",
+    "load_document",
+    "open_document",
     "open_envelope",
     "seal",
+    "seal_document",
     "sign",
     "store_envelope",
+    "wire_shards",
 ]
 
 SCHEMA = "training.shard.release.v1"
@@ -163,72 +168,133 @@ def envelope_key(digest: str) -> str:
     return release_manifest_key(digest)
 
 
-@dataclass(frozen=True)
-class ReleaseManifest:
-    """A sealed root as signed: ``body`` is the document, :attr:`root` its typed view."""
+class ReleaseManifest(ReleaseRoot):
+    """A sealed root as signed: ``root_id`` is its digest.
 
-    body: JsonObject
+    Opening a stored root (:func:`open_envelope`, :func:`load`) parses it into this model
+    and refuses (check ``schema``) a signed root that is malformed or does not survive the
+    round trip through the model byte for byte.  The verifier's deliberate raw pass over a
+    hostile root reads the signed document itself (:func:`open_document`,
+    :func:`load_document`), field by field.
+    """
 
     @property
-    def digest(self) -> str:
-        return str(self.body["rootId"])
-
-    @property
-    def shards(self) -> list[JsonObject]:
-        """The descriptors as signed (wire objects); :attr:`descriptors` types them."""
-        shards = self.body["shards"]
-        return [d for d in shards if isinstance(d, dict)] if isinstance(shards, list) else []
+    def digest(self) -> str:  # type: ignore[override]  # the id, not the model's digest()
+        return self.root_id
 
     @property
     def snapshot(self) -> str:
-        return str(self.body["datasetSnapshot"])
-
-    @property
-    def root(self) -> ReleaseRoot:
-        """The typed root; a signed but malformed root is refused (check ``schema``)."""
-        return ReleaseRoot.parse(self.body, what=f"release {self.body.get('rootId')}")
+        return self.dataset_snapshot
 
     @property
     def descriptors(self) -> tuple[ShardDescriptor, ...]:
-        return self.root.shards
+        return self.shards
+
+    @property
+    def key_version(self) -> str | None:
+        return self.writer.key_version
 
     def shard_format(self) -> ShardFormat:
         """The shard format the signed root declares, refused unless ``recordSchema`` is
         its digest."""
-        root = self.root
-        fmt = ShardFormat(root.record_schema_document.records)
-        if fmt.digest != root.record_schema or fmt.document != root.record_schema_document:
+        fmt = ShardFormat(self.record_schema_document.records)
+        if fmt.digest != self.record_schema or fmt.document != self.record_schema_document:
             raise RejectedError(
                 "recordSchema is not the digest of the shard schema the root carries",
                 object=f"release {self.digest}",
                 check=RECORD_SCHEMA_CHECK,
-                digest=root.record_schema,
+                digest=self.record_schema,
                 details={"actual": fmt.digest},
             )
         return fmt
 
-    @property
-    def key_version(self) -> str | None:
-        writer = self.body.get("writer")
-        value = writer.get("keyVersion") if isinstance(writer, dict) else None
-        return value if isinstance(value, str) else None
+    def bound_fields(self) -> dict[str, JsonValue]:
+        """The payload fields the catalog's release row repeats (the gate binds them)."""
+        return bound_fields(self.document())
+
+    @classmethod
+    def from_document(cls, document: JsonObject, *, subject: str = "release") -> ReleaseManifest:
+        """The typed view of a sealed document; refused unless it reads back byte for byte."""
+        digest = str(document.get("rootId"))
+        try:
+            manifest = cls.parse(document, what=f"release {digest}")
+        except RejectedError as exc:
+            raise RejectedError(exc.message, object=subject, check="schema", digest=digest) from exc
+        if not manifest.root_id or manifest.document() != document:
+            raise RejectedError(
+                "the signed root does not survive the round trip through its model",
+                object=subject,
+                check="schema",
+                digest=digest,
+            )
+        return manifest
 
 
-def seal(root: ReleaseRoot | JsonObject) -> ReleaseManifest:
-    """Digest the root into ``rootId``.  A raw document is sealed as given (test forgeries
-    and tools re-signing an opened root); the writer seals a :class:`ReleaseRoot`."""
-    body = root.document() if isinstance(root, ReleaseRoot) else root
-    return ReleaseManifest(_json_object(KIND.seal(dict(body))))
+def bound_fields(document: JsonObject) -> dict[str, JsonValue]:
+    """The fields a ``releases`` row repeats, read from a sealed root's document as signed
+    (raw on purpose: the gate binds a hostile document field by field; a missing or
+    mistyped field raises KeyError, TypeError or ValueError)."""
+    totals = document["totals"]
+    if not isinstance(totals, dict):
+        raise TypeError("totals is not an object")
+    return {
+        "digest": document["rootId"],
+        "tombstone_watermark": _integer(document["tombstoneWatermark"]),
+        "benchmark_fence": _integer(document["benchmarkFence"]),
+        "snapshot_digest": document["datasetSnapshot"],
+        "shard_count": _integer(totals["shards"]),
+        "record_count": _integer(totals["records"]),
+    }
 
 
-def sign(manifest: ReleaseManifest, key: SigningKey) -> JsonObject:
-    return _json_object(KIND.sign(dict(manifest.body), key))
+def wire_shards(document: JsonObject) -> list[JsonObject]:
+    """The shard descriptors of a root document as signed (wire objects; anything that is
+    not an object is left out), for the readers that must not trust the model: garbage
+    collection and propagation over a possibly hostile root."""
+    shards = document.get("shards")
+    return [d for d in shards if isinstance(d, dict)] if isinstance(shards, list) else []
 
 
-def store_envelope(store: ObjectStore, manifest: ReleaseManifest, envelope: JsonObject) -> str:
+def _integer(value: JsonValue) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"{value!r} is not an integer")
+    return int(value)
+
+
+def seal(root: ReleaseRoot) -> ReleaseManifest:
+    """Digest the typed root into ``rootId``."""
+    return ReleaseManifest.from_document(seal_document(root.document()))
+
+
+def seal_document(document: JsonObject) -> JsonObject:
+    """Digest a raw root document into ``rootId`` as given: test forgeries and tools that
+    re-sign an opened root (the writer seals a :class:`ReleaseRoot`)."""
+    return _json_object(KIND.seal(dict(document)))
+
+
+def sign(manifest: ReleaseManifest | JsonObject, key: SigningKey) -> JsonObject:
+    document = manifest.document() if isinstance(manifest, ReleaseManifest) else manifest
+    return _json_object(KIND.sign(dict(document), key))
+
+
+def store_envelope(
+    store: ObjectStore, manifest: ReleaseManifest | JsonObject, envelope: JsonObject
+) -> str:
+    digest = manifest.digest if isinstance(manifest, ReleaseManifest) else str(manifest["rootId"])
     return store.create(
-        envelope_key(manifest.digest), json.dumps(envelope, sort_keys=True).encode()
+        envelope_key(digest), json.dumps(envelope, sort_keys=True).encode()
     ).version_id
+
+
+def open_document(
+    envelope: bytes | JsonObject,
+    trusted: TrustedKeys,
+    *,
+    expected: str | None = None,
+    subject: str = "release",
+) -> JsonObject:
+    """The signed root document, verified (signature, digest, identity) but not typed."""
+    return _json_object(KIND.open(envelope, trusted, expected=expected, subject=subject))
 
 
 def open_envelope(
@@ -238,19 +304,21 @@ def open_envelope(
     expected: str | None = None,
     subject: str = "release",
 ) -> ReleaseManifest:
-    return ReleaseManifest(
-        _json_object(KIND.open(envelope, trusted, expected=expected, subject=subject))
-    )
+    document = open_document(envelope, trusted, expected=expected, subject=subject)
+    return ReleaseManifest.from_document(document, subject=subject)
+
+
+def load_document(
+    store: ObjectStore, trusted: TrustedKeys, digest: str, version_id: str
+) -> JsonObject:
+    """The stored root document at an exact version, verified but not typed."""
+    key = envelope_key(digest)
+    return _json_object(KIND.load(store, trusted, key=key, digest=digest, version_id=version_id))
 
 
 def load(store: ObjectStore, trusted: TrustedKeys, digest: str, version_id: str) -> ReleaseManifest:
-    return ReleaseManifest(
-        _json_object(
-            KIND.load(
-                store, trusted, key=envelope_key(digest), digest=digest, version_id=version_id
-            )
-        )
-    )
+    document = load_document(store, trusted, digest, version_id)
+    return ReleaseManifest.from_document(document, subject=envelope_key(digest))
 
 
 def _json_object(value: JsonValue | dict[str, Any]) -> JsonObject:

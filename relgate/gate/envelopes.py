@@ -77,7 +77,7 @@ def _stored_body(store: ObjectStore, trusted: TrustedKeys, kind: str, row: Versi
         opened = sm.KIND.open(data, trusted, expected=digest, subject=key)
         body: Any = sm.from_payload(opened, subject=key).body
     else:
-        body = rm.open_envelope(data, trusted, expected=digest, subject=key).body
+        body = rm.open_document(data, trusted, expected=digest, subject=key)
     if len(_VERIFIED) >= _VERIFIED_MAX:
         _VERIFIED.clear()
     _VERIFIED[memo] = (trusted, body)

@@ -198,10 +198,10 @@ def release_refs(ws: Workspace, row: VersionRow | None, digest: str) -> list[Ref
         raise _no_row("release", digest)
     key = release_envelope_key(digest)
     try:
-        manifest = rm.load(ws.store, ws.trusted_keys, digest, row.envelope_version)
+        document = rm.load_document(ws.store, ws.trusted_keys, digest, row.envelope_version)
         shards = [
             Ref(descriptor_key(d), str(d["objectVersion"]), "shard", digest)
-            for d in manifest.shards
+            for d in rm.wire_shards(document)
         ]
     except RelgateError as exc:
         raise _unreadable("release", key, row.envelope_version, digest, exc) from None

@@ -331,10 +331,9 @@ def _envelope_refs(ws: Workspace, kind: str, digest: str, version: str) -> set[t
     out: set[tuple[str, str]] = set()
     try:
         if kind == "release":
-            shards = rm.load(ws.store, ws.trusted_keys, digest, version).body.get("shards")
-            for d in shards if isinstance(shards, list) else []:
+            for d in rm.wire_shards(rm.load_document(ws.store, ws.trusted_keys, digest, version)):
                 try:
-                    out.add((descriptor_key(d), str(d["objectVersion"])))  # type: ignore[index,call-overload]
+                    out.add((descriptor_key(d), str(d["objectVersion"])))
                 except (KeyError, TypeError, RelgateError):
                     continue  # a malformed descriptor of a signed root names no object
             return out

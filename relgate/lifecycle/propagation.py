@@ -141,7 +141,8 @@ def _shards(ws: Workspace, digest: str) -> list[JsonObject]:
     """The shard descriptors of a release's signed root (none if its trail is gone)."""
     try:
         row = get_release(ws.db, digest)
-        return list(rm.load(ws.store, ws.trusted_keys, digest, row.envelope_version).shards)
+        document = rm.load_document(ws.store, ws.trusted_keys, digest, row.envelope_version)
+        return rm.wire_shards(document)
     except RelgateError:
         return []
 

@@ -55,6 +55,9 @@ def admit_run(
         )
         if release is None:
             raise NotFoundError("unknown release", object=admitted, check="exists")
+        # The typed root, read before the run exists: a root the model refuses admits
+        # no run (the transaction rolls back), it does not leave one without shards.
+        manifest = rm.load(ws.store, ws.trusted_keys, admitted, release["envelope_version"])
         now = utcnow()
         execute(
             conn,
@@ -72,9 +75,8 @@ def admit_run(
             },
         )
         record(conn, GateOperation.ADMIT, Outcome.OK, subject=subject, digest=admitted)
-    manifest = rm.load(ws.store, ws.trusted_keys, admitted, release["envelope_version"])
     with ws.db.tx() as conn:
-        write_assignment(conn, run_id, 0, [str(s["id"]) for s in manifest.shards], world_size)
+        write_assignment(conn, run_id, 0, [s.id for s in manifest.shards], world_size)
     generation = int(permit.generation)
     return AdmittedRun(
         run_id=run_id,

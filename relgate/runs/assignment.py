@@ -53,7 +53,7 @@ def rescale(ws: Workspace, run_id: str, world_size: int) -> JsonObject:
             raise ConflictError(
                 "run was rescaled concurrently", object=run_id, check="assignment-epoch"
             )
-        write_assignment(conn, run_id, epoch, [str(s["id"]) for s in manifest.shards], world_size)
+        write_assignment(conn, run_id, epoch, [s.id for s in manifest.shards], world_size)
     return Rescaled(
         run_id=run_id, root_digest=run.root_digest, epoch=epoch, world_size=world_size
     ).to_json()

@@ -13,7 +13,6 @@ from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.errors import IntegrityError, RejectedError, RelgateError
 from relgate.gate.transitions import Gate, open_gate
-from relgate.integrity.contract import JsonObject
 from relgate.release import metrics as release_metrics
 from relgate.release.verify.worker import ShardTask, verify_shard
 from relgate.runs.assignment import assignment
@@ -28,17 +27,17 @@ from relgate.workspace import Workspace
 
 def shard_checker(
     ws: Workspace, manifest: rm.ReleaseManifest, keys: Mapping[str, bytes] | None = None
-) -> Callable[[JsonObject], None]:
+) -> Callable[[rm.ShardDescriptor], None]:
     """Per-shard verification for a rank: the independent verifier's checks on one descriptor."""
     snap = load_manifest(ws, manifest.snapshot)
     tokenizer_data = tokenizer.pinned_bytes(ws, snap)
     key_version = manifest.key_version
     key = (keys or {}).get(key_version) if key_version else None
 
-    def check(descriptor: JsonObject) -> None:
+    def check(descriptor: rm.ShardDescriptor) -> None:
         task = ShardTask(
             ws.config["objectStore"],
-            rm.ShardDescriptor.parse(descriptor, what=f"shard {descriptor.get('id')}"),
+            descriptor,
             manifest.snapshot,
             snap.record_schema_document,
             snap.record_schema,
@@ -52,9 +51,9 @@ def shard_checker(
             first = result.failures[0]
             raise IntegrityError(
                 f"shard failed verification: {first['message']}",
-                object=str(descriptor["id"]),
+                object=descriptor.id,
                 check=str(first["check"]),
-                digest=str(descriptor["digest"]),
+                digest=descriptor.storage_digest,
                 details={"failures": result.failures},
             )
 
@@ -189,7 +188,7 @@ def _verify_assigned(me: _Rank, keys: Mapping[str, bytes] | None) -> WorkerResul
     try:
         release = get_release(ws.db, root)
         manifest = rm.load(ws.store, ws.trusted_keys, root, release.envelope_version)
-        by_id = {s["id"]: s for s in manifest.shards}
+        by_id = {s.id: s for s in manifest.shards}
         check = shard_checker(ws, manifest, keys)
         for shard_id in shard_ids:
             me.lease.check()
@@ -202,7 +201,7 @@ def _verify_assigned(me: _Rank, keys: Mapping[str, bytes] | None) -> WorkerResul
                     digest=root,
                 )
             check(descriptor)
-            digests.append(str(descriptor["digest"]))
+            digests.append(descriptor.storage_digest)
         reported_root = manifest.digest
     except RelgateError as exc:
         ok, detail, reported_root = False, f"{exc.check}: {exc}", root

@@ -257,7 +257,7 @@ def load_verified_shard(
             snapshot=manifest.snapshot,
             shard=shard_id,
             logical_digest=d.logical_digest,
-            record_schema=str(manifest.body["recordSchema"]),
+            record_schema=manifest.record_schema,
             key_version=key_version,
         )
         data = crypto.decrypt_shard(

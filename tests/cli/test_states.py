@@ -97,7 +97,7 @@ def test_release_verify_names_each_failing_shard(ws: Workspace) -> None:
     snapshot = _active_snapshot(ws, "verify-states")
     root = str(cli(ws.home, "release", "build", snapshot, "--records-per-shard", "60")["release"])
     manifest = rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root).envelope_version)
-    victim = manifest.shards[1]
+    victim = rm.wire_shards(manifest.document())[1]
     path = shard_path(ws, victim)
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, other bytes

@@ -194,7 +194,7 @@ def test_a_rank_that_cannot_verify_its_shard_fails_the_run_step(home):
         manifest = rm.load(
             ws.store, ws.trusted_keys, root, get_release(ws.db, root).envelope_version
         )
-        path = shard_path(ws, manifest.shards[0])
+        path = shard_path(ws, rm.wire_shards(manifest.document())[0])
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0xFF
         overwrite_in_place(path, bytes(data))

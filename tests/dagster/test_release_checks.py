@@ -127,7 +127,7 @@ def test_an_invalid_release_fails_its_checks_and_blocks_the_alias(home, tamper, 
         ws = RelgateResource(home=home).workspace()
         row = get_release(ws.db, root)
         manifest = rm.load(ws.store, ws.trusted_keys, root, row.envelope_version)
-        tamper(shard_path(ws, manifest.shards[1]))
+        tamper(shard_path(ws, rm.wire_shards(manifest.document())[1]))
 
         result = _verify_and_publish(home, instance)
         assert not result.success

@@ -64,7 +64,7 @@ def build(relgate_home: Path, dagster_home: Path) -> UiInstance:
         manifest = rm.load(
             ws.store, ws.trusted_keys, invalid, get_release(ws.db, invalid).envelope_version
         )
-        _flip_one_byte(shard_path(ws, manifest.shards[1]))
+        _flip_one_byte(shard_path(ws, rm.wire_shards(manifest.document())[1]))
         verified = job.execute_in_process(
             instance=instance,
             asset_selection=[dg.AssetKey("release_verification")],

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from support.runs import create_run
 
 from relgate.catalog.db import execute
 from relgate.catalog.release_table import get_release
@@ -19,7 +20,6 @@ from relgate.gate.transitions import open_gate
 from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.release.writer import write_release
 from tests.gate.conftest import PURPOSE
-from tests.support.runs import create_run
 
 
 def _cli(home, *args, expect):

@@ -9,6 +9,7 @@ import json
 
 import pytest
 from support.releases import overwrite_in_place
+from support.runs import create_run
 
 from relgate.catalog.db import execute, one, rows
 from relgate.catalog.release_table import get_release, insert_release
@@ -30,7 +31,6 @@ from relgate.holds.retention import RetentionPolicy, set_policy
 from relgate.objects.cas import ContentRef
 from relgate.release.publication import approve_release, publish, rollback_release
 from relgate.runs.store import get_run
-from tests.support.runs import create_run
 
 from .conftest import PURPOSE
 
@@ -402,18 +402,20 @@ def test_a_signed_release_payload_missing_a_bound_field_is_refused_not_an_intern
     import copy
 
     row = get_release(g.ws.db, g.r3)
-    body = copy.deepcopy(rm.load(g.ws.store, g.ws.trusted_keys, g.r3, row.envelope_version).body)
+    body = copy.deepcopy(
+        rm.load_document(g.ws.store, g.ws.trusted_keys, g.r3, row.envelope_version)
+    )
     if fault == "missing":
         del body["totals"]["records"]
         body["writer"] = {**body["writer"], "forged": True}
     else:  # a signed integer field that is not an integer
         body["totals"]["shards"] = "many"
         body["writer"] = {**body["writer"], "forged": "type"}
-    sealed = rm.seal(body)
+    sealed = rm.seal_document(body)
     version = rm.store_envelope(g.ws.store, sealed, rm.sign(sealed, g.ws.signing_key))
     with g.ws.db.tx() as conn:
-        sealed.body["totals"]["records"] = row.record_count
-        sealed.body["totals"]["shards"] = row.shard_count
+        sealed["totals"]["records"] = row.record_count
+        sealed["totals"]["shards"] = row.shard_count
         insert_release(
             conn,
             sealed,
@@ -423,10 +425,12 @@ def test_a_signed_release_payload_missing_a_bound_field_is_refused_not_an_intern
             actor="forger",
         )
         execute(
-            conn, "UPDATE releases SET state = 'APPROVED' WHERE digest = :d", {"d": sealed.digest}
+            conn,
+            "UPDATE releases SET state = 'APPROVED' WHERE digest = :d",
+            {"d": sealed["rootId"]},
         )
     with pytest.raises(IntegrityError) as err:
-        publish(g.ws, sealed.digest, alias="t", actor="a")
+        publish(g.ws, sealed["rootId"], alias="t", actor="a")
     cause = "KeyError" if fault == "missing" else "ValueError"
     assert err.value.check == "envelope-binding" and err.value.details["cause"] == cause
     assert err.value.exit_code == 3

@@ -13,13 +13,13 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.runs import create_run
 
 from relgate.catalog.db import rows
 from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate.telemetry import gate_registry
 from relgate.gate.transitions import open_gate
 from relgate.release.publication import publish
-from tests.support.runs import create_run
 
 from .conftest import PURPOSE
 from .test_gate_fast import _members

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from support.runs import create_run
 
 from relgate.catalog.db import execute, rows
 from relgate.catalog.release_table import get_release
@@ -29,7 +30,6 @@ from relgate.runs.reader import (
 )
 from relgate.runs.run_end import cancel_run
 from tests.gate.conftest import PURPOSE
-from tests.support.runs import create_run
 
 
 def _shards(ws, root):

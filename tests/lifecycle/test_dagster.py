@@ -7,6 +7,7 @@ from support.workspaces import make_workspace
 
 from assets.lifecycle import gc_job, retention_plan
 from pipelines.definitions import defs
+from relgate.documents import release_root as rm
 from relgate.lifecycle.collector import verify_retained
 from resources.relgate import RelgateResource
 
@@ -27,7 +28,7 @@ def test_plan_asset_and_gc_job_dry_run_then_sweep(tmp_path):
         )
         assert result.success
         plan = result.output_for_node("retention_plan")
-        assert plan["candidateCount"] >= len(release.shards)
+        assert plan["candidateCount"] >= len(rm.wire_shards(release.document()))
         (mat,) = result.asset_materializations_for_node("retention_plan")
         excluded = {r.data["reason"]: r.data["objects"] for r in mat.metadata["excluded"].records}
         assert excluded == plan["excluded"]
@@ -54,6 +55,8 @@ def test_plan_asset_and_gc_job_dry_run_then_sweep(tmp_path):
             run_config={"ops": {"garbage_collect": {"config": {"grace": "0s", "sweep": True}}}},
         )
         assert swept.success
-        assert swept.output_for_node("garbage_collect")["deletedCount"] >= len(release.shards)
+        assert swept.output_for_node("garbage_collect")["deletedCount"] >= len(
+            rm.wire_shards(release.document())
+        )
         verify_retained(ws)
     ws.close()

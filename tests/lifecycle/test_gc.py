@@ -32,7 +32,7 @@ from relgate.release.writer import shard_key, stage_object, write_release
 
 def _seed_versions(ws, release):
     """v1 = {A, B}, v2 = {A, C}, v3 = {D}; the base release is INVALID (not retained)."""
-    ids = [d["id"] for d in release.shards]
+    ids = [d["id"] for d in rm.wire_shards(release.document())]
     assert len(ids) >= 4
     a, b, c, d = ids[:4]
     set_policy(ws.db, RetentionPolicy("train", keep_last=1, keep_days=0, rollback_window=0))
@@ -141,7 +141,7 @@ def test_in_progress_publisher_staged_objects_survive(ws, release):
 
 def test_candidate_rereferenced_within_grace_survives(ws, release):
     set_state(ws, "release", release.digest, "INVALID")
-    ids = [d["id"] for d in release.shards]
+    ids = [d["id"] for d in rm.wire_shards(release.document())]
     keys = shard_keys(release)
     plan = plan_gc(ws, grace_seconds=0)
     assert keys[ids[0]] in candidate_set(plan)
@@ -196,7 +196,7 @@ def test_same_object_under_two_spellings_is_not_an_orphan(ws, release):
 
 def test_unknown_publication_outcome_is_never_acted_on(ws, release):
     set_state(ws, "release", release.digest, "INVALID")
-    ids = [d["id"] for d in release.shards]
+    ids = [d["id"] for d in rm.wire_shards(release.document())]
     keys = shard_keys(release)
     orphan = forge_release(ws, release, {ids[0]}, tag="crashed", insert=False)
     plan = plan_gc(ws, grace_seconds=0)
@@ -208,7 +208,7 @@ def test_unknown_publication_outcome_is_never_acted_on(ws, release):
 
 
 def test_published_release_still_verifies_after_sweep(ws, release):
-    other = forge_release(ws, release, {release.shards[0]["id"]}, tag="junk")
+    other = forge_release(ws, release, {rm.wire_shards(release.document())[0]["id"]}, tag="junk")
     set_state(ws, "release", other.digest, "INVALID")
     publish(ws, release.digest, "prod")
     result = sweep(ws, actor="gc", grace_seconds=0)
@@ -221,7 +221,8 @@ def test_published_release_still_verifies_after_sweep(ws, release):
 
 def test_alias_retention_window(ws, release):
     versions = [
-        forge_release(ws, release, {d["id"]}, tag=f"g{i}") for i, d in enumerate(release.shards[:3])
+        forge_release(ws, release, {d["id"]}, tag=f"g{i}")
+        for i, d in enumerate(rm.wire_shards(release.document())[:3])
     ]
     set_state(ws, "release", release.digest, "INVALID")
     for v in versions:
@@ -252,7 +253,8 @@ def test_plan_json_is_one_object(ws, release):
 
 def test_rollback_to_a_purged_version_is_refused(ws, release):
     versions = [
-        forge_release(ws, release, {d["id"]}, tag=f"r{i}") for i, d in enumerate(release.shards[:3])
+        forge_release(ws, release, {d["id"]}, tag=f"r{i}")
+        for i, d in enumerate(rm.wire_shards(release.document())[:3])
     ]
     set_state(ws, "release", release.digest, "INVALID")
     for v in versions:

@@ -12,6 +12,7 @@ from support.lifecycle import (
     set_state,
     shard_keys,
 )
+from support.runs import create_run
 from support.snapshots import build_approved
 from support.workspaces import make_workspace
 
@@ -27,7 +28,6 @@ from relgate.lifecycle.collector import plan_gc, verify_retained
 from relgate.lifecycle.lineage import lineage
 from relgate.runs.run_end import fail_run
 from relgate.snapshot import activation as snap_lifecycle
-from tests.support.runs import create_run
 
 PURPOSE = "demo-model-training"
 
@@ -36,7 +36,7 @@ def test_runs_and_permits_hold_their_root(ws, release):
     set_policy(ws.db, RetentionPolicy("train", keep_last=1, keep_days=0, rollback_window=0))
     publish(ws, release.digest, "train")
     run = create_run(ws, alias="train", purpose=PURPOSE, world_size=1, actor="sched")
-    newer = forge_release(ws, release, {release.shards[0]["id"]}, tag="newer")
+    newer = forge_release(ws, release, {rm.wire_shards(release.document())[0]["id"]}, tag="newer")
     publish(ws, newer.digest, "train")
     held = plan_gc(ws, grace_seconds=0).retained[("release", release.digest)]
     assert any(r.startswith(f"run {run['runId']}") for r in held)

@@ -9,12 +9,14 @@ import json
 import pytest
 from click.testing import CliRunner
 from support.lifecycle import forge_release, publish, release_of
+from support.runs import create_run
 from support.snapshots import build_approved
 from support.workspaces import make_workspace
 
 from relgate.catalog.db import one
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.cli.main import main
+from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
 from relgate.errors import NotFoundError
 from relgate.gate.transitions import open_gate
@@ -23,7 +25,6 @@ from relgate.holds.retention import parse_time
 from relgate.lifecycle.collector import plan_gc, sweep
 from relgate.lifecycle.propagation import Holder, _deletable_at, propagation
 from relgate.snapshot import activation as snap_lifecycle
-from tests.support.runs import create_run
 
 PURPOSE = "demo-model-training"
 EXPIRY = "2999-01-01T00:00:00.000000Z"
@@ -42,7 +43,7 @@ def erased(tmp_path):
     snapshot = build_approved(ws)
     v1 = release_of(ws, snapshot.digest)
     publish(ws, v1.digest, "train")
-    v2 = forge_release(ws, v1, {d["id"] for d in v1.shards[1:]}, tag="v2")
+    v2 = forge_release(ws, v1, {d["id"] for d in rm.wire_shards(v1.document())[1:]}, tag="v2")
     publish(ws, v2.digest, "train")
     run = create_run(ws, alias="train", purpose=PURPOSE, world_size=1, actor="sched")
     pin = add_pin(ws, v1.digest, owner="auditor", reason="hold", expires_at=EXPIRY)

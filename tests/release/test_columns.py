@@ -139,7 +139,7 @@ def test_shards_verified_in_threads_processes_and_inline_agree(ws, snapshot):
             None,
             tokenizer=tokenizer_bytes,
         )
-        for d in release.body["shards"]
+        for d in release.document()["shards"]
     ]
     inline = [comparable(r) for r in run_shards(tasks, 0)]
     assert all(entry["ok"] for entry, _ in inline) and len(inline) > 1

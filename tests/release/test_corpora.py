@@ -14,6 +14,7 @@ from support.workspaces import make_workspace
 
 from relgate.demo.image_corpus import IMAGE_RECORDS, PREFIX, seed_images
 from relgate.demo.token_corpus import TOKEN_RECORDS, seed_tokens
+from relgate.documents import release_root as rm
 from relgate.documents import shard_format as rr
 from relgate.documents import snapshot_manifest as mf
 from relgate.errors import IntegrityError, RejectedError
@@ -31,7 +32,7 @@ def blank(tmp_path, db_url):
 
 
 def _members_of_release(ws, release):
-    return pa.concat_tables([read_shard(ws, d) for d in release.shards])
+    return pa.concat_tables([read_shard(ws, d) for d in rm.wire_shards(release.document())])
 
 
 def test_token_id_corpus_end_to_end(blank):
@@ -45,7 +46,7 @@ def test_token_id_corpus_end_to_end(blank):
     report = verify_release(ws, release.digest, actor="test", workers=0)
     assert report.outcome == "VERIFIED", report.failing
     fmt = rr.ShardFormat(TOKEN_RECORDS)
-    assert release.body["recordSchema"] == fmt.digest
+    assert release.document()["recordSchema"] == fmt.digest
     records = _members_of_release(ws, release)
     assert records.schema.remove_metadata().equals(fmt.arrow_schema)
     # Exact token counts: the number of ids each record stores, read back independently.
@@ -56,7 +57,7 @@ def test_token_id_corpus_end_to_end(blank):
     lengths = {r["sample_id"]: len(r["ids"]) for r in source}
     kept = {k: n for k, n in lengths.items() if 8 <= n <= 4096}
     assert records.num_rows == len(kept) == manifest.member_count
-    assert release.body["totals"]["tokens"] == sum(kept.values())
+    assert release.document()["totals"]["tokens"] == sum(kept.values())
     for row in records.to_pylist()[:20]:
         assert row["tokens"] == kept[row["sampleId"]]
         assert row["logicalContentDigest"] == ref.content_digest(row, TOKEN_RECORDS)
@@ -72,7 +73,7 @@ def test_binary_corpus_end_to_end(blank):
     assert report.outcome == "VERIFIED", report.failing
     records = _members_of_release(ws, release).to_pylist()
     assert {r["label"] for r in records} == {"bird", "cat", "dog"}  # "noise" not selected
-    assert len(records) == 45 and release.body["totals"]["tokens"] == 0
+    assert len(records) == 45 and release.document()["totals"]["tokens"] == 0
     assert any(r["caption"] is None for r in records)
     for row in records:
         assert row["image"].startswith(b"\x89PNG\r\n\x1a\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from support.releases import forge, overwrite_in_place, shard_path, state, write
 
+from relgate.documents import release_root as rm
 from relgate.errors import NotFoundError
 from relgate.release.verify.verifier import shard_ids, verify_one_shard, verify_release
 
@@ -29,7 +30,7 @@ def _fanned_out(ws, root: str):
 def test_fanned_out_verification_is_the_in_process_report(ws, snapshot):
     release = write(ws, snapshot.digest)
     ids = shard_ids(ws, release.digest)
-    assert ids == [d["id"] for d in release.shards]
+    assert ids == [d["id"] for d in rm.wire_shards(release.document())]
     fanned = _fanned_out(ws, release.digest)
     assert fanned.outcome == "VERIFIED" and state(ws, release.digest) == "VERIFIED"
     whole = verify_release(ws, release.digest, workers=2, actor="test")
@@ -39,7 +40,7 @@ def test_fanned_out_verification_is_the_in_process_report(ws, snapshot):
 
 def test_fanned_out_verification_of_a_truncated_shard_is_invalid_the_same_way(ws, snapshot):
     release = write(ws, snapshot.digest)
-    d = release.shards[1]
+    d = rm.wire_shards(release.document())[1]
     path = shard_path(ws, d)
     overwrite_in_place(path, path.read_bytes()[: d["size"] // 2])
     fanned = _fanned_out(ws, release.digest)
@@ -53,7 +54,7 @@ def test_a_root_listing_one_shard_twice_fans_out_both_and_reduces_the_same_way(w
     release = write(ws, snapshot.digest)
     forged = forge(ws, release, lambda body: body["shards"].append(dict(body["shards"][0])))
     ids = shard_ids(ws, forged.digest)
-    assert ids.count(release.shards[0]["id"]) == 2
+    assert ids.count(rm.wire_shards(release.document())[0]["id"]) == 2
     fanned = _fanned_out(ws, forged.digest)
     assert fanned.outcome == "INVALID" and fanned.counts["duplicateMembers"] > 0
     whole = verify_release(ws, forged.digest, workers=0, actor="test")

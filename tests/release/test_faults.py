@@ -74,7 +74,7 @@ def assert_invalid(ws, release, report, **expected):
 
 def test_truncated_shard(ws, snapshot):
     release = write(ws, snapshot.digest)
-    d = release.shards[1]
+    d = rm.wire_shards(release.document())[1]
     path = shard_path(ws, d)
     overwrite_in_place(path, path.read_bytes()[: d["size"] // 2])
     report = verify(ws, release, workers=2)
@@ -115,7 +115,7 @@ def test_two_shards_swapped(ws, snapshot):
 def test_member_replaced_under_the_same_sample_id(ws, snapshot, field, check):
     release = write(ws, snapshot.digest)
     schema = member_schema(ws, release)
-    d = release.shards[2]
+    d = rm.wire_shards(release.document())[2]
     table = read_shard(ws, d)
     row = table.slice(5, 1).to_pylist()[0]
     if field == "text":
@@ -144,7 +144,7 @@ def test_member_replaced_under_the_same_sample_id(ws, snapshot, field, check):
 def test_text_replaced_but_content_digest_column_left_alone(ws, snapshot):
     release = write(ws, snapshot.digest)
     schema = member_schema(ws, release)
-    d = release.shards[0]
+    d = rm.wire_shards(release.document())[0]
     table = read_shard(ws, d)
     row = table.slice(0, 1).to_pylist()[0]
     changed = rewrite_record(table, 0, text=row["text"].upper())
@@ -159,7 +159,7 @@ def test_descriptor_omitted(ws, snapshot):
     release = write(ws, snapshot.digest)
     forged = forge(ws, release, lambda body: body["shards"].pop(), renumber=True)
     report = verify(ws, forged)
-    last = release.shards[-1]["records"]
+    last = rm.wire_shards(release.document())[-1]["records"]
     extra = assert_invalid(ws, forged, report, missingMembers=last)
     assert extra == {"tupleRootMismatch": 1}
 
@@ -169,7 +169,11 @@ def test_descriptor_lacking_a_field(ws, snapshot):
     forged = forge(ws, release, lambda body: body["shards"][1].pop("memberSetDigest"))
     report = verify(ws, forged)
     assert_invalid(
-        ws, forged, report, descriptorIncomplete=1, missingMembers=release.shards[1]["records"]
+        ws,
+        forged,
+        report,
+        descriptorIncomplete=1,
+        missingMembers=rm.wire_shards(release.document())[1]["records"],
     )
     assert any("lacks ['memberSetDigest']" in p for p in report.problems)
 
@@ -177,7 +181,7 @@ def test_descriptor_lacking_a_field(ws, snapshot):
 def test_extra_member(ws, snapshot):
     release = write(ws, snapshot.digest)
     schema = member_schema(ws, release)
-    d = release.shards[0]
+    d = rm.wire_shards(release.document())[0]
     table = read_shard(ws, d)
     row = table.slice(0, 1).to_pylist()[0]
     row["sampleId"] = "forum/never-a-member"
@@ -193,9 +197,9 @@ def test_extra_member(ws, snapshot):
 def test_duplicate_member_across_shards(ws, snapshot):
     release = write(ws, snapshot.digest)
     schema = member_schema(ws, release)
-    d = release.shards[0]
+    d = rm.wire_shards(release.document())[0]
     table = read_shard(ws, d)
-    copied = read_shard(ws, release.shards[1]).slice(0, 1)
+    copied = read_shard(ws, rm.wire_shards(release.document())[1]).slice(0, 1)
     new = store_shard(ws, pa.concat_tables([table, copied]), d, schema)
     forged = forge(ws, release, lambda body: body["shards"].__setitem__(0, new))
     report = verify(ws, forged)
@@ -216,18 +220,18 @@ def test_duplicate_descriptor(ws, snapshot):
 def test_stale_listing_is_never_consulted(ws, snapshot):
     release = write(ws, snapshot.digest)
     # An extra, perfectly valid shard object appears under the prefix...
-    extra = read_shard(ws, release.shards[0])
+    extra = read_shard(ws, rm.wire_shards(release.document())[0])
     rogue = serialize_shard(extra.slice(0, 3), ParquetParams(), shard_format(ws))
     ws.store.create(shard_key(sha256_digest(rogue), encrypted=False), rogue)
     # ...and a newer version of a pinned shard key holds other bytes.
-    d = release.shards[1]
+    d = rm.wire_shards(release.document())[1]
     key = shard_key(d["digest"], encrypted=False)
     newer = ws.store.put(key, b"not the pinned version")
     assert ws.store.head(key).version_id == newer.version_id != d["objectVersion"]
     report = verify(ws, release)
     assert report.ok, report.failing  # descriptors + exact versions only
     assert state(ws, release.digest) == "VERIFIED"
-    assert report.facts["shards"] == len(release.shards)
+    assert report.facts["shards"] == len(rm.wire_shards(release.document()))
     read = {s["id"]: s["objectVersion"] for s in report.shards}
     assert read[d["id"]] == d["objectVersion"]
 
@@ -237,18 +241,22 @@ def test_root_built_from_a_stale_listing(ws, snapshot):
     # A writer that listed the prefix before the last shard landed would name only these.
     forged = forge(ws, release, lambda body: body["shards"].pop(), renumber=True)
     report = verify(ws, forged, workers=2)
-    assert_invalid(ws, forged, report, missingMembers=release.shards[-1]["records"])
+    assert_invalid(
+        ws, forged, report, missingMembers=rm.wire_shards(release.document())[-1]["records"]
+    )
 
 
 def test_old_cache_entry_is_detected_and_never_used(ws, snapshot, tmp_path):
     release = write(ws, snapshot.digest)
-    d = release.shards[0]
+    d = rm.wire_shards(release.document())[0]
     cache = tmp_path / "cache"
     data, status = fetch_shard(ws.store, d, cache)
     assert status == "miss"
     assert fetch_shard(ws.store, d, cache) == (data, "hit")
     cached = cache / (d["digest"].removeprefix("sha256:") + ".shard")
-    cached.write_bytes(read_shard_bytes_of(ws, release.shards[1]))  # stale: another shard
+    cached.write_bytes(
+        read_shard_bytes_of(ws, rm.wire_shards(release.document())[1])
+    )  # stale: another shard
     again, status = fetch_shard(ws.store, d, cache)
     assert status == "rejected" and again == data
     assert cached.read_bytes() == data
@@ -278,7 +286,7 @@ def test_a_signed_shard_whose_text_is_not_utf8_is_a_decode_failure(ws, snapshot)
     descriptor but carry invalid UTF-8 is a decode finding, never a crash of the verifier
     that would report a malformed root (the flaky ``fatal:root-shape``)."""
     release = write(ws, snapshot.digest)
-    d = release.shards[1]
+    d = rm.wire_shards(release.document())[1]
     table = read_shard(ws, d)
     sink = io.BytesIO()
     pq.write_table(_with_invalid_utf8(table), sink, compression="zstd")
@@ -298,7 +306,7 @@ def test_every_flipped_byte_of_a_shard_is_a_storage_mismatch_and_nothing_else(ws
     page headers and the footer are all hit) is exactly ``storageDigestMismatch`` for that
     shard; whatever the damaged bytes decode to never escapes as an error."""
     release = write(ws, snapshot.digest)
-    d = release.shards[1]
+    d = rm.wire_shards(release.document())[1]
     row = get_snapshot(ws.db, snapshot.digest)
     snap = sm.load(ws.store, ws.trusted_keys, snapshot.digest, row.envelope_version)
     task = ShardTask(
@@ -326,7 +334,7 @@ def test_every_flipped_byte_of_a_shard_is_a_storage_mismatch_and_nothing_else(ws
 
 def test_mixed_record_schemas(ws, snapshot):
     release = write(ws, snapshot.digest)
-    d = release.shards[1]
+    d = rm.wire_shards(release.document())[1]
     table = read_shard(ws, d)
     other = pa.schema(
         [
@@ -364,7 +372,7 @@ def test_wrong_key_then_right_key(ws, snapshot):
     report = verify(ws, release, keys={"kms-v1": b"\x07" * 32})
     assert report.outcome == "UNAVAILABLE" and report.unavailable == ["key-unavailable"]
     assert report.state == state(ws, release.digest) == "STAGED"
-    assert report.counts["keyUnavailable"] == len(release.shards)
+    assert report.counts["keyUnavailable"] == len(rm.wire_shards(release.document()))
     assert report.counts["decryptFailures"] == 0
     assert report.shards[0]["failures"][0]["failedCheck"] == "decrypt-authenticate"
     good = verify(ws, release, keys={"kms-v1": KEY})
@@ -378,7 +386,7 @@ def test_wrong_key_then_right_key(ws, snapshot):
 
 def test_wrong_aad_on_an_encrypted_shard(ws, snapshot):
     release = _encrypted(ws, snapshot)
-    d0, d1 = release.shards[0], release.shards[1]
+    d0, d1 = rm.wire_shards(release.document())[0], rm.wire_shards(release.document())[1]
     # Shard 0's records encrypted with the right key but bound to shard 1's identity.
     plain = serialize_shard(read_plain(ws, release, d0), ParquetParams(), shard_format(ws))
     digest, size, version = encrypt_for(
@@ -401,10 +409,10 @@ def test_wrong_reader_on_an_encrypted_shard(ws, snapshot):
     # A reader holding only another key version cannot open the release: not proof.
     report = verify(ws, release, keys={"kms-v2": KEY})
     assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
-    assert report.counts["keyUnavailable"] == len(release.shards)
+    assert report.counts["keyUnavailable"] == len(rm.wire_shards(release.document()))
     # ...and a plaintext parquet reader pointed at the ciphertext finds no footer.
     release2 = _encrypted(ws, snapshot)  # fresh nonces: a new root, still STAGED
-    d = release2.shards[0]
+    d = rm.wire_shards(release2.document())[0]
     cipher = shard_path(ws, d).read_bytes()
     ws.store.create(shard_key(d["digest"], encrypted=False), cipher)
 
@@ -425,7 +433,7 @@ def read_plain(ws, release, d):
         snapshot=release.snapshot,
         shard=d["id"],
         logical_digest=d["logicalDigest"],
-        record_schema=release.body["recordSchema"],
+        record_schema=release.document()["recordSchema"],
         key_version="kms-v1",
     )
     plain = crypto.decrypt_shard(
@@ -452,7 +460,7 @@ def test_verified_release_whose_shard_later_rots_goes_invalid(ws, snapshot):
     release = write(ws, snapshot.digest)
     assert verify(ws, release).state == "VERIFIED"
     assert verify(ws, release).state == "VERIFIED"  # re-verification is recorded, no move
-    d = release.shards[0]
+    d = rm.wire_shards(release.document())[0]
     overwrite_in_place(shard_path(ws, d), b"PAR1")
     report = verify(ws, release)
     assert_invalid(ws, release, report, sizeMismatch=1, storageDigestMismatch=1)
@@ -473,7 +481,7 @@ def _moves(ws, digest):
 
 def test_shard_missing_then_restored_stays_staged_then_verifies(ws, snapshot):
     release = write(ws, snapshot.digest)
-    path = shard_path(ws, release.shards[2])
+    path = shard_path(ws, rm.wire_shards(release.document())[2])
     aside = path.with_name(path.name + ".aside")
     path.rename(aside)  # the exact pinned version is gone for a while
     report = verify(ws, release)
@@ -481,7 +489,7 @@ def test_shard_missing_then_restored_stays_staged_then_verifies(ws, snapshot):
     assert report.state == state(ws, release.digest) == "STAGED"
     assert report.counts["objectUnavailable"] == 1
     # The members of the unread shard are "missing" only because it was not read.
-    assert report.counts["missingMembers"] == release.shards[2]["records"]
+    assert report.counts["missingMembers"] == rm.wire_shards(release.document())[2]["records"]
 
     assert not latest_report(ws.db, release.digest, "release").ok
     with pytest.raises(RejectedError) as err:
@@ -502,7 +510,7 @@ def test_shard_missing_then_restored_stays_staged_then_verifies(ws, snapshot):
 def test_unreadable_shard_is_unavailable_not_invalid(ws, snapshot):
     if os.geteuid() == 0:  # root reads through mode 000: make the path a directory instead
         release = write(ws, snapshot.digest)
-        path = shard_path(ws, release.shards[0])
+        path = shard_path(ws, rm.wire_shards(release.document())[0])
         data = path.read_bytes()
         os.chmod(path, 0o644)
         path.unlink()
@@ -512,7 +520,7 @@ def test_unreadable_shard_is_unavailable_not_invalid(ws, snapshot):
         path.write_bytes(data)
     else:
         release = write(ws, snapshot.digest)
-        path = shard_path(ws, release.shards[0])
+        path = shard_path(ws, rm.wire_shards(release.document())[0])
         os.chmod(path, 0)
         report = verify(ws, release)
         os.chmod(path, 0o444)
@@ -524,7 +532,7 @@ def test_unreadable_shard_is_unavailable_not_invalid(ws, snapshot):
 
 def test_proven_wrong_beside_a_missing_shard_is_invalid_for_good(ws, snapshot):
     release = write(ws, snapshot.digest)
-    missing, rotten = release.shards[0], release.shards[1]
+    missing, rotten = rm.wire_shards(release.document())[0], rm.wire_shards(release.document())[1]
     path = shard_path(ws, missing)
     aside = path.with_name(path.name + ".aside")
     path.rename(aside)
@@ -542,7 +550,7 @@ def test_proven_wrong_beside_a_missing_shard_is_invalid_for_good(ws, snapshot):
 def test_verified_release_whose_shard_goes_missing_keeps_its_state(ws, snapshot):
     release = write(ws, snapshot.digest)
     assert verify(ws, release).state == "VERIFIED"
-    path = shard_path(ws, release.shards[0])
+    path = shard_path(ws, rm.wire_shards(release.document())[0])
     aside = path.with_name(path.name + ".aside")
     path.rename(aside)
     report = verify(ws, release)
@@ -590,7 +598,7 @@ def test_cli_exit_code_and_state_agree_with_the_catalog(ws):
     built = _cli(ws.home, "release", "build", snap.digest, "--records-per-shard", "40", expect=0)
     root = built["release"]
     assert built["state"] == "STAGED"
-    descriptor = get_release_manifest(ws, root).shards[1]
+    descriptor = rm.wire_shards(get_release_manifest(ws, root).document())[1]
     path = shard_path(ws, descriptor)
     aside = path.with_name(path.name + ".aside")
     path.rename(aside)
@@ -651,7 +659,7 @@ def test_s3_shard_unreachable_then_back(tmp_path, moto_s3_endpoint):
         ws.config["objectStore"] = {**live, "endpointUrl": dead}
         report = verify_release(ws, release.digest, workers=0, actor="test")
         assert report.outcome == "UNAVAILABLE" and state(ws, release.digest) == "STAGED"
-        assert report.counts["objectUnavailable"] == len(release.shards)
+        assert report.counts["objectUnavailable"] == len(rm.wire_shards(release.document()))
         # The whole store unreachable (root manifest too): still not proof.
 
         reachable = ws.store
@@ -665,7 +673,7 @@ def test_s3_shard_unreachable_then_back(tmp_path, moto_s3_endpoint):
         assert report.outcome == "VERIFIED" and state(ws, release.digest) == "VERIFIED"
 
         second = write(ws, snapshot.digest, records_per_shard=30)
-        d = second.shards[0]
+        d = rm.wire_shards(second.document())[0]
         ws.store.delete_version(shard_key(d["digest"], encrypted=False), d["objectVersion"])
         report = verify_release(ws, second.digest, workers=0, actor="test")
         assert report.outcome == "UNAVAILABLE" and report.unavailable == ["object-unavailable"]
@@ -680,7 +688,7 @@ def test_per_record_token_counts_are_recounted_not_only_the_total(ws, snapshot):
     digest the forger can recompute agree; only the per-record recount catches it."""
     release = write(ws, snapshot.digest)
     schema = member_schema(ws, release)
-    d = release.shards[1]
+    d = rm.wire_shards(release.document())[1]
     table = read_shard(ws, d)
     first, second = table.slice(0, 2).to_pylist()
     assert second["tokens"] >= 3
@@ -737,7 +745,7 @@ def test_objects_that_are_not_ciphertext_are_proof_not_a_wrong_key(ws, snapshot)
 
     def not_ciphertext(body):
         for i, d in enumerate(body["shards"]):
-            data = shard_path(ws, plain.shards[i]).read_bytes()
+            data = shard_path(ws, rm.wire_shards(plain.document())[i]).read_bytes()
             digest = sha256_digest(data)
             version = ws.store.create(shard_key(digest, encrypted=True), data).version_id
             d.update(digest=digest, size=len(data), objectVersion=version)
@@ -745,6 +753,6 @@ def test_objects_that_are_not_ciphertext_are_proof_not_a_wrong_key(ws, snapshot)
     forged = forge(ws, release, not_ciphertext)
     report = verify(ws, forged, keys={"kms-v1": KEY})
     assert report.outcome == "INVALID" and state(ws, forged.digest) == "INVALID"
-    assert report.counts["decryptFailures"] == len(release.shards)
+    assert report.counts["decryptFailures"] == len(rm.wire_shards(release.document()))
     assert report.counts["keyUnavailable"] == 0
     assert report.shards[0]["failures"][0]["failedCheck"] == "ciphertext-format"

@@ -9,14 +9,15 @@ import io
 import pyarrow.parquet as pq
 import pytest
 from support.releases import overwrite_in_place, shard_path, write
+from support.runs import create_run
 
+from relgate.documents import release_root as rm
 from relgate.errors import RejectedError
 from relgate.release.metrics import ReleaseMetrics
 from relgate.release.publication import approve_release, publish
 from relgate.release.verify.verifier import verify_release
 from relgate.runs.rank_worker import report, run_worker
 from relgate.runs.shard_fetch import fetch_shard
-from tests.support.runs import create_run
 
 PURPOSE = "demo-model-training"
 
@@ -36,14 +37,14 @@ def test_verifier_sets_every_value_it_knows(ws, snapshot):
         assert _value(metrics, "relgate_member_diff", root=root, cls=cls) == 0
     stored = sum(s["bytes"] for s in rep.shards)
     seconds = sum(s["readMicros"] for s in rep.shards) / 1_000_000
-    assert stored == sum(d["size"] for d in release.shards)
+    assert stored == sum(d["size"] for d in rm.wire_shards(release.document()))
     assert _value(metrics, "relgate_read_bytes_per_second", root=root) == pytest.approx(
         stored / seconds
     )
     # Decoded bytes recomputed independently from the stored shards.
     decoded = sum(
         pq.read_table(io.BytesIO(shard_path(ws, d).read_bytes())).combine_chunks().nbytes
-        for d in release.shards
+        for d in rm.wire_shards(release.document())
     )
     assert _value(metrics, "relgate_decompression_ratio", root=root) == pytest.approx(
         decoded / stored
@@ -53,12 +54,14 @@ def test_verifier_sets_every_value_it_knows(ws, snapshot):
 
 def test_verifier_counts_digest_failures_ratio_and_missing_members(ws, snapshot):
     release = write(ws, snapshot.digest)
-    rotten = release.shards[1]
-    overwrite_in_place(shard_path(ws, rotten), shard_path(ws, release.shards[0]).read_bytes())
+    rotten = rm.wire_shards(release.document())[1]
+    overwrite_in_place(
+        shard_path(ws, rotten), shard_path(ws, rm.wire_shards(release.document())[0]).read_bytes()
+    )
     metrics = ReleaseMetrics()
     rep = verify_release(ws, release.digest, workers=0, actor="t")
     root = release.digest
-    n = len(release.shards)
+    n = len(rm.wire_shards(release.document()))
     # another shard's bytes: refused by size before hashing when the lengths differ
     caught = (rep.counts["storageDigestMismatch"], rep.counts["sizeMismatch"])
     assert max(caught) == 1 and set(caught) <= {0, 1}  # by size, by digest, or both
@@ -70,7 +73,7 @@ def test_verifier_counts_digest_failures_ratio_and_missing_members(ws, snapshot)
 
 def test_cache_corruption_is_counted(ws, snapshot, tmp_path):
     release = write(ws, snapshot.digest)
-    d = release.shards[0]
+    d = rm.wire_shards(release.document())[0]
     metrics = ReleaseMetrics()
     cache = tmp_path / "cache"
     fetch_shard(ws.store, d, cache, root=release.digest)

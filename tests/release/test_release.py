@@ -29,7 +29,7 @@ from relgate.snapshot.validate import recompute
 
 def test_write_then_verify_in_worker_processes(ws, snapshot):
     release = write(ws, snapshot.digest)
-    body = release.body
+    body = release.document()
     assert state(ws, release.digest) == "STAGED"
     assert body["orderedMemberTupleRoot"] == snapshot.manifest.tuple_root
     assert body["totals"]["records"] == snapshot.manifest.member_count
@@ -77,8 +77,8 @@ def test_write_then_verify_in_worker_processes(ws, snapshot):
 
 def test_shard_size_cut_keeps_record_boundaries(ws, snapshot):
     release = write(ws, snapshot.digest, records_per_shard=None, shard_mb=1)
-    assert release.body["writer"]["shardingFunction"]["targetBytes"] == 1024 * 1024
-    assert len(release.shards) == 1
+    assert release.document()["writer"]["shardingFunction"]["targetBytes"] == 1024 * 1024
+    assert len(rm.wire_shards(release.document())) == 1
     report = verify_release(ws, release.digest, workers=0, actor="test")
     assert report.ok, report.failing
 
@@ -138,7 +138,7 @@ def test_writer_refuses_a_member_whose_content_differs(ws, snapshot):
 
 def test_writer_never_overwrites_a_staged_key_with_other_bytes(ws, snapshot):
     release = write(ws, snapshot.digest)
-    d = release.shards[1]
+    d = rm.wire_shards(release.document())[1]
     path = shard_path(ws, d)
     data = path.read_bytes()
     path.chmod(0o644)
@@ -153,9 +153,11 @@ def test_writer_never_overwrites_a_staged_key_with_other_bytes(ws, snapshot):
 def test_encrypted_release_verifies_with_the_right_key(ws, snapshot):
     key = bytes(range(32))
     release = write(ws, snapshot.digest, encrypt_key=key, key_version="kms-v1")
-    assert release.body["writer"]["keyVersion"] == "kms-v1"
-    assert all(d["mediaType"] == rm.ENCRYPTED_SHARD_MEDIA_TYPE for d in release.shards)
-    stored = shard_path(ws, release.shards[0]).read_bytes()
+    assert release.document()["writer"]["keyVersion"] == "kms-v1"
+    assert all(
+        d["mediaType"] == rm.ENCRYPTED_SHARD_MEDIA_TYPE for d in rm.wire_shards(release.document())
+    )
+    stored = shard_path(ws, rm.wire_shards(release.document())[0]).read_bytes()
     assert stored.startswith(crypto.MAGIC) and b"PAR1" not in stored[:64]
     report = verify_release(ws, release.digest, workers=0, keys={"kms-v1": key}, actor="test")
     assert report.ok, report.failing
@@ -192,7 +194,10 @@ def test_decrypt_errors_name_shard_check_and_digest():
 
 def test_release_verify_shard_checks_a_subset_of_shards(ws, snapshot):
     release = write(ws, snapshot.digest)
-    wanted = [release.shards[0]["id"], release.shards[2]["id"]]
+    wanted = [
+        rm.wire_shards(release.document())[0]["id"],
+        rm.wire_shards(release.document())[2]["id"],
+    ]
     args = [sys.executable, "-m", "relgate", "--home", str(ws.home), "release"]
     args += ["verify", release.digest, "--workers", "2", "--json"]
     for sid in wanted:

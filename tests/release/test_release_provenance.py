@@ -47,7 +47,7 @@ def test_release_statement_binds_root_and_every_shard(ws, snapshot):
     statement = prov.statement
     subjects = {d.name: d.sha256 for d in statement.subject}
     assert subjects.pop(attest.SUBJECT_ROOT) == release.digest
-    assert subjects == {d["id"]: d["digest"] for d in release.body["shards"]}
+    assert subjects == {d["id"]: d["digest"] for d in release.document()["shards"]}
     assert [m.sha256 for m in statement.materials] == [snapshot.digest]
     assert statement.builder_id.endswith("/release-verifier/" + ws.key("verifier").keyid)
     byproducts = statement.predicate.run_details.byproducts or ()
@@ -64,7 +64,7 @@ def test_release_statement_changes_are_refused(ws, snapshot):
     with pytest.raises(IntegrityError) as err:
         attest.verify_provenance(ws, release.digest)
     assert err.value.check == SUBJECT_CHECK
-    assert err.value.digest == release.body["shards"][-1]["digest"]
+    assert err.value.digest == release.document()["shards"][-1]["digest"]
     body = prov.statement.to_json()
     body["predicate"]["buildDefinition"]["resolvedDependencies"][0]["digest"]["sha256"] = "0" * 64
     _record(ws, release.digest, sign_statement(Statement.model_validate(body), verifier))

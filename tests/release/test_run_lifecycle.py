@@ -16,8 +16,12 @@ import urllib.error
 import urllib.request
 
 import pytest
+from support.lifecycle import publish
+from support.releases import forge
+from support.runs import create_run
 
 from relgate.catalog.db import rows
+from relgate.documents import release_root as rm
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
 from relgate.gate.permits import get_permit
 from relgate.gate.transitions import open_gate
@@ -29,7 +33,6 @@ from relgate.runs.run_end import cancel_run, fail_run, finish_run
 from relgate.runs.store import get_run, list_runs
 from relgate.snapshot import activation as lifecycle
 from tests.release.test_runs import PURPOSE, _published, _verified, _worker
-from tests.support.runs import create_run
 
 
 def _members(ws, snapshot):
@@ -62,7 +65,7 @@ def test_tombstone_revokes_a_superseded_root_its_run_workers_and_readers(ws, sna
     _minimal_retention(ws)
     r1 = _published(ws, snapshot)
     run = create_run(ws, alias="train", purpose=PURPOSE, world_size=2, actor="sched")
-    shards = [s["id"] for s in r1.shards]
+    shards = [s["id"] for s in rm.wire_shards(r1.document())]
     reader = open_reader(ws, r1.digest, shards, seed=3, run=run["runId"])
     it = iter(reader)
     seen = [next(it)["sampleId"] for _ in range(5)]
@@ -118,7 +121,7 @@ def test_benchmark_advance_reaches_every_held_root(ws, snapshot, hold):
     if hold == "pin":
         add_pin(ws, r1.digest, owner="audit", reason="legal hold")
     elif hold == "checkpoint-pin":
-        position = InputPosition(r1.digest, 1, (r1.shards[0]["id"],)).to_json()
+        position = InputPosition(r1.digest, 1, (rm.wire_shards(r1.document())[0]["id"],)).to_json()
         add_pin(
             ws, r1.digest, owner="ckpt", reason="step 100", kind="checkpoint", position=position
         )
@@ -329,7 +332,7 @@ def test_probe_serves_for_the_run_life_and_turns_not_ready_on_revocation(ws, sna
 
 def test_reader_holds_a_renewed_lease_and_stops_when_it_is_lost(ws, snapshot):
     release = _published(ws, snapshot, records_per_shard=30)
-    shards = [s["id"] for s in release.shards]
+    shards = [s["id"] for s in rm.wire_shards(release.document())]
     run = create_run(ws, root=release.digest, purpose=PURPOSE, world_size=1, actor="t")["runId"]
     reader = open_reader(ws, release.digest, shards, seed=1, lease_ttl=1, run=run)
     lease_id = reader.lease.lease_id
@@ -350,10 +353,35 @@ def test_reader_holds_a_renewed_lease_and_stops_when_it_is_lost(ws, snapshot):
     assert lost.value.check == "reader-lease"
     full = open_reader(ws, release.digest, shards, seed=1, run=run)
     records = list(full)
-    assert len(records) == sum(s["records"] for s in release.shards)
+    assert len(records) == sum(s["records"] for s in rm.wire_shards(release.document()))
     assert get_lease(ws, full.lease.lease_id).state == "RELEASED"  # released at the end
 
 
 def _held_all(ws):
     with ws.db.tx() as conn:
         return retained_versions(conn, now_utc())
+
+
+def test_a_signed_root_the_model_refuses_admits_no_run(ws, snapshot):
+    """A root signed by the trusted builder key and published (the gate binds its catalog
+    fields raw), but carrying a writer field no root model has: admission refuses it
+    (check ``schema``, exit 3) inside the admission transaction, so no run, permit or
+    assignment is left behind."""
+    r1 = _published(ws, snapshot)
+
+    def odd_writer(body):
+        body["writer"] = {**body["writer"], "tunedBy": "forger"}
+
+    forged = forge(ws, r1, odd_writer)
+    publish(ws, forged.digest, "odd")
+    with pytest.raises(RejectedError) as err:
+        create_run(ws, alias="odd", purpose=PURPOSE, world_size=1, actor="sched")
+    assert err.value.check == "schema" and err.value.digest == forged.digest
+    with ws.db.tx() as conn:
+        assert (
+            rows(conn, "SELECT run_id FROM runs WHERE root_digest = :d", {"d": forged.digest}) == []
+        )
+        assert (
+            rows(conn, "SELECT permit_id FROM permits WHERE root_digest = :d", {"d": forged.digest})
+            == []
+        )

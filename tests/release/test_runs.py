@@ -10,8 +10,10 @@ import urllib.error
 import urllib.request
 
 import pytest
+from support.runs import create_run
 
 from relgate.catalog.release_table import get_release
+from relgate.documents import release_root as rm
 from relgate.errors import ConflictError, RejectedError
 from relgate.gate.permits import get_permit
 from relgate.gate.recheck import recheck
@@ -26,7 +28,6 @@ from relgate.runs.reader import open_reader
 from relgate.runs.run_end import cancel_run, finish_run
 from relgate.runs.store import get_run, run_status
 from relgate.snapshot import activation as lifecycle
-from tests.support.runs import create_run
 
 PURPOSE = "demo-model-training"
 
@@ -125,7 +126,7 @@ def test_run_pins_the_root_and_permit_binds_gate_state(ws, snapshot):
         "OPEN",
     )
     assert (permit.tombstone_watermark, permit.benchmark_fence) == (0, 0)
-    shards = [s["id"] for s in release.shards]
+    shards = [s["id"] for s in rm.wire_shards(release.document())]
     assert sorted(
         assignment(ws.db, run["runId"], 0, 0) + assignment(ws.db, run["runId"], 0, 1)
     ) == sorted(shards)
@@ -212,10 +213,14 @@ def test_recovery_and_scale_out_never_read_the_new_alias(ws, snapshot):
 
 def test_reader_resumes_exactly_from_a_saved_position(ws, snapshot):
     release = _published(ws, snapshot, records_per_shard=30)
-    shards = [s["id"] for s in release.shards][::2]
+    shards = [s["id"] for s in rm.wire_shards(release.document())][::2]
     run = create_run(ws, root=release.digest, purpose=PURPOSE, world_size=1, actor="t")["runId"]
     full = [r["sampleId"] for r in open_reader(ws, release.digest, shards, seed=7, run=run)]
-    assert len(full) == len(set(full)) == sum(s["records"] for s in release.shards[::2])
+    assert (
+        len(full)
+        == len(set(full))
+        == sum(s["records"] for s in rm.wire_shards(release.document())[::2])
+    )
     reader = open_reader(ws, release.digest, shards, seed=7, run=run)
     it = iter(reader)
     head = [next(it)["sampleId"] for _ in range(37)]

@@ -15,6 +15,7 @@ import sys
 
 import pytest
 from support.releases import overwrite_in_place
+from support.runs import create_run
 from support.snapshots import build_approved, build_validated
 
 from relgate.catalog.audit import latest_report, record_report
@@ -33,7 +34,6 @@ from relgate.release.publication import approve_release, publish, rollback_relea
 from relgate.snapshot import activation as lifecycle
 from relgate.snapshot.validate import validate_snapshot
 from tests.release.test_runs import PURPOSE, _published, _verified
-from tests.support.runs import create_run
 
 SIGNATURE_CHECKS = {"signature-valid", "signature-trusted"}
 

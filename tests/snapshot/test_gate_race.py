@@ -26,6 +26,7 @@ import multiprocessing as mp
 import time
 
 import pytest
+from support.runs import create_run
 from support.snapshots import build_active
 from support.workspaces import make_workspace
 
@@ -40,7 +41,6 @@ from relgate.gate.approvals import sign_approval
 from relgate.gate.transitions import open_gate
 from relgate.release.writer import write_release
 from relgate.workspace import Workspace
-from tests.support.runs import create_run
 
 ITERATIONS = {"snapshot": 120, "release": 60}  # both orders occur well within these
 
@@ -85,21 +85,27 @@ def _racer(role, kind, home, barrier, tasks, results):
 def _insert_candidate(ws, kind, base, digest_seed, fences, state="APPROVED"):
     """A real signed manifest derived from ``base`` (a snapshot or release manifest) at the
     current watermarks, stored and catalogued in ``state``; returns its digest."""
-    body = copy.deepcopy(base.body)
+    body = copy.deepcopy(base.body if kind == "snapshot" else base.document())
     body["tombstoneWatermark"] = fences.tombstone_watermark
     body["benchmarkFence"] = fences.benchmark_fence
     module = sm if kind == "snapshot" else rm
     if kind == "snapshot":
         body["parents"] = [digest_seed]  # a distinct, valid manifest per iteration
     else:
-        body["writer"] = {**body["writer"], "raceSeed": digest_seed}
-    sealed = module.seal(body)
+        writer = body["writer"]
+        body["writer"] = {**writer, "sortSeed": f"{writer['sortSeed']}/{digest_seed}"}
+    if kind == "snapshot":
+        sealed = sm.seal(body)
+        digest = sealed.digest
+    else:  # sealed as a document: the forger re-signs an opened root
+        sealed = rm.seal_document(body)
+        digest = str(sealed["rootId"])
     version = module.store_envelope(ws.store, sealed, module.sign(sealed, ws.signing_key))
     now = utcnow()
     with ws.db.tx() as conn:
         row = one(conn, f"SELECT * FROM {kind}s WHERE digest = :d", {"d": base.digest})
     common = {
-        "d": sealed.digest,
+        "d": digest,
         "st": state,
         "t": fences.tombstone_watermark,
         "b": fences.benchmark_fence,
@@ -135,13 +141,13 @@ def _insert_candidate(ws, kind, base, digest_seed, fences, state="APPROVED"):
             ws,
             Approved(
                 kind=kind,
-                digest=sealed.digest,
+                digest=digest,
                 state="APPROVED",
                 approver="race",
                 report="sha256:" + "0" * 64,
             ),
         )
-    return sealed.digest
+    return digest
 
 
 ACTIVE_STATE = {"snapshot": "ACTIVE", "release": "PUBLISHED"}

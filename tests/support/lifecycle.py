@@ -7,7 +7,7 @@ real stored shard versions, so deleting one is a real deletion of an exact versi
 
 import copy
 
-from support.releases import write
+from support.releases import Forged, write
 
 from relgate.catalog.audit import Approved
 from relgate.catalog.release_table import get_release, insert_release
@@ -27,7 +27,7 @@ def release_of(ws, snapshot_digest, **kw):
 def forge_release(ws, base, shard_ids, *, tag, insert=True):
     """A signed release over ``shard_ids`` of ``base``; STAGED in the catalog unless
     ``insert`` is false (then only its envelope is stored: publication outcome unknown)."""
-    body = copy.deepcopy(base.body)
+    body = copy.deepcopy(base.document())
     body["shards"] = [d for d in body["shards"] if d["id"] in shard_ids]
     body["totals"] = {
         "shards": len(body["shards"]),
@@ -36,14 +36,14 @@ def forge_release(ws, base, shard_ids, *, tag, insert=True):
         "bytes": sum(d["size"] for d in body["shards"]),
     }
     body["writer"] = {**body["writer"], "sortSeed": f"{body['writer']['sortSeed']}/{tag}"}
-    sealed = rm.seal(body)
-    version = rm.store_envelope(ws.store, sealed, rm.sign(sealed, ws.signing_key))
+    sealed = Forged(rm.seal_document(body))
+    version = rm.store_envelope(ws.store, sealed.body, rm.sign(sealed.body, ws.signing_key))
     if insert:
         row = get_release(ws.db, base.digest)
         with ws.db.tx() as conn:
             insert_release(
                 conn,
-                sealed,
+                sealed.body,
                 members_digest=row.members_digest,
                 members_version=row.members_version,
                 envelope_version=version,
@@ -77,7 +77,9 @@ def publish(ws, digest, alias):
 
 
 def shard_keys(release):
-    return {d["id"]: (object_key(d), d["objectVersion"]) for d in release.shards}
+    return {
+        d["id"]: (object_key(d), d["objectVersion"]) for d in rm.wire_shards(release.document())
+    }
 
 
 def candidate_set(plan):

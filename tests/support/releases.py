@@ -5,6 +5,7 @@ catch what was changed)."""
 import copy
 import io
 import os
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -91,9 +92,23 @@ def member_schema(ws, release):
     return snap.body["recordSchema"]
 
 
+@dataclass(frozen=True)
+class Forged:
+    """A root as a forger signed it: sealed and signed, but maybe not a valid root model."""
+
+    body: dict
+
+    @property
+    def digest(self) -> str:
+        return str(self.body["rootId"])
+
+    def document(self) -> dict:
+        return self.body
+
+
 def forge(ws, release, mutate, *, key=None, renumber=False):
     """A root manifest derived from ``release`` by ``mutate(body)``, signed and staged."""
-    body = copy.deepcopy(release.body)
+    body = copy.deepcopy(release.document())
     mutate(body)
     if renumber:
         total = len(body["shards"])
@@ -106,13 +121,13 @@ def forge(ws, release, mutate, *, key=None, renumber=False):
         "tokens": sum(d.get("tokens", 0) for d in shards),
         "bytes": sum(d.get("size", 0) for d in shards),
     }
-    sealed = rm.seal(body)
-    version = rm.store_envelope(ws.store, sealed, rm.sign(sealed, key or ws.signing_key))
+    sealed = Forged(rm.seal_document(body))
+    version = rm.store_envelope(ws.store, sealed.body, rm.sign(sealed.body, key or ws.signing_key))
     row = get_release(ws.db, release.digest)
     with ws.db.tx() as conn:
         insert_release(
             conn,
-            sealed,
+            sealed.body,
             members_digest=row.members_digest,
             members_version=row.members_version,
             envelope_version=version,

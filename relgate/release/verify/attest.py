@@ -145,7 +145,7 @@ def verify_provenance(ws: Workspace, root_digest: str) -> VerifiedStatement:
     the root and every shard, every material with a digest and equal to the root's
     snapshot.  Any failure is exit 3 naming the object, the check and a digest."""
     row = get_release(ws.db, root_digest)
-    root = rm.load(ws.store, ws.trusted_keys, root_digest, row.envelope_version).root
+    root = rm.load(ws.store, ws.trusted_keys, root_digest, row.envelope_version)
     return open_recorded(
         ws,
         root_digest,

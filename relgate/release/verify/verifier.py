@@ -116,7 +116,7 @@ class _Opened:
 
 def _open(ws: Workspace, root: str, envelope_version: str, attempt: _Attempt) -> _Opened:
     """Load the signed root and its snapshot; check watermarks, schema and descriptors."""
-    body = rm.load(ws.store, ws.trusted_keys, root, envelope_version).body
+    body = rm.load_document(ws.store, ws.trusted_keys, root, envelope_version)
     attempt.body = body
     snapshot_digest = str(body["datasetSnapshot"])
     attempt.facts["snapshot"] = snapshot_digest
