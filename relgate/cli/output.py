@@ -33,7 +33,7 @@ class JsonModel(Protocol):
 Payload: TypeAlias = "Mapping[str, object] | JsonModel"
 
 #: A snake_case identifier (``bytes_moved``, ``hosts_total``): the only keys renamed.
-_SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")
+_SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
 
 #: Object keys whose value is a map keyed by data (source ids, split names, tags, roles,
 #: check names, digests), not by field names: those keys are printed as they are.
@@ -64,7 +64,7 @@ VERBATIM = frozenset({"manifest", "position", "statement"})
 
 def camel(key: str) -> str:
     """``bytes_moved`` -> ``bytesMoved``; anything that is not snake_case is returned as is."""
-    if not _SNAKE.match(key):
+    if not _SNAKE.fullmatch(key):
         return key
     head, *rest = key.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)

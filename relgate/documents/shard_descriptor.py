@@ -46,7 +46,7 @@ _DESCRIPTOR_TYPES: dict[str, type] = {
     "tokens": int,
     "memberSetDigest": str,
 }
-_SHARD_ID = re.compile(r"^shard-(\d{5,})-of-(\d{5,})$")
+_SHARD_ID = re.compile(r"shard-([0-9]{5,})-of-([0-9]{5,})")
 
 
 class ShardDescriptor(Contract):
@@ -106,7 +106,7 @@ def descriptor_problems(shards: JsonValue, total: JsonValue) -> list[str]:
             problems.append(problem)
             continue
         ident = str(d["id"])
-        m = _SHARD_ID.match(ident)
+        m = _SHARD_ID.fullmatch(ident)
         if not m or int(m.group(1)) != index or int(m.group(2)) != total:
             problems.append(
                 f"descriptor {index} has id {ident!r}, expected position {index} of {total}"

@@ -95,8 +95,8 @@ def digest_named_by(key: str) -> str | None:
     return None
 
 
-_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://([^/]*)/?(.*)$")
-_HEX64 = re.compile(r"^([0-9a-fA-F]{64})((?:\.[A-Za-z0-9]+)*)$")
+_SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*)://([^/]*)/?(.*)")
+_HEX64 = re.compile(r"([0-9a-fA-F]{64})((?:\.[A-Za-z0-9]+)*)")
 
 
 def canonical_key(reference: str, *, store_prefix: str = "") -> str:
@@ -112,7 +112,7 @@ def canonical_key(reference: str, *, store_prefix: str = "") -> str:
     if _already_canonical(reference) and not store_prefix:
         return reference
     ref = reference.strip()
-    match = _SCHEME.match(ref)
+    match = _SCHEME.fullmatch(ref)
     if match:
         scheme, authority, path = match.groups()
         ref = f"cas/{authority}/{path}" if scheme.lower() == "cas" else path
@@ -134,7 +134,7 @@ def canonical_key(reference: str, *, store_prefix: str = "") -> str:
 
 def _canonical_segment(segment: str) -> str:
     """A 64-hex digest segment (with any suffix) and ``sha256`` are lower-cased."""
-    hexmatch = _HEX64.match(segment)
+    hexmatch = _HEX64.fullmatch(segment)
     if hexmatch:
         return hexmatch.group(1).lower() + hexmatch.group(2).lower()
     if segment.lower() == "sha256":

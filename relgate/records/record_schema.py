@@ -54,7 +54,7 @@ VARIABLE_TYPES: Final[dict[str, pa.DataType]] = {
     "binary": pa.binary(),
     "large_binary": pa.large_binary(),
 }
-_LIST = re.compile(r"^(list|large_list)<([a-z0-9_]+)>$")
+_LIST = re.compile(r"(list|large_list)<([a-z0-9_]+)>")
 
 
 def arrow_type(name: str) -> pa.DataType:
@@ -63,7 +63,7 @@ def arrow_type(name: str) -> pa.DataType:
         return FIXED_TYPES[name]
     if name in VARIABLE_TYPES:
         return VARIABLE_TYPES[name]
-    match = _LIST.match(name)
+    match = _LIST.fullmatch(name)
     if match and match.group(2) in FIXED_TYPES and match.group(2) != "bool":
         item = FIXED_TYPES[match.group(2)]
         return pa.list_(item) if match.group(1) == "list" else pa.large_list(item)

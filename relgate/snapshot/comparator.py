@@ -47,14 +47,14 @@ REFERENCE_CHECK: Final = "replay-reference"
 #: Mismatching ids a comparison names (sampleIds only, never content).
 EXAMPLE_LIMIT = 10
 _FINGERPRINT_PREFIX = b"relgate.fingerprint.v1\x00"
-_PLAIN_DECIMAL = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
+_PLAIN_DECIMAL = re.compile(r"(0|[1-9][0-9]*)(\.[0-9]+)?")
 
 
 def tolerance_text(value: str) -> str:
     """The canonical decimal spelling of a non-negative tolerance (``"1.50"`` -> ``"1.5"``,
     ``"0.000"`` -> ``"0"``); exponents, signs, NaN and infinities are refused."""
     text = value.strip()
-    if not _PLAIN_DECIMAL.match(text):
+    if not _PLAIN_DECIMAL.fullmatch(text):
         raise UsageError(
             f"tolerance {value!r} is not a plain non-negative decimal",
             object="tolerance",

@@ -160,7 +160,15 @@ def test_type_names_round_trip_through_arrow(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["map<string,int>", "list<bool>", "list<string>", "struct<a:int32>", "List<uint32>"]
+    "name",
+    [
+        "map<string,int>",
+        "list<bool>",
+        "list<string>",
+        "struct<a:int32>",
+        "List<uint32>",
+        "list<uint32>\n",  # a trailing newline is not the name ($ would have let it by)
+    ],
 )
 def test_types_outside_the_grammar_are_refused(name):
     with pytest.raises(UsageError) as err:

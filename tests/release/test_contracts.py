@@ -11,6 +11,7 @@ import pytest
 from support.releases import write
 
 from relgate.documents import release_root as rm
+from relgate.documents.shard_descriptor import descriptor_problems
 from relgate.errors import RejectedError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.signing import verify_envelope
@@ -76,3 +77,30 @@ def test_outcome_rule():
     assert outcome_of(partial) == (Outcome.UNAVAILABLE, ["object-unavailable"])
     assert outcome_of({**partial, Check.DUPLICATE_MEMBERS.value: 1})[0] is Outcome.INVALID
     assert outcome_of({**zero, "fatal:signature": 1})[0] is Outcome.INVALID
+
+
+@pytest.mark.parametrize(
+    "ident",
+    [
+        "shard-00000-of-00001\\n",  # a trailing newline ($ would have let it by)
+        "shard-\\u0660\\u0660\\u0660\\u0660\\u0660-of-00001",  # Arabic-Indic digits int() reads as 0
+        "shard-0000-of-00001",
+        " shard-00000-of-00001",
+    ],
+)
+def test_a_shard_id_is_spelled_in_ascii_digits_and_nothing_else(ident):
+    descriptor = {
+        "id": ident,
+        "mediaType": rm.SHARD_MEDIA_TYPE,
+        "digest": "sha256:" + "a" * 64,
+        "size": 1,
+        "objectVersion": "v",
+        "logicalDigest": "sha256:" + "b" * 64,
+        "records": 1,
+        "tokens": 0,
+        "memberSetDigest": "sha256:" + "c" * 64,
+    }
+    assert descriptor_problems([{**descriptor, "id": "shard-00000-of-00001"}], 1) == []
+    assert descriptor_problems([descriptor], 1) == [
+        f"descriptor 0 has id {ident!r}, expected position 0 of 1"
+    ]

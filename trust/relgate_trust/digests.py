@@ -9,7 +9,7 @@ from typing import Final, TypeGuard
 PREFIX: Final = "sha256:"
 #: The length of a spelled digest.
 LENGTH: Final = len(PREFIX) + 64
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def sha256_digest(data: bytes) -> str:
@@ -24,4 +24,4 @@ def spelled(hexdigest: str) -> str:
 
 def is_digest(value: object) -> TypeGuard[str]:
     """Whether ``value`` is a spelled digest (a string, the prefix, 64 lowercase hex)."""
-    return isinstance(value, str) and bool(_DIGEST_RE.match(value))
+    return isinstance(value, str) and _DIGEST_RE.fullmatch(value) is not None

@@ -3,6 +3,8 @@ that lacks what a job needs is refused with JobRequestError."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -82,3 +84,62 @@ def test_a_request_missing_what_a_job_needs_is_refused(
     with pytest.raises(JobRequestError, match=missing) as err:
         JobRequest.from_extras(extras)
     assert isinstance(err.value, TrustError)
+
+
+def test_what_a_minimal_request_defaults_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defaults relgate_agent.pipes documents: threshold 99.5 %, poll 1 s, one hour, no
+    wait for all; a served coordinator listens on 127.0.0.1:7470 with 8 stripes, dead
+    after 6 s, waiting up to 120 s for no minimum of hosts."""
+    monkeypatch.delenv("RELGATE_AGENT_PKI", raising=False)
+    job = {"model": "m", "version": "v", "manifest_uri": "u"}
+    request = JobRequest.from_extras(
+        {"job": job, "pki": "p", "serve": {"db": "d", "trusted_keys": ["k"]}}
+    )
+    assert (request.ready_threshold, request.job.ready_threshold_ppm) == (0.995, 995_000)
+    assert (request.poll_interval_s, request.timeout_s, request.wait_for_all) == (
+        1.0,
+        3600.0,
+        False,
+    )
+    assert (
+        request.serve
+        == ServeSpec("d", ("k",))
+        == ServeSpec.from_extras({"db": "d", "trusted_keys": ["k"]})
+    )
+    assert (request.serve.listen, request.serve.stripes, request.serve.dead_after_s) == (
+        "127.0.0.1:7470",
+        8,
+        6.0,
+    )
+    assert (request.serve.min_hosts, request.serve.min_hosts_wait_s, request.serve.enroll) == (
+        0,
+        120.0,
+        (),
+    )
+
+
+def test_the_pki_comes_from_the_environment_when_the_extras_lack_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RELGATE_AGENT_PKI", "/etc/relgate/pki")
+    job = {"model": "m", "version": "v", "manifest_uri": "u"}
+    assert JobRequest.from_extras({"job": job, "coordinator": "c:1"}).pki == "/etc/relgate/pki"
+    assert JobRequest.from_extras({"job": job, "coordinator": "c:1", "pki": "mine"}).pki == "mine"
+
+
+def test_a_running_coordinator_wins_over_a_serve_section() -> None:
+    job = {"model": "m", "version": "v", "manifest_uri": "u"}
+    serve = {"db": "d", "trusted_keys": ["k"]}
+    request = JobRequest.from_extras({"job": job, "pki": "p", "coordinator": "c:1", "serve": serve})
+    assert (request.coordinator, request.serve) == ("c:1", None)
+    assert "serve" not in request.to_extras()
+
+
+def test_a_label_value_keeps_its_own_equals_signs_and_requests_are_frozen() -> None:
+    assert Enrollment.parse_labels("k=v=w") == {"k": "v=w"}
+    request = JobRequest(JobSpec(model="m"), pki="p", coordinator="c")
+    for frozen, field in ((request, "pki"), (request.job, "model"), (ServeSpec("d", ()), "db")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(frozen, field, "x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Enrollment("h", "r", {}).rack = "x"
