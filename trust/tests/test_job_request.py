@@ -73,6 +73,8 @@ def test_labels_spelled_as_text_or_a_mapping_are_the_same() -> None:
     ("extras", "missing"),
     [
         ({"job": {"model": "m", "version": "v"}, "pki": "p", "coordinator": "c"}, "manifest_uri"),
+        ({"job": {"version": "v", "manifest_uri": "u"}, "pki": "p", "coordinator": "c"}, "model"),
+        ({"job": {"model": "m", "manifest_uri": "u"}, "pki": "p", "coordinator": "c"}, "version"),
         ({"job": {"model": "m", "version": "v", "manifest_uri": "u"}, "coordinator": "c"}, "pki"),
         ({"job": {"model": "m", "version": "v", "manifest_uri": "u"}, "pki": "p"}, "serve"),
     ],
