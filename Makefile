@@ -37,7 +37,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy relgate assets resources sensors pipelines agent/relgate_agent trust/relgate_trust
-	MYPYPATH=agent $(BIN)/mypy agent/lab/relgate_lab
+	MYPYPATH=agent:trust $(BIN)/mypy agent/lab/relgate_lab
 
 # Two pytest workers: most test time is waiting on subprocesses and servers, and every
 # fixture (ports, PostgreSQL, moto, temporary directories) is per worker.
