@@ -236,12 +236,8 @@ class Workspace:
     # One Ed25519 key per role (builder, verifier, approver, gate), each with a version.
     # Private keys: keys/<role>-v<N>.pem (0600); public keys: <trusted dir>/<role>-v<N>-<kid>.pem
     # (the file name carries role and version, see relgate_trust.dsse); config keys.roles
-    # records each role's current {path, version}; keys.signing mirrors the builder's (it is
-    # what checkpoint publication and older code read).  Revocations: <trusted>/revoked.json.
-    # A workspace from before roles (one keys.signing key, trusted/<kid>.pem) is migrated by
-    # `relgate init`: the old key becomes builder v1, its public file is renamed to the
-    # builder name, and verifier/approver/gate v1 keys are generated.  Until then the old key
-    # verifies as builder v1 and signing as another role asks for `relgate init`.
+    # records each role's current {path, version}; keys.signing mirrors the builder's and
+    # names the directory role keys are written to.  Revocations: <trusted>/revoked.json.
 
     @property
     def trusted_dir(self) -> Path:
@@ -274,17 +270,6 @@ class Workspace:
     def ensure_keys(self) -> None:
         keys = self.config["keys"]
         roles = keys.setdefault("roles", {})
-        legacy = Path(keys["signing"])
-        if "builder" not in roles and legacy.exists():
-            old = SigningKey.load(legacy)
-            bare = self.trusted_dir / f"{old.keyid.removeprefix('sha256:')[:16]}.pem"
-            named = self.trusted_dir / key_filename(Role.BUILDER, 1, old.keyid)
-            if bare.exists():
-                os.replace(bare, named)
-            else:
-                named.parent.mkdir(parents=True, exist_ok=True)
-                named.write_bytes(old.public_pem())
-            roles["builder"] = {"path": str(legacy), "version": 1}
         for role in Role:
             if role.value not in roles:
                 self._write_role_key(role, 1)
@@ -296,8 +281,6 @@ class Workspace:
         role = Role(role)
         keys = self.settings.keys
         entry = (keys.roles or {}).get(role.value)
-        if entry is None and role is Role.BUILDER:
-            return SigningKey.load(keys.signing, Role.BUILDER, 1)
         if entry is None:
             raise UsageError(
                 f"this workspace has no {role.value} key; run `relgate init` to create role keys",
@@ -399,16 +382,7 @@ class Workspace:
 
     @cached_property
     def trusted_keys(self) -> TrustedKeys:
-        keys = self.settings.keys
-        trusted = load_trusted(keys.trusted)
-        if keys.roles is not None:
-            return trusted
-        # Not yet migrated: the one old key verifies as builder v1.
-        old = SigningKey.load(keys.signing)
-        found = dict(trusted.keys)
-        if old.keyid in found and found[old.keyid].role is None:
-            found[old.keyid] = TrustedKey(old.public_key, Role.BUILDER, 1)
-        return TrustedKeys(found, trusted.revoked)
+        return load_trusted(self.settings.keys.trusted)
 
     @cached_property
     def membership(self) -> MembershipCache:

@@ -1,7 +1,7 @@
 """Hostile envelopes through BOTH command lines: ``relgate verify-manifest`` and
 ``relgate-agent manifest verify`` share one parser (relgate_trust.dsse) and refuse the same
 inputs with exit 3 and the same check name.  Keys, roles, rotation and revocation through
-``relgate key``; legacy single-key workspaces keep loading."""
+``relgate key``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from relgate.catalog.snapshot_table import get_snapshot
 from relgate.documents import snapshot_manifest as sm
 from relgate.gate.approvals import PAYLOAD_TYPE, verify_approval
 from relgate.integrity.signing import Role, SigningKey
-from relgate.workspace import Workspace, default_config
+from relgate.workspace import Workspace
 
 RELGATE = [sys.executable, "-m", "relgate.cli"]
 AGENT = [sys.executable, "-m", "relgate_agent"]
@@ -341,34 +341,6 @@ def test_report_signed_by_builder_is_refused(home, tmp_path) -> None:
     good = _write(tmp_path / "g.json", dsse.sign(REPORT_TYPE, report, verifier))
     ok = relgate(path, "verify-manifest", str(good), db_url=db_url)
     assert ok["valid"] is True and ok["signedBy"]["role"] == "verifier"
-
-
-def test_legacy_single_key_workspace_loads_and_migrates(tmp_path) -> None:
-    """A workspace from before roles: keys.signing + trusted/<kid>.pem, no keys.roles."""
-    home = tmp_path / "legacy"
-    config = default_config(home)
-    config["keys"]["signing"] = str(home / "keys" / "signing.pem")
-    trusted = home / "keys" / "trusted"
-    trusted.mkdir(parents=True)
-    old = SigningKey.generate()
-    (home / "keys" / "signing.pem").write_bytes(old.private_pem())
-    (trusted / f"{old.keyid[7:23]}.pem").write_bytes(old.public_pem())
-    (home / "relgate.json").write_text(json.dumps(config))
-    ws = Workspace.open(home)
-    key = ws.trusted_keys.keys[old.keyid]
-    assert key.role is Role.BUILDER and key.version == 1  # the old key is builder v1
-    assert ws.signing_key.keyid == old.keyid
-    with pytest.raises(Exception) as err:
-        ws.key("verifier")
-    assert getattr(err.value, "check", None) == "key-missing"
-    ws.close()
-    ws = Workspace.init(home)  # migration
-    roles = ws.config["keys"]["roles"]
-    assert roles["builder"] == {"path": str(home / "keys" / "signing.pem"), "version": 1}
-    assert ws.key("verifier").keyid != old.keyid
-    assert (trusted / dsse.key_filename(Role.BUILDER, 1, old.keyid)).exists()
-    assert ws.trusted_keys.keys[old.keyid].role is Role.BUILDER
-    ws.close()
 
 
 def test_approval_is_signed_by_the_approver_key(home, tmp_path) -> None:
