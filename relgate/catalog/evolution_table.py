@@ -8,10 +8,10 @@ A row only points at the signed document: the reader re-opens and checks it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from relgate.catalog.audit import record_report
 from relgate.catalog.db import Database, execute, one, rows, utcnow
+from relgate.integrity.contract import Record
 from relgate.objects.cas import ContentRef
 
 #: The ``reports`` subject kind of a schema-evolution report.
@@ -47,14 +47,28 @@ def record(
         )
 
 
-def newest(db: Database, root: str) -> dict[str, Any] | None:
+class EvolutionRecord(Record):
+    """A ``schema_evolution_reports`` row: the signed report stored for one verified root."""
+
+    id: int
+    root_digest: str
+    old_root: str | None
+    report_digest: str
+    report_version: str
+    compatible: int
+    actor: str
+    at: str
+
+
+def newest(db: Database, root: str) -> EvolutionRecord | None:
     """The newest report row bound to ``root``."""
     with db.tx() as conn:
-        return one(
+        row = one(
             conn,
             "SELECT * FROM schema_evolution_reports WHERE root_digest = :r ORDER BY id DESC LIMIT 1",
             {"r": root},
         )
+    return None if row is None else EvolutionRecord.parse(row, what=f"evolution report of {root}")
 
 
 def releases_of_snapshot(db: Database, snapshot: str, states: Sequence[str]) -> list[str]:

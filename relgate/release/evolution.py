@@ -393,7 +393,7 @@ def load_stored(ws: Workspace, root: str) -> tuple[SchemaEvolutionReport, str] |
     row = evolution_table.newest(ws.db, root)
     if row is None:
         return None
-    digest, version = str(row["report_digest"]), str(row["report_version"])
+    digest, version = row.report_digest, row.report_version
     subject = f"schema-evolution report {digest}"
     try:
         payload = verify_envelope(

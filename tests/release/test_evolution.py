@@ -216,7 +216,7 @@ def test_verifier_stores_a_signed_report_and_publication_refuses_an_unreadable_r
     stored2, digest2 = evolution.load_stored(ews, root2)
     assert stored2.old.subject == root1  # the published release of the parent snapshot
     row = evolution_table.newest(ews.db, root2)
-    assert row["old_root"] == root1 and row["compatible"] == 0
+    assert row.old_root == root1 and row.compatible == 0
     out = run_cli(ews.home, "release", "publish", root2, "--alias", "train", expect=3)
     assert out["check"] == SCHEMA_COMPATIBILITY and out["digest"] == root2
     assert out["details"]["reader"] == "indexer" and "indexer" in out["message"]
@@ -238,7 +238,7 @@ def test_verifier_stores_a_signed_report_and_publication_refuses_an_unreadable_r
     # garbage collection keeps the signed report as long as the root
     with ews.db.tx() as conn:
         refs = version_refs(ews, conn, "release", root2)
-    assert (cas_key(digest2), row["report_version"]) in {(r.key, r.version_id) for r in refs}
+    assert (cas_key(digest2), row.report_version) in {(r.key, r.version_id) for r in refs}
 
 
 def test_a_compatible_change_publishes_and_a_strict_reader_is_refused(ews):
@@ -311,11 +311,11 @@ def test_a_tampered_or_forged_stored_report_is_refused(ews):
         ews.db,
         root=root2,
         old_root=root1,
-        ref=type(ref)(digest, row["report_version"], 0),
+        ref=type(ref)(digest, row.report_version, 0),
         compatible=False,
         actor="verifier",
     )
-    path = ews.store.local_path(cas_key(digest), row["report_version"])
+    path = ews.store.local_path(cas_key(digest), row.report_version)
     tampered = json.loads(path.read_bytes())
     tampered["payload"] = base64.b64encode(lenient.canonical()).decode()
     overwrite_in_place(path, json.dumps(tampered, sort_keys=True).encode())
