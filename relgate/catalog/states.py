@@ -9,6 +9,7 @@ Run:      ADMITTED -> RUNNING -> FINISHED, or CANCELLED / REVOKED (a fence hit i
 
 from __future__ import annotations
 
+from relgate_trust.digests import LENGTH, PREFIX
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
@@ -111,16 +112,15 @@ def history(conn: Connection, kind: str, digest: str) -> list[dict[str, str]]:
     ]
 
 
-#: ``sha256:`` plus 64 hex digits; a prefix shorter than 8 hex digits is refused.
-_FULL_DIGEST_LENGTH = 71
+#: A prefix shorter than 8 hex digits is refused.
 _MIN_PREFIX = 8
 
 
 def resolve_digest(db: Database, kind: str, ref: str) -> str:
     """A full digest, or a unique hex prefix of one (at least 8 characters), of ``kind``."""
-    if ref.startswith("sha256:") and len(ref) == _FULL_DIGEST_LENGTH:
+    if ref.startswith(PREFIX) and len(ref) == LENGTH:
         return require_digest(ref)
-    prefix = ref.removeprefix("sha256:")
+    prefix = ref.removeprefix(PREFIX)
     if len(prefix) < _MIN_PREFIX or any(c not in "0123456789abcdef" for c in prefix):
         raise UsageError(
             f"give a {kind} digest or a hex prefix of at least 8 characters",

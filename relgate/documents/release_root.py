@@ -208,10 +208,6 @@ class ReleaseManifest(ReleaseRoot):
             )
         return fmt
 
-    def bound_fields(self) -> dict[str, JsonValue]:
-        """The payload fields the catalog's release row repeats (the gate binds them)."""
-        return bound_fields(self.document())
-
     @classmethod
     def from_document(cls, document: JsonObject, *, subject: str = "release") -> ReleaseManifest:
         """The typed view of a sealed document; refused unless it reads back byte for byte."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Final, Literal, Self
+from typing import Any, Final, Literal, Self
 
 from pydantic import Field, StrictInt, StrictStr, model_validator
 
@@ -294,3 +294,18 @@ def load(
     key = envelope_key(digest)
     body = KIND.load(store, trusted, key=key, digest=digest, version_id=version_id)
     return from_payload(body, subject=key)
+
+
+def bound_fields(document: Mapping[str, Any]) -> dict[str, JsonValue]:
+    """The fields a ``snapshots`` row repeats, read from a sealed manifest as signed (raw
+    on purpose, like :func:`relgate.documents.release_root.bound_fields`)."""
+    members = document["members"]
+    return {
+        "digest": document["snapshotId"],
+        "tombstone_watermark": int(document["tombstoneWatermark"]),
+        "benchmark_fence": int(document["benchmarkFence"]),
+        "members_digest": digest_of_uri(str(members["uri"])),
+        "members_version": str(members["objectVersion"]),
+        "member_count": int(members["count"]),
+        "purpose": document["purpose"],
+    }

@@ -9,7 +9,6 @@ approver key naming that digest.  A gate without a verifier moves nothing.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
@@ -21,7 +20,7 @@ from relgate.documents import snapshot_manifest as sm
 from relgate.errors import IntegrityError, RelgateError
 from relgate.gate.approvals import approval_kind, missing_approval, open_approval
 from relgate.integrity.signing import TrustedKeys
-from relgate.objects.cas import ContentStore, digest_of_uri
+from relgate.objects.cas import ContentStore
 from relgate.objects.layout import envelope_key
 from relgate.objects.versioned import ObjectStore
 
@@ -34,27 +33,9 @@ class EnvelopeVerifier(Protocol):
     def verify_approval(self, conn: Connection, kind: str, digest: str) -> None: ...
 
 
-def _bound_fields(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """The payload fields a catalog row repeats (the binding is checked field by field)."""
-    if kind == "snapshot":
-        members = body["members"]
-        return {
-            "digest": body["snapshotId"],
-            "tombstone_watermark": int(body["tombstoneWatermark"]),
-            "benchmark_fence": int(body["benchmarkFence"]),
-            "members_digest": digest_of_uri(str(members["uri"])),
-            "members_version": str(members["objectVersion"]),
-            "member_count": int(members["count"]),
-            "purpose": body["purpose"],
-        }
-    return {
-        "digest": body["rootId"],
-        "tombstone_watermark": int(body["tombstoneWatermark"]),
-        "benchmark_fence": int(body["benchmarkFence"]),
-        "snapshot_digest": body["datasetSnapshot"],
-        "shard_count": int(body["totals"]["shards"]),
-        "record_count": int(body["totals"]["records"]),
-    }
+#: Each kind's projection of a signed document onto its catalog row, read from the
+#: document as signed (a missing or mistyped field raises, and is a binding refusal).
+_BOUND_FIELDS = {"snapshot": sm.bound_fields, "release": rm.bound_fields}
 
 
 #: Verified envelope bodies by (trusted keys, kind, digest, version, SHA-256 of the exact
@@ -78,6 +59,7 @@ def _stored_body(store: ObjectStore, trusted: TrustedKeys, kind: str, row: Versi
         body: Any = sm.from_payload(opened, subject=key).body
     else:
         body = rm.open_document(data, trusted, expected=digest, subject=key)
+        rm.ReleaseManifest.from_document(body, subject=key)  # the model, as for a snapshot
     if len(_VERIFIED) >= _VERIFIED_MAX:
         _VERIFIED.clear()
     _VERIFIED[memo] = (trusted, body)
@@ -96,7 +78,7 @@ class StoredEnvelopes:
         digest = row.digest
         where = f"{envelope_key(kind, digest)}@{row.envelope_version}"
         try:
-            bound = _bound_fields(kind, _stored_body(self.store, self.trusted, kind, row))
+            bound = _BOUND_FIELDS[kind](_stored_body(self.store, self.trusted, kind, row))
         except RelgateError as exc:
             raise IntegrityError(
                 f"stored {kind} envelope refused: {exc.message}",

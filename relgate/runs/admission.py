@@ -55,9 +55,6 @@ def admit_run(
         )
         if release is None:
             raise NotFoundError("unknown release", object=admitted, check="exists")
-        # The typed root, read before the run exists: a root the model refuses admits
-        # no run (the transaction rolls back), it does not leave one without shards.
-        manifest = rm.load(ws.store, ws.trusted_keys, admitted, release["envelope_version"])
         now = utcnow()
         execute(
             conn,
@@ -75,6 +72,8 @@ def admit_run(
             },
         )
         record(conn, GateOperation.ADMIT, Outcome.OK, subject=subject, digest=admitted)
+    # The gate re-verified this root against its model inside the admission (verify_row).
+    manifest = rm.load(ws.store, ws.trusted_keys, admitted, release["envelope_version"])
     with ws.db.tx() as conn:
         write_assignment(conn, run_id, 0, [s.id for s in manifest.shards], world_size)
     generation = int(permit.generation)

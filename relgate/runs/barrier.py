@@ -14,7 +14,8 @@ from relgate.catalog.db import execute, one, rows, utcnow
 from relgate.errors import RejectedError
 from relgate.gate.transitions import Gate
 from relgate.release import metrics as release_metrics
-from relgate.runs.store import LIVE_SQL, RunRecord, read_run, refuse_ended
+from relgate.runs.records import RunRecord
+from relgate.runs.store import LIVE_SQL, read_run, refuse_ended
 
 
 def start_step0(conn: Connection, gate: Gate, run_id: str, epoch: int) -> None:

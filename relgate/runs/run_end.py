@@ -7,8 +7,8 @@ from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate.permits import close_permit
 from relgate.integrity.contract import JsonObject
-from relgate.runs.records import RunEnd
-from relgate.runs.store import RunRecord, read_run
+from relgate.runs.records import RunEnd, RunRecord
+from relgate.runs.store import read_run
 from relgate.workspace import Workspace
 
 #: Which states each way of ending a run may start from.
@@ -61,16 +61,7 @@ def end_run(ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: st
 
 
 def _ended(run: RunRecord, *, idempotent_retry: bool) -> RunEnd:
-    return RunEnd(
-        run_id=run.run_id,
-        state=run.state,
-        root_digest=run.root_digest,
-        permit=run.permit_id,
-        ended_at=run.ended_at,
-        ended_by=run.ended_by,
-        reason=run.end_reason,
-        idempotent_retry=idempotent_retry,
-    )
+    return RunEnd.of(run).model_copy(update={"idempotent_retry": idempotent_retry})
 
 
 def finish_run(ws: Workspace, run_id: str, *, actor: str, reason: str = "finished") -> JsonObject:

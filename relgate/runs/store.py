@@ -8,10 +8,11 @@ from typing import Protocol
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, one, rows
-from relgate.catalog.states import RUN_LIVE_STATES, RUN_TERMINAL_STATES
+from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.errors import NotFoundError, RejectedError
 from relgate.gate.permits import Permit
 from relgate.integrity.contract import Record
+from relgate.runs.records import RunRecord, RunSummary
 from relgate.workspace import Workspace
 
 
@@ -23,54 +24,6 @@ class HeldLease(Protocol):
 
 
 LIVE_SQL = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
-
-
-class RunRecord(Record):
-    """One row of the ``runs`` table: a run on one exact root, under one permit."""
-
-    run_id: str
-    alias: str
-    root_digest: str
-    permit_id: str
-    purpose: str
-    world_size: int
-    assignment_epoch: int
-    barrier_epoch: int
-    state: str
-    failure: str | None = None
-    created_at: str
-    updated_at: str
-    ended_at: str | None = None
-    ended_by: str | None = None
-    end_reason: str | None = None
-
-    @property
-    def ended(self) -> bool:
-        return self.state in RUN_TERMINAL_STATES
-
-
-class RunSummary(Record):
-    """A run as ``relgate run list`` prints it."""
-
-    run_id: str
-    state: str
-    root_digest: str
-    permit: str
-    ended_at: str | None
-    ended_by: str | None
-    reason: str | None
-
-    @classmethod
-    def of(cls, run: RunRecord) -> RunSummary:
-        return cls(
-            run_id=run.run_id,
-            state=run.state,
-            root_digest=run.root_digest,
-            permit=run.permit_id,
-            ended_at=run.ended_at,
-            ended_by=run.ended_by,
-            reason=run.end_reason,
-        )
 
 
 class RunReport(Record):

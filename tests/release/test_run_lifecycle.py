@@ -20,9 +20,9 @@ from support.lifecycle import publish
 from support.releases import forge
 from support.runs import create_run
 
-from relgate.catalog.db import rows
+from relgate.catalog.db import execute, rows
 from relgate.documents import release_root as rm
-from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
+from relgate.errors import ConflictError, IntegrityError, NotFoundError, RejectedError, UsageError
 from relgate.gate.permits import get_permit
 from relgate.gate.transitions import open_gate
 from relgate.holds.pins import acquire_lease, add_pin, get_lease, release_lease
@@ -362,21 +362,26 @@ def _held_all(ws):
         return retained_versions(conn, now_utc())
 
 
-def test_a_signed_root_the_model_refuses_admits_no_run(ws, snapshot):
-    """A root signed by the trusted builder key and published (the gate binds its catalog
-    fields raw), but carrying a writer field no root model has: admission refuses it
-    (check ``schema``, exit 3) inside the admission transaction, so no run, permit or
-    assignment is left behind."""
+def test_a_signed_root_the_model_refuses_is_never_published_nor_admitted(ws, snapshot):
+    """A root signed by the trusted builder key, approved, but carrying a writer field no
+    root model has: the gate refuses to publish it and to admit a run on it by digest
+    (check ``schema``, exit 3, naming the root), and no run or permit is left behind."""
     r1 = _published(ws, snapshot)
 
     def odd_writer(body):
         body["writer"] = {**body["writer"], "tunedBy": "forger"}
 
     forged = forge(ws, r1, odd_writer)
-    publish(ws, forged.digest, "odd")
-    with pytest.raises(RejectedError) as err:
-        create_run(ws, alias="odd", purpose=PURPOSE, world_size=1, actor="sched")
-    assert err.value.check == "schema" and err.value.digest == forged.digest
+    with pytest.raises(IntegrityError) as err:
+        publish(ws, forged.digest, "odd")
+    assert (err.value.check, err.value.digest, err.value.exit_code) == ("schema", forged.digest, 3)
+    with ws.db.tx() as conn:  # a catalog edited to PUBLISHED does not get it admitted either
+        execute(
+            conn, "UPDATE releases SET state = 'PUBLISHED' WHERE digest = :d", {"d": forged.digest}
+        )
+    with pytest.raises(IntegrityError) as err:
+        create_run(ws, root=forged.digest, purpose=PURPOSE, world_size=1, actor="sched")
+    assert (err.value.check, err.value.digest) == ("schema", forged.digest)
     with ws.db.tx() as conn:
         assert (
             rows(conn, "SELECT run_id FROM runs WHERE root_digest = :d", {"d": forged.digest}) == []

@@ -12,7 +12,7 @@ LENGTH: Final = len(PREFIX) + 64
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
 
-def sha256_digest(data: bytes) -> str:
+def sha256_digest(data: bytes | bytearray | memoryview) -> str:
     """The spelled SHA-256 digest of ``data``."""
     return spelled(hashlib.sha256(data).hexdigest())
 

@@ -278,7 +278,7 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
 
 
 def chunk_digest(data: bytes | bytearray | memoryview) -> str:
-    return sha256_digest(bytes(data))
+    return sha256_digest(data)
 
 
 # ---------------------------------------------------------------------------- build
