@@ -104,3 +104,19 @@ def test_a_shard_id_is_spelled_in_ascii_digits_and_nothing_else(ident):
     assert descriptor_problems([descriptor], 1) == [
         f"descriptor 0 has id {ident!r}, expected position 0 of 1"
     ]
+
+
+def test_a_root_that_does_not_read_back_byte_for_byte_is_refused(ws, snapshot):
+    """``totals.shards`` signed as the string "3": the lax model reads it as 3, so the typed
+    view would not be the signed document; refused (check ``schema``), not silently
+    normalised."""
+    release = write(ws, snapshot.digest)
+    document = release.document()
+    lax = {
+        **document,
+        "totals": {**document["totals"], "shards": str(document["totals"]["shards"])},
+    }
+    with pytest.raises(RejectedError) as err:
+        rm.ReleaseManifest.from_document(lax)
+    assert (err.value.check, err.value.digest) == ("schema", release.digest)
+    assert rm.ReleaseManifest.from_document(document) == release
