@@ -18,8 +18,8 @@ def alias() -> None:
 @pass_ctx
 def alias_show(ctx: Ctx, name: str) -> CommandOutput:
     """The alias as it stands (a snapshot or a release alias) and its history; every
-    digest with its state now (SUPERSEDED, FENCE-HIT: relgate/catalog/standing.py)."""
-    from relgate.catalog.standing import catalog_states, standings
+    digest with its state now (SUPERSEDED, FENCE-HIT: relgate/gate/standing.py)."""
+    from relgate.gate.standing import catalog_states, standings
 
     ws = ctx.ws()
     gate = open_gate(ws)

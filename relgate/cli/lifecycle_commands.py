@@ -251,12 +251,17 @@ def register(main: click.Group) -> None:
     @pass_ctx
     def lineage_cmd(ctx: Ctx, sample_id: str) -> CommandOutput:
         """Every version, pin, permit and run that holds SAMPLE_ID (by membership)."""
-        from relgate.catalog.standing import qualify
+        from relgate.gate.standing import standings
         from relgate.integrity.identifiers import validate_id
         from relgate.lifecycle.lineage import lineage
 
         ws = ctx.ws()
         out = lineage(ws, validate_id(sample_id, where="lineage SAMPLE_ID")).to_json()
-        with ws.db.tx() as conn:  # ACTIVE / PUBLISHED but superseded or fence-hit says so
-            qualify(conn, out["versions"])
+        # ACTIVE / PUBLISHED but superseded or fence-hit says so: each printed version's
+        # ``state`` is its qualified one, with the marks added.
+        listed = [v for v in out["versions"] if v.get("digest") and v.get("state")]
+        with ws.db.tx() as conn:
+            found = standings(conn, {str(v["digest"]): str(v["state"]) for v in listed})
+        for version in listed:
+            version.update(found[str(version["digest"])].fields())
         return out

@@ -289,9 +289,9 @@ def release_rollback(
 def release_show(ctx: Ctx, root: str, with_manifest: bool) -> CommandOutput:
     from relgate.catalog.audit import approvals, latest_report
     from relgate.catalog.release_table import get_release, resolve_release
-    from relgate.catalog.standing import standing_of
     from relgate.catalog.states import history
     from relgate.documents import release_root as rm
+    from relgate.gate.standing import standing_of
 
     ws = ctx.ws()
     digest = resolve_release(ws.db, root)
@@ -606,7 +606,7 @@ def permit() -> None:
 @click.option("--state", type=click.Choice(["OPEN", "CLOSED"]), default=None)
 @pass_ctx
 def permit_list(ctx: Ctx, root: str | None, state: str | None) -> CommandOutput:
-    from relgate.gate.permits import list_permits
+    from relgate.catalog.permit_table import list_permits
 
     return {"permits": list_permits(ctx.ws().db, root=root, state=state)}
 
@@ -615,7 +615,7 @@ def permit_list(ctx: Ctx, root: str | None, state: str | None) -> CommandOutput:
 @click.argument("permit_id")
 @pass_ctx
 def permit_show(ctx: Ctx, permit_id: str) -> CommandOutput:
-    from relgate.gate.permits import get_permit
+    from relgate.catalog.permit_table import get_permit
 
     return get_permit(ctx.ws().db, permit_id)
 

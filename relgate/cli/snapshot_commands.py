@@ -110,7 +110,7 @@ def snapshot_list(ctx: Ctx) -> CommandOutput:
 def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> CommandOutput:
     from relgate.catalog.audit import approvals, latest_report
     from relgate.catalog.snapshot_table import resolve, snapshot_history, snapshot_reports
-    from relgate.catalog.standing import standing_of
+    from relgate.gate.standing import standing_of
     from relgate.snapshot.activation import describe
     from relgate.snapshot.diff import load_manifest
 

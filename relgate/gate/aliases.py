@@ -13,7 +13,9 @@ from typing import Any
 from pydantic import Field
 from sqlalchemy import Connection
 
-from relgate.catalog.db import execute, one, rows, utcnow
+from relgate.catalog import alias_table
+from relgate.catalog.alias_table import AliasMove
+from relgate.catalog.db import one, rows, utcnow
 from relgate.errors import ConflictError, UsageError
 from relgate.gate.fences import Fences
 from relgate.integrity.contract import Contract
@@ -143,60 +145,16 @@ def stale_generation(
     )
 
 
-class AliasMove(Contract):
-    """One CAS step of an alias: to ``generation`` (the previous one + 1), at ``fences``."""
-
-    alias: str
-    kind: str
-    generation: int
-    subject: str
-    action: str
-    actor: str
-    fences: Fences
-
-
 def set_alias(conn: Connection, move: AliasMove) -> None:
     """Move the alias from ``generation - 1`` to ``generation`` and append its history."""
     now = utcnow()
     if move.generation == 1:
-        execute(
-            conn,
-            "INSERT INTO aliases (name, kind, generation, active_digest, updated_at)"
-            " VALUES (:n, :k, 1, :d, :now)",
-            {"n": move.alias, "k": move.kind, "d": move.subject, "now": now},
+        alias_table.create(conn, move, now)
+    elif not alias_table.move(conn, move, now):
+        raise ConflictError(
+            "alias changed concurrently",
+            object=move.alias,
+            check="alias-generation",
+            digest=move.subject,
         )
-    else:
-        changed = execute(
-            conn,
-            "UPDATE aliases SET generation = :g, active_digest = :d, updated_at = :now"
-            " WHERE name = :n AND generation = :prev",
-            {
-                "g": move.generation,
-                "d": move.subject,
-                "now": now,
-                "n": move.alias,
-                "prev": move.generation - 1,
-            },
-        )
-        if changed != 1:
-            raise ConflictError(
-                "alias changed concurrently",
-                object=move.alias,
-                check="alias-generation",
-                digest=move.subject,
-            )
-    execute(
-        conn,
-        "INSERT INTO alias_history (name, generation, digest, action, actor, tombstone_watermark,"
-        " benchmark_fence, at) VALUES (:n, :g, :d, :a, :who, :t, :b, :now)",
-        {
-            "n": move.alias,
-            "g": move.generation,
-            "d": move.subject,
-            "a": move.action,
-            "who": move.actor,
-            "t": move.fences.tombstone_watermark,
-            "b": move.fences.benchmark_fence,
-            "now": now,
-        },
-    )
+    alias_table.append_history(conn, move, now)

@@ -12,7 +12,9 @@ from typing import Protocol
 
 from sqlalchemy import Connection
 
-from relgate.catalog.db import execute, one, rows
+from relgate.catalog import hit_table, run_table
+from relgate.catalog.db import one, rows, utcnow
+from relgate.catalog.permit_table import close_permit
 from relgate.catalog.states import TABLES
 from relgate.errors import RejectedError
 from relgate.holds.retention import now_utc, retained_versions
@@ -72,11 +74,8 @@ def record_hits(
         hit_ids, hit_digests = looked_up[ref]
         seqs = sorted({seq_of[x] for x in hit_ids | hit_digests})
         for seq in seqs:
-            execute(
-                conn,
-                "INSERT INTO fence_hits (subject_kind, subject_digest, fence_kind, fence_seq, at)"
-                " VALUES (:k, :d, :f, :s, :now)",
-                {"k": kind, "d": digest, "f": fence_kind, "s": seq, "now": now},
+            hit_table.record_hit(
+                conn, kind=kind, digest=digest, fence_kind=fence_kind, seq=seq, now=now
             )
         if seqs:
             hits[digest] = seqs
@@ -137,3 +136,24 @@ def hits_since(
             int(b["seq"]) for b in bench if b["content_digest"] in hit_digests
         )
     return out
+
+
+def close_hit_permits(conn: Connection, fence_kind: str, hits: HitSeqs) -> list[str]:
+    """Close every open permit on a hit root and revoke its runs.
+
+    Runs in the fence transaction, so a worker's barrier and a reader's next record see
+    the closed permit and the REVOKED run as soon as the fence is visible at all.
+    """
+    closed: list[str] = []
+    now = utcnow()
+    for root, seqs in sorted(hits.items()):
+        why = f"{fence_kind} fence entries {seqs} hit root {root}"
+        for row in rows(
+            conn,
+            "SELECT permit_id FROM permits WHERE root_digest = :r AND state = 'OPEN' ORDER BY permit_id",
+            {"r": root},
+        ):
+            if close_permit(conn, str(row["permit_id"]), why):
+                closed.append(str(row["permit_id"]))
+        run_table.revoke_on_root(conn, root, reason=why, now=now)
+    return closed

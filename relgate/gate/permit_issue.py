@@ -3,7 +3,7 @@
 The root is resolved (an alias exactly once, or the digest as given), must be PUBLISHED,
 admitted for the purpose, free of fence hits against the current fences, its stored
 envelope must re-verify and it and its snapshot must carry signed approvals; then the
-permit row is written (:mod:`relgate.gate.permits`), all inside the caller's gate
+permit row is written (:mod:`relgate.catalog.permit_table`), all inside the caller's gate
 transaction.
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import one, utcnow
+from relgate.catalog.permit_table import NO_GENERATION, Permit, insert_permit
 from relgate.catalog.versions import ReleaseRecord
 from relgate.errors import ConflictError, NotFoundError, RejectedError, UsageError
 from relgate.gate.aliases import alias_of, stale_generation
 from relgate.gate.fences import Fences, read_fences
 from relgate.gate.hits import refuse_hits
-from relgate.gate.permits import NO_GENERATION, Permit, insert_permit
 from relgate.gate.transitions import Gate
 
 #: One read for the gate state an admission starts from: both fences and the alias row.

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 
 from sqlalchemy import Connection
 
+from relgate.catalog import gc_table
+from relgate.catalog.alias_table import AliasMove
 from relgate.catalog.db import Database, one, utcnow
 from relgate.catalog.events import GateOperation, Outcome, record, refusals_recorded
 from relgate.catalog.states import transition
@@ -22,7 +24,6 @@ from relgate.errors import ConflictError, RejectedError, UsageError
 from relgate.gate.aliases import (
     AliasChange,
     AliasHistoryEntry,
-    AliasMove,
     AliasState,
     alias_change,
     alias_history,
@@ -51,12 +52,12 @@ from relgate.gate.hits import (
     HitRecord,
     MemberIndex,
     check_no_hits,
+    close_hit_permits,
     hits_on,
     hits_since,
     record_hits,
 )
 from relgate.gate.members import CatalogMemberIndex
-from relgate.gate.permits import close_hit_permits
 from relgate.integrity.identifiers import validate_ids
 from relgate.objects.layout import envelope_key
 from relgate.workspace import Workspace
@@ -207,7 +208,8 @@ class Gate:
             subject=digest,
             action="activate",
             actor=actor,
-            fences=fences,
+            tombstone_watermark=fences.tombstone_watermark,
+            benchmark_fence=fences.benchmark_fence,
         )
         set_alias(conn, move)
         reason = f"alias {alias} generation {generation + 1}"
@@ -249,7 +251,8 @@ class Gate:
             subject=digest,
             action="rollback",
             actor=actor,
-            fences=fences,
+            tombstone_watermark=fences.tombstone_watermark,
+            benchmark_fence=fences.benchmark_fence,
         )
         set_alias(conn, move)
         return alias_change(alias, kind, generation + 1, digest, fences, idempotent=False)
@@ -278,9 +281,7 @@ class Gate:
         # Garbage collection purged this version once nothing retained it (its bytes; the
         # audit trail, envelope included, is kept: relgate.lifecycle.audit_trail).
         envelope = envelope_key(kind, digest)
-        if one(
-            conn, "SELECT run_id FROM gc_deletions WHERE object_key = :k", {"k": envelope}
-        ) or one(conn, "SELECT run_id FROM gc_collected WHERE digest = :d", {"d": digest}):
+        if gc_table.purged(conn, envelope, digest):
             raise RejectedError(
                 "garbage collection purged this version (outside the rollback window)",
                 object=envelope,

@@ -27,7 +27,6 @@ Sweep
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -38,9 +37,10 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 from relgate_trust.digests import sha256_digest
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
-from relgate.catalog.db import execute, rows, utcnow
+from relgate.catalog import gc_table
+from relgate.catalog.db import rows, utcnow
 from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
@@ -374,15 +374,7 @@ def _seen(conn: Connection, stored: pa.Table, now: str, *, record: bool) -> pa.T
     if record:
         new = unseen(stored, seen)
         if new.num_rows:
-            conn.execute(
-                text(
-                    "INSERT INTO gc_seen (object_key, version_id, first_seen) VALUES (:k, :v, :t)"
-                ),
-                [
-                    {"k": k, "v": v, "t": now}
-                    for k, v in zip(*new.to_pydict().values(), strict=True)
-                ],
-            )
+            gc_table.stamp_seen(conn, zip(*new.to_pydict().values(), strict=True), now)
     return seen
 
 
@@ -539,21 +531,14 @@ def _record_run(
     ws: Workspace, run_id: str, mode: str, actor: str, grace: int, started: str
 ) -> None:
     with ws.db.tx() as conn:
-        execute(
-            conn,
-            "INSERT INTO gc_runs (run_id, mode, actor, grace_seconds, outcome, summary, started_at)"
-            " VALUES (:r, :m, :a, :g, 'RUNNING', '{}', :t)",
-            {"r": run_id, "m": mode, "a": actor, "g": grace, "t": started},
+        gc_table.start_run(
+            conn, run_id=run_id, mode=mode, actor=actor, grace_seconds=grace, now=started
         )
 
 
 def _finish_run(ws: Workspace, run_id: str, outcome: str, summary: dict[str, object]) -> None:
     with ws.db.tx() as conn:
-        execute(
-            conn,
-            "UPDATE gc_runs SET outcome = :o, summary = :s, finished_at = :t WHERE run_id = :r",
-            {"o": outcome, "s": json.dumps(summary, sort_keys=True), "t": utcnow(), "r": run_id},
-        )
+        gc_table.finish_run(conn, run_id, outcome, summary)
 
 
 @dataclass
@@ -613,18 +598,14 @@ class _Sweep:
 
     def delete(self, conn: Connection, cand: Candidate, at: str) -> None:
         """Record the deletion and its reason, then delete that exact object version."""
-        execute(
+        gc_table.record_deletion(
             conn,
-            "INSERT INTO gc_deletions (run_id, object_key, version_id, size, reason, at)"
-            " VALUES (:r, :k, :v, :s, :why, :t)",
-            {
-                "r": self.run_id,
-                "k": canonical_key(cand.key),
-                "v": cand.version_id,
-                "s": cand.size,
-                "why": cand.reason,
-                "t": at,
-            },
+            run_id=self.run_id,
+            object_key=canonical_key(cand.key),
+            version_id=cand.version_id,
+            size=cand.size,
+            reason=cand.reason,
+            now=at,
         )
         try:
             self.ws.store.delete_version(cand.key, cand.version_id)
@@ -635,12 +616,7 @@ class _Sweep:
             Deletion(key=cand.key, version_id=cand.version_id, size=cand.size, reason=cand.reason)
         )
         for kind, digest in sorted(self.users.get(canonical_key(cand.key), ())):
-            execute(
-                conn,
-                "INSERT INTO gc_collected (kind, digest, run_id, at) VALUES (:k, :d, :r, :t)"
-                " ON CONFLICT (digest) DO NOTHING",
-                {"k": kind, "d": digest, "r": self.run_id, "t": at},
-            )
+            gc_table.record_collected(conn, kind=kind, digest=digest, run_id=self.run_id, now=at)
 
 
 def sweep(

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import uuid
 
-from relgate.catalog.db import execute, one, utcnow
+from relgate.catalog import run_table
+from relgate.catalog.db import one, utcnow
 from relgate.catalog.events import GateOperation, Outcome, record, refusals_recorded
+from relgate.catalog.permit_table import NO_GENERATION
 from relgate.documents import release_root as rm
 from relgate.errors import NotFoundError, UsageError
 from relgate.gate.permit_issue import acquire
-from relgate.gate.permits import NO_GENERATION
 from relgate.gate.transitions import open_gate
 from relgate.runs.assignment import write_assignment
 from relgate.runs.records import AdmittedRun
@@ -56,20 +57,15 @@ def admit_run(
         if release is None:
             raise NotFoundError("unknown release", object=admitted, check="exists")
         now = utcnow()
-        execute(
+        run_table.insert_run(
             conn,
-            "INSERT INTO runs (run_id, alias, root_digest, permit_id, purpose, world_size, assignment_epoch,"
-            " barrier_epoch, state, created_at, updated_at)"
-            " VALUES (:r, :a, :root, :p, :purpose, :w, 0, -1, 'ADMITTED', :now, :now)",
-            {
-                "r": run_id,
-                "a": alias or "",
-                "root": admitted,
-                "p": permit.permit_id,
-                "purpose": purpose,
-                "w": world_size,
-                "now": now,
-            },
+            run_id=run_id,
+            alias=alias or "",
+            root=admitted,
+            permit_id=permit.permit_id,
+            purpose=purpose,
+            world_size=world_size,
+            now=now,
         )
         record(conn, GateOperation.ADMIT, Outcome.OK, subject=subject, digest=admitted)
     # The gate re-verified this root against its model inside the admission (verify_row).

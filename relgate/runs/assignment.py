@@ -6,6 +6,7 @@ import json
 
 from sqlalchemy import Connection
 
+from relgate.catalog import run_table
 from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
@@ -44,12 +45,9 @@ def rescale(ws: Workspace, run_id: str, world_size: int) -> JsonObject:
     )
     with ws.db.tx() as conn:
         epoch = run.assignment_epoch + 1
-        changed = execute(
-            conn,
-            "UPDATE runs SET assignment_epoch = :e, world_size = :w, updated_at = :now WHERE run_id = :r AND assignment_epoch = :prev",
-            {"e": epoch, "w": world_size, "now": utcnow(), "r": run_id, "prev": epoch - 1},
-        )
-        if changed != 1:
+        if not run_table.move_assignment(
+            conn, run_id, epoch=epoch, world_size=world_size, now=utcnow()
+        ):
             raise ConflictError(
                 "run was rescaled concurrently", object=run_id, check="assignment-epoch"
             )

@@ -10,12 +10,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from relgate.catalog.db import execute, one, rows, utcnow
+from relgate.catalog import run_table
+from relgate.catalog.db import one, rows, utcnow
 from relgate.errors import RejectedError
 from relgate.gate.transitions import Gate
 from relgate.release import metrics as release_metrics
 from relgate.runs.records import RunRecord
-from relgate.runs.store import LIVE_SQL, read_run, refuse_ended
+from relgate.runs.store import read_run, refuse_ended
 
 
 def start_step0(conn: Connection, gate: Gate, run_id: str, epoch: int) -> None:
@@ -36,12 +37,7 @@ def start_step0(conn: Connection, gate: Gate, run_id: str, epoch: int) -> None:
             digest=run.root_digest,
         )
     gate.check_root(conn, "release", run.root_digest)
-    execute(
-        conn,
-        "UPDATE runs SET state = 'RUNNING', barrier_epoch = :e, updated_at = :now"  # noqa: S608 - constant state names
-        f" WHERE run_id = :r AND barrier_epoch < :e AND state IN ({LIVE_SQL})",
-        {"e": epoch, "now": utcnow(), "r": run_id},
-    )
+    run_table.start(conn, run_id, epoch=epoch, now=utcnow())
 
 
 @dataclass(frozen=True)

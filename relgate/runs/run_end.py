@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from relgate.catalog.db import Database, execute, one, utcnow
+from relgate.catalog import run_table
+from relgate.catalog.db import Database, one, utcnow
+from relgate.catalog.permit_table import close_permit
 from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.errors import ConflictError, RejectedError, UsageError
-from relgate.gate.permits import close_permit
 from relgate.integrity.contract import JsonObject
 from relgate.runs.records import RunEnd, RunRecord
 from relgate.runs.store import read_run
@@ -38,20 +39,15 @@ def end_run(ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: st
                 details={"state": state, "reason": run.end_reason or run.failure},
             )
         now = utcnow()
-        changed = execute(
+        if not run_table.end(
             conn,
-            "UPDATE runs SET state = :to, ended_at = :now, ended_by = :who, end_reason = :why,"
-            " updated_at = :now WHERE run_id = :r AND state = :from",
-            {
-                "to": to_state,
-                "now": now,
-                "who": actor,
-                "why": reason,
-                "r": run_id,
-                "from": state,
-            },
-        )
-        if changed != 1:
+            run_id,
+            from_state=state,
+            to_state=to_state,
+            actor=actor,
+            reason=reason,
+            now=now,
+        ):
             raise ConflictError("run changed concurrently", object=run_id, check="run-state")
         close_permit(conn, run.permit_id, f"run {run_id} {to_state}: {reason}")
         run = run.model_copy(
@@ -77,13 +73,7 @@ def fail_run(db: Database, run_id: str, reason: str) -> bool:
     had already started, or ended)."""
     with db.gate_tx() as conn:
         run = one(conn, "SELECT permit_id FROM runs WHERE run_id = :r", {"r": run_id})
-        now = utcnow()
-        changed = execute(
-            conn,
-            "UPDATE runs SET state = 'FAILED', failure = :f, end_reason = :f, ended_at = :now,"
-            " ended_by = 'barrier', updated_at = :now WHERE run_id = :r AND state = 'ADMITTED'",
-            {"f": reason, "now": now, "r": run_id},
-        )
-        if changed == 1 and run is not None:
+        failed = run_table.fail_unstarted(conn, run_id, reason=reason, now=utcnow())
+        if failed and run is not None:
             close_permit(conn, str(run["permit_id"]), f"run {run_id} FAILED: {reason}")
-        return changed == 1
+        return failed

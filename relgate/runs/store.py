@@ -8,9 +8,8 @@ from typing import Protocol
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, one, rows
-from relgate.catalog.states import RUN_LIVE_STATES
+from relgate.catalog.permit_table import Permit
 from relgate.errors import NotFoundError, RejectedError
-from relgate.gate.permits import Permit
 from relgate.integrity.contract import Record
 from relgate.runs.records import RunRecord, RunSummary
 from relgate.workspace import Workspace
@@ -21,9 +20,6 @@ class HeldLease(Protocol):
     raises once it is lost."""
 
     def check(self) -> None: ...
-
-
-LIVE_SQL = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
 
 
 class RunReport(Record):

@@ -4,7 +4,7 @@ from support.instances import dagster_instance
 
 from pipelines.definitions import defs
 from pipelines.run_jobs import run_admit_job, run_cancel_job, run_finish_job
-from relgate.gate.permits import get_permit
+from relgate.catalog.permit_table import get_permit
 from relgate.runs.store import get_run
 from resources.relgate import RelgateResource
 from tests.release.conftest import snapshot, ws  # noqa: F401 - fixtures

@@ -12,6 +12,7 @@ from support.releases import overwrite_in_place
 from support.runs import create_run
 
 from relgate.catalog.db import execute, one, rows
+from relgate.catalog.permit_table import close_permit, get_permit, list_permits
 from relgate.catalog.release_table import get_release, insert_release
 from relgate.catalog.snapshot_table import get_snapshot, insert_snapshot
 from relgate.documents import release_root as rm
@@ -24,7 +25,6 @@ from relgate.errors import (
     RelgateError,
     UsageError,
 )
-from relgate.gate.permits import close_permit, get_permit, list_permits
 from relgate.gate.transitions import open_gate
 from relgate.holds.pins import add_pin
 from relgate.holds.retention import RetentionPolicy, set_policy

@@ -21,9 +21,9 @@ from support.releases import forge
 from support.runs import create_run
 
 from relgate.catalog.db import execute, rows
+from relgate.catalog.permit_table import get_permit
 from relgate.documents import release_root as rm
 from relgate.errors import ConflictError, IntegrityError, NotFoundError, RejectedError, UsageError
-from relgate.gate.permits import get_permit
 from relgate.gate.transitions import open_gate
 from relgate.holds.pins import acquire_lease, add_pin, get_lease, release_lease
 from relgate.holds.retention import RetentionPolicy, now_utc, retained_versions, set_policy

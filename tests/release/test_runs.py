@@ -12,10 +12,10 @@ import urllib.request
 import pytest
 from support.runs import create_run
 
+from relgate.catalog.permit_table import get_permit
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.errors import ConflictError, RejectedError
-from relgate.gate.permits import get_permit
 from relgate.gate.recheck import recheck
 from relgate.holds.pins import add_pin
 from relgate.release.metrics import Probe, ReleaseMetrics

@@ -40,7 +40,7 @@ ENTRY_POINTS = frozenset({"__init__", "__main__"})
 
 
 def _package(path: Path) -> str:
-    """``relgate/gate/permits.py`` -> ``gate``; ``relgate/workspace.py`` -> ``workspace``."""
+    """``relgate/gate/aliases.py`` -> ``gate``; ``relgate/workspace.py`` -> ``workspace``."""
     return path.relative_to(ROOT / "relgate").parts[0].removesuffix(".py")
 
 

@@ -1,4 +1,4 @@
-"""Gate permits: the ``permits`` table (issued by :mod:`relgate.gate.permit_issue`).
+"""The ``permits`` table's store (permits are issued by :mod:`relgate.gate.permit_issue`).
 
 A permit is bound to the root digest, both fence watermarks, the alias generation it was
 resolved at, and the purpose.  It is issued inside a gate transaction and closed inside
@@ -11,9 +11,7 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from relgate.catalog.db import Database, execute, one, rows, utcnow
-from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.errors import NotFoundError
-from relgate.gate.hits import HitSeqs
 from relgate.integrity.contract import Contract
 
 #: ``permits.generation`` of a permit admitted by exact digest (no alias was read).
@@ -56,32 +54,6 @@ def close_permit(conn: Connection, permit_id: str, reason: str) -> bool:
         {"why": reason, "now": utcnow(), "p": permit_id},
     )
     return changed == 1
-
-
-def close_hit_permits(conn: Connection, fence_kind: str, hits: HitSeqs) -> list[str]:
-    """Gate hit listener: close every open permit on a hit root and revoke its runs.
-
-    Runs in the fence transaction, so a worker's barrier and a reader's next record see
-    the closed permit and the REVOKED run as soon as the fence is visible at all.
-    """
-    closed: list[str] = []
-    now = utcnow()
-    live = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
-    revoke = (
-        "UPDATE runs SET state = 'REVOKED', failure = :why, end_reason = :why, ended_at = :now,"  # noqa: S608 constant run states
-        f" ended_by = 'gate', updated_at = :now WHERE root_digest = :r AND state IN ({live})"
-    )
-    for root, seqs in sorted(hits.items()):
-        why = f"{fence_kind} fence entries {seqs} hit root {root}"
-        for row in rows(
-            conn,
-            "SELECT permit_id FROM permits WHERE root_digest = :r AND state = 'OPEN' ORDER BY permit_id",
-            {"r": root},
-        ):
-            if close_permit(conn, str(row["permit_id"]), why):
-                closed.append(str(row["permit_id"]))
-        execute(conn, revoke, {"why": why, "now": now, "r": root})
-    return closed
 
 
 def get_permit(db: Database, permit_id: str) -> Permit:

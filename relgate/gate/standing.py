@@ -15,13 +15,12 @@ in any active release?" reads wrong.  :func:`standings` qualifies it:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from pydantic import Field, StrictInt, StrictStr
 from sqlalchemy import Connection
 
 from relgate.catalog.db import rows
-from relgate.integrity.contract import Contract
+from relgate.integrity.contract import Contract, JsonObject
 
 FENCE_HIT = "fence-hit"
 SUPERSEDED = "superseded"
@@ -55,7 +54,7 @@ class Standing(Contract):
                     return mark.upper()
         return self.catalog_state
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> JsonObject:
         """What a printed version carries: ``state`` qualified, the rest as is."""
         return {"state": self.state, **self.to_json()}
 
@@ -108,14 +107,6 @@ def standings(conn: Connection, states: dict[str, str]) -> dict[str, Standing]:
 
 def standing_of(conn: Connection, digest: str, state: str) -> Standing:
     return standings(conn, {digest: state})[digest]
-
-
-def qualify(conn: Connection, versions: Iterable[dict[str, Any]], key: str = "digest") -> None:
-    """Replace each printed version's ``state`` by its qualified one, adding the marks."""
-    listed = [v for v in versions if v.get(key) and v.get("state")]
-    found = standings(conn, {str(v[key]): str(v["state"]) for v in listed})
-    for version in listed:
-        version.update(found[str(version[key])].fields())
 
 
 def catalog_states(conn: Connection, kind: str, digests: Iterable[str]) -> dict[str, str]:
