@@ -76,7 +76,9 @@ def finish_training_run(
 ) -> dict[str, Any]:
     ws = relgate.workspace()
     reason = config.reason or "finished"
-    out = _gate_call(lambda: finish_run(ws, config.run_id, actor=relgate.actor, reason=reason))
+    out = _gate_call(
+        lambda: finish_run(ws, config.run_id, actor=relgate.actor, reason=reason).to_json()
+    )
     _observe(context, out)
     return out
 
@@ -87,7 +89,9 @@ def cancel_training_run(
 ) -> dict[str, Any]:
     ws = relgate.workspace()
     reason = config.reason or "cancelled"
-    out = _gate_call(lambda: cancel_run(ws, config.run_id, actor=relgate.actor, reason=reason))
+    out = _gate_call(
+        lambda: cancel_run(ws, config.run_id, actor=relgate.actor, reason=reason).to_json()
+    )
     _observe(context, out)
     return out
 

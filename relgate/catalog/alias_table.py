@@ -9,8 +9,41 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from relgate.catalog.db import execute
-from relgate.integrity.contract import Contract
+from relgate.catalog.db import execute, rows
+from relgate.integrity.contract import Contract, Record
+
+
+class AliasRecord(Record):
+    """An ``aliases`` row: what ``name`` points at now (``kind`` None: never set)."""
+
+    name: str
+    kind: str | None = None
+    generation: int | None = None
+    active_digest: str | None = None
+
+
+class AliasStep(Record):
+    """One ``alias_history`` row as retention reads it: the digest a generation held,
+    and since when."""
+
+    name: str
+    generation: int
+    digest: str
+    at: str
+
+
+def aliases(conn: Connection) -> list[AliasRecord]:
+    """Every alias, by name."""
+    found = rows(conn, "SELECT name, kind, generation, active_digest FROM aliases ORDER BY name")
+    return [AliasRecord.parse(row, what=f"alias {row['name']}") for row in found]
+
+
+def steps(conn: Connection) -> list[AliasStep]:
+    """Every alias generation ever set, by alias and generation."""
+    found = rows(
+        conn, "SELECT name, generation, digest, at FROM alias_history ORDER BY name, generation"
+    )
+    return [AliasStep.parse(row, what=f"alias {row['name']} history") for row in found]
 
 
 class AliasMove(Contract):

@@ -60,6 +60,7 @@ def pin_add(
 ) -> CommandOutput:
     """Pin VERSION (snapshot or release digest or prefix) for OWNER."""
     from relgate.holds.pins import add_pin
+    from relgate.runs.reader import InputPosition
 
     ws, digest = _resolve_version(ctx, version)
     if position is not None and not isinstance(position, dict):
@@ -68,6 +69,8 @@ def pin_add(
             object="--checkpoint-position",
             check="checkpoint-position",
         )
+    if position is not None:  # refused now, not when a resumed run reads it back
+        InputPosition.from_json(position)
     return add_pin(
         ws,
         digest,

@@ -429,7 +429,7 @@ def run_finish(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
     """RUNNING -> FINISHED: close the permit and release the run's hold on its root."""
     from relgate.runs.run_end import finish_run
 
-    return finish_run(ctx.ws(), run_id, actor=actor(), reason=reason)
+    return finish_run(ctx.ws(), run_id, actor=actor(), reason=reason).to_json()
 
 
 @command(run, "cancel")
@@ -440,7 +440,7 @@ def run_cancel(ctx: Ctx, run_id: str, reason: str) -> CommandOutput:
     """ADMITTED or RUNNING -> CANCELLED: close the permit and release the hold."""
     from relgate.runs.run_end import cancel_run
 
-    return cancel_run(ctx.ws(), run_id, actor=actor(), reason=reason)
+    return cancel_run(ctx.ws(), run_id, actor=actor(), reason=reason).to_json()
 
 
 @command(run, "list")
@@ -592,7 +592,7 @@ def run_rescale(ctx: Ctx, run_id: str, world_size: int) -> CommandOutput:
     """New assignment epoch over the run's root (never rereads the alias)."""
     from relgate.runs.assignment import rescale
 
-    return rescale(ctx.ws(), run_id, world_size)
+    return rescale(ctx.ws(), run_id, world_size).to_json()
 
 
 # -- permits -------------------------------------------------------------------------------

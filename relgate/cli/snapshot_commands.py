@@ -109,14 +109,22 @@ def snapshot_list(ctx: Ctx) -> CommandOutput:
 @pass_ctx
 def snapshot_show(ctx: Ctx, digest: str, with_manifest: bool) -> CommandOutput:
     from relgate.catalog.audit import approvals, latest_report
-    from relgate.catalog.snapshot_table import resolve, snapshot_history, snapshot_reports
+    from relgate.catalog.snapshot_table import (
+        get_snapshot,
+        resolve,
+        snapshot_history,
+        snapshot_reports,
+    )
     from relgate.gate.standing import standing_of
-    from relgate.snapshot.activation import describe
     from relgate.snapshot.diff import load_manifest
 
     ws = ctx.ws()
     digest = resolve(ws.db, digest)
-    out = as_object(describe(ws, digest))
+    row = get_snapshot(ws.db, digest)
+    out: dict[str, object] = {
+        **row.to_json(),
+        "fenceHits": [hit.to_json() for hit in open_gate(ws).hits_for(row.digest)],
+    }
     with ws.db.tx() as conn:  # ACTIVE but superseded or fence-hit says so
         out.update(standing_of(conn, digest, str(out["state"])).fields())
     out["history"] = snapshot_history(ws.db, digest)

@@ -7,14 +7,11 @@ made at.  A retry of a move that already committed returns the committed result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from pydantic import Field
 from sqlalchemy import Connection
 
 from relgate.catalog import alias_table
-from relgate.catalog.alias_table import AliasMove
+from relgate.catalog.alias_table import AliasMove, AliasRecord
 from relgate.catalog.db import one, rows, utcnow
 from relgate.errors import ConflictError, UsageError
 from relgate.gate.fences import Fences
@@ -78,9 +75,11 @@ def alias_change(
 def read_alias(conn: Connection, alias: str, kind: str) -> tuple[int, str | None]:
     """(generation, active digest) of ``alias``; (0, None) if it was never set."""
     row = one(
-        conn, "SELECT kind, generation, active_digest FROM aliases WHERE name = :n", {"n": alias}
+        conn,
+        "SELECT name, kind, generation, active_digest FROM aliases WHERE name = :n",
+        {"n": alias},
     )
-    return alias_of(row, alias, kind)
+    return alias_of(None if row is None else AliasRecord.parse(row, what=f"alias {alias}"), kind)
 
 
 def alias_kind(conn: Connection, alias: str) -> str | None:
@@ -89,17 +88,17 @@ def alias_kind(conn: Connection, alias: str) -> str | None:
     return None if row is None or row["kind"] is None else str(row["kind"])
 
 
-def alias_of(row: Mapping[str, Any] | None, alias: str, kind: str) -> tuple[int, str | None]:
+def alias_of(record: AliasRecord | None, kind: str) -> tuple[int, str | None]:
     """:func:`read_alias` of an already-read ``aliases`` row (None: never set)."""
-    if row is None or row["kind"] is None:
+    if record is None or record.kind is None:
         return 0, None
-    if row["kind"] != kind:
+    if record.kind != kind:
         raise UsageError(
-            f"alias {alias!r} points at a {row['kind']}, not a {kind}",
-            object=alias,
+            f"alias {record.name!r} points at a {record.kind}, not a {kind}",
+            object=record.name,
             check="alias-kind",
         )
-    return int(row["generation"]), row["active_digest"]
+    return record.generation or 0, record.active_digest
 
 
 def alias_history(conn: Connection, alias: str) -> list[AliasHistoryEntry]:

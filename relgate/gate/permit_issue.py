@@ -10,11 +10,10 @@ transaction.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
-from typing import Any
 
 from sqlalchemy import Connection
 
+from relgate.catalog.alias_table import AliasRecord
 from relgate.catalog.db import one, utcnow
 from relgate.catalog.permit_table import NO_GENERATION, Permit, insert_permit
 from relgate.catalog.versions import ReleaseRecord
@@ -37,17 +36,21 @@ _ROOT_SQL = (
 )
 
 
-def _gate_state(conn: Connection, alias: str | None) -> tuple[Fences, Mapping[str, Any]]:
+def _gate_state(conn: Connection, alias: str | None) -> tuple[Fences, AliasRecord | None]:
     """The fences (NotFoundError without a fences row, as :func:`read_fences`) and the
-    alias row (kind None when ``alias`` is not set), in one statement."""
+    alias (None without one, kind None when it is not set), in one statement."""
     row = one(conn, _STATE_SQL, {"n": alias})
     if row is None:
-        return read_fences(conn), {}  # raises: the gate is not initialised
-    return Fences(int(row["tombstone_watermark"]), int(row["benchmark_fence"])), row
+        return read_fences(conn), None  # raises: the gate is not initialised
+    fences = Fences(int(row["tombstone_watermark"]), int(row["benchmark_fence"]))
+    if alias is None:
+        return fences, None
+    fields = {k: row[k] for k in ("kind", "generation", "active_digest")}
+    return fences, AliasRecord.parse({"name": alias, **fields}, what=f"alias {alias}")
 
 
 def _admitted_root(
-    alias_row: Mapping[str, Any],
+    alias_row: AliasRecord | None,
     alias: str | None,
     root: str | None,
     expected_generation: int | None,
@@ -61,7 +64,7 @@ def _admitted_root(
         if root is None:
             raise UsageError("admit a root digest or an alias", object="run", check="root")
         return root, NO_GENERATION
-    generation, active = alias_of(alias_row, alias, "release")
+    generation, active = alias_of(alias_row, "release")
     if expected_generation is not None and generation != expected_generation:
         details: dict[str, object] = {"generation": generation, "activeDigest": active}
         raise stale_generation(alias, generation, expected_generation, active, details)

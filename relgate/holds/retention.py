@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Self
 
 from pydantic import Field, model_validator
 from sqlalchemy import Connection
 
+from relgate.catalog import alias_table
+from relgate.catalog.alias_table import AliasStep
 from relgate.catalog.db import Database, execute, one, rows, utcnow
 from relgate.catalog.states import RUN_TERMINAL_STATES
 from relgate.errors import UsageError
@@ -138,7 +140,7 @@ def get_policy(conn: Connection, alias: str) -> RetentionPolicy:
 
 
 def alias_holds(
-    history: Sequence[Mapping[str, Any]],
+    history: Sequence[AliasStep],
     active: str | None,
     policy: RetentionPolicy,
     now: dt.datetime,
@@ -147,28 +149,28 @@ def alias_holds(
     held: dict[str, list[str]] = defaultdict(list)
     if active:
         held[active].append("active")
-    ordered = sorted(history, key=lambda r: int(r["generation"]))
+    ordered = sorted(history, key=lambda step: step.generation)
     if not ordered:
         return dict(held)
-    current = int(ordered[-1]["generation"])
-    for row in ordered:
-        gen = int(row["generation"])
+    current = ordered[-1].generation
+    for step in ordered:
+        gen = step.generation
         if gen < current and current - gen <= policy.rollback_window:
-            held[row["digest"]].append(f"rollback window (generation {gen})")
+            held[step.digest].append(f"rollback window (generation {gen})")
     recent: list[str] = []
-    for row in reversed(ordered):
-        if row["digest"] not in recent:
-            recent.append(row["digest"])
+    for step in reversed(ordered):
+        if step.digest not in recent:
+            recent.append(step.digest)
     for digest in recent[: policy.keep_last]:
         held[digest].append(f"keep last {policy.keep_last}")
     # Retired = replaced by another digest after its last holding generation.
     last_held: dict[str, int] = {}
-    for index, row in enumerate(ordered):
-        last_held[row["digest"]] = index
+    for index, step in enumerate(ordered):
+        last_held[step.digest] = index
     for digest, index in last_held.items():
         if digest == active or index + 1 >= len(ordered):
             continue
-        retired = parse_time(ordered[index + 1]["at"])
+        retired = parse_time(ordered[index + 1].at)
         if now - retired < dt.timedelta(days=policy.keep_days):
             held[digest].append(f"retired {format_time(retired)} < {policy.keep_days} days")
     return dict(held)
@@ -232,15 +234,15 @@ def erased_versions(conn: Connection) -> set[str]:
 
 
 def _alias_holders(conn: Connection, now: dt.datetime, held: Holders) -> None:
-    history: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows(conn, "SELECT name, generation, digest, at FROM alias_history"):
-        history[row["name"]].append(row)
-    for alias in rows(conn, "SELECT name, kind, active_digest FROM aliases ORDER BY name"):
-        policy = get_policy(conn, alias["name"])
+    history: dict[str, list[AliasStep]] = defaultdict(list)
+    for step in alias_table.steps(conn):
+        history[step.name].append(step)
+    for alias in alias_table.aliases(conn):
+        policy = get_policy(conn, alias.name)
         for digest, reasons in alias_holds(
-            history[alias["name"]], alias["active_digest"], policy, now
+            history[alias.name], alias.active_digest, policy, now
         ).items():
-            held[(alias["kind"], digest)].extend(f"alias {alias['name']}: {r}" for r in reasons)
+            held[(str(alias.kind), digest)].extend(f"alias {alias.name}: {r}" for r in reasons)
 
 
 def _run_holders(conn: Connection, held: Holders) -> None:

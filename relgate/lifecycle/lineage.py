@@ -12,7 +12,6 @@ held, i.e. what garbage collection purges once nothing pins them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
@@ -22,7 +21,7 @@ from relgate.catalog.db import rows
 from relgate.errors import RelgateError
 from relgate.gate.members import CatalogMemberIndex
 from relgate.holds.retention import Holders, now_utc, retained_versions
-from relgate.integrity.contract import Contract
+from relgate.integrity.contract import Contract, Record
 from relgate.integrity.merkle import check_proof
 from relgate.objects.cas import ContentRef
 from relgate.snapshot.diff import prove
@@ -89,15 +88,27 @@ class Lineage(Contract):
     held_versions: list[str]
 
 
-def _catalog_facts(
-    conn: Connection, sample_id: str
-) -> tuple[list[dict[str, Any]], Holders, list[tuple[str, dict[str, Any], bool]]]:
-    """Tombstones of the sample, the retained set, and every version with its hit flag."""
-    tombs = rows(
-        conn,
-        "SELECT seq, reason, created_at FROM tombstones WHERE sample_id = :s ORDER BY seq",
-        {"s": sample_id},
-    )
+class _Candidate(Record):
+    """A snapshot or release row as lineage weighs it, with whether a fence hit it."""
+
+    kind: str
+    digest: str
+    state: str
+    members_digest: str
+    members_version: str
+    tombstone_watermark: int
+    snapshot: str
+    hit: bool
+
+
+def _catalog_facts(conn: Connection, sample_id: str) -> tuple[list[int], Holders, list[_Candidate]]:
+    """Tombstone entries of the sample, the retained set, and every version."""
+    tombs = [
+        int(row["seq"])
+        for row in rows(
+            conn, "SELECT seq FROM tombstones WHERE sample_id = :s ORDER BY seq", {"s": sample_id}
+        )
+    ]
     retained = retained_versions(conn, now_utc())
     candidates = []
     for kind, table in (("snapshot", "snapshots"), ("release", "releases")):
@@ -112,7 +123,7 @@ def _catalog_facts(
                 "SELECT fence_kind, fence_seq FROM fence_hits WHERE subject_digest = :d",
                 {"d": row["digest"]},
             )
-            candidates.append((kind, row, bool(hits)))
+            candidates.append(_Candidate.parse({**row, "kind": kind, "hit": bool(hits)}, what=kind))
     return tombs, retained, candidates
 
 
@@ -126,8 +137,8 @@ class _Membership:
         self.memo: dict[tuple[str, str], bool] = {}
         self.proofs: dict[str, InclusionCheck] = {}
 
-    def member(self, row: Mapping[str, Any]) -> bool:
-        key = (str(row["members_digest"]), str(row["members_version"]))
+    def member(self, version: _Candidate) -> bool:
+        key = (version.members_digest, version.members_version)
         if key not in self.memo:
             hit, _ = self.index.hits(ContentRef(key[0], key[1], 0), {self.sample_id}, set())
             self.memo[key] = bool(hit)
@@ -146,20 +157,20 @@ def lineage(ws: Workspace, sample_id: str) -> Lineage:
         tombs, retained, candidates = _catalog_facts(conn, sample_id)
     membership = _Membership(ws, sample_id)
     versions = []
-    for kind, row, hit in candidates:
-        if not membership.member(row):
+    for version in candidates:
+        if not membership.member(version):
             continue
-        proof = membership.proof(row["snapshot"])
+        proof = membership.proof(version.snapshot)
         if not proof.verified:
             continue
-        newer = [t for t in tombs if int(t["seq"]) > int(row["tombstone_watermark"])]
+        newer = [seq for seq in tombs if seq > version.tombstone_watermark]
         versions.append(
             LineageVersion(
-                kind=kind,
-                subject=row["digest"],
-                state=row["state"],
-                held_by=sorted(set(retained.get((kind, row["digest"]), []))),
-                reactivation="refused" if hit or newer else "allowed",
+                kind=version.kind,
+                subject=version.digest,
+                state=version.state,
+                held_by=sorted(set(retained.get((version.kind, version.digest), []))),
+                reactivation="refused" if version.hit or newer else "allowed",
                 proof=proof,
             )
         )
@@ -167,7 +178,7 @@ def lineage(ws: Workspace, sample_id: str) -> Lineage:
     return Lineage(
         sample_id=sample_id,
         tombstoned=bool(tombs),
-        tombstones=[int(t["seq"]) for t in tombs],
+        tombstones=tombs,
         versions=versions,
         pins=pins,
         permits=permits,

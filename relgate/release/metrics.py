@@ -40,6 +40,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from relgate.release.verify.checks import Check
+from relgate.release.verify.worker import ShardResult
 
 #: Verification counts -> ``member_diff`` classes (the rule, written once).
 MEMBER_CLASSES = {
@@ -143,17 +144,16 @@ class ReleaseMetrics:
         self._totals[root].assigned += shards
         self._ratio(root)
 
-    def observe_shard(self, root: str, shard: Mapping[str, Any]) -> None:
-        """One shard's verification (``ShardResult.to_json()``): ratio, digests, I/O."""
+    def observe_shard(self, root: str, shard: ShardResult) -> None:
+        """One shard's verification: ratio, digests, I/O."""
         t = self._totals[root]
         t.checked += 1
-        t.ok += 1 if shard["ok"] else 0
-        failed = {f["check"] for f in shard.get("failures", [])}
-        if failed & DIGEST_CHECKS:
+        t.ok += 1 if shard.ok else 0
+        if shard.failed_checks & DIGEST_CHECKS:
             self.digest_failures.labels(root).inc()
-        t.stored += int(shard.get("bytes", 0))
-        t.decoded += int(shard.get("decodedBytes", 0))
-        t.seconds += int(shard.get("readMicros", 0)) / 1_000_000
+        t.stored += shard.bytes
+        t.decoded += shard.decoded_bytes
+        t.seconds += shard.read_micros / 1_000_000
         if t.seconds > 0:
             self.read_bytes_per_s.labels(root).set(t.stored / t.seconds)
         if t.stored > 0:
@@ -161,7 +161,7 @@ class ReleaseMetrics:
         self._ratio(root)
 
     def observe_verification(
-        self, root: str, counts: Mapping[str, int], shards: Iterable[Mapping[str, Any]], total: int
+        self, root: str, counts: Mapping[str, int], shards: Iterable[ShardResult], total: int
     ) -> None:
         """A whole ``release verify``: every shard, the member diff, ratio over ``total``."""
         self._totals.pop(root, None)

@@ -11,7 +11,6 @@ from relgate.catalog.db import Database, execute, one, utcnow
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.errors import ConflictError, UsageError
-from relgate.integrity.contract import JsonObject
 from relgate.runs.records import Rescaled
 from relgate.runs.store import get_run, refuse_ended
 from relgate.workspace import Workspace
@@ -33,7 +32,7 @@ def write_assignment(
         )
 
 
-def rescale(ws: Workspace, run_id: str, world_size: int) -> JsonObject:
+def rescale(ws: Workspace, run_id: str, world_size: int) -> Rescaled:
     """Scale-out or recovery: a new assignment epoch over the same root; the alias is not read."""
     run = get_run(ws.db, run_id)
     refuse_ended(run)
@@ -52,9 +51,7 @@ def rescale(ws: Workspace, run_id: str, world_size: int) -> JsonObject:
                 "run was rescaled concurrently", object=run_id, check="assignment-epoch"
             )
         write_assignment(conn, run_id, epoch, [s.id for s in manifest.shards], world_size)
-    return Rescaled(
-        run_id=run_id, root_digest=run.root_digest, epoch=epoch, world_size=world_size
-    ).to_json()
+    return Rescaled(run_id=run_id, root_digest=run.root_digest, epoch=epoch, world_size=world_size)
 
 
 def assignment(db: Database, run_id: str, epoch: int, rank: int) -> list[str]:

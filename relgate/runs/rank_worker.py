@@ -46,7 +46,7 @@ def shard_checker(
             tokenizer_data,
         )
         result = verify_shard(task)
-        release_metrics.current().observe_shard(manifest.digest, result.to_json())
+        release_metrics.current().observe_shard(manifest.digest, result)
         if not result.ok:
             first = result.failures[0]
             raise IntegrityError(

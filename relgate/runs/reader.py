@@ -40,7 +40,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from relgate_trust.digests import sha256_digest
+from relgate_trust.digests import is_digest, sha256_digest
 from relgate_trust.retry import Backoff, retry_call
 from sqlalchemy import Connection
 
@@ -77,15 +77,31 @@ class InputPosition:
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> InputPosition:
-        return cls(
-            str(data["root"]),
-            int(data["seed"]),
-            tuple(data["shards"]),
-            int(data["data_pass"]),
-            int(data["shard_cursor"]),
-            int(data["record_cursor"]),
-        )
+    def from_json(cls, data: object) -> InputPosition:
+        """A saved position read back (from a checkpoint pin, a file, a caller): hostile
+        until it has exactly the six fields, each of its type, cursors not negative."""
+        if not isinstance(data, dict) or set(data) != _POSITION_FIELDS:
+            raise _bad_position(f"fields {sorted(_POSITION_FIELDS)}")
+        root, shards = data["root"], data["shards"]
+        counts = [data[name] for name in ("seed", "data_pass", "shard_cursor", "record_cursor")]
+        if not is_digest(root):
+            raise _bad_position("root is a sha256 digest")
+        if not isinstance(shards, list) or not all(isinstance(s, str) for s in shards):
+            raise _bad_position("shards is a list of shard ids")
+        if not all(type(n) is int for n in counts) or min(counts[1:]) < 0:
+            raise _bad_position("seed and cursors are integers, cursors not negative")
+        return cls(root, counts[0], tuple(shards), *counts[1:])
+
+
+_POSITION_FIELDS = frozenset(
+    ("root", "seed", "shards", "data_pass", "shard_cursor", "record_cursor")
+)
+
+
+def _bad_position(rule: str) -> RejectedError:
+    return RejectedError(
+        f"a saved input position needs {rule}", object="input-position", check="schema"
+    )
 
 
 class ReaderLease:
@@ -561,7 +577,7 @@ def open_reader(  # noqa: PLR0913 - the public keyword API training code calls
     seed: int,
     run: str | None = None,
     pin: str | None = None,
-    position: dict[str, Any] | None = None,
+    position: InputPosition | None = None,
     keys: Mapping[str, bytes] | None = None,
     passes: int = 1,
     lease: bool = True,
@@ -582,8 +598,8 @@ def open_reader(  # noqa: PLR0913 - the public keyword API training code calls
         raise refusal
     admission = admit_read(ws, root, run=run, pin=pin)
     manifest = rm.load(ws.store, ws.trusted_keys, root, get_release(ws.db, root).envelope_version)
-    if position:
-        pos = InputPosition.from_json(position)
+    if position is not None:
+        pos = position
     elif admission.position is not None:
         pos = admission.position
     else:

@@ -7,7 +7,6 @@ from relgate.catalog.db import Database, one, utcnow
 from relgate.catalog.permit_table import close_permit
 from relgate.catalog.states import RUN_LIVE_STATES
 from relgate.errors import ConflictError, RejectedError, UsageError
-from relgate.integrity.contract import JsonObject
 from relgate.runs.records import RunEnd, RunRecord
 from relgate.runs.store import read_run
 from relgate.workspace import Workspace
@@ -19,7 +18,7 @@ END_FROM: dict[str, tuple[str, ...]] = {
 }
 
 
-def end_run(ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: str) -> JsonObject:
+def end_run(ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: str) -> RunEnd:
     """FINISHED (from RUNNING) or CANCELLED (before or after step 0): close the permit and
     release the run's hold, in one gate transaction (ordered against fence advances).
     Repeating the same end is idempotent; ending a run that ended otherwise is refused."""
@@ -29,7 +28,7 @@ def end_run(ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: st
         run = read_run(conn, run_id)
         state = run.state
         if state == to_state:
-            return _ended(run, idempotent_retry=True).to_json()
+            return _ended(run, idempotent_retry=True)
         if state not in END_FROM[to_state]:
             raise RejectedError(
                 f"run is {state}; {to_state} needs {' or '.join(sorted(END_FROM[to_state]))}",
@@ -53,18 +52,18 @@ def end_run(ws: Workspace, run_id: str, to_state: str, *, actor: str, reason: st
         run = run.model_copy(
             update={"state": to_state, "ended_at": now, "ended_by": actor, "end_reason": reason}
         )
-    return _ended(run, idempotent_retry=False).to_json()
+    return _ended(run, idempotent_retry=False)
 
 
 def _ended(run: RunRecord, *, idempotent_retry: bool) -> RunEnd:
     return RunEnd.of(run).model_copy(update={"idempotent_retry": idempotent_retry})
 
 
-def finish_run(ws: Workspace, run_id: str, *, actor: str, reason: str = "finished") -> JsonObject:
+def finish_run(ws: Workspace, run_id: str, *, actor: str, reason: str = "finished") -> RunEnd:
     return end_run(ws, run_id, "FINISHED", actor=actor, reason=reason)
 
 
-def cancel_run(ws: Workspace, run_id: str, *, actor: str, reason: str = "cancelled") -> JsonObject:
+def cancel_run(ws: Workspace, run_id: str, *, actor: str, reason: str = "cancelled") -> RunEnd:
     return end_run(ws, run_id, "CANCELLED", actor=actor, reason=reason)
 
 

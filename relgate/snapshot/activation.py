@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from relgate.catalog.audit import Approved
-from relgate.catalog.snapshot_table import get_snapshot, resolve
+from relgate.catalog.snapshot_table import resolve
 from relgate.gate.aliases import AliasChange
 from relgate.gate.approvals import approve_signed
 from relgate.gate.fences import FenceAdvance
 from relgate.gate.transitions import open_gate
-from relgate.integrity.contract import JsonObject
 from relgate.integrity.digests import require_digest
 from relgate.workspace import Workspace
 
@@ -86,10 +85,3 @@ def add_benchmark_items(
     is a ``sha256:`` digest: a benchmark item names content, never an id)."""
     items = [require_digest(d, what="content digest") for d in digests]
     return open_gate(ws).add_benchmark_items(items, benchmark=benchmark, actor=actor)
-
-
-def describe(ws: Workspace, digest: str) -> JsonObject:
-    """The snapshot's catalog row with the fence hits recorded against it."""
-    row = get_snapshot(ws.db, resolve(ws.db, digest))
-    hits = [hit.to_json() for hit in open_gate(ws).hits_for(row.digest)]
-    return {**row.to_json(), "fenceHits": hits}

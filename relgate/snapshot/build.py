@@ -406,8 +406,7 @@ def _write_snapshot(
     if staged.stats is not None:
         lease.cover(statistics_key(staged.stats.digest()))
         stats_ref = statistics.store(ws, staged.stats)
-    body = mf.SnapshotBody(
-        **_inputs(spec, frozen).body_fields(),
+    body = _inputs(spec, frozen).body(
         parents=tuple(spec.parents),
         record_schema=tally.schema_digest,
         members=mf.MembersRef(

@@ -40,9 +40,10 @@ class BuildInputs:
     split_policy: str
     purpose: str
 
-    def body_fields(self) -> dict[str, Any]:
-        """These inputs as :class:`relgate.documents.snapshot_manifest.SnapshotBody` keywords."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    def body(self, **built: Any) -> mf.SnapshotBody:
+        """The manifest body of these inputs and what the build made of them (``built``:
+        the rest of :class:`relgate.documents.snapshot_manifest.SnapshotBody`)."""
+        return mf.SnapshotBody(**{f.name: getattr(self, f.name) for f in fields(self)}, **built)
 
     @classmethod
     def of_manifest(cls, manifest: mf.SnapshotManifest) -> BuildInputs:

@@ -143,6 +143,12 @@ def test_a_checkpoint_position_that_is_not_json_names_the_file(
     result = cli(ws.home, "pin", "add", digest, "--owner", "o", "--reason", "r",
                  "--checkpoint-position", str(listed))  # fmt: skip
     assert refused(result, 2)["check"] == "checkpoint-position"
+    half = tmp_path / "half.json"  # the root is right, the cursors are not there
+    half.write_text(json.dumps({"root": digest, "seed": 1, "shards": []}))
+    result = cli(ws.home, "pin", "add", digest, "--owner", "o", "--reason", "r",
+                 "--checkpoint-position", str(half))  # fmt: skip
+    assert refused(result, 3)["check"] == "schema"
+    assert "input-position" in result.output
 
 
 def test_a_corrupt_workspace_config_is_refused_naming_the_file(tmp_path: Path) -> None:

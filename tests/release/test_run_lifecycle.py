@@ -166,12 +166,12 @@ def test_runs_finish_or_cancel_and_release_their_hold(ws, snapshot):
         finish_run(ws, cancelled["runId"], actor="sched")
     assert early.value.check == "run-state"
     out = cancel_run(ws, cancelled["runId"], actor="sched", reason="config typo")
-    assert (out["state"], out["reason"], out["idempotentRetry"]) == (
+    assert (out.state, out.reason, out.idempotent_retry) == (
         "CANCELLED",
         "config typo",
         False,
     )
-    assert cancel_run(ws, cancelled["runId"], actor="sched")["idempotentRetry"]
+    assert cancel_run(ws, cancelled["runId"], actor="sched").idempotent_retry
     assert get_permit(ws.db, cancelled["permit"]).state == "CLOSED"
     with pytest.raises(RejectedError) as ended:
         finish_run(ws, cancelled["runId"], actor="sched")
@@ -185,8 +185,8 @@ def test_runs_finish_or_cancel_and_release_their_hold(ws, snapshot):
     assert f"run {running['runId']}" in reasons and f"permit {running['permit']}" in reasons
     finished = finish_run(ws, running["runId"], actor="sched")
     assert (
-        finished["state"] == "FINISHED"
-        and finish_run(ws, running["runId"], actor="x")["idempotentRetry"]
+        finished.state == "FINISHED"
+        and finish_run(ws, running["runId"], actor="x").idempotent_retry
     )
     assert get_permit(ws.db, running["permit"]).state == "CLOSED"
     with pytest.raises(RejectedError):

@@ -24,7 +24,7 @@ from relgate.release.verify.verifier import verify_release
 from relgate.release.writer import write_release
 from relgate.runs.assignment import assignment, rescale
 from relgate.runs.rank_worker import report
-from relgate.runs.reader import open_reader
+from relgate.runs.reader import InputPosition, open_reader
 from relgate.runs.run_end import cancel_run, finish_run
 from relgate.runs.store import get_run, run_status
 from relgate.snapshot import activation as lifecycle
@@ -200,7 +200,7 @@ def test_recovery_and_scale_out_never_read_the_new_alias(ws, snapshot):
     approve_release(ws, newer.digest, approver="alice")
     publish(ws, newer.digest, alias="train", actor="alice")
     scaled = rescale(ws, run["runId"], 2)
-    assert scaled["rootDigest"] == old.digest and scaled["epoch"] == 1
+    assert scaled.root_digest == old.digest and scaled.epoch == 1
     procs = [_worker(ws.home, run["runId"], rank) for rank in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
@@ -228,7 +228,9 @@ def test_reader_resumes_exactly_from_a_saved_position(ws, snapshot):
     reader.close()
     tail = [
         r["sampleId"]
-        for r in open_reader(ws, release.digest, shards, seed=7, position=saved, run=run)
+        for r in open_reader(
+            ws, release.digest, shards, seed=7, position=InputPosition.from_json(saved), run=run
+        )
     ]
     assert head + tail == full
     # the run ends; a checkpoint pin holding the saved position resumes it exactly

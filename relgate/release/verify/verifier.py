@@ -362,7 +362,10 @@ def verify_release(
     shards = [r.to_json() for r in attempt.results]
     shard_total = attempt.facts.get("shards", len(attempt.results))
     current().observe_verification(
-        root_digest, attempt.counts, shards, int(shard_total) if isinstance(shard_total, int) else 0
+        root_digest,
+        attempt.counts,
+        attempt.results,
+        int(shard_total) if isinstance(shard_total, int) else 0,
     )
     report = VerificationReport(
         root=root_digest,

@@ -97,6 +97,15 @@ class ShardResult:
     def ok(self) -> bool:
         return not self.failures
 
+    @property
+    def read_micros(self) -> int:
+        """Time spent reading the stored bytes, in whole microseconds (as reported)."""
+        return int(self.read_seconds * 1_000_000)
+
+    @property
+    def failed_checks(self) -> set[str]:
+        return {str(f["check"]) for f in self.failures}
+
     def fail(self, check: Check, message: str, **details: JsonValue) -> None:
         self.failures.append({"check": check.value, "message": message, **details})
 
@@ -113,7 +122,7 @@ class ShardResult:
             "storedContentDigestMismatches": self.stored_content_mismatches,
             "recordSchema": self.schema_seen,
             "decodedBytes": self.decoded_bytes,
-            "readMicros": int(self.read_seconds * 1_000_000),
+            "readMicros": self.read_micros,
             "failures": list(self.failures),
         }
 
