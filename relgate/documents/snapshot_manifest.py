@@ -165,8 +165,8 @@ class SnapshotBody(Contract):
     #: ``repository/name@sha256:...``: the one-line display of :attr:`transform`.
     transform_image: StrictStr
     #: The typed pin (wheel name/version/digest, OCI image digests, or the test-only
-    #: built-in kind); absent in manifests from before pinned transforms.
-    transform: TransformSpec | None = Field(default=None, exclude_if=lambda value: value is None)
+    #: built-in kind).
+    transform: TransformSpec
     members: MembersRef
     split_policy: StrictStr
     purpose: StrictStr

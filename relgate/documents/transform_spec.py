@@ -7,7 +7,7 @@ A transform is one of three kinds, discriminated by ``kind``:
 * ``oci-image``: an OCI image pinned by its manifest digest, with the config and every
   layer blob stored content-addressed by its own digest;
 * ``builtin-source``: a function of relgate itself pinned by a digest of its source text.
-  Kept for tests and old manifests only; the default path is a pinned artifact.
+  For tests only (it runs in process); a user build pins an artifact.
 
 Every stored blob is ``{"uri": "cas://...", "objectVersion": ...}`` so that garbage
 collection's generic walk over a manifest finds it.
@@ -83,7 +83,7 @@ class ImageTransform(Contract):
 
 
 class BuiltinTransform(Contract):
-    """A relgate function pinned by a digest of its source (tests and old manifests)."""
+    """A relgate function pinned by a digest of its source (tests only)."""
 
     kind: Literal["builtin-source"] = BUILTIN_KIND
     name: StrictStr

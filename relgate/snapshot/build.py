@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pydantic import Field, StrictInt, StrictStr
+from pydantic import StrictInt, StrictStr
 from relgate_trust.digests import sha256_digest
 
 from relgate import __version__
@@ -122,10 +122,8 @@ class Frozen(Contract):
     sources: tuple[SourceEntry, ...]
     #: repository/name@sha256:... resolved from the tag once
     transform_image: StrictStr
-    #: what that digest pins (absent only in boundaries frozen before pinned transforms)
-    transform_pin: TransformSpec | None = Field(
-        default=None, exclude_if=lambda value: value is None
-    )
+    #: what that digest pins
+    transform_pin: TransformSpec
 
     @property
     def fences(self) -> Fences:
@@ -245,7 +243,7 @@ def freeze(ws: Workspace, spec: BuildSpec) -> Frozen:
         benchmark_fence=fences.benchmark_fence,
         sources=entries,
         transform_image=str(transform_ref),
-        transform_pin=transform_ref.spec,
+        transform_pin=transform_ref.pin(),
     )
 
 

@@ -34,7 +34,7 @@ class BuildInputs:
     tombstone_watermark: int
     benchmark_fence: int
     transform_image: str
-    transform: TransformSpec | None
+    transform: TransformSpec
     record_schema_document: RecordSchema
     selection_policy: str
     split_policy: str

@@ -73,7 +73,7 @@ class TransformRef:
 
     def pin(self) -> Pin:
         """The pin, refused unless it is the digest this reference names."""
-        spec = self.spec or builtin_for_digest(self.name, self.digest)
+        spec = self.spec
         if spec is None:
             raise RejectedError(
                 "transform digest names no pinned artifact and no built-in code here",
@@ -180,7 +180,8 @@ def resolve_transform(db: Database, spec: str, cas: ContentStore | None = None) 
             )
         repository, name = path.rsplit("/", 1)
         ref = TransformRef(repository=repository, name=name, digest=str(row["digest"]))
-    ref = TransformRef(ref.repository, ref.name, ref.digest, pin_of(db, ref.digest))
+    found = pin_of(db, ref.digest) or builtin_for_digest(ref.name, ref.digest)
+    ref = TransformRef(ref.repository, ref.name, ref.digest, found)
     pinned = ref.pin()  # refuses a digest with no artifact (or built-in code) behind it
     if cas is not None:
         verify_stored(cas, pinned)  # the stored bytes still hash to the pin

@@ -1,4 +1,4 @@
-"""Built-in transforms pinned by a digest of their source text (tests and old manifests).
+"""Built-in transforms pinned by a digest of their source text (tests only).
 
 This kind (``builtin-source``) is *not* an image or package digest: it names a function of
 this relgate and a SHA-256 over its exact source, so it only proves "the code here is the

@@ -24,6 +24,7 @@ from relgate.documents.source_pins import (
     SourceEntry,
     SourcePin,
 )
+from relgate.documents.transform_spec import BuiltinTransform
 from relgate.errors import RejectedError, UsageError
 from relgate.integrity.canonical import canonical_bytes
 from relgate.snapshot.comparator import Comparator, ReplayHashes
@@ -220,6 +221,7 @@ def bodies(draw):
         record_schema_document=records,
         selection_policy=selection.digest(),
         transform_image="registry.local/normalize@" + draw(digests),
+        transform=BuiltinTransform(name="normalize", code_digest=draw(digests)),
         members=mf.MembersRef(
             uri="cas://sha256/" + draw(digests)[7:],
             object_version=draw(names),
@@ -259,6 +261,11 @@ def _old_body(body):
         "recordSchemaDocument": body.record_schema_document.to_json(),
         "selectionPolicy": body.selection_policy,
         "transformImage": body.transform_image,
+        "transform": {
+            "kind": "builtin-source",
+            "name": body.transform.name,
+            "codeDigest": body.transform.code_digest,
+        },
         "members": {
             "uri": body.members.uri,
             "objectVersion": body.members.object_version,
@@ -321,6 +328,17 @@ def test_a_payload_the_model_would_respell_is_refused(body):
     assert err.value.check == "schema"
     with pytest.raises(RejectedError) as err:
         mf.from_payload({**sealed, "extra": 1})
+    assert err.value.check == "schema"
+
+
+@settings(max_examples=10)
+@given(bodies())
+def test_a_manifest_without_its_transform_pin_is_refused(body):
+    """Every manifest carries its typed transform pin; one without it (the shape before
+    pinned transforms) is not looked up again by digest but refused by the model."""
+    sealed = mf.KIND.seal({k: v for k, v in body.to_json().items() if k != "transform"})
+    with pytest.raises(RejectedError) as err:
+        mf.from_payload(sealed)
     assert err.value.check == "schema"
 
 
