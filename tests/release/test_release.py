@@ -54,7 +54,8 @@ def test_write_then_verify_in_worker_processes(ws, snapshot):
     assert report.facts["orderedMemberTupleRoot"] == snapshot.manifest.tuple_root
     assert all(s["ok"] for s in report.shards) and len(report.shards) == len(body["shards"])
     stored = load_report(ws, report.report_digest, report.report_version)
-    assert stored["root"] == release.digest and stored["outcome"] == "VERIFIED"
+    assert stored.root == release.digest and stored.outcome == "VERIFIED"
+    assert stored == report.payload()
     envelope = json.loads(ws.cas.get(report.provenance_digest, report.provenance_version))
     statement = json.loads(
         verify_envelope(

@@ -172,11 +172,13 @@ def store_provenance(
     return ws.cas.put(data)
 
 
-def load_report(ws: Workspace, digest: str, version_id: str) -> JsonObject:
-    """Open a stored verification report (signature checked against trusted keys)."""
-    envelope = json.loads(ws.cas.get(digest, version_id))
+def load_report(ws: Workspace, digest: str, version_id: str) -> VerificationPayload:
+    """Open a stored verification report: the signature checked against trusted keys, the
+    payload read into its model (a signed payload that does not fit: check ``schema``)."""
     payload = verify_envelope(
-        envelope, ws.trusted_keys, payload_type=REPORT_PAYLOAD_TYPE, subject=f"report {digest}"
+        ws.cas.get(digest, version_id),
+        ws.trusted_keys,
+        payload_type=REPORT_PAYLOAD_TYPE,
+        subject=f"report {digest}",
     )
-    body: JsonObject = json.loads(payload)
-    return body
+    return VerificationPayload.parse(json.loads(payload), what=f"report {digest}")
