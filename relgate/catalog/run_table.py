@@ -4,7 +4,8 @@ Admission inserts the row, rescaling moves its assignment epoch, the barrier sta
 ending or failing it ends it, and a fence hit on its root revokes it.  Those steps run on
 three floors (the gate revokes, ``relgate.runs`` does the rest, ``relgate.holds`` reads
 live runs as GC roots), so the table's one writer sits below all of them, here.  Each
-write is a compare-and-set on the row's state or epoch and returns whether it took.
+write is a compare-and-set on the row's state or epoch; those whose caller acts on the
+outcome return whether it took.
 """
 
 from __future__ import annotations
@@ -60,15 +61,15 @@ def move_assignment(
     return changed == 1
 
 
-def start(conn: Connection, run_id: str, *, epoch: int, now: str) -> bool:
-    """A live run passed the barrier of ``epoch`` (a later epoch than any before)."""
-    changed = execute(
+def start(conn: Connection, run_id: str, *, epoch: int, now: str) -> None:
+    """A live run passed the barrier of ``epoch``; a run already past that epoch, or no
+    longer live, stays as it is (every rank passing the barrier calls this)."""
+    execute(
         conn,
         "UPDATE runs SET state = 'RUNNING', barrier_epoch = :e, updated_at = :now"  # noqa: S608 - constant state names
         f" WHERE run_id = :r AND barrier_epoch < :e AND state IN ({LIVE_SQL})",
         {"e": epoch, "now": now, "r": run_id},
     )
-    return changed == 1
 
 
 def end(
@@ -102,9 +103,9 @@ def fail_unstarted(conn: Connection, run_id: str, *, reason: str, now: str) -> b
     return changed == 1
 
 
-def revoke_on_root(conn: Connection, root: str, *, reason: str, now: str) -> int:
-    """Every live run on ``root`` is REVOKED by the gate; returns how many."""
-    return execute(
+def revoke_on_root(conn: Connection, root: str, *, reason: str, now: str) -> None:
+    """Every live run on ``root`` is REVOKED by the gate."""
+    execute(
         conn,
         "UPDATE runs SET state = 'REVOKED', failure = :why, end_reason = :why, ended_at = :now,"  # noqa: S608 constant run states
         f" ended_by = 'gate', updated_at = :now WHERE root_digest = :r AND state IN ({LIVE_SQL})",
