@@ -41,6 +41,7 @@ from relgate_agent.errors import AgentError
 CHECK_KEY_EXISTS = "key-exists"
 CHECK_PUBLIC_MISMATCH = "public-key-mismatch"
 CHECK_NOT_ED25519 = "not-ed25519-private-key"
+CHECK_PUBLIC_NAME = "public-key-name"
 _PEM_BEGIN = b"-----BEGIN PRIVATE KEY-----"
 _PEM_END = b"-----END PRIVATE KEY-----"
 _MAX_KEY_FILE = 64 * 1024  # a PEM Ed25519 key is ~120 bytes; never read more than this
@@ -53,8 +54,20 @@ DEFAULT_PUBLIC_NAME = f"{SIGNING_ROLE.value}-v1.pem"
 ROLED_PATTERN = f"{SIGNING_ROLE.value}-v<N>[-<anything>].pem"
 
 
-class PublicKeyNameError(ValueError):
-    """``--public`` names a file the key would not verify under (no builder role)."""
+class KeyPairError(AgentError):
+    """keygen refused: the file it names holds something it will not replace."""
+
+    def __init__(self, message: str, *, check: str, path: Path, keyid: str = "") -> None:
+        super().__init__(message)
+        self.check, self.path, self.keyid = check, path, keyid
+
+
+class PublicKeyNameError(KeyPairError):
+    """``--public`` names a file the key would not verify under (no builder role): the CLI
+    makes it a usage error (exit 2), before anything is read or written."""
+
+    def __init__(self, message: str, *, path: Path) -> None:
+        super().__init__(message, check=CHECK_PUBLIC_NAME, path=path)
 
 
 def public_key_path(given: str) -> Path:
@@ -71,18 +84,11 @@ def public_key_path(given: str) -> Path:
         else "a trusted key not named for its role is refused for every document (key-role)"
     )
     raise PublicKeyNameError(
-        f"{given!r}: the public key file must be named {ROLED_PATTERN} (e.g. "
+        path=path,
+        message=f"{given!r}: the public key file must be named {ROLED_PATTERN} (e.g. "
         f"{DEFAULT_PUBLIC_NAME}) or be a directory (then {DEFAULT_PUBLIC_NAME} is written in "
-        f"it); {why}"
+        f"it); {why}",
     )
-
-
-class KeyPairError(AgentError):
-    """keygen refused: the file it names holds something it will not replace."""
-
-    def __init__(self, message: str, *, check: str, path: Path, keyid: str = "") -> None:
-        super().__init__(message)
-        self.check, self.path, self.keyid = check, path, keyid
 
 
 @dataclass(frozen=True)
@@ -152,7 +158,9 @@ def create_keypair(private: Path, public: Path, *, force: bool = False) -> KeyPa
     ``public`` is the file itself (:func:`public_key_path` of ``--public``); a name that is
     not a builder key's is refused before anything is read or written."""
     if dsse.role_of_filename(public.name)[0] is not SIGNING_ROLE:
-        raise PublicKeyNameError(f"{public}: the public key file must be named {ROLED_PATTERN}")
+        raise PublicKeyNameError(
+            f"{public}: the public key file must be named {ROLED_PATTERN}", path=public
+        )
     existing = None if force else _existing_private(private)
     if existing is None:
         key = generate_private_key()
