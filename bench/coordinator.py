@@ -143,7 +143,7 @@ def _manifest(base: Path, chunks: int) -> tuple[Path, Path]:
         "fleet-bench", "v1", total, CHUNK, CHUNK, (FileEntry("model.bin", 0, total),), entries
     )
     key = generate_private_key()
-    pem, pub = base / "builder.key", base / "builder.pub"
+    pem, pub = base / "builder.key", base / "builder-v1.pem"
     write_keypair(key, pem, pub)
     env = base / "manifest.dsse.json"
     env.write_bytes(envelope_bytes(sign_manifest(m, key)))

@@ -98,10 +98,10 @@ def _fleet(
 
     key = generate_private_key()
     (base / "keys").mkdir()
-    write_keypair(key, base / "keys" / "s.key", base / "keys" / "s.pem")
+    write_keypair(key, base / "keys" / "s.key", base / "keys" / "builder-v1.pem")
     trusted = base / "trusted"
     trusted.mkdir()
-    shutil.copy(base / "keys" / "s.pem", trusted / "s.pem")
+    shutil.copy(base / "keys" / "builder-v1.pem", trusted / "builder-v1.pem")
     src = write_checkpoint(
         base / "origin" / "ckpt", {f"part-{i}.bin": size_mib * MiB // 4 for i in range(4)}
     )

@@ -89,11 +89,11 @@ def _make_checkpoint(base: Path) -> tuple[Path, Path, Path, Any]:
     key = generate_private_key()
     keys = base / "keys"
     keys.mkdir()
-    write_keypair(key, keys / "signer.key", keys / "signer.pem")
+    write_keypair(key, keys / "signer.key", keys / "builder-v1.pem")
     m = build_manifest(src, "bench-model", "v1", CHUNK, BLOCK)
     env = base / "manifest.dsse.json"
     write_envelope(sign_manifest(m, key), env)
-    return src, keys / "signer.pem", env, m
+    return src, keys / "builder-v1.pem", env, m
 
 
 SWARM_TOOLS = ("aria2c", "opentracker", "mktorrent")
@@ -311,7 +311,7 @@ def run_bittorrent(base: Path, src: Path) -> dict[str, Any]:
         racks=RACKS,
         nic_bytes_per_s=NIC,
         state_dir=base / "lab-bt",
-        trusted_keys=[str(base / "keys" / "signer.pem")],
+        trusted_keys=[str(base / "keys" / "builder-v1.pem")],
         origin_dir=src,
         origin_nic_bytes_per_s=ORIGIN_CAP,
         start_agents=False,
@@ -472,7 +472,7 @@ def run_naive(base: Path, src: Path) -> dict[str, Any]:
         racks=RACKS,
         nic_bytes_per_s=NIC,
         state_dir=base / "lab-naive",
-        trusted_keys=[str(base / "keys" / "signer.pem")],
+        trusted_keys=[str(base / "keys" / "builder-v1.pem")],
         origin_dir=src,
         origin_nic_bytes_per_s=ORIGIN_CAP,
         start_agents=False,

@@ -55,7 +55,7 @@ def _checkpoint(base: Path, size: int) -> tuple[Path, Path, Path]:
         (src / f"model-{i:05d}.safetensors").write_bytes((w >> 16).astype(np.uint16).tobytes())
     key = generate_private_key()
     (base / "trusted").mkdir()
-    write_keypair(key, base / "signer.key", base / "trusted" / "signer.pem")
+    write_keypair(key, base / "signer.key", base / "trusted" / "builder-v1.pem")
     m = build_manifest(src, "bench-model", "v1", chunk_size=CHUNK, block_size=BLOCK)
     env = base / "origin" / "manifest.dsse.json"
     write_envelope(sign_manifest(m, key), env)

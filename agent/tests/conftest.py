@@ -36,10 +36,10 @@ def keypair(tmp_path: Path):
     key = generate_private_key()
     keys = tmp_path / "keys"
     keys.mkdir()
-    write_keypair(key, keys / "signer.key", keys / "signer.pem")
+    write_keypair(key, keys / "signer.key", keys / "builder-v1.pem")
     trusted = tmp_path / "trusted"
     trusted.mkdir()
-    os.link(keys / "signer.pem", trusted / "signer.pem")
+    os.link(keys / "builder-v1.pem", trusted / "builder-v1.pem")
     return key, keys / "signer.key", trusted
 
 

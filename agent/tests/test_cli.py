@@ -48,7 +48,7 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_keygen_build_verify_json_is_camel_case(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    priv, pub = tmp_path / "k.key", tmp_path / "k.pem"
+    priv, pub = tmp_path / "k.key", tmp_path / "builder-v1.pem"
     rc, out = _run(capsys, "--json", "keygen", "--private", str(priv), "--public", str(pub))
     assert rc == EXIT_OK and set(out) == {"keyid", "private", "public", "created"}
     ckpt = tmp_path / "ckpt"
@@ -78,7 +78,7 @@ def test_keygen_build_verify_json_is_camel_case(
     digest = out["manifestDigest"]
     trusted = tmp_path / "trusted"
     trusted.mkdir()
-    (trusted / "k.pem").write_bytes(pub.read_bytes())
+    (trusted / "builder-v1.pem").write_bytes(pub.read_bytes())
     rc, out = _run(capsys, "--json", "manifest", "verify", str(env), "--trusted-keys", str(trusted))
     assert rc == EXIT_OK and out["manifestDigest"] == digest and out["model"] == "m"
     # a placed copy that is not there: rejected (exit 3), the check named

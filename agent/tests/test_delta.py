@@ -229,6 +229,6 @@ def test_staged_journal_chunks_are_reused_and_rot_refused(tmp_path: Path, keypai
     # an envelope signed by an unknown key: nothing of that staged version is used
     other = tmp_path / "other-trusted"
     other.mkdir()
-    write_keypair(generate_private_key(), tmp_path / "o.key", other / "o.pem")
+    write_keypair(generate_private_key(), tmp_path / "o.key", other / "builder-v1-o.pem")
     none = copy_held_chunks(root, TrustedKeys.load([other]), m2, [0, 1], lambda c, d: None)
     assert none.copied == [] and none.rejected == []

@@ -287,8 +287,8 @@ def test_untrusted_or_tampered_manifest_refused_before_any_byte(
     other = generate_private_key()
     coord_trusted = tmp_path / "coord-trusted"
     coord_trusted.mkdir()
-    (coord_trusted / "signer.pem").write_bytes((trusted / "signer.pem").read_bytes())
-    write_keypair(other, tmp_path / "other.key", coord_trusted / "other.pem")
+    (coord_trusted / "builder-v1.pem").write_bytes((trusted / "builder-v1.pem").read_bytes())
+    write_keypair(other, tmp_path / "other.key", coord_trusted / "builder-v1-other.pem")
     c = Cluster(tmp_path / "c2", coord_trusted, ["--report-interval", "0.5"], agent_trusted=trusted)
     try:
         c.start_coordinator()

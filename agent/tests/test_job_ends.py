@@ -170,7 +170,7 @@ def test_a_manifest_signed_by_a_key_the_agents_revoked_fails_the_job_at_once(
     DISTRIBUTING for ever."""
     revoking = tmp_path / "agent-trusted"
     revoking.mkdir()
-    shutil.copy(Path(checkpoint["trusted"]) / "signer.pem", revoking / "signer.pem")
+    shutil.copy(Path(checkpoint["trusted"]) / "builder-v1.pem", revoking / "builder-v1.pem")
     (revoking / REVOKED_FILE).write_bytes(revoked_bytes([keyid_of(keypair[0].public_key())]))
     cluster = Cluster(tmp_path / "cluster", checkpoint["trusted"], ["--report-interval", "0.5"])
     cluster.agent_trusted = revoking

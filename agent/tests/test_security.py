@@ -549,7 +549,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     base = tmp_path_factory.mktemp("plane")
     key = generate_private_key()
     (base / "trusted").mkdir()
-    write_keypair(key, base / "signer.key", base / "trusted" / "signer.pem")
+    write_keypair(key, base / "signer.key", base / "trusted" / "builder-v1.pem")
     src = write_checkpoint(base / "origin" / "ckpt", {"a.bin": 3 << 20, "b.bin": 2 << 20})
     m = build_manifest(src, MODEL, VERSION, chunk_size=256 << 10, block_size=64 << 10)
     write_envelope(sign_manifest(m, key), base / "origin" / "manifest.dsse.json")

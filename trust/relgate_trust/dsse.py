@@ -18,9 +18,10 @@ Every refusal is a :class:`DsseError` whose ``check`` names the rule (see :data:
 
 Keys: keyid = ``sha256:<hex>`` of the raw 32-byte Ed25519 public key.  A key carries a
 role (:class:`Role`) and a version.  In a trusted key directory the role and version come
-from the file name ``<role>-v<version>-<anything>.pem`` (what ``relgate init`` and
-``relgate key rotate`` write); a PEM named otherwise is an *unroled* key, accepted only where
-the caller allows unroled keys (the agent's checkpoint manifests, for compatibility).  A
+from the file name ``<role>-v<version>[-<anything>].pem`` (what ``relgate init``,
+``relgate key rotate`` and ``relgate-agent keygen`` write); a PEM named otherwise is an
+*unroled* key, which no document kind admits (``key-role``) unless it is given a role
+(``ROLE=PATH``, see :meth:`TrustedKeys.load`).  A
 ``revoked.json`` file in a trusted directory (``{"schema": "relgate.revoked-keys.v1",
 "keyids": [...]}``) lists revoked keyids; their signatures are refused with ``key-revoked``.
 """
@@ -575,8 +576,9 @@ def verify(
 ) -> Verified:
     """Verify an envelope and strictly parse its payload; raise :class:`DsseError` otherwise.
 
-    ``roles`` lists the roles allowed to sign this document kind (``None`` in it admits
-    unroled keys).  ``canonical=False`` skips parsing the payload (for non-JSON payloads);
+    ``roles`` lists the roles allowed to sign this document kind (normally
+    :func:`roles_for` of it; ``None`` in it would admit unroled keys, which no document kind
+    of relgate or relgate-agent does).  ``canonical=False`` skips parsing the payload (for non-JSON payloads);
     the signature checks are the same.
     """
     doc = _envelope_doc(envelope, subject, max_bytes)

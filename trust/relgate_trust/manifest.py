@@ -434,19 +434,23 @@ def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
 # ---------------------------------------------------------------------------- DSSE
 #
 # The envelope format, its strict parser and the trusted key set live in relgate_trust.dsse,
-# shared with the main package.  Checkpoint manifests are signed by the roles
-# dsse.PAYLOAD_ROLES names for them (the builder); where the agent verifies one, a bare
-# unroled key (what ``relgate-agent keygen`` writes) is accepted too.
+# shared with the main package.  Checkpoint manifests verify only under a key of a role
+# dsse.PAYLOAD_ROLES names for them (the builder), like every other signed document: a
+# trusted PEM not named ``builder-v<N>[-...].pem`` (an unroled key) is refused (key-role).
 
 TrustedKeys = dsse.TrustedKeys
 pae = dsse.pae
-SIGNER_ROLES: tuple[dsse.Role | None, ...] = (*sorted(dsse.roles_for(PAYLOAD_TYPE)), None)
+SIGNER_ROLES: tuple[dsse.Role, ...] = tuple(sorted(dsse.roles_for(PAYLOAD_TYPE)))
 
 
 def sign_manifest(
     manifest: CheckpointManifest, private_key: Ed25519PrivateKey | dsse.Signer
 ) -> dict[str, Any]:
-    """A DSSE envelope over the manifest's canonical JSON."""
+    """A DSSE envelope over the manifest's canonical JSON.
+
+    A bare private key (what ``relgate-agent manifest build --key`` reads) does not know its
+    version: its signature carries no ``keyVersion`` and verifies by keyid under whatever
+    version the trusted file name gives (the role check still applies)."""
     signer = private_key if isinstance(private_key, dsse.Signer) else dsse.Signer(private_key)
     envelope = dsse.sign(PAYLOAD_TYPE, manifest.canonical_bytes(), signer)
     if not isinstance(private_key, dsse.Signer):

@@ -13,17 +13,28 @@ MiB = 1024 * 1024
 
 @click.command(
     "keygen",
-    help="generate an Ed25519 key pair (PEM PKCS8 / SPKI), atomically; a complete pair is "
-    "refused (exit 3) unless --force, a half-written one is completed or replaced",
+    help="generate an Ed25519 builder key pair (PEM PKCS8 / SPKI) for signing checkpoint "
+    "manifests, atomically; a complete pair is refused (exit 3) unless --force, a "
+    "half-written one is completed or replaced",
 )
 @common
 @click.option("--private", "private_path", required=True)
-@click.option("--public", "public_path", required=True)
+@click.option(
+    "--public",
+    "public_path",
+    required=True,
+    help="a directory (builder-v1.pem is written in it) or a file named "
+    "builder-v<N>[-<anything>].pem; any other name is refused (exit 2)",
+)
 @click.option("--force", is_flag=True, help="replace an existing pair (a key rotation)")
 def keygen(private_path: str, public_path: str, force: bool) -> None:
-    from relgate_agent.identity.keypair import create_keypair
+    from relgate_agent.identity.keypair import PublicKeyNameError, create_keypair, public_key_path
 
-    outcome = create_keypair(Path(private_path), Path(public_path), force=force)
+    try:
+        public = public_key_path(public_path)
+    except PublicKeyNameError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--public'") from None
+    outcome = create_keypair(Path(private_path), public, force=force)
     output().emit(outcome.to_json())
 
 

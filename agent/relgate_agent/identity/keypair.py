@@ -1,5 +1,12 @@
 """``relgate-agent keygen``: create a manifest-signing key pair, atomically and rerunnably.
 
+The public key is a *builder* key: checkpoint manifests verify only under a trusted key whose
+file name gives it a role that may sign them (``builder-v<N>[-<anything>].pem``, see
+:mod:`relgate_trust.dsse`).  :func:`public_key_path` turns ``--public`` into that file: a
+directory (an existing one, or a path ending in ``/``) gets ``builder-v1.pem`` in it; a file
+must be named for the builder role; any other name is refused before anything is written
+(:class:`PublicKeyNameError`, a usage error).
+
 Both files are written to a temporary file in their directory and renamed into place
 (parent directories are created), the public key first and the private key last: the
 private key is the commit point. So a crash leaves no pair, an orphan public key (replaced
@@ -19,11 +26,13 @@ A rerun decides from what it finds at ``--private``:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from relgate_trust import dsse
 from relgate_trust.fstree import write_file_atomic
 from relgate_trust.manifest import generate_private_key, keyid_for, public_key_pem, write_keypair
 
@@ -32,9 +41,17 @@ from relgate_agent.errors import AgentError
 CHECK_KEY_EXISTS = "key-exists"
 CHECK_PUBLIC_MISMATCH = "public-key-mismatch"
 CHECK_NOT_ED25519 = "not-ed25519-private-key"
+CHECK_PUBLIC_NAME = "public-key-name"
 _PEM_BEGIN = b"-----BEGIN PRIVATE KEY-----"
 _PEM_END = b"-----END PRIVATE KEY-----"
 _MAX_KEY_FILE = 64 * 1024  # a PEM Ed25519 key is ~120 bytes; never read more than this
+
+
+#: The role of the keys keygen writes: the one that signs checkpoint manifests.
+SIGNING_ROLE = dsse.Role.BUILDER
+#: The public key file keygen writes into a directory given as ``--public``.
+DEFAULT_PUBLIC_NAME = f"{SIGNING_ROLE.value}-v1.pem"
+ROLED_PATTERN = f"{SIGNING_ROLE.value}-v<N>[-<anything>].pem"
 
 
 class KeyPairError(AgentError):
@@ -43,6 +60,35 @@ class KeyPairError(AgentError):
     def __init__(self, message: str, *, check: str, path: Path, keyid: str = "") -> None:
         super().__init__(message)
         self.check, self.path, self.keyid = check, path, keyid
+
+
+class PublicKeyNameError(KeyPairError):
+    """``--public`` names a file the key would not verify under (no builder role): the CLI
+    makes it a usage error (exit 2), before anything is read or written."""
+
+    def __init__(self, message: str, *, path: Path) -> None:
+        super().__init__(message, check=CHECK_PUBLIC_NAME, path=path)
+
+
+def public_key_path(given: str) -> Path:
+    """Where keygen writes the public key for ``--public given`` (see the module doc)."""
+    path = Path(given)
+    if given.endswith(("/", os.sep)) or path.is_dir():
+        return path / DEFAULT_PUBLIC_NAME
+    role, _version = dsse.role_of_filename(path.name)
+    if role is SIGNING_ROLE:
+        return path
+    why = (
+        f"a {role.value} key may not sign checkpoint manifests"
+        if role is not None
+        else "a trusted key not named for its role is refused for every document (key-role)"
+    )
+    raise PublicKeyNameError(
+        path=path,
+        message=f"{given!r}: the public key file must be named {ROLED_PATTERN} (e.g. "
+        f"{DEFAULT_PUBLIC_NAME}) or be a directory (then {DEFAULT_PUBLIC_NAME} is written in "
+        f"it); {why}",
+    )
 
 
 @dataclass(frozen=True)
@@ -107,7 +153,14 @@ def _existing_public(path: Path) -> Ed25519PublicKey | None:
 
 
 def create_keypair(private: Path, public: Path, *, force: bool = False) -> KeyPairOutcome:
-    """Write a new pair, complete a half-written one, or refuse (see the module doc)."""
+    """Write a new pair, complete a half-written one, or refuse (see the module doc).
+
+    ``public`` is the file itself (:func:`public_key_path` of ``--public``); a name that is
+    not a builder key's is refused before anything is read or written."""
+    if dsse.role_of_filename(public.name)[0] is not SIGNING_ROLE:
+        raise PublicKeyNameError(
+            f"{public}: the public key file must be named {ROLED_PATTERN}", path=public
+        )
     existing = None if force else _existing_private(private)
     if existing is None:
         key = generate_private_key()
