@@ -94,7 +94,7 @@ def garbage_collect(
         plan = plan_gc(ws, grace_seconds=grace).report(limit=0)
         context.log.info(f"dry run: {plan.candidate_count} candidates, nothing deleted")
         return {"mode": "plan", "candidates": plan.candidate_count}
-    result = sweep(ws, actor=relgate.actor, grace_seconds=grace)
+    result = sweep(ws, actor=relgate.run_actor(), grace_seconds=grace)
     context.log.info(f"swept {result.deleted_count} objects ({result.deleted_bytes} bytes)")
     return {k: v for k, v in result.to_json().items() if k != "deleted"}
 

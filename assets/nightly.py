@@ -52,13 +52,13 @@ def nightly_snapshot(
     frozen = freeze(ws, BuildSpec.from_config(ws.config))
     runner = PipesTransformRunner(context, dg.PipesSubprocessClient())
     result = build_for_alias(
-        ws, frozen, alias=config.alias, actor=relgate.actor, purpose=config.purpose, runner=runner
+        ws, frozen, alias=config.alias, actor=relgate.run_actor(), purpose=config.purpose, runner=runner
     )
     manifest = result.manifest
     context.log.info(
         f"nightly {context.partition_key}: snapshot {result.digest} members={manifest.member_count}"
     )
-    report = validate_snapshot(ws, result.digest, actor=relgate.actor)
+    report = validate_snapshot(ws, result.digest, actor=relgate.run_actor())
     yield dg.MaterializeResult(
         data_version=dg.DataVersion(result.digest),
         metadata={

@@ -78,7 +78,7 @@ def shard_release(
         snapshot,
         shard_mb=config.shard_mb,
         records_per_shard=config.records_per_shard or None,
-        actor=relgate.actor,
+        actor=relgate.run_actor(),
     )
     root = manifest
     return dg.Output(
@@ -139,7 +139,7 @@ def reduce_shard_verification(
 ) -> dg.Output[dict[str, Any]]:
     ws = relgate.workspace()
     report = verify_release(
-        ws, shard_release, workers=len(results), actor=relgate.actor, results=results
+        ws, shard_release, workers=len(results), actor=relgate.run_actor(), results=results
     )
     body = report.to_json()
     counts = body.get("counts", {})
@@ -297,7 +297,7 @@ def gate_permit(
         alias=config.alias,
         purpose=config.purpose,
         world_size=config.world_size,
-        actor=relgate.actor,
+        actor=relgate.run_actor(),
     ).to_json()
     return dg.Output(
         run,

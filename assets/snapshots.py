@@ -155,7 +155,7 @@ def dataset_snapshot(
         ws,
         Frozen.parse(frozen_sources, what="frozen_sources"),
         alias=config.alias,
-        actor=relgate.actor,
+        actor=relgate.run_actor(),
         purpose=config.purpose,
         runner=runner,
     )
@@ -241,7 +241,7 @@ def _record_columns(records: RecordSchema) -> dg.MetadataValue:
     description="Recompute from pinned sources; every zero-check must be zero.",
 )
 def snapshot_validation(relgate: RelgateResource, dataset_snapshot: str) -> dg.AssetCheckResult:
-    report = validate_snapshot(relgate.workspace(), dataset_snapshot, actor=relgate.actor)
+    report = validate_snapshot(relgate.workspace(), dataset_snapshot, actor=relgate.run_actor())
     return dg.AssetCheckResult(
         passed=report.ok,
         severity=dg.AssetCheckSeverity.ERROR,
@@ -397,7 +397,7 @@ def snapshot_replay(
         dataset_snapshot,
         canary_bp=config.canary_bp,
         comparator=Comparator.of(config.comparator, config.tolerance),
-        actor=relgate.actor,
+        actor=relgate.run_actor(),
     )
     comparator = report.comparator
     return dg.AssetCheckResult(

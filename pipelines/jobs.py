@@ -63,7 +63,7 @@ def recheck_snapshots(
     ws = relgate.workspace()
     for subject in config.subjects:
         kind, digest = subject.split(":", 1)
-        result = recheck(ws, kind, digest, actor=relgate.actor).to_json()
+        result = recheck(ws, kind, digest, actor=relgate.run_actor()).to_json()
         context.log_event(
             dg.AssetObservation(
                 asset_key="dataset_snapshot" if kind == "snapshot" else "shard_release",

@@ -63,7 +63,7 @@ def admit_training_run(
             expected_generation=None if config.expect_generation < 0 else config.expect_generation,
             purpose=config.purpose,
             world_size=config.world_size,
-            actor=relgate.actor,
+            actor=relgate.run_actor(),
         ).to_json()
     )
     _observe(context, out)
@@ -77,7 +77,7 @@ def finish_training_run(
     ws = relgate.workspace()
     reason = config.reason or "finished"
     out = _gate_call(
-        lambda: finish_run(ws, config.run_id, actor=relgate.actor, reason=reason).to_json()
+        lambda: finish_run(ws, config.run_id, actor=relgate.run_actor(), reason=reason).to_json()
     )
     _observe(context, out)
     return out
@@ -90,7 +90,7 @@ def cancel_training_run(
     ws = relgate.workspace()
     reason = config.reason or "cancelled"
     out = _gate_call(
-        lambda: cancel_run(ws, config.run_id, actor=relgate.actor, reason=reason).to_json()
+        lambda: cancel_run(ws, config.run_id, actor=relgate.run_actor(), reason=reason).to_json()
     )
     _observe(context, out)
     return out

@@ -9,9 +9,12 @@ PostgreSQL in production).  Nothing here is global: every command opens its own
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import stat
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from pydantic import Field, JsonValue, model_validator
+from relgate_trust.digests import sha256_digest
 from relgate_trust.dsse import REVOKED_FILE, key_filename, revoked_bytes
 
 from relgate.catalog.db import Database
@@ -33,6 +37,8 @@ from relgate.objects.local import LocalObjectStore
 from relgate.objects.versioned import ObjectStore
 
 CONFIG_NAME = "relgate.json"
+#: Where local caches go when set (see :attr:`Workspace.cache_dir`).
+CACHE_ENV = "RELGATE_CACHE_DIR"
 _log = logging.getLogger(__name__)
 #: A ``relgate.json`` that cannot be read or decoded.
 CONFIG_CHECK = "workspace-config"
@@ -90,6 +96,22 @@ class WorkspaceConfig(Contract):
         if len(set(names)) != len(names):
             raise ValueError("two readers share a name")
         return self
+
+
+def _private_dir(path: Path) -> Path:
+    """``path`` as a directory only this user can write (created 0700): in a shared temp
+    dir another user could have put a symlink or an open directory there first."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise RejectedError(
+            "the cache directory is not a private directory of this user (a symlink, another"
+            f" owner, or writable by others): set {CACHE_ENV}",
+            object=str(path),
+            check="cache-dir",
+        )
+    return path
 
 
 def default_home() -> Path:
@@ -385,8 +407,21 @@ class Workspace:
         return load_trusted(self.settings.keys.trusted)
 
     @cached_property
+    def cache_dir(self) -> Path:
+        """Where local caches of stored, digest-checked bytes go: ``$RELGATE_CACHE_DIR``
+        when set, else ``<home>/cache`` when the workspace directory is writable, else a
+        per-user directory under the system temp dir (a read-only workspace mount)."""
+        chosen = os.environ.get(CACHE_ENV)
+        if chosen:
+            return Path(chosen).absolute()
+        if os.access(self.home, os.W_OK):
+            return self.home / "cache"
+        tag = sha256_digest(str(self.home).encode()).removeprefix("sha256:")[:16]
+        return _private_dir(Path(tempfile.gettempdir()) / f"relgate-cache-{os.getuid()}") / tag
+
+    @cached_property
     def membership(self) -> MembershipCache:
-        return MembershipCache(self.cas, self.home / "cache" / "membership")
+        return MembershipCache(self.cas, self.cache_dir / "membership")
 
     def close(self) -> None:
         if "db" in self.__dict__:

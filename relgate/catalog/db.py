@@ -142,7 +142,15 @@ class Database:
                     object=self.shown_url,
                     check=CATALOG_SCHEMA,
                 )
-        self.schema_version()
+        behind = self.pending()
+        if behind:
+            raise UsageError(
+                f"the catalog schema lacks migrations {behind} that this relgate needs:"
+                " run `relgate migrate` (opening a workspace never migrates it)",
+                object=self.shown_url,
+                check=CATALOG_SCHEMA,
+                details={"schemaVersion": self.schema_version(), "pending": behind},
+            )
 
     @contextmanager
     def tx(self) -> Iterator[Connection]:
@@ -198,6 +206,13 @@ class Database:
                 )
                 applied_now.append(migration.version)
         return applied_now
+
+    def pending(self) -> list[int]:
+        """The versions of this relgate's migrations the catalog has not applied (a catalog
+        with no relgate schema at all is ``catalog-schema``, from :meth:`schema_version`)."""
+        with self.tx() as conn:
+            done = {row[0] for row in conn.execute(text("SELECT version FROM schema_migrations"))}
+        return [m.version for m in MIGRATIONS if m.version not in done]
 
     def schema_version(self) -> int:
         with self.tx() as conn:

@@ -1,4 +1,4 @@
-"""``relgate init``: create the workspace."""
+"""``relgate init``: create the workspace; ``relgate migrate``: bring its catalog up to date."""
 
 from __future__ import annotations
 
@@ -29,3 +29,19 @@ def register(main: click.Group) -> None:
             "keys": {r: ws.key(r).keyid for r in ("builder", "verifier", "approver", "gate")},
             "transformTags": tags,
         }
+
+    @command(main, "migrate")
+    @pass_ctx
+    def migrate_cmd(ctx: Ctx) -> CommandOutput:
+        """Apply the catalog migrations this relgate has and the catalog lacks (opening a
+        workspace never does: a Dagster step, a sensor or a CLI command refuses a catalog
+        that is behind, check ``catalog-schema``)."""
+        from relgate.catalog.db import Database
+        from relgate.workspace import Workspace
+
+        db = Database(Workspace.open(ctx.home).catalog_url)
+        try:
+            applied = db.migrate()
+            return {"applied": applied, "schemaVersion": db.schema_version()}
+        finally:
+            db.dispose()

@@ -11,6 +11,8 @@ import pytest
 from click.testing import CliRunner, Result
 from support.workspaces import make_workspace
 
+from relgate.catalog import db as db_module
+from relgate.catalog.migrations import MIGRATIONS, Migration
 from relgate.cli.main import main
 from relgate.snapshot.build import EMPTY_SELECTION, SOURCE_UNKNOWN
 from relgate.workspace import Workspace
@@ -171,6 +173,29 @@ def test_a_workspace_made_for_another_catalog_url_names_the_url(tmp_path: Path) 
     assert not (home / "catalog.db").exists()  # refusing it did not create it
     (home / "catalog.db").write_bytes(b"")  # present but empty: no relgate schema
     assert refused(cli(home, "snapshot", "list"), 2)["check"] == "catalog-schema"
+    # `relgate migrate` makes that empty catalog a relgate catalog; opening never does
+    migrated = cli(home, "migrate")
+    assert migrated.exit_code == 0, migrated.output
+    assert json.loads(migrated.stdout)["applied"] == [m.version for m in MIGRATIONS]
+    assert cli(home, "snapshot", "list").exit_code == 0
+    assert json.loads(cli(home, "migrate").stdout)["applied"] == []
+
+
+def test_a_catalog_behind_this_relgate_is_refused_until_migrated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relgate with a migration the catalog lacks refuses every command (exit 2,
+    ``catalog-schema``, naming the pending version) instead of migrating on open, and
+    ``relgate migrate`` applies exactly that migration."""
+    home = tmp_path / "behind"
+    assert cli(home, "init").exit_code == 0
+    newer = Migration(len(MIGRATIONS) + 1, "probe", ("CREATE TABLE probe_newer (id INTEGER)",))
+    monkeypatch.setattr(db_module, "MIGRATIONS", (*MIGRATIONS, newer))
+    body = refused(cli(home, "snapshot", "list"), 2)
+    assert body["check"] == "catalog-schema"
+    assert body["details"] == {"schemaVersion": len(MIGRATIONS), "pending": [newer.version]}
+    assert json.loads(cli(home, "migrate").stdout)["applied"] == [newer.version]
+    assert cli(home, "snapshot", "list").exit_code == 0
 
 
 @pytest.mark.postgres

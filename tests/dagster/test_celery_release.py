@@ -30,13 +30,10 @@ from support.instances import NO_COMPUTE_LOGS
 from support.moto_s3 import DUMMY_AWS_ENV
 from support.postgres import fresh_database
 from support.redis_broker import RedisServer
-from support.workspaces import TRANSFORM_TAGS
+from support.workspaces import s3_workspace
 
 from pipelines.definitions import defs, release_job_celery_def
-from relgate.demo.corpus import seed_demo
 from relgate.objects.s3 import S3ObjectStore
-from relgate.snapshot.transform_tags import tag_transform
-from relgate.workspace import Workspace, default_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.s3, pytest.mark.celery]
 
@@ -51,20 +48,6 @@ def redis_url() -> Iterator[str]:
         yield server.start()
     finally:
         server.stop()
-
-
-def _s3_workspace(home: Path, catalog: str, endpoint: str) -> Workspace:
-    """A seeded workspace whose objects are in a fresh versioned bucket on moto."""
-    bucket = f"relgate-ws-{uuid.uuid4().hex[:20]}"
-    S3ObjectStore(bucket, endpoint_url=endpoint).ensure_bucket()
-    config = default_config(home)
-    config["catalog"]["url"] = catalog
-    config["objectStore"] = {"kind": "s3", "bucket": bucket, "endpointUrl": endpoint}
-    ws = Workspace.init(home, config)
-    for tag in TRANSFORM_TAGS:
-        tag_transform(ws.db, tag)
-    seed_demo(ws, tickets=120, forum_objects=3, per_object=20, chat_events=60)
-    return ws
 
 
 def _comparable(report: dict[str, Any]) -> dict[str, Any]:
@@ -174,7 +157,7 @@ def test_release_job_on_two_celery_workers_matches_the_in_process_run(
     in_process = {k: v for k, v in config.items() if k != "execution"}
     snapshot_ops = {"snapshot_alias": {"config": {"alias": "default", "approver": "carol"}}}
     with fresh_database(pg_dsn) as catalog:
-        _s3_workspace(home, catalog, moto_s3_endpoint).close()
+        s3_workspace(home, catalog, moto_s3_endpoint).close()
         with dg.DagsterInstance.get() as instance:
             snap = defs.resolve_job_def("snapshot_release_job").execute_in_process(
                 instance=instance, run_config={**in_process, "ops": snapshot_ops}

@@ -134,26 +134,24 @@ def test_fence_sensors_request_a_recheck_once(home):
         result = _materialize(home, instance)
         digest = result.output_for_node("dataset_snapshot")
         resources = {"relgate": RelgateResource(home=home)}
-        quiet = tombstone_fence_sensor(
-            dg.build_sensor_context(instance=instance, resources=resources)
-        )
+        with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
+            quiet = tombstone_fence_sensor(ctx)
         assert isinstance(quiet, dg.SkipReason)
         member = ws.membership.read(load_manifest(ws, digest).members_ref)["sampleId"][0]
         lifecycle.add_tombstones(ws, [member], reason="gdpr", actor="dpo")
-        ctx = dg.build_sensor_context(instance=instance, resources=resources)
-        fired = tombstone_fence_sensor(ctx)
+        with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
+            fired = tombstone_fence_sensor(ctx)
         assert [r.run_key for r in fired.run_requests] == ["tombstone-1"]
         config = fired.run_requests[0].run_config["ops"]["recheck_snapshots"]["config"]
         assert config["subjects"] == [f"snapshot:{digest}"]
         assert json.loads(fired.cursor) == {"seen": 1}
-        again = tombstone_fence_sensor(
-            dg.build_sensor_context(instance=instance, resources=resources, cursor=fired.cursor)
-        )
+        with dg.build_sensor_context(
+            instance=instance, resources=resources, cursor=fired.cursor
+        ) as ctx:
+            again = tombstone_fence_sensor(ctx)
         assert isinstance(again, dg.SkipReason)
-        assert isinstance(
-            benchmark_fence_sensor(dg.build_sensor_context(instance=instance, resources=resources)),
-            dg.SkipReason,
-        )
+        with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
+            assert isinstance(benchmark_fence_sensor(ctx), dg.SkipReason)
         run = recheck_job.execute_in_process(
             instance=instance, run_config=fired.run_requests[0].run_config, resources=resources
         )
