@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
+from assets.failures import refusals_fail
 from relgate.checkpoint.distribute import DistributionRequest, distribution_session
 from relgate.checkpoint.publish import PublishedCheckpoint
 from relgate.demo.checkpoint import DemoCheckpointRequest, publish_demo_checkpoint
@@ -43,6 +44,7 @@ class DistributionConfig(dg.Config):
     kinds={"safetensors"},
     description="A checkpoint at an immutable origin with a signed, content-addressed manifest.",
 )
+@refusals_fail
 def checkpoint_manifest(
     context: dg.AssetExecutionContext, config: CheckpointConfig, relgate: RelgateResource
 ) -> dg.Output[PublishedCheckpoint]:
@@ -77,6 +79,7 @@ def checkpoint_manifest(
         )
     ],
 )
+@refusals_fail
 def checkpoint_distribution(
     context: dg.AssetExecutionContext,
     config: DistributionConfig,

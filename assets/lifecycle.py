@@ -12,6 +12,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets.failures import refusals_fail
 from assets.table_metadata import typed_table
 from relgate.lifecycle.collector import parse_duration, plan_gc, sweep
 from resources.relgate import RelgateResource
@@ -27,6 +28,7 @@ class RetentionPlanConfig(dg.Config):
     group_name=GROUP,
     description="GC dry run: retained versions and holders, deletion candidates and reasons.",
 )
+@refusals_fail
 def retention_plan(
     context: dg.AssetExecutionContext, config: RetentionPlanConfig, relgate: RelgateResource
 ) -> dg.Output[dict[str, Any]]:
@@ -85,6 +87,7 @@ class GcConfig(dg.Config):
 
 
 @dg.op(description="Plan, and sweep only when the run config says sweep: true.")
+@refusals_fail
 def garbage_collect(
     context: dg.OpExecutionContext, config: GcConfig, relgate: RelgateResource
 ) -> dict[str, Any]:

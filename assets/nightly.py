@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import dagster as dg
 
+from assets.failures import refusals_fail
 from assets.snapshots import PipesTransformRunner, SnapshotConfig, validation_metadata
 from assets.source_specs import source_assets
 from assets.table_metadata import ROW_COUNT
@@ -45,6 +46,7 @@ NIGHTLY_PARTITIONS = dg.DailyPartitionsDefinition(start_date="2026-11-01", timez
         )
     ],
 )
+@refusals_fail
 def nightly_snapshot(
     context: dg.AssetExecutionContext, config: SnapshotConfig, relgate: RelgateResource
 ) -> Iterator[dg.MaterializeResult[object] | dg.AssetCheckResult]:
@@ -52,7 +54,12 @@ def nightly_snapshot(
     frozen = freeze(ws, BuildSpec.from_config(ws.config))
     runner = PipesTransformRunner(context, dg.PipesSubprocessClient())
     result = build_for_alias(
-        ws, frozen, alias=config.alias, actor=relgate.run_actor(), purpose=config.purpose, runner=runner
+        ws,
+        frozen,
+        alias=config.alias,
+        actor=relgate.run_actor(),
+        purpose=config.purpose,
+        runner=runner,
     )
     manifest = result.manifest
     context.log.info(

@@ -13,12 +13,13 @@ import dagster as dg
 # Pipes' error for a child that exited non-zero; dg does not export it (dagster pinned 1.13.27)
 from dagster._core.errors import DagsterPipesExecutionError
 
+from assets.failures import refusals_fail
 from assets.table_metadata import ROW_COUNT, typed_table
 from relgate.release.evolution import load_stored
 from relgate.release.publication import approve_release, publish
 from relgate.release.verify.attest import verify_provenance
 from relgate.release.verify.checks import ZERO_CHECKS, Check
-from relgate.release.verify.report import failing_shards
+from relgate.release.verify.report import ShardFinding, VerificationReport, failing_shards
 from relgate.release.verify.verifier import shard_ids, verify_one_shard, verify_release
 from relgate.release.verify.worker import ShardResult
 from relgate.release.writer import write_release
@@ -63,6 +64,7 @@ class PermitConfig(dg.Config):
     description="Parquet shards under digest-addressed keys and a signed training.shard.release.v1 root,"
     " cut only from the approved and activated snapshot (never from a raw nightly build).",
 )
+@refusals_fail
 def shard_release(
     context: dg.AssetExecutionContext,
     config: ReleaseConfig,
@@ -113,6 +115,7 @@ _NOT_KEY = re.compile(r"[^A-Za-z0-9_]")
     out=dg.DynamicOut(ShardRef),
     description="The root's well-formed shard descriptors, in root order: one verify step each.",
 )
+@refusals_fail
 def plan_shard_verification(
     relgate: RelgateResource, shard_release: str
 ) -> Iterator[dg.DynamicOutput[ShardRef]]:
@@ -124,6 +127,7 @@ def plan_shard_verification(
 
 
 @dg.op(description="Every per-shard check of one shard, from its exact object version.")
+@refusals_fail
 def verify_release_shard(
     relgate: RelgateResource, shard_release: str, shard: ShardRef
 ) -> ShardResult:
@@ -134,6 +138,7 @@ def verify_release_shard(
     description="The reduce: multiset diff against the snapshot, tuple root and totals over"
     " every shard result; the signed report is recorded and the release state moves."
 )
+@refusals_fail
 def reduce_shard_verification(
     relgate: RelgateResource, shard_release: str, results: list[ShardResult]
 ) -> dg.Output[dict[str, Any]]:
@@ -226,32 +231,80 @@ def _evolution_metadata(ws: Workspace, root: str) -> dict[str, Any]:
         ),
     ],
 )
+@refusals_fail
 def release_verification_checks(
-    context: dg.AssetCheckExecutionContext, release_verification: dict[str, Any]
+    context: dg.AssetCheckExecutionContext,
+    relgate: RelgateResource,
+    release_verification: dict[str, Any],
 ) -> Iterator[dg.AssetCheckResult]:
-    counts = release_verification["counts"]
+    report = VerificationReport.parse(release_verification, what="verification report")
+    findings = failing_shards(relgate.workspace(), report) if not report.ok else []
+    signed = {"root": report.root, "reportDigest": report.report_digest or ""}
     for check in VERIFICATION_CHECKS:
         # A count the report lacks is a report this code does not understand: it fails.
-        value = counts.get(check.value)
+        value = report.counts.get(check.value)
+        mine = [f for f in findings if f.check is check]
         yield dg.AssetCheckResult(
             check_name=check.asset_check_name,
             passed=value == 0,
-            metadata={"count": -1 if value is None else int(value)},
+            description=None if value == 0 else _why(check, value, mine),
+            metadata={"count": -1 if value is None else int(value), **signed, **_shown(mine)},
             severity=dg.AssetCheckSeverity.ERROR,
         )
-    outcome = str(release_verification["outcome"])
     yield dg.AssetCheckResult(
         check_name=OUTCOME_CHECK,
-        passed=outcome == "VERIFIED",
-        metadata={"outcome": outcome},
+        passed=report.ok,
+        description=None if report.ok else _outcome_why(report),
+        metadata={"outcome": report.outcome.value, **signed, "failing": dict(report.failing)},
         severity=dg.AssetCheckSeverity.ERROR,
     )
+
+
+def _why(check: Check, count: int | None, findings: list[ShardFinding]) -> str:
+    """The failing check in one sentence, naming its first shard."""
+    if count is None:
+        return f"the report has no {check.value} count: this code does not understand it"
+    said = f"{check.value}: {count} found by the independent verifier"
+    if findings:
+        first = findings[0]
+        said += f"; first: shard {first.shard} ({first.object_key}): {first.message}"
+    return said
+
+
+def _outcome_why(report: VerificationReport) -> str:
+    failing = ", ".join(f"{k} {v}" for k, v in sorted(report.failing.items()))
+    return f"the signed report {report.report_digest} says {report.outcome.value}: {failing}"
+
+
+def _shown(findings: list[ShardFinding]) -> dict[str, Any]:
+    """Each failing shard of one check (object key, version, expected and actual), and the
+    first one's values as plain fields (searchable, comparable)."""
+    if not findings:
+        return {}
+    first = findings[0]
+    rows = [
+        f"| {f.shard} | `{f.object_key}` | {f.object_version} | {f.expected} | {f.actual} |"
+        f" {f.message} |"
+        for f in findings
+    ]
+    table = "| shard | object key | version | expected | actual | message |\n" + (
+        "|---|---|---|---|---|---|\n" + "\n".join(rows)
+    )
+    return {
+        "failingShards": dg.MetadataValue.md(table),
+        "shard": first.shard,
+        "objectKey": first.object_key or "",
+        "objectVersion": first.object_version,
+        "expected": str(first.expected),
+        "actual": str(first.actual),
+    }
 
 
 @dg.asset(
     group_name=GROUP,
     description="The release alias, switched by CAS through the gate after a named approval of the root.",
 )
+@refusals_fail
 def release_alias(
     context: dg.AssetExecutionContext,
     config: PublishConfig,
@@ -288,6 +341,7 @@ def release_alias(
     group_name=GROUP,
     description="A gate permit and the run it admits: the alias resolved exactly once, the root recorded in the run.",
 )
+@refusals_fail
 def gate_permit(
     config: PermitConfig, relgate: RelgateResource, release_alias: dict[str, Any]
 ) -> dg.Output[dict[str, Any]]:
@@ -353,6 +407,7 @@ RANK_COLUMNS = [
     description="One worker process per rank (Dagster Pipes) verifies its shards; step 0 only"
     " when every rank agrees on the root.",
 )
+@refusals_fail
 def pinned_run(
     context: dg.AssetExecutionContext,
     config: PermitConfig,

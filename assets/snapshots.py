@@ -10,6 +10,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets.failures import refusals_fail
 from assets.source_specs import source_assets, source_key
 from assets.table_metadata import ROW_COUNT, typed_table
 from relgate.records.record_schema import ID_COLUMN, RecordSchema
@@ -110,6 +111,7 @@ class PipesTransformRunner:
     deps=[spec.key for spec in source_assets],
     description="Fence watermarks, then every source pinned to an exact version.",
 )
+@refusals_fail
 def frozen_sources(context: dg.AssetExecutionContext, relgate: RelgateResource) -> dg.Output[Json]:
     ws = relgate.workspace()
     frozen = freeze(ws, BuildSpec.from_config(ws.config))
@@ -143,6 +145,7 @@ def frozen_sources(context: dg.AssetExecutionContext, relgate: RelgateResource) 
     kinds={"parquet"},
     description="Signed training.dataset.snapshot.v1 manifest and membership table.",
 )
+@refusals_fail
 def dataset_snapshot(
     context: dg.AssetExecutionContext,
     config: SnapshotConfig,
@@ -240,6 +243,7 @@ def _record_columns(records: RecordSchema) -> dg.MetadataValue:
     blocking=True,
     description="Recompute from pinned sources; every zero-check must be zero.",
 )
+@refusals_fail
 def snapshot_validation(relgate: RelgateResource, dataset_snapshot: str) -> dg.AssetCheckResult:
     report = validate_snapshot(relgate.workspace(), dataset_snapshot, actor=relgate.run_actor())
     return dg.AssetCheckResult(
@@ -253,6 +257,7 @@ def snapshot_validation(relgate: RelgateResource, dataset_snapshot: str) -> dg.A
     group_name=GROUP,
     description="Shadow comparison of the new snapshot with the alias's active version.",
 )
+@refusals_fail
 def snapshot_diff(
     config: SnapshotConfig, relgate: RelgateResource, dataset_snapshot: str
 ) -> dg.Output[Json]:
@@ -341,6 +346,7 @@ def _distribution_metadata(dist: Distributions | None) -> dict[str, Any]:
     group_name=GROUP,
     description="The alias, switched by CAS through the gate after a named approval.",
 )
+@refusals_fail
 def snapshot_alias(
     context: dg.AssetExecutionContext,
     config: AliasConfig,
@@ -389,6 +395,7 @@ class ReplayConfig(dg.Config):
     asset=dataset_snapshot,
     description="Replay a fixed canary from the pinned sources; signed replay report.",
 )
+@refusals_fail
 def snapshot_replay(
     config: ReplayConfig, relgate: RelgateResource, dataset_snapshot: str
 ) -> dg.AssetCheckResult:

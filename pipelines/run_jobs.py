@@ -12,6 +12,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets.failures import failure_of
 from relgate.errors import RelgateError
 from relgate.runs.admission import admit_run
 from relgate.runs.run_end import cancel_run, finish_run
@@ -35,10 +36,7 @@ def _gate_call(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         return call()
     except RelgateError as exc:
-        raise dg.Failure(
-            description=str(exc),
-            metadata={k: dg.MetadataValue.text(str(v)) for k, v in exc.to_json().items()},
-        ) from exc
+        raise failure_of(exc) from exc
 
 
 def _observe(context: dg.OpExecutionContext, out: dict[str, Any]) -> None:

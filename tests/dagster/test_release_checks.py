@@ -9,6 +9,7 @@ VERIFIED one passes every check and is published.
 
 import dagster as dg
 import pytest
+from relgate_trust.digests import sha256_digest
 from support.instances import dagster_instance
 from support.releases import overwrite_in_place, shard_path
 from support.workspaces import make_workspace
@@ -92,6 +93,19 @@ def test_a_verified_release_passes_every_check_and_is_published(home):
         meta = mat.asset_materialization.metadata
         assert meta["provenanceDigest"].value == report["provenanceDigest"]
         assert meta["provenanceMaterials"].value == 1  # the snapshot manifest
+        # The checks execute on their own, against the stored report (no re-verification)
+        alone = dg.materialize(
+            [*snapshot_assets, *release_assets, *release_checks],
+            instance=instance,
+            resources={"relgate": RelgateResource(home=home)},
+            selection=dg.AssetSelection.checks(*release_checks),
+        )
+        assert alone.success and not alone.get_asset_materialization_events()
+        rerun = _evaluations(alone)
+        assert set(rerun) == ALL_CHECKS and all(e.passed for e in rerun.values())
+        assert {e.metadata["reportDigest"].value for e in rerun.values()} == {
+            report["reportDigest"]
+        }
     ws = RelgateResource(home=home).workspace()
     assert get_release(ws.db, root).state == "PUBLISHED"
 
@@ -127,7 +141,9 @@ def test_an_invalid_release_fails_its_checks_and_blocks_the_alias(home, tamper, 
         ws = RelgateResource(home=home).workspace()
         row = get_release(ws.db, root)
         manifest = rm.load(ws.store, ws.trusted_keys, root, row.envelope_version)
-        tamper(shard_path(ws, rm.wire_shards(manifest.document())[1]))
+        tampered = shard_path(ws, rm.wire_shards(manifest.document())[1])
+        tamper(tampered)
+        bad = manifest.descriptors[1]
 
         result = _verify_and_publish(home, instance)
         assert not result.success
@@ -145,6 +161,19 @@ def test_an_invalid_release_fails_its_checks_and_blocks_the_alias(home, tamper, 
             assert evaluation.metadata["count"].value == report["counts"][check.value] > 0
             assert evaluation.severity == dg.AssetCheckSeverity.ERROR
         assert evaluations[OUTCOME_CHECK].metadata["outcome"].value == "INVALID"
+        # Each check explains itself: the shard, where its bytes are, the digest the signed
+        # root expected and the one the verifier found, and the signed report it read.
+        digest = evaluations[Check.STORAGE_DIGEST_MISMATCH.asset_check_name]
+        meta = {k: v.value for k, v in digest.metadata.items()}
+        assert (meta["shard"], meta["objectKey"]) == (bad.id, bad.object_key)
+        assert meta["expected"] == bad.storage_digest
+        assert meta["actual"] == sha256_digest(tampered.read_bytes()) != bad.storage_digest
+        assert meta["reportDigest"] == report["reportDigest"] and meta["root"] == root
+        assert bad.id in meta["failingShards"] and bad.object_key in meta["failingShards"]
+        assert f"shard {bad.id} ({bad.object_key})" in str(digest.description)
+        assert report["reportDigest"] in str(evaluations[OUTCOME_CHECK].description)
+        members = evaluations[Check.MISSING_MEMBERS.asset_check_name]  # not a per-shard check
+        assert "shard" not in members.metadata and "missingMembers" in str(members.description)
         # The blocking checks stop the run before the alias: nothing was published.
         assert "release_alias" not in {
             e.asset_key.path[-1] for e in result.get_asset_materialization_events()
@@ -180,9 +209,18 @@ def test_rematerializing_the_release_chain_reports_the_published_root(home):
         assert not refused.success
         (failure,) = [e for e in refused.all_events if e.is_step_failure]
         assert failure.step_key == "release_alias"
-        cause = failure.step_failure_data.error.cause
-        assert cause.cls_name == "ConflictError"
-        assert f"object=train check=alias-generation digest={other}" in cause.message
+        # a refusal is a dg.Failure that names its check, object and digest (no stack trace
+        # of relgate's); the refusal itself stays the cause
+        data = failure.step_failure_data
+        assert data.user_failure_data is not None
+        assert data.user_failure_data.description.startswith("alias-generation: ")
+        shown = {k: v.value for k, v in data.user_failure_data.metadata.items()}
+        assert (shown["check"], shown["object"], shown["digest"]) == (
+            "alias-generation",
+            "train",
+            other,
+        )
+        assert data.error.cause.cls_name == "ConflictError"
     ws = RelgateResource(home=home).workspace()
     alias_state = open_gate(ws).alias("train", "release")
     assert (alias_state.generation, alias_state.active_digest) == (1, root)

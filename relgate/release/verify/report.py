@@ -74,6 +74,8 @@ class ShardFinding(Contract):
     message: str
     expected: WireValue = None
     actual: WireValue = None
+    #: where the signed root says the shard's bytes are (None: the root did not open)
+    object_key: str | None = None
 
     def line(self) -> str:
         """The finding on one line (the command line's listing)."""
@@ -121,6 +123,7 @@ class VerificationReport(VerificationPayload):
                         message=str(failure.get("message", "")),
                         expected=expected,
                         actual=failure.get("actual"),
+                        object_key=descriptor.object_key if descriptor else None,
                     )
                 )
         return found
