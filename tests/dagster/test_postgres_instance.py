@@ -46,6 +46,22 @@ def _run(
     return result
 
 
+def _assert_queued(instance: dg.DagsterInstance) -> None:
+    """UI, schedule and sensor runs queue: two at a time, a backfill one run at a time."""
+    queue = instance.get_concurrency_config().run_queue_config
+    assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+    assert queue is not None and queue.max_concurrent_runs == 2
+    assert queue.tag_concurrency_limits == [{"key": "dagster/backfill", "limit": 1}]
+
+
+def test_the_embedded_instance_queues_runs(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "dagster.yaml", tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        _assert_queued(instance)
+    for name in ("dagster.yaml", "dagster.postgres.yaml"):  # no first-visit dialog
+        assert "nux:\n  enabled: false" in (ROOT / name).read_text()
+
+
 def test_snapshot_and_release_jobs_on_a_postgres_instance_and_catalog(
     pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -62,6 +78,7 @@ def test_snapshot_and_release_jobs_on_a_postgres_instance_and_catalog(
         with dg.DagsterInstance.get() as instance:
             assert type(instance.run_storage).__name__ == "PostgresRunStorage"
             assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+            _assert_queued(instance)
             snap = _run(
                 instance,
                 "snapshot_release_job",
