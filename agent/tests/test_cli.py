@@ -45,6 +45,13 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == EXIT_OK
 
 
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    assert main(["--version"]) == EXIT_OK
+    assert capsys.readouterr().out.strip() == f"relgate-agent, version {version('relgate-agent')}"
+
+
 def test_keygen_build_verify_json_is_camel_case(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

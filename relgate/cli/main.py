@@ -49,6 +49,7 @@ GROUPS = (
 
 
 @click.group()
+@click.version_option(package_name="relgate", prog_name="relgate")
 @click.option(
     "--home",
     envvar="RELGATE_HOME",

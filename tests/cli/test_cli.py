@@ -54,6 +54,22 @@ def _snake_keys(value: object, path: str = "$") -> list[str]:
     return found
 
 
+def test_version_and_shell_completion():
+    """``--version`` prints the installed distribution's version; click's completion script
+    (docs: README) is there for bash."""
+    from importlib.metadata import version
+
+    shown = subprocess.run([*RELGATE, "--version"], capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == f"relgate, version {version('relgate')}"
+    script = subprocess.run(
+        [sys.executable, "-c", "from relgate.cli.main import main; main(prog_name='relgate')"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "_RELGATE_COMPLETE": "bash_source"},
+    )
+    assert "_relgate_completion" in script.stdout
+
+
 def test_every_json_object_uses_camel_case_keys(home):
     """`snapshot show` used to mix member_count with fenceHits; catalog rows are camelCase now."""
     digest = run(home, "snapshot", "build", "--alias", "camel")["snapshot"]

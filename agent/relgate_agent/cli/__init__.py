@@ -39,6 +39,7 @@ _CONFLICT_CODES = (grpc.StatusCode.ABORTED, grpc.StatusCode.ALREADY_EXISTS)
 
 
 @click.group("relgate-agent", help=__doc__)
+@click.version_option(package_name="relgate-agent", prog_name="relgate-agent")
 @common
 def cli() -> None:
     pass
