@@ -27,6 +27,7 @@ from pipelines.run_jobs import run_jobs
 from resources.io_managers import RelgateIOManager
 from resources.relgate import RelgateResource
 from sensors.fence_sensors import benchmark_fence_sensor, tombstone_fence_sensor
+from sensors.gate_sensor import gate_state_sensor
 
 defs = dg.Definitions(
     assets=[
@@ -51,7 +52,7 @@ defs = dg.Definitions(
         *run_jobs,
     ],
     schedules=[nightly_snapshot_schedule, gc_schedule],
-    sensors=[tombstone_fence_sensor, benchmark_fence_sensor],
+    sensors=[tombstone_fence_sensor, benchmark_fence_sensor, gate_state_sensor],
     resources={
         "relgate": RelgateResource(),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
