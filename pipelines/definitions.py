@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.checkpoints import checkpoint_assets
+from assets.fence_checks import fence_checks
 from assets.lifecycle import gc_job, gc_schedule, lifecycle_assets
 from assets.nightly import (
     nightly_assets,
@@ -38,7 +39,7 @@ defs = dg.Definitions(
         *checkpoint_assets,
         *lifecycle_assets,
     ],
-    asset_checks=[*snapshot_checks, *replay_checks, *release_checks],
+    asset_checks=[*snapshot_checks, *replay_checks, *release_checks, *fence_checks],
     jobs=[
         snapshot_build_job,
         nightly_snapshot_job,

@@ -3,7 +3,9 @@
 import dagster as dg
 from dagster_celery import celery_executor
 
+from assets.fence_checks import hit_evaluation
 from relgate.gate.recheck import recheck
+from relgate.gate.transitions import open_gate
 from resources.relgate import RelgateResource
 
 #: Freeze, build and validate; the alias needs a named human approval, so it is not here.
@@ -78,6 +80,10 @@ def recheck_snapshots(
                 },
             )
         )
+        # the version's zero_fence_hits check turns red now, not at its next materialization
+        evaluation = hit_evaluation(kind, digest, open_gate(ws).hits_for(digest))
+        # log_event records an AssetCheckEvaluation (dagster 1.13.27); its annotation omits it
+        context.log_event(evaluation)  # type: ignore[arg-type]
         context.log.warning(
             f"snapshot {digest} hit by {config.fence} fence: {result['hits']} state={result['state']}"
         )

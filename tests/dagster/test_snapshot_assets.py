@@ -7,6 +7,7 @@ import pytest
 from support.instances import dagster_instance
 from support.workspaces import make_workspace
 
+from assets.fence_checks import FENCE_CHECK, fence_checks, snapshot_fence_hits
 from assets.snapshots import snapshot_assets, snapshot_checks
 from pipelines.definitions import defs
 from pipelines.jobs import recheck_job
@@ -159,6 +160,39 @@ def test_fence_sensors_request_a_recheck_once(home):
         obs = instance.fetch_observations(dg.AssetKey("dataset_snapshot"), limit=1).records[0]
         assert obs.asset_observation.metadata["reactivatable"].value is False
         assert get_snapshot(ws.db, digest).state == "ACTIVE"  # history is immutable
+        # the hit version's zero_fence_hits check is red now, naming the fence entry
+        (red,) = run.get_asset_check_evaluations()
+        assert (red.asset_key, red.check_name, red.passed) == (
+            dg.AssetKey("dataset_snapshot"),
+            FENCE_CHECK,
+            False,
+        )
+        assert red.metadata["digest"].value == digest and red.metadata["hits"].value == 1
+        assert "tombstone 1" in str(red.description)
+        # executing the check alone (from the UI) reads the same hits
+        alone = dg.materialize(
+            [*snapshot_assets, *fence_checks],
+            instance=instance,
+            resources={"relgate": RelgateResource(home=home)},
+            selection=dg.AssetSelection.checks(snapshot_fence_hits),
+            raise_on_error=False,
+        )
+        (again_red,) = alone.get_asset_check_evaluations()
+        assert not again_red.passed and again_red.metadata["hits"].value == 1
+
+
+def test_a_fresh_snapshot_passes_its_fence_check(home):
+    with dagster_instance() as instance:
+        result = dg.materialize(
+            [*snapshot_assets, *snapshot_checks, snapshot_fence_hits],
+            instance=instance,
+            resources={"relgate": RelgateResource(home=home)},
+            run_config={
+                "ops": {"snapshot_alias": {"config": {"alias": "default", "approver": "carol"}}}
+            },
+        )
+        fence = {e.check_name: e for e in result.get_asset_check_evaluations()}[FENCE_CHECK]
+        assert fence.passed and fence.metadata["hits"].value == 0
 
 
 def test_validation_and_replay_metadata(home):
