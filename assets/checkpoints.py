@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from assets.failures import refusals_fail
+from assets.ownership import OWNERS, tags_for
 from relgate.checkpoint.distribute import DistributionRequest, distribution_session
 from relgate.checkpoint.publish import PublishedCheckpoint
 from relgate.demo.checkpoint import DemoCheckpointRequest, publish_demo_checkpoint
@@ -41,6 +42,8 @@ class DistributionConfig(dg.Config):
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     kinds={"safetensors"},
     description="A checkpoint at an immutable origin with a signed, content-addressed manifest.",
 )
@@ -70,6 +73,8 @@ def checkpoint_manifest(
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     description="The checkpoint landed byte-exact on every host of a local fleet (coordinator via Dagster Pipes).",
     check_specs=[
         dg.AssetCheckSpec(

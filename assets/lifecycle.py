@@ -13,6 +13,7 @@ from typing import Any
 import dagster as dg
 
 from assets.failures import refusals_fail
+from assets.ownership import OWNERS, tags_for
 from assets.table_metadata import typed_table
 from relgate.lifecycle.collector import parse_duration, plan_gc, sweep
 from resources.relgate import RelgateResource
@@ -26,6 +27,8 @@ class RetentionPlanConfig(dg.Config):
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     description="GC dry run: retained versions and holders, deletion candidates and reasons.",
 )
 @refusals_fail

@@ -15,6 +15,7 @@ from datetime import timedelta
 import dagster as dg
 
 from assets.failures import refusals_fail
+from assets.ownership import OWNERS, tags_for
 from assets.snapshots import PipesTransformRunner, SnapshotConfig, validation_metadata
 from assets.source_specs import source_assets
 from assets.table_metadata import ROW_COUNT
@@ -29,6 +30,8 @@ NIGHTLY_PARTITIONS = dg.DailyPartitionsDefinition(start_date="2026-11-01", timez
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     kinds={"parquet"},
     partitions_def=NIGHTLY_PARTITIONS,
     deps=[spec.key for spec in source_assets],

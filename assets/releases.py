@@ -14,6 +14,7 @@ import dagster as dg
 from dagster._core.errors import DagsterPipesExecutionError
 
 from assets.failures import refusals_fail
+from assets.ownership import OWNERS, tags_for
 from assets.table_metadata import ROW_COUNT, typed_table
 from relgate.release.evolution import load_stored
 from relgate.release.publication import approve_release, publish
@@ -60,6 +61,8 @@ class PermitConfig(dg.Config):
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     kinds={"parquet"},
     description="Parquet shards under digest-addressed keys and a signed training.shard.release.v1 root,"
     " cut only from the approved and activated snapshot (never from a raw nightly build).",
@@ -175,6 +178,8 @@ def reduce_shard_verification(
 
 @dg.graph_asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     description="Independent verification report, signed and bound to the root digest: one"
     " step per shard (on any executor's workers), reduced by the verifier's multiset diff.",
 )
@@ -302,6 +307,8 @@ def _shown(findings: list[ShardFinding]) -> dict[str, Any]:
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     description="The release alias, switched by CAS through the gate after a named approval of the root.",
 )
 @refusals_fail
@@ -339,6 +346,8 @@ def release_alias(
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     description="A gate permit and the run it admits: the alias resolved exactly once, the root recorded in the run.",
 )
 @refusals_fail
@@ -404,6 +413,8 @@ RANK_COLUMNS = [
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     description="One worker process per rank (Dagster Pipes) verifies its shards; step 0 only"
     " when every rank agrees on the root.",
 )

@@ -11,6 +11,7 @@ from typing import Any
 import dagster as dg
 
 from assets.failures import refusals_fail
+from assets.ownership import OWNERS, tags_for
 from assets.source_specs import source_assets, source_key
 from assets.table_metadata import ROW_COUNT, typed_table
 from relgate.records.record_schema import ID_COLUMN, RecordSchema
@@ -107,6 +108,8 @@ class PipesTransformRunner:
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     kinds={"iceberg", "s3"},
     deps=[spec.key for spec in source_assets],
     description="Fence watermarks, then every source pinned to an exact version.",
@@ -142,6 +145,8 @@ def frozen_sources(context: dg.AssetExecutionContext, relgate: RelgateResource) 
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     kinds={"parquet"},
     description="Signed training.dataset.snapshot.v1 manifest and membership table.",
 )
@@ -255,6 +260,8 @@ def snapshot_validation(relgate: RelgateResource, dataset_snapshot: str) -> dg.A
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     description="Shadow comparison of the new snapshot with the alias's active version.",
 )
 @refusals_fail
@@ -344,6 +351,8 @@ def _distribution_metadata(dist: Distributions | None) -> dict[str, Any]:
 
 @dg.asset(
     group_name=GROUP,
+    owners=OWNERS,
+    tags=tags_for(GROUP),
     description="The alias, switched by CAS through the gate after a named approval.",
 )
 @refusals_fail

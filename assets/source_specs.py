@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
+from assets.ownership import OWNERS, tags_for
 from relgate.demo.corpus import DEMO_SOURCES
 from relgate.errors import RelgateError
 from relgate.workspace import Workspace
@@ -39,6 +40,8 @@ def source_spec(entry: Mapping[str, object]) -> dg.AssetSpec:
     return dg.AssetSpec(
         key=source_key(str(entry["id"])),
         group_name=GROUP,
+        owners=OWNERS,
+        tags=tags_for(GROUP),
         kinds=set(KINDS.get(kind, frozenset())),
         description=f"External {kind} source {where}: pinned by frozen_sources, never written.",
         metadata={"relgate/source_kind": kind, f"relgate/{locator or 'locator'}": where},

@@ -206,3 +206,18 @@ def test_a_rank_that_cannot_verify_its_shard_fails_the_run_step(home):
         message = failure.step_failure_data.user_failure_data.description
         assert "ranks failed before step 0" in message and "rank 0:" in message
         assert "failed with code 3" in message
+
+
+def test_every_asset_has_the_owner_and_its_area_tag():
+    """One owner for the gate's assets, and ``relgate/area`` naming the asset's group, so
+    the catalog filters by team and by area."""
+    from assets.ownership import AREA_TAG, OWNERS
+
+    graph = defs.resolve_asset_graph()
+    wrong = {}
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        if list(node.owners) != OWNERS or node.tags.get(AREA_TAG) != node.group_name:
+            wrong[key.to_user_string()] = (node.owners, node.tags, node.group_name)
+    assert wrong == {}
+    assert len(graph.get_all_asset_keys()) >= 16
