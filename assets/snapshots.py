@@ -13,7 +13,7 @@ import dagster as dg
 from assets.failures import refusals_fail
 from assets.ownership import OWNERS, tags_for
 from assets.source_specs import source_assets, source_key
-from assets.table_metadata import ROW_COUNT, typed_table
+from assets.table_metadata import COLUMN_SCHEMA, ROW_COUNT, typed_table
 from relgate.records.record_schema import ID_COLUMN, RecordSchema
 from relgate.snapshot import activation
 from relgate.snapshot.build import BuildSpec, Frozen, build_for_alias, freeze
@@ -200,7 +200,9 @@ def dataset_snapshot(
             "selection": typed_table([{"stage": k, "rows": v} for k, v in result.counts.items()]),
             "parents": dg.MetadataValue.json(list(manifest.parents)),
             "recordSchema": manifest.record_schema,
-            "recordColumns": _record_columns(manifest.record_schema_document),
+            COLUMN_SCHEMA: dg.MetadataValue.table_schema(
+                _column_schema(manifest.record_schema_document)
+            ),
             "tokenRule": manifest.record_schema_document.tokens.kind,
             "transformImage": manifest.transform_image,
             "transform": dg.MetadataValue.json(
@@ -215,31 +217,22 @@ def dataset_snapshot(
     )
 
 
-def _record_columns(records: RecordSchema) -> dg.MetadataValue:
-    """The declared record schema as a Dagster table (one row per column)."""
+def _column_schema(records: RecordSchema) -> dg.TableSchema:
+    """The declared record schema as Dagster's column schema (``dagster/column_schema``):
+    each column's type, nullability, and its role (content, id, label, attribute)."""
     roles = {c: "content" for c in records.content} | {ID_COLUMN: "id"}
     if records.label is not None:
         roles.setdefault(records.label, "label")
-    return dg.MetadataValue.table(
-        records=[
-            dg.TableRecord(
-                {
-                    "column": f.name,
-                    "type": f.type,
-                    "nullable": f.nullable,
-                    "role": roles.get(f.name, "attribute"),
-                }
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                f.name,
+                f.type,
+                description=roles.get(f.name, "attribute"),
+                constraints=dg.TableColumnConstraints(nullable=f.nullable),
             )
             for f in records.fields
-        ],
-        schema=dg.TableSchema(
-            columns=[
-                dg.TableColumn("column", "string"),
-                dg.TableColumn("type", "string"),
-                dg.TableColumn("nullable", "bool"),
-                dg.TableColumn("role", "string"),
-            ]
-        ),
+        ]
     )
 
 

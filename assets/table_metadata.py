@@ -12,6 +12,8 @@ import dagster as dg
 Cell = bool | int | float | str
 #: ``dagster/row_count``: the standard row-count key, which the UI plots per materialization.
 ROW_COUNT = "dagster/row_count"
+#: ``dagster/column_schema``: the standard key of a table asset's columns.
+COLUMN_SCHEMA = "dagster/column_schema"
 
 
 def _type(value: object) -> str:

@@ -9,6 +9,7 @@ from support.workspaces import make_workspace
 
 from assets.fence_checks import FENCE_CHECK, fence_checks, snapshot_fence_hits
 from assets.snapshots import snapshot_assets, snapshot_checks
+from assets.table_metadata import COLUMN_SCHEMA
 from pipelines.definitions import defs
 from pipelines.jobs import recheck_job
 from relgate.catalog.snapshot_table import get_snapshot
@@ -63,6 +64,12 @@ def test_materialize_snapshot_to_alias(home):
         assert meta["provenanceDigest"].value == provenance.statement_digest
         assert meta["provenanceMaterials"].value == provenance.materials > 0
         assert get_snapshot(ws.db, digest).state == "ACTIVE"
+        # the declared record schema is Dagster's column schema: names, types, roles
+        declared = load_manifest(ws, digest).record_schema_document
+        columns = meta[COLUMN_SCHEMA].value.columns
+        assert [(c.name, c.type) for c in columns] == [(f.name, f.type) for f in declared.fields]
+        assert {c.name: c.description for c in columns}["sampleId"] == "id"
+        assert {c.description for c in columns} >= {"id", "content"}
         # A second run on unchanged input is a no-op that reports the existing digest.
         again = _materialize(home, instance)
         assert again.success and again.output_for_node("dataset_snapshot") == digest
