@@ -41,15 +41,15 @@ OUTCOME_CHECK = "outcome_verified"
 
 class ReleaseConfig(dg.Config):
     shard_mb: int = 256
-    records_per_shard: int = 0  # 0: size by shard_mb
+    records_per_shard: int | None = None  # None: size by shard_mb
 
 
 class PublishConfig(dg.Config):
     alias: str = "default-release"
     approver: str  # a person's name, bound to the root digest
-    #: -1: publish over whatever generation the alias is at; N: only from generation N (a
+    #: None: publish over whatever generation the alias is at; N: only from generation N (a
     #: re-run of that publication with the same root is a no-op, with another a conflict)
-    expect_generation: int = -1
+    expect_generation: int | None = None
 
 
 class PermitConfig(dg.Config):
@@ -82,7 +82,7 @@ def shard_release(
         ws,
         snapshot,
         shard_mb=config.shard_mb,
-        records_per_shard=config.records_per_shard or None,
+        records_per_shard=config.records_per_shard,
         actor=relgate.run_actor(),
     )
     root = manifest
@@ -326,7 +326,7 @@ def release_alias(
         shard_release,
         alias=config.alias,
         actor=config.approver,
-        expected_generation=None if config.expect_generation < 0 else config.expect_generation,
+        expected_generation=config.expect_generation,
     )
     result = change.to_json()
     if change.idempotent_retry:

@@ -44,7 +44,7 @@ class AliasConfig(dg.Config):
     alias: str = "default"
     approver: str  # required: approval is a person's name bound to this exact digest
     comment: str = ""
-    expect_generation: int = -1  # -1: over the current generation; N: only from N
+    expect_generation: int | None = None  # None: over the current generation; N: only from N
 
 
 def validation_metadata(report: ValidationReport) -> dict[str, Any]:
@@ -362,7 +362,7 @@ def snapshot_alias(
         alias=config.alias,
         approver=config.approver,
         comment=config.comment,
-        expected_generation=None if config.expect_generation < 0 else config.expect_generation,
+        expected_generation=config.expect_generation,
     )
     generation = result.generation
     unchanged = " (unchanged)" if result.idempotent_retry else ""

@@ -22,7 +22,8 @@ from resources.relgate import RelgateResource
 class RunAdmitConfig(dg.Config):
     root: str = ""  # exact root digest; or
     alias: str = ""  # a release alias, resolved once
-    expect_generation: int = -1  # with alias: refuse unless the alias is at this generation
+    #: with alias: refuse unless the alias is at this generation (None: any)
+    expect_generation: int | None = None
     purpose: str = "demo-model-training"
     world_size: int = 1
 
@@ -58,7 +59,7 @@ def admit_training_run(
             ws,
             root=config.root or None,
             alias=config.alias or None,
-            expected_generation=None if config.expect_generation < 0 else config.expect_generation,
+            expected_generation=config.expect_generation,
             purpose=config.purpose,
             world_size=config.world_size,
             actor=relgate.run_actor(),

@@ -50,7 +50,7 @@ def _write(home, instance, per_shard=40):
     return result.output_for_node("shard_release")
 
 
-def _verify_and_publish(home, instance, expect_generation=-1):
+def _verify_and_publish(home, instance, expect_generation=None):
     """The verification, its blocking checks and the alias behind them."""
     publish = {"alias": "train", "approver": "dana", "expect_generation": expect_generation}
     return dg.materialize(
