@@ -53,9 +53,15 @@ class PublishConfig(dg.Config):
 
 
 class PermitConfig(dg.Config):
+    """The admission: asked once, in ``gate_permit``; ``pinned_run`` runs what it admitted."""
+
     alias: str = "default-release"
     purpose: str = "demo-model-training"
     world_size: int = 4
+
+
+class RankConfig(dg.Config):
+    #: seconds each rank waits at the step-0 barrier for the others
     barrier_timeout: float = 60.0
 
 
@@ -421,7 +427,7 @@ RANK_COLUMNS = [
 @refusals_fail
 def pinned_run(
     context: dg.AssetExecutionContext,
-    config: PermitConfig,
+    config: RankConfig,
     relgate: RelgateResource,
     gate_permit: dict[str, Any],
 ) -> dg.Output[dict[str, Any]]:

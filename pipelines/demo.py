@@ -99,7 +99,6 @@ def releases(instance: dg.DagsterInstance, purpose: str) -> bool:
             "shard_release": _config(records_per_shard=200),
             "release_alias": _config(alias="default-release", approver="demo-approver"),
             "gate_permit": _config(**permit),
-            "pinned_run": _config(**permit),
         },
     )
     if release is None:

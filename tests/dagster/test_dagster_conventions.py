@@ -128,13 +128,13 @@ def test_nightly_snapshots_are_daily_partitions_each_validated(home):
 
 
 def _chain(home, instance, selection, barrier_timeout=60.0):
-    permit = {"alias": "train", "world_size": WORLD, "barrier_timeout": barrier_timeout}
+    permit = {"alias": "train", "world_size": WORLD}
     config = {
         "snapshot_alias": {"alias": "default", "approver": "carol"},
         "shard_release": {"records_per_shard": 40},
         "release_alias": {"alias": "train", "approver": "dana"},
         "gate_permit": permit,
-        "pinned_run": permit,
+        "pinned_run": {"barrier_timeout": barrier_timeout},
     }
     selected = {key.path[-1] for key in selection}
     return dg.materialize(

@@ -92,7 +92,6 @@ def test_snapshot_and_release_jobs_on_a_postgres_instance_and_catalog(
                     "shard_release": {"config": {"records_per_shard": 200}},
                     "release_alias": {"config": {"alias": "default-release", "approver": "dana"}},
                     "gate_permit": {"config": permit},
-                    "pinned_run": {"config": permit},
                 },
             )
             root = release.output_for_node("shard_release")

@@ -42,9 +42,6 @@ RELEASE_OPS = {
     "gate_permit": {
         "config": {"alias": "default-release", "purpose": "demo-model-training", "world_size": 1}
     },
-    "pinned_run": {
-        "config": {"alias": "default-release", "purpose": "demo-model-training", "world_size": 1}
-    },
 }
 
 
