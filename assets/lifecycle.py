@@ -105,7 +105,10 @@ def garbage_collect(
     return {k: v for k, v in result.to_json().items() if k != "deleted"}
 
 
-@dg.job(description="Garbage collection: a dry run unless run config sets sweep: true.")
+@dg.job(
+    executor_def=dg.in_process_executor,
+    description="Garbage collection: a dry run unless run config sets sweep: true.",
+)
 def gc_job() -> None:
     garbage_collect()
 

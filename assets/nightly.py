@@ -92,6 +92,7 @@ def nightly_snapshot(
 
 nightly_snapshot_job = dg.define_asset_job(
     "nightly_snapshot_job",
+    executor_def=dg.in_process_executor,
     selection=dg.AssetSelection.assets(nightly_snapshot),
     description="Build and validate one night's snapshot (a daily partition).",
 )

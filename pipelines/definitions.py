@@ -16,6 +16,7 @@ from assets.releases import release_assets, release_checks
 from assets.snapshots import replay_checks, snapshot_assets, snapshot_checks
 from assets.source_specs import source_assets
 from pipelines.jobs import (
+    IN_PROCESS,
     distribution_job,
     recheck_job,
     release_job,
@@ -53,6 +54,8 @@ defs = dg.Definitions(
         *run_jobs,
     ],
     schedules=[nightly_snapshot_schedule, gc_schedule],
+    # UI materializations too run their steps in the run's process (pipelines/jobs.py)
+    executor=IN_PROCESS,
     sensors=[tombstone_fence_sensor, benchmark_fence_sensor, gate_state_sensor],
     resources={
         "relgate": RelgateResource(),

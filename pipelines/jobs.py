@@ -8,15 +8,23 @@ from relgate.gate.recheck import recheck
 from relgate.gate.transitions import open_gate
 from resources.relgate import RelgateResource
 
+#: Every job but the celery one runs its steps in the run's own process: the steps are
+#: light (a gate transaction, a signature, one shard's read) and a process per step cost a
+#: UI-launched release job several times its in-process time.  Scale-out is the celery job's
+#: (or Kubernetes', docs/deploy.md) per-step executor.
+IN_PROCESS = dg.in_process_executor
+
 #: Freeze, build and validate; the alias needs a named human approval, so it is not here.
 snapshot_build_job = dg.define_asset_job(
     "snapshot_build_job",
+    executor_def=IN_PROCESS,
     selection=dg.AssetSelection.assets("frozen_sources", "dataset_snapshot", "snapshot_diff"),
     description="Freeze fences and sources, build and validate a snapshot, diff it against the alias.",
 )
 
 release_job = dg.define_asset_job(
     "release_job",
+    executor_def=IN_PROCESS,
     selection=dg.AssetSelection.groups("releases"),
     description="Write shards, verify them independently, publish, issue a permit and start a pinned run.",
 )
@@ -34,12 +42,14 @@ release_job_celery = dg.define_asset_job(
 
 distribution_job = dg.define_asset_job(
     "distribution_job",
+    executor_def=IN_PROCESS,
     selection=dg.AssetSelection.groups("checkpoints"),
     description="Publish a signed checkpoint manifest and distribute it to the fleet.",
 )
 
 retention_plan_job = dg.define_asset_job(
     "retention_plan_job",
+    executor_def=IN_PROCESS,
     selection=dg.AssetSelection.groups("lifecycle"),
     description="GC dry run: what is retained and by whom, what a sweep would delete and why.",
 )
@@ -47,6 +57,7 @@ retention_plan_job = dg.define_asset_job(
 #: The whole path to an active alias (used by `make demo` with an approver in run config).
 snapshot_release_job = dg.define_asset_job(
     "snapshot_release_job",
+    executor_def=IN_PROCESS,
     selection=dg.AssetSelection.groups("snapshots"),
     description="Build, validate, diff, approve and activate a snapshot.",
 )
@@ -89,6 +100,9 @@ def recheck_snapshots(
         )
 
 
-@dg.job(description="Re-check snapshots hit by a fence advance (launched by the fence sensors).")
+@dg.job(
+    executor_def=IN_PROCESS,
+    description="Re-check snapshots hit by a fence advance (launched by the fence sensors).",
+)
 def recheck_job() -> None:
     recheck_snapshots()

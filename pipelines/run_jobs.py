@@ -95,17 +95,26 @@ def cancel_training_run(
     return out
 
 
-@dg.job(description="Admit a training run on an exact root digest (or an alias, read once).")
+@dg.job(
+    executor_def=dg.in_process_executor,
+    description="Admit a training run on an exact root digest (or an alias, read once).",
+)
 def run_admit_job() -> None:
     admit_training_run()
 
 
-@dg.job(description="Finish a training run: its permit closes and its root is no longer held.")
+@dg.job(
+    executor_def=dg.in_process_executor,
+    description="Finish a training run: its permit closes and its root is no longer held.",
+)
 def run_finish_job() -> None:
     finish_training_run()
 
 
-@dg.job(description="Cancel a training run: its permit closes and its root is no longer held.")
+@dg.job(
+    executor_def=dg.in_process_executor,
+    description="Cancel a training run: its permit closes and its root is no longer held.",
+)
 def run_cancel_job() -> None:
     cancel_training_run()
 
