@@ -16,6 +16,7 @@ from assets.ownership import OWNERS, tags_for
 from relgate.checkpoint.distribute import DistributionRequest, distribution_session
 from relgate.checkpoint.publish import PublishedCheckpoint
 from relgate.demo.checkpoint import DemoCheckpointRequest, publish_demo_checkpoint
+from relgate.runs.store import run_status
 from resources.relgate import RelgateResource
 
 GROUP = "checkpoints"
@@ -29,6 +30,8 @@ class CheckpointConfig(dg.Config):
     demo_megabytes: int = 192
     chunk_mb: int = 64
     block_mb: int = 4
+    #: the training run this checkpoint came from (its exact root becomes the lineage)
+    trained_on_run: str | None = None
 
 
 class DistributionConfig(dg.Config):
@@ -45,7 +48,9 @@ class DistributionConfig(dg.Config):
     owners=OWNERS,
     tags=tags_for(GROUP),
     kinds={"safetensors"},
-    description="A checkpoint at an immutable origin with a signed, content-addressed manifest.",
+    deps=["pinned_run"],
+    description="A checkpoint at an immutable origin with a signed, content-addressed manifest;"
+    " its lineage runs from the training run it declares (trained_on_run) and that run's root.",
 )
 @refusals_fail
 def checkpoint_manifest(
@@ -59,7 +64,20 @@ def checkpoint_manifest(
         chunk_size=config.chunk_mb << 20,
         block_size=config.block_mb << 20,
     )
-    published = publish_demo_checkpoint(relgate.workspace(), request, log=context.log.info)
+    ws = relgate.workspace()
+    # the declared run must exist (a refusal otherwise): its root is what was trained on
+    trained = run_status(ws.db, config.trained_on_run) if config.trained_on_run else None
+    published = publish_demo_checkpoint(ws, request, log=context.log.info)
+    lineage = (
+        {
+            "trainedOnRun": trained.run_id,
+            "trainedOnRoot": trained.root_digest,
+            "trainedOnAlias": trained.alias,
+            "trainedOnPurpose": trained.purpose,
+        }
+        if trained is not None
+        else {}
+    )
     return dg.Output(
         published,
         data_version=dg.DataVersion(published.manifest_digest),
@@ -67,6 +85,7 @@ def checkpoint_manifest(
             "manifestDigest": published.manifest_digest,
             "originUri": published.origin_uri,
             "manifestUri": published.manifest_uri,
+            **lineage,
         },
     )
 
