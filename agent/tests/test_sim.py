@@ -18,6 +18,7 @@ from relgate_agent.sim.engine import ChainRun, Forest
 from relgate_agent.sim.faults import plan_incidents
 from relgate_agent.sim.flows import link_load, max_min_rates
 from relgate_agent.sim.network import build_fabric
+from relgate_agent.sim.plots import ready_curve
 from relgate_agent.sim.report import figures, rx_floor_s, rx_impaired, slowed
 from relgate_agent.sim.scenario import CHECK_SCENARIO, ScenarioError, parse_scenario
 
@@ -271,3 +272,17 @@ def test_the_chaos_benchs_faults_demote_the_slowed_hosts_and_nobody_else(seed: i
     assert fig.hosts_ready == sc.hosts - fig.hosts_failed == sc.hosts - 2
     clean = figures(sc, run_design(parse_scenario(text.split("[[faults]]")[0]), "relgate"))
     assert fig.p50_s < 2.2 * clean.p50_s  # before: 3.3 x (seed 5) and 4.7 x (seed 0)
+
+
+def test_the_hosts_ready_curve_is_the_tables_completion_times() -> None:
+    """The plotted curve ends where the table says the last host is ready, for a design
+    that finishes in one long step (naive) and for chains; trace samples are stamped at
+    the end of their step, so no sample claims a host ready before it was."""
+    sc = parse_scenario(TINY)
+    for design in ("naive", "relgate"):
+        run = run_design(sc, design)
+        times, ready = ready_curve(sc, run)
+        assert times[-1] == pytest.approx(float(np.nanmax(run.done_at)))
+        assert ready[-1] == sc.hosts and ready[0] == 0 and (np.diff(times) >= 0).all()
+        for t, count in zip(run.trace.times, run.trace.ready, strict=True):
+            assert count <= int((run.done_at <= t + 1e-9).sum())

@@ -242,9 +242,9 @@ class ChainRun:
             dt = self._dt(p, rates, s, h)
             self._advance(s, h, p, rates, dt)
             ready = int((~np.isnan(self.done_at)).sum())
-            record(
-                self.trace, self.fabric, (self.t, ready, self.origin_bytes), paths, self.rate[s, h]
-            )
+            # the step's outcome (hosts ready, origin bytes) holds at its end, t + dt
+            end = self.t + dt
+            record(self.trace, self.fabric, (end, ready, self.origin_bytes), paths, self.rate[s, h])
             self.t += dt
             new = self.controller.on_time(self)
             if new is not None:
