@@ -16,7 +16,7 @@ from assets.ownership import OWNERS, tags_for
 from relgate.checkpoint.distribute import DistributionRequest, distribution_session
 from relgate.checkpoint.publish import PublishedCheckpoint
 from relgate.demo.checkpoint import DemoCheckpointRequest, publish_demo_checkpoint
-from relgate.runs.store import run_status
+from relgate.runs.store import get_run
 from resources.relgate import RelgateResource
 
 GROUP = "checkpoints"
@@ -66,7 +66,7 @@ def checkpoint_manifest(
     )
     ws = relgate.workspace()
     # the declared run must exist (a refusal otherwise): its root is what was trained on
-    trained = run_status(ws.db, config.trained_on_run) if config.trained_on_run else None
+    trained = get_run(ws.db, config.trained_on_run) if config.trained_on_run else None
     published = publish_demo_checkpoint(ws, request, log=context.log.info)
     lineage = (
         {

@@ -294,15 +294,18 @@ def _shown(findings: list[ShardFinding]) -> dict[str, Any]:
         return {}
     first = findings[0]
     rows = [
-        f"| {f.shard} | `{f.object_key}` | {f.object_version} | {f.expected} | {f.actual} |"
-        f" {f.message} |"
+        {
+            "shard": f.shard,
+            "objectKey": f.object_key or "",
+            "objectVersion": f.object_version,
+            "expected": str(f.expected),
+            "actual": str(f.actual),
+            "message": f.message,
+        }
         for f in findings
     ]
-    table = "| shard | object key | version | expected | actual | message |\n" + (
-        "|---|---|---|---|---|---|\n" + "\n".join(rows)
-    )
     return {
-        "failingShards": dg.MetadataValue.md(table),
+        "failingShards": typed_table(rows),
         "shard": first.shard,
         "objectKey": first.object_key or "",
         "objectVersion": first.object_version,

@@ -15,7 +15,7 @@ from relgate_trust.digests import sha256_digest
 from relgate.catalog import alias_table
 from relgate.catalog.db import Database, rows
 from relgate.catalog.permit_table import Permit
-from relgate.catalog.states import RUN_LIVE_STATES
+from relgate.catalog.run_table import LIVE_SQL
 from relgate.integrity.canonical import canonical_bytes
 from relgate.integrity.contract import Contract
 from relgate.runs.records import RunRecord
@@ -58,13 +58,12 @@ class LiveState(Contract):
 
 def live_state(db: Database) -> LiveState:
     """Aliases, open permits and live runs, read in one transaction."""
-    live = ", ".join(f"'{s}'" for s in RUN_LIVE_STATES)
     with db.tx() as conn:
         aliases = alias_table.aliases(conn)
         permits = rows(conn, "SELECT * FROM permits WHERE state = 'OPEN' ORDER BY permit_id")
         runs = rows(
             conn,
-            f"SELECT * FROM runs WHERE state IN ({live}) ORDER BY run_id",  # noqa: S608 constant run states
+            f"SELECT * FROM runs WHERE state IN ({LIVE_SQL}) ORDER BY run_id",  # noqa: S608 constant run states
         )
     records = [RunRecord.parse(r, what="run") for r in runs]
     return LiveState(

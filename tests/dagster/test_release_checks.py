@@ -169,7 +169,12 @@ def test_an_invalid_release_fails_its_checks_and_blocks_the_alias(home, tamper, 
         assert meta["expected"] == bad.storage_digest
         assert meta["actual"] == sha256_digest(tampered.read_bytes()) != bad.storage_digest
         assert meta["reportDigest"] == report["reportDigest"] and meta["root"] == root
-        assert bad.id in meta["failingShards"] and bad.object_key in meta["failingShards"]
+        (row,) = [r.data for r in meta["failingShards"].records]
+        assert (row["shard"], row["objectKey"], row["expected"]) == (
+            bad.id,
+            bad.object_key,
+            bad.storage_digest,
+        )
         assert f"shard {bad.id} ({bad.object_key})" in str(digest.description)
         assert report["reportDigest"] in str(evaluations[OUTCOME_CHECK].description)
         members = evaluations[Check.MISSING_MEMBERS.asset_check_name]  # not a per-shard check

@@ -47,22 +47,21 @@ def write_plots(
     ax.set_xlim(0, horizon_s)
     ax.legend()
     _save(fig, paths[0])
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, r in runs.items():
-        ax.step(*ready_curve(sc, r), where="post", label=name)
-    ax.set(xlabel="seconds", ylabel="hosts READY", title=f"{sc.name}: hosts READY over time")
-    ax.set_xlim(0, horizon_s)
-    ax.legend()
-    _save(fig, paths[1])
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, r in runs.items():
-        origin = np.asarray(r.trace.origin_bytes, dtype=float) / sc.checkpoint_bytes
-        ax.plot(r.trace.times, origin, label=name)
-    ylabel = "origin bytes / S"
-    ax.set(xlabel="seconds", ylabel=ylabel, title=f"{sc.name}: {ylabel} over time")
-    ax.set_xlim(0, horizon_s)
-    ax.legend()
-    _save(fig, paths[2])
+    for path, ylabel, steps in (
+        (paths[1], "hosts READY", True),
+        (paths[2], "origin bytes / S", False),
+    ):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, r in runs.items():
+            if steps:
+                ax.step(*ready_curve(sc, r), where="post", label=name)
+            else:
+                origin = np.asarray(r.trace.origin_bytes, dtype=float) / sc.checkpoint_bytes
+                ax.plot(r.trace.times, origin, label=name)
+        ax.set(xlabel="seconds", ylabel=ylabel, title=f"{sc.name}: {ylabel} over time")
+        ax.set_xlim(0, horizon_s)
+        ax.legend()
+        _save(fig, path)
     fig, ax = plt.subplots(figsize=(6, 4))
     ours = runs.get("relgate") or next(iter(runs.values()))
     for tier, ys in ours.trace.tiers.items():
