@@ -9,17 +9,18 @@ then checkpoint -> distribution, and a GC dry run.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import sys
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
 
 from pipelines.definitions import defs
+from pipelines.launch import CodeLocationRuns, LaunchedRun, LaunchError
 from pipelines.pg_instance import use_pg_url
 from relgate.demo.corpus import seed_demo, tag_demo_transforms
 from relgate.workspace import Workspace
@@ -32,32 +33,35 @@ MIB = 1 << 20
 
 
 def _execute(
-    instance: dg.DagsterInstance, job: str, ops: dict[str, object]
-) -> dg.ExecuteInProcessResult | None:
-    """Run one job of the code location in process; None (after saying so) if it failed."""
-    result = defs.resolve_job_def(job).execute_in_process(
-        instance=instance, run_config={"ops": ops, "loggers": QUIET}, raise_on_error=False
-    )
+    runs: CodeLocationRuns,
+    job: str,
+    ops: dict[str, object],
+    tags: dict[str, str] | None = None,
+) -> LaunchedRun | None:
+    """Launch one job of the code location and await it; None (after saying so) if it failed."""
+    try:
+        result = runs.launch(job, {"ops": ops, "loggers": QUIET}, tags)
+    except LaunchError as exc:
+        print(f"{job}: {exc}", file=sys.stderr)
+        return None
     if not result.success:
-        for event in result.all_events:
-            if event.is_step_failure and event.step_failure_data is not None:
-                error = event.step_failure_data.error
-                cause = error.cause if error is not None and error.cause is not None else error
-                message = cause.message.strip() if cause is not None else "failed"
-                print(f"{job}: step {event.step_key} failed: {message}", file=sys.stderr)
-        print(f"{job} failed (see the run log)", file=sys.stderr)
+        for step, message in result.step_failures():
+            print(f"{job}: step {step} failed: {message}", file=sys.stderr)
+        print(f"{job} failed: run {result.run_id} (`make ui` shows its log)", file=sys.stderr)
         return None
     return result
 
 
-def _metadata(result: dg.ExecuteInProcessResult, node: str) -> dict[str, Any]:
-    """The values of the last materialization ``node`` reported in this run."""
-    events = result.asset_materializations_for_node(node)
-    return {k: v.value for k, v in events[-1].metadata.items()} if events else {}
+def _value(run: LaunchedRun, asset: str) -> Any:
+    """The value ``asset`` holds after ``run`` (through the code location's I/O manager)."""
+    # the I/O manager announces each load at DEBUG on a console logger of its own (on
+    # stderr): not the demo's news
+    with contextlib.redirect_stderr(io.StringIO()):
+        return defs.load_asset_value(asset, instance=run.instance)
 
 
-def _checks(result: dg.ExecuteInProcessResult) -> str:
-    evaluations = result.get_asset_check_evaluations()
+def _checks(result: LaunchedRun) -> str:
+    evaluations = result.check_evaluations()
     passed = sum(1 for e in evaluations if e.passed)
     return f"{passed}/{len(evaluations)} checks passed"
 
@@ -70,43 +74,43 @@ def _config(**values: object) -> dict[str, object]:
     return {"config": values}
 
 
-def snapshots(instance: dg.DagsterInstance) -> bool:
+def snapshots(runs: CodeLocationRuns) -> bool:
     snap = _execute(
-        instance,
+        runs,
         "snapshot_release_job",
         {"snapshot_alias": _config(alias="default", approver="demo-approver", comment="make demo")},
     )
     if snap is None:
         return False
-    built = _metadata(snap, "dataset_snapshot")
+    built = snap.metadata("dataset_snapshot")
     print(
         f"snapshot {built['digest']}: {built['members']} members{_unchanged(built['existing'])},"
         f" validation {_checks(snap)}"
     )
-    alias = snap.output_for_node("snapshot_alias")
+    alias = _value(snap, "snapshot_alias")
     print(
         f"active snapshot for alias 'default' (generation {alias['generation']}): {alias['activeDigest']}"
     )
     return True
 
 
-def releases(instance: dg.DagsterInstance, purpose: str) -> bool:
+def releases(runs: CodeLocationRuns, purpose: str, records_per_shard: int = 200) -> bool:
     permit = {"alias": "default-release", "purpose": purpose, "world_size": WORLD_SIZE}
     release = _execute(
-        instance,
+        runs,
         "release_job",
         {
-            "shard_release": _config(records_per_shard=200),
+            "shard_release": _config(records_per_shard=records_per_shard),
             "release_alias": _config(alias="default-release", approver="demo-approver"),
             "gate_permit": _config(**permit),
         },
     )
     if release is None:
         return False
-    shards = _metadata(release, "shard_release")
-    report = release.output_for_node("release_verification")
-    published = release.output_for_node("release_alias")
-    run = release.output_for_node("pinned_run")
+    shards = release.metadata("shard_release")
+    report = _value(release, "release_verification")
+    published = _value(release, "release_alias")
+    run = _value(release, "pinned_run")
     print(
         f"release {shards['root']}: {shards['shards']} shards, {shards['records']} records;"
         f" verification {report['outcome']}, {_checks(release)}{_unchanged(published['idempotentRetry'])}"
@@ -120,39 +124,21 @@ def releases(instance: dg.DagsterInstance, purpose: str) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """Send this process's stderr (fd 2, which subprocesses inherit) to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with path.open("ab") as log:
-            os.dup2(log.fileno(), 2)
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def distribution(instance: dg.DagsterInstance, home: Path) -> bool:
-    # The coordinator (the Pipes process) logs every step to stderr, as the agents log to
-    # fleet/host-*/agent.log: its log goes beside theirs.
-    log = home / "fleet" / "coordinator.log"
-    with _stderr_to(log):
-        dist = _execute(
-            instance,
-            "distribution_job",
-            {
-                "checkpoint_manifest": _config(model="demo-lm", version="v1", demo_megabytes=192),
-                "checkpoint_distribution": _config(hosts=4, racks=2),
-            },
-        )
+def distribution(runs: CodeLocationRuns) -> bool:
+    # The coordinator (the Pipes process) logs every step to the step's stderr, which the
+    # run's compute log keeps (`make ui`, the step's stderr); the agents log to
+    # fleet/host-*/agent.log.
+    dist = _execute(
+        runs,
+        "distribution_job",
+        {
+            "checkpoint_manifest": _config(model="demo-lm", version="v1", demo_megabytes=192),
+            "checkpoint_distribution": _config(hosts=4, racks=2),
+        },
+    )
     if dist is None:
-        print(f"distribution_job failed: coordinator log {log}", file=sys.stderr)
         return False
-    done = _metadata(dist, "checkpoint_distribution")
+    done = dist.metadata("checkpoint_distribution")
     print(
         f"DistributionComplete: demo-lm/v1 ready on {done['hosts_ready']}/{done['hosts_total']}"
         f" hosts {done['ready_hosts']}; {done['bytes_moved'] / MIB:.0f} MiB moved,"
@@ -162,12 +148,12 @@ def distribution(instance: dg.DagsterInstance, home: Path) -> bool:
     return True
 
 
-def gc_plan(instance: dg.DagsterInstance) -> bool:
-    gc = _execute(instance, "retention_plan_job", {"retention_plan": _config(grace="0s")})
+def gc_plan(runs: CodeLocationRuns) -> bool:
+    gc = _execute(runs, "retention_plan_job", {"retention_plan": _config(grace="0s")})
     if gc is None:
         print("GC plan failed closed (see the run log)", file=sys.stderr)
         return False
-    plan = gc.output_for_node("retention_plan")
+    plan = _value(gc, "retention_plan")
     print(
         f"GC plan (dry run, grace 0s): {plan['storedObjects']} stored objects,"
         f" {plan['requiredObjects']} of them required, deletion candidates:"
@@ -185,6 +171,17 @@ def gc_plan(instance: dg.DagsterInstance) -> bool:
     return True
 
 
+def nightly(runs: CodeLocationRuns) -> bool:
+    """Last night's partition, so the nightly asset's partition bar is not all grey."""
+    night = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%d")
+    built = _execute(runs, "nightly_snapshot_job", {}, tags={"dagster/partition": night})
+    if built is None:
+        return False
+    meta = built.metadata("nightly_snapshot")
+    print(f"nightly {night}: snapshot {meta['digest']}, validation {meta['validation']}")
+    return True
+
+
 def main() -> int:
     # Dagster's preview/beta notices (Pipes internals, data versions) are not the demo's news.
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)
@@ -195,17 +192,14 @@ def main() -> int:
         print("seeding demo corpus:", json.dumps(seed_demo(ws).to_json()), flush=True)
     purpose = str(ws.config["snapshot"]["purpose"])
     use_pg_url()  # dagster.postgres.yaml reads DAGSTER_PG_URL: the psycopg2 driver
-    instance = dg.DagsterInstance.get()
-    ok = (
-        snapshots(instance)
-        and releases(instance, purpose)
-        and distribution(instance, Path(ws.home))
-    )
-    if ok:
-        print(
-            f"dagster runs recorded in {os.environ.get('DAGSTER_HOME')}; `make ui` shows the lineage"
-        )
-    return 0 if ok and gc_plan(instance) else 1
+    with dg.DagsterInstance.get() as instance, CodeLocationRuns(instance) as runs:
+        ok = snapshots(runs) and releases(runs, purpose) and distribution(runs) and nightly(runs)
+        if ok:
+            print(
+                f"dagster runs recorded in {os.environ.get('DAGSTER_HOME')}; `make ui` shows"
+                " them under their jobs, with the lineage"
+            )
+        return 0 if ok and gc_plan(runs) else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """``make demo`` as a new user sees it: what happened, and nothing else.
 
 The demo driver runs as a real process on a fresh SQLite instance and workspace, twice.
-The first run prints one line per step and nothing on stderr (no Preview/Beta warnings,
+Every job is launched through workspace.yaml and the run queue, so each run belongs to the
+code location.  The first run prints one line per step and nothing on stderr (no Preview/Beta warnings,
 no Pipes notices, no agent or coordinator logging, no ``eta -1s``); its GC summary never
 counts more required than stored objects.  The second run, on unchanged input, reports
 the same snapshot and release digests at generation 1.
@@ -12,14 +13,23 @@ import re
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = r"sha256:[0-9a-f]{64}"
 
 pytestmark = pytest.mark.slow
+DEMO_JOBS = [
+    "snapshot_release_job",
+    "release_job",
+    "distribution_job",
+    "nightly_snapshot_job",
+    "retention_plan_job",
+]
 
 
 def _demo(tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -44,6 +54,26 @@ def _digest(pattern: str, out: str) -> str:
     return found.group(1)
 
 
+def _runs_belong_to_the_code_location(dagster_home: Path) -> None:
+    """Every demo run was launched through workspace.yaml (it has the code location's
+    origin, so the UI lists it under its job and can re-execute it), succeeded, and the
+    nightly run built yesterday's partition; the coordinator's log is in the distribution
+    run's compute log."""
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        runs = instance.get_runs()
+        assert sorted(r.job_name for r in runs) == sorted(DEMO_JOBS)
+        for run in runs:
+            assert run.status == dg.DagsterRunStatus.SUCCESS, run.job_name
+            assert run.remote_job_origin is not None, run.job_name
+            assert run.remote_job_origin.location_name == "relgate"
+        (nightly,) = (r for r in runs if r.job_name == "nightly_snapshot_job")
+        yesterday = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%d")
+        assert nightly.tags["dagster/partition"] == yesterday
+        (dist,) = (r for r in runs if r.job_name == "distribution_job")
+        logs = list((dagster_home / "storage" / dist.run_id / "compute_logs").glob("*.err"))
+        assert any("coordinator" in log.read_text() for log in logs), logs
+
+
 def test_the_demo_prints_what_happened_and_reruns_as_a_no_op(tmp_path):
     (tmp_path / "dagster").mkdir()
     shutil.copy(ROOT / "dagster.yaml", tmp_path / "dagster" / "dagster.yaml")
@@ -61,7 +91,7 @@ def test_the_demo_prints_what_happened_and_reruns_as_a_no_op(tmp_path):
         r"GC plan \(dry run, grace 0s\): (\d+) stored objects, (\d+) of them required", out
     )
     assert gc and int(gc.group(2)) <= int(gc.group(1)), out
-    assert (tmp_path / "relgate" / "fleet" / "coordinator.log").stat().st_size > 0
+    _runs_belong_to_the_code_location(tmp_path / "dagster")
 
     again = _demo(tmp_path)
     assert again.returncode == 0 and again.stderr == "", again.stderr

@@ -1,4 +1,5 @@
-"""A demo instance for the UI test: the demo's snapshot and release runs, then an INVALID
+"""A demo instance for the UI test: the demo's snapshot and release runs (launched through
+workspace.yaml and the run queue, as ``make demo`` launches them), then an INVALID
 release (one shard byte flipped after writing) whose blocking checks fail.
 
 Everything lands in a persistent SQLite Dagster instance under ``dagster_home`` and a
@@ -18,6 +19,7 @@ from support.workspaces import make_workspace
 
 from pipelines import demo
 from pipelines.definitions import defs
+from pipelines.launch import CodeLocationRuns
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.gate.transitions import open_gate
@@ -28,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class UiInstance:
+    #: the first published release (generation 1), the second (generation 2, active)
+    first_root: str
     published_root: str
     invalid_root: str
     run_id: str
@@ -47,9 +51,17 @@ def build(relgate_home: Path, dagster_home: Path) -> UiInstance:
     shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
     ws = Workspace.init(relgate_home)
     purpose = str(ws.config["snapshot"]["purpose"])
-    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-        assert demo.snapshots(instance) and demo.releases(instance, purpose)
+    with (
+        dg.DagsterInstance.from_config(str(dagster_home)) as instance,
+        CodeLocationRuns(instance) as runs,
+    ):
+        assert demo.snapshots(runs) and demo.releases(runs, purpose)
+        first = open_gate(ws).alias("default-release", "release").active_digest
+        # a second release (other shard sizes: another root) at generation 2, so the alias
+        # has a generation to roll back to
+        assert demo.releases(runs, purpose, records_per_shard=100)
         published = open_gate(ws).alias("default-release", "release").active_digest
+        assert first is not None and published != first
         run = instance.get_latest_materialization_event(dg.AssetKey("pinned_run"))
         assert published is not None and run is not None
         run_id = str(run.asset_materialization.metadata["runId"].value)
@@ -74,4 +86,6 @@ def build(relgate_home: Path, dagster_home: Path) -> UiInstance:
         assert not verified.success
     assert get_release(ws.db, invalid).state == "INVALID"
     ws.close()
-    return UiInstance(published_root=published, invalid_root=invalid, run_id=run_id)
+    return UiInstance(
+        first_root=first, published_root=published, invalid_root=invalid, run_id=run_id
+    )
