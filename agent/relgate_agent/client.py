@@ -9,7 +9,17 @@ from typing import Any, TypeVar
 import grpc
 from relgate_trust.job_request import JobSpec
 
-from relgate_agent.contracts import HostReason, HostRow, InventoryHost, JobReport, RemovedHost
+from relgate_agent.contracts import (
+    HostReason,
+    HostRow,
+    InventoryHost,
+    JobReport,
+    JobSummary,
+    JobTopology,
+    RemovedHost,
+    StripeHop,
+    StripeView,
+)
 from relgate_agent.errors import (
     CHECK_METADATA_KEY,
     KIND_CHUNK_FAILED,
@@ -51,13 +61,20 @@ class CoordinatorRefusal(AgentError):
         }
 
 
-def refusal_check(exc: grpc.RpcError, code: grpc.StatusCode) -> str:
-    """The check the coordinator named in the refusal's trailing metadata."""
+def sent_check(exc: grpc.RpcError) -> str:
+    """The check the coordinator named in the refusal's trailing metadata ("" none)."""
     metadata = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
     for key, value in metadata or ():
         if key == CHECK_METADATA_KEY and isinstance(value, str) and value:
             return value
-    return "job-not-found" if code == grpc.StatusCode.NOT_FOUND else "coordinator-validation"
+    return ""
+
+
+def refusal_check(exc: grpc.RpcError, code: grpc.StatusCode) -> str:
+    """The check the coordinator named in the refusal's trailing metadata."""
+    return sent_check(exc) or (
+        "job-not-found" if code == grpc.StatusCode.NOT_FOUND else "coordinator-validation"
+    )
 
 
 def typed_call(rpc: str, fn: Callable[[], T]) -> T:
@@ -108,6 +125,27 @@ class CoordinatorClient:
     def get_job(self, job_id: str, timeout: float = 10.0) -> pb.GetJobResponse:
         resp: pb.GetJobResponse = self.jobs.GetJob(pb.GetJobRequest(job_id=job_id), timeout=timeout)
         return resp
+
+    def list_jobs(self, state: str = "", timeout: float = 10.0) -> list[JobSummary]:
+        """Every job the coordinator knows, oldest first (``state``: only those)."""
+        r = self.jobs.ListJobs(pb.ListJobsRequest(state=state), timeout=timeout)
+        return [
+            JobSummary(
+                job_id=j.job_id,
+                model=j.model,
+                version=j.version,
+                state=j.state,
+                hosts_total=j.hosts_total,
+                hosts_ready=j.hosts_ready,
+                created_at=j.created_at,
+            )
+            for j in r.jobs
+        ]
+
+    def job_topology(self, job_id: str, timeout: float = 10.0) -> JobTopology:
+        """The job's current striped chains with each hop's rate and bytes done."""
+        r = self.jobs.GetJobTopology(pb.GetJobTopologyRequest(job_id=job_id), timeout=timeout)
+        return topology_from_pb(r)
 
     def cancel_job(self, job_id: str, timeout: float = 10.0) -> pb.CancelJobResponse:
         """Cancel; the answer names the hosts that had placed the version by then."""
@@ -186,6 +224,34 @@ class Inventory:
             "controlRefusals": self.control_refusals,
             "hosts": [h.to_json() for h in self.hosts],
         }
+
+
+def topology_from_pb(r: pb.GetJobTopologyResponse) -> JobTopology:
+    return JobTopology(
+        job_id=r.job_id,
+        state=r.state,
+        topology_version=r.topology_version,
+        live=r.live,
+        stripes=tuple(
+            StripeView(
+                stripe=s.stripe,
+                root=s.root,
+                stripe_bytes=s.stripe_bytes,
+                hops=tuple(
+                    StripeHop(
+                        host_id=h.host_id,
+                        upstream=h.upstream,
+                        downstreams=tuple(h.downstreams),
+                        rx_bytes_per_s=h.rx_bytes_per_s,
+                        bytes_done=h.bytes_done,
+                        bypassed=h.bypassed,
+                    )
+                    for h in s.hops
+                ),
+            )
+            for s in r.stripes
+        ),
+    )
 
 
 def job_from_pb(resp: pb.GetJobResponse) -> JobReport:

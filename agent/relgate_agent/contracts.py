@@ -178,11 +178,15 @@ __all__ = [
     "InventoryHost",
     "JobRef",
     "JobReport",
+    "JobSummary",
+    "JobTopology",
     "PeerRef",
     "ProgressReply",
     "ProgressReport",
     "Registration",
+    "StripeHop",
     "StripePlan",
+    "StripeView",
     "SuspectReply",
     "WatchCursor",
     "WatchUpdate",
@@ -363,4 +367,81 @@ class InventoryHost:
             "health": self.health,
             "dataRefusals": self.data_refusals,
             "hold": self.hold,
+        }
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One job of ListJobs (``job list``): live or finished, hosts READY of its targets."""
+
+    job_id: str
+    model: str
+    version: str
+    state: str
+    hosts_total: int
+    hosts_ready: int
+    created_at: int  # wall time, Unix seconds
+
+    def to_json(self) -> dict[str, object]:
+        return {camel(f.name): getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class StripeHop:
+    """One host's place in one stripe's chain: its upstream (a host, or :data:`ORIGIN` for
+    the root), its downstreams in chain order, and what the coordinator knows of its
+    progress there: the stripe's receive rate as last reported (:data:`STRIPE_DONE` held
+    whole or pulled from the bypass peer, 0 none reported) and the bytes of the stripe's
+    chunks it verified (-1 unknown)."""
+
+    host_id: str
+    upstream: str
+    downstreams: tuple[str, ...]
+    rx_bytes_per_s: int
+    bytes_done: int
+    bypassed: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        out = {camel(f.name): getattr(self, f.name) for f in fields(self)}
+        out["downstreams"] = list(self.downstreams)
+        return out
+
+
+@dataclass(frozen=True)
+class StripeView:
+    """One stripe of a job's topology: its root (the host reading the origin), the bytes of
+    its chunks (chunk index mod k) and every hop, chain order, root first."""
+
+    stripe: int
+    root: str
+    stripe_bytes: int
+    hops: tuple[StripeHop, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "stripe": self.stripe,
+            "root": self.root,
+            "stripeBytes": self.stripe_bytes,
+            "hops": [h.to_json() for h in self.hops],
+        }
+
+
+@dataclass(frozen=True)
+class JobTopology:
+    """A job's current striped chains (GetJobTopology, ``job get --topology``); ``live``
+    false: a finished job's last stored topology (no rates: its progress cache is gone)."""
+
+    job_id: str
+    state: str
+    topology_version: int
+    live: bool
+    stripes: tuple[StripeView, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "jobId": self.job_id,
+            "state": self.state,
+            "topologyVersion": self.topology_version,
+            "live": self.live,
+            "stripes": [s.to_json() for s in self.stripes],
         }

@@ -12,6 +12,7 @@ from relgate_agent.identity.authz import (
     chunk_refusal,
     live_targets,
     ready_refusal,
+    rpc_check,
     rpc_refusal,
     stripe_refusal,
     topology_skew,
@@ -42,6 +43,8 @@ def test_method_tables() -> None:
         "ClearHost",
         "EnrollHost",
         "ListHosts",
+        "ListJobs",
+        "GetJobTopology",
     } == OPERATOR_METHODS
     assert {
         "Watch",
@@ -51,6 +54,33 @@ def test_method_tables() -> None:
         "ReportSuspect",
         "FindPeers",
     } == AGENT_METHODS
+
+
+def test_every_rpc_of_the_proto_has_its_role() -> None:
+    """A new RPC in the proto is authorized by role or refused as unknown: never both."""
+    from relgate_agent.proto import distribution_pb2 as pb
+
+    def names(service: str) -> set[str]:
+        return {m.name for m in pb.DESCRIPTOR.services_by_name[service].methods}
+
+    assert names("JobService") == OPERATOR_METHODS
+    assert names("AgentService") == AGENT_METHODS
+
+
+def test_each_refusal_names_its_check() -> None:
+    assert rpc_check("ListJobs", OP) is None
+    assert rpc_check("ListJobs", H0) == (
+        "operator-role",
+        "ListJobs refused: operator RPC, caller is host:h00@r0",
+    )
+    assert rpc_check("GetJobTopology", None) == (
+        "client-identity",
+        "GetJobTopology refused: the client certificate carries no relgate identity",
+    )
+    assert (rpc_check("Watch", OP, "h00") or ("", ""))[0] == "agent-role"
+    assert (rpc_check("Watch", H0, "h01") or ("", ""))[0] == "host-identity"
+    assert (rpc_check("Watch", H0, "h00", "r1") or ("", ""))[0] == "host-rack"
+    assert (rpc_check("Backdoor", OP) or ("", ""))[0] == "rpc-method"
 
 
 # ---------------------------------------------------------------------------- control plane

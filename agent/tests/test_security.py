@@ -214,6 +214,10 @@ OPERATOR_CALLS = {
         pb.EnrollHostRequest(host_id="evil", rack="r0", labels={"cluster": "inf-a"}), timeout=10
     ),
     "ListHosts": lambda s: s.ListHosts(pb.ListHostsRequest(), timeout=10),
+    "ListJobs": lambda s: s.ListJobs(pb.ListJobsRequest(), timeout=10),
+    "GetJobTopology": lambda s: s.GetJobTopology(
+        pb.GetJobTopologyRequest(job_id="dj_x"), timeout=10
+    ),
 }
 
 

@@ -48,7 +48,13 @@ class _Collector(Collector):
         self.jobs, self.data = jobs, data
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        # every family on every scrape, with or without a job (a dashboard's query finds its
+        # metric before the first job; docs/agent-metrics.md lists them all)
         families: dict[str, CounterMetricFamily] = {}
+        for name, text, _field, extra in _JOB_COUNTERS:
+            if name not in families:
+                labels = ["job", *(k for k, _ in extra)]
+                families[name] = CounterMetricFamily(name, text, labels=labels)
         verified = GaugeMetricFamily(
             "relgate_agent_chunks_verified", "Chunks verified on this host", labels=["job"]
         )
@@ -73,12 +79,8 @@ class _Collector(Collector):
                     cuts.add_metric([job.job_id, check], float(n))
                 for reason, n in sorted(c.bypasses.items()):
                     bypasses.add_metric([job.job_id, reason], float(n))
-            for (name, text, _field, extra), value in values:
-                family = families.get(name)
-                if family is None:
-                    labels = ["job", *(k for k, _ in extra)]
-                    family = families[name] = CounterMetricFamily(name, text, labels=labels)
-                family.add_metric([job.job_id, *(v for _, v in extra)], float(value))
+            for (name, _text, _field, extra), value in values:
+                families[name].add_metric([job.job_id, *(v for _, v in extra)], float(value))
             count = files.tracker.n_verified if files is not None else 0
             verified.add_metric([job.job_id], float(count))
             ready.add_metric([job.job_id], 1.0 if is_ready else 0.0)

@@ -23,7 +23,7 @@ from relgate_agent.cli.scrub import verify
 from relgate_agent.cli.serving import ack_serving
 from relgate_agent.cli.simulate import simulate
 from relgate_agent.cli.verify_handoff import verify_handoff
-from relgate_agent.client import CoordinatorRefusal
+from relgate_agent.client import CoordinatorRefusal, sent_check
 from relgate_agent.errors import AgentError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_REJECTED, EXIT_CONFLICT = 0, 1, 2, 3, 4
@@ -64,7 +64,11 @@ for _command in (*_COMMANDS, simulate):
 
 def _rpc_exit(out: Output, exc: grpc.RpcError) -> int:
     code = exc.code()
-    out.emit({"error": code.name.lower(), "message": exc.details()})
+    result: dict[str, object] = {"error": code.name.lower(), "message": exc.details()}
+    check = sent_check(exc)
+    if check:  # the rule that refused it, as the coordinator named it
+        result["check"] = check
+    out.emit(result)
     if code in _REJECTED_CODES:
         return EXIT_REJECTED
     if code in _CONFLICT_CODES:

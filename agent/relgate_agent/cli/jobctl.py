@@ -1,4 +1,5 @@
-"""Distribution job commands: ``job create``, ``job get``, ``job cancel``, ``job evict``."""
+"""Distribution job commands: ``job create``, ``job list``, ``job get``, ``job cancel``,
+``job evict``."""
 
 from __future__ import annotations
 
@@ -89,23 +90,77 @@ def job_create(  # noqa: PLR0913 - one parameter per command-line option
     )
 
 
+# every state a job can be in (coordinator/jobstate.py ACTIVE_STATES + TERMINAL_STATES)
+JOB_STATES = ("PLANNING", "DISTRIBUTING", "COMPLETE", "DONE", "CANCELLED", "FAILED")
+
+
+@job.command("list", help="the coordinator's jobs, oldest first: state and hosts READY/targets")
+@common
+@click.option("--coordinator", default=DEFAULT_COORDINATOR)
+@click.option(
+    "--state",
+    default="",
+    type=click.Choice(["", *JOB_STATES], case_sensitive=False),
+    help="only jobs in this state",
+)
+@tls_options
+def job_list(coordinator: str, state: str, pki: str, ca: str, cert: str, key: str) -> None:
+    from relgate_agent.cli.render import job_rows
+    from relgate_agent.client import CoordinatorClient
+
+    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
+    try:
+        jobs = c.list_jobs(state.upper())
+    finally:
+        c.close()
+    out = output()
+    if out.json:
+        out.emit({"jobs": [j.to_json() for j in jobs]})
+        return
+    for line in job_rows(jobs):
+        click.echo(line)
+
+
 @job.command("get")
 @common
 @click.argument("job_id")
 @click.option("--coordinator", default=DEFAULT_COORDINATOR)
 @click.option("--hosts", is_flag=True, help="include per-host status")
+@click.option(
+    "--topology",
+    is_flag=True,
+    help="include the current striped chains: per stripe, each host's upstream (a host or"
+    " ORIGIN), downstreams, reported receive rate and bytes done",
+)
 @tls_options
 def job_get(
-    job_id: str, coordinator: str, hosts: bool, pki: str, ca: str, cert: str, key: str
+    *,
+    job_id: str,
+    coordinator: str,
+    hosts: bool,
+    topology: bool,
+    pki: str,
+    ca: str,
+    cert: str,
+    key: str,
 ) -> None:
+    from relgate_agent.cli.render import topology_lines
     from relgate_agent.client import CoordinatorClient, job_from_pb
 
     c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
     try:
         status = job_from_pb(c.get_job(job_id))
+        chains = c.job_topology(job_id) if topology else None
     finally:
         c.close()
-    output().emit(status.to_json(hosts=hosts))
+    out = output()
+    doc = status.to_json(hosts=hosts)
+    if chains is not None and out.json:
+        doc["topology"] = chains.to_json()
+    out.emit(doc)
+    if chains is not None and not out.json:
+        for line in topology_lines(chains):
+            click.echo(line)
 
 
 @job.command("cancel")

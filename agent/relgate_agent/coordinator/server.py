@@ -39,6 +39,8 @@ from relgate_agent.coordinator.service import Coordinator
 from relgate_agent.coordinator.watchhub import WatchClosed, WatchHub
 from relgate_agent.coordinator.wire import (
     WatchEncoder,
+    job_summary_to_pb,
+    job_topology_to_pb,
     peer_to_pb,
     registration_to_pb,
     report_from_pb,
@@ -46,7 +48,7 @@ from relgate_agent.coordinator.wire import (
 )
 from relgate_agent.errors import CHECK_METADATA_KEY, AgentError
 from relgate_agent.identity import certlife
-from relgate_agent.identity.authz import rpc_refusal
+from relgate_agent.identity.authz import CHECK_CLIENT_IDENTITY, rpc_check
 from relgate_agent.identity.certlife import RevokedCerts
 from relgate_agent.pki import Identity, TlsFiles, grpc_server_credentials, identity_from_pem
 from relgate_agent.proto import distribution_pb2 as pb
@@ -140,12 +142,13 @@ class Calls:
         """:meth:`authorize` for an identity already read off this call's certificate (a
         stream's later messages)."""
         await self.check_cert(context, ident)  # every call: a certificate's whole life
-        why = rpc_refusal(method, ident, host_id, rack)
-        if why is None and ident is not None:
+        refused = rpc_check(method, ident, host_id, rack)
+        if refused is None and ident is not None:
             return ident
-        why = why or "no client identity"
+        check, why = refused or (CHECK_CLIENT_IDENTITY, "no client identity")
         self.coord.control_refusals += 1  # a counter read by ListHosts; the loop thread only
         log.warning("%s (peer %s)", why, context.peer())
+        context.set_trailing_metadata(((CHECK_METADATA_KEY, check),))
         await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
         raise AssertionError("unreachable")  # abort raises
 
@@ -281,6 +284,22 @@ class JobServicer(pbg.JobServiceServicer):
             context, "ClearHost", lambda: self.coord.clear_host(request.host_id, request.note)
         )
         return pb.ClearHostResponse(cleared=bool(was), was=was)
+
+    async def ListJobs(
+        self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListJobsResponse:
+        jobs = await self.calls.call(
+            context, "ListJobs", lambda: self.coord.list_jobs(request.state)
+        )
+        return pb.ListJobsResponse(jobs=[job_summary_to_pb(j) for j in jobs])
+
+    async def GetJobTopology(
+        self, request: pb.GetJobTopologyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetJobTopologyResponse:
+        view = await self.calls.call(
+            context, "GetJobTopology", lambda: self.coord.job_topology(request.job_id)
+        )
+        return job_topology_to_pb(view)
 
 
 class AgentServicer(pbg.AgentServiceServicer):

@@ -26,12 +26,16 @@ from relgate_agent.contracts import (
     HostRow,
     InventoryHost,
     JobReport,
+    JobSummary,
+    JobTopology,
     RemovedHost,
 )
-from relgate_agent.coordinator import removal, tally
+from relgate_agent.coordinator import removal, tally, views
 from relgate_agent.coordinator.budget import rebalance_origins
 from relgate_agent.coordinator.handoff import HandoffService
 from relgate_agent.coordinator.jobstate import (
+    ACTIVE_STATES,
+    TERMINAL_STATES,
     CoordinatorConfig,
     HostProgress,
     JobState,
@@ -302,6 +306,51 @@ class Coordinator(HandoffService):
             straggler_reasons=reasons,
             removed_hosts=removal.removed_hosts(job),
         )
+
+    # ------------------------------------------------------------------ operator views
+    def list_jobs(self, state: str = "") -> list[JobSummary]:
+        """Every job this coordinator's store knows (live ones as they are now), oldest
+        first; ``state`` keeps those in that state ("" all)."""
+        self.require_leader()
+        if state and state not in (*ACTIVE_STATES, *TERMINAL_STATES):
+            raise Rejected(
+                f"job state {state!r} is not one of {', '.join((*ACTIVE_STATES, *TERMINAL_STATES))}",
+                check="job-state",
+            )
+        rows = self.store.load_jobs()  # never under the lock
+        with self.lock:
+            self.require_leader()
+            live = {j.job_id: views.live_summary(j) for j in self.jobs.values()}
+        out = {r.job_id: views.stored_summary(r) for r in rows} | live
+        return sorted(
+            (j for j in out.values() if not state or j.state == state),
+            key=lambda j: (j.created_at, j.job_id),
+        )
+
+    def job_topology(self, job_id: str) -> JobTopology:
+        """The job's current striped chains: each stripe's hops (upstream, downstreams) with
+        the rate and verified bytes the progress cache holds; a finished job's last stored
+        topology (coordinator/views.py)."""
+        self.require_leader()
+        with self.lock:
+            job = self.jobs.get(job_id)
+            snap = views.snapshot(job) if job is not None else None
+        if snap is not None:
+            return views.topology_view(snap)
+        rows = [r for r in self.store.load_jobs() if r.job_id == job_id]
+        if not rows:
+            raise NotFound(f"job {job_id} is unknown")
+        row = rows[0]
+        try:  # the stripes' sizes; a manifest gone or no longer trusted leaves them unknown
+            manifest: CheckpointManifest | None = self._verify(
+                read_manifest(JobSpec.from_stored(row.spec).manifest_uri)
+            )
+        except (ManifestReadError, ManifestError, Rejected) as exc:
+            log.info("job %s: topology without stripe sizes (%s)", job_id, exc)
+            manifest = None
+        if manifest is not None and manifest.digest != row.manifest_digest:
+            manifest = None  # the file at the URI is another manifest now
+        return views.stored_view(row, manifest, set(row.ready_hosts) & set(row.targets))
 
     # ------------------------------------------------------------------ inventory
     def enroll(self, host_id: str, rack: str, labels: dict[str, str], remove: bool = False) -> bool:

@@ -7,6 +7,8 @@ from dataclasses import replace
 from relgate_agent.contracts import (
     AssignmentPlan,
     JobReport,
+    JobSummary,
+    JobTopology,
     PeerRef,
     ProgressReport,
     Registration,
@@ -39,6 +41,46 @@ def status_to_pb(s: JobReport) -> pb.GetJobResponse:
     values["straggler_reasons"] = [pb.HostReason(**r) for r in values["straggler_reasons"]]
     values["removed_hosts"] = [pb.RemovedHost(**r) for r in values["removed_hosts"]]
     return pb.GetJobResponse(**values, hosts=[pb.HostStatus(**h) for h in hosts])
+
+
+def job_summary_to_pb(j: JobSummary) -> pb.JobSummary:
+    return pb.JobSummary(
+        job_id=j.job_id,
+        model=j.model,
+        version=j.version,
+        state=j.state,
+        hosts_total=j.hosts_total,
+        hosts_ready=j.hosts_ready,
+        created_at=j.created_at,
+    )
+
+
+def job_topology_to_pb(t: JobTopology) -> pb.GetJobTopologyResponse:
+    return pb.GetJobTopologyResponse(
+        job_id=t.job_id,
+        state=t.state,
+        topology_version=t.topology_version,
+        live=t.live,
+        stripes=[
+            pb.StripeTopology(
+                stripe=s.stripe,
+                root=s.root,
+                stripe_bytes=s.stripe_bytes,
+                hops=[
+                    pb.StripeHop(
+                        host_id=h.host_id,
+                        upstream=h.upstream,
+                        downstreams=list(h.downstreams),
+                        rx_bytes_per_s=h.rx_bytes_per_s,
+                        bytes_done=h.bytes_done,
+                        bypassed=h.bypassed,
+                    )
+                    for h in s.hops
+                ],
+            )
+            for s in t.stripes
+        ],
+    )
 
 
 def assignment_to_pb(a: AssignmentPlan) -> pb.Assignment:

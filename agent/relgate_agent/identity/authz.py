@@ -18,33 +18,69 @@ STALE_TOPOLOGY = "stale topology"
 
 # control plane: which role may call what
 OPERATOR_METHODS = frozenset(
-    {"CreateJob", "GetJob", "CancelJob", "EvictHost", "ClearHost", "EnrollHost", "ListHosts"}
+    {
+        "CreateJob",
+        "GetJob",
+        "CancelJob",
+        "EvictHost",
+        "ClearHost",
+        "EnrollHost",
+        "ListHosts",
+        "ListJobs",
+        "GetJobTopology",
+    }
 )
 AGENT_METHODS = frozenset(
     {"Watch", "Register", "ReportProgress", "ReportStream", "ReportSuspect", "FindPeers"}
 )
 
 
-def rpc_refusal(  # noqa: PLR0911 - one return per refusal rule, in order
+def rpc_refusal(
     method: str, caller: Identity | None, host_id: str = "", rack: str = ""
 ) -> str | None:
     """Operators call operator RPCs; a host calls agent RPCs only as the host (and rack) its
     certificate names."""
+    refused = rpc_check(method, caller, host_id, rack)
+    return None if refused is None else refused[1]
+
+
+# the checks :func:`rpc_check` names (sent to the client with the refusal)
+CHECK_CLIENT_IDENTITY = "client-identity"
+CHECK_OPERATOR_ROLE = "operator-role"
+CHECK_AGENT_ROLE = "agent-role"
+CHECK_HOST_IDENTITY = "host-identity"
+CHECK_HOST_RACK = "host-rack"
+CHECK_RPC_METHOD = "rpc-method"
+
+
+def rpc_check(  # noqa: PLR0911 - one return per refusal rule, in order
+    method: str, caller: Identity | None, host_id: str = "", rack: str = ""
+) -> tuple[str, str] | None:
+    """:func:`rpc_refusal` with the check that refused: (check, refusal text), or None."""
     if caller is None:
-        return f"{method} refused: the client certificate carries no relgate identity"
+        return (
+            CHECK_CLIENT_IDENTITY,
+            f"{method} refused: the client certificate carries no relgate identity",
+        )
     if method in OPERATOR_METHODS:
         if caller.role != ROLE_OPERATOR:
-            return f"{method} refused: operator RPC, caller is {caller}"
+            return CHECK_OPERATOR_ROLE, f"{method} refused: operator RPC, caller is {caller}"
         return None
     if method in AGENT_METHODS:
         if caller.role != ROLE_HOST:
-            return f"{method} refused: agent RPC, caller is {caller}"
+            return CHECK_AGENT_ROLE, f"{method} refused: agent RPC, caller is {caller}"
         if host_id != caller.name:
-            return f"{method} refused: certificate is for host {caller.name}, request names host {host_id!r}"
+            return (
+                CHECK_HOST_IDENTITY,
+                f"{method} refused: certificate is for host {caller.name}, request names host {host_id!r}",
+            )
         if rack and rack != caller.rack:
-            return f"{method} refused: certificate is for rack {caller.rack}, request names rack {rack!r}"
+            return (
+                CHECK_HOST_RACK,
+                f"{method} refused: certificate is for rack {caller.rack}, request names rack {rack!r}",
+            )
         return None
-    return f"{method} refused: unknown method"
+    return CHECK_RPC_METHOD, f"{method} refused: unknown method"
 
 
 def ready_refusal(

@@ -420,6 +420,114 @@ class ListHostsResponse(_message.Message):
         control_refusals: int | None = ...,
     ) -> None: ...
 
+class ListJobsRequest(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    def __init__(self, state: str | None = ...) -> None: ...
+
+class JobSummary(_message.Message):
+    __slots__ = ("created_at", "hosts_ready", "hosts_total", "job_id", "model", "state", "version")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_READY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    model: str
+    version: str
+    state: str
+    hosts_total: int
+    hosts_ready: int
+    created_at: int
+    def __init__(
+        self,
+        job_id: str | None = ...,
+        model: str | None = ...,
+        version: str | None = ...,
+        state: str | None = ...,
+        hosts_total: int | None = ...,
+        hosts_ready: int | None = ...,
+        created_at: int | None = ...,
+    ) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobSummary]
+    def __init__(self, jobs: _Iterable[JobSummary | _Mapping] | None = ...) -> None: ...
+
+class GetJobTopologyRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: str | None = ...) -> None: ...
+
+class StripeHop(_message.Message):
+    __slots__ = ("bypassed", "bytes_done", "downstreams", "host_id", "rx_bytes_per_s", "upstream")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_FIELD_NUMBER: _ClassVar[int]
+    DOWNSTREAMS_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_DONE_FIELD_NUMBER: _ClassVar[int]
+    BYPASSED_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    upstream: str
+    downstreams: _containers.RepeatedScalarFieldContainer[str]
+    rx_bytes_per_s: int
+    bytes_done: int
+    bypassed: bool
+    def __init__(
+        self,
+        host_id: str | None = ...,
+        upstream: str | None = ...,
+        downstreams: _Iterable[str] | None = ...,
+        rx_bytes_per_s: int | None = ...,
+        bytes_done: int | None = ...,
+        bypassed: bool | None = ...,
+    ) -> None: ...
+
+class StripeTopology(_message.Message):
+    __slots__ = ("hops", "root", "stripe", "stripe_bytes")
+    STRIPE_FIELD_NUMBER: _ClassVar[int]
+    ROOT_FIELD_NUMBER: _ClassVar[int]
+    STRIPE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HOPS_FIELD_NUMBER: _ClassVar[int]
+    stripe: int
+    root: str
+    stripe_bytes: int
+    hops: _containers.RepeatedCompositeFieldContainer[StripeHop]
+    def __init__(
+        self,
+        stripe: int | None = ...,
+        root: str | None = ...,
+        stripe_bytes: int | None = ...,
+        hops: _Iterable[StripeHop | _Mapping] | None = ...,
+    ) -> None: ...
+
+class GetJobTopologyResponse(_message.Message):
+    __slots__ = ("job_id", "live", "state", "stripes", "topology_version")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    STRIPES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: str
+    topology_version: int
+    live: bool
+    stripes: _containers.RepeatedCompositeFieldContainer[StripeTopology]
+    def __init__(
+        self,
+        job_id: str | None = ...,
+        state: str | None = ...,
+        topology_version: int | None = ...,
+        live: bool | None = ...,
+        stripes: _Iterable[StripeTopology | _Mapping] | None = ...,
+    ) -> None: ...
+
 class WatchRequest(_message.Message):
     __slots__ = (
         "data_address",

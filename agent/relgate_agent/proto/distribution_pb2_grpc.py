@@ -6,7 +6,7 @@ import warnings
 
 from . import distribution_pb2 as distribution__pb2
 
-GRPC_GENERATED_VERSION = '1.81.0'
+GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -70,6 +70,16 @@ class JobServiceStub:
                 request_serializer=distribution__pb2.ClearHostRequest.SerializeToString,
                 response_deserializer=distribution__pb2.ClearHostResponse.FromString,
                 _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/relgate.distribution.v1.JobService/ListJobs',
+                request_serializer=distribution__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=distribution__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
+        self.GetJobTopology = channel.unary_unary(
+                '/relgate.distribution.v1.JobService/GetJobTopology',
+                request_serializer=distribution__pb2.GetJobTopologyRequest.SerializeToString,
+                response_deserializer=distribution__pb2.GetJobTopologyResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -117,6 +127,18 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListJobs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJobTopology(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -154,6 +176,16 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ClearHost,
                     request_deserializer=distribution__pb2.ClearHostRequest.FromString,
                     response_serializer=distribution__pb2.ClearHostResponse.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=distribution__pb2.ListJobsRequest.FromString,
+                    response_serializer=distribution__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'GetJobTopology': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJobTopology,
+                    request_deserializer=distribution__pb2.GetJobTopologyRequest.FromString,
+                    response_serializer=distribution__pb2.GetJobTopologyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -345,6 +377,60 @@ class JobService:
             '/relgate.distribution.v1.JobService/ClearHost',
             distribution__pb2.ClearHostRequest.SerializeToString,
             distribution__pb2.ClearHostResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.JobService/ListJobs',
+            distribution__pb2.ListJobsRequest.SerializeToString,
+            distribution__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobTopology(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.JobService/GetJobTopology',
+            distribution__pb2.GetJobTopologyRequest.SerializeToString,
+            distribution__pb2.GetJobTopologyResponse.FromString,
             options,
             channel_credentials,
             insecure,
