@@ -9,61 +9,13 @@ sensor's recheck run records a failed evaluation of this check on each hit versi
 
 from __future__ import annotations
 
-from typing import Any
-
 import dagster as dg
 
 from assets.failures import refusals_fail
+from assets.fence_hits import FENCE_CHECK, fence_result
 from assets.releases import shard_release
 from assets.snapshots import dataset_snapshot
-from assets.table_metadata import typed_table
-from relgate.gate.hits import HitRecord
-from relgate.gate.transitions import open_gate
 from resources.relgate import RelgateResource
-
-FENCE_CHECK = "zero_fence_hits"
-#: The asset each version kind is checked on.
-CHECKED_ASSET = {"snapshot": "dataset_snapshot", "release": "shard_release"}
-
-
-def _metadata(digest: str, hits: list[HitRecord]) -> dict[str, Any]:
-    return {
-        "digest": digest,
-        "hits": len(hits),
-        "fenceHits": typed_table(
-            [{"fence": h.fence_kind, "entry": h.fence_seq} for h in hits],
-            [("fence", "string"), ("entry", "int")],
-        ),
-    }
-
-
-def _why(digest: str, hits: list[HitRecord]) -> str | None:
-    if not hits:
-        return None
-    entries = ", ".join(f"{h.fence_kind} {h.fence_seq}" for h in hits)
-    return f"{digest} holds fenced members (entries {entries}): the gate refuses to admit it"
-
-
-def hit_evaluation(kind: str, digest: str, hits: list[HitRecord]) -> dg.AssetCheckEvaluation:
-    """The evaluation the recheck run records for a version a fence advance hit."""
-    return dg.AssetCheckEvaluation(
-        asset_key=dg.AssetKey(CHECKED_ASSET[kind]),
-        check_name=FENCE_CHECK,
-        passed=not hits,
-        metadata=_metadata(digest, hits),
-        severity=dg.AssetCheckSeverity.ERROR,
-        description=_why(digest, hits),
-    )
-
-
-def _result(relgate: RelgateResource, digest: str) -> dg.AssetCheckResult:
-    hits = open_gate(relgate.workspace()).hits_for(digest)
-    return dg.AssetCheckResult(
-        passed=not hits,
-        severity=dg.AssetCheckSeverity.ERROR,
-        description=_why(digest, hits),
-        metadata=_metadata(digest, hits),
-    )
 
 
 @dg.asset_check(
@@ -73,7 +25,7 @@ def _result(relgate: RelgateResource, digest: str) -> dg.AssetCheckResult:
 )
 @refusals_fail
 def snapshot_fence_hits(relgate: RelgateResource, dataset_snapshot: str) -> dg.AssetCheckResult:
-    return _result(relgate, dataset_snapshot)
+    return fence_result(relgate.workspace(), dataset_snapshot)
 
 
 @dg.asset_check(
@@ -83,7 +35,7 @@ def snapshot_fence_hits(relgate: RelgateResource, dataset_snapshot: str) -> dg.A
 )
 @refusals_fail
 def release_fence_hits(relgate: RelgateResource, shard_release: str) -> dg.AssetCheckResult:
-    return _result(relgate, shard_release)
+    return fence_result(relgate.workspace(), shard_release)
 
 
 fence_checks = [snapshot_fence_hits, release_fence_hits]

@@ -16,9 +16,10 @@ import dagster as dg
 
 from assets.failures import refusals_fail
 from assets.ownership import OWNERS, tags_for
-from assets.snapshots import PipesTransformRunner, SnapshotConfig, validation_metadata
+from assets.snapshots import PipesTransformRunner, SnapshotConfig
 from assets.source_specs import source_assets
 from assets.table_metadata import ROW_COUNT
+from assets.validation_metadata import validation_metadata
 from relgate.snapshot.build import BuildSpec, build_for_alias, freeze
 from relgate.snapshot.validate import validate_snapshot
 from resources.relgate import RelgateResource

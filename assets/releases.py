@@ -16,11 +16,16 @@ from dagster._core.errors import DagsterPipesExecutionError
 from assets.failures import refusals_fail
 from assets.ownership import OWNERS, tags_for
 from assets.table_metadata import ROW_COUNT, typed_table
+from assets.verification_results import (
+    OUTCOME_CHECK,
+    VERIFICATION_CHECKS,
+    verification_results,
+)
+from assets.versions import live_partition, record_release_version
 from relgate.release.evolution import load_stored
 from relgate.release.publication import approve_release, publish
 from relgate.release.verify.attest import verify_provenance
-from relgate.release.verify.checks import ZERO_CHECKS, Check
-from relgate.release.verify.report import ShardFinding, VerificationReport, failing_shards
+from relgate.release.verify.report import VerificationReport, failing_shards
 from relgate.release.verify.verifier import shard_ids, verify_one_shard, verify_release
 from relgate.release.verify.worker import ShardResult
 from relgate.release.writer import write_release
@@ -31,12 +36,6 @@ from resources.relgate import RelgateResource
 
 GROUP = "releases"
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
-
-#: One blocking asset check per check the verifier emits (the same enum): each count must be
-#: zero.  A further blocking check requires the outcome VERIFIED, so a verdict reached by a
-#: fatal error (a bad signature, a malformed root), which no count names, blocks as well.
-VERIFICATION_CHECKS: tuple[Check, ...] = ZERO_CHECKS
-OUTCOME_CHECK = "outcome_verified"
 
 
 class ReleaseConfig(dg.Config):
@@ -248,70 +247,12 @@ def release_verification_checks(
     relgate: RelgateResource,
     release_verification: dict[str, Any],
 ) -> Iterator[dg.AssetCheckResult]:
+    ws = relgate.workspace()
     report = VerificationReport.parse(release_verification, what="verification report")
-    findings = failing_shards(relgate.workspace(), report) if not report.ok else []
-    signed = {"root": report.root, "reportDigest": report.report_digest or ""}
-    for check in VERIFICATION_CHECKS:
-        # A count the report lacks is a report this code does not understand: it fails.
-        value = report.counts.get(check.value)
-        mine = [f for f in findings if f.check is check]
-        yield dg.AssetCheckResult(
-            check_name=check.asset_check_name,
-            passed=value == 0,
-            description=None if value == 0 else _why(check, value, mine),
-            metadata={"count": -1 if value is None else int(value), **signed, **_shown(mine)},
-            severity=dg.AssetCheckSeverity.ERROR,
-        )
-    yield dg.AssetCheckResult(
-        check_name=OUTCOME_CHECK,
-        passed=report.ok,
-        description=None if report.ok else _outcome_why(report),
-        metadata={"outcome": report.outcome.value, **signed, "failing": dict(report.failing)},
-        severity=dg.AssetCheckSeverity.ERROR,
-    )
-
-
-def _why(check: Check, count: int | None, findings: list[ShardFinding]) -> str:
-    """The failing check in one sentence, naming its first shard."""
-    if count is None:
-        return f"the report has no {check.value} count: this code does not understand it"
-    said = f"{check.value}: {count} found by the independent verifier"
-    if findings:
-        first = findings[0]
-        said += f"; first: shard {first.shard} ({first.object_key}): {first.message}"
-    return said
-
-
-def _outcome_why(report: VerificationReport) -> str:
-    failing = ", ".join(f"{k} {v}" for k, v in sorted(report.failing.items()))
-    return f"the signed report {report.report_digest} says {report.outcome.value}: {failing}"
-
-
-def _shown(findings: list[ShardFinding]) -> dict[str, Any]:
-    """Each failing shard of one check (object key, version, expected and actual), and the
-    first one's values as plain fields (searchable, comparable)."""
-    if not findings:
-        return {}
-    first = findings[0]
-    rows = [
-        {
-            "shard": f.shard,
-            "objectKey": f.object_key or "",
-            "objectVersion": f.object_version,
-            "expected": str(f.expected),
-            "actual": str(f.actual),
-            "message": f.message,
-        }
-        for f in findings
-    ]
-    return {
-        "failingShards": typed_table(rows),
-        "shard": first.shard,
-        "objectKey": first.object_key or "",
-        "objectVersion": first.object_version,
-        "expected": str(first.expected),
-        "actual": str(first.actual),
-    }
+    results = verification_results(ws, report)
+    # the same evaluations, on this root's own partition of release_version
+    record_release_version(context.op_execution_context, ws, report.root, results)
+    yield from results
 
 
 @dg.asset(
@@ -347,6 +288,7 @@ def release_alias(
             "alias": config.alias,
             "generation": result["generation"],
             "root": shard_release,
+            "livePartition": live_partition("release", shard_release),
             "approver": approval.approver,
             "existing": change.idempotent_retry,
         },

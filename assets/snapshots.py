@@ -14,15 +14,16 @@ from assets.failures import refusals_fail
 from assets.ownership import OWNERS, tags_for
 from assets.source_specs import source_assets, source_key
 from assets.table_metadata import COLUMN_SCHEMA, ROW_COUNT, typed_table
+from assets.validation_metadata import validation_metadata
+from assets.versions import VALIDATION_CHECK, live_partition, record_snapshot_version
 from relgate.records.record_schema import ID_COLUMN, RecordSchema
 from relgate.snapshot import activation
 from relgate.snapshot.build import BuildSpec, Frozen, build_for_alias, freeze
 from relgate.snapshot.comparator import EXACT, Comparator
-from relgate.snapshot.coverage import PPM
 from relgate.snapshot.diff import CountRow, Distributions, HistogramDiff, shadow_diff
 from relgate.snapshot.provenance import verify_provenance
 from relgate.snapshot.replay import replay
-from relgate.snapshot.validate import ValidationReport, validate_snapshot
+from relgate.snapshot.validate import validate_snapshot
 from relgate.transforms.launcher import Launch
 from resources.relgate import RelgateResource
 
@@ -45,44 +46,6 @@ class AliasConfig(dg.Config):
     approver: str  # required: approval is a person's name bound to this exact digest
     comment: str = ""
     expect_generation: int | None = None  # None: over the current generation; N: only from N
-
-
-def validation_metadata(report: ValidationReport) -> dict[str, Any]:
-    """The validation report as Dagster metadata: numbers that plot, tables where tabular."""
-    meta: dict[str, Any] = {
-        "outcome": report.outcome,
-        "report": report.report_digest or "",
-        "checks": typed_table([{"check": k, "count": v} for k, v in report.checks.items()]),
-        "problems": dg.MetadataValue.json(list(report.problems)),
-        "orphanIds": report.checks.get("orphanIds", 0),
-        "unexplainedRows": report.checks.get("unexplainedRows", 0),
-        "coverage": typed_table([c.to_json() for c in report.coverage]),
-        "uncoveredSources": sum(1 for c in report.coverage if not c.covered),
-        "unversionedObjects": sum(c.unversioned_objects or 0 for c in report.coverage),
-        "eventsAfterPin": sum(c.events_after_pin or 0 for c in report.coverage),
-        "rowAccounting": typed_table([r.to_json() for r in report.row_accounting]),
-    }
-    if report.lineage is not None:
-        meta["lineageCompleteness"] = dg.MetadataValue.float(report.lineage.completeness_ppm / PPM)
-        meta["untracedMembers"] = report.lineage.untraced
-    diffs = report.set_differences
-    if diffs is not None:
-        meta |= {
-            "missingMembers": diffs.missing,
-            "extraMembers": diffs.extra,
-            "contentSubstitutions": diffs.content_substitutions,
-            "splitConflicts": diffs.split_conflicts,
-            "setDifferenceExamples": dg.MetadataValue.json(diffs.examples.to_json()),
-        }
-    if report.replay_hashes is not None:
-        meta["replayHashExpected"] = report.replay_hashes.expected
-        meta["replayHashReplayed"] = report.replay_hashes.replayed
-    if report.build_latency is not None:
-        meta["buildLatencySeconds"] = report.build_latency.seconds
-    if report.tombstones is not None:
-        meta["tombstoneMatches"] = report.tombstones.matches_in_members
-        meta["tombstonesExcluded"] = report.tombstones.excluded_at_selection
-    return meta
 
 
 class PipesTransformRunner:
@@ -242,13 +205,20 @@ def _column_schema(records: RecordSchema) -> dg.TableSchema:
     description="Recompute from pinned sources; every zero-check must be zero.",
 )
 @refusals_fail
-def snapshot_validation(relgate: RelgateResource, dataset_snapshot: str) -> dg.AssetCheckResult:
-    report = validate_snapshot(relgate.workspace(), dataset_snapshot, actor=relgate.run_actor())
-    return dg.AssetCheckResult(
+def snapshot_validation(
+    context: dg.AssetCheckExecutionContext, relgate: RelgateResource, dataset_snapshot: str
+) -> dg.AssetCheckResult:
+    ws = relgate.workspace()
+    report = validate_snapshot(ws, dataset_snapshot, actor=relgate.run_actor())
+    result = dg.AssetCheckResult(
+        check_name=VALIDATION_CHECK,
         passed=report.ok,
         severity=dg.AssetCheckSeverity.ERROR,
         metadata=validation_metadata(report),
     )
+    # the same evaluation on this digest's own partition of snapshot_version
+    record_snapshot_version(context.op_execution_context, ws, dataset_snapshot, result)
+    return result
 
 
 @dg.asset(
@@ -376,6 +346,7 @@ def snapshot_alias(
             "alias": config.alias,
             "generation": generation,
             "activeDigest": dataset_snapshot,
+            "livePartition": live_partition("snapshot", dataset_snapshot),
             "existing": result.idempotent_retry,
             "approver": config.approver,
             "tombstoneWatermark": result.tombstone_watermark,

@@ -15,6 +15,7 @@ from assets.nightly import (
 from assets.releases import release_assets, release_checks
 from assets.snapshots import replay_checks, snapshot_assets, snapshot_checks
 from assets.source_specs import source_assets
+from assets.versions import version_assets
 from pipelines.jobs import (
     IN_PROCESS,
     distribution_job,
@@ -39,6 +40,7 @@ defs = dg.Definitions(
         *release_assets,
         *checkpoint_assets,
         *lifecycle_assets,
+        *version_assets,
     ],
     asset_checks=[*snapshot_checks, *replay_checks, *release_checks, *fence_checks],
     jobs=[

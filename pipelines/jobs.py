@@ -3,7 +3,7 @@
 import dagster as dg
 from dagster_celery import celery_executor
 
-from assets.fence_checks import hit_evaluation
+from assets.fence_hits import hit_evaluation
 from relgate.gate.recheck import recheck
 from relgate.gate.transitions import open_gate
 from resources.relgate import RelgateResource
@@ -92,9 +92,12 @@ def recheck_snapshots(
             )
         )
         # the version's zero_fence_hits check turns red now, not at its next materialization
-        evaluation = hit_evaluation(kind, digest, open_gate(ws).hits_for(digest))
-        # log_event records an AssetCheckEvaluation (dagster 1.13.27); its annotation omits it
-        context.log_event(evaluation)  # type: ignore[arg-type]
+        hits = open_gate(ws).hits_for(digest)
+        # on the pipeline asset, and on the version's own partition (assets.versions)
+        for partition in (None, digest):
+            evaluation = hit_evaluation(kind, digest, hits, partition=partition)
+            # log_event records an AssetCheckEvaluation (dagster 1.13.27); its annotation omits it
+            context.log_event(evaluation)  # type: ignore[arg-type]
         context.log.warning(
             f"snapshot {digest} hit by {config.fence} fence: {result['hits']} state={result['state']}"
         )

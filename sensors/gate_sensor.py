@@ -18,6 +18,7 @@ from typing import Any
 import dagster as dg
 
 from assets.table_metadata import typed_table
+from assets.versions import live_partition
 from relgate.lifecycle.live_state import LiveAlias, LiveState, live_state
 from resources.relgate import RelgateResource
 
@@ -37,6 +38,7 @@ def _alias_metadata(aliases: tuple[LiveAlias, ...]) -> dict[str, Any]:
     for a in aliases:
         flat[f"generation.{a.alias}"] = a.generation
         flat[f"activeDigest.{a.alias}"] = a.active_digest or ""
+        flat[f"livePartition.{a.alias}"] = live_partition(a.kind, a.active_digest)
     return {"source": "gate", "aliases": typed_table(rows), **flat}
 
 

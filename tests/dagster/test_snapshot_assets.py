@@ -10,6 +10,7 @@ from support.workspaces import make_workspace
 from assets.fence_checks import FENCE_CHECK, fence_checks, snapshot_fence_hits
 from assets.snapshots import snapshot_assets, snapshot_checks
 from assets.table_metadata import COLUMN_SCHEMA
+from assets.versions import snapshot_version
 from pipelines.definitions import defs
 from pipelines.jobs import recheck_job
 from relgate.catalog.snapshot_table import get_snapshot
@@ -54,8 +55,33 @@ def test_materialize_snapshot_to_alias(home):
         digest = result.output_for_node("dataset_snapshot")
         alias = result.output_for_node("snapshot_alias")
         assert alias["activeDigest"] == digest and alias["generation"] == 1
-        checks = result.get_asset_check_evaluations()
-        assert [c.passed for c in checks] == [True]
+        checks = {
+            (c.asset_key.path[-1], c.partition, c.check_name): c.passed
+            for c in result.get_asset_check_evaluations()
+        }
+        # the pipeline's check, and the same validation (and the fence check) on the
+        # digest's own partition of snapshot_version
+        assert checks == {
+            ("dataset_snapshot", None, "snapshot_validation"): True,
+            ("snapshot_version", digest, "snapshot_validation"): True,
+            ("snapshot_version", digest, FENCE_CHECK): True,
+        }
+        assert digest in instance.get_dynamic_partitions("snapshot_digest")
+        # materializing the digest's partition (from the UI) re-validates that version
+        version = dg.materialize(
+            [snapshot_version],
+            instance=instance,
+            partition_key=digest,
+            resources={"relgate": RelgateResource(home=home)},
+        )
+        assert version.success
+        (record,) = version.get_asset_materialization_events()
+        assert record.partition == digest
+        assert record.materialization.metadata["state"].value == "ACTIVE"
+        assert {(c.check_name, c.passed) for c in version.get_asset_check_evaluations()} == {
+            ("snapshot_validation", True),
+            (FENCE_CHECK, True),
+        }
         mat = instance.get_latest_materialization_event(dg.AssetKey("dataset_snapshot"))
         assert mat.asset_materialization.tags["dagster/data_version"] == digest
         ws = RelgateResource(home=home).workspace()
@@ -168,10 +194,17 @@ def test_fence_sensors_request_a_recheck_once(home):
         assert obs.asset_observation.metadata["reactivatable"].value is False
         assert get_snapshot(ws.db, digest).state == "ACTIVE"  # history is immutable
         # the hit version's zero_fence_hits check is red now, naming the fence entry
-        (red,) = run.get_asset_check_evaluations()
-        assert (red.asset_key, red.check_name, red.passed) == (
+        red, on_version = run.get_asset_check_evaluations()
+        assert (red.asset_key, red.check_name, red.passed, red.partition) == (
             dg.AssetKey("dataset_snapshot"),
             FENCE_CHECK,
+            False,
+            None,
+        )
+        # and on the hit version's own partition
+        assert (on_version.asset_key, on_version.partition, on_version.passed) == (
+            dg.AssetKey("snapshot_version"),
+            digest,
             False,
         )
         assert red.metadata["digest"].value == digest and red.metadata["hits"].value == 1

@@ -304,9 +304,17 @@ query($path: [String!]!) {
 }
 """
 CHECK_EXECUTIONS = """
-query($path: [String!]!, $check: String!) {
-  assetCheckExecutions(assetKey: {path: $path}, checkName: $check, limit: 1) {
+query($path: [String!]!, $check: String!, $partition: String) {
+  assetCheckExecutions(assetKey: {path: $path}, checkName: $check, limit: 1,
+                       partition: $partition) {
     runId status evaluation { success description }
+  }
+}
+"""
+PARTITIONS_QUERY = """
+query($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    ... on AssetNode { partitionKeysByDimension { partitionKeys } }
   }
 }
 """
@@ -373,6 +381,27 @@ def _relgate(demo: Demo, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
 
+def test_every_release_root_is_a_partition_with_its_own_checks(demo):
+    ui, built = demo.ui, demo.built
+    (dimension,) = ui.graphql(PARTITIONS_QUERY, {"path": ["release_version"]})["assetNodeOrError"][
+        "partitionKeysByDimension"
+    ]
+    roots = {built.first_root, built.published_root, built.invalid_root}
+    assert roots <= set(dimension["partitionKeys"])
+    for root in roots:
+        (latest,) = ui.graphql(
+            CHECK_EXECUTIONS,
+            {"path": ["release_version"], "check": OUTCOME_CHECK, "partition": root},
+        )["assetCheckExecutions"]
+        # the INVALID root's verdict stays on its partition after later, valid releases
+        assert latest["status"] == ("FAILED" if root == built.invalid_root else "SUCCEEDED")
+    _screenshot(
+        f"{ui.url}/assets/release_version?view=partitions&partition={built.invalid_root}",
+        IMG / "release-versions.png",
+        demo.tmp / "chrome-versions",
+    )
+
+
 def test_a_cli_rollback_and_the_open_permits_show_on_their_pages(demo):
     ui, built = demo.ui, demo.built
     rolled = _relgate(
@@ -387,6 +416,7 @@ def test_a_cli_rollback_and_the_open_permits_show_on_their_pages(demo):
 
     seen = _until("the rollback on release_alias", rolled_back)
     assert seen["activeDigest.default-release"] == built.first_root
+    assert seen["livePartition.default-release"] == f"release_version[{built.first_root}]"
     _screenshot(
         f"{ui.url}/assets/release_alias?view=events",
         IMG / "alias-observed.png",
@@ -418,7 +448,8 @@ def test_a_tombstone_turns_the_hit_snapshots_check_red(demo):
 
     def red() -> dict | None:
         (latest,) = ui.graphql(
-            CHECK_EXECUTIONS, {"path": ["dataset_snapshot"], "check": FENCE_CHECK}
+            CHECK_EXECUTIONS,
+            {"path": ["dataset_snapshot"], "check": FENCE_CHECK, "partition": None},
         )["assetCheckExecutions"] or [None]
         return latest if latest and latest["status"] == "FAILED" else None
 
@@ -426,6 +457,12 @@ def test_a_tombstone_turns_the_hit_snapshots_check_red(demo):
     execution = _until("the fence hit on dataset_snapshot's check", red, SENSOR_BOUND_S + 120)
     assert execution["evaluation"]["success"] is False
     assert digest in execution["evaluation"]["description"]
+    # and on the hit version's own partition of snapshot_version
+    (on_version,) = ui.graphql(
+        CHECK_EXECUTIONS,
+        {"path": ["snapshot_version"], "check": FENCE_CHECK, "partition": digest},
+    )["assetCheckExecutions"]
+    assert on_version["status"] == "FAILED"
     _screenshot(
         f"{ui.url}/assets/dataset_snapshot?view=checks&checkDetail={FENCE_CHECK}",
         IMG / "fence-hit.png",

@@ -12,10 +12,11 @@ import json
 from pydantic import Field
 from pydantic import JsonValue as WireValue
 
+from relgate.catalog.audit import latest_report
 from relgate.catalog.release_table import get_release
 from relgate.documents import release_root as rm
 from relgate.documents.shard_descriptor import ShardDescriptor
-from relgate.errors import RelgateError
+from relgate.errors import RejectedError, RelgateError
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.integrity.signing import SigningKey, sign_envelope, verify_envelope
 from relgate.objects.cas import ContentRef
@@ -173,6 +174,31 @@ def store_provenance(
     assert report.report_digest is not None  # noqa: S101 - stored before the provenance
     data = attest.signed_statement(report.root, root, report_digest=report.report_digest, key=key)
     return ws.cas.put(data)
+
+
+def stored_report(ws: Workspace, root: str) -> VerificationReport | None:
+    """The newest verification report the catalog records for ``root``, opened from the
+    store with its signature checked, or None when there is none.  The catalog row is not
+    trusted: a signed report about another root is refused (check ``report-subject``)."""
+    record = latest_report(ws.db, root, "release")
+    if record is None:
+        return None
+    payload = load_report(ws, record.report_digest, record.report_version)
+    if payload.root != root:
+        raise RejectedError(
+            f"the catalog's report for {root} is signed for {payload.root}",
+            object="report",
+            check="report-subject",
+            digest=record.report_digest,
+        )
+    return VerificationReport.model_validate(
+        {
+            **payload.model_dump(),
+            "report_digest": record.report_digest,
+            "report_version": record.report_version,
+            "state": get_release(ws.db, root).state,
+        }
+    )
 
 
 def load_report(ws: Workspace, digest: str, version_id: str) -> VerificationPayload:
