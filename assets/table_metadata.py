@@ -5,6 +5,7 @@ columns (numbers sort as numbers) instead of markdown, and an empty table still 
 columns.
 """
 
+import re
 from collections.abc import Mapping, Sequence
 
 import dagster as dg
@@ -14,6 +15,10 @@ Cell = bool | int | float | str
 ROW_COUNT = "dagster/row_count"
 #: ``dagster/column_schema``: the standard key of a table asset's columns.
 COLUMN_SCHEMA = "dagster/column_schema"
+#: Every metadata key the code location reports: Dagster's own (``dagster/...``) or
+#: camelCase, optionally followed by dotted qualifiers that are data (an alias name, a
+#: verifier count's name): ``generation.default-release``, ``count.missing_members``.
+METADATA_KEY = re.compile(r"^(dagster/[a-z_]+|[a-z][A-Za-z0-9]*(\.[A-Za-z0-9_-]+)*)$")
 
 
 def _type(value: object) -> str:

@@ -140,10 +140,10 @@ def distribution(runs: CodeLocationRuns) -> bool:
         return False
     done = dist.metadata("checkpoint_distribution")
     print(
-        f"DistributionComplete: demo-lm/v1 ready on {done['hosts_ready']}/{done['hosts_total']}"
-        f" hosts {done['ready_hosts']}; {done['bytes_moved'] / MIB:.0f} MiB moved,"
-        f" {done['origin_bytes'] / MIB:.0f} MiB from the origin"
-        f" ({done['checkpoint_bytes'] / MIB:.0f} MiB checkpoint)"
+        f"DistributionComplete: demo-lm/v1 ready on {done['hostsReady']}/{done['hostsTotal']}"
+        f" hosts {done['readyHosts']}; {done['bytesMoved'] / MIB:.0f} MiB moved,"
+        f" {done['originBytes'] / MIB:.0f} MiB from the origin"
+        f" ({done['checkpointBytes'] / MIB:.0f} MiB checkpoint)"
     )
     return True
 

@@ -172,24 +172,24 @@ def run_pipes() -> int:
         status = distribute(request, log=pipes.log.info)
         met = threshold_met(status, request.ready_threshold)
         metadata: dict[str, Any] = {
-            "job_id": status.job_id,
-            "manifest_digest": status.manifest_digest,
-            "hosts_total": status.hosts_total,
-            "hosts_ready": status.hosts_ready,
-            "ready_hosts": {"raw_value": list(status.ready_hosts), "type": "json"},
+            "jobId": status.job_id,
+            "manifestDigest": status.manifest_digest,
+            "hostsTotal": status.hosts_total,
+            "hostsReady": status.hosts_ready,
+            "readyHosts": {"raw_value": list(status.ready_hosts), "type": "json"},
             "stragglers": {"raw_value": list(status.stragglers), "type": "json"},
             # each with why: stragglers (slow, dead since) and targets removed (evicted...)
-            "straggler_reasons": {
+            "stragglerReasons": {
                 "raw_value": [r.to_json() for r in status.straggler_reasons],
                 "type": "json",
             },
-            "removed_hosts": {
+            "removedHosts": {
                 "raw_value": [r.to_json() for r in status.removed_hosts],
                 "type": "json",
             },
-            "bytes_moved": status.bytes_moved,
-            "origin_bytes": status.origin_bytes,
-            "checkpoint_bytes": status.checkpoint_bytes,
+            "bytesMoved": status.bytes_moved,
+            "originBytes": status.origin_bytes,
+            "checkpointBytes": status.checkpoint_bytes,
         }
         asset_key = pipes.asset_keys[0] if pipes.is_asset_step and pipes.asset_keys else None
         pipes.report_asset_check(
@@ -197,10 +197,10 @@ def run_pipes() -> int:
             passed=met,
             severity="ERROR",
             metadata={
-                "ready_fraction": status.hosts_ready / max(status.hosts_total, 1),
-                "ready_threshold": request.ready_threshold,
-                "hosts_ready": status.hosts_ready,
-                "hosts_total": status.hosts_total,
+                "readyFraction": status.hosts_ready / max(status.hosts_total, 1),
+                "readyThreshold": request.ready_threshold,
+                "hostsReady": status.hosts_ready,
+                "hostsTotal": status.hosts_total,
             },
             asset_key=asset_key,
         )

@@ -250,7 +250,7 @@ def test_distribution_asset_through_dagster_pipes(tmp_path):
         mat = instance.get_latest_materialization_event(
             dg.AssetKey("checkpoint_distribution")
         ).asset_materialization
-        assert sorted(json.loads(json.dumps(mat.metadata["ready_hosts"].value))) == [
+        assert sorted(json.loads(json.dumps(mat.metadata["readyHosts"].value))) == [
             "host-00",
             "host-01",
             "host-02",

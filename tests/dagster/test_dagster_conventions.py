@@ -7,7 +7,7 @@ from support.instances import dagster_instance
 from support.releases import overwrite_in_place, shard_path
 from support.workspaces import make_workspace
 
-from assets.nightly import VALIDATION_CHECK, nightly_snapshot
+from assets.nightly import VALIDATION_CHECK, nightly_promotion, nightly_snapshot
 from assets.releases import release_assets, release_checks
 from assets.snapshots import snapshot_assets, snapshot_checks
 from assets.source_specs import configured_sources, source_assets, source_key
@@ -16,6 +16,7 @@ from relgate.catalog.release_table import get_release
 from relgate.catalog.snapshot_table import get_snapshot
 from relgate.demo.corpus import DEMO_SOURCES
 from relgate.documents import release_root as rm
+from relgate.gate.transitions import open_gate
 from relgate.snapshot.build import Frozen
 from relgate.sources.cdc import append_segment
 from resources.relgate import RelgateResource
@@ -221,3 +222,39 @@ def test_every_asset_has_the_owner_and_its_area_tag():
             wrong[key.to_user_string()] = (node.owners, node.tags, node.group_name)
     assert wrong == {}
     assert len(graph.get_all_asset_keys()) >= 16
+
+
+def _promote(home, instance, night, approver="dana"):
+    return dg.materialize(
+        [*source_assets, nightly_snapshot, nightly_promotion],
+        instance=instance,
+        resources={"relgate": RelgateResource(home=home)},
+        partition_key=night,
+        selection=[nightly_promotion.key],
+        run_config={"ops": {"nightly_promotion": {"config": {"approver": approver}}}},
+        raise_on_error=False,
+    )
+
+
+def test_an_approver_promotes_one_nights_build_through_the_gate(home):
+    with dagster_instance() as instance:
+        assert _nightly(home, instance, "2026-11-29").success
+        digest = _metadata(instance, "nightly_snapshot", "2026-11-29").metadata["digest"].value
+        ws = RelgateResource(home=home).workspace()
+        # a night with no build has nothing to promote: refused, naming the check
+        missing = _promote(home, instance, "2026-11-28")
+        assert not missing.success
+        (failure,) = [e for e in missing.all_events if e.is_step_failure]
+        assert "nightly-build" in str(failure.step_failure_data.user_failure_data.metadata)
+        # an approval without a name is refused by the gate; nothing moves
+        unnamed = _promote(home, instance, "2026-11-29", approver=" ")
+        assert not unnamed.success
+        assert open_gate(ws).alias("default").generation == 0
+        promoted = _promote(home, instance, "2026-11-29")
+        assert promoted.success
+        alias = open_gate(ws).alias("default")
+        assert (alias.generation, alias.active_digest) == (1, digest)
+        assert get_snapshot(ws.db, digest).state == "ACTIVE"
+        mat = _metadata(instance, "nightly_promotion", "2026-11-29").metadata
+        assert (mat["approver"].value, mat["activeDigest"].value) == ("dana", digest)
+        assert mat["livePartition"].value == f"snapshot_version[{digest}]"

@@ -19,6 +19,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from assets.table_metadata import METADATA_KEY
+
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = r"sha256:[0-9a-f]{64}"
 
@@ -54,6 +56,23 @@ def _digest(pattern: str, out: str) -> str:
     return found.group(1)
 
 
+def _metadata_keys(instance, runs):
+    """(key, where) for every metadata key of every materialization, observation and check
+    evaluation the runs recorded."""
+    for run in runs:
+        for entry in instance.all_logs(run.run_id):
+            event = entry.dagster_event
+            if event is None:
+                continue
+            data = event.event_specific_data
+            for attr in ("materialization", "asset_observation"):
+                reported = getattr(data, attr, None)
+                if reported is not None:
+                    yield from ((k, reported.asset_key.to_user_string()) for k in reported.metadata)
+            if event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+                yield from ((k, data.check_name) for k in data.metadata)
+
+
 def _runs_belong_to_the_code_location(dagster_home: Path) -> None:
     """Every demo run was launched through workspace.yaml (it has the code location's
     origin, so the UI lists it under its job and can re-execute it), succeeded, and the
@@ -69,6 +88,11 @@ def _runs_belong_to_the_code_location(dagster_home: Path) -> None:
         (nightly,) = (r for r in runs if r.job_name == "nightly_snapshot_job")
         yesterday = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%d")
         assert nightly.tags["dagster/partition"] == yesterday
+        assert not {
+            key: where
+            for key, where in _metadata_keys(instance, runs)
+            if not METADATA_KEY.match(key)
+        }, "metadata keys are camelCase (or dagster/...)"
         (dist,) = (r for r in runs if r.job_name == "distribution_job")
         logs = list((dagster_home / "storage" / dist.run_id / "compute_logs").glob("*.err"))
         assert any("coordinator" in log.read_text() for log in logs), logs
