@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.pool import NullPool
 
-from relgate.catalog.migrations import MIGRATIONS
+from relgate.catalog import schema
 from relgate.errors import ConflictError, RelgateError, UsageError
 
 #: The PostgreSQL advisory lock every gate transaction takes (shared by admissions).
@@ -178,46 +178,21 @@ class Database:
                 conn.execute(text(f"SELECT pg_advisory_xact_lock_shared({GATE_LOCK})"))
             yield conn
 
-    # -- migrations ----------------------------------------------------------------------
+    # -- migrations (Alembic: relgate.catalog.schema) -----------------------------------
     def migrate(self) -> list[int]:
-        """Apply pending versioned migrations; returns the versions applied now."""
-        applied_now: list[int] = []
+        """Apply pending migrations; returns the versions applied now."""
         with self._typed_errors(), self.engine.begin() as conn:
-            if self.dialect == "postgresql":
-                # Serialise concurrent migrators across processes.
-                conn.execute(text("SELECT pg_advisory_xact_lock(7243)"))
-            conn.execute(
-                text(
-                    "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                    " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-                )
-            )
-            done = {row[0] for row in conn.execute(text("SELECT version FROM schema_migrations"))}
-            for migration in MIGRATIONS:
-                if migration.version in done:
-                    continue
-                for statement in migration.statements(self.dialect):
-                    conn.execute(text(statement))
-                conn.execute(
-                    text(
-                        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (:v, :n, :t)"
-                    ),
-                    {"v": migration.version, "n": migration.name, "t": utcnow()},
-                )
-                applied_now.append(migration.version)
-        return applied_now
+            return schema.upgrade(conn)
 
     def pending(self) -> list[int]:
         """The versions of this relgate's migrations the catalog has not applied (a catalog
         with no relgate schema at all is ``catalog-schema``, from :meth:`schema_version`)."""
         with self.tx() as conn:
-            done = {row[0] for row in conn.execute(text("SELECT version FROM schema_migrations"))}
-        return [m.version for m in MIGRATIONS if m.version not in done]
+            return schema.pending(conn)
 
     def schema_version(self) -> int:
         with self.tx() as conn:
-            row = conn.execute(text("SELECT MAX(version) FROM schema_migrations")).first()
-        return int(row[0]) if row and row[0] is not None else 0
+            return schema.version(conn)
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -1,8 +1,10 @@
 """Versioned schema migrations.  Append new ones; never edit an applied migration.
 
+Each is applied by its Alembic revision (``relgate/catalog/schema/versions``: a new
+migration is a new entry here and a revision file whose ``upgrade`` calls :func:`apply`).
+
 Migration 1 is the baseline schema of 0.1.0 (the migrations before the first release
-were squashed into it).  Versions are applied by membership, not by order, so migrations
-numbered on other branches merge in without renumbering.
+were squashed into it).
 
 ``{id}`` in a statement expands to the dialect's auto-increment primary key.
 """
@@ -10,6 +12,8 @@ numbered on other branches merge in without renumbering.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from alembic import op
 
 _AUTO_ID = {
     "sqlite": "id INTEGER PRIMARY KEY AUTOINCREMENT",
@@ -365,3 +369,10 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
 )
+
+
+def apply(version: int) -> None:
+    """Run migration ``version``'s statements inside Alembic's ``upgrade`` (its revision)."""
+    (migration,) = [m for m in MIGRATIONS if m.version == version]
+    for statement in migration.statements(op.get_bind().dialect.name):
+        op.execute(statement)

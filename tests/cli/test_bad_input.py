@@ -5,14 +5,16 @@ through click's CliRunner on a real seeded workspace (cheap: no subprocess per c
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner, Result
 from support.workspaces import make_workspace
 
-from relgate.catalog import db as db_module
-from relgate.catalog.migrations import MIGRATIONS, Migration
+from relgate.catalog import schema
+from relgate.catalog.migrations import MIGRATIONS
 from relgate.cli.main import main
 from relgate.snapshot.build import EMPTY_SELECTION, SOURCE_UNKNOWN
 from relgate.workspace import Workspace
@@ -184,18 +186,53 @@ def test_a_workspace_made_for_another_catalog_url_names_the_url(tmp_path: Path) 
 def test_a_catalog_behind_this_relgate_is_refused_until_migrated(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A relgate with a migration the catalog lacks refuses every command (exit 2,
-    ``catalog-schema``, naming the pending version) instead of migrating on open, and
-    ``relgate migrate`` applies exactly that migration."""
+    """A relgate with a migration the catalog lacks (a copy of the Alembic scripts with one
+    more revision) refuses every command (exit 2, ``catalog-schema``, naming the pending
+    version) instead of migrating on open, and ``relgate migrate`` applies exactly that
+    revision."""
     home = tmp_path / "behind"
     assert cli(home, "init").exit_code == 0
-    newer = Migration(len(MIGRATIONS) + 1, "probe", ("CREATE TABLE probe_newer (id INTEGER)",))
-    monkeypatch.setattr(db_module, "MIGRATIONS", (*MIGRATIONS, newer))
+    scripts = tmp_path / "scripts"
+    shutil.copytree(schema.SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    newer = len(MIGRATIONS) + 1
+    (scripts / "versions" / f"r{newer:04d}_probe.py").write_text(
+        "from alembic import op\n"
+        f"revision = {schema.revision_id(newer)!r}\n"
+        f"down_revision = {schema.revision_id(newer - 1)!r}\n"
+        "def upgrade():\n"
+        "    op.execute('CREATE TABLE probe_newer (id INTEGER)')\n"
+    )
+    monkeypatch.setattr(schema, "SCRIPT_LOCATION", scripts)
     body = refused(cli(home, "snapshot", "list"), 2)
     assert body["check"] == "catalog-schema"
-    assert body["details"] == {"schemaVersion": len(MIGRATIONS), "pending": [newer.version]}
-    assert json.loads(cli(home, "migrate").stdout)["applied"] == [newer.version]
+    assert body["details"] == {"schemaVersion": len(MIGRATIONS), "pending": [newer]}
+    assert json.loads(cli(home, "migrate").stdout)["applied"] == [newer]
     assert cli(home, "snapshot", "list").exit_code == 0
+    assert json.loads(cli(home, "migrate").stdout)["applied"] == []
+
+
+def test_a_catalog_from_before_alembic_is_stamped_then_current(tmp_path: Path) -> None:
+    """A catalog whose applied versions are in the old ``schema_migrations`` table (no
+    ``alembic_version``) is taken as at that version: nothing is re-applied."""
+    home = tmp_path / "legacy"
+    assert cli(home, "init").exit_code == 0
+    engine = sa.create_engine(f"sqlite:///{home / 'catalog.db'}")
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE alembic_version"))
+        conn.execute(
+            sa.text(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+                " name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+        )
+        conn.execute(sa.text("INSERT INTO schema_migrations VALUES (1, 'baseline', 'then')"))
+    engine.dispose()
+    assert cli(home, "snapshot", "list").exit_code == 0  # version 1: current
+    assert json.loads(cli(home, "migrate").stdout) == {"applied": [], "schemaVersion": 1}
+    engine = sa.create_engine(f"sqlite:///{home / 'catalog.db'}")
+    with engine.begin() as conn:
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+    engine.dispose()
 
 
 @pytest.mark.postgres
