@@ -3,11 +3,14 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# With DAGSTER_PG_URL set, the Dagster instance is dagster.postgres.yaml and the demo's
-# homes are separate from the SQLite ones (docs/dagster.md); RELGATE_CATALOG_URL puts the
-# catalog in PostgreSQL too.
-ifdef DAGSTER_PG_URL
+# With DAGSTER_PG_HOST set, the Dagster instance is dagster.postgres.yaml (its connection
+# from DAGSTER_PG_HOST, _PORT, _DB, _USERNAME, _PASSWORD; port 5432 and an empty password
+# unless given) and the demo's homes are separate from the SQLite ones (docs/dagster.md);
+# RELGATE_CATALOG_URL puts the catalog in PostgreSQL too.
+ifdef DAGSTER_PG_HOST
 INSTANCE_YAML := dagster.postgres.yaml
+export DAGSTER_PG_PORT ?= 5432
+export DAGSTER_PG_PASSWORD ?=
 export RELGATE_HOME ?= $(CURDIR)/var/relgate-pg
 export DAGSTER_HOME ?= $(CURDIR)/var/dagster-pg
 else
@@ -54,11 +57,7 @@ bench-quick: venv
 	$(BIN)/python -m bench --quick
 
 ui: venv $(DAGSTER_HOME)/dagster.yaml
-ifdef DAGSTER_PG_URL
-	url="$$($(BIN)/python -m pipelines.pg_instance)" && DAGSTER_PG_URL="$$url" $(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
-else
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
-endif
 
 clean:
 	rm -rf var

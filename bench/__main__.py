@@ -3,7 +3,9 @@
 Each module exposes ``main(**sizes) -> dict`` (keyword arguments with full-size defaults) and
 ``QUICK: dict[str, int]``, the sizes ``make bench-quick`` uses (a module without it is
 left out of the quick run and says so).  Every result is written to
-bench/results/<name>.json (``<name>.quick.json`` for quick runs) together with the machine.
+bench/results/<name>.json (``<name>.quick.json`` for quick runs) together with the machine,
+and beside it <name>[.quick].png: the module's ``comparisons(result)`` (its figures against
+the baselines measured in the same run) drawn by bench/plot.py.
 
     python -m bench                       # every module, full size
     python -m bench --quick               # every module at its QUICK sizes
@@ -27,7 +29,12 @@ from typing import Any
 
 import click
 
+from bench.plot import png_path, write_png
+from bench.record import BenchRecord, Machine
+
 RESULTS = Path(__file__).parent / "results"
+# bench/ modules that are the runner's library, not benchmarks
+LIBRARY = frozenset({"plot", "record"})
 
 
 def machine() -> dict[str, object]:
@@ -43,7 +50,7 @@ def modules() -> list[str]:
     return sorted(
         m.name
         for m in pkgutil.iter_modules([str(Path(__file__).parent)])
-        if not m.name.startswith("_")
+        if not m.name.startswith("_") and m.name not in LIBRARY
     )
 
 
@@ -59,18 +66,19 @@ def run(name: str, sizes: dict[str, Any], *, quick: bool) -> dict[str, Any]:
     print(f"== bench {name} {json.dumps(chosen, sort_keys=True)}", flush=True)
     started = time.time()
     result: dict[str, Any] = module.main(**chosen)
-    out = {
-        "benchmark": name,
-        "sizes": chosen,
-        "quick": quick,
-        "started": started,
-        "machine": machine(),
-        "result": result,
-    }
+    record = BenchRecord(
+        benchmark=name,
+        sizes=chosen,
+        quick=quick,
+        started=started,
+        machine=Machine.model_validate(machine()),
+        result=result,
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = RESULTS / (f"{name}.quick.json" if quick else f"{name}.json")
-    target.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    target.write_text(record.dumps())
     print(json.dumps(result, indent=2, sort_keys=True), flush=True)
+    print(f"== bench {name}: {write_png(record, png_path(target))}", flush=True)
     return result
 
 

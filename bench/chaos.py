@@ -33,6 +33,7 @@ from bench.distribution import (
     _summary,
     create_lab_job,
 )
+from bench.record import Comparison, compare
 
 KILLED, CORRUPTER, SLOW, TX_SLOW = ("h02", "h09"), "h05", "h06", "h10"
 REPLICAS = 3  # one SIGKILLed, the next frozen, the third leads to the end
@@ -245,3 +246,12 @@ def main(nic_mbit: int = NIC_MBIT, bypass: str = "dead") -> dict[str, Any]:
         }
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """Surviving hosts' READY times under the faults against the same fleet fault-free."""
+    chaos, free = result["chaos"], result["faultFree"]
+    return [
+        compare(f"{q} READY time", "s", ("chaos", chaos[k]), ("fault-free", free[k]))
+        for q, k in (("p50", "p50_s"), ("max", "max_s"))
+    ]

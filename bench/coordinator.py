@@ -52,6 +52,7 @@ from relgate_trust.manifest import (
 from relgate_trust.retry import Backoff, retry_call
 
 from bench.distribution import _cpu_seconds
+from bench.record import Comparison, compare
 from relgate_agent.client import CoordinatorClient
 from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles, ensure_dev_pki
 from relgate_agent.proto import distribution_pb2 as pb
@@ -609,3 +610,23 @@ def main(  # noqa: PLR0913 - the load test's sizes
         "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peakChildRssMiB": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
     }
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """Server CPU per report on the report stream against unary RPCs, and the bitmap decode
+    against per-bit Python."""
+    rpc, decode = result["rpcCost"], result["baseline"]
+    return [
+        compare(
+            "coordinator CPU per ReportProgress",
+            "µs",
+            ("report stream", rpc["stream"]["serverCpuMicrosPerReport"]),
+            ("unary RPC", rpc["unaryBaseline"]["serverCpuMicrosPerReport"]),
+        ),
+        compare(
+            "bitmap decode per report",
+            "µs",
+            ("numpy", decode["numpyDecodeMicros"]),
+            ("per-bit Python", decode["pythonDecodeMicros"]),
+        ),
+    ]

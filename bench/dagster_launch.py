@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.record import Comparison, compare
+
 QUICK: dict[str, int] = {"records": 200, "world_size": 2}
 TARGET = {"launchedOverInProcess": "<= 2 (issue 26)"}
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,3 +94,15 @@ def main(records: int = 200, world_size: int = 2) -> dict[str, object]:
         "peakRssMiB": _rss_mb(),
         "target": TARGET,
     }
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """A launched run's wall time against execute_in_process of the same job."""
+    return [
+        compare(
+            "release_job wall time",
+            "s",
+            ("launched run", result["launchedSeconds"]),
+            ("execute_in_process", result["baseline"]["inProcessSeconds"]),
+        )
+    ]

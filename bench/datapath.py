@@ -30,6 +30,8 @@ from typing import Any
 
 import google_crc32c
 
+from bench.record import Comparison, compare
+
 TESTS = Path(__file__).resolve().parents[1] / "agent" / "tests"
 LAB = Path(__file__).resolve().parents[1] / "agent" / "lab"
 for _p in (TESTS, LAB):
@@ -171,6 +173,20 @@ def main(
         "target": TARGET,
         "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """Agent CPU per GiB received against the verification and landing floors."""
+    floors = result["baseline"]
+    return [
+        compare(
+            "agent CPU per GiB received",
+            "CPU-s/GiB",
+            ("agents", result["cpu_s_per_gib"]),
+            ("verification floor", floors["verification_floor_s_per_gib"]),
+            ("landing floor", floors["landing_floor_s_per_gib"]),
+        )
+    ]
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.record import Comparison, compare
+
 # the network-namespace lab lives outside the installed agent (agent/lab/relgate_lab)
 LAB_ROOT = Path(__file__).resolve().parents[1] / "agent" / "lab"
 if str(LAB_ROOT) not in sys.path:
@@ -555,6 +557,31 @@ def main() -> dict[str, Any]:
         }
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """relgate's p50 and max READY time against S/B, BitTorrent and naive pull, and the
+    origin's NIC bytes against theirs."""
+    ours, bt, naive = result["relgate"], result["bittorrent_aria2"], result["naive_http_pull"]
+    times = [
+        compare(
+            f"{q} READY time",
+            "s",
+            ("relgate", ours[k]),
+            ("S/B", result["S_over_B_s"]),
+            ("BitTorrent (aria2)", bt[k]),
+            ("naive HTTP pull", naive[k]),
+        )
+        for q, k in (("p50", "p50_s"), ("max", "max_s"))
+    ]
+    origin = compare(
+        "origin NIC bytes",
+        "x S",
+        ("relgate", ours["origin_nic_bytes_over_S"]),
+        ("BitTorrent (aria2)", bt["origin_nic_bytes_over_S"]),
+        ("naive HTTP pull", naive["origin_nic_bytes_over_S"]),
+    )
+    return [*times, origin]
 
 
 if __name__ == "__main__":

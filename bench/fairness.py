@@ -34,6 +34,7 @@ from bench.distribution import (
     _make_checkpoint,
     run_relgate,
 )
+from bench.record import Comparison, compare
 
 TARGET = 1.2
 
@@ -79,3 +80,17 @@ def main(runs: int = 5) -> dict[str, Any]:
         "machine_busy_fraction": _busy_fraction(busy0, _machine_busy()),
         "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """The other hosts' max READY time beside a slow uploader against the median
+    fault-free max."""
+    free = statistics.median(run["max_s"] for run in result["faultFree"])
+    return [
+        compare(
+            "other hosts' max READY time",
+            "s",
+            (f"{result['txSlow']['host']} uploading slowly", result["txSlow"]["othersMax_s"]),
+            ("median fault-free", free),
+        )
+    ]

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.record import Comparison, compare
+
 SCENARIOS = Path(__file__).resolve().parents[1] / "agent" / "scenarios"
 QUICK: dict[str, Any] = {"scenario": "lab-16"}
 TARGETS = {
@@ -74,3 +76,29 @@ def main(scenario: str = "seed-800g-4096") -> dict[str, Any]:
         "simulatorSeconds": round(elapsed, 1),
         "peakRssMiB": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
     }
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """The simulated relgate fleet against S/B and the simulated baseline designs."""
+    ours, designs = result["relgate"], result["baseline"]
+    sb = result["seedBackOfEnvelope"]["sOverBSeconds"]
+
+    def others(key: str) -> list[tuple[str, float]]:
+        return [(name, d[key]) for name, d in sorted(designs.items())]
+
+    return [
+        compare(
+            "p50 READY time",
+            "s",
+            ("relgate", ours["p50Seconds"]),
+            ("S/B", sb),
+            *others("p50Seconds"),
+        ),
+        compare("max READY time", "s", ("relgate", ours["maxSeconds"]), *others("maxSeconds")),
+        compare(
+            "origin bytes",
+            "x S",
+            ("relgate", ours["originBytesOverS"]),
+            *others("originBytesOverS"),
+        ),
+    ]

@@ -35,6 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.record import Comparison, compare
 from relgate.catalog.db import execute, utcnow
 from relgate.documents import release_root as rm
 from relgate.errors import RelgateError
@@ -276,6 +277,22 @@ def main(clients: int = 16, per_client: int = 250) -> dict[str, Any]:
         "sqlite": sqlite,
         "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """Admissions per second against a plain INSERT loop from the same clients, per
+    database."""
+    return [
+        compare(
+            f"gate admissions, {backend}",
+            "per s",
+            ("admissions", result[backend]["admissionsPerSecond"]),
+            ("plain INSERT loop", result[backend]["baselineInsertsPerSecond"]),
+            higher_is_better=True,
+        )
+        for backend in ("postgres", "sqlite")
+        if isinstance(result.get(backend), dict)
+    ]
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench.record import Comparison, compare
 from relgate.errors import NotFoundError, ObjectExistsError
 from relgate.objects.versioned import ObjectStore, ObjectVersion, size_refusal
 
@@ -275,6 +276,19 @@ def main(objects: int = 1_000_000, versions: int = 10_000) -> dict[str, Any]:
         "steps": steps,
         "totalSeconds": round(time.perf_counter() - started, 1),
     }
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """The GC plan at each step against a plain polars anti-join of the same pairs."""
+    return [
+        compare(
+            f"GC plan, {step['storedObjects']:,} objects, {step['versions']:,} versions",
+            "s",
+            ("plan_gc", step["planSeconds"]),
+            ("polars anti-join", step["baselineSeconds"]),
+        )
+        for step in result["steps"]
+    ]
 
 
 if __name__ == "__main__":

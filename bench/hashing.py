@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 from cffi import VerificationError
 
+from bench.record import Comparison, compare
 from relgate.integrity.hashing import merkle_root_rows, sha256_rows
 from relgate.integrity.merkle import MerkleTree
 
@@ -176,3 +177,19 @@ def main(rows: int = 1_000_000, width: int = 64) -> dict[str, Any]:
         "target": "no Python call per row; within 3x of raw SHA-256 over the same bytes",
         "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """Each installed candidate against hashlib per row and one hashlib call (the floor)."""
+    base = result["baseline"]
+    return [
+        compare(
+            f"per-row SHA-256: {name}",
+            "ns/row",
+            (name, figures["nsPerRow"]),
+            ("hashlib per row", base["hashlibPerRowNs"]),
+            ("one hashlib call (floor)", base["rawSha256OneCallNsPerRow"]),
+        )
+        for name, figures in result["candidates"].items()
+        if "nsPerRow" in figures
+    ]

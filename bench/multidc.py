@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from bench.distribution import create_lab_job
+from bench.record import Comparison, compare
 
 LAB_ROOT = Path(__file__).resolve().parents[1] / "agent" / "lab"
 if str(LAB_ROOT) not in sys.path:
@@ -169,3 +170,17 @@ def main(
         "hostsReady": {"oneDc": len(one["readyAt"]), "twoDc": len(two["readyAt"])},
         "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """Two DCs over the WAN against one DC and S/B."""
+    base = result["baseline"]
+    return [
+        compare(
+            "p50 READY time",
+            "s",
+            ("two DCs", result["twoDcP50Seconds"]),
+            ("one DC", base["oneDcP50Seconds"]),
+            ("S/B", base["S_over_B_s"]),
+        )
+    ]

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from bench.record import Comparison, compare
 from relgate.documents import release_root as rm
 from relgate.release.verify.verifier import verify_release
 from relgate.release.verify.worker import THREAD, ShardTask, run_shards, verify_shard
@@ -287,6 +288,29 @@ def _time(fn: Any) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """Per codec, the verifier and the release build against hashlib SHA-256 on one core
+    over the same stored bytes."""
+    out = []
+    for run in result["runs"]:
+        sha = ("hashlib SHA-256, one core", run["baseline"]["sha256SingleCoreBytesPerSec"] / 1e6)
+        codec = run["workload"]["codec"]
+        for what, key in (
+            ("verifier, one process", "verifierOneProcess"),
+            ("release build", "releaseBuild"),
+        ):
+            out.append(
+                compare(
+                    f"{what}, {codec}",
+                    "MB/s",
+                    (what, run[key]["bytesPerSec"] / 1e6),
+                    sha,
+                    higher_is_better=True,
+                )
+            )
+    return out
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from bench.record import Comparison, compare
 
 QUICK: dict[str, int] = {"members": 1_000_000}
 TARGET = {"seconds<=": 10, "peakRssMiB<=": 2560}
@@ -212,6 +215,20 @@ def main(members: int = 5_000_000, validate_members: int | None = None) -> dict[
         }
         result["runs"] = [run, large]
     return result
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """Build and validate against a plain polars group_by multiset diff of the membership."""
+    return [
+        compare(
+            f"snapshot {phase}, {run['members']:,} members",
+            "s",
+            (phase, run[phase]["seconds"]),
+            ("polars group_by diff", run["diff"]["polarsGroupByDiffSeconds"]),
+        )
+        for run in result["runs"]
+        for phase in ("build", "validate")
+    ]
 
 
 if __name__ == "__main__":

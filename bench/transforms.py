@@ -15,6 +15,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+from bench.record import Comparison, compare
 
 QUICK: dict[str, int] = {"rows": 200_000}
 #: Issue 14 names no figure for this stage; recorded so a regression shows.
@@ -103,3 +106,15 @@ def main(rows: int = 2_000_000) -> dict[str, object]:
         "target": TARGET,
         "peakRssMiB": _rss_mb(),
     }
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """The pinned transform wheel against the same polars code in process."""
+    return [
+        compare(
+            "normalize transform",
+            "s",
+            ("pinned wheel", result["seconds"]),
+            ("in process", result["baseline"]["seconds"]),
+        )
+    ]

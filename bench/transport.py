@@ -17,6 +17,7 @@ from typing import Any
 import google_crc32c
 import grpc
 
+from bench.record import Comparison, compare
 from relgate_agent.dataplane.transport import DataServer, StripeStream
 from relgate_agent.pki import TlsFiles, data_client_context, data_server_context, ensure_dev_pki
 
@@ -129,6 +130,19 @@ def main() -> dict[str, Any]:
         "framed_over_grpc": round(tcp / grpc_rate, 2) if grpc_rate else None,
         "crc32c_gb_per_s": round(crc32c_gbps(), 3),
     }
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """Framed TCP (the agent's data plane) against gRPC server streaming, per stream."""
+    return [
+        compare(
+            "one stream over loopback",
+            "GB/s",
+            ("framed TCP", result["framed_tcp_gb_per_s"]),
+            ("gRPC stream", result["grpc_stream_gb_per_s"]),
+            higher_is_better=True,
+        )
+    ]
 
 
 if __name__ == "__main__":

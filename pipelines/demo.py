@@ -21,7 +21,6 @@ import dagster as dg
 
 from pipelines.definitions import defs
 from pipelines.launch import CodeLocationRuns, LaunchedRun, LaunchError
-from pipelines.pg_instance import use_pg_url
 from relgate.demo.corpus import seed_demo, tag_demo_transforms
 from relgate.workspace import Workspace
 
@@ -191,7 +190,6 @@ def main() -> int:
     if not ws.config.get("sources"):
         print("seeding demo corpus:", json.dumps(seed_demo(ws).to_json()), flush=True)
     purpose = str(ws.config["snapshot"]["purpose"])
-    use_pg_url()  # dagster.postgres.yaml reads DAGSTER_PG_URL: the psycopg2 driver
     with dg.DagsterInstance.get() as instance, CodeLocationRuns(instance) as runs:
         ok = snapshots(runs) and releases(runs, purpose) and distribution(runs) and nightly(runs)
         if ok:

@@ -1,32 +1,61 @@
 """The shipped ``dagster.postgres.yaml``, as it is, on the harness's PostgreSQL.
 
 A Dagster instance whose run, event-log and schedule storage is one PostgreSQL database
-(read from ``DAGSTER_PG_URL`` in the harness's own ``postgresql+psycopg://`` spelling, which
-the demo's rule turns into the psycopg2 driver), and a relgate catalog in a second
-PostgreSQL database: the snapshot job and the release job run on it end to end, and the
-runs, materializations and catalog rows are read back from PostgreSQL itself.
+(its ``postgres_db`` fields read from DAGSTER_PG_HOST, _PORT, _DB, _USERNAME and _PASSWORD,
+the psycopg2 driver written in the file), and a relgate catalog in a second PostgreSQL
+database: the snapshot job and the release job run on it end to end, and the runs,
+materializations and catalog rows are read back from PostgreSQL itself.
 """
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from urllib.parse import quote
 
 import dagster as dg
 import psycopg
 import pytest
-from click.testing import CliRunner
+import yaml
 from support.postgres import _connect_kwargs, fresh_database
 from support.workspaces import make_workspace
 
 from pipelines.definitions import defs
-from pipelines.pg_instance import PG_URL_ENV, dagster_pg_url, main, use_pg_url
 from relgate.catalog.release_table import get_release
 
 ROOT = Path(__file__).resolve().parents[2]
 QUIET = {"console": {"config": {"log_level": "ERROR"}}}
+#: dagster.postgres.yaml's ``postgres_db`` field -> the variable it reads, as documented
+FIELDS = {
+    "hostname": "DAGSTER_PG_HOST",
+    "port": "DAGSTER_PG_PORT",
+    "db_name": "DAGSTER_PG_DB",
+    "username": "DAGSTER_PG_USERNAME",
+    "password": "DAGSTER_PG_PASSWORD",
+}
 
-pytestmark = pytest.mark.postgres
+
+def _set_fields(monkeypatch: pytest.MonkeyPatch, url: str) -> str:
+    """Point the five variables at the database ``url``; the URL Dagster should build."""
+    kw = _connect_kwargs(url)
+    password = kw.get("password", "")
+    for field, value in (
+        ("hostname", kw["host"]),
+        ("port", kw["port"]),
+        ("db_name", kw["dbname"]),
+        ("username", kw["user"]),
+        ("password", password),
+    ):
+        monkeypatch.setenv(FIELDS[field], str(value))
+    user = f"{quote(kw['user'])}:{quote(password)}" if password else quote(kw["user"])
+    return f"postgresql+psycopg2://{user}@{kw['host']}:{kw['port']}/{kw['dbname']}"
+
+
+def _postgres_home(tmp_path: Path) -> Path:
+    home = tmp_path / "dagster"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.postgres.yaml", home / "dagster.yaml")
+    return home
 
 
 def _count(url: str, sql: str) -> int:
@@ -62,21 +91,44 @@ def test_the_embedded_instance_queues_runs(tmp_path: Path) -> None:
         assert "nux:\n  enabled: false" in (ROOT / name).read_text()
 
 
+def test_the_instance_file_reads_its_connection_from_the_documented_variables() -> None:
+    storage = yaml.safe_load((ROOT / "dagster.postgres.yaml").read_text())["storage"]
+    db = storage["postgres"]["postgres_db"]
+    assert db.pop("scheme") == "postgresql+psycopg2"  # the driver Dagster's NOTIFY needs
+    assert db == {field: {"env": var} for field, var in FIELDS.items()}
+    for doc in ("docs/dagster.md", "README.md", "Makefile"):
+        text = (ROOT / doc).read_text()
+        assert "DAGSTER_PG_URL" not in text, doc
+        assert "DAGSTER_PG_HOST" in text, doc
+    section = (ROOT / "docs/dagster.md").read_text().split("## On PostgreSQL")[1].split("\n## ")[0]
+    assert [var for var in FIELDS.values() if var not in section] == []
+
+
+@pytest.mark.parametrize("missing", list(FIELDS.values()))
+def test_an_unset_variable_is_named_before_any_connection(
+    missing: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # port 9 (discard) on loopback: nothing would answer, so an error naming the variable
+    # can only come from the configuration, before Dagster connects
+    _set_fields(monkeypatch, "postgresql://nobody@127.0.0.1:9/nothing")
+    monkeypatch.delenv(missing)
+    with pytest.raises(Exception, match=f'environment variable "{missing}" which is not set'):
+        dg.DagsterInstance.from_config(str(_postgres_home(tmp_path)))
+
+
+@pytest.mark.postgres
 def test_snapshot_and_release_jobs_on_a_postgres_instance_and_catalog(
     pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with fresh_database(pg_dsn) as dagster_db, fresh_database(pg_dsn) as catalog_db:
         home = tmp_path / "relgate"
         make_workspace(home, catalog_db).close()
-        dagster_home = tmp_path / "dagster"
-        dagster_home.mkdir()
-        shutil.copy(ROOT / "dagster.postgres.yaml", dagster_home / "dagster.yaml")
-        monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+        monkeypatch.setenv("DAGSTER_HOME", str(_postgres_home(tmp_path)))
         monkeypatch.setenv("RELGATE_HOME", str(home))
-        monkeypatch.setenv(PG_URL_ENV, dagster_db)  # postgresql+psycopg://...: rewritten
-        assert use_pg_url() == dagster_pg_url(dagster_db)
+        expected_url = _set_fields(monkeypatch, dagster_db)
         with dg.DagsterInstance.get() as instance:
             assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+            assert getattr(instance.run_storage, "postgres_url", None) == expected_url
             assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
             _assert_queued(instance)
             snap = _run(
@@ -115,25 +167,3 @@ def test_snapshot_and_release_jobs_on_a_postgres_instance_and_catalog(
         finally:
             ws.close()
         assert _count(catalog_db, "SELECT count(*) FROM releases WHERE state = 'PUBLISHED'") == 1
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "postgresql://u:p@db:6543/d",
-        "postgres://u:p@db:6543/d",
-        "postgresql+psycopg://u:p@db:6543/d",
-        "postgresql+psycopg2://u:p@db:6543/d",
-    ],
-)
-def test_every_postgres_spelling_becomes_the_psycopg2_driver(url: str) -> None:
-    assert dagster_pg_url(url) == "postgresql+psycopg2://u:p@db:6543/d"
-
-
-def test_a_url_that_is_not_postgres_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(PG_URL_ENV, "sqlite:///var/dagster.db")
-    result = CliRunner().invoke(main, [])
-    assert result.exit_code == 2 and "must be a PostgreSQL URL" in result.output
-    monkeypatch.setenv(PG_URL_ENV, "postgresql://u@h:1/d")
-    result = CliRunner().invoke(main, [])
-    assert result.exit_code == 0 and result.output == "postgresql+psycopg2://u@h:1/d\n"
