@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import click
+from rich.console import Console
+from rich.text import Text
+from rich.tree import Tree
 
 if TYPE_CHECKING:
     from relgate.integrity.contract import JsonObject, JsonValue
@@ -117,22 +121,34 @@ def print_json(obj: JsonObject) -> None:
     click.echo(json.dumps(obj, sort_keys=True))
 
 
-def print_human(value: JsonValue, indent: int = 0) -> None:
-    """The same object as indented ``key: value`` lines (without ``--json``)."""
-    pad = "  " * indent
+def _branch(tree: Tree, value: JsonValue) -> None:
+    """``value``'s items as children of ``tree``: ``key: value`` leaves, nested branches."""
     if isinstance(value, dict):
         for key, item in value.items():
             if isinstance(item, dict | list) and item:
-                click.echo(f"{pad}{key}:")
-                print_human(item, indent + 1)
+                _branch(tree.add(Text(f"{key}:")), item)
             else:
-                click.echo(f"{pad}{key}: {item}")
+                tree.add(Text(f"{key}: {_scalar(item)}"))
     elif isinstance(value, list):
         for item in value:
-            if isinstance(item, dict):
-                click.echo(f"{pad}-")
-                print_human(item, indent + 1)
+            if isinstance(item, dict | list) and item:
+                _branch(tree.add(Text("-")), item)
             else:
-                click.echo(f"{pad}- {item}")
+                tree.add(Text(f"- {_scalar(item)}"))
+
+
+def _scalar(value: JsonValue) -> str:
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+
+def print_human(value: JsonValue) -> None:
+    """The same object as a tree of ``key: value`` lines (without ``--json``), drawn by
+    rich; lines never wrap (digests stay whole and greppable) and no markup is read from
+    the values."""
+    console = Console(file=sys.stdout, width=1 << 12, soft_wrap=True, highlight=False, emoji=False)
+    if isinstance(value, dict | list):
+        tree = Tree(Text(""), hide_root=True, guide_style="dim")
+        _branch(tree, value)
+        console.print(tree)
     else:
-        click.echo(f"{pad}{value}")
+        console.print(Text(str(value)))

@@ -92,3 +92,28 @@ def test_command_results_carry_the_exit_code_not_magic_keys():
             "digest": "sha256:01",
         },
     )
+
+
+def test_the_human_form_is_a_tree_with_whole_values_and_no_markup():
+    digest = "sha256:" + "ab" * 32
+
+    def nested() -> dict:
+        return {
+            "alias": "default",
+            "keys": {"builder": digest, "note": "[bold]not markup[/bold]"},
+            "shards": [{"id": "s0", "bytes": 7}, "loose"],
+            "empty": [],
+        }
+
+    group = click.Group()
+    command(group, "x")(nested)
+    out = CliRunner().invoke(group, ["x"])
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    assert lines[0] == "alias: default"
+    assert lines[1] == "keys:"
+    assert lines[2].endswith(f"builder: {digest}")  # a digest is never cut or wrapped
+    assert lines[3].endswith("note: [bold]not markup[/bold]")
+    assert any(line.endswith("id: s0") for line in lines)
+    assert any(line.endswith("- loose") for line in lines)
+    assert lines[-1] == "empty: []"
