@@ -39,6 +39,7 @@ from relgate_agent.coordinator.jobstate import CoordinatorConfig, parse_selector
 from relgate_agent.coordinator.server import CoordinatorServer
 from relgate_agent.errors import AgentError
 from relgate_agent.pki import TlsFiles
+from relgate_agent.ready_curve import ReadyCurve
 
 CHECK_NAME = "ready_threshold"
 DONE_STATES = ("DONE", "CANCELLED", "FAILED")
@@ -169,7 +170,8 @@ def run_pipes() -> int:
 
     with open_dagster_pipes() as pipes:
         request = JobRequest.from_extras(pipes.extras)
-        status = distribute(request, log=pipes.log.info)
+        curve = ReadyCurve()
+        status = distribute(request, log=pipes.log.info, watch=curve.watch)
         met = threshold_met(status, request.ready_threshold)
         metadata: dict[str, Any] = {
             "jobId": status.job_id,
@@ -190,6 +192,9 @@ def run_pipes() -> int:
             "bytesMoved": status.bytes_moved,
             "originBytes": status.origin_bytes,
             "checkpointBytes": status.checkpoint_bytes,
+            # hosts READY over time: a text plot the UI shows, and the samples
+            "hostsReadyPlot": {"raw_value": f"```\n{curve.text_plot()}\n```", "type": "md"},
+            "hostsReadyOverTime": {"raw_value": curve.to_json(), "type": "json"},
         }
         asset_key = pipes.asset_keys[0] if pipes.is_asset_step and pipes.asset_keys else None
         pipes.report_asset_check(

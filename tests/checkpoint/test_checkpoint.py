@@ -255,6 +255,12 @@ def test_distribution_asset_through_dagster_pipes(tmp_path):
             "host-01",
             "host-02",
         ]
+        # hosts READY over time: samples that only rise, ending at every host, and the plot
+        curve = [
+            (row["seconds"], row["hostsReady"]) for row in mat.metadata["hostsReadyOverTime"].value
+        ]
+        assert curve[-1][1] == 3 and curve == sorted(curve)
+        assert mat.metadata["hostsReadyPlot"].value.rstrip("`\n").endswith(" 3/3")
 
 
 def _small_checkpoint(root: Path) -> Path:
