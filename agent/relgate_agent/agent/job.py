@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from relgate_trust.manifest import CheckpointManifest, TrustedKeys
 
-from relgate_agent import hooks
+from relgate_agent import hooks, logctx
 from relgate_agent.agent.bytelog import KIND_ORIGIN, KIND_RX, ByteLog
 from relgate_agent.attestation import CertSigner
 from relgate_agent.contracts import ORIGIN
@@ -442,8 +442,18 @@ class JobState:
         if self.bytelog is not None:
             self.bytelog.add(kind, n)
 
-    def spawn(self, fn: Callable[[], None], name: str) -> None:
-        t = threading.Thread(target=fn, name=f"{self.job_id}-{name}", daemon=True)
+    def log_fields(self) -> dict[str, Any]:
+        """What this job's log records carry (logctx): the job, the host, its topology."""
+        return {
+            "job": self.job_id,
+            "host": self.cfg.host_id,
+            "topology": lambda: self.assignments.topology_version,
+        }
+
+    def spawn(self, fn: Callable[[], None], name: str, stripe: int | None = None) -> None:
+        """A thread of this job; its log records name the job (and ``stripe``)."""
+        target = logctx.bind(fn, **self.log_fields(), stripe=stripe)
+        t = threading.Thread(target=target, name=f"{self.job_id}-{name}", daemon=True)
         self.threads.append(t)
         t.start()
 

@@ -24,6 +24,7 @@ from relgate_trust.fstree import UnsafePathError
 from relgate_trust.manifest import CheckpointManifest, verify_envelope
 from relgate_trust.retry import Backoff
 
+from relgate_agent import logctx
 from relgate_agent.agent.bytelog import KIND_TX, ByteLog
 from relgate_agent.agent.control import ControlPlane
 from relgate_agent.agent.delta import copy_held_chunks
@@ -122,7 +123,8 @@ class JobRunner:
         return self.job.files is not None
 
     def start(self) -> None:
-        t = threading.Thread(target=self._main, name=f"job-{self.job.job_id}", daemon=True)
+        main = logctx.bind(self._main, **self.job.log_fields())
+        t = threading.Thread(target=main, name=f"job-{self.job.job_id}", daemon=True)
         self.job.threads.append(t)
         t.start()
 

@@ -120,7 +120,7 @@ class StripeWorkers:
 
     def start(self) -> None:
         for s in range(self.files.stripes):
-            self.job.spawn(functools.partial(self.worker, s), f"stripe-{s}")
+            self.job.spawn(functools.partial(self.worker, s), f"stripe-{s}", stripe=s)
         if self.job.cfg.bypass:
             self.job.spawn(self.repeat_complaints, "complaints")
         if self.job.cfg.bypass_slow:
@@ -192,6 +192,7 @@ class StripeWorkers:
     def worker(self, stripe: int) -> None:
         job, blocks = self.job, self.files.stripe_blocks[stripe]
         failures = 0
+        pulling_from = ""  # the upstream named last (logged when it changes)
         while not job.stop_event.is_set():
             pos = job.first_missing(stripe)
             if pos >= len(blocks):
@@ -204,6 +205,9 @@ class StripeWorkers:
             a = job.assignments.wait(stripe, job.stop_event)
             if a is None:
                 continue
+            if a.upstream.host_id != pulling_from:
+                pulling_from = a.upstream.host_id
+                log.info("stripe %d pulls from %s at block %d", stripe, pulling_from, pos)
             try:
                 failures = self._pull_once(stripe, pos, a, failures)
             except _JobOver:

@@ -15,6 +15,7 @@ import grpc
 from relgate_trust.errors import ManifestError, VerificationError
 
 from relgate_agent.cli.ca import ca, hosts
+from relgate_agent.cli.config import ConfigError
 from relgate_agent.cli.daemons import agent, coordinator, pipes
 from relgate_agent.cli.jobctl import job
 from relgate_agent.cli.manifests import keygen, manifest
@@ -80,7 +81,7 @@ def _refusal_exit(out: Output, exc: AgentError) -> int:
     """A verification failure, a coordinator refusal or another agent error: exit 3."""
     if isinstance(exc, VerificationError | ManifestError):
         out.emit({"error": "rejected", "message": str(exc), "check": getattr(exc, "check", "")})
-    elif isinstance(exc, CoordinatorRefusal):
+    elif isinstance(exc, CoordinatorRefusal | ConfigError):
         out.emit(exc.to_json())
     else:
         out.emit({"error": "rejected", "message": str(exc), "check": getattr(exc, "check", "")})

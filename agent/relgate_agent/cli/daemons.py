@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING
 
 import click
 
+from relgate_agent.cli.config import AgentFileConfig, CoordinatorFileConfig, config_option
 from relgate_agent.cli.params import (
     LABELS,
     RATE,
     TlsArgs,
     common,
     data_plane_limit_options,
+    log_format_option,
     output,
     setup_logging,
     tls_options,
@@ -23,6 +25,7 @@ from relgate_agent.cli.params import (
 
 if TYPE_CHECKING:
     from relgate_agent.dataplane.transport import DataPlaneLimits
+    from relgate_agent.logctx import LogFormat
 
 
 @click.group("coordinator")
@@ -31,7 +34,9 @@ def coordinator() -> None:
 
 
 @coordinator.command("serve", help="run the coordinator (gRPC)")
+@config_option(CoordinatorFileConfig)
 @common
+@log_format_option
 @click.option(
     "--listen",
     multiple=True,
@@ -72,6 +77,7 @@ def coordinator() -> None:
 @tls_options
 def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
+    log_format: LogFormat,
     metrics_listen: str,
     listen: tuple[str, ...],
     db: str,
@@ -98,7 +104,7 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     from relgate_agent.coordinator.server import CoordinatorServer
 
     out = output()
-    setup_logging(out.verbose)
+    setup_logging(out.verbose, log_format)
     cfg = CoordinatorConfig(
         db=db or default_db_path(),
         trusted_keys=TrustedKeys.load(list(trusted_keys)),
@@ -140,7 +146,9 @@ def agent() -> None:
 
 
 @agent.command("serve", help="run the host agent")
+@config_option(AgentFileConfig)
 @common
+@log_format_option
 @click.option("--host-id", required=True)
 @click.option("--rack", required=True)
 @click.option("--labels", type=LABELS, default="")
@@ -204,6 +212,7 @@ def agent() -> None:
 @tls_options
 def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
+    log_format: LogFormat,
     metrics_listen: str,
     host_id: str,
     rack: str,
@@ -234,7 +243,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     from relgate_agent.agent.job import AgentConfig
 
     out = output()
-    setup_logging(out.verbose)
+    setup_logging(out.verbose, log_format, {"host": host_id})
     host, _, port = listen.rpartition(":")
     cfg = AgentConfig(
         host_id=host_id,

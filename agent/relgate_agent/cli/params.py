@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import re
 import signal
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +13,8 @@ from typing import Any, TypeVar
 
 import click
 
+from relgate_agent import logctx
+from relgate_agent.logctx import LOG_FORMATS, LogFormat
 from relgate_agent.pki import TlsFiles, resolve_tls
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -192,12 +192,23 @@ class TlsArgs:
         return resolve_tls(self.pki, name, self.ca, self.cert, self.key)
 
 
-def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def setup_logging(
+    verbose: bool, log_format: LogFormat = "text", static: dict[str, Any] | None = None
+) -> None:
+    """stderr in ``log_format`` (logctx): text lines or one JSON object per line."""
+    logctx.setup_logging(verbose, log_format, static)
+
+
+def log_format_option(fn: F) -> F:
+    """``--log-format [text|json]`` (a daemon's stderr)."""
+    return click.option(
+        "--log-format",
+        type=click.Choice(LOG_FORMATS),
+        default="text",
+        show_default=True,
+        help="stderr: text lines, or one JSON object per line (ts, level, logger, msg, "
+        "and job, host, stripe, topology_version when known)",
+    )(fn)
 
 
 def wait_for_signal() -> None:
