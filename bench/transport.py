@@ -2,7 +2,7 @@
 
 Workload: one stream of 4 MiB blocks (1 GiB per run, best of 3) from an in-memory block
 source to a receiver that discards them, on this machine's loopback. Reported as GB/s per
-stream; the ratio framed/gRPC is what docs/distribution.md cites. The receiver of the real
+stream; the ratio framed/gRPC is what docs/distribution-design.md cites. The receiver of the real
 agent also CRC32Cs each block, so that rate is reported as the per-stream compute bound.
 """
 

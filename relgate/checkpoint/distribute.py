@@ -46,7 +46,7 @@ class DistributionRequest(Contract):
     hosts: int
     racks: int
     #: data centers the racks are split into; DC 0 holds the origin, the others are fed
-    #: over one compressed WAN edge per stripe (docs/distribution.md, Topology)
+    #: over one compressed WAN edge per stripe (docs/distribution-design.md, Topology)
     dcs: int = Field(default=1, ge=1)
     ready_threshold: float = 1.0
     origin_cap_bytes_per_s: int = 0

@@ -189,7 +189,7 @@ def agent() -> None:
     default=False,
     show_default=True,
     help="also route around an upstream that is the stripe's slow hop (experimental: "
-    "measured to hurt in bench chaos, see docs/distribution.md)",
+    "measured to hurt in bench chaos, see docs/distribution-design.md)",
 )
 @click.option(
     "--origin-parallel",
