@@ -247,6 +247,20 @@ def test_missing_operator_certificate_is_refused_before_any_call(tmp_path, deplo
     no_selector = [*cmd[: cmd.index("--selector")], "--json"]
     out = subprocess.run(no_selector, capture_output=True, text=True, env=dict(os.environ))
     assert out.returncode == 3 and json.loads(out.stdout)["check"] == "target-selector"
+    # credentials in place but no replica answers: refused naming the leader check
+    pki = ensure_dev_pki(tmp_path / "good", {"host-00": "rack-0"})
+    nobody = [
+        *cmd[: cmd.index("--pki-dir")],
+        "--pki-dir",
+        str(pki),
+        "--selector",
+        SELECTOR,
+        "--json",
+    ]
+    out = subprocess.run(nobody, capture_output=True, text=True, env=dict(os.environ))
+    assert out.returncode == 3, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["check"] == "coordinator-leader" and doc["object"] == "127.0.0.1:1"
     assert not (deployer.home / "fleet").exists()
 
 
