@@ -17,6 +17,7 @@ from relgate.checkpoint.distribute import DistributionRequest, distribution_sess
 from relgate.checkpoint.publish import PublishedCheckpoint
 from relgate.demo.checkpoint import DemoCheckpointRequest, publish_demo_checkpoint
 from relgate.runs.store import get_run
+from resources.fleet import FleetResource
 from resources.relgate import RelgateResource
 
 GROUP = "checkpoints"
@@ -94,7 +95,8 @@ def checkpoint_manifest(
     group_name=GROUP,
     owners=OWNERS,
     tags=tags_for(GROUP),
-    description="The checkpoint landed byte-exact on every host of a local fleet (coordinator via Dagster Pipes).",
+    description="The checkpoint landed byte-exact on every host of the fleet (coordinator via"
+    " Dagster Pipes): the running fleet the fleet resource names, else a local fleet.",
     check_specs=[
         dg.AssetCheckSpec(
             "ready_threshold",
@@ -109,6 +111,7 @@ def checkpoint_distribution(
     config: DistributionConfig,
     relgate: RelgateResource,
     pipes_subprocess_client: dg.PipesSubprocessClient,
+    fleet: FleetResource,
     checkpoint_manifest: PublishedCheckpoint,
 ) -> Iterator[dg.MaterializeResult[object] | dg.AssetCheckResult]:
     request = DistributionRequest(
@@ -120,15 +123,26 @@ def checkpoint_distribution(
         ready_threshold=config.ready_threshold,
         origin_cap_bytes_per_s=config.origin_cap_bytes_per_s,
         timeout_s=config.timeout_s,
+        fleet=fleet.service(),
     )
     with distribution_session(relgate.workspace(), request) as session:
-        context.log.info(f"started {len(session.fleet)} agents: {[m.host for m in session.fleet]}")
+        if session.job.coordinator:
+            context.log.info(
+                f"job on the running fleet at {session.job.coordinator}"
+                f" (selector {session.job.job.target_selector!r})"
+            )
+        else:
+            context.log.info(
+                f"started {len(session.fleet)} agents: {[m.host for m in session.fleet]}"
+            )
         results = pipes_subprocess_client.run(
             command=PIPES_COMMAND, context=context, extras=session.job.to_extras()
         ).get_results()
         event = session.await_complete()
     if event is not None:
         context.log.info(f"DistributionComplete: {event}")
+    elif session.job.coordinator:
+        context.log.info("DistributionComplete goes to the fleet's webhook, not to this run")
     else:
         context.log.warning("no DistributionComplete reached the deployer webhook")
     yield from results

@@ -27,6 +27,7 @@ from pipelines.jobs import (
     snapshot_release_job,
 )
 from pipelines.run_jobs import run_jobs
+from resources.fleet import FleetResource
 from resources.io_managers import RelgateIOManager
 from resources.relgate import RelgateResource
 from sensors.fence_sensors import benchmark_fence_sensor, tombstone_fence_sensor
@@ -62,6 +63,8 @@ defs = dg.Definitions(
     resources={
         "relgate": RelgateResource(),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
+        # the embedded local fleet unless coordinator addresses are set (docs/fleet-service.md)
+        "fleet": FleetResource(),
         # local pickles unless configured with a bucket (release_job_celery: docs/deploy.md)
         "io_manager": RelgateIOManager(),
     },

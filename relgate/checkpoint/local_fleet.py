@@ -1,4 +1,9 @@
-"""A local fleet on loopback: agent processes, a free port for each, and the deployer's webhook.
+"""The embedded local fleet, a harness: agent processes on loopback, a free port for each, and
+the deployer's webhook.
+
+Only the embedded default of ``relgate distribute`` (no ``--coordinator``), the demo and the
+tests start it; a distribution to a running fleet (:class:`relgate.checkpoint.fleet.FleetService`)
+never imports this module.
 
 The supervisor starts ``relgate-agent agent serve`` processes (mutual TLS with a dev PKI
 under the workspace) and stops each by PID on exit; the webhook sink receives the
@@ -20,8 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from relgate_trust.datacenter import rack_dc, with_dc
-from relgate_trust.job_request import Enrollment
 
+from relgate.checkpoint.fleet import FleetMember
 from relgate.integrity.contract import Contract, JsonObject
 from relgate.workspace import Workspace
 from relgate_agent.attestation import (
@@ -103,21 +108,6 @@ def new_fleet_label() -> str:
     """Labels (and the target selector) of one local fleet run: a job started for this run
     targets exactly the agents it started, never hosts an earlier run left in the store."""
     return f"cluster=demo,fleet={secrets.token_hex(4)}"
-
-
-class FleetMember(Contract):
-    """One agent process of a local fleet, and what the coordinator enrolls for it."""
-
-    host: str
-    models_root: str
-    pid: int
-    host_id: str
-    rack: str
-    labels: str
-
-    def enrollment(self) -> Enrollment:
-        """What the coordinator enrolls for this agent (``JobRequest.serve.enroll``)."""
-        return Enrollment(self.host_id, self.rack, Enrollment.parse_labels(self.labels))
 
 
 class FleetSpec(Contract):

@@ -77,9 +77,32 @@ def checkpoint_demo(directory: str, megabytes: int) -> CommandOutput:
 @click.option(
     "--origin-cap", default=0, show_default=True, help="Origin read cap in bytes/s (0: none)."
 )
+@click.option(
+    "--coordinator",
+    "coordinators",
+    multiple=True,
+    help="A running fleet's coordinator host:port (repeat for replicas, tried in order: the"
+    " first that answers as leader). Without it a local fleet is started (--hosts/--racks/--dcs).",
+)
+@click.option(
+    "--pki-dir",
+    default="",
+    help="With --coordinator: the fleet PKI holding ca.pem, operator.pem and operator.key.",
+)
+@click.option(
+    "--selector",
+    default="",
+    help="With --coordinator: the hosts to target, as labels k=v,... (required there).",
+)
+@click.option(
+    "--webhook-url",
+    default="",
+    help="With --coordinator: where the coordinator POSTs DistributionComplete.",
+)
 @pass_ctx
-def distribute_cmd(
+def distribute_cmd(  # noqa: PLR0913 - one parameter per command-line option
     ctx: Ctx,
+    *,
     model: str,
     version: str,
     hosts: int,
@@ -87,10 +110,29 @@ def distribute_cmd(
     dcs: int,
     ready_threshold: float,
     origin_cap: int,
+    coordinators: tuple[str, ...],
+    pki_dir: str,
+    selector: str,
+    webhook_url: str,
 ) -> CommandOutput:
-    """Fan a published checkpoint out to a local fleet of agents; wait for DistributionComplete."""
+    """Fan a published checkpoint out to a running fleet (--coordinator) or a local fleet of
+    agents started for it; wait for the handoff."""
     from relgate.checkpoint.distribute import DistributionRequest, distribute
+    from relgate.checkpoint.fleet import FleetService
+    from relgate.errors import UsageError
 
+    fleet = None
+    if coordinators:
+        fleet = FleetService(
+            coordinators=list(coordinators),
+            pki_dir=pki_dir,
+            selector=selector,
+            webhook_url=webhook_url,
+        )
+    elif pki_dir or selector or webhook_url:
+        raise UsageError(
+            "--pki-dir, --selector and --webhook-url name a running fleet: pass --coordinator"
+        )
     request = DistributionRequest(
         model=model,
         version=version,
@@ -99,10 +141,21 @@ def distribute_cmd(
         dcs=dcs,
         ready_threshold=ready_threshold,
         origin_cap_bytes_per_s=origin_cap,
+        fleet=fleet,
     )
     result = distribute(ctx.ws(), request, log=lambda line: click.echo(line, err=True))
     if result.complete:
         return result
+    if result.coordinator:
+        return CommandResult.rejected(
+            result,
+            check="ready-threshold",
+            message=(
+                f"job {result.status['job_id']} on {result.coordinator} ended "
+                f"{result.status['state']} with {result.status['hosts_ready']}/"
+                f"{result.status['hosts_total']} hosts ready (threshold {ready_threshold:g})"
+            ),
+        )
     return CommandResult.rejected(
         result,
         check="distribution-complete",

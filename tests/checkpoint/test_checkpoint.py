@@ -24,6 +24,7 @@ from relgate.demo.checkpoint import (
 from relgate.errors import ObjectExistsError, RejectedError, UsageError
 from relgate.progress import reporting
 from relgate.workspace import Workspace
+from resources.fleet import FleetResource
 from resources.relgate import RelgateResource
 
 
@@ -234,6 +235,7 @@ def test_distribution_asset_through_dagster_pipes(tmp_path):
             resources={
                 "relgate": RelgateResource(home=home),
                 "pipes_subprocess_client": dg.PipesSubprocessClient(),
+                "fleet": FleetResource(),  # the embedded local fleet
             },
             run_config={
                 "ops": {

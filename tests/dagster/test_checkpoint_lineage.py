@@ -17,6 +17,7 @@ from pipelines.definitions import defs
 from relgate.release.publication import approve_release, publish
 from relgate.release.verify.verifier import verify_release
 from relgate.release.writer import write_release
+from resources.fleet import FleetResource
 from resources.relgate import RelgateResource
 
 
@@ -28,6 +29,7 @@ def _materialize(home: str, instance: dg.DagsterInstance, run: str) -> dg.Execut
         resources={
             "relgate": RelgateResource(home=home),
             "pipes_subprocess_client": dg.PipesSubprocessClient(),
+            "fleet": FleetResource(),  # the embedded local fleet
         },
         run_config={"ops": {"checkpoint_manifest": {"config": config}}},
         selection=dg.AssetSelection.assets("checkpoint_manifest"),
