@@ -33,7 +33,7 @@ GATE_LOCK = 7244
 #: The catalog database could not be reached, or the connection was lost mid-command.
 CATALOG_UNAVAILABLE = "catalog-unavailable"
 #: The catalog database is reachable but holds no relgate schema (the wrong database).
-CATALOG_SCHEMA = "catalog-schema"
+CATALOG_SCHEMA = schema.CATALOG_SCHEMA
 #: What SQLite and PostgreSQL say when a table is missing.
 _MISSING_TABLE = ("no such table", "undefinedtable", "does not exist")
 

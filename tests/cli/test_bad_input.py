@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 from support.workspaces import make_workspace
 
 from relgate.catalog import schema
+from relgate.catalog.db import Database
 from relgate.catalog.migrations import MIGRATIONS
 from relgate.cli.main import main
 from relgate.snapshot.build import EMPTY_SELECTION, SOURCE_UNKNOWN
@@ -174,7 +175,9 @@ def test_a_workspace_made_for_another_catalog_url_names_the_url(tmp_path: Path) 
     assert (body["check"], body["object"]) == ("catalog-schema", f"sqlite:///{home / 'catalog.db'}")
     assert not (home / "catalog.db").exists()  # refusing it did not create it
     (home / "catalog.db").write_bytes(b"")  # present but empty: no relgate schema
-    assert refused(cli(home, "snapshot", "list"), 2)["check"] == "catalog-schema"
+    empty = refused(cli(home, "snapshot", "list"), 2)
+    assert empty["check"] == "catalog-schema"
+    assert empty["details"] == {"schemaVersion": 0, "pending": [m.version for m in MIGRATIONS]}
     # `relgate migrate` makes that empty catalog a relgate catalog; opening never does
     migrated = cli(home, "migrate")
     assert migrated.exit_code == 0, migrated.output
@@ -211,6 +214,21 @@ def test_a_catalog_behind_this_relgate_is_refused_until_migrated(
     assert json.loads(cli(home, "migrate").stdout)["applied"] == []
 
 
+def test_a_catalog_migrated_by_a_newer_relgate_is_refused(tmp_path: Path) -> None:
+    """A catalog at a revision this relgate does not have (a newer relgate migrated it) is
+    refused by every command and by ``relgate migrate`` (exit 2, ``catalog-schema``, naming
+    the revision), never treated as empty."""
+    home = tmp_path / "newer"
+    assert cli(home, "init").exit_code == 0
+    engine = sa.create_engine(f"sqlite:///{home / 'catalog.db'}")
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    for args in (("snapshot", "list"), ("migrate",)):
+        body = refused(cli(home, *args), 2)
+        assert (body["check"], body["details"]["revision"]) == ("catalog-schema", "9999"), args
+
+
 def test_a_catalog_from_before_alembic_is_stamped_then_current(tmp_path: Path) -> None:
     """A catalog whose applied versions are in the old ``schema_migrations`` table (no
     ``alembic_version``) is taken as at that version: nothing is re-applied."""
@@ -227,6 +245,9 @@ def test_a_catalog_from_before_alembic_is_stamped_then_current(tmp_path: Path) -
         )
         conn.execute(sa.text("INSERT INTO schema_migrations VALUES (1, 'baseline', 'then')"))
     engine.dispose()
+    legacy = Database(f"sqlite:///{home / 'catalog.db'}")
+    assert (legacy.schema_version(), legacy.pending()) == (1, [])
+    legacy.dispose()
     assert cli(home, "snapshot", "list").exit_code == 0  # version 1: current
     assert json.loads(cli(home, "migrate").stdout) == {"applied": [], "schemaVersion": 1}
     engine = sa.create_engine(f"sqlite:///{home / 'catalog.db'}")

@@ -23,6 +23,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 
+from relgate.errors import UsageError
+
+#: The check a catalog whose schema does not match this relgate fails.
+CATALOG_SCHEMA = "catalog-schema"
 #: The Alembic script directory (``env.py`` and ``versions/``); tests point it elsewhere.
 SCRIPT_LOCATION = Path(__file__).parent
 LEGACY_TABLE = "schema_migrations"
@@ -65,8 +69,17 @@ def pending(conn: Connection) -> list[int]:
     if current is None:
         legacy = _legacy_version(conn)
         current = revision_id(legacy) if legacy is not None else None
-    done = chain.index(current) + 1 if current in chain else 0
-    return [int(r) for r in chain[done:]]
+    if current is None:
+        return [int(r) for r in chain]
+    if current not in chain:
+        raise UsageError(
+            f"the catalog is at schema revision {current}, which this relgate does not have:"
+            " it was migrated by a newer relgate (upgrade this one)",
+            object="catalog",
+            check=CATALOG_SCHEMA,
+            details={"revision": current, "known": chain},
+        )
+    return [int(r) for r in chain[chain.index(current) + 1 :]]
 
 
 def version(conn: Connection) -> int:
