@@ -201,3 +201,17 @@ def test_approving_a_host_with_no_pending_request_is_refused(
         assert dict(err.value.trailing_metadata())["relgate-check"] == "pending-request"
     finally:
         c.close()
+
+
+def test_the_enrollment_listener_serves_nothing_else(fleet: dict[str, Any]) -> None:
+    """No client certificate there, so no operator or agent RPC either."""
+    from relgate_agent.proto import distribution_pb2_grpc as pbg
+
+    channel, _ = _enroll_stub(fleet["enroll"], fleet["ca"])
+    try:
+        jobs: Any = pbg.JobServiceStub(channel)  # type: ignore[no-untyped-call]
+        with pytest.raises(grpc.RpcError) as err:
+            jobs.ListEnrollRequests(pb.ListEnrollRequestsRequest(), timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        channel.close()
