@@ -186,6 +186,26 @@ class CoordinatorClient:
         )
         return bool(r.enrolled)
 
+    def create_enroll_token(
+        self, host_id: str, rack: str, ttl_s: int = 0, timeout: float = 10.0
+    ) -> pb.CreateEnrollTokenResponse:
+        """A one-time bootstrap token for ``host_id`` (enrollment by CSR)."""
+        request = pb.CreateEnrollTokenRequest(host_id=host_id, rack=rack, ttl_s=ttl_s)
+        resp: pb.CreateEnrollTokenResponse = self.jobs.CreateEnrollToken(request, timeout=timeout)
+        return resp
+
+    def enroll_requests(self, timeout: float = 10.0) -> list[pb.EnrollRequest]:
+        """CSRs waiting for an operator's approval."""
+        r = self.jobs.ListEnrollRequests(pb.ListEnrollRequestsRequest(), timeout=timeout)
+        return list(r.pending)
+
+    def approve_enrollment(
+        self, host_id: str, cert_pem: str, timeout: float = 10.0
+    ) -> pb.ApproveEnrollmentResponse:
+        request = pb.ApproveEnrollmentRequest(host_id=host_id, cert_pem=cert_pem)
+        resp: pb.ApproveEnrollmentResponse = self.jobs.ApproveEnrollment(request, timeout=timeout)
+        return resp
+
     def list_hosts(self, timeout: float = 10.0) -> Inventory:
         r = self.jobs.ListHosts(pb.ListHostsRequest(), timeout=timeout)
         return Inventory.from_response(r)

@@ -35,6 +35,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from relgate_trust.fstree import write_file_atomic
 
@@ -140,7 +141,7 @@ def identity_from_peercert(peercert: Mapping[str, Any] | None) -> Identity | Non
 # ---------------------------------------------------------------------------- files
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def private_key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -186,7 +187,7 @@ def ca_init(directory: Path, common_name: str = "relgate fleet CA", force: bool 
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    write_file_atomic(directory / CA_KEY, _key_pem(key), 0o600)
+    write_file_atomic(directory / CA_KEY, private_key_pem(key), 0o600)
     write_file_atomic(directory / CA_CERT, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     return directory / CA_CERT
 
@@ -221,6 +222,58 @@ def _load_ca(directory: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certific
     return ca_key, ca_cert
 
 
+def sign_leaf(
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    role: str,
+    ident: str,
+    rack: str,
+    public_key: CertificatePublicKeyTypes,
+    validity_h: float,
+    *,
+    extra_dns: tuple[str, ...] = (),
+) -> x509.Certificate:
+    """The fleet's leaf certificate profile (subject, SAN URI, key usages) for ``public_key``:
+    one code path for keys made here (:func:`issue`) and keys sent in a CSR
+    (:func:`issue_for_csr`)."""
+    attrs = [
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "relgate"),
+        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
+        x509.NameAttribute(NameOID.COMMON_NAME, ident),
+    ]
+    if rack:
+        attrs.append(x509.NameAttribute(NameOID.LOCALITY_NAME, rack))
+    sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(identity_uri(role, ident, rack))]
+    eku = [ExtendedKeyUsageOID.CLIENT_AUTH]
+    if role in (ROLE_COORDINATOR, ROLE_HOST):
+        eku.append(ExtendedKeyUsageOID.SERVER_AUTH)
+    if role == ROLE_COORDINATOR:
+        sans += [x509.DNSName(COORDINATOR_DNS), x509.DNSName("localhost")]
+        sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+        sans += [x509.DNSName(d) for d in extra_dns]
+    now = _now()
+    not_after = min(now + dt.timedelta(hours=validity_h), ca_cert.not_valid_after_utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(attrs))
+        .issuer_name(ca_cert.subject)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(LEAF_KEY_USAGE, critical=True)
+        .add_extension(x509.ExtendedKeyUsage(eku), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert
+
+
 def issue(
     directory: Path,
     role: str,
@@ -245,48 +298,35 @@ def issue(
         raise PkiError(f"validity {validity_h} h is out of range")
     ca_key, ca_cert = _load_ca(directory)
     key = ec.generate_private_key(ec.SECP256R1())
-    attrs = [
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "relgate"),
-        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
-        x509.NameAttribute(NameOID.COMMON_NAME, ident),
-    ]
-    if rack:
-        attrs.append(x509.NameAttribute(NameOID.LOCALITY_NAME, rack))
-    sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(identity_uri(role, ident, rack))]
-    eku = [ExtendedKeyUsageOID.CLIENT_AUTH]
-    if role in (ROLE_COORDINATOR, ROLE_HOST):
-        eku.append(ExtendedKeyUsageOID.SERVER_AUTH)
-    if role == ROLE_COORDINATOR:
-        sans += [x509.DNSName(COORDINATOR_DNS), x509.DNSName("localhost")]
-        sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
-        sans += [x509.DNSName(d) for d in extra_dns]
-    now = _now()
-    not_after = min(now + dt.timedelta(hours=validity_h), ca_cert.not_valid_after_utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name(attrs))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(LEAF_KEY_USAGE, critical=True)
-        .add_extension(x509.ExtendedKeyUsage(eku), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
+    cert = sign_leaf(
+        ca_key, ca_cert, role, ident, rack, key.public_key(), validity_h, extra_dns=extra_dns
     )
     out = Path(out_dir or directory)
     key_path, cert_path = out / f"{ident}.key", out / f"{ident}.pem"
-    write_file_atomic(key_path, _key_pem(key), 0o600)
+    write_file_atomic(key_path, private_key_pem(key), 0o600)
     write_file_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     if out != directory and not (out / CA_CERT).exists():
         write_file_atomic(out / CA_CERT, (directory / CA_CERT).read_bytes(), 0o644)
     return cert_path, key_path
+
+
+def issue_for_csr(
+    directory: Path,
+    csr: x509.CertificateSigningRequest,
+    host_id: str,
+    rack: str,
+    validity_h: float = DEFAULT_VALIDITY_H,
+) -> bytes:
+    """A host certificate (PEM) for the key in ``csr``, signed by the CA in ``directory``:
+    the same profile as :func:`issue`; the host id and rack are the caller's (the CSR was
+    checked against them), never read off the CSR."""
+    check_name("host id", host_id)
+    check_name("rack", rack)
+    if not 0 < validity_h <= 24 * CA_VALIDITY_DAYS:
+        raise PkiError(f"validity {validity_h} h is out of range")
+    ca_key, ca_cert = _load_ca(Path(directory))
+    cert = sign_leaf(ca_key, ca_cert, ROLE_HOST, host_id, rack, csr.public_key(), validity_h)
+    return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def cert_info(path: Path) -> dict[str, object]:

@@ -45,6 +45,9 @@ def test_method_tables() -> None:
         "ListHosts",
         "ListJobs",
         "GetJobTopology",
+        "CreateEnrollToken",
+        "ListEnrollRequests",
+        "ApproveEnrollment",
     } == OPERATOR_METHODS
     assert {
         "Watch",

@@ -17,6 +17,7 @@ from relgate_trust.errors import ManifestError, VerificationError
 from relgate_agent.cli.ca import ca, hosts
 from relgate_agent.cli.config import ConfigError
 from relgate_agent.cli.daemons import agent, coordinator, pipes
+from relgate_agent.cli.enroll import hosts_request as _enroll_commands  # noqa: F401 - registers
 from relgate_agent.cli.jobctl import job
 from relgate_agent.cli.manifests import keygen, manifest
 from relgate_agent.cli.params import Output, common, expand_greedy_args

@@ -74,11 +74,18 @@ def coordinator() -> None:
     default="",
     help="host:port for Prometheus /metrics (e.g. 127.0.0.1:9470; default: not served)",
 )
+@click.option(
+    "--enroll-listen",
+    default="",
+    help="host:port of the enrollment listener (TLS, no client certificate: hosts send CSRs"
+    " with a bootstrap token; default: not served)",
+)
 @tls_options
 def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
     log_format: LogFormat,
     metrics_listen: str,
+    enroll_listen: str,
     listen: tuple[str, ...],
     db: str,
     trusted_keys: tuple[str, ...],
@@ -121,7 +128,11 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     )
     tls = TlsArgs(pki, ca, cert, key).files("coordinator")
     server = CoordinatorServer(
-        cfg, list(listen) or ["127.0.0.1:7470"], tls=tls, metrics_listen=metrics_listen
+        cfg,
+        list(listen) or ["127.0.0.1:7470"],
+        tls=tls,
+        metrics_listen=metrics_listen,
+        enroll_listen=enroll_listen,
     ).start()
     if address_file:
         Path(address_file).write_text(server.address)
@@ -130,6 +141,7 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
             "listening": server.address,
             "addresses": server.addresses,
             "metrics": server.metrics_address,
+            "enroll": server.enroll_address,
             "pid": os.getpid(),
         }
     )

@@ -27,6 +27,7 @@ from relgate_trust.job_request import JobSpec
 from relgate_agent.attestation import CertSigner, load_ca
 from relgate_agent.contracts import WatchCursor
 from relgate_agent.coordinator.certs import cut_off
+from relgate_agent.coordinator.enrollment import Enrollments
 from relgate_agent.coordinator.jobstate import (
     CoordinatorConfig,
     NotEnrolled,
@@ -189,6 +190,32 @@ class Calls:
         return await self.run(context, fn)
 
 
+class EnrollServicer(pbg.EnrollServiceServicer):
+    """The enrollment listener: no client certificate, the bootstrap token is the caller's
+    only credential (identity/enroll.py)."""
+
+    def __init__(self, calls: Calls, enrollments: Enrollments) -> None:
+        self.calls = calls
+        self.enrollments = enrollments
+
+    async def SubmitCsr(
+        self, request: pb.SubmitCsrRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitCsrResponse:
+        rack = await self.calls.run(
+            context,
+            lambda: self.enrollments.submit(request.token, request.host_id, request.csr_pem),
+        )
+        return pb.SubmitCsrResponse(host_id=request.host_id, rack=rack)
+
+    async def FetchCert(
+        self, request: pb.FetchCertRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchCertResponse:
+        cert = await self.calls.run(
+            context, lambda: self.enrollments.fetch(request.token, request.host_id)
+        )
+        return pb.FetchCertResponse(approved=bool(cert), cert_pem=cert)
+
+
 async def abort_with(context: grpc.aio.ServicerContext, exc: AgentError) -> NoReturn:
     check = str(getattr(exc, "check", "") or "")
     if check:
@@ -198,9 +225,54 @@ async def abort_with(context: grpc.aio.ServicerContext, exc: AgentError) -> NoRe
 
 
 class JobServicer(pbg.JobServiceServicer):
-    def __init__(self, calls: Calls) -> None:
+    def __init__(self, calls: Calls, enrollments: Enrollments | None = None) -> None:
         self.calls = calls
         self.coord = calls.coord
+        self.enrollments = enrollments
+
+    def _enrollments(self) -> Enrollments:
+        if self.enrollments is None:
+            raise AgentError("this coordinator does not enroll by CSR")
+        return self.enrollments
+
+    async def CreateEnrollToken(
+        self, request: pb.CreateEnrollTokenRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateEnrollTokenResponse:
+        token, expires_at = await self.calls.call(
+            context,
+            "CreateEnrollToken",
+            lambda: self._enrollments().create_token(
+                request.host_id, request.rack, int(request.ttl_s)
+            ),
+        )
+        return pb.CreateEnrollTokenResponse(
+            host_id=request.host_id, rack=request.rack, token=token, expires_at=expires_at
+        )
+
+    async def ListEnrollRequests(
+        self, request: pb.ListEnrollRequestsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListEnrollRequestsResponse:
+        pending = await self.calls.call(
+            context, "ListEnrollRequests", lambda: self._enrollments().pending()
+        )
+        return pb.ListEnrollRequestsResponse(
+            pending=[
+                pb.EnrollRequest(
+                    host_id=p.host_id, rack=p.rack, csr_pem=p.csr_pem, requested_at=p.requested_at
+                )
+                for p in pending
+            ]
+        )
+
+    async def ApproveEnrollment(
+        self, request: pb.ApproveEnrollmentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ApproveEnrollmentResponse:
+        serial = await self.calls.call(
+            context,
+            "ApproveEnrollment",
+            lambda: self._enrollments().approve(request.host_id, request.cert_pem),
+        )
+        return pb.ApproveEnrollmentResponse(host_id=request.host_id, serial=serial)
 
     async def EnrollHost(
         self, request: pb.EnrollHostRequest, context: grpc.aio.ServicerContext
@@ -521,8 +593,14 @@ class CoordinatorServer:
         *,
         tls: TlsFiles,
         metrics_listen: str = "",
+        enroll_listen: str = "",
     ) -> None:
         self.coordinator = Coordinator(config)
+        # enrollment by CSR; its listener ("host:port", "" none) takes no client certificate
+        self.enrollments = Enrollments(self.coordinator.store, load_ca(tls.ca))
+        self.enroll_listen = enroll_listen
+        self.enroll_address = ""
+        self.enroll_server: grpc.aio.Server | None = None
         self.metrics_listen = metrics_listen  # "host:port" for /metrics ("": not served)
         self.metrics_address = ""
         self.identity = tls.identity()
@@ -570,7 +648,7 @@ class CoordinatorServer:
         rpc_seconds = self.coordinator.metrics.rpc_seconds
         server.add_generic_rpc_handlers(
             (
-                service_handlers("JobService", JobServicer(calls), rpc_seconds),
+                service_handlers("JobService", JobServicer(calls, self.enrollments), rpc_seconds),
                 service_handlers(
                     "AgentService",
                     AgentServicer(calls, self.hub),
@@ -589,6 +667,28 @@ class CoordinatorServer:
                 addr if addr.startswith("unix:") else f"{addr.rpartition(':')[0]}:{port}"
             )
         self.server = server
+        if self.enroll_listen:
+            self.enroll_server = self._bind_enroll(calls, rpc_seconds)
+
+    def _bind_enroll(self, calls: Calls, rpc_seconds: Histogram) -> grpc.aio.Server:
+        """A server with the enrollment service only: TLS with the coordinator's certificate,
+        no client certificate asked (a host without one yet enrolls here)."""
+        server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
+        server.add_generic_rpc_handlers(
+            (
+                service_handlers(
+                    "EnrollService", EnrollServicer(calls, self.enrollments), rpc_seconds
+                ),
+            )
+        )
+        _, cert, key = self.tls.read()
+        creds = grpc.ssl_server_credentials([(key, cert)], require_client_auth=False)
+        addr = self.enroll_listen
+        port = server.add_secure_port(addr, creds)
+        if port == 0:
+            raise AgentError(f"coordinator cannot listen on {addr} (enrollment)")
+        self.enroll_address = f"{addr.rpartition(':')[0]}:{port}"
+        return server
 
     async def _start(self) -> None:
         if self.server is None:
@@ -596,6 +696,8 @@ class CoordinatorServer:
         self.hub.start()
         self.coordinator.changed.subscribe(self.hub.poke_threadsafe)
         await self.server.start()
+        if self.enroll_server is not None:
+            await self.enroll_server.start()
 
     def start(self) -> CoordinatorServer:
         self.coordinator.maintain_lease()  # an HA replica may lead from its first moment
@@ -628,6 +730,8 @@ class CoordinatorServer:
         await self.hub.stop("coordinator shutting down")
         if self.server is not None:
             await self.server.stop(grace)
+        if self.enroll_server is not None:
+            await self.enroll_server.stop(grace)
 
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()

@@ -40,6 +40,23 @@ SCHEMA = [
         labels TEXT NOT NULL,
         enrolled_at BIGINT NOT NULL
     )""",
+    # enrollment by CSR: one-time bootstrap tokens (SHA-256 only), used_at 0 until used
+    """CREATE TABLE IF NOT EXISTS dist_enroll_tokens (
+        token_hash TEXT PRIMARY KEY,
+        host_id TEXT NOT NULL,
+        rack TEXT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        used_at BIGINT NOT NULL
+    )""",
+    # a host's CSR, and its certificate once an operator approved it (cert_pem "" till then)
+    """CREATE TABLE IF NOT EXISTS dist_enroll_requests (
+        host_id TEXT PRIMARY KEY,
+        rack TEXT NOT NULL,
+        csr_pem TEXT NOT NULL,
+        token_hash TEXT NOT NULL,
+        requested_at BIGINT NOT NULL,
+        cert_pem TEXT NOT NULL
+    )""",
     # versions the coordinator itself accepted as verified READY on a host
     """CREATE TABLE IF NOT EXISTS dist_host_verified (
         host_id TEXT NOT NULL,
@@ -526,6 +543,76 @@ class JobStore:
                 text("SELECT rack, labels FROM dist_enrolled WHERE host_id = :h"), {"h": host_id}
             ).first()
         return None if row is None else (row[0], json.loads(row[1]))
+
+    # -- enrollment by CSR ----------------------------------------------------
+    def add_enroll_token(self, digest: str, host_id: str, rack: str, expires_at: int) -> None:
+        with self.tx() as c:
+            c.execute(
+                text(
+                    "INSERT INTO dist_enroll_tokens (token_hash, host_id, rack, expires_at, "
+                    "used_at) VALUES (:d, :h, :r, :e, 0)"
+                ),
+                {"d": digest, "h": host_id, "r": rack, "e": expires_at},
+            )
+
+    def enroll_token(self, digest: str) -> tuple[str, str, int, int] | None:
+        """(host id, rack, expires at, used at) of a token by its SHA-256."""
+        with self.tx() as c:
+            row = c.execute(
+                text(
+                    "SELECT host_id, rack, expires_at, used_at FROM dist_enroll_tokens "
+                    "WHERE token_hash = :d"
+                ),
+                {"d": digest},
+            ).first()
+        return None if row is None else (row[0], row[1], int(row[2]), int(row[3]))
+
+    def use_enroll_token(
+        self, digest: str, host_id: str, rack: str, csr_pem: str, now: int
+    ) -> bool:
+        """Mark the token used and record the host's CSR, in one transaction; False when
+        another request used the token first."""
+        with self.tx() as c:
+            used = c.execute(
+                text(
+                    "UPDATE dist_enroll_tokens SET used_at = :n "
+                    "WHERE token_hash = :d AND used_at = 0"
+                ),
+                {"d": digest, "n": now},
+            ).rowcount
+            if used != 1:
+                return False
+            c.execute(text("DELETE FROM dist_enroll_requests WHERE host_id = :h"), {"h": host_id})
+            c.execute(
+                text(
+                    "INSERT INTO dist_enroll_requests (host_id, rack, csr_pem, token_hash, "
+                    "requested_at, cert_pem) VALUES (:h, :r, :c, :d, :n, '')"
+                ),
+                {"h": host_id, "r": rack, "c": csr_pem, "d": digest, "n": now},
+            )
+        return True
+
+    def enroll_requests(self) -> list[tuple[str, str, str, str, int, str]]:
+        """(host id, rack, CSR, token hash, requested at, certificate) of every request."""
+        with self.tx() as c:
+            rows = c.execute(
+                text(
+                    "SELECT host_id, rack, csr_pem, token_hash, requested_at, cert_pem "
+                    "FROM dist_enroll_requests ORDER BY requested_at, host_id"
+                )
+            ).all()
+        return [(r[0], r[1], r[2], r[3], int(r[4]), r[5]) for r in rows]
+
+    def set_enroll_cert(self, host_id: str, cert_pem: str) -> bool:
+        with self.tx() as c:
+            n = c.execute(
+                text(
+                    "UPDATE dist_enroll_requests SET cert_pem = :p "
+                    "WHERE host_id = :h AND cert_pem = ''"
+                ),
+                {"h": host_id, "p": cert_pem},
+            ).rowcount
+        return n == 1
 
     def last_seen(self) -> dict[str, float]:
         """Wall-clock time of each host's last heartbeat (the opening of its watch)."""

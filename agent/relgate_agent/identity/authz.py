@@ -28,6 +28,9 @@ OPERATOR_METHODS = frozenset(
         "ListHosts",
         "ListJobs",
         "GetJobTopology",
+        "CreateEnrollToken",
+        "ListEnrollRequests",
+        "ApproveEnrollment",
     }
 )
 AGENT_METHODS = frozenset(

@@ -528,6 +528,116 @@ class GetJobTopologyResponse(_message.Message):
         stripes: _Iterable[StripeTopology | _Mapping] | None = ...,
     ) -> None: ...
 
+class CreateEnrollTokenRequest(_message.Message):
+    __slots__ = ("host_id", "rack", "ttl_s")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    rack: str
+    ttl_s: int
+    def __init__(
+        self, host_id: str | None = ..., rack: str | None = ..., ttl_s: int | None = ...
+    ) -> None: ...
+
+class CreateEnrollTokenResponse(_message.Message):
+    __slots__ = ("expires_at", "host_id", "rack", "token")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    rack: str
+    token: str
+    expires_at: int
+    def __init__(
+        self,
+        host_id: str | None = ...,
+        rack: str | None = ...,
+        token: str | None = ...,
+        expires_at: int | None = ...,
+    ) -> None: ...
+
+class EnrollRequest(_message.Message):
+    __slots__ = ("csr_pem", "host_id", "rack", "requested_at")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_AT_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    rack: str
+    csr_pem: str
+    requested_at: int
+    def __init__(
+        self,
+        host_id: str | None = ...,
+        rack: str | None = ...,
+        csr_pem: str | None = ...,
+        requested_at: int | None = ...,
+    ) -> None: ...
+
+class ListEnrollRequestsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListEnrollRequestsResponse(_message.Message):
+    __slots__ = ("pending",)
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    pending: _containers.RepeatedCompositeFieldContainer[EnrollRequest]
+    def __init__(self, pending: _Iterable[EnrollRequest | _Mapping] | None = ...) -> None: ...
+
+class ApproveEnrollmentRequest(_message.Message):
+    __slots__ = ("cert_pem", "host_id")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    CERT_PEM_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    cert_pem: str
+    def __init__(self, host_id: str | None = ..., cert_pem: str | None = ...) -> None: ...
+
+class ApproveEnrollmentResponse(_message.Message):
+    __slots__ = ("host_id", "serial")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    SERIAL_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    serial: str
+    def __init__(self, host_id: str | None = ..., serial: str | None = ...) -> None: ...
+
+class SubmitCsrRequest(_message.Message):
+    __slots__ = ("csr_pem", "host_id", "token")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    host_id: str
+    csr_pem: str
+    def __init__(
+        self, token: str | None = ..., host_id: str | None = ..., csr_pem: str | None = ...
+    ) -> None: ...
+
+class SubmitCsrResponse(_message.Message):
+    __slots__ = ("host_id", "rack")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    rack: str
+    def __init__(self, host_id: str | None = ..., rack: str | None = ...) -> None: ...
+
+class FetchCertRequest(_message.Message):
+    __slots__ = ("host_id", "token")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    host_id: str
+    def __init__(self, token: str | None = ..., host_id: str | None = ...) -> None: ...
+
+class FetchCertResponse(_message.Message):
+    __slots__ = ("approved", "cert_pem")
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    CERT_PEM_FIELD_NUMBER: _ClassVar[int]
+    approved: bool
+    cert_pem: str
+    def __init__(self, approved: bool | None = ..., cert_pem: str | None = ...) -> None: ...
+
 class WatchRequest(_message.Message):
     __slots__ = (
         "data_address",

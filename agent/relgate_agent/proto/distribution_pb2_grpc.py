@@ -26,6 +26,124 @@ if _version_not_supported:
     )
 
 
+class EnrollServiceStub:
+    """served on the enrollment listener only (server TLS, no client certificate)
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.SubmitCsr = channel.unary_unary(
+                '/relgate.distribution.v1.EnrollService/SubmitCsr',
+                request_serializer=distribution__pb2.SubmitCsrRequest.SerializeToString,
+                response_deserializer=distribution__pb2.SubmitCsrResponse.FromString,
+                _registered_method=True)
+        self.FetchCert = channel.unary_unary(
+                '/relgate.distribution.v1.EnrollService/FetchCert',
+                request_serializer=distribution__pb2.FetchCertRequest.SerializeToString,
+                response_deserializer=distribution__pb2.FetchCertResponse.FromString,
+                _registered_method=True)
+
+
+class EnrollServiceServicer:
+    """served on the enrollment listener only (server TLS, no client certificate)
+    """
+
+    def SubmitCsr(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchCert(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_EnrollServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'SubmitCsr': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitCsr,
+                    request_deserializer=distribution__pb2.SubmitCsrRequest.FromString,
+                    response_serializer=distribution__pb2.SubmitCsrResponse.SerializeToString,
+            ),
+            'FetchCert': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchCert,
+                    request_deserializer=distribution__pb2.FetchCertRequest.FromString,
+                    response_serializer=distribution__pb2.FetchCertResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'relgate.distribution.v1.EnrollService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('relgate.distribution.v1.EnrollService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class EnrollService:
+    """served on the enrollment listener only (server TLS, no client certificate)
+    """
+
+    @staticmethod
+    def SubmitCsr(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.EnrollService/SubmitCsr',
+            distribution__pb2.SubmitCsrRequest.SerializeToString,
+            distribution__pb2.SubmitCsrResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchCert(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.EnrollService/FetchCert',
+            distribution__pb2.FetchCertRequest.SerializeToString,
+            distribution__pb2.FetchCertResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class JobServiceStub:
     """Missing associated documentation comment in .proto file."""
 
@@ -79,6 +197,21 @@ class JobServiceStub:
                 '/relgate.distribution.v1.JobService/GetJobTopology',
                 request_serializer=distribution__pb2.GetJobTopologyRequest.SerializeToString,
                 response_deserializer=distribution__pb2.GetJobTopologyResponse.FromString,
+                _registered_method=True)
+        self.CreateEnrollToken = channel.unary_unary(
+                '/relgate.distribution.v1.JobService/CreateEnrollToken',
+                request_serializer=distribution__pb2.CreateEnrollTokenRequest.SerializeToString,
+                response_deserializer=distribution__pb2.CreateEnrollTokenResponse.FromString,
+                _registered_method=True)
+        self.ListEnrollRequests = channel.unary_unary(
+                '/relgate.distribution.v1.JobService/ListEnrollRequests',
+                request_serializer=distribution__pb2.ListEnrollRequestsRequest.SerializeToString,
+                response_deserializer=distribution__pb2.ListEnrollRequestsResponse.FromString,
+                _registered_method=True)
+        self.ApproveEnrollment = channel.unary_unary(
+                '/relgate.distribution.v1.JobService/ApproveEnrollment',
+                request_serializer=distribution__pb2.ApproveEnrollmentRequest.SerializeToString,
+                response_deserializer=distribution__pb2.ApproveEnrollmentResponse.FromString,
                 _registered_method=True)
 
 
@@ -139,6 +272,24 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateEnrollToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEnrollRequests(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApproveEnrollment(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -186,6 +337,21 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.GetJobTopology,
                     request_deserializer=distribution__pb2.GetJobTopologyRequest.FromString,
                     response_serializer=distribution__pb2.GetJobTopologyResponse.SerializeToString,
+            ),
+            'CreateEnrollToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateEnrollToken,
+                    request_deserializer=distribution__pb2.CreateEnrollTokenRequest.FromString,
+                    response_serializer=distribution__pb2.CreateEnrollTokenResponse.SerializeToString,
+            ),
+            'ListEnrollRequests': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEnrollRequests,
+                    request_deserializer=distribution__pb2.ListEnrollRequestsRequest.FromString,
+                    response_serializer=distribution__pb2.ListEnrollRequestsResponse.SerializeToString,
+            ),
+            'ApproveEnrollment': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveEnrollment,
+                    request_deserializer=distribution__pb2.ApproveEnrollmentRequest.FromString,
+                    response_serializer=distribution__pb2.ApproveEnrollmentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -431,6 +597,87 @@ class JobService:
             '/relgate.distribution.v1.JobService/GetJobTopology',
             distribution__pb2.GetJobTopologyRequest.SerializeToString,
             distribution__pb2.GetJobTopologyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateEnrollToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.JobService/CreateEnrollToken',
+            distribution__pb2.CreateEnrollTokenRequest.SerializeToString,
+            distribution__pb2.CreateEnrollTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEnrollRequests(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.JobService/ListEnrollRequests',
+            distribution__pb2.ListEnrollRequestsRequest.SerializeToString,
+            distribution__pb2.ListEnrollRequestsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApproveEnrollment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.JobService/ApproveEnrollment',
+            distribution__pb2.ApproveEnrollmentRequest.SerializeToString,
+            distribution__pb2.ApproveEnrollmentResponse.FromString,
             options,
             channel_credentials,
             insecure,
