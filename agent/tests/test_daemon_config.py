@@ -163,17 +163,16 @@ def test_a_missing_config_file_is_refused(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ the daemons come up
 
 
-def test_daemons_run_from_their_config_files_flags_override_and_log_json(
-    tmp_path: Path, checkpoint: dict[str, Any]
-) -> None:
-    cluster = Cluster(tmp_path / "cluster", checkpoint["trusted"], enroll=False)
-    logs = cluster.base / "logs"
-    logs.mkdir(parents=True)
-    host, rack = "h00", "r0"
-    cluster.enrolled[host] = (rack, "cluster=inf-a")
-    pki = cluster.pki
-    coord_port, coord_metrics, coord_metrics_flag = _free_port(), _free_port(), _free_port()
-    data_port, agent_metrics = _free_port(), _free_port()
+def _write_configs(
+    tmp_path: Path,
+    cluster: Cluster,
+    checkpoint: dict[str, Any],
+    coord_port: int,
+    coord_metrics: int,
+    agent_metrics: int,
+) -> tuple[Path, Path]:
+    """The shipped example configs with this test's ports, paths and PKI."""
+    host, rack, pki = "h00", "r0", cluster.pki
     coord_toml = _write_toml(
         tmp_path / "coordinator.toml",
         _example(
@@ -203,6 +202,42 @@ def test_daemons_run_from_their_config_files_flags_override_and_log_json(
             report_interval=0.5,
             max_rate="1GiB",
         ),
+    )
+    return coord_toml, agent_toml
+
+
+def _assert_json_logs(
+    records: list[dict[str, Any]], coord: list[dict[str, Any]], host: str, job: str
+) -> None:
+    """Every agent line is JSON naming its host; the job's lines its topology version and
+    stripe; the coordinator's stderr is JSON too."""
+    for rec in records:
+        assert rec["level"] in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
+        assert rec["ts"].endswith("Z") and "T" in rec["ts"]
+        assert rec["host"] == host  # every agent record names its host
+    of_job = [r for r in records if r.get("job") == job]
+    assert of_job, "no record names the job"
+    assert all(isinstance(r.get("topology_version"), int) for r in of_job)
+    striped = [r for r in of_job if "stripe" in r]
+    assert {r["stripe"] for r in striped} == {0, 1, 2, 3}  # 4 stripes, each worker says so
+    assert all(r["msg"].startswith(f"stripe {r['stripe']} ") for r in striped)
+    assert any(r["msg"].startswith(f"{host} job {job}: placed") for r in of_job)
+    # the coordinator's stderr, too, is one JSON object per line
+    assert any(r["logger"].startswith("relgate_agent.coordinator") for r in coord)
+
+
+def test_daemons_run_from_their_config_files_flags_override_and_log_json(
+    tmp_path: Path, checkpoint: dict[str, Any]
+) -> None:
+    cluster = Cluster(tmp_path / "cluster", checkpoint["trusted"], enroll=False)
+    logs = cluster.base / "logs"
+    logs.mkdir(parents=True)
+    host, rack = "h00", "r0"
+    cluster.enrolled[host] = (rack, "cluster=inf-a")
+    coord_port, coord_metrics, coord_metrics_flag = _free_port(), _free_port(), _free_port()
+    data_port, agent_metrics = _free_port(), _free_port()
+    coord_toml, agent_toml = _write_configs(
+        tmp_path, cluster, checkpoint, coord_port, coord_metrics, agent_metrics
     )
     try:
         # the agent first: no leader answers it yet, and it says so (JSON, with its host)
@@ -265,16 +300,4 @@ def test_daemons_run_from_their_config_files_flags_override_and_log_json(
     finally:
         cluster.stop_all()
 
-    for rec in records:
-        assert rec["level"] in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
-        assert rec["ts"].endswith("Z") and "T" in rec["ts"]
-        assert rec["host"] == host  # every agent record names its host
-    of_job = [r for r in records if r.get("job") == job]
-    assert of_job, "no record names the job"
-    assert all(isinstance(r.get("topology_version"), int) for r in of_job)
-    striped = [r for r in of_job if "stripe" in r]
-    assert {r["stripe"] for r in striped} == {0, 1, 2, 3}  # 4 stripes, each worker says so
-    assert all(r["msg"].startswith(f"stripe {r['stripe']} ") for r in striped)
-    assert any(r["msg"].startswith(f"{host} job {job}: placed") for r in of_job)
-    # the coordinator's stderr, too, is one JSON object per line
-    assert any(r["logger"].startswith("relgate_agent.coordinator") for r in coord)
+    _assert_json_logs(records, coord, host, job)

@@ -88,6 +88,8 @@ class CoordinatorFileConfig(_Shared):
     no_splice_on_suspect: bool = False
     replica_id: str = ""
     host_ttl: float = 60.0
+    #: the enrollment listener (CSRs with a bootstrap token; docs/agent-enrollment.md)
+    enroll_listen: str = ""
 
 
 class AgentFileConfig(_Shared):
