@@ -56,7 +56,12 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # used with fullmatc
 
 
 class PkiError(AgentError):
-    """A certificate or key is missing, malformed, expired or not for this fleet."""
+    """A certificate or key is missing, malformed, expired or not for this fleet; ``check``
+    names the rule (printed by the CLI's refusal, exit 3)."""
+
+    def __init__(self, message: str, *, check: str = "pki") -> None:
+        super().__init__(message)
+        self.check = check
 
 
 @dataclass(frozen=True)
@@ -77,13 +82,15 @@ class Identity:
 
 def check_name(kind: str, value: str) -> str:
     if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
-        raise PkiError(f"{kind} {value!r} is not a valid name ([A-Za-z0-9._-], max 128)")
+        raise PkiError(
+            f"{kind} {value!r} is not a valid name ([A-Za-z0-9._-], max 128)", check="pki-name"
+        )
     return value
 
 
 def identity_uri(role: str, name: str, rack: str = "") -> str:
     if role not in ROLES:
-        raise PkiError(f"unknown role {role!r}")
+        raise PkiError(f"unknown role {role!r}", check="pki-role")
     uri = f"{SPIFFE_PREFIX}{role}/{quote(name, safe='')}"
     if role == ROLE_HOST:
         uri += f"?rack={quote(rack, safe='')}"
@@ -157,7 +164,7 @@ def ca_init(directory: Path, common_name: str = "relgate fleet CA", force: bool 
     """Create ``ca.pem`` / ``ca.key`` (0600). Refuses to overwrite an existing CA unless forced."""
     directory = Path(directory)
     if (directory / CA_KEY).exists() and not force:
-        raise PkiError(f"a CA already exists in {directory}")
+        raise PkiError(f"a CA already exists in {directory}", check="ca-exists")
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = _now()
@@ -216,9 +223,9 @@ def _load_ca(directory: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certific
         ca_key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), None)
         ca_cert = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
     except (OSError, ValueError) as exc:
-        raise PkiError(f"no usable CA in {directory}: {exc}") from exc
+        raise PkiError(f"no usable CA in {directory}: {exc}", check="ca-unusable") from exc
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise PkiError(f"CA key in {directory} is not ECDSA")
+        raise PkiError(f"CA key in {directory} is not ECDSA", check="ca-unusable")
     return ca_key, ca_cert
 
 
@@ -288,14 +295,14 @@ def issue(
     """Issue a role certificate signed by the CA in ``directory``; returns (cert, key) paths."""
     directory = Path(directory)
     if role not in ROLES:
-        raise PkiError(f"unknown role {role!r} (operator, coordinator, host)")
+        raise PkiError(f"unknown role {role!r} (operator, coordinator, host)", check="pki-role")
     ident = default_name(role, host_id, name)
     if role == ROLE_HOST:
         check_name("rack", rack)
     elif rack:
-        raise PkiError("--rack is only for host certificates")
+        raise PkiError("--rack is only for host certificates", check="cert-rack")
     if not 0 < validity_h <= 24 * CA_VALIDITY_DAYS:
-        raise PkiError(f"validity {validity_h} h is out of range")
+        raise PkiError(f"validity {validity_h} h is out of range", check="cert-validity")
     ca_key, ca_cert = _load_ca(directory)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = sign_leaf(
@@ -415,12 +422,14 @@ class TlsFiles:
         try:
             return self.ca.read_bytes(), self.cert.read_bytes(), self.key.read_bytes()
         except OSError as exc:
-            raise PkiError(f"TLS material missing: {exc}") from exc
+            raise PkiError(f"TLS material missing: {exc}", check="tls-missing") from exc
 
     def identity(self) -> Identity:
         ident = identity_from_pem(self.read()[1])
         if ident is None:
-            raise PkiError(f"{self.cert} carries no relgate identity (SAN URI)")
+            raise PkiError(
+                f"{self.cert} carries no relgate identity (SAN URI)", check="cert-identity"
+            )
         return ident
 
 
@@ -431,7 +440,9 @@ def resolve_tls(
     ``RELGATE_AGENT_PKI`` is the default PKI directory."""
     pki = pki or os.environ.get("RELGATE_AGENT_PKI") or ""
     if not pki and not (ca and cert and key):
-        raise PkiError("no TLS identity: pass --pki DIR (or --ca, --cert and --key)")
+        raise PkiError(
+            "no TLS identity: pass --pki DIR (or --ca, --cert and --key)", check="tls-unset"
+        )
     base = TlsFiles.from_pki(pki, name) if pki else None
     return TlsFiles(
         Path(ca) if ca else base.ca,  # type: ignore[union-attr]
@@ -483,7 +494,7 @@ def _base_context(server: bool, tls: TlsFiles) -> ssl.SSLContext:
         ctx.load_verify_locations(cafile=str(tls.ca))
         ctx.load_cert_chain(str(tls.cert), str(tls.key))
     except (OSError, ssl.SSLError) as exc:
-        raise PkiError(f"cannot load TLS material {tls}: {exc}") from exc
+        raise PkiError(f"cannot load TLS material {tls}: {exc}", check="tls-load") from exc
     return ctx
 
 

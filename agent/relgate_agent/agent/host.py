@@ -28,11 +28,11 @@ from relgate_agent.dataplane.transport import (
     DataPlaneLimits,
     DataServer,
 )
-from relgate_agent.errors import AgentError
 from relgate_agent.identity.authz import chunk_refusal, stripe_refusal, topology_skew
 from relgate_agent.pki import (
     ROLE_HOST,
     Identity,
+    PkiError,
     TlsFiles,
     data_client_context,
     data_server_context,
@@ -100,8 +100,9 @@ class HostAgent:
         self.config = config
         ident = tls.identity()
         if ident != Identity(ROLE_HOST, config.host_id, config.rack):
-            raise AgentError(
-                f"{tls.cert} is for {ident}, not host {config.host_id} in rack {config.rack}"
+            raise PkiError(
+                f"{tls.cert} is for {ident}, not host {config.host_id} in rack {config.rack}",
+                check="cert-host",
             )
         # one or more coordinator replicas ("a:7470,b:7470"); calls follow the lease holder
         self.stub: Any = FailoverStub(config.coordinator, pbg.AgentServiceStub, tls)

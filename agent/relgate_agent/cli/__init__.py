@@ -7,12 +7,12 @@ verification, a coordinator refusal), 4 conflict.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 
 import click
 import grpc
-from relgate_trust.errors import ManifestError, VerificationError
 
 from relgate_agent.cli.ca import ca, hosts
 from relgate_agent.cli.config import ConfigError
@@ -78,14 +78,22 @@ def _rpc_exit(out: Output, exc: grpc.RpcError) -> int:
     return EXIT_INTERNAL
 
 
+def _check_of(exc: AgentError) -> str:
+    """The check a refusal names: its own, else one derived from its type (never empty)."""
+    check = getattr(exc, "check", "")
+    if check:
+        return str(check)
+    name = re.sub(r"(?<!^)(?=[A-Z])", "-", type(exc).__name__).lower()
+    return name.removesuffix("-error") or "refused"
+
+
 def _refusal_exit(out: Output, exc: AgentError) -> int:
-    """A verification failure, a coordinator refusal or another agent error: exit 3."""
-    if isinstance(exc, VerificationError | ManifestError):
-        out.emit({"error": "rejected", "message": str(exc), "check": getattr(exc, "check", "")})
-    elif isinstance(exc, CoordinatorRefusal | ConfigError):
+    """A verification failure, a coordinator refusal or another agent error: exit 3, with
+    the check that refused it."""
+    if isinstance(exc, CoordinatorRefusal | ConfigError):
         out.emit(exc.to_json())
     else:
-        out.emit({"error": "rejected", "message": str(exc), "check": getattr(exc, "check", "")})
+        out.emit({"error": "rejected", "message": str(exc), "check": _check_of(exc)})
     return EXIT_REJECTED
 
 

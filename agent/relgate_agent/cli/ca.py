@@ -88,7 +88,7 @@ def ca_revoke(directory: str, cert: str) -> None:
         life = life_of_pem(Path(cert).read_bytes())
         path = revoke(Path(directory), life.serial)
     except (OSError, ValueError) as exc:  # not a certificate, or a list we cannot read
-        raise PkiError(f"cannot revoke {cert}: {exc}") from exc
+        raise PkiError(f"cannot revoke {cert}: {exc}", check="cert-unreadable") from exc
     output().emit({"revoked": serial_hex(life.serial), "subject": life.subject, "list": str(path)})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,16 +106,16 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     cert: str,
     key: str,
 ) -> None:
-    from relgate_trust.manifest import TrustedKeys
-
     from relgate_agent.coordinator.jobstate import CoordinatorConfig, default_db_path
     from relgate_agent.coordinator.server import CoordinatorServer
+    from relgate_agent.identity.trustwatch import TrustWatch
 
     out = output()
     setup_logging(out.verbose, log_format)
+    trust = TrustWatch(trusted_keys)  # reloaded while serving: identity/trustwatch.py
     cfg = CoordinatorConfig(
         db=db or default_db_path(),
-        trusted_keys=TrustedKeys.load(list(trusted_keys)),
+        trusted_keys=trust.keys,
         default_stripes=stripes,
         dead_after_s=dead_after,
         remove_dead_after_s=remove_dead_after,
@@ -146,9 +147,12 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
         }
     )
     sys.stdout.flush()
+    coord = server.coordinator
+    trust.start(lambda keys: setattr(coord, "config", replace(coord.config, trusted_keys=keys)))
     try:
         wait_for_signal()
     finally:
+        trust.stop()
         server.stop()
 
 
@@ -249,20 +253,20 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     cert: str,
     key: str,
 ) -> None:
-    from relgate_trust.manifest import TrustedKeys
-
     from relgate_agent.agent.host import HostAgent
     from relgate_agent.agent.job import AgentConfig
+    from relgate_agent.identity.trustwatch import TrustWatch
 
     out = output()
     setup_logging(out.verbose, log_format, {"host": host_id})
+    trust = TrustWatch(trusted_keys)  # reloaded while serving: identity/trustwatch.py
     host, _, port = listen.rpartition(":")
     cfg = AgentConfig(
         host_id=host_id,
         rack=rack,
         coordinator=coordinator,
         models_root=Path(models_root),
-        trusted_keys=TrustedKeys.load(list(trusted_keys)),
+        trusted_keys=trust.keys,
         labels=labels,
         listen_host=host or "127.0.0.1",
         listen_port=int(port or 0),
@@ -289,9 +293,12 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         }
     )
     sys.stdout.flush()
+    # one reference swap: a job's runner takes the host's config when the job starts
+    trust.start(lambda keys: setattr(running, "config", replace(running.config, trusted_keys=keys)))
     try:
         wait_for_signal()
     finally:
+        trust.stop()
         running.stop()
 
 

@@ -51,7 +51,13 @@ from relgate_agent.errors import CHECK_METADATA_KEY, AgentError
 from relgate_agent.identity import certlife
 from relgate_agent.identity.authz import CHECK_CLIENT_IDENTITY, rpc_check
 from relgate_agent.identity.certlife import RevokedCerts
-from relgate_agent.pki import Identity, TlsFiles, grpc_server_credentials, identity_from_pem
+from relgate_agent.pki import (
+    Identity,
+    PkiError,
+    TlsFiles,
+    grpc_server_credentials,
+    identity_from_pem,
+)
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import GRPC_SERVER_OPTIONS
@@ -605,8 +611,9 @@ class CoordinatorServer:
         self.metrics_address = ""
         self.identity = tls.identity()
         if self.identity.role != "coordinator":
-            raise AgentError(
-                f"{tls.cert} is a {self.identity.role} certificate, not a coordinator's"
+            raise PkiError(
+                f"{tls.cert} is a {self.identity.role} certificate, not a coordinator's",
+                check="cert-role",
             )
         # deployer events are signed with this identity's key; READY attestations are
         # checked against the fleet CA
