@@ -61,14 +61,27 @@ class FailoverStub:
         self.addresses = [a.strip() for a in addresses.split(",") if a.strip()]
         if not self.addresses:
             raise ValueError("no coordinator address given")
+        self.stub_class = stub_class
+        self.channels, self.stubs = self._connect(tls)
+        self.retired: list[grpc.Channel] = []  # replaced channels: their open calls go on
+        self.current = 0
+        self._lock = threading.Lock()
+
+    def _connect(self, tls: TlsFiles) -> tuple[list[grpc.Channel], list[Any]]:
         creds = grpc_channel_credentials(tls)
-        self.channels = [
+        channels = [
             grpc.secure_channel(a, creds, options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS)
             for a in self.addresses
         ]
-        self.stubs = [stub_class(c) for c in self.channels]
-        self.current = 0
-        self._lock = threading.Lock()
+        return channels, [self.stub_class(c) for c in channels]
+
+    def reload(self, tls: TlsFiles) -> None:
+        """Present ``tls``'s (new) certificate from the next call on: new channels; calls and
+        streams already open on the old ones go on until they end (closed with this stub)."""
+        channels, stubs = self._connect(tls)
+        with self._lock:
+            self.retired += self.channels
+            self.channels, self.stubs = channels, stubs
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         def call(request: Any, timeout: float | None = None) -> Any:
@@ -111,7 +124,7 @@ class FailoverStub:
                 self.current = (i + 1) % len(self.stubs)
 
     def close(self) -> None:
-        for c in self.channels:
+        for c in [*self.retired, *self.channels]:
             c.close()
 
 

@@ -56,6 +56,7 @@ def test_method_tables() -> None:
         "ReportStream",
         "ReportSuspect",
         "FindPeers",
+        "RenewCert",
     } == AGENT_METHODS
 
 

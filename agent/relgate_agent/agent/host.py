@@ -18,6 +18,7 @@ from relgate_trust.retry import Backoff, retry_call
 from relgate_agent.agent import bytelog
 from relgate_agent.agent.exporter import AgentExporter
 from relgate_agent.agent.job import AgentConfig, JobState
+from relgate_agent.agent.renew import CertRenewer
 from relgate_agent.agent.runner import JobRunner
 from relgate_agent.attestation import CertSigner
 from relgate_agent.contracts import priority_rank
@@ -109,6 +110,7 @@ class HostAgent:
         self.reports = Duplex(self.stub, "ReportStream")  # every job's reports, one stream
         # data plane: TLS 1.3 both ways; peers are checked against the current assignment
         self.data_client = data_client_context(tls)
+        self.data_server_tls = data_server_context(tls)
         # placement attestations are signed with this host's certificate key
         self.attestor: CertSigner | None = CertSigner.from_tls(tls)
         self.runners: dict[str, JobRunner] = {}
@@ -123,7 +125,7 @@ class HostAgent:
             config.listen_port,
             self.lookup,
             self.tx_bucket.take,
-            tls=data_server_context(tls),
+            tls=self.data_server_tls,
             authorize=self.authorize,
             limits=limits,
         )
@@ -136,6 +138,18 @@ class HostAgent:
         self.metrics_address = ""
         self._watch = threading.Thread(target=self._watch_loop, name="watch", daemon=True)
         self._stats = threading.Thread(target=self._stats_loop, name="data-stats", daemon=True)
+        self.renewer = CertRenewer(
+            tls, ident, config.renew_before_s, self.stub, self.reload_tls, self.stop_event
+        )
+
+    def reload_tls(self, tls: TlsFiles) -> None:
+        """Load ``tls``'s (renewed) certificate and key without a restart: the data plane's
+        contexts in place (new handshakes only), new gRPC channels for the next calls, the
+        attestation signer; open connections and streams go on (agent/renew.py)."""
+        for ctx in (self.data_server_tls, self.data_client):
+            ctx.load_cert_chain(str(tls.cert), str(tls.key))
+        self.stub.reload(tls)
+        self.attestor = CertSigner.from_tls(tls)
 
     def rx_limit(self, n: int) -> None:
         self.rx_bucket.take(n)
@@ -225,6 +239,7 @@ class HostAgent:
         self.data.start()
         self._watch.start()
         self._stats.start()
+        self.renewer.start()
         log.info(
             "agent %s (rack %s) data plane on %s",
             self.config.host_id,

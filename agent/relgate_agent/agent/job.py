@@ -67,6 +67,8 @@ class AgentConfig:
     bypass: bool = True  # route around a dead upstream without a leader (bypass.py)
     bypass_slow: bool = False  # ... and around the slow hop (experimental; bypass.py)
     metrics_listen: str = ""  # "host:port" for Prometheus /metrics ("": not served)
+    # renew the host certificate when this little of it is left (0: never; agent/renew.py)
+    renew_before_s: float = 0.0
     # a chunk that fails verification this many times from the origin (or from each of two
     # or more peers) fails the job, naming the chunk, file and origin object; a peer that
     # fails it this many times is bypassed (FetchChunk from another holder)

@@ -90,6 +90,9 @@ class CoordinatorFileConfig(_Shared):
     host_ttl: float = 60.0
     #: the enrollment listener (CSRs with a bootstrap token; docs/agent-enrollment.md)
     enroll_listen: str = ""
+    #: sign agents' certificate renewals with this CA (docs/agent-renewal.md)
+    ca_dir: str = ""
+    renew_validity: float = 72.0
 
 
 class AgentFileConfig(_Shared):
@@ -116,6 +119,8 @@ class AgentFileConfig(_Shared):
     max_conns: int = 512
     max_conns_per_peer: int = 32
     max_handshaking_per_address: int = 64
+    #: renew the certificate when this many hours of it are left (docs/agent-renewal.md)
+    renew_before: float = 24.0
 
 
 def _check(error_type: str) -> str:

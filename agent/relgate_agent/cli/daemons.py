@@ -25,6 +25,7 @@ from relgate_agent.cli.params import (
 )
 
 if TYPE_CHECKING:
+    from relgate_agent.coordinator.renewal import Renewals
     from relgate_agent.dataplane.transport import DataPlaneLimits
     from relgate_agent.logctx import LogFormat
 
@@ -81,9 +82,23 @@ def coordinator() -> None:
     help="host:port of the enrollment listener (TLS, no client certificate: hosts send CSRs"
     " with a bootstrap token; default: not served)",
 )
+@click.option(
+    "--ca-dir",
+    default="",
+    help="the fleet CA's directory (ca.pem, ca.key): sign enrolled hosts' certificate renewals"
+    " (docs/agent-renewal.md; default: none, renewals are refused)",
+)
+@click.option(
+    "--renew-validity",
+    type=click.FloatRange(min=0, min_open=True, max=24 * 365),
+    default=72.0,
+    help="hours a renewed host certificate is valid",
+)
 @tls_options
 def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
+    ca_dir: str,
+    renew_validity: float,
     log_format: LogFormat,
     metrics_listen: str,
     enroll_listen: str,
@@ -134,6 +149,7 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
         tls=tls,
         metrics_listen=metrics_listen,
         enroll_listen=enroll_listen,
+        renewals=_renewals(ca_dir, renew_validity, tls.ca),
     ).start()
     if address_file:
         Path(address_file).write_text(server.address)
@@ -154,6 +170,16 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     finally:
         trust.stop()
         server.stop()
+
+
+def _renewals(ca_dir: str, validity_h: float, fleet_ca: Path) -> Renewals | None:
+    """The renewal signer of ``--ca-dir`` (its CA must be the fleet's); None without one."""
+    from relgate_agent.coordinator.renewal import Renewals
+
+    if not ca_dir:
+        return None
+    Renewals.check_ca_dir(Path(ca_dir), fleet_ca)
+    return Renewals(Path(ca_dir), validity_h)
 
 
 @click.group("agent")
@@ -225,9 +251,18 @@ def agent() -> None:
     default="",
     help="host:port for Prometheus /metrics (e.g. 127.0.0.1:9471; default: not served)",
 )
+@click.option(
+    "--renew-before",
+    type=click.FloatRange(min=0),
+    default=24.0,
+    show_default=True,
+    help="renew this host's certificate over the mTLS channel when fewer hours of it are left"
+    " (a third of the 72 h default; 0: never; docs/agent-renewal.md)",
+)
 @tls_options
 def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
+    renew_before: float,
     log_format: LogFormat,
     metrics_listen: str,
     host_id: str,
@@ -281,6 +316,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         origin_parallel=origin_parallel,
         origin_range_bytes=origin_range_mib << 20,
         metrics_listen=metrics_listen,
+        renew_before_s=renew_before * 3600,
     )
     tls = TlsArgs(pki, ca, cert, key).files(host_id)
     running = HostAgent(cfg, tls=tls, limits=limits).start()

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from cryptography import x509
 from google.protobuf import message_factory
 from prometheus_client import Histogram
 from relgate_trust.job_request import JobSpec
@@ -36,6 +37,7 @@ from relgate_agent.coordinator.jobstate import (
     ReadyRefused,
     Rejected,
 )
+from relgate_agent.coordinator.renewal import Renewals
 from relgate_agent.coordinator.service import Coordinator
 from relgate_agent.coordinator.watchhub import WatchClosed, WatchHub
 from relgate_agent.coordinator.wire import (
@@ -93,6 +95,14 @@ def caller_identity(context: grpc.aio.ServicerContext) -> Identity | None:
     """The identity in the client certificate gRPC verified against the fleet CA."""
     certs = (context.auth_context() or {}).get("x509_pem_cert") or []
     return _identity(bytes(certs[0])) if len(certs) == 1 else None
+
+
+def caller_serial(context: grpc.aio.ServicerContext) -> str:
+    """The serial (hex) of the certificate the caller presented on this call."""
+    certs = (context.auth_context() or {}).get("x509_pem_cert") or []
+    if len(certs) != 1:
+        return ""
+    return format(x509.load_pem_x509_certificate(bytes(certs[0])).serial_number, "x")
 
 
 def caller_cert_refusal(
@@ -381,8 +391,9 @@ class JobServicer(pbg.JobServiceServicer):
 
 
 class AgentServicer(pbg.AgentServiceServicer):
-    def __init__(self, calls: Calls, hub: WatchHub) -> None:
+    def __init__(self, calls: Calls, hub: WatchHub, renewals: Renewals | None = None) -> None:
         self.calls = calls
+        self.renewals = renewals or Renewals()  # no CA key: every renewal is refused
         self.coord = calls.coord
         self.hub = hub
         self.encoder = WatchEncoder()  # the event loop's alone
@@ -541,6 +552,18 @@ class AgentServicer(pbg.AgentServiceServicer):
             peers=[peer_to_pb(p) for p in found.peers], holders=found.holders
         )
 
+    async def RenewCert(
+        self, request: pb.RenewCertRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RenewCertResponse:
+        """A new certificate for the caller's CSR (coordinator/renewal.py)."""
+        ident = await self.calls.authorize(context, "RenewCert", request.host_id, request.rack)
+        presented = caller_serial(context)
+        pem, serial = await self.calls.run(
+            context, lambda: self.renewals.renew(ident, request.csr_pem)
+        )
+        log.info("renewed %s: presented serial %s, issued serial %s", ident, presented, serial)
+        return pb.RenewCertResponse(cert_pem=pem, serial=serial)
+
 
 # (client streaming, server streaming) -> how gRPC wraps such a handler
 _HANDLER_KINDS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
@@ -600,8 +623,10 @@ class CoordinatorServer:
         tls: TlsFiles,
         metrics_listen: str = "",
         enroll_listen: str = "",
+        renewals: Renewals | None = None,
     ) -> None:
         self.coordinator = Coordinator(config)
+        self.renewals = renewals  # signs agents' renewals (--ca-dir); None: refused
         # enrollment by CSR; its listener ("host:port", "" none) takes no client certificate
         self.enrollments = Enrollments(self.coordinator.store, load_ca(tls.ca))
         self.enroll_listen = enroll_listen
@@ -658,7 +683,7 @@ class CoordinatorServer:
                 service_handlers("JobService", JobServicer(calls, self.enrollments), rpc_seconds),
                 service_handlers(
                     "AgentService",
-                    AgentServicer(calls, self.hub),
+                    AgentServicer(calls, self.hub, self.renewals),
                     rpc_seconds,
                     raw=frozenset({"Watch"}),
                 ),

@@ -34,7 +34,15 @@ OPERATOR_METHODS = frozenset(
     }
 )
 AGENT_METHODS = frozenset(
-    {"Watch", "Register", "ReportProgress", "ReportStream", "ReportSuspect", "FindPeers"}
+    {
+        "Watch",
+        "Register",
+        "ReportProgress",
+        "ReportStream",
+        "ReportSuspect",
+        "FindPeers",
+        "RenewCert",
+    }
 )
 
 

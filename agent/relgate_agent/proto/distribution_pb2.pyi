@@ -1086,3 +1086,23 @@ class FindPeersResponse(_message.Message):
     def __init__(
         self, peers: _Iterable[Peer | _Mapping] | None = ..., holders: int | None = ...
     ) -> None: ...
+
+class RenewCertRequest(_message.Message):
+    __slots__ = ("csr_pem", "host_id", "rack")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    rack: str
+    csr_pem: str
+    def __init__(
+        self, host_id: str | None = ..., rack: str | None = ..., csr_pem: str | None = ...
+    ) -> None: ...
+
+class RenewCertResponse(_message.Message):
+    __slots__ = ("cert_pem", "serial")
+    CERT_PEM_FIELD_NUMBER: _ClassVar[int]
+    SERIAL_FIELD_NUMBER: _ClassVar[int]
+    cert_pem: str
+    serial: str
+    def __init__(self, cert_pem: str | None = ..., serial: str | None = ...) -> None: ...

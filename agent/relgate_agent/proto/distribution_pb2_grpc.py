@@ -728,6 +728,11 @@ class AgentServiceStub:
                 request_serializer=distribution__pb2.FindPeersRequest.SerializeToString,
                 response_deserializer=distribution__pb2.FindPeersResponse.FromString,
                 _registered_method=True)
+        self.RenewCert = channel.unary_unary(
+                '/relgate.distribution.v1.AgentService/RenewCert',
+                request_serializer=distribution__pb2.RenewCertRequest.SerializeToString,
+                response_deserializer=distribution__pb2.RenewCertResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -772,6 +777,12 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenewCert(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -804,6 +815,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.FindPeers,
                     request_deserializer=distribution__pb2.FindPeersRequest.FromString,
                     response_serializer=distribution__pb2.FindPeersResponse.SerializeToString,
+            ),
+            'RenewCert': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewCert,
+                    request_deserializer=distribution__pb2.RenewCertRequest.FromString,
+                    response_serializer=distribution__pb2.RenewCertResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -968,6 +984,33 @@ class AgentService:
             '/relgate.distribution.v1.AgentService/FindPeers',
             distribution__pb2.FindPeersRequest.SerializeToString,
             distribution__pb2.FindPeersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewCert(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.AgentService/RenewCert',
+            distribution__pb2.RenewCertRequest.SerializeToString,
+            distribution__pb2.RenewCertResponse.FromString,
             options,
             channel_credentials,
             insecure,
