@@ -18,7 +18,7 @@ from relgate_agent.agent.renew import serial_of
 from relgate_agent.client import sent_check
 from relgate_agent.coordinator.renewal import CHECK_RENEWAL_SIGNER, RenewalRefused, Renewals
 from relgate_agent.identity.enroll import CHECK_CSR_SUBJECT, make_csr
-from relgate_agent.pki import ROLE_HOST, Identity, data_client_context
+from relgate_agent.pki import CA_CERT, ROLE_HOST, Identity, ca_init, data_client_context
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import FailoverStub
@@ -100,3 +100,13 @@ def test_a_coordinator_without_a_ca_signs_no_renewal(tmp_path: Path) -> None:
     with pytest.raises(RenewalRefused) as refused:
         Renewals().renew(Identity(ROLE_HOST, "h1", "r1"), csr)
     assert refused.value.check == CHECK_RENEWAL_SIGNER
+
+
+def test_a_ca_dir_of_another_ca_is_refused(tmp_path: Path) -> None:
+    ca_init(tmp_path / "fleet")
+    ca_init(tmp_path / "other")
+    Renewals.check_ca_dir(tmp_path / "fleet", tmp_path / "fleet" / CA_CERT)
+    for ca_dir in (tmp_path / "other", tmp_path / "missing"):
+        with pytest.raises(RenewalRefused) as refused:
+            Renewals.check_ca_dir(ca_dir, tmp_path / "fleet" / CA_CERT)
+        assert refused.value.check == CHECK_RENEWAL_SIGNER

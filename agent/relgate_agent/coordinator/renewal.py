@@ -65,7 +65,12 @@ class Renewals:
     @staticmethod
     def check_ca_dir(ca_dir: Path, fleet_ca: Path) -> None:
         """The CA in ``ca_dir`` must be the fleet's (the coordinator's ``ca.pem``)."""
-        if (Path(ca_dir) / CA_CERT).read_bytes().strip() not in Path(fleet_ca).read_bytes():
+        try:
+            ours = (Path(ca_dir) / CA_CERT).read_bytes().strip()
+            fleet = Path(fleet_ca).read_bytes()
+        except OSError as exc:
+            raise RenewalRefused(f"--ca-dir: {exc}", check=CHECK_RENEWAL_SIGNER) from exc
+        if not ours or ours not in fleet:
             raise RenewalRefused(
                 f"{ca_dir} holds another CA than the fleet's {fleet_ca}",
                 check=CHECK_RENEWAL_SIGNER,
