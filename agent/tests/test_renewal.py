@@ -76,6 +76,8 @@ def test_agents_renew_while_a_job_runs(cluster: Cluster, checkpoint: dict[str, A
         assert _data_plane_serial(cluster, h) in issued
         assert (pki / f"{h}.key").stat().st_mode & 0o777 == 0o600
         assert cluster.procs[h].poll() is None and cluster.procs[h].pid == pids[h]
+        log = (cluster.base / "logs" / f"{h}.log").read_text(errors="replace")
+        assert "certificate renewed" in log and "certificate renewal failed" not in log
 
 
 def test_a_renewal_for_another_host_is_refused(cluster: Cluster, tmp_path: Path) -> None:
