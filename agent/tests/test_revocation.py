@@ -61,6 +61,8 @@ def test_a_host_revoked_mid_job_is_refused_cut_off_and_dropped_by_peers(
     assert job in out["leftJobs"]
     # --serial and --host-id: exactly one
     assert main(["hosts", "revoke", *op]) == 2
+    assert main(["hosts", "revoke", "--host-id", "h99", *op]) == 3  # never seen: by --serial
+    assert main(["hosts", "revoke", "--serial", "zz", *op]) == 3
 
     # its next call is refused, by name, on a fresh channel and from the CLI (exit 3)
     ch = channel(cluster, cluster.tls(victim))

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 
 from relgate_agent.coordinator.certs import cut_off
-from relgate_agent.errors import AgentError
+from relgate_agent.coordinator.jobstate import NotFound, Rejected
 from relgate_agent.identity.certlife import CHECK_CERT_REVOKED, RevokedCerts, serial_hex
 from relgate_agent.identity.crlwire import SERVICE, decode, encode
 
@@ -44,12 +44,15 @@ class CertRevocations:
         reason = str(req.get("reason") or "revoked by an operator")
         with self._lock:
             if req.get("serial"):
-                serial = int(str(req["serial"]), 16)
+                try:
+                    serial = int(str(req["serial"]), 16)
+                except ValueError:
+                    raise Rejected(f"not a hex serial number: {req['serial']!r}") from None
                 host = host or next((h for h, s in self.seen.items() if s == serial), "")
             elif host in self.seen:
                 serial = self.seen[host]
             else:
-                raise AgentError(f"no certificate seen from host {host!r}: revoke by --serial")
+                raise NotFound(f"no certificate seen from host {host!r}: revoke by --serial")
         hexs = serial_hex(serial)
         added = self.coord.store.revoke_cert(hexs, host, f"{reason} (by {by})")
         self.refresh()
