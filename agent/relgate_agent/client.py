@@ -26,6 +26,7 @@ from relgate_agent.errors import (
     KIND_HOST_FAILED,
     AgentError,
 )
+from relgate_agent.identity.crlwire import RevocationStub
 from relgate_agent.pki import TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
@@ -92,6 +93,7 @@ def typed_call(rpc: str, fn: Callable[[], T]) -> T:
 class CoordinatorClient:
     def __init__(self, address: str, tls: TlsFiles) -> None:
         self.address = address  # one address or a comma-separated list of replicas
+        self.tls = tls
         self.jobs: Any = FailoverStub(address, pbg.JobServiceStub, tls)
 
     def close(self) -> None:
@@ -162,6 +164,21 @@ class CoordinatorClient:
         resp: pb.EvictHostResponse = typed_call(
             "EvictHost", lambda: self.jobs.EvictHost(request, timeout=timeout)
         )
+        return resp
+
+    def revoke_cert(
+        self, serial: str = "", host_id: str = "", reason: str = "", timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """Revoke a certificate by hex serial, or the one ``host_id`` last presented: the
+        coordinator refuses it from now on, cuts the host off its jobs and tells the agents."""
+        stub: Any = FailoverStub(self.address, RevocationStub, self.tls)
+        request = {"serial": serial, "host_id": host_id, "reason": reason}
+        try:
+            resp: dict[str, Any] = typed_call(
+                "RevokeCert", lambda: stub.RevokeCert(request, timeout=timeout)
+            )
+        finally:
+            stub.close()
         return resp
 
     def clear_host(self, host_id: str, note: str, timeout: float = 10.0) -> pb.ClearHostResponse:

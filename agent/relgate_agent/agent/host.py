@@ -19,6 +19,7 @@ from relgate_agent.agent import bytelog
 from relgate_agent.agent.exporter import AgentExporter
 from relgate_agent.agent.job import AgentConfig, JobState
 from relgate_agent.agent.renew import CertRenewer
+from relgate_agent.agent.revocations import RevocationPoller
 from relgate_agent.agent.runner import JobRunner
 from relgate_agent.attestation import CertSigner
 from relgate_agent.contracts import priority_rank
@@ -108,6 +109,9 @@ class HostAgent:
         # one or more coordinator replicas ("a:7470,b:7470"); calls follow the lease holder
         self.stub: Any = FailoverStub(config.coordinator, pbg.AgentServiceStub, tls)
         self.reports = Duplex(self.stub, "ReportStream")  # every job's reports, one stream
+        self.stop_event = threading.Event()
+        # the coordinator's certificate revocation list, checked by the data plane
+        self.crl = RevocationPoller(config.coordinator, tls, config.host_id, self.stop_event)
         # data plane: TLS 1.3 both ways; peers are checked against the current assignment
         self.data_client = data_client_context(tls)
         self.data_server_tls = data_server_context(tls)
@@ -116,7 +120,6 @@ class HostAgent:
         self.runners: dict[str, JobRunner] = {}
         self.ended: dict[str, JobState] = {}  # forgotten runners' jobs, oldest first
         self.lock = threading.Lock()
-        self.stop_event = threading.Event()
         self.reach = LeaderReach()  # logs (rate-limited) while no leader answers
         self.rx_bucket = TokenBucket(config.max_rate_bytes_per_s)
         self.tx_bucket = TokenBucket(config.max_upload_bytes_per_s or config.max_rate_bytes_per_s)
@@ -240,6 +243,7 @@ class HostAgent:
         self._watch.start()
         self._stats.start()
         self.renewer.start()
+        self.crl.start()
         log.info(
             "agent %s (rack %s) data plane on %s",
             self.config.host_id,
@@ -260,6 +264,7 @@ class HostAgent:
         self.exporter.endpoint.stop()
         self.reports.close()
         self.stub.close()
+        self.crl.close()
 
     def wait(self) -> None:
         self.stop_event.wait()

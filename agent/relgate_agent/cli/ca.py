@@ -143,6 +143,47 @@ def hosts_list(pki: str, ca: str, cert: str, key: str, coordinator: str) -> None
 
 
 @hosts.command(
+    "revoke",
+    help="revoke a host certificate at the coordinator (by --serial, or the one --host-id last"
+    " presented): refused on every call and data-plane handshake, cut off from its jobs",
+)
+@common
+@tls_options
+@click.option("--serial", default="", help="the certificate's serial number (hex)")
+@click.option("--host-id", default="", help="the host whose current certificate to revoke")
+@click.option("--reason", default="", help="why (kept with the serial)")
+@click.option("--coordinator", default=DEFAULT_COORDINATOR)
+def hosts_revoke(
+    *,
+    serial: str,
+    host_id: str,
+    reason: str,
+    pki: str,
+    ca: str,
+    cert: str,
+    key: str,
+    coordinator: str,
+) -> None:
+    from relgate_agent.client import CoordinatorClient
+
+    if bool(serial) == bool(host_id):
+        raise click.UsageError("give exactly one of --serial and --host-id")
+    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
+    try:
+        r = c.revoke_cert(serial=serial, host_id=host_id, reason=reason)
+    finally:
+        c.close()
+    output().emit(
+        {
+            "revoked": r.get("serial"),
+            "hostId": r.get("host_id"),
+            "added": r.get("added"),
+            "leftJobs": r.get("left_jobs", []),
+        }
+    )
+
+
+@hosts.command(
     "clear",
     help="clear HOST's health hold (quarantined for bad data, failing handshakes) after a"
     " scrub: it is a target of new jobs again",

@@ -27,6 +27,7 @@ from relgate_trust.job_request import JobSpec
 
 from relgate_agent.attestation import CertSigner, load_ca
 from relgate_agent.contracts import WatchCursor
+from relgate_agent.coordinator import crl
 from relgate_agent.coordinator.certs import cut_off
 from relgate_agent.coordinator.enrollment import Enrollments
 from relgate_agent.coordinator.jobstate import (
@@ -97,14 +98,6 @@ def caller_identity(context: grpc.aio.ServicerContext) -> Identity | None:
     return _identity(bytes(certs[0])) if len(certs) == 1 else None
 
 
-def caller_serial(context: grpc.aio.ServicerContext) -> str:
-    """The serial (hex) of the certificate the caller presented on this call."""
-    certs = (context.auth_context() or {}).get("x509_pem_cert") or []
-    if len(certs) != 1:
-        return ""
-    return format(x509.load_pem_x509_certificate(bytes(certs[0])).serial_number, "x")
-
-
 def caller_cert_refusal(
     context: grpc.aio.ServicerContext, revoked: RevokedCerts | None
 ) -> tuple[str, str] | None:
@@ -116,6 +109,18 @@ def caller_cert_refusal(
     return certlife.refusal(certlife.life_of_pem(bytes(certs[0])), revoked, time.time())
 
 
+def caller_serial(context: grpc.aio.ServicerContext) -> int:
+    """The serial of the caller's certificate (0 when there is none)."""
+    certs = (context.auth_context() or {}).get("x509_pem_cert") or []
+    return certlife.life_of_pem(bytes(certs[0])).serial if len(certs) == 1 else 0
+
+
+def caller_serial_hex(context: grpc.aio.ServicerContext) -> str:
+    """The same serial in hex, as logs print it ("" when there is none)."""
+    serial = caller_serial(context)
+    return format(serial, "x") if serial else ""
+
+
 class Calls:
     """Authorization and the thread hop every handler shares."""
 
@@ -125,11 +130,14 @@ class Calls:
         self.coord = coord
         self.executor = executor
         self.revoked = revoked  # the fleet's revoked certificates (next to the CA bundle)
+        self.seen_serials: dict[str, int] = {}  # host id -> its certificate's serial (crl.py)
 
     async def check_cert(self, context: grpc.aio.ServicerContext, ident: Identity | None) -> None:
         """Abort with UNAUTHENTICATED (naming the check) when the caller's certificate
         expired or was revoked since its connection opened; a host's is also cut off from
         its jobs (coordinator/certs.py)."""
+        if ident is not None and ident.role == "host":
+            self.seen_serials[ident.name] = caller_serial(context)
         refused = caller_cert_refusal(context, self.revoked)
         if refused is None:
             return
@@ -557,7 +565,7 @@ class AgentServicer(pbg.AgentServiceServicer):
     ) -> pb.RenewCertResponse:
         """A new certificate for the caller's CSR (coordinator/renewal.py)."""
         ident = await self.calls.authorize(context, "RenewCert", request.host_id, request.rack)
-        presented = caller_serial(context)
+        presented = caller_serial_hex(context)
         pem, serial = await self.calls.run(
             context, lambda: self.renewals.renew(ident, request.csr_pem)
         )
@@ -677,6 +685,9 @@ class CoordinatorServer:
     async def _bind(self) -> None:
         server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
         calls = Calls(self.coordinator, self.executor, RevokedCerts.beside(self.tls.ca))
+        self.crl = crl.CertRevocations(self.coordinator, calls.revoked or RevokedCerts(None))
+        self.crl.seen = calls.seen_serials
+        self.crl.refresh()
         rpc_seconds = self.coordinator.metrics.rpc_seconds
         server.add_generic_rpc_handlers(
             (
@@ -687,6 +698,7 @@ class CoordinatorServer:
                     rpc_seconds,
                     raw=frozenset({"Watch"}),
                 ),
+                crl.handlers(calls, self.crl),
             )
         )
         # mutual TLS on every listener (unix sockets too): no certificate, no RPC

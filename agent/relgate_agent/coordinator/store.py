@@ -48,6 +48,13 @@ SCHEMA = [
         expires_at BIGINT NOT NULL,
         used_at BIGINT NOT NULL
     )""",
+    # revoked host certificates (hex serial), by an operator: coordinator/crl.py
+    """CREATE TABLE IF NOT EXISTS dist_revoked_certs (
+        serial TEXT PRIMARY KEY,
+        host_id TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        revoked_at BIGINT NOT NULL
+    )""",
     # a host's CSR, and its certificate once an operator approved it (cert_pem "" till then)
     """CREATE TABLE IF NOT EXISTS dist_enroll_requests (
         host_id TEXT PRIMARY KEY,
@@ -543,6 +550,30 @@ class JobStore:
                 text("SELECT rack, labels FROM dist_enrolled WHERE host_id = :h"), {"h": host_id}
             ).first()
         return None if row is None else (row[0], json.loads(row[1]))
+
+    # -- certificate revocation ----------------------------------------------
+    def revoke_cert(self, serial: str, host_id: str, reason: str) -> bool:
+        """Add ``serial`` (hex) to the revocation list; False when it was there already."""
+        with self.tx() as c:
+            res = c.execute(
+                text(
+                    "INSERT INTO dist_revoked_certs (serial, host_id, reason, revoked_at) "
+                    "VALUES (:s, :h, :r, :t) ON CONFLICT (serial) DO NOTHING"
+                ),
+                {"s": serial, "h": host_id, "r": reason, "t": int(time.time())},
+            )
+        return bool(res.rowcount)
+
+    def revoked_certs(self) -> list[tuple[str, str, str, int]]:
+        """(serial, host_id, reason, revoked_at) of every revoked certificate, by serial."""
+        with self.tx() as c:
+            rows = c.execute(
+                text(
+                    "SELECT serial, host_id, reason, revoked_at FROM dist_revoked_certs "
+                    "ORDER BY serial"
+                )
+            ).all()
+        return [(r[0], r[1], r[2], int(r[3])) for r in rows]
 
     # -- enrollment by CSR ----------------------------------------------------
     def add_enroll_token(self, digest: str, host_id: str, rack: str, expires_at: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from relgate_agent.identity import crlwire
 from relgate_agent.pki import ROLE_HOST, ROLE_OPERATOR, Identity
 
 # how an authorization refusal of a job member whose topology differs from ours begins: the
@@ -17,32 +18,38 @@ from relgate_agent.pki import ROLE_HOST, ROLE_OPERATOR, Identity
 STALE_TOPOLOGY = "stale topology"
 
 # control plane: which role may call what
-OPERATOR_METHODS = frozenset(
-    {
-        "CreateJob",
-        "GetJob",
-        "CancelJob",
-        "EvictHost",
-        "ClearHost",
-        "EnrollHost",
-        "ListHosts",
-        "ListJobs",
-        "GetJobTopology",
-        "CreateEnrollToken",
-        "ListEnrollRequests",
-        "ApproveEnrollment",
-    }
-)
-AGENT_METHODS = frozenset(
-    {
-        "Watch",
-        "Register",
-        "ReportProgress",
-        "ReportStream",
-        "ReportSuspect",
-        "FindPeers",
-        "RenewCert",
-    }
+OPERATOR_METHODS = (
+    frozenset(
+        {
+            "CreateJob",
+            "GetJob",
+            "CancelJob",
+            "EvictHost",
+            "ClearHost",
+            "EnrollHost",
+            "ListHosts",
+            "ListJobs",
+            "GetJobTopology",
+            "CreateEnrollToken",
+            "ListEnrollRequests",
+            "ApproveEnrollment",
+        }
+    )
+    | crlwire.OPERATOR_RPCS
+)  # the revocation list's RPCs (identity/crlwire.py)
+AGENT_METHODS = (
+    frozenset(
+        {
+            "Watch",
+            "Register",
+            "ReportProgress",
+            "ReportStream",
+            "ReportSuspect",
+            "FindPeers",
+            "RenewCert",
+        }
+    )
+    | crlwire.AGENT_RPCS
 )
 
 

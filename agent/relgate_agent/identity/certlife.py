@@ -36,6 +36,7 @@ CHECK_CERT_REVOKED = "cert-revoked"
 REVOKED_CERTS_SCHEMA = "relgate.revoked-certs.v1"
 REVOKED_CERTS_FILE = "revoked-certs.json"
 RELOAD_S = 1.0  # the revocation list's file is looked at no more often than this
+_SHARED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,12 @@ def serial_hex(serial: int) -> str:
 class RevokedCerts:
     """The revoked serial numbers in ``path`` (re-read when the file changes)."""
 
+    _shared: dict[Path, RevokedCerts] = {}
+
     def __init__(self, path: Path | None) -> None:
         self.path = path
+        # serials the coordinator's list adds (pushed: coordinator/crl.py), on top of the file
+        self.pushed: frozenset[int] = frozenset()
         self._serials: frozenset[int] = frozenset()
         self._stamp: tuple[int, int] | None = None
         self._checked = 0.0
@@ -77,10 +82,19 @@ class RevokedCerts:
 
     @classmethod
     def beside(cls, ca_file: Path) -> RevokedCerts:
-        """The list distributed next to the fleet CA bundle ``ca_file``."""
-        return cls(Path(ca_file).parent / REVOKED_CERTS_FILE)
+        """The list distributed next to the fleet CA bundle ``ca_file`` (one object per
+        path in a process, so the coordinator's list, once received, reaches every context)."""
+        path = Path(ca_file).parent / REVOKED_CERTS_FILE
+        with _SHARED_LOCK:
+            have = cls._shared.get(path)
+            if have is None:
+                have = cls._shared[path] = cls(path)
+            return have
 
     def serials(self) -> frozenset[int]:
+        return self._file_serials() | self.pushed
+
+    def _file_serials(self) -> frozenset[int]:
         if self.path is None:
             return frozenset()
         with self._lock:
