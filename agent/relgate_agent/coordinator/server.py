@@ -20,7 +20,6 @@ from functools import lru_cache
 from typing import Any, NoReturn, TypeVar
 
 import grpc
-from cryptography import x509
 from google.protobuf import message_factory
 from prometheus_client import Histogram
 from relgate_trust.job_request import JobSpec
