@@ -117,4 +117,4 @@ def test_pipes_entry_reports_check_and_ready_hosts(
     assert check["check_name"] == "ready_threshold" and check["passed"] is True
     (mat,) = [m["params"] for m in messages if m["method"] == "report_asset_materialization"]
     assert mat["data_version"] == checkpoint["manifest"].digest
-    assert sorted(mat["metadata"]["ready_hosts"]["raw_value"]) == sorted(h for h, _ in hosts)
+    assert sorted(mat["metadata"]["readyHosts"]["raw_value"]) == sorted(h for h, _ in hosts)
