@@ -11,6 +11,7 @@ from relgate_agent.cli.params import (
     LABELS,
     TlsArgs,
     common,
+    operator_client,
     output,
     tls_options,
 )
@@ -117,13 +118,8 @@ def hosts_enroll(  # noqa: PLR0913 - one parameter per command-line option
     labels: dict[str, str],
     remove: bool,
 ) -> None:
-    from relgate_agent.client import CoordinatorClient
-
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         enrolled = c.enroll_host(host_id, rack, labels, remove=remove)
-    finally:
-        c.close()
     output().emit({"hostId": host_id, "rack": rack, "enrolled": enrolled})
 
 
@@ -132,13 +128,8 @@ def hosts_enroll(  # noqa: PLR0913 - one parameter per command-line option
 @tls_options
 @click.option("--coordinator", default=DEFAULT_COORDINATOR)
 def hosts_list(pki: str, ca: str, cert: str, key: str, coordinator: str) -> None:
-    from relgate_agent.client import CoordinatorClient
-
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         inventory = c.list_hosts()
-    finally:
-        c.close()
     output().emit(inventory.to_json())
 
 
@@ -164,15 +155,10 @@ def hosts_revoke(
     key: str,
     coordinator: str,
 ) -> None:
-    from relgate_agent.client import CoordinatorClient
-
     if bool(serial) == bool(host_id):
         raise click.UsageError("give exactly one of --serial and --host-id")
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         r = c.revoke_cert(serial=serial, host_id=host_id, reason=reason)
-    finally:
-        c.close()
     output().emit(
         {
             "revoked": r.get("serial"),
@@ -196,11 +182,6 @@ def hosts_revoke(
 def hosts_clear(
     host_id: str, note: str, pki: str, ca: str, cert: str, key: str, coordinator: str
 ) -> None:
-    from relgate_agent.client import CoordinatorClient
-
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         r = c.clear_host(host_id, note)
-    finally:
-        c.close()
     output().emit({"hostId": host_id, "cleared": r.cleared, "was": r.was})

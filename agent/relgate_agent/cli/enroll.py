@@ -11,7 +11,14 @@ import click
 import grpc
 
 from relgate_agent.cli.ca import hosts
-from relgate_agent.cli.params import DEFAULT_COORDINATOR, TlsArgs, common, output, tls_options
+from relgate_agent.cli.params import (
+    DEFAULT_COORDINATOR,
+    TlsArgs,
+    common,
+    operator_client,
+    output,
+    tls_options,
+)
 from relgate_agent.identity.enroll import (
     CHECK_PENDING_REQUEST,
     DEFAULT_TOKEN_TTL_S,
@@ -40,13 +47,9 @@ def token() -> None:
 def token_create(
     *, pki: str, ca: str, cert: str, key: str, coordinator: str, host_id: str, rack: str, ttl: int
 ) -> None:
-    from relgate_agent.client import CoordinatorClient
 
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         r = c.create_enroll_token(host_id, rack, ttl)
-    finally:
-        c.close()
     output().emit(
         {"hostId": r.host_id, "rack": r.rack, "token": r.token, "expiresAt": r.expires_at}
     )
@@ -133,13 +136,9 @@ def hosts_request(
 @tls_options
 @click.option("--coordinator", default=DEFAULT_COORDINATOR)
 def hosts_pending(pki: str, ca: str, cert: str, key: str, coordinator: str) -> None:
-    from relgate_agent.client import CoordinatorClient
 
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         pending = c.enroll_requests()
-    finally:
-        c.close()
     output().emit(
         {
             "pending": [
@@ -168,11 +167,9 @@ def hosts_approve(
     ca_dir: str,
     validity_hours: float,
 ) -> None:
-    from relgate_agent.client import CoordinatorClient
     from relgate_agent.pki import issue_for_csr
 
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         found = [p for p in c.enroll_requests() if p.host_id == host_id]
         if not found:
             raise EnrollRefused(
@@ -182,6 +179,4 @@ def hosts_approve(
         csr = check_csr(req.csr_pem.encode(), req.host_id, req.rack)  # checked again here
         pem = issue_for_csr(Path(ca_dir), csr, req.host_id, req.rack, validity_hours)
         r = c.approve_enrollment(host_id, pem.decode())
-    finally:
-        c.close()
     output().emit({"hostId": host_id, "rack": req.rack, "serial": r.serial, "approved": True})

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import click
 
-from relgate_agent.cli.params import DEFAULT_COORDINATOR, RATE, TlsArgs, common, output, tls_options
+from relgate_agent.cli.params import (
+    DEFAULT_COORDINATOR,
+    RATE,
+    TlsArgs,
+    common,
+    operator_client,
+    output,
+    tls_options,
+)
 
 
 @click.group("job")
@@ -58,8 +66,6 @@ def job_create(  # noqa: PLR0913 - one parameter per command-line option
 ) -> None:
     from relgate_trust.job_request import JobSpec
 
-    from relgate_agent.client import CoordinatorClient
-
     spec = JobSpec(
         model=model,
         version=version,
@@ -75,11 +81,8 @@ def job_create(  # noqa: PLR0913 - one parameter per command-line option
         job_id=job_id,
         origin_dc=origin_dc,
     )
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         r = c.create(spec)
-    finally:
-        c.close()
     output().emit(
         {
             "jobId": r.job_id,
@@ -106,13 +109,9 @@ JOB_STATES = ("PLANNING", "DISTRIBUTING", "COMPLETE", "DONE", "CANCELLED", "FAIL
 @tls_options
 def job_list(coordinator: str, state: str, pki: str, ca: str, cert: str, key: str) -> None:
     from relgate_agent.cli.render import job_rows
-    from relgate_agent.client import CoordinatorClient
 
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         jobs = c.list_jobs(state.upper())
-    finally:
-        c.close()
     out = output()
     if out.json:
         out.emit({"jobs": [j.to_json() for j in jobs]})
@@ -145,14 +144,11 @@ def job_get(
     key: str,
 ) -> None:
     from relgate_agent.cli.render import topology_lines
-    from relgate_agent.client import CoordinatorClient, job_from_pb
+    from relgate_agent.client import job_from_pb
 
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         status = job_from_pb(c.get_job(job_id))
         chains = c.job_topology(job_id) if topology else None
-    finally:
-        c.close()
     out = output()
     doc = status.to_json(hosts=hosts)
     if chains is not None and out.json:
@@ -169,13 +165,9 @@ def job_get(
 @click.option("--coordinator", default=DEFAULT_COORDINATOR)
 @tls_options
 def job_cancel(job_id: str, coordinator: str, pki: str, ca: str, cert: str, key: str) -> None:
-    from relgate_agent.client import CoordinatorClient
 
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         r = c.cancel_job(job_id)
-    finally:
-        c.close()
     # what was placed stays placed (and recorded): the deployer may still use those hosts
     output().emit(
         {
@@ -201,11 +193,7 @@ def job_cancel(job_id: str, coordinator: str, pki: str, ca: str, cert: str, key:
 def job_evict(
     job_id: str, host_id: str, reason: str, coordinator: str, pki: str, ca: str, cert: str, key: str
 ) -> None:
-    from relgate_agent.client import CoordinatorClient
 
-    c = CoordinatorClient(coordinator, TlsArgs(pki, ca, cert, key).files("operator"))
-    try:
+    with operator_client(coordinator, TlsArgs(pki, ca, cert, key)) as c:
         r = c.evict_host(job_id, host_id, reason)
-    finally:
-        c.close()
     output().emit({"jobId": job_id, "hostId": host_id, "state": r.state, "removed": r.removed})

@@ -7,15 +7,19 @@ import json
 import re
 import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from relgate_agent import logctx
 from relgate_agent.logctx import LOG_FORMATS, LogFormat
 from relgate_agent.pki import TlsFiles, resolve_tls
+
+if TYPE_CHECKING:
+    from relgate_agent.client import CoordinatorClient
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -234,3 +238,16 @@ def expand_greedy_args(argv: Sequence[str]) -> list[str]:
             out.append(greedy)
         out.append(arg)
     return out
+
+
+@contextmanager
+def operator_client(coordinator: str, tls: TlsArgs) -> Iterator[CoordinatorClient]:
+    """A coordinator client with the operator's credentials, closed on the way out (the
+    client module is imported here: ``--help`` and the daemons do not pay for it)."""
+    from relgate_agent.client import CoordinatorClient
+
+    client = CoordinatorClient(coordinator, tls.files("operator"))
+    try:
+        yield client
+    finally:
+        client.close()
