@@ -44,3 +44,12 @@ def test_an_empty_fleet_draws_without_dividing_by_zero():
     curve = ReadyCurve(started=0.0)
     curve.watch(_status(0, total=0))
     assert curve.text_plot().endswith("| 0/0")
+
+
+def test_samples_count_seconds_from_the_start_and_round_bars_to_the_nearest_column():
+    curve = ReadyCurve()  # started now
+    curve.watch(_status(2, total=3))
+    ((seconds, hosts),) = curve.samples
+    assert 0 <= seconds < 60 and hosts == 2  # seconds since start, not since boot
+    # 40 columns x 2/3 = 26.7: 27, not the floor
+    assert curve.text_plot().count("#") == round(BAR_WIDTH * 2 / 3) == 27

@@ -167,7 +167,12 @@ def test_watch_swaps_only_good_sets(
     assert not watch.poll() and f"check={CHECK_REVOCATIONS_GONE}" in caplog.text
     assert watch.keys.revoked == {first} and len(applied) == 1
 
-    # an explicit, valid list lifts the revocation
+    assert (watch.reloads, watch.refusals) == (1, 3)  # one swap, three refused sets
+
+    # an explicit, valid list lifts the revocation, and says so
+    caplog.set_level(logging.WARNING, logger="relgate_agent.identity.trustwatch")
     _bump(trusted / REVOKED_FILE, revoked_bytes([]))
     assert watch.poll() and applied[-1].revoked == frozenset()
+    assert f"revocation lifted for {first}" in caplog.text
+    assert (watch.reloads, watch.refusals) == (2, 3)
     watch.stop()
