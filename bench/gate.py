@@ -59,7 +59,7 @@ _RUN_SQL = (
 
 def _support() -> None:
     if str(ROOT / "tests") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tests"))
+        sys.path.append(str(ROOT / "tests"))  # after the root: tests/bench must not shadow bench
 
 
 def world(home: Path, db_url: str, candidates: int) -> dict[str, Any]:
