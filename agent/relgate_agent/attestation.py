@@ -41,6 +41,7 @@ from relgate_trust.dsse import pae
 
 from relgate_agent.contracts import RemovedHost
 from relgate_agent.errors import AgentError
+from relgate_agent.identity.cabundle import BundleRefused, CaBundle
 from relgate_agent.pki import ROLE_COORDINATOR, ROLE_HOST, TlsFiles, identity_from_pem
 
 PLACEMENT_TYPE = "application/vnd.relgate.placement-attestation.v1+json"
@@ -144,10 +145,11 @@ def sign_event(signer: CertSigner, event: Mapping[str, Any], signed_at_ms: int) 
 # ------------------------------------------------------------------------------ checking
 
 
-def load_ca(path: str | Path) -> x509.Certificate:
+def load_ca(path: str | Path) -> CaBundle:
+    """The fleet's CA bundle (one CA, two during a rotation) from a PEM file."""
     try:
-        return x509.load_pem_x509_certificate(Path(path).read_bytes())
-    except (OSError, ValueError) as exc:
+        return CaBundle.parse(Path(path).read_bytes())
+    except (OSError, BundleRefused) as exc:
         raise HandoffError(f"CA {path}: {exc}", check=CHECK_HANDOFF_SIGNER) from exc
 
 
@@ -162,7 +164,7 @@ def _b64(value: object, what: str, check: str, host: str = "") -> bytes:
 
 def _signed_by(
     cert_pem: object,
-    ca: x509.Certificate,
+    ca: CaBundle,
     role: str,
     name: str | None,
     at: dt.datetime,
@@ -175,7 +177,8 @@ def _signed_by(
         raise HandoffError("no signer certificate", check=check, host=host)
     try:
         cert = x509.load_pem_x509_certificate(cert_pem.encode("ascii"))
-        cert.verify_directly_issued_by(ca)
+        if ca.issuer_of(cert) is None:
+            raise InvalidSignature("no CA of the fleet's bundle signed it")
     except (ValueError, TypeError, InvalidSignature, UnicodeEncodeError) as exc:
         raise HandoffError(
             f"signer certificate not issued by the fleet CA: {exc or type(exc).__name__}",
@@ -227,7 +230,7 @@ def _at_ms(ms: object, check: str, host: str = "") -> dt.datetime:
 
 
 def verify_placement(
-    att: object, ca: x509.Certificate, *, host_id: str, manifest_digest: str
+    att: object, ca: CaBundle, *, host_id: str, manifest_digest: str
 ) -> dict[str, Any]:
     """The attested placement, if ``att`` is ``host_id``'s signed attestation of
     ``manifest_digest``; :class:`HandoffError` naming the check otherwise."""
@@ -263,7 +266,7 @@ def verify_placement(
     return doc
 
 
-def verify_event(doc: object, ca: x509.Certificate) -> dict[str, Any]:
+def verify_event(doc: object, ca: CaBundle) -> dict[str, Any]:
     """A deployer event the coordinator signed, every READY host it names attested for its
     manifest digest: the event (without its signature); :class:`HandoffError` otherwise."""
     if not isinstance(doc, Mapping):
@@ -333,7 +336,7 @@ def removed_hosts(body: Mapping[str, Any]) -> tuple[RemovedHost, ...]:
     return tuple(out)
 
 
-def verify_event_bytes(raw: bytes, ca: x509.Certificate) -> dict[str, Any]:
+def verify_event_bytes(raw: bytes, ca: CaBundle) -> dict[str, Any]:
     """:func:`verify_event` of a webhook body (bounded)."""
     if len(raw) > MAX_EVENT_BYTES:
         raise HandoffError("event is too large", check=CHECK_HANDOFF_MALFORMED)

@@ -165,6 +165,14 @@ def ca_init(directory: Path, common_name: str = "relgate fleet CA", force: bool 
     directory = Path(directory)
     if (directory / CA_KEY).exists() and not force:
         raise PkiError(f"a CA already exists in {directory}", check="ca-exists")
+    key, cert = new_ca(common_name)
+    write_file_atomic(directory / CA_KEY, private_key_pem(key), 0o600)
+    write_file_atomic(directory / CA_CERT, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    return directory / CA_CERT
+
+
+def new_ca(common_name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A fresh self-signed fleet CA (ECDSA P-256, may sign certificates, no intermediates)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = _now()
@@ -194,9 +202,7 @@ def ca_init(directory: Path, common_name: str = "relgate fleet CA", force: bool 
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    write_file_atomic(directory / CA_KEY, private_key_pem(key), 0o600)
-    write_file_atomic(directory / CA_CERT, cert.public_bytes(serialization.Encoding.PEM), 0o644)
-    return directory / CA_CERT
+    return key, cert
 
 
 def default_name(role: str, host_id: str = "", name: str = "") -> str:
@@ -218,15 +224,20 @@ LEAF_KEY_USAGE = x509.KeyUsage(
 )
 
 
-def _load_ca(directory: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def load_signer(directory: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """The signing CA: ``ca.key`` and the certificate of ``ca.pem`` (a bundle during a CA
+    rotation) whose public key it is."""
     try:
         ca_key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), None)
-        ca_cert = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
+        cas = x509.load_pem_x509_certificates((directory / CA_CERT).read_bytes())
     except (OSError, ValueError) as exc:
         raise PkiError(f"no usable CA in {directory}: {exc}", check="ca-unusable") from exc
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise PkiError(f"CA key in {directory} is not ECDSA", check="ca-unusable")
-    return ca_key, ca_cert
+    for ca_cert in cas:
+        if ca_cert.public_key() == ca_key.public_key():
+            return ca_key, ca_cert
+    raise PkiError(f"{directory / CA_CERT} holds no certificate for {CA_KEY}", check="ca-unusable")
 
 
 def sign_leaf(
@@ -303,7 +314,7 @@ def issue(
         raise PkiError("--rack is only for host certificates", check="cert-rack")
     if not 0 < validity_h <= 24 * CA_VALIDITY_DAYS:
         raise PkiError(f"validity {validity_h} h is out of range", check="cert-validity")
-    ca_key, ca_cert = _load_ca(directory)
+    ca_key, ca_cert = load_signer(directory)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = sign_leaf(
         ca_key, ca_cert, role, ident, rack, key.public_key(), validity_h, extra_dns=extra_dns
@@ -331,7 +342,7 @@ def issue_for_csr(
     check_name("rack", rack)
     if not 0 < validity_h <= 24 * CA_VALIDITY_DAYS:
         raise PkiError(f"validity {validity_h} h is out of range")
-    ca_key, ca_cert = _load_ca(Path(directory))
+    ca_key, ca_cert = load_signer(Path(directory))
     cert = sign_leaf(ca_key, ca_cert, ROLE_HOST, host_id, rack, csr.public_key(), validity_h)
     return cert.public_bytes(serialization.Encoding.PEM)
 

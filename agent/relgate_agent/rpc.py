@@ -222,6 +222,12 @@ class Duplex:
                 finally:
                     timer.cancel()
 
+    def reopen(self) -> None:
+        """The next exchange opens a new stream (on the stub's channels then: after a
+        renewal or a new CA bundle, the stream presents the new certificate)."""
+        with self._lock:
+            self._close()
+
     def close(self) -> None:
         with self._lock:
             self._close()

@@ -42,6 +42,7 @@ from relgate_agent.cli import EXIT_OK, EXIT_REJECTED
 from relgate_agent.contracts import ProgressReport, RemovedHost
 from relgate_agent.coordinator.jobstate import ReadyRefused
 from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
+from relgate_agent.identity.cabundle import TrustFile
 from relgate_agent.pki import TlsFiles, ensure_dev_pki
 from relgate_agent.staging.storage import bitmap_from_bits
 
@@ -187,7 +188,7 @@ def test_coordinator_refuses_ready_without_a_valid_attestation_and_signs_its_eve
             db=str(tmp_path / "c.sqlite"), trusted_keys=TrustedKeys.load(checkpoint["trusted"])
         )
     )
-    c.use_identity(_signer(pki, "coordinator"), ca)
+    c.use_identity(_signer(pki, "coordinator"), TrustFile(pki / "ca.pem"))
     try:
         for h, r in HOSTS.items():
             c.enroll(h, r, {"cluster": "att"})

@@ -58,6 +58,7 @@ def test_method_tables() -> None:
         "ReportSuspect",
         "FindPeers",
         "RenewCert",
+        "TrustBundle",
         "ListRevokedCerts",
     } == AGENT_METHODS
 

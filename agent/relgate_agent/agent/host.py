@@ -142,16 +142,25 @@ class HostAgent:
         self._watch = threading.Thread(target=self._watch_loop, name="watch", daemon=True)
         self._stats = threading.Thread(target=self._stats_loop, name="data-stats", daemon=True)
         self.renewer = CertRenewer(
-            tls, ident, config.renew_before_s, self.stub, self.reload_tls, self.stop_event
+            tls,
+            ident,
+            config.renew_before_s,
+            self.stub,
+            self.reload_tls,
+            self.stop_event,
+            trust_poll_s=config.trust_poll_s,
         )
 
     def reload_tls(self, tls: TlsFiles) -> None:
-        """Load ``tls``'s (renewed) certificate and key without a restart: the data plane's
-        contexts in place (new handshakes only), new gRPC channels for the next calls, the
-        attestation signer; open connections and streams go on (agent/renew.py)."""
-        for ctx in (self.data_server_tls, self.data_client):
-            ctx.load_cert_chain(str(tls.cert), str(tls.key))
+        """Load ``tls``'s (renewed) certificate and key, or its new CA bundle, without a
+        restart: new data-plane contexts for the next handshakes (a fresh one forgets a
+        retired CA), new gRPC channels for the next calls, the attestation signer; open
+        connections and streams go on (agent/renew.py)."""
+        self.data_client = data_client_context(tls)
+        self.data_server_tls = self.data.tls = data_server_context(tls)
         self.stub.reload(tls)
+        self.reports.reopen()  # its stream presented the old certificate
+        self.crl.stub.reload(tls)
         self.attestor = CertSigner.from_tls(tls)
 
     def rx_limit(self, n: int) -> None:

@@ -69,6 +69,8 @@ class AgentConfig:
     metrics_listen: str = ""  # "host:port" for Prometheus /metrics ("": not served)
     # renew the host certificate when this little of it is left (0: never; agent/renew.py)
     renew_before_s: float = 0.0
+    # ask the coordinator for its CA bundle this often (0: never; identity/cabundle.py)
+    trust_poll_s: float = 0.0
     # a chunk that fails verification this many times from the origin (or from each of two
     # or more peers) fails the job, naming the chunk, file and origin object; a peer that
     # fails it this many times is bypassed (FetchChunk from another holder)

@@ -15,6 +15,7 @@ import click
 import grpc
 
 from relgate_agent.cli.ca import ca, hosts
+from relgate_agent.cli.carotate import COMMANDS as _rotation_commands  # noqa: F401 - registers
 from relgate_agent.cli.config import ConfigError
 from relgate_agent.cli.daemons import agent, coordinator, pipes
 from relgate_agent.cli.enroll import hosts_request as _enroll_commands  # noqa: F401 - registers

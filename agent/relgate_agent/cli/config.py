@@ -121,6 +121,8 @@ class AgentFileConfig(_Shared):
     max_handshaking_per_address: int = 64
     #: renew the certificate when this many hours of it are left (docs/agent-renewal.md)
     renew_before: float = 24.0
+    #: ask the coordinator for its CA bundle this often, seconds (docs/agent-ca-rotation.md)
+    trust_poll: float = 300.0
 
 
 def _check(error_type: str) -> str:

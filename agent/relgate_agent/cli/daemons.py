@@ -259,10 +259,19 @@ def agent() -> None:
     help="renew this host's certificate over the mTLS channel when fewer hours of it are left"
     " (a third of the 72 h default; 0: never; docs/agent-renewal.md)",
 )
+@click.option(
+    "--trust-poll",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="seconds between asks for the coordinator's CA bundle, which a CA rotation changes"
+    " (0: never; docs/agent-ca-rotation.md)",
+)
 @tls_options
 def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
     renew_before: float,
+    trust_poll: float,
     log_format: LogFormat,
     metrics_listen: str,
     host_id: str,
@@ -317,6 +326,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         origin_range_bytes=origin_range_mib << 20,
         metrics_listen=metrics_listen,
         renew_before_s=renew_before * 3600,
+        trust_poll_s=trust_poll,
     )
     tls = TlsArgs(pki, ca, cert, key).files(host_id)
     running = HostAgent(cfg, tls=tls, limits=limits).start()

@@ -16,8 +16,6 @@ import logging
 import time
 from typing import Any
 
-from cryptography import x509
-
 from relgate_agent.attestation import (
     CHECK_ATTESTATION_MALFORMED,
     CHECK_ATTESTATION_MISSING,
@@ -30,6 +28,7 @@ from relgate_agent.contracts import ProgressReport
 from relgate_agent.coordinator.jobstate import HostProgress, JobState, ReadyRefused
 from relgate_agent.coordinator.outbox import Seal
 from relgate_agent.coordinator.store import JobStore
+from relgate_agent.identity.cabundle import BundleRefused, TrustFile
 
 log = logging.getLogger(__name__)
 MAX_ATTESTATION_CHARS = 64 << 10
@@ -42,9 +41,9 @@ class HandoffSigning:
 
     store: JobStore
     handoff_signer: CertSigner | None = None
-    fleet_ca: x509.Certificate | None = None
+    fleet_ca: TrustFile | None = None
 
-    def use_identity(self, signer: CertSigner, ca: x509.Certificate) -> None:
+    def use_identity(self, signer: CertSigner, ca: TrustFile) -> None:
         self.handoff_signer, self.fleet_ca = signer, ca
 
     def _seal(self) -> Seal | None:
@@ -64,9 +63,12 @@ class HandoffSigning:
                 if len(raw) > MAX_ATTESTATION_CHARS:
                     raise HandoffError("attestation too large", check=CHECK_ATTESTATION_MALFORMED)
                 verify_placement(
-                    json.loads(raw), self.fleet_ca, host_id=hp.host_id, manifest_digest=digest
+                    json.loads(raw),
+                    self.fleet_ca.bundle(),  # the bundle now: a rotation may have changed it
+                    host_id=hp.host_id,
+                    manifest_digest=digest,
                 )
-            except (HandoffError, ValueError) as exc:
+            except (HandoffError, BundleRefused, ValueError) as exc:
                 check = getattr(exc, "check", CHECK_ATTESTATION_MALFORMED)
                 why = f"READY refused: placement attestation ({check}): {exc}"
                 job.ready_refusals += 1

@@ -16,6 +16,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from relgate_agent.coordinator.store import JobStore
+from relgate_agent.identity.cabundle import BundleRefused, TrustFile
 from relgate_agent.identity.enroll import (
     CHECK_BOOTSTRAP_TOKEN,
     CHECK_CSR_SUBJECT,
@@ -42,7 +43,7 @@ class PendingRequest:
 
 
 class Enrollments:
-    def __init__(self, store: JobStore, ca: x509.Certificate) -> None:
+    def __init__(self, store: JobStore, ca: TrustFile) -> None:
         self.store = store
         self.ca = ca
 
@@ -114,8 +115,9 @@ class Enrollments:
         pem = cert_pem.encode("utf-8")
         try:
             cert = x509.load_pem_x509_certificate(pem)
-            cert.verify_directly_issued_by(self.ca)
-        except (ValueError, TypeError, InvalidSignature) as exc:
+            if self.ca.bundle().issuer_of(cert) is None:
+                raise InvalidSignature("no CA of the fleet's bundle signed it")
+        except (ValueError, TypeError, InvalidSignature, BundleRefused) as exc:
             raise EnrollRefused(
                 f"the certificate is not from the fleet CA: {exc}", check=CHECK_CSR_SUBJECT
             ) from exc

@@ -24,10 +24,11 @@ from google.protobuf import message_factory
 from prometheus_client import Histogram
 from relgate_trust.job_request import JobSpec
 
-from relgate_agent.attestation import CertSigner, load_ca
+from relgate_agent.attestation import CertSigner
 from relgate_agent.contracts import WatchCursor
 from relgate_agent.coordinator import crl
 from relgate_agent.coordinator.certs import cut_off
+from relgate_agent.coordinator.credentials import ReloadingCredentials
 from relgate_agent.coordinator.enrollment import Enrollments
 from relgate_agent.coordinator.jobstate import (
     CoordinatorConfig,
@@ -50,14 +51,14 @@ from relgate_agent.coordinator.wire import (
     status_to_pb,
 )
 from relgate_agent.errors import CHECK_METADATA_KEY, AgentError
-from relgate_agent.identity import certlife
+from relgate_agent.identity import cabundle, certlife
 from relgate_agent.identity.authz import CHECK_CLIENT_IDENTITY, rpc_check
+from relgate_agent.identity.cabundle import CHECK_CERT_ISSUER, TrustFile, issued_by
 from relgate_agent.identity.certlife import RevokedCerts
 from relgate_agent.pki import (
     Identity,
     PkiError,
     TlsFiles,
-    grpc_server_credentials,
     identity_from_pem,
 )
 from relgate_agent.proto import distribution_pb2 as pb
@@ -98,14 +99,20 @@ def caller_identity(context: grpc.aio.ServicerContext) -> Identity | None:
 
 
 def caller_cert_refusal(
-    context: grpc.aio.ServicerContext, revoked: RevokedCerts | None
+    context: grpc.aio.ServicerContext,
+    revoked: RevokedCerts | None,
+    trust: TrustFile | None = None,
 ) -> tuple[str, str] | None:
-    """(check, why) when the caller's certificate expired or is revoked now (identity/certlife.py):
-    TLS checked it when the connection opened, which may be hours ago."""
+    """(check, why) when the caller's certificate expired, is revoked, or its CA is no
+    longer trusted (retired in a CA rotation) now (identity/certlife.py, cabundle.py): TLS
+    checked it when the connection opened, which may be hours ago."""
     certs = (context.auth_context() or {}).get("x509_pem_cert") or []
     if len(certs) != 1:
         return None  # no identity: rpc_refusal says so
-    return certlife.refusal(certlife.life_of_pem(bytes(certs[0])), revoked, time.time())
+    pem = bytes(certs[0])
+    if trust is not None and not issued_by(pem, trust.bundle()):
+        return CHECK_CERT_ISSUER, "the caller's certificate is from a CA the fleet no longer trusts"
+    return certlife.refusal(certlife.life_of_pem(pem), revoked, time.time())
 
 
 def caller_serial(context: grpc.aio.ServicerContext) -> int:
@@ -124,11 +131,16 @@ class Calls:
     """Authorization and the thread hop every handler shares."""
 
     def __init__(
-        self, coord: Coordinator, executor: ThreadPoolExecutor, revoked: RevokedCerts | None = None
+        self,
+        coord: Coordinator,
+        executor: ThreadPoolExecutor,
+        revoked: RevokedCerts | None = None,
+        trust: TrustFile | None = None,
     ) -> None:
         self.coord = coord
         self.executor = executor
         self.revoked = revoked  # the fleet's revoked certificates (next to the CA bundle)
+        self.trust = trust  # the CA bundle as it is now (a rotation retires a CA)
         self.seen_serials: dict[str, int] = {}  # host id -> its certificate's serial (crl.py)
 
     async def check_cert(self, context: grpc.aio.ServicerContext, ident: Identity | None) -> None:
@@ -137,13 +149,15 @@ class Calls:
         its jobs (coordinator/certs.py)."""
         if ident is not None and ident.role == "host":
             self.seen_serials[ident.name] = caller_serial(context)
-        refused = caller_cert_refusal(context, self.revoked)
+        refused = caller_cert_refusal(context, self.revoked, self.trust)
         if refused is None:
             return
         check, why = refused
         self.coord.control_refusals += 1
         log.warning("%s: %s (peer %s)", check, why, context.peer())
-        if ident is not None and ident.role == "host":
+        # a retired CA's certificate on an old connection is not a host to drop: its
+        # next connection presents the certificate it renewed onto the new CA
+        if ident is not None and ident.role == "host" and check != CHECK_CERT_ISSUER:
             name = ident.name
             await self.run(context, lambda: cut_off(self.coord, name, check, why))
         context.set_trailing_metadata(((CHECK_METADATA_KEY, check),))
@@ -400,6 +414,7 @@ class JobServicer(pbg.JobServiceServicer):
 class AgentServicer(pbg.AgentServiceServicer):
     def __init__(self, calls: Calls, hub: WatchHub, renewals: Renewals | None = None) -> None:
         self.calls = calls
+        self.trust = calls.trust
         self.renewals = renewals or Renewals()  # no CA key: every renewal is refused
         self.coord = calls.coord
         self.hub = hub
@@ -571,6 +586,19 @@ class AgentServicer(pbg.AgentServiceServicer):
         log.info("renewed %s: presented serial %s, issued serial %s", ident, presented, serial)
         return pb.RenewCertResponse(cert_pem=pem, serial=serial)
 
+    async def TrustBundle(
+        self, request: pb.TrustBundleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TrustBundleResponse:
+        """The CA bundle this coordinator trusts now (hosts poll it: a CA rotation)."""
+        await self.calls.authorize(context, "TrustBundle", request.host_id, request.rack)
+        if self.trust is None:
+            await abort_with(context, AgentError("this coordinator serves no trust bundle"))
+        raw = self.trust.pem()
+        sha = cabundle.digest(raw)
+        return pb.TrustBundleResponse(
+            ca_pem="" if sha == request.have_sha256 else raw.decode("ascii"), sha256=sha
+        )
+
 
 # (client streaming, server streaming) -> how gRPC wraps such a handler
 _HANDLER_KINDS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
@@ -635,7 +663,8 @@ class CoordinatorServer:
         self.coordinator = Coordinator(config)
         self.renewals = renewals  # signs agents' renewals (--ca-dir); None: refused
         # enrollment by CSR; its listener ("host:port", "" none) takes no client certificate
-        self.enrollments = Enrollments(self.coordinator.store, load_ca(tls.ca))
+        self.trust = TrustFile(tls.ca)  # re-read when a CA rotation changes it
+        self.enrollments = Enrollments(self.coordinator.store, self.trust)
         self.enroll_listen = enroll_listen
         self.enroll_address = ""
         self.enroll_server: grpc.aio.Server | None = None
@@ -649,7 +678,7 @@ class CoordinatorServer:
             )
         # deployer events are signed with this identity's key; READY attestations are
         # checked against the fleet CA
-        self.coordinator.use_identity(CertSigner.from_tls(tls), load_ca(tls.ca))
+        self.coordinator.use_identity(CertSigner.from_tls(tls), self.trust)
         self.executor = ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="coord-rpc")
         self.hub = WatchHub(
             self.coordinator.watch_updates,
@@ -683,7 +712,7 @@ class CoordinatorServer:
 
     async def _bind(self) -> None:
         server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
-        calls = Calls(self.coordinator, self.executor, RevokedCerts.beside(self.tls.ca))
+        calls = Calls(self.coordinator, self.executor, RevokedCerts.beside(self.tls.ca), self.trust)
         self.crl = crl.CertRevocations(self.coordinator, calls.revoked or RevokedCerts(None))
         self.crl.seen = calls.seen_serials
         self.crl.refresh()
@@ -701,7 +730,9 @@ class CoordinatorServer:
             )
         )
         # mutual TLS on every listener (unix sockets too): no certificate, no RPC
-        creds = grpc_server_credentials(self.tls)
+        # read again when the files change: a CA rotation, a reissued certificate
+        self.credentials = ReloadingCredentials(self.tls, self._signer_changed)
+        creds = self.credentials.credentials
         for addr in self.listen:
             port = server.add_secure_port(addr, creds)
             if port == 0:
@@ -712,6 +743,10 @@ class CoordinatorServer:
         self.server = server
         if self.enroll_listen:
             self.enroll_server = self._bind_enroll(calls, rpc_seconds)
+
+    def _signer_changed(self, tls: TlsFiles) -> None:
+        """Deployer events are signed with the reloaded certificate from now on."""
+        self.coordinator.use_identity(CertSigner.from_tls(tls), self.trust)
 
     def _bind_enroll(self, calls: Calls, rpc_seconds: Histogram) -> grpc.aio.Server:
         """A server with the enrollment service only: TLS with the coordinator's certificate,

@@ -47,6 +47,7 @@ AGENT_METHODS = (
             "ReportSuspect",
             "FindPeers",
             "RenewCert",
+            "TrustBundle",
         }
     )
     | crlwire.AGENT_RPCS

@@ -1106,3 +1106,23 @@ class RenewCertResponse(_message.Message):
     cert_pem: str
     serial: str
     def __init__(self, cert_pem: str | None = ..., serial: str | None = ...) -> None: ...
+
+class TrustBundleRequest(_message.Message):
+    __slots__ = ("have_sha256", "host_id", "rack")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    HAVE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    rack: str
+    have_sha256: str
+    def __init__(
+        self, host_id: str | None = ..., rack: str | None = ..., have_sha256: str | None = ...
+    ) -> None: ...
+
+class TrustBundleResponse(_message.Message):
+    __slots__ = ("ca_pem", "sha256")
+    CA_PEM_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    ca_pem: str
+    sha256: str
+    def __init__(self, ca_pem: str | None = ..., sha256: str | None = ...) -> None: ...

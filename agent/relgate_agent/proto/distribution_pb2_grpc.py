@@ -6,7 +6,7 @@ import warnings
 
 from . import distribution_pb2 as distribution__pb2
 
-GRPC_GENERATED_VERSION = '1.81.1'
+GRPC_GENERATED_VERSION = '1.81.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -733,6 +733,11 @@ class AgentServiceStub:
                 request_serializer=distribution__pb2.RenewCertRequest.SerializeToString,
                 response_deserializer=distribution__pb2.RenewCertResponse.FromString,
                 _registered_method=True)
+        self.TrustBundle = channel.unary_unary(
+                '/relgate.distribution.v1.AgentService/TrustBundle',
+                request_serializer=distribution__pb2.TrustBundleRequest.SerializeToString,
+                response_deserializer=distribution__pb2.TrustBundleResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -783,6 +788,12 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TrustBundle(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -820,6 +831,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.RenewCert,
                     request_deserializer=distribution__pb2.RenewCertRequest.FromString,
                     response_serializer=distribution__pb2.RenewCertResponse.SerializeToString,
+            ),
+            'TrustBundle': grpc.unary_unary_rpc_method_handler(
+                    servicer.TrustBundle,
+                    request_deserializer=distribution__pb2.TrustBundleRequest.FromString,
+                    response_serializer=distribution__pb2.TrustBundleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1011,6 +1027,33 @@ class AgentService:
             '/relgate.distribution.v1.AgentService/RenewCert',
             distribution__pb2.RenewCertRequest.SerializeToString,
             distribution__pb2.RenewCertResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TrustBundle(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relgate.distribution.v1.AgentService/TrustBundle',
+            distribution__pb2.TrustBundleRequest.SerializeToString,
+            distribution__pb2.TrustBundleResponse.FromString,
             options,
             channel_credentials,
             insecure,

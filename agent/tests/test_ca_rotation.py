@@ -1,0 +1,302 @@
+"""CA rotation (docs/agent-ca-rotation.md): two CAs trusted during an overlap.
+
+The CA directory's steps refuse out of order and recover from a crash between writes; a
+served bundle is hostile until parsed (hypothesis); and a fleet rotates mid-job with bytes
+flowing: hosts (each with its own PKI directory) learn the bundle from the coordinator,
+renew onto the promoted CA, drop the retired one, the job ends DONE byte-exact without a
+restart, and a certificate of the retired CA is refused on its next call (``cert-issuer``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from agent_harness import Cluster, assert_placed, job_spec
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relgate_agent.cli import main as cli_main
+from relgate_agent.client import CoordinatorClient, sent_check
+from relgate_agent.identity import carotation
+from relgate_agent.identity.cabundle import (
+    CHECK_CERT_ISSUER,
+    CHECK_TRUST_BUNDLE,
+    CHECK_TRUST_CONTINUITY,
+    CHECK_TRUST_ORPHAN,
+    BundleRefused,
+    CaBundle,
+    continues,
+    fingerprint,
+)
+from relgate_agent.identity.carotation import CA_NEXT_KEY, CHECK_CA_ROTATION
+from relgate_agent.pki import CA_CERT, CA_KEY, PkiError, TlsFiles, ca_init, issue, load_signer
+
+WAIT_S = 90
+HOSTS = {"h1": "r1", "h2": "r1"}
+
+
+def _cas(path: Path) -> list[str]:
+    return [fingerprint(c) for c in x509.load_pem_x509_certificates(path.read_bytes())]
+
+
+def _issuer(cert: Path, ca_dir: Path) -> str:
+    """The fingerprint of the CA (of ``ca_dir``'s bundle) that signed ``cert``."""
+    found = CaBundle.parse((ca_dir / CA_CERT).read_bytes()).issuer_of(
+        x509.load_pem_x509_certificate(cert.read_bytes())
+    )
+    return fingerprint(found) if found is not None else ""
+
+
+# ---------------------------------------------------------------- the CA directory's steps
+
+
+def test_the_steps_go_in_order_and_the_signer_follows(tmp_path: Path) -> None:
+    ca_init(tmp_path)
+    old = carotation.state(tmp_path)
+    assert (old.step, old.pending, old.trusted) == ("single", "", (old.signer,))
+    with pytest.raises(PkiError) as no_promote:
+        carotation.promote(tmp_path)
+    with pytest.raises(PkiError) as no_retire:
+        carotation.retire(tmp_path)
+    assert no_promote.value.check == no_retire.value.check == CHECK_CA_ROTATION
+
+    rotated = carotation.rotate(tmp_path)
+    assert rotated.step == "rotated" and rotated.signer == old.signer
+    assert rotated.trusted == (old.signer, rotated.pending)
+    assert (tmp_path / CA_NEXT_KEY).stat().st_mode & 0o777 == 0o600
+    cert, _ = issue(tmp_path, "operator")  # the old CA still signs
+    assert _issuer(cert, tmp_path) == old.signer
+    with pytest.raises(PkiError) as twice:
+        carotation.rotate(tmp_path)
+    assert twice.value.check == CHECK_CA_ROTATION
+
+    promoted = carotation.promote(tmp_path)
+    assert promoted.step == "overlap" and promoted.signer == rotated.pending
+    assert promoted.trusted == (rotated.pending, old.signer)  # the signer leads the bundle
+    assert not (tmp_path / CA_NEXT_KEY).exists()
+    assert (tmp_path / CA_KEY).stat().st_mode & 0o777 == 0o600
+    cert, _ = issue(tmp_path, "operator")
+    assert _issuer(cert, tmp_path) == promoted.signer
+    with pytest.raises(PkiError) as overlap:
+        carotation.rotate(tmp_path)  # retire first: never three CAs
+    assert overlap.value.check == CHECK_CA_ROTATION
+
+    retired = carotation.retire(tmp_path)
+    assert (retired.step, retired.trusted) == ("single", (promoted.signer,))
+    assert _cas(tmp_path / CA_CERT) == [promoted.signer]
+
+
+def test_a_promote_cut_short_completes_when_run_again(tmp_path: Path) -> None:
+    ca_init(tmp_path)
+    rotated = carotation.rotate(tmp_path)
+    # the crash: promote wrote the reordered bundle, not yet the key
+    bundle = CaBundle.parse((tmp_path / CA_CERT).read_bytes())
+    (tmp_path / CA_CERT).write_bytes(CaBundle((bundle.cas[1], bundle.cas[0])).pem())
+    _, signer = load_signer(tmp_path)  # the old key still signs, with its own certificate
+    assert fingerprint(signer) == rotated.signer
+    assert carotation.state(tmp_path).step == "rotated"
+    again = carotation.promote(tmp_path)
+    assert again.signer == rotated.pending and again.step == "overlap"
+
+
+def test_the_cli_walks_a_rotation_and_refuses_with_exit_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def run(*args: str) -> tuple[int, str]:
+        code = cli_main([*args, "--dir", str(tmp_path), "--json"])
+        return code, capsys.readouterr().out
+
+    assert run("ca", "init")[0] == 0
+    code, out = run("ca", "retire")
+    assert code == 3 and CHECK_CA_ROTATION in out
+    for step, want in (("rotate", "rotated"), ("promote", "overlap"), ("retire", "single")):
+        code, out = run("ca", step)
+        assert code == 0, out
+        assert json.loads(out)["step"] == want
+    assert json.loads(run("ca", "status")[1])["step"] == "single"
+
+
+# ---------------------------------------------------------------- a bundle is hostile
+
+
+def _ca(days: float = 30, ca: bool = True, start_days: float = -1) -> x509.Certificate:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    now = dt.datetime.now(dt.UTC)
+    usage = x509.KeyUsage(False, False, False, False, False, ca, ca, False, False)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now + dt.timedelta(days=start_days))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(usage, critical=True)
+        .sign(key, hashes.SHA256())
+    )
+
+
+def _pem(*certs: x509.Certificate) -> bytes:
+    return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+
+
+@pytest.mark.parametrize(
+    "bundle",
+    [
+        pytest.param(lambda: b"", id="empty"),
+        pytest.param(
+            lambda: b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", id="garbage"
+        ),
+        pytest.param(lambda: _pem(_ca(ca=False)), id="not-a-ca"),
+        pytest.param(lambda: _pem(_ca(days=-1, start_days=-2)), id="expired"),
+        pytest.param(lambda: _pem(_ca(start_days=1, days=2)), id="not-yet-valid"),
+        pytest.param(lambda: _pem(*(_ca(),) * 2), id="duplicate"),
+        pytest.param(lambda: _pem(*[_ca() for _ in range(5)]), id="five-cas"),
+        pytest.param(lambda: b"x" * (64 * 1024 + 1), id="oversized"),
+    ],
+)
+def test_a_bundle_that_is_no_set_of_fleet_cas_is_refused(bundle: Any) -> None:
+    with pytest.raises(BundleRefused) as refused:
+        CaBundle.parse(bundle())
+    assert refused.value.check == CHECK_TRUST_BUNDLE
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=4096) | st.text(max_size=2048).map(str.encode))
+def test_any_bytes_parse_or_refuse_with_the_check(raw: bytes) -> None:
+    framed = b"-----BEGIN CERTIFICATE-----\n" + raw + b"\n-----END CERTIFICATE-----\n"
+    for candidate in (raw, framed):
+        try:
+            CaBundle.parse(candidate)
+        except BundleRefused as exc:
+            assert exc.check == CHECK_TRUST_BUNDLE
+
+
+def test_a_served_bundle_must_continue_the_trusted_one(tmp_path: Path) -> None:
+    ca_init(tmp_path)
+    cert, _ = issue(tmp_path, "host", host_id="h1", rack="r1")
+    own = x509.load_pem_x509_certificate(cert.read_bytes())
+    current = CaBundle.parse((tmp_path / CA_CERT).read_bytes())
+    stranger = CaBundle((_ca(),))
+    with pytest.raises(BundleRefused) as other_fleet:
+        continues(current, stranger, own)
+    assert other_fleet.value.check == CHECK_TRUST_CONTINUITY
+    carotation.rotate(tmp_path)
+    carotation.promote(tmp_path)
+    new_only = CaBundle((load_signer(tmp_path)[1],))
+    with pytest.raises(BundleRefused) as orphan:
+        continues(CaBundle.parse((tmp_path / CA_CERT).read_bytes()), new_only, own)
+    assert orphan.value.check == CHECK_TRUST_ORPHAN
+    continues(current, CaBundle.parse((tmp_path / CA_CERT).read_bytes()), own)  # the overlap
+
+
+# ---------------------------------------------------------------- a fleet rotates mid-job
+
+
+def _own_pki(cluster: Cluster, host: str) -> Path:
+    """A host's own PKI directory (its bundle, certificate and key), as on a real host."""
+    d = cluster.base / "hostpki" / host
+    d.mkdir(parents=True)
+    for name in (CA_CERT, f"{host}.pem", f"{host}.key"):
+        shutil.copy2(cluster.pki / name, d / name)
+    return d
+
+
+def _tls_args(d: Path, host: str) -> list[str]:
+    return [
+        "--ca",
+        str(d / CA_CERT),
+        "--cert",
+        str(d / f"{host}.pem"),
+        "--key",
+        str(d / f"{host}.key"),
+    ]
+
+
+def test_a_fleet_rotates_its_ca_while_a_job_runs(
+    cluster: Cluster, checkpoint: dict[str, Any]
+) -> None:
+    cluster.enrolled.update({h: (r, "cluster=inf-a") for h, r in HOSTS.items()})
+    pki = cluster.pki
+    own = {h: _own_pki(cluster, h) for h in HOSTS}
+    old_operator = cluster.base / "old-operator"
+    old_operator.mkdir()
+    for name in (CA_CERT, "operator.pem", "operator.key"):
+        shutil.copy2(pki / name, old_operator / name)
+    cluster.start_coordinator(extra=["--ca-dir", str(pki)])
+    for h, r in HOSTS.items():
+        extra = [*_tls_args(own[h], h), "--trust-poll", "0.3", "--renew-before", "1"]
+        cluster.start_agent(h, r, extra_args=extra)
+    pids = {h: cluster.agents[h]["pid"] for h in HOSTS}
+    # the origin at 1 MiB/s: the 24 MiB take ~24 s, the rotation happens while they flow
+    spec = job_spec(checkpoint, origin_cap_bytes_per_s=1 << 20)
+    job_id = cluster.create_full_job(len(HOSTS), "rotate-1", **spec)
+    cluster.wait_for(
+        lambda: any(cluster.journaled(h, checkpoint["manifest"]) > 0 for h in HOSTS),
+        WAIT_S,
+        "bytes flowing",
+    )
+    stale = CoordinatorClient(cluster.coordinator, TlsFiles.from_pki(old_operator, "operator"))
+    try:
+        stale.get_job(job_id, timeout=10)  # its connection opens under the old CA
+
+        rotated = carotation.rotate(pki)
+        for h in HOSTS:  # every host learns the new CA from the coordinator
+            cluster.wait_for(lambda h=h: len(_cas(own[h] / CA_CERT)) == 2, WAIT_S, f"{h} bundle")
+        promoted = carotation.promote(pki)
+        assert promoted.signer == rotated.pending
+        issue(pki, "coordinator")  # reloaded by the coordinator at its next handshake
+        issue(pki, "operator")
+        for h in HOSTS:  # the signer changed: each host renews onto the new CA
+            cluster.wait_for(
+                lambda h=h: _issuer(own[h] / f"{h}.pem", pki) == promoted.signer,
+                WAIT_S,
+                f"{h} renewed onto the new CA",
+            )
+        carotation.retire(pki)
+        for h in HOSTS:
+            cluster.wait_for(
+                lambda h=h: _cas(own[h] / CA_CERT) == [promoted.signer], WAIT_S, f"{h} retired"
+            )
+        with pytest.raises(grpc.RpcError) as refused:
+            stale.get_job(job_id, timeout=10)  # the open connection: refused on this call
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert sent_check(refused.value) == CHECK_CERT_ISSUER
+        # still mid-job: the rotation happened while the bytes flowed
+        assert cluster.status(job_id)["state"] != "DONE"
+    finally:
+        stale.close()
+
+    cluster.wait_for(
+        lambda: cluster.status(job_id)["state"] == "DONE", WAIT_S, f"{job_id} DONE", interval=0.5
+    )
+    for h in HOSTS:
+        assert_placed(cluster, checkpoint, h)
+        assert cluster.procs[h].poll() is None and cluster.procs[h].pid == pids[h]
+        log = (cluster.base / "logs" / f"{h}.log").read_text(errors="replace")
+        assert log.count("trust bundle installed") == 3  # rotate, promote, retire
+        assert "certificate renewed" in log
+    status = cluster.status(job_id)
+    assert sorted(h["host_id"] for h in status["hosts"] if h["state"] == "READY") == sorted(
+        HOSTS
+    ), status
+    # a new connection with the retired CA's certificate does not get through the handshake
+    fresh = CoordinatorClient(cluster.coordinator, TlsFiles.from_pki(old_operator, "operator"))
+    try:
+        with pytest.raises(grpc.RpcError) as handshake:
+            fresh.get_job(job_id, timeout=5)
+        assert handshake.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        fresh.close()
