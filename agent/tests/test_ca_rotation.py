@@ -35,6 +35,7 @@ from relgate_agent.identity.cabundle import (
     CHECK_TRUST_ORPHAN,
     BundleRefused,
     CaBundle,
+    TrustFile,
     continues,
     fingerprint,
 )
@@ -94,6 +95,44 @@ def test_the_steps_go_in_order_and_the_signer_follows(tmp_path: Path) -> None:
     retired = carotation.retire(tmp_path)
     assert (retired.step, retired.trusted) == ("single", (promoted.signer,))
     assert _cas(tmp_path / CA_CERT) == [promoted.signer]
+    assert (tmp_path / CA_CERT).stat().st_mode & 0o777 == 0o644
+
+
+def test_the_bundle_file_is_world_readable_after_each_step(tmp_path: Path) -> None:
+    ca_init(tmp_path)
+    for step in (carotation.rotate, carotation.promote):
+        step(tmp_path)
+        assert (tmp_path / CA_CERT).stat().st_mode & 0o777 == 0o644
+
+
+def test_a_next_key_without_its_certificate_is_refused(tmp_path: Path) -> None:
+    ca_init(tmp_path)
+    carotation.rotate(tmp_path)
+    (tmp_path / CA_CERT).write_bytes(_pem(load_signer(tmp_path)[1]))  # the new CA dropped
+    for step in (carotation.state, carotation.promote):
+        with pytest.raises(PkiError) as refused:
+            step(tmp_path)
+        assert refused.value.check == "ca-unusable"
+        assert str(tmp_path / CA_CERT) in str(refused.value)
+
+
+def test_the_trust_file_follows_changes_and_keeps_the_last_good_bundle(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / CA_CERT
+    with pytest.raises(BundleRefused):
+        TrustFile(path).bundle()  # never read: refused
+    one, two = _pem(_ca()), _pem(_ca(), _ca())
+    path.write_bytes(one)
+    trust = TrustFile(path)
+    assert trust.pem() == one and len(trust.bundle().cas) == 1
+    path.write_bytes(two)
+    assert trust.pem() == two and len(trust.bundle().cas) == 2
+    path.write_bytes(b"not a bundle")
+    assert trust.pem() == two  # the last good one, and said so
+    assert "keeping the previous bundle" in caplog.text
+    path.write_bytes(one)
+    assert trust.pem() == one  # looked at again
 
 
 def test_a_promote_cut_short_completes_when_run_again(tmp_path: Path) -> None:
@@ -129,11 +168,14 @@ def test_the_cli_walks_a_rotation_and_refuses_with_exit_3(
 # ---------------------------------------------------------------- a bundle is hostile
 
 
-def _ca(days: float = 30, ca: bool = True, start_days: float = -1) -> x509.Certificate:
+def _ca(
+    days: float = 30, ca: bool = True, start_days: float = -1, *, cert_sign: bool | None = None
+) -> x509.Certificate:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
     now = dt.datetime.now(dt.UTC)
-    usage = x509.KeyUsage(False, False, False, False, False, ca, ca, False, False)
+    sign = ca if cert_sign is None else cert_sign
+    usage = x509.KeyUsage(False, False, False, False, False, sign, sign, False, False)
     return (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -160,11 +202,14 @@ def _pem(*certs: x509.Certificate) -> bytes:
             lambda: b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", id="garbage"
         ),
         pytest.param(lambda: _pem(_ca(ca=False)), id="not-a-ca"),
+        pytest.param(lambda: _pem(_ca(cert_sign=False)), id="ca-that-may-not-sign"),
+        pytest.param(lambda: _pem(_ca(ca=False, cert_sign=True)), id="signer-not-a-ca"),
         pytest.param(lambda: _pem(_ca(days=-1, start_days=-2)), id="expired"),
         pytest.param(lambda: _pem(_ca(start_days=1, days=2)), id="not-yet-valid"),
         pytest.param(lambda: _pem(*(_ca(),) * 2), id="duplicate"),
         pytest.param(lambda: _pem(*[_ca() for _ in range(5)]), id="five-cas"),
-        pytest.param(lambda: b"x" * (64 * 1024 + 1), id="oversized"),
+        # a good CA padded past 64 KiB with text the PEM reader skips
+        pytest.param(lambda: _pem(_ca()) + b"#" * (64 * 1024), id="oversized"),
     ],
 )
 def test_a_bundle_that_is_no_set_of_fleet_cas_is_refused(bundle: Any) -> None:
