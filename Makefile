@@ -45,7 +45,7 @@ lint: venv
 # Two pytest workers: most test time is waiting on subprocesses and servers, and every
 # fixture (ports, PostgreSQL, moto, temporary directories) is per worker.
 test: lint
-	$(BIN)/pytest -q -n 2 --dist worksteal
+	$(BIN)/pytest -q -n 2 --dist worksteal --durations=30
 
 demo: venv $(DAGSTER_HOME)/dagster.yaml
 	@$(BIN)/python -m pipelines.demo
