@@ -229,8 +229,9 @@ class SimHost:
         try:
             if call is None:
                 call = self.report_call = self.stubs[i].ReportStream()
-            await call.write(req)
-            resp = await asyncio.wait_for(call.read(), RPC_TIMEOUT_S)
+            async with asyncio.timeout(RPC_TIMEOUT_S):  # a timer, not a task per read
+                await call.write(req)
+                resp = await call.read()
             if resp is grpc.aio.EOF:
                 raise EOFError("report stream ended")
             return resp

@@ -30,7 +30,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from relgate_trust.fstree import write_file_atomic
 
-from relgate_agent.identity import cabundle
+from relgate_agent.identity import cabundle, certpair
 from relgate_agent.identity.cabundle import BundleRefused, CaBundle
 from relgate_agent.identity.enroll import cert_matches_csr, load_csr, make_csr
 from relgate_agent.pki import Identity, PkiError, TlsFiles, identity_from_pem
@@ -151,9 +151,9 @@ class CertRenewer:
             cert_pem = resp.cert_pem.encode("ascii")
             check_renewed(cert_pem, self.tls.read()[0], self.ident, csr_pem)
             key_pem = (staging / f"{self.ident.name}.key").read_bytes()
-            # the key first: the certificate names it; both renamed over the old ones
-            write_file_atomic(self.tls.key, key_pem, 0o600)
-            write_file_atomic(self.tls.cert, cert_pem, 0o644)
+            # both staged beside the live ones, then renamed: a crash in between is
+            # finished when the agent starts (identity/certpair.py)
+            certpair.install(self.tls, key_pem, cert_pem)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         self.apply(self.tls)

@@ -21,7 +21,10 @@ def _cert_json(info: dict[str, object]) -> dict[str, object]:
     return {"notAfter" if k == "not_after" else k: v for k, v in info.items()}
 
 
-@click.group("ca", help="fleet CA: init, issue and revoke role certificates; rotate the CA (status, rotate, promote, retire)")
+@click.group(
+    "ca",
+    help="fleet CA: init, issue and revoke role certificates; rotate the CA (status, rotate, promote, retire)",
+)
 def ca() -> None:
     pass
 

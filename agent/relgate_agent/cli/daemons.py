@@ -23,6 +23,7 @@ from relgate_agent.cli.params import (
     tls_options,
     wait_for_signal,
 )
+from relgate_agent.identity import certpair
 
 if TYPE_CHECKING:
     from relgate_agent.coordinator.renewal import Renewals
@@ -329,6 +330,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         trust_poll_s=trust_poll,
     )
     tls = TlsArgs(pki, ca, cert, key).files(host_id)
+    certpair.recover(tls)  # a renewal a crash cut short is finished before TLS loads
     running = HostAgent(cfg, tls=tls, limits=limits).start()
     out.emit(
         {
