@@ -62,6 +62,9 @@ def task(description: str, total: int | None = None) -> Iterator[Task]:
 
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
     """Yield ``items``, one step each, as the task ``description``."""
+    if _REPORTER.get() is None:  # nothing reports: no per-item step
+        yield from items
+        return
     with task(description, total) as current:
         for item in items:
             yield item

@@ -5,6 +5,8 @@ Shared by every subject kind (snapshot, release, release-provenance).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import model_serializer
 from sqlalchemy import Connection
 
@@ -106,6 +108,28 @@ def newest_report(conn: Connection, subject: str, kind: str) -> ReportRecord | N
         {"s": subject, "k": kind},
     )
     return None if row is None else ReportRecord.parse(row, what=f"{kind} report of {subject}")
+
+
+_NEWEST_SQL = (
+    "SELECT * FROM (SELECT * FROM reports WHERE subject_digest = :s{i} AND subject_kind = :k{i}"
+    " ORDER BY id DESC LIMIT 1) AS newest_{i}"
+)
+
+
+def newest_reports(
+    conn: Connection, wanted: Sequence[tuple[str, str]]
+) -> list[ReportRecord | None]:
+    """:func:`newest_report` of each (subject, kind) in ``wanted``, in one statement."""
+    sql = " UNION ALL ".join(_NEWEST_SQL.format(i=i) for i in range(len(wanted)))
+    params = {
+        f"{n}{i}": v for i, pair in enumerate(wanted) for n, v in zip("sk", pair, strict=True)
+    }
+    found = {(r["subject_digest"], r["subject_kind"]): r for r in rows(conn, sql, params)}
+    return [
+        None if (row := found.get(pair)) is None
+        else ReportRecord.parse(row, what=f"{pair[1]} report of {pair[0]}")
+        for pair in wanted
+    ]  # fmt: skip
 
 
 def latest_report(db: Database, subject: str, kind: str) -> ReportRecord | None:

@@ -4,7 +4,7 @@ Each is applied by its Alembic revision (``relgate/catalog/schema/versions``: a 
 migration is a new entry here and a revision file whose ``upgrade`` calls :func:`apply`).
 
 Migration 1 is the baseline schema of 0.1.0 (the migrations before the first release
-were squashed into it).
+were squashed into it); migration 2 records the verified bytes of each stored envelope.
 
 ``{id}`` in a statement expands to the dialect's auto-increment primary key.
 """
@@ -366,6 +366,21 @@ MIGRATIONS: tuple[Migration, ...] = (
                 kind TEXT NOT NULL,
                 run_id TEXT NOT NULL,
                 at TEXT NOT NULL)""",
+        ),
+    ),
+    Migration(
+        2,
+        "verified envelope bytes",
+        (
+            # The SHA-256 of a version's stored envelope bytes once they were verified in
+            # full (signature, canonical payload, recomputed digest, identity), and the
+            # digest of the trusted key set that verified them
+            # (relgate.documents.verified_bytes).  NULL: not verified yet; the collector
+            # verifies such an envelope in full and records it.
+            "ALTER TABLE snapshots ADD COLUMN verified_sha256 TEXT",
+            "ALTER TABLE snapshots ADD COLUMN verified_trust TEXT",
+            "ALTER TABLE releases ADD COLUMN verified_sha256 TEXT",
+            "ALTER TABLE releases ADD COLUMN verified_trust TEXT",
         ),
     ),
 )

@@ -12,6 +12,7 @@ from relgate.catalog.db import Database, execute, rows, utcnow
 from relgate.catalog.states import resolve_digest
 from relgate.catalog.versions import ReleaseRecord, read_release
 from relgate.documents.release_root import ReleaseManifest
+from relgate.documents.verified_bytes import VerifiedBytes
 from relgate.errors import RejectedError
 from relgate.integrity.contract import JsonObject, Record
 
@@ -24,7 +25,9 @@ def insert_release(
     members_version: str,
     envelope_version: str,
     actor: str,
+    verified: VerifiedBytes | None = None,
 ) -> None:
+    """The release row, STAGED; ``verified``: its stored envelope's verified bytes."""
     body = manifest.document() if isinstance(manifest, ReleaseManifest) else manifest
     totals = body["totals"]
     if not isinstance(totals, dict):
@@ -35,8 +38,9 @@ def insert_release(
     execute(
         conn,
         "INSERT INTO releases (digest, state, snapshot_digest, members_digest, members_version, tombstone_watermark,"
-        " benchmark_fence, shard_count, record_count, envelope_version, created_at, updated_at)"
-        " VALUES (:d, 'STAGED', :s, :md, :mv, :t, :b, :sc, :rc, :ev, :now, :now)",
+        " benchmark_fence, shard_count, record_count, envelope_version, verified_sha256, verified_trust,"
+        " created_at, updated_at)"
+        " VALUES (:d, 'STAGED', :s, :md, :mv, :t, :b, :sc, :rc, :ev, :vh, :vt, :now, :now)",
         {
             "d": body["rootId"],
             "s": body["datasetSnapshot"],
@@ -47,6 +51,8 @@ def insert_release(
             "sc": totals["shards"],
             "rc": totals["records"],
             "ev": envelope_version,
+            "vh": verified.sha256 if verified else None,
+            "vt": verified.trust if verified else None,
             "now": now,
         },
     )

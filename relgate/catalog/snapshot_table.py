@@ -13,6 +13,7 @@ from relgate.catalog.db import Database, execute, rows, utcnow
 from relgate.catalog.states import history, resolve_digest
 from relgate.catalog.versions import SnapshotRecord, read_snapshot
 from relgate.documents.snapshot_manifest import SnapshotManifest
+from relgate.documents.verified_bytes import VerifiedBytes
 from relgate.integrity.contract import Contract, Record
 
 #: ``reports.subject_kind`` of the CAS objects a snapshot report row keeps alive (the
@@ -95,14 +96,21 @@ def snapshot_reports(db: Database, digest: str, kind: str | None = None) -> list
 
 
 def insert_snapshot(
-    conn: Connection, manifest: SnapshotManifest, envelope_version: str, *, actor: str
+    conn: Connection,
+    manifest: SnapshotManifest,
+    envelope_version: str,
+    *,
+    actor: str,
+    verified: VerifiedBytes | None = None,
 ) -> None:
+    """The snapshot row, BUILDING; ``verified``: its stored envelope's verified bytes."""
     now = utcnow()
     execute(
         conn,
         "INSERT INTO snapshots (digest, state, purpose, member_count, tombstone_watermark, benchmark_fence,"
-        " members_digest, members_version, manifest_version, envelope_version, created_at, updated_at)"
-        " VALUES (:d, 'BUILDING', :p, :n, :t, :b, :md, :mv, :ev, :ev, :now, :now)",
+        " members_digest, members_version, manifest_version, envelope_version, verified_sha256, verified_trust,"
+        " created_at, updated_at)"
+        " VALUES (:d, 'BUILDING', :p, :n, :t, :b, :md, :mv, :ev, :ev, :vh, :vt, :now, :now)",
         {
             "d": manifest.digest,
             "p": manifest.purpose,
@@ -112,6 +120,8 @@ def insert_snapshot(
             "md": manifest.members_ref.digest,
             "mv": manifest.members_ref.version_id,
             "ev": envelope_version,
+            "vh": verified.sha256 if verified else None,
+            "vt": verified.trust if verified else None,
             "now": now,
         },
     )

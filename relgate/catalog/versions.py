@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from relgate.catalog.db import one
+from relgate.catalog.db import execute, one
 from relgate.catalog.states import TABLES
+from relgate.documents.verified_bytes import Verification, VerifiedBytes
 from relgate.errors import NotFoundError
 from relgate.integrity.contract import Record
 
@@ -28,6 +29,13 @@ class VersionRecord(Record):
     envelope_version: str
     created_at: str
     updated_at: str
+    #: :class:`VerifiedBytes` of the stored envelope (None until it is verified)
+    verified_sha256: str | None = None
+    verified_trust: str | None = None
+
+    @property
+    def verified(self) -> VerifiedBytes | None:
+        return verified_bytes(self.verified_sha256, self.verified_trust)
 
     @property
     def marks(self) -> tuple[int, int]:
@@ -57,6 +65,28 @@ _ROW_SQL = {
     kind: f"SELECT * FROM {table} WHERE digest = :d"  # noqa: S608 constant table names
     for kind, (table, _, _) in TABLES.items()
 }
+
+
+_RECORD_SQL = {
+    kind: f"UPDATE {table} SET verified_sha256 = :h, verified_trust = :t"  # noqa: S608 constant table names
+    " WHERE digest = :d AND envelope_version = :v AND (verified_sha256 IS NULL OR verified_sha256 = :h)"
+    for kind, (table, _, _) in TABLES.items()
+}
+
+
+def verified_bytes(sha256: str | None, trust: str | None) -> VerifiedBytes | None:
+    """The record of a row's two ``verified_*`` columns (None unless both are set)."""
+    if sha256 is None or trust is None:
+        return None
+    return VerifiedBytes(sha256=sha256, trust=trust)
+
+
+def record_verified(conn: Connection, verifications: list[Verification]) -> None:
+    """Keep each envelope's verified bytes on its row.  Never replaces other bytes: a row
+    whose recorded bytes differ keeps them (and its readers keep refusing)."""
+    for v in verifications:
+        params = {"h": v.verified.sha256, "t": v.verified.trust, "d": v.digest}
+        execute(conn, _RECORD_SQL[v.kind], {**params, "v": v.envelope_version})
 
 
 def _row(conn: Connection, kind: str, digest: str) -> dict[str, object]:

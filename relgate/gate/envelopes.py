@@ -9,11 +9,12 @@ approver key naming that digest.  A gate without a verifier moves nothing.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
-from relgate.catalog.audit import newest_report
+from relgate.catalog.audit import ReportRecord, newest_reports
 from relgate.catalog.versions import VersionRecord, read_version
 from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
@@ -32,6 +33,8 @@ class EnvelopeVerifier(Protocol):
 
     def verify_approval(self, conn: Connection, kind: str, digest: str) -> None: ...
 
+    def verify_approvals(self, conn: Connection, subjects: Sequence[tuple[str, str]]) -> None: ...
+
 
 #: Each kind's projection of a signed document onto its catalog row, read from the
 #: document as signed (a missing or mistyped field raises, and is a binding refusal).
@@ -39,10 +42,11 @@ _BOUND_FIELDS = {"snapshot": sm.bound_fields, "release": rm.bound_fields}
 
 
 #: Verified envelope bodies by (trusted keys, kind, digest, version, SHA-256 of the exact
-#: stored bytes).  Opening an envelope is a pure function of its bytes and the trusted
+#: stored bytes), and opened approvals by (trusted keys, "approval", kind, digest, the
+#: approval's content address, which ContentStore.get checks on every read).  Opening an envelope is a pure function of its bytes and the trusted
 #: keys, so a hit is the same answer a fresh verification would give; different bytes
 #: (a tampered or replaced object) miss and are verified in full.  Bounded.
-_VERIFIED: dict[tuple[int, str, str, str, bytes], tuple[TrustedKeys, Any]] = {}
+_VERIFIED: dict[tuple[object, ...], tuple[TrustedKeys, Any]] = {}
 _VERIFIED_MAX = 4096
 
 
@@ -60,10 +64,14 @@ def _stored_body(store: ObjectStore, trusted: TrustedKeys, kind: str, row: Versi
     else:
         body = rm.open_document(data, trusted, expected=digest, subject=key)
         rm.ReleaseManifest.from_document(body, subject=key)  # the model, as for a snapshot
+    _remember(memo, trusted, body)
+    return body
+
+
+def _remember(memo: tuple[object, ...], trusted: TrustedKeys, opened: Any) -> None:
     if len(_VERIFIED) >= _VERIFIED_MAX:
         _VERIFIED.clear()
-    _VERIFIED[memo] = (trusted, body)
-    return body
+    _VERIFIED[memo] = (trusted, opened)
 
 
 class StoredEnvelopes:
@@ -111,13 +119,27 @@ class StoredEnvelopes:
 
         An APPROVED state in the catalog is not enough: a row edited to APPROVED, or an
         approval signed by any key but a trusted approver key, moves nothing."""
-        row = newest_report(conn, digest, approval_kind(kind))
-        if row is None:
-            raise missing_approval(kind, digest)
+        self.verify_approvals(conn, [(kind, digest)])
+
+    def verify_approvals(self, conn: Connection, subjects: Sequence[tuple[str, str]]) -> None:
+        """:meth:`verify_approval` of each (kind, digest), their rows read in one statement."""
+        wanted = [(digest, approval_kind(kind)) for kind, digest in subjects]
+        for (kind, digest), row in zip(subjects, newest_reports(conn, wanted), strict=True):
+            if row is None:
+                raise missing_approval(kind, digest)
+            self._open_approval(kind, digest, row)
+
+    def _open_approval(self, kind: str, digest: str, row: ReportRecord) -> None:
+        """Read and hash the approval (every time), then open it unless these exact
+        content-addressed bytes were opened for this subject under these keys before."""
         where = f"approval {row.report_digest}@{row.report_version}"
         try:
             envelope = ContentStore(self.store).get(row.report_digest, row.report_version)
-            open_approval(envelope, self.trusted, kind, digest, subject=where)
+            memo = (id(self.trusted), "approval", kind, digest, row.report_digest)
+            hit = _VERIFIED.get(memo)
+            if hit is None or hit[0] is not self.trusted:
+                opened = open_approval(envelope, self.trusted, kind, digest, subject=where)
+                _remember(memo, self.trusted, opened)
         except RelgateError as exc:
             raise IntegrityError(
                 f"signed approval refused: {exc.message}",

@@ -132,7 +132,7 @@ def acquire(
     row = _admissible_row(conn, alias or root, root, purpose)
     gate.check_watermarks(conn, "release", root, row, fences)
     gate.verify_row("release", row)
-    gate.require_approved(conn, "release", root)
+    gate.require_approved(conn, "release", root, snapshot=row.snapshot_digest)
     permit = Permit(
         permit_id="permit-" + uuid.uuid4().hex[:16],
         root_digest=root,

@@ -346,17 +346,21 @@ class Gate:
         """Re-open the signed approval that ``digest``'s APPROVED state claims."""
         verify_signed_approval(conn, self.envelopes, kind, digest)
 
-    def require_approved(self, conn: Connection, kind: str, digest: str) -> None:
+    def require_approved(
+        self, conn: Connection, kind: str, digest: str, *, snapshot: str | None = None
+    ) -> None:
         """The one approval rule, called inside the gate transaction of every path that
         relies on an approval (release build and approval, publication, rollback,
         admission by alias or by root, the barrier, the reader): a signed approval by a
         trusted approver key naming ``digest``; for a release, its snapshot's too.  A
         catalog state of APPROVED (or ACTIVE, PUBLISHED) alone proves nothing: refused
-        with check ``approval``."""
+        with check ``approval``.  ``snapshot``: a release's snapshot digest when its row
+        was read already."""
+        subjects = [(kind, digest)]
         if kind == "release":
-            snapshot = read_release(conn, digest).snapshot_digest
-            verify_signed_approval(conn, self.envelopes, "snapshot", snapshot)
-        verify_signed_approval(conn, self.envelopes, kind, digest)
+            snapshot = snapshot or read_release(conn, digest).snapshot_digest
+            subjects.insert(0, ("snapshot", snapshot))
+        self.envelopes.verify_approvals(conn, subjects)
 
     def check_root(self, conn: Connection, kind: str, digest: str) -> VersionRecord:
         """Admission of an exact root (runs, the barrier): zero hits against the current

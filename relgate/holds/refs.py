@@ -18,8 +18,10 @@ from typing import Any
 from sqlalchemy import Connection
 
 from relgate.catalog.db import rows
+from relgate.catalog.versions import verified_bytes
 from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
+from relgate.documents.verified_bytes import Verification, VerifiedBytes, open_stored
 from relgate.errors import RejectedError, RelgateError
 from relgate.objects.layout import (
     MANAGED_PREFIXES,
@@ -37,6 +39,7 @@ _KEY_AND_VERSION = 2
 __all__ = [
     "MANAGED_PREFIXES",
     "Ref",
+    "Verified",
     "VersionRow",
     "cas_refs",
     "descriptor_key",
@@ -100,11 +103,16 @@ class VersionRow:
     members_digest: str
     members_version: str
     reports: tuple[tuple[str, str, str], ...]  # (subject_kind, report_digest, report_version)
+    #: the stored envelope's verified bytes (None: not verified yet)
+    verified: VerifiedBytes | None = None
 
 
+_COLUMNS = (
+    "digest, envelope_version, members_digest, members_version, verified_sha256, verified_trust"
+)
 _ROWS_SQL = {
-    "snapshot": "SELECT digest, envelope_version, members_digest, members_version FROM snapshots",
-    "release": "SELECT digest, envelope_version, members_digest, members_version FROM releases",
+    "snapshot": f"SELECT {_COLUMNS} FROM snapshots",  # noqa: S608 constant column names
+    "release": f"SELECT {_COLUMNS} FROM releases",  # noqa: S608 constant column names
 }
 #: Digests per ``IN (...)`` list when rows are read for many versions at once.
 ROW_CHUNK = 500
@@ -133,6 +141,7 @@ def version_rows(conn: Connection, kind: str, digests: Sequence[str]) -> dict[st
                 row["members_digest"],
                 row["members_version"],
                 tuple(reports[row["digest"]]),
+                verified_bytes(row["verified_sha256"], row["verified_trust"]),
             )
     return out
 
@@ -151,14 +160,35 @@ def _no_row(kind: str, digest: str) -> RejectedError:
     )
 
 
+#: Where the envelopes a reader verified in full are collected, to be recorded on their rows.
+Verified = list[Verification]
+
+
+def _opened(ws: Workspace, kind: str, digest: str, row: VersionRow, verified: Verified) -> Any:
+    """The version's signed document: recognised by the bytes its row recorded, or
+    verified in full (and added to ``verified``)."""
+    opened = open_stored(
+        ws.store, ws.trusted_keys, kind, digest, row.envelope_version, row.verified
+    )
+    if opened.verification is not None:
+        verified.append(opened.verification)
+    return opened.body
+
+
 def snapshot_refs(
-    ws: Workspace, row: VersionRow | None, digest: str, *, raw_sources: bool = False
+    ws: Workspace,
+    row: VersionRow | None,
+    digest: str,
+    *,
+    raw_sources: bool = False,
+    verified: Verified | None = None,
 ) -> list[Ref]:
     if row is None:
         raise _no_row("snapshot", digest)
     key = snapshot_envelope_key(digest)
     try:
-        manifest = sm.load(ws.store, ws.trusted_keys, digest, row.envelope_version)
+        body = _opened(ws, "snapshot", digest, row, [] if verified is None else verified)
+        manifest = sm.from_payload(body, subject=key)
     except RelgateError as exc:
         raise _unreadable("snapshot", key, row.envelope_version, digest, exc) from None
     out = [Ref(key, row.envelope_version, "manifest", digest)]
@@ -193,12 +223,14 @@ def _raw_refs(ws: Workspace, key: str, version: str, digest: str) -> list[Ref]:
     ]
 
 
-def release_refs(ws: Workspace, row: VersionRow | None, digest: str) -> list[Ref]:
+def release_refs(
+    ws: Workspace, row: VersionRow | None, digest: str, *, verified: Verified | None = None
+) -> list[Ref]:
     if row is None:
         raise _no_row("release", digest)
     key = release_envelope_key(digest)
     try:
-        document = rm.load_document(ws.store, ws.trusted_keys, digest, row.envelope_version)
+        document = _opened(ws, "release", digest, row, [] if verified is None else verified)
         shards = [
             Ref(descriptor_key(d), str(d["objectVersion"]), "shard", digest)
             for d in rm.wire_shards(document)
@@ -220,12 +252,19 @@ def release_refs(ws: Workspace, row: VersionRow | None, digest: str) -> list[Ref
 
 
 def refs_of(
-    ws: Workspace, kind: str, digest: str, row: VersionRow | None, *, raw_sources: bool = False
+    ws: Workspace,
+    kind: str,
+    digest: str,
+    row: VersionRow | None,
+    *,
+    raw_sources: bool = False,
+    verified: Verified | None = None,
 ) -> list[Ref]:
-    """The references of one version whose catalog row was read already."""
+    """The references of one version whose catalog row was read already; an envelope
+    verified in full (no record yet, or other trusted keys) is added to ``verified``."""
     if kind == "release":
-        return release_refs(ws, row, digest)
-    return snapshot_refs(ws, row, digest, raw_sources=raw_sources)
+        return release_refs(ws, row, digest, verified=verified)
+    return snapshot_refs(ws, row, digest, raw_sources=raw_sources, verified=verified)
 
 
 def version_refs(

@@ -41,14 +41,17 @@ from sqlalchemy import Connection
 
 from relgate.catalog import gc_table
 from relgate.catalog.db import rows, utcnow
+from relgate.catalog.versions import record_verified
 from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
+from relgate.documents.verified_bytes import verify_stored
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
 from relgate.holds.pins import leased_keys
 from relgate.holds.refs import (
     MANAGED_PREFIXES,
     ROW_CHUNK,
     Ref,
+    Verified,
     VersionRow,
     descriptor_key,
     refs_of,
@@ -307,9 +310,21 @@ def mark_each(
     versions = list(retained)
     with task("mark retained versions", total=len(versions)) as marking:
         for chunk in _row_batches(ws, versions):
+            verified: Verified = []
             for kind, digest, row in chunk:
-                yield from refs_of(ws, kind, digest, row, raw_sources=raw_sources)
+                yield from refs_of(
+                    ws, kind, digest, row, raw_sources=raw_sources, verified=verified
+                )
                 marking.advance()
+            _record_verified(ws, verified)
+
+
+def _record_verified(ws: Workspace, verified: Verified) -> None:
+    """Keep the bytes of the envelopes just verified in full on their rows, so the next
+    plan recognises them by hash (one short transaction per chunk of versions)."""
+    if verified:
+        with ws.db.tx() as conn:
+            record_verified(conn, verified)
 
 
 def _missing(ref: Ref) -> RejectedError:
@@ -402,9 +417,10 @@ def former_owners(ws: Workspace, retained: Holders) -> tuple[dict[str, str], Use
         ]
     states = {(kind, digest): state for kind, digest, state in versions}
     for chunk in _row_batches(ws, states):
+        verified: Verified = []
         for kind, digest, row in chunk:
             try:
-                refs = refs_of(ws, kind, digest, row)
+                refs = refs_of(ws, kind, digest, row, verified=verified)
             except RelgateError:
                 continue
             label = f"{kind} {digest} ({states[(kind, digest)]}, not retained)"
@@ -412,6 +428,7 @@ def former_owners(ws: Workspace, retained: Holders) -> tuple[dict[str, str], Use
                 owners.setdefault(ref.key, label)
                 if ref.role not in AUDIT_ROLES:
                     users[ref.key].add((kind, digest))
+        _record_verified(ws, verified)
     return owners, dict(users)
 
 
@@ -704,8 +721,9 @@ def verify_retained(ws: Workspace) -> RetainedCheck:
     with ws.db.tx() as conn:
         retained = retained_versions(conn, now_utc())
     for ref in mark_each(ws, retained, raw_sources=False):
-        if ref.role == "manifest":
-            continue  # opened and signature-checked by mark()
+        if ref.role == "manifest":  # recognised by mark(); verified in full here
+            verify_stored(ws.store, ws.trusted_keys, *_kind_of(ref), ref.version_id)
+            continue
         try:
             data = ws.store.get(ref.key, ref.version_id)
         except RelgateError:
@@ -725,6 +743,14 @@ def verify_retained(ws: Workspace) -> RetainedCheck:
             )
         checked += 1
     return RetainedCheck(versions=len(retained), objects=checked)
+
+
+def _kind_of(ref: Ref) -> tuple[str, str]:
+    """(kind, digest) of a manifest reference."""
+    subject = envelope_subject(ref.key)
+    if subject is None:
+        raise UsageError("not a manifest key", object=ref.name, check="manifest-key")
+    return subject
 
 
 def parse_duration(text: str) -> int:

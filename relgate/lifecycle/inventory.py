@@ -117,22 +117,31 @@ def canonical_column(keys: pa.ChunkedArray) -> pa.ChunkedArray:
 def _subject(canonical: pa.ChunkedArray) -> pa.ChunkedArray:
     """``relgate.objects.layout.envelope_subject`` of each canonical key, as a digest."""
     out = pa.nulls(len(canonical), pa.large_string())
+    envelopes = pc.ends_with(canonical, ENVELOPE_SUFFIX).combine_chunks()
+    if not pc.any(envelopes).as_py():
+        return pa.chunked_array([out])
+    keys = pc.filter(canonical, envelopes)  # the few envelope-like keys, not every one
+    found = pa.nulls(len(keys), pa.large_string())
     for prefix in (RELEASE_MANIFEST_PREFIX, SNAPSHOT_MANIFEST_PREFIX):
-        hit = pc.and_(pc.starts_with(canonical, prefix), pc.ends_with(canonical, ENVELOPE_SUFFIX))
-        middle = pc.utf8_slice_codeunits(canonical, len(prefix), -len(ENVELOPE_SUFFIX))
+        middle = pc.utf8_slice_codeunits(keys, len(prefix), -len(ENVELOPE_SUFFIX))
         digest = pc.binary_join_element_wise(_text("sha256:"), middle, _text(""))
-        out = pc.if_else(hit, digest, out)
-    return out
+        found = pc.if_else(pc.starts_with(keys, prefix), digest, found)
+    return pa.chunked_array([pc.replace_with_mask(out, envelopes, found.combine_chunks())])
 
 
 def stored_table(batches: Iterable[pa.RecordBatch]) -> pa.Table:
-    """The listing as one table: row, key, version_id, size, canonical, subject."""
+    """The listing as one table: key, version_id, size, canonical, subject, row, and the
+    :func:`pair_key` of (key, version_id) as listed and of (canonical, version_id), each
+    computed once (the same column when every key is canonical already)."""
     table = pa.Table.from_batches(list(batches), schema=_LISTING_SCHEMA)
     canonical = canonical_column(table["key"])
+    listed = pair_key(table["key"], table["version_id"])
+    pair = listed if canonical is table["key"] else pair_key(canonical, table["version_id"])
     table = table.append_column("canonical", canonical).append_column(
         "subject", _subject(canonical)
     )
-    return table.append_column("row", pa.array(range(table.num_rows), pa.int64()))
+    table = table.append_column("row", pa.array(range(table.num_rows), pa.int64()))
+    return table.append_column("listed_pair", listed).append_column("pair", pair)
 
 
 def pairs_table(pairs: Iterable[tuple[str, str]]) -> pa.Table:
@@ -151,15 +160,16 @@ def first_absent(wanted: pa.Table, stored: pa.Table) -> int | None:
     """The smallest ``order`` of a wanted (canonical, version_id) the listing lacks."""
     if wanted.num_rows == 0:
         return None
-    listed = pair_key(stored["canonical"], stored["version_id"])
-    present = pc.is_in(pair_key(wanted["canonical"], wanted["version_id"]), value_set=listed)
+    wanted_pairs = pair_key(wanted["canonical"], wanted["version_id"])
+    present = pc.is_in(wanted_pairs, value_set=stored["pair"])
     absent = pc.filter(wanted["order"], pc.invert(present))
     return None if len(absent) == 0 else int(pc.min(absent).as_py())
 
 
 def seen_table(conn: Connection, batch_rows: int = LISTING_BATCH) -> pa.Table:
-    """``gc_seen`` as a table (key, version_id, first_seen), fetched in batches straight
-    from the driver's cursor (no row objects)."""
+    """``gc_seen`` as a table (key, version_id, first_seen, pair: the :func:`pair_key` of
+    key and version_id), fetched in batches straight from the driver's cursor (no row
+    objects)."""
     cursor = conn.connection.cursor()
     try:
         cursor.execute("SELECT object_key, version_id, first_seen FROM gc_seen")
@@ -169,16 +179,17 @@ def seen_table(conn: Connection, batch_rows: int = LISTING_BATCH) -> pa.Table:
             batches.append(pa.record_batch(columns, schema=_SEEN_SCHEMA))
     finally:
         cursor.close()
-    return pa.Table.from_batches(batches, schema=_SEEN_SCHEMA)
+    return seen_pairs(pa.Table.from_batches(batches, schema=_SEEN_SCHEMA))
 
 
-def _seen_keys(table: pa.Table) -> pa.ChunkedArray:
-    return pair_key(table["key"], table["version_id"])
+def seen_pairs(seen: pa.Table) -> pa.Table:
+    """A (key, version_id, first_seen) table with its ``pair`` column, computed once."""
+    return seen.append_column("pair", pair_key(seen["key"], seen["version_id"]))
 
 
 def unseen(stored: pa.Table, seen: pa.Table) -> pa.Table:
     """(key, version_id) of the stored versions ``gc_seen`` has no row for."""
-    known = pc.is_in(_seen_keys(stored), value_set=_seen_keys(seen))
+    known = pc.is_in(stored["listed_pair"], value_set=seen["pair"])
     return stored.select(["key", "version_id"]).filter(pc.invert(known))
 
 
@@ -199,7 +210,7 @@ class Exclusions:
 def _flag(stored: pa.Table, pairs: pa.Table) -> pa.ChunkedArray:
     """Is each stored (canonical, version_id) in ``pairs``."""
     wanted = pair_key(pairs["canonical"], pairs["version_id"])
-    return pc.is_in(pair_key(stored["canonical"], stored["version_id"]), value_set=wanted)
+    return pc.is_in(stored["pair"], value_set=wanted)
 
 
 def _is_in(column: pa.ChunkedArray, values: Iterable[str]) -> pa.ChunkedArray:
@@ -212,7 +223,7 @@ def classify(
     """Every stored version (listing order, as listed) with ``first_seen`` (``now`` if never seen)
     and ``why_not``: the first exclusion reason that applies, or null for a candidate."""
     table = stored
-    at = pc.index_in(_seen_keys(stored), value_set=_seen_keys(seen))
+    at = pc.index_in(stored["listed_pair"], value_set=seen["pair"])
     first_seen = pc.fill_null(pc.take(seen["first_seen"], at), _text(now))
     canon = table["canonical"]
     respelled = pc.not_equal(canon, table["key"])

@@ -41,6 +41,7 @@ from relgate.documents import shard_format as rr
 from relgate.documents import snapshot_manifest as sm
 from relgate.documents.membership import COLUMNS as MEMBER_COLUMNS
 from relgate.documents.membership import tuple_root
+from relgate.documents.verified_bytes import verify_stored
 from relgate.errors import IntegrityError, ObjectExistsError, RejectedError
 from relgate.gate.transitions import open_gate
 from relgate.holds.pins import publisher_lease, renew_lease
@@ -530,6 +531,7 @@ def _commit_root(
         current = ws.store.head(rm.envelope_key(release.digest))
         rm.load(ws.store, ws.trusted_keys, release.digest, current.version_id)
         envelope_version = current.version_id
+    verified = verify_stored(ws.store, ws.trusted_keys, "release", release.digest, envelope_version)
     with ws.db.tx() as conn:
         if one(conn, "SELECT digest FROM releases WHERE digest = :d", {"d": release.digest}):
             return release
@@ -540,5 +542,6 @@ def _commit_root(
             members_version=snap.members_ref.version_id,
             envelope_version=envelope_version,
             actor=actor,
+            verified=verified,
         )
     return release

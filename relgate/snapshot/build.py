@@ -29,6 +29,7 @@ from relgate.documents.policy import (
 )
 from relgate.documents.source_pins import SourceEntry
 from relgate.documents.transform_spec import TransformSpec
+from relgate.documents.verified_bytes import verify_stored
 from relgate.errors import RejectedError, RelgateError
 from relgate.gate.fences import Fences, fenced_entries, read_fences
 from relgate.gate.transitions import open_gate
@@ -427,7 +428,8 @@ def _write_snapshot(
     lease.cover(mf.envelope_key(sealed.digest))
     version = mf.store_envelope(ws.store, sealed, envelope)
     statement = store_statement(ws, sealed, lease)
+    verified = verify_stored(ws.store, ws.trusted_keys, "snapshot", sealed.digest, version)
     with ws.db.tx() as conn:
-        insert_snapshot(conn, sealed, version, actor=actor)
+        insert_snapshot(conn, sealed, version, actor=actor, verified=verified)
         record_statement(conn, sealed, statement)
     return BuildResult(manifest=sealed, counts=staged.counts)

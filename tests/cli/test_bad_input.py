@@ -231,7 +231,9 @@ def test_a_catalog_migrated_by_a_newer_relgate_is_refused(tmp_path: Path) -> Non
 
 def test_a_catalog_from_before_alembic_is_stamped_then_current(tmp_path: Path) -> None:
     """A catalog whose applied versions are in the old ``schema_migrations`` table (no
-    ``alembic_version``) is taken as at that version: nothing is re-applied."""
+    ``alembic_version``) is taken as at that version: nothing is re-applied (the catalog
+    ``init`` made holds every migration, so the legacy table names the newest)."""
+    newest = MIGRATIONS[-1].version
     home = tmp_path / "legacy"
     assert cli(home, "init").exit_code == 0
     engine = sa.create_engine(f"sqlite:///{home / 'catalog.db'}")
@@ -243,16 +245,20 @@ def test_a_catalog_from_before_alembic_is_stamped_then_current(tmp_path: Path) -
                 " name TEXT NOT NULL, applied_at TEXT NOT NULL)"
             )
         )
-        conn.execute(sa.text("INSERT INTO schema_migrations VALUES (1, 'baseline', 'then')"))
+        conn.execute(
+            sa.text("INSERT INTO schema_migrations VALUES (:v, 'newest', 'then')"), {"v": newest}
+        )
     engine.dispose()
     legacy = Database(f"sqlite:///{home / 'catalog.db'}")
-    assert (legacy.schema_version(), legacy.pending()) == (1, [])
+    assert (legacy.schema_version(), legacy.pending()) == (newest, [])
     legacy.dispose()
-    assert cli(home, "snapshot", "list").exit_code == 0  # version 1: current
-    assert json.loads(cli(home, "migrate").stdout) == {"applied": [], "schemaVersion": 1}
+    assert cli(home, "snapshot", "list").exit_code == 0  # the newest version: current
+    assert json.loads(cli(home, "migrate").stdout) == {"applied": [], "schemaVersion": newest}
     engine = sa.create_engine(f"sqlite:///{home / 'catalog.db'}")
     with engine.begin() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        assert conn.execute(
+            sa.text("SELECT version_num FROM alembic_version")
+        ).scalar() == schema.revision_id(newest)
     engine.dispose()
 
 

@@ -21,6 +21,7 @@ from relgate.lifecycle.inventory import (
     listing_batches,
     owners_table,
     pairs_table,
+    seen_pairs,
     stored_table,
 )
 from relgate.objects.layout import canonical_key
@@ -104,13 +105,14 @@ def _seen_table(seen):
 
     keys = [k for k, _ in seen]
     versions = [v for _, v in seen]
-    return pa.table(
+    table = pa.table(
         {
             "key": pa.array(keys, pa.large_string()),
             "version_id": pa.array(versions, pa.large_string()),
             "first_seen": pa.array(list(seen.values()), pa.large_string()),
         }
     )
+    return seen_pairs(table)
 
 
 @settings(max_examples=150, deadline=None)
