@@ -167,3 +167,44 @@ def test_s3_a_tampered_version_put_and_named_is_refused(tmp_path, moto_s3_endpoi
         _refused(ws, release, put.version_id)
     finally:
         ws.close()
+
+
+def test_a_catalog_at_version_1_migrates_and_its_versions_are_verified_then_recorded(tmp_path):
+    """A catalog from before migration 2 (its rows made by 0.1.0: no record columns) is
+    migrated by ``relgate migrate``; the next plan verifies its manifests in full,
+    records them, and plans the same as with the records."""
+    import sqlalchemy as sa
+
+    from relgate.catalog import schema
+
+    ws = make_workspace(tmp_path / "home")
+    release = _release(ws)
+    url = ws.db.engine.url
+    ws.close()
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # back to version 1, as a 0.1.0 catalog is
+        for table in ("snapshots", "releases"):
+            for column in ("verified_sha256", "verified_trust"):
+                conn.execute(sa.text(f"ALTER TABLE {table} DROP COLUMN {column}"))
+        conn.execute(
+            sa.text("UPDATE alembic_version SET version_num = :v"), {"v": schema.revision_id(1)}
+        )
+    engine.dispose()
+    code, doc = _cli(tmp_path / "home", "migrate")
+    assert code == 0 and doc["applied"] == [2]
+    ws = make_workspace(tmp_path / "home", seed=False)
+    try:
+        assert read_version_verified(ws, release.digest) is None  # nothing recorded yet
+        first = _plan_tables(ws)
+        recorded = read_version_verified(ws, release.digest)
+        assert recorded is not None and recorded.sha256.startswith("sha256:")
+        second = _plan_tables(ws)
+        assert first[0].equals(second[0]) and first[1].equals(second[1])
+        assert first[2] == second[2]
+    finally:
+        ws.close()
+
+
+def read_version_verified(ws, digest):
+    with ws.db.tx() as conn:
+        return read_version(conn, "release", digest).verified
