@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from agent_harness import Cluster, job_spec, scrape
 
 from relgate_agent.client import CoordinatorClient
 from relgate_agent.coordinator.replicas import JobLease, Replicas
-from relgate_agent.coordinator.shard import candidates, free, share
+from relgate_agent.coordinator.shard import Shard, candidates, free, share
 from relgate_agent.coordinator.store import Fenced, JobStore, LeaseFence
 from relgate_agent.errors import LEADER_METADATA_KEY
 from relgate_agent.proto import distribution_pb2 as pb
@@ -62,6 +63,71 @@ def test_candidates_are_the_free_jobs_up_to_the_room_left() -> None:
         all(sorted(o) == JOBS for o in orders.values())
         and len(set(map(tuple, orders.values()))) > 1
     )
+
+
+# ---------------------------------------------------------------- two shards, one store
+def _job_row(store: JobStore, job_id: str, state: str = "DISTRIBUTING") -> None:
+    """A job row as CreateJob writes it (only its id, state and age matter here)."""
+    store._execute(
+        "INSERT INTO dist_jobs (job_id, spec, state, manifest_digest, targets, topology_version, "
+        "topology, ready_hosts, completion_emitted, created_at, updated_at) VALUES "
+        "(:j, '{}', :s, 'd', '{}', 1, '{}', '[]', 0, 0, 0)",
+        {"j": job_id, "s": state},
+    )
+
+
+def test_two_shards_split_the_jobs_and_redirect_to_each_other(tmp_path: Path) -> None:
+    store = JobStore(str(tmp_path / "s.sqlite"))
+    try:
+        a, b = Shard(store, "a", 30.0), Shard(store, "b", 30.0)
+        a.address, b.address = "10.0.0.1:7470", "10.0.0.2:7470"
+        for job in JOBS[:4]:
+            _job_row(store, job)
+        _job_row(store, "old", "DONE")  # finished: nobody leads it
+        assert a.renew() == {} and b.renew() == {}
+        assert [r.replica_id for r in a.replicas.live()] == ["a", "b"]
+        took_a = a.take_share({})
+        assert len(took_a) == 2 and set(took_a.values()) == {1}  # share: ceil(4 / 2)
+        assert a.take_share(took_a) == {}  # at its share: no more
+        took_b = b.take_share({})
+        assert set(took_b) == set(JOBS[:4]) - set(took_a)
+        assert a.renew() == took_a and b.renew() == took_b  # renewal keeps the epochs
+        assert a.leaders() == {j: ("a", "10.0.0.1:7470", 1) for j in took_a} | {
+            j: ("b", "10.0.0.2:7470", 1) for j in took_b
+        }
+        theirs = next(iter(took_b))
+        refusal = a.redirect(theirs)
+        assert refusal is not None and refusal.leader == "10.0.0.2:7470"
+        assert refusal.check == "job-leader" and "replica b (epoch 1)" in str(refusal)
+        back = b.redirect(next(iter(took_a)))  # and the other way round
+        assert back is not None and back.leader == "10.0.0.1:7470"
+        # a lease that expired 5 s ago: free (no leader shown, no redirect), and taken
+        lapsed = next(iter(took_a))
+        store._execute(
+            "UPDATE dist_lease SET expires_at_ms = :e WHERE name = :n",
+            {"e": int(time.time() * 1000) - 5000, "n": f"job:{lapsed}"},
+        )
+        assert lapsed not in a.leaders()
+        assert b.redirect(lapsed) is not None and b.redirect(lapsed).leader == ""
+        assert b.take_share(took_b) == {}  # b is at its share: it leaves it to a
+        assert a.take_share({j: 1 for j in took_a if j != lapsed}) == {lapsed: 1}  # a's own
+        assert a.redirect("old") is None and a.redirect("nosuch") is None
+        mine = a.redirect(next(iter(took_a)))  # held here, not loaded yet
+        assert mine is not None and mine.leader == ""
+        _job_row(store, JOBS[4])  # share ceil(5 / 2) = 3: a (2) may take a new one
+        assert a.redirect(JOBS[4]) is not None and a.redirect(JOBS[4]).leader == ""  # no leader
+        assert a.claim_new(JOBS[4], 2) == 1
+        _job_row(store, JOBS[5])  # share 3: a at 3 leaves it to b
+        assert a.claim_new(JOBS[5], 3) is None and b.claim_new(JOBS[5], 2) == 1
+        b.leave()  # b shuts down: its leases and membership expire now
+        assert [r.replica_id for r in a.replicas.live()] == ["a"]
+        held = a.renew()
+        assert a.take_share(held) == {j: 2 for j in (*took_b, JOBS[5])}  # the next epoch
+        assert a.leaders()[JOBS[5]] == ("a", "10.0.0.1:7470", 2)
+        a.release(JOBS[5])
+        assert JOBS[5] not in a.leaders() and JOBS[5] not in a.epochs
+    finally:
+        store.close()
 
 
 # ---------------------------------------------------------------- the fence (real stores)
