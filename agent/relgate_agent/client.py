@@ -140,6 +140,8 @@ class CoordinatorClient:
                 hosts_total=j.hosts_total,
                 hosts_ready=j.hosts_ready,
                 created_at=j.created_at,
+                leader_replica=j.leader_replica,
+                leader_epoch=j.leader_epoch,
             )
             for j in r.jobs
         ]

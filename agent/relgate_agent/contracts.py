@@ -381,6 +381,10 @@ class JobSummary:
     hosts_total: int
     hosts_ready: int
     created_at: int  # wall time, Unix seconds
+    # the replica whose lease leads the job now ("" none: finished, or between leaders)
+    # and that lease's epoch (sharded coordinators: each job its own)
+    leader_replica: str = ""
+    leader_epoch: int = 0
 
     def to_json(self) -> dict[str, object]:
         return {camel(f.name): getattr(self, f.name) for f in fields(self)}

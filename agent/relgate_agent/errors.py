@@ -23,6 +23,9 @@ KIND_MANIFEST_REJECTED = "MANIFEST_REJECTED"
 #: gRPC trailing-metadata key under which the coordinator names the check a refusal failed;
 #: clients read the check from here, never from the message text.
 CHECK_METADATA_KEY = "relgate-check"
+# the address of the coordinator replica that leads the job a refused call named (sharded
+# coordinators answer UNAVAILABLE with it; rpc.FailoverStub calls that replica next)
+LEADER_METADATA_KEY = "relgate-leader"
 
 
 #: The agent's errors are rooted in the shared trust layer's: a manifest, signature or

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from relgate_agent.errors import AgentError
+from relgate_agent.errors import LEADER_METADATA_KEY, AgentError
 from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles, grpc_channel_credentials
 
 # Manifests of 800 GB checkpoints are a few MB; leave headroom.
@@ -46,6 +46,19 @@ GRPC_SERVER_OPTIONS = [
     ("grpc.http2.max_ping_strikes", 0),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
+# jobs whose leading replica a client remembers (sharded coordinators); the oldest is
+# forgotten first, and a forgotten job is found again through the next redirect
+MAX_ROUTES = 4096
+
+
+def leader_hint(exc: grpc.RpcError) -> str:
+    """The address a sharded coordinator named as the leader of the job a refused call
+    asked about ("" none): UNAVAILABLE with :data:`LEADER_METADATA_KEY`."""
+    trailing = getattr(exc, "trailing_metadata", None)
+    for key, value in (trailing() if callable(trailing) else None) or ():
+        if key == LEADER_METADATA_KEY and isinstance(value, str):
+            return value
+    return ""
 
 
 class FailoverStub:
@@ -55,6 +68,12 @@ class FailoverStub:
     ``addresses`` is a comma-separated list (``"coord-a:7470,coord-b:7470"``). Channels are
     mutual TLS: this side presents ``tls``'s certificate and accepts only a coordinator
     certificate from the same fleet CA (checked against ``COORDINATOR_DNS``).
+
+    Sharded coordinators lead each job on one replica: a call naming a job (its request's
+    ``job_id``) that another replica leads is refused with UNAVAILABLE and that replica's
+    address (:func:`leader_hint`); the call goes there at once (a channel is opened to an
+    address not in the list: it is held to the same certificate check), and later calls for
+    that job go there first.
     """
 
     def __init__(self, addresses: str, stub_class: Any, tls: TlsFiles) -> None:
@@ -62,17 +81,19 @@ class FailoverStub:
         if not self.addresses:
             raise ValueError("no coordinator address given")
         self.stub_class = stub_class
+        self.tls = tls
         self.channels, self.stubs = self._connect(tls)
         self.retired: list[grpc.Channel] = []  # replaced channels: their open calls go on
         self.current = 0
+        self.routes: dict[str, int] = {}  # job -> the replica (index) that leads it
         self._lock = threading.Lock()
+
+    def _channel(self, address: str, creds: grpc.ChannelCredentials) -> grpc.Channel:
+        return grpc.secure_channel(address, creds, options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS)
 
     def _connect(self, tls: TlsFiles) -> tuple[list[grpc.Channel], list[Any]]:
         creds = grpc_channel_credentials(tls)
-        channels = [
-            grpc.secure_channel(a, creds, options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS)
-            for a in self.addresses
-        ]
+        channels = [self._channel(a, creds) for a in self.addresses]
         return channels, [self.stub_class(c) for c in channels]
 
     def reload(self, tls: TlsFiles) -> None:
@@ -80,14 +101,35 @@ class FailoverStub:
         streams already open on the old ones go on until they end (closed with this stub)."""
         channels, stubs = self._connect(tls)
         with self._lock:
+            self.tls = tls
             self.retired += self.channels
             self.channels, self.stubs = channels, stubs
 
+    def replica(self, address: str) -> int:
+        """The index of the replica at ``address``, a channel opened to it when new."""
+        with self._lock:
+            if address not in self.addresses:
+                channel = self._channel(address, grpc_channel_credentials(self.tls))
+                self.addresses.append(address)
+                self.channels.append(channel)
+                self.stubs.append(self.stub_class(channel))
+            return self.addresses.index(address)
+
+    def _route(self, job_id: str, i: int | None) -> None:
+        """Remember (``i``) or forget (None) the replica that leads ``job_id``."""
+        with self._lock:
+            self.routes.pop(job_id, None)
+            if i is not None:
+                self.routes[job_id] = i
+                while len(self.routes) > MAX_ROUTES:
+                    self.routes.pop(next(iter(self.routes)))
+
     def __getattr__(self, name: str) -> Callable[..., Any]:
         def call(request: Any, timeout: float | None = None) -> Any:
-            n = len(self.stubs)
-            for attempt in range(n):
-                i = self.current
+            job_id = str(getattr(request, "job_id", "") or "")
+            i = self.routes.get(job_id, self.current) if job_id else self.current
+            n, redirects = len(self.stubs), 0
+            for attempt in range(2 * n + 1):
                 try:
                     return getattr(self.stubs[i], name)(request, timeout=timeout)
                 except grpc.RpcError as exc:
@@ -96,9 +138,19 @@ class FailoverStub:
                         # open and never says UNAVAILABLE; the next call tries the next one
                         self.moved_on(i)
                         raise
-                    if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == n - 1:
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE:
                         raise
+                    hint = leader_hint(exc) if job_id else ""
+                    if hint and redirects < n and (to := self.replica(hint)) != i:
+                        self._route(job_id, to)  # the job's leader: there, and from now on
+                        i, redirects = to, redirects + 1
+                        continue
+                    if attempt >= n - 1 + redirects:
+                        raise
+                    if job_id:
+                        self._route(job_id, None)
                     self.moved_on(i)
+                    i = self.current
             raise AssertionError("unreachable")
 
         return call

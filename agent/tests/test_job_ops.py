@@ -175,7 +175,7 @@ def _listed_and_filtered(
         assert rc == EXIT_OK and [j["jobId"] for j in only["jobs"]] == want, (state, only)
     rc, text = cli(capsys, "job", "list", *base[1:])  # the text table
     header, *rows = text.splitlines()
-    assert header.split() == ["JOB", "MODEL", "VERSION", "STATE", "HOSTS", "CREATED"]
+    assert header.split() == ["JOB", "MODEL", "VERSION", "STATE", "HOSTS", "CREATED", "LEADER"]
     assert rc == EXIT_OK
     assert rows[0].split()[:5] == [a, "claude-x", "2026-10-12.3", "DONE", "4/4"]
     assert rows[1].split()[3] == "CANCELLED"

@@ -85,6 +85,7 @@ class CoordinatorFileConfig(_Shared):
     address_file: str = ""
     ha: bool = False
     lease_ttl: float = 10.0
+    shard_by_job: bool = False
     no_splice_on_suspect: bool = False
     replica_id: str = ""
     host_ttl: float = 60.0

@@ -61,6 +61,11 @@ def coordinator() -> None:
 @click.option("--ha", is_flag=True, help="replica mode: lead only while holding the lease in --db")
 @click.option("--lease-ttl", type=float, default=10.0)
 @click.option(
+    "--shard-by-job",
+    is_flag=True,
+    help="replicas (implies --ha) lead jobs by each job's own lease, spread across them",
+)
+@click.option(
     "--no-splice-on-suspect",
     is_flag=True,
     help="splice only after --dead-after (agents fall back to swarm repair meanwhile)",
@@ -114,6 +119,7 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     address_file: str,
     ha: bool,
     lease_ttl: float,
+    shard_by_job: bool,
     no_splice_on_suspect: bool,
     replica_id: str,
     host_ttl: float,
@@ -140,6 +146,7 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
         ha=ha,
         splice_on_suspect=not no_splice_on_suspect,
         lease_ttl_s=lease_ttl,
+        shard_by_job=shard_by_job,
         replica_id=replica_id,
         host_ttl_s=host_ttl,
     )

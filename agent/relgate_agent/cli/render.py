@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from relgate_agent.contracts import STRIPE_DONE, JobSummary, JobTopology, StripeHop
 
 KILO = 1000  # decimal units, as the rates the options take (100MB = 100,000,000 B)
-JOB_COLUMNS = ("JOB", "MODEL", "VERSION", "STATE", "HOSTS", "CREATED")
+JOB_COLUMNS = ("JOB", "MODEL", "VERSION", "STATE", "HOSTS", "CREATED", "LEADER")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -37,6 +37,7 @@ def job_rows(jobs: Sequence[JobSummary]) -> list[str]:
                 j.state,
                 f"{j.hosts_ready}/{j.hosts_total}",
                 created(j.created_at),
+                f"{j.leader_replica}@{j.leader_epoch}" if j.leader_replica else "-",
             )
             for j in jobs
         ],

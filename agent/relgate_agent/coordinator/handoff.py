@@ -23,6 +23,7 @@ from relgate_agent.coordinator.attest import attestations_for
 from relgate_agent.coordinator.budget import rebalance_origins
 from relgate_agent.coordinator.failover import dead_limit, in_grace, stopped_reporting
 from relgate_agent.coordinator.jobstate import (
+    ACTIVE_STATES,
     TERMINAL_STATES,
     Completion,
     CoordinatorConfig,
@@ -223,7 +224,16 @@ class HandoffService(ProgressService):
             job = self.jobs.get(row.job_id)
             if job is not None:
                 job.completion_emitted = True
-            self.store.update_job(row.job_id, completion_emitted=True)
+            if job is not None or self.shard is None:  # sharded: the job's leader writes it
+                self.store.update_job(row.job_id, completion_emitted=True)
+
+    def _delivers(self, job_id: str) -> bool:
+        """This replica posts ``job_id``'s events: always unsharded; sharded, while it
+        leads the job, or once the job finished (its lease released: any replica may;
+        the deployer sees one Idempotency-Key per event)."""
+        if self.shard is None or job_id in self.jobs:
+            return True
+        return job_id not in self.shard.epochs and self.store.job_state(job_id) not in ACTIVE_STATES
 
     def _kick_outbox(self) -> None:
         """Start the delivery thread when events may be pending and none runs."""
@@ -246,7 +256,7 @@ class HandoffService(ProgressService):
             self._outbox_hint = False
             self._outbox_wake.clear()
             try:
-                wait_s = self.outbox.deliver_due(keep_going)
+                wait_s = self.outbox.deliver_due(keep_going, self._delivers)
             except NotLeader as exc:  # a refusal: the next leader resumes from the rows
                 log.warning("outbox delivery stopped: %s", exc)
                 return

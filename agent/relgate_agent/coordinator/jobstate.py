@@ -37,7 +37,17 @@ class NotFound(AgentError):
 
 
 class NotLeader(AgentError):
-    """This replica does not hold the lease (maps to UNAVAILABLE: clients try the next one)."""
+    """This replica does not hold the lease (maps to UNAVAILABLE: clients try the next one).
+
+    ``leader`` is the address of the replica that leads the job asked about, when one is
+    known (sharded coordinators): the server sends it as trailing metadata
+    (:data:`relgate_agent.errors.LEADER_METADATA_KEY`) and clients call it next."""
+
+    check = "job-leader"
+
+    def __init__(self, message: str, *, leader: str = "") -> None:
+        super().__init__(message)
+        self.leader = leader
 
 
 class Rejected(AgentError):
@@ -84,6 +94,9 @@ class CoordinatorConfig:
     ha: bool = False
     lease_ttl_s: float = 10.0
     replica_id: str = ""
+    # sharded by job (implies ha): each job has its own lease; replicas spread the jobs
+    # (coordinator/shard.py) and answer a job led elsewhere with NotLeader naming its leader
+    shard_by_job: bool = False
     # an enrolled host counts as a target only if it sent a heartbeat within this many seconds
     host_ttl_s: float = 60.0
     # deployer events are retried until a 2xx: first after this, doubling, at most the max

@@ -9,6 +9,7 @@ the few helpers that change a job's topology.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -37,6 +38,7 @@ from relgate_agent.coordinator.jobstate import (
 from relgate_agent.coordinator.ledger import Ledger
 from relgate_agent.coordinator.metrics import SPLICE_DEAD, CoordinatorMetrics
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
+from relgate_agent.coordinator.shard import Shard
 from relgate_agent.coordinator.store import JobRow, JobStore, StaleTopology
 from relgate_agent.coordinator.topology import Topology, TopologyIndex, append_host, splice_all
 from relgate_agent.dataplane.manifestread import read_manifest
@@ -59,6 +61,8 @@ class CoordinatorCore:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        if config.shard_by_job and not config.ha:  # sharded replicas are replicas
+            config = dataclasses.replace(config, ha=True)
         self.config = config
         self.clock = clock  # injectable: the fleet simulator runs the coordinator on simulated time
         self.wall = wall  # instants written for another replica to read (slowclock)
@@ -89,6 +93,10 @@ class CoordinatorCore:
         self.epoch = 0
         self._leader = False
         self._lease_renewed = 0.0
+        # sharded by job: this replica's job leases (coordinator/shard.py); else None
+        self.shard = (
+            Shard(self.store, self.replica_id, config.lease_ttl_s) if config.shard_by_job else None
+        )
         if not config.ha:
             self._become_leader(0)
 
@@ -110,14 +118,7 @@ class CoordinatorCore:
         envelopes = {row.job_id: _read_envelope(row) for row in rows}
         with self.lock:
             self.jobs.clear()
-            for host_id, _rack, _labels, address in self.store.hosts():
-                self.addresses[host_id] = address
-            for row in rows:
-                try:
-                    self.jobs[row.job_id] = self._load_job(row, envelopes[row.job_id])
-                except AgentError as exc:
-                    log.error("job %s cannot be resumed: %s", row.job_id, exc)
-                    self.store.update_job(row.job_id, state="FAILED")
+            self._resume(rows, envelopes)
             self.epoch = epoch
             self._leader = True
             self.changed.notify_all()
@@ -127,6 +128,18 @@ class CoordinatorCore:
             epoch,
             len(self.jobs),
         )
+
+    def _resume(self, rows: list[JobRow], envelopes: dict[str, bytes | AgentError]) -> None:
+        """Load ``rows`` into memory (the caller holds the lock); a job that cannot be
+        resumed is FAILED."""
+        for host_id, _rack, _labels, address in self.store.hosts():
+            self.addresses[host_id] = address
+        for row in rows:
+            try:
+                self.jobs[row.job_id] = self._load_job(row, envelopes[row.job_id])
+            except AgentError as exc:
+                log.error("job %s cannot be resumed: %s", row.job_id, exc)
+                self.store.update_job(row.job_id, state="FAILED")
 
     def _step_down(self, reason: str = "lost the lease") -> None:
         with self.lock:
@@ -139,6 +152,9 @@ class CoordinatorCore:
     def maintain_lease(self) -> None:
         """Called from the sweeper: take/renew the lease (HA mode), step down when lost."""
         if not self.config.ha:
+            return
+        if self.shard is not None:
+            self._maintain_shard(self.shard)
             return
         now = self.clock()
         if self._leader and now - self._lease_renewed < self.config.lease_ttl_s / 3:
@@ -160,7 +176,76 @@ class CoordinatorCore:
         if not self._leader or epoch != self.epoch:
             self._become_leader(epoch)
 
+    def _maintain_shard(self, shard: Shard) -> None:
+        """Sharded by job: renew this replica's job leases and take free ones up to its
+        share (coordinator/shard.py); keep in memory exactly the jobs whose leases it holds,
+        each at its lease's epoch. Any failure: it cannot prove it leads anything."""
+        now = self.clock()
+        if self._leader and now - self._lease_renewed < self.config.lease_ttl_s / 3:
+            return
+        try:
+            held = shard.renew()
+            held |= shard.take_share(held)
+        except Exception as exc:  # the store is unreachable: lead nothing
+            log.warning(
+                "replica %s: job lease renewal failed (%s: %s); stepping down",
+                self.replica_id,
+                type(exc).__name__,
+                exc,
+            )
+            self._step_down()
+            shard.epochs.clear()
+            return
+        self._lease_renewed = now
+        self._adopt(shard, held)
+
+    def _adopt(self, shard: Shard, held: dict[str, int]) -> None:
+        """Lead exactly the jobs of ``held`` (job -> lease epoch): drop the others, load the
+        new ones (or one whose epoch moved: another replica led it meanwhile)."""
+        with self.lock:
+            for job_id in list(self.jobs):
+                if held.get(job_id) != shard.epochs.get(job_id):
+                    log.warning("replica %s no longer leads job %s", self.replica_id, job_id)
+                    del self.jobs[job_id]
+            shard.epochs.clear()
+            shard.epochs.update(held)
+            missing = set(held) - set(self.jobs)
+            self._leader = True
+        rows = [r for r in self.store.load_jobs() if r.job_id in missing]
+        for row in rows:
+            if row.state not in ACTIVE_STATES:  # it finished: nothing to lead
+                shard.release(row.job_id)
+        rows = [r for r in rows if r.state in ACTIVE_STATES]
+        envelopes = {row.job_id: _read_envelope(row) for row in rows}  # never under the lock
+        with self.lock:
+            self._resume(rows, envelopes)
+            self.changed.notify_all()
+        if rows:
+            log.info(
+                "replica %s leads %d jobs (took %s)",
+                self.replica_id,
+                len(self.jobs),
+                ", ".join(f"{r.job_id}@{held[r.job_id]}" for r in rows),
+            )
+
+    def epoch_of(self, job_id: str) -> int:
+        """The lease epoch ``job_id``'s assignments are stamped with: its own lease's when
+        sharded, the replica-wide lease's otherwise."""
+        if self.shard is not None:
+            return self.shard.epochs.get(job_id, 0)
+        return self.epoch
+
+    def elsewhere(self, job_id: str) -> None:
+        """Raise NotLeader (naming the leader) when ``job_id``, not in memory here, is an
+        active job another replica leads (sharded only; otherwise nothing)."""
+        if self.shard is not None and (refusal := self.shard.redirect(job_id)) is not None:
+            raise refusal
+
     def release(self) -> None:
+        if self.shard is not None:
+            self._step_down("is shutting down")
+            self.shard.leave()
+            return
         if self.config.ha and self._leader:
             self._step_down("is shutting down")
             self.store.release_lease(self.replica_id)
@@ -236,6 +321,7 @@ class CoordinatorCore:
     def _job(self, job_id: str) -> JobState:
         job = self.jobs.get(job_id)
         if job is None:
+            self.elsewhere(job_id)
             raise NotFound(f"job {job_id} is unknown or finished")
         return job
 
@@ -245,8 +331,14 @@ class CoordinatorCore:
         try:
             self.store.save_topology(job.job_id, job.topology.version, topo, job.targets)
         except StaleTopology:
-            # another replica moved the topology on: we are not the leader any more
-            self._step_down()
+            # another replica moved the topology on: we are not the leader any more (of
+            # this job only, when sharded: its lease passed on; the others stand)
+            if self.shard is None:
+                self._step_down()
+            else:
+                self.jobs.pop(job.job_id, None)
+                self.shard.epochs.pop(job.job_id, None)
+                self.changed.notify_all()
             raise NotLeader(f"coordinator {self.replica_id} lost a topology race") from None
         job.topology = topo
         self.changed.notify_all()

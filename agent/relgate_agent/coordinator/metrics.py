@@ -109,6 +109,12 @@ class _StateCollector(Collector):
         )
         leader.add_metric([], 1.0 if c.leader else 0.0)
         yield leader
+        led = GaugeMetricFamily(
+            "relgate_coordinator_jobs_led",
+            "Jobs this replica leads now (sharded by job: the job leases it holds)",
+        )
+        led.add_metric([], float(len(c.jobs)) if c.leader else 0.0)
+        yield led
         watches = GaugeMetricFamily(
             "relgate_coordinator_watch_streams", "Open agent watch streams on this replica"
         )

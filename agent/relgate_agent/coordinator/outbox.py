@@ -106,15 +106,17 @@ class OutboxSender:
         self.store, self.post, self.backoff = store, post, backoff
         self.on_delivered = on_delivered
 
-    def deliver_due(self, keep_going: Callable[[], bool]) -> float | None:
-        """POST every due event (a job's in order); seconds until the next retry is due,
-        or None when nothing is pending."""
+    def deliver_due(
+        self, keep_going: Callable[[], bool], mine: Callable[[str], bool] = lambda _job: True
+    ) -> float | None:
+        """POST every due event of the jobs ``mine`` accepts (a job's in order); seconds
+        until the next retry is due, or None when nothing is pending."""
         next_due: float | None = None
         blocked: set[str] = set()  # jobs whose earlier event is not delivered yet
         for row in self.store.pending_events():
             if not keep_going():
                 return None
-            if row.job_id in blocked:
+            if row.job_id in blocked or not mine(row.job_id):
                 continue
             wait_s = (row.next_attempt_at_ms - time.time() * 1000) / 1000
             if wait_s <= 0:

@@ -346,7 +346,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
             # FAILED stops the agents too (they keep staging and journal for a retry)
             cancelled=job.state in ("CANCELLED", "FAILED"),
             members=idx.members,
-            leader_epoch=self.epoch,
+            leader_epoch=self.epoch_of(job.job_id),
         )
 
     @staticmethod
@@ -363,6 +363,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         with self.lock:
             job = self.jobs.get(job_id)
             if job is None:
+                self.elsewhere(job_id)  # active, led by another replica: NotLeader naming it
                 # CANCEL: discard staging; STOP: the job finished, keep what is placed
                 cancelled = self.store.job_state(job_id) == "CANCELLED"
                 return ProgressReply(0, ("CANCEL" if cancelled else "STOP",))

@@ -40,6 +40,7 @@ from relgate_agent.coordinator.jobstate import (
 )
 from relgate_agent.coordinator.renewal import Renewals
 from relgate_agent.coordinator.service import Coordinator
+from relgate_agent.coordinator.store import Fenced
 from relgate_agent.coordinator.watchhub import WatchClosed, WatchHub
 from relgate_agent.coordinator.wire import (
     WatchEncoder,
@@ -50,7 +51,7 @@ from relgate_agent.coordinator.wire import (
     report_from_pb,
     status_to_pb,
 )
-from relgate_agent.errors import CHECK_METADATA_KEY, AgentError
+from relgate_agent.errors import CHECK_METADATA_KEY, LEADER_METADATA_KEY, AgentError
 from relgate_agent.identity import cabundle, certlife
 from relgate_agent.identity.authz import CHECK_CLIENT_IDENTITY, rpc_check
 from relgate_agent.identity.cabundle import CHECK_CERT_ISSUER, TrustFile, issued_by
@@ -75,6 +76,7 @@ CERT_RECHECK_S = 2.0  # an open watch re-checks its caller's certificate this of
 # (exception type, status): the first match maps a refusal of the logic to its status
 _STATUS: tuple[tuple[type[AgentError], grpc.StatusCode], ...] = (
     (NotLeader, grpc.StatusCode.UNAVAILABLE),
+    (Fenced, grpc.StatusCode.UNAVAILABLE),  # a write without the job's lease: not the leader
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (NotEnrolled, grpc.StatusCode.PERMISSION_DENIED),
     (ReadyRefused, grpc.StatusCode.FAILED_PRECONDITION),
@@ -255,8 +257,12 @@ class EnrollServicer(pbg.EnrollServiceServicer):
 
 async def abort_with(context: grpc.aio.ServicerContext, exc: AgentError) -> NoReturn:
     check = str(getattr(exc, "check", "") or "")
-    if check:
-        context.set_trailing_metadata(((CHECK_METADATA_KEY, check),))
+    leader = exc.leader if isinstance(exc, NotLeader) else ""
+    metadata: tuple[tuple[str, str], ...] = ((CHECK_METADATA_KEY, check),) if check else ()
+    if leader:  # the replica that leads the job: the client calls it next
+        metadata += ((LEADER_METADATA_KEY, leader),)
+    if metadata:
+        context.set_trailing_metadata(metadata)
     await context.abort(status_of(exc), str(exc))
     raise AssertionError("unreachable")  # abort raises
 
@@ -778,6 +784,8 @@ class CoordinatorServer:
             await self.enroll_server.start()
 
     def start(self) -> CoordinatorServer:
+        if self.coordinator.shard is not None:  # where other replicas send this one's jobs' calls
+            self.coordinator.shard.address = self.address
         self.coordinator.maintain_lease()  # an HA replica may lead from its first moment
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=30)
         self._sweeper.start()

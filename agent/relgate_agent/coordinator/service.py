@@ -113,6 +113,8 @@ class Coordinator(HandoffService):
         sel = parse_selector(spec.target_selector)
         with self.lock:
             spec = self._resolve(spec, manifest)
+            if spec.job_id not in self.jobs:
+                self.elsewhere(spec.job_id)  # a retried create goes to the job's leader
             if spec.job_id in self.jobs:
                 existing = self.jobs[spec.job_id]
                 if existing.manifest.digest != manifest.digest:
@@ -200,6 +202,12 @@ class Coordinator(HandoffService):
                 f"job {job.job_id} already exists (finished); pick a new job id",
                 check="job-exists",
             )
+        if self.shard is not None:
+            epoch = self.shard.claim_new(job.job_id, len(self.jobs))
+            if epoch is None:  # over this replica's share: another one takes the lease
+                log.info("job %s: left to another replica (this one leads its share)", job.job_id)
+                return
+            self.shard.epochs[job.job_id] = epoch
         self.jobs[job.job_id] = job
         # its roots' shares of its origin's budget before any assignment names them
         rebalance_origins(self.jobs.values(), self.clock(), self.config.report_interval_s)
@@ -242,6 +250,8 @@ class Coordinator(HandoffService):
         self.require_leader()
         with self.lock:
             job = self.jobs.get(job_id)
+            if job is None:
+                self.elsewhere(job_id)  # led by another replica: NotLeader naming it
             return self._stored_status(job_id) if job is None else self._live_status(job)
 
     def _stored_status(self, job_id: str) -> JobReport:
@@ -318,14 +328,24 @@ class Coordinator(HandoffService):
                 check="job-state",
             )
         rows = self.store.load_jobs()  # never under the lock
+        leaders = self._leaders()
         with self.lock:
             self.require_leader()
             live = {j.job_id: views.live_summary(j) for j in self.jobs.values()}
         out = {r.job_id: views.stored_summary(r) for r in rows} | live
+        out = {j: views.with_leader(s, leaders.get(j)) for j, s in out.items()}
         return sorted(
             (j for j in out.values() if not state or j.state == state),
             key=lambda j: (j.created_at, j.job_id),
         )
+
+    def _leaders(self) -> dict[str, tuple[str, str, int]]:
+        """Job -> (leading replica, its address, lease epoch) for ``job list``: every live
+        job lease when sharded, this replica's own jobs at its epoch otherwise."""
+        if self.shard is not None:
+            return self.shard.leaders()
+        with self.lock:
+            return {j: (self.replica_id, "", self.epoch) for j in self.jobs}
 
     def job_topology(self, job_id: str) -> JobTopology:
         """The job's current striped chains: each stripe's hops (upstream, downstreams) with
@@ -334,6 +354,8 @@ class Coordinator(HandoffService):
         self.require_leader()
         with self.lock:
             job = self.jobs.get(job_id)
+            if job is None:
+                self.elsewhere(job_id)
             snap = views.snapshot(job) if job is not None else None
         if snap is not None:
             return views.topology_view(snap)

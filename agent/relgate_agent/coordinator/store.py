@@ -188,6 +188,42 @@ class StaleTopology(AgentError):
     """A topology write named a version that is no longer the latest (monotonicity guard)."""
 
 
+class Fenced(StaleTopology):
+    """A job write by a replica that no longer holds the job's lease at the epoch it loaded
+    the job under (sharded coordinators: a deposed or frozen replica writes nothing).
+    The server answers it as it answers NotLeader (UNAVAILABLE): the client moves on."""
+
+    check = "job-lease-fence"
+
+
+JOB_LEASE_PREFIX = "job:"
+
+
+def job_lease_name(job_id: str) -> str:
+    """The lease row of ``job_id`` (one rule: the store's fence and the shard use it)."""
+    return JOB_LEASE_PREFIX + job_id
+
+
+@dataclass
+class LeaseFence:
+    """Who may write jobs: ``holder`` only, and a job only at the epoch of its lease it holds."""
+
+    holder: str
+    epochs: dict[str, int]  # job -> the epoch of its lease ``holder`` loaded it under
+
+    def clause(self, job_id: str, params: dict[str, Any]) -> str:
+        """The WHERE condition a fenced job write adds (its parameters into ``params``)."""
+        params |= {
+            "fence_n": job_lease_name(job_id),
+            "fence_h": self.holder,
+            "fence_e": self.epochs.get(job_id, -1),
+        }
+        return (
+            " AND EXISTS (SELECT 1 FROM dist_lease WHERE name = :fence_n "
+            "AND holder = :fence_h AND epoch = :fence_e)"
+        )
+
+
 @dataclass
 class JobRow:
     job_id: str
@@ -270,6 +306,7 @@ class JobStore:
         url = _dsn(dsn_or_path)
         self.is_sqlite = url.startswith("sqlite")
         self.engine = create_engine(url, future=True, pool_pre_ping=True)
+        self.fence: LeaseFence | None = None  # set by a sharded replica (coordinator/shard.py)
         if self.is_sqlite:
 
             @event.listens_for(self.engine, "connect")
@@ -709,23 +746,38 @@ class JobStore:
             raise StaleTopology(
                 f"job {job_id}: topology version {topo.version} is not above {expected_version}"
             )
+        params: dict[str, Any] = {
+            "v": topo.version,
+            "t": json.dumps(topo.to_json(), sort_keys=True),
+            "tg": json.dumps(targets, sort_keys=True),
+            "now": int(time.time()),
+            "j": job_id,
+            "old": expected_version,
+        }
+        sql = (
+            "UPDATE dist_jobs SET topology_version = :v, topology = :t, targets = :tg, "
+            "updated_at = :now WHERE job_id = :j AND topology_version = :old"
+        )
+        if self.fence:  # a constant clause; its values are bound parameters
+            sql += self.fence.clause(job_id, params)
         with self.tx() as c:
-            res = c.execute(
-                text(
-                    "UPDATE dist_jobs SET topology_version = :v, topology = :t, targets = :tg, updated_at = :now "
-                    "WHERE job_id = :j AND topology_version = :old"
-                ),
-                {
-                    "v": topo.version,
-                    "t": json.dumps(topo.to_json(), sort_keys=True),
-                    "tg": json.dumps(targets, sort_keys=True),
-                    "now": int(time.time()),
-                    "j": job_id,
-                    "old": expected_version,
-                },
-            )
+            res = c.execute(text(sql), params)
             if res.rowcount != 1:
+                self._refuse_fenced(c, job_id)
                 raise StaleTopology(f"job {job_id}: topology version moved past {expected_version}")
+
+    def _refuse_fenced(self, c: Connection, job_id: str) -> None:
+        """Raise :class:`Fenced` when a job write matched no row for want of its lease."""
+        if self.fence is None:
+            return
+        params: dict[str, Any] = {"j": job_id}
+        sql = "SELECT 1 FROM dist_jobs WHERE job_id = :j" + self.fence.clause(job_id, params)  # noqa: S608 - a constant clause, bound values
+        held = c.execute(text(sql), params).first()
+        if held is None:
+            raise Fenced(
+                f"job {job_id}: replica {self.fence.holder} no longer holds its lease "
+                f"at epoch {self.fence.epochs.get(job_id, -1)}"
+            )
 
     def update_job(
         self,
@@ -746,9 +798,15 @@ class JobStore:
         if completion_emitted is not None:
             sets.append("completion_emitted = :ce")
             params["ce"] = int(completion_emitted)
+        fenced = self.fence.clause(job_id, params) if self.fence else ""
         with self.tx() as c:
             # the SET list is built from constant column names; values are bound parameters
-            c.execute(text(f"UPDATE dist_jobs SET {', '.join(sets)} WHERE job_id = :j"), params)  # noqa: S608
+            res = c.execute(
+                text(f"UPDATE dist_jobs SET {', '.join(sets)} WHERE job_id = :j{fenced}"),  # noqa: S608
+                params,
+            )
+            if res.rowcount != 1:
+                self._refuse_fenced(c, job_id)
 
     def job_state(self, job_id: str) -> str | None:
         with self.tx() as c:

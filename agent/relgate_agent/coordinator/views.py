@@ -9,6 +9,7 @@ has no progress cache: its last stored topology, and for its READY hosts every b
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
@@ -63,6 +64,14 @@ def live_summary(job: JobState) -> JobSummary:
         hosts_ready=job.ready_count,
         created_at=int(job.created_at),
     )
+
+
+def with_leader(summary: JobSummary, leader: tuple[str, str, int] | None) -> JobSummary:
+    """``summary`` naming its leading replica and lease epoch (``leader``: replica,
+    address, epoch; None: no live lease)."""
+    if leader is None:
+        return summary
+    return dataclasses.replace(summary, leader_replica=leader[0], leader_epoch=leader[2])
 
 
 def stored_summary(row: JobRow) -> JobSummary:

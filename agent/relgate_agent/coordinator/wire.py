@@ -52,6 +52,8 @@ def job_summary_to_pb(j: JobSummary) -> pb.JobSummary:
         hosts_total=j.hosts_total,
         hosts_ready=j.hosts_ready,
         created_at=j.created_at,
+        leader_replica=j.leader_replica,
+        leader_epoch=j.leader_epoch,
     )
 
 

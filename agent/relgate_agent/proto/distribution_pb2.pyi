@@ -427,7 +427,17 @@ class ListJobsRequest(_message.Message):
     def __init__(self, state: str | None = ...) -> None: ...
 
 class JobSummary(_message.Message):
-    __slots__ = ("created_at", "hosts_ready", "hosts_total", "job_id", "model", "state", "version")
+    __slots__ = (
+        "created_at",
+        "hosts_ready",
+        "hosts_total",
+        "job_id",
+        "leader_epoch",
+        "leader_replica",
+        "model",
+        "state",
+        "version",
+    )
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -435,6 +445,8 @@ class JobSummary(_message.Message):
     HOSTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     HOSTS_READY_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model: str
     version: str
@@ -442,6 +454,8 @@ class JobSummary(_message.Message):
     hosts_total: int
     hosts_ready: int
     created_at: int
+    leader_replica: str
+    leader_epoch: int
     def __init__(
         self,
         job_id: str | None = ...,
@@ -451,6 +465,8 @@ class JobSummary(_message.Message):
         hosts_total: int | None = ...,
         hosts_ready: int | None = ...,
         created_at: int | None = ...,
+        leader_replica: str | None = ...,
+        leader_epoch: int | None = ...,
     ) -> None: ...
 
 class ListJobsResponse(_message.Message):
