@@ -737,10 +737,14 @@ class CoordinatorServer:
         )
         # mutual TLS on every listener (unix sockets too): no certificate, no RPC
         # read again when the files change: a CA rotation, a reissued certificate
-        self.credentials = ReloadingCredentials(self.tls, self._signer_changed)
-        creds = self.credentials.credentials
-        for addr in self.listen:
-            port = server.add_secure_port(addr, creds)
+        # one per listener: gRPC does not bind one dynamic credentials object twice; the
+        # first also re-reads the handoff signer when the files change
+        self.credentials = [
+            ReloadingCredentials(self.tls, self._signer_changed if i == 0 else None)
+            for i in range(len(self.listen))
+        ]
+        for addr, reloading in zip(self.listen, self.credentials, strict=True):
+            port = server.add_secure_port(addr, reloading.credentials)
             if port == 0:
                 raise AgentError(f"coordinator cannot listen on {addr}")
             self.addresses.append(
