@@ -147,6 +147,9 @@ class WatchCursor:
     host_id: str
     jobs: frozenset[str] | None = None  # None: the job list was never sent on this stream
     versions: dict[str, int] = field(default_factory=dict)
+    # the coordinator's job signature when this cursor was last brought up to date: equal
+    # now, nothing can be news for it (ProgressService.watch_updates skips it); None: never
+    seen: tuple[object, ...] | None = None
 
 
 @dataclass(frozen=True)

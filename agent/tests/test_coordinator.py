@@ -573,12 +573,12 @@ def test_heartbeats_rewrite_the_inventory_only_when_it_changes_or_ages(
         c.heartbeat("h0", "r0", "10.0.0.1:2", [])  # a new data address: written
         c.heartbeat("h0", "r0", "10.0.0.1:2", ["m/v1"])  # a placed version: written
         assert writes == ["h0"] * 3
-        now[0] += 20.0  # a third of the TTL: written again, so it never looks dead
-        c.heartbeat("h0", "r0", "10.0.0.1:2", ["m/v1"])
-        assert writes == ["h0"] * 4
+        now[0] += 20.0  # a third of the TTL: refreshed, so it never looks dead, batched
+        c.heartbeat("h0", "r0", "10.0.0.1:2", ["m/v1"])  # for the next tick's one write
+        assert writes == ["h0"] * 3 and c.flush_last_seen() == 1
         c.enroll("h0", "r0", {"pool": "y"})  # re-enrolled: the next heartbeat writes
         c.heartbeat("h0", "r0", "10.0.0.1:2", ["m/v1"])
-        assert len(writes) == 5
+        assert len(writes) == 4
         assert c.store.enrolled()["h0"][1] == {"pool": "y"}
     finally:
         c.store.close()
@@ -876,5 +876,65 @@ def test_slowness_survives_a_noisy_round_and_victims_that_drag_the_median(
         assert not job.hosts[up].demoted  # 9 s of slowness so far
         round_at(10.5, victims=True)
         assert job.hosts[up].demoted and all(not ch.children(up) for ch in job.topology.stripes)
+    finally:
+        c.store.close()
+
+
+def test_a_removal_without_a_splice_is_news_for_the_removed_hosts_watch(
+    coord: Coordinator, checkpoint
+) -> None:
+    """A pass skips cursors already up to date under the same job signature; a host removed
+    after it was spliced (no topology change) still hears that the job ended for it."""
+    from relgate_agent.coordinator import removal
+
+    job = coord.create_job(_spec(checkpoint))
+    host = next(iter(job.topology.racks))
+    cur, bystander = WatchCursor(host), WatchCursor(next(h for h in job.targets if h != host))
+    coord.watch_updates([cur, bystander])
+    assert coord.watch_updates([cur, bystander]) == [None, None]
+    with coord.lock:
+        coord._mark_dead(job, host, "silent")  # spliced: a new topology version
+    coord.watch_updates([cur, bystander])
+    version = job.topology.version
+    with coord.lock:
+        assert removal.remove_host(coord, job, host, "lost: gone past the bound")
+    assert job.topology.version == version  # nothing left to splice
+    u, b = coord.watch_updates([cur, bystander])
+    assert u is not None and [a.job_state for a in u.assignments] == ["REMOVED"]
+    assert u.jobs == () and b is None  # nothing changed for the others
+    assert coord.watch_updates([cur, bystander]) == [None, None]
+
+
+def test_heartbeats_batch_their_last_seen_and_the_tick_writes_it(
+    tmp_path: Path, checkpoint
+) -> None:
+    """A heartbeat that only refreshes last_seen is written by the next tick, in one
+    transaction for every host, not one transaction per watch reopened."""
+    now = [1000.0]
+    c = _clocked(tmp_path, checkpoint, now, host_ttl_s=60.0)
+    try:
+        for h, r in HOSTS.items():
+            c.enroll(h, r, {"cluster": "inf-a"})
+            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+
+        def stored() -> dict[str, int]:
+            with c.store.tx() as conn:
+                rows = conn.exec_driver_sql("SELECT host_id, last_seen FROM dist_hosts")
+                return {r[0]: int(r[1]) for r in rows}
+
+        first = stored()
+        now[0] += 25.0  # past a third of the TTL: due
+        c.wall = lambda: max(first.values()) + 25.0
+        for h, r in HOSTS.items():
+            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+        assert stored() == first  # not one transaction per heartbeat
+        c.tick()
+        after = stored()
+        assert all(after[h] == max(first.values()) + 25 for h in HOSTS)
+        assert c.flush_last_seen() == 0  # nothing left
+        c.heartbeat("h1", HOSTS["h1"], "10.0.0.1:2", [])  # a new address: written at once
+        with c.store.tx() as conn:
+            addr = conn.exec_driver_sql("SELECT address FROM dist_hosts WHERE host_id='h1'")
+            assert addr.scalar() == "10.0.0.1:2"
     finally:
         c.store.close()

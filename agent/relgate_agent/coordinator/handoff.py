@@ -137,6 +137,8 @@ class HandoffService(ProgressService):
         for job_id, rows in counters:  # thousands of rows: never under the coordinator lock
             if self.leader:
                 self.ledger.put_bytes(job_id, rows)
+        if self.leader:
+            self.flush_last_seen()  # the heartbeats' batched last_seen, one transaction
         self._kick_outbox()
 
     def _silent(self, job: JobState, now: float) -> dict[str, str]:

@@ -224,6 +224,9 @@ class JobState:
     completion_enqueued: bool = False
     announced: set[str] = field(default_factory=set)
     ready_refusals: int = 0
+    # hosts removed from this job so far (watch_updates: a removal is news for a watch
+    # even when the host held no place in the topology to splice)
+    removals: int = 0
     # (per-stripe, total) receive rates slowness is judged against: the peak medians held
     # with a decay (slowness.held_reference)
     rate_reference: tuple[int, int] | None = None

@@ -81,6 +81,7 @@ class CoordinatorCore:
         self._indexes: dict[str, TopologyIndex] = {}  # job -> lookups of its topology
         # host -> (inventory row as last written, when): heartbeats skip unchanged rows
         self._inventory_written: dict[str, tuple[tuple[object, ...], float]] = {}
+        self._last_seen_due: dict[str, int] = {}  # host -> wall seconds, flushed per tick
         # host -> (health text, data-plane refusals) from its last heartbeat or report
         self.health: dict[str, tuple[str, int]] = {}
         self.control_refusals = 0

@@ -99,8 +99,14 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         seen = (rack, tuple(sorted(labels.items())), address, tuple(held))
         now = self.clock()
         last = self._inventory_written.get(host_id)
-        if last is None or last[0] != seen or now - last[1] >= self.config.host_ttl_s / 3:
+        if last is None or last[0] != seen:
             self.store.upsert_host(host_id, rack, labels, address, held)
+            self._inventory_written[host_id] = (seen, now)
+        elif now - last[1] >= self.config.host_ttl_s / 3:
+            # only its last_seen is due: batched, written by the sweeper's next tick in one
+            # transaction (flush_last_seen), long before it could age the host out
+            with self.lock:
+                self._last_seen_due[host_id] = int(self.wall())
             self._inventory_written[host_id] = (seen, now)
         with self.lock:
             self.require_leader()
@@ -126,14 +132,22 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         out: list[WatchUpdate | None] = []
         with self.lock:
             self.require_leader()
-            by_host: dict[str, list[JobState]] = {}
-            for job in self.jobs.values():
-                if job.state in ACTIVE_STATES:
-                    for h in job.targets:
-                        if not job.hosts[h].removed:  # told the job ended for it (below)
-                            by_host.setdefault(h, []).append(job)
+            # everything a push depends on: which jobs, their state, topology version,
+            # targets and removals; a cursor brought up to date under the same signature
+            # has no news (a report's poke wakes the hub, not 4,096 evaluations)
+            sig = tuple(
+                (j.job_id, j.state, j.topology.version, len(j.targets), j.removals)
+                for j in self.jobs.values()
+            )
+            by_host: dict[str, list[JobState]] | None = None
             ended: dict[str, AssignmentPlan] = {}
             for cur in cursors:
+                if cur.seen == sig:
+                    out.append(None)
+                    continue
+                cur.seen = sig
+                if by_host is None:
+                    by_host = self._jobs_by_host()
                 jobs = by_host.get(cur.host_id, [])
                 refs = tuple(
                     JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state, j.spec.priority)
@@ -164,6 +178,24 @@ class ProgressService(CoordinatorCore, HandoffSigning):
                         cur.versions[p.job_id] = p.topology_version
                 out.append(WatchUpdate(refs, tuple(plans)))
         return out
+
+    def flush_last_seen(self) -> int:
+        """Write the batched last_seen refreshes (one transaction); how many."""
+        with self.lock:
+            due, self._last_seen_due = self._last_seen_due, {}
+        if due:
+            self.store.touch_hosts(due)
+        return len(due)
+
+    def _jobs_by_host(self) -> dict[str, list[JobState]]:
+        """Host -> the active jobs it is a target of and not removed from."""
+        by_host: dict[str, list[JobState]] = {}
+        for job in self.jobs.values():
+            if job.state in ACTIVE_STATES:
+                for h in job.targets:
+                    if not job.hosts[h].removed:  # told the job ended for it (below)
+                        by_host.setdefault(h, []).append(job)
+        return by_host
 
     def _removed_plan(self, job_id: str, host_id: str) -> AssignmentPlan | None:
         """The end of a job for a host removed from it (it stops; its staging is kept)."""

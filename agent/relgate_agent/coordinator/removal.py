@@ -55,6 +55,7 @@ def remove_host(core: CoordinatorCore, job: JobState, host: str, reason: str) ->
     core.ledger.remove(job.job_id, gone)
     hp.removed, hp.removed_at, hp.state, hp.straggler = gone.reason, gone.removed_at, REMOVED, ""
     hp.errors.append(f"{REMOVED}: {reason}")
+    job.removals += 1
     log.warning("job %s: %s removed (%s)", job.job_id, host, reason)
     if host in job.topology.racks:
         core._set_topology(job, core._splice(job, host))

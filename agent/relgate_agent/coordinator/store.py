@@ -376,6 +376,14 @@ class JobStore:
             )
 
     # -- hosts --------------------------------------------------------------
+    def touch_hosts(self, seen: dict[str, int]) -> None:
+        """Refresh ``last_seen`` (host -> wall seconds) of inventory rows, one transaction."""
+        with self.tx() as c:
+            c.execute(
+                text("UPDATE dist_hosts SET last_seen = :t WHERE host_id = :h AND last_seen < :t"),
+                [{"h": h, "t": t} for h, t in seen.items()],
+            )
+
     def upsert_host(
         self, host_id: str, rack: str, labels: dict[str, str], address: str, held: list[str]
     ) -> None:
