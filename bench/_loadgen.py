@@ -18,6 +18,7 @@ in "other"); the samples go to OUT.npz as (wall time, seconds) rows beside the J
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -96,6 +97,7 @@ class SimHost:
         ]
         self.stubs = [pbg.AgentServiceStub(c) for c in self.channels]  # type: ignore[no-untyped-call]
         self.report_call: Any = None  # the open ReportStream, if any
+        self.plan = Plan(Path(spec["plan"]))  # replaced by the shared one in run()
 
     def _next_replica(self, i: int) -> None:
         if self.current == i:
@@ -153,7 +155,7 @@ class SimHost:
         return resp
 
     async def register(self) -> None:
-        while True:
+        while time.time() < min(self.plan.end, self.plan.death(self.host)):
             req = pb.RegisterRequest(
                 job_id=self.job_id,
                 host_id=self.host,
@@ -277,11 +279,16 @@ class SimHost:
             await asyncio.sleep(interval)
 
     async def run(self, plan: Plan) -> None:
+        self.plan = plan
         watch = asyncio.create_task(self.watch())
         try:
-            await self.job_seen.wait()
+            # every wait ends with the run: a host the overloaded coordinator never let in
+            # stops at the end like the others, so the generator writes its figures
+            while not self.job_seen.is_set() and time.time() < plan.end:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.job_seen.wait(), 1.0)
             await self.register()
-            self.registered = True
+            self.registered = time.time() < plan.end
             await self.report_loop(plan)
         finally:
             # at its death a host vanishes like a killed process (no goodbye); at the end
