@@ -38,6 +38,7 @@ from relgate_agent.identity.cabundle import (
     TrustFile,
     continues,
     fingerprint,
+    issued_by,
 )
 from relgate_agent.identity.carotation import CA_NEXT_KEY, CHECK_CA_ROTATION
 from relgate_agent.pki import CA_CERT, CA_KEY, PkiError, TlsFiles, ca_init, issue, load_signer
@@ -345,3 +346,32 @@ def test_a_fleet_rotates_its_ca_while_a_job_runs(
         assert handshake.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         fresh.close()
+
+
+def test_the_signer_leads_and_issued_by_names_the_bundle_that_signed(tmp_path: Path) -> None:
+    ca_init(tmp_path)
+    cert, _ = issue(tmp_path, "host", host_id="h1", rack="r1")
+    pem = cert.read_bytes()
+    ours = CaBundle.parse((tmp_path / CA_CERT).read_bytes())
+    other = _ca()
+    assert CaBundle((ours.signer, other)).signer is ours.signer
+    assert CaBundle((other, ours.signer)).signer is other
+    assert issued_by(pem, ours) and issued_by(pem, CaBundle((other, ours.signer)))
+    assert not issued_by(pem, CaBundle((other,)))
+    assert not issued_by(b"not a certificate", ours)
+
+
+def test_four_cas_are_a_bundle_five_are_not() -> None:
+    four = [_ca() for _ in range(4)]
+    assert len(CaBundle.parse(_pem(*four)).cas) == 4
+    with pytest.raises(BundleRefused):
+        CaBundle.parse(_pem(*four, _ca()))
+
+
+def test_retire_keeps_exactly_the_signer_whatever_the_fingerprints(tmp_path: Path) -> None:
+    ca_init(tmp_path)
+    for _ in range(6):  # fingerprints fall either side of the signer's
+        carotation.rotate(tmp_path)
+        signer = carotation.promote(tmp_path).signer
+        assert carotation.retire(tmp_path).trusted == (signer,)
+        assert _cas(tmp_path / CA_CERT) == [signer]
