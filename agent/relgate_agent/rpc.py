@@ -283,3 +283,25 @@ class Duplex:
     def close(self) -> None:
         with self._lock:
             self._close()
+
+
+class ReportRouter:
+    """Reports of each job on the stream of the replica that leads it (sharded
+    coordinators: the replica whose watch lists the job); a job not listed yet goes on
+    ``fallback`` (a stream over every replica, following NotLeader)."""
+
+    def __init__(self, streams: list[Duplex], fallback: Duplex) -> None:
+        self.streams, self.fallback = streams, fallback
+        self.leaders: dict[str, int] = {}  # job id -> index of the replica listing it
+
+    def exchange(self, request: Any, timeout: float) -> Any:
+        i = self.leaders.get(request.job_id)
+        return (self.fallback if i is None else self.streams[i]).exchange(request, timeout)
+
+    def reopen(self) -> None:
+        for d in (*self.streams, self.fallback):
+            d.reopen()
+
+    def close(self) -> None:
+        for d in (*self.streams, self.fallback):
+            d.close()

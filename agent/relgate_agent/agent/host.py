@@ -19,6 +19,7 @@ from relgate_agent.agent import bytelog
 from relgate_agent.agent.exporter import AgentExporter
 from relgate_agent.agent.job import AgentConfig, JobState
 from relgate_agent.agent.renew import CertRenewer
+from relgate_agent.agent.replicas import ReplicaWatches
 from relgate_agent.agent.revocations import RevocationPoller
 from relgate_agent.agent.runner import JobRunner
 from relgate_agent.attestation import CertSigner
@@ -41,7 +42,7 @@ from relgate_agent.pki import (
 )
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.rpc import Duplex, FailoverStub
+from relgate_agent.rpc import Duplex, FailoverStub, ReportRouter
 from relgate_agent.staging.storage import held_versions
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,13 @@ class HostAgent:
             )
         # one or more coordinator replicas ("a:7470,b:7470"); calls follow the lease holder
         self.stub: Any = FailoverStub(config.coordinator, pbg.AgentServiceStub, tls)
-        self.reports = Duplex(self.stub, "ReportStream")  # every job's reports, one stream
+        self.replicas: ReplicaWatches | None = None
+        self.reports: Duplex | ReportRouter = Duplex(self.stub, "ReportStream")  # one stream
+        addresses = [a.strip() for a in config.coordinator.split(",") if a.strip()]
+        if config.coordinator_sharded and len(addresses) > 1:
+            # sharded replicas: a watch and a report stream each (agent/replicas.py)
+            self.replicas = ReplicaWatches(self, addresses, tls)
+            self.reports = self.replicas.router
         self.stop_event = threading.Event()
         # the coordinator's certificate revocation list, checked by the data plane
         self.crl = RevocationPoller(config.coordinator, tls, config.host_id, self.stop_event)
@@ -160,6 +167,8 @@ class HostAgent:
         self.data_server_tls = self.data.tls = data_server_context(tls)
         self.stub.reload(tls)
         self.reports.reopen()  # its stream presented the old certificate
+        if self.replicas is not None:
+            self.replicas.reload(tls)
         self.crl.stub.reload(tls)
         self.attestor = CertSigner.from_tls(tls)
 
@@ -249,7 +258,10 @@ class HostAgent:
         if self.config.metrics_listen:
             self.metrics_address = self.exporter.endpoint.serve(self.config.metrics_listen)
         self.data.start()
-        self._watch.start()
+        if self.replicas is not None:
+            self.replicas.start()
+        else:
+            self._watch.start()
         self._stats.start()
         self.renewer.start()
         self.crl.start()
@@ -272,6 +284,8 @@ class HostAgent:
         self.data.stop()
         self.exporter.endpoint.stop()
         self.reports.close()
+        if self.replicas is not None:
+            self.replicas.close()
         self.stub.close()
         self.crl.close()
 
@@ -303,11 +317,7 @@ class HostAgent:
             for event in events:
                 self.reach.ok()  # a leader answers
                 started = self._reconcile({j.job_id: j for j in event.jobs})
-                for a in event.assignments:
-                    with self.lock:
-                        r = self.runners.get(a.job_id)
-                    if r is not None:
-                        r.control.deliver(a)
+                self.deliver(event.assignments)
                 if self.stop_event.is_set():
                     return
                 if started - {a.job_id for a in event.assignments}:
@@ -316,6 +326,14 @@ class HostAgent:
                     return
         finally:
             events.close()
+
+    def deliver(self, assignments: Any) -> None:
+        """Hand each pushed assignment to its job's runner (if this host runs the job)."""
+        for a in assignments:
+            with self.lock:
+                r = self.runners.get(a.job_id)
+            if r is not None:
+                r.control.deliver(a)
 
     def _watch_loop(self) -> None:
         while not self.stop_event.is_set():

@@ -29,7 +29,7 @@ from relgate_agent.dataplane.pacing import ORIGIN_BURST_S, TokenBucket
 from relgate_agent.dataplane.transport import DEFAULT_CREDITS, Pace
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_NO_SPACE
 from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.rpc import Duplex
+from relgate_agent.rpc import Duplex, ReportRouter
 from relgate_agent.staging.storage import VersionStore, bitmap_from_bits
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,9 @@ class AgentConfig:
     # a watch stream that outlives this is cut (the coordinator ends each one well before;
     # keepalive pings catch a vanished coordinator much sooner)
     watch_timeout_s: float = 300.0
+    # the coordinator replicas lead jobs separately (their --shard-by-job): watch every
+    # replica and send each job's reports to the replica whose watch lists it
+    coordinator_sharded: bool = False
     credits: int = DEFAULT_CREDITS
     # no frame at all from an upstream for this long = stalled (the seed's 2 s): an upstream
     # that is itself waiting sends a heartbeat every transport.HEARTBEAT_S (1 s)
@@ -91,7 +94,7 @@ class HostServices(Protocol):
     def stub(self) -> Any: ...  # FailoverStub over AgentServiceStub (dynamic gRPC methods)
 
     @property
-    def reports(self) -> Duplex: ...  # the host's report stream to the coordinator
+    def reports(self) -> Duplex | ReportRouter: ...  # the report stream(s) to the coordinator
 
     @property
     def data_client(self) -> Any: ...  # ssl.SSLContext for dialing peers

@@ -103,6 +103,7 @@ class AgentFileConfig(_Shared):
     rack: str = ""
     labels: dict[str, str] | str = ""
     coordinator: str = ""
+    coordinator_sharded: bool = False
     models_root: str = "/models"
     listen: str = "127.0.0.1:0"
     advertise: str = ""

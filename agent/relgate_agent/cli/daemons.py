@@ -203,6 +203,11 @@ def agent() -> None:
 @click.option("--rack", required=True)
 @click.option("--labels", type=LABELS, default="")
 @click.option("--coordinator", required=True)
+@click.option(
+    "--coordinator-sharded/--no-coordinator-sharded",
+    default=False,
+    help="the replicas run --shard-by-job: watch each one, report each job to its leader",
+)
 @click.option("--models-root", default="/models")
 @click.option("--trusted-keys", required=True, multiple=True)
 @click.option("--listen", default="127.0.0.1:0")
@@ -280,6 +285,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
     renew_before: float,
     trust_poll: float,
+    coordinator_sharded: bool,
     log_format: LogFormat,
     metrics_listen: str,
     host_id: str,
@@ -335,6 +341,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         metrics_listen=metrics_listen,
         renew_before_s=renew_before * 3600,
         trust_poll_s=trust_poll,
+        coordinator_sharded=coordinator_sharded,
     )
     tls = TlsArgs(pki, ca, cert, key).files(host_id)
     certpair.recover(tls)  # a renewal a crash cut short is finished before TLS loads
