@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import grpc
 from relgate_trust.retry import Backoff, retry_call
@@ -25,8 +26,20 @@ from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import Duplex, FailoverStub, ReportRouter
 
-if TYPE_CHECKING:
-    from relgate_agent.agent.host import HostAgent
+
+class WatchingHost(Protocol):
+    """What the replica watches use of the host agent (agent/host.py)."""
+
+    stub: Any
+    stop_event: threading.Event
+    reach: Any
+    config: Any
+
+    def _watch_request(self) -> pb.WatchRequest: ...
+    def _reconcile(self, listed: dict[str, pb.JobRef]) -> set[str]: ...
+    def deliver(self, assignments: Iterable[pb.Assignment]) -> None: ...
+    def _unreachable(self, exc: BaseException, failures: int) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +47,7 @@ RETRY = Backoff(0.2, 2.0)  # a replica unreachable: back off to 2 s, like the si
 
 
 class ReplicaWatches:
-    def __init__(self, host: HostAgent, addresses: list[str], tls: TlsFiles) -> None:
+    def __init__(self, host: WatchingHost, addresses: list[str], tls: TlsFiles) -> None:
         self.host = host
         self.stubs = [FailoverStub(a, pbg.AgentServiceStub, tls) for a in addresses]
         self.listed: list[dict[str, pb.JobRef]] = [{} for _ in addresses]

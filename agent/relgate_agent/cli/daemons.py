@@ -315,8 +315,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     from relgate_agent.agent.job import AgentConfig
     from relgate_agent.identity.trustwatch import TrustWatch
 
-    out = output()
-    setup_logging(out.verbose, log_format, {"host": host_id})
+    setup_logging(output().verbose, log_format, {"host": host_id})
     trust = TrustWatch(trusted_keys)  # reloaded while serving: identity/trustwatch.py
     host, _, port = listen.rpartition(":")
     cfg = AgentConfig(
@@ -346,7 +345,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     tls = TlsArgs(pki, ca, cert, key).files(host_id)
     certpair.recover(tls)  # a renewal a crash cut short is finished before TLS loads
     running = HostAgent(cfg, tls=tls, limits=limits).start()
-    out.emit(
+    output().emit(
         {
             "hostId": cfg.host_id,
             "dataAddress": running.data_address,
