@@ -313,9 +313,17 @@ class Assignments:
                 self.by_stripe = {}
 
     def wait(self, stripe: int, stop: threading.Event) -> pb.StripeAssignment | None:
+        return self.wait_versioned(stripe, stop)[0]
+
+    def wait_versioned(
+        self, stripe: int, stop: threading.Event
+    ) -> tuple[pb.StripeAssignment | None, int]:
+        """The stripe's assignment and the topology version it belongs to, read together:
+        a pull names its upstream's version, never a later one applied meanwhile (a peer
+        then sees our old upstream claimed at its own version: a refusal, not a skew)."""
         with self.cond:
             self.cond.wait_for(lambda: stripe in self.by_stripe or stop.is_set(), 1.0)
-            return self.effective(stripe)
+            return self.effective(stripe), self.topology_version
 
     def effective(self, stripe: int) -> pb.StripeAssignment | None:
         """The stripe's assignment as this host acts on it: its bypass peer in place of the

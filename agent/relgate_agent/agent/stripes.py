@@ -202,27 +202,30 @@ class StripeWorkers:
             if job.host.outranked(job.job_id):
                 job.stop_event.wait(PRIORITY_WAIT_S)  # a higher-priority job goes first
                 continue
-            a = job.assignments.wait(stripe, job.stop_event)
+            a, version = job.assignments.wait_versioned(stripe, job.stop_event)
             if a is None:
                 continue
             if a.upstream.host_id != pulling_from:
                 pulling_from = a.upstream.host_id
                 log.info("stripe %d pulls from %s at block %d", stripe, pulling_from, pos)
             try:
-                failures = self._pull_once(stripe, pos, a, failures)
+                failures = self._pull_once(stripe, pos, a, failures, version)
             except _JobOver:
                 return
             if failures:
                 job.stop_event.wait(WORKER_RETRY.delay(min(failures, 5)))
 
-    def _pull_once(self, stripe: int, pos: int, a: pb.StripeAssignment, failures: int) -> int:
-        """One pull from the stripe's upstream; the consecutive-failure count after it."""
+    def _pull_once(
+        self, stripe: int, pos: int, a: pb.StripeAssignment, failures: int, version: int
+    ) -> int:
+        """One pull from the stripe's upstream (``a``, of topology ``version``); the
+        consecutive-failure count after it."""
         job, upstream = self.job, a.upstream.host_id
         try:
             if upstream == ORIGIN:
                 self._pull_origin(stripe, pos, a)
             else:
-                self._pull_peer(stripe, pos, a)
+                self._pull_peer(stripe, pos, a, version)
             return 0
         except CrcMismatch as exc:
             return self._on_crc_mismatch(stripe, exc, failures)
@@ -317,7 +320,7 @@ class StripeWorkers:
         return failures + 1
 
     # ------------------------------------------------------------------ pulls
-    def _pull_peer(self, stripe: int, pos: int, a: pb.StripeAssignment) -> None:
+    def _pull_peer(self, stripe: int, pos: int, a: pb.StripeAssignment, version: int) -> None:
         job, blocks = self.job, self.files.stripe_blocks[stripe]
         end = job.gap_end(stripe, pos)
         stream = StripeStream(
@@ -329,7 +332,7 @@ class StripeWorkers:
             job.cfg.stall_s,
             tls=job.host.data_client,
             peer=a.upstream.host_id,
-            topo=job.assignments.topology_version,
+            topo=version,  # the version ``a`` belongs to, not one applied since
             to_pos=end if end < len(blocks) else None,
             max_block=self.files.manifest.block_size,
             # the upstream is in another data center: zstd frames on the WAN link
