@@ -23,7 +23,7 @@ import os
 import re
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -234,10 +234,17 @@ def load_signer(directory: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certi
         raise PkiError(f"no usable CA in {directory}: {exc}", check="ca-unusable") from exc
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise PkiError(f"CA key in {directory} is not ECDSA", check="ca-unusable")
-    for ca_cert in cas:
-        if ca_cert.public_key() == ca_key.public_key():
-            return ca_key, ca_cert
+    ca_cert = cert_for_key(cas, ca_key)
+    if ca_cert is not None:
+        return ca_key, ca_cert
     raise PkiError(f"{directory / CA_CERT} holds no certificate for {CA_KEY}", check="ca-unusable")
+
+
+def cert_for_key(
+    certs: Iterable[x509.Certificate], key: ec.EllipticCurvePrivateKey
+) -> x509.Certificate | None:
+    """The certificate of ``certs`` whose public key is ``key``'s (a CA bundle and a CA key)."""
+    return next((c for c in certs if c.public_key() == key.public_key()), None)
 
 
 def sign_leaf(

@@ -29,4 +29,3 @@ def test_the_assignment_and_its_version_are_read_together() -> None:
     assert (sa.upstream.host_id, version) == ("h2", 3)
     sa, version = a.wait_versioned(0, stop)
     assert sa is not None and (sa.upstream.host_id, version) == ("h3", 4)
-    assert a.wait(0, stop) == sa

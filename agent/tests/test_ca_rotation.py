@@ -122,10 +122,10 @@ def test_the_trust_file_follows_changes_and_keeps_the_last_good_bundle(
 ) -> None:
     path = tmp_path / CA_CERT
     with pytest.raises(BundleRefused):
-        TrustFile(path).bundle()  # never read: refused
+        TrustFile(path, recheck_s=0).bundle()  # never read: refused
     one, two = _pem(_ca()), _pem(_ca(), _ca())
     path.write_bytes(one)
-    trust = TrustFile(path)
+    trust = TrustFile(path, recheck_s=0)  # every read looks (the default: once a second)
     assert trust.pem() == one and len(trust.bundle().cas) == 1
     path.write_bytes(two)
     assert trust.pem() == two and len(trust.bundle().cas) == 2

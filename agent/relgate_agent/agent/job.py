@@ -312,9 +312,6 @@ class Assignments:
             if self.topology_version < version:
                 self.by_stripe = {}
 
-    def wait(self, stripe: int, stop: threading.Event) -> pb.StripeAssignment | None:
-        return self.wait_versioned(stripe, stop)[0]
-
     def wait_versioned(
         self, stripe: int, stop: threading.Event
     ) -> tuple[pb.StripeAssignment | None, int]:

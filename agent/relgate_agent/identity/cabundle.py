@@ -18,6 +18,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -35,6 +36,7 @@ MAX_BUNDLE_BYTES = 64 * 1024
 CHECK_TRUST_BUNDLE = "trust-bundle"
 CHECK_TRUST_CONTINUITY = "trust-bundle-continuity"
 CHECK_TRUST_ORPHAN = "trust-bundle-orphan"
+RECHECK_S = 1.0  # TrustFile looks at ca.pem's stat at most this often
 
 
 class BundleRefused(AgentError):
@@ -96,12 +98,15 @@ class CaBundle:
 
 
 class TrustFile:
-    """``ca.pem`` as it is now: parsed again when the file changes (its stat), so a CA
+    """``ca.pem`` as it is now (looked at every ``recheck_s``): parsed again when the file
+    changes (its stat), so a CA
     rotation reaches every check that reads it without a restart. A changed file that does
     not parse keeps the last good bundle (logged); a file never read refuses."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, recheck_s: float = RECHECK_S) -> None:
         self.path = Path(path)
+        self.recheck_s = recheck_s
+        self._checked = -float("inf")  # monotonic time of the last stat
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._bundle: CaBundle | None = None
@@ -116,6 +121,10 @@ class TrustFile:
 
     def _load(self) -> tuple[CaBundle, bytes]:
         with self._lock:
+            now = time.monotonic()
+            if self._bundle is not None and now - self._checked < self.recheck_s:
+                return self._bundle, self._raw  # the per-call check: no stat per report
+            self._checked = now
             try:
                 st = os.stat(self.path)
                 stamp = (st.st_ino, st.st_size, st.st_mtime_ns)

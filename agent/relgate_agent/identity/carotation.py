@@ -25,7 +25,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from relgate_trust.fstree import write_file_atomic
 
 from relgate_agent.identity.cabundle import CaBundle, fingerprint
-from relgate_agent.pki import CA_CERT, CA_KEY, PkiError, load_signer, new_ca, private_key_pem
+from relgate_agent.pki import (
+    CA_CERT,
+    CA_KEY,
+    PkiError,
+    cert_for_key,
+    load_signer,
+    new_ca,
+    private_key_pem,
+)
 
 CA_NEXT_KEY = "ca-next.key"
 CHECK_CA_ROTATION = "ca-rotation"
@@ -122,9 +130,9 @@ def _load_key(path: Path) -> ec.EllipticCurvePrivateKey:
 
 
 def _cert_for(bundle: CaBundle, key: ec.EllipticCurvePrivateKey, d: Path) -> x509.Certificate:
-    for cert in bundle.cas:
-        if cert.public_key() == key.public_key():
-            return cert
+    cert = cert_for_key(bundle.cas, key)
+    if cert is not None:
+        return cert
     raise PkiError(f"{d / CA_CERT} holds no certificate for {CA_NEXT_KEY}", check="ca-unusable")
 
 
