@@ -4,8 +4,11 @@ its run launcher, so every run carries the code location's origin.
 A run executed in process (``execute_in_process``) has no code-location origin: the UI
 lists it under no job and cannot re-execute it.  :class:`CodeLocationRuns` instead runs
 ``dagster-daemon`` (which dequeues runs under the instance's limits and launches each in a
-process of its own, as in production) for as long as it is open, submits each run with
-``dagster job launch -w workspace.yaml`` and waits, bounded, for it to finish.  What a run
+process of its own, as in production) for as long as it is open, loads ``workspace.yaml``
+once (one code server for every submission, as ``dagster job launch -w workspace.yaml``
+would load per run: ~4 s each), queues each run through it and waits, bounded, for it to
+finish.  The submission uses the launch command's own steps (``dagster._cli``; dagster is
+pinned in requirements.lock).  What a run
 did is read back from the instance: its materializations, check evaluations and step
 failures from the event log, and asset values through the code location's I/O manager.
 The daemon runs in a session of its own, logs to ``$DAGSTER_HOME/logs/daemon.log``, and
@@ -14,7 +17,7 @@ is stopped by PID when the context closes.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,13 +31,21 @@ from types import TracebackType
 from typing import Any
 
 import dagster as dg
+from dagster import __version__ as dagster_version
+from dagster._cli.job import _create_run
+from dagster._cli.workspace.cli_target import (
+    get_code_location_from_workspace,
+    get_remote_job_from_remote_repo,
+    get_remote_repository_from_code_location,
+    get_workspace_from_cli_opts,
+)
+from dagster._core.workspace.context import WorkspaceRequestContext
+from dagster_shared.cli import WorkspaceOpts
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKSPACE = ROOT / "workspace.yaml"
 #: How long one run may take, from submission to a terminal status.
 RUN_TIMEOUT_S = 900.0
-#: How long `dagster job launch` may take to load the code location and queue the run.
-SUBMIT_TIMEOUT_S = 180.0
 POLL_S = 0.5
 STOP_GRACE_S = 15.0
 TERMINAL = {
@@ -103,6 +114,8 @@ class CodeLocationRuns:
         self.instance = instance
         self.workspace = workspace
         self._daemon: subprocess.Popen[bytes] | None = None
+        self._stack = contextlib.ExitStack()
+        self._workspace: WorkspaceRequestContext | None = None
         self._bin = Path(sys.executable).parent
         # the daemon, the CLI and every run they start use this instance, whatever the
         # caller's environment says
@@ -121,6 +134,20 @@ class CodeLocationRuns:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        try:
+            # workspace.yaml's working_directory "." is the directory Dagster starts in
+            with contextlib.chdir(self.workspace.parent):
+                self._workspace = self._stack.enter_context(
+                    get_workspace_from_cli_opts(
+                        self.instance,
+                        version=dagster_version,
+                        workspace_opts=WorkspaceOpts(workspace=[str(self.workspace)]),
+                        log_level="WARNING",  # its start and stop are not news
+                    )
+                )
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def __exit__(
@@ -132,6 +159,8 @@ class CodeLocationRuns:
         self.close()
 
     def close(self) -> None:
+        self._workspace = None
+        self._stack.close()  # the code server the submissions used
         daemon, self._daemon = self._daemon, None
         if daemon is None or daemon.poll() is not None:
             return
@@ -146,38 +175,25 @@ class CodeLocationRuns:
         self, job: str, run_config: Mapping[str, object], tags: Mapping[str, str] | None = None
     ) -> str:
         """Queue one run of ``job`` through the workspace; its run id."""
-        run_id = str(uuid.uuid4())
-        command = [
-            str(self._bin / "dagster"),
-            "job",
-            "launch",
-            "-w",
-            str(self.workspace),
-            "-j",
-            job,
-            "--config-json",
-            json.dumps(run_config),
-            "--run-id",
-            run_id,
-        ]
-        if tags:
-            command += ["--tags", json.dumps(dict(tags))]
+        if self._workspace is None:
+            raise LaunchError(f"{job}: the workspace is not open")
         try:
-            done = subprocess.run(  # noqa: S603 - our venv's dagster CLI, argv not a shell
-                command,
-                cwd=self.workspace.parent,
-                env=self._env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=SUBMIT_TIMEOUT_S,
-                check=False,
+            location = get_code_location_from_workspace(self._workspace, None)
+            repo = get_remote_repository_from_code_location(location, None)
+            run: dg.DagsterRun = _create_run(
+                instance=self.instance,
+                code_location=location,
+                remote_repo=repo,
+                remote_job=get_remote_job_from_remote_repo(repo, job),
+                run_config=run_config,
+                tags=dict(tags or {}),
+                op_selection=None,
+                run_id=str(uuid.uuid4()),
             )
-        except subprocess.TimeoutExpired as exc:
-            raise LaunchError(f"{job}: not queued within {SUBMIT_TIMEOUT_S:.0f} s") from exc
-        if done.returncode != 0:
-            raise LaunchError(f"{job}: dagster job launch failed: {done.stderr.strip()[-2000:]}")
-        return run_id
+            self.instance.submit_run(run.run_id, self._workspace)
+        except dg.DagsterError as exc:
+            raise LaunchError(f"{job}: not queued: {exc}") from exc
+        return str(run.run_id)
 
     def wait(self, run_id: str, timeout_s: float = RUN_TIMEOUT_S) -> LaunchedRun:
         deadline = time.monotonic() + timeout_s

@@ -81,6 +81,7 @@ def _assert_queued(instance: dg.DagsterInstance) -> None:
     assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
     assert queue is not None and queue.max_concurrent_runs == 2
     assert queue.tag_concurrency_limits == [{"key": "dagster/backfill", "limit": 1}]
+    assert instance.run_coordinator.dequeue_interval_seconds == 1  # type: ignore[attr-defined]
 
 
 def test_the_embedded_instance_queues_runs(tmp_path: Path) -> None:
