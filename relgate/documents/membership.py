@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -27,6 +27,9 @@ from relgate.integrity.hashing import length_prefixed, sha256_fields
 from relgate.integrity.merkle import MerkleAccumulator, root_from_packed_leaves
 from relgate.objects.cas import ContentRef, ContentStore
 from relgate.records.values import constant_column
+
+if TYPE_CHECKING:  # polars loads when a table is scanned or read, not at CLI start-up
+    import polars as pl
 
 MEMBERSHIP_SCHEMA = pa.schema(
     [
@@ -52,7 +55,7 @@ _PARQUET_OPTIONS: dict[str, object] = {
 
 
 def _membership_table(table: pa.Table | pl.DataFrame) -> pa.Table:
-    if isinstance(table, pl.DataFrame):
+    if not isinstance(table, pa.Table):  # a polars DataFrame
         table = table.to_arrow()
     return table.select(COLUMNS).cast(MEMBERSHIP_SCHEMA)
 
@@ -119,7 +122,7 @@ class MembershipWriter:
 
 
 def tuple_encoding(table: pa.Table | pl.DataFrame, schema_digest: str) -> pa.Array:
-    if isinstance(table, pl.DataFrame):
+    if not isinstance(table, pa.Table):  # a polars DataFrame
         table = table.to_arrow()
     schema_col = constant_column(schema_digest, table.num_rows)
     return length_prefixed(*(table.column(c) for c in COLUMNS), schema_col)
@@ -128,7 +131,7 @@ def tuple_encoding(table: pa.Table | pl.DataFrame, schema_digest: str) -> pa.Arr
 def tuple_leaves(table: pa.Table | pl.DataFrame, schema_digest: str) -> bytes:
     """RFC 6962 leaf hashes ``SHA-256(0x00 || tuple)`` of every row, packed (the fused
     kernel: the same bytes as hashing :func:`tuple_encoding`'s rows)."""
-    if isinstance(table, pl.DataFrame):
+    if not isinstance(table, pa.Table):  # a polars DataFrame
         table = table.to_arrow()
     schema_col = constant_column(schema_digest, table.num_rows)
     return sha256_fields(*(table.column(c) for c in COLUMNS), schema_col, prefix=b"\x00")
@@ -224,29 +227,39 @@ class MembershipCache:
         return False
 
     def scan(self, ref: ContentRef) -> pl.LazyFrame:
+        import polars as pl  # noqa: PLC0415 - see the TYPE_CHECKING import
+
         return pl.scan_parquet(self.path(ref))
 
     def frames(self, ref: ContentRef, rows: int = 65_536) -> Iterator[pl.DataFrame]:
         """The table's membership columns in chunks of ``rows``, in stored order."""
+        import polars as pl  # noqa: PLC0415 - see the TYPE_CHECKING import
+
         path = self.path(ref)
         try:
             for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=COLUMNS):
                 frame = pl.from_arrow(batch)
                 if isinstance(frame, pl.DataFrame):
                     yield frame
-        except _DECODE_ERRORS as exc:
+        except _decode_errors() as exc:
             raise _undecodable(ref, exc) from None
 
     def read(self, ref: ContentRef) -> pl.DataFrame:
+        import polars as pl  # noqa: PLC0415 - see the TYPE_CHECKING import
+
         path = self.path(ref)
         try:
             return pl.read_parquet(path)
-        except _DECODE_ERRORS as exc:  # a parquet that hashes right but does not decode
+        except _decode_errors() as exc:  # a parquet that hashes right but does not decode
             raise _undecodable(ref, exc) from None
 
 
-#: What reading hostile parquet bytes raises (pyarrow's and polars' own errors, I/O).
-_DECODE_ERRORS = (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError)
+def _decode_errors() -> tuple[type[Exception], ...]:
+    """What reading hostile parquet bytes raises (pyarrow's and polars' own errors, I/O);
+    only called where polars is loaded already."""
+    import polars as pl  # noqa: PLC0415 - see the TYPE_CHECKING import
+
+    return (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError)
 
 
 def _undecodable(ref: ContentRef, exc: Exception) -> IntegrityError:

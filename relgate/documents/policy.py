@@ -6,10 +6,9 @@ manifest, and replay re-runs exactly that policy against the pinned source versi
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 from pydantic import Field, StrictInt, StrictStr, field_validator, model_validator
 
@@ -17,6 +16,9 @@ from relgate.errors import UsageError
 from relgate.integrity.contract import Contract
 from relgate.integrity.hashing import sha256_rows
 from relgate.records.record_schema import RecordSchema
+
+if TYPE_CHECKING:
+    import polars as pl
 
 #: Split buckets are basis points of the id space.
 BASIS_POINTS = 10_000
@@ -48,6 +50,8 @@ class SelectionPolicy(Contract):
 
     def expression(self, records: RecordSchema) -> pl.Expr:
         """Rows to keep; the record schema must have ``lang`` and ``text`` string columns."""
+        import polars as pl  # noqa: PLC0415 - polars loads when a policy runs (CLI start-up)
+
         for column in ("lang", "text"):
             if column not in records.column_names or records.field(column).type != "string":
                 raise UsageError(
@@ -77,6 +81,8 @@ class ColumnPredicate(Contract):
     max_value: StrictInt | None = None
 
     def expression(self, records: RecordSchema) -> pl.Expr:
+        import polars as pl  # noqa: PLC0415 - as SelectionPolicy.expression
+
         if self.column not in records.column_names:
             raise UsageError(
                 f"selection predicate names no record column {self.column!r}",
@@ -119,6 +125,8 @@ class PredicatePolicy(Contract):
     predicates: tuple[ColumnPredicate, ...] = ()
 
     def expression(self, records: RecordSchema) -> pl.Expr:
+        import polars as pl  # noqa: PLC0415 - as SelectionPolicy.expression
+
         out = pl.lit(value=True)
         for predicate in self.predicates:
             out = out & predicate.expression(records)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import polars as pl
-
 from relgate.documents.membership import MembershipCache
 from relgate.objects.cas import ContentRef
 
@@ -17,6 +15,8 @@ class CatalogMemberIndex:
     def hits(
         self, members: ContentRef, sample_ids: set[str], content_digests: set[str]
     ) -> tuple[set[str], set[str]]:
+        import polars as pl  # noqa: PLC0415 - loads when a fence scans, not at CLI start-up
+
         frame = (
             self.cache.scan(members)
             .filter(

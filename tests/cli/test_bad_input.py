@@ -363,3 +363,36 @@ def test_expiry_and_json_file_values() -> None:
     for unreadable in ("/", "a\x00b", "/nonexistent/position.json"):
         with pytest.raises(click.BadParameter):
             JSON_FILE.convert(unreadable, None, None)
+
+
+def test_the_revisions_read_without_alembic_are_alembics_own_chain() -> None:
+    """Opening a workspace reads the revision chain from the script file names; Alembic's
+    own walk of the same scripts, and the migrations list, give the same chain."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(schema.SCRIPT_LOCATION))
+    walked = ScriptDirectory.from_config(config).walk_revisions()
+    assert schema.chain() == [r.revision for r in reversed(list(walked))]
+    assert schema.chain() == [schema.revision_id(m.version) for m in MIGRATIONS]
+
+
+def test_a_command_that_opens_a_workspace_loads_neither_alembic_nor_polars(tmp_path: Path) -> None:
+    """CLI start-up is most of a small command's cost: ``permit list`` on a workspace runs
+    without importing Alembic (only migrations need it) or polars (only scans do)."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    assert cli(home, "init").exit_code == 0
+    probe = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print(sorted({'alembic', 'polars'} & set(sys.modules))))\n"
+        "from relgate.cli.main import main\n"
+        f"main(['--home', {str(home)!r}, 'permit', 'list', '--json'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout

@@ -8,6 +8,12 @@ advisory lock, so concurrent migrators serialise).  Only ``relgate init`` and ``
 migrate`` call it; opening a workspace compares the catalog with :func:`pending` and
 refuses a catalog that is behind (``catalog-schema``).
 
+:func:`pending` and :func:`version` run on every workspace open, so they read without
+Alembic (importing it and loading every revision script cost a CLI command ~0.15 s of its
+~1 s): the revisions are the ``versions/r<NNNN>_*.py`` file names (revision
+:func:`revision_id` of NNNN, a test holds Alembic's own chain to the same list) and the
+current one is Alembic's ``alembic_version`` row.  Alembic loads only to migrate.
+
 A catalog from before Alembic holds the versions it applied in ``schema_migrations``;
 :func:`upgrade` first stamps its highest applied version as Alembic's current revision,
 then upgrades from there.
@@ -15,12 +21,10 @@ then upgrades from there.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 
 from relgate.errors import UsageError
@@ -30,6 +34,13 @@ CATALOG_SCHEMA = "catalog-schema"
 #: The Alembic script directory (``env.py`` and ``versions/``); tests point it elsewhere.
 SCRIPT_LOCATION = Path(__file__).parent
 LEGACY_TABLE = "schema_migrations"
+#: Alembic's table of the applied revision (its default ``version_table``).
+VERSION_TABLE = "alembic_version"
+#: A revision script's file name: ``r<NNNN>_<what>.py`` holds revision ``revision_id(NNNN)``.
+REVISION_FILE = re.compile(r"r(\d{4})_\w+\.py")
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 
 def revision_id(version: int) -> str:
@@ -38,21 +49,29 @@ def revision_id(version: int) -> str:
 
 
 def _config(conn: Connection) -> Config:
+    from alembic.config import Config  # noqa: PLC0415 - Alembic loads only to migrate
+
     config = Config()
     config.set_main_option("script_location", str(SCRIPT_LOCATION))
     config.attributes["connection"] = conn
     return config
 
 
-def _chain(config: Config) -> list[str]:
-    """Every revision of this relgate, oldest first."""
-    script = ScriptDirectory.from_config(config)
-    return [r.revision for r in reversed(list(script.walk_revisions()))]
+def chain() -> list[str]:
+    """Every revision of this relgate, oldest first (from the script file names)."""
+    versions = SCRIPT_LOCATION / "versions"
+    found = sorted(
+        int(m.group(1)) for p in versions.iterdir() if (m := REVISION_FILE.fullmatch(p.name))
+    )
+    return [revision_id(v) for v in found]
 
 
 def _current(conn: Connection) -> str | None:
-    heads = MigrationContext.configure(conn).get_current_heads()
-    return heads[0] if heads else None
+    """The revision Alembic recorded (None: no ``alembic_version`` row)."""
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    heads = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()  # noqa: S608 - a constant
+    return str(heads[0]) if heads else None
 
 
 def _legacy_version(conn: Connection) -> int | None:
@@ -64,22 +83,22 @@ def _legacy_version(conn: Connection) -> int | None:
 
 def pending(conn: Connection) -> list[int]:
     """The versions this relgate has and the catalog lacks, oldest first."""
-    chain = _chain(_config(conn))
+    revisions = chain()
     current = _current(conn)
     if current is None:
         legacy = _legacy_version(conn)
         current = revision_id(legacy) if legacy is not None else None
     if current is None:
-        return [int(r) for r in chain]
-    if current not in chain:
+        return [int(r) for r in revisions]
+    if current not in revisions:
         raise UsageError(
             f"the catalog is at schema revision {current}, which this relgate does not have:"
             " it was migrated by a newer relgate (upgrade this one)",
             object="catalog",
             check=CATALOG_SCHEMA,
-            details={"revision": current, "known": chain},
+            details={"revision": current, "known": revisions},
         )
-    return [int(r) for r in chain[chain.index(current) + 1 :]]
+    return [int(r) for r in revisions[revisions.index(current) + 1 :]]
 
 
 def version(conn: Connection) -> int:
@@ -92,6 +111,8 @@ def version(conn: Connection) -> int:
 
 def upgrade(conn: Connection) -> list[int]:
     """Apply every pending revision on ``conn`` (in its transaction); the versions applied."""
+    from alembic import command  # noqa: PLC0415 - Alembic loads only to migrate
+
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(7243)"))
     config = _config(conn)
