@@ -85,6 +85,49 @@ def test_staged_files_that_are_no_pair_are_removed(pair: dict[str, Any]) -> None
     assert certpair.pair_matches(*_live(tls))
 
 
+@pytest.mark.parametrize("staged", ["garbage", "encrypted-key", "truncated"])
+def test_a_staged_certificate_or_key_that_does_not_load_is_removed_never_installed(
+    pair: dict[str, Any], staged: str
+) -> None:
+    """Staged bytes that are not a key and certificate (rot, a truncated write, a key under
+    a passphrase: ValueError or TypeError from the parser) are no pair: removed, and the
+    live pair stays; the certificate is never renamed into place."""
+    from cryptography.hazmat.primitives import serialization
+
+    tls = pair["tls"]
+    before = _live(tls)
+    key, cert = pair["key"], pair["cert"]
+    if staged == "garbage":
+        cert = b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"
+    elif staged == "encrypted-key":
+        loaded = serialization.load_pem_private_key(key, None)
+        key = loaded.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"passphrase"),
+        )
+    else:
+        key = key[: len(key) // 2]
+    assert not certpair.pair_matches(key, cert)
+    (tls.key.parent / (tls.key.name + ".next")).write_bytes(key)
+    (tls.cert.parent / (tls.cert.name + ".next")).write_bytes(cert)
+    assert certpair.recover(tls) == "removed staged files that are no pair"
+    assert _live(tls) == before and _leftovers(tls) == []
+
+
+def test_a_staged_certificate_that_is_not_the_renamed_keys_is_removed(
+    pair: dict[str, Any], tmp_path: Path
+) -> None:
+    """The key was renamed already (no staged key left) and the staged certificate is not
+    its: the certificate is removed (the missing staged key is no error)."""
+    tls = pair["tls"]
+    tls.key.write_bytes(pair["key"])
+    other, _ = issue(tmp_path / "ca", "host", host_id="h2", rack="r1", out_dir=tmp_path / "o")
+    (tls.cert.parent / (tls.cert.name + ".next")).write_bytes(other.read_bytes())
+    assert certpair.recover(tls) == "removed staged files that are no pair"
+    assert _leftovers(tls) == [] and tls.key.read_bytes() == pair["key"]
+
+
 def test_an_agent_starts_on_a_directory_a_crash_left_mid_install(
     cluster: Cluster, tmp_path: Path
 ) -> None:
