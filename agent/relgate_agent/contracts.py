@@ -323,6 +323,9 @@ class JobReport:
     # each straggler with why (kept until READY or removed), and the removed targets with why
     straggler_reasons: tuple[HostReason, ...] = ()
     removed_hosts: tuple[RemovedHost, ...] = ()
+    # the replica leading the job and its lease epoch, as ``job list`` shows them
+    leader_replica: str = ""
+    leader_epoch: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """snake_case view (what the Dagster Pipes entry and the harness read)."""

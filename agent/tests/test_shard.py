@@ -302,7 +302,9 @@ def test_jobs_spread_a_wrong_replica_redirects_and_a_killed_replica_moves_only_i
         )
         assert c.get_job(job).job_id == job  # the client follows the hint
         assert c.jobs.addresses[c.jobs.routes[job]] == fleet["c"]
-        assert c.get_job(job).state == "DISTRIBUTING"  # and goes straight there next time
+        shown = c.get_job(job)  # and goes straight there next time
+        assert shown.state == "DISTRIBUTING"
+        assert (shown.leader_replica, shown.leader_epoch) == before[job]  # job get names it
     finally:
         c.close()
 
@@ -321,7 +323,9 @@ def test_jobs_spread_a_wrong_replica_redirects_and_a_killed_replica_moves_only_i
     c = CoordinatorClient(f"{fleet['b']},{fleet['a']}", cluster.tls())
     try:
         for j in moved:
-            assert c.get_job(j).state == "DISTRIBUTING"
+            shown = c.get_job(j)
+            assert shown.state == "DISTRIBUTING"
+            assert (shown.leader_replica, shown.leader_epoch) == after[j]
         assert c.cancel_job(moved[0]).state == "CANCELLED"  # a write, on the new leader
     finally:
         c.close()

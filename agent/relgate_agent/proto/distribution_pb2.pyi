@@ -159,6 +159,8 @@ class GetJobResponse(_message.Message):
         "hosts_ready",
         "hosts_total",
         "job_id",
+        "leader_epoch",
+        "leader_replica",
         "manifest_digest",
         "model",
         "origin_bytes",
@@ -192,6 +194,8 @@ class GetJobResponse(_message.Message):
     CONTROL_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     PENDING_EVENTS_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     STRAGGLER_REASONS_FIELD_NUMBER: _ClassVar[int]
     REMOVED_HOSTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
@@ -214,6 +218,8 @@ class GetJobResponse(_message.Message):
     control_refusals: int
     pending_events: int
     quarantined_hosts: _containers.RepeatedScalarFieldContainer[str]
+    leader_replica: str
+    leader_epoch: int
     straggler_reasons: _containers.RepeatedCompositeFieldContainer[HostReason]
     removed_hosts: _containers.RepeatedCompositeFieldContainer[RemovedHost]
     def __init__(
@@ -238,6 +244,8 @@ class GetJobResponse(_message.Message):
         control_refusals: int | None = ...,
         pending_events: int | None = ...,
         quarantined_hosts: _Iterable[str] | None = ...,
+        leader_replica: str | None = ...,
+        leader_epoch: int | None = ...,
         straggler_reasons: _Iterable[HostReason | _Mapping] | None = ...,
         removed_hosts: _Iterable[RemovedHost | _Mapping] | None = ...,
     ) -> None: ...
