@@ -326,6 +326,8 @@ class JobReport:
     # the replica leading the job and its lease epoch, as ``job list`` shows them
     leader_replica: str = ""
     leader_epoch: int = 0
+    # why the coordinator failed the job ("" unless FAILED); kept with its figures
+    failure: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """snake_case view (what the Dagster Pipes entry and the harness read)."""

@@ -231,6 +231,48 @@ def test_a_job_whose_every_target_is_removed_fails_naming_them(
     assert job.state == "FAILED" and job.error.startswith("no target left: h0: evicted by")
 
 
+@pytest.mark.parametrize("how", ["no-target-left", "chunk-failed"])
+def test_a_failed_job_keeps_why_and_its_host_errors_for_the_next_leader(
+    tmp_path: Path, checkpoint, clock: Clock, how: str
+) -> None:
+    """A FAILED job is never resumed into memory: its reason and every host's errors are
+    frozen when it fails, so a new leader on the same store (a failover, a restart) still
+    reports them, and the client's ``error`` says why."""
+    from relgate_agent.client import job_from_pb
+    from relgate_agent.coordinator.wire import status_to_pb
+
+    db = tmp_path / "c.sqlite"
+    c = _coordinator(db, checkpoint, clock, remove_dead_after_s=30.0)
+    job = c.create_job(_spec(checkpoint))
+    _register_all(c, job.job_id)
+    if how == "no-target-left":
+        for h in HOSTS:
+            c.evict_host(job.job_id, h, "decommissioned", "operator:ops")
+    else:
+        failed = "CHUNK_FAILED: chunk 3 of file model.bin failed 4 times from the origin"
+        c.report_progress(job.job_id, "h1", ProgressReport(0, rx=5, errors=(failed,)))
+    c.tick()
+    live = c.job_status(job.job_id)
+    c.store.close()
+    c = _coordinator(db, checkpoint, clock, remove_dead_after_s=30.0)
+    try:
+        assert job.job_id not in c.jobs
+        stored = c.job_status(job.job_id)
+    finally:
+        c.store.close()
+    assert stored.state == live.state == "FAILED"
+    assert stored.failure == live.failure != ""
+    assert [h.errors for h in stored.hosts] == [h.errors for h in live.hosts]
+    error = job_from_pb(status_to_pb(stored)).error
+    if how == "no-target-left":
+        assert stored.failure.startswith("no target left: h0: evicted by operator:ops")
+        assert error == stored.failure
+    else:
+        assert stored.failure == f"h1: {failed}"
+        assert error == f"h1: {failed}"  # the agent's own CHUNK_FAILED, from its host row
+        assert dict((h.host_id, h.errors) for h in stored.hosts)["h1"] == (failed,)
+
+
 def test_a_cancel_after_placement_records_what_was_placed(coord: Coordinator, checkpoint) -> None:
     job = coord.create_job(_spec(checkpoint))
     _register_all(coord, job.job_id)

@@ -371,11 +371,18 @@ class CoordinatorCore:
             self._set_topology(job, self._splice(job, *gone))
             self.metrics.splices.labels(SPLICE_DEAD).inc(len(gone))
 
+    def _figures(self, job: JobState) -> dict[str, object]:
+        """What GetJob keeps reporting after the job left memory (HandoffService's)."""
+        raise NotImplementedError
+
     def _fail_job(self, job: JobState, error: str) -> None:
         """Mark a job FAILED with the error that ended it (caller holds the lock)."""
         log.error("job %s FAILED: %s", job.job_id, error)
         job.state = "FAILED"
         job.error = error
+        # frozen as a finished job's are: a next leader or a restart still reports why,
+        # and every host's errors (a FAILED job is never resumed into memory)
+        self.store.save_figures(job.job_id, {**self._figures(job), "failure": error})
         self.store.update_job(job.job_id, state="FAILED")
         self.changed.notify_all()
 

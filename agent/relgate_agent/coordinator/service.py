@@ -292,6 +292,7 @@ class Coordinator(HandoffService):
                 HostReason.from_stored(d) for d in fig.get("straggler_reasons", [])
             ),
             removed_hosts=tuple(RemovedHost.from_stored(d) for d in fig.get("removed", [])),
+            failure=str(fig.get("failure", "")),
         )
 
     def _live_status(self, job: JobState) -> JobReport:
@@ -320,6 +321,7 @@ class Coordinator(HandoffService):
             quarantined_hosts=tuple(sorted(job.quarantined)),
             straggler_reasons=reasons,
             removed_hosts=removal.removed_hosts(job),
+            failure=job.error if job.state == "FAILED" else "",
         )
 
     # ------------------------------------------------------------------ operator views

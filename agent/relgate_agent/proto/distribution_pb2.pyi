@@ -155,6 +155,7 @@ class GetJobResponse(_message.Message):
         "control_refusals",
         "duration_s",
         "eta_s",
+        "failure",
         "hosts",
         "hosts_ready",
         "hosts_total",
@@ -196,6 +197,7 @@ class GetJobResponse(_message.Message):
     QUARANTINED_HOSTS_FIELD_NUMBER: _ClassVar[int]
     LEADER_REPLICA_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
     STRAGGLER_REASONS_FIELD_NUMBER: _ClassVar[int]
     REMOVED_HOSTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
@@ -220,6 +222,7 @@ class GetJobResponse(_message.Message):
     quarantined_hosts: _containers.RepeatedScalarFieldContainer[str]
     leader_replica: str
     leader_epoch: int
+    failure: str
     straggler_reasons: _containers.RepeatedCompositeFieldContainer[HostReason]
     removed_hosts: _containers.RepeatedCompositeFieldContainer[RemovedHost]
     def __init__(
@@ -246,6 +249,7 @@ class GetJobResponse(_message.Message):
         quarantined_hosts: _Iterable[str] | None = ...,
         leader_replica: str | None = ...,
         leader_epoch: int | None = ...,
+        failure: str | None = ...,
         straggler_reasons: _Iterable[HostReason | _Mapping] | None = ...,
         removed_hosts: _Iterable[RemovedHost | _Mapping] | None = ...,
     ) -> None: ...
