@@ -136,6 +136,49 @@ def test_the_trust_file_follows_changes_and_keeps_the_last_good_bundle(
     assert trust.pem() == one  # looked at again
 
 
+def test_the_trust_file_looks_again_only_once_its_interval_has_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within ``recheck_s`` of its last look the bundle is answered from memory (no stat per
+    call); from the interval on, a changed file is read."""
+    from types import SimpleNamespace
+
+    from relgate_agent.identity import cabundle
+
+    now = [1000.0]
+    monkeypatch.setattr(cabundle, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    path = tmp_path / CA_CERT
+    one, two = _pem(_ca()), _pem(_ca(), _ca())
+    path.write_bytes(one)
+    trust = TrustFile(path, recheck_s=1.0)
+    assert trust.pem() == one
+    path.write_bytes(two)
+    for now[0], seen in ((1000.5, one), (1000.999, one), (1001.0, two)):
+        assert trust.pem() == seen, now[0]
+
+
+def test_the_size_bound_is_exact() -> None:
+    from relgate_agent.identity.cabundle import MAX_BUNDLE_BYTES
+
+    assert MAX_BUNDLE_BYTES == 64 * 1024  # the bound docs/agent-ca-rotation.md states
+    pem = _pem(_ca())
+    at = pem + b"#" * (MAX_BUNDLE_BYTES - len(pem))  # text the PEM reader skips
+    assert len(CaBundle.parse(at).cas) == 1
+    for bad in (at + b"#", b""):
+        with pytest.raises(BundleRefused, match=rf"is 1\.\.{MAX_BUNDLE_BYTES} bytes"):
+            CaBundle.parse(bad)
+
+
+def test_a_ca_is_trusted_from_its_first_to_its_last_instant() -> None:
+    ca = _ca()
+    pem, second = _pem(ca), dt.timedelta(seconds=1)
+    for when in (ca.not_valid_before_utc, ca.not_valid_after_utc):
+        assert CaBundle.parse(pem, now=when).signer == ca
+    for when in (ca.not_valid_before_utc - second, ca.not_valid_after_utc + second):
+        with pytest.raises(BundleRefused, match="outside its validity"):
+            CaBundle.parse(pem, now=when)
+
+
 def test_a_promote_cut_short_completes_when_run_again(tmp_path: Path) -> None:
     ca_init(tmp_path)
     rotated = carotation.rotate(tmp_path)
