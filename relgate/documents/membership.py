@@ -6,7 +6,6 @@ ever goes into a membership table or a manifest.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 import os
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from relgate_trust.digests import file_sha256_digest
 
 from relgate.errors import IntegrityError
 from relgate.integrity.digests import hex_of
@@ -273,7 +273,7 @@ def _undecodable(ref: ContentRef, exc: Exception) -> IntegrityError:
 
 def _file_digest(path: Path) -> str:
     with open(path, "rb") as fh:
-        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
+        return file_sha256_digest(fh)
 
 
 def put_membership(cas: ContentStore, table: pa.Table) -> ContentRef:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from relgate_trust.digests import sha256_digest
+from relgate_trust.digests import file_sha256_digest, sha256_digest
 
 from relgate.errors import IntegrityError, ObjectExistsError, UsageError
 from relgate.integrity.digests import require_digest
@@ -40,6 +40,8 @@ __all__ = [
 
 #: The check a stored version whose bytes do not hash to its content address fails.
 STORAGE_DIGEST = "storage-digest"
+#: A file handed to :meth:`ContentStore.put_file` changed while it was hashed or stored.
+CONTENT_CHANGED = "content-changed"
 
 
 @dataclass(frozen=True)
@@ -122,18 +124,76 @@ class ContentStore:
             except IntegrityError as exc:
                 if exc.check not in (STORAGE_DIGEST, SIZE_MISMATCH):
                     raise
-                version = self._repair(key, data, current.version_id, exc)
+                version = self._repair(key, digest, faulty=current.version_id, exc=exc,
+                                       write=lambda: self.store.put(key, data))  # fmt: skip
         return ContentRef(digest=digest, version_id=version.version_id, size=len(data))
 
-    def _repair(self, key: str, data: bytes, faulty: str, exc: IntegrityError) -> ObjectVersion:
+    def put_file(self, source: Path, *, expected: str | None = None) -> ContentRef:
+        """:meth:`put` of a file, streamed: hashed in one read, stored without holding it in
+        memory (the store streams it), and an existing object of that name verified by a
+        streamed read.  With ``expected`` (a digest the caller computed, e.g. to lease the
+        key first) a file that no longer hashes to it is refused (``content-changed``)."""
+        with open(source, "rb") as fh:
+            digest = file_sha256_digest(fh)
+            size = os.fstat(fh.fileno()).st_size
+        if expected is not None and digest != expected:
+            raise IntegrityError(
+                "the file changed between hashing and storing it",
+                object=str(source),
+                check=CONTENT_CHANGED,
+                digest=expected,
+                details={"actual": digest},
+            )
+        key = key_for(digest)
+        try:
+            version = self.store.create_file(key, source)
+        except ObjectExistsError:
+            current = self.store.head(key)
+            try:
+                self._verify_stored(digest, current.version_id, size)
+                version = current
+            except IntegrityError as exc:
+                if exc.check not in (STORAGE_DIGEST, SIZE_MISMATCH):
+                    raise
+                version = self._repair(key, digest, faulty=current.version_id, exc=exc,
+                                       write=lambda: self.store.put_file(key, source))  # fmt: skip
+        if version.size != size:  # the file grew or shrank while it was copied
+            raise IntegrityError(
+                "the file changed while it was stored",
+                object=f"{key}@{version.version_id}",
+                check=CONTENT_CHANGED,
+                digest=digest,
+                details={"hashed": size, "stored": version.size},
+            )
+        return ContentRef(digest=digest, version_id=version.version_id, size=size)
+
+    def _verify_stored(self, digest: str, version_id: str, size: int) -> None:
+        """Hash an exact stored version by a streamed read (bounded by ``size``)."""
+        key = key_for(digest)
+        sink = _HashingWriter(_Discard())
+        with _naming(digest):
+            self.store.read_into(key, version_id, sink, max_size=size)
+        actual = "sha256:" + sink.sha.hexdigest()
+        if actual != digest:
+            raise digest_fault(key, version_id, digest, actual, sink.size)
+
+    def _repair(
+        self,
+        key: str,
+        expected: str,
+        *,
+        faulty: str,
+        exc: IntegrityError,
+        write: Callable[[], ObjectVersion],
+    ) -> ObjectVersion:
         """A new version of the same content over a stored version that failed its digest;
         the fault is recorded, the faulty version is left as it is."""
-        version = self.store.put(key, data)
+        version = write()
         actual = exc.details.get("actual")
         fault = StorageFault(
             key=key,
             version=faulty,
-            expected=sha256_digest(data),
+            expected=expected,
             actual=str(actual) if exc.check == STORAGE_DIGEST else f"size:{actual}",
             check=str(exc.check),
             repaired_version=version.version_id,
@@ -188,6 +248,13 @@ def _naming(digest: str) -> Iterator[None]:
         if exc.digest is None:
             exc.digest = digest
         raise
+
+
+class _Discard:
+    """A sink that keeps nothing (a verification that only hashes)."""
+
+    def write(self, chunk: bytes) -> int:
+        return len(chunk)
 
 
 class _HashingWriter:

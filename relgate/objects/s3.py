@@ -16,8 +16,10 @@ bytes, as the content-addressed layer does.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import boto3
 from botocore.config import Config
@@ -30,7 +32,7 @@ from relgate.errors import (
     RelgateError,
     UsageError,
 )
-from relgate.objects.versioned import ObjectStore, ObjectVersion, size_refusal
+from relgate.objects.versioned import ObjectStore, ObjectVersion, Writable, size_refusal
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
@@ -47,6 +49,7 @@ _NOT_FOUND_CODES = frozenset(
 _BAD_VERSION_CODES = frozenset({"InvalidArgument", "InvalidVersionId", "400"})
 _CONDITIONAL_CREATE_LOST = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
 _MAX_KEY_BYTES = 1024
+_READ_CHUNK = 1 << 20  # read_into streams an object in reads of this size
 
 
 def _error_code(exc: ClientError) -> str:
@@ -228,12 +231,28 @@ class S3ObjectStore(ObjectStore):
             response = self.client.put_object(Bucket=self.bucket, Key=s3_key, Body=data)
         return self._version_of(key, response, len(data))
 
+    def put_file(self, key: str, source: Path) -> ObjectVersion:
+        """One PUT streamed from the open file (botocore reads it in chunks)."""
+        s3_key = self._s3_key(key)
+        self._check_versioning()
+        with open(source, "rb") as body, self._s3_errors(key):
+            size = os.fstat(body.fileno()).st_size
+            response = self.client.put_object(Bucket=self.bucket, Key=s3_key, Body=body)
+        return self._version_of(key, response, size)
+
     def create(self, key: str, data: bytes) -> ObjectVersion:
+        return self._create(key, data, len(data))
+
+    def create_file(self, key: str, source: Path) -> ObjectVersion:
+        with open(source, "rb") as body:
+            return self._create(key, body, os.fstat(body.fileno()).st_size)
+
+    def _create(self, key: str, body: bytes | BinaryIO, size: int) -> ObjectVersion:
         s3_key = self._s3_key(key)
         self._check_versioning()
         try:
             response = self.client.put_object(
-                Bucket=self.bucket, Key=s3_key, Body=data, IfNoneMatch="*"
+                Bucket=self.bucket, Key=s3_key, Body=body, IfNoneMatch="*"
             )
         except ClientError as exc:
             if _error_code(exc) in _CONDITIONAL_CREATE_LOST or _status(exc) in (409, 412):
@@ -244,7 +263,7 @@ class S3ObjectStore(ObjectStore):
                     details={"s3_error": _error_code(exc)},
                 ) from None
             raise self._translate(exc, key, None) from exc
-        return self._version_of(key, response, len(data))
+        return self._version_of(key, response, size)
 
     def delete(self, key: str) -> None:
         s3_key = self._s3_key(key)
@@ -279,6 +298,36 @@ class S3ObjectStore(ObjectStore):
         if len(data) > max_size:
             raise size_refusal(key, version_id, max_size, len(data))
         return data
+
+    def read_into(
+        self, key: str, version_id: str, sink: Writable, *, max_size: int | None = None
+    ) -> int:
+        """Stream an exact version into ``sink`` in 1 MiB reads (never the whole object in
+        memory); with ``max_size`` a larger one is refused from its headers, and no more
+        than ``max_size + 1`` bytes are read whatever the headers said."""
+        s3_key = self._s3_key(key)
+        total = 0
+        with self._s3_errors(key, version_id):
+            response = self.client.get_object(Bucket=self.bucket, Key=s3_key, VersionId=version_id)
+            body = response["Body"]
+            try:
+                length = int(response.get("ContentLength", 0))
+                if max_size is not None and length > max_size:
+                    raise size_refusal(key, version_id, max_size, length)
+                limit = None if max_size is None else max_size + 1
+                while limit is None or total < limit:
+                    chunk = body.read(
+                        _READ_CHUNK if limit is None else min(_READ_CHUNK, limit - total)
+                    )
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    if max_size is not None and total > max_size:
+                        raise size_refusal(key, version_id, max_size, total)
+                    sink.write(chunk)
+            finally:
+                body.close()
+        return total
 
     def get_range(self, key: str, version_id: str, start: int, length: int) -> bytes:
         if start < 0 or length < 0:

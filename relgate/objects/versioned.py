@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from relgate.errors import IntegrityError
@@ -56,6 +57,15 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def create(self, key: str, data: bytes) -> ObjectVersion:
         """Conditional create: raise ObjectExistsError if ``key`` has a live current version."""
+
+    def put_file(self, key: str, source: Path) -> ObjectVersion:
+        """:meth:`put` of a file's bytes; stores that can stream override it (local, S3)
+        so a large object is never held in memory."""
+        return self.put(key, source.read_bytes())
+
+    def create_file(self, key: str, source: Path) -> ObjectVersion:
+        """:meth:`create` of a file's bytes (streamed where the store overrides it)."""
+        return self.create(key, source.read_bytes())
 
     @abc.abstractmethod
     def get(self, key: str, version_id: str, *, max_size: int | None = None) -> bytes:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import StrictInt, StrictStr
-from relgate_trust.digests import sha256_digest
+from relgate_trust.digests import file_sha256_digest
 
 from relgate import __version__
 from relgate.catalog.snapshot_table import insert_snapshot, record_build_failure
@@ -397,10 +397,10 @@ def _write_snapshot(
 ) -> BuildResult:
     """Stage membership and the signed manifest under a publisher lease, then the row."""
     tally = staged.tally
-    data = staged.path.read_bytes()
-    lease.cover(membership_key(sha256_digest(data)))  # leased before it exists
-    members_ref = ws.cas.put(data)
-    del data
+    with open(staged.path, "rb") as fh:  # streamed: 50M members are gigabytes
+        members_digest = file_sha256_digest(fh)
+    lease.cover(membership_key(members_digest))  # leased before it exists
+    members_ref = ws.cas.put_file(staged.path, expected=members_digest)
     stats_ref = None
     if staged.stats is not None:
         lease.cover(statistics_key(staged.stats.digest()))

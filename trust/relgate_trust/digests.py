@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 from typing import Final, TypeGuard
 
@@ -15,6 +16,12 @@ _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 def sha256_digest(data: bytes | bytearray | memoryview) -> str:
     """The spelled SHA-256 digest of ``data``."""
     return spelled(hashlib.sha256(data).hexdigest())
+
+
+def file_sha256_digest(fh: io.BufferedReader) -> str:
+    """The spelled SHA-256 digest of an open binary file, read in chunks from its position
+    (never held in memory)."""
+    return spelled(hashlib.file_digest(fh, "sha256").hexdigest())
 
 
 def spelled(hexdigest: str) -> str:
