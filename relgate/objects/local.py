@@ -292,25 +292,20 @@ class LocalObjectStore(ObjectStore):
         return ObjectVersion(key=key, version_id=seq, size=len(data))
 
     def put_file(self, key: str, source: Path) -> ObjectVersion:
-        self._key_name(key)
-        staged = self._assemble("data", source=source)
-        size = self._staged_size(staged)
-        return ObjectVersion(
-            key=key, version_id=self._commit(key, staged, only_if_absent=False), size=size
-        )
+        return self._store_file(key, source, only_if_absent=False)
 
     def create_file(self, key: str, source: Path) -> ObjectVersion:
+        return self._store_file(key, source, only_if_absent=True)
+
+    def _store_file(self, key: str, source: Path, *, only_if_absent: bool) -> ObjectVersion:
+        """Stage a copy of ``source`` and commit it; its size is the copy's (the source may
+        change after it was read)."""
         self._key_name(key)
         staged = self._assemble("data", source=source)
-        size = self._staged_size(staged)
-        return ObjectVersion(
-            key=key, version_id=self._commit(key, staged, only_if_absent=True), size=size
-        )
-
-    def _staged_size(self, staged: str) -> int:
-        """The size of what was staged (the copy, not the source, which may change)."""
         with self._dir(("tmp",), "tmp") as tmp_fd:
-            return os.stat(f"{staged}/data", dir_fd=tmp_fd, follow_symlinks=False).st_size
+            size = os.stat(f"{staged}/data", dir_fd=tmp_fd, follow_symlinks=False).st_size
+        seq = self._commit(key, staged, only_if_absent=only_if_absent)
+        return ObjectVersion(key=key, version_id=seq, size=size)
 
     def delete(self, key: str) -> None:
         latest = self._latest(self._key_name(key), key)
