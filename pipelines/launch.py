@@ -30,8 +30,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import click
 import dagster as dg
 from dagster import __version__ as dagster_version
+from dagster._check import CheckError
 from dagster._cli.job import _create_run
 from dagster._cli.workspace.cli_target import (
     get_code_location_from_workspace,
@@ -160,7 +162,12 @@ class CodeLocationRuns:
 
     def close(self) -> None:
         self._workspace = None
-        self._stack.close()  # the code server the submissions used
+        try:
+            self._stack.close()  # the code server the submissions used
+        finally:
+            self._stop_daemon()
+
+    def _stop_daemon(self) -> None:
         daemon, self._daemon = self._daemon, None
         if daemon is None or daemon.poll() is not None:
             return
@@ -191,7 +198,8 @@ class CodeLocationRuns:
                 run_id=str(uuid.uuid4()),
             )
             self.instance.submit_run(run.run_id, self._workspace)
-        except dg.DagsterError as exc:
+        except (dg.DagsterError, click.UsageError, CheckError) as exc:
+            # an unknown job or a code location that failed to load is click's UsageError
             raise LaunchError(f"{job}: not queued: {exc}") from exc
         return str(run.run_id)
 
