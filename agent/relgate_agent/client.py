@@ -327,17 +327,18 @@ def job_to_dict(resp: pb.GetJobResponse) -> dict[str, Any]:
 
 
 def job_error(resp: pb.GetJobResponse) -> str:
-    """Why a FAILED job failed: the CHUNK_FAILED error an agent reported (naming chunk, file
-    and origin object), else the coordinator's own reason (no target left, every pending
-    host gave up), else every host's HOST_FAILED error; "" for other states."""
+    """Why a FAILED job failed: the coordinator's reason (the CHUNK_FAILED that ended it,
+    naming host, chunk, file and origin object; no target left; every pending host gave
+    up), else (a coordinator without it) the first CHUNK_FAILED an agent reported, else
+    every host's HOST_FAILED error; "" for other states."""
     if resp.state != "FAILED":
         return ""
+    if resp.failure:
+        return resp.failure
     for h in resp.hosts:
         for e in h.errors:
             if e.startswith(KIND_CHUNK_FAILED):
                 return f"{h.host_id}: {e}"
-    if resp.failure:
-        return resp.failure
     host_failed = [
         f"{h.host_id}: {e}" for h in resp.hosts for e in h.errors if e.startswith(KIND_HOST_FAILED)
     ]

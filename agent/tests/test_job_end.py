@@ -252,7 +252,14 @@ def test_a_failed_job_keeps_why_and_its_host_errors_for_the_next_leader(
         failed = "CHUNK_FAILED: chunk 3 of file model.bin failed 4 times from the origin"
         c.report_progress(job.job_id, "h1", ProgressReport(0, rx=5, errors=(failed,)))
     c.tick()
-    live = c.job_status(job.job_id)
+    live = c.job_status(job.job_id)  # as it failed
+    if how == "chunk-failed":  # another host's CHUNK_FAILED after the job ended
+        later = "CHUNK_FAILED: chunk 0 of file model.bin failed 4 times from the origin"
+        c.report_progress(job.job_id, "h0", ProgressReport(0, rx=5, errors=(later,)))
+        after = c.job_status(job.job_id)
+        assert dict((h.host_id, h.errors) for h in after.hosts)["h0"] == (later,)
+        # the CHUNK_FAILED that ended the job, not the one after it (h0 sorts first)
+        assert job_from_pb(status_to_pb(after)).error == f"h1: {failed}"
     c.store.close()
     c = _coordinator(db, checkpoint, clock, remove_dead_after_s=30.0)
     try:
@@ -269,7 +276,7 @@ def test_a_failed_job_keeps_why_and_its_host_errors_for_the_next_leader(
         assert error == stored.failure
     else:
         assert stored.failure == f"h1: {failed}"
-        assert error == f"h1: {failed}"  # the agent's own CHUNK_FAILED, from its host row
+        assert error == f"h1: {failed}"
         assert dict((h.host_id, h.errors) for h in stored.hosts)["h1"] == (failed,)
 
 

@@ -17,6 +17,7 @@ from relgate.catalog import schema
 from relgate.catalog.db import Database
 from relgate.catalog.migrations import MIGRATIONS
 from relgate.cli.main import main
+from relgate.errors import UsageError
 from relgate.snapshot.build import EMPTY_SELECTION, SOURCE_UNKNOWN
 from relgate.workspace import Workspace
 
@@ -396,3 +397,18 @@ def test_a_command_that_opens_a_workspace_loads_neither_alembic_nor_polars(tmp_p
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.splitlines()[-1] == "[]", done.stdout
+
+
+@pytest.mark.parametrize("stray", ["r0009_gap.py", "newer-rev.py", "r12_short.py"])
+def test_a_script_directory_the_chain_cannot_read_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stray: str
+) -> None:
+    """A revision script the file-name rule would skip, or a gap in the numbers, is a
+    refusal (``catalog-schema``), never a chain that silently differs from Alembic's."""
+    scripts = tmp_path / "scripts"
+    shutil.copytree(schema.SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    (scripts / "versions" / stray).write_text("revision = 'x'\n")
+    monkeypatch.setattr(schema, "SCRIPT_LOCATION", scripts)
+    with pytest.raises(UsageError) as refused:
+        schema.chain()
+    assert refused.value.check == "catalog-schema"

@@ -380,10 +380,10 @@ class CoordinatorCore:
         log.error("job %s FAILED: %s", job.job_id, error)
         job.state = "FAILED"
         job.error = error
+        self.store.update_job(job.job_id, state="FAILED")  # fenced: a deposed leader stops here
         # frozen as a finished job's are: a next leader or a restart still reports why,
         # and every host's errors (a FAILED job is never resumed into memory)
         self.store.save_figures(job.job_id, {**self._figures(job), "failure": error})
-        self.store.update_job(job.job_id, state="FAILED")
         self.changed.notify_all()
 
     def _peer(self, job: JobState, host: str) -> PeerRef:

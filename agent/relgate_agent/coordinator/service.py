@@ -249,15 +249,14 @@ class Coordinator(HandoffService):
     # ------------------------------------------------------------------ report
     def job_status(self, job_id: str) -> JobReport:
         self.require_leader()
-        leader = self._leaders().get(job_id)  # never under the lock (a store read, sharded)
         with self.lock:
             job = self.jobs.get(job_id)
             if job is None:
                 self.elsewhere(job_id)  # led by another replica: NotLeader naming it
-            report = self._stored_status(job_id) if job is None else self._live_status(job)
-        if leader is None:
-            return report
-        return dataclasses.replace(report, leader_replica=leader[0], leader_epoch=leader[2])
+                return self._stored_status(job_id)  # ended: no lease leads it
+            report = self._live_status(job)  # in memory: this replica leads it
+            epoch = self.epoch_of(job_id)
+        return dataclasses.replace(report, leader_replica=self.replica_id, leader_epoch=epoch)
 
     def _stored_status(self, job_id: str) -> JobReport:
         rows = [r for r in self.store.load_jobs() if r.job_id == job_id]

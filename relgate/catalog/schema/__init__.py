@@ -58,11 +58,18 @@ def _config(conn: Connection) -> Config:
 
 
 def chain() -> list[str]:
-    """Every revision of this relgate, oldest first (from the script file names)."""
-    versions = SCRIPT_LOCATION / "versions"
-    found = sorted(
-        int(m.group(1)) for p in versions.iterdir() if (m := REVISION_FILE.fullmatch(p.name))
-    )
+    """Every revision of this relgate, oldest first (from the script file names): 1..N
+    without a gap, and no other script there (Alembic would load it; this would not)."""
+    scripts = [p.name for p in (SCRIPT_LOCATION / "versions").glob("*.py")]
+    odd = sorted(n for n in scripts if n != "__init__.py" and not REVISION_FILE.fullmatch(n))
+    found = sorted(int(m.group(1)) for n in scripts if (m := REVISION_FILE.fullmatch(n)))
+    if odd or found != list(range(1, len(found) + 1)):
+        raise UsageError(
+            "this relgate's migration scripts are not r0001_*.py .. rNNNN_*.py without a gap",
+            object=str(SCRIPT_LOCATION / "versions"),
+            check=CATALOG_SCHEMA,
+            details={"unexpected": odd, "revisions": found},
+        )
     return [revision_id(v) for v in found]
 
 
