@@ -155,6 +155,9 @@ def test_the_trust_file_looks_again_only_once_its_interval_has_passed(
     path.write_bytes(two)
     for now[0], seen in ((1000.5, one), (1000.999, one), (1001.0, two)):
         assert trust.pem() == seen, now[0]
+    path.write_bytes(one)
+    now[0] = 2002.5  # long after: looked at again (the interval is a difference of times)
+    assert trust.pem() == one
 
 
 def test_the_size_bound_is_exact() -> None:
