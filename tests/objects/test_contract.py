@@ -508,3 +508,26 @@ def test_content_store_put_file_refuses_a_file_that_changed(
         3,
     )
     assert list(object_store.list_versions()) == []  # nothing stored
+
+
+def test_content_store_put_file_refuses_a_file_that_grew_while_it_was_stored(
+    object_store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer appending to the file between the hash and the copy: the stored size is
+    not the hashed one, so the reference is refused (nothing will name that version)."""
+    from relgate.objects.cas import CONTENT_CHANGED
+
+    source = tmp_path / "src"
+    source.write_bytes(b"hashed bytes")
+    real = object_store.create_file
+
+    def racing(key: str, src: Path) -> object:
+        with open(src, "ab") as fh:
+            fh.write(b" and more")
+        return real(key, src)
+
+    monkeypatch.setattr(object_store, "create_file", racing)
+    with pytest.raises(IntegrityError) as info:
+        ContentStore(object_store).put_file(source)
+    assert info.value.check == CONTENT_CHANGED
+    assert info.value.details == {"hashed": 12, "stored": 21}
