@@ -112,7 +112,7 @@ def admit(ws: Workspace, gate: Any) -> GateEvent:
     started = time.monotonic()
     try:
         with ws.db.admission_tx() as conn:
-            permit = acquire(conn, gate, purpose=PURPOSE, alias=ALIAS)
+            permit = acquire(conn, gate, purpose=PURPOSE, alias=ALIAS).permit
             run_id = "run-" + uuid.uuid4().hex[:12]
             params = {"r": run_id, "a": ALIAS, "root": permit.root_digest, "p": permit.permit_id}
             execute(conn, _RUN_SQL, {**params, "purpose": PURPOSE, "now": utcnow()})

@@ -10,6 +10,7 @@ transaction.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
@@ -109,6 +110,15 @@ def _admissible_row(conn: Connection, subject: str, root: str, purpose: str) -> 
     return ReleaseRecord.parse(release, what=f"release {root}")
 
 
+@dataclass(frozen=True)
+class Acquired:
+    """An issued permit and the release row it was admitted on (read once, in the same
+    transaction: the caller needs no second read of the row)."""
+
+    permit: Permit
+    release: ReleaseRecord
+
+
 def acquire(
     conn: Connection,
     gate: Gate,
@@ -117,7 +127,7 @@ def acquire(
     alias: str | None = None,
     root: str | None = None,
     expected_generation: int | None = None,
-) -> Permit:
+) -> Acquired:
     """Admit ``purpose`` to one exact root and issue a permit (call inside gate_tx).
 
     With ``alias`` the alias is resolved here, exactly once, and must still be at
@@ -145,4 +155,4 @@ def acquire(
         created_at=utcnow(),
     )
     insert_permit(conn, permit)
-    return permit
+    return Acquired(permit, row)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import uuid
 
 from relgate.catalog import run_table
-from relgate.catalog.db import one, utcnow
+from relgate.catalog.db import utcnow
 from relgate.catalog.events import GateOperation, Outcome, record, refusals_recorded
 from relgate.catalog.permit_table import NO_GENERATION
 from relgate.documents import release_root as rm
-from relgate.errors import NotFoundError, UsageError
+from relgate.errors import UsageError
 from relgate.gate.permit_issue import acquire
 from relgate.gate.transitions import open_gate
 from relgate.runs.assignment import write_assignment
@@ -42,7 +42,7 @@ def admit_run(
         refusals_recorded(ws.db, GateOperation.ADMIT, subject),
         ws.db.admission_tx() as conn,
     ):
-        permit = acquire(
+        acquired = acquire(
             conn,
             gate,
             purpose=purpose,
@@ -50,12 +50,9 @@ def admit_run(
             root=root,
             expected_generation=expected_generation,
         )
+        permit = acquired.permit
         admitted = str(permit.root_digest)
-        release = one(
-            conn, "SELECT envelope_version FROM releases WHERE digest = :d", {"d": admitted}
-        )
-        if release is None:
-            raise NotFoundError("unknown release", object=admitted, check="exists")
+        envelope_version = acquired.release.envelope_version  # the row the gate checked
         now = utcnow()
         run_table.insert_run(
             conn,
@@ -69,7 +66,7 @@ def admit_run(
         )
         record(conn, GateOperation.ADMIT, Outcome.OK, subject=subject, digest=admitted)
     # The gate re-verified this root against its model inside the admission (verify_row).
-    manifest = rm.load(ws.store, ws.trusted_keys, admitted, release["envelope_version"])
+    manifest = rm.load(ws.store, ws.trusted_keys, admitted, envelope_version)
     with ws.db.tx() as conn:
         write_assignment(conn, run_id, 0, [s.id for s in manifest.shards], world_size)
     generation = int(permit.generation)
