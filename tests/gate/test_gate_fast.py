@@ -225,6 +225,31 @@ def test_admission_checks(g):
     assert by_digest.value.object == g.r1
 
 
+def test_admission_compares_roots_states_and_purposes_exactly(g):
+    """Equal is admitted and anything else refused, whichever side sorts first: a root named
+    with its alias must be the alias's root (any other digest, below or above it, is
+    alias-root), a state above or below PUBLISHED is release-state, a purpose above or
+    below the admitted one is purpose."""
+    same = _admit(g, alias="train", root=g.r2)  # the alias's own root: admitted
+    assert same["rootDigest"] == g.r2
+    for other in ("sha256:" + "0" * 64, "sha256:" + "f" * 64):
+        with pytest.raises(ConflictError) as err:
+            _admit(g, alias="train", root=other)
+        assert (err.value.check, err.value.digest) == ("alias-root", other)
+    for purpose in ("aaa-before", "zzz-after"):
+        with pytest.raises(RejectedError) as err:
+            _admit(g, root=g.r1, purpose=purpose)
+        assert err.value.check == "purpose"
+    for state in ("APPROVED", "VERIFIED"):  # below and above PUBLISHED
+        with g.ws.db.tx() as conn:
+            execute(
+                conn, "UPDATE releases SET state = :s WHERE digest = :d", {"s": state, "d": g.r1}
+            )
+        with pytest.raises(RejectedError) as err:
+            _admit(g, root=g.r1)
+        assert err.value.check == "release-state", state
+
+
 def test_close_permit_closes_once(g):
     run = _admit(g, root=g.r1)
     with g.ws.db.tx() as conn:
