@@ -232,6 +232,10 @@ def test_admission_compares_roots_states_and_purposes_exactly(g):
     below the admitted one is purpose."""
     same = _admit(g, alias="train", root=g.r2)  # the alias's own root: admitted
     assert same["rootDigest"] == g.r2
+    for expected in (1, 3):  # the alias is at generation 2: behind and ahead are both stale
+        with pytest.raises(ConflictError) as err:
+            _admit(g, alias="train", expected_generation=expected)
+        assert err.value.check == "alias-generation", expected
     for other in ("sha256:" + "0" * 64, "sha256:" + "f" * 64):
         with pytest.raises(ConflictError) as err:
             _admit(g, alias="train", root=other)
