@@ -42,10 +42,11 @@ lint: venv
 	$(BIN)/mypy relgate assets resources sensors pipelines agent/relgate_agent trust/relgate_trust
 	MYPYPATH=agent:trust $(BIN)/mypy agent/lab/relgate_lab
 
-# Two pytest workers: most test time is waiting on subprocesses and servers, and every
-# fixture (ports, PostgreSQL, moto, temporary directories) is per worker.
+# Three pytest workers on this 2-core machine: a third of the suite's time is spent
+# waiting on subprocesses and servers (docs/performance.md, item 7), and every fixture
+# (ports, PostgreSQL, moto, temporary directories) is per worker.
 test: lint
-	$(BIN)/pytest -q -n 2 --dist worksteal --durations=30
+	$(BIN)/pytest -q -n 3 --dist worksteal --durations=30
 
 demo: venv $(DAGSTER_HOME)/dagster.yaml
 	@$(BIN)/python -m pipelines.demo
