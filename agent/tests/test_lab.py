@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -153,10 +154,14 @@ def test_two_dcs_over_a_slow_wan_read_the_origin_once_and_cross_it_once(
     assert wire <= crossed < size, (wire, crossed, size)
 
 
-# a TCP sink that counts what it receives for RECEIVE_S, and a source that sends at will
+# a TCP sink that records what it has received over time (CLOCK_MONOTONIC, one clock for
+# every namespace), and a source that sends at will; the rates are read over one window
+# that every flow spans, so sinks that started apart (a loaded machine starts the sources
+# seconds apart) are compared over the same seconds
 RECEIVE_S = 4.0
+SINK_S = 9.0
 _SINK = f"""
-import socket, time
+import json, socket, time
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 5001))
@@ -164,13 +169,36 @@ s.listen(1)
 print("listening", flush=True)
 c, _ = s.accept()
 n, t = 0, time.monotonic()
-while time.monotonic() - t < {RECEIVE_S}:
+seen = [[t, 0]]
+while time.monotonic() - t < {SINK_S}:
     b = c.recv(1 << 20)
     if not b:
         break
     n += len(b)
-print(n, flush=True)
+    now = time.monotonic()
+    if now - seen[-1][0] >= 0.05:
+        seen.append([now, n])
+seen.append([time.monotonic(), n])
+print(json.dumps(seen), flush=True)
 """
+
+
+def _received_at(seen: list[list[float]], when: float) -> float:
+    """Bytes a sink had received at ``when`` (linear between its samples)."""
+    for (t0, n0), (t1, n1) in itertools.pairwise(seen):
+        if t0 <= when <= t1:
+            return n0 + (n1 - n0) * (when - t0) / max(t1 - t0, 1e-9)
+    raise AssertionError(f"{when} is outside the sink's record {seen[0][0]}..{seen[-1][0]}")
+
+
+def _common_rates(timelines: list[list[list[float]]]) -> list[float]:
+    """Each sink's rate over the same RECEIVE_S window, a second after the last flow began."""
+    start = max(seen[0][0] for seen in timelines) + 1.0
+    end = start + RECEIVE_S
+    assert end <= min(seen[-1][0] for seen in timelines), "the flows overlapped too briefly"
+    return [(_received_at(s, end) - _received_at(s, start)) / RECEIVE_S for s in timelines]
+
+
 _SOURCE = """
 import socket, sys, time
 c = socket.create_connection((sys.argv[1], 5001))
@@ -226,7 +254,8 @@ def test_a_capped_upload_is_shared_fairly_among_its_peers(
                 )
                 for h in kids
             ]
-            got = [int(sink.communicate(timeout=60)[0]) / RECEIVE_S for sink in sinks]
+            timelines = [json.loads(sink.communicate(timeout=60)[0]) for sink in sinks]
+            got = _common_rates(timelines)
         finally:
             for p in (*sinks, *sources):
                 p.kill()
