@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from relgate_trust.digests import file_sha256_digest, sha256_digest
+from relgate_trust.digests import file_sha256_digest, sha256_digest, spelled
 
 from relgate.errors import IntegrityError, ObjectExistsError, UsageError
 from relgate.integrity.digests import require_digest
@@ -40,7 +40,7 @@ __all__ = [
 
 #: The check a stored version whose bytes do not hash to its content address fails.
 STORAGE_DIGEST = "storage-digest"
-#: A file handed to :meth:`ContentStore.put_file` changed while it was hashed or stored.
+#: A file handed to :meth:`ContentStore.put_file` changed while it was stored.
 CONTENT_CHANGED = "content-changed"
 
 
@@ -116,48 +116,27 @@ class ContentStore:
         try:
             version = self.store.create(key, data)
         except ObjectExistsError:
-            current = self.store.head(key)
-            # Same name means same bytes only if they hash the same: check, never trust.
-            try:
-                self.get(digest, current.version_id, size=len(data))
-                version = current
-            except IntegrityError as exc:
-                if exc.check not in (STORAGE_DIGEST, SIZE_MISMATCH):
-                    raise
-                version = self._repair(key, digest, faulty=current.version_id, exc=exc,
-                                       write=lambda: self.store.put(key, data))  # fmt: skip
+            version = self._existing(key, digest, len(data), lambda: self.store.put(key, data))
         return ContentRef(digest=digest, version_id=version.version_id, size=len(data))
 
-    def put_file(self, source: Path, *, expected: str | None = None) -> ContentRef:
-        """:meth:`put` of a file, streamed: hashed in one read, stored without holding it in
-        memory (the store streams it), and an existing object of that name verified by a
-        streamed read.  With ``expected`` (a digest the caller computed, e.g. to lease the
-        key first) a file that no longer hashes to it is refused (``content-changed``)."""
+    def put_file(
+        self, source: Path, *, before_store: Callable[[str], None] | None = None
+    ) -> ContentRef:
+        """:meth:`put` of a file, streamed: hashed in one read and stored without holding
+        it in memory.  ``before_store(key)`` runs once the key is known and before anything
+        is written (a publisher lease covers it there).  A file that grew or shrank while it
+        was copied is refused (``content-changed``)."""
         with open(source, "rb") as fh:
             digest = file_sha256_digest(fh)
             size = os.fstat(fh.fileno()).st_size
-        if expected is not None and digest != expected:
-            raise IntegrityError(
-                "the file changed between hashing and storing it",
-                object=str(source),
-                check=CONTENT_CHANGED,
-                digest=expected,
-                details={"actual": digest},
-            )
         key = key_for(digest)
+        if before_store is not None:
+            before_store(key)
         try:
             version = self.store.create_file(key, source)
         except ObjectExistsError:
-            current = self.store.head(key)
-            try:
-                self._verify_stored(digest, current.version_id, size)
-                version = current
-            except IntegrityError as exc:
-                if exc.check not in (STORAGE_DIGEST, SIZE_MISMATCH):
-                    raise
-                version = self._repair(key, digest, faulty=current.version_id, exc=exc,
-                                       write=lambda: self.store.put_file(key, source))  # fmt: skip
-        if version.size != size:  # the file grew or shrank while it was copied
+            version = self._existing(key, digest, size, lambda: self.store.put_file(key, source))
+        if version.size != size:
             raise IntegrityError(
                 "the file changed while it was stored",
                 object=f"{key}@{version.version_id}",
@@ -167,13 +146,28 @@ class ContentStore:
             )
         return ContentRef(digest=digest, version_id=version.version_id, size=size)
 
+    def _existing(
+        self, key: str, digest: str, size: int, rewrite: Callable[[], ObjectVersion]
+    ) -> ObjectVersion:
+        """The current version of ``key`` when it holds these bytes.  Same name means same
+        bytes only if they hash the same: it is hashed by a streamed read (bounded by
+        ``size``), and one that fails is repaired by ``rewrite``."""
+        current = self.store.head(key)
+        try:
+            self._verify_stored(digest, current.version_id, size)
+        except IntegrityError as exc:
+            if exc.check not in (STORAGE_DIGEST, SIZE_MISMATCH):
+                raise
+            return self._repair(key, digest, faulty=current.version_id, exc=exc, write=rewrite)
+        return current
+
     def _verify_stored(self, digest: str, version_id: str, size: int) -> None:
         """Hash an exact stored version by a streamed read (bounded by ``size``)."""
         key = key_for(digest)
         sink = _HashingWriter(_Discard())
         with _naming(digest):
             self.store.read_into(key, version_id, sink, max_size=size)
-        actual = "sha256:" + sink.sha.hexdigest()
+        actual = spelled(sink.sha.hexdigest())
         if actual != digest:
             raise digest_fault(key, version_id, digest, actual, sink.size)
 
@@ -227,7 +221,7 @@ class ContentStore:
                 hashed = _HashingWriter(fh)
                 with _naming(digest):
                     self.store.read_into(key, version_id, hashed, max_size=size)
-            actual = "sha256:" + hashed.sha.hexdigest()
+            actual = spelled(hashed.sha.hexdigest())
             if actual != digest:
                 raise digest_fault(key, version_id, digest, actual, hashed.size)
             os.replace(tmp, target)

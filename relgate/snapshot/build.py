@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import StrictInt, StrictStr
-from relgate_trust.digests import file_sha256_digest
 
 from relgate import __version__
 from relgate.catalog.snapshot_table import insert_snapshot, record_build_failure
@@ -36,7 +35,7 @@ from relgate.gate.transitions import open_gate
 from relgate.holds.pins import PublisherLease, publisher_lease, source_pin_keys
 from relgate.integrity.contract import Contract
 from relgate.integrity.digests import require_digest
-from relgate.objects.layout import membership_key, statistics_key
+from relgate.objects.layout import statistics_key
 from relgate.progress import track
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.snapshot import statistics, tokenizer
@@ -397,10 +396,8 @@ def _write_snapshot(
 ) -> BuildResult:
     """Stage membership and the signed manifest under a publisher lease, then the row."""
     tally = staged.tally
-    with open(staged.path, "rb") as fh:  # streamed: 50M members are gigabytes
-        members_digest = file_sha256_digest(fh)
-    lease.cover(membership_key(members_digest))  # leased before it exists
-    members_ref = ws.cas.put_file(staged.path, expected=members_digest)
+    # streamed (50M members are gigabytes), hashed once, leased before it exists
+    members_ref = ws.cas.put_file(staged.path, before_store=lease.cover)
     stats_ref = None
     if staged.stats is not None:
         lease.cover(statistics_key(staged.stats.digest()))

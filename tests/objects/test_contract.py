@@ -463,7 +463,7 @@ def test_content_store_put_file_is_put_without_holding_the_file(
     cas = ContentStore(object_store)
     tracemalloc.start()
     try:
-        ref = cas.put_file(source, expected=sha256_digest(data))
+        ref = cas.put_file(source)
         again = cas.put_file(source)  # exists: verified by a streamed read
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -491,23 +491,22 @@ def test_content_store_put_file_repairs_a_faulty_stored_version(
     ]
 
 
-def test_content_store_put_file_refuses_a_file_that_changed(
+def test_content_store_put_file_calls_before_store_with_the_key_before_writing(
     object_store: ObjectStore, tmp_path: Path
 ) -> None:
-    from relgate.objects.cas import CONTENT_CHANGED
-
+    """The hook (a publisher lease) sees the content address while nothing is stored under
+    it yet, once per put, whether the object is new or exists."""
     source = tmp_path / "src"
-    source.write_bytes(b"as hashed")
-    hashed = sha256_digest(b"as hashed")
-    source.write_bytes(b"as rewritten after hashing")
-    with pytest.raises(IntegrityError) as info:
-        ContentStore(object_store).put_file(source, expected=hashed)
-    assert (info.value.check, info.value.digest, info.value.exit_code) == (
-        CONTENT_CHANGED,
-        hashed,
-        3,
-    )
-    assert list(object_store.list_versions()) == []  # nothing stored
+    source.write_bytes(b"leased first")
+    seen: list[tuple[str, list[str]]] = []
+
+    def before(key: str) -> None:
+        seen.append((key, [v.version_id for v in object_store.list_versions(key)]))
+
+    cas = ContentStore(object_store)
+    ref = cas.put_file(source, before_store=before)
+    assert cas.put_file(source, before_store=before) == ref
+    assert seen == [(ref.key, []), (ref.key, [ref.version_id])]
 
 
 def test_content_store_put_file_refuses_a_file_that_grew_while_it_was_stored(
