@@ -113,7 +113,10 @@ class SortedRuns:
         if self._spill is None:
             self._spill = tempfile.TemporaryDirectory(prefix="relgate-runs-")
         path = Path(self._spill.name) / f"run-{len(self._paths):05d}.parquet"
-        self._sorted_held().write_parquet(path, compression="lz4", statistics=False)
+        # row groups of one merge read: the merge holds one row group per run, not 2M rows
+        self._sorted_held().write_parquet(
+            path, compression="lz4", statistics=False, row_group_size=READ_ROWS
+        )
         self._paths.append(path)
 
     def merged(self, chunk_rows: int | None = None) -> Iterator[pl.DataFrame]:

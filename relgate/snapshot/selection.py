@@ -21,7 +21,7 @@ from relgate.records.values import content_digests
 from relgate.sources.source import Source
 
 #: Rows per selection batch.
-BATCH_ROWS = 1_000_000
+BATCH_ROWS = 262_144
 #: The column selection's verdict is held in while a batch is filtered.
 _KEEP = "__relgateSelected"
 #: The polars schema of a member batch.

@@ -28,6 +28,7 @@ from relgate.records.record_schema import ID_COLUMN as RECORD_ID
 from relgate.records.record_schema import TEXT_SCHEMA, RecordSchema
 from relgate.records.rows import row_error
 from relgate.records.values import constant_column
+from relgate.sources.iceberg_scan import scan_batches
 from relgate.sources.source import Source
 
 if TYPE_CHECKING:
@@ -282,7 +283,7 @@ class IcebergSource(Source):
         scan = table.scan(snapshot_id=snapshot_id, selected_fields=tuple(self.columns))
         arrow_schema = self.schema.arrow_schema()
         offset = 0
-        for batch in scan.to_arrow_batch_reader():
+        for batch in scan_batches(scan):
             data = pa.Table.from_batches([batch])
             data = data.rename_columns([self.columns[c] for c in data.column_names])
             data = _typed(data.select(list(self.schema.column_names)), self.schema, where)
