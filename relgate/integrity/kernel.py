@@ -15,6 +15,8 @@ import numpy as np
 from relgate.integrity._sha256 import ffi, lib
 
 DIGEST_BYTES = 32
+#: The largest value of one byte.
+MAX_BYTE = 0xFF
 
 
 def _source(buffer: Any) -> Any:
@@ -101,3 +103,20 @@ def hex_digests(packed: bytes | memoryview, prefix: bytes) -> bytes:
     if n:
         lib.rg_hex_digests(_source(packed), n, prefix, len(prefix), ffi.from_buffer(out))
     return bytes(out)
+
+
+def word_runs(data: Any, offsets: np.ndarray, separator_max: int) -> np.ndarray:
+    """Per row ``i`` of ``data[offsets[i]:offsets[i+1]]``: the number of maximal runs of
+    bytes above ``separator_max`` (int64, one entry per row)."""
+    n = len(offsets) - 1
+    out = np.zeros(max(n, 0), dtype=np.int64)
+    if n <= 0:
+        return out
+    if not 0 <= separator_max <= MAX_BYTE:
+        raise ValueError("separator_max is not a byte value")
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    _check_rows(data, offsets, 0, n)
+    offs = ffi.cast("const int64_t *", ffi.from_buffer(offsets))
+    target = ffi.from_buffer("int64_t[]", out, require_writable=True)
+    lib.rg_word_runs(_source(data), offs, n, separator_max, target)
+    return out

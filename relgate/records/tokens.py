@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
 from relgate.errors import IntegrityError, RejectedError
+from relgate.integrity.kernel import word_runs
 from relgate.records.record_schema import CHECK, TokenRule
 from relgate.records.values import Column
 
@@ -51,22 +52,9 @@ def _string_buffers(arr: Column) -> tuple[np.ndarray, np.ndarray]:
 
 
 def whitespace_runs(text: Column) -> pa.Array:
-    """Per record: the number of maximal runs of bytes above 0x20."""
+    """Per record: the number of maximal runs of bytes above 0x20 (one native pass)."""
     offsets, data = _string_buffers(text)
-    n = len(offsets) - 1
-    if n == 0 or len(data) == 0:
-        return pa.array(np.zeros(n, dtype=np.int64), pa.int64())
-    word = data > _SEPARATOR_MAX
-    starts = np.empty_like(word)
-    starts[0] = word[0]
-    np.greater(word[1:], word[:-1], out=starts[1:])  # a word byte after a separator
-    # A record's first byte starts a token whatever the previous record ended with.
-    nonempty = offsets[:-1] < offsets[1:]
-    firsts = offsets[:-1][nonempty]
-    starts[firsts] = word[firsts]
-    positions = np.flatnonzero(starts)
-    counts = np.diff(np.searchsorted(positions, offsets, side="left")).astype(np.int64)
-    return pa.array(counts, pa.int64())
+    return pa.array(word_runs(data, offsets, _SEPARATOR_MAX), pa.int64())
 
 
 def token_id_counts(ids: Column) -> pa.Array:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from relgate.integrity import hashing, kernel, merkle
 from relgate.integrity.merkle import MerkleAccumulator, MerkleTree, root_from_packed_leaves
 from relgate.integrity.tuples import encode_fields
+from relgate.records.tokens import whitespace_runs
 
 rows = st.lists(st.binary(max_size=200), max_size=300)
 prefixes = st.sampled_from([b"", b"\x00", b"\x01", b"relgate.split.v1\x00"])
@@ -183,3 +184,48 @@ def test_only_the_hashed_rows_offsets_are_checked() -> None:
     out = memoryview(bytearray(64))
     kernel.sha256_rows_into(b"ab", np.array([0, 1, 2, 0, 0], dtype=np.int64), 0, 2, b"", out)
     assert bytes(out) == hashlib.sha256(b"a").digest() + hashlib.sha256(b"b").digest()
+
+
+def _reference_runs(value: bytes | None) -> int:
+    """Maximal runs of bytes above 0x20, counted byte by byte in Python."""
+    runs, inside = 0, False
+    for byte in value or b"":
+        word = byte > 0x20
+        runs += word and not inside
+        inside = word
+    return runs
+
+
+texts = st.lists(
+    st.one_of(st.none(), st.binary(max_size=60), st.text(max_size=40).map(str.encode)),
+    max_size=200,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts, st.integers(0, 30), st.integers(0, 30))
+def test_word_runs_match_a_byte_by_byte_count(values: list[bytes | None], a: int, b: int) -> None:
+    """Every row counted on its own (a run never continues into the next row), for string
+    and large_string, sliced and chunked columns; a null row has no run."""
+    as_text = [None if v is None else v.decode("utf-8", "replace") for v in values]
+    for kind in (pa.string(), pa.large_string()):
+        arr = pa.array(as_text, kind)
+        expected = [_reference_runs(None if t is None else t.encode()) for t in as_text]
+        assert whitespace_runs(arr).to_pylist() == expected
+        sliced = arr.slice(min(a, len(arr)), b)
+        assert whitespace_runs(sliced).to_pylist() == expected[min(a, len(arr)) :][:b]
+        chunked = pa.chunked_array([arr.slice(0, a), arr.slice(a)], kind)
+        assert whitespace_runs(chunked).to_pylist() == expected
+
+
+def test_word_runs_refuse_offsets_outside_the_data() -> None:
+    data = np.frombuffer(b"ab cd", dtype=np.uint8)
+    assert kernel.word_runs(data, np.array([0, 2, 5]), 0x20).tolist() == [1, 1]
+    assert kernel.word_runs(data, np.array([0, 5]), ord("b")).tolist() == [1]  # only 'cd' > 'b'
+    with pytest.raises(ValueError, match="offsets"):
+        kernel.word_runs(data, np.array([0, 6]), 0x20)
+    with pytest.raises(ValueError, match="offsets"):
+        kernel.word_runs(data, np.array([3, 1]), 0x20)
+    with pytest.raises(ValueError, match="byte value"):
+        kernel.word_runs(data, np.array([0, 5]), 256)
+    assert kernel.word_runs(data, np.array([0]), 0x20).tolist() == []
