@@ -38,7 +38,6 @@ sorted by their encoding, each length-prefixed, concatenated.
 
 from __future__ import annotations
 
-import hashlib
 from functools import cached_property
 from typing import Final, Literal
 
@@ -48,7 +47,7 @@ import pyarrow.compute as pc
 from pydantic import StrictStr
 
 from relgate.integrity.contract import Contract
-from relgate.integrity.hashing import length_prefixed
+from relgate.integrity.hashing import sha256_stream
 from relgate.integrity.tuples import encode_fields
 from relgate.records.record_schema import ID_COLUMN, FieldSpec, RecordSchema, TokenRule
 from relgate.records.tokens import TokenizerBytes, token_counts
@@ -114,8 +113,11 @@ class ShardFormat:
     def token_counts(self, table: pa.Table, fetch: TokenizerBytes | None) -> pa.Array:
         return token_counts(table, self.records.tokens, fetch)
 
-    def stream_rows(self, table: pa.Table, recomputed_content: Column | None = None) -> pa.Array:
-        """One canonical record-stream entry per row (see the module docstring)."""
+    def stream_columns(
+        self, table: pa.Table, recomputed_content: Column | None = None
+    ) -> list[Column]:
+        """The fields of one canonical record-stream entry, as columns (see the module
+        docstring): each row's entry is their tuple encoding."""
         content = (
             recomputed_content if recomputed_content is not None else self.content_digests(table)
         )
@@ -123,7 +125,7 @@ class ShardFormat:
             canonical_column(table.column(name), self.records.field(name))
             for name in self.records.attributes
         ]
-        return length_prefixed(
+        return [
             table.column("sampleId"),
             table.column("sourceId"),
             table.column("sourceVersion"),
@@ -131,49 +133,63 @@ class ShardFormat:
             table.column("split"),
             *attributes,
             pc.cast(table.column(TOKENS_COLUMN), pa.string()),
-        )
+        ]
 
     def logical_digest(self, table: pa.Table, recomputed_content: Column | None = None) -> str:
-        """SHA-256 over the canonical record stream of ``table`` in its row order."""
-        h = hashlib.sha256(self.header)
-        h.update(_concat_data(self.stream_rows(table, recomputed_content)))
-        return "sha256:" + h.hexdigest()
+        """SHA-256 over the canonical record stream of ``table`` in its row order (hashed
+        from the columns' own buffers: the stream is never built)."""
+        columns = self.stream_columns(table, recomputed_content)
+        return "sha256:" + sha256_stream(*columns, header=self.header).hex()
 
 
-def _concat_data(arr: pa.Array) -> memoryview:
-    """The concatenated bytes of every row of a (large_)binary array, zero-copy."""
-    arr = pc.cast(arr, pa.large_binary())
-    if len(arr) == 0:
-        return memoryview(b"")
-    buffers = arr.buffers()
-    offsets = np.frombuffer(buffers[1], dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8)
-    data = memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
-    return data[int(offsets[0]) : int(offsets[-1])]
+#: What the member-set digest's hash starts with (before the sorted member tuples).
+MEMBERS_HEADER = b"relgate.shard.members.v1\x00"
 
 
-def member_tuples(table: pa.Table, schema_digest: str, content: Column | None = None) -> pa.Array:
-    """Length-prefixed member tuples of ``table`` (content column overridable)."""
+def _member_columns(
+    table: pa.Table, schema_digest: str, content: Column | None
+) -> tuple[list[Column], Column]:
+    """The five varying member fields, and the record-schema column (the same on every row)."""
     digest_col = content if content is not None else table.column("logicalContentDigest")
     schema_col = pa.array([schema_digest], pa.string()).take(
         np.zeros(table.num_rows, dtype=np.int64)
     )
-    return length_prefixed(
+    varying = [
         table.column("sampleId"),
         table.column("sourceId"),
         table.column("sourceVersion"),
         digest_col,
         table.column("split"),
-        schema_col,
-    )
+    ]
+    return varying, schema_col
+
+
+def encoding_order(columns: list[Column]) -> np.ndarray:
+    """Row numbers in the order of the rows' tuple encodings, compared as bytes.
+
+    Two encodings first differ in some field: either in its 4-byte big-endian length (which
+    orders as the length does) or, at equal lengths, in its bytes.  So sorting by (length,
+    bytes) of each field in turn is sorting by the encoding; rows equal in every key have
+    equal encodings, so their relative order does not change any hash over them.
+    """
+    keys: dict[str, Column] = {}
+    for i, column in enumerate(columns):
+        binary = pc.cast(column, pa.large_binary())
+        keys[f"len{i}"] = pc.binary_length(binary)
+        keys[f"val{i}"] = binary
+    order = pc.sort_indices(pa.table(keys), sort_keys=[(k, "ascending") for k in keys])
+    ordered: np.ndarray = order.to_numpy()
+    return ordered
 
 
 def member_set_digest(table: pa.Table, schema_digest: str, content: Column | None = None) -> str:
-    """SHA-256 over the shard's member tuples, sorted by their encoding (order-free)."""
-    encoded = member_tuples(table, schema_digest, content)
-    ordered = pc.take(encoded, pc.sort_indices(encoded))
-    h = hashlib.sha256(b"relgate.shard.members.v1\x00")
-    h.update(_concat_data(ordered))
-    return "sha256:" + h.hexdigest()
+    """SHA-256 over the shard's member tuples, sorted by their encoding (order-free).
+
+    The record-schema field is the same on every row, so the five varying fields decide
+    the order; the tuples are hashed from the columns' buffers in that order, never built."""
+    varying, schema_col = _member_columns(table, schema_digest, content)
+    order = encoding_order(varying)
+    return "sha256:" + sha256_stream(*varying, schema_col, order=order, header=MEMBERS_HEADER).hex()
 
 
 def shard_id(index: int, total: int) -> str:

@@ -8,6 +8,7 @@ threads (the kernel releases the GIL) that each hash a contiguous slice.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from concurrent.futures import ThreadPoolExecutor
@@ -123,6 +124,27 @@ def sha256_fields(*columns: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> 
         for job in jobs:
             job.result()
     return bytes(out)
+
+
+def sha256_stream(
+    *columns: pa.Array | pa.ChunkedArray, order: np.ndarray | None = None, header: bytes = b""
+) -> bytes:
+    """SHA-256 of ``header`` and then the concatenated rows of ``length_prefixed(*columns)``
+    taken in ``order`` (None: row order), without building the encoding.
+
+    Columns with nulls take the composite path: a row with a null field is a null encoded
+    row, which contributes no bytes (the reference behaviour, kept byte for byte).
+    """
+    if any(c.null_count for c in columns):
+        encoded = length_prefixed(*columns)
+        if order is not None:
+            encoded = encoded.take(pa.array(order, pa.int64()))
+        h = hashlib.sha256(header)
+        for row in pc.drop_null(encoded).to_pylist():
+            h.update(row)
+        return h.digest()
+    pairs = [(data, offsets) for offsets, data in _field_columns(columns)]
+    return kernel.sha256_stream(pairs, order, header)
 
 
 #: Leaves per aligned subtree whose root one thread reduces; a power of two.

@@ -79,6 +79,37 @@ def sha256_fields_into(
     lib.rg_sha256_fields(len(columns), datas, offs, lo, hi, prefix, len(prefix), target)
 
 
+def sha256_stream(
+    columns: list[tuple[Any, np.ndarray]], order: np.ndarray | None, header: bytes
+) -> bytes:
+    """SHA-256 of ``header`` followed by every row's ``len(c1) c1 || len(c2) c2 ...``
+    (4-byte big-endian lengths), rows taken in ``order`` (a permutation or any selection of
+    row numbers; None: every row in turn).  ``columns`` as for :func:`sha256_fields_into`."""
+    n_rows = len(columns[0][1]) - 1 if columns else 0
+    for data, offsets in columns:
+        if len(offsets) - 1 != n_rows:
+            raise ValueError("columns of different lengths")
+        _check_rows(data, offsets, 0, n_rows)
+        if bool(np.any(np.diff(offsets) > MAX_FIELD_BYTES)):
+            raise ValueError("a field is longer than its 4-byte length prefix can say")
+    if order is not None:
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        if len(order) and (int(order.min()) < 0 or int(order.max()) >= n_rows):
+            raise ValueError("row order names a row outside the columns")
+    count = n_rows if order is None else len(order)
+    keep = [(_source(d), ffi.from_buffer(o)) for d, o in columns]  # alive for the call
+    datas = ffi.new("const unsigned char *[]", [d for d, _ in keep] or [ffi.NULL])
+    offs = ffi.new(
+        "const int64_t *[]", [ffi.cast("const int64_t *", o) for _, o in keep] or [ffi.NULL]
+    )
+    rows = ffi.NULL if order is None else ffi.cast("const int64_t *", ffi.from_buffer(order))
+    out = bytearray(DIGEST_BYTES)
+    lib.rg_sha256_stream(
+        len(columns), datas, offs, rows, count, header, len(header), ffi.from_buffer(out)
+    )
+    return bytes(out)
+
+
 def merkle_root(packed_leaf_hashes: bytes | bytearray | memoryview) -> bytes:
     """RFC 6962 root over packed 32-byte leaf hashes (``SHA-256("")`` when there are none)."""
     n, rest = divmod(len(packed_leaf_hashes), DIGEST_BYTES)

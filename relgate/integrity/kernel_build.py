@@ -29,6 +29,9 @@ void rg_hex_digests(const unsigned char *digests, int64_t n, const unsigned char
                     size_t prefix_len, unsigned char *out);
 void rg_word_runs(const unsigned char *data, const int64_t *offsets, int64_t n,
                   unsigned char separator_max, int64_t *out);
+void rg_sha256_stream(int ncols, const unsigned char **data, const int64_t **offsets,
+                      const int64_t *order, int64_t n, const unsigned char *header,
+                      size_t header_len, unsigned char *out);
 """
 
 SOURCE = r"""
@@ -70,6 +73,49 @@ void rg_sha256_fields(int ncols, const unsigned char **data, const int64_t **off
         }
         SHA256_Final(out + 32 * i, &ctx);
     }
+}
+
+/* One SHA-256 over header || the tuple encoding of every row (len(c1) c1 len(c2) c2 ...,
+   4-byte big-endian lengths), rows in ``order`` (NULL: 0..n-1), the encoding never
+   materialised: fields are staged into a 64 KiB buffer hashed as it fills, so a row costs
+   copies, not SHA256_Update calls. */
+#define RG_STAGE (64 * 1024)
+void rg_sha256_stream(int ncols, const unsigned char **data, const int64_t **offsets,
+                      const int64_t *order, int64_t n, const unsigned char *header,
+                      size_t header_len, unsigned char *out) {
+    SHA256_CTX ctx;
+    unsigned char stage[RG_STAGE];
+    size_t used = 0;
+    SHA256_Init(&ctx);
+    if (header_len) SHA256_Update(&ctx, header, header_len);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t row = order ? order[i] : i;
+        for (int c = 0; c < ncols; c++) {
+            int64_t start = offsets[c][row];
+            size_t len = (size_t)(offsets[c][row + 1] - start);
+            if (used + 4 > RG_STAGE) {
+                SHA256_Update(&ctx, stage, used);
+                used = 0;
+            }
+            stage[used] = (unsigned char)(len >> 24);
+            stage[used + 1] = (unsigned char)(len >> 16);
+            stage[used + 2] = (unsigned char)(len >> 8);
+            stage[used + 3] = (unsigned char)len;
+            used += 4;
+            if (used + len > RG_STAGE) {
+                SHA256_Update(&ctx, stage, used);
+                used = 0;
+                if (len > RG_STAGE) {
+                    SHA256_Update(&ctx, data[c] + start, len);
+                    continue;
+                }
+            }
+            if (len) memcpy(stage + used, data[c] + start, len);
+            used += len;
+        }
+    }
+    if (used) SHA256_Update(&ctx, stage, used);
+    SHA256_Final(out, &ctx);
 }
 
 /* One RFC 6962 level up: SHA-256(0x01 || left || right) per pair, an odd last node carried

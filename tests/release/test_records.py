@@ -107,6 +107,67 @@ def test_member_set_digest_ignores_record_order(records):
     assert rr.member_set_digest(table, schema) == rr.member_set_digest(reversed_table, schema)
 
 
+def _reference_member_set(records, schema: str, content=None) -> str:
+    """Sorted tuple encodings (Python bytes order), hashed after the members header."""
+    digests = content if content is not None else [r["logicalContentDigest"] for r in records]
+    encoded = sorted(
+        ref.lp(
+            [
+                r["sampleId"].encode(),
+                r["sourceId"].encode(),
+                r["sourceVersion"].encode(),
+                d.encode(),
+                r["split"].encode(),
+                schema.encode(),
+            ]
+        )
+        for r, d in zip(records, digests, strict=True)
+    )
+    return (
+        "sha256:" + hashlib.sha256(b"relgate.shard.members.v1\x00" + b"".join(encoded)).hexdigest()
+    )
+
+
+# Few distinct short values (duplicates, prefixes of each other, equal lengths), bytes
+# above 0x7f (an unsigned byte order), and the empty string.
+member_text = st.sampled_from(["", "a", "ab", "b", "\u00e9", "\u00ff", "a\x00", "zz", "\U0001f600"])
+member_record = st.fixed_dictionaries(
+    {
+        "sampleId": member_text,
+        "sourceId": member_text,
+        "sourceVersion": member_text,
+        "logicalContentDigest": member_text,
+        "split": member_text,
+        "tokens": st.just(0),
+        "ids": st.just([]),
+        "domain": st.just(""),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(member_record, max_size=12), st.sampled_from(["", "s", "sha256:" + "0" * 64]))
+def test_member_set_digest_is_the_hash_of_the_sorted_encodings(records, schema):
+    table = as_table(TOKEN_FORMAT, records)
+    assert rr.member_set_digest(table, schema) == _reference_member_set(records, schema)
+    content = pa.array([r["sampleId"] + "!" for r in records], pa.string())
+    expected = _reference_member_set(records, schema, [r["sampleId"] + "!" for r in records])
+    assert rr.member_set_digest(table, schema, content) == expected
+
+
+def test_member_set_digest_is_pinned():
+    """The digest the stored releases carry (computed by the encoding-building code this
+    replaced): hashing from the buffers must not change it."""
+    records = [
+        {"sampleId": s, "sourceId": "forum", "sourceVersion": "v1", "logicalContentDigest": d,
+         "split": sp, "tokens": 0, "ids": [], "domain": ""}
+        for s, d, sp in (("s/2", "x", "train"), ("s/10", "y", "test"), ("s/2", "x", "train"),
+                         ("\u00e9", "", "val"), ("s/1", "z", "train"))
+    ]  # fmt: skip
+    table = as_table(TOKEN_FORMAT, records)
+    assert rr.member_set_digest(table, "sha256:" + "0" * 64) == PINNED_MEMBER_SET
+
+
 def test_stream_is_stable_across_releases():
     """A pinned vector: changing the stream definition must be a new stream name."""
     records = [
@@ -151,3 +212,4 @@ def test_token_ids_count_exactly_and_binary_counts_none():
 
 PINNED_TEXT_SHARD_SCHEMA = "sha256:481a9378defb8641abde9a9405e42e6b7142756a985dfe3735b810853e254d82"
 PINNED_STREAM_DIGEST = "sha256:dea5d38fdc03996ee946e29be9f54a3e042946e4874ddd4e2d14ec4239dc6ad5"
+PINNED_MEMBER_SET = "sha256:f6e835cca26e74c31b60f6eb3440be53c4451e02f5022b98abfaf98a0d17afed"
