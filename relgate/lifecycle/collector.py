@@ -46,6 +46,7 @@ from relgate.documents import release_root as rm
 from relgate.documents import snapshot_manifest as sm
 from relgate.documents.verified_bytes import verify_stored
 from relgate.errors import IntegrityError, NotFoundError, RejectedError, RelgateError, UsageError
+from relgate.heap import collector_paused
 from relgate.holds.pins import leased_keys
 from relgate.holds.refs import (
     MANAGED_PREFIXES,
@@ -80,6 +81,7 @@ from relgate.lifecycle.inventory import (
     listing_batches,
     owners_table,
     pairs_table,
+    seen_index,
     seen_table,
     stored_table,
     unseen,
@@ -383,14 +385,18 @@ def _unknown_outcome(
     return protected, {key for key, _ in protected}, sorted(names)
 
 
-def _seen(conn: Connection, stored: pa.Table, now: str, *, record: bool) -> pa.Table:
-    """``gc_seen`` as a table; with ``record``, the versions never seen are stamped now."""
+def _seen(
+    conn: Connection, stored: pa.Table, now: str, *, record: bool
+) -> tuple[pa.Table, pa.ChunkedArray]:
+    """``gc_seen`` as a table and each stored version's row in it; with ``record``, the
+    versions never seen are stamped now."""
     seen = seen_table(conn)
+    at = seen_index(stored, seen)
     if record:
-        new = unseen(stored, seen)
+        new = unseen(stored, at)
         if new.num_rows:
             gc_table.stamp_seen(conn, zip(*new.to_pydict().values(), strict=True), now)
-    return seen
+    return seen, at
 
 
 #: Roles that belong to a version's audit trail, not to its bytes (kept under the audit
@@ -494,7 +500,20 @@ def plan_gc(
 ) -> Plan:
     """Dry run: what a sweep would delete now, and why; raises when a retained version is
     incomplete.  ``record`` remembers when each object version was first seen (the grace
-    period counts from there); it never deletes anything."""
+    period counts from there); it never deletes anything.  Runs with the cyclic collector
+    paused (:mod:`relgate.heap`: a million listed rows would otherwise cost it seconds)."""
+    with collector_paused():
+        return _plan_gc(ws, grace_seconds=grace_seconds, now=now, record=record)
+
+
+def _plan_gc(
+    ws: Workspace,
+    *,
+    grace_seconds: int = DEFAULT_GRACE_SECONDS,
+    now: dt.datetime | None = None,
+    record: bool = True,
+) -> Plan:
+    """The plan itself (see :func:`plan_gc`)."""
     if grace_seconds < 0:
         raise UsageError("grace period must be >= 0", object="gc", check="grace")
     moment = now or now_utc()
@@ -512,7 +531,7 @@ def plan_gc(
     required, gaps = _mark_required(ws, retained, stored, raw_sources=raw)
     protected, protected_keys, unknown = _unknown_outcome(ws, known, stored)
     with ws.db.tx() as conn:
-        seen = _seen(conn, stored, stamp, record=record)
+        seen, at = _seen(conn, stored, stamp, record=record)
     cutoff = format_time(moment - dt.timedelta(seconds=grace_seconds))
     exclusions = Exclusions(
         required,
@@ -522,7 +541,7 @@ def plan_gc(
         sorted(names),
         pairs_table((r.key, r.version_id) for r in trail),
     )
-    classified = classify(stored, exclusions, seen, stamp, cutoff)
+    classified = classify(stored, exclusions, seen, stamp, cutoff, at)
     former, users = former_owners(ws, retained)
     owners = owners_table(former)
     return Plan(

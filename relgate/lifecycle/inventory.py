@@ -161,7 +161,10 @@ def first_absent(wanted: pa.Table, stored: pa.Table) -> int | None:
     if wanted.num_rows == 0:
         return None
     wanted_pairs = pair_key(wanted["canonical"], wanted["version_id"])
-    present = pc.is_in(wanted_pairs, value_set=stored["pair"])
+    # The hash table over the wanted pairs (thousands), not over the listing (millions):
+    # which listed pairs are wanted, then which wanted pairs were among them.
+    listed = pc.filter(stored["pair"], pc.is_in(stored["pair"], value_set=wanted_pairs))
+    present = pc.is_in(wanted_pairs, value_set=listed)
     absent = pc.filter(wanted["order"], pc.invert(present))
     return None if len(absent) == 0 else int(pc.min(absent).as_py())
 
@@ -187,10 +190,17 @@ def seen_pairs(seen: pa.Table) -> pa.Table:
     return seen.append_column("pair", pair_key(seen["key"], seen["version_id"]))
 
 
-def unseen(stored: pa.Table, seen: pa.Table) -> pa.Table:
-    """(key, version_id) of the stored versions ``gc_seen`` has no row for."""
-    known = pc.is_in(stored["listed_pair"], value_set=seen["pair"])
-    return stored.select(["key", "version_id"]).filter(pc.invert(known))
+def seen_index(stored: pa.Table, seen: pa.Table) -> pa.ChunkedArray:
+    """Per stored version (listing order, as listed): its row in ``seen``, null when
+    ``gc_seen`` has none (one hash table over ``seen``, shared by :func:`unseen` and
+    :func:`classify`)."""
+    return pc.index_in(stored["listed_pair"], value_set=seen["pair"])
+
+
+def unseen(stored: pa.Table, at: pa.ChunkedArray) -> pa.Table:
+    """(key, version_id) of the stored versions ``gc_seen`` has no row for (``at`` from
+    :func:`seen_index`)."""
+    return stored.select(["key", "version_id"]).filter(pc.is_null(at))
 
 
 @dataclass(frozen=True)
@@ -218,12 +228,19 @@ def _is_in(column: pa.ChunkedArray, values: Iterable[str]) -> pa.ChunkedArray:
 
 
 def classify(
-    stored: pa.Table, exclusions: Exclusions, seen: pa.Table, now: str, cutoff: str
+    stored: pa.Table,
+    exclusions: Exclusions,
+    seen: pa.Table,
+    now: str,
+    cutoff: str,
+    at: pa.ChunkedArray | None = None,
 ) -> pa.Table:
     """Every stored version (listing order, as listed) with ``first_seen`` (``now`` if never seen)
-    and ``why_not``: the first exclusion reason that applies, or null for a candidate."""
+    and ``why_not``: the first exclusion reason that applies, or null for a candidate.
+    ``at``: :func:`seen_index` of ``stored`` in ``seen`` when the caller has it already."""
     table = stored
-    at = pc.index_in(stored["listed_pair"], value_set=seen["pair"])
+    if at is None:
+        at = seen_index(stored, seen)
     first_seen = pc.fill_null(pc.take(seen["first_seen"], at), _text(now))
     canon = table["canonical"]
     respelled = pc.not_equal(canon, table["key"])
