@@ -491,6 +491,7 @@ def _mark_required(
     return pairs_table((r.key, r.version_id) for r in refs), gaps
 
 
+@collector_paused()
 def plan_gc(
     ws: Workspace,
     *,
@@ -502,18 +503,6 @@ def plan_gc(
     incomplete.  ``record`` remembers when each object version was first seen (the grace
     period counts from there); it never deletes anything.  Runs with the cyclic collector
     paused (:mod:`relgate.heap`: a million listed rows would otherwise cost it seconds)."""
-    with collector_paused():
-        return _plan_gc(ws, grace_seconds=grace_seconds, now=now, record=record)
-
-
-def _plan_gc(
-    ws: Workspace,
-    *,
-    grace_seconds: int = DEFAULT_GRACE_SECONDS,
-    now: dt.datetime | None = None,
-    record: bool = True,
-) -> Plan:
-    """The plan itself (see :func:`plan_gc`)."""
     if grace_seconds < 0:
         raise UsageError("grace period must be >= 0", object="gc", check="grace")
     moment = now or now_utc()

@@ -68,12 +68,13 @@ def test_concurrent_pauses_end_with_the_last_one() -> None:
 def test_the_gc_plan_runs_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[bool] = []
 
-    def plan(ws: object, **_: object) -> str:
+    def listing(ws: object) -> None:
         seen.append(gc.isenabled())
-        return "planned"
+        raise RuntimeError("stop after the first step")
 
-    monkeypatch.setattr(collector, "_plan_gc", plan)
+    monkeypatch.setattr(collector, "list_stored", listing)
     gc.enable()
-    assert collector.plan_gc(object(), grace_seconds=0) == "planned"  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="first step"):
+        collector.plan_gc(object(), grace_seconds=0)  # type: ignore[arg-type]
     assert seen == [False]
     assert gc.isenabled()
