@@ -40,6 +40,9 @@ SOURCE = r"""
 #include <string.h>
 #include <openssl/sha.h>
 
+/* Rows whose tuple encoding is at most this long are hashed from one stack buffer. */
+#define RG_ROW 2048
+
 void rg_sha256_rows(const unsigned char *data, const int64_t *offsets, int64_t n,
                     const unsigned char *prefix, size_t prefix_len, unsigned char *out) {
     SHA256_CTX ctx;
@@ -59,7 +62,31 @@ void rg_sha256_fields(int ncols, const unsigned char **data, const int64_t **off
                       unsigned char *out) {
     SHA256_CTX ctx;
     unsigned char be[4];
+    /* A row whose encoding fits is assembled here and hashed in one call (one
+       SHA256_Update per field costs more than the copy); longer rows go field by field. */
+    unsigned char row[RG_ROW];
     for (int64_t i = lo; i < hi; i++) {
+        size_t total = prefix_len;
+        for (int c = 0; c < ncols; c++) total += 4 + (size_t)(offsets[c][i + 1] - offsets[c][i]);
+        if (total <= RG_ROW) {
+            size_t used = prefix_len;
+            if (prefix_len) memcpy(row, prefix, prefix_len);
+            for (int c = 0; c < ncols; c++) {
+                int64_t start = offsets[c][i];
+                size_t len = (size_t)(offsets[c][i + 1] - start);
+                row[used] = (unsigned char)(len >> 24);
+                row[used + 1] = (unsigned char)(len >> 16);
+                row[used + 2] = (unsigned char)(len >> 8);
+                row[used + 3] = (unsigned char)len;
+                used += 4;
+                if (len) memcpy(row + used, data[c] + start, len);
+                used += len;
+            }
+            SHA256_Init(&ctx);
+            SHA256_Update(&ctx, row, used);
+            SHA256_Final(out + 32 * i, &ctx);
+            continue;
+        }
         SHA256_Init(&ctx);
         if (prefix_len) SHA256_Update(&ctx, prefix, prefix_len);
         for (int c = 0; c < ncols; c++) {

@@ -59,6 +59,20 @@ def test_fused_fields_equal_hashing_the_built_encoding(
     assert hashing.sha256_rows(hashing.length_prefixed(*columns), prefix) == expected
 
 
+@pytest.mark.parametrize("size", [0, 1, 2038, 2039, 2040, 2041, 3000, 70_000])
+def test_fused_fields_on_both_sides_of_the_row_buffer(size: int) -> None:
+    """Rows whose encoding fits the kernel's 2 KiB row buffer are hashed from it, longer
+    ones field by field: both give hashlib's digest, also at the exact boundary."""
+    big = pa.array(["x" * size, "", "y" * (size // 2)], pa.string())
+    small = pa.array(["a", "bc", ""], pa.string())
+    for prefix in (b"", b"\x00"):
+        expected = b"".join(
+            hashlib.sha256(prefix + _lp((a.encode(), b.encode()))).digest()
+            for a, b in zip(big.to_pylist(), small.to_pylist(), strict=True)
+        )
+        assert hashing.sha256_fields(big, small, prefix=prefix) == expected
+
+
 def test_fused_fields_threaded_sliced_and_with_nulls(monkeypatch: pytest.MonkeyPatch) -> None:
     a = pa.array([f"id-{i}" for i in range(3000)], pa.string())
     b = pa.chunked_array([pa.array(["x" * (i % 40) for i in range(3000)], pa.large_string())])
