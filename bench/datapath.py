@@ -13,7 +13,10 @@ run: SHA-256 (hashlib/OpenSSL) + CRC32C (google-crc32c) of 1 GiB on one core, an
 once more (placement re-hash) — the minimal CPU the verification semantics imply; and the
 landing floor, that plus the CPU of one pwrite of 1 GiB into the page cache of the same
 filesystem (measured: on this VM the kernel's copy into the page cache costs as much as a
-SHA-256, and perf puts ~29% of a middle host's CPU in pwrite and ~8% in pread).
+SHA-256, and perf puts ~29% of a middle host's CPU in pwrite and ~8% in pread); and the TLS
+floor, that plus AES-256-GCM decryption and encryption of 1 GiB in 16 KiB records (a middle
+host decrypts what it receives and encrypts it again for its downstream). ``coresAt10GBps``:
+the cores a host receiving 10 GB/s would need at the measured CPU-s per GiB.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import google_crc32c
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from bench.record import Comparison, compare
 
@@ -64,6 +68,26 @@ def _pwrite_s(block: bytes, where: Path) -> float:
         path.unlink()
 
 
+#: TLS 1.3's largest record plaintext: the data plane's streams fill records to it.
+TLS_RECORD = 16 * 1024
+
+
+def _tls_s() -> float:
+    """CPU seconds to encrypt and decrypt 1 GiB in TLS records with AES-256-GCM (what
+    TLS 1.3 negotiates here first: TLS_AES_256_GCM_SHA384): a middle host decrypts every
+    byte it receives and encrypts it again for its downstream."""
+    aead = AESGCM(AESGCM.generate_key(bit_length=256))
+    record = os.urandom(TLS_RECORD)
+    nonce = os.urandom(12)  # one nonce for every record: a cost probe, never a protocol
+    sealed = aead.encrypt(nonce, record, None)
+    t0 = time.process_time()
+    for _ in range(GiB // TLS_RECORD):
+        aead.encrypt(nonce, record, None)
+    for _ in range(GiB // TLS_RECORD):
+        aead.decrypt(nonce, sealed, None)
+    return time.process_time() - t0
+
+
 def physical_bound_s_per_gib(where: Path) -> dict[str, float]:
     """One core: SHA-256 and CRC32C of 1 GiB in 4 MiB blocks (no I/O), and the CPU of
     writing 1 GiB into the page cache of the filesystem the agents stage on."""
@@ -83,6 +107,7 @@ def physical_bound_s_per_gib(where: Path) -> dict[str, float]:
         "crc32c_s": round(crc, 3),
         "sum_s": round(sha + crc, 3),
         "pwrite_s": round(write, 3),
+        "tls_aes256gcm_s": round(_tls_s(), 3),
     }
 
 
@@ -155,6 +180,9 @@ def main(
     # forwarding, no control plane: what no design that verifies and stores can go below)
     floor = bound["sum_s"] + bound["sha256_s"]
     landing = floor + bound["pwrite_s"]
+    # ... and the TLS floor adds decrypting every received byte and encrypting it once
+    # for the downstream (a middle host of a chain)
+    tls = landing + bound["tls_aes256gcm_s"]
     return {
         "workload": (
             f"{agents} agents in one chain on loopback (uncapped, TLS), S={size_mib} MiB, "
@@ -165,11 +193,15 @@ def main(
         "baseline": {
             "verification_floor_s_per_gib": round(floor, 3),
             "landing_floor_s_per_gib": round(landing, 3),
+            "tls_floor_s_per_gib": round(tls, 3),
             **bound,
         },
         "ratio": round(per_gib / floor, 2),
         "ratioToLandingFloor": round(per_gib / landing, 2),
+        "ratioToTlsFloor": round(per_gib / tls, 2),
         "per_host_GBps": round(size_mib * MiB / run["wall_s"] / 1e9, 3),
+        # cores a host receiving 10 GB/s (a 100 Gbit/s NIC) would spend at this CPU cost
+        "coresAt10GBps": round(per_gib * 10e9 / GiB, 1),
         "target": TARGET,
         "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
@@ -185,6 +217,7 @@ def comparisons(result: dict[str, Any]) -> list[Comparison]:
             ("agents", result["cpu_s_per_gib"]),
             ("verification floor", floors["verification_floor_s_per_gib"]),
             ("landing floor", floors["landing_floor_s_per_gib"]),
+            ("landing + TLS floor", floors["tls_floor_s_per_gib"]),
         )
     ]
 
