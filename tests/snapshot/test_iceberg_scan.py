@@ -34,9 +34,10 @@ def table(tmp_path: Path) -> Any:
     return catalog.load_table("t.rows")
 
 
-def test_same_rows_in_the_same_order_as_pyiceberg(table: Any) -> None:
+@pytest.mark.parametrize("read_ahead", [0, 1, 2, 10])
+def test_same_rows_in_the_same_order_as_pyiceberg(table: Any, read_ahead: int) -> None:
     scan = table.scan()
-    ours = pa.Table.from_batches(list(scan_batches(scan)))
+    ours = pa.Table.from_batches(list(scan_batches(scan, read_ahead=read_ahead)))
     theirs = scan.to_arrow_batch_reader().read_all()
     assert ours.num_rows == FILES * ROWS
     assert ours.column("sample_id").to_pylist() == theirs.column("sample_id").to_pylist()
@@ -44,10 +45,11 @@ def test_same_rows_in_the_same_order_as_pyiceberg(table: Any) -> None:
     assert ours.schema == theirs.schema
 
 
-@pytest.mark.parametrize("read_ahead", [0, 1, 2])
+@pytest.mark.parametrize("read_ahead", [0, 1, 2, None])
 def test_at_most_read_ahead_files_beyond_the_one_consumed(
-    table: Any, read_ahead: int, monkeypatch: pytest.MonkeyPatch
+    table: Any, read_ahead: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``None``: the default, one file ahead."""
     started: list[str] = []
     lock = threading.Lock()
     real = ArrowScan.to_record_batches
@@ -60,7 +62,11 @@ def test_at_most_read_ahead_files_beyond_the_one_consumed(
 
     monkeypatch.setattr(ArrowScan, "to_record_batches", counted)
     seen: list[str] = []
-    for batch in scan_batches(table.scan(), read_ahead=read_ahead):
+    batches = (
+        scan_batches(table.scan()) if read_ahead is None else scan_batches(table.scan(), read_ahead)
+    )
+    ahead = 1 if read_ahead is None else read_ahead
+    for batch in batches:
         file_prefix = str(batch.column("sample_id")[0]).partition("/")[0]
         if file_prefix not in seen:
             seen.append(file_prefix)
@@ -68,7 +74,7 @@ def test_at_most_read_ahead_files_beyond_the_one_consumed(
             # bound holds whatever the timing; the pause lets a broken bound show)
             time.sleep(0.05)
         with lock:
-            assert len(started) <= len(seen) + read_ahead, (started, seen)
+            assert len(started) <= len(seen) + ahead, (started, seen)
     assert len(seen) == FILES
     assert len(started) == FILES
 
