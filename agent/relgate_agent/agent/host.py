@@ -43,6 +43,8 @@ from relgate_agent.pki import (
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import Duplex, FailoverStub, ReportRouter
+from relgate_agent.staging import direct
+from relgate_agent.staging.direct import DIRECT
 from relgate_agent.staging.storage import held_versions
 
 log = logging.getLogger(__name__)
@@ -254,6 +256,8 @@ class HostAgent:
 
     def start(self) -> HostAgent:
         self.config.models_root.mkdir(parents=True, exist_ok=True)
+        if self.config.staging_io == DIRECT:  # refused before serving, not at the first job
+            direct.probe(self.config.models_root)
         bytelog.drop_stale(self.config.models_root)  # counters of jobs that ended meanwhile
         if self.config.metrics_listen:
             self.metrics_address = self.exporter.endpoint.serve(self.config.metrics_listen)

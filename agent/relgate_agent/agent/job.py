@@ -65,6 +65,9 @@ class AgentConfig:
     origin_parallel: int = 0
     origin_range_bytes: int = 0
     retain_versions: int = 2  # current + N-1
+    # how staging files are written and re-read: "buffered" (the page cache) or "direct"
+    # (O_DIRECT through aligned buffers, no page-cache copy; staging/direct.py)
+    staging_io: str = "buffered"
     max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
     max_upload_bytes_per_s: int = 0  # per-host cap on data-plane tx alone (0 = the above)
     bypass: bool = True  # route around a dead upstream without a leader (bypass.py)

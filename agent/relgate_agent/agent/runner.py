@@ -49,6 +49,7 @@ from relgate_agent.errors import (
     StorageError,
 )
 from relgate_agent.proto import distribution_pb2 as pb
+from relgate_agent.staging.direct import DIRECT
 from relgate_agent.staging.retention import retire_versions
 from relgate_agent.staging.reverify import reverify_all
 from relgate_agent.staging.storage import StagedMismatch, VersionStore, scrub_placed
@@ -292,7 +293,9 @@ class JobRunner:
         files = JobFiles(
             manifest=manifest,
             envelope=envelope,
-            store=VersionStore(self.cfg.models_root, manifest),
+            store=VersionStore(
+                self.cfg.models_root, manifest, direct=self.cfg.staging_io == DIRECT
+            ),
             tracker=ChunkTracker(manifest),
             origin_uri=reg.origin_uri,
             stripe_blocks=[manifest.stripe_blocks(s, stripes) for s in range(stripes)],
@@ -434,7 +437,9 @@ class JobRunner:
         if state is None and files.store.staging_dir.exists():
             # a journal for another manifest (or torn): never trust its bytes
             files.store.discard()
-            files.store = VersionStore(self.cfg.models_root, manifest)
+            files.store = VersionStore(
+                self.cfg.models_root, manifest, direct=self.cfg.staging_io == DIRECT
+            )
         store = files.store
         # free-disk check before creating anything: what is still missing must fit
         allocated = 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import click
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -105,6 +105,7 @@ class AgentFileConfig(_Shared):
     coordinator: str = ""
     coordinator_sharded: bool = False
     models_root: str = "/models"
+    staging_io: Literal["buffered", "direct"] = "buffered"
     listen: str = "127.0.0.1:0"
     advertise: str = ""
     journal_interval: float = 2.0

@@ -209,6 +209,15 @@ def agent() -> None:
     help="the replicas run --shard-by-job: watch each one, report each job to its leader",
 )
 @click.option("--models-root", default="/models")
+@click.option(
+    "--staging-io",
+    type=click.Choice(["buffered", "direct"]),
+    default="buffered",
+    show_default=True,
+    help="write and re-read staging files through the page cache, or with O_DIRECT through "
+    "aligned buffers (no page-cache copy: fewer CPU-s per GiB; the models root's file "
+    "system must support it, tmpfs does not)",
+)
 @click.option("--trusted-keys", required=True, multiple=True)
 @click.option("--listen", default="127.0.0.1:0")
 @click.option("--advertise", default="")
@@ -293,6 +302,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     labels: dict[str, str],
     coordinator: str,
     models_root: str,
+    staging_io: str,
     trusted_keys: tuple[str, ...],
     listen: str,
     advertise: str,
@@ -323,6 +333,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
         rack=rack,
         coordinator=coordinator,
         models_root=Path(models_root),
+        staging_io=staging_io,
         trusted_keys=trust.keys,
         labels=labels,
         listen_host=host or "127.0.0.1",

@@ -50,6 +50,7 @@ from relgate_trust.manifest import (
 )
 
 from relgate_agent.errors import NoSpace, StorageError, is_no_space
+from relgate_agent.staging.direct import DirectIO, reopen_direct
 
 JOURNAL_FORMAT = 1
 STAGED_ENVELOPE = "manifest.dsse.json"  # beside the journal of a staged version
@@ -228,12 +229,19 @@ SCAN_WORKERS = 8
 
 
 def _chunk_ok(
-    manifest: CheckpointManifest, fds: dict[str, int], c: ChunkEntry, read_size: int
+    manifest: CheckpointManifest,
+    fds: dict[str, int],
+    c: ChunkEntry,
+    read_size: int,
+    direct: DirectIO | None = None,
 ) -> bool:
     h = hashlib.sha256()
     got = 0
     for f, foff, n, _ in manifest.segments(c.offset, c.size):
         fd = fds[f.path]
+        if direct is not None:  # hashed from the aligned buffer, no copy
+            got += direct.feed(fd, foff, n, h.update)
+            continue
         done = 0
         while done < n:
             piece = os.pread(fd, min(read_size, n - done), foff + done)
@@ -250,17 +258,23 @@ def scan_chunks(
     fds: dict[str, int],
     read_size: int = READ_SIZE,
     workers: int = 0,
+    direct: DirectIO | None = None,
 ) -> list[int]:
     """Re-hash every chunk (in manifest order, one forward pass over the files) against the
-    manifest; returns the indexes of the chunks whose SHA-256 does not match."""
+    manifest; returns the indexes of the chunks whose SHA-256 does not match.  With
+    ``direct``, ``fds`` are O_DIRECT descriptors read through its aligned buffers."""
     for fd in fds.values():
         with contextlib.suppress(OSError, AttributeError):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
     n = workers or min(SCAN_WORKERS, os.cpu_count() or 1)
     if n <= 1 or manifest.num_chunks <= 1:
-        return [c.index for c in manifest.chunks if not _chunk_ok(manifest, fds, c, read_size)]
+        return [
+            c.index for c in manifest.chunks if not _chunk_ok(manifest, fds, c, read_size, direct)
+        ]
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="rehash") as pool:
-        ok = list(pool.map(lambda c: _chunk_ok(manifest, fds, c, read_size), manifest.chunks))
+        ok = list(
+            pool.map(lambda c: _chunk_ok(manifest, fds, c, read_size, direct), manifest.chunks)
+        )
     return [c.index for c, good in zip(manifest.chunks, ok, strict=True) if not good]
 
 
@@ -272,7 +286,9 @@ class VersionStore:
     tree or the placed tree is refused, never followed.
     """
 
-    def __init__(self, models_root: Path, manifest: CheckpointManifest) -> None:
+    def __init__(
+        self, models_root: Path, manifest: CheckpointManifest, *, direct: bool = False
+    ) -> None:
         validate_name("model", manifest.model)
         validate_name("version", manifest.version)
         self.models_root = models_root
@@ -289,6 +305,9 @@ class VersionStore:
             models_root, manifest.model, manifest.version
         )
         self.fds: dict[str, int] = {}
+        #: the same files opened with O_DIRECT (``--staging-io direct``; staging/direct.py)
+        self.direct = DirectIO() if direct else None
+        self.direct_fds: dict[str, int] = {}
         self.placed = False
         self.lock = threading.Lock()
 
@@ -393,6 +412,7 @@ class VersionStore:
                         self.fds[f.path] = open_beneath(base, self.final, f.path, os.O_RDONLY)
                 finally:
                     os.close(base)
+                self._open_direct(writable=False)
                 return
             tree = mkdirs_beneath(
                 root,
@@ -411,12 +431,21 @@ class VersionStore:
                     os.ftruncate(fd, f.size)
         finally:
             os.close(tree)
+        self._open_direct(writable=True)
+
+    def _open_direct(self, *, writable: bool) -> None:
+        if self.direct is not None:
+            for path, fd in self.fds.items():
+                self.direct_fds[path] = reopen_direct(fd, writable=writable)
 
     def close(self) -> None:
-        for fd in self.fds.values():
+        for fd in (*self.fds.values(), *self.direct_fds.values()):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds.clear()
+        self.direct_fds.clear()
+        if self.direct is not None:
+            self.direct.close()
 
     def discard(self) -> None:
         """Remove staging (cancelled job or a journal for another manifest)."""
@@ -431,7 +460,12 @@ class VersionStore:
         for seg in self.manifest.segments(offset, len(view)):
             f, foff, n, pos = seg
             try:
-                written = os.pwrite(self.fds[f.path], view[pos : pos + n], foff)
+                if self.direct is not None:
+                    written = self.direct.write(
+                        self.direct_fds[f.path], self.fds[f.path], view[pos : pos + n], foff
+                    )
+                else:
+                    written = os.pwrite(self.fds[f.path], view[pos : pos + n], foff)
             except OSError as exc:
                 if is_no_space(exc):
                     raise NoSpace(
@@ -444,7 +478,10 @@ class VersionStore:
     def pread(self, offset: int, length: int) -> bytes:
         parts: list[bytes] = []
         for f, foff, n, _ in self.manifest.segments(offset, length):
-            parts.append(os.pread(self.fds[f.path], n, foff))
+            if self.direct is not None:
+                parts.append(self.direct.read(self.direct_fds[f.path], foff, n))
+            else:
+                parts.append(os.pread(self.fds[f.path], n, foff))
         data = b"".join(parts)
         if len(data) != length:
             raise StorageError(f"short read at {offset}: {len(data)} of {length}")
@@ -482,6 +519,8 @@ class VersionStore:
                 )
             if t.size != f.size:
                 raise StorageError(f"{self.tree / rel}: {t.size} bytes, manifest says {f.size}")
+        if self.direct is not None:
+            return scan_chunks(self.manifest, self.direct_fds, direct=self.direct)
         return scan_chunks(self.manifest, self.fds)
 
     def place(self, envelope: bytes | None = None) -> Path:
