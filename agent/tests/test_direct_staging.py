@@ -116,13 +116,19 @@ def test_a_models_root_without_o_direct_is_refused_with_its_check(tmp_path: Path
     assert list(mnt.iterdir()) == []  # the mount was private: nothing left here
 
 
-def test_the_store_stages_and_places_with_direct_io(tmp_path: Path, checkpoint) -> None:
+def _direct_store(tmp_path: Path, checkpoint) -> tuple[VersionStore, bytes]:
+    """An opened direct-staging store of the checkpoint, and the checkpoint's bytes."""
     _supported(tmp_path)
     m = checkpoint["manifest"]
-    src = checkpoint["origin"]
-    data = b"".join((src / f.path).read_bytes() for f in m.files)
+    data = b"".join((checkpoint["origin"] / f.path).read_bytes() for f in m.files)
     store = VersionStore(tmp_path / "models", m, direct=True)
     store.open()
+    return store, data
+
+
+def test_the_store_stages_and_places_with_direct_io(tmp_path: Path, checkpoint) -> None:
+    store, data = _direct_store(tmp_path, checkpoint)
+    m, src = checkpoint["manifest"], checkpoint["origin"]
     assert store.direct_fds and set(store.direct_fds) == set(store.fds)
     for dfd in store.direct_fds.values():
         assert fcntl.fcntl(dfd, fcntl.F_GETFL) & os.O_DIRECT
@@ -139,12 +145,8 @@ def test_the_store_stages_and_places_with_direct_io(tmp_path: Path, checkpoint) 
 
 
 def test_the_direct_rehash_finds_a_staged_chunk_that_changed(tmp_path: Path, checkpoint) -> None:
-    _supported(tmp_path)
+    store, data = _direct_store(tmp_path, checkpoint)
     m = checkpoint["manifest"]
-    src = checkpoint["origin"]
-    data = b"".join((src / f.path).read_bytes() for f in m.files)
-    store = VersionStore(tmp_path / "models", m, direct=True)
-    store.open()
     store.pwrite(0, data)
     first = m.files[0]
     with open(store.tree / first.path, "r+b") as fh:
