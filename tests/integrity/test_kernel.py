@@ -292,3 +292,45 @@ def test_stream_hash_refuses_orders_and_columns_that_do_not_fit() -> None:
     with pytest.raises(ValueError, match="offsets"):
         kernel.sha256_stream([(data, np.array([0, 7]))], None, b"")
     assert kernel.sha256_stream([], None, b"h") == hashlib.sha256(b"h").digest()
+
+
+def test_word_runs_accept_every_byte_value_as_separator_bound() -> None:
+    """0 and 255 are byte values (mutation survivors: a bound of 254, or 0 refused)."""
+    data = np.frombuffer(b"a\x00b\xff", dtype=np.uint8)
+    offsets = np.array([0, 4], np.int64)
+    assert kernel.word_runs(data, offsets, 0).tolist() == [2]  # 'a', then 'b\xff'
+    assert kernel.word_runs(data, offsets, 0xFF).tolist() == [0]  # nothing is above 0xff
+    assert kernel.word_runs(data, offsets, 0xFE).tolist() == [1]  # only '\xff'
+
+
+def test_stream_hash_refuses_an_order_past_the_last_row() -> None:
+    """A row number beyond the columns would make native code read outside them."""
+    data = np.frombuffer(b"abcdef", dtype=np.uint8)
+    offsets = np.array([0, 2, 6], np.int64)
+    for order in ([0, 7], [3], [2**40]):
+        with pytest.raises(ValueError, match="outside the columns"):
+            kernel.sha256_stream([(data, offsets)], np.array(order, np.int64), b"")
+
+
+def test_stream_hash_over_many_rows_and_with_nulls_in_order() -> None:
+    """More rows than small-integer identity covers, and the null path with an order: a
+    row with a null field contributes nothing, wherever the order puts it."""
+    n = 1000
+    a = pa.array([f"id-{i}".encode() for i in range(n)], pa.binary())
+    b = pa.array([bytes([i % 256]) * (i % 7) for i in range(n)], pa.binary())
+    order = np.array(list(range(n - 1, -1, -3)), np.int64)
+    expected = hashlib.sha256(
+        b"H" + b"".join(_lp((a[i].as_py(), b[i].as_py())) for i in order.tolist())
+    ).digest()
+    assert hashing.sha256_stream(a, b, order=order, header=b"H") == expected
+    with_null = pa.array([None if i % 5 == 0 else f"x{i}".encode() for i in range(n)], pa.binary())
+    kept = [i for i in order.tolist() if i % 5]
+    expected = hashlib.sha256(
+        b"H" + b"".join(_lp((with_null[i].as_py(), b[i].as_py())) for i in kept)
+    ).digest()
+    assert hashing.sha256_stream(with_null, b, order=order, header=b"H") == expected
+    in_turn = [i for i in range(n) if i % 5]
+    expected = hashlib.sha256(
+        b"H" + b"".join(_lp((with_null[i].as_py(), b[i].as_py())) for i in in_turn)
+    ).digest()
+    assert hashing.sha256_stream(with_null, b, header=b"H") == expected
