@@ -289,6 +289,8 @@ def test_stream_hash_refuses_orders_and_columns_that_do_not_fit() -> None:
         kernel.sha256_stream([(data, offsets)], np.array([-1]), b"")
     with pytest.raises(ValueError, match="different lengths"):
         kernel.sha256_stream([(data, offsets), (data, np.array([0, 6]))], None, b"")
+    with pytest.raises(ValueError, match="different lengths"):  # the later column longer
+        kernel.sha256_stream([(data, np.array([0, 6])), (data, offsets)], None, b"")
     with pytest.raises(ValueError, match="offsets"):
         kernel.sha256_stream([(data, np.array([0, 7]))], None, b"")
     assert kernel.sha256_stream([], None, b"h") == hashlib.sha256(b"h").digest()
