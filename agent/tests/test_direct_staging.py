@@ -14,6 +14,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -82,9 +85,42 @@ def test_writes_at_any_offset_land_byte_for_byte(dio_file, offset: int, length: 
         io.close()
 
 
+def test_concurrent_calls_share_a_bounded_set_of_buffers(dio_file) -> None:
+    """However many threads serve peers, a store holds at most ``buffers`` aligned
+    buffers; the calls beyond wait for one and still read the right bytes."""
+    fd, dfd, _ = dio_file
+    data = random.Random(5).randbytes(64 * direct.ALIGN)
+    os.pwrite(fd, data, 0)
+    io = direct.DirectIO(buffer_bytes=4 * direct.ALIGN, buffers=2)
+    busy, peak, lock = [0], [0], threading.Lock()
+
+    def slow_sink(piece: memoryview) -> None:
+        with lock:
+            busy[0] += 1
+            peak[0] = max(peak[0], busy[0])
+        time.sleep(0.002)
+        with lock:
+            busy[0] -= 1
+
+    def reader(i: int) -> bytes:
+        io.feed(dfd, i * 1000, 20_000, slow_sink)
+        return io.read(dfd, i * 1000, 20_000)
+
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            got = list(pool.map(reader, range(16)))
+        assert got == [data[i * 1000 : i * 1000 + 20_000] for i in range(16)]
+        assert len(io._made) <= 2
+        assert peak[0] <= 2
+    finally:
+        io.close()
+
+
 def test_a_buffer_that_is_not_whole_pages_is_refused() -> None:
     with pytest.raises(ValueError, match="multiple of the alignment"):
         direct.DirectIO(buffer_bytes=direct.ALIGN + 1)
+    with pytest.raises(ValueError, match="at least one buffer"):
+        direct.DirectIO(buffers=0)
 
 
 def test_a_models_root_without_o_direct_is_refused_with_its_check(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ checkpoint that is written once, re-hashed once and then loaded by the inference
 gains nothing from staying cached on the way.  With ``--staging-io direct`` the staging
 files get a second descriptor opened with ``O_DIRECT`` (the same inode, reopened through
 ``/proc/self/fd``: no path is looked up again).  A write's whole pages go through it from
-a page-aligned buffer (one per thread, ``BUFFER_BYTES``); the unaligned head and tail of a
+a page-aligned buffer (``BUFFERS`` of ``BUFFER_BYTES`` per store, lent per call); the unaligned head and tail of a
 write, which share their page with a neighbouring file segment, go through the buffered
 descriptor as before (a page is only ever written one way).  Reads (the placement re-hash,
 blocks served to downstream peers) read the aligned cover of the range through the direct
@@ -22,8 +22,9 @@ import contextlib
 import errno
 import mmap
 import os
+import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from relgate_agent.errors import StorageError
@@ -31,8 +32,9 @@ from relgate_agent.errors import StorageError
 #: Alignment of offsets, lengths and buffer addresses (the logical block size of every
 #: disk in practice is 512 or 4096 bytes; 4096 satisfies both).
 ALIGN = 4096
-#: The page-aligned buffer each thread writes and reads through.
+#: One page-aligned buffer a write or read goes through, and how many a store holds.
 BUFFER_BYTES = 4 << 20
+BUFFERS = 8
 #: The refusal when the models root's file system cannot do O_DIRECT.
 CHECK_DIRECT = "staging-direct"
 #: What ``--staging-io`` accepts.
@@ -95,24 +97,37 @@ def probe(directory: Path) -> None:
 
 
 class DirectIO:
-    """Aligned writes and reads for one store; every thread has its own buffer."""
+    """Aligned writes and reads for one store, through a bounded set of page-aligned buffers
+    (at most ``buffers`` calls run at once; the rest wait for a buffer, so memory stays at
+    ``buffers * buffer_bytes`` however many data-plane threads serve peers)."""
 
-    def __init__(self, buffer_bytes: int = BUFFER_BYTES) -> None:
+    def __init__(self, buffer_bytes: int = BUFFER_BYTES, buffers: int = BUFFERS) -> None:
         if buffer_bytes <= 0 or buffer_bytes % ALIGN:
             raise ValueError("the buffer must be a positive multiple of the alignment")
+        if buffers <= 0:
+            raise ValueError("at least one buffer")
         self.buffer_bytes = buffer_bytes
-        self._local = threading.local()
-        self._buffers: list[mmap.mmap] = []
+        self._free: queue.LifoQueue[mmap.mmap] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(buffers)
+        self._made: list[mmap.mmap] = []
         self._lock = threading.Lock()
 
-    def _buffer(self) -> mmap.mmap:
-        buf: mmap.mmap | None = getattr(self._local, "buffer", None)
-        if buf is None:
-            buf = mmap.mmap(-1, self.buffer_bytes)  # anonymous: page-aligned
-            self._local.buffer = buf
-            with self._lock:
-                self._buffers.append(buf)
-        return buf
+    @contextlib.contextmanager
+    def _buffer(self) -> Iterator[mmap.mmap]:
+        self._slots.acquire()
+        try:
+            try:
+                buf = self._free.get_nowait()
+            except queue.Empty:
+                buf = mmap.mmap(-1, self.buffer_bytes)  # anonymous: page-aligned
+                with self._lock:
+                    self._made.append(buf)
+            try:
+                yield buf
+            finally:
+                self._free.put(buf)
+        finally:
+            self._slots.release()
 
     def write(self, direct_fd: int, buffered_fd: int, data: memoryview, offset: int) -> int:
         """Write ``data`` at ``offset``: its whole pages directly, its partial pages through
@@ -124,9 +139,7 @@ class DirectIO:
         written = 0
         if body_start > offset:
             written += os.pwrite(buffered_fd, data[: body_start - offset], offset)
-        buf = self._buffer()
-        view = memoryview(buf)
-        try:
+        with self._buffer() as buf, memoryview(buf) as view:
             pos = body_start
             while pos < body_end:
                 n = min(self.buffer_bytes, body_end - pos)
@@ -137,8 +150,6 @@ class DirectIO:
                 if done != n:
                     return written
                 pos += n
-        finally:
-            view.release()
         if end > body_end:
             written += os.pwrite(buffered_fd, data[body_end - offset :], body_end)
         return written
@@ -150,9 +161,7 @@ class DirectIO:
         buffer, valid only during the call), read as the aligned pages that cover them.
         Returns how many were passed (fewer when the file ends first)."""
         passed = 0
-        buf = self._buffer()
-        view = memoryview(buf)
-        try:
+        with self._buffer() as buf, memoryview(buf) as view:
             pos, end = _down(offset), offset + length
             while pos < end:
                 n = min(self.buffer_bytes, _up(end) - pos)
@@ -165,8 +174,6 @@ class DirectIO:
                 if got < n:  # end of file
                     break
                 pos += n
-        finally:
-            view.release()
         return passed
 
     def read(self, direct_fd: int, offset: int, length: int) -> bytes:
@@ -177,7 +184,7 @@ class DirectIO:
 
     def close(self) -> None:
         with self._lock:
-            buffers, self._buffers = self._buffers, []
+            buffers, self._made = self._made, []
         for buf in buffers:
             with contextlib.suppress(BufferError):
                 buf.close()
