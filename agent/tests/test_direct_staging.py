@@ -85,6 +85,68 @@ def test_writes_at_any_offset_land_byte_for_byte(dio_file, offset: int, length: 
         io.close()
 
 
+@pytest.mark.parametrize(
+    ("offset", "length"), [(0, 4096), (1, 5 * 4096), (4095, 2), (8192, 20_000), (100, 9000)]
+)
+def test_whole_pages_go_direct_and_partial_pages_through_the_cache(
+    dio_file, offset: int, length: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The routing itself (bytes alone would not show a mode that quietly went buffered):
+    the direct descriptor gets exactly the whole pages, at aligned offsets in aligned
+    lengths; the buffered one gets the rest."""
+    fd, dfd, _ = dio_file
+    os.ftruncate(fd, 64 * 1024)
+    calls: list[tuple[int, int, int]] = []
+    real = os.pwrite
+
+    def spy(target: int, data: object, at: int) -> int:
+        n = real(target, data, at)  # type: ignore[arg-type]
+        calls.append((target, n, at))
+        return n
+
+    monkeypatch.setattr(direct.os, "pwrite", spy)
+    io = direct.DirectIO(buffer_bytes=2 * direct.ALIGN)
+    try:
+        assert io.write(dfd, fd, memoryview(bytes(length)), offset) == length
+    finally:
+        io.close()
+    lo = -(-offset // 4096) * 4096
+    hi = (offset + length) // 4096 * 4096
+    body = max(0, hi - lo)
+    to_direct = [(n, at) for target, n, at in calls if target == dfd]
+    assert sum(n for n, _ in to_direct) == body
+    assert all(at % 4096 == 0 and n % 4096 == 0 for n, at in to_direct)
+    assert sum(n for target, n, _ in calls if target == fd) == length - body
+
+
+def test_a_short_direct_write_is_reported_short(dio_file, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk writes short: the caller sees fewer bytes than it gave (and the store
+    turns that into NoSpace), never a silent success."""
+    fd, dfd, _ = dio_file
+    real = os.pwrite
+
+    def short(target: int, data: memoryview, at: int) -> int:
+        if target == dfd:
+            return real(target, data[: direct.ALIGN], at)
+        return real(target, data, at)
+
+    monkeypatch.setattr(direct.os, "pwrite", short)
+    io = direct.DirectIO(buffer_bytes=4 * direct.ALIGN)
+    try:
+        assert io.write(dfd, fd, memoryview(bytes(8 * direct.ALIGN)), 0) == direct.ALIGN
+    finally:
+        io.close()
+
+
+def test_a_descriptor_that_is_gone_is_an_os_error_not_a_refusal(tmp_path: Path) -> None:
+    """Only EINVAL means "no O_DIRECT here"; any other failure stays what it is."""
+    fd = os.open(tmp_path / "x", os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    with pytest.raises(OSError) as failed:
+        direct.reopen_direct(fd, writable=True)
+    assert not isinstance(failed.value, direct.DirectUnsupported)
+
+
 def test_concurrent_calls_share_a_bounded_set_of_buffers(dio_file) -> None:
     """However many threads serve peers, a store holds at most ``buffers`` aligned
     buffers; the calls beyond wait for one and still read the right bytes."""
@@ -177,7 +239,11 @@ def test_the_store_stages_and_places_with_direct_io(tmp_path: Path, checkpoint) 
     for f in m.files:
         assert (final / f.path).read_bytes() == (src / f.path).read_bytes()
     assert store.pread(0, 100) == data[:100]  # served after placement, still directly
+    held = [*store.fds.values(), *store.direct_fds.values()]
     store.close()
+    for fd in held:  # every descriptor, buffered and direct, is closed
+        with pytest.raises(OSError):
+            os.fstat(fd)
 
 
 def test_the_direct_rehash_finds_a_staged_chunk_that_changed(tmp_path: Path, checkpoint) -> None:
