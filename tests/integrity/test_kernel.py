@@ -303,6 +303,9 @@ def test_word_runs_accept_every_byte_value_as_separator_bound() -> None:
     assert kernel.word_runs(data, offsets, 0).tolist() == [2]  # 'a', then 'b\xff'
     assert kernel.word_runs(data, offsets, 0xFF).tolist() == [0]  # nothing is above 0xff
     assert kernel.word_runs(data, offsets, 0xFE).tolist() == [1]  # only '\xff'
+    with pytest.raises(ValueError, match="byte value"):
+        kernel.word_runs(data, offsets, -1)
+    assert kernel.word_runs(data, np.array([], np.int64), 0x20).tolist() == []  # no offsets
 
 
 def test_stream_hash_refuses_an_order_past_the_last_row() -> None:
