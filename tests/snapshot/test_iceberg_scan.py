@@ -27,7 +27,10 @@ def table(tmp_path: Path) -> Any:
     (tmp_path / "warehouse").mkdir()
     catalog = open_catalog(f"sqlite:///{tmp_path / 'cat.db'}", f"file://{tmp_path / 'warehouse'}")
     catalog.create_namespace("t")
-    made = catalog.create_table("t.rows", schema=SCHEMA)
+    # ten-row row groups: every data file reads back as several batches
+    made = catalog.create_table(
+        "t.rows", schema=SCHEMA, properties={"write.parquet.row-group-limit": "10"}
+    )
     for f in range(FILES):  # one append, one data file
         ids = [f"f{f}/{i:03d}" for i in range(ROWS)]
         made.append(pa.table([ids, [f * ROWS + i for i in range(ROWS)]], schema=SCHEMA))
@@ -40,6 +43,7 @@ def test_same_rows_in_the_same_order_as_pyiceberg(table: Any, read_ahead: int) -
     ours = pa.Table.from_batches(list(scan_batches(scan, read_ahead=read_ahead)))
     theirs = scan.to_arrow_batch_reader().read_all()
     assert ours.num_rows == FILES * ROWS
+    assert len(list(scan_batches(scan, read_ahead=read_ahead))) > FILES  # batches per file
     assert ours.column("sample_id").to_pylist() == theirs.column("sample_id").to_pylist()
     assert ours.column("n").to_pylist() == theirs.column("n").to_pylist()
     assert ours.schema == theirs.schema
