@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FLOORS: tuple[frozenset[str], ...] = tuple(
     frozenset(floor.split())
     for floor in (
-        "errors progress",
+        "errors heap progress",
         "integrity",
         "objects records",
         "documents",

@@ -356,15 +356,7 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     tls = TlsArgs(pki, ca, cert, key).files(host_id)
     certpair.recover(tls)  # a renewal a crash cut short is finished before TLS loads
     running = HostAgent(cfg, tls=tls, limits=limits).start()
-    output().emit(
-        {
-            "hostId": cfg.host_id,
-            "dataAddress": running.data_address,
-            "metrics": running.metrics_address,
-            "pid": os.getpid(),
-        }
-    )
-    sys.stdout.flush()
+    _announce(cfg.host_id, running.data_address, running.metrics_address)
     # one reference swap: a job's runner takes the host's config when the job starts
     trust.start(lambda keys: setattr(running, "config", replace(running.config, trusted_keys=keys)))
     try:
@@ -372,6 +364,19 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     finally:
         trust.stop()
         running.stop()
+
+
+def _announce(host_id: str, data_address: str, metrics_address: str) -> None:
+    """The serving agent's one line on stdout: what a supervisor or a test waits for."""
+    output().emit(
+        {
+            "hostId": host_id,
+            "dataAddress": data_address,
+            "metrics": metrics_address,
+            "pid": os.getpid(),
+        }
+    )
+    sys.stdout.flush()
 
 
 @click.command("pipes", help="run a distribution job under Dagster Pipes (open_dagster_pipes)")
