@@ -51,7 +51,7 @@ from relgate.integrity.hashing import sha256_stream
 from relgate.integrity.tuples import encode_fields
 from relgate.records.record_schema import ID_COLUMN, FieldSpec, RecordSchema, TokenRule
 from relgate.records.tokens import TokenizerBytes, token_counts
-from relgate.records.values import Column, canonical_column, content_digests
+from relgate.records.values import Column, canonical_column, constant_column, content_digests
 
 STREAM_NAME: Final = "relgate.shard.records.v2"
 SHARD_SCHEMA_KIND: Final = "relgate.shard-schema.v2"
@@ -151,9 +151,7 @@ def _member_columns(
 ) -> tuple[list[Column], Column]:
     """The five varying member fields, and the record-schema column (the same on every row)."""
     digest_col = content if content is not None else table.column("logicalContentDigest")
-    schema_col = pa.array([schema_digest], pa.string()).take(
-        np.zeros(table.num_rows, dtype=np.int64)
-    )
+    schema_col = constant_column(schema_digest, table.num_rows)
     varying = [
         table.column("sampleId"),
         table.column("sourceId"),

@@ -30,6 +30,7 @@ from relgate_agent.dataplane.transport import DEFAULT_CREDITS, Pace
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_NO_SPACE
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.rpc import Duplex, ReportRouter
+from relgate_agent.staging.direct import BUFFERED
 from relgate_agent.staging.storage import VersionStore, bitmap_from_bits
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class AgentConfig:
     retain_versions: int = 2  # current + N-1
     # how staging files are written and re-read: "buffered" (the page cache) or "direct"
     # (O_DIRECT through aligned buffers, no page-cache copy; staging/direct.py)
-    staging_io: str = "buffered"
+    staging_io: str = BUFFERED
     max_rate_bytes_per_s: int = 0  # per-host cap on data-plane rx and tx (0 = NIC speed)
     max_upload_bytes_per_s: int = 0  # per-host cap on data-plane tx alone (0 = the above)
     bypass: bool = True  # route around a dead upstream without a leader (bypass.py)

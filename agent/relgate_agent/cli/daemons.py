@@ -24,6 +24,7 @@ from relgate_agent.cli.params import (
     wait_for_signal,
 )
 from relgate_agent.identity import certpair
+from relgate_agent.staging.direct import BUFFERED, MODES
 
 if TYPE_CHECKING:
     from relgate_agent.coordinator.renewal import Renewals
@@ -211,12 +212,12 @@ def agent() -> None:
 @click.option("--models-root", default="/models")
 @click.option(
     "--staging-io",
-    type=click.Choice(["buffered", "direct"]),
-    default="buffered",
+    type=click.Choice(MODES),
+    default=BUFFERED,
     show_default=True,
     help="write and re-read staging files through the page cache, or with O_DIRECT through "
     "aligned buffers (no page-cache copy: fewer CPU-s per GiB; the models root's file "
-    "system must support it, tmpfs does not)",
+    "system must support it: ext4, xfs and tmpfs do, ramfs does not)",
 )
 @click.option("--trusted-keys", required=True, multiple=True)
 @click.option("--listen", default="127.0.0.1:0")

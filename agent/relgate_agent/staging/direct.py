@@ -6,13 +6,15 @@ checkpoint that is written once, re-hashed once and then loaded by the inference
 gains nothing from staying cached on the way.  With ``--staging-io direct`` the staging
 files get a second descriptor opened with ``O_DIRECT`` (the same inode, reopened through
 ``/proc/self/fd``: no path is looked up again).  A write's whole pages go through it from
-a page-aligned buffer (``BUFFERS`` of ``BUFFER_BYTES`` per store, lent per call); the unaligned head and tail of a
-write, which share their page with a neighbouring file segment, go through the buffered
+a page-aligned buffer (``BUFFERS`` of ``BUFFER_BYTES`` per store, lent per call); the
+unaligned head and tail of a write, which share their page with a neighbouring file
+segment, go through the buffered
 descriptor as before (a page is only ever written one way).  Reads (the placement re-hash,
 blocks served to downstream peers) read the aligned cover of the range through the direct
 descriptor and keep the requested bytes.  ``fsync`` on either descriptor syncs the inode.
 
-File systems without ``O_DIRECT`` (tmpfs) answer EINVAL: :func:`probe` refuses such a
+File systems without ``O_DIRECT`` (ramfs, some FUSE and network mounts; tmpfs has it since
+Linux 6.6) answer EINVAL: :func:`probe` refuses such a
 models root before the agent serves (check ``staging-direct``).
 """
 
@@ -43,7 +45,7 @@ MODES = (BUFFERED, DIRECT)
 
 
 class DirectUnsupported(StorageError):
-    """The staging file system refuses O_DIRECT (tmpfs, some FUSE and network mounts)."""
+    """The staging file system refuses O_DIRECT (ramfs, some FUSE and network mounts)."""
 
     check = CHECK_DIRECT
 
