@@ -82,6 +82,16 @@ def run(name: str, sizes: dict[str, Any], *, quick: bool) -> dict[str, Any]:
     return result
 
 
+def _number(value: str) -> Any:
+    """``"4096"`` -> 4096, ``"0.95"`` -> 0.95, anything else stays the string it is."""
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
 def _parse_sizes(extra: list[str]) -> dict[str, Any]:
     """``--members 1000 --versions 20`` -> ``{"members": 1000, "versions": 20}``."""
     sizes: dict[str, Any] = {}
@@ -93,7 +103,7 @@ def _parse_sizes(extra: list[str]) -> dict[str, Any]:
         value = next(it, None)
         if value is None:
             raise click.UsageError(f"{flag} needs a value")
-        sizes[key] = int(value) if value.lstrip("-").isdigit() else value
+        sizes[key] = _number(value)
     return sizes
 
 

@@ -227,6 +227,16 @@ def test_the_revocation_list_is_reread_on_change_and_a_bad_one_keeps_the_last(
     assert certlife.RevokedCerts(None).serials() == frozenset()
 
 
+def test_a_serial_is_revoked_by_the_file_or_by_the_pushed_list(tmp_path: Path) -> None:
+    revoked = certlife.RevokedCerts(tmp_path / REVOKED_CERTS_FILE)
+    certlife.revoke(tmp_path, 0x11)
+    revoked.pushed = frozenset({0x22})
+    assert 0x11 in revoked and 0x22 in revoked and 0x33 not in revoked
+    assert 0x11 not in certlife.RevokedCerts(None)
+    life = certlife.CertLife(0x22, 2000.0, "CN=h")
+    assert certlife.refusal(life, revoked, 1.0)[0] == CHECK_CERT_REVOKED  # type: ignore[index]
+
+
 @pytest.mark.parametrize(
     "doc",
     [

@@ -20,6 +20,7 @@ from relgate_agent.contracts import (
     WatchCursor,
     WatchUpdate,
 )
+from relgate_agent.coordinator.handoff import _rates_due
 from relgate_agent.coordinator.jobstate import JobState
 from relgate_agent.coordinator.service import (
     Coordinator,
@@ -503,6 +504,42 @@ def test_a_slow_uploader_is_demoted_by_its_downstreams_per_stripe_rates(
     assert any(e.startswith("DEMOTED tx:") for e in job.hosts[up].errors)
     # nobody else was blamed: its children were slow only behind it
     assert [h for h, hp in job.hosts.items() if hp.demoted] == [up]
+
+
+def test_slowness_is_judged_once_half_the_senders_sent_new_rates(
+    coord: Coordinator, checkpoint
+) -> None:
+    """A sweep judges on a round of rates, not on the same rates again: under half the
+    hosts that send rates reported since the last judgment, the sweep leaves slowness
+    alone; half of them, and it judges (and the round starts anew)."""
+    job, up, slow_kids = _job_and_its_busiest_uploader(coord, checkpoint)
+    hosts = sorted(job.topology.racks)
+    fast, slow = 12_000_000, 2_000_000
+
+    def report(some: list[str]) -> None:
+        for h in some:
+            rates = tuple(slow if h in slow_kids[s] else fast for s in range(4))
+            coord.report_progress(job.job_id, h, ProgressReport(stripe_rx_bps=rates))
+
+    report(hosts)
+    coord.tick()  # a whole round: judged, the slow uploader's clock starts
+    assert job.hosts[up].slow_since is not None and not job.fresh_rates
+    job.hosts[up].slow_since = None  # forget it: the next judgment starts it again
+    half = (len(hosts) + 1) // 2
+    report(hosts[: half - 1])
+    coord.tick()  # under half: the same rates are not judged again
+    assert job.hosts[up].slow_since is None and len(job.fresh_rates) == half - 1
+    report(hosts[half - 1 : half])
+    coord.tick()
+    assert job.hosts[up].slow_since is not None and not job.fresh_rates
+    # the dead and the removed send no rates and do not count: half the rest is a round
+    dead, removed = hosts[-2], hosts[-1]
+    job.hosts[dead].state, job.hosts[removed].removed = "DEAD", "test"
+    rest = hosts[:-2]
+    job.fresh_rates = set(rest[: (len(rest) + 1) // 2])
+    assert _rates_due(job) and not job.fresh_rates
+    job.fresh_rates = set(rest[: (len(rest) + 1) // 2 - 1])
+    assert not _rates_due(job)
 
 
 def test_a_bypassed_hop_is_no_evidence_against_the_upstream_it_names(

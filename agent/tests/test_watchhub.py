@@ -214,3 +214,33 @@ def test_the_flusher_outlives_an_empty_pass_a_failed_pass_and_lost_leadership(
                 await hub.stop("test over")
 
     asyncio.run(scenario())
+
+
+def test_the_certificate_sweep_wakes_only_the_refused_streams(coord: Coordinator) -> None:
+    """One sweep per ``recheck_s`` over every open stream: a stream whose certificate is
+    refused now is woken to look again (the server then aborts it, naming the check); the
+    others sleep on, and a stream with nothing to check is never asked."""
+    refused = {"h1": False}
+
+    async def scenario() -> None:
+        with ThreadPoolExecutor(2) as pool:
+            hub = WatchHub(coord.watch_updates, pool, coalesce_s=0.01, recheck_s=0.05)
+            hub.start()
+            try:
+                fine = hub.add(WatchCursor("h0"), refused=lambda: False)
+                bad = hub.add(WatchCursor("h1"), refused=lambda: refused["h1"])
+                plain = hub.add(WatchCursor("h2"))
+                for w in (fine, bad, plain):
+                    await w.next(10)  # the first update: the job list
+                await asyncio.sleep(0.2)  # sweeps pass: nobody refused, nobody woken
+                assert not any(w.take_recheck() for w in (fine, bad, plain))
+                refused["h1"] = True
+                assert await bad.next(10) is None and bad.take_recheck()
+                assert await fine.next(0.2) is None and not fine.take_recheck()
+                assert not plain.take_recheck()
+                assert hub._sweeper is not None and not hub._sweeper.done()
+            finally:
+                await hub.stop("test over")
+            assert hub._sweeper.done()
+
+    asyncio.run(scenario())

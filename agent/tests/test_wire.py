@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relgate_agent.contracts import AssignmentPlan, JobRef, PeerRef, StripePlan, WatchUpdate
+from relgate_agent.coordinator import wire
 from relgate_agent.coordinator.wire import WatchEncoder, watch_event_to_pb
 from relgate_agent.proto import distribution_pb2 as pb
 
@@ -20,6 +22,9 @@ stripes = st.builds(
     st.lists(peers, max_size=3).map(tuple),
     st.integers(0, 2**40),
     st.integers(0, 2**40),
+    st.booleans(),
+    st.none() | peers,
+    st.lists(peers, max_size=3).map(tuple),
 )
 plans = st.builds(
     AssignmentPlan,
@@ -29,6 +34,7 @@ plans = st.builds(
     names,
     st.booleans(),
     st.lists(names, max_size=40).map(tuple),
+    st.integers(0, 2**40),
 )
 updates = st.builds(
     WatchUpdate,
@@ -44,6 +50,23 @@ def test_encoded_event_parses_as_the_generated_one(update: WatchUpdate, sequence
     raw = enc.event(update, sequence)
     assert pb.WatchEvent.FromString(raw) == watch_event_to_pb(update, sequence)
     assert enc.event(update, sequence) == raw  # the cached member lists change nothing
+    assert pb.WatchEvent.FromString(WatchEncoder().event(update, sequence)) == (
+        pb.WatchEvent.FromString(raw)
+    )
+
+
+def test_an_empty_upstream_is_still_sent_and_the_peer_cache_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(wire, "PEERS_KEPT", 2)
+    enc = WatchEncoder()
+    stripe = StripePlan(0, PeerRef(""), (PeerRef("a"), PeerRef("b"), PeerRef("c")), 5)
+    plan = AssignmentPlan("j", 3, (stripe,), "DISTRIBUTING", False, ("a",))
+    for _ in range(2):
+        got = pb.WatchEvent.FromString(enc.event(WatchUpdate((), (plan,)), 1))
+        assert got == watch_event_to_pb(WatchUpdate((), (plan,)), 1)
+        assert got.assignments[0].stripes[0].HasField("upstream")
+        assert len(enc._peers) <= 3  # PEERS_KEPT + the one added after a clear
 
 
 def test_member_lists_are_per_job_and_version_and_checked() -> None:

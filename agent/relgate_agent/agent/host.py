@@ -10,6 +10,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Collection
 from typing import Any
 
 import grpc
@@ -54,7 +55,7 @@ WATCH_RETRY = Backoff(0.2, 2.0)  # coordinator unreachable: back off to 2 s
 UNREACHABLE_LOG_S = 10.0  # while no leader answers, say so at most this often
 
 
-def _member(peer: Identity | None, members: set[str]) -> bool:
+def _member(peer: Identity | None, members: Collection[str]) -> bool:
     return peer is not None and peer.name in members
 
 

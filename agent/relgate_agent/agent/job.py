@@ -269,7 +269,10 @@ class Assignments:
         self.epoch = 0  # the lease epoch of the leader whose assignment was applied last
         self.floor = 0  # versions below this are stale (see require)
         self.by_stripe: dict[int, pb.StripeAssignment] = {}
-        self.members: set[str] = set()  # hosts of the current topology (may FetchChunk from us)
+        # hosts of the current topology (may FetchChunk from us): the pushed list, made a set
+        # on the first lookup (a push to 4,096 hosts names 4,096 members; most never look)
+        self._members: Iterable[str] = ()
+        self._member_set: frozenset[str] | None = frozenset()
         self.buckets: dict[int, TokenBucket] = {}  # origin rate per stripe root
         # stripe -> the upstream this host bypasses on it (agent/bypass.py): the stripe is
         # pulled from the assignment's bypass peer while the assignment names that upstream
@@ -288,7 +291,7 @@ class Assignments:
                 for s, up in self.bypassed.items()
                 if s in self.by_stripe and self.by_stripe[s].upstream.host_id == up
             }
-            self.members = set(a.members)
+            self._members, self._member_set = a.members, None
             for s in a.stripes:
                 if s.upstream.host_id == ORIGIN and s.origin_rate_bytes_per_s:
                     self.buckets.setdefault(
@@ -296,6 +299,13 @@ class Assignments:
                         TokenBucket(s.origin_rate_bytes_per_s, burst_s=ORIGIN_BURST_S, full=False),
                     ).set_rate(s.origin_rate_bytes_per_s)
             self.cond.notify_all()
+
+    @property
+    def members(self) -> frozenset[str]:
+        with self.cond:
+            if self._member_set is None:
+                self._member_set = frozenset(self._members)
+            return self._member_set
 
     def newer(self, a: pb.Assignment) -> bool:
         """``a`` is newer than the applied one: from a leader of the same lease epoch with a

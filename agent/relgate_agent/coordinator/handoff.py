@@ -118,7 +118,8 @@ class HandoffService(ProgressService):
                 if job.targets and not job.eligible:  # every target removed or quarantined
                     self._fail_job(job, f"no target left: {removal.removed_text(job)}")
                     continue
-                if not in_grace(job, now, self.config):  # rates across a takeover are its own
+                # rates across a takeover are its own; a judgment needs a round of new rates
+                if not in_grace(job, now, self.config) and _rates_due(job):
                     self._demote_slow(job, now)
                 counters.append((job.job_id, tally.due(job, now)))
                 if job.tally_saved_at == now:  # a full pass, every SAVE_INTERVAL_S: the
@@ -510,6 +511,23 @@ class HandoffService(ProgressService):
             self._set_topology(job, self._append(job, self._splice(job, h), h, hp.rack))
             self.metrics.splices.labels(SPLICE_DEMOTED).inc()
         slowclock.save(self.store, job, now, self.wall())
+
+
+def _rates_due(job: JobState) -> bool:
+    """Slowness is judged on a round of rates, not on every sweep: once at least half the
+    hosts that send rates sent new ones since the last judgment (4,096 hosts reporting
+    every 2 s and a sweep every 0.5 s: every other sweep, not four judgments of mostly
+    the same rates; a report round before each sweep, as in the tests: every sweep). The
+    dead and the removed send none and do not count."""
+    senders = sum(
+        1
+        for hp in job.hosts.values()
+        if hp.rates_since is not None and not hp.removed and hp.state != "DEAD"
+    )
+    if len(job.fresh_rates) * 2 < senders:
+        return False
+    job.fresh_rates.clear()
+    return True
 
 
 def _removed_mark(host: str) -> str:

@@ -231,6 +231,8 @@ class JobState:
     # with a decay (slowness.held_reference)
     rate_reference: tuple[int, int] | None = None
     rate_reference_at: float | None = None  # the clock when it was last updated
+    # hosts that reported rates since slowness was last judged (handoff._rates_due)
+    fresh_rates: set[str] = field(default_factory=set)
     reference_saved_at: float | None = None  # the clock when it was last written
     # rack -> hosts sent the envelope or that reported holding it (Register's sources)
     envelope_sources: dict[str, list[str]] = field(default_factory=dict)

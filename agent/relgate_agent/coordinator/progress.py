@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import random
+import time
+from typing import Any
 
 from relgate_trust.datacenter import host_dc
 
@@ -65,6 +67,9 @@ from relgate_agent.identity.authz import ready_refusal
 from relgate_agent.staging.storage import apply_delta, count_bits, stripe_resume_blocks
 
 log = logging.getLogger(__name__)
+
+WATCH_BATCH = 128  # watch cursors computed per hold of the coordinator lock
+LOCK_GAP_S = 0.001  # between two holds
 
 ENVELOPE_SOURCES = 3  # hosts a registering agent may fetch the envelope from
 UNSERVED_WINDOW_S = 3.0  # a live upstream reported as not serving for this long: a leaf
@@ -126,57 +131,70 @@ class ProgressService(CoordinatorCore, HandoffSigning):
 
     def watch_updates(self, cursors: list[WatchCursor]) -> list[WatchUpdate | None]:
         """For each watch cursor, what its stream has not been told yet (None: nothing), and
-        the cursor advanced past it: one pass under the lock for every open watch, so a burst
-        of topology changes costs one computation per host, not one per change."""
+        the cursor advanced past it: a burst of topology changes costs one computation per
+        host, not one per change. The lock is taken per WATCH_BATCH cursors, not for the
+        whole fleet: a pass over 4,096 hosts must not hold every report behind it."""
         self.require_leader()
         out: list[WatchUpdate | None] = []
-        with self.lock:
-            self.require_leader()
-            # everything a push depends on: which jobs, their state, topology version,
-            # targets and removals; a cursor brought up to date under the same signature
-            # has no news (a report's poke wakes the hub, not 4,096 evaluations)
-            sig = tuple(
-                (j.job_id, j.state, j.topology.version, len(j.targets), j.removals)
-                for j in self.jobs.values()
+        ended: dict[str, AssignmentPlan] = {}
+        for start in range(0, len(cursors), WATCH_BATCH):
+            if start:
+                # the lock hands over to no one by itself (the releasing thread takes it
+                # again first): a moment without it lets the reports queued on it in
+                time.sleep(LOCK_GAP_S)
+            with self.lock:
+                self.require_leader()
+                out += self._watch_batch(cursors[start : start + WATCH_BATCH], ended)
+        return out
+
+    def _watch_batch(
+        self, cursors: list[WatchCursor], ended: dict[str, AssignmentPlan]
+    ) -> list[WatchUpdate | None]:
+        out: list[WatchUpdate | None] = []
+        # everything a push depends on: which jobs, their state, topology version,
+        # targets and removals; a cursor brought up to date under the same signature
+        # has no news (a report's poke wakes the hub, not 4,096 evaluations)
+        sig = tuple(
+            (j.job_id, j.state, j.topology.version, len(j.targets), j.removals)
+            for j in self.jobs.values()
+        )
+        by_host: dict[str, list[JobState]] | None = None
+        for cur in cursors:
+            if cur.seen == sig:
+                out.append(None)
+                continue
+            cur.seen = sig
+            if by_host is None:
+                by_host = self._jobs_by_host_at(sig)
+            jobs = by_host.get(cur.host_id, [])
+            refs = tuple(
+                JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state, j.spec.priority)
+                for j in jobs
             )
-            by_host: dict[str, list[JobState]] | None = None
-            ended: dict[str, AssignmentPlan] = {}
-            for cur in cursors:
-                if cur.seen == sig:
-                    out.append(None)
-                    continue
-                cur.seen = sig
-                if by_host is None:
-                    by_host = self._jobs_by_host()
-                jobs = by_host.get(cur.host_id, [])
-                refs = tuple(
-                    JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state, j.spec.priority)
-                    for j in jobs
-                )
-                plans = [
-                    self._assignment(j, cur.host_id)
-                    for j in jobs
-                    if j.topology.version > cur.versions.get(j.job_id, 0)
-                ]
-                live = {j.job_id for j in jobs}
-                for job_id in [j for j in cur.versions if j not in live]:
-                    # told about before, active no more: say how it ended, once
-                    plan = self._removed_plan(job_id, cur.host_id)
-                    if plan is None:
-                        if job_id not in ended:
-                            ended[job_id] = self._ended(job_id)
-                        plan = ended[job_id]
-                    if plan.job_state not in ACTIVE_STATES:
-                        plans.append(plan)
-                        del cur.versions[job_id]
-                if cur.jobs == frozenset(live) and not plans:
-                    out.append(None)
-                    continue
-                cur.jobs = frozenset(live)
-                for p in plans:
-                    if not p.cancelled:
-                        cur.versions[p.job_id] = p.topology_version
-                out.append(WatchUpdate(refs, tuple(plans)))
+            plans = [
+                self._assignment(j, cur.host_id)
+                for j in jobs
+                if j.topology.version > cur.versions.get(j.job_id, 0)
+            ]
+            live = {j.job_id for j in jobs}
+            for job_id in [j for j in cur.versions if j not in live]:
+                # told about before, active no more: say how it ended, once
+                plan = self._removed_plan(job_id, cur.host_id)
+                if plan is None:
+                    if job_id not in ended:
+                        ended[job_id] = self._ended(job_id)
+                    plan = ended[job_id]
+                if plan.job_state not in ACTIVE_STATES:
+                    plans.append(plan)
+                    del cur.versions[job_id]
+            if cur.jobs == frozenset(live) and not plans:
+                out.append(None)
+                continue
+            cur.jobs = frozenset(live)
+            for p in plans:
+                if not p.cancelled:
+                    cur.versions[p.job_id] = p.topology_version
+            out.append(WatchUpdate(refs, tuple(plans)))
         return out
 
     def flush_last_seen(self) -> int:
@@ -186,6 +204,16 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         if due:
             self.store.touch_hosts(due)
         return len(due)
+
+    def _jobs_by_host_at(self, sig: tuple[Any, ...]) -> dict[str, list[JobState]]:
+        """:meth:`_jobs_by_host`, kept while the jobs' signature stays the same (every pass
+        of a reconnect storm reads it; it changes only with the jobs, targets, removals)."""
+        # the same jobs, not only equal ones: a takeover loads new JobState objects
+        key = (sig, tuple(id(j) for j in self.jobs.values()))
+        cached = self._by_host_cache
+        if cached is None or cached[0] != key:
+            cached = self._by_host_cache = (key, self._jobs_by_host())
+        return cached[1]
 
     def _jobs_by_host(self) -> dict[str, list[JobState]]:
         """Host -> the active jobs it is a target of and not removed from."""
@@ -431,6 +459,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         takeover): the agent is asked for its whole bitmap.
         """
         hp.last_seen, hp.reported = self.clock(), True
+        job.fresh_rates.add(hp.host_id)
         if hp.rates_since is None:
             hp.rates_since = hp.last_seen
         holds = report.manifest_digest == job.manifest.digest

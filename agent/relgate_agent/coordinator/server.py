@@ -41,7 +41,7 @@ from relgate_agent.coordinator.jobstate import (
 from relgate_agent.coordinator.renewal import Renewals
 from relgate_agent.coordinator.service import Coordinator
 from relgate_agent.coordinator.store import Fenced
-from relgate_agent.coordinator.watchhub import WatchClosed, WatchHub
+from relgate_agent.coordinator.watchhub import RECHECK_S, WatchClosed, WatchHub
 from relgate_agent.coordinator.wire import (
     WatchEncoder,
     job_summary_to_pb,
@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 RPC_THREADS = 8  # the logic holds one lock: more threads only queue on it
 WATCH_JITTER = 0.2  # a watch lives watch_max_s +- 20%: reconnects spread, never in step
-CERT_RECHECK_S = 2.0  # an open watch re-checks its caller's certificate this often
+CERT_RECHECK_S = RECHECK_S  # an open watch re-checks its caller's certificate this often
 
 # (exception type, status): the first match maps a refusal of the logic to its status
 _STATUS: tuple[tuple[type[AgentError], grpc.StatusCode], ...] = (
@@ -94,10 +94,35 @@ def _identity(pem: bytes) -> Identity | None:
     return identity_from_pem(pem)  # one parse per certificate, not per call
 
 
+def caller_pem(context: grpc.aio.ServicerContext) -> bytes | None:
+    """The client certificate gRPC verified against the fleet CA (None: not exactly one).
+    Read once per call or stream: ``auth_context()`` builds a new dict every time."""
+    certs = (context.auth_context() or {}).get("x509_pem_cert") or []
+    return bytes(certs[0]) if len(certs) == 1 else None
+
+
 def caller_identity(context: grpc.aio.ServicerContext) -> Identity | None:
     """The identity in the client certificate gRPC verified against the fleet CA."""
-    certs = (context.auth_context() or {}).get("x509_pem_cert") or []
-    return _identity(bytes(certs[0])) if len(certs) == 1 else None
+    return identity_of(caller_pem(context))
+
+
+def identity_of(pem: bytes | None) -> Identity | None:
+    return _identity(pem) if pem is not None else None
+
+
+def cert_refusal(
+    pem: bytes | None,
+    revoked: RevokedCerts | None,
+    trust: TrustFile | None = None,
+) -> tuple[str, str] | None:
+    """(check, why) when this certificate expired, is revoked, or its CA is no longer
+    trusted (retired in a CA rotation) now (identity/certlife.py, cabundle.py): TLS checked
+    it when the connection opened, which may be hours ago."""
+    if pem is None:
+        return None  # no identity: rpc_refusal says so
+    if trust is not None and not issued_by(pem, trust.bundle()):
+        return CHECK_CERT_ISSUER, "the caller's certificate is from a CA the fleet no longer trusts"
+    return certlife.refusal(certlife.life_of_pem(pem), revoked, time.time())
 
 
 def caller_cert_refusal(
@@ -105,22 +130,18 @@ def caller_cert_refusal(
     revoked: RevokedCerts | None,
     trust: TrustFile | None = None,
 ) -> tuple[str, str] | None:
-    """(check, why) when the caller's certificate expired, is revoked, or its CA is no
-    longer trusted (retired in a CA rotation) now (identity/certlife.py, cabundle.py): TLS
-    checked it when the connection opened, which may be hours ago."""
-    certs = (context.auth_context() or {}).get("x509_pem_cert") or []
-    if len(certs) != 1:
-        return None  # no identity: rpc_refusal says so
-    pem = bytes(certs[0])
-    if trust is not None and not issued_by(pem, trust.bundle()):
-        return CHECK_CERT_ISSUER, "the caller's certificate is from a CA the fleet no longer trusts"
-    return certlife.refusal(certlife.life_of_pem(pem), revoked, time.time())
+    """:func:`cert_refusal` of the caller's certificate."""
+    return cert_refusal(caller_pem(context), revoked, trust)
+
+
+def serial_of(pem: bytes | None) -> int:
+    """The serial of a certificate (0 when there is none)."""
+    return certlife.life_of_pem(pem).serial if pem is not None else 0
 
 
 def caller_serial(context: grpc.aio.ServicerContext) -> int:
     """The serial of the caller's certificate (0 when there is none)."""
-    certs = (context.auth_context() or {}).get("x509_pem_cert") or []
-    return certlife.life_of_pem(bytes(certs[0])).serial if len(certs) == 1 else 0
+    return serial_of(caller_pem(context))
 
 
 def caller_serial_hex(context: grpc.aio.ServicerContext) -> str:
@@ -145,13 +166,15 @@ class Calls:
         self.trust = trust  # the CA bundle as it is now (a rotation retires a CA)
         self.seen_serials: dict[str, int] = {}  # host id -> its certificate's serial (crl.py)
 
-    async def check_cert(self, context: grpc.aio.ServicerContext, ident: Identity | None) -> None:
+    async def check_cert(
+        self, context: grpc.aio.ServicerContext, ident: Identity | None, pem: bytes | None
+    ) -> None:
         """Abort with UNAUTHENTICATED (naming the check) when the caller's certificate
-        expired or was revoked since its connection opened; a host's is also cut off from
-        its jobs (coordinator/certs.py)."""
+        (``pem``, read off this call once) expired or was revoked since its connection
+        opened; a host's is also cut off from its jobs (coordinator/certs.py)."""
         if ident is not None and ident.role == "host":
-            self.seen_serials[ident.name] = caller_serial(context)
-        refused = caller_cert_refusal(context, self.revoked, self.trust)
+            self.seen_serials[ident.name] = serial_of(pem)
+        refused = cert_refusal(pem, self.revoked, self.trust)
         if refused is None:
             return
         check, why = refused
@@ -169,19 +192,21 @@ class Calls:
         self, context: grpc.aio.ServicerContext, method: str, host_id: str = "", rack: str = ""
     ) -> Identity:
         """Abort with PERMISSION_DENIED unless the caller's certificate allows this call."""
-        return await self.authorize_as(context, method, caller_identity(context), host_id, rack)
+        pem = caller_pem(context)
+        return await self.authorize_as(context, method, pem, host_id, rack)
 
     async def authorize_as(
         self,
         context: grpc.aio.ServicerContext,
         method: str,
-        ident: Identity | None,
+        pem: bytes | None,
         host_id: str = "",
         rack: str = "",
     ) -> Identity:
-        """:meth:`authorize` for an identity already read off this call's certificate (a
-        stream's later messages)."""
-        await self.check_cert(context, ident)  # every call: a certificate's whole life
+        """:meth:`authorize` for a certificate already read off this call (a stream's
+        later messages)."""
+        ident = identity_of(pem)
+        await self.check_cert(context, ident, pem)  # every call: a certificate's whole life
         refused = rpc_check(method, ident, host_id, rack)
         if refused is None and ident is not None:
             return ident
@@ -429,13 +454,14 @@ class AgentServicer(pbg.AgentServiceServicer):
     async def Watch(
         self, request: pb.WatchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        ident = await self.calls.authorize(context, "Watch", request.host_id, request.rack)
+        pem = caller_pem(context)
+        ident = await self.calls.authorize_as(context, "Watch", pem, request.host_id, request.rack)
         # counted from the moment the host is authenticated: a heartbeat that waits behind
         # a busy coordinator must not leave a gap in which the host looks gone
         watching = self.coord.watching
         watching[request.host_id] = watching.get(request.host_id, 0) + 1
         try:
-            async for event in self._watch(request, context, ident):
+            async for event in self._watch(request, context, ident, pem):
                 yield event
         finally:
             if watching.get(request.host_id, 0) <= 1:
@@ -445,7 +471,11 @@ class AgentServicer(pbg.AgentServiceServicer):
                 watching[request.host_id] -= 1
 
     async def _watch(
-        self, request: pb.WatchRequest, context: grpc.aio.ServicerContext, ident: Identity
+        self,
+        request: pb.WatchRequest,
+        context: grpc.aio.ServicerContext,
+        ident: Identity,
+        pem: bytes | None,
     ) -> AsyncIterator[bytes]:
         await self.calls.run(
             context,
@@ -461,21 +491,24 @@ class AgentServicer(pbg.AgentServiceServicer):
         loop = asyncio.get_running_loop()
         lifetime = self.coord.config.watch_max_s * random.uniform(1 - WATCH_JITTER, 1)  # noqa: S311 - spreading reconnects, not a secret
         deadline = loop.time() + lifetime
+        revoked, trust = self.calls.revoked, self.calls.trust
         watcher = self.hub.add(
-            WatchCursor(request.host_id, versions=dict(request.known_topology_versions))
+            WatchCursor(request.host_id, versions=dict(request.known_topology_versions)),
+            # the hub's sweep asks every CERT_RECHECK_S: a host whose certificate expires or
+            # is revoked loses its open watch within that, not at its lifetime
+            refused=lambda: cert_refusal(pem, revoked, trust) is not None,
         )
         sequence = 0
         try:
             while True:
                 try:
-                    # woken every CERT_RECHECK_S at least: a host whose certificate expires
-                    # or is revoked loses its open watch within that, not at its lifetime
-                    update = await watcher.next(min(deadline - loop.time(), CERT_RECHECK_S))
+                    update = await watcher.next(deadline - loop.time())
                 except WatchClosed as exc:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
                     return
+                if watcher.take_recheck():
+                    await self.calls.check_cert(context, ident, pem)  # aborts, naming the check
                 if update is None and loop.time() < deadline:
-                    await self.calls.check_cert(context, ident)
                     continue
                 if update is None:
                     return  # lifetime over: the agent opens its next watch (its heartbeat)
@@ -516,12 +549,12 @@ class AgentServicer(pbg.AgentServiceServicer):
     ) -> AsyncIterator[pb.ReportProgressResponse]:
         """Reports on one stream, one response each, in order: the certificate is read once;
         every message must still name the host (and rack) it names."""
-        ident = caller_identity(context)
+        pem = caller_pem(context)
         timer = self.coord.metrics.rpc_seconds.labels("ReportStream")
         async for request in requests:
             started = time.perf_counter()
             await self.calls.authorize_as(
-                context, "ReportStream", ident, request.host_id, request.rack
+                context, "ReportStream", pem, request.host_id, request.rack
             )
             reply = await self._report(request, context)
             timer.observe(time.perf_counter() - started)
@@ -690,6 +723,7 @@ class CoordinatorServer:
             self.coordinator.watch_updates,
             self.executor,
             generation=lambda: self.coordinator.changed.generation,
+            recheck_s=CERT_RECHECK_S,
         )
         self.listen = [listen] if isinstance(listen, str) else list(listen)
         self.tls = tls

@@ -98,6 +98,7 @@ class TopologyIndex:
     version: int
     children: tuple[dict[str, tuple[str, ...]], ...]
     members: tuple[str, ...]
+    standby: tuple[dict[str, tuple[str, ...]], ...] = ()  # per stripe: standby_hosts
 
     def downstreams(self, stripe: int, host: str) -> tuple[str, ...]:
         return self.children[stripe].get(host, ())
@@ -118,25 +119,38 @@ def bypass_peer(topo: Topology, chain: StripeChain, host: str) -> str | None:
 def standby_hosts(idx: TopologyIndex, stripe: int, host: str, topo: Topology) -> list[str]:
     """The hosts that may bypass one of ``host``'s downstreams of ``stripe`` and pull it
     from ``host`` (its downstreams' downstreams whose bypass peer it is)."""
-    chain = topo.stripes[stripe]
+    if idx.standby:
+        return list(idx.standby[stripe].get(host, ()))
+    return _standby(idx.children[stripe], topo, topo.stripes[stripe], host)
+
+
+def _standby(
+    kids: Mapping[str, tuple[str, ...]], topo: Topology, chain: StripeChain, host: str
+) -> list[str]:
     return [
         g
-        for child in idx.downstreams(stripe, host)
-        for g in idx.downstreams(stripe, child)
+        for child in kids.get(host, ())
+        for g in kids.get(child, ())
         if bypass_peer(topo, chain, g) == host
     ]
 
 
 def index_topology(topo: Topology) -> TopologyIndex:
     kids: list[dict[str, tuple[str, ...]]] = []
+    standby: list[dict[str, tuple[str, ...]]] = []
     for chain in topo.stripes:
         out: dict[str, list[str]] = {}
         for h in chain.order:
             up = chain.parent.get(h)
             if up is not None:
                 out.setdefault(up, []).append(h)
-        kids.append({k: tuple(v) for k, v in out.items()})
-    return TopologyIndex(topo.version, tuple(kids), tuple(sorted(topo.racks)))
+        stripe_kids = {k: tuple(v) for k, v in out.items()}
+        kids.append(stripe_kids)
+        # once per version, not once per host per push: a push to every host reads them all
+        standby.append(
+            {h: tuple(g) for h in stripe_kids if (g := _standby(stripe_kids, topo, chain, h))}
+        )
+    return TopologyIndex(topo.version, tuple(kids), tuple(sorted(topo.racks)), tuple(standby))
 
 
 def build_topology(

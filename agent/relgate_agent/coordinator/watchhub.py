@@ -24,6 +24,8 @@ from relgate_agent.errors import AgentError
 log = logging.getLogger(__name__)
 
 COALESCE_S = 0.05  # changes within this window share one push
+MAX_WAIT_S = 1.0  # the longest a change waits behind the last pass's cost
+RECHECK_S = 2.0  # every open stream's certificate is looked at this often
 
 
 class WatchClosed(AgentError):
@@ -33,12 +35,23 @@ class WatchClosed(AgentError):
 class Watcher:
     """One open watch stream: its cursor and the update waiting to be sent."""
 
-    def __init__(self, cursor: WatchCursor) -> None:
+    def __init__(self, cursor: WatchCursor, refused: Callable[[], bool] | None = None) -> None:
         self.cursor = cursor
         self.fresh = True  # not computed yet: its first update (the job list) is owed
         self.pending: WatchUpdate | None = None
         self.closed = ""
+        self.refused = refused  # the caller's certificate must not be honoured any more
+        self._recheck = False
         self._ready = asyncio.Event()
+
+    def flag_recheck(self) -> None:
+        """Wake the stream to look at its caller's certificate again (the hub's sweep)."""
+        self._recheck = True
+        self._ready.set()
+
+    def take_recheck(self) -> bool:
+        flagged, self._recheck = self._recheck, False
+        return flagged
 
     def push(self, update: WatchUpdate) -> None:
         self.pending = update if self.pending is None else self.pending.merged(update)
@@ -68,8 +81,10 @@ class WatchHub:
         executor: Executor,
         coalesce_s: float = COALESCE_S,
         generation: Callable[[], int] | None = None,
+        recheck_s: float = RECHECK_S,
     ) -> None:
         self._compute = compute
+        self.recheck_s = recheck_s  # how often every open stream's certificate is looked at
         # the change feed's counter: a pass with no change since the last one computes only
         # the streams that just opened (a reconnect storm is not 4,096 x 4,096 work)
         self._generation = generation
@@ -82,20 +97,24 @@ class WatchHub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._pass_s = 0.0  # how long the last pass took to compute (the next one waits)
 
     # ------------------------------------------------------------------ lifecycle (loop thread)
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._task = self._loop.create_task(self._flusher(), name="watch-hub")
+        self._sweeper = self._loop.create_task(self._cert_sweep(), name="watch-hub-certs")
 
     async def stop(self, reason: str) -> None:
         for w in list(self.watchers):
             w.close(reason)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._sweeper):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     # ------------------------------------------------------------------ any thread
     def poke_threadsafe(self) -> None:
@@ -111,8 +130,8 @@ class WatchHub:
         if self._wake is not None:
             self._wake.set()
 
-    def add(self, cursor: WatchCursor) -> Watcher:
-        w = Watcher(cursor)
+    def add(self, cursor: WatchCursor, refused: Callable[[], bool] | None = None) -> Watcher:
+        w = Watcher(cursor, refused)
         self.watchers.add(w)
         self.poke()  # its first update (the job list) comes from the flusher like every other
         return w
@@ -120,13 +139,26 @@ class WatchHub:
     def remove(self, w: Watcher) -> None:
         self.watchers.discard(w)
 
+    async def _cert_sweep(self) -> None:
+        """One pass over every open stream each ``recheck_s`` (a cached look per stream,
+        microseconds), waking only those whose certificate is refused now: not one timer
+        per stream (4,096 wake-ups every 2 s)."""
+        while True:
+            await asyncio.sleep(self.recheck_s)
+            for w in list(self.watchers):
+                if w.refused is not None and not w.closed and w.refused():
+                    w.flag_recheck()
+
     async def _flusher(self) -> None:
         wake, loop = self._wake, self._loop
         if wake is None or loop is None:
             return
         while True:
             await wake.wait()
-            await asyncio.sleep(self.coalesce_s)
+            # a pass over a big fleet costs (0.1-0.4 s at 4,096 hosts): the next one waits
+            # that long again at least, so a storm of changes (registrations, splices) gets
+            # at most half the coordinator, and every change still reaches every stream
+            await asyncio.sleep(max(self.coalesce_s, self._pass_s))
             wake.clear()  # a change from here on is seen by this pass or pokes the next
             gen = self._generation() if self._generation is not None else None
             watchers = [w for w in self.watchers if not w.closed]
@@ -135,6 +167,7 @@ class WatchHub:
             if not watchers:
                 continue
             cursors = [w.cursor for w in watchers]
+            started = loop.time()
             try:
                 updates = await loop.run_in_executor(self._executor, self._compute, cursors)
             except NotLeader as exc:
@@ -149,6 +182,7 @@ class WatchHub:
                 wake.set()
                 continue
             self.flushes += 1
+            self._pass_s = min(loop.time() - started, MAX_WAIT_S)
             self._seen = gen  # read before computing: a change meanwhile makes the next pass whole
             for w, u in zip(watchers, updates, strict=True):
                 w.fresh = False
@@ -157,4 +191,4 @@ class WatchHub:
                     w.push(u)
 
 
-__all__ = ["COALESCE_S", "WatchClosed", "WatchHub", "Watcher"]
+__all__ = ["COALESCE_S", "MAX_WAIT_S", "RECHECK_S", "WatchClosed", "WatchHub", "Watcher"]

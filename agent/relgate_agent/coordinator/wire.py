@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import Any
 
 from relgate_agent.contracts import (
     AssignmentPlan,
@@ -12,6 +12,7 @@ from relgate_agent.contracts import (
     PeerRef,
     ProgressReport,
     Registration,
+    StripePlan,
     WatchUpdate,
 )
 from relgate_agent.proto import distribution_pb2 as pb
@@ -156,6 +157,12 @@ def watch_event_to_pb(update: WatchUpdate, sequence: int) -> pb.WatchEvent:
 _ASSIGNMENTS = pb.WatchEvent.DESCRIPTOR.fields_by_name["assignments"].number
 _LEN = 2  # protobuf wire type: length-delimited
 MEMBER_LISTS_KEPT = 256
+PEERS_KEPT = 65_536  # encoded peers kept (a fleet's hosts; cleared past it)
+
+
+def _tag(message: Any, field: str) -> bytes:
+    """The key of a length-delimited ``field`` of ``message`` (its number from the schema)."""
+    return _varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | _LEN)
 
 
 def _varint(n: int) -> bytes:
@@ -169,6 +176,13 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
+_STRIPES = _tag(pb.Assignment, "stripes")
+_UPSTREAM = _tag(pb.StripeAssignment, "upstream")
+_DOWNSTREAMS = _tag(pb.StripeAssignment, "downstreams")
+_BYPASS = _tag(pb.StripeAssignment, "bypass")
+_STANDBY = _tag(pb.StripeAssignment, "standby")
+
+
 class WatchEncoder:
     """Watch events straight to wire bytes. A push to every host of a 4,096-host job sends
     4,096 assignments that share one member list (~33 KB): it is serialized once per
@@ -178,6 +192,47 @@ class WatchEncoder:
 
     def __init__(self) -> None:
         self._members: dict[tuple[str, int], tuple[tuple[str, ...], bytes]] = {}
+        self._peers: dict[PeerRef, bytes] = {}
+
+    def _field(self, tag: bytes, p: PeerRef) -> bytes:
+        """One peer field: a push names the same ~32 peers per host, 4,096 hosts over."""
+        raw = self._peers.get(p)
+        if raw is None:
+            if len(self._peers) > PEERS_KEPT:
+                self._peers.clear()
+            raw = self._peers[p] = peer_to_pb(p).SerializeToString()
+        return tag + _varint(len(raw)) + raw
+
+    def _stripe(self, s: StripePlan) -> bytes:
+        scalars: bytes = pb.StripeAssignment(
+            stripe=s.stripe,
+            resume_block=s.resume_block,
+            origin_rate_bytes_per_s=s.origin_rate_bytes_per_s,
+            compress=s.compress,
+        ).SerializeToString()
+        parts = [scalars, self._field(_UPSTREAM, s.upstream)]
+        parts += [self._field(_DOWNSTREAMS, d) for d in s.downstreams]
+        if s.bypass is not None:
+            parts.append(self._field(_BYPASS, s.bypass))
+        parts += [self._field(_STANDBY, p) for p in s.standby]
+        return b"".join(parts)
+
+    def _assignment(self, a: AssignmentPlan) -> bytes:
+        """``assignment_to_pb(a)``'s fields, each peer and the member list encoded once
+        (protobuf merges a message's fields in any order)."""
+        head: bytes = pb.Assignment(
+            job_id=a.job_id,
+            topology_version=a.topology_version,
+            job_state=a.job_state,
+            cancelled=a.cancelled,
+            leader_epoch=a.leader_epoch,
+        ).SerializeToString()
+        parts = [head]
+        for s in a.stripes:
+            body = self._stripe(s)
+            parts += [_STRIPES, _varint(len(body)), body]
+        parts.append(self._members_bytes(a))
+        return b"".join(parts)
 
     def _members_bytes(self, a: AssignmentPlan) -> bytes:
         key = (a.job_id, a.topology_version)
@@ -194,8 +249,7 @@ class WatchEncoder:
         head = watch_event_to_pb(WatchUpdate(update.jobs), sequence).SerializeToString()
         parts = [head]
         for a in update.assignments:
-            body = assignment_to_pb(replace(a, members=())).SerializeToString()
-            body += self._members_bytes(a)
+            body = self._assignment(a)
             parts += [_varint(_ASSIGNMENTS << 3 | _LEN), _varint(len(body)), body]
         return b"".join(parts)
 

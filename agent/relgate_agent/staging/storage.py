@@ -115,11 +115,13 @@ def stripe_resume_blocks(
     grid[:n] = _bit_array(bitmap, n)
     grid2 = grid.reshape(rows, stripes)  # row r, column s: chunk r * k + s
     missing = grid2 == 0
-    first = np.where(missing.any(axis=0), missing.argmax(axis=0), -1)
-    counts = np.array([len(range(s, n, stripes)) for s in range(stripes)])
+    cols = np.arange(stripes)
+    first = missing.argmax(axis=0)  # 0 also where nothing is missing: told apart below
+    found = missing[first, cols]
+    counts = np.maximum((n - cols + stripes - 1) // stripes, 0)  # len(range(s, n, k))
     whole = counts * blocks_per_chunk
     whole[(n - 1) % stripes] -= blocks_per_chunk - last_chunk_blocks
-    out: list[int] = np.where(first >= 0, first * blocks_per_chunk, whole).astype(int).tolist()
+    out: list[int] = np.where(found, first * blocks_per_chunk, whole).astype(int).tolist()
     return out
 
 
