@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from relgate_agent.contracts import (
     WatchCursor,
     WatchUpdate,
 )
+from relgate_agent.coordinator import handoff
 from relgate_agent.coordinator.handoff import _rates_due
 from relgate_agent.coordinator.jobstate import JobState
 from relgate_agent.coordinator.service import (
@@ -63,6 +65,14 @@ def _clocked(tmp_path: Path, checkpoint, now: list[float], **cfg) -> Coordinator
         ),
         clock=lambda: now[0],
     )
+
+
+def _fleet_job(c: Coordinator, checkpoint) -> JobState:
+    """Every host of HOSTS enrolled and heard from, and a job over them."""
+    for h, r in HOSTS.items():
+        c.enroll(h, r, {"cluster": "inf-a", "pool": "x"})
+        c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+    return c.create_job(_spec(checkpoint))
 
 
 def _spec(checkpoint, **kw) -> JobSpec:
@@ -377,14 +387,50 @@ def test_stripe_resume_blocks_match_a_chunk_walk(
     assert stripe_resume_blocks(bitmap, n, stripes, bpc, last) == expected
 
 
+def test_a_mass_silence_holds_the_splices_until_it_clears(
+    tmp_path: Path, checkpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More than mass_silence_fraction of the chain silent in one sweep is the coordinator's
+    backlog or a partition, not that many deaths: nobody is spliced (and the held hosts are
+    counted); once the others report again, the one that really died is spliced."""
+    monkeypatch.setattr(handoff, "MASS_SILENCE_MIN", 1)
+    now = [1000.0]
+    c = _clocked(tmp_path, checkpoint, now, dead_after_s=6.0, mass_silence_fraction=0.5)
+    try:
+        job = _fleet_job(c, checkpoint)
+        hosts = sorted(job.topology.racks)
+        assert len(hosts) == 6  # a limit of 3 silent hosts at once
+
+        def report(some: list[str]) -> None:
+            for h in some:
+                c.report_progress(job.job_id, h, ProgressReport())
+
+        for h in hosts:
+            c.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:2")
+        report(hosts)
+        now[0] += 6.5
+        report(hosts[:2])  # four silent at once: more than half
+        c.tick()
+        assert all(job.hosts[h].state != "DEAD" for h in hosts) and job.mass_silence == 4
+        assert sorted(job.topology.racks) == hosts
+        held = c.metrics.registry.get_sample_value("relgate_coordinator_splices_held_total")
+        assert held == 4
+        c.tick()  # still four: still held, counted again
+        assert c.metrics.registry.get_sample_value("relgate_coordinator_splices_held_total") == 8
+        now[0] += 1.0
+        report(hosts[:5])  # the others are back: the one still silent is dead
+        c.tick()
+        assert job.hosts[hosts[5]].state == "DEAD" and hosts[5] not in job.topology.racks
+        assert all(job.hosts[h].state != "DEAD" for h in hosts[:5]) and job.mass_silence == 0
+    finally:
+        c.store.close()
+
+
 def test_a_host_holding_its_watch_is_alive_whatever_its_reports(tmp_path: Path, checkpoint) -> None:
     now = [1000.0]
     c = _clocked(tmp_path, checkpoint, now, dead_after_s=6.0)
     try:
-        for h, r in HOSTS.items():
-            c.enroll(h, r, {"cluster": "inf-a", "pool": "x"})
-            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
-        job = c.create_job(_spec(checkpoint))
+        job = _fleet_job(c, checkpoint)
         hosts = sorted(job.topology.racks)
         booting, registered, silent = hosts[0], hosts[1], hosts[2]
         c.watching[booting] = 1  # its watch is open: still fetching the manifest, say
@@ -734,10 +780,7 @@ def test_envelope_sent_once_per_rack_then_named(tmp_path: Path, checkpoint) -> N
     now = [1000.0]
     c = _clocked(tmp_path, checkpoint, now)
     try:
-        for h, r in HOSTS.items():
-            c.enroll(h, r, {"cluster": "inf-a", "pool": "x"})
-            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
-        job = c.create_job(_spec(checkpoint))
+        job = _fleet_job(c, checkpoint)
         regs = {
             h: c.register(
                 job.job_id,
@@ -880,10 +923,7 @@ def test_slowness_survives_a_noisy_round_and_victims_that_drag_the_median(
     now = [1000.0]
     c = _clocked(tmp_path, checkpoint, now, slow_after_s=10.0, slow_min_median_bps=1)
     try:
-        for h, r in HOSTS.items():
-            c.enroll(h, r, {"cluster": "inf-a", "pool": "x"})
-            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
-        job = c.create_job(_spec(checkpoint))
+        job = _fleet_job(c, checkpoint)
         for h in job.topology.racks:
             c.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:1")
         idx = c._index(job)
@@ -975,3 +1015,34 @@ def test_heartbeats_batch_their_last_seen_and_the_tick_writes_it(
             assert addr.scalar() == "10.0.0.1:2"
     finally:
         c.store.close()
+
+
+def test_a_host_holding_its_watch_open_stays_live_past_the_heartbeat_interval(
+    tmp_path: Path, checkpoint
+) -> None:
+    """Opening a watch is a heartbeat; holding it open keeps the host's last_seen fresh
+    (batched by the sweep), so a watch may live longer than a third of the host TTL; a
+    host whose watch ended is left to age out."""
+    now = [1000.0]
+    born = time.time()  # the inventory's first rows carry the real wall clock
+    c = Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / "c.sqlite"), trusted_keys=TrustedKeys.load(checkpoint["trusted"])
+        ),
+        clock=lambda: now[0],
+        wall=lambda: born + now[0] - 1000.0,
+    )
+    for h, r in HOSTS.items():
+        c.enroll(h, r, {"cluster": "inf-a"})
+        c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+    start = c.store.last_seen()
+    c.watching["h0"] = 1  # h0's stream is open; the others' ended
+    now[0] += c.config.host_ttl_s / 3 - 1
+    c.tick()
+    assert c.store.last_seen() == start  # not due yet
+    now[0] += 2
+    c.tick()
+    seen = c.store.last_seen()
+    assert seen["h0"] == int(born + now[0] - 1000.0) > start["h0"]
+    assert all(seen[h] == start[h] for h in HOSTS if h != "h0")
+    assert c.refresh_watching() == 0  # written: due again a third of the TTL later

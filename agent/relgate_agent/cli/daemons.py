@@ -56,6 +56,13 @@ def coordinator() -> None:
     default=300.0,
     help="a host DEAD this long is removed from its job (the job stops waiting for it)",
 )
+@click.option(
+    "--mass-silence",
+    type=float,
+    default=0.1,
+    help="hold every splice of a sweep in which more than this fraction of a job's chain"
+    " hosts went silent at once (an overloaded coordinator or a partition; 1 never holds)",
+)
 @click.option("--report-interval", type=float, default=1.0)
 @click.option("--webhook", default="")
 @click.option("--address-file", default="")
@@ -115,6 +122,7 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     stripes: int,
     dead_after: float,
     remove_dead_after: float,
+    mass_silence: float,
     report_interval: float,
     webhook: str,
     address_file: str,
@@ -142,6 +150,7 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
         default_stripes=stripes,
         dead_after_s=dead_after,
         remove_dead_after_s=remove_dead_after,
+        mass_silence_fraction=mass_silence,
         report_interval_s=report_interval,
         webhook_url=webhook,
         ha=ha,

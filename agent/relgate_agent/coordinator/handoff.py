@@ -113,7 +113,7 @@ class HandoffService(ProgressService):
                 if self._all_pending_failed(job):
                     continue
                 # one topology version for the whole sweep
-                self._mark_dead_all(job, self._silent(job, now))
+                self._mark_dead_all(job, self._unless_mass_silence(job, self._silent(job, now)))
                 removal.sweep_dead(self, job, now)  # a lost host never holds the job
                 if job.targets and not job.eligible:  # every target removed or quarantined
                     self._fail_job(job, f"no target left: {removal.removed_text(job)}")
@@ -139,6 +139,7 @@ class HandoffService(ProgressService):
             if self.leader:
                 self.ledger.put_bytes(job_id, rows)
         if self.leader:
+            self.refresh_watching()  # an open watch keeps its host live
             self.flush_last_seen()  # the heartbeats' batched last_seen, one transaction
         self._kick_outbox()
 
@@ -163,6 +164,32 @@ class HandoffService(ProgressService):
                     else f"no report since the takeover {now - heard:.1f}s ago"
                 )
         return dead
+
+    def _unless_mass_silence(self, job: JobState, silent: dict[str, str]) -> dict[str, str]:
+        """``silent``, unless so many went silent at once that the coordinator or the
+        network is the likelier cause than that many hosts dying (an overloaded coordinator
+        whose reports queue past --dead-after, a partition): more than
+        ``mass_silence_fraction`` of the chain hosts, and at least MASS_SILENCE_MIN, holds
+        every splice of the sweep (splicing healthy hosts is new topology for every host,
+        more load, more silence). The hosts that did die are spliced once the rest report
+        again; a hung one is caught by its downstreams (ReportSuspect) meanwhile."""
+        new = [h for h in silent if job.hosts[h].state != "DEAD"]
+        limit = max(MASS_SILENCE_MIN, self.config.mass_silence_fraction * len(job.topology.racks))
+        if len(new) <= limit:
+            job.mass_silence = 0
+            return silent
+        if job.mass_silence == 0:  # once per episode, not per sweep
+            log.warning(
+                "job %s: %d of %d hosts silent at once (> %.0f): a mass silence, no splice "
+                "until it clears (the coordinator's backlog or the network, more likely)",
+                job.job_id,
+                len(new),
+                len(job.topology.racks),
+                limit,
+            )
+        job.mass_silence = len(new)
+        self.metrics.splices_held.inc(len(new))
+        return {}
 
     @staticmethod
     def _finished(job: JobState) -> bool:
@@ -511,6 +538,9 @@ class HandoffService(ProgressService):
             self._set_topology(job, self._append(job, self._splice(job, h), h, hp.rack))
             self.metrics.splices.labels(SPLICE_DEMOTED).inc()
         slowclock.save(self.store, job, now, self.wall())
+
+
+MASS_SILENCE_MIN = 8  # fewer silent hosts at once are never a mass silence
 
 
 def _rates_due(job: JobState) -> bool:

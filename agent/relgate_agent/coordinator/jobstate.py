@@ -79,7 +79,8 @@ class CoordinatorConfig:
     # of DONE); an operator removes one at once with `job evict`
     remove_dead_after_s: float = 300.0
     report_interval_s: float = 1.0
-    # an agent's watch stream lives this long (+-20%); opening one is its heartbeat
+    # an agent's watch stream lives this long (+-20%); opening one is its heartbeat (fresh
+    # health and held versions), holding it open keeps the host live (refresh_watching)
     watch_max_s: float = 20.0
     webhook_url: str = ""
     # a host whose rx rate stays under slow_fraction x the median for slow_after_s is moved
@@ -87,6 +88,9 @@ class CoordinatorConfig:
     slow_fraction: float = 0.5
     slow_after_s: float = 10.0
     slow_min_median_bps: int = 1_000_000
+    # more than this fraction of a job's chain hosts silent in one sweep is a mass silence
+    # (the coordinator's own backlog, a partition): no splice until it clears (handoff.py)
+    mass_silence_fraction: float = 0.1
     # splice a suspect at once when a downstream reports it and it also went silent
     # (off: only the dead-after sweep splices; used to exercise swarm fallback)
     splice_on_suspect: bool = True
@@ -231,6 +235,8 @@ class JobState:
     # with a decay (slowness.held_reference)
     rate_reference: tuple[int, int] | None = None
     rate_reference_at: float | None = None  # the clock when it was last updated
+    # hosts silent in the ongoing mass silence (0: none; handoff._unless_mass_silence)
+    mass_silence: int = 0
     # hosts that reported rates since slowness was last judged (handoff._rates_due)
     fresh_rates: set[str] = field(default_factory=set)
     reference_saved_at: float | None = None  # the clock when it was last written

@@ -85,6 +85,11 @@ class CoordinatorMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.splices_held = Counter(
+            "relgate_coordinator_splices_held",
+            "Silent hosts not spliced because a mass silence held the sweep's splices",
+            registry=self.registry,
+        )
         self.suspects = Counter(
             "relgate_coordinator_suspect_reports",
             "ReportSuspect calls accepted, by reason",
