@@ -155,11 +155,20 @@ class FailoverStub:
 
         return call
 
-    def stream(self, name: str, request: Any, timeout: float | None = None) -> Iterator[Any]:
+    def stream(
+        self,
+        name: str,
+        request: Any,
+        timeout: float | None = None,
+        calls: set[Any] | None = None,
+    ) -> Iterator[Any]:
         """A server-streaming call on the current replica. UNAVAILABLE (down, or not the
-        leader) is raised to the caller, and the next call goes to the next replica."""
+        leader) is raised to the caller, and the next call goes to the next replica. The
+        open call sits in ``calls`` while it runs (another thread may cancel it)."""
         i = self.current
         call = getattr(self.stubs[i], name)(request, timeout=timeout)
+        if calls is not None:
+            calls.add(call)
         try:
             yield from call
         except grpc.RpcError as exc:
@@ -168,6 +177,8 @@ class FailoverStub:
             raise
         finally:
             call.cancel()  # a stream the caller stopped reading ends here (no-op when done)
+            if calls is not None:
+                calls.discard(call)
 
     def moved_on(self, i: int) -> None:
         """Replica ``i`` is down or not the leader: the next call goes to the next one."""

@@ -387,15 +387,22 @@ def test_stripe_resume_blocks_match_a_chunk_walk(
     assert stripe_resume_blocks(bitmap, n, stripes, bpc, last) == expected
 
 
+def _mass_silence_coordinator(
+    tmp_path: Path, checkpoint, now: list[float], monkeypatch: pytest.MonkeyPatch
+) -> Coordinator:
+    """A coordinator for HOSTS on a turned clock whose mass silence is 3 hosts of 6."""
+    monkeypatch.setattr(handoff, "MASS_SILENCE_MIN", 1)
+    return _clocked(tmp_path, checkpoint, now, dead_after_s=6.0, mass_silence_fraction=0.5)
+
+
 def test_a_mass_silence_holds_the_splices_until_it_clears(
     tmp_path: Path, checkpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More than mass_silence_fraction of the chain silent in one sweep is the coordinator's
     backlog or a partition, not that many deaths: nobody is spliced (and the held hosts are
     counted); once the others report again, the one that really died is spliced."""
-    monkeypatch.setattr(handoff, "MASS_SILENCE_MIN", 1)
     now = [1000.0]
-    c = _clocked(tmp_path, checkpoint, now, dead_after_s=6.0, mass_silence_fraction=0.5)
+    c = _mass_silence_coordinator(tmp_path, checkpoint, now, monkeypatch)
     try:
         job = _fleet_job(c, checkpoint)
         hosts = sorted(job.topology.racks)
@@ -422,6 +429,52 @@ def test_a_mass_silence_holds_the_splices_until_it_clears(
         c.tick()
         assert job.hosts[hosts[5]].state == "DEAD" and hosts[5] not in job.topology.racks
         assert all(job.hosts[h].state != "DEAD" for h in hosts[:5]) and job.mass_silence == 0
+    finally:
+        c.store.close()
+
+
+def test_a_cascade_in_waves_is_one_mass_silence_and_the_long_silent_still_go(
+    tmp_path: Path, checkpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Splices of the last 2 x --dead-after count with the hosts silent now (an overload
+    cascade comes in waves, each under the limit); held, a host silent 5 x --dead-after
+    is spliced all the same (it died, and the silence did not clear)."""
+    now = [1000.0]
+    c = _mass_silence_coordinator(tmp_path, checkpoint, now, monkeypatch)
+    try:
+        job = _fleet_job(c, checkpoint)
+        hosts = sorted(job.topology.racks)
+        for h in hosts:
+            c.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:2")
+            c.report_progress(job.job_id, h, ProgressReport())
+        now[0] += 6.5
+        for h in hosts[2:]:
+            c.report_progress(job.job_id, h, ProgressReport())
+        c.tick()  # the first wave, two hosts: under the limit of 3, spliced
+        assert [h for h in hosts if job.hosts[h].state == "DEAD"] == hosts[:2]
+        now[0] += 3.0
+        for h in hosts[4:]:
+            c.report_progress(job.job_id, h, ProgressReport())
+        now[0] += 4.0
+        for h in hosts[4:]:
+            c.report_progress(job.job_id, h, ProgressReport())
+        c.tick()  # the second wave, two more 7 s after the first: four together, held
+        assert [h for h in hosts if job.hosts[h].state == "DEAD"] == hosts[:2]
+        assert job.mass_silence == 4
+        for h in hosts[2:]:  # the wave was the coordinator's: they are back
+            c.report_progress(job.job_id, h, ProgressReport())
+        c.tick()
+        assert job.mass_silence == 0
+        # four silent for good, more than the limit on their own: held while silent up to
+        # 5 x 6 s, spliced after
+        for _ in range(5):
+            now[0] += 6.0
+            c.tick()
+            assert [h for h in hosts if job.hosts[h].state == "DEAD"] == hosts[:2]
+        now[0] += 0.5
+        c.tick()
+        assert [h for h in hosts if job.hosts[h].state == "DEAD"] == hosts
+        assert not job.topology.racks
     finally:
         c.store.close()
 

@@ -151,6 +151,11 @@ class HostAgent:
         self.metrics_address = ""
         self._watch = threading.Thread(target=self._watch_loop, name="watch", daemon=True)
         self._stats = threading.Thread(target=self._stats_loop, name="data-stats", daemon=True)
+        # the open watch calls (either plane: one, or one per replica) and the heartbeat
+        # they were opened with: news ends them (reopen_watch_if_changed)
+        self.watch_calls: set[Any] = set()
+        self._sent_heartbeat: tuple[str, tuple[str, ...]] | None = None
+        self._reopening = 0  # watch calls ended by reopen_watch_if_changed, not yet seen
         self.renewer = CertRenewer(
             tls,
             ident,
@@ -238,6 +243,8 @@ class HostAgent:
         """Data-plane counters for operators and tests: <models-root>/.agent-stats/dataplane.json."""
         d = self.config.models_root / ".agent-stats"
         while not self.stop_event.wait(0.5):
+            with contextlib.suppress(OSError):  # out of descriptors (EMFILE): next round
+                self.reopen_watch_if_changed()
             with contextlib.suppress(OSError):
                 d.mkdir(parents=True, exist_ok=True)
                 tmp = d / f"dataplane.{os.getpid()}.tmp"
@@ -297,6 +304,10 @@ class HostAgent:
     def wait(self) -> None:
         self.stop_event.wait()
 
+    def _heartbeat(self) -> tuple[str, tuple[str, ...]]:
+        """What a watch request tells of this host that may change: health, held versions."""
+        return self.health(), tuple(held_versions(self.config.models_root))
+
     def _watch_request(self) -> pb.WatchRequest:
         with self.lock:
             known = {
@@ -304,20 +315,47 @@ class HostAgent:
                 for j, r in self.runners.items()
                 if not r.closed
             }
+        health, held = self._sent_heartbeat = self._heartbeat()
         return pb.WatchRequest(
             host_id=self.config.host_id,
             rack=self.config.rack,
             labels=self.config.labels,
             data_address=self.data_address,
-            held_versions=held_versions(self.config.models_root),
-            health=self.health(),
+            held_versions=held,
+            health=health,
             data_refusals=self.data_refusals(),
             known_topology_versions=known,
         )
 
+    def reopen_watch_if_changed(self) -> bool:
+        """Opening a watch is the heartbeat: when this host's health or held versions
+        changed since the open watches were asked for, end them, and the next opens at once
+        with the news (the coordinator ends a watch only every ~20 s)."""
+        if self._sent_heartbeat is None or self._heartbeat() == self._sent_heartbeat:
+            return False
+        with self.lock:
+            calls = list(self.watch_calls)
+            self._reopening += len(calls)
+        for call in calls:
+            call.cancel()
+        return bool(calls)
+
+    def watch_cancelled_by_us(self, exc: grpc.RpcError) -> bool:
+        """A watch this host ended to send news (reopen_watch_if_changed): reopen at once,
+        no back-off, not a lost coordinator."""
+        if exc.code() != grpc.StatusCode.CANCELLED:
+            return False
+        with self.lock:
+            ours = self._reopening > 0
+            self._reopening = max(0, self._reopening - 1)
+        return ours
+
     def _watch_once(self) -> None:
-        """One watch stream, until the coordinator ends it (its lifetime) or it breaks."""
-        events = self.stub.stream("Watch", self._watch_request(), self.config.watch_timeout_s)
+        """One watch stream, until the coordinator ends it (its lifetime), it breaks, or
+        this host has news for its heartbeat."""
+        events = self.stub.stream(
+            "Watch", self._watch_request(), self.config.watch_timeout_s, self.watch_calls
+        )
         try:
             for event in events:
                 self.reach.ok()  # a leader answers
@@ -329,6 +367,9 @@ class HostAgent:
                     # a runner restarted on a job this stream already pushed: reopen the
                     # watch with its version (0), so its assignment comes at once
                     return
+        except grpc.RpcError as exc:
+            if not self.watch_cancelled_by_us(exc):
+                raise
         finally:
             events.close()
 

@@ -34,8 +34,10 @@ class WatchingHost(Protocol):
     stop_event: threading.Event
     reach: Any
     config: Any
+    watch_calls: set[Any]
 
     def _watch_request(self) -> pb.WatchRequest: ...
+    def watch_cancelled_by_us(self, exc: grpc.RpcError) -> bool: ...
     def _reconcile(self, listed: dict[str, pb.JobRef]) -> set[str]: ...
     def deliver(self, assignments: Iterable[pb.Assignment]) -> None: ...
     def _unreachable(self, exc: BaseException, failures: int) -> None: ...
@@ -99,7 +101,7 @@ class ReplicaWatches:
 
     def _once(self, i: int) -> None:
         events: Any = self.stubs[i].stream(
-            "Watch", self._request(i), self.host.config.watch_timeout_s
+            "Watch", self._request(i), self.host.config.watch_timeout_s, self.host.watch_calls
         )
         try:
             for event in events:
@@ -115,6 +117,9 @@ class ReplicaWatches:
                     return
                 if started - {a.job_id for a in event.assignments}:
                     return  # reopen with the restarted runner's version (host._watch_once)
+        except grpc.RpcError as exc:
+            if not self.host.watch_cancelled_by_us(exc):
+                raise
         finally:
             events.close()
 

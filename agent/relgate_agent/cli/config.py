@@ -81,7 +81,7 @@ class CoordinatorFileConfig(_Shared):
     stripes: int = 8
     dead_after: float = 6.0
     remove_dead_after: float = 300.0
-    mass_silence: float = 0.1
+    mass_silence: float = 0.02
     webhook: str = ""
     address_file: str = ""
     ha: bool = False

@@ -59,9 +59,10 @@ def coordinator() -> None:
 @click.option(
     "--mass-silence",
     type=float,
-    default=0.1,
-    help="hold every splice of a sweep in which more than this fraction of a job's chain"
-    " hosts went silent at once (an overloaded coordinator or a partition; 1 never holds)",
+    default=0.02,
+    help="hold splices while more than this fraction of a job's chain hosts (and 8) went"
+    " silent within 2 x --dead-after (an overloaded coordinator or a partition, likelier"
+    " than that many deaths); held, a host silent 5 x --dead-after is spliced; 1 never holds",
 )
 @click.option("--report-interval", type=float, default=1.0)
 @click.option("--webhook", default="")

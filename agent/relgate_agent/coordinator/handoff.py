@@ -113,7 +113,8 @@ class HandoffService(ProgressService):
                 if self._all_pending_failed(job):
                     continue
                 # one topology version for the whole sweep
-                self._mark_dead_all(job, self._unless_mass_silence(job, self._silent(job, now)))
+                silent = self._silent(job, now)
+                self._mark_dead_all(job, self._unless_mass_silence(job, silent, now))
                 removal.sweep_dead(self, job, now)  # a lost host never holds the job
                 if job.targets and not job.eligible:  # every target removed or quarantined
                     self._fail_job(job, f"no target left: {removal.removed_text(job)}")
@@ -156,7 +157,7 @@ class HandoffService(ProgressService):
                 continue
             # a host this leader never heard from is judged only after the
             # takeover's grace (failover.py): its reports may be stuck on the old one
-            heard = max(hp.last_seen, self.watch_ended.get(h, hp.last_seen))
+            heard = self._heard(h, hp)
             if now - heard > dead_limit(hp, job, self.config):
                 dead[h] = (
                     f"no report for {now - heard:.1f}s"
@@ -165,31 +166,52 @@ class HandoffService(ProgressService):
                 )
         return dead
 
-    def _unless_mass_silence(self, job: JobState, silent: dict[str, str]) -> dict[str, str]:
-        """``silent``, unless so many went silent at once that the coordinator or the
+    def _heard(self, h: str, hp: HostProgress) -> float:
+        """When this leader last heard from ``h``: a report, or its watch ending."""
+        return max(hp.last_seen, self.watch_ended.get(h, hp.last_seen))
+
+    def _unless_mass_silence(
+        self, job: JobState, silent: dict[str, str], now: float
+    ) -> dict[str, str]:
+        """``silent``, unless so many went silent together that the coordinator or the
         network is the likelier cause than that many hosts dying (an overloaded coordinator
         whose reports queue past --dead-after, a partition): more than
-        ``mass_silence_fraction`` of the chain hosts, and at least MASS_SILENCE_MIN, holds
-        every splice of the sweep (splicing healthy hosts is new topology for every host,
-        more load, more silence). The hosts that did die are spliced once the rest report
-        again; a hung one is caught by its downstreams (ReportSuspect) meanwhile."""
+        ``mass_silence_fraction`` of the chain hosts (and MASS_SILENCE_MIN) silent now or
+        spliced as dead within the last MASS_SILENCE_WINDOW x --dead-after (a cascade comes
+        in waves, each under the limit) holds the splices (splicing healthy hosts is a new
+        topology for every host: more load, more silence). Held, a host is spliced only
+        once silent MASS_SILENCE_PATIENCE x --dead-after (a host that really died, when the
+        silence does not clear); a hung one is caught by its downstreams meanwhile."""
+        dead_after = self.config.dead_after_s
+        window = MASS_SILENCE_WINDOW * dead_after
+        job.recent_dead = [(t, n) for t, n in job.recent_dead if now - t <= window]
         new = [h for h in silent if job.hosts[h].state != "DEAD"]
         limit = max(MASS_SILENCE_MIN, self.config.mass_silence_fraction * len(job.topology.racks))
-        if len(new) <= limit:
+        together = len(new) + sum(n for _, n in job.recent_dead)
+        if together <= limit:
             job.mass_silence = 0
+            if new:
+                job.recent_dead.append((now, len(new)))
             return silent
         if job.mass_silence == 0:  # once per episode, not per sweep
             log.warning(
-                "job %s: %d of %d hosts silent at once (> %.0f): a mass silence, no splice "
-                "until it clears (the coordinator's backlog or the network, more likely)",
+                "job %s: %d of %d hosts silent or spliced within %.0f s (> %.0f): a mass "
+                "silence, splicing only hosts silent %.0f s (the coordinator's backlog or "
+                "the network, more likely than that many deaths)",
                 job.job_id,
-                len(new),
+                together,
                 len(job.topology.racks),
+                window,
                 limit,
+                MASS_SILENCE_PATIENCE * dead_after,
             )
-        job.mass_silence = len(new)
-        self.metrics.splices_held.inc(len(new))
-        return {}
+        job.mass_silence = together
+        patience = MASS_SILENCE_PATIENCE * dead_after
+        gone = {h: silent[h] for h in new if now - self._heard(h, job.hosts[h]) > patience}
+        self.metrics.splices_held.inc(len(new) - len(gone))
+        if gone:
+            job.recent_dead.append((now, len(gone)))
+        return gone
 
     @staticmethod
     def _finished(job: JobState) -> bool:
@@ -541,6 +563,8 @@ class HandoffService(ProgressService):
 
 
 MASS_SILENCE_MIN = 8  # fewer silent hosts at once are never a mass silence
+MASS_SILENCE_WINDOW = 2.0  # x --dead-after: splices this recent count with the silent
+MASS_SILENCE_PATIENCE = 5.0  # x --dead-after: held, a host this long silent is spliced
 
 
 def _rates_due(job: JobState) -> bool:

@@ -81,7 +81,7 @@ class CoordinatorConfig:
     report_interval_s: float = 1.0
     # an agent's watch stream lives this long (+-20%); opening one is its heartbeat (fresh
     # health and held versions), holding it open keeps the host live (refresh_watching)
-    watch_max_s: float = 20.0
+    watch_max_s: float = 60.0
     webhook_url: str = ""
     # a host whose rx rate stays under slow_fraction x the median for slow_after_s is moved
     # to the tail of its rack chain (a leaf), so it no longer throttles anyone behind it
@@ -90,7 +90,7 @@ class CoordinatorConfig:
     slow_min_median_bps: int = 1_000_000
     # more than this fraction of a job's chain hosts silent in one sweep is a mass silence
     # (the coordinator's own backlog, a partition): no splice until it clears (handoff.py)
-    mass_silence_fraction: float = 0.1
+    mass_silence_fraction: float = 0.02
     # splice a suspect at once when a downstream reports it and it also went silent
     # (off: only the dead-after sweep splices; used to exercise swarm fallback)
     splice_on_suspect: bool = True
@@ -237,6 +237,8 @@ class JobState:
     rate_reference_at: float | None = None  # the clock when it was last updated
     # hosts silent in the ongoing mass silence (0: none; handoff._unless_mass_silence)
     mass_silence: int = 0
+    # (clock, hosts) of the recent sweeps that spliced silent hosts as dead
+    recent_dead: list[tuple[float, int]] = field(default_factory=list)
     # hosts that reported rates since slowness was last judged (handoff._rates_due)
     fresh_rates: set[str] = field(default_factory=set)
     reference_saved_at: float | None = None  # the clock when it was last written
