@@ -99,6 +99,13 @@ class SimHost:
         self.report_call: Any = None  # the open ReportStream, if any
         self.plan = Plan(Path(spec["plan"]))  # replaced by the shared one in run()
 
+    def held_chains(self) -> dict[str, list[object]]:
+        """Per stripe (a string key: JSON) the upstream and downstreams it holds."""
+        return {
+            str(s): [a.upstream.host_id, [d.host_id for d in a.downstreams]]
+            for s, a in self.assignments.by_stripe.items()
+        }
+
     def _next_replica(self, i: int) -> None:
         if self.current == i:
             self.current = (i + 1) % len(self.stubs)
@@ -353,6 +360,8 @@ async def main_async(spec: dict[str, Any]) -> dict[str, Any]:
         "envelopeBytes": sum(f.envelope_bytes for f in figs),
         "fullAcceptedAt": sorted(t for f in figs for t in f.full_accepted_at),
         "finalVersions": {h.host: h.fig.final_version for h in hosts if not h.died},
+        # per survivor, what it acts on at the end: per stripe its upstream and downstreams
+        "finalHeld": {h.host: h.held_chains() for h in hosts if not h.died},
         "_latency": np.array([x for h in hosts for x in h.latency], dtype=np.float64),
         "_other": np.array([x for h in hosts for x in h.other_latency], dtype=np.float64),
     }

@@ -25,6 +25,7 @@ one ReportProgress call each, and what 4,096 hosts every 2 s would cost at that 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -55,6 +56,7 @@ from relgate_trust.retry import Backoff, retry_call
 from bench.distribution import _cpu_seconds
 from bench.record import Comparison, compare
 from relgate_agent.client import CoordinatorClient
+from relgate_agent.contracts import JobTopology
 from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles, ensure_dev_pki
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
@@ -317,6 +319,7 @@ class Timeline:
     cores_b: float = 0.0
     load_cores: dict[str, float] = field(default_factory=dict)  # generators, per window
     final_version: int = 0
+    final_chains: dict[str, Any] | None = None  # final_chains(GetJobTopology) at the end
     final_error: str = ""  # the final GetJob failed: recorded, not raised
     registered: int = 0  # hosts registered (not PENDING, not spliced) when the storm ended
     deaths: dict[str, float] = field(default_factory=dict)
@@ -426,7 +429,25 @@ def _drive(
         t.final_error = f"GetJob {exc.code()}: {exc.details()}"
         return t, None
     t.final_version = status.topology_version
+    with contextlib.suppress(grpc.RpcError):  # then the figure is absent, not a crash
+        t.final_chains = final_chains(client.job_topology(job.job_id, timeout=120))
     return t, status
+
+
+def final_chains(topo: JobTopology) -> dict[str, dict[str, list[object]]]:
+    """Per host, per stripe (string keys, as the load generators write them): its
+    upstream and downstreams in the coordinator's topology."""
+    out: dict[str, dict[str, list[object]]] = {}
+    for sv in topo.stripes:
+        for hop in sv.hops:
+            out.setdefault(hop.host_id, {})[str(sv.stripe)] = [hop.upstream, list(hop.downstreams)]
+    return out
+
+
+def off_topology(finals: dict[str, dict[str, list[object]]], chains: dict[str, Any]) -> int:
+    """Surviving hosts of the final topology whose held chains are not the coordinator's
+    (a new version is pushed only to the hosts it changes: the version alone says little)."""
+    return sum(1 for h, held in finals.items() if h in chains and held != chains[h])
 
 
 def _job(client: CoordinatorClient, job_id: str) -> pb.GetJobResponse:
@@ -474,7 +495,11 @@ def _figures(
         "deadNotSpliced": len(detectable - dead),  # died early enough to be caught
         "staleAssignmentsApplied": sum(o["staleApplied"] for o in outs),
         "staleAssignmentsDropped": sum(o["staleDropped"] for o in outs),
-        "hostsBehindFinalTopology": sum(1 for v in finals.values() if v < t.final_version),
+        # survivors behind the final version: not pushed what did not change for them
+        "hostsBehindFinalVersion": sum(1 for v in finals.values() if v < t.final_version),
+        "hostsOffFinalTopology": None
+        if t.final_chains is None
+        else off_topology({k: v for o in outs for k, v in o["finalHeld"].items()}, t.final_chains),
         "finalTopologyVersion": t.final_version,
         "rebuild": {
             "killToFirstWholeBitmapS": round(full_after[0] - t.killed, 2) if full_after else None,

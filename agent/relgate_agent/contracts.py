@@ -150,6 +150,10 @@ class WatchCursor:
     # the coordinator's job signature when this cursor was last brought up to date: equal
     # now, nothing can be news for it (ProgressService.watch_updates skips it); None: never
     seen: tuple[object, ...] | None = None
+    # per job, the push key (ProgressService.push_key) of the last assignment pushed on this
+    # stream: a later topology version with the same key changes nothing this host acts on
+    # and is not pushed (a splice moves a few dozen hosts, not the 4,096 of the job)
+    keys: dict[str, tuple[object, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,9 @@ class HostProgress:
     dead_since: float | None = None
     straggler: str = ""
     bytes_saved: tuple[int, int, int] = (0, 0, 0)
+    # its Registers to this leader: a Register is news for its watch even when it moved
+    # nobody (the agent acts on nothing older than the version it answered: push_key)
+    registrations: int = 0
 
     def holds(self, chunk: int) -> bool:
         """READY, or ``chunk`` is set in the last reported have-bitmap."""
@@ -231,6 +234,11 @@ class JobState:
     # hosts removed from this job so far (watch_updates: a removal is news for a watch
     # even when the host held no place in the topology to splice)
     removals: int = 0
+    registrations: int = 0  # Registers this leader answered (a watch signature: news)
+    # bumped when the topology's member set changes other than by losing DEAD hosts (a
+    # host that may now fetch chunks from any member, or a quarantined or evicted one no
+    # member may serve): every host's assignment carries the member list (push_key)
+    members_gen: int = 0
     # (per-stripe, total) receive rates slowness is judged against: the peak medians held
     # with a decay (slowness.held_reference)
     rate_reference: tuple[int, int] | None = None

@@ -60,6 +60,7 @@ from relgate_agent.coordinator.topology import (
     TopologyIndex,
     bypass_peer,
     index_topology,
+    members_changed,
     standby_hosts,
 )
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED, KIND_NO_SPACE
@@ -74,6 +75,11 @@ LOCK_GAP_S = 0.001  # between two holds
 ENVELOPE_SOURCES = 3  # hosts a registering agent may fetch the envelope from
 UNSERVED_WINDOW_S = 3.0  # a live upstream reported as not serving for this long: a leaf
 QUARANTINE_REPORTERS = 2  # independent receivers of bad data before a host is quarantined
+
+
+def _state(job: JobState, host: str) -> str:
+    hp = job.hosts.get(host)
+    return hp.state if hp is not None else ""
 
 
 class ProgressService(CoordinatorCore, HandoffSigning):
@@ -155,7 +161,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         # targets and removals; a cursor brought up to date under the same signature
         # has no news (a report's poke wakes the hub, not 4,096 evaluations)
         sig = tuple(
-            (j.job_id, j.state, j.topology.version, len(j.targets), j.removals)
+            (j.job_id, j.state, j.topology.version, len(j.targets), j.removals, j.registrations)
             for j in self.jobs.values()
         )
         by_host: dict[str, list[JobState]] | None = None
@@ -171,11 +177,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
                 JobRef(j.job_id, j.manifest.model, j.manifest.version, j.state, j.spec.priority)
                 for j in jobs
             )
-            plans = [
-                self._assignment(j, cur.host_id)
-                for j in jobs
-                if j.topology.version > cur.versions.get(j.job_id, 0)
-            ]
+            plans = self._changed_plans(cur, jobs)
             live = {j.job_id for j in jobs}
             for job_id in [j for j in cur.versions if j not in live]:
                 # told about before, active no more: say how it ended, once
@@ -196,6 +198,19 @@ class ProgressService(CoordinatorCore, HandoffSigning):
                     cur.versions[p.job_id] = p.topology_version
             out.append(WatchUpdate(refs, tuple(plans)))
         return out
+
+    def _changed_plans(self, cur: WatchCursor, jobs: list[JobState]) -> list[AssignmentPlan]:
+        """The assignments of ``jobs`` newer than ``cur`` holds that change something its
+        host acts on (its push key differs from the last one pushed on this stream)."""
+        plans = []
+        for j in jobs:
+            if j.topology.version <= cur.versions.get(j.job_id, 0):
+                continue
+            key = self.push_key(j, cur.host_id)
+            if cur.keys.get(j.job_id) != key:  # never pushed on this stream, or changed
+                cur.keys[j.job_id] = key
+                plans.append(self._assignment(j, cur.host_id))
+        return plans
 
     def refresh_watching(self) -> int:
         """A host holding its watch open is alive: its last_seen is due like a heartbeat's
@@ -320,6 +335,8 @@ class ProgressService(CoordinatorCore, HandoffSigning):
             hp.have = bytes(have[: (job.manifest.num_chunks + 7) // 8])  # bounded: hostile length
             hp.verified = count_bits(hp.have, job.manifest.num_chunks)
             hp.last_seen, hp.reported = self.clock(), True
+            hp.registrations += 1
+            job.registrations += 1
             self.addresses[host_id] = hp.address
             if hp.state in ("DEAD", "PENDING") and not hp.ready:
                 hp.state = "TRANSFERRING"
@@ -386,8 +403,47 @@ class ProgressService(CoordinatorCore, HandoffSigning):
     def _index(self, job: JobState) -> TopologyIndex:
         idx = self._indexes.get(job.job_id)
         if idx is None or idx.version != job.topology.version:
-            idx = self._indexes[job.job_id] = index_topology(job.topology)
+            new = self._indexes[job.job_id] = index_topology(job.topology)
+            if idx is not None and members_changed(
+                idx.members, new.members, lambda h: _state(job, h) == "DEAD"
+            ):
+                job.members_gen += 1
+            idx = new
         return idx
+
+    def push_key(self, job: JobState, host_id: str) -> tuple[object, ...]:
+        """Everything of ``host_id``'s assignment it acts on, but the topology version and
+        its resume blocks (read only when it dials a new upstream, which changes the key):
+        per stripe its upstream, downstreams, bypass peer and standby hosts (peers with
+        their addresses), a root's origin share; the job's state, member generation and the
+        host's Registers. Equal keys: the newer version is not pushed to this host (its
+        held assignment says the same; its peers' versions may run ahead of it, and the
+        data plane's member checks allow every pair the key leaves unchanged)."""
+        topo = job.topology
+        idx = self._index(job)
+        hp = job.hosts.get(host_id)
+        head = (
+            job.state,
+            job.members_gen,
+            hp.registrations if hp else 0,
+            self.epoch_of(job.job_id),
+        )
+        if host_id not in topo.racks:
+            return head
+        peer = self._peer
+        per: list[object] = []
+        for s, chain in enumerate(topo.stripes):
+            up = chain.parent.get(host_id)
+            skip_to = bypass_peer(topo, chain, host_id)
+            per.append(
+                (
+                    peer(job, up) if up else origin_rate(job, s),
+                    tuple(peer(job, d) for d in idx.downstreams(s, host_id)),
+                    peer(job, skip_to) if skip_to else None,
+                    tuple(peer(job, g) for g in standby_hosts(idx, s, host_id, topo)),
+                )
+            )
+        return (*head, *per)
 
     def _assignment(self, job: JobState, host_id: str) -> AssignmentPlan:
         topo = job.topology

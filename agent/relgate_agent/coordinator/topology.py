@@ -20,7 +20,7 @@ topology with ``version + 1``; versions are monotonic and agents ignore stale on
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,6 +151,18 @@ def index_topology(topo: Topology) -> TopologyIndex:
             {h: tuple(g) for h in stripe_kids if (g := _standby(stripe_kids, topo, chain, h))}
         )
     return TopologyIndex(topo.version, tuple(kids), tuple(sorted(topo.racks)), tuple(standby))
+
+
+def members_changed(
+    old: Collection[str], new: Collection[str], dead: Callable[[str], bool]
+) -> bool:
+    """Whether ``new`` differs from ``old`` other than by losing hosts ``dead`` says are
+    DEAD: a member joined, or one left that its peers must stop serving (quarantined,
+    evicted, removed)."""
+    before = set(old)
+    if any(h not in before for h in new):
+        return True
+    return any(not dead(h) for h in before.difference(new))
 
 
 def build_topology(

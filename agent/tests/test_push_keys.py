@@ -1,0 +1,178 @@
+"""A new topology version is pushed only to the hosts whose assignment changed (push keys).
+
+Real SQLite coordinator and signed manifest on a turned clock; each host's watch is a
+cursor, and what a host holds is what its cursor was last pushed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from relgate_trust.job_request import JobSpec
+from relgate_trust.manifest import TrustedKeys
+
+from relgate_agent.contracts import AssignmentPlan, ProgressReport, WatchCursor
+from relgate_agent.coordinator.jobstate import JobState
+from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
+from relgate_agent.coordinator.topology import members_changed
+
+HOSTS = {f"h{i:02d}": f"r{i % 4}" for i in range(24)}
+
+
+def _coordinator(tmp_path: Path, checkpoint, now: list[float]) -> Coordinator:
+    c = Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / "c.sqlite"),
+            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
+            dead_after_s=6.0,
+            mass_silence_fraction=0.5,
+        ),
+        clock=lambda: now[0],
+    )
+    for h, r in HOSTS.items():
+        c.enroll(h, r, {"pool": "x"})
+        c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+    return c
+
+
+def _job(c: Coordinator, checkpoint, hosts: dict[str, str]) -> JobState:
+    job = c.create_job(
+        JobSpec(
+            model="claude-x",
+            version="2026-10-12.3",
+            manifest_uri=str(checkpoint["envelope"]),
+            target_selector="pool=x",
+            stripes=4,
+        )
+    )
+    for h in hosts:
+        c.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:2")
+    return job
+
+
+def _shape(a: AssignmentPlan) -> tuple[object, ...]:
+    """What a host acts on, without the version, resume blocks and member list."""
+    return tuple(
+        (
+            s.upstream.host_id,
+            s.upstream.address,
+            tuple((d.host_id, d.address) for d in s.downstreams),
+            s.origin_rate_bytes_per_s,
+            s.bypass.host_id if s.bypass else None,
+            tuple(g.host_id for g in s.standby),
+        )
+        for s in a.stripes
+    )
+
+
+class Fleet:
+    """Every host's watch cursor and the assignment it holds (the last one pushed)."""
+
+    def __init__(self, c: Coordinator, job: JobState) -> None:
+        self.c, self.job = c, job
+        self.cursors = {h: WatchCursor(h) for h in job.topology.racks}
+        self.held: dict[str, AssignmentPlan] = {}
+        self.pass_()
+
+    def pass_(self) -> set[str]:
+        """One watch pass; the hosts pushed an assignment of the job."""
+        pushed = set()
+        hosts = list(self.cursors)
+        for h, u in zip(hosts, self.c.watch_updates([self.cursors[h] for h in hosts]), strict=True):
+            for a in u.assignments if u is not None else ():
+                if a.job_id == self.job.job_id:
+                    self.held[h] = a
+                    pushed.add(h)
+        return pushed
+
+    def assert_current(self) -> None:
+        """Every host acts on what the coordinator would assign it now."""
+        for h in self.job.topology.racks:
+            now = self.c._assignment(self.job, h)
+            assert _shape(self.held[h]) == _shape(now), h
+            assert self.held[h].topology_version <= self.job.topology.version
+
+
+def test_a_death_is_pushed_to_its_neighbours_only(tmp_path: Path, checkpoint) -> None:
+    now = [1000.0]
+    c = _coordinator(tmp_path, checkpoint, now)
+    try:
+        job = _job(c, checkpoint, HOSTS)
+        fleet = Fleet(c, job)
+        assert set(fleet.held) == set(HOSTS)
+        fleet.assert_current()
+        assert fleet.pass_() == set()  # nothing new
+        # one host dies (silent past --dead-after while the others report)
+        chain = job.topology.stripes[0]
+        victim = next(h for h in chain.order if chain.children(h) and chain.parent.get(h))
+        v = job.topology.version
+        now[0] += 6.5
+        for h in HOSTS:
+            if h != victim:
+                c.report_progress(job.job_id, h, ProgressReport())
+        c.tick()
+        assert job.hosts[victim].state == "DEAD" and job.topology.version > v
+        del fleet.cursors[victim]
+        pushed = fleet.pass_()
+        # its upstreams and downstreams (and hosts that bypass to or through it) per
+        # stripe: some, never all (a splice at 4,096 hosts was 4,096 pushes)
+        held = fleet.held[victim]
+        around = {s.upstream.host_id for s in held.stripes} | {
+            d.host_id for s in held.stripes for d in s.downstreams
+        }
+        assert around - {"ORIGIN"} <= pushed <= set(HOSTS) - {victim}
+        assert len(pushed) < len(HOSTS) - 1
+        fleet.assert_current()  # the ones not pushed hold what they would be pushed
+        # the dead host stays a member for the hosts not pushed: harmless, and it rejoins
+        # by registering, which grows the member set: then everyone hears
+        assert fleet.pass_() == set()
+        c.register(job.job_id, victim, job.targets[victim], b"", 1 << 40, "10.0.0.99:2")
+        fleet.cursors[victim] = WatchCursor(victim)
+        assert fleet.pass_() == set(HOSTS)
+        fleet.assert_current()
+        assert all(victim in a.members for a in fleet.held.values())
+    finally:
+        c.store.close()
+
+
+def test_a_register_is_pushed_to_its_host_even_when_nothing_moved(
+    tmp_path: Path, checkpoint
+) -> None:
+    """An agent acts on nothing older than the version Register answered: a Register of a
+    host that holds an older version (not pushed since: nothing of it changed) reaches its
+    watch with the current version even when it moved nobody; no other host hears."""
+    now = [1000.0]
+    c = _coordinator(tmp_path, checkpoint, now)
+    try:
+        job = _job(c, checkpoint, HOSTS)
+        fleet = Fleet(c, job)
+        victim = sorted(HOSTS)[0]
+        now[0] += 6.5
+        for h in HOSTS:
+            if h != victim:
+                c.report_progress(job.job_id, h, ProgressReport())
+        c.tick()
+        del fleet.cursors[victim]
+        pushed = fleet.pass_()
+        h = next(h for h in sorted(HOSTS) if h not in pushed and h != victim)
+        assert fleet.held[h].topology_version < job.topology.version
+        reg = c.register(job.job_id, h, job.targets[h], b"", 1 << 40, f"10.0.0.{h[1:]}:2")
+        assert reg.topology_version == job.topology.version
+        assert fleet.pass_() == {h}
+        assert fleet.held[h].topology_version == reg.topology_version
+        # a restarted agent on a new address: its neighbours are told the address
+        c.register(job.job_id, h, job.targets[h], b"", 1 << 40, "10.9.9.9:2")
+        pushed = fleet.pass_()
+        assert h in pushed and len(pushed) < len(HOSTS)
+        fleet.assert_current()
+    finally:
+        c.store.close()
+
+
+def test_member_changes_that_every_host_must_hear() -> None:
+    dead = {"d"}.__contains__
+    assert not members_changed(("a", "b", "d"), ("a", "b"), dead)  # a death: no
+    assert members_changed(("a", "b"), ("a", "b", "c"), dead)  # a join: yes
+    assert members_changed(("a", "b", "q"), ("a", "b"), dead)  # quarantined, evicted: yes
+    assert members_changed(("a", "d"), ("a", "c"), dead)  # one in, one dead out: yes
+    assert not members_changed(("a", "b"), ("b", "a"), dead)
