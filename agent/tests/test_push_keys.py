@@ -176,3 +176,26 @@ def test_member_changes_that_every_host_must_hear() -> None:
     assert members_changed(("a", "b", "q"), ("a", "b"), dead)  # quarantined, evicted: yes
     assert members_changed(("a", "d"), ("a", "c"), dead)  # one in, one dead out: yes
     assert not members_changed(("a", "b"), ("b", "a"), dead)
+
+
+def test_a_quarantine_reaches_every_host(tmp_path: Path, checkpoint) -> None:
+    """A member no one may serve any more (quarantined: bad data from two receivers) is
+    news for every host, unlike a death: every host is pushed a member list without it."""
+    now = [1000.0]
+    c = _coordinator(tmp_path, checkpoint, now)
+    try:
+        job = _job(c, checkpoint, HOSTS)
+        fleet = Fleet(c, job)
+        chain = job.topology.stripes[0]
+        victim = next(h for h in chain.order if chain.children(h))
+        kid = chain.children(victim)[0]
+        other = next(h for h in sorted(HOSTS) if h not in (victim, kid))
+        c.report_suspect(job.job_id, kid, victim, "BAD_DATA", 0)
+        c.report_suspect(job.job_id, other, victim, "BAD_DATA", 1)
+        assert job.hosts[victim].state == "QUARANTINED"
+        del fleet.cursors[victim]
+        assert fleet.pass_() == set(HOSTS) - {victim}
+        assert all(victim not in a.members for h, a in fleet.held.items() if h != victim)
+        fleet.assert_current()
+    finally:
+        c.store.close()
