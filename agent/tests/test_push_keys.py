@@ -199,3 +199,30 @@ def test_a_quarantine_reaches_every_host(tmp_path: Path, checkpoint) -> None:
         fleet.assert_current()
     finally:
         c.store.close()
+
+
+def test_a_change_in_a_hosts_second_job_is_pushed(tmp_path: Path, checkpoint) -> None:
+    """A host in two jobs: the first unchanged, the second spliced around it. The first
+    job's quiet does not hide the second's change."""
+    now = [1000.0]
+    c = _coordinator(tmp_path, checkpoint, now)
+    try:
+        first = _job(c, checkpoint, HOSTS)
+        second = _job(c, checkpoint, HOSTS)
+        assert first.job_id != second.job_id and list(c.jobs)[-1] == second.job_id
+        cursors = {h: WatchCursor(h) for h in HOSTS}
+        c.watch_updates(list(cursors.values()))
+        chain = second.topology.stripes[0]
+        victim = next(h for h in chain.order if chain.children(h) and chain.parent.get(h))
+        kid = chain.children(victim)[0]
+        now[0] += 6.5
+        for h in HOSTS:
+            c.report_progress(first.job_id, h, ProgressReport())
+            if h != victim:
+                c.report_progress(second.job_id, h, ProgressReport())
+        c.tick()
+        assert second.hosts[victim].state == "DEAD" and first.hosts[victim].state != "DEAD"
+        (u,) = c.watch_updates([cursors[kid]])
+        assert u is not None and [a.job_id for a in u.assignments] == [second.job_id]
+    finally:
+        c.store.close()
