@@ -153,24 +153,15 @@ def _hops(
     ``unjudged`` upstream (silent, not yet heard by this leader, or already demoted on
     evidence) shows nothing: a child starved by it is neither slow nor a witness."""
 
-    def rate(host: str, s: int) -> int | None:
-        r = rates.get(host)
-        if r is None or len(r) <= s or r[s] == STRIPE_DONE or not median:
-            return None  # not judged: no rate, a whole stripe, or nothing to compare with
-        return r[s]
-
-    def bound(up: str, s: int) -> int:
-        """What the upstream can pass on in the stripe: its own rate there (a chain runs at
-        its slowest hop: a child at its upstream's pace is filling a pipeline, not slow),
-        capped at the median, or the median when it holds the stripe whole (READY, or done
-        with it). A child under ``fraction`` x this falls behind it."""
-        ru = rate(up, s)
-        return median if ru is None else min(ru, median)
-
     out = _Hops()
+    if not median:
+        return out  # nothing to compare with: no hop is judged
     for s, parent in enumerate(parents):
+        # the stripe's judged rates, read once: no rate, a short list or a whole stripe
+        # (STRIPE_DONE) is not judged (32,768 hops a judgment at 4,096 hosts, 8 stripes)
+        judged = {h: r[s] for h, r in rates.items() if len(r) > s and r[s] != STRIPE_DONE}
         for child, up in parent.items():
-            rc = rate(child, s)
+            rc = judged.get(child)
             if rc is None:
                 continue
             well = rc >= fraction * median
@@ -180,7 +171,13 @@ def _hops(
                 continue
             if up in unjudged:
                 continue
-            expect = bound(up, s)
+            # what the upstream can pass on in the stripe: its own rate there (a chain
+            # runs at its slowest hop: a child at its upstream's pace is filling a
+            # pipeline, not slow), capped at the median, or the median when it holds the
+            # stripe whole (READY, or done with it). A child under ``fraction`` x this
+            # falls behind it.
+            ru = judged.get(up)
+            expect = median if ru is None else min(ru, median)
             out.expected_tx[up] = out.expected_tx.get(up, 0) + expect
             if rc < fraction * expect:
                 out.slow_ups.setdefault(child, set()).add(up)
