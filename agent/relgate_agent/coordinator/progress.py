@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from relgate_trust.datacenter import host_dc
 
@@ -77,9 +77,20 @@ UNSERVED_WINDOW_S = 3.0  # a live upstream reported as not serving for this long
 QUARANTINE_REPORTERS = 2  # independent receivers of bad data before a host is quarantined
 
 
-def _state(job: JobState, host: str) -> str:
+class StripePeers(NamedTuple):
+    """A host's peers in one stripe as its assignment names them (None upstream: the
+    origin, with the root's share of the origin budget): what a push key compares."""
+
+    upstream: PeerRef | None
+    downstreams: tuple[PeerRef, ...]
+    origin_rate: int
+    bypass: PeerRef | None
+    standby: tuple[PeerRef, ...]
+
+
+def _dead(job: JobState, host: str) -> bool:
     hp = job.hosts.get(host)
-    return hp.state if hp is not None else ""
+    return hp is not None and hp.state == "DEAD"
 
 
 class ProgressService(CoordinatorCore, HandoffSigning):
@@ -405,7 +416,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         if idx is None or idx.version != job.topology.version:
             new = self._indexes[job.job_id] = index_topology(job.topology)
             if idx is not None and members_changed(
-                idx.members, new.members, lambda h: _state(job, h) == "DEAD"
+                idx.members, new.members, lambda h: _dead(job, h)
             ):
                 job.members_gen += 1
             idx = new
@@ -414,13 +425,10 @@ class ProgressService(CoordinatorCore, HandoffSigning):
     def push_key(self, job: JobState, host_id: str) -> tuple[object, ...]:
         """Everything of ``host_id``'s assignment it acts on, but the topology version and
         its resume blocks (read only when it dials a new upstream, which changes the key):
-        per stripe its upstream, downstreams, bypass peer and standby hosts (peers with
-        their addresses), a root's origin share; the job's state, member generation and the
-        host's Registers. Equal keys: the newer version is not pushed to this host (its
-        held assignment says the same; its peers' versions may run ahead of it, and the
-        data plane's member checks allow every pair the key leaves unchanged)."""
-        topo = job.topology
-        idx = self._index(job)
+        per stripe its peers (:meth:`_stripe_peers`); the job's state, member generation
+        and the host's Registers. Equal keys: the newer version is not pushed to this host
+        (its held assignment says the same; its peers' versions may run ahead of it, and
+        the data plane's member checks allow every pair the key leaves unchanged)."""
         hp = job.hosts.get(host_id)
         head = (
             job.state,
@@ -428,22 +436,24 @@ class ProgressService(CoordinatorCore, HandoffSigning):
             hp.registrations if hp else 0,
             self.epoch_of(job.job_id),
         )
-        if host_id not in topo.racks:
+        if host_id not in job.topology.racks:
             return head
-        peer = self._peer
-        per: list[object] = []
-        for s, chain in enumerate(topo.stripes):
-            up = chain.parent.get(host_id)
-            skip_to = bypass_peer(topo, chain, host_id)
-            per.append(
-                (
-                    peer(job, up) if up else origin_rate(job, s),
-                    tuple(peer(job, d) for d in idx.downstreams(s, host_id)),
-                    peer(job, skip_to) if skip_to else None,
-                    tuple(peer(job, g) for g in standby_hosts(idx, s, host_id, topo)),
-                )
-            )
-        return (*head, *per)
+        idx = self._index(job)
+        return (*head, *(self._stripe_peers(job, idx, s, host_id) for s in range(job.stripes)))
+
+    def _stripe_peers(self, job: JobState, idx: TopologyIndex, s: int, host: str) -> StripePeers:
+        topo = job.topology
+        chain = topo.stripes[s]
+        up = chain.parent.get(host)
+        skip_to = bypass_peer(topo, chain, host)
+        return StripePeers(
+            upstream=self._peer(job, up) if up else None,
+            downstreams=tuple(self._peer(job, d) for d in idx.downstreams(s, host)),
+            # the root's share of the job's origin budget (budget.py)
+            origin_rate=origin_rate(job, s) if up is None else 0,
+            bypass=self._peer(job, skip_to) if skip_to else None,
+            standby=tuple(self._peer(job, g) for g in standby_hosts(idx, s, host, topo)),
+        )
 
     def _assignment(self, job: JobState, host_id: str) -> AssignmentPlan:
         topo = job.topology
@@ -452,21 +462,17 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         if host_id in topo.racks:
             resume = self._resume_blocks(job, host_id)
             for s, chain in enumerate(topo.stripes):
-                up = chain.parent.get(host_id)
-                skip_to = bypass_peer(topo, chain, host_id)
+                p = self._stripe_peers(job, idx, s, host_id)
                 stripes.append(
                     StripePlan(
                         stripe=s,
-                        upstream=self._peer(job, up) if up else ORIGIN_PEER,
-                        downstreams=tuple(self._peer(job, d) for d in idx.downstreams(s, host_id)),
+                        upstream=p.upstream or ORIGIN_PEER,
+                        downstreams=p.downstreams,
                         resume_block=resume[s],
-                        # the root's share of the job's origin budget (budget.py)
-                        origin_rate_bytes_per_s=origin_rate(job, s) if up is None else 0,
-                        compress=topo.crosses_dc(up, host_id),
-                        bypass=self._peer(job, skip_to) if skip_to else None,
-                        standby=tuple(
-                            self._peer(job, g) for g in standby_hosts(idx, s, host_id, topo)
-                        ),
+                        origin_rate_bytes_per_s=p.origin_rate,
+                        compress=topo.crosses_dc(chain.parent.get(host_id), host_id),
+                        bypass=p.bypass,
+                        standby=p.standby,
                     )
                 )
         return AssignmentPlan(
