@@ -540,3 +540,17 @@ def test_a_lone_witness_must_send_at_half_the_fleets_pace_to_prove_rx() -> None:
     for sent, rx in ((FAST + FAST // 8, frozenset()), (2 * FAST, {"a"}), (2 * FAST - 1, set())):
         v = judge(rates, tot, par, 0.5, FLOOR, reference=ref, tx={"u": sent})
         assert v.rx_slow == rx and v.tx_slow == frozenset(), sent
+
+
+def test_a_host_reporting_fewer_stripe_rates_is_judged_on_those_only() -> None:
+    """A report's stripe rates are bounded to k, not padded: a host that sent rates for
+    its first stripes only (an older agent, a job it joined with fewer stripes) is judged
+    there and unjudged beyond, never an index past its list."""
+    topo = build_topology(fleet(), 4)
+    up = next(h for h in sorted(topo.racks) if any(c.children(h) for c in topo.stripes))
+    rates = rates_with(topo, {s: behind(topo, s, up) for s in range(4)})
+    short = {h: r[:1] for h, r in rates.items()}  # stripe 0's rate only, for everyone
+    v = judge(short, totals(rates), parents(topo), 0.5, FLOOR)
+    kids0 = set(topo.stripes[0].children(up))
+    assert kids0 and set(v.slow_with) <= kids0 | {up}
+    assert all(w <= {up} for w in v.slow_with.values())
