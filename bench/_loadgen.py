@@ -36,7 +36,7 @@ from relgate_agent.agent.job import Assignments
 from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.rpc import GRPC_CLIENT_OPTIONS
+from relgate_agent.rpc import GRPC_CLIENT_OPTIONS, QUIET_REPORTS
 from relgate_agent.staging.storage import bitmap_from_bits, delta_indexes
 
 RPC_TIMEOUT_S = 10.0
@@ -97,6 +97,13 @@ class SimHost:
         ]
         self.stubs = [pbg.AgentServiceStub(c) for c in self.channels]  # type: ignore[no-untyped-call]
         self.report_call: Any = None  # the open ReportStream, if any
+        # as rpc.Duplex: a reader task takes the answers off the stream; the one a report
+        # waits for resolves ``answer``, others (news for quiet reports) queue in ``news``
+        self.reader: asyncio.Task[None] | None = None
+        self.seq = 0
+        self.waiting = 0
+        self.answer: asyncio.Future[pb.ReportProgressResponse] | None = None
+        self.news: list[pb.ReportProgressResponse] = []
         self.plan = Plan(Path(spec["plan"]))  # replaced by the shared one in run()
 
     def held_chains(self) -> dict[str, list[object]]:
@@ -212,67 +219,103 @@ class SimHost:
             req.verified_count = self.count
         return req, have
 
-    async def _report(self, req: pb.ReportProgressRequest) -> pb.ReportProgressResponse:
+    async def _report(
+        self, req: pb.ReportProgressRequest, quiet: bool
+    ) -> pb.ReportProgressResponse | None:
         """One report: on the host's report stream (as the agent sends them: rpc.Duplex,
-        the same request to the next replica at once on UNAVAILABLE, each replica once), or
-        as a call of its own when the spec says ``report_stream: false`` (the baseline)."""
+        quiet ones unanswered, an answered one to the next replica at once on UNAVAILABLE,
+        each replica once), or as a call of its own when the spec says
+        ``report_stream: false`` (the baseline). Latency is timed on answered reports."""
         if not self.spec.get("report_stream", True):
             return await self._timed(lambda s: s.ReportProgress, req, self.latency)
         sent, t0 = time.time(), time.monotonic()
         for _ in self.stubs:
             i = self.current
             try:
-                resp = await self._exchange(i, req)
+                resp = await self._exchange(i, req, quiet)
             except ReportFailed as exc:
-                if exc.code != grpc.StatusCode.UNAVAILABLE:
+                if quiet or exc.code != grpc.StatusCode.UNAVAILABLE:
+                    if exc.code == grpc.StatusCode.UNAVAILABLE:
+                        self._next_replica(i)
                     raise
                 self._next_replica(i)
                 continue
-            self.latency.append((sent, time.monotonic() - t0))
+            if resp is not None:
+                self.latency.append((sent, time.monotonic() - t0))
             return resp
         raise ReportFailed(grpc.StatusCode.UNAVAILABLE)
 
-    async def _exchange(self, i: int, req: pb.ReportProgressRequest) -> pb.ReportProgressResponse:
+    async def _read(self, call: Any) -> None:
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            while (resp := await call.read()) is not grpc.aio.EOF:
+                if self._waited(call) and resp.seq == self.waiting:
+                    self.answer.set_result(resp)  # type: ignore[union-attr]  # _waited
+                else:
+                    self.news.append(resp)
+        if self._waited(call):
+            self.answer.set_exception(EOFError("report stream ended"))  # type: ignore[union-attr]
+
+    def _waited(self, call: Any) -> bool:
+        """An answer on ``call`` is awaited (the stream is still the host's own)."""
+        return call is self.report_call and self.answer is not None and not self.answer.done()
+
+    async def _exchange(
+        self, i: int, req: pb.ReportProgressRequest, quiet: bool
+    ) -> pb.ReportProgressResponse | None:
         call = self.report_call
         if call is not None and call.done():  # ended between reports (a dead leader, say)
             self.report_call = call = None
         try:
             if call is None:
                 call = self.report_call = self.stubs[i].ReportStream()
+                self.reader = asyncio.create_task(self._read(call))
+            self.seq += 1
+            req.seq, req.quiet = self.seq, quiet
             async with asyncio.timeout(RPC_TIMEOUT_S):  # a timer, not a task per read
+                if quiet:
+                    await call.write(req)
+                    return None
+                self.waiting, self.answer = req.seq, asyncio.get_running_loop().create_future()
                 await call.write(req)
-                resp = await call.read()
-            if resp is grpc.aio.EOF:
-                raise EOFError("report stream ended")
-            return resp
+                return await self.answer
         except (TimeoutError, grpc.aio.AioRpcError, EOFError, asyncio.InvalidStateError) as exc:
             code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
+            self.report_call, self.answer = None, None
             if call is not None:
                 if code is None and call.done():
                     code = await call.code()
                 call.cancel()
-            self.report_call = None
             raise ReportFailed(code) from exc
 
     async def report_loop(self, plan: Plan) -> None:
         interval = float(self.spec["interval_s"])
         await asyncio.sleep(self.rng.uniform(0, interval))  # agents are not in step
-        asked, failures = False, 0
+        asked, failures, quiet_run, answer_next = False, 0, 0, True
         while time.time() < min(plan.end, plan.death(self.host)):
+            news, self.news = self.news, []
+            actions = {a for n in news for a in n.actions}
+            if "FULL_PROGRESS" in actions:  # as the agent: this report carries it
+                self.fig.full_asked += 1
+                self.acked, asked = None, True
+            if "REREGISTER" in actions:
+                await self.register()
             req, have = self._progress()
+            quiet = not (answer_next or quiet_run >= QUIET_REPORTS)
             try:
-                resp = await self._report(req)
+                resp = await self._report(req, quiet)
             except (grpc.aio.AioRpcError, ReportFailed):
                 self.fig.report_errors += 1
                 self.acked = None  # as the agent does: the whole bitmap to a new leader
-                asked = True
+                asked = answer_next = True
                 failures += 1  # and again soon, as the agent does (ControlPlane.report_loop)
                 delay = min(interval, REPORT_RETRY.delay(failures))
                 await asyncio.sleep(delay * self.rng.uniform(0.5, 1.0))
                 continue
             failures = 0
             self.fig.reports += 1
-            if "FULL_PROGRESS" in resp.actions:
+            quiet_run = quiet_run + 1 if resp is None else 0
+            answer_next = False
+            if resp is not None and "FULL_PROGRESS" in resp.actions:
                 self.fig.full_asked += 1
                 self.acked = None
                 asked = True
@@ -281,7 +324,7 @@ class SimHost:
                 self.fig.full_accepted_at.append(time.time())
                 asked = False
             self.acked = have
-            if "REREGISTER" in resp.actions:
+            if resp is not None and "REREGISTER" in resp.actions:
                 await self.register()
             await asyncio.sleep(interval)
 
@@ -305,6 +348,8 @@ class SimHost:
             watch.cancel()
             if self.report_call is not None:
                 self.report_call.cancel()
+            if self.reader is not None:
+                self.reader.cancel()
             # the channels are left to the process's exit (main): closing 8,192 of them one
             # by one on a busy core took minutes, long after the figures were due
 

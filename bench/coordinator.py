@@ -551,12 +551,19 @@ def rpc_cost(
 
 
 async def _measure(
-    one: Callable[[int], Awaitable[None]], pid: int, rpcs: int, concurrency: int
+    one: Callable[[int], Awaitable[None]],
+    pid: int,
+    rpcs: int,
+    concurrency: int,
+    finish: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
-    """Coordinator CPU per report while ``one(i)`` runs ``rpcs`` times, ``concurrency`` at once."""
+    """Coordinator CPU per report while ``one(i)`` runs ``rpcs`` times, ``concurrency`` at
+    once, then ``finish()`` (it waits for what ``one`` did not; its reports are not counted)."""
     cpu0, t0 = _cpu_seconds([pid]), time.monotonic()
     for k in range(0, rpcs, concurrency):
         await asyncio.gather(*(one(i) for i in range(k, min(k + concurrency, rpcs))))
+    if finish is not None:
+        await finish()
     wall, cpu = time.monotonic() - t0, _cpu_seconds([pid]) - cpu0
     return {
         "reports": rpcs,
@@ -621,9 +628,18 @@ async def _rpc_cost(
         await call.write(report(i))
         await call.read()
 
+    async def quiet(i: int) -> None:  # as agents send most reports: no answer written
+        request = report(i)
+        request.quiet = True
+        await streams[names[i % len(names)][0]].write(request)
+
+    async def drained() -> None:  # one answered report per stream: the quiet ones before it
+        await asyncio.gather(*(streamed(i) for i in range(len(names))))  # are handled
+
     # every stream open before the clock starts
-    await asyncio.gather(*(streamed(i) for i in range(len(names))))
+    await drained()
     stream_figures = await _measure(streamed, pid, rpcs, concurrency)
+    quiet_figures = await _measure(quiet, pid, rpcs, concurrency, drained)
     unary_figures = await _measure(unary, pid, rpcs, concurrency)
     for call in streams.values():
         call.cancel()
@@ -631,6 +647,13 @@ async def _rpc_cost(
         t.cancel()
     return {
         "stream": stream_figures,
+        # quiet reports, then one answered report per stream (its figures count them too)
+        "streamQuiet": quiet_figures,
+        "quietVsAnswered": round(
+            quiet_figures["serverCpuMicrosPerReport"]
+            / max(1, stream_figures["serverCpuMicrosPerReport"]),
+            2,
+        ),
         "unaryBaseline": unary_figures,
         "ratio": round(
             unary_figures["serverCpuMicrosPerReport"]

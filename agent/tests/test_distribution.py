@@ -537,3 +537,25 @@ def test_swarm_fallback_when_chain_is_broken_and_not_spliced(tmp_path: Path, che
         assert swarm >= 1
     finally:
         c.stop_all()
+
+
+def test_most_reports_go_quiet(cluster: Cluster, checkpoint) -> None:
+    """Agents send most reports quiet (the coordinator writes no answer unless it has news):
+    at most QUIET_REPORTS in a row, then one answered; the job still completes. Counted on
+    the coordinator's own metrics (real processes)."""
+    from relgate_agent.rpc import QUIET_REPORTS
+
+    cluster.start_coordinator(extra=["--metrics-listen", "127.0.0.1:0"])
+    hosts = HOSTS[:3]
+    # capped (24 MiB at 3 MiB/s: ~8 s): each host sends ~16 reports before it is placed
+    start_hosts(cluster, hosts, args_for={h: ["--max-rate", "3MiB"] for h, _ in hosts})
+    job = create_job(cluster, checkpoint)
+    cluster.wait_for(lambda: cluster.status(job)["hosts_ready"] == 3, 120, "all hosts READY")
+    got = scrape(cluster.coordinator_info["metrics"])
+    name = "relgate_coordinator_report_replies_total"
+    quiet = got.get((name, (("answer", "quiet"),)), 0.0)
+    answered = got.get((name, (("answer", "answered"),)), 0.0)
+    # each host went quiet for whole runs, and asked for an answer at least after every
+    # QUIET_REPORTS quiet ones (the last run of each host may be unfinished)
+    assert quiet >= len(hosts) * QUIET_REPORTS
+    assert quiet <= QUIET_REPORTS * (answered + len(hosts))

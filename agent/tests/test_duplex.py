@@ -10,6 +10,7 @@ the next exchange to the next replica.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 from relgate_agent.pki import TlsFiles, ensure_dev_pki, grpc_server_credentials
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.rpc import Duplex, FailoverStub, StreamEnded
+from relgate_agent.rpc import Duplex, FailoverStub, ReplyTimeout, StreamEnded
 
 SERVICE = pb.DESCRIPTOR.services_by_name["AgentService"].full_name
 Handler = Callable[[Iterator[pb.ReportProgressRequest], Any], Iterator[pb.ReportProgressResponse]]
@@ -56,12 +57,36 @@ class Replica:
 
 def echo(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
     for r in requests:
+        yield pb.ReportProgressResponse(topology_version=r.topology_version, seq=r.seq)
+
+
+def news_at_7(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
+    """As the coordinator: a quiet report is answered only with news (here: at version 7)."""
+    for r in requests:
+        if not r.quiet:
+            yield pb.ReportProgressResponse(topology_version=r.topology_version, seq=r.seq)
+        elif r.topology_version == 7:
+            yield pb.ReportProgressResponse(
+                topology_version=7, seq=r.seq, job_id=r.job_id, actions=["STOP"]
+            )
+
+
+def old_coordinator(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
+    """A coordinator from before quiet reports: every report answered, no seq echoed."""
+    for r in requests:
         yield pb.ReportProgressResponse(topology_version=r.topology_version)
+
+
+def fails_on_quiet(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
+    for r in requests:
+        if r.quiet:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
+        yield pb.ReportProgressResponse(topology_version=r.topology_version, seq=r.seq)
 
 
 def one_then_end(requests: Any, context: Any) -> Iterator[pb.ReportProgressResponse]:
     for r in requests:
-        yield pb.ReportProgressResponse(topology_version=r.topology_version)
+        yield pb.ReportProgressResponse(topology_version=r.topology_version, seq=r.seq)
         return
 
 
@@ -94,14 +119,16 @@ def replicas(pki: Path) -> Iterator[Callable[..., tuple[Duplex, list[Replica]]]]
     made: list[Replica] = []
     stubs: list[FailoverStub] = []
 
-    def make(*handlers: Handler) -> tuple[Duplex, list[Replica]]:
+    def make(
+        *handlers: Handler, on_news: Callable[[Any], None] | None = None
+    ) -> tuple[Duplex, list[Replica]]:
         rs = [Replica(pki, h) for h in handlers]
         made.extend(rs)
         stub = FailoverStub(
             ",".join(r.address for r in rs), pbg.AgentServiceStub, TlsFiles.from_pki(pki, "h00")
         )
         stubs.append(stub)
-        return Duplex(stub, "ReportStream"), rs
+        return Duplex(stub, "ReportStream", on_news), rs
 
     yield make
     for s in stubs:
@@ -137,7 +164,9 @@ def test_a_reply_that_never_comes_is_waited_for_at_most_the_timeout(replicas: An
             duplex.exchange(req(1), timeout=0.5)
         # returned while the server still holds the request: bounded by the timeout
         assert not RELEASE.is_set()
-        assert exc.value.code() == grpc.StatusCode.CANCELLED
+        assert isinstance(exc.value, ReplyTimeout)
+        assert exc.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert duplex.stub.current == 0  # one replica: nowhere else to go
         assert duplex._call is None  # dropped: the next exchange opens a new stream
     finally:
         RELEASE.set()
@@ -213,3 +242,55 @@ def test_closing_the_stub_closes_every_channel(replicas: Any) -> None:
     for stub in duplex.stub.stubs:
         with pytest.raises(ValueError, match="closed channel"):
             stub.ReportProgress(req(1), timeout=1)
+
+
+def test_quiet_reports_go_unanswered_and_the_next_exchange_gets_its_own_answer(
+    replicas: Any,
+) -> None:
+    news: list[pb.ReportProgressResponse] = []
+    duplex, (replica,) = replicas(news_at_7, on_news=news.append)
+    for n in (5, 6, 7, 8):
+        r = req(n)
+        duplex.send(r)
+        assert r.quiet and r.seq == n - 4  # numbered on the stream
+    answer = duplex.exchange(req(9), timeout=5)
+    assert (answer.topology_version, answer.seq) == (9, 5)
+    # the news for the quiet report at version 7 went to on_news, naming its job and seq
+    assert [(n.topology_version, n.seq, n.job_id, list(n.actions)) for n in news] == [
+        (7, 3, "j", ["STOP"])
+    ]
+    assert duplex.opened == replica.streams == 1
+
+
+def test_an_exchange_still_works_with_a_coordinator_that_echoes_no_seq(replicas: Any) -> None:
+    duplex, _ = replicas(old_coordinator)
+    assert duplex.exchange(req(3), timeout=5).topology_version == 3
+    assert duplex.exchange(req(4), timeout=5).topology_version == 4
+
+
+def test_a_failed_stream_fails_the_next_send_and_moves_on(replicas: Any) -> None:
+    """A quiet report the server refused is not known lost until the stream's reader sees
+    the error: the next send raises it (the agent then sends its whole bitmap, answered),
+    and UNAVAILABLE moves that next call to the next replica."""
+    duplex, (first, second) = replicas(fails_on_quiet, echo)
+    duplex.send(req(1))
+    deadline = time.monotonic() + 5
+    while duplex._call is not None and duplex._ended is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(grpc.RpcError) as exc:
+        duplex.send(req(2))
+    assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert duplex.stub.current == 1
+    assert duplex.exchange(req(3), timeout=5).topology_version == 3
+    assert (first.streams, second.streams) == (1, 1)
+
+
+def test_a_stream_the_server_ended_fails_the_next_send(replicas: Any) -> None:
+    duplex, _ = replicas(ends_at_once)
+    duplex.send(req(1))
+    deadline = time.monotonic() + 5
+    while duplex._ended is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(StreamEnded):
+        duplex.send(req(2))
+    assert duplex._call is None  # the next call opens a new stream

@@ -51,7 +51,7 @@ from relgate_agent.pki import (
 )
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.staging.storage import bitmap_from_bits, held_versions
+from relgate_agent.staging.storage import bitmap_from_bits, held_versions, pack_indexes
 
 MODEL, VERSION = "claude-x", "2026-10-12.3"
 
@@ -498,6 +498,44 @@ def test_a_report_stream_cannot_switch_hosts_midway(
     assert hosts["h00"]["chunks_verified"] == min(8, m.num_chunks)  # the honest report landed
     h0_ch.close()
     h1_ch.close()
+
+
+def test_quiet_reports_are_answered_only_with_news(
+    control: Cluster, checkpoint: dict[str, Any]
+) -> None:
+    """On a report stream a quiet report gets no answer unless the coordinator has news for
+    the agent (here FULL_PROGRESS: a delta that does not add up); every other report is
+    answered, its seq and job echoed, in order; the quiet ones still land."""
+    m = checkpoint["manifest"]
+    ch, h00 = agent_stub(control, "h00")
+    watch(h00, "h00", "r0")
+    job = create(control, checkpoint).job_id
+    h00.Register(pb.RegisterRequest(job_id=job, host_id="h00", rack="r0"), timeout=10)
+
+    def report(seq: int, quiet: bool, **kw: Any) -> pb.ReportProgressRequest:
+        return pb.ReportProgressRequest(
+            job_id=job, host_id="h00", rack="r0", seq=seq, quiet=quiet, **kw
+        )
+
+    first8 = bitmap_from_bits(bytearray([1] * 8 + [0] * (m.num_chunks - 8)))
+    answers = first_reply(
+        h00,
+        [
+            report(1, True, have=first8),  # whole: chunks 0-7
+            report(2, True, verified_delta=pack_indexes([8]), verified_count=9),
+            report(3, False, verified_delta=pack_indexes([9]), verified_count=10),
+            report(4, True, verified_delta=pack_indexes([10]), verified_count=99),  # not ours
+            report(5, False, have=first8),
+        ],
+    )
+    assert [(a.seq, a.job_id, list(a.actions)) for a in answers] == [
+        (3, job, []),
+        (4, job, ["FULL_PROGRESS"]),
+        (5, job, []),
+    ]
+    hosts = {h["host_id"]: h for h in control.status(job)["hosts"]}
+    assert hosts["h00"]["chunks_verified"] == 8  # the last whole bitmap
+    ch.close()
 
 
 def test_finished_job_keeps_its_figures(

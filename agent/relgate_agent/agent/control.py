@@ -10,6 +10,7 @@ the journal of verified chunks, fsynced after the staged data every ``journal_in
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import json
 import logging
@@ -25,7 +26,7 @@ from relgate_agent.agent.job import ORIGIN, JobState
 from relgate_agent.contracts import ACTION_QUARANTINE, STRIPE_DONE
 from relgate_agent.errors import StorageError, is_no_space
 from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.rpc import REPORT_REPLY_TIMEOUT_S
+from relgate_agent.rpc import QUIET_REPORTS, REPORT_REPLY_TIMEOUT_S
 from relgate_agent.staging.storage import (
     JournalState,
     VersionStore,
@@ -56,6 +57,11 @@ class ControlPlane:
         # the bitmap the coordinator last took whole (None: send the whole bitmap next)
         self._acked_have: bytes | None = None
         self._sent_have = b""  # the bitmap the report in flight describes
+        # reports sent quiet since the last answered one; the next one asks for an answer
+        # when this reaches QUIET_REPORTS, or after a failure (it follows the leader at once)
+        self._quiet = 0
+        self._answer_next = True
+        self._news: collections.deque[pb.ReportProgressResponse] = collections.deque()
         self._paused = False  # outranked by a higher-priority job on this host
         self._before = CountedBytes()  # counted by this job's earlier processes (bytelog)
         self._checkpointed = CountedBytes()  # the counters the byte log's base last took
@@ -236,31 +242,59 @@ class ControlPlane:
             return have, b"", 0
         return b"", delta_indexes(self._acked_have, have, n), count
 
+    def news(self, answer: pb.ReportProgressResponse) -> None:
+        """An answer the coordinator sent for a quiet report (the report stream's reader
+        thread): taken in by the next report (:meth:`report_once`)."""
+        self._news.append(answer)
+
     def report_once(self) -> list[str]:
+        """Send one report: quiet (no answer unless the coordinator has news) unless it
+        carries errors (delivered only when answered), follows a failure, or is the
+        ``QUIET_REPORTS``-th in a row. Returns the actions of its answer and of the news
+        that came since the last report."""
         job = self.job
+        news = [self._news.popleft() for _ in range(len(self._news))]
+        for answer in news:
+            self._take(answer)
         self._paused = job.host.outranked(job.job_id)  # before the job lock (host lock first)
         with job.lock:
             req = self._progress_request()
+        quiet = not (req.errors or self._answer_next or self._quiet >= QUIET_REPORTS)
         try:
-            resp = job.host.reports.exchange(req, timeout=REPORT_REPLY_TIMEOUT_S)
+            if quiet:
+                job.host.reports.send(req)
+            else:
+                answer = job.host.reports.exchange(req, timeout=REPORT_REPLY_TIMEOUT_S)
         except grpc.RpcError:
             # the coordinator may be a new leader by the next report: send the whole bitmap,
-            # so its cache is whole from that report on (no FULL_PROGRESS round trip)
-            self._acked_have = None
+            # so its cache is whole from that report on (no FULL_PROGRESS round trip), and
+            # wait for its answer (an exchange follows the leader at once)
+            self._acked_have, self._answer_next = None, True
             raise
-        # a delta is a set of chunks (re-applying one is harmless); on FULL_PROGRESS, or a
-        # new coordinator that lacks our base, the next report carries the whole bitmap
-        if "FULL_PROGRESS" in resp.actions:
-            self._acked_have = None
-        elif job.files is not None:
+        # news asked for the whole bitmap: this report carried it (not asked again)
+        actions = [a for n in news for a in n.actions if a != "FULL_PROGRESS"]
+        if quiet:
+            self._quiet += 1
+            if job.files is not None:  # a stream delivers in order or fails (then whole)
+                self._acked_have = self._sent_have
+            return actions
+        self._quiet, self._answer_next = 0, False
+        if job.files is not None:
             self._acked_have = self._sent_have
-        job.assignments.set_origin_shares(
-            (o.stripe, o.rate_bytes_per_s) for o in resp.origin_shares
-        )
+        self._take(answer)
         for _ in req.errors:  # delivered; anything appended meanwhile stays buffered
             with contextlib.suppress(IndexError):
                 job.errors.popleft()
-        return list(resp.actions)
+        return actions + list(answer.actions)
+
+    def _take(self, answer: pb.ReportProgressResponse) -> None:
+        """An answer's bookkeeping: on FULL_PROGRESS (a coordinator that lacks our base) the
+        next report carries the whole bitmap; origin shares replace the last ones."""
+        if "FULL_PROGRESS" in answer.actions:
+            self._acked_have = None
+        self.job.assignments.set_origin_shares(
+            (o.stripe, o.rate_bytes_per_s) for o in answer.origin_shares
+        )
 
     def report_loop(self) -> None:
         job = self.job

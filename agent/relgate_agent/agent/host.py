@@ -113,7 +113,8 @@ class HostAgent:
         # one or more coordinator replicas ("a:7470,b:7470"); calls follow the lease holder
         self.stub: Any = FailoverStub(config.coordinator, pbg.AgentServiceStub, tls)
         self.replicas: ReplicaWatches | None = None
-        self.reports: Duplex | ReportRouter = Duplex(self.stub, "ReportStream")  # one stream
+        # one stream; answers to quiet reports (news) go to their job's control plane
+        self.reports: Duplex | ReportRouter = Duplex(self.stub, "ReportStream", self.report_news)
         addresses = [a.strip() for a in config.coordinator.split(",") if a.strip()]
         if config.coordinator_sharded and len(addresses) > 1:
             # sharded replicas: a watch and a report stream each (agent/replicas.py)
@@ -165,6 +166,12 @@ class HostAgent:
             self.stop_event,
             trust_poll_s=config.trust_poll_s,
         )
+
+    def report_news(self, answer: pb.ReportProgressResponse) -> None:
+        """The coordinator's news for a quiet report (a report stream's reader thread)."""
+        runner = self.runners.get(answer.job_id)  # no host lock: a holder may await a reply
+        if runner is not None:
+            runner.control.news(answer)
 
     def reload_tls(self, tls: TlsFiles) -> None:
         """Load ``tls``'s (renewed) certificate and key, or its new CA bundle, without a

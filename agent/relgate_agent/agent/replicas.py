@@ -41,6 +41,7 @@ class WatchingHost(Protocol):
     def _reconcile(self, listed: dict[str, pb.JobRef]) -> set[str]: ...
     def deliver(self, assignments: Iterable[pb.Assignment]) -> None: ...
     def _unreachable(self, exc: BaseException, failures: int) -> None: ...
+    def report_news(self, answer: pb.ReportProgressResponse) -> None: ...
 
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ class ReplicaWatches:
         self.listed: list[dict[str, pb.JobRef]] = [{} for _ in addresses]
         self.lock = threading.Lock()
         self.router = ReportRouter(
-            [Duplex(s, "ReportStream") for s in self.stubs], Duplex(host.stub, "ReportStream")
+            [Duplex(s, "ReportStream", host.report_news) for s in self.stubs],
+            Duplex(host.stub, "ReportStream", host.report_news),
         )
         self.threads = [
             threading.Thread(target=self._loop, args=(i,), name=f"watch-{i}", daemon=True)

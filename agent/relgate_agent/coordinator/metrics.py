@@ -72,6 +72,13 @@ class CoordinatorView(Protocol):
 class CoordinatorMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.report_replies = Counter(
+            "relgate_coordinator_report_replies_total",
+            "Reports on report streams by answer: answered (asked for, or news) or quiet "
+            "(a quiet report with nothing new: no reply written)",
+            ["answer"],
+            registry=self.registry,
+        )
         self.rpc_seconds = Histogram(
             "relgate_coordinator_rpc_duration_seconds",
             "Coordinator handler time per RPC (per report on a report stream), lock wait included",

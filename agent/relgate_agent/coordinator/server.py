@@ -25,7 +25,7 @@ from prometheus_client import Histogram
 from relgate_trust.job_request import JobSpec
 
 from relgate_agent.attestation import CertSigner
-from relgate_agent.contracts import WatchCursor
+from relgate_agent.contracts import ProgressReply, WatchCursor
 from relgate_agent.coordinator import crl
 from relgate_agent.coordinator.certs import cut_off
 from relgate_agent.coordinator.credentials import ReloadingCredentials
@@ -46,8 +46,10 @@ from relgate_agent.coordinator.wire import (
     WatchEncoder,
     job_summary_to_pb,
     job_topology_to_pb,
+    news,
     peer_to_pb,
     registration_to_pb,
+    reply_to_pb,
     report_from_pb,
     status_to_pb,
 )
@@ -540,39 +542,41 @@ class AgentServicer(pbg.AgentServiceServicer):
         self, request: pb.ReportProgressRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReportProgressResponse:
         await self.calls.authorize(context, "ReportProgress", request.host_id, request.rack)
-        return await self._report(request, context)
+        return reply_to_pb(await self._report(request, context), request)
 
     async def ReportStream(
         self,
         requests: AsyncIterator[pb.ReportProgressRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.ReportProgressResponse]:
-        """Reports on one stream, one response each, in order: the certificate is read once;
-        every message must still name the host (and rack) it names."""
+        """Reports on one stream, in order: the certificate is read once; every message must
+        still name the host (and rack) it names. A report is answered (its ``seq`` echoed)
+        unless it is ``quiet`` and the answer holds no news (:func:`news`): half the
+        coordinator's cost of a streamed report is writing its answer."""
         pem = caller_pem(context)
         timer = self.coord.metrics.rpc_seconds.labels("ReportStream")
+        answered = self.coord.metrics.report_replies
+        sent: dict[str, tuple[tuple[int, int], ...]] = {}  # job -> origin shares last sent
         async for request in requests:
             started = time.perf_counter()
             await self.calls.authorize_as(
                 context, "ReportStream", pem, request.host_id, request.rack
             )
-            reply = await self._report(request, context)
+            r = await self._report(request, context)
             timer.observe(time.perf_counter() - started)
-            yield reply
+            if request.quiet and not news(r, sent.get(request.job_id, ())):
+                answered.labels("quiet").inc()
+                continue
+            answered.labels("answered").inc()
+            sent[request.job_id] = r.origin_shares or sent.get(request.job_id, ())
+            yield reply_to_pb(r, request)
 
     async def _report(
         self, request: pb.ReportProgressRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ReportProgressResponse:
+    ) -> ProgressReply:
         report = report_from_pb(request)
-        r = await self.calls.run_inline_if_free(
+        return await self.calls.run_inline_if_free(
             context, lambda: self.coord.report_progress(request.job_id, request.host_id, report)
-        )
-        return pb.ReportProgressResponse(
-            topology_version=r.topology_version,
-            actions=r.actions,
-            origin_shares=[
-                pb.OriginShare(stripe=s, rate_bytes_per_s=rate) for s, rate in r.origin_shares
-            ],
         )
 
     async def ReportSuspect(

@@ -10,6 +10,7 @@ from relgate_agent.contracts import (
     JobSummary,
     JobTopology,
     PeerRef,
+    ProgressReply,
     ProgressReport,
     Registration,
     StripePlan,
@@ -31,6 +32,26 @@ def registration_to_pb(r: Registration) -> pb.RegisterResponse:
         stripes=r.stripes,
         manifest_sources=[peer_to_pb(p) for p in r.manifest_sources],
     )
+
+
+def reply_to_pb(r: ProgressReply, request: pb.ReportProgressRequest) -> pb.ReportProgressResponse:
+    """The answer to ``request`` (its seq and job echoed: a quiet report's news names both)."""
+    return pb.ReportProgressResponse(
+        topology_version=r.topology_version,
+        actions=r.actions,
+        origin_shares=[
+            pb.OriginShare(stripe=s, rate_bytes_per_s=rate) for s, rate in r.origin_shares
+        ],
+        seq=request.seq,
+        job_id=request.job_id,
+    )
+
+
+def news(r: ProgressReply, shares_sent: tuple[tuple[int, int], ...]) -> bool:
+    """Whether a quiet report's answer must be sent anyway: it asks the agent to act, or
+    carries origin shares other than the last ones sent on its stream (an empty list means
+    "keep the last one", so dropping a repeat loses nothing)."""
+    return bool(r.actions) or (bool(r.origin_shares) and r.origin_shares != shares_sent)
 
 
 def status_to_pb(s: JobReport) -> pb.GetJobResponse:

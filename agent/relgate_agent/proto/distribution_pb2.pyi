@@ -945,10 +945,12 @@ class ReportProgressRequest(_message.Message):
         "origin_bytes",
         "placed_manifest_digest",
         "placement_attestation",
+        "quiet",
         "rack",
         "ready",
         "rx_bytes",
         "rx_bytes_per_s",
+        "seq",
         "stripe_offsets",
         "stripe_rx_bytes_per_s",
         "topology_version",
@@ -980,6 +982,8 @@ class ReportProgressRequest(_message.Message):
     MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
     BYPASSED_STRIPES_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_ATTESTATION_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    QUIET_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     host_id: str
     topology_version: int
@@ -1003,6 +1007,8 @@ class ReportProgressRequest(_message.Message):
     manifest_digest: str
     bypassed_stripes: _containers.RepeatedScalarFieldContainer[int]
     placement_attestation: str
+    seq: int
+    quiet: bool
     def __init__(
         self,
         job_id: str | None = ...,
@@ -1028,21 +1034,29 @@ class ReportProgressRequest(_message.Message):
         manifest_digest: str | None = ...,
         bypassed_stripes: _Iterable[int] | None = ...,
         placement_attestation: str | None = ...,
+        seq: int | None = ...,
+        quiet: bool | None = ...,
     ) -> None: ...
 
 class ReportProgressResponse(_message.Message):
-    __slots__ = ("actions", "origin_shares", "topology_version")
+    __slots__ = ("actions", "job_id", "origin_shares", "seq", "topology_version")
     TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_SHARES_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
     topology_version: int
     actions: _containers.RepeatedScalarFieldContainer[str]
     origin_shares: _containers.RepeatedCompositeFieldContainer[OriginShare]
+    seq: int
+    job_id: str
     def __init__(
         self,
         topology_version: int | None = ...,
         actions: _Iterable[str] | None = ...,
         origin_shares: _Iterable[OriginShare | _Mapping] | None = ...,
+        seq: int | None = ...,
+        job_id: str | None = ...,
     ) -> None: ...
 
 class OriginShare(_message.Message):
