@@ -104,6 +104,7 @@ class SimHost:
         self.waiting = 0
         self.answer: asyncio.Future[pb.ReportProgressResponse] | None = None
         self.news: list[pb.ReportProgressResponse] = []
+        self.wake = asyncio.Event()  # news to act on: the next report goes at once
         self.plan = Plan(Path(spec["plan"]))  # replaced by the shared one in run()
 
     def held_chains(self) -> dict[str, list[object]]:
@@ -252,6 +253,8 @@ class SimHost:
                     self.answer.set_result(resp)  # type: ignore[union-attr]  # _waited
                 else:
                     self.news.append(resp)
+                    if resp.actions:  # as the agent: act on news at once
+                        self.wake.set()
         if self._waited(call):
             self.answer.set_exception(EOFError("report stream ended"))  # type: ignore[union-attr]
 
@@ -264,7 +267,10 @@ class SimHost:
     ) -> pb.ReportProgressResponse | None:
         call = self.report_call
         if call is not None and call.done():  # ended between reports (a dead leader, say)
-            self.report_call = call = None
+            self.report_call = None
+            if quiet:  # as Duplex.send: the quiet reports before may be lost (then whole)
+                raise ReportFailed(await call.code())
+            call = None
         try:
             if call is None:
                 call = self.report_call = self.stubs[i].ReportStream()
@@ -326,7 +332,10 @@ class SimHost:
             self.acked = have
             if resp is not None and "REREGISTER" in resp.actions:
                 await self.register()
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):  # a timer, not a task per wait
+                    await self.wake.wait()
+            self.wake.clear()
 
     async def run(self, plan: Plan) -> None:
         self.plan = plan

@@ -244,8 +244,11 @@ class ControlPlane:
 
     def news(self, answer: pb.ReportProgressResponse) -> None:
         """An answer the coordinator sent for a quiet report (the report stream's reader
-        thread): taken in by the next report (:meth:`report_once`)."""
+        thread): taken in by the next report (:meth:`report_once`), at once when it asks the
+        agent to act (a new leader that lacks our base rebuilds within the interval)."""
         self._news.append(answer)
+        if answer.actions:
+            self.job.report_wake.set()
 
     def report_once(self) -> list[str]:
         """Send one report: quiet (no answer unless the coordinator has news) unless it
@@ -300,7 +303,11 @@ class ControlPlane:
         job = self.job
         interval = job.cfg.report_interval_s
         wait, failures = interval, 0
-        while not job.stop_event.wait(wait):
+        while True:
+            job.report_wake.wait(wait)  # the interval, or news to act on, or the end
+            job.report_wake.clear()
+            if job.stop_event.is_set():
+                break
             again = wait == 0
             wait = interval
             try:

@@ -418,6 +418,9 @@ class JobState:
         self.version = version
         self.rank = rank  # contracts.priority_rank of the job's priority
         self.stop_event = threading.Event()
+        # wakes the report loop before its interval: the job stops, or the coordinator
+        # sent news for a quiet report (the next report takes it in at once)
+        self.report_wake = threading.Event()
         self.files: JobFiles | None = None
         self.assignments = Assignments()
         self.errors: deque[pb.ReportError] = deque(maxlen=200)
@@ -450,6 +453,7 @@ class JobState:
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.report_wake.set()
         self.assignments.notify()
         if self.files is not None:
             self.files.tracker.notify()
