@@ -479,11 +479,10 @@ class HandoffService(ProgressService):
         parents = [c.parent for c in job.topology.stripes]
         slow = {h for h, hp in job.hosts.items() if hp.slow_since is not None and not hp.demoted}
         held = victims(parents, slow) if slow else [set() for _ in parents]
-        free = {
-            h: tuple(0 if h in held[s] else r for s, r in enumerate(rs))
-            for h, rs in per_stripe.items()
-        }
         anywhere = set().union(*held)
+        free = dict(per_stripe)  # only a held host's rates change (once a second, 4,096)
+        for h in anywhere & free.keys():
+            free[h] = tuple(0 if h in held[s] else r for s, r in enumerate(free[h]))
         return (
             stripe_median(free, stripe_floor(self.config.slow_min_median_bps, parents)),
             total_rate_median(

@@ -27,6 +27,7 @@ from relgate_trust.job_request import JobSpec
 from relgate_agent.attestation import CertSigner
 from relgate_agent.contracts import ProgressReply, WatchCursor
 from relgate_agent.coordinator import crl
+from relgate_agent.coordinator.batch import LockBatch
 from relgate_agent.coordinator.certs import cut_off
 from relgate_agent.coordinator.credentials import ReloadingCredentials
 from relgate_agent.coordinator.enrollment import Enrollments
@@ -167,6 +168,7 @@ class Calls:
         self.revoked = revoked  # the fleet's revoked certificates (next to the CA bundle)
         self.trust = trust  # the CA bundle as it is now (a rotation retires a CA)
         self.seen_serials: dict[str, int] = {}  # host id -> its certificate's serial (crl.py)
+        self.batch = LockBatch(coord.lock, executor)  # reports that found the lock taken
 
     async def check_cert(
         self, context: grpc.aio.ServicerContext, ident: Identity | None, pem: bytes | None
@@ -229,9 +231,12 @@ class Calls:
     async def run_inline_if_free(self, context: grpc.aio.ServicerContext, fn: Callable[[], T]) -> T:
         """``fn()`` on the event loop when the coordinator lock is free at once (a progress
         report: microseconds of work under the lock, cheaper than the hop to a thread),
-        else on the pool like any other call."""
+        else in a batch with the others that found it taken (coordinator/batch.py)."""
         if not self.coord.lock.acquire(blocking=False):
-            return await self.run(context, fn)
+            try:
+                return await self.batch.submit(fn)
+            except AgentError as exc:
+                await abort_with(context, exc)
         # never held across an await: the lock is reentrant for this thread, so another
         # coroutine of the loop must never find it taken by one suspended mid-call
         try:

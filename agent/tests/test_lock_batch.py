@@ -1,0 +1,122 @@
+"""Calls that find the coordinator lock taken wait in one batch (coordinator/batch.py): a
+real RLock held by another thread, a real pool, the event loop submitting."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from relgate_agent.coordinator.batch import BATCH_MAX, LockBatch
+from relgate_agent.errors import AgentError
+
+
+def held_lock() -> tuple[threading.RLock, threading.Event, threading.Thread]:
+    """A lock another thread holds until the returned event is set."""
+    lock, taken, release = threading.RLock(), threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    taken.wait(5)
+    return lock, release, t
+
+
+def test_calls_that_found_the_lock_taken_run_together_in_arrival_order() -> None:
+    lock, release, holder = held_lock()
+    order: list[int] = []
+
+    def call(i: int) -> int:
+        assert lock._is_owned()  # type: ignore[attr-defined]  # under the lock, on the pool
+        order.append(i)
+        return i * i
+
+    async def main() -> list[int]:
+        with ThreadPoolExecutor(2) as pool:
+            batch = LockBatch(lock, pool)
+            tasks = [asyncio.create_task(batch.submit(lambda i=i: call(i))) for i in range(10)]
+            await asyncio.sleep(0.2)
+            assert order == []  # nothing runs while the lock is held
+            release.set()
+            got = await asyncio.gather(*tasks)
+            # the pool task waited on the lock while the other nine queued: one batch
+            assert batch.calls == 10 and batch.batches == 1
+            assert not batch.running
+            return got
+
+    assert asyncio.run(main()) == [i * i for i in range(10)]
+    assert order == list(range(10))
+    holder.join()
+
+
+def test_a_refusal_reaches_its_own_caller_only() -> None:
+    lock, release, holder = held_lock()
+
+    def refuse() -> int:
+        raise AgentError("refused: test")
+
+    async def main() -> tuple[object, ...]:
+        with ThreadPoolExecutor(2) as pool:
+            batch = LockBatch(lock, pool)
+            tasks = [
+                asyncio.create_task(batch.submit(lambda: 1)),
+                asyncio.create_task(batch.submit(refuse)),
+                asyncio.create_task(batch.submit(lambda: 3)),
+            ]
+            await asyncio.sleep(0.05)
+            release.set()
+            return tuple(await asyncio.gather(*tasks, return_exceptions=True))
+
+    one, refused, three = asyncio.run(main())
+    assert (one, three) == (1, 3)
+    assert isinstance(refused, AgentError) and str(refused) == "refused: test"
+    holder.join()
+
+
+def test_a_batch_holds_the_lock_for_at_most_batch_max_calls() -> None:
+    lock, release, holder = held_lock()
+    sizes: list[int] = []
+    current = [0]
+
+    def call() -> None:
+        current[0] += 1
+
+    async def main() -> LockBatch:
+        with ThreadPoolExecutor(2) as pool:
+            batch = LockBatch(lock, pool)
+            real_deliver = batch._deliver
+
+            def deliver(loop: asyncio.AbstractEventLoop, done: list) -> None:  # type: ignore[type-arg]
+                sizes.append(len(done))
+                real_deliver(loop, done)
+
+            batch._deliver = deliver  # type: ignore[method-assign]
+            tasks = [asyncio.create_task(batch.submit(call)) for _ in range(BATCH_MAX + 50)]
+            await asyncio.sleep(0.05)
+            release.set()
+            await asyncio.gather(*tasks)
+            return batch
+
+    batch = asyncio.run(main())
+    assert current[0] == BATCH_MAX + 50
+    assert max(sizes) <= BATCH_MAX and sum(sizes) == BATCH_MAX + 50
+    assert batch.batches == len(sizes) >= 2
+    holder.join()
+
+
+def test_a_pool_that_shut_down_fails_the_waiting_calls() -> None:
+    async def main() -> None:
+        pool = ThreadPoolExecutor(1)
+        pool.shutdown()
+        batch = LockBatch(threading.RLock(), pool)
+        with pytest.raises(RuntimeError):
+            await batch.submit(lambda: 1)
+        assert not batch.running and not batch.pending
+
+    asyncio.run(main())
