@@ -722,6 +722,7 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
         empty = np.zeros((0, 2))
         lat = np.concatenate([empty, *(n["report"].reshape(-1, 2) for n in npz)])
         other = np.concatenate([empty, *(n["other"].reshape(-1, 2) for n in npz)])
+        lag = np.concatenate([np.zeros(0), *(n["lag"] for n in npz if "lag" in n)]) * 1000
         logs = PKI_CACHE / "last-run-logs"  # kept for a look after the temporary dir is gone
         logs.mkdir(exist_ok=True)
         for f in base.glob("*.log"):
@@ -732,6 +733,18 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
     # a generator that could not wind down its hosts in time was killed: its figures are
     # missing from the totals above, and that is said, not hidden
     figures["loadGeneratorsKilled"] = unfinished
+    # how late the generators' own loops woke (a 100 ms sleep, every 100 ms): the part of
+    # a report's timed latency that is the generator's, not the coordinator's
+    figures["loadGeneratorLoopLagMs"] = (
+        {
+            "n": int(lag.size),
+            "p50": round(float(np.percentile(lag, 50)), 2),
+            "p99": round(float(np.percentile(lag, 99)), 2),
+            "max": round(float(lag.max()), 2),
+        }
+        if lag.size
+        else {"n": 0}
+    )
     figures["setup"]["pkiSeconds"] = round(pki_s, 1)
     return {
         "workload": (
