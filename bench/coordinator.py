@@ -768,16 +768,28 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
 
 
 def comparisons(result: dict[str, Any]) -> list[Comparison]:
-    """Server CPU per report on the report stream against unary RPCs, and the bitmap decode
-    against per-bit Python."""
+    """Server CPU per report on the report stream against unary RPCs, a quiet report
+    against an answered one, and the bitmap decode against per-bit Python."""
     rpc, decode = result["rpcCost"], result["baseline"]
-    return [
+    out = [
         compare(
             "coordinator CPU per ReportProgress",
             "µs",
             ("report stream", rpc["stream"]["serverCpuMicrosPerReport"]),
             ("unary RPC", rpc["unaryBaseline"]["serverCpuMicrosPerReport"]),
         ),
+    ]
+    if "streamQuiet" in rpc:  # results from before quiet reports have no such figure
+        out.append(
+            compare(
+                "coordinator CPU per streamed report",
+                "µs",
+                ("quiet (answered only with news)", rpc["streamQuiet"]["serverCpuMicrosPerReport"]),
+                ("answered", rpc["stream"]["serverCpuMicrosPerReport"]),
+            )
+        )
+    return [
+        *out,
         compare(
             "bitmap decode per report",
             "µs",
