@@ -107,3 +107,44 @@ def test_a_registration_maps_every_field_to_its_response() -> None:
         ("h9", "10.0.9.9:7070", "r3"),
     ]
     assert got.manifest_envelope == b""
+
+
+@pytest.mark.parametrize(
+    ("actions", "shares", "sent", "is_news"),
+    [
+        ((), (), (), False),  # nothing to say
+        ((), (), ((0, 100),), False),  # empty shares mean "keep the last ones"
+        (("STOP",), (), (), True),
+        (("FULL_PROGRESS",), ((0, 100),), ((0, 100),), True),
+        ((), ((0, 100),), ((0, 100),), False),  # the same shares again: not news
+        ((), ((0, 100),), (), True),  # the first shares on the stream
+        ((), ((0, 200),), ((0, 100),), True),  # more
+        ((), ((0, 50),), ((0, 100),), True),  # less
+        ((), ((0, 100), (1, 5)), ((0, 100),), True),  # another stripe
+    ],
+)
+def test_news_is_an_action_or_origin_shares_other_than_the_last_sent(
+    actions: tuple[str, ...],
+    shares: tuple[tuple[int, int], ...],
+    sent: tuple[tuple[int, int], ...],
+    is_news: bool,
+) -> None:
+    from relgate_agent.contracts import ProgressReply
+
+    # equal shares built apart (not the same object): compared by value
+    reply = ProgressReply(7, actions, tuple(tuple(s) for s in shares))
+    assert wire.news(reply, tuple(tuple(s) for s in sent)) is is_news
+
+
+def test_an_answer_echoes_the_report_it_answers() -> None:
+    from relgate_agent.contracts import ProgressReply
+
+    request = pb.ReportProgressRequest(job_id="j1", host_id="h00", seq=41, quiet=True)
+    answer = wire.reply_to_pb(ProgressReply(9, ("STOP",), ((2, 300),)), request)
+    assert (answer.seq, answer.job_id, answer.topology_version, list(answer.actions)) == (
+        41,
+        "j1",
+        9,
+        ["STOP"],
+    )
+    assert [(o.stripe, o.rate_bytes_per_s) for o in answer.origin_shares] == [(2, 300)]
