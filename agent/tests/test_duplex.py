@@ -263,9 +263,26 @@ def test_quiet_reports_go_unanswered_and_the_next_exchange_gets_its_own_answer(
 
 
 def test_an_exchange_still_works_with_a_coordinator_that_echoes_no_seq(replicas: Any) -> None:
-    duplex, _ = replicas(old_coordinator)
+    news: list[pb.ReportProgressResponse] = []
+    duplex, _ = replicas(old_coordinator, on_news=news.append)
     assert duplex.exchange(req(3), timeout=5).topology_version == 3
     assert duplex.exchange(req(4), timeout=5).topology_version == 4
+    # it answers quiet reports too: with no exchange waiting, that answer is news
+    duplex.send(req(5))
+    deadline = time.monotonic() + 5
+    while not news and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [n.topology_version for n in news] == [5]
+
+
+def test_news_for_the_first_report_on_a_stream_is_delivered(replicas: Any) -> None:
+    news: list[pb.ReportProgressResponse] = []
+    duplex, _ = replicas(news_at_7, on_news=news.append)
+    duplex.send(req(7))  # seq 1: no exchange has waited on this stream yet
+    deadline = time.monotonic() + 5
+    while not news and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [(n.seq, list(n.actions)) for n in news] == [(1, ["STOP"])]
 
 
 def test_a_failed_stream_fails_the_next_send_and_moves_on(replicas: Any) -> None:

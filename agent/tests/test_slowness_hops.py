@@ -129,3 +129,31 @@ def test_grouped_reads_like_a_dict_of_sets() -> None:
     assert g.get("b") is None and g.get("zz", set()) == set()
     assert list(g) == ["a", "c", "d"] and len(g) == 3
     assert "b" not in g and "a" in g
+
+
+def test_a_fleet_past_small_integers_matches_the_rule() -> None:
+    """300 hosts, 3 stripes (row numbers past CPython's cached small ints): rotated chains,
+    every 10th host slow, a few without rates or whole in a stripe."""
+    hosts = [f"h{i:03d}" for i in range(300)]
+    parents: list[dict[str, str | None]] = []
+    for s in range(3):
+        order = hosts[s * 11 :] + hosts[: s * 11]
+        parents.append({h: None if i % 50 == 0 else order[i - 1] for i, h in enumerate(order)})
+    parents[-1]["late"] = "h000"  # a leaf that sends no rates, named last of all
+    rates: dict[str, list[int]] = {}
+    for i, h in enumerate(hosts):
+        if i % 37 == 5:
+            continue  # sent no rates
+        rates[h] = [10 if i % 10 == 3 else 1000 + i for _ in range(3)]
+        if i % 41 == 7:
+            rates[h][1] = STRIPE_DONE
+    got = _hops(rates, parents, 0.5, 1000, {"h111"})
+    want = rule_hops(rates, parents, 0.5, 1000, {"h111"})
+    assert got.slow_ups and got.fast_kids  # both kinds of hop are there
+    assert {
+        "slow_ups": got.slow_ups,
+        "slow_kids": got.slow_kids,
+        "fast_kids": whole(got.fast_kids),
+        "fed_well": whole(got.fed_well),
+        "expected_tx": got.expected_tx,
+    } == want
