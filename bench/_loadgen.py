@@ -319,7 +319,10 @@ class SimHost:
                 continue
             failures = 0
             self.fig.reports += 1
-            quiet_run = quiet_run + 1 if resp is None else 0
+            if resp is None:
+                quiet_run += 1
+            else:  # as the agent: after a start or a failure, a random place in the run
+                quiet_run = self.rng.randrange(QUIET_REPORTS) if answer_next else 0
             answer_next = False
             if resp is not None and "FULL_PROGRESS" in resp.actions:
                 self.fig.full_asked += 1

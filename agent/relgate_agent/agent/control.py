@@ -281,7 +281,11 @@ class ControlPlane:
             if job.files is not None:  # a stream delivers in order or fails (then whole)
                 self._acked_have = self._sent_have
             return actions
-        self._quiet, self._answer_next = 0, False
+        # after a start or a failure, every host of the fleet asks at once: a random place
+        # in the quiet run spreads the answered reports over the next QUIET_REPORTS rounds
+        # (in step, every fifth round carried all the answers: a wave, then four quiet)
+        spread = random.randrange(QUIET_REPORTS) if self._answer_next else 0  # noqa: S311 - load spreading, not a secret
+        self._quiet, self._answer_next = spread, False
         if job.files is not None:
             self._acked_have = self._sent_have
         self._take(answer)
