@@ -97,7 +97,7 @@ class SimHost:
         ]
         self.stubs = [pbg.AgentServiceStub(c) for c in self.channels]  # type: ignore[no-untyped-call]
         self.report_call: Any = None  # the open ReportStream, if any
-        # as rpc.Duplex: a reader task takes the answers off the stream; the one a report
+        # as reportstream.Duplex: a reader task takes the answers off the stream; the one a report
         # waits for resolves ``answer``, others (news for quiet reports) queue in ``news``
         self.reader: asyncio.Task[None] | None = None
         self.seq = 0
@@ -223,7 +223,7 @@ class SimHost:
     async def _report(
         self, req: pb.ReportProgressRequest, quiet: bool
     ) -> pb.ReportProgressResponse | None:
-        """One report: on the host's report stream (as the agent sends them: rpc.Duplex,
+        """One report: on the host's report stream (as the agent sends them: reportstream.Duplex,
         quiet ones unanswered, an answered one to the next replica at once on UNAVAILABLE,
         each replica once), or as a call of its own when the spec says
         ``report_stream: false`` (the baseline). Latency is timed on answered reports."""

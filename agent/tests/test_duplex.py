@@ -1,4 +1,4 @@
-"""The agent's report stream (rpc.Duplex) against a real mutual-TLS gRPC server whose
+"""The agent's report stream (reportstream.Duplex) against a real mutual-TLS gRPC server whose
 ReportStream handler answers, ends the stream, stays silent or refuses, as each test needs.
 
 What must hold: one stream carries many exchanges; a reply that never comes is waited for
@@ -22,7 +22,8 @@ import pytest
 from relgate_agent.pki import TlsFiles, ensure_dev_pki, grpc_server_credentials
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.rpc import Duplex, FailoverStub, ReplyTimeout, StreamEnded
+from relgate_agent.reportstream import Duplex, ReplyTimeout, StreamEnded
+from relgate_agent.rpc import FailoverStub
 
 SERVICE = pb.DESCRIPTOR.services_by_name["AgentService"].full_name
 Handler = Callable[[Iterator[pb.ReportProgressRequest], Any], Iterator[pb.ReportProgressResponse]]

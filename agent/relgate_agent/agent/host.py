@@ -43,7 +43,8 @@ from relgate_agent.pki import (
 )
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.rpc import Duplex, FailoverStub, ReportRouter
+from relgate_agent.reportstream import Duplex, ReportRouter
+from relgate_agent.rpc import FailoverStub
 from relgate_agent.staging import direct
 from relgate_agent.staging.direct import DIRECT
 from relgate_agent.staging.storage import held_versions

@@ -29,7 +29,7 @@ from relgate_agent.dataplane.pacing import ORIGIN_BURST_S, TokenBucket
 from relgate_agent.dataplane.transport import DEFAULT_CREDITS, Pace
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_NO_SPACE
 from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.rpc import Duplex, ReportRouter
+from relgate_agent.reportstream import Duplex, ReportRouter
 from relgate_agent.staging.direct import BUFFERED
 from relgate_agent.staging.storage import VersionStore, bitmap_from_bits
 

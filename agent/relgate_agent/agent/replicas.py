@@ -24,7 +24,8 @@ from relgate_trust.retry import Backoff, retry_call
 from relgate_agent.pki import TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.rpc import Duplex, FailoverStub, ReportRouter
+from relgate_agent.reportstream import Duplex, ReportRouter
+from relgate_agent.rpc import FailoverStub
 
 
 class WatchingHost(Protocol):
