@@ -79,6 +79,29 @@ def test_a_refusal_reaches_its_own_caller_only() -> None:
     holder.join()
 
 
+def test_a_caller_that_went_away_does_not_hold_up_the_others() -> None:
+    """A call whose caller was cancelled (its stream ended) still runs; the batch's other
+    callers get their results."""
+    lock, release, holder = held_lock()
+    ran: list[int] = []
+
+    async def main() -> list[int]:
+        with ThreadPoolExecutor(2) as pool:
+            batch = LockBatch(lock, pool)
+            tasks = [
+                asyncio.create_task(batch.submit(lambda i=i: ran.append(i) or i)) for i in range(4)
+            ]
+            await asyncio.sleep(0.05)
+            tasks[1].cancel()
+            release.set()
+            done = await asyncio.wait_for(asyncio.gather(tasks[0], tasks[2], tasks[3]), timeout=5)
+            return list(done)
+
+    assert asyncio.run(main()) == [0, 2, 3]
+    assert ran == [0, 1, 2, 3]  # the abandoned call ran too (its report still landed)
+    holder.join()
+
+
 def test_a_batch_holds_the_lock_for_at_most_batch_max_calls() -> None:
     lock, release, holder = held_lock()
     sizes: list[int] = []
