@@ -584,12 +584,7 @@ async def _rpc_cost(
     rpcs: int,
     concurrency: int,
 ) -> dict[str, Any]:
-    stubs = {}
-    for h, _ in names:
-        ca, cert, key = TlsFiles.from_pki(pki, h).read()
-        creds = grpc.ssl_channel_credentials(ca, key, cert)
-        ch = grpc.aio.secure_channel(addr, creds, options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS)
-        stubs[h] = pbg.AgentServiceStub(ch)  # type: ignore[no-untyped-call]
+    stubs = _agent_stubs(addr, pki, names)
 
     async def watch(h: str, r: str) -> None:
         async for _ in stubs[h].Watch(pb.WatchRequest(host_id=h, rack=r, data_address=f"{h}:1")):
@@ -649,18 +644,26 @@ async def _rpc_cost(
         "stream": stream_figures,
         # quiet reports, then one answered report per stream (its figures count them too)
         "streamQuiet": quiet_figures,
-        "quietVsAnswered": round(
-            quiet_figures["serverCpuMicrosPerReport"]
-            / max(1, stream_figures["serverCpuMicrosPerReport"]),
-            2,
-        ),
+        "quietVsAnswered": _per_report_ratio(quiet_figures, stream_figures),
         "unaryBaseline": unary_figures,
-        "ratio": round(
-            unary_figures["serverCpuMicrosPerReport"]
-            / max(1, stream_figures["serverCpuMicrosPerReport"]),
-            2,
-        ),
+        "ratio": _per_report_ratio(unary_figures, stream_figures),
     }
+
+
+def _agent_stubs(addr: str, pki: Path, names: list[tuple[str, str]]) -> dict[str, Any]:
+    """Each host's AgentService stub on a mutual-TLS channel of its own (its certificate)."""
+    stubs = {}
+    for h, _ in names:
+        ca, cert, key = TlsFiles.from_pki(pki, h).read()
+        creds = grpc.ssl_channel_credentials(ca, key, cert)
+        ch = grpc.aio.secure_channel(addr, creds, options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS)
+        stubs[h] = pbg.AgentServiceStub(ch)  # type: ignore[no-untyped-call]
+    return stubs
+
+
+def _per_report_ratio(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """``a``'s server CPU per report over ``b``'s."""
+    return round(a["serverCpuMicrosPerReport"] / max(1, b["serverCpuMicrosPerReport"]), 2)
 
 
 def main(  # noqa: PLR0913 - the load test's sizes
