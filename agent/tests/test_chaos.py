@@ -92,10 +92,15 @@ def inject_chaos(state: dict[str, Any], client: CoordinatorClient, job: str, siz
 
 
 def settled(client: CoordinatorClient, job: str) -> dict[str, Any] | None:
-    """The job once every host is READY, DEAD or QUARANTINED (None before)."""
+    """The job once every host is READY, DEAD, QUARANTINED or REMOVED (None before). A killed
+    host that had complained of the corrupter may be removed as the suspect of its own
+    complaints (its peers' connections to it fail too) before its silence makes it DEAD:
+    either takes it out of the job (seen once in a clean-clone CI run); check_copies still
+    wants every host that was not killed READY."""
     st = job_to_dict(client.get_job(job))
     states = {h["host_id"]: h["state"] for h in st["hosts"]}
-    return st if all(s in ("READY", "DEAD", "QUARANTINED") for s in states.values()) else None
+    out = ("READY", "DEAD", "QUARANTINED", "REMOVED")
+    return st if all(s in out for s in states.values()) else None
 
 
 def check_copies(state: dict[str, Any], checkpoint: dict[str, Any], st: dict[str, Any]) -> None:
@@ -125,12 +130,13 @@ def test_chaos_kills_corruption_slow_nic_and_a_coordinator_failover(chaos_lab, c
     try:
         job = start_job(client, checkpoint, len(state["hosts"]))
         inject_chaos(state, client, job, size)
-        st = _wait("every host READY, DEAD or QUARANTINED", 150, lambda: settled(client, job))
+        st = _wait("every host settled", 150, lambda: settled(client, job))
     finally:
         client.close()
     check_copies(state, checkpoint, st)
     states = {h["host_id"]: h["state"] for h in st["hosts"]}
-    assert {states[h] for h in KILLED} <= {"DEAD", "READY"}  # READY only if done before
+    # READY only if done before; REMOVED: see settled
+    assert {states[h] for h in KILLED} <= {"DEAD", "READY", "REMOVED"}
     # the corrupter's own copy is sound (it flips bytes on the wire only); what it sent
     # was caught by CRC at its downstreams, never written, never forwarded
     assert states[CORRUPTER] in ("QUARANTINED", "READY")
