@@ -276,19 +276,17 @@ class ControlPlane:
             raise
         # news asked for the whole bitmap: this report carried it (not asked again)
         actions = [a for n in news for a in n.actions if a != "FULL_PROGRESS"]
+        if job.files is not None:  # a stream delivers in order or fails (then whole)
+            self._acked_have = self._sent_have
         if quiet:
             self._quiet += 1
-            if job.files is not None:  # a stream delivers in order or fails (then whole)
-                self._acked_have = self._sent_have
             return actions
         # after a start or a failure, every host of the fleet asks at once: a random place
         # in the quiet run spreads the answered reports over the next QUIET_REPORTS rounds
         # (in step, every fifth round carried all the answers: a wave, then four quiet)
         spread = random.randrange(QUIET_REPORTS) if self._answer_next else 0  # noqa: S311 - load spreading, not a secret
         self._quiet, self._answer_next = spread, False
-        if job.files is not None:
-            self._acked_have = self._sent_have
-        self._take(answer)
+        self._take(answer)  # after the base: FULL_PROGRESS voids it
         for _ in req.errors:  # delivered; anything appended meanwhile stays buffered
             with contextlib.suppress(IndexError):
                 job.errors.popleft()
