@@ -232,6 +232,9 @@ def test_dead_host_spliced_out_and_others_finish(cluster: Cluster, checkpoint) -
     ]
     assert reports >= 7  # every host reported on its stream, each report timed
     assert scraped[("relgate_coordinator_rpc_duration_seconds_count", (("method", "Register"),))]
+    # the loop's own lag is probed and every sweep tick timed while the job ran (seconds)
+    assert scraped[("relgate_coordinator_loop_lag_seconds_count", ())] >= 10
+    assert scraped[("relgate_coordinator_tick_duration_seconds_count", ())] >= 10
 
 
 def test_coordinator_stopped_mid_transfer_chains_finish(cluster: Cluster, checkpoint) -> None:

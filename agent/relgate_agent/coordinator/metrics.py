@@ -50,6 +50,7 @@ SPLICE_DEAD, SPLICE_QUARANTINED, SPLICE_DEMOTED, SPLICE_SERVING = (
 SPLICE_REMOVED = "removed"  # the suspect of its own complaints (complaints.py)
 # handler times of a few hundred microseconds up to the RPC timeouts
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+LOOP_PROBE_S = 0.1  # the event loop's lag is sampled this often (loop_lag)
 
 
 class CoordinatorView(Protocol):
@@ -83,6 +84,20 @@ class CoordinatorMetrics:
             "relgate_coordinator_rpc_duration_seconds",
             "Coordinator handler time per RPC (per report on a report stream), lock wait included",
             ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.loop_lag = Histogram(
+            "relgate_coordinator_loop_lag_seconds",
+            "How late the RPC event loop wakes a timer set LOOP_PROBE_S ahead: every RPC's "
+            "queueing in this process (a sweep holding the GIL, a burst of reports)",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.tick_seconds = Histogram(
+            "relgate_coordinator_tick_duration_seconds",
+            "One sweep tick (dead hosts, slowness, handoff, tallies): the coordinator lock "
+            "is held for most of it, so reports and watch passes wait for it",
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )

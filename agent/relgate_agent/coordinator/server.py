@@ -39,6 +39,7 @@ from relgate_agent.coordinator.jobstate import (
     ReadyRefused,
     Rejected,
 )
+from relgate_agent.coordinator.metrics import LOOP_PROBE_S
 from relgate_agent.coordinator.renewal import Renewals
 from relgate_agent.coordinator.service import Coordinator
 from relgate_agent.coordinator.store import Fenced
@@ -749,6 +750,7 @@ class CoordinatorServer:
             target=self.loop.run_forever, name="coordinator-aio", daemon=True
         )
         self.server: grpc.aio.Server | None = None
+        self._lag_probe: asyncio.Task[None] | None = None
         self._loop_thread.start()
         try:
             # binding happens here, so a port in use is the constructor's error, as before
@@ -826,6 +828,7 @@ class CoordinatorServer:
             raise AgentError("coordinator server was never bound")
         self.hub.start()
         self.coordinator.changed.subscribe(self.hub.poke_threadsafe)
+        self._lag_probe = asyncio.create_task(self._probe_lag())
         await self.server.start()
         if self.enroll_server is not None:
             await self.enroll_server.start()
@@ -846,20 +849,32 @@ class CoordinatorServer:
         log.info("coordinator listening on %s", self.address)
         return self
 
+    async def _probe_lag(self) -> None:
+        """How late this loop wakes a timer, every LOOP_PROBE_S (the loop_lag histogram)."""
+        loop, lag = asyncio.get_running_loop(), self.coordinator.metrics.loop_lag
+        while True:
+            due = loop.time() + LOOP_PROBE_S
+            await asyncio.sleep(LOOP_PROBE_S)
+            lag.observe(max(0.0, loop.time() - due))
+
     def _lease(self) -> None:
         while not self._stop.wait(self.tick_s):
             self.coordinator.maintain_lease()  # steps down itself when it cannot renew
 
     def _sweep(self) -> None:
         while not self._stop.wait(self.tick_s):
+            started = time.perf_counter()
             try:
                 self.coordinator.tick()
             except NotLeader as exc:  # a refusal, not a bug: another replica moved on
                 log.warning("coordinator tick stopped: %s", exc)
             except Exception as exc:  # the sweeper must survive one bad tick; the next retries
                 log.exception("coordinator tick failed (%s)", type(exc).__name__)
+            self.coordinator.metrics.tick_seconds.observe(time.perf_counter() - started)
 
     async def _shutdown(self, grace: float) -> None:
+        if self._lag_probe is not None:
+            self._lag_probe.cancel()
         await self.hub.stop("coordinator shutting down")
         if self.server is not None:
             await self.server.stop(grace)
