@@ -53,6 +53,7 @@ from relgate_trust.manifest import (
 )
 from relgate_trust.retry import Backoff, retry_call
 
+from bench._histograms import Histogram, free_port, scrape
 from bench.distribution import _cpu_seconds
 from bench.record import Comparison, compare
 from relgate_agent.client import CoordinatorClient
@@ -61,7 +62,7 @@ from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles, ensure_dev_pki
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import GRPC_CLIENT_OPTIONS
-from relgate_agent.staging.storage import apply_delta, bitmap_from_bits, count_bits, pack_indexes
+from relgate_agent.staging.storage import bitmap_from_bits, count_bits, merge_delta, pack_indexes
 
 QUICK: dict[str, Any] = {
     "hosts": 256,
@@ -121,9 +122,8 @@ def _delta_s(bitmaps: list[bytes], reports: int, chunks: int, delta: int) -> tup
     wire = pack_indexes(list(range(0, chunks, max(1, chunks // max(1, delta))))[:delta])
     t0 = time.process_time()
     for i in range(reports):
-        merged = apply_delta(bitmaps[i % len(bitmaps)], wire, chunks)
+        merged = merge_delta(bitmaps[i % len(bitmaps)], wire, chunks)  # as the coordinator
         assert merged is not None
-        count_bits(merged, chunks)
     return (time.process_time() - t0) / reports, len(wire)
 
 
@@ -181,7 +181,11 @@ def _manifest(base: Path, chunks: int) -> tuple[Path, Path]:
 def _coordinator(
     base: Path, name: str, pki: Path, pub: Path, interval_s: float, cpus: frozenset[int]
 ) -> subprocess.Popen[bytes]:
+    """A coordinator replica, its address in ``NAME.addr`` and its /metrics on the port in
+    ``NAME.metrics`` (the loop-lag and tick histograms are read from there)."""
     addr = base / f"{name}.addr"
+    metrics = f"127.0.0.1:{free_port()}"
+    (base / f"{name}.metrics").write_text(metrics)
     log = (base / f"{name}.log").open("wb")
     proc = subprocess.Popen(
         [
@@ -209,6 +213,8 @@ def _coordinator(
             str(addr),
             "--pki",
             str(pki),
+            "--metrics-listen",
+            metrics,
         ],
         stdout=subprocess.DEVNULL,
         stderr=log,
@@ -323,6 +329,9 @@ class Timeline:
     final_error: str = ""  # the final GetJob failed: recorded, not raised
     registered: int = 0  # hosts registered (not PENDING, not spliced) when the storm ended
     deaths: dict[str, float] = field(default_factory=dict)
+    # per coordinator window (leaderBeforeKill, newLeaderAfterKill): its own histograms
+    # (event-loop lag, sweep ticks) over the window, from its /metrics
+    coordinator_side: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 LOADER_GRACE_S = 600.0  # for a generator to close its hosts' channels after the end
@@ -383,6 +392,30 @@ def _cores(groups: dict[str, list[int]], until: float) -> dict[str, float]:
     return {k: round((_cpu_seconds(p) - cpu0[k]) / wall, 3) for k, p in groups.items()}
 
 
+OWN = ("relgate_coordinator_loop_lag_seconds", "relgate_coordinator_tick_duration_seconds")
+
+
+def _own(base: Path, name: str) -> dict[str, Histogram] | None:
+    """Coordinator ``name``'s own histograms now (None if its /metrics does not answer)."""
+    try:
+        return scrape((base / f"{name}.metrics").read_text(), OWN)
+    except OSError:
+        return None
+
+
+def _window(
+    first: dict[str, Histogram] | None, last: dict[str, Histogram] | None
+) -> dict[str, Any]:
+    """What a coordinator's histograms took in between two scrapes: how late its RPC loop
+    woke (every report waits at least that) and how long its sweep ticks held the lock."""
+    if first is None or last is None:
+        return {"error": "metrics not scraped"}
+    return {
+        "loopLag": last[OWN[0]].minus(first[OWN[0]]).figures(),
+        "tick": last[OWN[1]].minus(first[OWN[1]]).figures(),
+    }
+
+
 def _drive(
     base: Path,
     client: CoordinatorClient,
@@ -412,13 +445,17 @@ def _drive(
     (base / "plan.json").write_text(json.dumps({"end": t.end, "deaths": t.deaths}))
     while time.time() < t.start:
         time.sleep(0.1)
+    a_start = _own(base, "a")
     before = _cores(
         {"coord": [coords["a"].pid], "load": loaders}, t.start + z.failover_at * z.duration_s
     )
+    t.coordinator_side["leaderBeforeKill"] = _window(a_start, _own(base, "a"))
     coords["a"].send_signal(signal.SIGKILL)
     coords["a"].wait(10)
     t.killed = time.time()
+    b_start = _own(base, "b")
     after = _cores({"coord": [coords["b"].pid], "load": loaders}, t.end)
+    t.coordinator_side["newLeaderAfterKill"] = _window(b_start, _own(base, "b"))
     t.cores_a, t.cores_b = before["coord"], after["coord"]
     t.load_cores = {"beforeKill": before["load"], "afterKill": after["load"]}
     # the topology as the agents stop (a death caught after the end bumps it once more,
@@ -489,6 +526,9 @@ def _figures(
             "newLeaderAfterKill": round(t.cores_b, 3),
         },
         "loadGeneratorCores": t.load_cores,
+        # the coordinators' own view of the same windows: loop lag (a report's queueing
+        # in the coordinator process) and sweep ticks
+        "coordinatorSide": t.coordinator_side,
         "finalGetJobError": t.final_error,
         "falseSplices": len(dead - victims),
         "splicedDead": len(dead & victims),

@@ -11,6 +11,7 @@ from relgate_agent.staging.storage import (
     bits_from_bitmap,
     count_bits,
     delta_indexes,
+    merge_delta,
     pack_indexes,
 )
 
@@ -76,3 +77,39 @@ def test_delta_bounds() -> None:
     assert apply_delta(b"", pack_indexes(list(range(9))), 8) is None  # more indexes than chunks
     assert apply_delta(b"", b"\x00\x00\x00", 8) is None  # not whole indexes
     assert apply_delta(b"", pack_indexes([7]), 8) == b"\x80"
+
+
+@given(
+    st.binary(max_size=40),
+    st.integers(1, 300),
+    st.lists(st.integers(0, 299), max_size=150),  # crosses SMALL_DELTA: both paths
+)
+def test_merge_counts_exactly_the_chunks_new_to_the_bitmap(
+    bitmap: bytes, n: int, indexes: list[int]
+) -> None:
+    """A short, long or dirty (bits past n) bitmap, duplicate and repeated indexes: the merge
+    equals the per-bit reference and its count is exactly what the count of the first n
+    bits grew by (the coordinator keeps its cached count by it)."""
+    indexes = [i % n for i in indexes]
+    got = merge_delta(bitmap, pack_indexes(indexes), n)
+    assert got is not None if len(indexes) <= n else got is None
+    if got is None:
+        return
+    merged, added = got
+    want = _reference_bits(bitmap, n)
+    for i in indexes:
+        want[i] = 1
+    assert bits_from_bitmap(merged, n) == want
+    assert len(merged) == (n + 7) // 8
+    assert merged == bitmap_from_bits(want)  # bits past n cleared
+    assert added == sum(want) - count_bits(bitmap, n)
+    assert apply_delta(bitmap, pack_indexes(indexes), n) == merged
+
+
+def test_merge_refuses_an_index_past_n_on_either_path() -> None:
+    for many in (1, 100):
+        assert merge_delta(b"", pack_indexes([0] * many + [300]), 300) is None
+        assert merge_delta(b"", pack_indexes([0] * many + [299]), 300) == (
+            bitmap_from_bits([1] + [0] * 298 + [1]),
+            2,
+        )

@@ -65,7 +65,7 @@ from relgate_agent.coordinator.topology import (
 )
 from relgate_agent.errors import KIND_CHUNK_FAILED, KIND_HOST_FAILED, KIND_NO_SPACE
 from relgate_agent.identity.authz import ready_refusal
-from relgate_agent.staging.storage import apply_delta, count_bits, stripe_resume_blocks
+from relgate_agent.staging.storage import count_bits, merge_delta, stripe_resume_blocks
 
 log = logging.getLogger(__name__)
 
@@ -581,10 +581,11 @@ class ProgressService(CoordinatorCore, HandoffSigning):
             hp.have = bytes(report.have[: (n + 7) // 8])  # a longer one is not kept
             hp.verified = count_bits(hp.have, n)
             return True
-        merged = apply_delta(hp.have, report.verified_delta, n)
+        merged = merge_delta(hp.have, report.verified_delta, n)
         if merged is None:
             return False
-        hp.have, hp.verified = merged, count_bits(merged, n)
+        # the cached count is of hp.have's first n bits: it grows by the chunks new to it
+        hp.have, hp.verified = merged[0], hp.verified + merged[1]
         return hp.verified == report.verified_count
 
     def _accept_ready(self, job: JobState, hp: HostProgress, report: ProgressReport) -> None:

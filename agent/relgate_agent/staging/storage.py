@@ -133,25 +133,50 @@ def pack_indexes(indexes: npt.ArrayLike) -> bytes:
     return np.asarray(indexes, dtype=DELTA_INDEX).tobytes()
 
 
-def apply_delta(bitmap: bytes, delta: bytes, n: int) -> bytes | None:
-    """``bitmap`` (n chunks) with the delta's chunks set; None if the delta is malformed.
+SMALL_DELTA = 64  # indexes merged one by one in Python below this; numpy above
+
+
+def merge_delta(bitmap: bytes, delta: bytes, n: int) -> tuple[bytes, int] | None:
+    """``bitmap`` (n chunks) with the delta's chunks set, and how many of them it did not
+    hold (so a cached count grows by that, without counting the whole bitmap again); None
+    if the delta is malformed.
 
     Hostile input: a length that is not whole indexes, more than ``n`` indexes or an index
-    at or past ``n`` refuses the whole delta (nothing of it is applied).
+    at or past ``n`` refuses the whole delta (nothing of it is applied). Bits of ``bitmap``
+    past ``n`` are not chunks: they are cleared, and the count is of the first ``n`` only.
     """
     size = DELTA_INDEX.itemsize
     if n <= 0 or len(delta) % size or len(delta) // size > n:
         return None
     idx = np.frombuffer(delta, dtype=DELTA_INDEX)
-    if idx.size and int(idx.max()) >= n:
+    small = idx.tolist() if idx.size < SMALL_DELTA else None  # a report's few chunks
+    if (max(small, default=0) if small is not None else int(idx.max(initial=0))) >= n:
         return None
-    out = np.zeros((n + 7) // 8, dtype=np.uint8)
-    head = np.frombuffer(bitmap[: out.size], dtype=np.uint8)
-    out[: head.size] = head
+    out = bytearray((n + 7) // 8)
+    head = bitmap[: len(out)]
+    out[: len(head)] = head
     if n % 8:
-        out[-1] &= (1 << (n % 8)) - 1  # bits past n are not chunks
-    np.bitwise_or.at(out, idx >> 3, np.left_shift(1, idx & 7).astype(np.uint8))
-    return out.tobytes()
+        out[-1] &= (1 << (n % 8)) - 1
+    if small is not None:  # no array round trip
+        added = 0
+        for i in small:
+            bit = 1 << (i & 7)
+            if not out[i >> 3] & bit:
+                out[i >> 3] |= bit
+                added += 1
+        return bytes(out), added
+    bits = _bit_array(bytes(out), n)
+    fresh = np.unique(idx)
+    added = int(fresh.size - np.count_nonzero(bits[fresh]))
+    bits[fresh] = 1
+    return np.packbits(bits, bitorder="little").tobytes(), added
+
+
+def apply_delta(bitmap: bytes, delta: bytes, n: int) -> bytes | None:
+    """``bitmap`` (n chunks) with the delta's chunks set; None if the delta is malformed
+    (see :func:`merge_delta`)."""
+    merged = merge_delta(bitmap, delta, n)
+    return None if merged is None else merged[0]
 
 
 def delta_indexes(old: bytes, new: bytes, n: int) -> bytes:
