@@ -154,6 +154,9 @@ class WatchCursor:
     # stream: a later topology version with the same key changes nothing this host acts on
     # and is not pushed (a splice moves a few dozen hosts, not the 4,096 of the job)
     keys: dict[str, tuple[object, ...]] = field(default_factory=dict)
+    # per job, the topology version its key was last computed or known unmoved at
+    # (coordinator/keydiff.py): a later change that names no host near it skips the key
+    checked: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,11 @@ cursor, and what a host holds is what its cursor was last pushed.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
+import pytest
+from relgate_trust.datacenter import DC_LABEL
 from relgate_trust.job_request import JobSpec
 from relgate_trust.manifest import TrustedKeys
 
@@ -224,5 +227,135 @@ def test_a_change_in_a_hosts_second_job_is_pushed(tmp_path: Path, checkpoint) ->
         assert second.hosts[victim].state == "DEAD" and first.hosts[victim].state != "DEAD"
         (u,) = c.watch_updates([cursors[kid]])
         assert u is not None and [a.job_id for a in u.assignments] == [second.job_id]
+    finally:
+        c.store.close()
+
+
+def _random_walk(tmp_path: Path, checkpoint, seed: int, dcs: bool) -> tuple[int, int]:
+    """Deaths, rejoins (some on new addresses), address changes (some moved and back before
+    the next version), quarantines, and passes left out (cursors several versions behind),
+    at random: after every pass each host acts on what the coordinator would assign it
+    now, though only the hosts a change moved had their keys computed (keydiff.py).
+    Returns (keys computed, keys skipped) over the walk."""
+    rng = random.Random(seed)
+    now = [1000.0]
+    hosts = {f"h{i:02d}": f"r{i % 5}" for i in range(40)}
+    c = Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / f"w{seed}.sqlite"),
+            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
+            dead_after_s=6.0,
+            mass_silence_fraction=0.5,
+        ),
+        clock=lambda: now[0],
+    )
+    try:
+        for i, (h, r) in enumerate(hosts.items()):
+            c.enroll(h, r, {"pool": "x", **({DC_LABEL: f"dc{i % 2}"} if dcs else {})})
+            c.heartbeat(h, r, f"10.0.0.{h[1:]}:1", [])
+        job = _job(c, checkpoint, hosts)
+        fleet = Fleet(c, job)
+        readdressed_at: int | None = None  # the version when an address last changed
+        for _ in range(30):
+            if _step(c, job, fleet, rng, now) and readdressed_at is None:
+                readdressed_at = job.topology.version
+            for h in set(fleet.cursors) - set(job.topology.racks):  # spliced out: its
+                del fleet.cursors[h]  # watch ended with its process
+            if rng.random() < 0.3:
+                continue  # no pass: the next one finds cursors several versions behind
+            fleet.pass_()
+            # an address alone is not news (its peers hear it with the next version)
+            if readdressed_at is None or job.topology.version > readdressed_at:
+                fleet.assert_current()
+                readdressed_at = None
+        return c.keys_computed, c.keys_skipped
+    finally:
+        c.store.close()
+
+
+def _step(
+    c: Coordinator, job: JobState, fleet: Fleet, rng: random.Random, now: list[float]
+) -> None:
+    """One random change to the fleet (see _random_walk)."""
+    gone = {h for h, hp in job.hosts.items() if hp.state in ("DEAD", "QUARANTINED")}
+    alive = sorted(h for h in job.topology.racks if h not in gone)
+    op = rng.choice(["die", "die", "rejoin", "readdress", "flap", "quarantine"])
+    if op == "die" and len(alive) > 20:
+        victim = rng.choice(alive)
+        now[0] += 6.5
+        for h in alive:
+            if h != victim:
+                c.report_progress(job.job_id, h, ProgressReport())
+        c.tick()
+    elif op == "rejoin" and any(job.hosts[h].state == "DEAD" for h in gone):
+        back = rng.choice(sorted(h for h in gone if job.hosts[h].state == "DEAD"))
+        port = rng.choice([2, 3])  # the same address as before, or a new one
+        c.register(job.job_id, back, job.targets[back], b"", 1 << 40, f"10.0.1.{back[1:]}:{port}")
+        fleet.cursors[back] = WatchCursor(back)
+    elif op in ("readdress", "flap") and alive:
+        h = rng.choice(alive)
+        was = job.hosts[h].address
+        moved = f"10.7.7.{rng.randrange(99)}:9"
+        c.report_progress(job.job_id, h, ProgressReport(data_address=moved))
+        if op == "flap":  # a pass now computes keys naming the moved address; then back
+            fleet.pass_()
+            c.report_progress(job.job_id, h, ProgressReport(data_address=was))
+        return True
+    elif op == "quarantine" and len(alive) > 20:
+        chain = job.topology.stripes[0]
+        victim = next((h for h in alive if any(k in alive for k in chain.children(h))), None)
+        if victim is not None:
+            kid = next(k for k in chain.children(victim) if k in alive)
+            other = next(h for h in alive if h not in (victim, kid))
+            c.report_suspect(job.job_id, kid, victim, "BAD_DATA", 0)
+            c.report_suspect(job.job_id, other, victim, "BAD_DATA", 1)
+    return False
+
+
+@pytest.mark.parametrize(("seed", "dcs"), [(1, False), (2, True), (3, False), (4, True)])
+def test_a_random_walk_of_changes_keeps_every_host_current(
+    tmp_path: Path, checkpoint, seed: int, dcs: bool
+) -> None:
+    computed, skipped = _random_walk(tmp_path, checkpoint, seed, dcs)
+    assert computed > 0 and skipped > 0  # both ways taken (40 hosts: a splice moves many)
+
+
+def test_a_death_in_a_large_fleet_computes_only_the_keys_it_moved(
+    tmp_path: Path, checkpoint
+) -> None:
+    """400 hosts, 4 stripes: one death moves its neighbourhood in each stripe; the pass
+    computes those hosts' keys and skips the rest, and every host still holds what it
+    would be assigned now."""
+    now = [1000.0]
+    hosts = {f"h{i:03d}": f"r{i % 20}" for i in range(400)}
+    c = Coordinator(
+        CoordinatorConfig(
+            db=str(tmp_path / "big.sqlite"),
+            trusted_keys=TrustedKeys.load(checkpoint["trusted"]),
+            dead_after_s=6.0,
+        ),
+        clock=lambda: now[0],
+    )
+    try:
+        for h, r in hosts.items():
+            c.enroll(h, r, {"pool": "x"})
+            c.heartbeat(h, r, f"10.0.{h[1]}.{h[2:]}:1", [])
+        job = _job(c, checkpoint, hosts)
+        fleet = Fleet(c, job)
+        chain = job.topology.stripes[0]
+        victim = next(h for h in chain.order if chain.children(h) and chain.parent.get(h))
+        now[0] += 6.5
+        for h in hosts:
+            if h != victim:
+                c.report_progress(job.job_id, h, ProgressReport())
+        c.tick()
+        assert job.hosts[victim].state == "DEAD"
+        del fleet.cursors[victim]
+        before = c.keys_computed, c.keys_skipped
+        pushed = fleet.pass_()
+        computed, skipped = c.keys_computed - before[0], c.keys_skipped - before[1]
+        assert computed + skipped == len(hosts) - 1
+        assert pushed and computed < 60 and skipped > 300
+        fleet.assert_current()
     finally:
         c.store.close()

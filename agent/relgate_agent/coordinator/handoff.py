@@ -520,8 +520,10 @@ class HandoffService(ProgressService):
             u = job.hosts.get(up)
             return up not in silent and (u is None or not u.demoted or h in u.accused_by)
 
+        # most hosts have no witness: no generator and set built for them (4,096 a judgment)
         return {
-            h: frozenset(u for u in hp.slow_with if witnesses(h, u)) for h, hp in moving.items()
+            h: frozenset(u for u in hp.slow_with if witnesses(h, u)) if hp.slow_with else NONE
+            for h, hp in moving.items()
         }
 
     def _demote_slow(self, job: JobState, now: float) -> None:
@@ -564,6 +566,9 @@ class HandoffService(ProgressService):
 MASS_SILENCE_MIN = 8  # fewer silent hosts at once are never a mass silence
 MASS_SILENCE_WINDOW = 2.0  # x --dead-after: splices this recent count with the silent
 MASS_SILENCE_PATIENCE = 5.0  # x --dead-after: held, a host this long silent is spliced
+
+
+NONE: frozenset[str] = frozenset()
 
 
 def _rates_due(job: JobState) -> bool:

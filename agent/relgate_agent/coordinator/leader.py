@@ -36,6 +36,7 @@ from relgate_agent.coordinator.jobstate import (
     NotLeader,
     Rejected,
 )
+from relgate_agent.coordinator.keydiff import KeyLog, Place
 from relgate_agent.coordinator.ledger import Ledger
 from relgate_agent.coordinator.metrics import SPLICE_DEAD, CoordinatorMetrics
 from relgate_agent.coordinator.outbox import EVENT_COMPLETE, Post
@@ -80,6 +81,15 @@ class CoordinatorCore:
         # host -> when its last watch ended (a reopening agent is between two streams)
         self.watch_ended: dict[str, float] = {}
         self._indexes: dict[str, TopologyIndex] = {}  # job -> lookups of its topology
+        # job -> the topology indexed last and the diffs of its versions (keydiff.py)
+        self._indexed: dict[str, Topology] = {}
+        self._keylogs: dict[str, KeyLog] = {}
+        # address changes, counted (_readdress): host -> the count at its last change
+        self.place_moves = 0
+        self.moved_at: dict[str, int] = {}
+        # watch passes: push keys computed, and known unmoved (keydiff.py) so not computed
+        self.keys_computed = 0
+        self.keys_skipped = 0
         self._peers: dict[str, PeerRef] = {}  # host -> how assignments name it (_peer)
         # host -> (inventory row as last written, when): heartbeats skip unchanged rows
         self._inventory_written: dict[str, tuple[tuple[object, ...], float]] = {}
@@ -138,7 +148,7 @@ class CoordinatorCore:
         """Load ``rows`` into memory (the caller holds the lock); a job that cannot be
         resumed is FAILED."""
         for host_id, _rack, _labels, address in self.store.hosts():
-            self.addresses[host_id] = address
+            self._readdress(host_id, address)
         for row in rows:
             try:
                 self.jobs[row.job_id] = self._load_job(row, envelopes[row.job_id])
@@ -390,10 +400,25 @@ class CoordinatorCore:
         self.store.save_figures(job.job_id, {**self._figures(job), "failure": error})
         self.changed.notify_all()
 
-    def _peer(self, job: JobState, host: str) -> PeerRef:
+    def _readdress(self, host: str, address: str, hp: HostProgress | None = None) -> None:
+        """``host`` is at ``address`` now (and so is ``hp``, its place in one job): every
+        change is counted, so a watch pass knows whose peers to tell even when an address
+        moved and came back between two topology versions (keydiff.py)."""
+        if self.addresses.get(host) != address or (hp is not None and hp.address != address):
+            self.place_moves += 1
+            self.moved_at[host] = self.place_moves
+        self.addresses[host] = address
+        if hp is not None:
+            hp.address = address
+
+    def _place(self, job: JobState, host: str) -> Place:
+        """Where ``host``'s peers are told it is: (address, rack, DC) (keydiff.py)."""
         hp = job.hosts.get(host)
         address = (hp.address if hp else "") or self.addresses.get(host, "")
-        rack = hp.rack if hp else ""
+        return address, (hp.rack if hp else ""), job.topology.dc(host)
+
+    def _peer(self, job: JobState, host: str) -> PeerRef:
+        address, rack, _ = self._place(job, host)
         # the same reference while the host's address and rack stay: a push to every host
         # of a 4,096-host job names ~32 peers each (building them was 60 % of a pass)
         ref = self._peers.get(host)

@@ -50,6 +50,7 @@ from relgate_agent.coordinator.jobstate import (
     parse_selector,
     selector_matches,
 )
+from relgate_agent.coordinator.keydiff import KeyLog
 from relgate_agent.coordinator.leader import CoordinatorCore
 from relgate_agent.coordinator.metrics import (
     SPLICE_DEMOTED,
@@ -132,7 +133,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
             self._inventory_written[host_id] = (seen, now)
         with self.lock:
             self.require_leader()
-            self.addresses[host_id] = address
+            self._readdress(host_id, address)
             for job in self.jobs.values():  # heard from by this leader (failover.py)
                 if (hp := job.hosts.get(host_id)) is not None:
                     hp.reported = True
@@ -215,9 +216,17 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         host acts on (its push key differs from the last one pushed on this stream)."""
         plans = []
         for j in jobs:
-            if j.topology.version <= cur.versions.get(j.job_id, 0):
+            version = j.topology.version
+            if version <= cur.versions.get(j.job_id, 0):
+                continue
+            self._index(j)  # the job's key log up to this version
+            if self._key_unmoved(j, cur):  # most hosts, after a splice: nothing to compute
+                cur.checked[j.job_id] = version
+                self.keys_skipped += 1
                 continue
             key = self.push_key(j, cur.host_id)
+            self.keys_computed += 1
+            cur.checked[j.job_id] = version
             if cur.keys.get(j.job_id) != key:  # never pushed on this stream, or changed
                 cur.keys[j.job_id] = key
                 plans.append(self._assignment(j, cur.host_id))
@@ -342,13 +351,13 @@ class ProgressService(CoordinatorCore, HandoffSigning):
             if hp.removed:
                 raise NotFound(f"host {host_id} was removed from job {job_id}: {hp.removed}")
             moved = bool(address) and address != hp.address
-            hp.rack, hp.address = rack or hp.rack, address or hp.address
+            hp.rack = rack or hp.rack
+            self._readdress(host_id, address or hp.address, hp)
             hp.have = bytes(have[: (job.manifest.num_chunks + 7) // 8])  # bounded: hostile length
             hp.verified = count_bits(hp.have, job.manifest.num_chunks)
             hp.last_seen, hp.reported = self.clock(), True
             hp.registrations += 1
             job.registrations += 1
-            self.addresses[host_id] = hp.address
             if hp.state in ("DEAD", "PENDING") and not hp.ready:
                 hp.state = "TRANSFERRING"
             if not hp.ready and hp.state != QUARANTINED and host_id not in job.topology.racks:
@@ -412,15 +421,51 @@ class ProgressService(CoordinatorCore, HandoffSigning):
 
     # ------------------------------------------------------------------ assignment
     def _index(self, job: JobState) -> TopologyIndex:
+        """The lookups of the job's topology, built once per version; building one also logs
+        which hosts' push keys the change from the last one may have moved (keydiff.py)."""
         idx = self._indexes.get(job.job_id)
         if idx is None or idx.version != job.topology.version:
-            new = self._indexes[job.job_id] = index_topology(job.topology)
+            topo = job.topology
+            new = self._indexes[job.job_id] = index_topology(topo)
+            places = {h: self._place(job, h) for h in topo.racks}
+            log = self._keylogs.setdefault(job.job_id, KeyLog())
+            before = self._indexed.get(job.job_id)
+            if idx is not None and before is not None and before.version == idx.version:
+                readdressed = {h for h, n in self.moved_at.items() if n > log.moves_seen}
+                log.record(before, idx, topo, new, places, readdressed)
+            else:
+                log.start(places)
+            log.moves_seen = self.place_moves
+            self._indexed[job.job_id] = topo
             if idx is not None and members_changed(
                 idx.members, new.members, lambda h: _dead(job, h)
             ):
                 job.members_gen += 1
             idx = new
         return idx
+
+    def _key_head(self, job: JobState, host_id: str) -> tuple[object, ...]:
+        """What a push key holds beside the stripes: the job's state, member generation and
+        leader epoch, and the host's Registers (read after :meth:`_index`)."""
+        hp = job.hosts.get(host_id)
+        return (
+            job.state,
+            job.members_gen,
+            hp.registrations if hp else 0,
+            self.epoch_of(job.job_id),
+        )
+
+    def _key_unmoved(self, job: JobState, cur: WatchCursor) -> bool:
+        """Whether the key last pushed on ``cur`` is still the host's: the head is the same
+        and no topology change since the version it was last checked at moved the host."""
+        pushed, since = cur.keys.get(job.job_id), cur.checked.get(job.job_id)
+        if pushed is None or since is None:
+            return False
+        head = self._key_head(job, cur.host_id)
+        if pushed[: len(head)] != head:
+            return False
+        log = self._keylogs.get(job.job_id)
+        return log is not None and log.unmoved(cur.host_id, since, job.topology.version)
 
     def push_key(self, job: JobState, host_id: str) -> tuple[object, ...]:
         """Everything of ``host_id``'s assignment it acts on, but the topology version and
@@ -429,16 +474,10 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         and the host's Registers. Equal keys: the newer version is not pushed to this host
         (its held assignment says the same; its peers' versions may run ahead of it, and
         the data plane's member checks allow every pair the key leaves unchanged)."""
-        hp = job.hosts.get(host_id)
-        head = (
-            job.state,
-            job.members_gen,
-            hp.registrations if hp else 0,
-            self.epoch_of(job.job_id),
-        )
+        idx = self._index(job)  # first: a new index may move the member generation
+        head = self._key_head(job, host_id)
         if host_id not in job.topology.racks:
             return head
-        idx = self._index(job)
         return (*head, *(self._stripe_peers(job, idx, s, host_id) for s in range(job.stripes)))
 
     def _stripe_peers(self, job: JobState, idx: TopologyIndex, s: int, host: str) -> StripePeers:
@@ -556,8 +595,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
         )
         hp.bypassed = tuple(sorted(s for s in bypassed if 0 <= s < job.stripes))
         if report.data_address:
-            hp.address = report.data_address
-            self.addresses[hp.host_id] = hp.address
+            self._readdress(hp.host_id, report.data_address, hp)
         for e in report.errors:
             hp.errors.append(e)
             # no hangs: a chunk that failed N times from the origin / every peer ends the
