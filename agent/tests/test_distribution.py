@@ -235,6 +235,13 @@ def test_dead_host_spliced_out_and_others_finish(cluster: Cluster, checkpoint) -
     # the loop's own lag is probed and every sweep tick timed while the job ran (seconds)
     assert scraped[("relgate_coordinator_loop_lag_seconds_count", ())] >= 10
     assert scraped[("relgate_coordinator_tick_duration_seconds_count", ())] >= 10
+    assert (
+        sum(
+            scraped.get(("relgate_coordinator_gc_pause_seconds_count", (("generation", g),)), 0)
+            for g in "012"
+        )
+        > 0
+    )  # the job's reports made garbage: collections were timed
 
 
 def test_coordinator_stopped_mid_transfer_chains_finish(cluster: Cluster, checkpoint) -> None:

@@ -28,8 +28,9 @@ relgate_coordinator_job_topology_version{job}          the job's current topolog
 
 from __future__ import annotations
 
+import time
 from collections import Counter as Tally
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -101,6 +102,14 @@ class CoordinatorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.gc_pause = Histogram(
+            "relgate_coordinator_gc_pause_seconds",
+            "Pauses of Python's cyclic garbage collector in the coordinator process, by "
+            "generation: every thread, the RPC loop included, waits them out",
+            ["generation"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.splices = Counter(
             "relgate_coordinator_splices",
             "Hosts moved out of their place in the chains, by reason",
@@ -119,6 +128,22 @@ class CoordinatorMetrics:
             registry=self.registry,
         )
         self.endpoint = MetricsEndpoint(self.registry)
+
+    def time_gc(self) -> Callable[[str, dict[str, int]], None]:
+        """A ``gc.callbacks`` entry observing each collection's pause into gc_pause (the
+        caller adds it, and removes it when the coordinator stops)."""
+        started = [0.0]
+        pauses = [self.gc_pause.labels(str(g)) for g in range(3)]
+
+        def timed(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                started[0] = time.perf_counter()
+            elif started[0]:
+                pauses[min(int(info.get("generation", 2)), 2)].observe(
+                    time.perf_counter() - started[0]
+                )
+
+        return timed
 
     def watch(self, coord: CoordinatorView) -> None:
         """Read ``coord``'s state at every scrape."""

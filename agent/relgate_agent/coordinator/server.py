@@ -9,6 +9,8 @@ watch hub (:mod:`.watchhub`) pushes job and assignment changes to every stream i
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import random
 import threading
@@ -751,6 +753,7 @@ class CoordinatorServer:
         )
         self.server: grpc.aio.Server | None = None
         self._lag_probe: asyncio.Task[None] | None = None
+        self._gc_timer = self.coordinator.metrics.time_gc()  # in gc.callbacks while serving
         self._loop_thread.start()
         try:
             # binding happens here, so a port in use is the constructor's error, as before
@@ -829,6 +832,7 @@ class CoordinatorServer:
         self.hub.start()
         self.coordinator.changed.subscribe(self.hub.poke_threadsafe)
         self._lag_probe = asyncio.create_task(self._probe_lag())
+        gc.callbacks.append(self._gc_timer)
         await self.server.start()
         if self.enroll_server is not None:
             await self.enroll_server.start()
@@ -875,6 +879,8 @@ class CoordinatorServer:
     async def _shutdown(self, grace: float) -> None:
         if self._lag_probe is not None:
             self._lag_probe.cancel()
+        with contextlib.suppress(ValueError):  # never started
+            gc.callbacks.remove(self._gc_timer)
         await self.hub.stop("coordinator shutting down")
         if self.server is not None:
             await self.server.stop(grace)
