@@ -91,6 +91,8 @@ class FailoverStub:
         self.current = 0
         self.routes: dict[str, int] = {}  # job -> the replica (index) that leads it
         self._lock = threading.Lock()
+        self._warming: list[grpc.Future] = []  # warm(): connections opening to standbys
+        self._warm = False  # warm() was asked for: a reload warms its new channels too
 
     def _channel(self, address: str, creds: grpc.ChannelCredentials) -> grpc.Channel:
         return grpc.secure_channel(address, creds, options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS)
@@ -108,6 +110,8 @@ class FailoverStub:
             self.tls = tls
             self.retired += self.channels
             self.channels, self.stubs = channels, stubs
+        if self._warm:
+            self.warm()
 
     def replica(self, address: str) -> int:
         """The index of the replica at ``address``, a channel opened to it when new."""
@@ -190,6 +194,21 @@ class FailoverStub:
             if self.current == i:
                 self.current = (i + 1) % len(self.stubs)
 
+    def warm(self) -> None:
+        """Open the connections to the replicas not in use now (mutual TLS, then idle with
+        keepalive pings): when the leader dies, the next call goes to the new one on an
+        open connection, and a fleet's handshakes do not all land on it at the takeover."""
+        with self._lock:
+            standby = [c for i, c in enumerate(self.channels) if i != self.current]
+            done, self._warming = self._warming, []
+        for ready in done:  # a reload's retired channels: not waited on any more
+            ready.cancel()
+        self._warm = True
+        for channel in standby:
+            self._warming.append(grpc.channel_ready_future(channel))
+
     def close(self) -> None:
+        for ready in self._warming:
+            ready.cancel()
         for c in [*self.retired, *self.channels]:
             c.close()

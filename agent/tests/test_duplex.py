@@ -312,3 +312,36 @@ def test_a_stream_the_server_ended_fails_the_next_send(replicas: Any) -> None:
     with pytest.raises(StreamEnded):
         duplex.send(req(2))
     assert duplex._call is None  # the next call opens a new stream
+
+
+def _states(channel: grpc.Channel) -> list[grpc.ChannelConnectivity]:
+    """The channel's connectivity as it changes (watched without asking it to connect)."""
+    seen: list[grpc.ChannelConnectivity] = []
+    channel.subscribe(seen.append, try_to_connect=False)
+    return seen
+
+
+def _until(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not pred() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return pred()
+
+
+def test_warm_connects_the_standby_replica_before_any_call(replicas: Any, pki: Path) -> None:
+    """warm() opens the mutual-TLS connection to the replica not in use, with no call on it,
+    and again on the channels a reload (a renewed certificate) put in place."""
+    duplex, _ = replicas(echo, echo)
+    stub = duplex.stub
+    standby = _states(stub.channels[1])
+    time.sleep(0.3)
+    assert grpc.ChannelConnectivity.READY not in standby  # lazy until asked
+    stub.warm()
+    assert _until(lambda: grpc.ChannelConnectivity.READY in standby)
+    current = _states(stub.channels[0])
+    time.sleep(0.3)
+    assert grpc.ChannelConnectivity.READY not in current  # only the standby is warmed
+    stub.reload(TlsFiles.from_pki(pki, "h00"))
+    renewed = _states(stub.channels[1])
+    assert _until(lambda: grpc.ChannelConnectivity.READY in renewed)
+    assert duplex.exchange(req(1), timeout=5).topology_version == 1

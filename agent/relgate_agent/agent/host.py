@@ -282,6 +282,7 @@ class HostAgent:
             self.replicas.start()
         else:
             self._watch.start()
+            self.stub.warm()  # a takeover finds its connection to the replica open
         self._stats.start()
         self.renewer.start()
         self.crl.start()
