@@ -37,7 +37,7 @@ from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import GRPC_CLIENT_OPTIONS, QUIET_REPORTS
-from relgate_agent.staging.storage import bitmap_from_bits, delta_indexes
+from relgate_agent.staging.storage import bitmap_from_bits, pack_indexes
 
 RPC_TIMEOUT_S = 10.0
 
@@ -76,9 +76,13 @@ class SimHost:
         rng = random.Random(host)
         self.rng = rng
         gen = np.random.default_rng(rng.getrandbits(32))
-        self.bits = (gen.random(self.n) < 0.1).astype(np.uint8)  # ~10% held already
-        self.count = int(self.bits.sum())
-        self.acked: bytes | None = None
+        # ~10% held already; a bytearray: a numpy scalar per chunk costs more than the rest
+        self.bits = bytearray((gen.random(self.n) < 0.1).astype(np.uint8).tobytes())
+        self.count = sum(self.bits)
+        # the coordinator holds this host's bitmap up to the last report it took (as the
+        # agent's acknowledged base); ``fresh``: the chunks verified since (the next delta)
+        self.acked = False
+        self.fresh: set[int] = set()
         self.assignments = Assignments()
         self.max_applied = 0
         self.fig = HostFigures()
@@ -106,6 +110,7 @@ class SimHost:
         self.news: list[pb.ReportProgressResponse] = []
         self.wake = asyncio.Event()  # news to act on: the next report goes at once
         self.plan = Plan(Path(spec["plan"]))  # replaced by the shared one in run()
+        self.warming: asyncio.Task[None] | None = None  # warm_replicas, once registered
 
     def held_chains(self) -> dict[str, list[object]]:
         """Per stripe (a string key: JSON) the upstream and downstreams it holds."""
@@ -193,14 +198,18 @@ class SimHost:
                 await asyncio.sleep(self.rng.uniform(0.5, 1.5))
 
     def _bitmap(self) -> bytes:
-        return bitmap_from_bits(self.bits.tobytes())  # the agent's wire layout
+        return bitmap_from_bits(self.bits)  # the agent's wire layout
 
-    def _progress(self) -> tuple[pb.ReportProgressRequest, bytes]:
+    def _progress(self) -> pb.ReportProgressRequest:
+        """The next report: the whole bitmap without a base, else the delta since the base
+        (the same bytes as the agent's ``delta_indexes``, kept as a set: that diff of two
+        12,500-bit bitmaps was most of the generator's cost of a report)."""
         for _ in range(int(self.spec["chunks_per_report"])):
             c = self.rng.randrange(self.n)
-            self.count += 1 - int(self.bits[c])
-            self.bits[c] = 1
-        have = self._bitmap()
+            if not self.bits[c]:
+                self.bits[c] = 1
+                self.count += 1
+                self.fresh.add(c)
         req = pb.ReportProgressRequest(
             job_id=self.job_id,
             host_id=self.host,
@@ -213,12 +222,12 @@ class SimHost:
             data_address=f"{self.host}.sim:7070",
             manifest_digest=self.manifest_digest,
         )
-        if self.acked is None:
-            req.have = have
+        if not self.acked:
+            req.have = self._bitmap()
         else:
-            req.verified_delta = delta_indexes(self.acked, have, self.n)
+            req.verified_delta = pack_indexes(sorted(self.fresh))
             req.verified_count = self.count
-        return req, have
+        return req
 
     async def _report(
         self, req: pb.ReportProgressRequest, quiet: bool
@@ -302,16 +311,16 @@ class SimHost:
             actions = {a for n in news for a in n.actions}
             if "FULL_PROGRESS" in actions:  # as the agent: this report carries it
                 self.fig.full_asked += 1
-                self.acked, asked = None, True
+                self.acked, asked = False, True
             if "REREGISTER" in actions:
                 await self.register()
-            req, have = self._progress()
+            req = self._progress()
             quiet = not (answer_next or quiet_run >= QUIET_REPORTS)
             try:
                 resp = await self._report(req, quiet)
             except (grpc.aio.AioRpcError, ReportFailed):
                 self.fig.report_errors += 1
-                self.acked = None  # as the agent does: the whole bitmap to a new leader
+                self.acked = False  # as the agent does: the whole bitmap to a new leader
                 asked = answer_next = True
                 failures += 1  # and again soon, as the agent does (ControlPlane.report_loop)
                 delay = min(interval, REPORT_RETRY.delay(failures))
@@ -326,19 +335,29 @@ class SimHost:
             answer_next = False
             if resp is not None and "FULL_PROGRESS" in resp.actions:
                 self.fig.full_asked += 1
-                self.acked = None
+                self.acked = False
                 asked = True
                 continue  # at once, as the agent does: the new leader rebuilds now
             if asked and req.have:
                 self.fig.full_accepted_at.append(time.time())
                 asked = False
-            self.acked = have
+            self.acked = True
+            self.fresh.clear()  # taken: no report since changed the bits (one loop)
             if resp is not None and "REREGISTER" in resp.actions:
                 await self.register()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):  # a timer, not a task per wait
                     await self.wake.wait()
             self.wake.clear()
+
+    async def warm_replicas(self) -> None:
+        """Connect (mutual TLS) to the replicas not in use, at a random moment of the first
+        report interval, as the agent does: a takeover then finds every connection open,
+        not 4,096 handshakes landing on the new leader at once."""
+        await asyncio.sleep(self.rng.uniform(0, float(self.spec["interval_s"])))
+        for i, channel in enumerate(self.channels):
+            if i != self.current:
+                channel.get_state(try_to_connect=True)
 
     async def run(self, plan: Plan) -> None:
         self.plan = plan
@@ -351,6 +370,8 @@ class SimHost:
                     await asyncio.wait_for(self.job_seen.wait(), 1.0)
             await self.register()
             self.registered = time.time() < plan.end
+            if self.spec.get("warm_replicas", True):
+                self.warming = asyncio.create_task(self.warm_replicas())
             await self.report_loop(plan)
         finally:
             # at its death a host vanishes like a killed process (no goodbye); at the end

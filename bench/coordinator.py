@@ -392,7 +392,11 @@ def _cores(groups: dict[str, list[int]], until: float) -> dict[str, float]:
     return {k: round((_cpu_seconds(p) - cpu0[k]) / wall, 3) for k, p in groups.items()}
 
 
-OWN = ("relgate_coordinator_loop_lag_seconds", "relgate_coordinator_tick_duration_seconds")
+OWN = (
+    "relgate_coordinator_loop_lag_seconds",
+    "relgate_coordinator_tick_duration_seconds",
+    "relgate_coordinator_gc_pause_seconds",
+)
 
 
 def _own(base: Path, name: str) -> dict[str, Histogram] | None:
@@ -407,12 +411,14 @@ def _window(
     first: dict[str, Histogram] | None, last: dict[str, Histogram] | None
 ) -> dict[str, Any]:
     """What a coordinator's histograms took in between two scrapes: how late its RPC loop
-    woke (every report waits at least that) and how long its sweep ticks held the lock."""
+    woke (every report waits at least that), how long its sweep ticks held the lock, and
+    its garbage collector's pauses (every thread waits them out)."""
     if first is None or last is None:
         return {"error": "metrics not scraped"}
     return {
         "loopLag": last[OWN[0]].minus(first[OWN[0]]).figures(),
         "tick": last[OWN[1]].minus(first[OWN[1]]).figures(),
+        "gcPause": last[OWN[2]].minus(first[OWN[2]]).figures(),  # every generation
     }
 
 
