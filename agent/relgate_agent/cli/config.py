@@ -25,6 +25,7 @@ import click
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from relgate_agent.errors import AgentError
+from relgate_agent.gcpolicy import DAEMON_DEFAULT
 from relgate_agent.logctx import LogFormat
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -95,6 +96,8 @@ class CoordinatorFileConfig(_Shared):
     #: sign agents' certificate renewals with this CA (docs/agent-renewal.md)
     ca_dir: str = ""
     renew_validity: float = 72.0
+    #: garbage-collector thresholds "GEN0,GEN1,GEN2" or "python" (relgate_agent/gcpolicy.py)
+    gc_threshold: str = DAEMON_DEFAULT
 
 
 class AgentFileConfig(_Shared):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from relgate_agent import gcpolicy
 from relgate_agent.cli.config import AgentFileConfig, CoordinatorFileConfig, config_option
 from relgate_agent.cli.params import (
     LABELS,
@@ -109,9 +110,18 @@ def coordinator() -> None:
     default=72.0,
     help="hours a renewed host certificate is valid",
 )
+@click.option(
+    "--gc-threshold",
+    default=gcpolicy.DAEMON_DEFAULT,
+    show_default=True,
+    callback=lambda _ctx, _param, value: gcpolicy.parse_threshold(value),
+    help='garbage-collector thresholds GEN0,GEN1,GEN2 ("python": 700,10,10); the start-up'
+    " heap is frozen once serving (relgate_agent/gcpolicy.py)",
+)
 @tls_options
 def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     *,
+    gc_threshold: tuple[int, int, int],
     ca_dir: str,
     renew_validity: float,
     log_format: LogFormat,
@@ -170,6 +180,7 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
         enroll_listen=enroll_listen,
         renewals=_renewals(ca_dir, renew_validity, tls.ca),
     ).start()
+    gcpolicy.apply(gc_threshold)  # serving: the start-up heap is frozen from here
     if address_file:
         Path(address_file).write_text(server.address)
     out.emit(
