@@ -31,7 +31,7 @@ def test_anything_else_is_a_usage_error_never_a_crash(text: str) -> None:
 
 def test_the_named_values() -> None:
     assert parse_threshold("python") == PYTHON_DEFAULT
-    assert parse_threshold(DAEMON_DEFAULT) == (50_000, 50, 100)
+    assert parse_threshold(DAEMON_DEFAULT) == (10_000, 10, 100)
     for bad in ("1,2", "0,10,10", "-1,10,10", "a,b,c", "", "1,2,3,4"):
         with pytest.raises(click.BadParameter):
             parse_threshold(bad)
