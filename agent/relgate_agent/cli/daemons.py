@@ -28,7 +28,9 @@ from relgate_agent.identity import certpair
 from relgate_agent.staging.direct import BUFFERED, MODES
 
 if TYPE_CHECKING:
+    from relgate_agent.cli.params import Output
     from relgate_agent.coordinator.renewal import Renewals
+    from relgate_agent.coordinator.server import CoordinatorServer
     from relgate_agent.dataplane.transport import DataPlaneLimits
     from relgate_agent.logctx import LogFormat
 
@@ -181,6 +183,18 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
         renewals=_renewals(ca_dir, renew_validity, tls.ca),
     ).start()
     gcpolicy.apply(gc_threshold)  # serving: the start-up heap is frozen from here
+    _serving(out, server, address_file)
+    coord = server.coordinator
+    trust.start(lambda keys: setattr(coord, "config", replace(coord.config, trusted_keys=keys)))
+    try:
+        wait_for_signal()
+    finally:
+        trust.stop()
+        server.stop()
+
+
+def _serving(out: Output, server: CoordinatorServer, address_file: str) -> None:
+    """Where the serving coordinator listens: the address file, and one line on stdout."""
     if address_file:
         Path(address_file).write_text(server.address)
     out.emit(
@@ -193,13 +207,6 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
         }
     )
     sys.stdout.flush()
-    coord = server.coordinator
-    trust.start(lambda keys: setattr(coord, "config", replace(coord.config, trusted_keys=keys)))
-    try:
-        wait_for_signal()
-    finally:
-        trust.stop()
-        server.stop()
 
 
 def _renewals(ca_dir: str, validity_h: float, fleet_ca: Path) -> Renewals | None:
