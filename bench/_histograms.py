@@ -62,9 +62,12 @@ class Histogram:
         }
 
 
-def scrape(address: str, names: tuple[str, ...]) -> dict[str, Histogram]:
+def scrape(
+    address: str, names: tuple[str, ...], where: dict[str, dict[str, str]] | None = None
+) -> dict[str, Histogram]:
     """The named histograms from ``http://address/metrics`` (absent ones: empty; one with
-    labels summed over them)."""
+    labels summed over them, or over the samples whose labels include ``where[name]``)."""
+    where = where or {}
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=SCRAPE_TIMEOUT_S) as r:
         text = r.read().decode()
     found: dict[str, Histogram] = {}
@@ -74,7 +77,10 @@ def scrape(address: str, names: tuple[str, ...]) -> dict[str, Histogram]:
         # a labelled histogram is summed over its labels (e.g. every GC generation)
         buckets: dict[float, float] = {}
         count = total = 0.0
+        wanted = where.get(family.name, {}).items()
         for s in family.samples:
+            if not wanted <= s.labels.items():
+                continue
             if s.name.endswith("_bucket"):
                 le = float(s.labels["le"])
                 buckets[le] = buckets.get(le, 0.0) + s.value

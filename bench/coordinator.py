@@ -396,13 +396,17 @@ OWN = (
     "relgate_coordinator_loop_lag_seconds",
     "relgate_coordinator_tick_duration_seconds",
     "relgate_coordinator_gc_pause_seconds",
+    "relgate_coordinator_rpc_duration_seconds",
 )
+
+
+OWN_WHERE = {"relgate_coordinator_rpc_duration_seconds": {"method": "ReportStream"}}
 
 
 def _own(base: Path, name: str) -> dict[str, Histogram] | None:
     """Coordinator ``name``'s own histograms now (None if its /metrics does not answer)."""
     try:
-        return scrape((base / f"{name}.metrics").read_text(), OWN)
+        return scrape((base / f"{name}.metrics").read_text(), OWN, OWN_WHERE)
     except OSError:
         return None
 
@@ -419,6 +423,8 @@ def _window(
         "loopLag": last[OWN[0]].minus(first[OWN[0]]).figures(),
         "tick": last[OWN[1]].minus(first[OWN[1]]).figures(),
         "gcPause": last[OWN[2]].minus(first[OWN[2]]).figures(),  # every generation
+        # a streamed report's handler time, the wait for the lock (or its batch) included
+        "reportHandler": last[OWN[3]].minus(first[OWN[3]]).figures(),
     }
 
 

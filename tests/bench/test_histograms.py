@@ -72,9 +72,12 @@ def test_a_labelled_histogram_is_summed_over_its_labels() -> None:
     server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
     try:
         got = scrape(f"127.0.0.1:{port}", ("gc_seconds",))["gc_seconds"]
+        where = {"gc_seconds": {"generation": "2"}}
+        only2 = scrape(f"127.0.0.1:{port}", ("gc_seconds",), where)["gc_seconds"]
     finally:
         server.shutdown()
         server.server_close()
         thread.join(5)
     assert (got.count, got.total) == (2, 0.5005)
     assert got.quantile(0.5) == 0.001 and got.quantile(1.0) == 1.0
+    assert (only2.count, only2.total) == (1, 0.5)  # the samples labelled generation="2"
