@@ -77,6 +77,19 @@ def test_stripes_added_or_dropped_move_every_host() -> None:
     one = _topo(1, CHAIN)
     two = Topology(2, [*one.stripes, one.stripes[0]], one.racks)
     assert _moved(one, two) == set(CHAIN)
+    assert _moved(two, _topo(3, CHAIN)) == set(CHAIN)  # dropped
+    # hosts on either side only: every one of them
+    grown = Topology(4, [*one.stripes, one.stripes[0]], {**one.racks, "z": "r1"})
+    assert _moved(one, grown) == {*CHAIN, "z"}
+
+
+def test_unmoved_reads_versions_by_value_at_any_size() -> None:
+    """Versions grow without bound: past small integers they are still compared by value."""
+    log = KeyLog()
+    base = 10**6
+    for v in (base + 1, base + 2):
+        log.diffs.append(TopologyDiff(v - 1, v, frozenset()))
+    assert log.unmoved("x", int(str(base)), int(str(base + 2)))  # fresh int objects
 
 
 @given(st.data())
