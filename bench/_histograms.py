@@ -7,7 +7,6 @@ process itself could say, with the buckets it exports; ``meanMs`` is exact (sum 
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -15,13 +14,6 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 SCRAPE_TIMEOUT_S = 10.0
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for a ``--metrics-listen`` the bench picks)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -53,9 +53,10 @@ from relgate_trust.manifest import (
 )
 from relgate_trust.retry import Backoff, retry_call
 
-from bench._histograms import Histogram, free_port, scrape
+from bench._histograms import Histogram, scrape
 from bench.distribution import _cpu_seconds
 from bench.record import Comparison, compare
+from relgate.checkpoint.local_fleet import free_port
 from relgate_agent.client import CoordinatorClient
 from relgate_agent.contracts import JobTopology
 from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles, ensure_dev_pki

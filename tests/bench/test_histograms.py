@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client import Histogram as PromHistogram
 
-from bench._histograms import Histogram, free_port, scrape
+from bench._histograms import Histogram, scrape
+from relgate.checkpoint.local_fleet import free_port
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
 

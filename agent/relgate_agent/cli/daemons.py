@@ -28,10 +28,15 @@ from relgate_agent.identity import certpair
 from relgate_agent.staging.direct import BUFFERED, MODES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from relgate_trust.dsse import TrustedKeys
+
     from relgate_agent.cli.params import Output
     from relgate_agent.coordinator.renewal import Renewals
     from relgate_agent.coordinator.server import CoordinatorServer
     from relgate_agent.dataplane.transport import DataPlaneLimits
+    from relgate_agent.identity.trustwatch import TrustWatch
     from relgate_agent.logctx import LogFormat
 
 
@@ -185,12 +190,24 @@ def coordinator_serve(  # noqa: PLR0913 - one parameter per command-line option
     gcpolicy.apply(gc_threshold)  # serving: the start-up heap is frozen from here
     _serving(out, server, address_file)
     coord = server.coordinator
-    trust.start(lambda keys: setattr(coord, "config", replace(coord.config, trusted_keys=keys)))
+    _until_signal(
+        trust,
+        lambda keys: setattr(coord, "config", replace(coord.config, trusted_keys=keys)),
+        server.stop,
+    )
+
+
+def _until_signal(
+    trust: TrustWatch, swap: Callable[[TrustedKeys], None], stop: Callable[[], None]
+) -> None:
+    """Serve until SIGTERM/SIGINT: trusted keys reloaded into the daemon by ``swap`` (one
+    reference swap) meanwhile, then the trust watch and the daemon stopped."""
+    trust.start(swap)
     try:
         wait_for_signal()
     finally:
         trust.stop()
-        server.stop()
+        stop()
 
 
 def _serving(out: Output, server: CoordinatorServer, address_file: str) -> None:
@@ -387,12 +404,11 @@ def agent_serve(  # noqa: PLR0913 - one parameter per command-line option
     running = HostAgent(cfg, tls=tls, limits=limits).start()
     _announce(cfg.host_id, running.data_address, running.metrics_address)
     # one reference swap: a job's runner takes the host's config when the job starts
-    trust.start(lambda keys: setattr(running, "config", replace(running.config, trusted_keys=keys)))
-    try:
-        wait_for_signal()
-    finally:
-        trust.stop()
-        running.stop()
+    _until_signal(
+        trust,
+        lambda keys: setattr(running, "config", replace(running.config, trusted_keys=keys)),
+        running.stop,
+    )
 
 
 def _announce(host_id: str, data_address: str, metrics_address: str) -> None:
