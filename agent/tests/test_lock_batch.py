@@ -143,3 +143,59 @@ def test_a_pool_that_shut_down_fails_the_waiting_calls() -> None:
         assert not batch.running and not batch.pending
 
     asyncio.run(main())
+
+
+def test_the_holder_of_the_lock_applies_the_waiting_calls_up_to_batch_max() -> None:
+    """A long pass that holds the lock lets the queued calls in at a point of its choosing
+    (apply_waiting): they run on its thread, in order, at most BATCH_MAX at a time, and
+    their callers (one refused) get their results while the pass still holds the lock."""
+    lock = threading.RLock()
+    holder_ids: list[int] = []
+    applied: list[int] = []
+    resolved_while_held = threading.Event()
+
+    def refuse() -> int:
+        raise AgentError("refused: test")
+
+    async def main() -> tuple[object, ...]:
+        with ThreadPoolExecutor(2) as pool:
+            batch = LockBatch(lock, pool)
+            assert batch.apply_waiting() == 0  # nothing submitted yet
+            taken, go, done = threading.Event(), threading.Event(), threading.Event()
+
+            def holder() -> None:
+                with lock:
+                    taken.set()
+                    go.wait(10)
+                    holder_ids.append(threading.get_ident())
+                    applied.append(batch.apply_waiting())
+                    applied.append(batch.apply_waiting())
+                    applied.append(batch.apply_waiting())
+                    resolved_while_held.wait(10)
+                done.set()
+
+            t = threading.Thread(target=holder)
+            t.start()
+            await asyncio.to_thread(taken.wait, 10)
+            threads: list[int] = []
+            n = BATCH_MAX + 3
+
+            def call(i: int) -> int:
+                threads.append(threading.get_ident())
+                return i
+
+            tasks = [asyncio.create_task(batch.submit(lambda i=i: call(i))) for i in range(n)]
+            tasks.append(asyncio.create_task(batch.submit(refuse)))
+            await asyncio.sleep(0.05)
+            go.set()
+            got = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+            assert not done.is_set()  # every caller answered while the holder held on
+            resolved_while_held.set()
+            await asyncio.to_thread(t.join, 10)
+            assert set(threads) == set(holder_ids)  # on the holder's thread, not the pool
+            return tuple(got)
+
+    got = asyncio.run(main())
+    assert applied == [BATCH_MAX, 4, 0]
+    assert got[:-1] == tuple(range(BATCH_MAX + 3))
+    assert isinstance(got[-1], AgentError) and str(got[-1]) == "refused: test"

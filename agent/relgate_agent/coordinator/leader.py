@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 LEASE_SELF_FRACTION = 0.8
 
 
+def _nothing_waiting() -> int:
+    return 0  # no server: nobody queues for the lock
+
+
 class CoordinatorCore:
     def __init__(
         self,
@@ -71,6 +75,9 @@ class CoordinatorCore:
         self.store = JobStore(config.db)
         self.ledger = Ledger(self.store)  # host byte counters, removed targets, host holds
         self.lock = threading.RLock()
+        # a long pass under the lock calls this where the state is whole: the calls queued
+        # for the lock meanwhile (the server's batched reports, batch.py) are applied there
+        self.apply_waiting: Callable[[], int] = _nothing_waiting
         self.changed = ChangeFeed(self.lock)
         self.jobs: dict[str, JobState] = {}
         self.closing = False  # set on shutdown: watches end at once

@@ -162,6 +162,7 @@ class ProgressService(CoordinatorCore, HandoffSigning):
                 time.sleep(LOCK_GAP_S)
             with self.lock:
                 self.require_leader()
+                self.apply_waiting()  # and the reports that queued anyway: applied here
                 out += self._watch_batch(cursors[start : start + WATCH_BATCH], ended)
         return out
 

@@ -172,6 +172,7 @@ class Calls:
         self.trust = trust  # the CA bundle as it is now (a rotation retires a CA)
         self.seen_serials: dict[str, int] = {}  # host id -> its certificate's serial (crl.py)
         self.batch = LockBatch(coord.lock, executor)  # reports that found the lock taken
+        coord.apply_waiting = self.batch.apply_waiting  # a tick's phases let them in
 
     async def check_cert(
         self, context: grpc.aio.ServicerContext, ident: Identity | None, pem: bytes | None
