@@ -22,6 +22,7 @@ from relgate_agent.coordinator.service import Coordinator, CoordinatorConfig
 from relgate_agent.errors import KIND_CHUNK_FAILED
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(5)}
+PHASES = ("_tick_dead", "_tick_slow", "_tick_tally", "_tick_end")
 
 
 def _fleet(tmp_path: Path, checkpoint: dict[str, Any]) -> tuple[Coordinator, str]:
@@ -57,15 +58,15 @@ def _tick_with_a_report_queued_in(
     tick_thread: list[threading.Thread] = []
     real = getattr(c, phase)
 
-    def paused(job: JobState, now: float, counters: list[Any]) -> bool:
+    def paused(job: JobState, now: float, *rest: Any) -> Any:
         assert c.lock._is_owned()  # type: ignore[attr-defined]  # the tick holds it
         events.append(phase)
         inside.set()
         assert queued.wait(10), "the report never queued"
-        return bool(real(job, now, counters))
+        return real(job, now, *rest)
 
     setattr(c, phase, paused)
-    for name in ("_tick_dead", "_tick_slow", "_tick_tally", "_tick_end"):
+    for name in PHASES:
         if name != phase:  # record every phase that runs, in order
             inner = getattr(c, name)
             setattr(
@@ -168,5 +169,83 @@ def test_without_a_server_nothing_waits_and_the_tick_runs_every_phase(
         assert c.apply_waiting() == 0
         c.tick()
         assert c.jobs[job_id].tally_saved_at is not None  # the tally phase ran
+    finally:
+        c.close()
+
+
+def _rates_round(c: Coordinator, job_id: str) -> str:
+    """Every host sends per-stripe rates, the downstreams of the busiest uploader a sixth
+    of the others' on its stripes: a judgment is due and blames that uploader (returned)."""
+    job = c.jobs[job_id]
+    idx = c._index(job)
+    up = max(
+        job.topology.racks,
+        key=lambda h: len({d for s in range(job.stripes) for d in idx.downstreams(s, h)}),
+    )
+    kids = {s: set(idx.downstreams(s, up)) for s in range(job.stripes)}
+    for h in job.topology.racks:
+        rates = tuple(2_000_000 if h in kids[s] else 12_000_000 for s in range(job.stripes))
+        c.report_progress(job_id, h, ProgressReport(stripe_rx_bps=rates))
+    return up
+
+
+def test_a_report_queued_during_the_slowness_judgment_is_applied_before_its_verdicts(
+    tmp_path: Path, checkpoint: dict[str, Any]
+) -> None:
+    c, job_id = _fleet(tmp_path, checkpoint)
+    try:
+        _rates_round(c, job_id)
+        events, got = _tick_with_a_report_queued_in(
+            c, "_slow_hosts", ProgressReport(rx_bps=1), "h1", job_id
+        )
+        assert events == [
+            "_tick_dead",
+            "_tick_slow",
+            "_slow_hosts",
+            "report on the tick's thread",
+            "_tick_tally",
+            "_tick_end",
+            "tick ended",
+        ]
+        assert isinstance(got, ProgressReply)
+    finally:
+        c.close()
+
+
+def test_a_report_that_fails_the_job_during_the_judgment_stops_its_verdicts(
+    tmp_path: Path, checkpoint: dict[str, Any]
+) -> None:
+    """The job FAILED while it was judged: no verdict applies to it (the slow host keeps
+    its slowness clock unstarted) and the sweep of the job ends there."""
+    c, job_id = _fleet(tmp_path, checkpoint)
+    try:
+        up = _rates_round(c, job_id)
+        failed = ProgressReport(errors=(f"{KIND_CHUNK_FAILED}: chunk 3 failed 5 times",))
+        events, _ = _tick_with_a_report_queued_in(c, "_slow_hosts", failed, "h2", job_id)
+        assert events == [
+            "_tick_dead",
+            "_tick_slow",
+            "_slow_hosts",
+            "report on the tick's thread",
+            "tick ended",
+        ]
+        job = c.jobs[job_id]
+        assert job.state == "FAILED"
+        assert job.hosts[up].slow_since is None
+    finally:
+        c.close()
+
+
+def test_the_judgment_starts_the_slow_hosts_clock_when_nothing_waits(
+    tmp_path: Path, checkpoint: dict[str, Any]
+) -> None:
+    """The same round without a report in between: the uploader's slowness clock starts
+    (the test above shows its absence is the failed job's doing, not a judgment that
+    could not blame it)."""
+    c, job_id = _fleet(tmp_path, checkpoint)
+    try:
+        up = _rates_round(c, job_id)
+        c.tick()
+        assert c.jobs[job_id].hosts[up].slow_since is not None
     finally:
         c.close()

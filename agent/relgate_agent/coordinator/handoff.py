@@ -564,7 +564,10 @@ class HandoffService(ProgressService):
     def _demote_slow(self, job: JobState, now: float) -> None:
         """Slowness counts as failure, in both directions: a host slow for ``slow_after_s``
         (receiving, or feeding its downstreams) becomes a leaf at its rack tail."""
-        slow = self._slow_hosts(job, now)
+        slow = self._slow_hosts(job, now)  # the judgment: most of the phase's time
+        self.apply_waiting()  # the reports queued meanwhile, before its verdicts apply
+        if job.state in TERMINAL_STATES:  # one of them ended the job
+            return
         for h, hp in job.hosts.items():
             why = slow.get(h)
             if hp.demoted or h not in job.topology.racks:
