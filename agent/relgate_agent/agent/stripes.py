@@ -422,13 +422,15 @@ class StripeWorkers:
         job = self.job
         with job.lock:
             job.origin_reads += 1
-        data = b""
-        try:
-            data = self.reader.read(offset, length)
-            return data
-        finally:
+
+        def received(n: int) -> None:
             with job.lock:  # logged as it is counted: a SIGKILL loses none of it
-                job.count(KIND_ORIGIN, len(data))
+                job.count(KIND_ORIGIN, n)
+
+        try:  # counted piece by piece: a range that fails halfway counts what came
+            return self.reader.read(offset, length, received)
+        finally:
+            with job.lock:
                 job.origin_reads -= 1
                 job.origin_reads_done.notify_all()
 

@@ -7,9 +7,11 @@ version when the manifest records one.
 
 from __future__ import annotations
 
+import http.client
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -19,12 +21,45 @@ from relgate_trust.manifest import CheckpointManifest, FileEntry, validate_relat
 from relgate_agent.errors import OriginError
 
 S3_POOL = 64  # connections one S3 client keeps (every stripe root of a host shares it)
+WIRE_PIECE = 256 << 10  # a range's body is read (and counted) in pieces of this size
+
+# told the size of each piece of a range's body as it comes off the wire
+Received = Callable[[int], None]
+
+
+def _uncounted(n: int) -> None:
+    return None
+
+
+def read_counted(read: Callable[[int], bytes], length: int, received: Received) -> bytes:
+    """A range's body from a stream: at most ``length + 1`` bytes (an origin that sends
+    more is caught by the caller's length check, never buffered whole), in WIRE_PIECE
+    reads, each told to ``received`` as it comes: a read that fails halfway has counted
+    what the origin sent before it failed."""
+    parts: list[bytes] = []
+    got = 0
+    while got <= length:
+        piece = read(min(WIRE_PIECE, length + 1 - got))
+        if not piece:
+            break
+        received(len(piece))
+        parts.append(piece)
+        got += len(piece)
+    return b"".join(parts)
 
 
 class Origin(Protocol):
-    """Ranged reads of one file under the origin root."""
+    """Ranged reads of one file under the origin root; ``received`` is told each piece of
+    the body as it arrives (the job's origin bytes are what the origin sent)."""
 
-    def read_range(self, path: str, start: int, length: int, version_id: str = "") -> bytes: ...
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version_id: str = "",
+        received: Received = _uncounted,
+    ) -> bytes: ...
 
     def read_object(self, path: str) -> bytes: ...
 
@@ -38,7 +73,14 @@ class LocalDirOrigin:
     def _path(self, path: str) -> Path:
         return self.root / validate_relative_path(path)
 
-    def read_range(self, path: str, start: int, length: int, version_id: str = "") -> bytes:
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version_id: str = "",
+        received: Received = _uncounted,
+    ) -> bytes:
         try:
             fd = os.open(self._path(path), os.O_RDONLY)
         except OSError as exc:
@@ -47,6 +89,7 @@ class LocalDirOrigin:
             buf = os.pread(fd, length, start)
         finally:
             os.close(fd)
+        received(len(buf))
         if len(buf) != length:
             raise OriginError(
                 f"origin file {path} returned {len(buf)} bytes at {start}, wanted {length}"
@@ -84,7 +127,14 @@ class S3Origin:
         validate_relative_path(path)
         return f"{self.prefix}/{path}" if self.prefix else path
 
-    def read_range(self, path: str, start: int, length: int, version_id: str = "") -> bytes:
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version_id: str = "",
+        received: Received = _uncounted,
+    ) -> bytes:
         kwargs: dict[str, Any] = {
             "Bucket": self.bucket,
             "Key": self._key(path),
@@ -93,7 +143,11 @@ class S3Origin:
         if version_id:
             kwargs["VersionId"] = version_id
         try:
-            body = self.client.get_object(**kwargs)["Body"].read()
+            stream = self.client.get_object(**kwargs)["Body"]
+            try:
+                body = read_counted(stream.read, length, received)
+            finally:
+                stream.close()
         except Exception as exc:  # botocore raises many types; name the object either way
             raise OriginError(
                 f"s3://{self.bucket}/{kwargs['Key']} range {start}+{length}: {exc}"
@@ -119,17 +173,31 @@ class HttpOrigin:
         self.base = base_url.rstrip("/")
         self.timeout = timeout
 
-    def _get(self, path: str, headers: dict[str, str]) -> bytes:
+    def _get(
+        self, path: str, headers: dict[str, str], bound: int = -1, received: Received = _uncounted
+    ) -> bytes:
+        """The body (at most ``bound`` + 1 bytes, counted as it comes, when ``bound`` >= 0)."""
         url = f"{self.base}/{validate_relative_path(path)}"
         req = urllib.request.Request(url, headers=headers)  # noqa: S310 - http(s) origin URL
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - http(s) origin URL
-                return bytes(resp.read())
-        except (urllib.error.URLError, OSError) as exc:
-            raise OriginError(f"{url} {headers.get('Range', '')}: {exc}") from exc
+                if bound < 0:
+                    return bytes(resp.read())
+                return read_counted(resp.read, bound, received)
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            # HTTPException: a body cut short (IncompleteRead), a malformed status line
+            raise OriginError(f"{url} {headers.get('Range', '')}: {exc!r}") from exc
 
-    def read_range(self, path: str, start: int, length: int, version_id: str = "") -> bytes:
-        body = self._get(path, {"Range": f"bytes={start}-{start + length - 1}"})
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version_id: str = "",
+        received: Received = _uncounted,
+    ) -> bytes:
+        span = {"Range": f"bytes={start}-{start + length - 1}"}
+        body = self._get(path, span, length, received)
         if len(body) != length:
             raise OriginError(
                 f"{self.base}/{path} returned {len(body)} bytes at {start}, wanted {length}"
@@ -191,10 +259,11 @@ class ManifestReader:
         self.origin = origin
         self.manifest = manifest
 
-    def read(self, offset: int, length: int) -> bytes:
+    def read(self, offset: int, length: int, received: Received = _uncounted) -> bytes:
+        """The bytes at ``offset``, file by file; ``received`` told each piece as it comes."""
         parts: list[bytes] = []
         seg: tuple[FileEntry, int, int, int]
         for seg in self.manifest.segments(offset, length):
             f, foff, n, _ = seg
-            parts.append(self.origin.read_range(f.path, foff, n, f.object_version))
+            parts.append(self.origin.read_range(f.path, foff, n, f.object_version, received))
         return b"".join(parts)
