@@ -325,6 +325,7 @@ class Timeline:
     cores_a: float = 0.0
     cores_b: float = 0.0
     load_cores: dict[str, float] = field(default_factory=dict)  # generators, per window
+    cpu_split: dict[str, Any] = field(default_factory=dict)  # standby, driver, per CPU
     final_version: int = 0
     final_chains: dict[str, Any] | None = None  # final_chains(GetJobTopology) at the end
     final_error: str = ""  # the final GetJob failed: recorded, not raised
@@ -383,14 +384,37 @@ def _start_loaders(
     return loaders
 
 
-def _cores(groups: dict[str, list[int]], until: float) -> dict[str, float]:
-    """CPU cores each group of processes used from now until the wall-clock time ``until``."""
+def _cpu_ticks() -> dict[str, tuple[int, int]]:
+    """Per CPU (``cpu0``...): (busy, total) jiffies since boot, from /proc/stat."""
+    out = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *rest = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            vals = [int(x) for x in rest]
+            out[name] = (sum(vals) - vals[3] - vals[4], sum(vals))  # idle and iowait
+    return out
+
+
+def _cores(groups: dict[str, list[int]], until: float) -> dict[str, Any]:
+    """CPU cores each group of processes used from now until the wall-clock time ``until``,
+    and (``busyPerCpu``) how busy each CPU was meanwhile: a pinned CPU near 1.0 is a
+    saturated one, whatever each process's share."""
     cpu0 = {k: _cpu_seconds(p) for k, p in groups.items()}
+    ticks0 = _cpu_ticks()
     t0 = time.monotonic()
     while time.time() < until:
         time.sleep(0.2)
     wall = max(time.monotonic() - t0, 1e-9)
-    return {k: round((_cpu_seconds(p) - cpu0[k]) / wall, 3) for k, p in groups.items()}
+    out: dict[str, Any] = {
+        k: round((_cpu_seconds(p) - cpu0[k]) / wall, 3) for k, p in groups.items()
+    }
+    ticks = _cpu_ticks()
+    out["busyPerCpu"] = {
+        c: round((b - ticks0[c][0]) / max(n - ticks0[c][1], 1), 3)
+        for c, (b, n) in ticks.items()
+        if c in ticks0
+    }
+    return out
 
 
 OWN = (
@@ -460,17 +484,30 @@ def _drive(
         time.sleep(0.1)
     a_start = _own(base, "a")
     before = _cores(
-        {"coord": [coords["a"].pid], "load": loaders}, t.start + z.failover_at * z.duration_s
+        {
+            "coord": [coords["a"].pid],
+            "standby": [coords["b"].pid],
+            "load": loaders,
+            "driver": [os.getpid()],
+        },
+        t.start + z.failover_at * z.duration_s,
     )
     t.coordinator_side["leaderBeforeKill"] = _window(a_start, _own(base, "a"))
     coords["a"].send_signal(signal.SIGKILL)
     coords["a"].wait(10)
     t.killed = time.time()
     b_start = _own(base, "b")
-    after = _cores({"coord": [coords["b"].pid], "load": loaders}, t.end)
+    after = _cores({"coord": [coords["b"].pid], "load": loaders, "driver": [os.getpid()]}, t.end)
     t.coordinator_side["newLeaderAfterKill"] = _window(b_start, _own(base, "b"))
     t.cores_a, t.cores_b = before["coord"], after["coord"]
     t.load_cores = {"beforeKill": before["load"], "afterKill": after["load"]}
+    # where the two pinned CPUs went: the standby replica shares the coordinators' CPU,
+    # the bench's own driver the generators'
+    t.cpu_split = {
+        "standbyBeforeKill": before["standby"],
+        "driver": {"beforeKill": before["driver"], "afterKill": after["driver"]},
+        "busyPerCpu": {"beforeKill": before["busyPerCpu"], "afterKill": after["busyPerCpu"]},
+    }
     # the topology as the agents stop (a death caught after the end bumps it once more,
     # and nobody is listening for that push any more)
     try:
@@ -539,6 +576,7 @@ def _figures(
             "newLeaderAfterKill": round(t.cores_b, 3),
         },
         "loadGeneratorCores": t.load_cores,
+        "cpuSplit": t.cpu_split,
         # the coordinators' own view of the same windows: loop lag (a report's queueing
         # in the coordinator process) and sweep ticks
         "coordinatorSide": t.coordinator_side,
