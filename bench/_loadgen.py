@@ -89,6 +89,10 @@ class SimHost:
         self.fig = HostFigures()
         self.latency: list[tuple[float, float]] = []  # (wall time sent, seconds)
         self.other_latency: list[tuple[float, float]] = []
+        # answered reports: (wall time sent, seconds until the report's write completed):
+        # the part of ``latency`` before the coordinator could read it
+        self.written: list[tuple[float, float]] = []
+        self.written_at = 0.0  # monotonic, when the last answered report's write returned
         self.job_id = ""
         self.manifest_digest = ""  # reported once registered: the host is a manifest source
         self.job_seen = asyncio.Event()
@@ -253,6 +257,7 @@ class SimHost:
                 continue
             if resp is not None:
                 self.latency.append((sent, time.monotonic() - t0))
+                self.written.append((sent, self.written_at - t0))
             return resp
         raise ReportFailed(grpc.StatusCode.UNAVAILABLE)
 
@@ -293,6 +298,7 @@ class SimHost:
                     return None
                 self.waiting, self.answer = req.seq, asyncio.get_running_loop().create_future()
                 await call.write(req)
+                self.written_at = time.monotonic()
                 return await self.answer
         except (TimeoutError, grpc.aio.AioRpcError, EOFError, asyncio.InvalidStateError) as exc:
             code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
@@ -462,6 +468,7 @@ async def main_async(spec: dict[str, Any]) -> dict[str, Any]:
         "finalHeld": {h.host: h.held_chains() for h in hosts if not h.died},
         "_latency": np.array([x for h in hosts for x in h.latency], dtype=np.float64),
         "_other": np.array([x for h in hosts for x in h.other_latency], dtype=np.float64),
+        "_written": np.array([x for h in hosts for x in h.written], dtype=np.float64),
         "_lag": np.array(lags, dtype=np.float64),
     }
 
@@ -475,6 +482,7 @@ def main() -> None:
         out.with_suffix(".npz"),
         report=result.pop("_latency"),
         other=result.pop("_other"),
+        written=result.pop("_written"),
         lag=result.pop("_lag"),
     )
     out.write_text(json.dumps(result))

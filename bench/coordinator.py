@@ -551,11 +551,13 @@ def _figures(
     t: Timeline,
     status: pb.GetJobResponse | None,
     outs: list[dict[str, Any]],
-    lat: np.ndarray,
+    reports: tuple[np.ndarray, np.ndarray],
     other: np.ndarray,
     victims: set[str],
     z: Sizes,
 ) -> dict[str, Any]:
+    """``reports``: answered reports' (sent, latency) rows and (sent, until written) rows."""
+    lat, written = reports
     dead = {h.host_id for h in status.hosts if h.state == "DEAD"} if status else set()
     full_after = sorted(x for o in outs for x in o["fullAcceptedAt"] if x >= t.killed)
     finals: dict[str, int] = {k: v for o in outs for k, v in o["finalVersions"].items()}
@@ -563,10 +565,16 @@ def _figures(
     # two report intervals for the agents to find the new leader)
     takeover_end = t.killed + LEASE_TTL_S + 2 * z.interval_s
     steady = np.concatenate([_between(lat, t.start, t.killed), _between(lat, takeover_end, t.end)])
+    steady_written = np.concatenate(
+        [_between(written, t.start, t.killed), _between(written, takeover_end, t.end)]
+    )
     detectable = {h for h, d in t.deaths.items() if d < t.end - DEAD_AFTER_S - 2 * z.interval_s}
     return {
         "reportLatency": {
             "steady": _percentiles(steady),
+            # of the steady latency, the part until the generator's write returned (the
+            # generator's loop and its gRPC client: before the coordinator could read it)
+            "steadyUntilWritten": _percentiles(steady_written),
             "takeover": _percentiles(_between(lat, t.killed, takeover_end)),
             "wholeRun": _percentiles(lat),
         },
@@ -816,6 +824,7 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
         empty = np.zeros((0, 2))
         lat = np.concatenate([empty, *(n["report"].reshape(-1, 2) for n in npz)])
         other = np.concatenate([empty, *(n["other"].reshape(-1, 2) for n in npz)])
+        written = np.concatenate([empty, *(n["written"].reshape(-1, 2) for n in npz)])
         lag = np.concatenate([np.zeros(0), *(n["lag"] for n in npz if "lag" in n)]) * 1000
         logs = PKI_CACHE / "last-run-logs"  # kept for a look after the temporary dir is gone
         logs.mkdir(exist_ok=True)
@@ -823,7 +832,7 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
             (logs / f.name).write_bytes(f.read_bytes()[-2_000_000:])
         for f in base.glob("load*.out.npz"):  # the latency samples, for a closer look
             (logs / f.name).write_bytes(f.read_bytes())
-    figures = _figures(timeline, status, outs, lat, other, victims, z)
+    figures = _figures(timeline, status, outs, (lat, written), other, victims, z)
     # a generator that could not wind down its hosts in time was killed: its figures are
     # missing from the totals above, and that is said, not hidden
     figures["loadGeneratorsKilled"] = unfinished
