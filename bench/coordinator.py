@@ -10,8 +10,11 @@ through the agent's own fence, and reports progress every ``interval_s`` for ``d
 is SIGKILLed once at ``failover_at`` of the run and the replica takes over (lease TTL 6 s).
 
 Figures: ReportProgress latency p50/p99/max (steady state: after registration, outside the
-failover window, and over the whole run), coordinator CPU cores (leader before the kill, new
-leader after), false splices (hosts spliced out that never died), stale assignments applied
+failover window, and over the whole run; ``steadyUntilWritten``: the part of it until the
+generator's write returned, before the coordinator could read the report), coordinator CPU
+cores (leader before the kill, new leader after; ``cpuSplit``: the standby replica's and the
+driver's cores and each pinned CPU's busy fraction, so a saturated CPU shows as one),
+false splices (hosts spliced out that never died), stale assignments applied
 by any agent (the fence must hold them at 0), the new leader's bitmap rebuild (the first to
 the last whole bitmap it accepted after the takeover), and hosts whose final assignment is
 not the last topology. Targets: p99 <= 50 ms, 0 false splices, <= 1 core, rebuild within one
