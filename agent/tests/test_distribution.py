@@ -235,6 +235,8 @@ def test_dead_host_spliced_out_and_others_finish(cluster: Cluster, checkpoint) -
     # the loop's own lag is probed and every sweep tick timed while the job ran (seconds)
     assert scraped[("relgate_coordinator_loop_lag_seconds_count", ())] >= 10
     assert scraped[("relgate_coordinator_tick_duration_seconds_count", ())] >= 10
+    # eight hosts: a tick's own work is far under 15 % of 0.5 s, so the sweeper keeps 0.5 s
+    assert scraped[("relgate_coordinator_sweep_wait_seconds", ())] == 0.5
     assert (
         sum(
             scraped.get(("relgate_coordinator_gc_pause_seconds_count", (("generation", g),)), 0)

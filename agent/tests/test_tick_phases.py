@@ -134,6 +134,7 @@ def test_a_report_queued_during_a_tick_is_applied_between_its_phases(
             "tick ended",
         ]
         assert isinstance(got, ProgressReply) and got.topology_version >= 1
+        assert c.tick_applied_s > 0  # the report's time, left out of the sweep's own
         assert c.jobs[job_id].hosts["h1"].last_seen > before
         assert c.jobs[job_id].hosts["h1"].state == "TRANSFERRING"
     finally:
@@ -168,6 +169,7 @@ def test_without_a_server_nothing_waits_and_the_tick_runs_every_phase(
     try:
         assert c.apply_waiting() == 0
         c.tick()
+        assert c.tick_applied_s == 0.0
         assert c.jobs[job_id].tally_saved_at is not None  # the tally phase ran
     finally:
         c.close()

@@ -78,6 +78,7 @@ class CoordinatorCore:
         # a long pass under the lock calls this where the state is whole: the calls queued
         # for the lock meanwhile (the server's batched reports, batch.py) are applied there
         self.apply_waiting: Callable[[], int] = _nothing_waiting
+        self.tick_applied_s = 0.0  # of the last tick, the seconds spent applying them
         self.changed = ChangeFeed(self.lock)
         self.jobs: dict[str, JobState] = {}
         self.closing = False  # set on shutdown: watches end at once

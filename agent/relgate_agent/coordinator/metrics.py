@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -100,6 +100,12 @@ class CoordinatorMetrics:
             "One sweep tick (dead hosts, slowness, handoff, tallies): the coordinator lock "
             "is held for most of it, so reports and watch passes wait for it",
             buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.sweep_wait = Gauge(
+            "relgate_coordinator_sweep_wait_seconds",
+            "The sweeper's wait before its next tick: 0.5 s, or longer when a tick's own "
+            "work took more than SWEEP_SHARE of it (pace.py), at most --dead-after / 4",
             registry=self.registry,
         )
         self.gc_pause = Histogram(

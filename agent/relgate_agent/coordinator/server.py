@@ -42,6 +42,7 @@ from relgate_agent.coordinator.jobstate import (
     Rejected,
 )
 from relgate_agent.coordinator.metrics import LOOP_PROBE_S
+from relgate_agent.coordinator.pace import sweep_wait
 from relgate_agent.coordinator.renewal import Renewals
 from relgate_agent.coordinator.service import Coordinator
 from relgate_agent.coordinator.store import Fenced
@@ -867,15 +868,21 @@ class CoordinatorServer:
             self.coordinator.maintain_lease()  # steps down itself when it cannot renew
 
     def _sweep(self) -> None:
-        while not self._stop.wait(self.tick_s):
+        coord, wait = self.coordinator, self.tick_s
+        coord.metrics.sweep_wait.set(wait)
+        while not self._stop.wait(wait):
             started = time.perf_counter()
             try:
-                self.coordinator.tick()
+                coord.tick()
             except NotLeader as exc:  # a refusal, not a bug: another replica moved on
                 log.warning("coordinator tick stopped: %s", exc)
             except Exception as exc:  # the sweeper must survive one bad tick; the next retries
                 log.exception("coordinator tick failed (%s)", type(exc).__name__)
-            self.coordinator.metrics.tick_seconds.observe(time.perf_counter() - started)
+            took = time.perf_counter() - started
+            coord.metrics.tick_seconds.observe(took)
+            own = took - coord.tick_applied_s  # the reports it let in are not its own work
+            wait = sweep_wait(self.tick_s, own, coord.config.dead_after_s)
+            coord.metrics.sweep_wait.set(wait)
 
     async def _shutdown(self, grace: float) -> None:
         if self._lag_probe is not None:
