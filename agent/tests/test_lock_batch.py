@@ -199,3 +199,21 @@ def test_the_holder_of_the_lock_applies_the_waiting_calls_up_to_batch_max() -> N
     assert applied == [BATCH_MAX, 4, 0]
     assert got[:-1] == tuple(range(BATCH_MAX + 3))
     assert isinstance(got[-1], AgentError) and str(got[-1]) == "refused: test"
+
+
+def test_nothing_waiting_schedules_nothing() -> None:
+    """apply_waiting with an empty queue neither applies nor hands the loop a batch (the
+    sweeper calls it between every two phases of every job)."""
+
+    async def main() -> None:
+        with ThreadPoolExecutor(1) as pool:
+            batch = LockBatch(threading.RLock(), pool)
+            assert await batch.submit(lambda: 7) == 7  # the loop is known from here on
+            while batch.running:
+                await asyncio.sleep(0.001)
+            before = (batch.batches, batch.calls)
+            assert batch.apply_waiting() == 0
+            await asyncio.sleep(0.05)
+            assert (batch.batches, batch.calls) == before
+
+    asyncio.run(main())
