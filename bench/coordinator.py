@@ -23,6 +23,9 @@ of a have-bitmap against the numpy one the coordinator uses (cost at the fleet's
 Physical bound (``rpcCost``, same run, first): server CPU per progress report against one
 coordinator with nothing else running, on the agents' open report streams and (baseline) as
 one ReportProgress call each, and what 4,096 hosts every 2 s would cost at that rate.
+The load side's floor (``loadSideFloor``, same run, second; bench/_echofloor.py): the whole
+fleet's report streams from one client process against a server that only echoes, the
+report rate and latency (write returned, answer) no coordinator change can beat here.
 """
 
 from __future__ import annotations
@@ -652,6 +655,49 @@ def rpc_cost(
             _stop_all([], [coord])
 
 
+FLOOR_WARMUP_S = 4.0  # after the floor's hosts booted: their handshakes are not its figure
+
+
+def echo_floor(z: Sizes, pin: Pinning, measure_s: float) -> dict[str, Any]:
+    """The load side's floor (bench/_echofloor.py): the fleet's report streams from one
+    client process on the load CPU against a server that only echoes, on the coordinators'
+    CPU. The report rate and latency no coordinator change can beat on this machine."""
+    names = [h for h, _ in _racks(z.hosts)]
+    pki = ensure_dev_pki(PKI_CACHE, _racks(z.hosts))
+    with tempfile.TemporaryDirectory(prefix="relgate-bench-floor-") as tmp:
+        base = Path(tmp)
+        addr_file = base / "addr"
+        cmd = [sys.executable, "-m", "bench._echofloor", "server", str(pki), str(addr_file)]
+        server = subprocess.Popen(cmd, preexec_fn=_pinned(pin.coordinator))  # noqa: PLW1509
+        client: subprocess.Popen[bytes] | None = None
+        try:
+            deadline = time.monotonic() + 30
+            while not addr_file.exists() or not addr_file.read_text():
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("the echo server did not start")
+                time.sleep(0.05)
+            spec = {
+                "pki": str(pki),
+                "address": addr_file.read_text(),
+                "hosts": names,
+                "interval_s": z.interval_s,
+                "warmup_s": FLOOR_WARMUP_S,
+                "measure_s": measure_s,
+            }
+            (base / "spec.json").write_text(json.dumps(spec))
+            cmd = [sys.executable, "-m", "bench._echofloor", "client"]
+            cmd += [str(base / "spec.json"), str(base / "out.json")]
+            cpu0, t0 = _cpu_seconds([server.pid]), time.monotonic()
+            client = subprocess.Popen(cmd, preexec_fn=_pinned(pin.load))  # noqa: PLW1509
+            client.wait(timeout=measure_s + FLOOR_WARMUP_S + z.hosts / 64 * 0.05 + 120)
+            server_cores = (_cpu_seconds([server.pid]) - cpu0) / (time.monotonic() - t0)
+            out: dict[str, Any] = json.loads((base / "out.json").read_text())
+            out["serverCores"] = round(server_cores, 3)
+            return out
+        finally:
+            _stop_all([p for p in (client, server) if p is not None], [])
+
+
 async def _measure(
     one: Callable[[int], Awaitable[None]],
     pid: int,
@@ -795,6 +841,9 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
     hosts, procs, chunks, interval_s = z.hosts, z.procs, z.chunks, z.interval_s
     baseline = decode_figures(reports, chunks, hosts, delta, interval_s)
     floor = rpc_cost(pin)
+    # the same fleet's streams against a server that only echoes (a fifth of the run,
+    # 20-60 s): what the load side reaches on its own
+    load_floor = echo_floor(z, pin, min(60.0, max(20.0, z.duration_s / 5)))
     PKI_CACHE.mkdir(parents=True, exist_ok=True)
     names = _racks(hosts)
     t0 = time.monotonic()
@@ -863,6 +912,7 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
         "pinning": pin.describe(),
         "baseline": baseline,
         "rpcCost": floor,
+        "loadSideFloor": load_floor,
         **figures,
         "targets": (
             "report p99 <= 50 ms, registration storm <= 10 s, coordinator <= 0.7 core,"
@@ -892,6 +942,17 @@ def comparisons(result: dict[str, Any]) -> list[Comparison]:
                 "µs",
                 ("quiet (answered only with news)", rpc["streamQuiet"]["serverCpuMicrosPerReport"]),
                 ("answered", rpc["stream"]["serverCpuMicrosPerReport"]),
+            )
+        )
+    floor = result.get("loadSideFloor", {}).get("answered", {})
+    steady = result.get("reportLatency", {}).get("steady", {})
+    if "p50Ms" in floor and "p50Ms" in steady:  # runs before the floor have none
+        out.append(
+            compare(
+                "answered report latency p50",
+                "ms",
+                ("the coordinator", steady["p50Ms"]),
+                ("an echo server (the load side's floor)", floor["p50Ms"]),
             )
         )
     return [
