@@ -837,6 +837,18 @@ def main(  # noqa: PLR0913 - the load test's sizes
         os.sched_setaffinity(0, mine)
 
 
+def _lag_figures(lag: np.ndarray) -> dict[str, Any]:
+    """p50 / p99 / max of the generators' loop-lag samples (ms)."""
+    if not lag.size:
+        return {"n": 0}
+    return {
+        "n": int(lag.size),
+        "p50": round(float(np.percentile(lag, 50)), 2),
+        "p99": round(float(np.percentile(lag, 99)), 2),
+        "max": round(float(lag.max()), 2),
+    }
+
+
 def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
     hosts, procs, chunks, interval_s = z.hosts, z.procs, z.chunks, z.interval_s
     baseline = decode_figures(reports, chunks, hosts, delta, interval_s)
@@ -890,16 +902,7 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
     figures["loadGeneratorsKilled"] = unfinished
     # how late the generators' own loops woke (a 100 ms sleep, every 100 ms): the part of
     # a report's timed latency that is the generator's, not the coordinator's
-    figures["loadGeneratorLoopLagMs"] = (
-        {
-            "n": int(lag.size),
-            "p50": round(float(np.percentile(lag, 50)), 2),
-            "p99": round(float(np.percentile(lag, 99)), 2),
-            "max": round(float(lag.max()), 2),
-        }
-        if lag.size
-        else {"n": 0}
-    )
+    figures["loadGeneratorLoopLagMs"] = _lag_figures(lag)
     figures["setup"]["pkiSeconds"] = round(pki_s, 1)
     return {
         "workload": (
