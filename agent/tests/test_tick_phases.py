@@ -23,6 +23,8 @@ from relgate_agent.errors import KIND_CHUNK_FAILED
 
 HOSTS = {f"h{i}": f"r{i % 2}" for i in range(5)}
 PHASES = ("_tick_dead", "_tick_slow", "_tick_tally", "_tick_end")
+# a chunk that failed everywhere: the report FAILs the job
+FAILED = ProgressReport(errors=(f"{KIND_CHUNK_FAILED}: chunk 3 failed 5 times",))
 
 
 def _fleet(tmp_path: Path, checkpoint: dict[str, Any]) -> tuple[Coordinator, str]:
@@ -148,8 +150,7 @@ def test_a_report_that_fails_the_job_between_phases_ends_its_sweep(
     tick runs none of its later phases (no DONE, no events for a failed job)."""
     c, job_id = _fleet(tmp_path, checkpoint)
     try:
-        failed = ProgressReport(errors=(f"{KIND_CHUNK_FAILED}: chunk 3 failed 5 times",))
-        events, got = _tick_with_a_report_queued_in(c, "_tick_slow", failed, "h2", job_id)
+        events, got = _tick_with_a_report_queued_in(c, "_tick_slow", FAILED, "h2", job_id)
         assert events == [
             "_tick_dead",
             "_tick_slow",
@@ -222,8 +223,7 @@ def test_a_report_that_fails_the_job_during_the_judgment_stops_its_verdicts(
     c, job_id = _fleet(tmp_path, checkpoint)
     try:
         up = _rates_round(c, job_id)
-        failed = ProgressReport(errors=(f"{KIND_CHUNK_FAILED}: chunk 3 failed 5 times",))
-        events, _ = _tick_with_a_report_queued_in(c, "_slow_hosts", failed, "h2", job_id)
+        events, _ = _tick_with_a_report_queued_in(c, "_slow_hosts", FAILED, "h2", job_id)
         assert events == [
             "_tick_dead",
             "_tick_slow",
