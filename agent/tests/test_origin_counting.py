@@ -33,6 +33,11 @@ def origin() -> Iterator[str]:
             pass
 
         def do_GET(self) -> None:
+            if self.path == "/garbage":  # not HTTP at all: a hostile or broken origin
+                self.wfile.write(b"SSH-2.0-nonsense\r\n\r\n")
+                self.wfile.flush()
+                self.close_connection = True
+                return
             start, end = (int(x) for x in self.headers["Range"].split("=")[1].split("-"))
             body = DATA[start : end + 1]
             if self.path == "/more":
@@ -135,3 +140,10 @@ def test_read_counted_counts_exactly_what_it_read_and_never_more_than_one_past(
         or taken == min(len(data), sum(sizes))
         or (not fail and taken == len(data))
     )
+
+
+def test_an_origin_that_does_not_speak_http_is_an_origin_error(origin: str) -> None:
+    """A status line that is not HTTP (http.client.BadStatusLine) is a refusal naming
+    the URL and the range, never an internal error."""
+    with pytest.raises(OriginError, match=r"/garbage bytes=0-99: BadStatusLine"):
+        HttpOrigin(origin, timeout=10).read_range("garbage", 0, 100)
