@@ -1,14 +1,16 @@
 """The load side's floor for bench/coordinator.py: the same fleet of mTLS report streams from
-one grpc.aio client process against a server that only echoes (no coordinator logic).
+one client process against a server that only echoes (no coordinator logic).
 
     python -m bench._echofloor server PKI_DIR PORT_FILE
     python -m bench._echofloor client SPEC.json OUT.json
 
 The server answers each report that is not quiet with its ``seq`` (as the coordinator's
 report stream does) and nothing else. The client runs ``hosts`` hosts on one event loop,
-each with its own certificate and channel, booted in waves of 64 as the load generator
-boots; each reports every ``interval_s`` with QUIET_REPORTS quiet reports between
-answered ones and records, after ``warmup_s``, how long its write took to return and
+each with its own certificate and connection, booted in waves of 64 as the load generator
+boots, on the load generator's transport (``transport: h2``, bench/_h2grpc.py) or on
+grpc.aio (the baseline it replaced); each reports every ``interval_s`` with QUIET_REPORTS
+quiet reports between answered ones and records, in the window that opens ``warmup_s``
+after every host's first report went out, how long its write took to return and
 (answered reports) how long the answer took. What a coordinator-side change cannot
 improve is this: the latency and report rate the client side reaches with the
 coordinator doing nothing.
@@ -17,18 +19,24 @@ coordinator doing nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import math
 import random
 import resource
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
+import uvloop
 
-from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles
+from bench import _h2grpc as h2grpc
+from relgate_agent import gcpolicy
+from relgate_agent.pki import COORDINATOR_DNS, GRPC_TLS_OPTIONS, TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 from relgate_agent.rpc import GRPC_CLIENT_OPTIONS, GRPC_SERVER_OPTIONS, QUIET_REPORTS
@@ -55,26 +63,50 @@ async def serve(pki: Path, port_file: Path) -> None:
     await server.wait_for_termination()
 
 
+REPORT_STREAM = "/relgate.distribution.v1.AgentService/ReportStream"
+CONNECT_WAIT_S = 120.0  # the window opens then even if some hosts never connected
+
+
+@dataclass
+class Window:
+    """The measured window: it opens ``warmup_s`` after every host's first report went out
+    (the boot's handshakes are not the floor) and lasts ``measure_s``."""
+
+    hosts: int
+    warmup_s: float
+    measure_s: float
+    warm: float = math.inf
+    end: float = math.inf
+    connected: int = 0
+    all_in: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def arrived(self) -> None:
+        self.connected += 1
+        if self.connected == self.hosts:
+            self.all_in.set()
+
+    async def open_when_booted(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.all_in.wait(), CONNECT_WAIT_S)
+        self.warm = time.time() + self.warmup_s
+        self.end = self.warm + self.measure_s
+
+
 class FloorHost:
+    """One simulated host's report stream on grpc.aio (the baseline transport)."""
+
     def __init__(self, spec: dict[str, Any], host: str) -> None:
         self.spec, self.host = spec, host
         self.rng = random.Random(host)
-        ca, cert, key = TlsFiles.from_pki(spec["pki"], host).read()
-        self.channel = grpc.aio.secure_channel(
-            spec["address"],
-            grpc.ssl_channel_credentials(ca, key, cert),
-            options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS,
-        )
         self.waiting: dict[int, asyncio.Future[None]] = {}
         self.writes: list[float] = []
         self.answers: list[float] = []
         self.errors = 0
 
-    async def _read(self, call: Any) -> None:
-        async for r in call:
-            f = self.waiting.pop(r.seq, None)
-            if f is not None and not f.done():
-                f.set_result(None)
+    def _answered(self, r: pb.ReportProgressResponse) -> None:
+        f = self.waiting.pop(r.seq, None)
+        if f is not None and not f.done():
+            f.set_result(None)
 
     def _request(self, seq: int, quiet: bool) -> pb.ReportProgressRequest:
         return pb.ReportProgressRequest(
@@ -89,22 +121,49 @@ class FloorHost:
             stripe_rx_bytes_per_s=[1_250_000_000] * 8,
         )
 
-    async def run(self, t_warm: float, t_end: float) -> None:
+    async def open(self) -> None:
+        ca, cert, key = TlsFiles.from_pki(self.spec["pki"], self.host).read()
+        self.channel = grpc.aio.secure_channel(
+            self.spec["address"],
+            grpc.ssl_channel_credentials(ca, key, cert),
+            options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS,
+        )
+        self.call = pbg.AgentServiceStub(self.channel).ReportStream()
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for r in self.call:
+            self._answered(r)
+
+    async def send(self, req: pb.ReportProgressRequest) -> None:
+        await self.call.write(req)
+
+    def close(self) -> None:
+        self.reader.cancel()
+        self.call.cancel()
+
+    async def run(self, window: Window) -> None:
         interval = float(self.spec["interval_s"])
-        call = pbg.AgentServiceStub(self.channel).ReportStream()
-        reader = asyncio.create_task(self._read(call))
+        try:
+            await self.open()
+        except (grpc.aio.AioRpcError, h2grpc.RpcError):
+            self.errors += 1
+            window.arrived()
+            return
         await asyncio.sleep(self.rng.uniform(0, interval))
         seq, loop = 0, asyncio.get_running_loop()
         try:
-            while time.time() < t_end:
+            while time.time() < window.end:
                 seq += 1
                 quiet = seq % (QUIET_REPORTS + 1) != 1
                 answer = None if quiet else loop.create_future()
                 if answer is not None:
                     self.waiting[seq] = answer
-                counted = time.time() >= t_warm
+                counted = time.time() >= window.warm
                 t0 = time.monotonic()
-                await call.write(self._request(seq, quiet))
+                await self.send(self._request(seq, quiet))
+                if seq == 1:
+                    window.arrived()
                 if counted:
                     self.writes.append(time.monotonic() - t0)
                 if answer is not None:
@@ -112,11 +171,34 @@ class FloorHost:
                     if counted:
                         self.answers.append(time.monotonic() - t0)
                 await asyncio.sleep(interval)
-        except (grpc.aio.AioRpcError, TimeoutError):
+        except (grpc.aio.AioRpcError, h2grpc.RpcError, asyncio.InvalidStateError, TimeoutError):
             self.errors += 1
         finally:
-            reader.cancel()
-            call.cancel()
+            self.close()
+
+
+class H2FloorHost(FloorHost):
+    """The same reports on bench/_h2grpc.py: one h2 connection per host, as the load
+    generator's simulated agents."""
+
+    async def open(self) -> None:
+        tls = TlsFiles.from_pki(self.spec["pki"], self.host)
+        ctx = h2grpc.client_context(str(tls.ca), str(tls.cert), str(tls.key))
+        self.conn = await h2grpc.connect(self.spec["address"], ctx, COORDINATOR_DNS, 60)
+        self.stream = self.conn.open(REPORT_STREAM)
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        while (r := await self.stream.read(pb.ReportProgressResponse)) is not None:
+            self._answered(r)
+
+    async def send(self, req: pb.ReportProgressRequest) -> None:
+        self.stream.write(req)
+        await self.conn.drained()
+
+    def close(self) -> None:
+        self.reader.cancel()
+        self.conn.close()
 
 
 def _pcts(values: list[float]) -> dict[str, float | int]:
@@ -132,31 +214,43 @@ def _pcts(values: list[float]) -> dict[str, float | int]:
 
 
 async def drive(spec: dict[str, Any]) -> dict[str, Any]:
-    hosts = [FloorHost(spec, h) for h in spec["hosts"]]
-    boot_s = len(hosts) / 64 * 0.05
-    t_warm = time.time() + boot_s + float(spec["warmup_s"])
-    t_end = t_warm + float(spec["measure_s"])
+    kind = H2FloorHost if spec.get("transport") == "h2" else FloorHost
+    hosts = [kind(spec, h) for h in spec["hosts"]]
+    # the client holds the fleet's state as the load generator does: the daemons' collector
+    # policy (a full collection of 4,096 hosts' objects stalls the loop ~0.2 s otherwise)
+    gcpolicy.apply(gcpolicy.parse_threshold(gcpolicy.DAEMON_DEFAULT))
+    window = Window(len(hosts), float(spec["warmup_s"]), float(spec["measure_s"]))
+    opener = asyncio.create_task(window.open_when_booted())
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     tasks = []
-    for i, h in enumerate(hosts):
-        tasks.append(asyncio.create_task(h.run(t_warm, t_end)))
+    for i, h in enumerate(hosts):  # in waves of 64, as the load generator boots
+        tasks.append(asyncio.create_task(h.run(window)))
         if i % 64 == 63:
             await asyncio.sleep(0.05)
+    await opener
+    cpu_warm = resource.getrusage(resource.RUSAGE_SELF)
     await asyncio.gather(*tasks)
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-    measure_s = float(spec["measure_s"])
     writes = [w for h in hosts for w in h.writes]
-    cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
     return {
+        "transport": spec.get("transport", "grpc-aio"),
         "hosts": len(hosts),
-        "reportsPerSecond": round(len(writes) / measure_s),
+        "connected": window.connected,
+        "reportsPerSecond": round(len(writes) / window.measure_s),
         "offeredPerSecond": round(len(hosts) / float(spec["interval_s"])),
         "writeReturn": _pcts(writes),
         "answered": _pcts([a for h in hosts for a in h.answers]),
         "errors": sum(h.errors for h in hosts),
-        # the client's CPU over its whole run (boot and warm-up included)
-        "clientCpuSeconds": round(cpu, 1),
+        # the client's CPU while it booted the fleet, then over warm-up and the window
+        "clientCpuSeconds": {"boot": _cpu(cpu0, cpu_warm), "steady": _cpu(cpu_warm, cpu1)},
+        "clientCores": round(
+            _cpu(cpu_warm, cpu1) / (window.end - window.warm + window.warmup_s), 3
+        ),
     }
+
+
+def _cpu(a: resource.struct_rusage, b: resource.struct_rusage) -> float:
+    return round(b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime, 1)
 
 
 def main() -> None:
@@ -164,6 +258,8 @@ def main() -> None:
         asyncio.run(serve(Path(sys.argv[2]), Path(sys.argv[3])))
         return
     spec = json.loads(Path(sys.argv[2]).read_text())
+    if spec.get("loop") == "uvloop":
+        uvloop.install()
     Path(sys.argv[3]).write_text(json.dumps(asyncio.run(drive(spec))))
 
 

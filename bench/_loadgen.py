@@ -1,4 +1,5 @@
-"""Load generator for bench/coordinator.py: simulated agents on grpc.aio, no data plane.
+"""Load generator for bench/coordinator.py: simulated agents on h2 (bench/_h2grpc.py: gRPC's
+wire format without grpc.aio's per-message cost), no data plane.
 
 One process runs a slice of the fleet on one event loop. Each simulated host has its own
 mTLS identity (its certificate from the bench PKI), opens its watch (its heartbeat), waits
@@ -26,21 +27,28 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
+import uvloop
+from google.protobuf.message import Message
 
+from bench import _h2grpc as h2grpc
 from relgate_agent import gcpolicy
 from relgate_agent.agent.control import REPORT_RETRY
 from relgate_agent.agent.job import Assignments
-from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles
+from relgate_agent.pki import COORDINATOR_DNS, TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
-from relgate_agent.proto import distribution_pb2_grpc as pbg
-from relgate_agent.rpc import GRPC_CLIENT_OPTIONS, QUIET_REPORTS
+from relgate_agent.rpc import QUIET_REPORTS
 from relgate_agent.staging.storage import bitmap_from_bits, pack_indexes
 
 RPC_TIMEOUT_S = 10.0
+WATCH_TIMEOUT_S = 300.0
+_SERVICE = "/relgate.distribution.v1.AgentService/"
+WATCH, REGISTER = _SERVICE + "Watch", _SERVICE + "Register"
+REPORT_PROGRESS, REPORT_STREAM = _SERVICE + "ReportProgress", _SERVICE + "ReportStream"
+M = TypeVar("M", bound=Message)
 
 
 class ReportFailed(Exception):
@@ -98,14 +106,9 @@ class SimHost:
         self.job_seen = asyncio.Event()
         self.current = 0
         tls = TlsFiles.from_pki(spec["pki"], host)
-        ca, cert, key = tls.read()
-        creds = grpc.ssl_channel_credentials(ca, key, cert)
-        self.channels = [
-            grpc.aio.secure_channel(a, creds, options=GRPC_CLIENT_OPTIONS + GRPC_TLS_OPTIONS)
-            for a in spec["addresses"]
-        ]
-        self.stubs = [pbg.AgentServiceStub(c) for c in self.channels]  # type: ignore[no-untyped-call]
-        self.report_call: Any = None  # the open ReportStream, if any
+        ctx = h2grpc.client_context(str(tls.ca), str(tls.cert), str(tls.key))
+        self.channels = [h2grpc.Channel(a, ctx, COORDINATOR_DNS) for a in spec["addresses"]]
+        self.report_call: h2grpc.Stream | None = None  # the open ReportStream, if any
         # as reportstream.Duplex: a reader task takes the answers off the stream; the one a report
         # waits for resolves ``answer``, others (news for quiet reports) queue in ``news``
         self.reader: asyncio.Task[None] | None = None
@@ -126,7 +129,7 @@ class SimHost:
 
     def _next_replica(self, i: int) -> None:
         if self.current == i:
-            self.current = (i + 1) % len(self.stubs)
+            self.current = (i + 1) % len(self.channels)
 
     # ------------------------------------------------------------------ watch
     def _apply(self, a: pb.Assignment) -> None:
@@ -151,28 +154,41 @@ class SimHost:
                 known_topology_versions=known,
             )
             self.fig.watch_opens += 1
+            call: h2grpc.Stream | None = None
             try:
-                async for ev in self.stubs[i].Watch(req, timeout=300):
-                    self.fig.watch_events += 1
-                    for j in ev.jobs:
-                        if not self.job_id:
-                            self.job_id = j.job_id
-                            self.job_seen.set()
-                    for a in ev.assignments:
-                        self._apply(a)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                _, call = await self.channels[i].stream(WATCH)
+                call.write(req)
+                call.done_writing()
+                async with asyncio.timeout(WATCH_TIMEOUT_S):
+                    while (ev := await call.read(pb.WatchEvent)) is not None:
+                        self._watched(ev)
+            except (h2grpc.RpcError, TimeoutError) as exc:
+                if isinstance(exc, h2grpc.RpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE:
                     self._next_replica(i)
                 await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+            finally:
+                if call is not None:
+                    call.cancel()  # a no-op once it ended
+
+    def _watched(self, ev: pb.WatchEvent) -> None:
+        self.fig.watch_events += 1
+        for j in ev.jobs:
+            if not self.job_id:
+                self.job_id = j.job_id
+                self.job_seen.set()
+        for a in ev.assignments:
+            self._apply(a)
 
     # ------------------------------------------------------------------ register / report
-    async def _timed(self, call: Any, request: Any, samples: list[tuple[float, float]]) -> Any:
+    async def _timed(
+        self, path: str, request: Message, cls: type[M], samples: list[tuple[float, float]]
+    ) -> M:
         i = self.current
         sent = time.time()
         t0 = time.monotonic()
         try:
-            resp = await call(self.stubs[i])(request, timeout=RPC_TIMEOUT_S)
-        except grpc.aio.AioRpcError as exc:
+            resp = await self.channels[i].unary(path, request, cls, RPC_TIMEOUT_S)
+        except h2grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 self._next_replica(i)
             raise
@@ -191,7 +207,7 @@ class SimHost:
                 envelope_from_peers=True,  # as the agent registers
             )
             try:
-                resp = await self._timed(lambda s: s.Register, req, self.other_latency)
+                resp = await self._timed(REGISTER, req, pb.RegisterResponse, self.other_latency)
                 self.fig.registers += 1
                 # no data plane here: a host named sources takes the envelope as fetched
                 # and verified (what the coordinator did not send is the figure)
@@ -199,7 +215,7 @@ class SimHost:
                 self.fig.envelope_bytes += len(resp.manifest_envelope)
                 self.manifest_digest = resp.manifest_digest
                 return
-            except grpc.aio.AioRpcError:
+            except h2grpc.RpcError:
                 await asyncio.sleep(self.rng.uniform(0.5, 1.5))
 
     def _bitmap(self) -> bytes:
@@ -242,9 +258,9 @@ class SimHost:
         each replica once), or as a call of its own when the spec says
         ``report_stream: false`` (the baseline). Latency is timed on answered reports."""
         if not self.spec.get("report_stream", True):
-            return await self._timed(lambda s: s.ReportProgress, req, self.latency)
+            return await self._timed(REPORT_PROGRESS, req, pb.ReportProgressResponse, self.latency)
         sent, t0 = time.time(), time.monotonic()
-        for _ in self.stubs:
+        for _ in self.channels:
             i = self.current
             try:
                 resp = await self._exchange(i, req, quiet)
@@ -261,9 +277,9 @@ class SimHost:
             return resp
         raise ReportFailed(grpc.StatusCode.UNAVAILABLE)
 
-    async def _read(self, call: Any) -> None:
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            while (resp := await call.read()) is not grpc.aio.EOF:
+    async def _read(self, call: h2grpc.Stream) -> None:
+        with contextlib.suppress(h2grpc.RpcError):
+            while (resp := await call.read(pb.ReportProgressResponse)) is not None:
                 if self._waited(call) and resp.seq == self.waiting:
                     self.answer.set_result(resp)  # type: ignore[union-attr]  # _waited
                 else:
@@ -273,7 +289,7 @@ class SimHost:
         if self._waited(call):
             self.answer.set_exception(EOFError("report stream ended"))  # type: ignore[union-attr]
 
-    def _waited(self, call: Any) -> bool:
+    def _waited(self, call: h2grpc.Stream) -> bool:
         """An answer on ``call`` is awaited (the stream is still the host's own)."""
         return call is self.report_call and self.answer is not None and not self.answer.done()
 
@@ -281,31 +297,34 @@ class SimHost:
         self, i: int, req: pb.ReportProgressRequest, quiet: bool
     ) -> pb.ReportProgressResponse | None:
         call = self.report_call
-        if call is not None and call.done():  # ended between reports (a dead leader, say)
+        if call is not None and call.ended:  # ended between reports (a dead leader, say)
             self.report_call = None
             if quiet:  # as Duplex.send: the quiet reports before may be lost (then whole)
-                raise ReportFailed(await call.code())
+                raise ReportFailed(call.code())
             call = None
         try:
             if call is None:
-                call = self.report_call = self.stubs[i].ReportStream()
+                _, call = await self.channels[i].stream(REPORT_STREAM)
+                self.report_call = call
                 self.reader = asyncio.create_task(self._read(call))
             self.seq += 1
             req.seq, req.quiet = self.seq, quiet
             async with asyncio.timeout(RPC_TIMEOUT_S):  # a timer, not a task per read
                 if quiet:
-                    await call.write(req)
+                    call.write(req)
+                    await call.conn.drained()
                     return None
                 self.waiting, self.answer = req.seq, asyncio.get_running_loop().create_future()
-                await call.write(req)
+                call.write(req)
+                await call.conn.drained()
                 self.written_at = time.monotonic()
                 return await self.answer
-        except (TimeoutError, grpc.aio.AioRpcError, EOFError, asyncio.InvalidStateError) as exc:
-            code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
+        except (TimeoutError, h2grpc.RpcError, EOFError) as exc:
+            code = exc.code() if isinstance(exc, h2grpc.RpcError) else None
             self.report_call, self.answer = None, None
             if call is not None:
-                if code is None and call.done():
-                    code = await call.code()
+                if code is None and call.ended:
+                    code = call.code()
                 call.cancel()
             raise ReportFailed(code) from exc
 
@@ -325,7 +344,7 @@ class SimHost:
             quiet = not (answer_next or quiet_run >= QUIET_REPORTS)
             try:
                 resp = await self._report(req, quiet)
-            except (grpc.aio.AioRpcError, ReportFailed):
+            except (h2grpc.RpcError, ReportFailed):
                 self.fig.report_errors += 1
                 self.acked = False  # as the agent does: the whole bitmap to a new leader
                 asked = answer_next = True
@@ -364,7 +383,7 @@ class SimHost:
         await asyncio.sleep(self.rng.uniform(0, float(self.spec["interval_s"])))
         for i, channel in enumerate(self.channels):
             if i != self.current:
-                channel.get_state(try_to_connect=True)
+                channel.warm()
 
     async def run(self, plan: Plan) -> None:
         self.plan = plan
@@ -476,7 +495,7 @@ async def main_async(spec: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     out = Path(sys.argv[2])
-    loop = asyncio.new_event_loop()
+    loop = uvloop.new_event_loop() if spec.get("loop") == "uvloop" else asyncio.new_event_loop()
     result = loop.run_until_complete(main_async(spec))
     np.savez(
         out.with_suffix(".npz"),

@@ -1,7 +1,8 @@
 """Control plane at fleet scale: the real coordinator under a simulated fleet (item 2).
 
-Workload (full size): ``hosts`` simulated agents (bench/_loadgen.py: grpc.aio clients in
-``procs`` processes, no data plane, each with its own mTLS host certificate) against two
+Workload (full size): ``hosts`` simulated agents (bench/_loadgen.py: gRPC clients on h2,
+bench/_h2grpc.py, in ``procs`` processes, no data plane, each with its own mTLS host
+certificate and connection) against two
 real coordinator processes on loopback sharing one SQLite store (HA: a leader and a
 replica). Each agent opens its watch (its heartbeat), registers with a have-bitmap of a
 ``chunks``-chunk checkpoint once the job reaches it on the watch, applies pushed assignments
@@ -25,7 +26,8 @@ coordinator with nothing else running, on the agents' open report streams and (b
 one ReportProgress call each, and what 4,096 hosts every 2 s would cost at that rate.
 The load side's floor (``loadSideFloor``, same run, second; bench/_echofloor.py): the whole
 fleet's report streams from one client process against a server that only echoes, the
-report rate and latency (write returned, answer) no coordinator change can beat here.
+report rate and latency (write returned, answer) no coordinator change can beat here; on
+the generator's h2 client and (``loadSideFloorGrpcAio``, the baseline) on grpc.aio.
 """
 
 from __future__ import annotations
@@ -655,10 +657,23 @@ def rpc_cost(
             _stop_all([], [coord])
 
 
-FLOOR_WARMUP_S = 4.0  # after the floor's hosts booted: their handshakes are not its figure
+FLOOR_WARMUP_S = 4.0  # after the floor's hosts all connected: the boot is not its figure
 
 
-def echo_floor(z: Sizes, pin: Pinning, measure_s: float) -> dict[str, Any]:
+def load_floors(z: Sizes, pin: Pinning) -> dict[str, Any]:
+    """The same fleet's streams against a server that only echoes (a fifth of the run,
+    20-60 s each): what the load side reaches on its own, on the generator's transport and
+    on grpc.aio (the client it replaced)."""
+    measure_s = min(60.0, max(20.0, z.duration_s / 5))
+    return {
+        "loadSideFloor": echo_floor(z, pin, measure_s, {"transport": "h2"}),
+        "loadSideFloorGrpcAio": echo_floor(z, pin, measure_s, {"transport": "grpc-aio"}),
+    }
+
+
+def echo_floor(
+    z: Sizes, pin: Pinning, measure_s: float, client: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The load side's floor (bench/_echofloor.py): the fleet's report streams from one
     client process on the load CPU against a server that only echoes, on the coordinators'
     CPU. The report rate and latency no coordinator change can beat on this machine."""
@@ -683,13 +698,14 @@ def echo_floor(z: Sizes, pin: Pinning, measure_s: float) -> dict[str, Any]:
                 "interval_s": z.interval_s,
                 "warmup_s": FLOOR_WARMUP_S,
                 "measure_s": measure_s,
+                **(client or {}),
             }
             (base / "spec.json").write_text(json.dumps(spec))
             cmd = [sys.executable, "-m", "bench._echofloor", "client"]
             cmd += [str(base / "spec.json"), str(base / "out.json")]
             cpu0, t0 = _cpu_seconds([server.pid]), time.monotonic()
             client = subprocess.Popen(cmd, preexec_fn=_pinned(pin.load))  # noqa: PLW1509
-            client.wait(timeout=measure_s + FLOOR_WARMUP_S + z.hosts / 64 * 0.05 + 120)
+            client.wait(timeout=measure_s + FLOOR_WARMUP_S + z.hosts / 64 * 0.05 + 240)
             server_cores = (_cpu_seconds([server.pid]) - cpu0) / (time.monotonic() - t0)
             out: dict[str, Any] = json.loads((base / "out.json").read_text())
             out["serverCores"] = round(server_cores, 3)
@@ -853,9 +869,7 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
     hosts, procs, chunks, interval_s = z.hosts, z.procs, z.chunks, z.interval_s
     baseline = decode_figures(reports, chunks, hosts, delta, interval_s)
     floor = rpc_cost(pin)
-    # the same fleet's streams against a server that only echoes (a fifth of the run,
-    # 20-60 s): what the load side reaches on its own
-    load_floor = echo_floor(z, pin, min(60.0, max(20.0, z.duration_s / 5)))
+    load_floor = load_floors(z, pin)
     PKI_CACHE.mkdir(parents=True, exist_ok=True)
     names = _racks(hosts)
     t0 = time.monotonic()
@@ -906,7 +920,7 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
     figures["setup"]["pkiSeconds"] = round(pki_s, 1)
     return {
         "workload": (
-            f"{hosts} simulated agents ({procs} processes, grpc.aio, mTLS each) reporting every "
+            f"{hosts} simulated agents ({procs} processes, h2, mTLS each) reporting every "
             f"{interval_s:g} s for {z.duration_s:g} s on a {chunks}-chunk job; {len(victims)} die "
             f"mid-run; leader SIGKILLed at {z.failover_at:.0%} (replica, lease TTL"
             f" {LEASE_TTL_S:g} s); coordinators pinned to CPUs {sorted(pin.coordinator)},"
@@ -915,7 +929,7 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
         "pinning": pin.describe(),
         "baseline": baseline,
         "rpcCost": floor,
-        "loadSideFloor": load_floor,
+        **load_floor,
         **figures,
         "targets": (
             "report p99 <= 50 ms, registration storm <= 10 s, coordinator <= 0.7 core,"
@@ -956,6 +970,16 @@ def comparisons(result: dict[str, Any]) -> list[Comparison]:
                 "ms",
                 ("the coordinator", steady["p50Ms"]),
                 ("an echo server (the load side's floor)", floor["p50Ms"]),
+            )
+        )
+    aio = result.get("loadSideFloorGrpcAio", {}).get("answered", {})
+    if "p99Ms" in floor and "p99Ms" in aio:  # runs before the h2 generator have one floor
+        out.append(
+            compare(
+                "echo server's answered report latency p99",
+                "ms",
+                ("h2 client (the generator's)", floor["p99Ms"]),
+                ("grpc.aio client", aio["p99Ms"]),
             )
         )
     return [
