@@ -672,7 +672,7 @@ def load_floors(z: Sizes, pin: Pinning) -> dict[str, Any]:
 
 
 def echo_floor(
-    z: Sizes, pin: Pinning, measure_s: float, client: dict[str, str] | None = None
+    z: Sizes, pin: Pinning, measure_s: float, variant: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """The load side's floor (bench/_echofloor.py): the fleet's report streams from one
     client process on the load CPU against a server that only echoes, on the coordinators'
@@ -698,7 +698,7 @@ def echo_floor(
                 "interval_s": z.interval_s,
                 "warmup_s": FLOOR_WARMUP_S,
                 "measure_s": measure_s,
-                **(client or {}),
+                **(variant or {}),  # the client's transport
             }
             (base / "spec.json").write_text(json.dumps(spec))
             cmd = [sys.executable, "-m", "bench._echofloor", "client"]
