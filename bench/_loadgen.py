@@ -371,8 +371,11 @@ class SimHost:
             self.fresh.clear()  # taken: no report since changed the bits (one loop)
             if resp is not None and "REREGISTER" in resp.actions:
                 await self.register()
+            # until the next report, or the end: a survivor's final topology is the one it
+            # held at the end (the bench reads the coordinator's then), not a push after it
+            wait = min(interval, max(0.0, min(plan.end, plan.death(self.host)) - time.time()))
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval):  # a timer, not a task per wait
+                async with asyncio.timeout(wait):  # a timer, not a task per wait
                     await self.wake.wait()
             self.wake.clear()
 

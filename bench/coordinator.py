@@ -542,7 +542,15 @@ def final_chains(topo: JobTopology) -> dict[str, dict[str, list[object]]]:
 def off_topology(finals: dict[str, dict[str, list[object]]], chains: dict[str, Any]) -> int:
     """Surviving hosts of the final topology whose held chains are not the coordinator's
     (a new version is pushed only to the hosts it changes: the version alone says little)."""
-    return sum(1 for h, held in finals.items() if h in chains and held != chains[h])
+    return len(off_topology_sample(finals, chains, len(finals)))
+
+
+def off_topology_sample(
+    finals: dict[str, dict[str, list[object]]], chains: dict[str, Any], most: int = 3
+) -> list[dict[str, Any]]:
+    """The first ``most`` of them: the host, what it holds and what the coordinator has."""
+    off = [h for h, held in sorted(finals.items()) if h in chains and held != chains[h]]
+    return [{"host": h, "held": finals[h], "coordinator": chains[h]} for h in off[:most]]
 
 
 def _job(client: CoordinatorClient, job_id: str) -> pb.GetJobResponse:
@@ -607,6 +615,11 @@ def _figures(
         "hostsOffFinalTopology": None
         if t.final_chains is None
         else off_topology({k: v for o in outs for k, v in o["finalHeld"].items()}, t.final_chains),
+        "offFinalTopologySample": None
+        if t.final_chains is None
+        else off_topology_sample(
+            {k: v for o in outs for k, v in o["finalHeld"].items()}, t.final_chains
+        ),
         "finalTopologyVersion": t.final_version,
         "rebuild": {
             "killToFirstWholeBitmapS": round(full_after[0] - t.killed, 2) if full_after else None,
