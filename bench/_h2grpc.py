@@ -35,6 +35,8 @@ _PREFIX = struct.Struct(">BI")  # gRPC message prefix: compressed flag, length
 WINDOW = 16 * 1024 * 1024  # our receive windows: a manifest envelope (a few MiB) in one go
 MAX_MESSAGE = 256 * 1024 * 1024
 CONNECT_TIMEOUT_S = 10.0
+MAX_FRAME = 16_384  # HTTP/2's default SETTINGS_MAX_FRAME_SIZE, which we do not raise
+_FRAME_HEADER = 9
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
@@ -131,6 +133,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, Stream] = {}
         self.closed: RpcError | None = None
+        self.inbox = bytearray()  # the server's bytes not yet a whole frame
         self.writable = asyncio.Event()  # the transport's buffer is under its high-water mark
         self.writable.set()
 
@@ -144,17 +147,26 @@ class Connection(asyncio.Protocol):
         transport.write(self.h2.data_to_send())
 
     def data_received(self, data: bytes) -> None:
-        try:
-            events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError as exc:
-            if self.h2.state_machine.state == h2.connection.ConnectionState.CLOSED:
-                # frames after the server's GOAWAY (h2 closes on it): the server went away
-                self._fail(RpcError(grpc.StatusCode.UNAVAILABLE, "the server closed (GOAWAY)"))
-            else:
+        """The server's bytes, handed to h2 a frame at a time: after its GOAWAY the
+        connection is failed and what follows is not read (h2 would refuse it as a protocol
+        error, hiding the GOAWAY); a frame longer than we allow fails it at its header."""
+        self.inbox += data
+        while len(self.inbox) >= _FRAME_HEADER and self.closed is None:
+            length = int.from_bytes(self.inbox[:3], "big")
+            if length > MAX_FRAME:
+                self._fail(RpcError(grpc.StatusCode.INTERNAL, f"a {length}-byte HTTP/2 frame"))
+                return
+            if len(self.inbox) < _FRAME_HEADER + length:
+                break
+            frame = bytes(self.inbox[: _FRAME_HEADER + length])
+            del self.inbox[: _FRAME_HEADER + length]
+            try:
+                events = self.h2.receive_data(frame)
+            except h2.exceptions.ProtocolError as exc:
                 self._fail(RpcError(grpc.StatusCode.INTERNAL, f"HTTP/2 protocol error: {exc}"))
-            return
-        for ev in events:
-            self._event(ev)
+                return
+            for ev in events:
+                self._event(ev)
         self._flush()
 
     def _event(self, ev: h2.events.Event) -> None:

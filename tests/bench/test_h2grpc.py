@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import hpack
 import pytest
+from hyperframe.frame import GoAwayFrame, HeadersFrame, PingFrame, SettingsFrame
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,15 +26,26 @@ from relgate_agent.proto import distribution_pb2_grpc as pbg
 
 SERVICE = "/relgate.distribution.v1.AgentService/"
 REFUSED = "refused by the test server"
+RST_STREAM = 0x3  # the HTTP/2 frame type
+
+
+CANCELLED_ON_SERVER = asyncio.Event()
+CANCEL_ME = "cancel-me"
 
 
 class Servicer(pbg.AgentServiceServicer):  # type: ignore[misc]
     async def ReportStream(self, requests: Any, context: Any) -> Any:
-        async for r in requests:
-            if r.host_id == "refuse":
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED, REFUSED)
-            if not r.quiet:
-                yield pb.ReportProgressResponse(topology_version=7, seq=r.seq)
+        last = ""
+        try:
+            async for r in requests:
+                last = r.host_id
+                if r.host_id == "refuse":
+                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, REFUSED)
+                if not r.quiet:
+                    yield pb.ReportProgressResponse(topology_version=7, seq=r.seq)
+        finally:  # ended by the client's cancel (no half-close from this host)
+            if last == CANCEL_ME:
+                CANCELLED_ON_SERVER.set()
 
     async def Register(self, request: Any, context: Any) -> Any:
         if request.host_id == "refuse":
@@ -104,8 +117,9 @@ def test_unary_stream_and_status(pki: Path) -> None:
                 await call.read(pb.ReportProgressResponse)
             assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
             assert call.code() == grpc.StatusCode.PERMISSION_DENIED
-            with pytest.raises(h2grpc.RpcError):
+            with pytest.raises(h2grpc.RpcError) as ended:
                 call.write(pb.ReportProgressRequest(seq=7))  # an ended call takes nothing
+            assert ended.value.code() == grpc.StatusCode.PERMISSION_DENIED  # and says why
 
             _, watch = await ch.stream(SERVICE + "Watch")
             watch.write(pb.WatchRequest(host_id="h"))
@@ -114,6 +128,28 @@ def test_unary_stream_and_status(pki: Path) -> None:
             while (ev := await watch.read(pb.WatchEvent)) is not None:
                 versions += [a.topology_version for a in ev.assignments]
             assert versions == [1, 2, 3] and watch.code() == grpc.StatusCode.OK
+            with pytest.raises(h2grpc.RpcError) as done:
+                watch.write(pb.WatchRequest(host_id="h"))
+            assert done.value.code() == grpc.StatusCode.CANCELLED
+
+            # the client's half-close ends the server's request stream: the call ends OK
+            _, closing = await ch.stream(SERVICE + "ReportStream")
+            closing.write(pb.ReportProgressRequest(host_id="h", seq=1, quiet=True))
+            closing.done_writing()
+            async with asyncio.timeout(10):
+                assert await closing.read(pb.ReportProgressResponse) is None
+            assert closing.code() == grpc.StatusCode.OK
+
+            # cancelled by the client: CANCELLED here, and the server's handler ends
+            _, cancelled = await ch.stream(SERVICE + "ReportStream")
+            cancelled.write(pb.ReportProgressRequest(host_id=CANCEL_ME, seq=1))
+            assert await cancelled.read(pb.ReportProgressResponse) is not None
+            cancelled.cancel()
+            assert cancelled.code() == grpc.StatusCode.CANCELLED
+            with pytest.raises(h2grpc.RpcError):
+                await cancelled.read(pb.ReportProgressResponse)
+            async with asyncio.timeout(10):
+                await CANCELLED_ON_SERVER.wait()
             ch.close()
 
     asyncio.run(go())
@@ -123,9 +159,15 @@ def test_server_gone_is_unavailable(pki: Path) -> None:
     async def go() -> None:
         async with server(pki) as (address, srv):
             ch = channel(pki, address)
+            ch.warm()  # connects in the background, as grpc's try_to_connect
+            async with asyncio.timeout(10):
+                while ch.conn is None:
+                    await asyncio.sleep(0.01)
+            warmed = ch.conn
             _, call = await ch.stream(SERVICE + "ReportStream")
             call.write(pb.ReportProgressRequest(host_id="h", seq=1))
             assert (await call.read(pb.ReportProgressResponse)) is not None
+            assert call.conn is warmed  # the call went on the warmed connection
             await srv.stop(None)  # the leader dies with the stream open
             with pytest.raises(h2grpc.RpcError) as lost:
                 async with asyncio.timeout(10):
@@ -193,3 +235,149 @@ def test_hostile_frame_ends_the_call(wire: bytes) -> None:
     s._feed(wire)
     assert s.ended and s.code() == grpc.StatusCode.INTERNAL and conn.resets == [3]
     assert not s.messages
+
+
+def test_a_message_of_the_largest_size_is_waited_for() -> None:
+    """A prefix announcing exactly MAX_MESSAGE bytes is legal: the call waits for its body."""
+    conn = _Conn()
+    s = h2grpc.Stream(conn, 5)  # type: ignore[arg-type]
+    s._feed(struct.pack(">BI", 0, h2grpc.MAX_MESSAGE))
+    assert not s.ended and not conn.resets and len(s.buf) == 5
+
+
+class Wire:
+    """The transport under a Connection in the tests below: what it was given to send."""
+
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def frames(self) -> list[tuple[int, int]]:
+        """(type, stream id) of each frame sent after the client's preface."""
+        buf = bytes(self.out)[len(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") :]
+        out = []
+        while buf:
+            length = int.from_bytes(buf[:3], "big")
+            out.append((buf[3], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF))
+            buf = buf[9 + length :]
+        return out
+
+
+def _connected() -> tuple[h2grpc.Connection, Wire, h2grpc.Stream]:
+    conn, wire = h2grpc.Connection("127.0.0.1:1"), Wire()
+    conn.connection_made(wire)
+    call = conn.open(SERVICE + "ReportStream")
+    conn.data_received(SettingsFrame(0).serialize())  # the server's preface
+    return conn, wire, call
+
+
+def _headers(stream_id: int, headers: list[tuple[bytes, bytes]], end: bool) -> bytes:
+    frame = HeadersFrame(stream_id, data=hpack.Encoder().encode(headers))
+    frame.flags.add("END_HEADERS")
+    if end:
+        frame.flags.add("END_STREAM")
+    return bytes(frame.serialize())
+
+
+@pytest.mark.parametrize(
+    ("wire_bytes", "code"),
+    [
+        # the server's GOAWAY, and a PING after it in the same read: the server went away
+        (GoAwayFrame(0).serialize() + PingFrame(0).serialize(), grpc.StatusCode.UNAVAILABLE),
+        # DATA on the connection's stream 0: a protocol error
+        (b"\x00\x00\x00\x00\x00\x00\x00\x00\x00", grpc.StatusCode.INTERNAL),
+        # a frame header announcing more than the 16 KiB we allow: failed at the header
+        (b"\x7f\xff\xff\x00\x00\x00\x00\x00\x01", grpc.StatusCode.INTERNAL),
+    ],
+    ids=["goaway-then-ping", "data-on-stream-0", "oversized-frame"],
+)
+def test_what_the_server_sends_fails_the_connection(
+    wire_bytes: bytes, code: grpc.StatusCode
+) -> None:
+    async def go() -> None:
+        conn, wire, call = _connected()
+        conn.data_received(wire_bytes)
+        assert call.code() == code and conn.closed is not None and wire.closed
+        with pytest.raises(h2grpc.RpcError) as refused:
+            conn.open(SERVICE + "Watch")  # a failed connection opens nothing more
+        assert refused.value.code() == code
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("headers", "code"),
+    [
+        ([(b"grpc-status", b"x7")], grpc.StatusCode.UNKNOWN),  # not a number
+        ([(b"grpc-status", b"99")], grpc.StatusCode.UNKNOWN),  # no such code
+        ([(b"grpc-status", b"5"), (b"grpc-message", b"gone")], grpc.StatusCode.NOT_FOUND),
+        ([(b"content-type", b"application/grpc")], grpc.StatusCode.UNKNOWN),  # no status
+    ],
+)
+def test_trailers_name_the_status(
+    headers: list[tuple[bytes, bytes]], code: grpc.StatusCode
+) -> None:
+    async def go() -> None:
+        conn, _, call = _connected()
+        conn.data_received(_headers(call.id, [(b":status", b"200")], end=False))
+        assert not call.ended  # the response's headers: messages may follow
+        conn.data_received(_headers(call.id, headers, end=True))
+        assert call.code() == code
+
+    asyncio.run(go())
+
+
+def test_a_non_200_response_ends_the_call() -> None:
+    async def go() -> None:
+        conn, _, call = _connected()
+        conn.data_received(_headers(call.id, [(b":status", b"503")], end=False))
+        assert call.code() == grpc.StatusCode.UNKNOWN
+
+    asyncio.run(go())
+
+
+def test_a_write_beyond_the_servers_window_is_refused() -> None:
+    async def go() -> None:
+        _, wire, call = _connected()
+        sent = len(wire.out)
+        with pytest.raises(h2grpc.RpcError) as refused:  # 65,535 bytes open by default
+            call.write(pb.RegisterRequest(have=b"\x01" * 70_000))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert len(wire.out) == sent  # nothing of it went out
+
+    asyncio.run(go())
+
+
+def test_cancel_resets_the_stream_on_the_wire() -> None:
+    async def go() -> None:
+        conn, wire, call = _connected()
+        call.cancel()
+        assert (RST_STREAM, call.id) in wire.frames()
+        assert call.id not in conn.streams and conn.closed is None  # the connection stays
+        call.cancel()  # once only
+        assert wire.frames().count((RST_STREAM, call.id)) == 1
+
+    asyncio.run(go())
+
+
+def test_drained_waits_while_the_transport_is_full() -> None:
+    async def go() -> None:
+        conn, _, _ = _connected()
+        conn.pause_writing()
+        waiting = asyncio.create_task(conn.drained())
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        conn.resume_writing()
+        async with asyncio.timeout(5):
+            await waiting
+
+    asyncio.run(go())
