@@ -32,7 +32,6 @@ from typing import Any
 
 import grpc
 import numpy as np
-import uvloop
 
 from bench import _h2grpc as h2grpc
 from relgate_agent import gcpolicy
@@ -63,7 +62,7 @@ async def serve(pki: Path, port_file: Path) -> None:
     await server.wait_for_termination()
 
 
-REPORT_STREAM = "/relgate.distribution.v1.AgentService/ReportStream"
+REPORT_STREAM = h2grpc.method_path(pb.DESCRIPTOR.services_by_name["AgentService"], "ReportStream")
 CONNECT_WAIT_S = 120.0  # the window opens then even if some hosts never connected
 
 
@@ -258,8 +257,6 @@ def main() -> None:
         asyncio.run(serve(Path(sys.argv[2]), Path(sys.argv[3])))
         return
     spec = json.loads(Path(sys.argv[2]).read_text())
-    if spec.get("loop") == "uvloop":
-        uvloop.install()
     Path(sys.argv[3]).write_text(json.dumps(asyncio.run(drive(spec))))
 
 

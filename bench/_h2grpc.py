@@ -28,6 +28,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
 M = TypeVar("M", bound=Message)
@@ -38,6 +39,12 @@ CONNECT_TIMEOUT_S = 10.0
 MAX_FRAME = 16_384  # HTTP/2's default SETTINGS_MAX_FRAME_SIZE, which we do not raise
 _FRAME_HEADER = 9
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def method_path(service: ServiceDescriptor, name: str) -> str:
+    """The HTTP/2 ``:path`` of ``service``'s method ``name``, from the proto's descriptor
+    (a name it does not have is a KeyError here, not an UNIMPLEMENTED at run time)."""
+    return f"/{service.full_name}/{service.methods_by_name[name].name}"
 
 
 class RpcError(Exception):

@@ -31,7 +31,6 @@ from typing import Any, TypeVar
 
 import grpc
 import numpy as np
-import uvloop
 from google.protobuf.message import Message
 
 from bench import _h2grpc as h2grpc
@@ -45,9 +44,10 @@ from relgate_agent.staging.storage import bitmap_from_bits, pack_indexes
 
 RPC_TIMEOUT_S = 10.0
 WATCH_TIMEOUT_S = 300.0
-_SERVICE = "/relgate.distribution.v1.AgentService/"
-WATCH, REGISTER = _SERVICE + "Watch", _SERVICE + "Register"
-REPORT_PROGRESS, REPORT_STREAM = _SERVICE + "ReportProgress", _SERVICE + "ReportStream"
+_AGENT = pb.DESCRIPTOR.services_by_name["AgentService"]
+WATCH, REGISTER = h2grpc.method_path(_AGENT, "Watch"), h2grpc.method_path(_AGENT, "Register")
+REPORT_PROGRESS = h2grpc.method_path(_AGENT, "ReportProgress")
+REPORT_STREAM = h2grpc.method_path(_AGENT, "ReportStream")
 M = TypeVar("M", bound=Message)
 
 
@@ -498,7 +498,7 @@ async def main_async(spec: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     out = Path(sys.argv[2])
-    loop = uvloop.new_event_loop() if spec.get("loop") == "uvloop" else asyncio.new_event_loop()
+    loop = asyncio.new_event_loop()
     result = loop.run_until_complete(main_async(spec))
     np.savez(
         out.with_suffix(".npz"),

@@ -24,7 +24,7 @@ from relgate_agent.pki import COORDINATOR_DNS, TlsFiles, ensure_dev_pki
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
 
-SERVICE = "/relgate.distribution.v1.AgentService/"
+AGENT = pb.DESCRIPTOR.services_by_name["AgentService"]
 REFUSED = "refused by the test server"
 RST_STREAM = 0x3  # the HTTP/2 frame type
 
@@ -90,7 +90,7 @@ def test_unary_stream_and_status(pki: Path) -> None:
             ch = channel(pki, address)
             have = b"\x01" * 4096  # three times that back: several DATA frames
             reply = await ch.unary(
-                SERVICE + "Register",
+                h2grpc.method_path(AGENT, "Register"),
                 pb.RegisterRequest(host_id="h", have=have),
                 pb.RegisterResponse,
                 5,
@@ -98,7 +98,7 @@ def test_unary_stream_and_status(pki: Path) -> None:
             assert reply.manifest_envelope == have * 3 and reply.manifest_digest == "d"
             with pytest.raises(h2grpc.RpcError) as refused:
                 await ch.unary(
-                    SERVICE + "Register",
+                    h2grpc.method_path(AGENT, "Register"),
                     pb.RegisterRequest(host_id="refuse"),
                     pb.RegisterResponse,
                     5,
@@ -106,7 +106,7 @@ def test_unary_stream_and_status(pki: Path) -> None:
             assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert refused.value.details() == REFUSED
 
-            conn, call = await ch.stream(SERVICE + "ReportStream")
+            conn, call = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
             for seq in range(1, 6):  # quiet ones get no answer
                 call.write(pb.ReportProgressRequest(host_id="h", seq=seq, quiet=seq % 2 == 0))
             await conn.drained()
@@ -121,7 +121,7 @@ def test_unary_stream_and_status(pki: Path) -> None:
                 call.write(pb.ReportProgressRequest(seq=7))  # an ended call takes nothing
             assert ended.value.code() == grpc.StatusCode.PERMISSION_DENIED  # and says why
 
-            _, watch = await ch.stream(SERVICE + "Watch")
+            _, watch = await ch.stream(h2grpc.method_path(AGENT, "Watch"))
             watch.write(pb.WatchRequest(host_id="h"))
             watch.done_writing()
             versions = []
@@ -133,7 +133,7 @@ def test_unary_stream_and_status(pki: Path) -> None:
             assert done.value.code() == grpc.StatusCode.CANCELLED
 
             # the client's half-close ends the server's request stream: the call ends OK
-            _, closing = await ch.stream(SERVICE + "ReportStream")
+            _, closing = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
             closing.write(pb.ReportProgressRequest(host_id="h", seq=1, quiet=True))
             closing.done_writing()
             async with asyncio.timeout(10):
@@ -141,7 +141,7 @@ def test_unary_stream_and_status(pki: Path) -> None:
             assert closing.code() == grpc.StatusCode.OK
 
             # cancelled by the client: CANCELLED here, and the server's handler ends
-            _, cancelled = await ch.stream(SERVICE + "ReportStream")
+            _, cancelled = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
             cancelled.write(pb.ReportProgressRequest(host_id=CANCEL_ME, seq=1))
             assert await cancelled.read(pb.ReportProgressResponse) is not None
             cancelled.cancel()
@@ -164,7 +164,7 @@ def test_server_gone_is_unavailable(pki: Path) -> None:
                 while ch.conn is None:
                     await asyncio.sleep(0.01)
             warmed = ch.conn
-            _, call = await ch.stream(SERVICE + "ReportStream")
+            _, call = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
             call.write(pb.ReportProgressRequest(host_id="h", seq=1))
             assert (await call.read(pb.ReportProgressResponse)) is not None
             assert call.conn is warmed  # the call went on the warmed connection
@@ -174,7 +174,9 @@ def test_server_gone_is_unavailable(pki: Path) -> None:
                     await call.read(pb.ReportProgressResponse)
             assert lost.value.code() == grpc.StatusCode.UNAVAILABLE
         with pytest.raises(h2grpc.RpcError) as refused:  # nobody listens there any more
-            await ch.unary(SERVICE + "Register", pb.RegisterRequest(), pb.RegisterResponse, 5)
+            await ch.unary(
+                h2grpc.method_path(AGENT, "Register"), pb.RegisterRequest(), pb.RegisterResponse, 5
+            )
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
         assert address in refused.value.details()
 
@@ -191,7 +193,12 @@ def test_untrusted_client_is_unavailable(pki: Path, tmp_path: Path) -> None:
             ctx = h2grpc.client_context(str(pki / tls.ca.name), str(tls.cert), str(tls.key))
             ch = h2grpc.Channel(address, ctx, COORDINATOR_DNS)
             with pytest.raises(h2grpc.RpcError) as refused:
-                await ch.unary(SERVICE + "Register", pb.RegisterRequest(), pb.RegisterResponse, 5)
+                await ch.unary(
+                    h2grpc.method_path(AGENT, "Register"),
+                    pb.RegisterRequest(),
+                    pb.RegisterResponse,
+                    5,
+                )
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
 
     asyncio.run(go())
@@ -222,6 +229,14 @@ def test_framing_split_anywhere(bodies: list[bytes], cuts: list[int]) -> None:
     for a, b in itertools.pairwise(points):
         s._feed(wire[a:b])
     assert list(s.messages) == bodies and not s.buf and not s.ended
+
+
+def test_method_paths_come_from_the_proto() -> None:
+    assert h2grpc.method_path(AGENT, "ReportStream") == (
+        "/relgate.distribution.v1.AgentService/ReportStream"
+    )
+    with pytest.raises(KeyError):
+        h2grpc.method_path(AGENT, "NoSuchMethod")
 
 
 @pytest.mark.parametrize(
@@ -275,7 +290,7 @@ class Wire:
 def _connected() -> tuple[h2grpc.Connection, Wire, h2grpc.Stream]:
     conn, wire = h2grpc.Connection("127.0.0.1:1"), Wire()
     conn.connection_made(wire)
-    call = conn.open(SERVICE + "ReportStream")
+    call = conn.open(h2grpc.method_path(AGENT, "ReportStream"))
     conn.data_received(SettingsFrame(0).serialize())  # the server's preface
     return conn, wire, call
 
@@ -308,7 +323,7 @@ def test_what_the_server_sends_fails_the_connection(
         conn.data_received(wire_bytes)
         assert call.code() == code and conn.closed is not None and wire.closed
         with pytest.raises(h2grpc.RpcError) as refused:
-            conn.open(SERVICE + "Watch")  # a failed connection opens nothing more
+            conn.open(h2grpc.method_path(AGENT, "Watch"))  # a failed connection opens nothing more
         assert refused.value.code() == code
 
     asyncio.run(go())
