@@ -67,6 +67,8 @@ from bench.record import Comparison, compare
 from relgate.checkpoint.local_fleet import free_port
 from relgate_agent.client import CoordinatorClient
 from relgate_agent.contracts import JobTopology
+from relgate_agent.coordinator.failover import takeover_grace_s
+from relgate_agent.coordinator.jobstate import CoordinatorConfig
 from relgate_agent.pki import GRPC_TLS_OPTIONS, TlsFiles, ensure_dev_pki
 from relgate_agent.proto import distribution_pb2 as pb
 from relgate_agent.proto import distribution_pb2_grpc as pbg
@@ -563,6 +565,28 @@ def _job(client: CoordinatorClient, job_id: str) -> pb.GetJobResponse:
     )
 
 
+def detectable_deaths(
+    deaths: dict[str, float], killed: float, end: float, interval_s: float
+) -> set[str]:
+    """The hosts that died early enough for a leader to splice them by ``end``: silent for
+    DEAD_AFTER_S and a sweep or two. One that died around the kill, before it could reach
+    the new leader (whose lease starts LEASE_TTL_S after the kill), is judged by that
+    leader only after its takeover grace (failover.takeover_grace_s: it never heard
+    from the host, whose reports may be stuck on the old one)."""
+    margin = 2 * interval_s
+    config = CoordinatorConfig(dead_after_s=DEAD_AFTER_S, report_interval_s=interval_s)
+    judged_after_takeover = killed + LEASE_TTL_S + takeover_grace_s(config) + margin
+    out = set()
+    for host, died in deaths.items():
+        if died >= end - DEAD_AFTER_S - margin:
+            continue
+        old_leader = died + DEAD_AFTER_S + margin < killed
+        new_leader_heard = died > killed + LEASE_TTL_S + margin
+        if old_leader or new_leader_heard or judged_after_takeover < end:
+            out.add(host)
+    return out
+
+
 def _figures(
     t: Timeline,
     status: pb.GetJobResponse | None,
@@ -584,7 +608,7 @@ def _figures(
     steady_written = np.concatenate(
         [_between(written, t.start, t.killed), _between(written, takeover_end, t.end)]
     )
-    detectable = {h for h, d in t.deaths.items() if d < t.end - DEAD_AFTER_S - 2 * z.interval_s}
+    detectable = detectable_deaths(t.deaths, t.killed, t.end, z.interval_s)
     return {
         "reportLatency": {
             "steady": _percentiles(steady),
