@@ -34,6 +34,7 @@ import grpc
 import numpy as np
 
 from bench import _h2grpc as h2grpc
+from bench import _latency as latency
 from relgate_agent import gcpolicy
 from relgate_agent.pki import COORDINATOR_DNS, GRPC_TLS_OPTIONS, TlsFiles
 from relgate_agent.proto import distribution_pb2 as pb
@@ -200,18 +201,6 @@ class H2FloorHost(FloorHost):
         self.conn.close()
 
 
-def _pcts(values: list[float]) -> dict[str, float | int]:
-    if not values:
-        return {"n": 0}
-    ms = np.array(values) * 1000
-    return {
-        "n": int(ms.size),
-        "p50Ms": round(float(np.percentile(ms, 50)), 2),
-        "p99Ms": round(float(np.percentile(ms, 99)), 1),
-        "maxMs": round(float(ms.max()), 1),
-    }
-
-
 async def drive(spec: dict[str, Any]) -> dict[str, Any]:
     kind = H2FloorHost if spec.get("transport") == "h2" else FloorHost
     hosts = [kind(spec, h) for h in spec["hosts"]]
@@ -227,9 +216,9 @@ async def drive(spec: dict[str, Any]) -> dict[str, Any]:
         if i % 64 == 63:
             await asyncio.sleep(0.05)
     await opener
-    cpu_warm = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_warm, t_warm = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
     await asyncio.gather(*tasks)
-    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu1, t_end = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
     writes = [w for h in hosts for w in h.writes]
     return {
         "transport": spec.get("transport", "grpc-aio"),
@@ -237,14 +226,12 @@ async def drive(spec: dict[str, Any]) -> dict[str, Any]:
         "connected": window.connected,
         "reportsPerSecond": round(len(writes) / window.measure_s),
         "offeredPerSecond": round(len(hosts) / float(spec["interval_s"])),
-        "writeReturn": _pcts(writes),
-        "answered": _pcts([a for h in hosts for a in h.answers]),
+        "writeReturn": latency.summary(np.array(writes) * 1000),
+        "answered": latency.summary(np.array([a for h in hosts for a in h.answers]) * 1000),
         "errors": sum(h.errors for h in hosts),
         # the client's CPU while it booted the fleet, then over warm-up and the window
         "clientCpuSeconds": {"boot": _cpu(cpu0, cpu_warm), "steady": _cpu(cpu_warm, cpu1)},
-        "clientCores": round(
-            _cpu(cpu_warm, cpu1) / (window.end - window.warm + window.warmup_s), 3
-        ),
+        "clientCores": round(_cpu(cpu_warm, cpu1) / (t_end - t_warm), 3),
     }
 
 

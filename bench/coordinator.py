@@ -61,6 +61,7 @@ from relgate_trust.manifest import (
 )
 from relgate_trust.retry import Backoff, retry_call
 
+from bench import _latency as latency
 from bench._histograms import Histogram, scrape
 from bench.distribution import _cpu_seconds
 from bench.record import Comparison, compare
@@ -290,15 +291,7 @@ def _wait_registered(
 
 def _percentiles(rows: np.ndarray) -> dict[str, float | int]:
     """p50/p99/max of (wall time, seconds) latency rows."""
-    if rows.size == 0:
-        return {"n": 0}
-    ms = rows.reshape(-1, 2)[:, 1] * 1000
-    return {
-        "n": int(ms.size),
-        "p50Ms": round(float(np.percentile(ms, 50)), 2),
-        "p99Ms": round(float(np.percentile(ms, 99)), 2),
-        "maxMs": round(float(ms.max()), 2),
-    }
+    return latency.summary(rows.reshape(-1, 2)[:, 1] * 1000)
 
 
 def _between(rows: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -541,18 +534,25 @@ def final_chains(topo: JobTopology) -> dict[str, dict[str, list[object]]]:
     return out
 
 
-def off_topology(finals: dict[str, dict[str, list[object]]], chains: dict[str, Any]) -> int:
+def off_topology(finals: dict[str, dict[str, list[object]]], chains: dict[str, Any]) -> list[str]:
     """Surviving hosts of the final topology whose held chains are not the coordinator's
     (a new version is pushed only to the hosts it changes: the version alone says little)."""
-    return len(off_topology_sample(finals, chains, len(finals)))
+    return [h for h, held in sorted(finals.items()) if h in chains and held != chains[h]]
 
 
-def off_topology_sample(
-    finals: dict[str, dict[str, list[object]]], chains: dict[str, Any], most: int = 3
-) -> list[dict[str, Any]]:
-    """The first ``most`` of them: the host, what it holds and what the coordinator has."""
-    off = [h for h, held in sorted(finals.items()) if h in chains and held != chains[h]]
-    return [{"host": h, "held": finals[h], "coordinator": chains[h]} for h in off[:most]]
+def _off_topology_figures(t: Timeline, outs: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many survivors are off the final topology, and the first three of them with
+    what each holds and what the coordinator has (None without a final topology)."""
+    if t.final_chains is None:
+        return {"hostsOffFinalTopology": None, "offFinalTopologySample": None}
+    held = {k: v for o in outs for k, v in o["finalHeld"].items()}
+    off = off_topology(held, t.final_chains)
+    return {
+        "hostsOffFinalTopology": len(off),
+        "offFinalTopologySample": [
+            {"host": h, "held": held[h], "coordinator": t.final_chains[h]} for h in off[:3]
+        ],
+    }
 
 
 def _job(client: CoordinatorClient, job_id: str) -> pb.GetJobResponse:
@@ -636,14 +636,7 @@ def _figures(
         "staleAssignmentsDropped": sum(o["staleDropped"] for o in outs),
         # survivors behind the final version: not pushed what did not change for them
         "hostsBehindFinalVersion": sum(1 for v in finals.values() if v < t.final_version),
-        "hostsOffFinalTopology": None
-        if t.final_chains is None
-        else off_topology({k: v for o in outs for k, v in o["finalHeld"].items()}, t.final_chains),
-        "offFinalTopologySample": None
-        if t.final_chains is None
-        else off_topology_sample(
-            {k: v for o in outs for k, v in o["finalHeld"].items()}, t.final_chains
-        ),
+        **_off_topology_figures(t, outs),
         "finalTopologyVersion": t.final_version,
         "rebuild": {
             "killToFirstWholeBitmapS": round(full_after[0] - t.killed, 2) if full_after else None,
@@ -703,19 +696,18 @@ def load_floors(z: Sizes, pin: Pinning) -> dict[str, Any]:
     on grpc.aio (the client it replaced)."""
     measure_s = min(60.0, max(20.0, z.duration_s / 5))
     return {
-        "loadSideFloor": echo_floor(z, pin, measure_s, {"transport": "h2"}),
-        "loadSideFloorGrpcAio": echo_floor(z, pin, measure_s, {"transport": "grpc-aio"}),
+        "loadSideFloor": echo_floor(z, pin, measure_s, "h2"),
+        "loadSideFloorGrpcAio": echo_floor(z, pin, measure_s, "grpc-aio"),
     }
 
 
-def echo_floor(
-    z: Sizes, pin: Pinning, measure_s: float, variant: dict[str, str] | None = None
-) -> dict[str, Any]:
+def echo_floor(z: Sizes, pin: Pinning, measure_s: float, transport: str) -> dict[str, Any]:
     """The load side's floor (bench/_echofloor.py): the fleet's report streams from one
-    client process on the load CPU against a server that only echoes, on the coordinators'
-    CPU. The report rate and latency no coordinator change can beat on this machine."""
-    names = [h for h, _ in _racks(z.hosts)]
-    pki = ensure_dev_pki(PKI_CACHE, _racks(z.hosts))
+    client process on the load CPU, on ``transport`` (h2 or grpc-aio), against a server
+    that only echoes, on the coordinators' CPU. The report rate and latency no
+    coordinator change can beat on this machine."""
+    racks = _racks(z.hosts)
+    pki = ensure_dev_pki(PKI_CACHE, racks)
     with tempfile.TemporaryDirectory(prefix="relgate-bench-floor-") as tmp:
         base = Path(tmp)
         addr_file = base / "addr"
@@ -731,11 +723,11 @@ def echo_floor(
             spec = {
                 "pki": str(pki),
                 "address": addr_file.read_text(),
-                "hosts": names,
+                "hosts": [h for h, _ in racks],
                 "interval_s": z.interval_s,
                 "warmup_s": FLOOR_WARMUP_S,
                 "measure_s": measure_s,
-                **(variant or {}),  # the client's transport
+                "transport": transport,
             }
             (base / "spec.json").write_text(json.dumps(spec))
             cmd = [sys.executable, "-m", "bench._echofloor", "client"]
@@ -890,18 +882,6 @@ def main(  # noqa: PLR0913 - the load test's sizes
         os.sched_setaffinity(0, mine)
 
 
-def _lag_figures(lag: np.ndarray) -> dict[str, Any]:
-    """p50 / p99 / max of the generators' loop-lag samples (ms)."""
-    if not lag.size:
-        return {"n": 0}
-    return {
-        "n": int(lag.size),
-        "p50": round(float(np.percentile(lag, 50)), 2),
-        "p99": round(float(np.percentile(lag, 99)), 2),
-        "max": round(float(lag.max()), 2),
-    }
-
-
 def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
     hosts, procs, chunks, interval_s = z.hosts, z.procs, z.chunks, z.interval_s
     baseline = decode_figures(reports, chunks, hosts, delta, interval_s)
@@ -953,7 +933,7 @@ def _run(z: Sizes, pin: Pinning, reports: int, delta: int) -> dict[str, Any]:
     figures["loadGeneratorsKilled"] = unfinished
     # how late the generators' own loops woke (a 100 ms sleep, every 100 ms): the part of
     # a report's timed latency that is the generator's, not the coordinator's
-    figures["loadGeneratorLoopLagMs"] = _lag_figures(lag)
+    figures["loadGeneratorLoopLagMs"] = latency.summary(lag, suffix="")
     figures["setup"]["pkiSeconds"] = round(pki_s, 1)
     return {
         "workload": (
