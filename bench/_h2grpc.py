@@ -74,16 +74,18 @@ class Stream:
 
     def _feed(self, data: bytes) -> None:
         self.buf += data
-        while len(self.buf) >= 5:
-            compressed, length = _PREFIX.unpack_from(self.buf)
+        at = 0  # the whole messages are taken off the buffer once, at the end
+        while len(self.buf) - at >= 5:
+            compressed, length = _PREFIX.unpack_from(self.buf, at)
             if compressed or length > MAX_MESSAGE:
                 self._end(RpcError(grpc.StatusCode.INTERNAL, "compressed or oversized message"))
                 self.conn.reset(self.id)
                 return
-            if len(self.buf) < 5 + length:
+            if len(self.buf) - at < 5 + length:
                 break
-            self.messages.append(bytes(self.buf[5 : 5 + length]))
-            del self.buf[: 5 + length]
+            self.messages.append(bytes(self.buf[at + 5 : at + 5 + length]))
+            at += 5 + length
+        del self.buf[:at]
         self._wake()
 
     def _end(self, status: RpcError | None) -> None:
@@ -158,22 +160,24 @@ class Connection(asyncio.Protocol):
         connection is failed and what follows is not read (h2 would refuse it as a protocol
         error, hiding the GOAWAY); a frame longer than we allow fails it at its header."""
         self.inbox += data
-        while len(self.inbox) >= _FRAME_HEADER and self.closed is None:
-            length = int.from_bytes(self.inbox[:3], "big")
+        at = 0  # the whole frames are taken off the inbox once, at the end
+        while len(self.inbox) - at >= _FRAME_HEADER and self.closed is None:
+            length = int.from_bytes(self.inbox[at : at + 3], "big")
             if length > MAX_FRAME:
                 self._fail(RpcError(grpc.StatusCode.INTERNAL, f"a {length}-byte HTTP/2 frame"))
                 return
-            if len(self.inbox) < _FRAME_HEADER + length:
+            end = at + _FRAME_HEADER + length
+            if len(self.inbox) < end:
                 break
-            frame = bytes(self.inbox[: _FRAME_HEADER + length])
-            del self.inbox[: _FRAME_HEADER + length]
             try:
-                events = self.h2.receive_data(frame)
+                events = self.h2.receive_data(bytes(self.inbox[at:end]))
             except h2.exceptions.ProtocolError as exc:
                 self._fail(RpcError(grpc.StatusCode.INTERNAL, f"HTTP/2 protocol error: {exc}"))
                 return
+            at = end
             for ev in events:
                 self._event(ev)
+        del self.inbox[:at]
         self._flush()
 
     def _event(self, ev: h2.events.Event) -> None:
@@ -352,9 +356,9 @@ class Channel:
         conn = await self.connection(timeout)
         return await conn.unary(path, request, cls, timeout)
 
-    async def stream(self, path: str) -> tuple[Connection, Stream]:
-        conn = await self.connection()
-        return conn, conn.open(path)
+    async def stream(self, path: str) -> Stream:
+        """A new call on the live connection (the call's ``conn``)."""
+        return (await self.connection()).open(path)
 
     def close(self) -> None:
         if self.conn is not None:

@@ -156,7 +156,7 @@ class SimHost:
             self.fig.watch_opens += 1
             call: h2grpc.Stream | None = None
             try:
-                _, call = await self.channels[i].stream(WATCH)
+                call = await self.channels[i].stream(WATCH)
                 call.write(req)
                 call.done_writing()
                 async with asyncio.timeout(WATCH_TIMEOUT_S):
@@ -304,7 +304,7 @@ class SimHost:
             call = None
         try:
             if call is None:
-                _, call = await self.channels[i].stream(REPORT_STREAM)
+                call = await self.channels[i].stream(REPORT_STREAM)
                 self.report_call = call
                 self.reader = asyncio.create_task(self._read(call))
             self.seq += 1

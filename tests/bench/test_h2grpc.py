@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import itertools
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from relgate_agent.proto import distribution_pb2_grpc as pbg
 
 AGENT = pb.DESCRIPTOR.services_by_name["AgentService"]
 REFUSED = "refused by the test server"
-RST_STREAM = 0x3  # the HTTP/2 frame type
+DATA, RST_STREAM, PING = 0x0, 0x3, 0x6  # HTTP/2 frame types
 
 
 CANCELLED_ON_SERVER = asyncio.Event()
@@ -106,10 +106,10 @@ def test_unary_stream_and_status(pki: Path) -> None:
             assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert refused.value.details() == REFUSED
 
-            conn, call = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
+            call = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
             for seq in range(1, 6):  # quiet ones get no answer
                 call.write(pb.ReportProgressRequest(host_id="h", seq=seq, quiet=seq % 2 == 0))
-            await conn.drained()
+            await call.conn.drained()
             got = [await call.read(pb.ReportProgressResponse) for _ in range(3)]
             assert [(r.seq, r.topology_version) for r in got if r] == [(1, 7), (3, 7), (5, 7)]
             call.write(pb.ReportProgressRequest(host_id="refuse", seq=6))
@@ -121,7 +121,7 @@ def test_unary_stream_and_status(pki: Path) -> None:
                 call.write(pb.ReportProgressRequest(seq=7))  # an ended call takes nothing
             assert ended.value.code() == grpc.StatusCode.PERMISSION_DENIED  # and says why
 
-            _, watch = await ch.stream(h2grpc.method_path(AGENT, "Watch"))
+            watch = await ch.stream(h2grpc.method_path(AGENT, "Watch"))
             watch.write(pb.WatchRequest(host_id="h"))
             watch.done_writing()
             versions = []
@@ -133,7 +133,7 @@ def test_unary_stream_and_status(pki: Path) -> None:
             assert done.value.code() == grpc.StatusCode.CANCELLED
 
             # the client's half-close ends the server's request stream: the call ends OK
-            _, closing = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
+            closing = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
             closing.write(pb.ReportProgressRequest(host_id="h", seq=1, quiet=True))
             closing.done_writing()
             async with asyncio.timeout(10):
@@ -141,7 +141,7 @@ def test_unary_stream_and_status(pki: Path) -> None:
             assert closing.code() == grpc.StatusCode.OK
 
             # cancelled by the client: CANCELLED here, and the server's handler ends
-            _, cancelled = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
+            cancelled = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
             cancelled.write(pb.ReportProgressRequest(host_id=CANCEL_ME, seq=1))
             assert await cancelled.read(pb.ReportProgressResponse) is not None
             cancelled.cancel()
@@ -164,7 +164,7 @@ def test_server_gone_is_unavailable(pki: Path) -> None:
                 while ch.conn is None:
                     await asyncio.sleep(0.01)
             warmed = ch.conn
-            _, call = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
+            call = await ch.stream(h2grpc.method_path(AGENT, "ReportStream"))
             call.write(pb.ReportProgressRequest(host_id="h", seq=1))
             assert (await call.read(pb.ReportProgressResponse)) is not None
             assert call.conn is warmed  # the call went on the warmed connection
@@ -260,39 +260,55 @@ def test_a_message_of_the_largest_size_is_waited_for() -> None:
     assert not s.ended and not conn.resets and len(s.buf) == 5
 
 
-class Wire:
-    """The transport under a Connection in the tests below: what it was given to send."""
+class Peer:
+    """A loopback TCP server that speaks raw HTTP/2 bytes to one client Connection: what
+    a broken or hostile server can send, and what the client put on the wire."""
 
-    def __init__(self) -> None:
-        self.out = bytearray()
-        self.closed = False
+    def __init__(self, conn: h2grpc.Connection, call: h2grpc.Stream, reader: Any, writer: Any):
+        self.conn, self.call, self.reader, self.writer = conn, call, reader, writer
+        self.got = b""
 
-    def write(self, data: bytes) -> None:
-        self.out += data
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
 
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def frames(self) -> list[tuple[int, int]]:
-        """(type, stream id) of each frame sent after the client's preface."""
-        buf = bytes(self.out)[len(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") :]
-        out = []
-        while buf:
+    async def frames(self) -> list[tuple[int, int, int]]:
+        """(type, stream id, length) of the frames the client sent so far, after its preface."""
+        with contextlib.suppress(TimeoutError):
+            while True:
+                self.got += await asyncio.wait_for(self.reader.read(65536), 0.2)
+        buf, out = self.got[len(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") :], []
+        while len(buf) >= 9:
             length = int.from_bytes(buf[:3], "big")
-            out.append((buf[3], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF))
+            out.append((buf[3], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, length))
             buf = buf[9 + length :]
         return out
 
 
-def _connected() -> tuple[h2grpc.Connection, Wire, h2grpc.Stream]:
-    conn, wire = h2grpc.Connection("127.0.0.1:1"), Wire()
-    conn.connection_made(wire)
-    call = conn.open(h2grpc.method_path(AGENT, "ReportStream"))
-    conn.data_received(SettingsFrame(0).serialize())  # the server's preface
-    return conn, wire, call
+async def until(done: Callable[[], bool]) -> None:
+    async with asyncio.timeout(5):
+        while not done():
+            await asyncio.sleep(0.005)
+
+
+@contextlib.asynccontextmanager
+async def peer() -> AsyncIterator[Peer]:
+    accepted: asyncio.Queue[tuple[Any, Any]] = asyncio.Queue()
+    server = await asyncio.start_server(lambda r, w: accepted.put_nowait((r, w)), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    _, conn = await asyncio.get_running_loop().create_connection(
+        lambda: h2grpc.Connection(f"127.0.0.1:{port}"), "127.0.0.1", port
+    )
+    reader, writer = await accepted.get()
+    p = Peer(conn, conn.open(h2grpc.method_path(AGENT, "ReportStream")), reader, writer)
+    await p.send(SettingsFrame(0).serialize())  # the server's preface
+    try:
+        yield p
+    finally:
+        conn.close()
+        writer.close()
+        server.close()
+        await server.wait_closed()
 
 
 def _headers(stream_id: int, headers: list[tuple[bytes, bytes]], end: bool) -> bytes:
@@ -319,12 +335,14 @@ def test_what_the_server_sends_fails_the_connection(
     wire_bytes: bytes, code: grpc.StatusCode
 ) -> None:
     async def go() -> None:
-        conn, wire, call = _connected()
-        conn.data_received(wire_bytes)
-        assert call.code() == code and conn.closed is not None and wire.closed
-        with pytest.raises(h2grpc.RpcError) as refused:
-            conn.open(h2grpc.method_path(AGENT, "Watch"))  # a failed connection opens nothing more
-        assert refused.value.code() == code
+        async with peer() as p:
+            await p.send(wire_bytes)
+            await until(lambda: p.call.ended)
+            assert p.call.code() == code and p.conn.closed is not None
+            await asyncio.wait_for(p.reader.read(), 5)  # to EOF: the client closed its end
+            with pytest.raises(h2grpc.RpcError) as refused:  # and opens nothing more
+                p.conn.open(h2grpc.method_path(AGENT, "Watch"))
+            assert refused.value.code() == code
 
     asyncio.run(go())
 
@@ -342,57 +360,64 @@ def test_trailers_name_the_status(
     headers: list[tuple[bytes, bytes]], code: grpc.StatusCode
 ) -> None:
     async def go() -> None:
-        conn, _, call = _connected()
-        conn.data_received(_headers(call.id, [(b":status", b"200")], end=False))
-        assert not call.ended  # the response's headers: messages may follow
-        conn.data_received(_headers(call.id, headers, end=True))
-        assert call.code() == code
+        async with peer() as p:
+            await p.send(_headers(p.call.id, [(b":status", b"200")], end=False))
+            await p.send(PingFrame(0).serialize())  # answered after the headers were read
+            async with asyncio.timeout(5):
+                while not any(f[0] == PING for f in await p.frames()):
+                    pass
+            assert not p.call.ended  # the response's headers: messages may follow
+            await p.send(_headers(p.call.id, headers, end=True))
+            await until(lambda: p.call.ended)
+            assert p.call.code() == code
 
     asyncio.run(go())
 
 
 def test_a_non_200_response_ends_the_call() -> None:
     async def go() -> None:
-        conn, _, call = _connected()
-        conn.data_received(_headers(call.id, [(b":status", b"503")], end=False))
-        assert call.code() == grpc.StatusCode.UNKNOWN
+        async with peer() as p:
+            await p.send(_headers(p.call.id, [(b":status", b"503")], end=False))
+            await until(lambda: p.call.ended)
+            assert p.call.code() == grpc.StatusCode.UNKNOWN
 
     asyncio.run(go())
 
 
 def test_a_write_beyond_the_servers_window_is_refused() -> None:
     async def go() -> None:
-        _, wire, call = _connected()
-        sent = len(wire.out)
-        with pytest.raises(h2grpc.RpcError) as refused:  # 65,535 bytes open by default
-            call.write(pb.RegisterRequest(have=b"\x01" * 70_000))
-        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert len(wire.out) == sent  # nothing of it went out
+        async with peer() as p:
+            with pytest.raises(h2grpc.RpcError) as refused:  # 65,535 bytes open by default
+                p.call.write(pb.RegisterRequest(have=b"\x01" * 70_000))
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            p.call.write(pb.RegisterRequest(have=b"\x01" * 10))  # the call goes on
+            data = [f for f in await p.frames() if f[0] == DATA]
+            assert data == [(DATA, p.call.id, 5 + 12)]  # only the small one went out
 
     asyncio.run(go())
 
 
 def test_cancel_resets_the_stream_on_the_wire() -> None:
     async def go() -> None:
-        conn, wire, call = _connected()
-        call.cancel()
-        assert (RST_STREAM, call.id) in wire.frames()
-        assert call.id not in conn.streams and conn.closed is None  # the connection stays
-        call.cancel()  # once only
-        assert wire.frames().count((RST_STREAM, call.id)) == 1
+        async with peer() as p:
+            p.call.cancel()
+            p.call.cancel()  # once only
+            resets = [f for f in await p.frames() if f[:2] == (RST_STREAM, p.call.id)]
+            assert len(resets) == 1
+            assert p.call.id not in p.conn.streams and p.conn.closed is None  # the rest stays
 
     asyncio.run(go())
 
 
 def test_drained_waits_while_the_transport_is_full() -> None:
     async def go() -> None:
-        conn, _, _ = _connected()
-        conn.pause_writing()
-        waiting = asyncio.create_task(conn.drained())
-        await asyncio.sleep(0.05)
-        assert not waiting.done()
-        conn.resume_writing()
-        async with asyncio.timeout(5):
-            await waiting
+        async with peer() as p:  # the transport's flow control, as it calls the protocol
+            p.conn.pause_writing()
+            waiting = asyncio.create_task(p.conn.drained())
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            p.conn.resume_writing()
+            async with asyncio.timeout(5):
+                await waiting
 
     asyncio.run(go())
